@@ -1,0 +1,62 @@
+/**
+ * Error reasons shared by several protocols. Each protocol has its own error
+ * class (`StoreError`, `LogError`, ...) whose `reason` is a tagged union; the
+ * reasons below appear in more than one of those unions.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+import { Epoch, Offset, Partition, ServerId, Topic } from "./Models.js"
+
+/** A read or seek at an offset outside `[logStart, highwater]`. Never silently reset. */
+export class OffsetOutOfRange extends Schema.TaggedError<OffsetOutOfRange>()("OffsetOutOfRange", {
+  topic: Topic,
+  partition: Partition,
+  offset: Schema.Int,
+  logStart: Offset,
+  highwater: Offset
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `offset ${this.offset} is out of range for ${this.topic}/${this.partition} (log start ${this.logStart}, highwater ${this.highwater})`
+  }
+}
+
+/** An action carried a stale epoch (fencing token) and was rejected. */
+export class FencedEpoch extends Schema.TaggedError<FencedEpoch>()("FencedEpoch", {
+  /** What is fenced, e.g. `"coordinator"` or a tablet key. */
+  resource: Schema.String,
+  current: Epoch,
+  attempted: Epoch
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.resource}: epoch ${this.attempted} is fenced, the current epoch is ${this.current}`
+  }
+}
+
+/** A state machine was asked for a transition it forbids. */
+export class IllegalStateTransition extends Schema.TaggedError<IllegalStateTransition>()("IllegalStateTransition", {
+  /** Which machine, e.g. `"replica"` or `"coordinator"`. */
+  machine: Schema.String,
+  /** The entity the machine tracks (a tablet key, a server id). */
+  entity: Schema.String,
+  from: Schema.String,
+  to: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.machine} ${this.entity}: illegal transition ${this.from} → ${this.to}`
+  }
+}
+
+/** A request reached a replica or coordinator that is not the current leader. */
+export class NotLeader extends Schema.TaggedError<NotLeader>()("NotLeader", {
+  resource: Schema.String,
+  leader: Schema.NullOr(ServerId)
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.resource}: not the leader${this.leader === null ? " (no leader known)" : ` (leader is server ${this.leader})`}`
+  }
+}

@@ -1,0 +1,304 @@
+/**
+ * The `Log` protocol: the changelog transport, with Kafka's semantics.
+ *
+ * A topic has partitions; each partition is a log of records with dense,
+ * increasing offsets from its log start up to (not including) its highwater.
+ * Changelog consumers use manual assignment, seek and pause/resume; source
+ * consumers join a group and see their assignments come and go.
+ *
+ * @since 0.1.0
+ */
+import type { Duration, Effect, Scope, Stream } from "effect"
+import { Context, Layer, Schema } from "effect"
+import { OffsetOutOfRange } from "./Errors.js"
+import * as internal from "./internal/memoryLog.js"
+import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
+import { Partition, Topic } from "./Models.js"
+
+/** How many replicas must have a record before `produce` returns. */
+export type Acks = 0 | 1 | "all"
+
+/** What `ensureTopic` creates (or checks). */
+export interface TopicSpec {
+  readonly topic: string
+  readonly partitions: number
+  /** `cleanup.policy=compact` (the default for changelogs). */
+  readonly compacted?: boolean
+  readonly replicationFactor?: number
+  /** Extra topic configs passed to the broker as they are. */
+  readonly config?: Readonly<Record<string, string>>
+}
+
+/** A record header. */
+export interface Header {
+  readonly key: string
+  readonly value: Uint8Array
+}
+
+/** A record to produce. A `null` value is a tombstone (a delete in a compacted topic). */
+export interface ProducerRecord {
+  readonly topic: string
+  readonly partition: number
+  readonly key: Uint8Array | null
+  readonly value: Uint8Array | null
+  readonly headers?: ReadonlyArray<Header>
+  /** Milliseconds since the epoch; the log assigns one when absent. */
+  readonly timestamp?: number
+}
+
+/** A record read from the log. */
+export interface LogRecord {
+  readonly topic: string
+  readonly partition: number
+  readonly offset: Offset
+  readonly key: Uint8Array | null
+  readonly value: Uint8Array | null
+  readonly headers: ReadonlyArray<Header>
+  readonly timestamp: number
+}
+
+/** Records fetched from one partition, in offset order, with the partition's highwater at fetch time. */
+export interface LogBatch {
+  readonly topic: string
+  readonly partition: number
+  readonly records: ReadonlyArray<LogRecord>
+  readonly highwater: Offset
+}
+
+/** Log start (earliest offset still stored) and highwater (next offset) of a partition. */
+export interface PartitionOffsets {
+  readonly topic: string
+  readonly partition: number
+  readonly logStart: Offset
+  readonly highwater: Offset
+}
+
+/** Options of `produce`. */
+export interface ProduceOptions {
+  readonly acks?: Acks
+}
+
+/** Options of a consumer. */
+export interface ConsumerOptions {
+  /** Most records one batch may carry (default 1000). */
+  readonly maxBatchRecords?: number
+  /** How long a fetch waits for new records before yielding nothing (the stream keeps waiting). */
+  readonly maxWait?: Duration.Input
+}
+
+/**
+ * A changelog consumer: no group, manual assignment. Its `batches` stream pulls
+ * only when the caller pulls (a slow caller stops the fetching), never delivers
+ * records of a paused or unassigned partition after `pause`/`unassign` return,
+ * and fails with `OffsetOutOfRange` rather than silently resetting a position.
+ */
+export interface LogConsumer {
+  /** Adds partitions; each starts at its log start unless sought. */
+  readonly assign: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, LogError>
+  /** Removes partitions (their positions are forgotten). */
+  readonly unassign: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, LogError>
+  /** The partitions assigned now. */
+  readonly assignment: Effect.Effect<ReadonlyArray<TopicPartition>>
+  /** Sets the next offset to read; out-of-range offsets fail when sought or fetched. */
+  readonly seek: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  /** The next offset to be read from an assigned partition. */
+  readonly position: (tp: TopicPartition) => Effect.Effect<Offset, LogError>
+  /** Stops delivering records of these partitions until resumed. */
+  readonly pause: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  /** Delivers again from where each partition stopped. */
+  readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  /** The paused partitions. */
+  readonly paused: Effect.Effect<ReadonlyArray<TopicPartition>>
+  /** Fetched batches, one partition each, pulled on demand; never ends on its own. */
+  readonly batches: Stream.Stream<LogBatch, LogError>
+}
+
+/** A change of a group member's assignment. */
+export type GroupEvent =
+  | { readonly _tag: "Assigned"; readonly partitions: ReadonlyArray<TopicPartition> }
+  | { readonly _tag: "Revoked"; readonly partitions: ReadonlyArray<TopicPartition> }
+
+/** Options of a group consumer. */
+export interface GroupConsumerOptions extends ConsumerOptions {
+  readonly groupId: string
+  readonly topics: ReadonlyArray<string>
+}
+
+/**
+ * A source-topic consumer in a consumer group. Partitions are assigned by the
+ * group; every change is announced on `events` (revocations before the matching
+ * assignments). A newly assigned partition starts at its committed offset, or at
+ * its log start when nothing was committed.
+ */
+export interface GroupConsumer {
+  readonly events: Stream.Stream<GroupEvent, LogError>
+  readonly assignment: Effect.Effect<ReadonlyArray<TopicPartition>>
+  readonly batches: Stream.Stream<LogBatch, LogError>
+  readonly pause: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  /** Commits the next offset to read for each partition. */
+  readonly commit: (offsets: ReadonlyArray<TopicPartitionOffset>) => Effect.Effect<void, LogError>
+  /** The group's committed offsets (absent partitions have none). */
+  readonly committed: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<TopicPartitionOffset>, LogError>
+}
+
+/** The `Log` service shape. */
+export interface LogShape {
+  /** The backend's name, e.g. `"memory"` or `"kafka"`. */
+  readonly backend: string
+  /** Creates the topic, or checks that it exists with the same partition count (`TopicMismatch` if not). */
+  readonly ensureTopic: (spec: TopicSpec) => Effect.Effect<void, LogError>
+  /** Appends one record and returns its offset (`-1` with acks 0, when the offset is unknown). */
+  readonly produce: (record: ProducerRecord, options?: ProduceOptions) => Effect.Effect<number, LogError>
+  /** Appends many records; offsets are returned in the order given. */
+  readonly produceBatch: (
+    records: ReadonlyArray<ProducerRecord>,
+    options?: ProduceOptions
+  ) => Effect.Effect<ReadonlyArray<number>, LogError>
+  /** Waits until everything produced so far is acknowledged. */
+  readonly flush: Effect.Effect<void, LogError>
+  /** Log start and highwater of many partitions in one round trip. */
+  readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
+  /** Deletes every record below `offset` (Kafka's DeleteRecords): the log start moves up. */
+  readonly deleteRecords: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  /** A changelog consumer, closed with its scope. */
+  readonly consumer: (options?: ConsumerOptions) => Effect.Effect<LogConsumer, LogError, Scope.Scope>
+  /** A group member, leaving the group when its scope closes. */
+  readonly groupConsumer: (options: GroupConsumerOptions) => Effect.Effect<GroupConsumer, LogError, Scope.Scope>
+}
+
+/** The `Log` service key. */
+export class Log extends Context.Service<Log, LogShape>()("@strata/core/Log") {
+  /** An in-memory Kafka-like log, for the embedded demo, users' tests and simulation. */
+  static readonly layerMemory = (options?: internal.MemoryLogOptions): Layer.Layer<Log> =>
+    Layer.effect(Log, internal.make(options))
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/** The topic does not exist. */
+export class UnknownTopic extends Schema.TaggedError<UnknownTopic>()("UnknownTopic", { topic: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `topic ${this.topic} does not exist`
+  }
+}
+
+/** The partition does not exist in an existing topic. */
+export class UnknownPartition extends Schema.TaggedError<UnknownPartition>()("UnknownPartition", {
+  topic: Schema.String,
+  partition: Schema.Int,
+  partitions: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `partition ${this.partition} does not exist in topic ${this.topic} (it has ${this.partitions})`
+  }
+}
+
+/** `ensureTopic` found the topic with a different partition count. */
+export class TopicMismatch extends Schema.TaggedError<TopicMismatch>()("TopicMismatch", {
+  topic: Topic,
+  expectedPartitions: Schema.Int,
+  actualPartitions: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `topic ${this.topic} exists with ${this.actualPartitions} partitions, expected ${this.expectedPartitions}`
+  }
+}
+
+/** A partition was used by a consumer that does not have it assigned. */
+export class NotAssigned extends Schema.TaggedError<NotAssigned>()("NotAssigned", {
+  topic: Topic,
+  partition: Partition
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.topic}/${this.partition} is not assigned to this consumer`
+  }
+}
+
+/** A topic spec, record or option was invalid. */
+export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("InvalidRequest", { detail: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `invalid request: ${this.detail}`
+  }
+}
+
+/** A record is larger than the log accepts. */
+export class RecordTooLarge extends Schema.TaggedError<RecordTooLarge>()("RecordTooLarge", {
+  topic: Schema.String,
+  size: Schema.Int,
+  max: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `a record of ${this.size} bytes for ${this.topic} exceeds the limit of ${this.max} bytes`
+  }
+}
+
+/** The brokers could not be reached (after retries). */
+export class BrokerUnreachable extends Schema.TaggedError<BrokerUnreachable>()("BrokerUnreachable", {
+  brokers: Schema.Array(Schema.String),
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `cannot reach brokers ${this.brokers.join(", ")}: ${this.detail}`
+  }
+}
+
+/** The consumer or producer was used after its scope closed. */
+export class LogClosed extends Schema.TaggedError<LogClosed>()("LogClosed", { what: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.what} is closed`
+  }
+}
+
+/** Any other transport failure. */
+export class LogIoError extends Schema.TaggedError<LogIoError>()("LogIoError", {
+  operation: Schema.String,
+  detail: Schema.String,
+  retryable: Schema.Boolean
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `log ${this.operation} failed: ${this.detail}`
+  }
+}
+
+/** Why a log operation failed. */
+export const LogErrorReason = Schema.Union([
+  UnknownTopic,
+  UnknownPartition,
+  TopicMismatch,
+  NotAssigned,
+  OffsetOutOfRange,
+  InvalidRequest,
+  RecordTooLarge,
+  BrokerUnreachable,
+  LogClosed,
+  LogIoError
+])
+/** @see LogErrorReason */
+export type LogErrorReason = typeof LogErrorReason.Type
+
+/** The error of every `Log` operation. */
+export class LogError extends Schema.TaggedError<LogError>()("LogError", { reason: LogErrorReason }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return this.reason.message
+  }
+  /** Whether trying again may succeed. */
+  get retryable(): boolean {
+    return this.reason._tag === "BrokerUnreachable" || (this.reason._tag === "LogIoError" && this.reason.retryable)
+  }
+}
+
+/** Wraps a reason into a `LogError`. */
+export const logError = (reason: LogErrorReason): LogError => new LogError({ reason })

@@ -1,0 +1,11 @@
+/**
+ * @strata/core — the protocols every Strata package codes against: service
+ * keys and shapes, Schema models, errors, in-memory reference layers.
+ *
+ * @since 0.1.0
+ */
+export * from "./Coordination.js"
+export * from "./Errors.js"
+export * from "./Log.js"
+export * from "./Models.js"
+export * from "./Store.js"
