@@ -9,7 +9,7 @@
  * @since 0.1.0
  */
 import type { Duration, Effect, Option, Scope, Stream } from "effect"
-import { Context, Layer, Schema } from "effect"
+import { Context, type Layer, Schema } from "effect"
 import * as internal from "./internal/memoryCoordination.js"
 
 /** How a node lives: ephemeral nodes die with their session; sequential ones get a 10-digit suffix. */
@@ -73,7 +73,12 @@ export const op = {
   /** Succeeds only if the node's version is `version`. */
   check: (path: string, version: number): Op => ({ _tag: "check", path, version }),
   /** Creates a node. */
-  create: (path: string, data: Uint8Array, mode: CreateMode = "persistent"): Op => ({ _tag: "create", path, data, mode }),
+  create: (path: string, data: Uint8Array, mode: CreateMode = "persistent"): Op => ({
+    _tag: "create",
+    path,
+    data,
+    mode
+  }),
   /** Sets a node's data, optionally only at `version`. */
   set: (path: string, data: Uint8Array, version?: number): Op =>
     version === undefined ? { _tag: "set", path, data } : { _tag: "set", path, data, version },
@@ -96,7 +101,7 @@ export interface Session {
   /** The negotiated session timeout. */
   readonly timeout: Duration.Duration
   readonly state: Effect.Effect<SessionState>
-  /** Every state change from the moment of subscription; ends after a final state. */
+  /** The current state, then every change; ends after a final state (`expired` or `closed`). */
   readonly changes: Stream.Stream<SessionState>
   /** Creates a node and returns its actual path (with the sequence suffix for sequential modes). */
   readonly create: (path: string, data: Uint8Array, options?: CreateOptions) => Effect.Effect<string, CoordinationError>

@@ -139,7 +139,9 @@ export interface GroupConsumer {
   /** Commits the next offset to read for each partition. */
   readonly commit: (offsets: ReadonlyArray<TopicPartitionOffset>) => Effect.Effect<void, LogError>
   /** The group's committed offsets (absent partitions have none). */
-  readonly committed: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<TopicPartitionOffset>, LogError>
+  readonly committed: (
+    tps: ReadonlyArray<TopicPartition>
+  ) => Effect.Effect<ReadonlyArray<TopicPartitionOffset>, LogError>
 }
 
 /** The `Log` service shape. */

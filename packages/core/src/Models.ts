@@ -12,9 +12,10 @@ const nonNegativeInt = (identifier: string, description: string) =>
   Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)).annotate({ identifier, description })
 
 /** A topic name: 1–249 characters of `[a-zA-Z0-9._-]` (Kafka's rule). */
-export const Topic = Schema.String.check(
-  Schema.isPattern(/^[a-zA-Z0-9._-]{1,249}$/)
-).annotate({ identifier: "Topic", description: "1–249 characters of a-z, A-Z, 0-9, '.', '_', '-'" })
+export const Topic = Schema.String.check(Schema.isPattern(/^[a-zA-Z0-9._-]{1,249}$/)).annotate({
+  identifier: "Topic",
+  description: "1–249 characters of a-z, A-Z, 0-9, '.', '_', '-'"
+})
 /** @see Topic */
 export type Topic = typeof Topic.Type
 

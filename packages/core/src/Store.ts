@@ -62,7 +62,9 @@ export interface PartitionStore {
   /** The value of a key, if present. */
   readonly get: (key: Uint8Array) => Effect.Effect<Option.Option<Uint8Array>, StoreError>
   /** The values of many keys, in the order asked. */
-  readonly getMany: (keys: ReadonlyArray<Uint8Array>) => Effect.Effect<ReadonlyArray<Option.Option<Uint8Array>>, StoreError>
+  readonly getMany: (
+    keys: ReadonlyArray<Uint8Array>
+  ) => Effect.Effect<ReadonlyArray<Option.Option<Uint8Array>>, StoreError>
   /** Sets one key. */
   readonly put: (key: Uint8Array, value: Uint8Array) => Effect.Effect<void, StoreError>
   /** Removes one key (no error when absent). */
@@ -175,7 +177,14 @@ export class StoreIoError extends Schema.TaggedError<StoreIoError>()("StoreIoErr
 }
 
 /** Why a store operation failed. */
-export const StoreErrorReason = Schema.Union([StoreClosed, StoreLocked, StoreCorrupted, InvalidKey, InvalidValue, StoreIoError])
+export const StoreErrorReason = Schema.Union([
+  StoreClosed,
+  StoreLocked,
+  StoreCorrupted,
+  InvalidKey,
+  InvalidValue,
+  StoreIoError
+])
 /** @see StoreErrorReason */
 export type StoreErrorReason = typeof StoreErrorReason.Type
 

@@ -5,7 +5,12 @@
  * @since 0.1.0
  */
 export * from "./Coordination.js"
+export * from "./Election.js"
 export * from "./Errors.js"
 export * from "./Log.js"
 export * from "./Models.js"
+export * from "./Rebalancer.js"
+export * from "./Recovery.js"
+export * from "./ReplicaManager.js"
 export * from "./Store.js"
+export * from "./TableManager.js"

@@ -1,5 +1,59 @@
-import { Effect } from "effect"
-import type { LogShape } from "../Log.js"
+/**
+ * The in-memory `Log`: a Kafka-like log held in arrays, one per partition.
+ *
+ * Offsets are dense: the record at offset `o` sits at index `o - logStart` of
+ * its partition's array, so appends are O(1) and fetches are array slices.
+ * Consumers fetch synchronously (a fetch either takes a whole batch or takes
+ * nothing), so `pause`/`unassign`/`seek` take effect for every later fetch,
+ * including one already waiting. Waiting fetches are woken by callbacks that
+ * `produce`, `assign`, `seek`, `resume`, rebalances and closing register, so
+ * nothing polls.
+ *
+ * Where Kafka leaves a choice, this log: validates `seek` eagerly; ignores
+ * `maxWait` (a fetch simply waits); ignores `compacted` (nothing is compacted,
+ * offsets stay dense); ignores `pause`/`resume` of partitions not assigned;
+ * rejects a group consumer of an unknown topic (`UnknownTopic`); starts a newly
+ * assigned group partition at its committed offset clamped to
+ * `[logStart, highwater]` (Kafka's `auto.offset.reset=earliest`), while a
+ * position that later falls below the log start fails the fetch; ends a group
+ * member's `events` stream when its scope closes. Group membership changes
+ * take effect at once: the rebalance runs inside `groupConsumer` and inside
+ * the scope's finalizer.
+ *
+ * @since 0.1.0
+ */
+import type { Cause, Scope } from "effect"
+import { Clock, Effect, Queue, Schema, Stream } from "effect"
+import { OffsetOutOfRange } from "../Errors.js"
+import type {
+  Acks,
+  ConsumerOptions,
+  GroupConsumer,
+  GroupConsumerOptions,
+  GroupEvent,
+  Header,
+  LogBatch,
+  LogConsumer,
+  LogError,
+  LogRecord,
+  LogShape,
+  PartitionOffsets,
+  ProduceOptions,
+  ProducerRecord,
+  TopicSpec
+} from "../Log.js"
+import {
+  InvalidRequest,
+  LogClosed,
+  logError,
+  NotAssigned,
+  RecordTooLarge,
+  TopicMismatch,
+  UnknownPartition,
+  UnknownTopic
+} from "../Log.js"
+import type { TopicPartition, TopicPartitionOffset } from "../Models.js"
+import { Topic, tpCompare, tpKey } from "../Models.js"
 
 /** Options of the in-memory log. */
 export interface MemoryLogOptions {
@@ -7,5 +61,627 @@ export interface MemoryLogOptions {
   readonly maxRecordBytes?: number
 }
 
+const DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
+const DEFAULT_MAX_BATCH_RECORDS = 1000
+
+// ---------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------
+
+/** A one-shot wake-up callback of a waiting fetch. */
+type Waker = () => void
+
+interface PartitionLog {
+  readonly topic: string
+  readonly partition: number
+  /** `records[i]` has offset `logStart + i`. */
+  records: Array<LogRecord>
+  logStart: number
+  highwater: number
+  /** Fetches waiting for this partition to grow. */
+  readonly wakers: Set<Waker>
+}
+
+interface TopicState {
+  readonly name: string
+  readonly partitions: ReadonlyArray<PartitionLog>
+}
+
+/** One partition assigned to a consumer. */
+interface Assigned {
+  readonly tp: TopicPartition
+  readonly key: string
+  readonly log: PartitionLog
+  /** The next offset to read. */
+  position: number
+  paused: boolean
+}
+
+/** The fetch state shared by plain and group consumers. */
+interface Fetcher {
+  readonly what: string
+  readonly maxBatchRecords: number
+  closed: boolean
+  readonly assigned: Map<string, Assigned>
+  /** Assigned partitions in assignment order, for fair rotation. */
+  order: Array<Assigned>
+  cursor: number
+  /** Fetches of this consumer waiting for anything to change. */
+  readonly wakers: Set<Waker>
+}
+
+interface Member {
+  readonly id: string
+  readonly topics: ReadonlySet<string>
+  readonly fetcher: Fetcher
+  readonly events: Queue.Queue<GroupEvent, LogError | Cause.Done>
+}
+
+interface Group {
+  readonly id: string
+  /** Members in join order (ids sort in join order too). */
+  members: Array<Member>
+  /** Next offset to read, per `tpKey`. */
+  readonly committed: Map<string, number>
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+const isTopicName = Schema.is(Topic)
+const utf8 = new TextEncoder()
+
+const invalid = (detail: string): LogError => logError(new InvalidRequest({ detail }))
+
+const closedError = (what: string): LogError => logError(new LogClosed({ what }))
+
+const outOfRange = (log: PartitionLog, offset: number): LogError =>
+  logError(
+    new OffsetOutOfRange({
+      topic: log.topic,
+      partition: log.partition,
+      offset,
+      logStart: log.logStart,
+      highwater: log.highwater
+    })
+  )
+
+const wakeAll = (wakers: Set<Waker>): void => {
+  if (wakers.size === 0) return
+  for (const wake of Array.from(wakers)) wake()
+}
+
+const recordSize = (record: ProducerRecord): number => {
+  let size = (record.key?.byteLength ?? 0) + (record.value?.byteLength ?? 0)
+  if (record.headers !== undefined) {
+    for (const h of record.headers) size += utf8.encode(h.key).byteLength + h.value.byteLength
+  }
+  return size
+}
+
+const sortTps = (tps: Iterable<TopicPartition>): Array<TopicPartition> => Array.from(tps).sort(tpCompare)
+
+const makeFetcher = (what: string, maxBatchRecords: number): Fetcher => ({
+  what,
+  maxBatchRecords,
+  closed: false,
+  assigned: new Map(),
+  order: [],
+  cursor: 0,
+  wakers: new Set()
+})
+
+const addAssigned = (f: Fetcher, entry: Assigned): void => {
+  f.assigned.set(entry.key, entry)
+  f.order.push(entry)
+}
+
+const removeAssigned = (f: Fetcher, keys: ReadonlySet<string>): void => {
+  if (keys.size === 0) return
+  for (const k of keys) f.assigned.delete(k)
+  f.order = f.order.filter((e) => !keys.has(e.key))
+  if (f.cursor >= f.order.length) f.cursor = 0
+}
+
+const assignmentOf = (f: Fetcher): Array<TopicPartition> => sortTps(f.order.map((e) => e.tp))
+
+/**
+ * Takes one batch if any assigned, non-paused partition has records; fails when
+ * a position fell below its log start; `undefined` when there is nothing to read.
+ */
+const tryFetch = (f: Fetcher): LogBatch | LogError | undefined => {
+  if (f.closed) return closedError(f.what)
+  const n = f.order.length
+  for (let i = 0; i < n; i++) {
+    const idx = (f.cursor + i) % n
+    const e = f.order[idx]!
+    if (e.paused) continue
+    const log = e.log
+    if (e.position < log.logStart || e.position > log.highwater) return outOfRange(log, e.position)
+    if (e.position === log.highwater) continue
+    const count = Math.min(f.maxBatchRecords, log.highwater - e.position)
+    const start = e.position - log.logStart
+    const records = log.records.slice(start, start + count)
+    e.position += count
+    f.cursor = (idx + 1) % n
+    return { topic: log.topic, partition: log.partition, records, highwater: log.highwater }
+  }
+  return undefined
+}
+
+/** Waits until a partition this fetcher could read grows or the fetcher itself changes. */
+const awaitChange = (f: Fetcher): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    const logs: Array<PartitionLog> = []
+    let done = false
+    const unregister = () => {
+      done = true
+      f.wakers.delete(wake)
+      for (const log of logs) log.wakers.delete(wake)
+    }
+    const wake: Waker = () => {
+      if (done) return
+      unregister()
+      resume(Effect.void)
+    }
+    f.wakers.add(wake)
+    for (const e of f.order) {
+      if (!e.paused) {
+        e.log.wakers.add(wake)
+        logs.push(e.log)
+      }
+    }
+    return Effect.sync(unregister)
+  })
+
+/** One fetch: a batch as soon as one is available; waits (without polling) until then. */
+const fetchBatch = (f: Fetcher): Effect.Effect<LogBatch, LogError> => {
+  const loop: Effect.Effect<LogBatch, LogError> = Effect.suspend(() => {
+    const r = tryFetch(f)
+    if (r === undefined) return Effect.flatMap(awaitChange(f), () => loop)
+    return "_tag" in r ? Effect.fail(r) : Effect.succeed(r)
+  })
+  return loop
+}
+
+const checkMaxBatch = (options: ConsumerOptions | undefined): number | LogError => {
+  const max = options?.maxBatchRecords ?? DEFAULT_MAX_BATCH_RECORDS
+  if (!Number.isSafeInteger(max) || max < 1) return invalid(`maxBatchRecords must be an integer ≥ 1, got ${max}`)
+  return max
+}
+
+const checkAcks = (options: ProduceOptions | undefined): Acks | LogError => {
+  const acks = options?.acks ?? "all"
+  if (acks !== 0 && acks !== 1 && acks !== "all") return invalid(`acks must be 0, 1 or "all", got ${String(acks)}`)
+  return acks
+}
+
+// ---------------------------------------------------------------------------
+// The log
+// ---------------------------------------------------------------------------
+
 /** Builds an in-memory log. */
-export const make = (_options?: MemoryLogOptions): Effect.Effect<LogShape> => Effect.die("memory log: not yet built")
+export const make = (options?: MemoryLogOptions): Effect.Effect<LogShape> =>
+  Effect.sync(() => {
+    const maxRecordBytes = options?.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES
+    const topics = new Map<string, TopicState>()
+    const groups = new Map<string, Group>()
+    let memberSeq = 0
+
+    const lookupTopic = (topic: string): TopicState | LogError =>
+      topics.get(topic) ?? logError(new UnknownTopic({ topic }))
+
+    const lookup = (topic: string, partition: number): PartitionLog | LogError => {
+      const t = lookupTopic(topic)
+      if ("_tag" in t) return t
+      if (!Number.isSafeInteger(partition)) return invalid(`partition must be an integer, got ${partition}`)
+      return (
+        t.partitions[partition] ?? logError(new UnknownPartition({ topic, partition, partitions: t.partitions.length }))
+      )
+    }
+
+    const checkOffset = (offset: number): LogError | undefined =>
+      Number.isSafeInteger(offset) ? undefined : invalid(`offset must be an integer, got ${offset}`)
+
+    // --- topics -----------------------------------------------------------
+
+    const ensureTopic = (spec: TopicSpec): Effect.Effect<void, LogError> =>
+      Effect.suspend(() => {
+        if (!isTopicName(spec.topic) || spec.topic === "." || spec.topic === "..") {
+          return Effect.fail(invalid(`invalid topic name ${JSON.stringify(spec.topic)}`))
+        }
+        if (!Number.isSafeInteger(spec.partitions) || spec.partitions < 1) {
+          return Effect.fail(invalid(`partitions must be an integer ≥ 1, got ${spec.partitions}`))
+        }
+        const rf = spec.replicationFactor
+        if (rf !== undefined && (!Number.isSafeInteger(rf) || rf < 1)) {
+          return Effect.fail(invalid(`replicationFactor must be an integer ≥ 1, got ${rf}`))
+        }
+        const existing = topics.get(spec.topic)
+        if (existing !== undefined) {
+          return existing.partitions.length === spec.partitions
+            ? Effect.void
+            : Effect.fail(
+                logError(
+                  new TopicMismatch({
+                    topic: spec.topic,
+                    expectedPartitions: spec.partitions,
+                    actualPartitions: existing.partitions.length
+                  })
+                )
+              )
+        }
+        const partitions: Array<PartitionLog> = []
+        for (let p = 0; p < spec.partitions; p++) {
+          partitions.push({
+            topic: spec.topic,
+            partition: p,
+            records: [],
+            logStart: 0,
+            highwater: 0,
+            wakers: new Set()
+          })
+        }
+        topics.set(spec.topic, { name: spec.topic, partitions })
+        return Effect.void
+      })
+
+    // --- producing ----------------------------------------------------------
+
+    const validateRecord = (record: ProducerRecord): PartitionLog | LogError => {
+      const log = lookup(record.topic, record.partition)
+      if ("_tag" in log) return log
+      if (record.timestamp !== undefined && !Number.isFinite(record.timestamp)) {
+        return invalid(`timestamp must be a finite number, got ${record.timestamp}`)
+      }
+      const size = recordSize(record)
+      if (size > maxRecordBytes) return logError(new RecordTooLarge({ topic: record.topic, size, max: maxRecordBytes }))
+      return log
+    }
+
+    const append = (log: PartitionLog, record: ProducerRecord, now: number): number => {
+      const offset = log.highwater
+      const headers: ReadonlyArray<Header> =
+        record.headers === undefined ? [] : record.headers.map((h) => ({ key: h.key, value: h.value.slice() }))
+      log.records.push({
+        topic: log.topic,
+        partition: log.partition,
+        offset,
+        key: record.key === null ? null : record.key.slice(),
+        value: record.value === null ? null : record.value.slice(),
+        headers,
+        timestamp: record.timestamp ?? now
+      })
+      log.highwater = offset + 1
+      return offset
+    }
+
+    const produceBatch = (
+      records: ReadonlyArray<ProducerRecord>,
+      options?: ProduceOptions
+    ): Effect.Effect<ReadonlyArray<number>, LogError> =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        Effect.suspend(() => {
+          const acks = checkAcks(options)
+          if (typeof acks === "object") return Effect.fail(acks)
+          // Validate everything first: a batch is appended entirely or not at all.
+          const logs: Array<PartitionLog> = []
+          for (const record of records) {
+            const log = validateRecord(record)
+            if ("_tag" in log) return Effect.fail(log)
+            logs.push(log)
+          }
+          const offsets: Array<number> = []
+          const touched = new Set<PartitionLog>()
+          for (let i = 0; i < records.length; i++) {
+            const log = logs[i]!
+            const offset = append(log, records[i]!, now)
+            offsets.push(acks === 0 ? -1 : offset)
+            touched.add(log)
+          }
+          for (const log of touched) wakeAll(log.wakers)
+          return Effect.succeed(offsets)
+        })
+      )
+
+    const produce = (record: ProducerRecord, options?: ProduceOptions): Effect.Effect<number, LogError> =>
+      Effect.map(produceBatch([record], options), (offsets) => offsets[0]!)
+
+    // --- offsets ------------------------------------------------------------
+
+    const offsets = (tps: ReadonlyArray<TopicPartition>): Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError> =>
+      Effect.suspend(() => {
+        const out: Array<PartitionOffsets> = []
+        for (const tp of tps) {
+          const log = lookup(tp.topic, tp.partition)
+          if ("_tag" in log) return Effect.fail(log)
+          out.push({ topic: log.topic, partition: log.partition, logStart: log.logStart, highwater: log.highwater })
+        }
+        return Effect.succeed(out)
+      })
+
+    const deleteRecords = (tp: TopicPartition, offset: number): Effect.Effect<void, LogError> =>
+      Effect.suspend(() => {
+        const log = lookup(tp.topic, tp.partition)
+        if ("_tag" in log) return Effect.fail(log)
+        const bad = checkOffset(offset)
+        if (bad !== undefined) return Effect.fail(bad)
+        if (offset < 0 || offset > log.highwater) return Effect.fail(outOfRange(log, offset))
+        if (offset > log.logStart) {
+          log.records.splice(0, offset - log.logStart)
+          log.logStart = offset
+          wakeAll(log.wakers)
+        }
+        return Effect.void
+      })
+
+    // --- plain consumers ------------------------------------------------------
+
+    const makeConsumer = (f: Fetcher): LogConsumer => {
+      const ifOpen = <A>(body: () => Effect.Effect<A, LogError>): Effect.Effect<A, LogError> =>
+        Effect.suspend(() => (f.closed ? Effect.fail(closedError(f.what)) : body()))
+
+      const resolve = (tps: ReadonlyArray<TopicPartition>): Array<PartitionLog> | LogError => {
+        const out: Array<PartitionLog> = []
+        for (const tp of tps) {
+          const log = lookup(tp.topic, tp.partition)
+          if ("_tag" in log) return log
+          out.push(log)
+        }
+        return out
+      }
+
+      const entryOf = (tp: TopicPartition): Assigned | LogError => {
+        const e = f.assigned.get(tpKey(tp))
+        if (e !== undefined) return e
+        const log = lookup(tp.topic, tp.partition)
+        if ("_tag" in log) return log
+        return logError(new NotAssigned({ topic: log.topic, partition: log.partition }))
+      }
+
+      return {
+        assign: (tps) =>
+          ifOpen(() => {
+            const logs = resolve(tps)
+            if ("_tag" in logs) return Effect.fail(logs)
+            for (const log of logs) {
+              const tp = { topic: log.topic, partition: log.partition }
+              const key = tpKey(tp)
+              if (!f.assigned.has(key)) addAssigned(f, { tp, key, log, position: log.logStart, paused: false })
+            }
+            wakeAll(f.wakers)
+            return Effect.void
+          }),
+        unassign: (tps) =>
+          ifOpen(() => {
+            const logs = resolve(tps)
+            if ("_tag" in logs) return Effect.fail(logs)
+            removeAssigned(f, new Set(tps.map(tpKey)))
+            wakeAll(f.wakers)
+            return Effect.void
+          }),
+        assignment: Effect.sync(() => assignmentOf(f)),
+        seek: (tp, offset) =>
+          ifOpen(() => {
+            const e = entryOf(tp)
+            if ("_tag" in e) return Effect.fail(e)
+            const bad = checkOffset(offset)
+            if (bad !== undefined) return Effect.fail(bad)
+            if (offset < e.log.logStart || offset > e.log.highwater) return Effect.fail(outOfRange(e.log, offset))
+            e.position = offset
+            wakeAll(f.wakers)
+            return Effect.void
+          }),
+        position: (tp) =>
+          ifOpen(() => {
+            const e = entryOf(tp)
+            return "_tag" in e ? Effect.fail(e) : Effect.succeed(e.position)
+          }),
+        pause: (tps) => Effect.sync(() => setPaused(f, tps, true)),
+        resume: (tps) => Effect.sync(() => setPaused(f, tps, false)),
+        paused: Effect.sync(() => pausedOf(f)),
+        batches: Stream.fromEffectRepeat(fetchBatch(f))
+      }
+    }
+
+    const consumer = (options?: ConsumerOptions): Effect.Effect<LogConsumer, LogError, Scope.Scope> =>
+      Effect.suspend(() => {
+        const max = checkMaxBatch(options)
+        if (typeof max === "object") return Effect.fail(max)
+        return Effect.acquireRelease(
+          Effect.sync(() => makeFetcher("consumer", max)),
+          (f) => Effect.sync(() => closeFetcher(f))
+        ).pipe(Effect.map(makeConsumer))
+      })
+
+    // --- group consumers ----------------------------------------------------
+
+    /** Round-robin over sorted partitions and sorted members, skipping members not subscribed to a topic. */
+    const computeAssignment = (group: Group): Map<Member, Array<TopicPartition>> => {
+      const result = new Map<Member, Array<TopicPartition>>()
+      const members = [...group.members].sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+      for (const m of members) result.set(m, [])
+      if (members.length === 0) return result
+      const topicNames = new Set<string>()
+      for (const m of members) for (const t of m.topics) topicNames.add(t)
+      const tps: Array<TopicPartition> = []
+      for (const name of topicNames) {
+        const t = topics.get(name)
+        if (t !== undefined) for (const p of t.partitions) tps.push({ topic: name, partition: p.partition })
+      }
+      tps.sort(tpCompare)
+      let k = 0
+      for (const tp of tps) {
+        for (let tries = 0; tries < members.length; tries++) {
+          const m = members[k % members.length]!
+          k++
+          if (m.topics.has(tp.topic)) {
+            result.get(m)!.push(tp)
+            break
+          }
+        }
+      }
+      return result
+    }
+
+    const startOffset = (group: Group, log: PartitionLog): number => {
+      const c = group.committed.get(tpKey(log))
+      if (c === undefined) return log.logStart
+      return Math.min(Math.max(c, log.logStart), log.highwater)
+    }
+
+    /** Recomputes the group's assignment; revocations are applied and announced before assignments. */
+    const rebalance = (group: Group): void => {
+      const target = computeAssignment(group)
+      const added: Array<[Member, Array<TopicPartition>]> = []
+      for (const [m, tps] of target) {
+        const keys = new Set(tps.map(tpKey))
+        const revoked = m.fetcher.order.filter((e) => !keys.has(e.key)).map((e) => e.tp)
+        if (revoked.length > 0) {
+          removeAssigned(m.fetcher, new Set(revoked.map(tpKey)))
+          Queue.offerUnsafe(m.events, { _tag: "Revoked", partitions: sortTps(revoked) })
+        }
+        added.push([m, tps.filter((tp) => !m.fetcher.assigned.has(tpKey(tp)))])
+      }
+      for (const [m, tps] of added) {
+        if (tps.length === 0) continue
+        for (const tp of tps) {
+          const log = topics.get(tp.topic)!.partitions[tp.partition]!
+          addAssigned(m.fetcher, { tp, key: tpKey(tp), log, position: startOffset(group, log), paused: false })
+        }
+        Queue.offerUnsafe(m.events, { _tag: "Assigned", partitions: sortTps(tps) })
+        wakeAll(m.fetcher.wakers)
+      }
+    }
+
+    const join = (
+      options: GroupConsumerOptions,
+      maxBatchRecords: number,
+      events: Queue.Queue<GroupEvent, LogError | Cause.Done>
+    ): Member => {
+      let group = groups.get(options.groupId)
+      if (group === undefined) {
+        group = { id: options.groupId, members: [], committed: new Map() }
+        groups.set(options.groupId, group)
+      }
+      memberSeq++
+      const member: Member = {
+        id: `${options.groupId}-${String(memberSeq).padStart(10, "0")}`,
+        topics: new Set(options.topics),
+        fetcher: makeFetcher(`group consumer of ${options.groupId}`, maxBatchRecords),
+        events
+      }
+      group.members.push(member)
+      rebalance(group)
+      return member
+    }
+
+    const leave = (groupId: string, member: Member): void => {
+      const group = groups.get(groupId)
+      closeFetcher(member.fetcher)
+      Queue.endUnsafe(member.events)
+      if (group === undefined) return
+      group.members = group.members.filter((m) => m !== member)
+      rebalance(group)
+    }
+
+    const makeGroupConsumer = (group: Group, m: Member): GroupConsumer => {
+      const f = m.fetcher
+      const ifOpen = <A>(body: () => Effect.Effect<A, LogError>): Effect.Effect<A, LogError> =>
+        Effect.suspend(() => (f.closed ? Effect.fail(closedError(f.what)) : body()))
+      return {
+        events: Stream.fromQueue(m.events),
+        assignment: Effect.sync(() => assignmentOf(f)),
+        batches: Stream.fromEffectRepeat(fetchBatch(f)),
+        pause: (tps) => Effect.sync(() => setPaused(f, tps, true)),
+        resume: (tps) => Effect.sync(() => setPaused(f, tps, false)),
+        commit: (entries) =>
+          ifOpen(() => {
+            for (const e of entries) {
+              const log = lookup(e.topic, e.partition)
+              if ("_tag" in log) return Effect.fail(log)
+              const bad = checkOffset(e.offset)
+              if (bad !== undefined) return Effect.fail(bad)
+              if (e.offset < 0) return Effect.fail(invalid(`a committed offset must be ≥ 0, got ${e.offset}`))
+            }
+            for (const e of entries) group.committed.set(tpKey(e), e.offset)
+            return Effect.void
+          }),
+        committed: (tps) =>
+          ifOpen(() => {
+            const out: Array<TopicPartitionOffset> = []
+            for (const tp of tps) {
+              const log = lookup(tp.topic, tp.partition)
+              if ("_tag" in log) return Effect.fail(log)
+              const offset = group.committed.get(tpKey(tp))
+              if (offset !== undefined) out.push({ topic: log.topic, partition: log.partition, offset })
+            }
+            return Effect.succeed(out)
+          })
+      }
+    }
+
+    const groupConsumer = (options: GroupConsumerOptions): Effect.Effect<GroupConsumer, LogError, Scope.Scope> =>
+      Effect.suspend(() => {
+        const max = checkMaxBatch(options)
+        if (typeof max === "object") return Effect.fail(max)
+        if (typeof options.groupId !== "string" || options.groupId.length === 0) {
+          return Effect.fail(invalid("groupId must be a non-empty string"))
+        }
+        if (options.topics.length === 0) return Effect.fail(invalid("a group consumer needs at least one topic"))
+        for (const t of options.topics) {
+          const topic = lookupTopic(t)
+          if ("_tag" in topic) return Effect.fail(topic)
+        }
+        return Effect.acquireRelease(
+          Effect.flatMap(Queue.unbounded<GroupEvent, LogError | Cause.Done>(), (events) =>
+            Effect.sync(() => join(options, max, events))
+          ),
+          (m) => Effect.sync(() => leave(options.groupId, m))
+        ).pipe(Effect.map((m) => makeGroupConsumer(groups.get(options.groupId)!, m)))
+      })
+
+    const shape: LogShape = {
+      backend: "memory",
+      ensureTopic,
+      produce,
+      produceBatch,
+      flush: Effect.void,
+      offsets,
+      deleteRecords,
+      consumer,
+      groupConsumer
+    }
+    return shape
+  })
+
+// ---------------------------------------------------------------------------
+// Fetcher helpers that need no log state
+// ---------------------------------------------------------------------------
+
+function setPaused(f: Fetcher, tps: ReadonlyArray<TopicPartition>, paused: boolean): void {
+  if (f.closed) return
+  let changed = false
+  for (const tp of tps) {
+    const e = f.assigned.get(tpKey(tp))
+    if (e !== undefined && e.paused !== paused) {
+      e.paused = paused
+      changed = true
+    }
+  }
+  // Pausing also wakes waiting fetches so they re-register without the paused partitions.
+  if (changed) wakeAll(f.wakers)
+}
+
+function pausedOf(f: Fetcher): Array<TopicPartition> {
+  return sortTps(f.order.filter((e) => e.paused).map((e) => e.tp))
+}
+
+function closeFetcher(f: Fetcher): void {
+  if (f.closed) return
+  f.closed = true
+  f.assigned.clear()
+  f.order = []
+  wakeAll(f.wakers)
+}

@@ -1,5 +1,190 @@
-import { Effect } from "effect"
-import type { StoreLimits, StoreShape } from "../Store.js"
+import { Effect, Option, Stream } from "effect"
+import type { Offset, TopicPartition, TopicPartitionOffset } from "../Models.js"
+import { tpKey } from "../Models.js"
+import type {
+  Entry,
+  PartitionStore,
+  ScanRange,
+  StoreId,
+  StoreLimits,
+  StoreOp,
+  StoreShape,
+  WriteOptions
+} from "../Store.js"
+import { StoreClosed, StoreLocked, storeError } from "../Store.js"
+import { checkBound, checkKey, checkValue, defaultLimits, prefixUpperBound } from "./storeValidation.js"
 
-/** Builds an in-memory store. */
-export const make = (_options?: Partial<StoreLimits>): Effect.Effect<StoreShape> => Effect.die("memory store: not yet built")
+/** Keys are held as latin1 strings: one char per byte, so string order is byte order. */
+const toStr = (bytes: Uint8Array): string =>
+  Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("latin1")
+
+interface Partition {
+  readonly data: Map<string, Entry>
+  readonly offsets: Map<string, TopicPartitionOffset>
+  /** Keys in order, rebuilt lazily after writes. */
+  sorted: Array<string> | undefined
+  open: boolean
+}
+
+const sortedKeys = (p: Partition): Array<string> => {
+  if (p.sorted === undefined) p.sorted = Array.from(p.data.keys()).sort()
+  return p.sorted
+}
+
+/** First index in `keys` whose key is ≥ `k` (or > `k` when `strict`). */
+const lowerBound = (keys: ReadonlyArray<string>, k: string, strict: boolean): number => {
+  let lo = 0
+  let hi = keys.length
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1
+    const m = keys[mid]!
+    if (m < k || (strict && m === k)) lo = mid + 1
+    else hi = mid
+  }
+  return lo
+}
+
+const storeName = (id: StoreId) => `${id.table}/${id.partition}`
+
+/** Builds an in-memory store backend. */
+export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> =>
+  Effect.sync(() => {
+    const limits: StoreLimits = { ...defaultLimits, ...options }
+    const partitions = new Map<string, Partition>()
+
+    const open = (id: StoreId) =>
+      Effect.acquireRelease(
+        Effect.suspend(() => {
+          const name = storeName(id)
+          let p = partitions.get(name)
+          if (p?.open) return Effect.fail(storeError(new StoreLocked({ store: name })))
+          if (p === undefined) {
+            p = { data: new Map(), offsets: new Map(), sorted: undefined, open: false }
+            partitions.set(name, p)
+          }
+          p.open = true
+          return Effect.succeed({ p, handle: makePartitionStore(id, p, limits) })
+        }),
+        ({ handle, p }) =>
+          Effect.sync(() => {
+            handle.closed = true
+            p.open = false
+          })
+      ).pipe(Effect.map(({ handle }) => handle.store))
+
+    const drop = (id: StoreId) =>
+      Effect.suspend(() => {
+        const name = storeName(id)
+        const p = partitions.get(name)
+        if (p?.open) return Effect.fail(storeError(new StoreLocked({ store: name })))
+        partitions.delete(name)
+        return Effect.void
+      })
+
+    return { backend: "memory", limits, open, drop }
+  })
+
+const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
+  const handle = { closed: false, store: undefined as unknown as PartitionStore }
+  const name = storeName(id)
+  const closedError = () => storeError(new StoreClosed({ store: name }))
+  /** Runs `f` unless the store is closed. */
+  const guard = <A>(f: () => A) =>
+    Effect.suspend(() => (handle.closed ? Effect.fail(closedError()) : Effect.succeed(f())))
+
+  const applyOps = (ops: ReadonlyArray<StoreOp>, offsets: ReadonlyArray<TopicPartitionOffset>) => {
+    for (const op of ops) {
+      const k = toStr(op.key)
+      if (op._tag === "put") {
+        if (!p.data.has(k)) p.sorted = undefined
+        p.data.set(k, [Uint8Array.from(op.key), Uint8Array.from(op.value)])
+      } else if (p.data.delete(k)) {
+        p.sorted = undefined
+      }
+    }
+    for (const o of offsets) p.offsets.set(tpKey(o), { topic: o.topic, partition: o.partition, offset: o.offset })
+  }
+
+  const write = (ops: ReadonlyArray<StoreOp>, options?: WriteOptions) =>
+    Effect.suspend(() => {
+      if (handle.closed) return Effect.fail(closedError())
+      for (const op of ops) {
+        const bad = checkKey(op.key, limits) ?? (op._tag === "put" ? checkValue(op.value, limits) : undefined)
+        if (bad) return Effect.fail(bad)
+      }
+      applyOps(ops, options?.offsets ?? [])
+      return Effect.void
+    })
+
+  const scan = (range: ScanRange = {}): Stream.Stream<Entry, ReturnType<typeof closedError>> =>
+    Stream.suspend(() => {
+      if (handle.closed) return Stream.fail(closedError())
+      for (const b of ["gt", "gte", "lt", "lte"] as const) {
+        const bad = checkBound(range[b], b)
+        if (bad) return Stream.fail(bad)
+      }
+      const keys = sortedKeys(p)
+      let from = 0
+      let to = keys.length
+      if (range.gte !== undefined) from = Math.max(from, lowerBound(keys, toStr(range.gte), false))
+      if (range.gt !== undefined) from = Math.max(from, lowerBound(keys, toStr(range.gt), true))
+      if (range.lt !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lt), false))
+      if (range.lte !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lte), true))
+      // A snapshot: later writes are not seen by this scan.
+      let slice = from < to ? keys.slice(from, to) : []
+      if (range.reverse) slice.reverse()
+      if (range.limit !== undefined) slice = slice.slice(0, Math.max(0, range.limit))
+      const entries = slice.map((k): Entry => {
+        const [key, value] = p.data.get(k)!
+        return [Uint8Array.from(key), Uint8Array.from(value)]
+      })
+      return Stream.fromArray(entries)
+    })
+
+  const store: PartitionStore = {
+    id,
+    get: (key) =>
+      Effect.suspend(() => {
+        const bad = checkKey(key, limits)
+        if (bad) return Effect.fail(bad)
+        return guard(() => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), (e) => Uint8Array.from(e[1])))
+      }),
+    getMany: (keys) =>
+      Effect.suspend(() => {
+        for (const key of keys) {
+          const bad = checkKey(key, limits)
+          if (bad) return Effect.fail(bad)
+        }
+        return guard(() =>
+          keys.map((key) => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), (e) => Uint8Array.from(e[1])))
+        )
+      }),
+    put: (key, value) => write([{ _tag: "put", key, value }]),
+    delete: (key) => write([{ _tag: "delete", key }]),
+    write,
+    scan,
+    scanPrefix: (prefix, options) =>
+      Stream.suspend(() => {
+        const bad = checkBound(prefix, "prefix")
+        if (bad) return Stream.fail(bad)
+        const upper = prefixUpperBound(prefix)
+        return scan({
+          gte: prefix,
+          ...(upper === undefined ? {} : { lt: upper }),
+          ...(options?.reverse === undefined ? {} : { reverse: options.reverse }),
+          ...(options?.limit === undefined ? {} : { limit: options.limit })
+        })
+      }),
+    persistedOffset: (tp: TopicPartition) =>
+      guard(() => Option.map(Option.fromUndefinedOr(p.offsets.get(tpKey(tp))), (o): Offset => o.offset)),
+    persistedOffsets: guard(() => Array.from(p.offsets.values())),
+    setPersistedOffset: (tp, offset) => write([], { offsets: [{ topic: tp.topic, partition: tp.partition, offset }] }),
+    clear: guard(() => {
+      p.data.clear()
+      p.offsets.clear()
+      p.sorted = undefined
+    })
+  }
+  handle.store = store
+  return handle
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env node
+/**
+ * Process entry of the `strata` command.
+ *
+ * @since 0.1.0
+ */
+import { NodeRuntime, NodeServices } from "@effect/platform-node"
+import { Effect } from "effect"
+import { run } from "./Cli.js"
+
+run.pipe(Effect.provide(NodeServices.layer), NodeRuntime.runMain)

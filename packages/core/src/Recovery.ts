@@ -1,0 +1,108 @@
+/**
+ * The `Recovery` protocol: restore table partitions from their changelogs
+ * after every rebalance, keep standbys tailing, and report progress and stalls.
+ *
+ * @since 0.1.0
+ */
+import type { Effect, Stream } from "effect"
+import { Context, Schema } from "effect"
+import type { Offset, TopicPartition } from "./Models.js"
+import { Partition, Topic } from "./Models.js"
+
+/** Progress of one changelog partition. */
+export interface PartitionProgress {
+  readonly topic: string
+  readonly partition: number
+  readonly highwater: Offset
+  /** The next offset to apply. */
+  readonly offset: Offset
+  readonly remaining: number
+  readonly standby: boolean
+}
+
+/** A snapshot of recovery's progress. */
+export interface RecoveryStats {
+  readonly partitions: ReadonlyArray<PartitionProgress>
+  readonly remaining: number
+  /** Estimated milliseconds left (EWMA of the apply rate), once one batch was applied. */
+  readonly etaMs: number | undefined
+}
+
+/** Why recovery reports a stall: what it was waiting for. */
+export type StallKind = "no-fetch" | "paused" | "only-markers-left" | "no-flush" | "no-event"
+
+/** What recovery announces. */
+export type RecoveryEvent =
+  | {
+      readonly _tag: "Started"
+      readonly active: ReadonlyArray<TopicPartition>
+      readonly standby: ReadonlyArray<TopicPartition>
+    }
+  | { readonly _tag: "Progress"; readonly stats: RecoveryStats }
+  | { readonly _tag: "PartitionReady"; readonly topic: string; readonly partition: number }
+  | {
+      readonly _tag: "Stalled"
+      readonly kind: StallKind
+      readonly topic: string
+      readonly partition: number
+      readonly forMs: number
+    }
+  | { readonly _tag: "Completed" }
+
+/** The `Recovery` service shape. */
+export interface RecoveryShape {
+  /** Restores `active` partitions (then tails `standby` ones) after a rebalance. */
+  readonly assign: (assignment: {
+    readonly active: ReadonlyArray<TopicPartition>
+    readonly standby: ReadonlyArray<TopicPartition>
+  }) => Effect.Effect<void, RecoveryError>
+  /** Stops restoring or tailing partitions the worker lost. */
+  readonly revoke: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, RecoveryError>
+  readonly stats: Effect.Effect<RecoveryStats>
+  readonly events: Stream.Stream<RecoveryEvent>
+  /** Returns when every active partition has reached its highwater. */
+  readonly waitUntilCompleted: Effect.Effect<void, RecoveryError>
+}
+
+/** The `Recovery` service key. */
+export class Recovery extends Context.Service<Recovery, RecoveryShape>()("@strata/core/Recovery") {}
+
+/** A store claims an offset beyond its changelog's highwater: the two disagree. */
+export class ConsistencyError extends Schema.TaggedError<ConsistencyError>()("ConsistencyError", {
+  topic: Topic,
+  partition: Partition,
+  persisted: Schema.Int,
+  highwater: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.topic}/${this.partition}: persisted offset ${this.persisted} is beyond the changelog highwater ${this.highwater}`
+  }
+}
+
+/** Restoring failed while reading the changelog or writing the store. */
+export class RestoreFailed extends Schema.TaggedError<RestoreFailed>()("RestoreFailed", {
+  topic: Topic,
+  partition: Partition,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `restoring ${this.topic}/${this.partition} failed: ${this.detail}`
+  }
+}
+
+/** Why recovery failed. */
+export const RecoveryErrorReason = Schema.Union([ConsistencyError, RestoreFailed])
+/** @see RecoveryErrorReason */
+export type RecoveryErrorReason = typeof RecoveryErrorReason.Type
+
+/** The error of every `Recovery` operation. */
+export class RecoveryError extends Schema.TaggedError<RecoveryError>()("RecoveryError", {
+  reason: RecoveryErrorReason
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return this.reason.message
+  }
+}

@@ -1,0 +1,97 @@
+/**
+ * The `TableManager` protocol (Faust's TableManager): registers tables, owns
+ * their changelog channels, persists offsets on commit and reacts to the
+ * worker's partition assignments by handing changelog partitions to recovery.
+ *
+ * @since 0.1.0
+ */
+import type { Effect } from "effect"
+import { Context, Schema } from "effect"
+import type { TopicPartition, TopicPartitionOffset } from "./Models.js"
+
+/** A partitioned table, or a global one that every worker holds in full. */
+export type TableKind = "table" | "global"
+
+/** What the manager knows of a registered table. */
+export interface TableInfo {
+  readonly name: string
+  readonly kind: TableKind
+  readonly partitions: number
+  /** The changelog topic (default `<app>-<name>-changelog`). */
+  readonly changelogTopic: string
+}
+
+/** The `TableManager` service shape. */
+export interface TableManagerShape {
+  /** Registers a table: `TableAlreadyExists` for a taken name, `TablesFinalized` once channels are built. */
+  readonly add: (table: TableInfo) => Effect.Effect<void, TableManagerError>
+  /** The registered tables, in registration order. */
+  readonly tables: Effect.Effect<ReadonlyArray<TableInfo>>
+  /** The table a changelog topic belongs to. */
+  readonly tableOfChangelog: (topic: string) => Effect.Effect<TableInfo, TableManagerError>
+  /** Called when the worker's source partitions are revoked. */
+  readonly onPartitionsRevoked: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, TableManagerError>
+  /** Called when source partitions are assigned: starts recovery of the matching changelog partitions. */
+  readonly onPartitionsAssigned: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, TableManagerError>
+  /** Persists the pending changelog offsets covered by a source-offset commit. */
+  readonly onCommit: (offsets: ReadonlyArray<TopicPartitionOffset>) => Effect.Effect<void, TableManagerError>
+  /** Returns once tables are registered and channels built (at once in producer-only mode). */
+  readonly waitUntilTablesRegistered: Effect.Effect<void>
+  /** Returns once recovery of the current assignment completed (at once in producer-only mode). */
+  readonly waitUntilRecoveryCompleted: Effect.Effect<void, TableManagerError>
+}
+
+/** The `TableManager` service key. */
+export class TableManager extends Context.Service<TableManager, TableManagerShape>()("@strata/core/TableManager") {}
+
+/** A table with this name is already registered. */
+export class TableAlreadyExists extends Schema.TaggedError<TableAlreadyExists>()("TableAlreadyExists", {
+  name: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `a table named ${this.name} is already registered`
+  }
+}
+
+/** Tables cannot be added once the manager has built its changelog channels. */
+export class TablesFinalized extends Schema.TaggedError<TablesFinalized>()("TablesFinalized", { name: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `too late to add table ${this.name}: tables are finalized once the manager starts`
+  }
+}
+
+/** No table has this name or changelog topic. */
+export class UnknownTable extends Schema.TaggedError<UnknownTable>()("UnknownTable", { name: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `no table named ${this.name}`
+  }
+}
+
+/** A table's definition is invalid (name, partitions, codecs). */
+export class InvalidTable extends Schema.TaggedError<InvalidTable>()("InvalidTable", {
+  name: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.name}: ${this.detail}`
+  }
+}
+
+/** Why a table-manager operation failed. */
+export const TableManagerErrorReason = Schema.Union([TableAlreadyExists, TablesFinalized, UnknownTable, InvalidTable])
+/** @see TableManagerErrorReason */
+export type TableManagerErrorReason = typeof TableManagerErrorReason.Type
+
+/** The error of every `TableManager` operation. */
+export class TableManagerError extends Schema.TaggedError<TableManagerError>()("TableManagerError", {
+  reason: TableManagerErrorReason
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return this.reason.message
+  }
+}

@@ -1,0 +1,4 @@
+import { Store } from "@strata/core"
+import { StoreConformance } from "@strata/core/testing"
+
+StoreConformance.suite("memory", Store.layerMemory())
