@@ -1,12 +1,14 @@
 import { defineConfig } from "vitest/config"
 
-// Workspace sources are resolved through the "@strata/source" export condition,
-// so tests run against src/ without a build step.
-const conditions = ["@strata/source", "import", "module", "node", "default"]
+// Workspace sources are resolved through the "@strata/source" export condition, so tests run against src/
+// without a build step. Only that condition is passed on to Node for external packages: adding "import" there
+// would make require() inside CommonJS libraries load ESM builds (protobufjs then loses `long`, and etcd3's
+// 64-bit lease ids get rounded).
+const conditions = ["@strata/source", "node", "development|production"]
 
 export default defineConfig({
   resolve: { conditions },
-  ssr: { resolve: { conditions, externalConditions: conditions } },
+  ssr: { resolve: { conditions, externalConditions: ["@strata/source"] } },
   test: {
     projects: [
       {

@@ -1,10 +1,3 @@
-import { defineConfig } from "tsup"
+import { packageConfig } from "../../tsup.shared.js"
 
-export default defineConfig({
-  entry: ["src/bin.ts"],
-  format: ["esm"],
-  target: "node22",
-  sourcemap: true,
-  clean: true,
-  dts: false
-})
+export default packageConfig(["src/bin.ts"], { clean: true, splitting: false })

@@ -1,12 +1,3 @@
-import { defineConfig } from "tsup"
+import { packageConfig } from "../../tsup.shared.js"
 
-export default defineConfig({
-  entry: ["src/index.ts", "src/testing/index.ts"],
-  format: ["esm"],
-  target: "node22",
-  sourcemap: true,
-  clean: false,
-  splitting: true,
-  dts: false,
-  external: ["vitest", "@effect/vitest"]
-})
+export default packageConfig(["src/index.ts", "src/testing/index.ts"], { external: ["vitest", "@effect/vitest"] })

@@ -1,11 +1,3 @@
-import { defineConfig } from "tsup"
+import { packageConfig } from "../../tsup.shared.js"
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm"],
-  target: "node22",
-  sourcemap: true,
-  clean: false,
-  splitting: true,
-  dts: false
-})
+export default packageConfig()
