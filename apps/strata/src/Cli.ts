@@ -3,10 +3,28 @@
  *
  * @since 0.1.0
  */
-import { Store } from "@strata/core"
-import { Console, Effect, Schema } from "effect"
+import { join } from "node:path"
+import { Log, Store, type StoreError } from "@strata/core"
+import * as LevelStore from "@strata/store-adapters/level"
+import * as RocksDbStore from "@strata/store-adapters/rocksdb"
+import { Console, Effect, type Layer, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
 import * as Demo from "./Demo.js"
+
+/** The store layers of one worker run and of its restart. */
+const demoStores = (
+  store: "memory" | "level" | "rocksdb",
+  directory: string
+): { readonly before: Layer.Layer<Store, StoreError>; readonly after: Layer.Layer<Store, StoreError> } => {
+  switch (store) {
+    case "memory":
+      return { before: Store.layerMemory(), after: Store.layerMemory() }
+    case "level":
+      return { before: LevelStore.layer({ directory }), after: LevelStore.layer({ directory }) }
+    case "rocksdb":
+      return { before: RocksDbStore.layer({ directory }), after: RocksDbStore.layer({ directory }) }
+  }
+}
 
 const demo = Command.make(
   "demo",
@@ -19,18 +37,34 @@ const demo = Command.make(
     text: Flag.String("text").pipe(
       Flag.withDescription("Text whose words are counted"),
       Flag.withDefault(Demo.defaultText)
+    ),
+    store: Flag.Literals("store", ["memory", "level", "rocksdb"]).pipe(
+      Flag.withDescription(
+        "Where the table's partitions live: memory loses them on restart, level and rocksdb keep them"
+      ),
+      Flag.withDefault("memory")
+    ),
+    dataDir: Flag.String("data-dir").pipe(
+      Flag.withDescription("Directory of a level or rocksdb store (default .strata-data/demo-<store>)"),
+      Flag.optional
     )
   },
-  Effect.fn(function* ({ partitions, text }) {
-    const result = yield* Demo.run({ partitions, text, verbose: true }, Store.layerMemory()).pipe(
-      Effect.provide(Demo.layerMemory)
+  Effect.fn(function* ({ partitions, text, store, dataDir }) {
+    const directory = Option.getOrElse(dataDir, () => join(".strata-data", `demo-${store}`))
+    if (store !== "memory") yield* Console.log(`Store directory: ${directory}`)
+    const result = yield* Demo.run({ partitions, text, verbose: true }, demoStores(store, directory)).pipe(
+      Effect.provide(Log.layerMemory())
     )
     if (!Demo.sameTable(result.before, result.after)) {
       return yield* Effect.fail(new Error("the restored table differs from the table before the restart"))
     }
     yield* Console.log(`OK: all ${result.after.size} words restored from ${result.changelogRecords} changelog records`)
   })
-).pipe(Command.withDescription("Run a table on the embedded default (memory store and log), restart it, restore it"))
+).pipe(
+  Command.withDescription(
+    "Run a table (memory log; memory, level or rocksdb store), restart the worker, restore the table from its changelog"
+  )
+)
 
 /** The root command. */
 export const strata = Command.make("strata").pipe(

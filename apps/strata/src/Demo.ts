@@ -10,7 +10,7 @@
  */
 import type { LogShape, PartitionStore, StoreShape, TopicPartition } from "@strata/core"
 import { Log, Store } from "@strata/core"
-import { Console, Effect, Layer, Option, Stream } from "effect"
+import { Console, Effect, type Layer, Option, Stream } from "effect"
 
 /** Options of the demo. */
 export interface DemoOptions {
@@ -69,6 +69,9 @@ const openAll = (store: StoreShape, partitions: number) =>
 const writePhase = (store: StoreShape, log: LogShape, options: DemoOptions) =>
   Effect.scoped(
     Effect.gen(function* () {
+      // Start from an empty table, whatever an earlier run left in a persistent store.
+      for (let partition = 0; partition < options.partitions; partition++)
+        yield* store.drop({ table: TABLE, partition })
       const stores = yield* openAll(store, options.partitions)
       const lastOffset = new Map<number, number>()
       for (const word of words(options.text)) {
@@ -143,20 +146,26 @@ const restorePhase = (store: StoreShape, log: LogShape, options: DemoOptions) =>
   )
 
 /**
- * Runs the demo on the `Store` and `Log` in context. `restart` is the Store
- * layer the restarted worker gets: a fresh one loses all local state.
+ * Runs the demo on the `Log` in context. The worker runs on the `before` store
+ * layer, stops (closing it), and restarts on the `after` layer: the same
+ * directory for a persistent store, a fresh memory store to lose all state.
  */
-export const run = <E>(options: DemoOptions, restartStore: Layer.Layer<Store, E>) =>
+export const run = <E1, E2>(
+  options: DemoOptions,
+  stores: { readonly before: Layer.Layer<Store, E1>; readonly after: Layer.Layer<Store, E2> }
+) =>
   Effect.gen(function* () {
     const log = yield* Log
-    const store = yield* Store
     const say = (line: string) => (options.verbose ? Console.log(line) : Effect.void)
 
     yield* log.ensureTopic({ topic: CHANGELOG, partitions: options.partitions, compacted: true })
-    yield* say(
-      `Created table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${CHANGELOG} on ${log.backend})`
-    )
-    const before = yield* writePhase(store, log, options)
+    const before = yield* Effect.gen(function* () {
+      const store = yield* Store
+      yield* say(
+        `Created table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${CHANGELOG} on ${log.backend})`
+      )
+      return yield* writePhase(store, log, options)
+    }).pipe(Effect.provide(stores.before))
     const hw = yield* log.offsets(
       Array.from({ length: options.partitions }, (_, partition) => ({ topic: CHANGELOG, partition }))
     )
@@ -167,9 +176,8 @@ export const run = <E>(options: DemoOptions, restartStore: Layer.Layer<Store, E>
 
     yield* say("Restarting the worker: the table's store is reopened and restored from its changelog")
     const restarted = yield* Effect.gen(function* () {
-      const freshStore = yield* Store
-      return yield* restorePhase(freshStore, log, options)
-    }).pipe(Effect.provide(restartStore))
+      return yield* restorePhase(yield* Store, log, options)
+    }).pipe(Effect.provide(stores.after))
     for (const r of restarted.replayed) {
       yield* say(
         `  partition ${r.partition}: replayed ${r.to - r.from} records, from offset ${r.from} up to the highwater ${r.to}`
@@ -191,6 +199,3 @@ export const defaultText =
   "Every change to the table is written to the changelog, and the changelog is what " +
   "a worker reads to restore the table after a restart or a rebalance. " +
   "The table lives in the store; the truth lives in the log."
-
-/** The embedded default: memory Store and memory Log. */
-export const layerMemory = Layer.mergeAll(Store.layerMemory(), Log.layerMemory())

@@ -8,4 +8,4 @@ import { NodeRuntime, NodeServices } from "@effect/platform-node"
 import { Effect } from "effect"
 import { run } from "./Cli.js"
 
-run.pipe(Effect.provide(NodeServices.layer), NodeRuntime.runMain)
+NodeRuntime.runMain(run.pipe(Effect.provide(NodeServices.layer)))

@@ -1,3 +1,6 @@
+import { mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
 import { describe, expect, it } from "vitest"
@@ -21,9 +24,37 @@ describe("strata CLI (a real child process)", () => {
     expect(r.stdout).toContain("OK: all 3 words restored from 6 changelog records")
   })
 
+  it("demo --store level keeps the table in a LevelDB directory across the restart", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "strata-cli-"))
+    try {
+      const r = await strata([
+        "demo",
+        "--store",
+        "level",
+        "--data-dir",
+        dir,
+        "--partitions",
+        "2",
+        "--text",
+        "a b b c c c"
+      ])
+      expect(r.code).toBe(0)
+      expect(r.stdout).toContain("store: level")
+      expect(r.stdout).toContain("OK: all 3 words restored from 6 changelog records")
+      // Partition 0 persisted its offset before the restart: nothing to replay there.
+      expect(r.stdout).toMatch(/partition 0: replayed 0 records/)
+      expect(readdirSync(dir)).toContain("CURRENT")
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it("rejects a bad flag value with a message that names it", async () => {
     const r = await strata(["demo", "--partitions", "0"])
     expect(r.code).not.toBe(0)
     expect(`${r.stdout}${r.stderr}`).toMatch(/partitions/)
+    const s = await strata(["demo", "--store", "floppy"])
+    expect(s.code).not.toBe(0)
+    expect(`${s.stdout}${s.stderr}`).toMatch(/store/)
   })
 })

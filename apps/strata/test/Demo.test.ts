@@ -1,6 +1,10 @@
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import { Log, Store } from "@strata/core"
-import { Effect, Layer } from "effect"
+import * as LevelStore from "@strata/store-adapters/level"
+import { Effect } from "effect"
 import * as Demo from "../src/Demo.js"
 
 const text = "the quick brown fox jumps over the lazy dog the end"
@@ -8,9 +12,10 @@ const text = "the quick brown fox jumps over the lazy dog the end"
 describe("demo", () => {
   it.effect("restores the table from its changelog after a restart that lost the store", () =>
     Effect.gen(function* () {
-      const result = yield* Demo.run({ text, partitions: 3, verbose: false }, Store.layerMemory()).pipe(
-        Effect.provide(Layer.mergeAll(Store.layerMemory(), Log.layerMemory()))
-      )
+      const result = yield* Demo.run(
+        { text, partitions: 3, verbose: false },
+        { before: Store.layerMemory(), after: Store.layerMemory() }
+      ).pipe(Effect.provide(Log.layerMemory()))
       assert.strictEqual(result.before.get("the"), 3)
       assert.strictEqual(result.before.size, 9)
       assert.isTrue(Demo.sameTable(result.before, result.after))
@@ -24,21 +29,24 @@ describe("demo", () => {
     })
   )
 
-  it.effect("a restart that keeps the store replays only what its persisted offsets do not cover", () =>
+  it.live("a restart on a LevelDB directory replays only what its persisted offsets do not cover", () =>
     Effect.gen(function* () {
-      const store = Store.layerMemory()
-      // The same store layer instance before and after: the store survives the restart.
-      const result = yield* Effect.gen(function* () {
-        const context = yield* Layer.build(store)
-        return yield* Demo.run({ text, partitions: 4, verbose: false }, Layer.succeedContext(context)).pipe(
-          Effect.provide(Layer.mergeAll(Layer.succeedContext(context), Log.layerMemory()))
-        )
-      })
-      assert.isTrue(Demo.sameTable(result.before, result.after))
-      for (const r of result.replayed) {
-        // Even partitions persisted their last offset: nothing left to replay.
-        if (r.partition % 2 === 0) assert.strictEqual(r.from, r.to)
-        else assert.strictEqual(r.from, 0)
+      const directory = mkdtempSync(join(tmpdir(), "strata-demo-"))
+      yield* Effect.addFinalizer(() => Effect.sync(() => rmSync(directory, { recursive: true, force: true })))
+      const run = Demo.run(
+        { text, partitions: 4, verbose: false },
+        { before: LevelStore.layer({ directory }), after: LevelStore.layer({ directory }) }
+      ).pipe(Effect.provide(Log.layerMemory()))
+      // Twice on the same directory: the second run starts from an empty table again.
+      for (let i = 0; i < 2; i++) {
+        const result = yield* run
+        assert.isTrue(Demo.sameTable(result.before, result.after))
+        assert.strictEqual(result.before.get("the"), 3)
+        for (const r of result.replayed) {
+          // Even partitions persisted their last offset: nothing left to replay; odd ones replay everything.
+          if (r.partition % 2 === 0) assert.strictEqual(r.from, r.to)
+          else assert.strictEqual(r.from, 0)
+        }
       }
     })
   )

@@ -176,9 +176,21 @@ export class StoreIoError extends Schema.TaggedError<StoreIoError>()("StoreIoErr
   }
 }
 
+/** The options a store backend was given are invalid; nothing was opened. */
+export class InvalidStoreOptions extends Schema.TaggedError<InvalidStoreOptions>()("InvalidStoreOptions", {
+  store: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `invalid ${this.store} store options: ${this.detail}`
+  }
+}
+
 /** Why a store operation failed. */
 export const StoreErrorReason = Schema.Union([
   StoreClosed,
+  InvalidStoreOptions,
   StoreLocked,
   StoreCorrupted,
   InvalidKey,

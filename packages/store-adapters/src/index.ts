@@ -1,8 +1,10 @@
 /**
- * @strata/store-adapters: `Store` adapters: memory, LevelDB (classic-level) and RocksDB, as subpath exports with their drivers as optional peer dependencies.
+ * @strata/store-adapters: the `Store` protocol on memory, LevelDB and RocksDB.
+ * Import a backend from its subpath so only its driver is loaded:
+ * `@strata/store-adapters/memory`, `/level`, `/rocksdb`.
  *
- * Not built yet (issue 3 fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export type { LevelStoreOptions } from "./LevelStore.js"
+export type { MemoryStoreOptions } from "./MemoryStore.js"
+export type { RocksDbStoreOptions } from "./RocksDbStore.js"

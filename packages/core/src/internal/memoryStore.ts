@@ -12,7 +12,7 @@ import type {
   WriteOptions
 } from "../Store.js"
 import { StoreClosed, StoreLocked, storeError } from "../Store.js"
-import { checkBound, checkKey, checkValue, defaultLimits, prefixUpperBound } from "./storeValidation.js"
+import { checkBound, checkKey, checkValue, defaultLimits, prefixUpperBound } from "../StoreValidation.js"
 
 /** Keys are held as latin1 strings: one char per byte, so string order is byte order. */
 const toStr = (bytes: Uint8Array): string =>

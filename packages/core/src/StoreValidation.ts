@@ -1,4 +1,10 @@
-import { InvalidKey, InvalidValue, type StoreError, type StoreLimits, storeError } from "../Store.js"
+/**
+ * The key and value rules every `Store` backend enforces, shared so that all
+ * adapters reject the same input with the same typed errors.
+ *
+ * @since 0.1.0
+ */
+import { InvalidKey, InvalidValue, type StoreError, type StoreLimits, storeError } from "./Store.js"
 
 /** The first byte of every key the store reserves for its own metadata. */
 export const RESERVED_PREFIX = 0xff

@@ -1,0 +1,78 @@
+/**
+ * `Store` on LevelDB through classic-level.
+ *
+ * One LevelDB database per directory holds every partition store opened from
+ * it, so all partitions share one block cache and one write-ahead log, and a
+ * write batch lands atomically with the offsets it persists.
+ *
+ * @since 0.1.0
+ */
+import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { ClassicLevel } from "classic-level"
+import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
+import { type DriverDb, make as makeShared } from "./internal/levelDb.js"
+import { commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
+
+/** Options of the LevelDB store, validated when the store opens. */
+export const LevelStoreOptions = Schema.Struct({
+  ...commonFields,
+  /** The block cache shared by every partition, in bytes (default 8 MiB). */
+  cacheSize: Schema.optional(PositiveInt),
+  /** Memtable size before it is written to a table file, in bytes (default 4 MiB). */
+  writeBufferSize: Schema.optional(PositiveInt),
+  /** Approximate size of a table block, in bytes (default 4 KiB). */
+  blockSize: Schema.optional(PositiveInt),
+  /** Table files kept open (default 1000). */
+  maxOpenFiles: Schema.optional(PositiveInt),
+  /** Snappy compression of table blocks (default true). */
+  compression: Schema.optional(Schema.Boolean)
+})
+/** @see LevelStoreOptions */
+export type LevelStoreOptions = typeof LevelStoreOptions.Type
+
+/** The LevelDB store's own service key; its layer provides `Store` too. */
+export class LevelStore extends Context.Service<LevelStore, StoreShape & { readonly directory: string }>()(
+  "@strata/store-adapters/LevelStore"
+) {}
+
+const decode = decodeOptions("level", LevelStoreOptions)
+
+/** Opens the database at `options.directory` for the life of the scope. */
+export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Service"], StoreError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const o = yield* decode(options)
+    const store = yield* makeShared({
+      name: "level",
+      directory: o.directory,
+      sync: o.sync ?? false,
+      limits: {
+        maxKeyBytes: o.maxKeyBytes ?? StoreValidation.defaultLimits.maxKeyBytes,
+        maxValueBytes: o.maxValueBytes ?? StoreValidation.defaultLimits.maxValueBytes
+      },
+      open: async () => {
+        const db = new ClassicLevel<Buffer, Buffer>(o.directory, { keyEncoding: "buffer", valueEncoding: "buffer" })
+        await db.open({
+          createIfMissing: true,
+          ...(o.cacheSize === undefined ? {} : { cacheSize: o.cacheSize }),
+          ...(o.writeBufferSize === undefined ? {} : { writeBufferSize: o.writeBufferSize }),
+          ...(o.blockSize === undefined ? {} : { blockSize: o.blockSize }),
+          ...(o.maxOpenFiles === undefined ? {} : { maxOpenFiles: o.maxOpenFiles }),
+          ...(o.compression === undefined ? {} : { compression: o.compression })
+        })
+        return db as unknown as DriverDb
+      }
+    })
+    return { ...store, directory: o.directory }
+  })
+
+/** A layer providing both `LevelStore` and `Store`. */
+export const layer = (options: LevelStoreOptions): Layer.Layer<LevelStore | Store, StoreError> =>
+  Layer.effectContext(
+    Effect.map(make(options), (store) => Context.make(LevelStore, store).pipe(Context.add(Store, store)))
+  )
+
+/** Like `layer`, with the options read from configuration. */
+export const layerConfig = (
+  config: Config.Wrap<LevelStoreOptions>
+): Layer.Layer<LevelStore | Store, StoreError | Config.ConfigError> =>
+  Layer.unwrap(Effect.map(Config.unwrap(config), layer))

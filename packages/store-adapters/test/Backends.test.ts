@@ -1,0 +1,187 @@
+import { execFile } from "node:child_process"
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { assert, describe, it } from "@effect/vitest"
+import { put, Store, type StoreError } from "@strata/core"
+import * as LevelStore from "@strata/store-adapters/level"
+import * as RocksDbStore from "@strata/store-adapters/rocksdb"
+import { ConfigProvider, Effect, Layer, Option, Stream } from "effect"
+import { afterAll } from "vitest"
+
+const root = mkdtempSync(join(tmpdir(), "strata-store-backends-"))
+afterAll(() => rmSync(root, { recursive: true, force: true }))
+let n = 0
+const freshDir = () => join(root, `db-${++n}`)
+
+const enc = new TextEncoder()
+const dec = new TextDecoder()
+
+const backends: ReadonlyArray<{ name: string; layer: (directory: string) => Layer.Layer<Store, StoreError> }> = [
+  { name: "level", layer: (directory) => LevelStore.layer({ directory }) },
+  { name: "rocksdb", layer: (directory) => RocksDbStore.layer({ directory }) }
+]
+
+const failure = <A, R>(effect: Effect.Effect<A, StoreError, R>) =>
+  Effect.flip(effect).pipe(Effect.map((e) => ({ tag: e.reason._tag, message: e.message })))
+
+/** Reads every file below a directory, to prove a failed open changed nothing. */
+const snapshot = (dir: string): Record<string, string> =>
+  Object.fromEntries(
+    readdirSync(dir, { recursive: true, withFileTypes: true })
+      // The engines' info logs (LOG, LOG.old…) are rewritten by every open attempt; data files must not change.
+      .filter((d) => d.isFile() && !/^LOG(\.old.*)?$/.test(d.name))
+      .map((d) => {
+        const path = join(d.parentPath, d.name)
+        return [path, readFileSync(path).toString("base64")]
+      })
+  )
+
+const childScript = fileURLToPath(new URL("./fixtures/openStore.ts", import.meta.url))
+const tsx = fileURLToPath(new URL("../../../node_modules/.bin/tsx", import.meta.url))
+
+/** Opens the store in a separate process and returns what it printed. */
+const openInChild = (backend: string, directory: string) =>
+  Effect.callback<string>((resume) => {
+    execFile(
+      tsx,
+      ["--conditions=@strata/source", childScript, backend, directory],
+      { timeout: 60_000 },
+      (_e, out, err) => resume(Effect.succeed(`${out}${err}`.trim()))
+    )
+  })
+
+for (const backend of backends) {
+  describe(`${backend.name} store`, () => {
+    it.live("data and offsets survive closing and reopening the database", () =>
+      Effect.gen(function* () {
+        const directory = freshDir()
+        const tp = { topic: "t-changelog", partition: 2 }
+        const write = Effect.gen(function* () {
+          const st = yield* (yield* Store).open({ table: "t", partition: 2 })
+          yield* st.write([put(enc.encode("k"), enc.encode("v"))], { offsets: [{ ...tp, offset: 7 }] })
+        })
+        yield* Effect.scoped(write).pipe(Effect.provide(backend.layer(directory)))
+        const read = Effect.gen(function* () {
+          const st = yield* (yield* Store).open({ table: "t", partition: 2 })
+          return {
+            value: Option.map(yield* st.get(enc.encode("k")), (v) => dec.decode(v)),
+            offset: yield* st.persistedOffset(tp),
+            entries: (yield* Stream.runCollect(st.scan())).length
+          }
+        })
+        const got = yield* Effect.scoped(read).pipe(Effect.provide(backend.layer(directory)))
+        assert.deepStrictEqual(got, { value: Option.some("v"), offset: Option.some(7), entries: 1 })
+      })
+    )
+
+    it.live("a directory open in this process cannot be opened again: StoreLocked names the path", () =>
+      Effect.gen(function* () {
+        const directory = freshDir()
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            yield* Layer.build(backend.layer(directory))
+            const e = yield* failure(Effect.scoped(Layer.build(backend.layer(directory))))
+            assert.strictEqual(e.tag, "StoreLocked")
+            assert.include(e.message, directory)
+          })
+        )
+        // Once closed, it opens again.
+        yield* Effect.scoped(Layer.build(backend.layer(directory)))
+      })
+    )
+
+    it.live(
+      "another process gets StoreLocked while this one owns the directory",
+      () =>
+        Effect.gen(function* () {
+          const directory = freshDir()
+          const printed = yield* Effect.scoped(
+            Effect.gen(function* () {
+              yield* Layer.build(backend.layer(directory))
+              return yield* openInChild(backend.name, directory)
+            })
+          )
+          assert.include(printed, "StoreLocked")
+          assert.include(printed, directory)
+          assert.include(yield* openInChild(backend.name, directory), "opened")
+        }),
+      120_000
+    )
+
+    it.live("a corrupted directory gives StoreCorrupted naming the path and is left as it was", () =>
+      Effect.gen(function* () {
+        const directory = freshDir()
+        yield* Effect.scoped(
+          Effect.gen(function* () {
+            const st = yield* (yield* Store).open({ table: "t", partition: 0 })
+            yield* st.put(enc.encode("k"), enc.encode("v"))
+          })
+        ).pipe(Effect.provide(backend.layer(directory)))
+        // Point CURRENT at a manifest full of garbage.
+        const manifest = readFileSync(join(directory, "CURRENT"), "utf8").trim()
+        writeFileSync(join(directory, manifest), Buffer.alloc(4096, 0x5a))
+        const before = snapshot(directory)
+        const e = yield* failure(Effect.scoped(Layer.build(backend.layer(directory))))
+        assert.strictEqual(e.tag, "StoreCorrupted")
+        assert.include(e.message, directory)
+        assert.deepStrictEqual(snapshot(directory), before)
+      })
+    )
+
+    it.live("a path that is not a directory gives a typed error naming it", () =>
+      Effect.gen(function* () {
+        const file = join(root, `not-a-dir-${++n}`)
+        writeFileSync(file, "plain file")
+        const e = yield* failure(Effect.scoped(Layer.build(backend.layer(file))))
+        assert.oneOf(e.tag, ["StoreIoError", "StoreCorrupted"])
+        assert.include(e.message, file)
+        assert.strictEqual(readFileSync(file, "utf8"), "plain file")
+      })
+    )
+
+    it.live("invalid options are rejected before anything is opened, naming the field", () =>
+      Effect.gen(function* () {
+        const directory = freshDir()
+        mkdirSync(directory)
+        const bad: Layer.Layer<Store, StoreError> =
+          backend.name === "level"
+            ? LevelStore.layer({ directory, cacheSize: -1 })
+            : RocksDbStore.layer({ directory, cacheSize: -1 })
+        const e = yield* failure(Effect.scoped(Layer.build(bad)))
+        assert.strictEqual(e.tag, "InvalidStoreOptions")
+        assert.include(e.message, "cacheSize")
+        assert.deepStrictEqual(readdirSync(directory), [])
+        const empty = yield* failure(Effect.scoped(Layer.build(backend.layer(""))))
+        assert.strictEqual(empty.tag, "InvalidStoreOptions")
+        assert.include(empty.message, "directory")
+      })
+    )
+  })
+}
+
+describe("layerConfig", () => {
+  it.live("reads the options from configuration", () =>
+    Effect.gen(function* () {
+      const directory = freshDir()
+      const provider = ConfigProvider.fromUnknown({ STORE_DIR: directory, STORE_SYNC: "true" })
+      const { Config } = yield* Effect.promise(() => import("effect"))
+      const layer = LevelStore.layerConfig({
+        directory: Config.String("STORE_DIR"),
+        sync: Config.Boolean("STORE_SYNC")
+      })
+      const backendName = yield* Effect.scoped(
+        Effect.gen(function* () {
+          const store = yield* Store
+          const level = yield* LevelStore.LevelStore
+          assert.strictEqual(level.directory, directory)
+          const st = yield* store.open({ table: "cfg", partition: 0 })
+          yield* st.put(enc.encode("k"), enc.encode("v"))
+          return store.backend
+        }).pipe(Effect.provide(layer))
+      ).pipe(Effect.provide(ConfigProvider.layer(provider)))
+      assert.strictEqual(backendName, "level")
+    })
+  )
+})
