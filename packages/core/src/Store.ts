@@ -187,10 +187,19 @@ export class InvalidStoreOptions extends Schema.TaggedError<InvalidStoreOptions>
   }
 }
 
+/** A store id names no valid partition store (empty or oversized table name, bad partition number). */
+export class InvalidStoreId extends Schema.TaggedError<InvalidStoreId>()("InvalidStoreId", { detail: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `invalid store id: ${this.detail}`
+  }
+}
+
 /** Why a store operation failed. */
 export const StoreErrorReason = Schema.Union([
   StoreClosed,
   InvalidStoreOptions,
+  InvalidStoreId,
   StoreLocked,
   StoreCorrupted,
   InvalidKey,

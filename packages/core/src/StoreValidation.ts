@@ -4,7 +4,16 @@
  *
  * @since 0.1.0
  */
-import { InvalidKey, InvalidValue, type StoreError, type StoreLimits, storeError } from "./Store.js"
+import type { TopicPartitionOffset } from "./Models.js"
+import {
+  InvalidKey,
+  InvalidStoreId,
+  InvalidValue,
+  type StoreError,
+  type StoreId,
+  type StoreLimits,
+  storeError
+} from "./Store.js"
 
 /** The first byte of every key the store reserves for its own metadata. */
 export const RESERVED_PREFIX = 0xff
@@ -63,6 +72,44 @@ export const prefixUpperBound = (prefix: Uint8Array): Uint8Array | undefined => 
       end[i]! += 1
       return end.subarray(0, i + 1)
     }
+  }
+  return undefined
+}
+
+const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/
+
+/** Checks offsets to persist: a valid topic, a partition in `[0, 2³¹)` and a non-negative safe-integer offset. */
+export const checkOffsets = (offsets: ReadonlyArray<TopicPartitionOffset>): StoreError | undefined => {
+  for (const o of offsets) {
+    const where = `${String(o.topic)}/${String(o.partition)}`
+    if (typeof o.topic !== "string" || !TOPIC.test(o.topic)) {
+      return storeError(new InvalidValue({ detail: `persisted offset for ${where}: invalid topic name` }))
+    }
+    if (!Number.isInteger(o.partition) || o.partition < 0 || o.partition >= 2 ** 31) {
+      return storeError(
+        new InvalidValue({ detail: `persisted offset for ${where}: partition must be an integer in [0, 2^31)` })
+      )
+    }
+    if (!Number.isSafeInteger(o.offset) || o.offset < 0) {
+      return storeError(
+        new InvalidValue({
+          detail: `persisted offset for ${where}: offset must be a non-negative safe integer, got ${o.offset}`
+        })
+      )
+    }
+  }
+  return undefined
+}
+
+/** Checks a store id: a table name of 1–255 UTF-8 bytes and a partition in `[0, 2³¹)`. */
+export const checkStoreId = (id: StoreId): StoreError | undefined => {
+  if (typeof id?.table !== "string" || id.table.length === 0 || Buffer.byteLength(id.table, "utf8") > 255) {
+    return storeError(new InvalidStoreId({ detail: "the table name must be 1 to 255 UTF-8 bytes" }))
+  }
+  if (!Number.isInteger(id.partition) || id.partition < 0 || id.partition >= 2 ** 31) {
+    return storeError(
+      new InvalidStoreId({ detail: `${id.table}: the partition must be an integer in [0, 2^31), got ${id.partition}` })
+    )
   }
   return undefined
 }

@@ -12,7 +12,15 @@ import type {
   WriteOptions
 } from "../Store.js"
 import { StoreClosed, StoreLocked, storeError } from "../Store.js"
-import { checkBound, checkKey, checkValue, defaultLimits, prefixUpperBound } from "../StoreValidation.js"
+import {
+  checkBound,
+  checkKey,
+  checkOffsets,
+  checkStoreId,
+  checkValue,
+  defaultLimits,
+  prefixUpperBound
+} from "../StoreValidation.js"
 
 /** Keys are held as latin1 strings: one char per byte, so string order is byte order. */
 const toStr = (bytes: Uint8Array): string =>
@@ -55,6 +63,8 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
     const open = (id: StoreId) =>
       Effect.acquireRelease(
         Effect.suspend(() => {
+          const invalid = checkStoreId(id)
+          if (invalid) return Effect.fail(invalid)
           const name = storeName(id)
           let p = partitions.get(name)
           if (p?.open) return Effect.fail(storeError(new StoreLocked({ store: name })))
@@ -74,6 +84,8 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
 
     const drop = (id: StoreId) =>
       Effect.suspend(() => {
+        const invalid = checkStoreId(id)
+        if (invalid) return Effect.fail(invalid)
         const name = storeName(id)
         const p = partitions.get(name)
         if (p?.open) return Effect.fail(storeError(new StoreLocked({ store: name })))
@@ -112,6 +124,8 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
         const bad = checkKey(op.key, limits) ?? (op._tag === "put" ? checkValue(op.value, limits) : undefined)
         if (bad) return Effect.fail(bad)
       }
+      const badOffset = checkOffsets(options?.offsets ?? [])
+      if (badOffset) return Effect.fail(badOffset)
       applyOps(ops, options?.offsets ?? [])
       return Effect.void
     })

@@ -297,6 +297,47 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
         })
       )
 
+      it.effect("invalid offsets get typed errors and write nothing", () =>
+        Effect.gen(function* () {
+          const st = yield* openFresh()
+          const tp = { topic: "t", partition: 0 }
+          yield* st.setPersistedOffset(tp, 3)
+          for (const bad of [
+            { ...tp, offset: -1 },
+            { ...tp, offset: 1.5 },
+            { ...tp, offset: Number.MAX_SAFE_INTEGER + 2 },
+            { topic: "", partition: 0, offset: 1 },
+            { topic: "t", partition: -1, offset: 1 },
+            { topic: "t", partition: 2 ** 32, offset: 1 }
+          ]) {
+            assert.strictEqual(yield* failureTag(st.write([put(b("k"), b("v"))], { offsets: [bad] })), "InvalidValue")
+          }
+          assert.strictEqual(yield* failureTag(st.setPersistedOffset(tp, -5)), "InvalidValue")
+          assert.deepStrictEqual(yield* st.persistedOffset(tp), Option.some(3))
+          assert.isTrue(Option.isNone(yield* st.get(b("k"))))
+          // The largest safe offset round-trips exactly.
+          yield* st.setPersistedOffset(tp, Number.MAX_SAFE_INTEGER)
+          assert.deepStrictEqual(yield* st.persistedOffset(tp), Option.some(Number.MAX_SAFE_INTEGER))
+        })
+      )
+
+      it.effect("invalid store ids get typed errors", () =>
+        Effect.gen(function* () {
+          const store = yield* Store
+          for (const id of [
+            { table: "", partition: 0 },
+            { table: "x".repeat(256), partition: 0 },
+            { table: "t", partition: -1 },
+            { table: "t", partition: 0.5 },
+            { table: "t", partition: 2 ** 31 }
+          ]) {
+            assert.strictEqual(yield* failureTag(Effect.scoped(store.open(id))), "InvalidStoreId")
+            assert.strictEqual(yield* failureTag(store.drop(id)), "InvalidStoreId")
+          }
+          yield* Effect.scoped(store.open({ table: "é".repeat(127), partition: 2 ** 31 - 1 }))
+        })
+      )
+
       it.effect("a partition store is owned by one opener at a time", () =>
         Effect.gen(function* () {
           const store = yield* Store

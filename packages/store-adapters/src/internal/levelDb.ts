@@ -191,6 +191,8 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, im
     const openStore = (id: StoreId) =>
       Effect.acquireRelease(
         Effect.suspend(() => {
+          const invalid = StoreValidation.checkStoreId(id)
+          if (invalid) return Effect.fail(invalid)
           const name = storeName(id)
           if (open.has(name)) {
             return Effect.fail(storeError(new StoreLocked({ store: name, path: backend.directory })))
@@ -207,6 +209,8 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, im
 
     const drop = (id: StoreId) =>
       Effect.suspend(() => {
+        const invalid = StoreValidation.checkStoreId(id)
+        if (invalid) return Effect.fail(invalid)
         const name = storeName(id)
         if (open.has(name)) {
           return Effect.fail(storeError(new StoreLocked({ store: name, path: backend.directory })))
@@ -249,6 +253,8 @@ const makePartition = (
             ? { type: "put", key: withPrefix(prefix, op.key), value: op.value }
             : { type: "del", key: withPrefix(prefix, op.key) }
       }
+      const badOffset = StoreValidation.checkOffsets(options?.offsets ?? [])
+      if (badOffset) return Effect.fail(badOffset)
       for (const o of options?.offsets ?? [])
         batch.push({ type: "put", key: metaKey(prefix, o), value: encodeOffset(o.offset) })
       if (batch.length === 0) return Effect.void
