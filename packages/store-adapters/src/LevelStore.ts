@@ -18,7 +18,7 @@ export const LevelStoreOptions = Schema.Struct({
   ...commonFields,
   /** The block cache shared by every partition, in bytes (default 8 MiB). */
   cacheSize: Schema.optional(PositiveInt),
-  /** Memtable size before it is written to a table file, in bytes (default 4 MiB). */
+  /** Memtable size before it is written to a table file, in bytes (default 64 MiB, one memtable per directory). */
   writeBufferSize: Schema.optional(PositiveInt),
   /** Approximate size of a table block, in bytes (default 4 KiB). */
   blockSize: Schema.optional(PositiveInt),
@@ -37,6 +37,14 @@ export class LevelStore extends Context.Service<LevelStore, StoreShape & { reado
 
 const decode = decodeOptions("level", LevelStoreOptions)
 
+/**
+ * 64 MiB: persisted offsets are rewritten in every batch and sort after the data, so every flushed table overlaps
+ * the earlier ones; a larger memtable keeps level 0 small (LevelDB's 4 MiB default stalls writes at ~1M records).
+ */
+const DEFAULT_WRITE_BUFFER = 64 * 1024 * 1024
+/** Bytes per iterator page. */
+const SCAN_PAGE_BYTES = 256 * 1024
+
 /** Opens the database at `options.directory` for the life of the scope. */
 export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Service"], StoreError, Scope.Scope> =>
   Effect.gen(function* () {
@@ -54,12 +62,27 @@ export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Serv
         await db.open({
           createIfMissing: true,
           ...(o.cacheSize === undefined ? {} : { cacheSize: o.cacheSize }),
-          ...(o.writeBufferSize === undefined ? {} : { writeBufferSize: o.writeBufferSize }),
+          writeBufferSize: o.writeBufferSize ?? DEFAULT_WRITE_BUFFER,
           ...(o.blockSize === undefined ? {} : { blockSize: o.blockSize }),
           ...(o.maxOpenFiles === undefined ? {} : { maxOpenFiles: o.maxOpenFiles }),
           ...(o.compression === undefined ? {} : { compression: o.compression })
         })
-        return db as unknown as DriverDb
+        return {
+          // A chained batch skips abstract-level's per-op option cloning of the array form (~30% faster).
+          batch: (ops, opts) => {
+            const batch = db.batch()
+            for (const op of ops) {
+              if (op.type === "put") batch.put(op.key, op.value as Buffer)
+              else batch.del(op.key)
+            }
+            return batch.write(opts)
+          },
+          get: (key) => db.get(key),
+          getMany: (keys) => db.getMany(keys),
+          // classic-level caps a nextv page at 16 KiB by default: bigger pages make scans ~1.7× faster.
+          iterator: (range) => db.iterator({ ...range, highWaterMarkBytes: SCAN_PAGE_BYTES }),
+          close: () => db.close()
+        } satisfies DriverDb
       }
     })
     return { ...store, directory: o.directory }

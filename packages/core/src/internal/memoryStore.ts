@@ -26,6 +26,9 @@ import {
 const toStr = (bytes: Uint8Array): string =>
   Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("latin1")
 
+/** Entries copied out per scan page. */
+const SCAN_PAGE = 1024
+
 interface Partition {
   readonly data: Map<string, Entry>
   readonly offsets: Map<string, TopicPartitionOffset>
@@ -144,15 +147,23 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       if (range.gt !== undefined) from = Math.max(from, lowerBound(keys, toStr(range.gt), true))
       if (range.lt !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lt), false))
       if (range.lte !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lte), true))
-      // A snapshot: later writes are not seen by this scan.
+      // A snapshot by reference: a put replaces a stored entry, never mutates it, so later writes are not seen.
       let slice = from < to ? keys.slice(from, to) : []
       if (range.reverse) slice.reverse()
       if (range.limit !== undefined) slice = slice.slice(0, Math.max(0, range.limit))
-      const entries = slice.map((k): Entry => {
-        const [key, value] = p.data.get(k)!
-        return [Uint8Array.from(key), Uint8Array.from(value)]
-      })
-      return Stream.fromArray(entries)
+      const snapshot = slice.map((k) => p.data.get(k)!)
+      // Copies leave the store one page at a time, so a large scan never holds every copy at once.
+      return Stream.paginate(0, (at: number) =>
+        Effect.sync(() => {
+          const end = Math.min(at + SCAN_PAGE, snapshot.length)
+          const page: Array<Entry> = new Array(end - at)
+          for (let i = at; i < end; i++) {
+            const [key, value] = snapshot[i]!
+            page[i - at] = [Uint8Array.from(key), Uint8Array.from(value)]
+          }
+          return [page, end < snapshot.length ? Option.some(end) : Option.none()] as const
+        })
+      )
     })
 
   const store: PartitionStore = {

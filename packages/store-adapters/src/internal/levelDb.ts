@@ -241,17 +241,27 @@ const makePartition = (
   const write = (ops: ReadonlyArray<StoreOp>, options?: { readonly offsets?: ReadonlyArray<TopicPartitionOffset> }) =>
     Effect.suspend(() => {
       if (handle.closed) return Effect.fail(closed())
-      const batch: Array<DriverOp> = new Array(ops.length)
+      // Validate everything first, then build every prefixed key in one allocation (one view per key).
+      let bytes = 0
       for (let i = 0; i < ops.length; i++) {
         const op = ops[i]!
         const bad =
           StoreValidation.checkKey(op.key, limits) ??
           (op._tag === "put" ? StoreValidation.checkValue(op.value, limits) : undefined)
         if (bad) return Effect.fail(bad)
-        batch[i] =
-          op._tag === "put"
-            ? { type: "put", key: withPrefix(prefix, op.key), value: op.value }
-            : { type: "del", key: withPrefix(prefix, op.key) }
+        bytes += prefix.length + op.key.length
+      }
+      const slab = Buffer.allocUnsafeSlow(bytes)
+      const batch: Array<DriverOp> = new Array(ops.length)
+      let at = 0
+      for (let i = 0; i < ops.length; i++) {
+        const op = ops[i]!
+        const start = at
+        at += prefix.copy(slab, at)
+        slab.set(op.key, at)
+        at += op.key.length
+        const key = slab.subarray(start, at)
+        batch[i] = op._tag === "put" ? { type: "put", key, value: op.value } : { type: "del", key }
       }
       const badOffset = StoreValidation.checkOffsets(options?.offsets ?? [])
       if (badOffset) return Effect.fail(badOffset)
