@@ -9,6 +9,7 @@ import {
   InvalidKey,
   InvalidStoreId,
   InvalidValue,
+  type ScanRange,
   type StoreError,
   type StoreId,
   type StoreLimits,
@@ -112,4 +113,18 @@ export const checkStoreId = (id: StoreId): StoreError | undefined => {
     )
   }
   return undefined
+}
+
+/** The scan range of every key that starts with `prefix`, with a prefix scan's options. */
+export const prefixRange = (
+  prefix: Uint8Array,
+  options?: { readonly reverse?: boolean; readonly limit?: number }
+): ScanRange => {
+  const upper = prefixUpperBound(prefix)
+  return {
+    gte: prefix,
+    ...(upper === undefined ? {} : { lt: upper }),
+    ...(options?.reverse === undefined ? {} : { reverse: options.reverse }),
+    ...(options?.limit === undefined ? {} : { limit: options.limit })
+  }
 }

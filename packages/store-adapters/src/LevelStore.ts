@@ -7,11 +7,11 @@
  *
  * @since 0.1.0
  */
-import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { ClassicLevel } from "classic-level"
-import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
+import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
 import { type DriverDb, make as makeShared } from "./internal/levelDb.js"
-import { commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
+import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
 
 /** Options of the LevelDB store, validated when the store opens. */
 export const LevelStoreOptions = Schema.Struct({
@@ -88,14 +88,12 @@ export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Serv
     return { ...store, directory: o.directory }
   })
 
+const layers = backendLayers(LevelStore, make)
+
 /** A layer providing both `LevelStore` and `Store`. */
-export const layer = (options: LevelStoreOptions): Layer.Layer<LevelStore | Store, StoreError> =>
-  Layer.effectContext(
-    Effect.map(make(options), (store) => Context.make(LevelStore, store).pipe(Context.add(Store, store)))
-  )
+export const layer: (options: LevelStoreOptions) => Layer.Layer<LevelStore | Store, StoreError> = layers.layer
 
 /** Like `layer`, with the options read from configuration. */
-export const layerConfig = (
+export const layerConfig: (
   config: Config.Wrap<LevelStoreOptions>
-): Layer.Layer<LevelStore | Store, StoreError | Config.ConfigError> =>
-  Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+) => Layer.Layer<LevelStore | Store, StoreError | Config.ConfigError> = layers.layerConfig

@@ -10,11 +10,11 @@
  *
  * @since 0.1.0
  */
-import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { RocksLevel } from "@nxtedition/rocksdb"
-import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
+import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
 import { type DriverDb, make as makeShared } from "./internal/levelDb.js"
-import { commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
+import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
 
 /** Options of the RocksDB store, validated when the store opens. */
 export const RocksDbStoreOptions = Schema.Struct({
@@ -81,14 +81,12 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
     return { ...store, directory: o.directory }
   })
 
+const layers = backendLayers(RocksDbStore, make)
+
 /** A layer providing both `RocksDbStore` and `Store`. */
-export const layer = (options: RocksDbStoreOptions): Layer.Layer<RocksDbStore | Store, StoreError> =>
-  Layer.effectContext(
-    Effect.map(make(options), (store) => Context.make(RocksDbStore, store).pipe(Context.add(Store, store)))
-  )
+export const layer: (options: RocksDbStoreOptions) => Layer.Layer<RocksDbStore | Store, StoreError> = layers.layer
 
 /** Like `layer`, with the options read from configuration. */
-export const layerConfig = (
+export const layerConfig: (
   config: Config.Wrap<RocksDbStoreOptions>
-): Layer.Layer<RocksDbStore | Store, StoreError | Config.ConfigError> =>
-  Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+) => Layer.Layer<RocksDbStore | Store, StoreError | Config.ConfigError> = layers.layerConfig

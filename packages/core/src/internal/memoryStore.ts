@@ -19,7 +19,7 @@ import {
   checkStoreId,
   checkValue,
   defaultLimits,
-  prefixUpperBound
+  prefixRange
 } from "../StoreValidation.js"
 
 /** Keys are held as latin1 strings: one char per byte, so string order is byte order. */
@@ -191,14 +191,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     scanPrefix: (prefix, options) =>
       Stream.suspend(() => {
         const bad = checkBound(prefix, "prefix")
-        if (bad) return Stream.fail(bad)
-        const upper = prefixUpperBound(prefix)
-        return scan({
-          gte: prefix,
-          ...(upper === undefined ? {} : { lt: upper }),
-          ...(options?.reverse === undefined ? {} : { reverse: options.reverse }),
-          ...(options?.limit === undefined ? {} : { limit: options.limit })
-        })
+        return bad ? Stream.fail(bad) : scan(prefixRange(prefix, options))
       }),
     persistedOffset: (tp: TopicPartition) =>
       guard(() => Option.map(Option.fromUndefinedOr(p.offsets.get(tpKey(tp))), (o): Offset => o.offset)),

@@ -188,16 +188,19 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, im
         if (ops.length > 0) await db.batch(ops, { sync: backend.sync })
       })
 
+    /** A valid id of a partition store nobody has open, or the error saying why not. */
+    const closedStore = (id: StoreId): StoreError | undefined =>
+      StoreValidation.checkStoreId(id) ??
+      (open.has(storeName(id))
+        ? storeError(new StoreLocked({ store: storeName(id), path: backend.directory }))
+        : undefined)
+
     const openStore = (id: StoreId) =>
       Effect.acquireRelease(
         Effect.suspend(() => {
-          const invalid = StoreValidation.checkStoreId(id)
-          if (invalid) return Effect.fail(invalid)
-          const name = storeName(id)
-          if (open.has(name)) {
-            return Effect.fail(storeError(new StoreLocked({ store: name, path: backend.directory })))
-          }
-          open.add(name)
+          const unavailable = closedStore(id)
+          if (unavailable) return Effect.fail(unavailable)
+          open.add(storeName(id))
           return Effect.succeed(makePartition(id, db, backend, io, deleteRange))
         }),
         (handle) =>
@@ -209,14 +212,10 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, im
 
     const drop = (id: StoreId) =>
       Effect.suspend(() => {
-        const invalid = StoreValidation.checkStoreId(id)
-        if (invalid) return Effect.fail(invalid)
-        const name = storeName(id)
-        if (open.has(name)) {
-          return Effect.fail(storeError(new StoreLocked({ store: name, path: backend.directory })))
-        }
+        const unavailable = closedStore(id)
+        if (unavailable) return Effect.fail(unavailable)
         const prefix = storePrefix(id)
-        return deleteRange(`drop ${name}`, prefix, prefixEnd(prefix))
+        return deleteRange(`drop ${storeName(id)}`, prefix, prefixEnd(prefix))
       })
 
     return { backend: backend.name, limits: backend.limits, open: openStore, drop } satisfies StoreShape
@@ -363,14 +362,7 @@ const makePartition = (
     scanPrefix: (p, options) =>
       Stream.suspend(() => {
         const bad = StoreValidation.checkBound(p, "prefix")
-        if (bad) return Stream.fail(bad)
-        const upper = StoreValidation.prefixUpperBound(p)
-        return scan({
-          gte: p,
-          ...(upper === undefined ? {} : { lt: upper }),
-          ...(options?.reverse === undefined ? {} : { reverse: options.reverse }),
-          ...(options?.limit === undefined ? {} : { limit: options.limit })
-        })
+        return bad ? Stream.fail(bad) : scan(StoreValidation.prefixRange(p, options))
       }),
     persistedOffset: (tp) =>
       guard(() =>

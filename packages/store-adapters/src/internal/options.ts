@@ -1,5 +1,5 @@
-import { InvalidStoreOptions, type StoreError, storeError } from "@strata/core"
-import { Effect, Schema } from "effect"
+import { InvalidStoreOptions, Store, type StoreError, type StoreShape, storeError } from "@strata/core"
+import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 
 /** A positive safe integer option (bytes, counts). */
 export const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
@@ -23,3 +23,18 @@ export const decodeOptions =
     Schema.decodeUnknownEffect(schema)(input, { errors: "all" }).pipe(
       Effect.mapError((issue) => storeError(new InvalidStoreOptions({ store, detail: issue.message })))
     ) as Effect.Effect<S["Type"], StoreError>
+
+/**
+ * `layer` and `layerConfig` of a store backend: each provides the backend's own
+ * key and the `Store` protocol key from the same instance.
+ */
+export const backendLayers = <I, S extends StoreShape, O>(
+  key: Context.Key<I, S>,
+  make: (options: O) => Effect.Effect<S, StoreError, Scope.Scope>
+) => {
+  const layer = (options: O): Layer.Layer<I | Store, StoreError> =>
+    Layer.effectContext(Effect.map(make(options), (store) => Context.make(key, store).pipe(Context.add(Store, store))))
+  const layerConfig = (config: Config.Wrap<O>): Layer.Layer<I | Store, StoreError | Config.ConfigError> =>
+    Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+  return { layer, layerConfig }
+}
