@@ -151,7 +151,7 @@ export const openError = (backend: Pick<Backend, "name" | "directory">, cause: u
   if (/LEVEL_LOCKED|lock hold|No locks available|Resource temporarily unavailable|\/LOCK\b/i.test(text)) {
     return storeError(new StoreLocked({ store: backend.name, path: backend.directory }))
   }
-  if (/LEVEL_CORRUPTION|Corruption|corrupt|bad magic|not an sstable|MANIFEST|CURRENT/i.test(text)) {
+  if (/LEVEL_CORRUPTION|Corruption|corrupted|bad magic|not an sstable/i.test(text)) {
     return storeError(new StoreCorrupted({ store: backend.name, path: backend.directory, detail: message(cause) }))
   }
   return storeError(new StoreIoError({ operation: `open ${backend.directory}`, detail: message(cause) }))
