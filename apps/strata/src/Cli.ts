@@ -4,7 +4,8 @@
  * @since 0.1.0
  */
 import { join } from "node:path"
-import { Log, Store, type StoreError } from "@strata/core"
+import { Log, type LogError, Store, type StoreError } from "@strata/core"
+import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Console, Effect, type Layer, Option, Schema } from "effect"
@@ -44,16 +45,27 @@ const demo = Command.make(
       ),
       Flag.withDefault("memory")
     ),
+    log: Flag.Literals("log", ["memory", "kafka"]).pipe(
+      Flag.withDescription("Where the changelog lives: in memory, or on a Kafka cluster (see --brokers)"),
+      Flag.withDefault("memory")
+    ),
+    brokers: Flag.String("brokers").pipe(
+      Flag.withDescription("Kafka bootstrap brokers, comma-separated host:port (with --log kafka)"),
+      Flag.withDefault("127.0.0.1:9092")
+    ),
     dataDir: Flag.String("data-dir").pipe(
       Flag.withDescription("Directory of a level or rocksdb store (default .strata-data/demo-<store>)"),
       Flag.optional
     )
   },
-  Effect.fn(function* ({ partitions, text, store, dataDir }) {
+  Effect.fn(function* ({ partitions, text, store, log, brokers, dataDir }) {
     const directory = Option.getOrElse(dataDir, () => join(".strata-data", `demo-${store}`))
     if (store !== "memory") yield* Console.log(`Store directory: ${directory}`)
+    const [first = "", ...rest] = brokers.split(",").map((b) => b.trim())
+    const logLayer: Layer.Layer<Log, LogError> =
+      log === "memory" ? Log.layerMemory() : KafkaLog.layer({ brokers: [first, ...rest] })
     const result = yield* Demo.run({ partitions, text, verbose: true }, demoStores(store, directory)).pipe(
-      Effect.provide(Log.layerMemory())
+      Effect.provide(logLayer)
     )
     if (!Demo.sameTable(result.before, result.after)) {
       return yield* Effect.fail(new Error("the restored table differs from the table before the restart"))
@@ -62,7 +74,7 @@ const demo = Command.make(
   })
 ).pipe(
   Command.withDescription(
-    "Run a table (memory log; memory, level or rocksdb store), restart the worker, restore the table from its changelog"
+    "Run a table (memory or Kafka changelog; memory, level or rocksdb store), restart the worker, restore it from its changelog"
   )
 )
 

@@ -159,6 +159,11 @@ export const run = <E1, E2>(
     const say = (line: string) => (options.verbose ? Console.log(line) : Effect.void)
 
     yield* log.ensureTopic({ topic: CHANGELOG, partitions: options.partitions, compacted: true })
+    // A changelog left by an earlier run (on a real broker) is truncated: the demo starts from an empty table.
+    const tps = Array.from({ length: options.partitions }, (_, partition) => ({ topic: CHANGELOG, partition }))
+    for (const o of yield* log.offsets(tps)) {
+      if (o.highwater > o.logStart) yield* log.deleteRecords(o, o.highwater)
+    }
     const before = yield* Effect.gen(function* () {
       const store = yield* Store
       yield* say(

@@ -1,8 +1,6 @@
 /**
- * @strata/kafka: The `Log` protocol on a real Kafka cluster: the changelog transport for tables and recovery.
+ * @strata/kafka: the `Log` protocol (the changelog transport) on Kafka.
  *
- * Not built yet (issue 4 fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export * as KafkaLog from "./KafkaLog.js"

@@ -1,0 +1,30 @@
+import { execFile } from "node:child_process"
+import { fileURLToPath } from "node:url"
+import { describe, expect, inject, it } from "vitest"
+
+const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
+const tsx = fileURLToPath(new URL("../../../node_modules/.bin/tsx", import.meta.url))
+
+const strata = (args: ReadonlyArray<string>) =>
+  new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+    execFile(tsx, ["--conditions=@strata/source", bin, ...args], { timeout: 90_000 }, (error, stdout, stderr) => {
+      resolve({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, stdout, stderr })
+    })
+  })
+
+describe("strata demo on a real Kafka broker", () => {
+  it("keeps the changelog on Kafka and restores the table from it, twice on the same topic", async () => {
+    for (let run = 0; run < 2; run++) {
+      const r = await strata(["demo", "--log", "kafka", "--brokers", inject("kafka"), "--partitions", "3"])
+      expect(r.code).toBe(0)
+      expect(r.stdout).toContain("on kafka")
+      expect(r.stdout).toContain("OK: all 29 words restored from 53 changelog records")
+    }
+  })
+
+  it("names the brokers when none answers", async () => {
+    const r = await strata(["demo", "--log", "kafka", "--brokers", "127.0.0.1:1", "--partitions", "1"])
+    expect(r.code).not.toBe(0)
+    expect(`${r.stdout}${r.stderr}`).toContain("127.0.0.1:1")
+  })
+})

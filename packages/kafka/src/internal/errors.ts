@@ -1,0 +1,67 @@
+import {
+  BrokerUnreachable,
+  InvalidRequest,
+  type LogError,
+  LogIoError,
+  logError,
+  RecordTooLarge,
+  TopicMismatch,
+  UnknownTopic
+} from "@strata/core"
+
+/** The Kafka error code names (apiId) of a client error and its nested errors. */
+export const apiIds = (cause: unknown): Set<string> => {
+  const out = new Set<string>()
+  const visit = (e: unknown, depth: number) => {
+    if (e === null || typeof e !== "object" || depth > 6) return
+    const apiId = (e as { apiId?: unknown }).apiId
+    if (typeof apiId === "string") out.add(apiId)
+    const errors = (e as { errors?: unknown }).errors
+    if (Array.isArray(errors)) for (const inner of errors) visit(inner, depth + 1)
+    visit((e as { cause?: unknown }).cause, depth + 1)
+  }
+  visit(cause, 0)
+  return out
+}
+
+const text = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
+
+const isNetwork = (cause: unknown): boolean =>
+  /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|ETIMEDOUT|ECONNRESET|Connection|Network|timed out|Timeout/i.test(
+    `${(cause as { code?: unknown })?.code ?? ""} ${text(cause)} ${text((cause as { cause?: unknown })?.cause)}`
+  )
+
+/** Maps a client failure of `operation` to a `LogError` reason. */
+export const toLogError = (
+  operation: string,
+  brokers: ReadonlyArray<string>,
+  cause: unknown,
+  topic?: string
+): LogError => {
+  const ids = apiIds(cause)
+  if (ids.has("MESSAGE_TOO_LARGE") || ids.has("RECORD_LIST_TOO_LARGE")) {
+    return logError(new RecordTooLarge({ topic: topic ?? "", size: -1, max: -1 }))
+  }
+  if (ids.has("UNKNOWN_TOPIC_OR_PARTITION") || ids.has("UNKNOWN_TOPIC_ID") || /Unknown topic/i.test(text(cause))) {
+    return logError(new UnknownTopic({ topic: topic ?? "" }))
+  }
+  if (ids.has("INVALID_TOPIC_EXCEPTION") || ids.has("INVALID_PARTITIONS") || ids.has("INVALID_RECORD")) {
+    return logError(new InvalidRequest({ detail: `${operation}: ${[...ids].join(", ")}: ${text(cause)}` }))
+  }
+  if (isNetwork(cause))
+    return logError(new BrokerUnreachable({ brokers: [...brokers], detail: `${operation}: ${text(cause)}` }))
+  const retryable = [...ids].some((id) =>
+    /NOT_LEADER|LEADER_NOT_AVAILABLE|REQUEST_TIMED_OUT|NOT_ENOUGH_REPLICAS|NOT_COORDINATOR|COORDINATOR_LOAD/.test(id)
+  )
+  return logError(
+    new LogIoError({
+      operation,
+      detail: ids.size > 0 ? `${[...ids].join(", ")}: ${text(cause)}` : text(cause),
+      retryable
+    })
+  )
+}
+
+/** `TopicMismatch` for a topic that exists with another partition count. */
+export const mismatch = (topic: string, expected: number, actual: number): LogError =>
+  logError(new TopicMismatch({ topic, expectedPartitions: expected, actualPartitions: actual }))
