@@ -80,7 +80,14 @@ export const KafkaLogOptions = Schema.Struct({
   /** Attempts to reach the brokers at start, with exponential backoff, before `BrokerUnreachable` (default 5). */
   connectAttempts: Schema.optional(PositiveInt),
   /** Largest record accepted (key + value + headers), in bytes (default 1000000, under Kafka's 1 MiB default). */
-  maxRecordBytes: Schema.optional(PositiveInt)
+  maxRecordBytes: Schema.optional(PositiveInt),
+  /**
+   * How long `produce` waits for more records before sending, in milliseconds (default 0). Calls made while a
+   * send is in flight are always sent together in the next request, lingering or not.
+   */
+  lingerMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  /** Most records `produce` puts in one request (default 1000). */
+  maxBatchRecords: Schema.optional(PositiveInt)
 })
 /** @see KafkaLogOptions */
 export type KafkaLogOptions = typeof KafkaLogOptions.Type
@@ -282,6 +289,63 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         return offsets
       })
 
+    // `produce` calls queue per acks level; one sender per level drains its queue in batches, so concurrent
+    // callers share requests (the first call of an idle producer goes out at once unless lingerMs is set).
+    const logScope = yield* Effect.scope
+    const lingerMs = o.lingerMs ?? 0
+    const maxProduceBatch = o.maxBatchRecords ?? 1000
+    interface Waiting {
+      readonly record: ProducerRecord
+      readonly done: Deferred.Deferred<number, LogError>
+    }
+    const queues = new Map<Acks, { waiting: Array<Waiting>; sending: boolean }>()
+    const drain = (acks: Acks, q: { waiting: Array<Waiting>; sending: boolean }): Effect.Effect<void> =>
+      Effect.gen(function* () {
+        if (lingerMs > 0) yield* Effect.sleep(lingerMs)
+        while (q.waiting.length > 0) {
+          const batch = q.waiting.splice(0, maxProduceBatch)
+          const result = yield* Effect.exit(
+            produceBatch(
+              batch.map((w) => w.record),
+              { acks }
+            )
+          )
+          batch.forEach((w, i) => {
+            const outcome: Exit.Exit<number, LogError> = Exit.isSuccess(result)
+              ? Exit.succeed(result.value[i]!)
+              : Exit.failCause(result.cause)
+            Deferred.doneUnsafe(w.done, outcome)
+          })
+        }
+      }).pipe(
+        Effect.ensuring(
+          Effect.sync(() => {
+            q.sending = false
+          })
+        )
+      )
+    const produce = (record: ProducerRecord, options?: { readonly acks?: Acks }) =>
+      Effect.gen(function* () {
+        yield* checkTp(record)
+        const size = recordBytes(record)
+        if (size > maxRecordBytes) {
+          return yield* Effect.fail(logError(new RecordTooLarge({ topic: record.topic, size, max: maxRecordBytes })))
+        }
+        const acks = options?.acks ?? "all"
+        let q = queues.get(acks)
+        if (q === undefined) {
+          q = { waiting: [], sending: false }
+          queues.set(acks, q)
+        }
+        const done = Deferred.makeUnsafe<number, LogError>()
+        q.waiting.push({ record, done })
+        if (!q.sending) {
+          q.sending = true
+          yield* Effect.forkIn(drain(acks, q), logScope)
+        }
+        return yield* Deferred.await(done)
+      })
+
     const offsets = (tps: ReadonlyArray<TopicPartition>) =>
       Effect.gen(function* () {
         for (const tp of tps) yield* checkTp(tp)
@@ -371,9 +435,13 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     const log: LogShape = {
       backend: "kafka",
       ensureTopic,
-      produce: (record, options) => Effect.map(produceBatch([record], options), (o) => o[0]!),
+      produce,
       produceBatch,
-      flush: Effect.promise(() => Promise.allSettled([...inFlight])).pipe(Effect.asVoid),
+      flush: Effect.gen(function* () {
+        const queued = [...queues.values()].flatMap((q) => q.waiting.map((w) => w.done))
+        yield* Effect.forEach(queued, (d) => Effect.ignore(Deferred.await(d)), { discard: true })
+        yield* Effect.promise(() => Promise.allSettled([...inFlight]))
+      }),
       offsets,
       deleteRecords,
       consumer,

@@ -389,6 +389,29 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         })
       )
 
+      it.effect("concurrent produce calls get dense, distinct offsets", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const topic = yield* freshTopic(3)
+          const calls = Array.from({ length: 300 }, (_, i) => rec(topic, i % 3, `v${i}`))
+          const offsets = yield* Effect.forEach(calls, (r) => log.produce(r), { concurrency: "unbounded" })
+          yield* log.flush
+          for (let p = 0; p < 3; p++) {
+            const mine = offsets.filter((_, i) => i % 3 === p).sort((a, b) => a - b)
+            assert.deepStrictEqual(
+              mine,
+              Array.from({ length: 100 }, (_, i) => i),
+              `partition ${p}`
+            )
+          }
+          const hw = yield* log.offsets(tps(topic, 3))
+          assert.deepStrictEqual(
+            hw.map((o) => o.highwater),
+            [100, 100, 100]
+          )
+        })
+      )
+
       it.effect("acks 0 returns -1 and still appends", () =>
         Effect.gen(function* () {
           const log = yield* Log
