@@ -9,7 +9,8 @@ import type { BenchOutput } from "./lib.js"
 import { envString, progress, round3 } from "./lib.js"
 
 const benches: Record<string, () => Promise<BenchOutput & { readonly save: boolean }>> = {
-  store: async () => (await import("./store.js")).run()
+  store: async () => (await import("./store.js")).run(),
+  kafka: async () => (await import("./kafka.js")).run()
 }
 
 /** The command line as the user typed it, as far as it can be told, with what it ran. */

@@ -61,6 +61,7 @@ import {
   Schedule,
   Schema,
   type Scope,
+  Semaphore,
   Stream
 } from "effect"
 import { apiIds, mismatch, toLogError } from "./internal/errors.js"
@@ -99,6 +100,8 @@ export class KafkaLog extends Context.Service<KafkaLog, LogShape & { readonly br
 
 const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/
 const CONTROL_BATCH = 0x20
+/** Shared by every record without headers. */
+const NO_HEADERS: ReadonlyArray<{ readonly key: string; readonly value: Uint8Array }> = []
 /** Kafka stores timestamp deltas in 32 bits; the client mis-encodes larger spans, so such sends are split. */
 const MAX_TIMESTAMP_SPAN = 2 ** 31 - 1
 
@@ -240,35 +243,80 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
 
     const inFlight = new Set<Promise<unknown>>()
 
+    const validTopic = (topic: string) =>
+      typeof topic === "string" && TOPIC.test(topic)
+        ? partitionCount(topic)
+        : Effect.fail(logError(new InvalidRequest({ detail: `invalid topic name ${JSON.stringify(topic)}` })))
+
+    /** The client duplicated records with several idempotent sends in flight, so sends go one at a time. */
+    const sendLock = Semaphore.makeUnsafe(1)
+
     const produceBatch = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
       Effect.gen(function* () {
-        for (const r of records) {
-          yield* checkTp(r)
-          const size = recordBytes(r)
-          if (size > maxRecordBytes)
-            return yield* Effect.fail(logError(new RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes })))
-        }
         if (records.length === 0) return []
-        const now = yield* Clock.currentTimeMillis
-        const messages = records.map((r) => ({
-          topic: r.topic,
-          partition: r.partition,
-          ...(r.key === null ? {} : { key: asBuffer(r.key) }),
-          ...(r.value === null ? {} : { value: asBuffer(r.value) }),
-          headers: new Map((r.headers ?? []).map((h) => [Buffer.from(h.key, "utf8"), asBuffer(h.value)] as const)),
-          timestamp: BigInt(r.timestamp ?? now)
-        }))
-        const stamps = messages.map((m) => Number(m.timestamp))
-        const span = Math.max(...stamps) - Math.min(...stamps)
+        // Topics are checked once each; partitions and sizes per record, without an Effect per record.
+        const topics = [...new Set(records.map((r) => r.topic))]
+        const counts = new Map<string, number>()
+        for (const topic of topics) counts.set(topic, yield* validTopic(topic))
+        for (const r of records) {
+          const count = counts.get(r.topic)!
+          if (!Number.isInteger(r.partition) || r.partition < 0 || r.partition >= count) {
+            return yield* Effect.fail(
+              logError(new UnknownPartition({ topic: r.topic, partition: r.partition, partitions: count }))
+            )
+          }
+          const size = recordBytes(r)
+          if (size > maxRecordBytes) {
+            return yield* Effect.fail(logError(new RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes })))
+          }
+        }
+        // Headers and timestamps are passed only when given (the client stamps the rest at send time).
+        let minStamp = Number.POSITIVE_INFINITY
+        let maxStamp = Number.NEGATIVE_INFINITY
+        const messages = records.map((r) => {
+          const m: {
+            topic: string
+            partition: number
+            key?: Buffer
+            value?: Buffer
+            headers?: Map<Buffer, Buffer>
+            timestamp?: bigint
+          } = { topic: r.topic, partition: r.partition }
+          if (r.key !== null) m.key = asBuffer(r.key)
+          if (r.value !== null) m.value = asBuffer(r.value)
+          if (r.headers !== undefined && r.headers.length > 0) {
+            m.headers = new Map(r.headers.map((h) => [Buffer.from(h.key, "utf8"), asBuffer(h.value)] as const))
+          }
+          if (r.timestamp !== undefined) {
+            m.timestamp = BigInt(r.timestamp)
+            if (r.timestamp < minStamp) minStamp = r.timestamp
+            if (r.timestamp > maxStamp) maxStamp = r.timestamp
+          }
+          return m
+        })
+        if (minStamp !== Number.POSITIVE_INFINITY) {
+          // Unstamped records get the clock's time, so that one request's deltas stay within 32 bits.
+          const now = yield* Clock.currentTimeMillis
+          for (const m of messages) {
+            if (m.timestamp === undefined) m.timestamp = BigInt(now)
+          }
+          minStamp = Math.min(minStamp, now)
+          maxStamp = Math.max(maxStamp, now)
+        }
         // Send as one request unless timestamps span more than a 32-bit delta (then one request per record).
-        const groups = span > MAX_TIMESTAMP_SPAN ? messages.map((m) => [m]) : [messages]
+        const groups = maxStamp - minStamp > MAX_TIMESTAMP_SPAN ? messages.map((m) => [m]) : [messages]
         const acks = acksOf(options?.acks)
         const offsets: Array<number> = []
         for (const group of groups) {
-          const send = acks === -1 ? idempotent.send({ messages: group }) : plain.send({ acks, messages: group })
-          inFlight.add(send)
-          const result = yield* call("produce", () => send, group[0]!.topic).pipe(
-            Effect.ensuring(Effect.sync(() => inFlight.delete(send)))
+          const result = yield* Semaphore.withPermit(
+            sendLock,
+            Effect.suspend(() => {
+              const send = acks === -1 ? idempotent.send({ messages: group }) : plain.send({ acks, messages: group })
+              inFlight.add(send)
+              return call("produce", () => send, group[0]!.topic).pipe(
+                Effect.ensuring(Effect.sync(() => inFlight.delete(send)))
+              )
+            })
           )
           const base = new Map<string, number>(
             (result.offsets ?? []).map((x) => [`${x.topic}/${x.partition}`, Number(x.offset)] as const)
@@ -614,44 +662,48 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
               continue
             }
             if (stale) continue
-            const records: Array<LogRecord> = []
+            // Records go straight into chunks of maxBatchRecords; no per-record copies beyond the LogRecord.
+            const chunks: Array<Array<LogRecord>> = []
+            let chunk: Array<LogRecord> = []
             let end = s.position
             for (const batch of p.records ?? []) {
-              end = Math.max(end, Number(batch.firstOffset) + batch.lastOffsetDelta + 1)
+              const first = Number(batch.firstOffset)
+              end = Math.max(end, first + batch.lastOffsetDelta + 1)
               if ((batch.attributes & CONTROL_BATCH) !== 0) continue
+              const baseTime = Number(batch.firstTimestamp)
               for (const r of batch.records) {
-                const offset = Number(batch.firstOffset) + r.offsetDelta
+                const offset = first + r.offsetDelta
                 if (offset < s.position) continue
-                records.push({
+                chunk.push({
                   topic,
                   partition: p.partitionIndex,
                   offset,
                   key: r.key,
                   value: r.value,
-                  headers: r.headers.map(([k, v]) => ({
-                    key: k?.toString("utf8") ?? "",
-                    value: v ?? new Uint8Array(0)
-                  })),
-                  timestamp: Number(batch.firstTimestamp + r.timestampDelta)
+                  headers:
+                    r.headers.length === 0
+                      ? NO_HEADERS
+                      : r.headers.map(([k, v]) => ({ key: k?.toString("utf8") ?? "", value: v ?? new Uint8Array(0) })),
+                  timestamp: baseTime + Number(r.timestampDelta)
                 })
+                if (chunk.length === deps.maxBatchRecords) {
+                  chunks.push(chunk)
+                  chunk = []
+                }
               }
             }
+            if (chunk.length > 0) chunks.push(chunk)
             const highwater = Number(p.highWatermark)
-            if (records.length === 0) {
+            if (chunks.length === 0) {
               // Only transaction markers or compacted gaps: move past them.
               if (end > current.position) current.position = end
               continue
             }
-            for (let i = 0; i < records.length; i += deps.maxBatchRecords) {
+            for (const records of chunks) {
               pending.push({
                 key,
                 generation: s.generation,
-                batch: {
-                  topic,
-                  partition: p.partitionIndex,
-                  records: records.slice(i, i + deps.maxBatchRecords),
-                  highwater
-                }
+                batch: { topic, partition: p.partitionIndex, records, highwater }
               })
             }
           }
@@ -664,10 +716,13 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
         const p = pending.shift()!
         const a = assigned.get(p.key)
         if (a === undefined || a.generation !== p.generation || paused.has(p.key)) continue
-        const records = p.batch.records.filter((r) => r.offset >= a.position)
-        if (records.length === 0) continue
-        a.position = records[records.length - 1]!.offset + 1
-        return { ...p.batch, records }
+        const all = p.batch.records
+        if (all[all.length - 1]!.offset < a.position) continue
+        // Copy only when a seek moved the position into the middle of the chunk.
+        const batch =
+          all[0]!.offset >= a.position ? p.batch : { ...p.batch, records: all.filter((r) => r.offset >= a.position) }
+        a.position = all[all.length - 1]!.offset + 1
+        return batch
       }
       return undefined
     }
@@ -912,17 +967,16 @@ const makeGroupConsumer = (
 /** Reorders pending batches so partitions alternate. */
 const interleave = (pending: Array<Pending>): Array<Pending> => {
   const queues = new Map<string, Array<Pending>>()
-  for (const p of pending) queues.set(p.key, [...(queues.get(p.key) ?? []), p])
+  for (const p of pending) {
+    const q = queues.get(p.key)
+    if (q === undefined) queues.set(p.key, [p])
+    else q.push(p)
+  }
+  if (queues.size <= 1) return pending
+  const lists = [...queues.values()]
   const out: Array<Pending> = []
-  for (let more = true; more; ) {
-    more = false
-    for (const q of queues.values()) {
-      const next = q.shift()
-      if (next !== undefined) {
-        out.push(next)
-        more = more || q.length > 0
-      }
-    }
+  for (let i = 0; out.length < pending.length; i++) {
+    for (const q of lists) if (i < q.length) out.push(q[i]!)
   }
   return out
 }
