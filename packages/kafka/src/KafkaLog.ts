@@ -592,7 +592,9 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
             if (info === undefined) continue
             topicIds.set(t, info.id)
             topicNames.set(info.id, t)
-            info.partitions.forEach((p, i) => leaders.set(`${t}/${i}`, p.leader))
+            info.partitions.forEach((p, i) => {
+              leaders.set(`${t}/${i}`, p.leader)
+            })
           }
         }
       )
