@@ -846,7 +846,7 @@ const makeGroupConsumer = (
     const inner = yield* deps.consumer(
       options.maxBatchRecords === undefined ? {} : { maxBatchRecords: options.maxBatchRecords }
     )
-    const events = yield* Queue.unbounded<GroupEvent, Cause.Done>()
+    const events = yield* Queue.unbounded<GroupEvent, LogError | Cause.Done>()
     const changes = yield* Queue.unbounded<void>()
     const member = yield* Effect.acquireRelease(
       Effect.sync(() => {
@@ -930,7 +930,10 @@ const makeGroupConsumer = (
 
     yield* deps.call("joinGroup", () => member.joinGroup({}))
     yield* sync
-    yield* Effect.forkScoped(Effect.forever(Effect.andThen(Queue.take(changes), sync)))
+    // A failure while following the group ends the member's event stream with that error.
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.andThen(Queue.take(changes), sync)).pipe(Effect.catch((e) => Queue.fail(events, e)))
+    )
 
     const group: GroupConsumer = {
       events: Stream.fromQueue(events),
