@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 export * from "./Coordination.js"
+export * as CoordinationPaths from "./CoordinationPaths.js"
 export * from "./Election.js"
 export * from "./Errors.js"
 export * from "./Log.js"

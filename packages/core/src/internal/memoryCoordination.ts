@@ -6,6 +6,7 @@
  * liveness runs on Effect's Clock: a connected session is always heard from; a
  * disconnected one is expired by the "server" once its timeout has passed.
  */
+import { invalidPath, join, nameOf, parentOf } from "../CoordinationPaths.js"
 import type { Duration as DurationNs, Scope } from "effect"
 import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, PubSub, Stream } from "effect"
 import type {
@@ -76,45 +77,11 @@ const isSequential = (mode: CreateMode): boolean => mode === "persistent-sequent
 
 const isEphemeral = (mode: CreateMode): boolean => mode === "ephemeral" || mode === "ephemeral-sequential"
 
-/** Characters ZooKeeper refuses in a path. */
-const isForbiddenChar = (c: number): boolean =>
-  c === 0 ||
-  (c > 0x00 && c <= 0x1f) ||
-  (c >= 0x7f && c <= 0x9f) ||
-  (c >= 0xd800 && c <= 0xf8ff) ||
-  (c >= 0xfff0 && c <= 0xffff)
-
-/**
- * Validates a path as ZooKeeper does. For sequential creates the path may end
- * in `/` (the suffix becomes the whole name), so `path + "0"` is validated.
- */
+/** Throws (as the module's other checks do) when a path is invalid. */
 const validatePath = (path: string, sequential = false): void => {
-  const invalid = (detail: string) => fail(new InvalidPath({ path, detail }))
-  if (typeof path !== "string" || path.length === 0) {
-    invalid("path is empty")
-    return
-  }
-  const p = sequential ? `${path}0` : path
-  if (p.charCodeAt(0) !== 0x2f) invalid("path must start with /")
-  if (p.length === 1) return
-  if (p.endsWith("/")) invalid("path must not end with /")
-  for (let i = 0; i < p.length; i++) {
-    if (isForbiddenChar(p.charCodeAt(i))) invalid(`invalid character at index ${i}`)
-  }
-  for (const segment of p.slice(1).split("/")) {
-    if (segment.length === 0) invalid("empty segment")
-    if (segment === "." || segment === "..") invalid("relative segment")
-  }
+  const reason = invalidPath(path, sequential)
+  if (reason !== undefined) fail(reason)
 }
-
-const parentOf = (path: string): string => {
-  const i = path.lastIndexOf("/")
-  return i <= 0 ? "/" : path.slice(0, i)
-}
-
-const nameOf = (path: string): string => path.slice(path.lastIndexOf("/") + 1)
-
-const join = (parent: string, name: string): string => (parent === "/" ? `/${name}` : `${parent}/${name}`)
 
 const statOf = (rec: NodeRec): Stat => ({
   version: rec.version,

@@ -1,11 +1,17 @@
-// Minimal types for node-zookeeper-client 1.1.3 (the package ships none): only what we call.
+// Minimal types for node-zookeeper-client 1.1.3 (the package ships none): only what the adapter calls.
 declare module "node-zookeeper-client" {
   import type { EventEmitter } from "node:events"
 
   export class Exception extends Error {
-    static readonly NO_NODE: number
-    static readonly NODE_EXISTS: number
-    static readonly BAD_VERSION: number
+    static readonly OK: 0
+    static readonly CONNECTION_LOSS: -4
+    static readonly BAD_ARGUMENTS: -8
+    static readonly NO_NODE: -101
+    static readonly BAD_VERSION: -103
+    static readonly NO_CHILDREN_FOR_EPHEMERALS: -108
+    static readonly NODE_EXISTS: -110
+    static readonly NOT_EMPTY: -111
+    static readonly SESSION_EXPIRED: -112
     getCode(): number
     getName(): string
     getPath(): string | undefined
@@ -16,17 +22,33 @@ declare module "node-zookeeper-client" {
     static readonly NODE_DELETED: 2
     static readonly NODE_DATA_CHANGED: 3
     static readonly NODE_CHILDREN_CHANGED: 4
-    readonly type: number
-    readonly name: string
-    readonly path: string
     getType(): number
     getName(): string
     getPath(): string
   }
 
+  export class State {
+    static readonly DISCONNECTED: State
+    static readonly SYNC_CONNECTED: State
+    static readonly AUTH_FAILED: State
+    static readonly CONNECTED_READ_ONLY: State
+    static readonly EXPIRED: State
+    readonly name: string
+    readonly code: number
+    getName(): string
+    getCode(): number
+  }
+
+  /** ZooKeeper's stat; 64-bit fields are 8-byte big-endian buffers. */
   export interface Stat {
+    readonly czxid: Buffer
+    readonly mzxid: Buffer
+    readonly pzxid: Buffer
     readonly version: number
+    readonly cversion: number
+    readonly aversion: number
     readonly ephemeralOwner: Buffer
+    readonly dataLength: number
     readonly numChildren: number
   }
 
@@ -41,15 +63,38 @@ declare module "node-zookeeper-client" {
     sessionTimeout?: number
     spinDelay?: number
     retries?: number
+    sessionId?: Buffer
+    sessionPassword?: Buffer
   }
 
   type Callback<A extends Array<unknown>> = (error: Exception | Error | null, ...result: A) => void
   type Watcher = (event: Event) => void
 
+  /** One result of a committed transaction. */
+  export interface TransactionResult {
+    readonly type: number
+    readonly path?: string
+    readonly stat?: Stat
+    readonly err?: number
+  }
+
+  export interface Transaction {
+    /** The queued operations (1.1.3 turns a version of 0 into -1 in check/setData/remove; patched through this). */
+    readonly ops: Array<{ version?: number }>
+    create(path: string, data: Buffer | null, mode: number): Transaction
+    check(path: string, version: number): Transaction
+    setData(path: string, data: Buffer | null, version: number): Transaction
+    remove(path: string, version: number): Transaction
+    commit(callback: Callback<[results: Array<TransactionResult>]>): void
+  }
+
   export interface Client extends EventEmitter {
     connect(): void
     close(): void
+    getState(): State
     getSessionId(): Buffer
+    getSessionPassword(): Buffer
+    getSessionTimeout(): number
     create(path: string, data: Buffer | null, mode: number, callback: Callback<[path: string]>): void
     mkdirp(path: string, callback: Callback<[path: string]>): void
     remove(path: string, version: number, callback: Callback<[]>): void
@@ -61,6 +106,7 @@ declare module "node-zookeeper-client" {
     setData(path: string, data: Buffer | null, version: number, callback: Callback<[stat: Stat]>): void
     getChildren(path: string, watcher: Watcher, callback: Callback<[children: Array<string>, stat: Stat]>): void
     getChildren(path: string, callback: Callback<[children: Array<string>, stat: Stat]>): void
+    transaction(): Transaction
   }
 
   export function createClient(connectionString: string, options?: ClientOptions): Client
@@ -70,6 +116,7 @@ declare module "node-zookeeper-client" {
     CreateMode: typeof CreateMode
     Event: typeof Event
     Exception: typeof Exception
+    State: typeof State
   }
   export default zookeeper
 }
