@@ -7,3 +7,4 @@
 export * as CoordinationConformance from "./CoordinationConformance.js"
 export * as LogConformance from "./LogConformance.js"
 export * as StoreConformance from "./StoreConformance.js"
+export * as ElectionConformance from "./ElectionConformance.js"
