@@ -10,6 +10,7 @@ import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Console, Effect, type Layer, Option, Schema } from "effect"
 import { Command, Flag } from "effect/cli"
+import * as Coordinators from "./Coordinators.js"
 import * as Demo from "./Demo.js"
 
 /** The store layers of one worker run and of its restart. */
@@ -78,10 +79,28 @@ const demo = Command.make(
   )
 )
 
+const coordinators = Command.make(
+  "coordinators",
+  {},
+  Effect.fn(function* () {
+    const result = yield* Coordinators.run(true).pipe(Effect.provide(Coordinators.layerMemory))
+    if (result.second.epoch <= result.first.epoch || result.staleWrite !== "FencedEpoch") {
+      return yield* Effect.fail(new Error("the takeover did not fence the old leader"))
+    }
+    yield* Console.log(
+      `OK: server ${result.second.serverId} leads with epoch ${result.second.epoch} > ${result.first.epoch}; the old leader is fenced`
+    )
+  })
+).pipe(
+  Command.withDescription(
+    "Three coordinators elect a leader on the embedded memory coordination; the leader is killed and another takes over with a higher epoch"
+  )
+)
+
 /** The root command. */
 export const strata = Command.make("strata").pipe(
   Command.withDescription("Partitioned, replicated, stateful services in TypeScript"),
-  Command.withSubcommands([demo])
+  Command.withSubcommands([demo, coordinators])
 )
 
 /** Runs the CLI with the given arguments. */

@@ -49,6 +49,15 @@ describe("strata CLI (a real child process)", () => {
     }
   })
 
+  it("coordinators: the leader is killed and another takes over with a higher epoch", async () => {
+    const r = await strata(["coordinators"])
+    expect(r.code).toBe(0)
+    expect(r.stdout).toMatch(/Became coordinator leader: server \d with epoch 1/)
+    expect(r.stdout).toMatch(/Became coordinator leader: server \d with epoch 2 \(took over in \d+ ms\)/)
+    expect(r.stdout).toContain("The killed leader's write is refused: FencedEpoch")
+    expect(r.stdout).toContain("OK: server")
+  })
+
   it("rejects a bad flag value with a message that names it", async () => {
     const r = await strata(["demo", "--partitions", "0"])
     expect(r.code).not.toBe(0)

@@ -1,8 +1,8 @@
 /**
- * @strata/election: `Coordination` adapters for ZooKeeper and etcd, the fenced election recipe and the coordinator lifecycle.
+ * @strata/election: coordination adapters (subpaths `/zookeeper`, `/etcd`), the
+ * election recipe on any `Coordination` backend, and the coordinator lifecycle.
  *
- * Not built yet (issue 5 fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export * as CoordinationElection from "./CoordinationElection.js"
+export * as CoordinatorLifecycle from "./CoordinatorLifecycle.js"
