@@ -26,7 +26,17 @@ import { pathToFileURL } from "node:url"
 import type { LogBatch, ProducerRecord, TopicPartition } from "../packages/core/src/index.js"
 import { Effect, Stream } from "effect"
 import * as KafkaJs from "kafkajs"
-import { type BenchOutput, collectGarbage, envInt, envString, type Figure, median, progress, round3 } from "./lib.js"
+import {
+  type BenchOutput,
+  collectGarbage,
+  envInt,
+  envString,
+  type Figure,
+  median,
+  progress,
+  randomBytes,
+  round3
+} from "./lib.js"
 
 type Platformatic = typeof import("../packages/kafka/node_modules/@platformatic/kafka/dist/index.js")
 type KafkaModule = typeof import("../packages/kafka/src/index.js")
@@ -68,18 +78,6 @@ interface Timing {
 // ---------------------------------------------------------------------------
 // Data
 // ---------------------------------------------------------------------------
-
-const randomBytes = (n: number, seed: number): Buffer => {
-  const out = Buffer.allocUnsafe(n)
-  let x = seed >>> 0 || 1
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    out[i] = x & 0xff
-  }
-  return out
-}
 
 interface Data {
   readonly keys: ReadonlyArray<Buffer>

@@ -67,3 +67,16 @@ export const envInt = (name: string, fallback: number): number => {
 export const progress = (message: string): void => {
   process.stderr.write(`[bench] ${message}\n`)
 }
+
+/** A deterministic byte generator (xorshift32), so every run of a bench writes the same bytes. */
+export const randomBytes = (n: number, seed: number): Buffer => {
+  const out = Buffer.allocUnsafe(n)
+  let x = seed >>> 0 || 1
+  for (let i = 0; i < n; i++) {
+    x ^= x << 13
+    x ^= x >>> 17
+    x ^= x << 5
+    out[i] = x & 0xff
+  }
+  return out
+}

@@ -32,6 +32,7 @@ import {
   type Figure,
   median,
   progress,
+  randomBytes,
   round3,
   withTempDir
 } from "./lib.js"
@@ -93,19 +94,6 @@ interface Plan {
 // ---------------------------------------------------------------------------
 // Data: the same key and value objects for every run
 // ---------------------------------------------------------------------------
-
-/** A deterministic byte generator (xorshift32), so every run of the bench writes the same bytes. */
-const randomBytes = (n: number, seed: number): Uint8Array => {
-  const out = new Uint8Array(n)
-  let x = seed >>> 0 || 1
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    out[i] = x & 0xff
-  }
-  return out
-}
 
 interface Data {
   readonly records: number

@@ -780,17 +780,7 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
             const a = yield* entry(tp)
             const [o] = yield* deps.offsets([tp])
             if (!Number.isInteger(offset) || offset < o!.logStart || offset > o!.highwater) {
-              return yield* Effect.fail(
-                logError(
-                  new OffsetOutOfRange({
-                    topic: tp.topic,
-                    partition: tp.partition,
-                    offset,
-                    logStart: o!.logStart,
-                    highwater: o!.highwater
-                  })
-                )
-              )
+              return yield* deps.outOfRange(tp, offset)
             }
             a.position = offset
             a.generation++
