@@ -1,0 +1,338 @@
+/**
+ * Leader failover of the fenced election across real processes (TESTING.md §3, ARCHITECTURE.md §5), on ZooKeeper
+ * and on etcd. Three coordinator processes (`fixtures/coordinator.ts`) campaign in one namespace; the leader performs
+ * a fenced write every 200 ms. Scenarios, in order, per backend:
+ *   1. `kill -9` of the leader: another process leads with a higher epoch within sessionTimeout + 2 s;
+ *   2. SIGTERM of the leader (it closes its scope, so its session closes): a new leader within 1.5 s;
+ *   3. SIGSTOP of the leader for longer than the session timeout, then SIGCONT: another process led with a higher
+ *      epoch meanwhile, and the resumed one has its next fenced write rejected or reports `lost`, then campaigns again.
+ * Throughout: leader epochs strictly increase in time, no two processes report successful writes with the same
+ * epoch, and a resumed stale leader never reports a successful write it started after SIGCONT (a write in flight
+ * at SIGSTOP may be applied before the fence and only reported after SIGCONT). Measured failover times are printed.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { createRequire } from "node:module"
+import { dirname, join } from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { inject } from "vitest"
+
+const SESSION_TIMEOUT_MS = 4_000
+const KILL_BOUND_MS = SESSION_TIMEOUT_MS + 2_000
+const CLOSE_BOUND_MS = 1_500
+
+const here = dirname(fileURLToPath(import.meta.url))
+const fixture = join(here, "fixtures", "coordinator.ts")
+const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx/esm")).href
+
+interface CoordinatorEvent {
+  readonly event: "campaign" | "leader" | "write" | "lost" | "error" | "closed" | "exited"
+  readonly serverId: number
+  readonly at: number
+  readonly epoch?: number
+  readonly ok?: boolean
+  /** For writes: when the fenced call started. */
+  readonly startedAt?: number
+  readonly reason?: string
+  readonly detail?: string
+}
+
+const isEvent = (value: unknown): value is CoordinatorEvent =>
+  typeof value === "object" &&
+  value !== null &&
+  "event" in value &&
+  typeof value.event === "string" &&
+  "serverId" in value &&
+  typeof value.serverId === "number" &&
+  "at" in value &&
+  typeof value.at === "number"
+
+const live = new Set<ChildProcess>()
+
+afterAll(() => {
+  for (const child of live) {
+    child.kill("SIGCONT")
+    child.kill("SIGKILL")
+  }
+})
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+class Cluster {
+  readonly events: Array<CoordinatorEvent> = []
+  readonly procs = new Map<number, ChildProcess>()
+  readonly stderr = new Map<number, string>()
+  /** Processes that exited or were sent SIGKILL. */
+  readonly dead = new Set<number>()
+  constructor(
+    readonly backend: "zookeeper" | "etcd",
+    readonly address: string,
+    readonly namespace: string
+  ) {}
+
+  start(serverId: number): void {
+    const child = spawn(
+      process.execPath,
+      [
+        "--import",
+        tsxLoader,
+        "--conditions=@strata/source",
+        fixture,
+        this.backend,
+        this.address,
+        this.namespace,
+        String(serverId),
+        String(SESSION_TIMEOUT_MS)
+      ],
+      { stdio: ["ignore", "pipe", "pipe"] }
+    )
+    live.add(child)
+    this.procs.set(serverId, child)
+    let pending = ""
+    child.stdout?.setEncoding("utf8")
+    child.stdout?.on("data", (chunk: string) => {
+      pending += chunk
+      let newline = pending.indexOf("\n")
+      while (newline >= 0) {
+        const line = pending.slice(0, newline)
+        pending = pending.slice(newline + 1)
+        newline = pending.indexOf("\n")
+        if (!line.startsWith("{")) continue
+        try {
+          const parsed: unknown = JSON.parse(line)
+          if (isEvent(parsed)) this.events.push(parsed)
+        } catch {
+          // not an event line
+        }
+      }
+    })
+    child.stderr?.setEncoding("utf8")
+    child.stderr?.on("data", (chunk: string) => {
+      this.stderr.set(serverId, ((this.stderr.get(serverId) ?? "") + chunk).slice(-4000))
+    })
+    child.on("exit", () => {
+      live.delete(child)
+      this.dead.add(serverId)
+    })
+  }
+
+  signal(serverId: number, signal: NodeJS.Signals): void {
+    if (signal === "SIGKILL") this.dead.add(serverId)
+    this.procs.get(serverId)?.kill(signal)
+  }
+
+  stopAll(): void {
+    for (const child of this.procs.values()) {
+      child.kill("SIGCONT")
+      child.kill("SIGKILL")
+    }
+  }
+
+  /** Waits for the first event from index `from` on that satisfies `predicate`. */
+  async waitFor(
+    what: string,
+    predicate: (e: CoordinatorEvent) => boolean,
+    timeoutMs: number,
+    from = 0
+  ): Promise<CoordinatorEvent> {
+    const deadline = Date.now() + timeoutMs
+    let index = from
+    while (true) {
+      for (; index < this.events.length; index++) {
+        const e = this.events[index]
+        if (e !== undefined && predicate(e)) return e
+      }
+      if (Date.now() > deadline) {
+        throw new Error(
+          `${this.backend}: timed out after ${timeoutMs} ms waiting for ${what}; last events:\n${this.events
+            .slice(-15)
+            .map((e) => JSON.stringify(e))
+            .join("\n")}\nstderr: ${JSON.stringify([...this.stderr.entries()]).slice(0, 3000)}`
+        )
+      }
+      await sleep(20)
+    }
+  }
+
+  /** Processes whose last leader/lost event is a leader event, with that epoch. */
+  leaders(): Map<number, number> {
+    const current = new Map<number, number>()
+    for (const e of this.events) {
+      if (e.event === "leader" && e.epoch !== undefined) current.set(e.serverId, e.epoch)
+      else if (e.event === "lost" || e.event === "closed" || e.event === "exited") current.delete(e.serverId)
+    }
+    for (const id of this.dead) current.delete(id)
+    return current
+  }
+
+  /** The single current leader (after a short settling wait, so that a second one would show). */
+  async soleLeader(): Promise<{ readonly serverId: number; readonly epoch: number }> {
+    await sleep(500)
+    const leaders = [...this.leaders().entries()]
+    assert.strictEqual(
+      leaders.length,
+      1,
+      `${this.backend}: expected exactly one leader, got ${JSON.stringify(leaders)}`
+    )
+    const [serverId, epoch] = leaders[0] ?? [0, 0]
+    return { serverId, epoch }
+  }
+
+  /** Global invariants over the whole run. */
+  checkInvariants(): void {
+    const leaderEvents = this.events
+      .filter((e) => e.event === "leader")
+      .slice()
+      .sort((a, b) => a.at - b.at)
+    for (let i = 1; i < leaderEvents.length; i++) {
+      const prev = leaderEvents[i - 1]
+      const next = leaderEvents[i]
+      if (prev === undefined || next === undefined) continue
+      assert.isTrue(
+        (next.epoch ?? 0) > (prev.epoch ?? 0),
+        `${this.backend}: leader epochs not strictly increasing: ${JSON.stringify(prev)} then ${JSON.stringify(next)}`
+      )
+    }
+    const writers = new Map<number, Set<number>>()
+    for (const e of this.events) {
+      if (e.event !== "write" || e.ok !== true || e.epoch === undefined) continue
+      const set = writers.get(e.epoch) ?? new Set<number>()
+      set.add(e.serverId)
+      writers.set(e.epoch, set)
+    }
+    for (const [epoch, set] of writers) {
+      assert.isAtMost(set.size, 1, `${this.backend}: epoch ${epoch} has successful writes from ${[...set].join(",")}`)
+    }
+  }
+}
+
+const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
+  describe(`failover (${backend})`, () => {
+    it("kill -9, clean close and a paused leader fail over with increasing epochs", async () => {
+      const namespace = `failover-${backend}-${Date.now()}-${Math.floor(Math.random() * 1e9)}`
+      const cluster = new Cluster(backend, address(), namespace)
+      const timings: Record<string, number> = {}
+      try {
+        for (const id of [1, 2, 3]) cluster.start(id)
+        await cluster.waitFor("a first leader", (e) => e.event === "leader", 60_000)
+        // Every process is up and campaigning before the scenarios start.
+        for (const id of [1, 2, 3]) {
+          await cluster.waitFor(`process ${id} campaigning`, (e) => e.event === "campaign" && e.serverId === id, 30_000)
+        }
+        const first = await cluster.soleLeader()
+        await cluster.waitFor("a write", (e) => e.event === "write" && e.ok === true, 5_000)
+
+        // 1. kill -9 of the leader.
+        let mark = cluster.events.length
+        let t0 = Date.now()
+        cluster.signal(first.serverId, "SIGKILL")
+        const afterKill = await cluster.waitFor(
+          "a leader after kill -9",
+          (e) => e.event === "leader" && e.serverId !== first.serverId && (e.epoch ?? 0) > first.epoch,
+          KILL_BOUND_MS + 10_000,
+          mark
+        )
+        timings.kill9 = afterKill.at - t0
+        assert.isAtMost(timings.kill9, KILL_BOUND_MS, `${backend}: kill -9 failover took ${timings.kill9} ms`)
+        cluster.start(4)
+        await cluster.waitFor("process 4 campaigning", (e) => e.event === "campaign" && e.serverId === 4, 30_000)
+        const second = await cluster.soleLeader()
+
+        // 2. Clean close (SIGTERM) of the leader.
+        mark = cluster.events.length
+        t0 = Date.now()
+        cluster.signal(second.serverId, "SIGTERM")
+        const afterClose = await cluster.waitFor(
+          "a leader after SIGTERM",
+          (e) => e.event === "leader" && e.serverId !== second.serverId && (e.epoch ?? 0) > second.epoch,
+          CLOSE_BOUND_MS + 10_000,
+          mark
+        )
+        timings.sigterm = afterClose.at - t0
+        assert.isAtMost(timings.sigterm, CLOSE_BOUND_MS, `${backend}: clean-close failover took ${timings.sigterm} ms`)
+        cluster.start(5)
+        await cluster.waitFor("process 5 campaigning", (e) => e.event === "campaign" && e.serverId === 5, 30_000)
+        const third = await cluster.soleLeader()
+        await cluster.waitFor(
+          "a write of the third leader",
+          (e) => e.event === "write" && e.ok === true && e.serverId === third.serverId,
+          5_000,
+          mark
+        )
+
+        // 3. SIGSTOP the leader past its session timeout, then SIGCONT.
+        mark = cluster.events.length
+        t0 = Date.now()
+        cluster.signal(third.serverId, "SIGSTOP")
+        const afterStop = await cluster.waitFor(
+          "a leader while the old one is stopped",
+          (e) => e.event === "leader" && e.serverId !== third.serverId && (e.epoch ?? 0) > third.epoch,
+          KILL_BOUND_MS + 10_000,
+          mark
+        )
+        timings.sigstop = afterStop.at - t0
+        const stoppedFor = Math.max(SESSION_TIMEOUT_MS + 1_000, Date.now() - t0 + 500)
+        await sleep(stoppedFor - (Date.now() - t0))
+        const contAt = Date.now()
+        cluster.signal(third.serverId, "SIGCONT")
+        const fencedOrLost = await cluster.waitFor(
+          "the resumed leader rejected or lost",
+          (e) =>
+            e.serverId === third.serverId &&
+            ((e.event === "write" && e.ok === false && e.epoch === third.epoch) || e.event === "lost"),
+          15_000,
+          mark
+        )
+        const index = cluster.events.indexOf(fencedOrLost)
+        const lost = await cluster.waitFor(
+          "the resumed leader reporting lost",
+          (e) => e.serverId === third.serverId && e.event === "lost",
+          15_000,
+          index
+        )
+        await cluster.waitFor(
+          "the resumed leader campaigning again",
+          (e) => e.serverId === third.serverId && e.event === "campaign",
+          15_000,
+          cluster.events.indexOf(lost)
+        )
+        timings.resumedToLost = lost.at - contAt
+        const staleWrites = cluster.events.filter(
+          (e) =>
+            e.serverId === third.serverId &&
+            e.event === "write" &&
+            e.ok === true &&
+            e.epoch === third.epoch &&
+            e.at >= contAt
+        )
+        assert.strictEqual(
+          staleWrites.length,
+          0,
+          `${backend}: resumed stale leader wrote ${JSON.stringify(staleWrites)}`
+        )
+        // The new leader keeps writing with its higher epoch.
+        await cluster.waitFor(
+          "a write of the new leader",
+          (e) => e.event === "write" && e.ok === true && e.epoch === afterStop.epoch,
+          5_000,
+          mark
+        )
+        await sleep(500)
+        cluster.checkInvariants()
+        console.log(
+          `[failover ${backend}] kill -9: ${timings.kill9} ms, SIGTERM: ${timings.sigterm} ms, ` +
+            `SIGSTOP (new leader while stopped): ${timings.sigstop} ms, resumed -> lost: ${timings.resumedToLost} ms ` +
+            `(${fencedOrLost.event}${fencedOrLost.reason === undefined ? "" : ` ${fencedOrLost.reason}`}); ` +
+            `leader epochs: ${cluster.events
+              .filter((e) => e.event === "leader")
+              .map((e) => `${e.serverId}@${e.epoch}`)
+              .join(" ")}`
+        )
+      } finally {
+        cluster.stopAll()
+      }
+    }, 150_000)
+  })
+
+failoverSuite("zookeeper", () => inject("zookeeper"))
+failoverSuite("etcd", () => inject("etcd"))
