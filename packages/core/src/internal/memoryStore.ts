@@ -63,14 +63,18 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
     const limits: StoreLimits = { ...defaultLimits, ...options }
     const partitions = new Map<string, Partition>()
 
+    /** A valid id of a partition store nobody has open, or the error saying why not. */
+    const closedStore = (id: StoreId) =>
+      checkStoreId(id) ??
+      (partitions.get(storeName(id))?.open ? storeError(new StoreLocked({ store: storeName(id) })) : undefined)
+
     const open = (id: StoreId) =>
       Effect.acquireRelease(
         Effect.suspend(() => {
-          const invalid = checkStoreId(id)
-          if (invalid) return Effect.fail(invalid)
+          const unavailable = closedStore(id)
+          if (unavailable) return Effect.fail(unavailable)
           const name = storeName(id)
           let p = partitions.get(name)
-          if (p?.open) return Effect.fail(storeError(new StoreLocked({ store: name })))
           if (p === undefined) {
             p = { data: new Map(), offsets: new Map(), sorted: undefined, open: false }
             partitions.set(name, p)
@@ -87,12 +91,9 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
 
     const drop = (id: StoreId) =>
       Effect.suspend(() => {
-        const invalid = checkStoreId(id)
-        if (invalid) return Effect.fail(invalid)
-        const name = storeName(id)
-        const p = partitions.get(name)
-        if (p?.open) return Effect.fail(storeError(new StoreLocked({ store: name })))
-        partitions.delete(name)
+        const unavailable = closedStore(id)
+        if (unavailable) return Effect.fail(unavailable)
+        partitions.delete(storeName(id))
         return Effect.void
       })
 
