@@ -25,6 +25,12 @@ export interface Leadership {
   /** The epoch won: the fencing token every leader action carries. */
   readonly epoch: Epoch
   readonly info: LeaderInfo
+  /**
+   * How long the leadership was vacant before this one, in milliseconds: from
+   * the moment this candidate saw the previous leader go to its own leader
+   * registration. `undefined` when there was no previous leader to replace.
+   */
+  readonly failoverDurationMs: number | undefined
   /** Completes when this leadership ends, saying why. */
   readonly lost: Effect.Effect<LeadershipEnd>
   /**
@@ -64,8 +70,20 @@ export class ElectionCoordinationFailed extends Schema.TaggedError<ElectionCoord
   }
 }
 
+/** The election was configured with options that cannot work together. */
+export class InvalidElectionOptions extends Schema.TaggedError<InvalidElectionOptions>()("InvalidElectionOptions", {
+  /** The option at fault. */
+  option: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `election: invalid option ${this.option}: ${this.detail}`
+  }
+}
+
 /** Why an election operation failed. */
-export const ElectionErrorReason = Schema.Union([FencedEpoch, ElectionCoordinationFailed])
+export const ElectionErrorReason = Schema.Union([FencedEpoch, ElectionCoordinationFailed, InvalidElectionOptions])
 /** @see ElectionErrorReason */
 export type ElectionErrorReason = typeof ElectionErrorReason.Type
 
