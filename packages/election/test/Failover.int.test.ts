@@ -5,7 +5,7 @@
  *   1. `kill -9` of the leader: another process leads with a higher epoch within sessionTimeout + 2 s;
  *   2. SIGTERM of the leader (it closes its scope, so its session closes): a new leader within 1.5 s;
  *   3. SIGSTOP of the leader for longer than the session timeout, then SIGCONT: another process led with a higher
- *      epoch meanwhile, and the resumed one has its next fenced write rejected or reports `lost`, then campaigns again.
+ *      epoch meanwhile, and the resumed one has its next fenced write rejected with FencedEpoch (or reports `lost` first), then campaigns again.
  * Throughout: leader epochs strictly increase in time, no two processes report successful writes with the same
  * epoch, and a resumed stale leader never reports a successful write it started after SIGCONT (a write in flight
  * at SIGSTOP may be applied before the fence and only reported after SIGCONT). Measured failover times are printed.
@@ -283,6 +283,8 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
           15_000,
           mark
         )
+        // A write the resumed leader attempts is rejected as stale (FencedEpoch), never as a mere coordination failure.
+        if (fencedOrLost.event === "write") assert.strictEqual(fencedOrLost.reason, "FencedEpoch", fencedOrLost.detail)
         const index = cluster.events.indexOf(fencedOrLost)
         const lost = await cluster.waitFor(
           "the resumed leader reporting lost",
@@ -297,6 +299,22 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
           cluster.events.indexOf(lost)
         )
         timings.resumedToLost = lost.at - contAt
+        const fencedWrite = await cluster.waitFor(
+          "the resumed leader's write rejected with FencedEpoch",
+          (e) => e.serverId === third.serverId && e.event === "write" && e.ok === false && e.epoch === third.epoch,
+          15_000,
+          mark
+        )
+        assert.strictEqual(fencedWrite.reason, "FencedEpoch", fencedWrite.detail)
+        const rejectedOtherwise = cluster.events.filter(
+          (e) =>
+            e.serverId === third.serverId &&
+            e.event === "write" &&
+            e.ok === false &&
+            e.at >= contAt &&
+            e.reason !== "FencedEpoch"
+        )
+        assert.deepStrictEqual(rejectedOtherwise, [], "the resumed leader's writes are rejected with FencedEpoch")
         const staleWrites = cluster.events.filter(
           (e) =>
             e.serverId === third.serverId &&

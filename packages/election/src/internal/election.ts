@@ -25,7 +25,20 @@ import {
   type Session,
   SessionClosed
 } from "@strata/core"
-import { Clock, Deferred, Duration, Effect, Exit, Metric, Option, Schema, Scope, Semaphore, Stream } from "effect"
+import {
+  Clock,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Metric,
+  Option,
+  Schedule,
+  Schema,
+  Scope,
+  Semaphore,
+  Stream
+} from "effect"
 
 /** Options of the election (re-exported by `CoordinationElection`). */
 export interface Options {
@@ -186,7 +199,13 @@ export const make = (
           )
         })
       )
-    /** Runs `f` on the observer; when the observer's session ended, reopens it and runs `f` once more. */
+    // A lost connection settles within about a session timeout: reconnected, or the session expired.
+    const connectionRetries = Math.ceil((Duration.toMillis(observer.session.timeout) * 1.5) / 100)
+    /**
+     * Runs `f` on the observer; when the observer's session ended, reopens it and runs `f` once more. A lost
+     * connection is retried until it settles (after a pause the client first reports a lost connection, then
+     * the expiry).
+     */
     const withObserver = <A>(f: (session: Session) => Effect.Effect<A, CoordinationError>) =>
       Effect.suspend(() => {
         const session = observer.session
@@ -197,7 +216,13 @@ export const make = (
               : Effect.fail(e)
           )
         )
-      })
+      }).pipe(
+        Effect.retry({
+          while: (e: CoordinationError) => e.reason._tag === "ConnectionLoss",
+          times: connectionRetries,
+          schedule: Schedule.spaced("100 millis")
+        })
+      )
 
     const readLeader = withObserver((s) =>
       s.exists(paths.leader).pipe(
@@ -429,7 +454,11 @@ export const make = (
                 const checked = unsafe.skipFenceCheck !== true
                 const isFence =
                   checked && e.opIndex === 0 && (e.reason._tag === "BadVersion" || e.reason._tag === "NoNode")
-                if (isFence || sessionGone(e)) {
+                // The session ended, or the connection broke mid-write (after a pause, say): if a newer epoch
+                // exists, the write cannot be applied any more and this leadership is over — FencedEpoch. (A
+                // write whose reply was lost may have been applied earlier, under its then-current epoch.)
+                const ambiguous = sessionGone(e) || e.reason._tag === "ConnectionLoss"
+                if (isFence || ambiguous) {
                   const current = yield* currentEpoch
                   if (isFence) return yield* rejected(Option.getOrElse(current, () => won.epoch))
                   if (Option.isSome(current) && current.value > won.epoch) return yield* rejected(current.value)
