@@ -1,13 +1,15 @@
 /**
- * The coordinators demo: three coordinators campaign for leadership over the
- * embedded memory coordination; the leader is killed (its session ends), another
- * takes over with a higher epoch, and the dead leader's fenced write is rejected.
+ * The coordinators demo: three `Coordinator`s, each with two toy leader-only
+ * services, campaign for leadership over the embedded memory coordination; the
+ * leader is killed (its services stop in reverse order, its session ends),
+ * another takes over with a higher epoch and starts its services, and the dead
+ * leader's fenced write is rejected.
  *
  * @since 0.1.0
  */
-import { Coordination, Election, type ElectionError, op } from "@strata/core"
-import { CoordinationElection } from "@strata/election"
-import { Clock, Console, Effect, Exit, Fiber, Layer, Scope } from "effect"
+import { Coordination, type Election, type ElectionError, op } from "@strata/core"
+import { CoordinationElection, Coordinator } from "@strata/election"
+import { Clock, Console, Effect, Exit, Layer, Scope } from "effect"
 
 /** What the demo observed. */
 export interface CoordinatorsResult {
@@ -18,28 +20,41 @@ export interface CoordinatorsResult {
   readonly staleWrite: string
 }
 
-/** Runs three coordinators on the `Election` in context. */
+/** Two toy leader-only services that say when they start and stop. */
+const toyServices = (serverId: number, say: (line: string) => Effect.Effect<void>) =>
+  ["channel-manager", "event-processor"].map((name) =>
+    Coordinator.service(name, (leadership) =>
+      Effect.acquireRelease(say(`  server ${serverId}: ${name} started (epoch ${leadership.epoch})`), () =>
+        say(`  server ${serverId}: ${name} stopped`)
+      )
+    )
+  )
+
+/** Runs three coordinators (each with two leader services) on the `Election` in context. */
 export const run = (verbose: boolean) =>
   Effect.gen(function* () {
-    const election = yield* Election
     const say = (line: string) => (verbose ? Console.log(line) : Effect.void)
+    yield* say("Three coordinators (servers 1, 2, 3) campaign on the embedded memory coordination")
     const coordinators = yield* Effect.forEach([1, 2, 3], (serverId) =>
       Effect.gen(function* () {
         const scope = yield* Scope.make()
-        const campaign = yield* Effect.forkChild(
-          Scope.provide(election.campaign({ serverId, address: `127.0.0.1:${9120 + serverId}` }), scope)
-        )
-        return { serverId, scope, campaign }
+        const coordinator = yield* Coordinator.make({
+          serverId,
+          address: `127.0.0.1:${9120 + serverId}`,
+          services: toyServices(serverId, say)
+        }).pipe(Scope.provide(scope))
+        return { serverId, scope, coordinator }
       })
     )
-    yield* say("Three coordinators (servers 1, 2, 3) campaign on the embedded memory coordination")
     const winner = (candidates: typeof coordinators) =>
-      Effect.raceAll(candidates.map((c) => Effect.map(Fiber.join(c.campaign), (leadership) => ({ c, leadership }))))
+      Effect.raceAll(candidates.map((c) => Effect.map(c.coordinator.awaitLeader, (leadership) => ({ c, leadership }))))
 
     const first = yield* winner(coordinators)
     yield* say(`Became coordinator leader: server ${first.c.serverId} with epoch ${first.leadership.epoch}`)
 
-    yield* say(`Killing the leader (server ${first.c.serverId}): its session ends and its ephemeral nodes vanish`)
+    yield* say(
+      `Killing the leader (server ${first.c.serverId}): its leader services stop in reverse order, its session ends`
+    )
     const killedAt = yield* Clock.currentTimeMillis
     yield* Scope.close(first.c.scope, Exit.void)
     const second = yield* winner(coordinators.filter((c) => c !== first.c))
@@ -53,7 +68,9 @@ export const run = (verbose: boolean) =>
     const fresh = yield* Effect.exit(second.leadership.fenced([op.create("/strata-demo-write", new Uint8Array(0))]))
     yield* say(`The new leader's fenced write ${Exit.isSuccess(fresh) ? "succeeds" : "fails"}`)
 
-    for (const c of coordinators) yield* Scope.close(c.scope, Exit.void)
+    yield* say("Stopping the standby, then the leader")
+    const rest = coordinators.filter((c) => c !== first.c && c !== second.c)
+    for (const c of [...rest, second.c, first.c]) yield* Scope.close(c.scope, Exit.void)
     const result: CoordinatorsResult = {
       first: { serverId: first.c.serverId, epoch: first.leadership.epoch },
       second: { serverId: second.c.serverId, epoch: second.leadership.epoch },

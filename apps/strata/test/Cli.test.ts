@@ -56,6 +56,18 @@ describe("strata CLI (a real child process)", () => {
     expect(r.stdout).toMatch(/Became coordinator leader: server \d with epoch 2 \(took over in \d+ ms\)/)
     expect(r.stdout).toContain("The killed leader's write is refused: FencedEpoch")
     expect(r.stdout).toContain("OK: server")
+    // Three Coordinators: each logs its standby start; each leader starts its two services in order and
+    // the killed leader stops them in reverse.
+    expect(r.stdout.match(/standby start/g)).toHaveLength(3)
+    expect(r.stdout.match(/leader services started/g)).toHaveLength(2)
+    const killed = /Killing the leader \(server (\d)\)/.exec(r.stdout)?.[1]
+    expect(r.stdout).toContain(
+      `  server ${killed}: channel-manager started (epoch 1)\n  server ${killed}: event-processor started (epoch 1)`
+    )
+    expect(r.stdout).toContain(
+      `  server ${killed}: event-processor stopped\n  server ${killed}: channel-manager stopped`
+    )
+    expect(r.stdout).toMatch(/server \d: channel-manager started \(epoch 2\)/)
   })
 
   it("rejects a bad flag value with a message that names it", async () => {

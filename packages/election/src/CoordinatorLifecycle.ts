@@ -17,7 +17,7 @@
  * - `Leader(Initialising) --LeaderServicesFailed--> Standby` + ReleaseLeaderResources, RejoinElection
  * - `Leader --SessionLost-->                 Standby` + ReleaseLeaderResources, RegisterStandby, RejoinElection
  * - `Leader --Resign-->                      Standby` + ReleaseLeaderResources
- * - `Leader --Fenced{epoch > own}-->         Standby` + ReleaseLeaderResources
+ * - `Leader --Fenced{epoch >= own}-->        Standby` + ReleaseLeaderResources, RejoinElection
  * - `Standby | Leader --Close-->             Down` (a leader first releases its resources)
  * - `Standby | Electing | Leader --ConnectionSuspended | ConnectionRestored--> unchanged`, no commands:
  *   a blip shorter than the session timeout changes nothing; expiry arrives as `SessionLost`.
@@ -383,10 +383,13 @@ export const step = (state: State, input: Input): Result.Result<Step, IllegalSta
             Command.ReleaseLeaderResources
           ])
         case "Fenced":
-          return input.epoch > state.epoch
+          // A newer epoch, or the epoch node rewritten or removed under the same number: either way this
+          // leadership's fencing token no longer holds. A lower epoch cannot fence it.
+          return input.epoch >= state.epoch
             ? ok(standby(state.serverId, input.epoch), [
                 Command.Log(`coordinator epoch ${state.epoch} fenced by epoch ${input.epoch}`),
-                Command.ReleaseLeaderResources
+                Command.ReleaseLeaderResources,
+                Command.RejoinElection
               ])
             : illegal(state, input)
         case "Close":

@@ -6,3 +6,4 @@
  */
 export * as CoordinationElection from "./CoordinationElection.js"
 export * as CoordinatorLifecycle from "./CoordinatorLifecycle.js"
+export * as Coordinator from "./Coordinator.js"
