@@ -10,7 +10,7 @@
  */
 import type { Effect, Option, Scope, Stream } from "effect"
 import { Context, Schema } from "effect"
-import { CoordinationError, type Op, type OpResult } from "./Coordination.js"
+import { CoordinationError, type Op, type OpResult, type SessionState } from "./Coordination.js"
 import { FencedEpoch } from "./Errors.js"
 import type { Epoch, LeaderInfo } from "./Models.js"
 
@@ -31,6 +31,12 @@ export interface Leadership {
    * registration. `undefined` when there was no previous leader to replace.
    */
   readonly failoverDurationMs: number | undefined
+  /**
+   * The connection state of the session holding this leadership: the current
+   * state, then every change. `suspended` is a blip the leadership survives
+   * while the session lives; `expired`/`closed` end it (see `lost`).
+   */
+  readonly connection: Stream.Stream<SessionState>
   /** Completes when this leadership ends, saying why. */
   readonly lost: Effect.Effect<LeadershipEnd>
   /**

@@ -35,11 +35,10 @@
  * are logged by the election recipe at the moment they happen, so the shell does
  * not repeat the machine's copies of those two.
  *
- * Connection blips: the `Election` protocol does not expose the campaign
- * session's connection state, so the shell does not feed `ConnectionSuspended` /
- * `ConnectionRestored` (they change nothing in the machine anyway). A blip shorter
- * than the session timeout is absorbed by the recipe's session and is invisible
- * here; an expiry arrives as `Leadership.lost` = `SessionLost`.
+ * Connection blips: while leading, the shell feeds `ConnectionSuspended` /
+ * `ConnectionRestored` from `Leadership.connection`; the machine keeps the
+ * leadership and logs them. A blip shorter than the session timeout changes
+ * nothing else; an expiry arrives as `Leadership.lost` = `SessionLost`.
  *
  * `RegisterStandby`: the election recipe registers `/<ns>/coordinators/ids/<serverId>`
  * in every campaign's session, so the shell has nothing more to do for it.
@@ -324,6 +323,22 @@ export const make = <R = Scope.Scope>(
             Effect.gen(function* () {
               current.leadership = leadership
               yield* offer(Lifecycle.Input.Elected(leadership.epoch), source)
+              // Connection blips of the leadership's session, as inputs (the machine keeps the leadership).
+              let suspended = false
+              yield* leadership.connection.pipe(
+                Stream.runForEach((state) => {
+                  if (state === "suspended" && !suspended) {
+                    suspended = true
+                    return offer(Lifecycle.Input.ConnectionSuspended, source)
+                  }
+                  if (state === "connected" && suspended) {
+                    suspended = false
+                    return offer(Lifecycle.Input.ConnectionRestored, source)
+                  }
+                  return Effect.void
+                }),
+                Effect.forkIn(current.scope)
+              )
               const end = yield* leadership.lost
               yield* offer(endToInput(end), source)
             })

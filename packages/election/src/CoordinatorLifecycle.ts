@@ -19,8 +19,8 @@
  * - `Leader --Resign-->                      Standby` + ReleaseLeaderResources
  * - `Leader --Fenced{epoch >= own}-->        Standby` + ReleaseLeaderResources, RejoinElection
  * - `Standby | Leader --Close-->             Down` (a leader first releases its resources)
- * - `Standby | Electing | Leader --ConnectionSuspended | ConnectionRestored--> unchanged`, no commands:
- *   a blip shorter than the session timeout changes nothing; expiry arrives as `SessionLost`.
+ * - `Standby | Electing | Leader --ConnectionSuspended | ConnectionRestored--> unchanged`: a blip shorter
+ *   than the session timeout changes nothing (a leader logs it); expiry arrives as `SessionLost`.
  *
  * Everything else, and every input in `Down`, is an `IllegalStateTransition`.
  *
@@ -397,9 +397,13 @@ export const step = (state: State, input: Input): Result.Result<Step, IllegalSta
             Command.ReleaseLeaderResources,
             Command.Log("coordinator closed")
           ])
+        // A blip: the leader leads on while its session lives (its writes stay fenced by the epoch).
         case "ConnectionSuspended":
+          return ok(state, [
+            Command.Log(`connection suspended, leading on with epoch ${state.epoch} until the session expires`)
+          ])
         case "ConnectionRestored":
-          return ok(state, [])
+          return ok(state, [Command.Log(`connection restored, still leader with epoch ${state.epoch}`)])
         default:
           return illegal(state, input)
       }

@@ -298,8 +298,9 @@ describe("Coordinator", () => {
     }).pipe(withMemory())
   )
 
-  it.effect("a connection blip shorter than the session timeout changes nothing; a longer one hands over", () =>
-    Effect.gen(function* () {
+  it.effect("a connection blip shorter than the session timeout changes nothing; a longer one hands over", () => {
+    const lines: Array<Line> = []
+    return Effect.gen(function* () {
       const events: Array<string> = []
       const services = (id: number) => [recorded(events, id, "a"), recorded(events, id, "b")]
       const c1 = yield* start(1, services(1))
@@ -327,6 +328,14 @@ describe("Coordinator", () => {
       assert.deepStrictEqual(events, ["1 acquire a", "1 acquire b"], "services not restarted")
       assert.isTrue(isElecting(yield* c2.coordinator.state))
       yield* first.fenced([op.create(`${namespace}/after-blip`, new Uint8Array(0))])
+      // The shell fed the blip to the machine, which kept the leadership and said so.
+      assert.deepStrictEqual(
+        lines.filter((l) => l.coordinator === 1 && l.message.startsWith("connection")).map((l) => l.message),
+        [
+          "connection suspended, leading on with epoch 1 until the session expires",
+          "connection restored, still leader with epoch 1"
+        ]
+      )
 
       // The same fault held past the timeout does hand over.
       yield* faults.disconnect!(session)
@@ -338,8 +347,8 @@ describe("Coordinator", () => {
         events.filter((e) => e.startsWith("1 ")),
         ["1 acquire a", "1 acquire b", "1 release b", "1 release a"]
       )
-    }).pipe(withMemory())
-  )
+    }).pipe(withMemory(lines))
+  })
 
   it.effect("resign hands the leadership over; the resigned coordinator campaigns again", () =>
     Effect.gen(function* () {
@@ -496,6 +505,7 @@ describe("Coordinator", () => {
               epoch,
               info: { serverId: candidate.serverId, epoch, address: candidate.address },
               failoverDurationMs: undefined,
+              connection: Stream.make("connected"),
               lost: n === 2 ? Effect.succeed({ _tag: "SessionLost" }) : Effect.never,
               fenced: () => Effect.succeed([])
             }
@@ -543,6 +553,7 @@ describe("Coordinator", () => {
               epoch,
               info: { serverId: candidate.serverId, epoch, address: candidate.address },
               failoverDurationMs: undefined,
+              connection: Stream.make("connected"),
               lost: epoch === 1 ? Deferred.await(firstLost) : Effect.never,
               fenced: () => Effect.succeed([])
             }
@@ -623,6 +634,7 @@ describe("Coordinator", () => {
               epoch: 1,
               info: { serverId: candidate.serverId, epoch: 1, address: candidate.address },
               failoverDurationMs: undefined,
+              connection: Stream.make("connected"),
               lost: Deferred.await(lost),
               fenced: () => Effect.succeed([])
             }

@@ -139,7 +139,8 @@ const allowed: Record<StateName, Partial<Record<InputName, Expected>>> = {
       [log("coordinator epoch 3 fenced by epoch 9"), Command.ReleaseLeaderResources, Command.RejoinElection]
     ],
     Close: [down, [Command.ReleaseLeaderResources, closed]],
-    ...blips("leaderInit")
+    Suspended: [states.leaderInit, [log("connection suspended, leading on with epoch 3 until the session expires")]],
+    Restored: [states.leaderInit, [log("connection restored, still leader with epoch 3")]]
   },
   leaderReady: {
     SessionLost: [
@@ -161,7 +162,8 @@ const allowed: Record<StateName, Partial<Record<InputName, Expected>>> = {
       [log("coordinator epoch 3 fenced by epoch 9"), Command.ReleaseLeaderResources, Command.RejoinElection]
     ],
     Close: [down, [Command.ReleaseLeaderResources, closed]],
-    ...blips("leaderReady")
+    Suspended: [states.leaderReady, [log("connection suspended, leading on with epoch 3 until the session expires")]],
+    Restored: [states.leaderReady, [log("connection restored, still leader with epoch 3")]]
   },
   down: {}
 }
@@ -247,16 +249,21 @@ describe("CoordinatorLifecycle.step", () => {
         "candidate node created",
         "Became coordinator leader with epoch 1",
         "leader services started",
+        "connection suspended, leading on with epoch 1 until the session expires",
+        "connection restored, still leader with epoch 1",
         "coordinator closed"
       ]
     )
   })
 
-  it("a connection blip within the session changes nothing for a leader", () => {
+  it("a connection blip within the session changes nothing for a leader (it only logs it)", () => {
     let state: State = states.leaderReady
     for (const input of [Input.ConnectionSuspended, Input.ConnectionRestored]) {
       const [next, emitted]: Step = Result.getOrThrow(step(state, input))
-      assert.deepStrictEqual(emitted, [])
+      assert.deepStrictEqual(
+        emitted.map((c) => c._tag),
+        ["Log"]
+      )
       state = next
     }
     assert.strictEqual(state, states.leaderReady)

@@ -477,6 +477,7 @@ export const make = (
           epoch: won.epoch,
           info: won.info,
           failoverDurationMs: failoverMs,
+          connection: session.changes,
           lost: Deferred.await(lost),
           fenced
         } satisfies Leadership
