@@ -4,7 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Effect, Stream } from "effect"
+import type { Effect, Option, Stream } from "effect"
+import type { LogError, LogRecord, PartitionOffsets } from "./Log.js"
 import { Context, Schema } from "effect"
 import type { Offset, TopicPartition } from "./Models.js"
 import { Partition, Topic } from "./Models.js"
@@ -62,6 +63,35 @@ export interface RecoveryShape {
   readonly events: Stream.Stream<RecoveryEvent>
   /** Returns when every active partition has reached its highwater. */
   readonly waitUntilCompleted: Effect.Effect<void, RecoveryError>
+}
+
+/**
+ * Where recovery reads changelogs from: the table manager's changelog channel —
+ * one consumer for every changelog partition, feeding one bounded queue shared
+ * by all tables. Partitions start paused; recovery seeks and resumes the ones it
+ * restores.
+ */
+export interface ChangelogSource {
+  /** Log start and highwater of changelog partitions. */
+  readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
+  /** Positions a partition at `offset` (the next record to read). */
+  readonly seek: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  /** Starts fetching partitions (and clears the shared queue of records fetched before). */
+  readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  /** Stops fetching partitions. */
+  readonly pause: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  /** Up to `max` records from the shared queue, waiting for at least one. */
+  readonly take: (max: number) => Effect.Effect<ReadonlyArray<LogRecord>, LogError>
+}
+
+/** What recovery restores into: the tables' partition stores, as the table manager holds them. */
+export interface RestoreTarget {
+  /** The changelog offset a partition's store persisted (`None`: nothing yet). */
+  readonly persistedOffset: (tp: TopicPartition) => Effect.Effect<Option.Option<Offset>, RestoreFailed>
+  /** Applies changelog records of one partition, in offset order, with the offset of the last, atomically. */
+  readonly apply: (tp: TopicPartition, records: ReadonlyArray<LogRecord>) => Effect.Effect<void, RestoreFailed>
+  /** Empties a partition's store (to restore it from scratch). */
+  readonly wipe: (tp: TopicPartition) => Effect.Effect<void, RestoreFailed>
 }
 
 /** The `Recovery` service key. */

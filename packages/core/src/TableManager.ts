@@ -81,8 +81,36 @@ export class InvalidTable extends Schema.TaggedError<InvalidTable>()("InvalidTab
   }
 }
 
+/** The table manager's options are invalid. */
+export class InvalidTableManagerOptions extends Schema.TaggedError<InvalidTableManagerOptions>()(
+  "InvalidTableManagerOptions",
+  { option: Schema.String, detail: Schema.String }
+) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table manager: invalid option ${this.option}: ${this.detail}`
+  }
+}
+
+/** Recovery of the tables failed (see the cause's message: ConsistencyError, RestoreFailed). */
+export class TableRecoveryFailed extends Schema.TaggedError<TableRecoveryFailed>()("TableRecoveryFailed", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table recovery failed: ${this.detail}`
+  }
+}
+
 /** Why a table-manager operation failed. */
-export const TableManagerErrorReason = Schema.Union([TableAlreadyExists, TablesFinalized, UnknownTable, InvalidTable])
+export const TableManagerErrorReason = Schema.Union([
+  TableAlreadyExists,
+  TablesFinalized,
+  UnknownTable,
+  InvalidTable,
+  InvalidTableManagerOptions,
+  TableRecoveryFailed
+])
 /** @see TableManagerErrorReason */
 export type TableManagerErrorReason = typeof TableManagerErrorReason.Type
 

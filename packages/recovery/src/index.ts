@@ -1,8 +1,6 @@
 /**
- * @strata/recovery: The Recovery service: restore tables from their changelogs, standbys, progress and stall reports.
+ * @strata/recovery: restore Strata tables from their changelogs (ARCHITECTURE §4).
  *
- * Not built yet (issue 7 fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export * as ChangelogRecovery from "./ChangelogRecovery.js"

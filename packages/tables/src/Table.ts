@@ -1,0 +1,223 @@
+/**
+ * Table definitions: a name, Schema codecs for keys and values, a partition
+ * count and a kind — `Table` (partitioned by the source partition) or
+ * `GlobalTable` (every worker holds every partition). Definitions are plain
+ * values; `Tables.register` turns one into a live `TableHandle`.
+ *
+ * Keys and values are stored and sent to the changelog as the JSON of their
+ * Schema encoding (Schema's canonical JSON codec), so any Schema works —
+ * structs, branded ids, dates — and a value that does not fit its schema is
+ * refused with a `TableError` naming the table, never stored.
+ *
+ * @since 0.1.0
+ */
+import { LogError, StoreError, type TableKind } from "@strata/core"
+import { Result, Schema } from "effect"
+import { partitionOf } from "./internal/murmur2.js"
+
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/** A key or value did not fit its table's schema (on write) or could not be read back (on read). */
+export class CodecFailed extends Schema.TaggedError<CodecFailed>()("CodecFailed", {
+  table: Schema.String,
+  /** `"key"` or `"value"`. */
+  part: Schema.Literals(["key", "value"]),
+  /** `"encode"` (writing) or `"decode"` (reading). */
+  direction: Schema.Literals(["encode", "decode"]),
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.table}: cannot ${this.direction} the ${this.part}: ${this.detail}`
+  }
+}
+
+/** The partition is not held by this worker (not assigned, or being restored). */
+export class PartitionNotAvailable extends Schema.TaggedError<PartitionNotAvailable>()("PartitionNotAvailable", {
+  table: Schema.String,
+  partition: Schema.Int,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.table}: partition ${this.partition} is not available here: ${this.detail}`
+  }
+}
+
+/** A partition outside the table's range was named. */
+export class InvalidPartition extends Schema.TaggedError<InvalidPartition>()("InvalidPartition", {
+  table: Schema.String,
+  partition: Schema.Number,
+  partitions: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.table}: partition ${this.partition} is not in 0..${this.partitions - 1}`
+  }
+}
+
+/** The table's store failed. */
+export class TableStoreFailed extends Schema.TaggedError<TableStoreFailed>()("TableStoreFailed", {
+  table: Schema.String,
+  cause: StoreError
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.table}: store: ${this.cause.message}`
+  }
+}
+
+/** Producing to the table's changelog failed (nothing was stored). */
+export class ChangelogFailed extends Schema.TaggedError<ChangelogFailed>()("ChangelogFailed", {
+  table: Schema.String,
+  cause: LogError
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.table}: changelog: ${this.cause.message}`
+  }
+}
+
+/** Why a table operation failed. */
+export const TableErrorReason = Schema.Union([
+  CodecFailed,
+  PartitionNotAvailable,
+  InvalidPartition,
+  TableStoreFailed,
+  ChangelogFailed
+])
+/** @see TableErrorReason */
+export type TableErrorReason = typeof TableErrorReason.Type
+
+/** The error of every table operation. */
+export class TableError extends Schema.TaggedError<TableError>()("TableError", { reason: TableErrorReason }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return this.reason.message
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Definitions
+// ---------------------------------------------------------------------------
+
+/** A Schema usable as a key or value codec (no services needed to encode or decode). */
+export type Codec<A> = Schema.Codec<A, unknown, never, never>
+
+/** Options of a table definition. */
+export interface TableOptions<K, V> {
+  /** The table's name: unique in an app, `[A-Za-z0-9._-]+`. */
+  readonly name: string
+  readonly key: Codec<K>
+  readonly value: Codec<V>
+  /** Partitions of the table and its changelog: the source topic's partition count. */
+  readonly partitions: number
+  /** The changelog topic (default `<app>-<name>-changelog`). */
+  readonly changelogTopic?: string
+}
+
+/** A table definition: what `Tables.register` needs. */
+export interface TableDef<K, V> {
+  readonly kind: TableKind
+  readonly name: string
+  readonly partitions: number
+  readonly changelogTopic: string | undefined
+  readonly key: Codec<K>
+  readonly value: Codec<V>
+}
+
+/** A partitioned table: each worker holds the partitions of its source assignment. */
+export const make = <K, V>(options: TableOptions<K, V>): TableDef<K, V> => ({
+  kind: "table",
+  name: options.name,
+  partitions: options.partitions,
+  changelogTopic: options.changelogTopic,
+  key: options.key,
+  value: options.value
+})
+
+/** A global table: every worker holds (and restores, then tails) every partition. */
+export const global = <K, V>(options: TableOptions<K, V>): TableDef<K, V> => ({
+  ...make(options),
+  kind: "global"
+})
+
+/** The changelog topic of a table in an app. */
+export const changelogTopicOf = (app: string, def: TableDef<unknown, unknown>): string =>
+  def.changelogTopic ?? `${app}-${def.name}-changelog`
+
+const NAME = /^[A-Za-z0-9._-]+$/
+
+/** Why a definition is invalid, if it is. */
+export const validate = (def: {
+  readonly name: string
+  readonly partitions: number
+  readonly changelogTopic: string | undefined
+}): string | undefined => {
+  if (!NAME.test(def.name)) return `the name must match ${NAME.source}, got ${JSON.stringify(def.name)}`
+  if (!Number.isSafeInteger(def.partitions) || def.partitions < 1) {
+    return `partitions must be a positive integer, got ${def.partitions}`
+  }
+  if (def.changelogTopic !== undefined && !NAME.test(def.changelogTopic)) {
+    return `the changelog topic must match ${NAME.source}, got ${JSON.stringify(def.changelogTopic)}`
+  }
+  return undefined
+}
+
+// ---------------------------------------------------------------------------
+// Codecs
+// ---------------------------------------------------------------------------
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder("utf-8", { fatal: true })
+
+/** Encoders and decoders of one table's keys and values to bytes. */
+export interface Codecs<K, V> {
+  readonly encodeKey: (key: K) => Result.Result<Uint8Array, CodecFailed>
+  readonly decodeKey: (bytes: Uint8Array) => Result.Result<K, CodecFailed>
+  readonly encodeValue: (value: V) => Result.Result<Uint8Array, CodecFailed>
+  readonly decodeValue: (bytes: Uint8Array) => Result.Result<V, CodecFailed>
+}
+
+const describe = (error: unknown): string => (error instanceof Error ? error.message : String(error))
+
+const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
+  const json = Schema.toCodecJson(schema)
+  const encode = Schema.encodeResult(json)
+  const decode = Schema.decodeUnknownResult(json)
+  const fail = (direction: "encode" | "decode", detail: string) =>
+    Result.fail(new CodecFailed({ table, part, direction, detail }))
+  return {
+    encode: (a: A): Result.Result<Uint8Array, CodecFailed> => {
+      const encoded = encode(a)
+      if (Result.isFailure(encoded)) return fail("encode", encoded.failure.message)
+      try {
+        return Result.succeed(encoder.encode(JSON.stringify(encoded.success)))
+      } catch (e) {
+        return fail("encode", describe(e))
+      }
+    },
+    decode: (bytes: Uint8Array): Result.Result<A, CodecFailed> => {
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(decoder.decode(bytes))
+      } catch (e) {
+        return fail("decode", `not JSON: ${describe(e)}`)
+      }
+      const decoded = decode(parsed)
+      return Result.isFailure(decoded) ? fail("decode", decoded.failure.message) : Result.succeed(decoded.success)
+    }
+  }
+}
+
+/** Builds the byte codecs of a definition. */
+export const codecs = <K, V>(def: TableDef<K, V>): Codecs<K, V> => {
+  const key = codecOf(def.name, "key", def.key)
+  const value = codecOf(def.name, "value", def.value)
+  return { encodeKey: key.encode, decodeKey: key.decode, encodeValue: value.encode, decodeValue: value.decode }
+}
+
+/** The partition Kafka's default partitioner gives an encoded key (murmur2), for writes with no source partition. */
+export const keyPartition = (encodedKey: Uint8Array, partitions: number): number => partitionOf(encodedKey, partitions)

@@ -1,0 +1,885 @@
+/**
+ * The table manager (Faust's `TableManager`, ARCHITECTURE §3) on core's `Store`
+ * and `Log`: registers tables, builds their changelog channel, hands changelog
+ * partitions to recovery on assignment, and persists offsets on commit.
+ *
+ * Writes: `set` / `delete` produce a changelog record (key = table key,
+ * partition = the source partition) and keep the change in a write-behind
+ * buffer that reads see at once. Nothing reaches the store until the source
+ * partition commits: `onCommit` writes the buffered changes, the changelog
+ * offset they reach and the committed source offset in **one atomic store
+ * batch** — so after a crash a store always equals its changelog replayed up to
+ * the persisted offset. A lower pending offset never replaces a higher one.
+ *
+ * Beyond Faust: pending offsets are linked to the source partition whose
+ * processing wrote them, so committing a source partition flushes every
+ * changelog partition it wrote to (Faust keys them by the changelog partition
+ * and looks them up by the source partition, so they are lost when the two
+ * differ). Each changelog record carries the source record it came from
+ * (header `strata-source`), and `process` produces all writes of one source
+ * record in one batch; after recovery `resumeOffset` says where to resume the
+ * source so that no record is applied twice.
+ *
+ * @since 0.1.0
+ */
+import {
+  type ChangelogSource,
+  del,
+  type Header,
+  InvalidTable,
+  InvalidTableManagerOptions,
+  Log,
+  type LogConsumer,
+  type LogError,
+  type LogRecord,
+  type LogShape,
+  type Offset,
+  type PartitionStore,
+  type ProducerRecord,
+  put,
+  type RecoveryShape,
+  RestoreFailed,
+  type RestoreTarget,
+  Store,
+  type StoreError,
+  type StoreOp,
+  type StoreShape,
+  TableAlreadyExists,
+  type TableInfo,
+  TableManager,
+  TableManagerError,
+  type TableManagerShape,
+  TableRecoveryFailed,
+  TablesFinalized,
+  type TopicPartition,
+  type TopicPartitionOffset,
+  tpKey,
+  UnknownTable
+} from "@strata/core"
+import { ChangelogRecovery } from "@strata/recovery"
+import {
+  type Cause,
+  Config,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Queue,
+  Result,
+  Schema,
+  Scope,
+  Stream
+} from "effect"
+import { advance } from "./internal/offsets.js"
+import {
+  ChangelogFailed,
+  type Codecs,
+  codecs as codecsOf,
+  changelogTopicOf,
+  InvalidPartition,
+  keyPartition,
+  PartitionNotAvailable,
+  type TableDef,
+  TableError,
+  TableStoreFailed,
+  validate
+} from "./Table.js"
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+
+/** How the worker uses its tables: `producer-only` and `client-only` hold no table state. */
+export type Mode = "worker" | "producer-only" | "client-only"
+
+/** Options of the table manager. */
+export interface TablesOptions {
+  /** The app id: default changelog topics are `<app>-<table>-changelog`. */
+  readonly app: string
+  /** Default `worker`; in the other modes the waits return at once and `start` builds nothing. */
+  readonly mode?: Mode
+  /** Capacity (records) of the changelog queue all tables share (default 4096). */
+  readonly streamBufferMaxsize?: number
+  /** Pause at start before building channels, as Faust's (default 1 second). */
+  readonly settleDelay?: Duration.Input
+  /** Acks of changelog writes (default `all`). */
+  readonly acks?: 0 | 1 | "all"
+  /** Options of the recovery the manager starts. */
+  readonly recovery?: ChangelogRecovery.ChangelogRecoveryOptions
+}
+
+/** The settings `config` reads, validated with Schema (a bad value fails naming its key). */
+export const TablesSettings = Schema.Struct({
+  app: Schema.String.check(Schema.isMinLength(1)),
+  mode: Schema.optional(Schema.Literals(["worker", "producer-only", "client-only"])),
+  streamBufferMaxsize: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  settleDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  acks: Schema.optional(Schema.Literals(["0", "1", "all"])),
+  recoveryDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  recoveryBufferSize: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"]))
+})
+
+/**
+ * The manager's options from configuration under `path` (default `tables`): `app`, `mode`,
+ * `streamBufferMaxsize`, `settleDelayMs`, `acks`, `recoveryDelayMs`, `recoveryBufferSize`, `onInconsistency`.
+ */
+export const config = (path = "tables"): Config.Config<TablesOptions> =>
+  Config.map(Config.schema(TablesSettings, path), (s) => ({
+    app: s.app,
+    ...(s.mode === undefined ? {} : { mode: s.mode }),
+    ...(s.streamBufferMaxsize === undefined ? {} : { streamBufferMaxsize: s.streamBufferMaxsize }),
+    ...(s.settleDelayMs === undefined ? {} : { settleDelay: Duration.millis(s.settleDelayMs) }),
+    ...(s.acks === undefined
+      ? {}
+      : { acks: s.acks === "all" ? ("all" as const) : s.acks === "1" ? (1 as const) : (0 as const) }),
+    recovery: {
+      ...(s.recoveryDelayMs === undefined ? {} : { recoveryDelay: Duration.millis(s.recoveryDelayMs) }),
+      ...(s.recoveryBufferSize === undefined ? {} : { recoveryBufferSize: s.recoveryBufferSize }),
+      ...(s.onInconsistency === undefined ? {} : { onInconsistency: s.onInconsistency })
+    }
+  }))
+
+const invalidOption = (option: string, detail: string) =>
+  new TableManagerError({ reason: new InvalidTableManagerOptions({ option, detail }) })
+
+/** Checks options given in code (configuration is checked by `config`). */
+const checkOptions = (options: TablesOptions): TableManagerError | undefined => {
+  if (options.app.length === 0) return invalidOption("app", "must not be empty")
+  const size = options.streamBufferMaxsize
+  if (size !== undefined && (!Number.isSafeInteger(size) || size < 1)) {
+    return invalidOption("streamBufferMaxsize", `must be a positive integer, got ${size}`)
+  }
+  if (options.settleDelay !== undefined && Option.isNone(Duration.fromInput(options.settleDelay))) {
+    return invalidOption("settleDelay", `not a duration: ${String(options.settleDelay)}`)
+  }
+  const buffer = options.recovery?.recoveryBufferSize
+  if (buffer !== undefined && (!Number.isSafeInteger(buffer) || buffer < 1)) {
+    return invalidOption("recovery.recoveryBufferSize", `must be a positive integer, got ${buffer}`)
+  }
+  return undefined
+}
+
+// ---------------------------------------------------------------------------
+// Table handles
+// ---------------------------------------------------------------------------
+
+/** Where a read or write goes: an explicit partition, else the current source record's, else the key's hash. */
+export interface PartitionOption {
+  readonly partition?: number
+}
+
+/** A registered table. Reads see the worker's own uncommitted writes. */
+export interface TableHandle<K, V> {
+  readonly info: TableInfo
+  readonly get: (key: K, options?: PartitionOption) => Effect.Effect<Option.Option<V>, TableError>
+  readonly has: (key: K, options?: PartitionOption) => Effect.Effect<boolean, TableError>
+  readonly set: (key: K, value: V, options?: PartitionOption) => Effect.Effect<void, TableError>
+  readonly delete: (key: K, options?: PartitionOption) => Effect.Effect<void, TableError>
+  /** Reads, applies `f` to the current value (if any) and writes the result. */
+  readonly update: (
+    key: K,
+    f: (current: Option.Option<V>) => V,
+    options?: PartitionOption
+  ) => Effect.Effect<V, TableError>
+  /** Every entry of a partition, in key-byte order. */
+  readonly entries: (partition: number) => Effect.Effect<ReadonlyArray<readonly [K, V]>, TableError>
+}
+
+// ---------------------------------------------------------------------------
+// Service
+// ---------------------------------------------------------------------------
+
+/** The table manager. */
+export interface TablesShape {
+  /** Core's `TableManager` protocol (also provided under its own key by the layer). */
+  readonly manager: TableManagerShape
+  /** Registers a table definition and returns its handle. */
+  readonly register: <K, V>(def: TableDef<K, V>) => Effect.Effect<TableHandle<K, V>, TableManagerError>
+  /**
+   * Starts the manager: after `settleDelay` it finalizes the tables, ensures their changelog topics, builds
+   * the changelog channel (one consumer, one shared bounded queue), pauses every changelog partition and
+   * starts recovery. If `stop` ran first it builds and starts nothing.
+   */
+  readonly start: Effect.Effect<void, TableManagerError | LogError>
+  /** Stops in order: changelog fetcher, recovery, then each table (stores closed). Idempotent. */
+  readonly stop: Effect.Effect<void>
+  /**
+   * Runs `effect` as the processing of one source record: its writes go to the source record's partition,
+   * are produced in one batch carrying the source offset, and are linked to the source partition for `onCommit`.
+   */
+  readonly process: <A, E, R>(
+    source: TopicPartitionOffset,
+    effect: Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | TableError, R>
+  /**
+   * Where to resume consuming a source partition so no record is applied twice: one past the last source
+   * offset whose writes are in the tables (committed, or replayed from the changelog by recovery).
+   */
+  readonly resumeOffset: (source: TopicPartition) => Effect.Effect<Option.Option<Offset>, TableError>
+  /** The shared changelog queue's capacity and current size (records). */
+  readonly changelogQueue: Effect.Effect<{ readonly capacity: number; readonly size: number }>
+  /** The recovery the manager started, once started. */
+  readonly recovery: Effect.Effect<Option.Option<RecoveryShape>>
+}
+
+/** The `Tables` service key; its layer also provides core's `TableManager`. */
+export class Tables extends Context.Service<Tables, TablesShape>()("@strata/tables/Tables") {}
+
+// ---------------------------------------------------------------------------
+// Implementation
+// ---------------------------------------------------------------------------
+
+const SOURCE_HEADER = "strata-source"
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+interface Change {
+  readonly key: Uint8Array
+  readonly value: Uint8Array | null
+}
+
+interface PartitionState {
+  readonly store: PartitionStore
+  readonly scope: Scope.Closeable
+  /** Changes produced to the changelog, not yet in the store, by key (base64). */
+  readonly dirty: Map<string, Change>
+  /** The highest changelog offset produced, not yet persisted. */
+  pending: number | undefined
+  /** Per source partition, one past the last source record whose writes are buffered here. */
+  readonly sources: Map<string, TopicPartitionOffset>
+}
+
+interface Registered {
+  readonly info: TableInfo
+  readonly partitions: Map<number, PartitionState>
+}
+
+interface SourceLink {
+  readonly tp: TopicPartition
+  /** Changelog partitions written while processing this source partition: `<table>|<partition>`. */
+  readonly changelogs: Set<string>
+}
+
+/** The writes of one `process` call, in order, and a view for reading them back. */
+interface Collector {
+  readonly source: TopicPartitionOffset | undefined
+  readonly writes: Array<{ readonly table: Registered; readonly partition: number; readonly change: Change }>
+  readonly view: Map<string, Change>
+}
+
+/** The source record being processed, if any (set by `process`). */
+const CurrentCollector = Context.Reference<Collector | undefined>("@strata/tables/Tables/CurrentCollector", {
+  defaultValue: () => undefined
+})
+
+const keyId = (key: Uint8Array): string => Buffer.from(key).toString("base64")
+const managerError = (reason: TableManagerError["reason"]) => new TableManagerError({ reason })
+
+const compareBytes = (a: Uint8Array, b: Uint8Array): number => Buffer.compare(a, b)
+
+/** Builds the table manager on the `Store` and `Log` in context; `stop` runs when the scope closes. */
+export const make = (
+  options: TablesOptions
+): Effect.Effect<TablesShape, TableManagerError, Store | Log | Scope.Scope> =>
+  Effect.gen(function* () {
+    const invalid = checkOptions(options)
+    if (invalid !== undefined) return yield* Effect.fail(invalid)
+    const store: StoreShape = yield* Store
+    const log: LogShape = yield* Log
+    const scope = yield* Effect.scope
+    const mode: Mode = options.mode ?? "worker"
+    const holdsState = mode === "worker"
+    const capacity = Math.max(1, options.streamBufferMaxsize ?? 4096)
+    const settleDelay = Duration.fromInputUnsafe(options.settleDelay ?? "1 second")
+    const acks = options.acks ?? "all"
+
+    const tables = new Map<string, Registered>()
+    const byChangelog = new Map<string, Registered>()
+    const links = new Map<string, SourceLink>()
+    /** Highest source offset (next to read) replayed from changelog headers, by source partition. */
+    const replayed = new Map<string, number>()
+    let finalized = false
+    let stopping = false
+    let stopped = false
+    let recovery: RecoveryShape | undefined
+    let consumer: LogConsumer | undefined
+    let fetcher: Fiber.Fiber<unknown, unknown> | undefined
+    let recoveryScope: Scope.Closeable | undefined
+    const queue = yield* Queue.bounded<LogRecord, LogError>(capacity)
+    const registered = yield* Deferred.make<void>()
+    if (!holdsState) yield* Deferred.succeed(registered, undefined)
+
+    const tableError = (reason: TableError["reason"]) => new TableError({ reason })
+    const storeFailed = (table: string) => (cause: StoreError) => tableError(new TableStoreFailed({ table, cause }))
+
+    // --- partitions -------------------------------------------------------
+
+    const partitionState = (table: Registered, partition: number) =>
+      Effect.suspend(() => {
+        if (!Number.isSafeInteger(partition) || partition < 0 || partition >= table.info.partitions) {
+          return Effect.fail(
+            tableError(new InvalidPartition({ table: table.info.name, partition, partitions: table.info.partitions }))
+          )
+        }
+        const state = table.partitions.get(partition)
+        return state === undefined
+          ? Effect.fail(
+              tableError(
+                new PartitionNotAvailable({
+                  table: table.info.name,
+                  partition,
+                  detail: "not assigned to this worker"
+                })
+              )
+            )
+          : Effect.succeed(state)
+      })
+
+    /** Opens a table partition's store (idempotent). */
+    const openPartition = (table: Registered, partition: number) =>
+      Effect.gen(function* () {
+        if (table.partitions.has(partition)) return
+        const child = yield* Scope.fork(scope, "sequential")
+        const opened = yield* store
+          .open({ table: table.info.name, partition })
+          .pipe(Scope.provide(child), Effect.mapError(storeFailed(table.info.name)))
+        table.partitions.set(partition, {
+          store: opened,
+          scope: child,
+          dirty: new Map(),
+          pending: undefined,
+          sources: new Map()
+        })
+      })
+
+    /** Writes a partition's buffered changes and pending offset (plus `extra` offsets) in one batch. */
+    const flushPartition = (
+      table: Registered,
+      state: PartitionState,
+      partition: number,
+      extra: ReadonlyArray<TopicPartitionOffset>
+    ) =>
+      Effect.gen(function* () {
+        if (state.dirty.size === 0 && state.pending === undefined && extra.length === 0) return
+        const ops: Array<StoreOp> = []
+        for (const change of state.dirty.values())
+          ops.push(change.value === null ? del(change.key) : put(change.key, change.value))
+        // The source offsets of every buffered write go with it: the store then says where to resume each source.
+        const sources = new Map(state.sources)
+        for (const o of extra) {
+          const seen = sources.get(tpKey(o))
+          if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
+        }
+        const offsets: Array<TopicPartitionOffset> = [...sources.values()]
+        if (state.pending !== undefined) {
+          offsets.push({ topic: table.info.changelogTopic, partition, offset: state.pending })
+        }
+        yield* state.store.write(ops, { offsets }).pipe(Effect.mapError(storeFailed(table.info.name)))
+        state.dirty.clear()
+        state.pending = undefined
+        state.sources.clear()
+      })
+
+    const closePartition = (table: Registered, partition: number) =>
+      Effect.gen(function* () {
+        const state = table.partitions.get(partition)
+        if (state === undefined) return
+        table.partitions.delete(partition)
+        yield* Scope.close(state.scope, Exit.void)
+      })
+
+    // --- registration -----------------------------------------------------
+
+    const add = (info: TableInfo) =>
+      Effect.gen(function* () {
+        const invalid = validate(info)
+        if (invalid !== undefined) {
+          return yield* Effect.fail(managerError(new InvalidTable({ name: info.name, detail: invalid })))
+        }
+        if (finalized) return yield* Effect.fail(managerError(new TablesFinalized({ name: info.name })))
+        if (tables.has(info.name)) return yield* Effect.fail(managerError(new TableAlreadyExists({ name: info.name })))
+        const other = byChangelog.get(info.changelogTopic)
+        if (other !== undefined) {
+          return yield* Effect.fail(
+            managerError(
+              new InvalidTable({
+                name: info.name,
+                detail: `its changelog topic ${info.changelogTopic} is already table ${other.info.name}'s`
+              })
+            )
+          )
+        }
+        const table: Registered = { info, partitions: new Map() }
+        tables.set(info.name, table)
+        byChangelog.set(info.changelogTopic, table)
+        return table
+      })
+
+    // --- writes -----------------------------------------------------------
+
+    const sourceHeader = (source: TopicPartitionOffset): Header => ({
+      key: SOURCE_HEADER,
+      value: encoder.encode(JSON.stringify([source.topic, source.partition, source.offset]))
+    })
+
+    const parseSourceHeader = (headers: ReadonlyArray<Header>): TopicPartitionOffset | undefined => {
+      const header = headers.find((h) => h.key === SOURCE_HEADER)
+      if (header === undefined) return undefined
+      try {
+        const [topic, partition, offset] = JSON.parse(decoder.decode(header.value)) as [string, number, number]
+        return typeof topic === "string" && Number.isSafeInteger(partition) && Number.isSafeInteger(offset)
+          ? { topic, partition, offset }
+          : undefined
+      } catch {
+        return undefined
+      }
+    }
+
+    /** Produces a collector's writes in one batch, then applies them to the buffers and links them. */
+    const commitCollector = (collector: Collector) =>
+      Effect.gen(function* () {
+        if (collector.writes.length === 0) return
+        const headers = collector.source === undefined ? [] : [sourceHeader(collector.source)]
+        const records: Array<ProducerRecord> = collector.writes.map((w) => ({
+          topic: w.table.info.changelogTopic,
+          partition: w.partition,
+          key: w.change.key,
+          value: w.change.value,
+          headers
+        }))
+        const offsets = yield* log
+          .produceBatch(records, { acks })
+          .pipe(
+            Effect.mapError((cause) =>
+              tableError(new ChangelogFailed({ table: collector.writes[0]!.table.info.name, cause }))
+            )
+          )
+        const link =
+          collector.source === undefined
+            ? undefined
+            : (() => {
+                const key = tpKey(collector.source)
+                let found = links.get(key)
+                if (found === undefined) {
+                  found = {
+                    tp: { topic: collector.source.topic, partition: collector.source.partition },
+                    changelogs: new Set()
+                  }
+                  links.set(key, found)
+                }
+                return found
+              })()
+        for (const [i, w] of collector.writes.entries()) {
+          const state = w.table.partitions.get(w.partition)
+          // The partition was revoked while the record was processed: the changelog has the write, the next owner replays it.
+          if (state === undefined) continue
+          state.dirty.set(keyId(w.change.key), w.change)
+          const offset = offsets[i] ?? -1
+          // A lower offset never replaces a higher one.
+          state.pending = advance(state.pending, offset)
+          if (collector.source !== undefined) {
+            const next = { ...collector.source, offset: collector.source.offset + 1 }
+            const seen = state.sources.get(tpKey(next))
+            if (seen === undefined || next.offset > seen.offset) state.sources.set(tpKey(next), next)
+          }
+          link?.changelogs.add(`${w.table.info.name}|${w.partition}`)
+        }
+      })
+
+    const process: TablesShape["process"] = (source, effect) =>
+      Effect.gen(function* () {
+        const collector: Collector = { source, writes: [], view: new Map() }
+        const a = yield* Effect.provideService(effect, CurrentCollector, collector)
+        yield* commitCollector(collector)
+        return a
+      })
+
+    // --- handles ----------------------------------------------------------
+
+    const handleOf = <K, V>(table: Registered, codecs: Codecs<K, V>): TableHandle<K, V> => {
+      const name = table.info.name
+      const partitions = table.info.partitions
+      const encodeKey = (key: K) => {
+        const r = codecs.encodeKey(key)
+        return Result.isFailure(r) ? Effect.fail(tableError(r.failure)) : Effect.succeed(r.success)
+      }
+      const decodeValue = (bytes: Uint8Array) => {
+        const r = codecs.decodeValue(bytes)
+        return Result.isFailure(r) ? Effect.fail(tableError(r.failure)) : Effect.succeed(r.success)
+      }
+      const resolve = (
+        encodedKey: Uint8Array,
+        options: PartitionOption | undefined,
+        collector: Collector | undefined
+      ) =>
+        options?.partition ??
+        (collector?.source !== undefined && table.info.kind === "table"
+          ? collector.source.partition
+          : keyPartition(encodedKey, partitions))
+
+      const readRaw = (key: K, options?: PartitionOption) =>
+        Effect.gen(function* () {
+          const collector = yield* CurrentCollector
+          const k = yield* encodeKey(key)
+          const partition = resolve(k, options, collector)
+          const state = yield* partitionState(table, partition)
+          const id = `${name}|${partition}|${keyId(k)}`
+          const own = collector?.view.get(id)
+          if (own !== undefined) return Option.fromNullishOr(own.value)
+          const dirty = state.dirty.get(keyId(k))
+          if (dirty !== undefined) return Option.fromNullishOr(dirty.value)
+          return yield* state.store.get(k).pipe(Effect.mapError(storeFailed(name)))
+        })
+
+      const get = (key: K, options?: PartitionOption) =>
+        Effect.flatMap(readRaw(key, options), (raw) =>
+          Option.isNone(raw) ? Effect.succeed(Option.none<V>()) : Effect.map(decodeValue(raw.value), Option.some)
+        )
+
+      const write = (key: K, value: Option.Option<V>, options?: PartitionOption) =>
+        Effect.gen(function* () {
+          const k = yield* encodeKey(key)
+          let v: Uint8Array | null = null
+          if (Option.isSome(value)) {
+            const r = codecs.encodeValue(value.value)
+            if (Result.isFailure(r)) return yield* Effect.fail(tableError(r.failure))
+            v = r.success
+          }
+          const current = yield* CurrentCollector
+          const partition = resolve(k, options, current)
+          yield* partitionState(table, partition)
+          const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
+          const change: Change = { key: k, value: v }
+          collector.writes.push({ table, partition, change })
+          collector.view.set(`${name}|${partition}|${keyId(k)}`, change)
+          // Outside `process`, a write is produced (and buffered) on its own.
+          if (current === undefined) yield* commitCollector(collector)
+        })
+
+      return {
+        info: table.info,
+        get,
+        has: (key, options) => Effect.map(readRaw(key, options), Option.isSome),
+        set: (key, value, options) => write(key, Option.some(value), options),
+        delete: (key, options) => write(key, Option.none(), options),
+        update: (key, f, options) =>
+          Effect.gen(function* () {
+            const next = f(yield* get(key, options))
+            yield* write(key, Option.some(next), options)
+            return next
+          }),
+        entries: (partition) =>
+          Effect.gen(function* () {
+            const state = yield* partitionState(table, partition)
+            const merged = new Map<string, Change>()
+            const stored = yield* Stream.runCollect(state.store.scan()).pipe(Effect.mapError(storeFailed(name)))
+            for (const [k, v] of stored) merged.set(keyId(k), { key: k, value: v })
+            for (const [id, change] of state.dirty) merged.set(id, change)
+            const collector = yield* CurrentCollector
+            if (collector !== undefined) {
+              for (const w of collector.writes) {
+                if (w.table === table && w.partition === partition) merged.set(keyId(w.change.key), w.change)
+              }
+            }
+            const live: Array<{ readonly key: Uint8Array; readonly value: Uint8Array }> = []
+            for (const c of merged.values()) if (c.value !== null) live.push({ key: c.key, value: c.value })
+            live.sort((a, b) => compareBytes(a.key, b.key))
+            const out: Array<readonly [K, V]> = []
+            for (const c of live) {
+              const k = codecs.decodeKey(c.key)
+              if (Result.isFailure(k)) return yield* Effect.fail(tableError(k.failure))
+              out.push([k.success, yield* decodeValue(c.value)] as const)
+            }
+            return out
+          })
+      }
+    }
+
+    // --- the changelog channel and recovery --------------------------------
+
+    const changelogPartitionsOf = (table: Registered): Array<TopicPartition> =>
+      Array.from({ length: table.info.partitions }, (_, partition) => ({ topic: table.info.changelogTopic, partition }))
+
+    const requireConsumer = Effect.suspend(() =>
+      consumer === undefined
+        ? Effect.die(new Error("the changelog channel is not built: call start first"))
+        : Effect.succeed(consumer)
+    )
+
+    /** The channel recovery reads: one consumer for all changelogs feeding the shared bounded queue. */
+    const source: ChangelogSource = {
+      offsets: (tps) => log.offsets(tps),
+      seek: (tp, offset) => Effect.flatMap(requireConsumer, (c) => c.seek(tp, offset)),
+      resume: (tps) =>
+        Effect.gen(function* () {
+          const c = yield* requireConsumer
+          // Records fetched before (from positions now overwritten by a seek) are dropped: the queue clears on resume.
+          yield* Queue.clear(queue).pipe(Effect.ignore)
+          yield* c.resume(tps)
+        }),
+      pause: (tps) => Effect.flatMap(requireConsumer, (c) => c.pause(tps)),
+      take: (max) => Queue.takeBetween(queue, 1, max)
+    }
+
+    const restoreFailed = (tp: TopicPartition, detail: string) =>
+      new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail })
+
+    const stateFor = (tp: TopicPartition) =>
+      Effect.suspend(() => {
+        const table = byChangelog.get(tp.topic)
+        const state = table?.partitions.get(tp.partition)
+        return table === undefined || state === undefined
+          ? Effect.fail(restoreFailed(tp, "the changelog partition's table partition is not open here"))
+          : Effect.succeed({ table, state })
+      })
+
+    /** What recovery restores into: the open partition stores. */
+    const target: RestoreTarget = {
+      persistedOffset: (tp) =>
+        Effect.flatMap(stateFor(tp), ({ state }) =>
+          state.store.persistedOffset(tp).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+        ),
+      apply: (tp, records) =>
+        Effect.gen(function* () {
+          const { state } = yield* stateFor(tp)
+          if (records.length === 0) return
+          const ops: Array<StoreOp> = []
+          const sources = new Map<string, TopicPartitionOffset>()
+          for (const r of records) {
+            if (r.key === null) continue
+            ops.push(r.value === null ? del(r.key) : put(r.key, r.value))
+            // The buffered change of a key, if any, is older than the changelog record: drop it.
+            state.dirty.delete(keyId(r.key))
+            const from = parseSourceHeader(r.headers)
+            if (from !== undefined) {
+              const next = { topic: from.topic, partition: from.partition, offset: from.offset + 1 }
+              const key = tpKey(next)
+              const seen = Math.max(replayed.get(key) ?? 0, next.offset)
+              replayed.set(key, seen)
+              sources.set(key, { ...next, offset: seen })
+            }
+          }
+          const last = records[records.length - 1]!.offset
+          yield* state.store
+            .write(ops, { offsets: [{ ...tp, offset: last }, ...sources.values()] })
+            .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+        }),
+      wipe: (tp) =>
+        Effect.flatMap(stateFor(tp), ({ state }) =>
+          Effect.gen(function* () {
+            state.dirty.clear()
+            state.pending = undefined
+            state.sources.clear()
+            yield* state.store.clear.pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+          })
+        )
+    }
+
+    // --- lifecycle ----------------------------------------------------------
+
+    const start: TablesShape["start"] = Effect.gen(function* () {
+      if (stopping || finalized || !holdsState) return
+      if (Duration.isGreaterThan(settleDelay, Duration.zero)) yield* Effect.sleep(settleDelay)
+      if (stopping) return
+      finalized = true
+      const all = [...tables.values()]
+      for (const table of all) {
+        yield* log.ensureTopic({ topic: table.info.changelogTopic, partitions: table.info.partitions, compacted: true })
+      }
+      const built = yield* Scope.fork(scope, "sequential")
+      recoveryScope = built
+      const c = yield* log.consumer().pipe(Scope.provide(built))
+      consumer = c
+      const tps = all.flatMap(changelogPartitionsOf)
+      yield* c.assign(tps)
+      // Recovery owns the changelog partitions: every one starts paused.
+      yield* c.pause(tps)
+      fetcher = yield* c.batches.pipe(
+        Stream.runForEach((batch) => Queue.offerAll(queue, batch.records)),
+        Effect.catchCause((cause: Cause.Cause<LogError>) => Queue.failCause(queue, cause)),
+        Effect.forkIn(built)
+      )
+      const started = yield* ChangelogRecovery.make(source, target, options.recovery).pipe(Scope.provide(built))
+      recovery = started
+      // Global tables: every worker holds and restores every partition.
+      const globals = all.filter((t) => t.info.kind === "global")
+      for (const table of globals) {
+        for (let p = 0; p < table.info.partitions; p++) yield* openPartition(table, p).pipe(Effect.orDie)
+      }
+      if (globals.length > 0) {
+        yield* started.assign({ active: globals.flatMap(changelogPartitionsOf), standby: [] }).pipe(Effect.orDie)
+      }
+      yield* Deferred.succeed(registered, undefined)
+    })
+
+    const stop: TablesShape["stop"] = Effect.gen(function* () {
+      stopping = true
+      if (stopped) return
+      stopped = true
+      // 1. The changelog fetcher.
+      if (fetcher !== undefined) yield* Fiber.interrupt(fetcher)
+      // 2. Recovery (and the channel's consumer).
+      if (recoveryScope !== undefined) yield* Scope.close(recoveryScope, Exit.void)
+      recovery = undefined
+      // 3. Each table: its partition stores closed (uncommitted changes stay in the changelog only).
+      for (const table of tables.values()) {
+        for (const partition of [...table.partitions.keys()]) yield* closePartition(table, partition)
+      }
+      yield* Effect.logDebug("tables stopped")
+    })
+    yield* Effect.addFinalizer(() => stop)
+
+    // --- core's TableManager protocol ----------------------------------------
+
+    const tableOf = (topic: string) =>
+      Effect.suspend(() => {
+        const table = byChangelog.get(topic)
+        return table === undefined
+          ? Effect.fail(managerError(new UnknownTable({ name: topic })))
+          : Effect.succeed(table.info)
+      })
+
+    const sourceToChangelogs = (tps: ReadonlyArray<TopicPartition>) => {
+      const out: Array<{ table: Registered; partition: number }> = []
+      const seen = new Set<string>()
+      for (const table of tables.values()) {
+        if (table.info.kind !== "table") continue
+        for (const tp of tps) {
+          const id = `${table.info.name}|${tp.partition}`
+          if (tp.partition < table.info.partitions && !seen.has(id)) {
+            seen.add(id)
+            out.push({ table, partition: tp.partition })
+          }
+        }
+      }
+      return out
+    }
+
+    const asManagerError = (e: TableError | StoreError) =>
+      managerError(new InvalidTable({ name: "(manager)", detail: e.message }))
+
+    const onCommit: TableManagerShape["onCommit"] = (offsets) =>
+      Effect.gen(function* () {
+        for (const committed of offsets) {
+          const link = links.get(tpKey(committed))
+          if (link === undefined) continue
+          links.delete(tpKey(committed))
+          for (const id of link.changelogs) {
+            const [name, p] = id.split("|") as [string, string]
+            const table = tables.get(name)
+            const state = table?.partitions.get(Number(p))
+            if (table === undefined || state === undefined) continue
+            // The source offset goes in the same atomic batch as the data and the changelog offset.
+            yield* flushPartition(table, state, Number(p), [committed])
+          }
+        }
+      }).pipe(Effect.mapError(asManagerError))
+
+    const onPartitionsAssigned: TableManagerShape["onPartitionsAssigned"] = (tps) =>
+      Effect.gen(function* () {
+        if (!holdsState) return
+        const assigned = sourceToChangelogs(tps)
+        for (const { table, partition } of assigned) yield* openPartition(table, partition)
+        if (recovery !== undefined && assigned.length > 0) {
+          yield* recovery
+            .assign({
+              active: assigned.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition })),
+              standby: []
+            })
+            .pipe(Effect.orDie)
+        }
+      }).pipe(Effect.mapError(asManagerError))
+
+    const onPartitionsRevoked: TableManagerShape["onPartitionsRevoked"] = (tps) =>
+      Effect.gen(function* () {
+        if (!holdsState) return
+        const revoked = sourceToChangelogs(tps)
+        if (recovery !== undefined && revoked.length > 0) {
+          yield* recovery
+            .revoke(revoked.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition })))
+            .pipe(Effect.orDie)
+        }
+        for (const tp of tps) links.delete(tpKey(tp))
+        for (const { table, partition } of revoked) {
+          const state = table.partitions.get(partition)
+          // What was produced is flushed with its changelog offset (the store stays equal to a changelog prefix).
+          if (state !== undefined) yield* flushPartition(table, state, partition, [])
+          yield* closePartition(table, partition)
+        }
+      }).pipe(Effect.mapError(asManagerError))
+
+    const manager: TableManagerShape = {
+      add: (info) => Effect.asVoid(add(info)),
+      tables: Effect.sync(() => [...tables.values()].map((t) => t.info)),
+      tableOfChangelog: tableOf,
+      onPartitionsRevoked,
+      onPartitionsAssigned,
+      onCommit,
+      waitUntilTablesRegistered: Deferred.await(registered),
+      waitUntilRecoveryCompleted: Effect.suspend(() =>
+        !holdsState || recovery === undefined
+          ? Effect.void
+          : recovery.waitUntilCompleted.pipe(
+              Effect.mapError((e) => managerError(new TableRecoveryFailed({ detail: e.message })))
+            )
+      )
+    }
+
+    const register: TablesShape["register"] = <K, V>(def: TableDef<K, V>) =>
+      Effect.gen(function* () {
+        const invalid = validate(def as TableDef<unknown, unknown>)
+        if (invalid !== undefined)
+          return yield* Effect.fail(managerError(new InvalidTable({ name: def.name, detail: invalid })))
+        const codecs = codecsOf(def)
+        const info: TableInfo = {
+          name: def.name,
+          kind: def.kind,
+          partitions: def.partitions,
+          changelogTopic: changelogTopicOf(options.app, def as TableDef<unknown, unknown>)
+        }
+        const table = yield* add(info)
+        return handleOf(table, codecs)
+      })
+
+    const resumeOffset: TablesShape["resumeOffset"] = (tp) =>
+      Effect.gen(function* () {
+        let best = replayed.get(tpKey(tp))
+        for (const table of tables.values()) {
+          for (const state of table.partitions.values()) {
+            const persisted = yield* state.store.persistedOffset(tp).pipe(Effect.mapError(storeFailed(table.info.name)))
+            if (Option.isSome(persisted) && (best === undefined || persisted.value > best)) best = persisted.value
+          }
+        }
+        return Option.fromNullishOr(best)
+      })
+
+    return {
+      manager,
+      register,
+      start,
+      stop,
+      process,
+      resumeOffset,
+      changelogQueue: Effect.map(Queue.size(queue), (size) => ({ capacity, size })),
+      recovery: Effect.sync(() => Option.fromNullishOr(recovery))
+    } satisfies TablesShape
+  })
+
+/** The table manager as a layer providing `Tables` and core's `TableManager`. */
+export const layer = (options: TablesOptions): Layer.Layer<Tables | TableManager, TableManagerError, Store | Log> =>
+  Layer.effectContext(
+    Effect.map(make(options), (service) =>
+      Context.make(Tables, service).pipe(Context.add(TableManager, service.manager))
+    )
+  )
+
+/** Like `layer`, with the options read from configuration and validated (a bad value names its key). */
+export const layerConfig = (
+  options: Config.Config<TablesOptions> = config()
+): Layer.Layer<Tables | TableManager, TableManagerError | Config.ConfigError, Store | Log> =>
+  Layer.unwrap(Effect.map(options, layer))

@@ -1,0 +1,78 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Result, Schema } from "effect"
+import { murmur2, partitionOf } from "../src/internal/murmur2.js"
+import { advance } from "../src/internal/offsets.js"
+import * as Table from "../src/Table.js"
+
+const bytes = (s: string) => new TextEncoder().encode(s)
+
+describe("Table codecs", () => {
+  const Order = Schema.Struct({ id: Schema.String, qty: Schema.Int, at: Schema.Date })
+  const orders = Table.make({ name: "orders", key: Schema.String, value: Order, partitions: 3 })
+  const codecs = Table.codecs(orders)
+
+  it("keys and values round-trip through their Schema's JSON encoding", () => {
+    const value = { id: "o-1", qty: 2, at: new Date("2026-11-30T00:00:00Z") }
+    const encoded = Result.getOrThrow(codecs.encodeValue(value))
+    assert.strictEqual(new TextDecoder().decode(encoded), '{"id":"o-1","qty":2,"at":"2026-11-30T00:00:00.000Z"}')
+    assert.deepStrictEqual(Result.getOrThrow(codecs.decodeValue(encoded)), value)
+    assert.strictEqual(new TextDecoder().decode(Result.getOrThrow(codecs.encodeKey("o-1"))), '"o-1"')
+  })
+
+  it("a value that does not fit is refused naming the table, the part and the problem", () => {
+    const bad = codecs.encodeValue({ id: "o-1", qty: 1.5, at: new Date(0) })
+    assert.isTrue(Result.isFailure(bad))
+    if (Result.isFailure(bad)) {
+      assert.strictEqual(bad.failure.table, "orders")
+      assert.strictEqual(bad.failure.part, "value")
+      assert.match(bad.failure.message, /table orders: cannot encode the value: .*int/i)
+    }
+  })
+
+  it("bytes that are not JSON, or not the schema, are refused on read", () => {
+    const notJson = codecs.decodeValue(bytes("{oops"))
+    assert.isTrue(Result.isFailure(notJson) && /not JSON/.test(notJson.failure.message))
+    const wrong = codecs.decodeKey(bytes("42"))
+    assert.isTrue(Result.isFailure(wrong) && wrong.failure.direction === "decode" && wrong.failure.part === "key")
+  })
+
+  it("definitions are validated: name, partitions, changelog topic", () => {
+    assert.isUndefined(Table.validate(orders))
+    assert.match(Table.validate({ ...orders, name: "a/b" }) ?? "", /name must match/)
+    assert.match(Table.validate({ ...orders, partitions: 1.5 }) ?? "", /positive integer, got 1.5/)
+    assert.match(Table.validate({ ...orders, changelogTopic: "bad topic" }) ?? "", /changelog topic/)
+    assert.strictEqual(Table.changelogTopicOf("shop", orders), "shop-orders-changelog")
+    assert.strictEqual(Table.global({ name: "g", key: Schema.String, value: Order, partitions: 1 }).kind, "global")
+  })
+})
+
+describe("key partitioning", () => {
+  it("murmur2 matches Kafka's own test vectors (UtilsTest.testMurmur2)", () => {
+    const vectors: ReadonlyArray<readonly [string, number]> = [
+      ["21", -973932308],
+      ["foobar", -790332482],
+      ["a-little-bit-long-string", -985981536],
+      ["a-little-bit-longer-string", -1486304829],
+      ["lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971],
+      ["abc", 479470107]
+    ]
+    for (const [input, expected] of vectors) assert.strictEqual(murmur2(bytes(input)), expected, input)
+  })
+
+  it("partitions are murmur2's positive value modulo the count, as Kafka's default partitioner", () => {
+    assert.strictEqual(partitionOf(bytes("21"), 7), (-973932308 & 0x7fffffff) % 7)
+    for (let i = 0; i < 200; i++) {
+      const p = partitionOf(bytes(`key-${i}`), 12)
+      assert.isTrue(p >= 0 && p < 12)
+    }
+  })
+})
+
+describe("persist-offset-on-commit", () => {
+  it("a lower offset never replaces a higher one: 30 → 29 keeps 30, 30 → 31 takes 31", () => {
+    assert.strictEqual(advance(30, 29), 30)
+    assert.strictEqual(advance(30, 31), 31)
+    assert.strictEqual(advance(undefined, 5), 5)
+    assert.strictEqual(advance(7, -1), 7, "an unknown offset (acks 0) changes nothing")
+  })
+})

@@ -1,0 +1,438 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Log, type LogRecord, Store, type TableManagerError } from "@strata/core"
+import { Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
+import { TestClock } from "effect/testing"
+import * as Table from "../src/Table.js"
+import * as Tables from "../src/Tables.js"
+
+const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: 4 })
+const topic = "app-counts-changelog"
+
+/** Memory store and log, logs kept off the output. */
+const env = <A, E>(effect: Effect.Effect<A, E, Store | Log | Scope.Scope>) =>
+  effect.pipe(Effect.scoped, Effect.provide(Layer.mergeAll(Store.layerMemory(), Log.layerMemory(), Logger.layer([]))))
+
+const manager = (options: Partial<Tables.TablesOptions> = {}) => Tables.make({ app: "app", settleDelay: 0, ...options })
+
+/** Every record of a changelog partition. */
+const changelog = (partition: number) =>
+  Effect.gen(function* () {
+    const log = yield* Log
+    const [offsets] = yield* log.offsets([{ topic, partition }])
+    if (offsets === undefined || offsets.highwater === 0) return [] as Array<LogRecord>
+    const consumer = yield* log.consumer()
+    yield* consumer.assign([{ topic, partition }])
+    yield* consumer.seek({ topic, partition }, 0)
+    const records: Array<LogRecord> = []
+    let seen = 0
+    yield* consumer.batches.pipe(
+      Stream.takeUntil((b) => (seen += b.records.length) >= offsets.highwater),
+      Stream.runForEach((b) => Effect.sync(() => records.push(...b.records)))
+    )
+    return records
+  }).pipe(Effect.scoped)
+
+const decodeKey = (b: Uint8Array | null) => (b === null ? null : JSON.parse(new TextDecoder().decode(b)))
+
+describe("Tables: registration", () => {
+  it.effect("a duplicate name is refused with TableAlreadyExists", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        yield* tables.register(counts)
+        const error = yield* Effect.flip(tables.register(counts))
+        assert.strictEqual(error.reason._tag, "TableAlreadyExists")
+        assert.match(error.message, /counts is already registered/)
+      })
+    )
+  )
+
+  it.effect("no table can be added once the manager started: TablesFinalized, too late", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        yield* tables.register(counts)
+        yield* tables.start
+        const error = yield* Effect.flip(
+          tables.register(Table.make({ name: "late", key: Schema.String, value: Schema.Int, partitions: 1 }))
+        )
+        assert.strictEqual(error.reason._tag, "TablesFinalized")
+        assert.match(error.message, /too late to add table late/)
+        const viaProtocol = yield* Effect.flip(
+          tables.manager.add({ name: "late2", kind: "table", partitions: 1, changelogTopic: "late2-changelog" })
+        )
+        assert.strictEqual(viaProtocol.reason._tag, "TablesFinalized")
+      })
+    )
+  )
+
+  it.effect("keeps changelog topic → table and lists tables in registration order", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        yield* tables.register(counts)
+        yield* tables.register(
+          Table.global({
+            name: "config",
+            key: Schema.String,
+            value: Schema.String,
+            partitions: 1,
+            changelogTopic: "cfg"
+          })
+        )
+        const info = yield* tables.manager.tableOfChangelog("cfg")
+        assert.deepStrictEqual(info, { name: "config", kind: "global", partitions: 1, changelogTopic: "cfg" })
+        assert.deepStrictEqual(
+          (yield* tables.manager.tables).map((t) => [t.name, t.changelogTopic]),
+          [
+            ["counts", topic],
+            ["config", "cfg"]
+          ]
+        )
+        const unknown = yield* Effect.flip(tables.manager.tableOfChangelog("nope"))
+        assert.strictEqual(unknown.reason._tag, "UnknownTable")
+      })
+    )
+  )
+
+  it.effect("invalid definitions and options are refused with errors naming what is wrong", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        const bad = yield* Effect.flip(
+          tables.register(Table.make({ name: "has space", key: Schema.String, value: Schema.Int, partitions: 1 }))
+        )
+        assert.strictEqual(bad.reason._tag, "InvalidTable")
+        assert.match(bad.message, /has space/)
+        const zero = yield* Effect.flip(
+          tables.register(Table.make({ name: "z", key: Schema.String, value: Schema.Int, partitions: 0 }))
+        )
+        assert.match(zero.message, /partitions must be a positive integer, got 0/)
+        const options: TableManagerError = yield* Effect.flip(manager({ streamBufferMaxsize: 0 }))
+        assert.strictEqual(options.reason._tag, "InvalidTableManagerOptions")
+        assert.match(options.message, /streamBufferMaxsize/)
+      })
+    )
+  )
+})
+
+describe("Tables: start and stop", () => {
+  it.effect("the changelog queue all tables share has the configured size", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager({ streamBufferMaxsize: 123 })
+        assert.deepStrictEqual(yield* tables.changelogQueue, { capacity: 123, size: 0 })
+        const defaults = yield* manager()
+        assert.strictEqual((yield* defaults.changelogQueue).capacity, 4096)
+      })
+    )
+  )
+
+  it.effect("start waits the settle delay, then builds the channel, pauses the changelogs and starts recovery", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager({ settleDelay: "1 second" })
+        yield* tables.register(counts)
+        const starting = yield* Effect.forkChild(tables.start)
+        yield* TestClock.adjust("999 millis")
+        assert.isTrue(Option.isNone(yield* tables.recovery), "nothing built before the settle delay")
+        yield* TestClock.adjust("1 millis")
+        yield* Fiber.join(starting)
+        assert.isTrue(Option.isSome(yield* tables.recovery))
+        yield* tables.manager.waitUntilTablesRegistered
+        // The changelog topic exists with the table's partitions.
+        const log = yield* Log
+        const offsets = yield* log.offsets([0, 1, 2, 3].map((partition) => ({ topic, partition })))
+        assert.strictEqual(offsets.length, 4)
+      })
+    )
+  )
+
+  it.effect("once stopping, start builds no channel and starts no recovery", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        yield* tables.register(counts)
+        yield* tables.stop
+        yield* tables.start
+        assert.isTrue(Option.isNone(yield* tables.recovery))
+        const log = yield* Log
+        const missing = yield* Effect.flip(log.offsets([{ topic, partition: 0 }]))
+        assert.strictEqual(missing._tag, "LogError", "no changelog topic was created")
+      })
+    )
+  )
+
+  it.effect("stop runs in order: changelog fetcher, recovery, then the tables' stores", () =>
+    Effect.gen(function* () {
+      const events: Array<string> = []
+      const store = yield* Store
+      const log = yield* Log
+      const recordingStore = Store.of({
+        ...store,
+        open: (id) =>
+          Effect.tap(store.open(id), () =>
+            Effect.addFinalizer(() => Effect.sync(() => events.push(`store ${id.table}/${id.partition} closed`)))
+          )
+      })
+      const recordingLog = Log.of({
+        ...log,
+        consumer: (options) =>
+          Effect.map(log.consumer(options), (c) => ({
+            ...c,
+            batches: c.batches.pipe(Stream.ensuring(Effect.sync(() => events.push("fetcher stopped"))))
+          })).pipe(Effect.tap(() => Effect.addFinalizer(() => Effect.sync(() => events.push("channel closed")))))
+      })
+      const tables = yield* manager().pipe(
+        Effect.provideService(Store, recordingStore),
+        Effect.provideService(Log, recordingLog)
+      )
+      yield* tables.register(counts)
+      yield* tables.start
+      yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+      yield* tables.manager.waitUntilRecoveryCompleted
+      yield* tables.stop
+      assert.deepStrictEqual(events, ["fetcher stopped", "channel closed", "store counts/1 closed"])
+      yield* tables.stop
+      assert.strictEqual(events.length, 3, "stop is idempotent")
+    }).pipe(env)
+  )
+
+  it.effect("producer-only and client-only modes wait for nothing", () =>
+    env(
+      Effect.gen(function* () {
+        for (const mode of ["producer-only", "client-only"] as const) {
+          const tables = yield* manager({ mode })
+          yield* tables.register(counts)
+          yield* tables.manager.waitUntilTablesRegistered
+          yield* tables.manager.waitUntilRecoveryCompleted
+        }
+      })
+    )
+  )
+})
+
+describe("Tables: writes and persist-offset-on-commit", () => {
+  it.live("set writes the changelog (key = table key, partition = source partition) and reads see it at once", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 2 }])
+        yield* tables.process(
+          { topic: "words", partition: 2, offset: 7 },
+          Effect.gen(function* () {
+            yield* table.update("hello", (n) => Option.getOrElse(n, () => 0) + 1)
+            // Read-your-writes inside the same source record.
+            yield* table.update("hello", (n) => Option.getOrElse(n, () => 0) + 1)
+          })
+        )
+        assert.deepStrictEqual(yield* table.get("hello", { partition: 2 }), Option.some(2))
+        const records = yield* changelog(2)
+        assert.deepStrictEqual(
+          records.map((r) => [decodeKey(r.key), decodeKey(r.value)]),
+          [
+            ["hello", 1],
+            ["hello", 2]
+          ]
+        )
+        // Both records of the source record carry it.
+        assert.deepStrictEqual(
+          records.map((r) => new TextDecoder().decode(r.headers.find((h) => h.key === "strata-source")?.value)),
+          ['["words",2,7]', '["words",2,7]']
+        )
+      })
+    )
+  )
+
+  it.effect("nothing reaches the store before the commit; the commit writes data and offsets in one batch", () =>
+    env(
+      Effect.gen(function* () {
+        const store = yield* Store
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+        for (let i = 0; i < 3; i++) {
+          yield* tables.process({ topic: "words", partition: 0, offset: i }, table.set(`k${i}`, i))
+        }
+        const raw = yield* store.open({ table: "counts", partition: 0 }).pipe(
+          Effect.flatMap((s) => Effect.all([Stream.runCollect(s.scan()), s.persistedOffsets])),
+          Effect.scoped,
+          Effect.flip,
+          Effect.map((e) => e.reason._tag)
+        )
+        // The manager holds the partition store open: a second opener is refused (one opener at a time).
+        assert.strictEqual(raw, "StoreLocked")
+        assert.deepStrictEqual(yield* table.get("k2", { partition: 0 }), Option.some(2))
+        yield* tables.manager.onCommit([{ topic: "words", partition: 0, offset: 3 }])
+        yield* tables.stop
+        const after = yield* store.open({ table: "counts", partition: 0 }).pipe(
+          Effect.flatMap((s) => Effect.all([Stream.runCollect(s.scan()), s.persistedOffsets])),
+          Effect.scoped
+        )
+        assert.strictEqual(after[0].length, 3)
+        assert.deepStrictEqual(
+          [...after[1]].sort((a, b) => a.topic.localeCompare(b.topic)),
+          [
+            { topic, partition: 0, offset: 2 },
+            { topic: "words", partition: 0, offset: 3 }
+          ]
+        )
+      })
+    )
+  )
+
+  it.effect("committing a source partition flushes the changelog partitions it wrote to, even other ones", () =>
+    env(
+      Effect.gen(function* () {
+        const store = yield* Store
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([0, 1, 2, 3].map((partition) => ({ topic: "words", partition })))
+        // Source partition 0 writes to changelog partition 3 (Faust would never persist this offset).
+        yield* tables.process({ topic: "words", partition: 0, offset: 41 }, table.set("x", 1, { partition: 3 }))
+        yield* tables.manager.onCommit([{ topic: "words", partition: 0, offset: 42 }])
+        yield* tables.stop
+        const persisted = yield* store.open({ table: "counts", partition: 3 }).pipe(
+          Effect.flatMap((s) => s.persistedOffset({ topic, partition: 3 })),
+          Effect.scoped
+        )
+        assert.deepStrictEqual(persisted, Option.some(0))
+      })
+    )
+  )
+
+  it.effect("a value that does not fit its schema is refused naming the table; nothing is produced", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+        const error = yield* Effect.flip(table.set("k", 1.5, { partition: 0 }))
+        assert.strictEqual(error.reason._tag, "CodecFailed")
+        assert.match(error.message, /table counts: cannot encode the value/)
+        assert.deepStrictEqual(yield* changelog(0), [])
+        const missing = yield* Effect.flip(table.set("k", 1, { partition: 1 }))
+        assert.strictEqual(missing.reason._tag, "PartitionNotAvailable")
+        const outside = yield* Effect.flip(table.get("k", { partition: 9 }))
+        assert.strictEqual(outside.reason._tag, "InvalidPartition")
+      })
+    )
+  )
+})
+
+describe("Tables: rebalance and recovery", () => {
+  it.effect("an assigned partition is restored from its changelog; resumeOffset is past the last source record", () =>
+    env(
+      Effect.gen(function* () {
+        // A first worker writes and commits only part of its work, then goes away.
+        const first = yield* Scope.make()
+        const a = yield* manager().pipe(Scope.provide(first))
+        const ta = yield* a.register(counts)
+        yield* a.start
+        yield* a.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+        for (let i = 0; i < 5; i++) {
+          yield* a.process({ topic: "words", partition: 1, offset: i }, ta.set(`w${i % 2}`, i))
+        }
+        yield* a.manager.onCommit([{ topic: "words", partition: 1, offset: 2 }])
+        yield* Scope.close(first, Exit.void)
+
+        // The next worker restores the partition: the table equals the changelog, not just the committed part.
+        const b = yield* manager()
+        const tb = yield* b.register(counts)
+        yield* b.start
+        yield* b.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+        yield* b.manager.waitUntilRecoveryCompleted
+        assert.deepStrictEqual(yield* tb.entries(1), [
+          ["w0", 4],
+          ["w1", 3]
+        ])
+        // Source records 0..4 are all in the table: resume at 5, not at the committed 2.
+        assert.deepStrictEqual(yield* b.resumeOffset({ topic: "words", partition: 1 }), Option.some(5))
+      })
+    )
+  )
+
+  it.effect("a revoked partition is flushed and closed; reads of it are refused", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 2 }])
+        yield* tables.process({ topic: "words", partition: 2, offset: 0 }, table.set("a", 1))
+        yield* tables.manager.onPartitionsRevoked([{ topic: "words", partition: 2 }])
+        const error = yield* Effect.flip(table.get("a", { partition: 2 }))
+        assert.strictEqual(error.reason._tag, "PartitionNotAvailable")
+        // Assigned again: the flushed store already holds the write, nothing to replay.
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 2 }])
+        yield* tables.manager.waitUntilRecoveryCompleted
+        assert.deepStrictEqual(yield* table.get("a", { partition: 2 }), Option.some(1))
+      })
+    )
+  )
+
+  it.effect("a global table is held in full and restored at start", () =>
+    env(
+      Effect.gen(function* () {
+        const settings = Table.global({ name: "settings", key: Schema.String, value: Schema.String, partitions: 2 })
+        const first = yield* Scope.make()
+        const a = yield* manager().pipe(Scope.provide(first))
+        const ta = yield* a.register(settings)
+        yield* a.start
+        yield* ta.set("colour", "blue")
+        yield* ta.set("size", "L")
+        yield* Scope.close(first, Exit.void)
+
+        const b = yield* manager()
+        const tb = yield* b.register(settings)
+        yield* b.start
+        yield* b.manager.waitUntilRecoveryCompleted
+        assert.deepStrictEqual(yield* tb.get("colour"), Option.some("blue"))
+        assert.deepStrictEqual(yield* tb.get("size"), Option.some("L"))
+      })
+    )
+  )
+
+  it.effect(
+    "a store ahead of its changelog fails with ConsistencyError naming both offsets, or is wiped and restored",
+    () =>
+      env(
+        Effect.gen(function* () {
+          const first = yield* Scope.make()
+          const a = yield* manager().pipe(Scope.provide(first))
+          const ta = yield* a.register(counts)
+          yield* a.start
+          yield* a.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+          for (let i = 0; i < 3; i++) yield* a.process({ topic: "words", partition: 0, offset: i }, ta.set(`k${i}`, i))
+          yield* a.manager.onCommit([{ topic: "words", partition: 0, offset: 3 }])
+          yield* Scope.close(first, Exit.void)
+
+          // The changelog topic was lost (a new, empty log), the store kept its data: persisted 2 > highwater 0.
+          const restart = (onInconsistency: "fail" | "wipe") =>
+            Effect.gen(function* () {
+              const b = yield* manager({ recovery: { onInconsistency } })
+              const tb = yield* b.register(counts)
+              yield* b.start
+              yield* b.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+              const exit = yield* Effect.exit(b.manager.waitUntilRecoveryCompleted)
+              return { exit, entries: yield* Effect.exit(tb.entries(0)) }
+            }).pipe(Effect.scoped, Effect.provide(Log.layerMemory()))
+
+          const failed = yield* restart("fail")
+          assert.isTrue(Exit.isFailure(failed.exit))
+          if (Exit.isFailure(failed.exit)) {
+            const message = String(failed.exit.cause)
+            assert.match(message, /app-counts-changelog\/0: persisted offset 2 is beyond the changelog highwater 0/)
+          }
+          const wiped = yield* restart("wipe")
+          assert.isTrue(Exit.isSuccess(wiped.exit))
+          assert.deepStrictEqual(wiped.entries, Exit.succeed([]))
+        })
+      )
+  )
+})
