@@ -1,22 +1,24 @@
 /**
- * The embedded demo: a word-count table kept the Faust way — every update goes
- * to the partition's store and to the table's changelog — then a restart that
- * loses the local state and restores the table from its changelog.
+ * The embedded demo: a worker counts the words of a source topic into a
+ * `Table` (every update goes to the table's changelog and, on commit, to its
+ * store), then restarts — on a fresh store, or on the same directory — and the
+ * table is restored from its changelog by recovery.
  *
  * It runs on whatever `Store` and `Log` layers it is given; the CLI's default is
  * the in-memory pair, so it needs no servers.
  *
  * @since 0.1.0
  */
-import type { LogShape, PartitionStore, StoreShape, TopicPartition } from "@strata/core"
+import type { LogShape, StoreShape, TopicPartition } from "@strata/core"
 import { Log, Store } from "@strata/core"
-import { Console, Effect, type Layer, Option, Stream } from "effect"
+import { Table, Tables } from "@strata/tables"
+import { Console, Effect, type Layer, Option, Schema, Stream } from "effect"
 
 /** Options of the demo. */
 export interface DemoOptions {
   /** The text whose words are counted. */
   readonly text: string
-  /** Partitions of the table (and its changelog). */
+  /** Partitions of the source topic, the table and its changelog. */
   readonly partitions: number
   /** Print progress lines. */
   readonly verbose: boolean
@@ -28,112 +30,75 @@ export interface DemoResult {
   readonly after: ReadonlyMap<string, number>
   readonly changelogRecords: number
   readonly replayed: ReadonlyArray<{ readonly partition: number; readonly from: number; readonly to: number }>
+  /** Where the restarted worker resumes each source partition: past every record already counted. */
+  readonly resume: ReadonlyArray<{ readonly partition: number; readonly offset: number }>
 }
 
+const APP = "strata-demo"
 const TABLE = "word-counts"
-const CHANGELOG = "strata-demo-word-counts-changelog"
+const SOURCE = "strata-demo-words"
+const CHANGELOG = `${APP}-${TABLE}-changelog`
 const enc = new TextEncoder()
-const dec = new TextDecoder()
-
-/** FNV-1a: a stable partitioner, so the same word always lands on the same partition. */
-const partitionOf = (key: string, partitions: number): number => {
-  let h = 0x811c9dc5
-  for (let i = 0; i < key.length; i++) {
-    h ^= key.charCodeAt(i)
-    h = Math.imul(h, 0x01000193)
-  }
-  return (h >>> 0) % partitions
-}
 
 const words = (text: string): Array<string> => text.toLowerCase().match(/[\p{L}\p{N}']+/gu) ?? []
 
-/** Reads a whole partition store as word → count. */
-const readTable = (stores: ReadonlyArray<PartitionStore>) =>
+const tpsOf = (topic: string, partitions: number): Array<TopicPartition> =>
+  Array.from({ length: partitions }, (_, partition) => ({ topic, partition }))
+
+/** The word-count table: word → count, partitioned like the source topic. */
+const countsTable = (partitions: number) =>
+  Table.make({ name: TABLE, key: Schema.String, value: Schema.Int, partitions })
+
+/** Every entry of every partition of the table. */
+const readTable = (table: Tables.TableHandle<string, number>, partitions: number) =>
   Effect.gen(function* () {
-    const table = new Map<string, number>()
-    for (const st of stores) {
-      yield* Stream.runForEach(st.scan(), ([k, v]) =>
-        Effect.sync(() => table.set(dec.decode(k), Number(dec.decode(v))))
-      )
-    }
-    return table
+    const out = new Map<string, number>()
+    for (let p = 0; p < partitions; p++) for (const [w, n] of yield* table.entries(p)) out.set(w, n)
+    return out
   })
 
-const openAll = (store: StoreShape, partitions: number) =>
-  Effect.forEach(
-    Array.from({ length: partitions }, (_, p) => p),
-    (partition) => store.open({ table: TABLE, partition })
-  )
-
-/** Counts the words: store write + changelog record per update; commits offsets for half the partitions. */
-const writePhase = (store: StoreShape, log: LogShape, options: DemoOptions) =>
-  Effect.scoped(
-    Effect.gen(function* () {
-      // Start from an empty table, whatever an earlier run left in a persistent store.
-      for (let partition = 0; partition < options.partitions; partition++)
-        yield* store.drop({ table: TABLE, partition })
-      const stores = yield* openAll(store, options.partitions)
-      const lastOffset = new Map<number, number>()
-      for (const word of words(options.text)) {
-        const partition = partitionOf(word, options.partitions)
-        const st = stores[partition]!
-        const key = enc.encode(word)
-        const current = Option.match(yield* st.get(key), { onNone: () => 0, onSome: (v) => Number(dec.decode(v)) })
-        const value = enc.encode(String(current + 1))
-        const offset = yield* log.produce({ topic: CHANGELOG, partition, key, value }, { acks: "all" })
-        yield* st.put(key, value)
-        lastOffset.set(partition, offset)
-      }
-      // A commit persists the changelog offset of what the store holds — here for the even partitions only,
-      // so the restart below shows both a full and a partial replay when the store survives.
-      for (const [partition, offset] of lastOffset) {
-        if (partition % 2 === 0) yield* stores[partition]!.setPersistedOffset({ topic: CHANGELOG, partition }, offset)
-      }
-      return yield* readTable(stores)
-    })
-  )
-
 /**
- * Restores every partition from the changelog: from the persisted offset + 1
- * (or the log start) up to the highwater, writing each batch together with the
- * offset it reaches.
+ * One worker: a table manager on the `Store` in context, owning every source partition. It restores the table,
+ * then counts the source records from where the tables say to resume, committing only the even partitions.
  */
-const restorePhase = (store: StoreShape, log: LogShape, options: DemoOptions) =>
+const worker = (log: LogShape, options: DemoOptions, say: (line: string) => Effect.Effect<void>) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const stores = yield* openAll(store, options.partitions)
-      const tps: Array<TopicPartition> = stores.map((_, partition) => ({ topic: CHANGELOG, partition }))
-      const offsets = yield* log.offsets(tps)
+      const tables = yield* Tables.make({ app: APP, settleDelay: 0 })
+      const counts = yield* tables.register(countsTable(options.partitions))
+      yield* tables.start
+      const sources = tpsOf(SOURCE, options.partitions)
+      yield* tables.manager.onPartitionsAssigned(sources)
+      yield* tables.manager.waitUntilRecoveryCompleted
+
+      const resume: Array<{ partition: number; offset: number }> = []
       const consumer = yield* log.consumer({ maxBatchRecords: 500 })
-      yield* consumer.assign(tps)
+      yield* consumer.assign(sources)
+      const highwaters = yield* log.offsets(sources)
       const pending = new Set<number>()
-      const replayed: Array<{ partition: number; from: number; to: number }> = []
-      for (const o of offsets) {
-        const persisted = yield* stores[o.partition]!.persistedOffset({ topic: CHANGELOG, partition: o.partition })
-        const from = Math.max(Option.match(persisted, { onNone: () => 0, onSome: (p) => p + 1 }), o.logStart)
-        yield* consumer.seek({ topic: CHANGELOG, partition: o.partition }, from)
-        replayed.push({ partition: o.partition, from, to: o.highwater })
+      for (const o of highwaters) {
+        const from = Option.getOrElse(yield* tables.resumeOffset(o), () => o.logStart)
+        resume.push({ partition: o.partition, offset: from })
+        yield* consumer.seek(o, from)
         if (from < o.highwater) pending.add(o.partition)
-        else yield* consumer.pause([{ topic: CHANGELOG, partition: o.partition }])
+        else yield* consumer.pause([o])
       }
-      const target = new Map(offsets.map((o) => [o.partition, o.highwater]))
+      const next = new Map<number, number>()
       if (pending.size > 0) {
         yield* consumer.batches.pipe(
           Stream.mapEffect((batch) =>
             Effect.gen(function* () {
-              const last = batch.records[batch.records.length - 1]
-              if (last === undefined) return
-              const ops = batch.records.map((r) =>
-                r.value === null
-                  ? { _tag: "delete" as const, key: r.key! }
-                  : { _tag: "put" as const, key: r.key!, value: r.value }
-              )
-              yield* stores[batch.partition]!.write(ops, {
-                offsets: [{ topic: CHANGELOG, partition: batch.partition, offset: last.offset }]
-              })
-              if (last.offset + 1 >= target.get(batch.partition)!) {
+              for (const r of batch.records) {
+                const word = new TextDecoder().decode(r.value ?? new Uint8Array())
+                yield* tables.process(
+                  r,
+                  counts.update(word, (n) => Option.getOrElse(n, () => 0) + 1)
+                )
+                next.set(r.partition, r.offset + 1)
+              }
+              if ((next.get(batch.partition) ?? 0) >= batch.highwater) {
                 pending.delete(batch.partition)
-                yield* consumer.pause([{ topic: CHANGELOG, partition: batch.partition }])
+                yield* consumer.pause([{ topic: SOURCE, partition: batch.partition }])
               }
             })
           ),
@@ -141,9 +106,32 @@ const restorePhase = (store: StoreShape, log: LogShape, options: DemoOptions) =>
           Stream.runDrain
         )
       }
-      return { table: yield* readTable(stores), replayed }
+      // A commit persists what the store holds; here only the even partitions commit, so a restart on a
+      // surviving store shows both a partition with nothing to replay and one replayed from its changelog.
+      const commits = [...next]
+        .filter(([p]) => p % 2 === 0)
+        .map(([partition, offset]) => ({ topic: SOURCE, partition, offset }))
+      yield* tables.manager.onCommit(commits)
+      if (commits.length > 0) yield* say(`Committed source partitions ${commits.map((c) => c.partition).join(", ")}`)
+      return { table: yield* readTable(counts, options.partitions), resume }
     })
   )
+
+/** For each changelog partition: what a restore replays (persisted offset + 1, or the log start, to the highwater). */
+const replayPlan = (store: StoreShape, log: LogShape, partitions: number) =>
+  Effect.gen(function* () {
+    const offsets = yield* log.offsets(tpsOf(CHANGELOG, partitions))
+    return yield* Effect.forEach(offsets, (o) =>
+      Effect.scoped(
+        Effect.gen(function* () {
+          const st = yield* store.open({ table: TABLE, partition: o.partition })
+          const persisted = yield* st.persistedOffset(o)
+          const from = Math.max(Option.match(persisted, { onNone: () => 0, onSome: (p) => p + 1 }), o.logStart)
+          return { partition: o.partition, from, to: o.highwater }
+        })
+      )
+    )
+  })
 
 /**
  * Runs the demo on the `Log` in context. The worker runs on the `before` store
@@ -158,37 +146,57 @@ export const run = <E1, E2>(
     const log = yield* Log
     const say = (line: string) => (options.verbose ? Console.log(line) : Effect.void)
 
-    yield* log.ensureTopic({ topic: CHANGELOG, partitions: options.partitions, compacted: true })
-    // A changelog left by an earlier run (on a real broker) is truncated: the demo starts from an empty table.
-    const tps = Array.from({ length: options.partitions }, (_, partition) => ({ topic: CHANGELOG, partition }))
-    for (const o of yield* log.offsets(tps)) {
-      if (o.highwater > o.logStart) yield* log.deleteRecords(o, o.highwater)
+    // Topics left by an earlier run (on a real broker) are truncated: the demo starts from an empty table.
+    for (const topic of [SOURCE, CHANGELOG]) {
+      yield* log.ensureTopic({ topic, partitions: options.partitions, compacted: topic === CHANGELOG })
+      for (const o of yield* log.offsets(tpsOf(topic, options.partitions))) {
+        if (o.highwater > o.logStart) yield* log.deleteRecords(o, o.highwater)
+      }
     }
+    const all = words(options.text)
+    yield* log.produceBatch(
+      all.map((word) => {
+        const key = enc.encode(word)
+        return { topic: SOURCE, partition: Table.keyPartition(key, options.partitions), key, value: key }
+      }),
+      { acks: "all" }
+    )
+
     const before = yield* Effect.gen(function* () {
       const store = yield* Store
+      // Start from an empty table, whatever an earlier run left in a persistent store.
+      for (let partition = 0; partition < options.partitions; partition++)
+        yield* store.drop({ table: TABLE, partition })
       yield* say(
-        `Created table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${CHANGELOG} on ${log.backend})`
+        `Counting ${all.length} words from ${SOURCE} into table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${CHANGELOG} on ${log.backend})`
       )
-      return yield* writePhase(store, log, options)
+      return (yield* worker(log, options, say)).table
     }).pipe(Effect.provide(stores.before))
-    const hw = yield* log.offsets(
-      Array.from({ length: options.partitions }, (_, partition) => ({ topic: CHANGELOG, partition }))
-    )
+    const hw = yield* log.offsets(tpsOf(CHANGELOG, options.partitions))
     const changelogRecords = hw.reduce((n, o) => n + o.highwater - o.logStart, 0)
-    yield* say(
-      `Wrote ${words(options.text).length} updates: ${before.size} distinct words, ${changelogRecords} changelog records`
-    )
+    yield* say(`Counted ${all.length} words: ${before.size} distinct words, ${changelogRecords} changelog records`)
 
     yield* say("Restarting the worker: the table's store is reopened and restored from its changelog")
     const restarted = yield* Effect.gen(function* () {
-      return yield* restorePhase(yield* Store, log, options)
+      const replayed = yield* replayPlan(yield* Store, log, options.partitions)
+      const { table, resume } = yield* worker(log, options, say)
+      return { table, replayed, resume }
     }).pipe(Effect.provide(stores.after))
     for (const r of restarted.replayed) {
       yield* say(
         `  partition ${r.partition}: replayed ${r.to - r.from} records, from offset ${r.from} up to the highwater ${r.to}`
       )
     }
-    const result: DemoResult = { before, after: restarted.table, changelogRecords, replayed: restarted.replayed }
+    yield* say(
+      `Source resumes at ${restarted.resume.map((r) => `${r.partition}@${r.offset}`).join(", ")}: no word is counted twice`
+    )
+    const result: DemoResult = {
+      before,
+      after: restarted.table,
+      changelogRecords,
+      replayed: restarted.replayed,
+      resume: restarted.resume
+    }
     const top = [...result.after].sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)).slice(0, 5)
     yield* say(`Top words after restart: ${top.map(([w, n]) => `${w}=${n}`).join(", ")}`)
     return result

@@ -20,7 +20,7 @@ describe("strata CLI (a real child process)", () => {
     const r = await strata(["demo", "--partitions", "3", "--text", "one two two three three three"])
     expect(r.stderr).toBe("")
     expect(r.code).toBe(0)
-    expect(r.stdout).toContain("Wrote 6 updates: 3 distinct words, 6 changelog records")
+    expect(r.stdout).toContain("Counted 6 words: 3 distinct words, 6 changelog records")
     expect(r.stdout).toContain("OK: all 3 words restored from 6 changelog records")
   })
 

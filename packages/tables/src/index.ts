@@ -1,8 +1,9 @@
 /**
- * @strata/tables: Table, GlobalTable and the TableManager, with Faust's semantics.
+ * @strata/tables: `Table` / `GlobalTable` definitions with Schema codecs and the
+ * `Tables` manager (Faust's TableManager semantics, its bugs fixed) on core's
+ * `Store` and `Log`.
  *
- * Not built yet (issue 6 fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export * as Table from "./Table.js"
+export * as Tables from "./Tables.js"
