@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Log, type LogRecord, Store, type TableManagerError } from "@strata/core"
-import { Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
+import { ConfigProvider, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -434,5 +434,39 @@ describe("Tables: rebalance and recovery", () => {
           assert.deepStrictEqual(wiped.entries, Exit.succeed([]))
         })
       )
+  )
+})
+
+describe("Tables: configuration", () => {
+  const fromEnv = (env: Record<string, string>) => ConfigProvider.layer(ConfigProvider.fromEnv({ env }))
+
+  it.effect("layerConfig reads the options; queue size and mode come through", () =>
+    Effect.gen(function* () {
+      const tables = yield* Tables.Tables
+      assert.deepStrictEqual(yield* tables.changelogQueue, { capacity: 64, size: 0 })
+      yield* tables.manager.waitUntilRecoveryCompleted
+    }).pipe(
+      Effect.provide(
+        Tables.layerConfig().pipe(
+          Layer.provide(fromEnv({ tables_app: "cfg", tables_streamBufferMaxsize: "64", tables_mode: "client-only" }))
+        )
+      ),
+      env
+    )
+  )
+
+  it.effect("a bad value fails with a ConfigError naming its key", () =>
+    Effect.gen(function* () {
+      const bad = (env: Record<string, string>) =>
+        Layer.build(Tables.layerConfig().pipe(Layer.provide(fromEnv(env)))).pipe(Effect.scoped, Effect.flip)
+      const size = yield* bad({ tables_app: "cfg", tables_streamBufferMaxsize: "lots" })
+      assert.match(String(size), /streamBufferMaxsize/)
+      const mode = yield* bad({ tables_app: "cfg", tables_mode: "sometimes" })
+      assert.match(String(mode), /mode/)
+      const missing = yield* bad({ tables_mode: "worker" })
+      assert.match(String(missing), /\["tables"\]\["app"\]/)
+      const nothing = yield* bad({})
+      assert.match(String(nothing), /\["tables"\]/)
+    }).pipe(env)
   )
 })
