@@ -186,8 +186,10 @@ export interface TableHandle<K, V> {
     f: (current: Option.Option<V>) => V,
     options?: PartitionOption
   ) => Effect.Effect<V, TableError>
-  /** Every entry of a partition, in key-byte order. */
+  /** Every entry of a partition, in key-byte order (including the worker's uncommitted writes). */
   readonly entries: (partition: number) => Effect.Effect<ReadonlyArray<readonly [K, V]>, TableError>
+  /** `entries` as a stream. */
+  readonly scan: (partition: number) => Stream.Stream<readonly [K, V], TableError>
 }
 
 // ---------------------------------------------------------------------------
@@ -221,6 +223,8 @@ export interface TablesShape {
    * offset whose writes are in the tables (committed, or replayed from the changelog by recovery).
    */
   readonly resumeOffset: (source: TopicPartition) => Effect.Effect<Option.Option<Offset>, TableError>
+  /** The changelog topics of the registered tables. */
+  readonly changelogTopics: Effect.Effect<ReadonlySet<string>>
   /** The shared changelog queue's capacity and current size (records). */
   readonly changelogQueue: Effect.Effect<{ readonly capacity: number; readonly size: number }>
   /** The recovery the manager started, once started. */
@@ -561,7 +565,7 @@ export const make = (
           if (current === undefined) yield* commitCollector(collector)
         })
 
-      return {
+      const handle: TableHandle<K, V> = {
         info: table.info,
         get,
         has: (key, options) => Effect.map(readRaw(key, options), Option.isSome),
@@ -596,8 +600,10 @@ export const make = (
               out.push([k.success, yield* decodeValue(c.value)] as const)
             }
             return out
-          })
+          }),
+        scan: (partition) => Stream.unwrap(Effect.map(handle.entries(partition), Stream.fromIterable))
       }
+      return handle
     }
 
     // --- the changelog channel and recovery --------------------------------
@@ -865,6 +871,7 @@ export const make = (
       stop,
       process,
       resumeOffset,
+      changelogTopics: Effect.sync(() => new Set(byChangelog.keys())),
       changelogQueue: Effect.map(Queue.size(queue), (size) => ({ capacity, size })),
       recovery: Effect.sync(() => Option.fromNullishOr(recovery))
     } satisfies TablesShape

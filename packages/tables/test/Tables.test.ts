@@ -89,6 +89,7 @@ describe("Tables: registration", () => {
             ["config", "cfg"]
           ]
         )
+        assert.deepStrictEqual([...(yield* tables.changelogTopics)].sort(), [topic, "cfg"].sort())
         const unknown = yield* Effect.flip(tables.manager.tableOfChangelog("nope"))
         assert.strictEqual(unknown.reason._tag, "UnknownTable")
       })
@@ -348,6 +349,10 @@ describe("Tables: rebalance and recovery", () => {
         yield* b.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
         yield* b.manager.waitUntilRecoveryCompleted
         assert.deepStrictEqual(yield* tb.entries(1), [
+          ["w0", 4],
+          ["w1", 3]
+        ])
+        assert.deepStrictEqual(yield* Stream.runCollect(tb.scan(1)), [
           ["w0", 4],
           ["w1", 3]
         ])
