@@ -10,12 +10,12 @@
  * epoch, and a resumed stale leader never reports a successful write it started after SIGCONT (a write in flight
  * at SIGSTOP may be applied before the fence and only reported after SIGCONT). Measured failover times are printed.
  */
-import { type ChildProcess, spawn } from "node:child_process"
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { inject } from "vitest"
+import { killAll, type ProcessEvent, ProcessGroup, sleep } from "./fixtures/processGroup.js"
 
 const SESSION_TIMEOUT_MS = 4_000
 const KILL_BOUND_MS = SESSION_TIMEOUT_MS + 2_000
@@ -25,11 +25,9 @@ const here = dirname(fileURLToPath(import.meta.url))
 const fixture = join(here, "fixtures", "coordinator.ts")
 const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx/esm")).href
 
-interface CoordinatorEvent {
+/** One line a coordinator process printed. */
+interface CoordinatorEvent extends ProcessEvent {
   readonly event: "campaign" | "leader" | "write" | "lost" | "error" | "closed" | "exited"
-  readonly serverId: number
-  readonly at: number
-  readonly epoch?: number
   readonly ok?: boolean
   /** For writes: when the fenced call started. */
   readonly startedAt?: number
@@ -37,132 +35,29 @@ interface CoordinatorEvent {
   readonly detail?: string
 }
 
-const isEvent = (value: unknown): value is CoordinatorEvent =>
-  typeof value === "object" &&
-  value !== null &&
-  "event" in value &&
-  typeof value.event === "string" &&
-  "serverId" in value &&
-  typeof value.serverId === "number" &&
-  "at" in value &&
-  typeof value.at === "number"
+afterAll(() => killAll())
 
-const live = new Set<ChildProcess>()
-
-afterAll(() => {
-  for (const child of live) {
-    child.kill("SIGCONT")
-    child.kill("SIGKILL")
-  }
-})
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
-
-class Cluster {
-  readonly events: Array<CoordinatorEvent> = []
-  readonly procs = new Map<number, ChildProcess>()
-  readonly stderr = new Map<number, string>()
-  /** Processes that exited or were sent SIGKILL. */
-  readonly dead = new Set<number>()
+class Cluster extends ProcessGroup<CoordinatorEvent> {
   constructor(
     readonly backend: "zookeeper" | "etcd",
     readonly address: string,
     readonly namespace: string
-  ) {}
+  ) {
+    super(backend)
+  }
 
   start(serverId: number): void {
-    const child = spawn(
-      process.execPath,
-      [
-        "--import",
-        tsxLoader,
-        "--conditions=@strata/source",
-        fixture,
-        this.backend,
-        this.address,
-        this.namespace,
-        String(serverId),
-        String(SESSION_TIMEOUT_MS)
-      ],
-      { stdio: ["ignore", "pipe", "pipe"] }
-    )
-    live.add(child)
-    this.procs.set(serverId, child)
-    let pending = ""
-    child.stdout?.setEncoding("utf8")
-    child.stdout?.on("data", (chunk: string) => {
-      pending += chunk
-      let newline = pending.indexOf("\n")
-      while (newline >= 0) {
-        const line = pending.slice(0, newline)
-        pending = pending.slice(newline + 1)
-        newline = pending.indexOf("\n")
-        if (!line.startsWith("{")) continue
-        try {
-          const parsed: unknown = JSON.parse(line)
-          if (isEvent(parsed)) this.events.push(parsed)
-        } catch {
-          // not an event line
-        }
-      }
-    })
-    child.stderr?.setEncoding("utf8")
-    child.stderr?.on("data", (chunk: string) => {
-      this.stderr.set(serverId, ((this.stderr.get(serverId) ?? "") + chunk).slice(-4000))
-    })
-    child.on("exit", () => {
-      live.delete(child)
-      this.dead.add(serverId)
-    })
-  }
-
-  signal(serverId: number, signal: NodeJS.Signals): void {
-    if (signal === "SIGKILL") this.dead.add(serverId)
-    this.procs.get(serverId)?.kill(signal)
-  }
-
-  stopAll(): void {
-    for (const child of this.procs.values()) {
-      child.kill("SIGCONT")
-      child.kill("SIGKILL")
-    }
-  }
-
-  /** Waits for the first event from index `from` on that satisfies `predicate`. */
-  async waitFor(
-    what: string,
-    predicate: (e: CoordinatorEvent) => boolean,
-    timeoutMs: number,
-    from = 0
-  ): Promise<CoordinatorEvent> {
-    const deadline = Date.now() + timeoutMs
-    let index = from
-    while (true) {
-      for (; index < this.events.length; index++) {
-        const e = this.events[index]
-        if (e !== undefined && predicate(e)) return e
-      }
-      if (Date.now() > deadline) {
-        throw new Error(
-          `${this.backend}: timed out after ${timeoutMs} ms waiting for ${what}; last events:\n${this.events
-            .slice(-15)
-            .map((e) => JSON.stringify(e))
-            .join("\n")}\nstderr: ${JSON.stringify([...this.stderr.entries()]).slice(0, 3000)}`
-        )
-      }
-      await sleep(20)
-    }
-  }
-
-  /** Processes whose last leader/lost event is a leader event, with that epoch. */
-  leaders(): Map<number, number> {
-    const current = new Map<number, number>()
-    for (const e of this.events) {
-      if (e.event === "leader" && e.epoch !== undefined) current.set(e.serverId, e.epoch)
-      else if (e.event === "lost" || e.event === "closed" || e.event === "exited") current.delete(e.serverId)
-    }
-    for (const id of this.dead) current.delete(id)
-    return current
+    this.spawn(serverId, [
+      "--import",
+      tsxLoader,
+      "--conditions=@strata/source",
+      fixture,
+      this.backend,
+      this.address,
+      this.namespace,
+      String(serverId),
+      String(SESSION_TIMEOUT_MS)
+    ])
   }
 
   /** The single current leader (after a short settling wait, so that a second one would show). */
@@ -347,7 +242,7 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
               .join(" ")}`
         )
       } finally {
-        cluster.stopAll()
+        await cluster.stopAll()
       }
     }, 150_000)
   })

@@ -245,6 +245,8 @@ const decoder = new TextDecoder()
 interface Change {
   readonly key: Uint8Array
   readonly value: Uint8Array | null
+  /** The changelog offset of the change, once produced (-1 when unknown, with acks 0). */
+  readonly offset?: number
 }
 
 interface PartitionState {
@@ -482,8 +484,13 @@ export const make = (
           const state = w.table.partitions.get(w.partition)
           // The partition was revoked while the record was processed: the changelog has the write, the next owner replays it.
           if (state === undefined) continue
-          state.dirty.set(keyId(w.change.key), w.change)
           const offset = offsets[i] ?? -1
+          // Concurrent writers can finish out of order: the change with the higher changelog offset wins, as in a replay.
+          const id = keyId(w.change.key)
+          const buffered = state.dirty.get(id)
+          if (buffered === undefined || offset < 0 || (buffered.offset ?? -1) <= offset) {
+            state.dirty.set(id, { ...w.change, offset })
+          }
           // A lower offset never replaces a higher one.
           state.pending = advance(state.pending, offset)
           if (collector.source !== undefined) {

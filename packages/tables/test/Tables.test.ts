@@ -306,6 +306,32 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     )
   )
 
+  it.effect("writers finishing out of order: the change with the higher changelog offset wins, as in a replay", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      let calls = 0
+      // The first batch is appended first (offset 0) but its acknowledgement arrives after the second's.
+      const slowFirstAck = Log.of({
+        ...log,
+        produceBatch: (records, options) =>
+          Effect.tap(log.produceBatch(records, options), () => (calls++ === 0 ? Effect.sleep("1 second") : Effect.void))
+      })
+      const tables = yield* manager().pipe(Effect.provideService(Log, slowFirstAck))
+      const table = yield* tables.register(counts)
+      yield* tables.start
+      yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+      const first = yield* Effect.forkChild(
+        tables.process({ topic: "words", partition: 0, offset: 0 }, table.set("k", 1))
+      )
+      yield* Effect.yieldNow
+      yield* tables.process({ topic: "words", partition: 0, offset: 1 }, table.set("k", 2))
+      yield* TestClock.adjust("1 second")
+      yield* Fiber.join(first)
+      // The changelog holds 1 then 2: a replay gives 2, and so must the table.
+      assert.deepStrictEqual(yield* table.get("k", { partition: 0 }), Option.some(2))
+    }).pipe(env)
+  )
+
   it.effect("a value that does not fit its schema is refused naming the table; nothing is produced", () =>
     env(
       Effect.gen(function* () {
