@@ -11,7 +11,8 @@ import { envString, progress, round3 } from "./lib.js"
 const benches: Record<string, () => Promise<BenchOutput & { readonly save: boolean }>> = {
   store: async () => (await import("./store.js")).run(),
   kafka: async () => (await import("./kafka.js")).run(),
-  failover: async () => (await import("./failover.js")).run()
+  failover: async () => (await import("./failover.js")).run(),
+  tables: async () => (await import("./tables.js")).run()
 }
 
 /** The command line as the user typed it, as far as it can be told, with what it ran. */

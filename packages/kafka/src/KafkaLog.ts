@@ -251,9 +251,9 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     /** The client duplicated records with several idempotent sends in flight, so sends go one at a time. */
     const sendLock = Semaphore.makeUnsafe(1)
 
-    const produceBatch = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
+    /** Checks every record (topic, partition, size) before it is queued, so one caller's bad record fails only it. */
+    const validate = (records: ReadonlyArray<ProducerRecord>) =>
       Effect.gen(function* () {
-        if (records.length === 0) return []
         // Topics are checked once each; partitions and sizes per record, without an Effect per record.
         const topics = [...new Set(records.map((r) => r.topic))]
         const counts = new Map<string, number>()
@@ -270,6 +270,12 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
             return yield* Effect.fail(logError(new RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes })))
           }
         }
+      })
+
+    /** Sends validated records as one request (one per record when timestamps span too far); offsets in order. */
+    const send = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
+      Effect.gen(function* () {
+        if (records.length === 0) return []
         // Headers and timestamps are passed only when given (the client stamps the rest at send time).
         let minStamp = Number.POSITIVE_INFINITY
         let maxStamp = Number.NEGATIVE_INFINITY
@@ -337,33 +343,45 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         return offsets
       })
 
-    // `produce` calls queue per acks level; one sender per level drains its queue in batches, so concurrent
-    // callers share requests (the first call of an idle producer goes out at once unless lingerMs is set).
+    // `produce` and `produceBatch` calls queue per acks level; one sender per level drains its queue, joining
+    // waiting calls into one request (never splitting a call's records), so concurrent callers share requests
+    // (the first call of an idle producer goes out at once unless lingerMs is set).
     const logScope = yield* Effect.scope
     const lingerMs = o.lingerMs ?? 0
     const maxProduceBatch = o.maxBatchRecords ?? 1000
     interface Waiting {
-      readonly record: ProducerRecord
-      readonly done: Deferred.Deferred<number, LogError>
+      readonly records: ReadonlyArray<ProducerRecord>
+      readonly done: Deferred.Deferred<ReadonlyArray<number>, LogError>
     }
     const queues = new Map<Acks, { waiting: Array<Waiting>; sending: boolean }>()
     const drain = (acks: Acks, q: { waiting: Array<Waiting>; sending: boolean }): Effect.Effect<void> =>
       Effect.gen(function* () {
         if (lingerMs > 0) yield* Effect.sleep(lingerMs)
         while (q.waiting.length > 0) {
-          const batch = q.waiting.splice(0, maxProduceBatch)
+          // Whole calls, up to maxBatchRecords records (a larger call goes alone).
+          let take = 0
+          let size = 0
+          while (take < q.waiting.length) {
+            const n = q.waiting[take]!.records.length
+            if (take > 0 && size + n > maxProduceBatch) break
+            size += n
+            take++
+          }
+          const batch = q.waiting.splice(0, take)
           const result = yield* Effect.exit(
-            produceBatch(
-              batch.map((w) => w.record),
+            send(
+              batch.flatMap((w) => w.records),
               { acks }
             )
           )
-          batch.forEach((w, i) => {
-            const outcome: Exit.Exit<number, LogError> = Exit.isSuccess(result)
-              ? Exit.succeed(result.value[i]!)
+          let at = 0
+          for (const w of batch) {
+            const outcome: Exit.Exit<ReadonlyArray<number>, LogError> = Exit.isSuccess(result)
+              ? Exit.succeed(result.value.slice(at, at + w.records.length))
               : Exit.failCause(result.cause)
+            at += w.records.length
             Deferred.doneUnsafe(w.done, outcome)
-          })
+          }
         }
       }).pipe(
         Effect.ensuring(
@@ -372,6 +390,22 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
           })
         )
       )
+    const enqueue = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
+      Effect.gen(function* () {
+        const acks = options?.acks ?? "all"
+        let q = queues.get(acks)
+        if (q === undefined) {
+          q = { waiting: [], sending: false }
+          queues.set(acks, q)
+        }
+        const done = Deferred.makeUnsafe<ReadonlyArray<number>, LogError>()
+        q.waiting.push({ records, done })
+        if (!q.sending) {
+          q.sending = true
+          yield* Effect.forkIn(drain(acks, q), logScope)
+        }
+        return yield* Deferred.await(done)
+      })
     const produce = (record: ProducerRecord, options?: { readonly acks?: Acks }) =>
       Effect.gen(function* () {
         yield* checkTp(record)
@@ -379,19 +413,14 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         if (size > maxRecordBytes) {
           return yield* Effect.fail(logError(new RecordTooLarge({ topic: record.topic, size, max: maxRecordBytes })))
         }
-        const acks = options?.acks ?? "all"
-        let q = queues.get(acks)
-        if (q === undefined) {
-          q = { waiting: [], sending: false }
-          queues.set(acks, q)
-        }
-        const done = Deferred.makeUnsafe<number, LogError>()
-        q.waiting.push({ record, done })
-        if (!q.sending) {
-          q.sending = true
-          yield* Effect.forkIn(drain(acks, q), logScope)
-        }
-        return yield* Deferred.await(done)
+        const [offset] = yield* enqueue([record], options)
+        return offset ?? -1
+      })
+    const produceBatch = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
+      Effect.gen(function* () {
+        if (records.length === 0) return []
+        yield* validate(records)
+        return yield* enqueue(records, options)
       })
 
     const offsets = (tps: ReadonlyArray<TopicPartition>) =>

@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
 import { KafkaLog } from "@strata/kafka"
 import { Effect } from "effect"
+import { Log } from "@strata/core"
 import { inject } from "vitest"
 
 LogConformance.suite("kafka", KafkaLog.layer({ brokers: [inject("kafka")] }))
@@ -22,5 +23,45 @@ describe("KafkaLog start-up", () => {
       assert.strictEqual(e.reason._tag, "InvalidRequest")
       assert.include(e.message, "brokers")
     })
+  )
+})
+
+describe("KafkaLog produce batching", () => {
+  it.live("concurrent produceBatch calls share requests, each call's records stay together and in order", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const topic = `batching-${Date.now().toString(36)}`
+      yield* log.ensureTopic({ topic, partitions: 2 })
+      const enc = new TextEncoder()
+      const calls = Array.from({ length: 40 }, (_, call) =>
+        Array.from({ length: 3 }, (_, i) => ({
+          topic,
+          partition: call % 2,
+          key: null,
+          value: enc.encode(`${call}:${i}`)
+        }))
+      )
+      const results = yield* Effect.forEach(calls, (records) => log.produceBatch(records, { acks: "all" }), {
+        concurrency: "unbounded"
+      })
+      const seen = new Set<string>()
+      for (const [call, offsets] of results.entries()) {
+        assert.strictEqual(offsets.length, 3)
+        // A call's records are consecutive in their partition: never interleaved with another call's.
+        assert.deepStrictEqual(offsets, [offsets[0]!, offsets[0]! + 1, offsets[0]! + 2], `call ${call}`)
+        for (const o of offsets) seen.add(`${call % 2}/${o}`)
+      }
+      assert.strictEqual(seen.size, 120, "every record has its own offset")
+      // A bad record fails only its own call.
+      const [bad, good] = yield* Effect.all(
+        [
+          Effect.flip(log.produceBatch([{ topic, partition: 9, key: null, value: enc.encode("x") }])),
+          log.produceBatch([{ topic, partition: 0, key: null, value: enc.encode("y") }])
+        ],
+        { concurrency: "unbounded" }
+      )
+      assert.strictEqual(bad.reason._tag, "UnknownPartition")
+      assert.strictEqual(good.length, 1)
+    }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
   )
 })

@@ -72,6 +72,7 @@ import {
   Result,
   Schema,
   Scope,
+  Semaphore,
   Stream
 } from "effect"
 import { advance } from "./internal/offsets.js"
@@ -258,7 +259,14 @@ interface PartitionState {
   pending: number | undefined
   /** Per source partition, one past the last source record whose writes are buffered here. */
   readonly sources: Map<string, TopicPartitionOffset>
+  /**
+   * Writers hold one permit from before their produce until their changes are buffered; a flush holds them all,
+   * so it never persists an offset ahead of a change still in flight, nor loses a change buffered meanwhile.
+   */
+  readonly lock: Semaphore.Semaphore
 }
+
+const EXCLUSIVE = 1 << 30
 
 interface Registered {
   readonly info: TableInfo
@@ -355,6 +363,7 @@ export const make = (
           .open({ table: table.info.name, partition })
           .pipe(Scope.provide(child), Effect.mapError(storeFailed(table.info.name)))
         table.partitions.set(partition, {
+          lock: Semaphore.makeUnsafe(EXCLUSIVE),
           store: opened,
           scope: child,
           dirty: new Map(),
@@ -370,26 +379,31 @@ export const make = (
       partition: number,
       extra: ReadonlyArray<TopicPartitionOffset>
     ) =>
-      Effect.gen(function* () {
-        if (state.dirty.size === 0 && state.pending === undefined && extra.length === 0) return
-        const ops: Array<StoreOp> = []
-        for (const change of state.dirty.values())
-          ops.push(change.value === null ? del(change.key) : put(change.key, change.value))
-        // The source offsets of every buffered write go with it: the store then says where to resume each source.
-        const sources = new Map(state.sources)
-        for (const o of extra) {
-          const seen = sources.get(tpKey(o))
-          if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
-        }
-        const offsets: Array<TopicPartitionOffset> = [...sources.values()]
-        if (state.pending !== undefined) {
-          offsets.push({ topic: table.info.changelogTopic, partition, offset: state.pending })
-        }
-        yield* state.store.write(ops, { offsets }).pipe(Effect.mapError(storeFailed(table.info.name)))
-        state.dirty.clear()
-        state.pending = undefined
-        state.sources.clear()
-      })
+      Semaphore.withPermits(
+        state.lock,
+        EXCLUSIVE
+      )(
+        Effect.gen(function* () {
+          if (state.dirty.size === 0 && state.pending === undefined && extra.length === 0) return
+          const ops: Array<StoreOp> = []
+          for (const change of state.dirty.values())
+            ops.push(change.value === null ? del(change.key) : put(change.key, change.value))
+          // The source offsets of every buffered write go with it: the store then says where to resume each source.
+          const sources = new Map(state.sources)
+          for (const o of extra) {
+            const seen = sources.get(tpKey(o))
+            if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
+          }
+          const offsets: Array<TopicPartitionOffset> = [...sources.values()]
+          if (state.pending !== undefined) {
+            offsets.push({ topic: table.info.changelogTopic, partition, offset: state.pending })
+          }
+          yield* state.store.write(ops, { offsets }).pipe(Effect.mapError(storeFailed(table.info.name)))
+          state.dirty.clear()
+          state.pending = undefined
+          state.sources.clear()
+        })
+      )
 
     const closePartition = (table: Registered, partition: number) =>
       Effect.gen(function* () {
@@ -447,9 +461,25 @@ export const make = (
     }
 
     /** Produces a collector's writes in one batch, then applies them to the buffers and links them. */
-    const commitCollector = (collector: Collector) =>
+    const commitCollector = (collector: Collector): Effect.Effect<void, TableError> =>
+      Effect.suspend(() => {
+        if (collector.writes.length === 0) return Effect.void
+        // One shared permit on every partition written, taken in a fixed order, held until the changes are buffered.
+        const locks = new Map<string, Semaphore.Semaphore>()
+        for (const w of collector.writes) {
+          const state = w.table.partitions.get(w.partition)
+          if (state !== undefined) locks.set(`${w.table.info.name}|${w.partition}`, state.lock)
+        }
+        return [...locks.entries()]
+          .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+          .reduce<Effect.Effect<void, TableError>>(
+            (inner, [, lock]) => Semaphore.withPermits(lock, 1)(inner),
+            produceAndBuffer(collector)
+          )
+      })
+
+    const produceAndBuffer = (collector: Collector) =>
       Effect.gen(function* () {
-        if (collector.writes.length === 0) return
         const headers = collector.source === undefined ? [] : [sourceHeader(collector.source)]
         const records: Array<ProducerRecord> = collector.writes.map((w) => ({
           topic: w.table.info.changelogTopic,

@@ -26,7 +26,10 @@ const changelog = (partition: number) =>
     const records: Array<LogRecord> = []
     let seen = 0
     yield* consumer.batches.pipe(
-      Stream.takeUntil((b) => (seen += b.records.length) >= offsets.highwater),
+      Stream.takeUntil((b) => {
+        seen += b.records.length
+        return seen >= offsets.highwater
+      }),
       Stream.runForEach((b) => Effect.sync(() => records.push(...b.records)))
     )
     return records
@@ -329,6 +332,45 @@ describe("Tables: writes and persist-offset-on-commit", () => {
       yield* Fiber.join(first)
       // The changelog holds 1 then 2: a replay gives 2, and so must the table.
       assert.deepStrictEqual(yield* table.get("k", { partition: 0 }), Option.some(2))
+    }).pipe(env)
+  )
+
+  it.effect("a write finishing while a commit writes the store is kept, and committed next time", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      // Every store batch takes a second: the commit below is still writing when the next record is processed.
+      const slowStore = Store.of({
+        ...store,
+        open: (id) =>
+          Effect.map(store.open(id), (s) => ({
+            ...s,
+            write: (ops, options) => Effect.andThen(Effect.sleep("1 second"), s.write(ops, options))
+          }))
+      })
+      const tables = yield* manager().pipe(Effect.provideService(Store, slowStore))
+      const table = yield* tables.register(counts)
+      yield* tables.start
+      yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+      yield* tables.process({ topic: "words", partition: 0, offset: 0 }, table.set("a", 1))
+      const commit = yield* Effect.forkChild(tables.manager.onCommit([{ topic: "words", partition: 0, offset: 1 }]))
+      yield* Effect.yieldNow
+      const write = yield* Effect.forkChild(
+        tables.process({ topic: "words", partition: 0, offset: 1 }, table.set("b", 2))
+      )
+      yield* TestClock.adjust("1 second")
+      yield* Fiber.join(commit)
+      yield* Fiber.join(write)
+      assert.deepStrictEqual(yield* table.get("b", { partition: 0 }), Option.some(2))
+      const second = yield* Effect.forkChild(tables.manager.onCommit([{ topic: "words", partition: 0, offset: 2 }]))
+      yield* TestClock.adjust("1 second")
+      yield* Fiber.join(second)
+      yield* tables.stop
+      const stored = yield* store.open({ table: "counts", partition: 0 }).pipe(
+        Effect.flatMap((s) => Effect.all([Stream.runCollect(s.scan()), s.persistedOffset({ topic, partition: 0 })])),
+        Effect.scoped
+      )
+      assert.strictEqual(stored[0].length, 2, "both writes reached the store")
+      assert.deepStrictEqual(stored[1], Option.some(1))
     }).pipe(env)
   )
 
