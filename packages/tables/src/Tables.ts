@@ -315,6 +315,8 @@ export const make = (
     const tables = new Map<string, Registered>()
     const byChangelog = new Map<string, Registered>()
     const links = new Map<string, SourceLink>()
+    /** Partitions written outside `process` (no source partition to wait for): flushed by the next commit. */
+    const unlinked = new Set<string>()
     /** Highest source offset (next to read) replayed from changelog headers, by source partition. */
     const replayed = new Map<string, number>()
     let finalized = false
@@ -528,7 +530,8 @@ export const make = (
             const seen = state.sources.get(tpKey(next))
             if (seen === undefined || next.offset > seen.offset) state.sources.set(tpKey(next), next)
           }
-          link?.changelogs.add(`${w.table.info.name}|${w.partition}`)
+          if (link === undefined) unlinked.add(`${w.table.info.name}|${w.partition}`)
+          else link.changelogs.add(`${w.table.info.name}|${w.partition}`)
         }
       })
 
@@ -806,21 +809,27 @@ export const make = (
     const asManagerError = (e: TableError | StoreError) =>
       managerError(new InvalidTable({ name: "(manager)", detail: e.message }))
 
+    const flushById = (id: string, extra: ReadonlyArray<TopicPartitionOffset>) =>
+      Effect.suspend(() => {
+        const [name, p] = id.split("|") as [string, string]
+        const table = tables.get(name)
+        const state = table?.partitions.get(Number(p))
+        return table === undefined || state === undefined ? Effect.void : flushPartition(table, state, Number(p), extra)
+      })
+
     const onCommit: TableManagerShape["onCommit"] = (offsets) =>
       Effect.gen(function* () {
         for (const committed of offsets) {
           const link = links.get(tpKey(committed))
           if (link === undefined) continue
           links.delete(tpKey(committed))
-          for (const id of link.changelogs) {
-            const [name, p] = id.split("|") as [string, string]
-            const table = tables.get(name)
-            const state = table?.partitions.get(Number(p))
-            if (table === undefined || state === undefined) continue
-            // The source offset goes in the same atomic batch as the data and the changelog offset.
-            yield* flushPartition(table, state, Number(p), [committed])
-          }
+          // The source offset goes in the same atomic batch as the data and the changelog offset.
+          for (const id of link.changelogs) yield* flushById(id, [committed])
         }
+        // Writes made outside any source record are persisted with the next commit.
+        const loose = [...unlinked]
+        unlinked.clear()
+        for (const id of loose) yield* flushById(id, [])
       }).pipe(Effect.mapError(asManagerError))
 
     const onPartitionsAssigned: TableManagerShape["onPartitionsAssigned"] = (tps) =>

@@ -374,6 +374,27 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     }).pipe(env)
   )
 
+  it.effect("writes made outside any source record are persisted by the next commit", () =>
+    env(
+      Effect.gen(function* () {
+        const store = yield* Store
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+        yield* table.set("loose", 7, { partition: 1 })
+        yield* tables.manager.onCommit([])
+        yield* tables.stop
+        const stored = yield* store.open({ table: "counts", partition: 1 }).pipe(
+          Effect.flatMap((s) => Effect.all([Stream.runCollect(s.scan()), s.persistedOffset({ topic, partition: 1 })])),
+          Effect.scoped
+        )
+        assert.strictEqual(stored[0].length, 1)
+        assert.deepStrictEqual(stored[1], Option.some(0))
+      })
+    )
+  )
+
   it.effect("a value that does not fit its schema is refused naming the table; nothing is produced", () =>
     env(
       Effect.gen(function* () {
