@@ -24,13 +24,12 @@
  * min(100, rounds) kills). Kill timing is real time, so a seed fixes the workload and the schedule, not the exact
  * instants the kills land.
  */
-import * as esbuild from "esbuild"
+import { type NodeRunner, nodeRunner, tsxRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtemp, rm } from "node:fs/promises"
-import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
-import { fileURLToPath, pathToFileURL } from "node:url"
+import { fileURLToPath } from "node:url"
 import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
 import type { Entry, StoreError, StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
@@ -85,67 +84,22 @@ const rerun = (seed: number) =>
 
 const here = dirname(fileURLToPath(import.meta.url))
 const childSource = join(here, "crash", "child.ts")
-const requireHere = createRequire(import.meta.url)
 
-interface Runner {
-  readonly kind: "bundle" | "tsx"
-  readonly argv: (args: ReadonlyArray<string>) => Array<string>
-}
-
-const tsxRunner = (): Runner => {
-  const loader = pathToFileURL(requireHere.resolve("tsx/esm")).href
-  return {
-    kind: "tsx",
-    argv: (args) => ["--import", loader, "--conditions=@strata/source", childSource, ...args]
-  }
-}
-
-/** Bundles the child into `directory`; the native drivers stay external, imported from their installed paths. */
-const bundleRunner = async (directory: string): Promise<Runner> => {
-  const outfile = join(directory, "child.mjs")
-  await esbuild.build({
-    entryPoints: [childSource],
-    outfile,
-    bundle: true,
-    platform: "node",
-    format: "esm",
-    target: "node22",
-    conditions: ["@strata/source"],
-    logLevel: "warning",
-    banner: {
-      js: 'import { createRequire as __strataCreateRequire } from "node:module"; const require = __strataCreateRequire(import.meta.url);'
-    },
-    plugins: [
-      {
-        name: "native-drivers-external",
-        setup: (build) =>
-          build.onResolve({ filter: /^(classic-level|@nxtedition\/rocksdb)$/ }, (args) => ({
-            path: createRequire(args.importer).resolve(args.path),
-            external: true
-          }))
-      }
-    ]
-  })
-  return { kind: "bundle", argv: (args) => [outfile, ...args] }
-}
-
-let runner: Runner = tsxRunner()
-let bundleDir: string | undefined
+let runner: NodeRunner = tsxRunner(childSource)
 const liveChildren = new Set<ChildProcess>()
 
 beforeAll(async () => {
-  if (process.env.STRATA_CRASH_RUNNER === "tsx") return
-  try {
-    bundleDir = await mkdtemp(join(tmpdir(), "strata-crash-bundle-"))
-    runner = await bundleRunner(bundleDir)
-  } catch (error) {
-    console.warn(`crash test: bundling the child failed, using the tsx loader instead: ${String(error)}`)
-  }
+  runner = await nodeRunner(
+    "crash test",
+    childSource,
+    ["classic-level", "@nxtedition/rocksdb"],
+    process.env.STRATA_CRASH_RUNNER === "tsx"
+  )
 }, 60_000)
 
 afterAll(async () => {
   for (const child of liveChildren) child.kill("SIGKILL")
-  if (bundleDir !== undefined) await rm(bundleDir, { recursive: true, force: true })
+  await runner.dispose()
 })
 
 // ---------------------------------------------------------------------------
@@ -374,7 +328,7 @@ const compare = (expected: Map<string, Uint8Array>, actual: ReadonlyArray<Entry>
 
 interface Summary {
   readonly backend: BackendName
-  readonly runner: Runner["kind"]
+  readonly runner: NodeRunner["kind"]
   readonly seed: number
   readonly rounds: number
   /** Killed before the child started opening the database (while Node loaded the program). */
