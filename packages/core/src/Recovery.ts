@@ -40,6 +40,15 @@ export type RecoveryEvent =
       readonly standby: ReadonlyArray<TopicPartition>
     }
   | { readonly _tag: "Progress"; readonly stats: RecoveryStats }
+  | {
+      readonly _tag: "BatchApplied"
+      readonly topic: string
+      readonly partition: number
+      readonly records: number
+      /** The next offset to apply after this batch. */
+      readonly offset: Offset
+      readonly standby: boolean
+    }
   | { readonly _tag: "PartitionReady"; readonly topic: string; readonly partition: number }
   | {
       readonly _tag: "Stalled"
@@ -63,6 +72,8 @@ export interface RecoveryShape {
   readonly events: Stream.Stream<RecoveryEvent>
   /** Returns when every active partition has reached its highwater. */
   readonly waitUntilCompleted: Effect.Effect<void, RecoveryError>
+  /** Returns when these active partitions have reached their highwater (others may still be restoring). */
+  readonly waitUntilReady: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, RecoveryError>
 }
 
 /**
@@ -76,6 +87,13 @@ export interface ChangelogSource {
   readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
   /** Positions a partition at `offset` (the next record to read). */
   readonly seek: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  /**
+   * The next offset the consumer will fetch: past transaction markers and compacted gaps, so a partition whose
+   * last offsets hold no records is still seen to reach its highwater.
+   */
+  readonly position: (tp: TopicPartition) => Effect.Effect<Offset, LogError>
+  /** Whether the channel is fetching this partition (not paused). */
+  readonly fetching: (tp: TopicPartition) => Effect.Effect<boolean>
   /** Starts fetching partitions (and clears the shared queue of records fetched before). */
   readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
   /** Stops fetching partitions. */
@@ -92,6 +110,8 @@ export interface RestoreTarget {
   readonly apply: (tp: TopicPartition, records: ReadonlyArray<LogRecord>) => Effect.Effect<void, RestoreFailed>
   /** Empties a partition's store (to restore it from scratch). */
   readonly wipe: (tp: TopicPartition) => Effect.Effect<void, RestoreFailed>
+  /** Flushes the tables' write buffers and the producer, so persisted offsets are current before reading them. */
+  readonly flush: Effect.Effect<void, RestoreFailed>
 }
 
 /** The `Recovery` service key. */

@@ -1,15 +1,28 @@
 /**
  * Core's `Recovery` on a changelog source and a restore target (ARCHITECTURE
- * §4, Faust's `Recovery`): after each assignment, wait `recoveryDelay`, read
- * each active changelog partition's highwater and its store's persisted offset,
- * refuse a store that claims more than its changelog holds (`ConsistencyError`,
- * or wipe and restore it when configured), seek to `max(persisted + 1, log
- * start)` and apply records in batches of `recoveryBufferSize` until every
- * active partition reaches the highwater captured at the start; then log
- * "Worker ready" and complete `waitUntilCompleted`.
+ * §4, Faust's `Recovery`, its hangs fixed). After each assignment:
  *
- * This is the first increment of issue 7: standby tailing, progress tables,
- * stall warnings and per-partition readiness hand-off come next.
+ * 1. wait `recoveryDelay`, flush the tables' buffers and the producer;
+ * 2. per active changelog partition read the log start, the highwater and the
+ *    store's persisted offset; a store that claims more than its changelog holds
+ *    fails with `ConsistencyError` (or, configured, is wiped and restored);
+ * 3. seek to `max(persisted + 1, log start)` and apply records in atomic store
+ *    batches of `recoveryBufferSize` until every active partition reaches the
+ *    highwater captured at the start — judged by the consumer's position, so
+ *    transaction markers and compacted gaps at the end never hang it; each
+ *    partition is ready (and `waitUntilReady` returns for it) as soon as it
+ *    caught up;
+ * 4. log "Worker ready", complete `waitUntilCompleted`, and keep the standby
+ *    partitions tailing in batches of `standbyBufferSize`.
+ *
+ * A new assignment while restoring suspends the run and starts over from the
+ * stores' persisted offsets: finished partitions are not restored again,
+ * unfinished ones continue where they were. A standby promoted to active
+ * replays only its lag. Progress (a table and an ETA from a moving average of
+ * the apply rate, available after the first batch) is logged every
+ * `statsInterval`, published as events and as metrics; a partition with no
+ * record for `eventTimeout`, or no batch applied for `flushTimeout`, is reported
+ * as a classified stall.
  *
  * @since 0.1.0
  */
@@ -18,40 +31,89 @@ import {
   ConsistencyError,
   type LogRecord,
   type Offset,
+  type PartitionProgress,
   type RecoveryEvent,
   RecoveryError,
   type RecoveryShape,
   type RecoveryStats,
   RestoreFailed,
   type RestoreTarget,
+  type StallKind,
   type TopicPartition,
   tpKey
 } from "@strata/core"
-import { Deferred, Duration, Effect, Fiber, Option, PubSub, Ref, type Scope, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, PubSub, type Scope, Stream } from "effect"
 
 /** Options of the changelog recovery. */
 export interface ChangelogRecoveryOptions {
   /** Pause before restoring, so a burst of rebalances settles (default 0). */
   readonly recoveryDelay?: Duration.Input
-  /** Records applied per store batch (default 1000). */
+  /** Records applied per store batch for active partitions (default 1000). */
   readonly recoveryBufferSize?: number
+  /** Records applied per store batch for standby partitions (default 1000). */
+  readonly standbyBufferSize?: number
   /**
    * A store whose persisted offset is beyond its changelog's highwater: `"fail"`
    * with `ConsistencyError` (default, as Faust), or `"wipe"` the partition's
    * store and restore it from the changelog.
    */
   readonly onInconsistency?: "fail" | "wipe"
+  /** How often progress is logged and published (default 5 seconds). */
+  readonly statsInterval?: Duration.Input
+  /** A restoring partition with no record for this long is reported stalled (default 30 seconds). */
+  readonly eventTimeout?: Duration.Input
+  /** No batch applied for this long while restoring is reported stalled (default 120 seconds). */
+  readonly flushTimeout?: Duration.Input
 }
+
+/** Recovery metrics (attribute `topic`). */
+export const metrics = {
+  /** Records applied from changelogs. */
+  recordsApplied: Metric.counter("strata_recovery_records_applied_total", {
+    description: "Changelog records applied to table stores by recovery",
+    incremental: true
+  }),
+  /** Records still to restore before the active partitions are ready. */
+  remaining: Metric.gauge("strata_recovery_remaining_records", {
+    description: "Changelog records left to restore in active partitions"
+  })
+} as const
 
 interface Progress {
   readonly tp: TopicPartition
-  readonly highwater: Offset
+  readonly standby: boolean
+  /** The highwater captured at the start (actives); standbys follow the live highwater. */
+  highwater: Offset
   /** The next offset to apply. */
   offset: Offset
+  ready: boolean
+  lastEventAt: number
 }
 
 const restoreFailed = (tp: TopicPartition, detail: string) =>
   new RecoveryError({ reason: new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail }) })
+
+const pad = (text: string, width: number) => (text.length >= width ? text : text + " ".repeat(width - text.length))
+
+/** Progress as the table the log shows: topic, partition, highwater, offset, remaining. */
+export const formatStats = (stats: RecoveryStats): string => {
+  const rows = [
+    ["topic", "partition", "highwater", "offset", "remaining"],
+    ...stats.partitions.map((p) => [
+      p.topic + (p.standby ? " (standby)" : ""),
+      String(p.partition),
+      String(p.highwater),
+      String(p.offset),
+      String(p.remaining)
+    ])
+  ]
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
+  const eta = stats.etaMs === undefined ? "unknown until the first batch" : `${Math.ceil(stats.etaMs / 1000)} s`
+  return [
+    ...rows.map((r) => r.map((cell, i) => pad(cell, widths[i]!)).join("  ")),
+    `remaining ${stats.remaining} records, ETA ${eta}`
+  ].join("\n")
+}
 
 /** Builds the recovery; its background restore runs in the scope. */
 export const make = (
@@ -62,26 +124,52 @@ export const make = (
   Effect.gen(function* () {
     const delay = Duration.fromInputUnsafe(options.recoveryDelay ?? 0)
     const bufferSize = Math.max(1, options.recoveryBufferSize ?? 1000)
+    const standbyBufferSize = Math.max(1, options.standbyBufferSize ?? 1000)
+    const statsInterval = Duration.fromInputUnsafe(options.statsInterval ?? "5 seconds")
+    const eventTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.eventTimeout ?? "30 seconds"))
+    const flushTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout ?? "120 seconds"))
     const wipe = options.onInconsistency === "wipe"
     const scope = yield* Effect.scope
     const events = yield* PubSub.unbounded<RecoveryEvent>()
-    const progress = yield* Ref.make<ReadonlyArray<Progress>>([])
+
+    let active: ReadonlyArray<TopicPartition> = []
+    let standby: ReadonlyArray<TopicPartition> = []
+    let progress = new Map<string, Progress>()
     let completed = yield* Deferred.make<void, RecoveryError>()
     yield* Deferred.succeed(completed, undefined)
+    /** Per active partition, completed when it caught up in the current run. */
+    let readiness = new Map<string, Deferred.Deferred<void, RecoveryError>>()
     let running: Fiber.Fiber<void> | undefined
-    let active: ReadonlyArray<TopicPartition> = []
+    /** Moving average of the apply rate, records per millisecond (undefined until the first batch). */
+    let rate: number | undefined
+    let lastFlushAt = 0
+    const stalled = new Set<string>()
 
     const publish = (event: RecoveryEvent) => PubSub.publish(events, event)
 
-    /** Restores the active partitions to the highwater read at the start. */
-    const restore = (tps: ReadonlyArray<TopicPartition>, done: Deferred.Deferred<void, RecoveryError>) =>
+    const statsNow = (): RecoveryStats => {
+      const partitions: Array<PartitionProgress> = [...progress.values()].map((p) => ({
+        topic: p.tp.topic,
+        partition: p.tp.partition,
+        highwater: p.highwater,
+        offset: p.offset,
+        remaining: Math.max(0, p.highwater - p.offset),
+        standby: p.standby
+      }))
+      const remaining = partitions.filter((p) => !p.standby).reduce((n, p) => n + p.remaining, 0)
+      return {
+        partitions,
+        remaining,
+        etaMs: rate === undefined || rate <= 0 ? undefined : Math.round(remaining / rate)
+      }
+    }
+
+    /** Reads offsets and the persisted position of `tps`, checks consistency and seeks; returns their progress. */
+    const prepare = (tps: ReadonlyArray<TopicPartition>, isStandby: boolean, now: number) =>
       Effect.gen(function* () {
-        if (Duration.isGreaterThan(delay, Duration.zero)) yield* Effect.sleep(delay)
-        yield* publish({ _tag: "Started", active: tps, standby: [] })
-        const offsets = yield* source
-          .offsets(tps)
-          .pipe(Effect.mapError((e) => restoreFailed(tps[0] ?? { topic: "?", partition: 0 }, e.message)))
-        const pending = new Map<string, Progress>()
+        if (tps.length === 0) return [] as Array<Progress>
+        const offsets = yield* source.offsets(tps).pipe(Effect.mapError((e) => restoreFailed(tps[0]!, e.message)))
+        const out: Array<Progress> = []
         for (const o of offsets) {
           const tp = { topic: o.topic, partition: o.partition }
           const persisted = yield* target
@@ -108,86 +196,240 @@ export const make = (
             from = 0
           }
           const start = Math.max(from, o.logStart)
-          if (start < o.highwater) {
-            pending.set(tpKey(tp), { tp, highwater: o.highwater, offset: start })
-            yield* source.seek(tp, start).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-          } else {
-            yield* publish({ _tag: "PartitionReady", topic: tp.topic, partition: tp.partition })
-          }
+          yield* source.seek(tp, start).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+          out.push({
+            tp,
+            standby: isStandby,
+            highwater: o.highwater,
+            offset: start,
+            ready: !isStandby && start >= o.highwater,
+            lastEventAt: now
+          })
         }
-        yield* Ref.set(progress, [...pending.values()])
-        if (pending.size > 0) yield* source.resume([...pending.values()].map((p) => p.tp))
-        while (pending.size > 0) {
-          const records = yield* source.take(bufferSize).pipe(Effect.mapError((e) => restoreFailed(tps[0]!, e.message)))
-          const byPartition = new Map<string, Array<LogRecord>>()
-          for (const r of records) {
-            const key = tpKey(r)
-            const p = pending.get(key)
-            // Records of partitions not being restored, or older than the position (fetched before a seek), are skipped.
-            if (p === undefined || r.offset < p.offset || r.offset >= p.highwater) continue
-            let list = byPartition.get(key)
-            if (list === undefined) {
-              list = []
-              byPartition.set(key, list)
-            }
-            list.push(r)
-          }
-          for (const [key, list] of byPartition) {
-            const p = pending.get(key)!
-            yield* target.apply(p.tp, list).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
-            p.offset = list[list.length - 1]!.offset + 1
-            if (p.offset >= p.highwater) {
-              pending.delete(key)
-              yield* source.pause([p.tp])
-              yield* publish({ _tag: "PartitionReady", topic: p.tp.topic, partition: p.tp.partition })
-            }
-          }
+        return out
+      })
+
+    const markReady = (p: Progress) =>
+      Effect.gen(function* () {
+        p.ready = true
+        yield* source.pause([p.tp])
+        const waiting = readiness.get(tpKey(p.tp))
+        if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
+        yield* publish({ _tag: "PartitionReady", topic: p.tp.topic, partition: p.tp.partition })
+      })
+
+    /** Applies one partition's records (in offset order) and advances its progress. */
+    const applyRecords = (p: Progress, records: ReadonlyArray<LogRecord>, now: number) =>
+      Effect.gen(function* () {
+        const fresh = records.filter((r) => r.offset >= p.offset && (p.standby || r.offset < p.highwater))
+        p.lastEventAt = now
+        stalled.delete(tpKey(p.tp))
+        if (fresh.length === 0) return
+        const startedAt = yield* Clock.currentTimeMillis
+        yield* target.apply(p.tp, fresh).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        const endedAt = yield* Clock.currentTimeMillis
+        lastFlushAt = endedAt
+        const sample = fresh.length / Math.max(1, endedAt - startedAt)
+        rate = rate === undefined ? sample : 0.8 * rate + 0.2 * sample
+        p.offset = fresh[fresh.length - 1]!.offset + 1
+        if (p.standby && p.offset > p.highwater) p.highwater = p.offset
+        yield* Metric.update(Metric.withAttributes(metrics.recordsApplied, { topic: p.tp.topic }), fresh.length)
+        yield* publish({
+          _tag: "BatchApplied",
+          topic: p.tp.topic,
+          partition: p.tp.partition,
+          records: fresh.length,
+          offset: p.offset,
+          standby: p.standby
+        })
+      })
+
+    /** Reports a partition waiting too long, saying what it waits for. */
+    const checkStalls = (now: number) =>
+      Effect.gen(function* () {
+        const restoring = [...progress.values()].filter((p) => !p.standby && !p.ready)
+        if (restoring.length === 0) return
+        const report = (p: Progress, kind: StallKind, forMs: number) =>
+          Effect.gen(function* () {
+            const key = `${tpKey(p.tp)}:${kind}`
+            if (stalled.has(key)) return
+            stalled.add(key)
+            yield* Effect.logWarning(
+              `recovery of ${tpKey(p.tp)} stalled (${kind}) for ${forMs} ms at offset ${p.offset} of ${p.highwater}`
+            )
+            yield* publish({ _tag: "Stalled", kind, topic: p.tp.topic, partition: p.tp.partition, forMs })
+          })
+        for (const p of restoring) {
+          const quiet = now - p.lastEventAt
+          if (quiet < eventTimeoutMs) continue
+          const fetching = yield* source.fetching(p.tp)
+          const position = yield* source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
+          const kind: StallKind = !fetching ? "paused" : position >= p.highwater ? "only-markers-left" : "no-fetch"
+          yield* report(p, kind, quiet)
         }
+        if (now - lastFlushAt >= flushTimeoutMs) yield* report(restoring[0]!, "no-flush", now - lastFlushAt)
+      })
+
+    /** Actives whose consumer position passed the highwater without a record (markers, compacted tail) are ready. */
+    const checkPositions = Effect.gen(function* () {
+      for (const p of progress.values()) {
+        if (p.standby || p.ready) continue
+        const position = yield* source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
+        if (position >= p.highwater) {
+          p.offset = Math.max(p.offset, p.highwater)
+          yield* markReady(p)
+        }
+      }
+    })
+
+    const restore = (
+      actives: ReadonlyArray<TopicPartition>,
+      standbys: ReadonlyArray<TopicPartition>,
+      done: Deferred.Deferred<void, RecoveryError>
+    ) =>
+      Effect.gen(function* () {
+        if (Duration.isGreaterThan(delay, Duration.zero)) yield* Effect.sleep(delay)
+        yield* target.flush.pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        yield* publish({ _tag: "Started", active: actives, standby: standbys })
+        const now = yield* Clock.currentTimeMillis
+        lastFlushAt = now
+        const prepared = [...(yield* prepare(actives, false, now)), ...(yield* prepare(standbys, true, now))]
+        progress = new Map(prepared.map((p) => [tpKey(p.tp), p]))
+        for (const p of prepared) if (p.ready) yield* markReady(p)
+        const restoring = prepared.filter((p) => !p.ready && !p.standby)
+        if (restoring.length > 0) yield* source.resume(restoring.map((p) => p.tp))
+        yield* Metric.update(metrics.remaining, statsNow().remaining)
+        // Progress, stalls and the consumer positions, on a timer beside the apply loop.
+        const ticker = yield* Effect.gen(function* () {
+          while (true) {
+            yield* Effect.sleep(statsInterval)
+            const stats = statsNow()
+            yield* Metric.update(metrics.remaining, stats.remaining)
+            if (stats.remaining > 0) yield* Effect.logInfo(`recovery progress\n${formatStats(stats)}`)
+            yield* publish({ _tag: "Progress", stats })
+            yield* checkStalls(yield* Clock.currentTimeMillis)
+          }
+        }).pipe(Effect.forkScoped)
+
+        const poll = Duration.millis(Math.max(50, Math.min(1000, Duration.toMillis(statsInterval) / 5)))
+        const applyPhase = (standbyPhase: boolean) =>
+          Effect.gen(function* () {
+            while (true) {
+              const pending = [...progress.values()].filter((p) => (standbyPhase ? p.standby : !p.standby && !p.ready))
+              if (!standbyPhase && pending.length === 0) return
+              const taken = yield* source.take(standbyPhase ? standbyBufferSize : bufferSize).pipe(
+                Effect.timeoutOption(poll),
+                Effect.mapError((e) => restoreFailed(pending[0]?.tp ?? actives[0]!, e.message))
+              )
+              const at = yield* Clock.currentTimeMillis
+              if (Option.isNone(taken)) {
+                if (!standbyPhase) yield* checkPositions
+                continue
+              }
+              const byPartition = new Map<string, Array<LogRecord>>()
+              for (const r of taken.value) {
+                const key = tpKey(r)
+                let list = byPartition.get(key)
+                if (list === undefined) {
+                  list = []
+                  byPartition.set(key, list)
+                }
+                list.push(r)
+              }
+              for (const [key, list] of byPartition) {
+                const p = progress.get(key)
+                // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
+                if (p === undefined || (p.ready && !p.standby)) continue
+                yield* applyRecords(p, list, at)
+                if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
+              }
+              yield* Metric.update(metrics.remaining, statsNow().remaining)
+            }
+          })
+
+        yield* applyPhase(false)
+        yield* Fiber.interrupt(ticker)
+        const finished = statsNow()
+        yield* publish({ _tag: "Progress", stats: finished })
         yield* publish({ _tag: "Completed" })
         yield* Effect.logInfo("Worker ready")
         yield* Deferred.succeed(done, undefined)
+        // Standbys keep tailing their changelogs for as long as they are assigned.
+        const tailing = [...progress.values()].filter((p) => p.standby)
+        if (tailing.length > 0) {
+          yield* source.resume(tailing.map((p) => p.tp))
+          yield* applyPhase(true)
+        }
       }).pipe(
-        Effect.catch((error) => Deferred.fail(done, error)),
+        Effect.scoped,
+        Effect.catch((error) =>
+          Effect.gen(function* () {
+            for (const waiting of readiness.values()) yield* Deferred.fail(waiting, error)
+            yield* Deferred.fail(done, error)
+          })
+        ),
         Effect.annotateLogs({ component: "recovery" })
       )
 
     const restart = Effect.gen(function* () {
-      if (running !== undefined) yield* Fiber.interrupt(running)
+      if (running !== undefined) {
+        yield* Fiber.interrupt(running)
+        // Suspended: everything is paused until the new run seeks and resumes what it restores.
+        yield* source.pause([...progress.values()].map((p) => p.tp))
+      }
       const done = yield* Deferred.make<void, RecoveryError>()
       // Waiters of an earlier, interrupted run follow the new one.
       if (!(yield* Deferred.isDone(completed))) yield* Deferred.completeWith(completed, Deferred.await(done))
       completed = done
-      running = yield* restore(active, done).pipe(Effect.asVoid, Effect.forkIn(scope))
+      const previous = readiness
+      readiness = new Map()
+      for (const tp of active) {
+        const waiting = yield* Deferred.make<void, RecoveryError>()
+        readiness.set(tpKey(tp), waiting)
+        const earlier = previous.get(tpKey(tp))
+        if (earlier !== undefined && !(yield* Deferred.isDone(earlier))) {
+          yield* Deferred.completeWith(earlier, Deferred.await(waiting))
+        }
+      }
+      running = yield* restore(active, standby, done).pipe(Effect.asVoid, Effect.forkIn(scope))
     })
     yield* Effect.addFinalizer(() => (running === undefined ? Effect.void : Fiber.interrupt(running)))
 
-    const stats: Effect.Effect<RecoveryStats> = Effect.map(Ref.get(progress), (list) => {
-      const partitions = list.map((p) => ({
-        topic: p.tp.topic,
-        partition: p.tp.partition,
-        highwater: p.highwater,
-        offset: p.offset,
-        remaining: Math.max(0, p.highwater - p.offset),
-        standby: false
-      }))
-      return { partitions, remaining: partitions.reduce((n, p) => n + p.remaining, 0), etaMs: undefined }
-    })
+    const without = (tps: ReadonlyArray<TopicPartition>, gone: ReadonlySet<string>) =>
+      tps.filter((tp) => !gone.has(tpKey(tp)))
 
     return {
       assign: (assignment) =>
         Effect.suspend(() => {
-          const keys = new Set(active.map(tpKey))
-          active = [...active, ...assignment.active.filter((tp) => !keys.has(tpKey(tp)))]
+          const promoted = new Set(assignment.active.map(tpKey))
+          const known = new Set(active.map(tpKey))
+          active = [...active, ...assignment.active.filter((tp) => !known.has(tpKey(tp)))]
+          // A standby promoted to active leaves the standbys; it replays only its lag from its persisted offset.
+          const keptStandby = without(standby, promoted)
+          const knownStandby = new Set([...keptStandby.map(tpKey), ...active.map(tpKey)])
+          standby = [...keptStandby, ...assignment.standby.filter((tp) => !knownStandby.has(tpKey(tp)))]
           return restart
         }),
       revoke: (tps) =>
         Effect.suspend(() => {
           const gone = new Set(tps.map(tpKey))
-          active = active.filter((tp) => !gone.has(tpKey(tp)))
+          active = without(active, gone)
+          standby = without(standby, gone)
           return Effect.andThen(source.pause(tps), restart)
         }),
-      stats,
+      stats: Effect.sync(statsNow),
       events: Stream.fromPubSub(events),
-      waitUntilCompleted: Effect.suspend(() => Deferred.await(completed))
+      waitUntilCompleted: Effect.suspend(() => Deferred.await(completed)),
+      waitUntilReady: (tps) =>
+        Effect.suspend(() =>
+          Effect.forEach(
+            tps,
+            (tp) => {
+              const waiting = readiness.get(tpKey(tp))
+              return waiting === undefined ? Effect.void : Deferred.await(waiting)
+            },
+            { discard: true }
+          )
+        )
     } satisfies RecoveryShape
   })

@@ -228,8 +228,19 @@ export interface TablesShape {
   readonly changelogTopics: Effect.Effect<ReadonlySet<string>>
   /** The shared changelog queue's capacity and current size (records). */
   readonly changelogQueue: Effect.Effect<{ readonly capacity: number; readonly size: number }>
-  /** The recovery the manager started, once started. */
+  /** The recovery the manager started, once started: its `events` and `stats` show the progress. */
   readonly recovery: Effect.Effect<Option.Option<RecoveryShape>>
+  /**
+   * Source partitions assigned to this worker: `active` ones are restored then processed, `standby` ones are
+   * restored and kept tailing their changelogs (not writable) so a promotion replays only the lag.
+   * `manager.onPartitionsAssigned(tps)` is `assign({ active: tps })`.
+   */
+  readonly assign: (assignment: {
+    readonly active: ReadonlyArray<TopicPartition>
+    readonly standby?: ReadonlyArray<TopicPartition>
+  }) => Effect.Effect<void, TableManagerError>
+  /** Returns once the tables of these source partitions are restored (others may still be restoring). */
+  readonly waitUntilReady: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, TableManagerError>
 }
 
 /** The `Tables` service key; its layer also provides core's `TableManager`. */
@@ -264,6 +275,8 @@ interface PartitionState {
    * so it never persists an offset ahead of a change still in flight, nor loses a change buffered meanwhile.
    */
   readonly lock: Semaphore.Semaphore
+  /** A standby replica: restored and tailed, not written (until promoted). */
+  standby: boolean
 }
 
 const EXCLUSIVE = 1 << 30
@@ -356,16 +369,21 @@ export const make = (
           : Effect.succeed(state)
       })
 
-    /** Opens a table partition's store (idempotent). */
-    const openPartition = (table: Registered, partition: number) =>
+    /** Opens a table partition's store (idempotent); sets whether it is a standby replica. */
+    const openPartition = (table: Registered, partition: number, standby = false) =>
       Effect.gen(function* () {
-        if (table.partitions.has(partition)) return
+        const open = table.partitions.get(partition)
+        if (open !== undefined) {
+          open.standby = standby
+          return
+        }
         const child = yield* Scope.fork(scope, "sequential")
         const opened = yield* store
           .open({ table: table.info.name, partition })
           .pipe(Scope.provide(child), Effect.mapError(storeFailed(table.info.name)))
         table.partitions.set(partition, {
           lock: Semaphore.makeUnsafe(EXCLUSIVE),
+          standby,
           store: opened,
           scope: child,
           dirty: new Map(),
@@ -596,7 +614,14 @@ export const make = (
           }
           const current = yield* CurrentCollector
           const partition = resolve(k, options, current)
-          yield* partitionState(table, partition)
+          const target = yield* partitionState(table, partition)
+          if (target.standby) {
+            return yield* Effect.fail(
+              tableError(
+                new PartitionNotAvailable({ table: name, partition, detail: "a standby replica here: not writable" })
+              )
+            )
+          }
           const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
           const change: Change = { key: k, value: v }
           collector.writes.push({ table, partition, change })
@@ -669,7 +694,12 @@ export const make = (
           yield* c.resume(tps)
         }),
       pause: (tps) => Effect.flatMap(requireConsumer, (c) => c.pause(tps)),
-      take: (max) => Queue.takeBetween(queue, 1, max)
+      take: (max) => Queue.takeBetween(queue, 1, max),
+      position: (tp) => Effect.flatMap(requireConsumer, (c) => c.position(tp)),
+      fetching: (tp) =>
+        Effect.flatMap(requireConsumer, (c) =>
+          Effect.map(c.paused, (paused) => !paused.some((p) => p.topic === tp.topic && p.partition === tp.partition))
+        ).pipe(Effect.orElseSucceed(() => false))
     }
 
     const restoreFailed = (tp: TopicPartition, detail: string) =>
@@ -684,6 +714,32 @@ export const make = (
           : Effect.succeed({ table, state })
       })
 
+    /** Applies changelog records to a partition's store with their offset (and the source offsets they carry). */
+    const applyRecords = (tp: TopicPartition, state: PartitionState, records: ReadonlyArray<LogRecord>) =>
+      Effect.gen(function* () {
+        if (records.length === 0) return
+        const ops: Array<StoreOp> = []
+        const sources = new Map<string, TopicPartitionOffset>()
+        for (const r of records) {
+          if (r.key === null) continue
+          ops.push(r.value === null ? del(r.key) : put(r.key, r.value))
+          // The buffered change of a key, if any, is older than the changelog record: drop it.
+          state.dirty.delete(keyId(r.key))
+          const from = parseSourceHeader(r.headers)
+          if (from !== undefined) {
+            const next = { topic: from.topic, partition: from.partition, offset: from.offset + 1 }
+            const key = tpKey(next)
+            const seen = Math.max(replayed.get(key) ?? 0, next.offset)
+            replayed.set(key, seen)
+            sources.set(key, { ...next, offset: seen })
+          }
+        }
+        const last = records[records.length - 1]!.offset
+        yield* state.store
+          .write(ops, { offsets: [{ ...tp, offset: last }, ...sources.values()] })
+          .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+      })
+
     /** What recovery restores into: the open partition stores. */
     const target: RestoreTarget = {
       persistedOffset: (tp) =>
@@ -691,30 +747,9 @@ export const make = (
           state.store.persistedOffset(tp).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
         ),
       apply: (tp, records) =>
-        Effect.gen(function* () {
-          const { state } = yield* stateFor(tp)
-          if (records.length === 0) return
-          const ops: Array<StoreOp> = []
-          const sources = new Map<string, TopicPartitionOffset>()
-          for (const r of records) {
-            if (r.key === null) continue
-            ops.push(r.value === null ? del(r.key) : put(r.key, r.value))
-            // The buffered change of a key, if any, is older than the changelog record: drop it.
-            state.dirty.delete(keyId(r.key))
-            const from = parseSourceHeader(r.headers)
-            if (from !== undefined) {
-              const next = { topic: from.topic, partition: from.partition, offset: from.offset + 1 }
-              const key = tpKey(next)
-              const seen = Math.max(replayed.get(key) ?? 0, next.offset)
-              replayed.set(key, seen)
-              sources.set(key, { ...next, offset: seen })
-            }
-          }
-          const last = records[records.length - 1]!.offset
-          yield* state.store
-            .write(ops, { offsets: [{ ...tp, offset: last }, ...sources.values()] })
-            .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-        }),
+        Effect.flatMap(stateFor(tp), ({ state }) =>
+          Semaphore.withPermits(state.lock, EXCLUSIVE)(applyRecords(tp, state, records))
+        ),
       wipe: (tp) =>
         Effect.flatMap(stateFor(tp), ({ state }) =>
           Effect.gen(function* () {
@@ -723,7 +758,19 @@ export const make = (
             state.sources.clear()
             yield* state.store.clear.pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
           })
+        ),
+      flush: Effect.gen(function* () {
+        // Buffered changes reach the stores with their offsets, so recovery reads current persisted offsets.
+        for (const table of tables.values()) {
+          for (const [partition, state] of table.partitions) yield* flushPartition(table, state, partition, [])
+        }
+        yield* log.flush
+      }).pipe(
+        Effect.mapError(
+          (e) =>
+            new RestoreFailed({ topic: "(tables)", partition: 0, detail: `flushing before recovery: ${e.message}` })
         )
+      )
     }
 
     // --- lifecycle ----------------------------------------------------------
@@ -832,20 +879,34 @@ export const make = (
         for (const id of loose) yield* flushById(id, [])
       }).pipe(Effect.mapError(asManagerError))
 
-    const onPartitionsAssigned: TableManagerShape["onPartitionsAssigned"] = (tps) =>
+    const changelogTps = (list: ReadonlyArray<{ table: Registered; partition: number }>) =>
+      list.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition }))
+
+    const assign: TablesShape["assign"] = (assignment) =>
       Effect.gen(function* () {
         if (!holdsState) return
-        const assigned = sourceToChangelogs(tps)
-        for (const { table, partition } of assigned) yield* openPartition(table, partition)
-        if (recovery !== undefined && assigned.length > 0) {
-          yield* recovery
-            .assign({
-              active: assigned.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition })),
-              standby: []
-            })
-            .pipe(Effect.orDie)
+        const actives = sourceToChangelogs(assignment.active)
+        const activeIds = new Set(actives.map(({ table, partition }) => `${table.info.name}|${partition}`))
+        const standbys = sourceToChangelogs(assignment.standby ?? []).filter(
+          ({ table, partition }) => !activeIds.has(`${table.info.name}|${partition}`)
+        )
+        for (const { table, partition } of actives) yield* openPartition(table, partition, false)
+        for (const { table, partition } of standbys) yield* openPartition(table, partition, true)
+        if (recovery !== undefined && actives.length + standbys.length > 0) {
+          yield* recovery.assign({ active: changelogTps(actives), standby: changelogTps(standbys) }).pipe(Effect.orDie)
         }
       }).pipe(Effect.mapError(asManagerError))
+
+    const onPartitionsAssigned: TableManagerShape["onPartitionsAssigned"] = (tps) => assign({ active: tps })
+
+    const waitUntilReady: TablesShape["waitUntilReady"] = (tps) =>
+      Effect.suspend(() =>
+        recovery === undefined || !holdsState
+          ? Effect.void
+          : recovery
+              .waitUntilReady(changelogTps(sourceToChangelogs(tps)))
+              .pipe(Effect.mapError((e) => managerError(new TableRecoveryFailed({ detail: e.message }))))
+      )
 
     const onPartitionsRevoked: TableManagerShape["onPartitionsRevoked"] = (tps) =>
       Effect.gen(function* () {
@@ -919,7 +980,9 @@ export const make = (
       resumeOffset,
       changelogTopics: Effect.sync(() => new Set(byChangelog.keys())),
       changelogQueue: Effect.map(Queue.size(queue), (size) => ({ capacity, size })),
-      recovery: Effect.sync(() => Option.fromNullishOr(recovery))
+      recovery: Effect.sync(() => Option.fromNullishOr(recovery)),
+      assign,
+      waitUntilReady
     } satisfies TablesShape
   })
 

@@ -351,6 +351,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
       const table = yield* tables.register(counts)
       yield* tables.start
       yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+      yield* tables.manager.waitUntilRecoveryCompleted
       yield* tables.process({ topic: "words", partition: 0, offset: 0 }, table.set("a", 1))
       const commit = yield* Effect.forkChild(tables.manager.onCommit([{ topic: "words", partition: 0, offset: 1 }]))
       yield* Effect.yieldNow
