@@ -110,7 +110,12 @@ export const formatStats = (stats: RecoveryStats): string => {
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)))
   const eta = stats.etaMs === undefined ? "unknown until the first batch" : `${Math.ceil(stats.etaMs / 1000)} s`
   return [
-    ...rows.map((r) => r.map((cell, i) => pad(cell, widths[i]!)).join("  ")),
+    ...rows.map((r) =>
+      r
+        .map((cell, i) => pad(cell, widths[i]!))
+        .join("  ")
+        .trimEnd()
+    ),
     `remaining ${stats.remaining} records, ETA ${eta}`
   ].join("\n")
 }
@@ -298,7 +303,10 @@ export const make = (
         for (const p of prepared) if (p.ready) yield* markReady(p)
         const restoring = prepared.filter((p) => !p.ready && !p.standby)
         if (restoring.length > 0) yield* source.resume(restoring.map((p) => p.tp))
-        yield* Metric.update(metrics.remaining, statsNow().remaining)
+        const initial = statsNow()
+        yield* Metric.update(metrics.remaining, initial.remaining)
+        if (initial.remaining > 0) yield* Effect.logInfo(`recovery starting\n${formatStats(initial)}`)
+        yield* publish({ _tag: "Progress", stats: initial })
         // Progress, stalls and the consumer positions, on a timer beside the apply loop.
         const ticker = yield* Effect.gen(function* () {
           while (true) {
