@@ -70,7 +70,10 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
         const driver = db as unknown as DriverDb
         // RocksLevel rejects a missing key with LEVEL_NOT_FOUND where the protocol wants "absent".
         return {
-          batch: (ops, opts) => driver.batch(ops, opts),
+          // The driver does most of a batch synchronously: yield a macrotask after each, so timers (heartbeats,
+          // timeouts, stall checks) still run during a long stream of writes such as a restore.
+          batch: (ops, opts) =>
+            driver.batch(ops, opts).then(() => new Promise<void>((resolve) => setImmediate(resolve))),
           get: (key) => driver.get(key).catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e))),
           getMany: (keys) => driver.getMany(keys),
           iterator: (r) => driver.iterator(r),

@@ -185,3 +185,39 @@ describe("layerConfig", () => {
     })
   )
 })
+
+const liveness = (name: string, layer: (directory: string) => Layer.Layer<Store, StoreError>) =>
+  it.live(`${name}: timers keep firing while thousands of batches are written back to back`, () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      const partition = yield* store.open({ table: "t", partition: 0 })
+      let ticks = 0
+      const timer = setInterval(() => {
+        ticks++
+      }, 1)
+      yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(timer)))
+      const value = new Uint8Array(100)
+      for (let b = 0; b < 1500; b++) {
+        const ops = Array.from({ length: 80 }, (_, i) => put(new TextEncoder().encode(`k${b}-${i}`), value))
+        yield* partition.write(ops, { offsets: [{ topic: "c", partition: 0, offset: b }] })
+      }
+      // A driver that blocks the event loop for the whole stream lets no timer fire at all.
+      assert.isAbove(ticks, 0)
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(
+        Layer.unwrap(
+          Effect.acquireRelease(
+            Effect.sync(() => mkdtempSync(join(tmpdir(), `strata-liveness-${name}-`))),
+            (directory) => Effect.sync(() => rmSync(directory, { recursive: true, force: true }))
+          ).pipe(Effect.map(layer))
+        )
+      ),
+      Effect.scoped
+    )
+  )
+
+describe("liveness during long write streams", () => {
+  liveness("level", (directory) => LevelStore.layer({ directory }))
+  liveness("rocksdb", (directory) => RocksDbStore.layer({ directory }))
+})
