@@ -1,15 +1,16 @@
 /**
  * The `Log` protocol: the changelog transport, with Kafka's semantics.
  *
- * A topic has partitions; each partition is a log of records with dense,
- * increasing offsets from its log start up to (not including) its highwater.
+ * A topic has partitions; each partition is a log of records with increasing
+ * offsets from its log start up to (not including) its highwater — dense, but
+ * for the gaps compaction leaves in a compacted topic.
  * Changelog consumers use manual assignment, seek and pause/resume; source
  * consumers join a group and see their assignments come and go.
  *
  * @since 0.1.0
  */
 import type { Duration, Effect, Scope, Stream } from "effect"
-import { Context, Layer, Schema } from "effect"
+import { Context, type Layer, Schema } from "effect"
 import { OffsetOutOfRange } from "./Errors.js"
 import * as internal from "./internal/memoryLog.js"
 import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
@@ -171,10 +172,52 @@ export interface LogShape {
 
 /** The `Log` service key. */
 export class Log extends Context.Service<Log, LogShape>()("@strata/core/Log") {
-  /** An in-memory Kafka-like log, for the embedded demo, users' tests and simulation. */
-  static readonly layerMemory = (options?: internal.MemoryLogOptions): Layer.Layer<Log> =>
-    Layer.effect(Log, internal.make(options))
+  /**
+   * An in-memory Kafka-like log, for the embedded demo, users' tests and
+   * simulation. Also provides `LogFaults`, so tests can compact it.
+   */
+  static readonly layerMemory = (options?: internal.MemoryLogOptions): Layer.Layer<Log | LogFaults> =>
+    internal.layer(options)
 }
+
+/** Options of `LogFaults.compact`. */
+export interface CompactOptions {
+  /**
+   * Cleans only the records below this offset (default: the highwater, the whole
+   * partition), as Kafka's cleaner never cleans past the first uncleanable
+   * offset (its active segment): a record stays when its key's later records
+   * are all at or past `until`.
+   */
+  readonly until?: Offset
+  /**
+   * Also removes tombstones that are their key's latest cleaned record, as the
+   * cleaner does once `delete.retention.ms` has passed (default `false`: kept).
+   * The partition's last record is never removed (it is in the active segment).
+   */
+  readonly removeTombstones?: boolean
+}
+
+/**
+ * Fault injection for a log backend, used by tests: what the broker can do to
+ * a partition behind the consumers' backs.
+ */
+export interface LogFaultsShape {
+  /**
+   * Compacts a partition of a compacted topic as Kafka's log cleaner does:
+   * removes every record (below `until`) whose key has a later record, keeping
+   * the latest per key; records with no key are kept. The remaining records
+   * keep their offsets (gaps); log start and highwater do not move; a consumer
+   * positioned on a removed offset gets the next remaining record. Fails with
+   * `InvalidRequest` for a topic not created with `compacted: true`. Returns
+   * the removed offsets.
+   */
+  readonly compact: (tp: TopicPartition, options?: CompactOptions) => Effect.Effect<ReadonlyArray<Offset>, LogError>
+  /** The records a partition holds now, in offset order (with the gaps compaction left). */
+  readonly records: (tp: TopicPartition) => Effect.Effect<ReadonlyArray<LogRecord>, LogError>
+}
+
+/** The `LogFaults` service key. */
+export class LogFaults extends Context.Service<LogFaults, LogFaultsShape>()("@strata/core/LogFaults") {}
 
 // ---------------------------------------------------------------------------
 // Errors

@@ -254,6 +254,12 @@ const SOURCE_HEADER = "strata-source"
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
+/** A changelog record in the shared queue, with the channel generation it was received in. */
+interface Fetched {
+  readonly generation: number
+  readonly record: LogRecord
+}
+
 interface Change {
   readonly key: Uint8Array
   readonly value: Uint8Array | null
@@ -339,7 +345,13 @@ export const make = (
     let consumer: LogConsumer | undefined
     let fetcher: Fiber.Fiber<unknown, unknown> | undefined
     let recoveryScope: Scope.Closeable | undefined
-    const queue = yield* Queue.bounded<LogRecord, LogError>(capacity)
+    /** Records fetched for recovery, tagged with the channel's generation when the fetcher received them. */
+    const queue = yield* Queue.bounded<Fetched, LogError>(capacity)
+    /**
+     * Bumped by every seek and resume: records received before are stale (their positions were overwritten), also
+     * the ones a fetcher blocked on the full queue pushes after the queue was cleared.
+     */
+    let generation = 0
     const registered = yield* Deferred.make<void>()
     if (!holdsState) yield* Deferred.succeed(registered, undefined)
 
@@ -685,16 +697,29 @@ export const make = (
     /** The channel recovery reads: one consumer for all changelogs feeding the shared bounded queue. */
     const source: ChangelogSource = {
       offsets: (tps) => log.offsets(tps),
-      seek: (tp, offset) => Effect.flatMap(requireConsumer, (c) => c.seek(tp, offset)),
+      seek: (tp, offset) =>
+        Effect.flatMap(requireConsumer, (c) =>
+          Effect.tap(c.seek(tp, offset), () =>
+            Effect.sync(() => {
+              generation++
+            })
+          )
+        ),
       resume: (tps) =>
         Effect.gen(function* () {
           const c = yield* requireConsumer
           // Records fetched before (from positions now overwritten by a seek) are dropped: the queue clears on resume.
+          generation++
           yield* Queue.clear(queue).pipe(Effect.ignore)
           yield* c.resume(tps)
         }),
       pause: (tps) => Effect.flatMap(requireConsumer, (c) => c.pause(tps)),
-      take: (max) => Queue.takeBetween(queue, 1, max),
+      take: (max) =>
+        Effect.map(Queue.takeBetween(queue, 1, max), (taken) => {
+          const out: Array<LogRecord> = []
+          for (const f of taken) if (f.generation === generation) out.push(f.record)
+          return out
+        }),
       position: (tp) => Effect.flatMap(requireConsumer, (c) => c.position(tp)),
       fetching: (tp) =>
         Effect.flatMap(requireConsumer, (c) =>
@@ -793,7 +818,15 @@ export const make = (
       // Recovery owns the changelog partitions: every one starts paused.
       yield* c.pause(tps)
       fetcher = yield* c.batches.pipe(
-        Stream.runForEach((batch) => Queue.offerAll(queue, batch.records)),
+        Stream.runForEach((batch) =>
+          Effect.suspend(() => {
+            const at = generation
+            return Queue.offerAll(
+              queue,
+              batch.records.map((record) => ({ generation: at, record }))
+            )
+          })
+        ),
         Effect.catchCause((cause: Cause.Cause<LogError>) => Queue.failCause(queue, cause)),
         Effect.forkIn(built)
       )

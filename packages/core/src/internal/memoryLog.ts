@@ -1,8 +1,11 @@
 /**
  * The in-memory `Log`: a Kafka-like log held in arrays, one per partition.
  *
- * Offsets are dense: the record at offset `o` sits at index `o - logStart` of
- * its partition's array, so appends are O(1) and fetches are array slices.
+ * Each partition holds its records in an array sorted by offset, so appends are
+ * O(1) and fetches are a binary search and a slice. Offsets are dense until
+ * `LogFaults.compact` removes records: then, as in Kafka, the remaining records
+ * keep their offsets (gaps), the log start and highwater stay, and a consumer
+ * positioned on a removed offset gets the next record that remains.
  * Consumers fetch synchronously (a fetch either takes a whole batch or takes
  * nothing), so `pause`/`unassign`/`seek` take effect for every later fetch,
  * including one already waiting. Waiting fetches are woken by callbacks that
@@ -10,23 +13,24 @@
  * nothing polls.
  *
  * Where Kafka leaves a choice, this log: validates `seek` eagerly; ignores
- * `maxWait` (a fetch simply waits); ignores `compacted` (nothing is compacted,
- * offsets stay dense); ignores `pause`/`resume` of partitions not assigned;
- * rejects a group consumer of an unknown topic (`UnknownTopic`); starts a newly
- * assigned group partition at its committed offset clamped to
- * `[logStart, highwater]` (Kafka's `auto.offset.reset=earliest`), while a
- * position that later falls below the log start fails the fetch; ends a group
- * member's `events` stream when its scope closes. Group membership changes
- * take effect at once: the rebalance runs inside `groupConsumer` and inside
- * the scope's finalizer.
+ * `maxWait` (a fetch simply waits); compacts a `compacted` topic only when a
+ * test calls `LogFaults.compact` (there is no background cleaner); ignores
+ * `pause`/`resume` of partitions not assigned; rejects a group consumer of
+ * an unknown topic (`UnknownTopic`); starts a newly assigned group partition
+ * at its committed offset clamped to `[logStart, highwater]` (Kafka's
+ * `auto.offset.reset=earliest`), while a position that later falls below the
+ * log start fails the fetch; ends a group member's `events` stream when its
+ * scope closes. Group membership changes take effect at once: the rebalance
+ * runs inside `groupConsumer` and inside the scope's finalizer.
  *
  * @since 0.1.0
  */
 import type { Cause, Scope } from "effect"
-import { Clock, Effect, Queue, Schema, Stream } from "effect"
+import { Clock, Context, Effect, Layer, Queue, Schema, Stream } from "effect"
 import { OffsetOutOfRange } from "../Errors.js"
 import type {
   Acks,
+  CompactOptions,
   ConsumerOptions,
   GroupConsumer,
   GroupConsumerOptions,
@@ -35,6 +39,7 @@ import type {
   LogBatch,
   LogConsumer,
   LogError,
+  LogFaultsShape,
   LogRecord,
   LogShape,
   PartitionOffsets,
@@ -44,7 +49,9 @@ import type {
 } from "../Log.js"
 import {
   InvalidRequest,
+  Log,
   LogClosed,
+  LogFaults,
   logError,
   NotAssigned,
   RecordTooLarge,
@@ -74,7 +81,7 @@ type Waker = () => void
 interface PartitionLog {
   readonly topic: string
   readonly partition: number
-  /** `records[i]` has offset `logStart + i`. */
+  /** The records held, in offset order: `[logStart, highwater)` with gaps where compaction removed records. */
   records: Array<LogRecord>
   logStart: number
   highwater: number
@@ -84,6 +91,8 @@ interface PartitionLog {
 
 interface TopicState {
   readonly name: string
+  /** `cleanup.policy=compact`: only such topics can be compacted. */
+  readonly compacted: boolean
   readonly partitions: ReadonlyArray<PartitionLog>
 }
 
@@ -160,6 +169,9 @@ const recordSize = (record: ProducerRecord): number => {
   return size
 }
 
+/** A key's identity in maps (its bytes as latin1 text). */
+const keyIdOf = (key: Uint8Array): string => Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("latin1")
+
 const sortTps = (tps: Iterable<TopicPartition>): Array<TopicPartition> => Array.from(tps).sort(tpCompare)
 
 const makeFetcher = (what: string, maxBatchRecords: number): Fetcher => ({
@@ -186,6 +198,18 @@ const removeAssigned = (f: Fetcher, keys: ReadonlySet<string>): void => {
 
 const assignmentOf = (f: Fetcher): Array<TopicPartition> => sortTps(f.order.map((e) => e.tp))
 
+/** The index of the first record at or after `offset` (`records.length` when there is none). */
+const indexAtOrAfter = (records: ReadonlyArray<LogRecord>, offset: number): number => {
+  let lo = 0
+  let hi = records.length
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1
+    if (records[mid]!.offset < offset) lo = mid + 1
+    else hi = mid
+  }
+  return lo
+}
+
 /**
  * Takes one batch if any assigned, non-paused partition has records; fails when
  * a position fell below its log start; `undefined` when there is nothing to read.
@@ -200,10 +224,15 @@ const tryFetch = (f: Fetcher): LogBatch | LogError | undefined => {
     const log = e.log
     if (e.position < log.logStart || e.position > log.highwater) return outOfRange(log, e.position)
     if (e.position === log.highwater) continue
-    const count = Math.min(f.maxBatchRecords, log.highwater - e.position)
-    const start = e.position - log.logStart
-    const records = log.records.slice(start, start + count)
-    e.position += count
+    const start = indexAtOrAfter(log.records, e.position)
+    if (start === log.records.length) {
+      // Only removed offsets are left below the highwater: skip them, as a Kafka consumer does.
+      e.position = log.highwater
+      continue
+    }
+    const records = log.records.slice(start, start + f.maxBatchRecords)
+    const next = start + records.length
+    e.position = next < log.records.length ? records[records.length - 1]!.offset + 1 : log.highwater
     f.cursor = (idx + 1) % n
     return { topic: log.topic, partition: log.partition, records, highwater: log.highwater }
   }
@@ -261,8 +290,20 @@ const checkAcks = (options: ProduceOptions | undefined): Acks | LogError => {
 // The log
 // ---------------------------------------------------------------------------
 
+/** The in-memory log and its fault hooks. */
+export interface MemoryLog {
+  readonly log: LogShape
+  readonly faults: LogFaultsShape
+}
+
+/** The in-memory log as a layer providing `Log` and `LogFaults`. */
+export const layer = (options?: MemoryLogOptions): Layer.Layer<Log | LogFaults> =>
+  Layer.effectContext(
+    Effect.map(make(options), ({ faults, log }) => Context.make(Log, log).pipe(Context.add(LogFaults, faults)))
+  )
+
 /** Builds an in-memory log. */
-export const make = (options?: MemoryLogOptions): Effect.Effect<LogShape> =>
+export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
   Effect.sync(() => {
     const maxRecordBytes = options?.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES
     const topics = new Map<string, TopicState>()
@@ -323,7 +364,7 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<LogShape> =>
             wakers: new Set()
           })
         }
-        topics.set(spec.topic, { name: spec.topic, partitions })
+        topics.set(spec.topic, { name: spec.topic, compacted: spec.compacted === true, partitions })
         return Effect.void
       })
 
@@ -409,7 +450,7 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<LogShape> =>
         if (bad !== undefined) return Effect.fail(bad)
         if (offset < 0 || offset > log.highwater) return Effect.fail(outOfRange(log, offset))
         if (offset > log.logStart) {
-          log.records.splice(0, offset - log.logStart)
+          log.records.splice(0, indexAtOrAfter(log.records, offset))
           log.logStart = offset
           wakeAll(log.wakers)
         }
@@ -642,6 +683,48 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<LogShape> =>
         ).pipe(Effect.map((m) => makeGroupConsumer(groups.get(options.groupId)!, m)))
       })
 
+    // --- faults --------------------------------------------------------------
+
+    const compact = (tp: TopicPartition, options?: CompactOptions): Effect.Effect<ReadonlyArray<number>, LogError> =>
+      Effect.suspend(() => {
+        const log = lookup(tp.topic, tp.partition)
+        if ("_tag" in log) return Effect.fail(log)
+        if (!topics.get(log.topic)!.compacted) {
+          return Effect.fail(invalid(`topic ${log.topic} is not compacted (it was created without compacted: true)`))
+        }
+        const until = options?.until ?? log.highwater
+        const bad = checkOffset(until)
+        if (bad !== undefined) return Effect.fail(bad)
+        const end = indexAtOrAfter(log.records, until)
+        // The latest offset of each key among the records cleaned (Kafka's offset map of the cleanable section).
+        const latest = new Map<string, number>()
+        for (let i = 0; i < end; i++) {
+          const r = log.records[i]!
+          if (r.key !== null) latest.set(keyIdOf(r.key), r.offset)
+        }
+        const last = log.highwater - 1
+        const removeTombstones = options?.removeTombstones === true
+        const removed: Array<number> = []
+        const kept: Array<LogRecord> = []
+        for (let i = 0; i < log.records.length; i++) {
+          const r = log.records[i]!
+          const drop =
+            i < end &&
+            r.key !== null &&
+            (latest.get(keyIdOf(r.key))! > r.offset || (removeTombstones && r.value === null && r.offset !== last))
+          if (drop) removed.push(r.offset)
+          else kept.push(r)
+        }
+        log.records = kept
+        return Effect.succeed(removed)
+      })
+
+    const recordsOf = (tp: TopicPartition): Effect.Effect<ReadonlyArray<LogRecord>, LogError> =>
+      Effect.suspend(() => {
+        const log = lookup(tp.topic, tp.partition)
+        return "_tag" in log ? Effect.fail(log) : Effect.succeed(log.records.slice())
+      })
+
     const shape: LogShape = {
       backend: "memory",
       ensureTopic,
@@ -653,7 +736,7 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<LogShape> =>
       consumer,
       groupConsumer
     }
-    return shape
+    return { log: shape, faults: { compact, records: recordsOf } }
   })
 
 // ---------------------------------------------------------------------------
