@@ -97,6 +97,27 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
       )
     )
 
+    it.live("a partition that caught up is ready while another still restores", () =>
+      run((app) =>
+        Effect.gen(function* () {
+          const a = yield* isolated(app)
+          yield* a.tables.assign({ active: [0, 1].map((partition) => ({ topic: "words", partition })) })
+          yield* writeThrough(a, 0, 0, 3)
+          yield* writeThrough(a, 1, 0, 2000)
+          const b = yield* isolated(app, { slowWritesMs: 20, recoveryBufferSize: 50 })
+          const recovery = yield* recoveryOf(b)
+          yield* b.tables.assign({ active: [0, 1].map((partition) => ({ topic: "words", partition })) })
+          yield* b.tables.waitUntilReady([{ topic: "words", partition: 0 }])
+          const stats = yield* recovery.stats
+          const p1 = stats.partitions.find((p) => p.partition === 1 && !p.standby)
+          assert.isAbove(p1?.remaining ?? 0, 0, "partition 1 is still restoring")
+          assert.deepStrictEqual(yield* b.table.entries(0), yield* a.table.entries(0))
+          yield* b.tables.manager.waitUntilRecoveryCompleted
+          assert.deepStrictEqual(yield* b.table.entries(1), yield* a.table.entries(1))
+        })
+      )
+    )
+
     it.live("a log start above 0: restored from the log start, keys below it gone", () =>
       run((app) =>
         Effect.gen(function* () {
