@@ -334,23 +334,37 @@ export const make = (
                 if (!standbyPhase) yield* checkPositions
                 continue
               }
+              // Group by partition along runs of consecutive records of one partition (chunks arrive whole).
               const byPartition = new Map<string, Array<LogRecord>>()
+              let run: Array<LogRecord> | undefined
+              let runTopic = ""
+              let runPartition = -1
               for (const r of taken.value) {
-                const key = tpKey(r)
-                let list = byPartition.get(key)
-                if (list === undefined) {
-                  list = []
-                  byPartition.set(key, list)
+                if (run === undefined || r.partition !== runPartition || r.topic !== runTopic) {
+                  runTopic = r.topic
+                  runPartition = r.partition
+                  const key = tpKey(r)
+                  run = byPartition.get(key)
+                  if (run === undefined) {
+                    run = []
+                    byPartition.set(key, run)
+                  }
                 }
-                list.push(r)
+                run.push(r)
               }
-              for (const [key, list] of byPartition) {
-                const p = progress.get(key)
-                // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
-                if (p === undefined || (p.ready && !p.standby)) continue
-                yield* applyRecords(p, list, at)
-                if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
-              }
+              // Partitions are applied side by side: their stores write independently.
+              yield* Effect.forEach(
+                byPartition,
+                ([key, list]) =>
+                  Effect.gen(function* () {
+                    const p = progress.get(key)
+                    // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
+                    if (p === undefined || (p.ready && !p.standby)) return
+                    yield* applyRecords(p, list, at)
+                    if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
+                  }),
+                { concurrency: "unbounded", discard: true }
+              )
               yield* Metric.update(metrics.remaining, statsNow().remaining)
             }
           })

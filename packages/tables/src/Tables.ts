@@ -254,10 +254,12 @@ const SOURCE_HEADER = "strata-source"
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
-/** A changelog record in the shared queue, with the channel generation it was received in. */
-interface Fetched {
+/** Records fetched from one partition, with the channel generation they were received in. */
+interface Chunk {
   readonly generation: number
-  readonly record: LogRecord
+  readonly records: ReadonlyArray<LogRecord>
+  /** Queue room the chunk holds (records), given back when it is fully taken or dropped. */
+  readonly room: number
 }
 
 interface Change {
@@ -345,8 +347,20 @@ export const make = (
     let consumer: LogConsumer | undefined
     let fetcher: Fiber.Fiber<unknown, unknown> | undefined
     let recoveryScope: Scope.Closeable | undefined
-    /** Records fetched for recovery, tagged with the channel's generation when the fetcher received them. */
-    const queue = yield* Queue.bounded<Fetched, LogError>(capacity)
+    /**
+     * Chunks fetched for recovery, tagged with the channel's generation when the fetcher received them. The queue is
+     * bounded in records, not chunks: the fetcher takes room for a chunk's records before offering it (backpressure).
+     */
+    const queue = yield* Queue.unbounded<Chunk, LogError>()
+    const room = Semaphore.makeUnsafe(capacity)
+    let held = 0
+    /** The part of a chunk `take` could not hand out yet. */
+    let leftover: { readonly chunk: Chunk; readonly from: number } | undefined
+    const giveBack = (chunk: Chunk) =>
+      Effect.suspend(() => {
+        held -= chunk.room
+        return Semaphore.release(room, chunk.room)
+      })
     /**
      * Bumped by every seek and resume: records received before are stale (their positions were overwritten), also
      * the ones a fetcher blocked on the full queue pushes after the queue was cleared.
@@ -694,6 +708,17 @@ export const make = (
         : Effect.succeed(consumer)
     )
 
+    /** Drops every queued chunk (and a partly taken one), giving their room back. */
+    const dropQueued = Effect.gen(function* () {
+      if (leftover !== undefined) {
+        const { chunk } = leftover
+        leftover = undefined
+        yield* giveBack(chunk)
+      }
+      const dropped = yield* Queue.clear(queue).pipe(Effect.orElseSucceed(() => [] as Array<Chunk>))
+      for (const chunk of dropped) yield* giveBack(chunk)
+    })
+
     /** The channel recovery reads: one consumer for all changelogs feeding the shared bounded queue. */
     const source: ChangelogSource = {
       offsets: (tps) => log.offsets(tps),
@@ -710,14 +735,34 @@ export const make = (
           const c = yield* requireConsumer
           // Records fetched before (from positions now overwritten by a seek) are dropped: the queue clears on resume.
           generation++
-          yield* Queue.clear(queue).pipe(Effect.ignore)
+          yield* dropQueued
           yield* c.resume(tps)
         }),
       pause: (tps) => Effect.flatMap(requireConsumer, (c) => c.pause(tps)),
       take: (max) =>
-        Effect.map(Queue.takeBetween(queue, 1, max), (taken) => {
+        Effect.gen(function* () {
           const out: Array<LogRecord> = []
-          for (const f of taken) if (f.generation === generation) out.push(f.record)
+          // Wait for one chunk, then add what is already queued, whole chunks first, up to `max` records.
+          let next: { chunk: Chunk; from: number } | undefined = leftover
+          leftover = undefined
+          if (next === undefined) next = { chunk: yield* Queue.take(queue), from: 0 }
+          while (next !== undefined) {
+            const { chunk, from } = next
+            if (chunk.generation !== generation) {
+              yield* giveBack(chunk)
+            } else {
+              const n = Math.min(chunk.records.length - from, max - out.length)
+              for (let i = from; i < from + n; i++) out.push(chunk.records[i]!)
+              if (from + n < chunk.records.length) {
+                leftover = { chunk, from: from + n }
+                break
+              }
+              yield* giveBack(chunk)
+            }
+            if (out.length >= max) break
+            const polled = yield* Queue.poll(queue)
+            next = Option.isSome(polled) ? { chunk: polled.value, from: 0 } : undefined
+          }
           return out
         }),
       position: (tp) => Effect.flatMap(requireConsumer, (c) => c.position(tp)),
@@ -743,25 +788,40 @@ export const make = (
     const applyRecords = (tp: TopicPartition, state: PartitionState, records: ReadonlyArray<LogRecord>) =>
       Effect.gen(function* () {
         if (records.length === 0) return
-        const ops: Array<StoreOp> = []
-        const sources = new Map<string, TopicPartitionOffset>()
+        const ops: Array<StoreOp> = new Array(records.length)
+        let n = 0
+        // Per source partition (the header's `["topic",partition,` prefix), the highest source offset seen: the
+        // header is parsed once per source partition per batch, not once per record.
+        const highest = new Map<string, number>()
         for (const r of records) {
           if (r.key === null) continue
-          ops.push(r.value === null ? del(r.key) : put(r.key, r.value))
+          ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
           // The buffered change of a key, if any, is older than the changelog record: drop it.
-          state.dirty.delete(keyId(r.key))
-          const from = parseSourceHeader(r.headers)
-          if (from !== undefined) {
-            const next = { topic: from.topic, partition: from.partition, offset: from.offset + 1 }
-            const key = tpKey(next)
-            const seen = Math.max(replayed.get(key) ?? 0, next.offset)
-            replayed.set(key, seen)
-            sources.set(key, { ...next, offset: seen })
+          if (state.dirty.size > 0) state.dirty.delete(keyId(r.key))
+          if (r.headers.length > 0) {
+            const header = r.headers.find((h) => h.key === SOURCE_HEADER)
+            if (header !== undefined) {
+              const text = decoder.decode(header.value)
+              const comma = text.lastIndexOf(",")
+              const offset = Number(text.slice(comma + 1, -1))
+              const prefix = text.slice(0, comma + 1)
+              if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
+            }
           }
+        }
+        ops.length = n
+        const sources: Array<TopicPartitionOffset> = []
+        for (const [prefix, offset] of highest) {
+          const from = parseSourceHeader([{ key: SOURCE_HEADER, value: encoder.encode(`${prefix}${offset}]`) }])
+          if (from === undefined) continue
+          const key = tpKey(from)
+          const seen = Math.max(replayed.get(key) ?? 0, from.offset + 1)
+          replayed.set(key, seen)
+          sources.push({ topic: from.topic, partition: from.partition, offset: seen })
         }
         const last = records[records.length - 1]!.offset
         yield* state.store
-          .write(ops, { offsets: [{ ...tp, offset: last }, ...sources.values()] })
+          .write(ops, { offsets: [{ topic: tp.topic, partition: tp.partition, offset: last }, ...sources] })
           .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
       })
 
@@ -819,12 +879,14 @@ export const make = (
       yield* c.pause(tps)
       fetcher = yield* c.batches.pipe(
         Stream.runForEach((batch) =>
-          Effect.suspend(() => {
+          Effect.gen(function* () {
+            if (batch.records.length === 0) return
             const at = generation
-            return Queue.offerAll(
-              queue,
-              batch.records.map((record) => ({ generation: at, record }))
-            )
+            // Room for the chunk's records (a chunk larger than the whole queue takes all of it).
+            const needed = Math.min(batch.records.length, capacity)
+            yield* Semaphore.take(room, needed)
+            held += needed
+            yield* Queue.offer(queue, { generation: at, records: batch.records, room: needed })
           })
         ),
         Effect.catchCause((cause: Cause.Cause<LogError>) => Queue.failCause(queue, cause)),
@@ -1012,7 +1074,7 @@ export const make = (
       process,
       resumeOffset,
       changelogTopics: Effect.sync(() => new Set(byChangelog.keys())),
-      changelogQueue: Effect.map(Queue.size(queue), (size) => ({ capacity, size })),
+      changelogQueue: Effect.sync(() => ({ capacity, size: held })),
       recovery: Effect.sync(() => Option.fromNullishOr(recovery)),
       assign,
       waitUntilReady

@@ -109,11 +109,19 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     Effect.suspend(() => (handle.closed ? Effect.fail(closedError()) : Effect.succeed(f())))
 
   const applyOps = (ops: ReadonlyArray<StoreOp>, offsets: ReadonlyArray<TopicPartitionOffset>) => {
+    // The store keeps its own copies (callers may reuse their buffers): key and value share one allocation, so an
+    // entry holds no memory of any other entry.
+    const copy = (key: Uint8Array, value: Uint8Array): [Uint8Array, Uint8Array] => {
+      const both = new Uint8Array(key.length + value.length)
+      both.set(key, 0)
+      both.set(value, key.length)
+      return [both.subarray(0, key.length), both.subarray(key.length)]
+    }
     for (const op of ops) {
       const k = toStr(op.key)
       if (op._tag === "put") {
         if (!p.data.has(k)) p.sorted = undefined
-        p.data.set(k, [Uint8Array.from(op.key), Uint8Array.from(op.value)])
+        p.data.set(k, copy(op.key, op.value))
       } else if (p.data.delete(k)) {
         p.sorted = undefined
       }
