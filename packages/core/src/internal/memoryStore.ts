@@ -35,7 +35,7 @@ interface Stored {
   readonly keyLength: number
 }
 
-const valueOf = (e: Stored): Uint8Array => Uint8Array.from(e.bytes.subarray(e.keyLength))
+const valueCopy = (e: Stored): Uint8Array => Uint8Array.from(e.bytes.subarray(e.keyLength))
 
 interface Partition {
   readonly data: Map<string, Stored>
@@ -193,7 +193,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
           const page: Array<Entry> = new Array(end - at)
           for (let i = at; i < end; i++) {
             const e = snapshot[i]!
-            page[i - at] = [Uint8Array.from(e.bytes.subarray(0, e.keyLength)), valueOf(e)]
+            page[i - at] = [Uint8Array.from(e.bytes.subarray(0, e.keyLength)), valueCopy(e)]
           }
           return [page, end < snapshot.length ? Option.some(end) : Option.none()] as const
         })
@@ -206,7 +206,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       Effect.suspend(() => {
         const bad = checkKey(key, limits)
         if (bad) return Effect.fail(bad)
-        return guard(() => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), valueOf))
+        return guard(() => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), valueCopy))
       }),
     getMany: (keys) =>
       Effect.suspend(() => {
@@ -214,7 +214,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
           const bad = checkKey(key, limits)
           if (bad) return Effect.fail(bad)
         }
-        return guard(() => keys.map((key) => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), valueOf)))
+        return guard(() => keys.map((key) => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), valueCopy)))
       }),
     put: (key, value) => write([{ _tag: "put", key, value }]),
     delete: (key) => write([{ _tag: "delete", key }]),
