@@ -23,7 +23,8 @@ import {
   type OpResult,
   op,
   type Session,
-  SessionClosed
+  SessionClosed,
+  ConnectionLoss
 } from "@strata/core"
 import {
   Clock,
@@ -211,9 +212,15 @@ export const make = (
         const session = observer.session
         return f(session).pipe(
           Effect.catchTag("CoordinationError", (e) =>
-            sessionGone(e)
-              ? reopen(session).pipe(Effect.andThen(Effect.suspend(() => f(observer.session))))
-              : Effect.fail(e)
+            Effect.gen(function* () {
+              // A lost connection on a session the client already knows ended is an ended session: reopen now.
+              const state = e.reason._tag === "ConnectionLoss" ? yield* session.state : "connected"
+              if (sessionGone(e) || state === "expired" || state === "closed") {
+                yield* reopen(session)
+                return yield* f(observer.session)
+              }
+              return yield* Effect.fail(e)
+            })
           )
         )
       }).pipe(
@@ -265,6 +272,9 @@ export const make = (
     /** The current epoch, read through the observer (`None` when unknown). */
     const currentEpoch = withObserver((s) => s.get(paths.epoch)).pipe(
       Effect.map((n) => Option.some(parseEpoch(n.data))),
+      // Bounded: a write's error path never waits on a connection that does not settle.
+      Effect.timeoutOption(Duration.times(observer.session.timeout, 2)),
+      Effect.map(Option.flatten),
       Effect.orElseSucceed(() => Option.none<number>())
     )
 
@@ -449,6 +459,19 @@ export const make = (
                 .multi([op.check(paths.epoch, won.version), ...ops])
                 .pipe(Effect.map((results) => results.slice(1)))
           ).pipe(
+            // A leader's write is bounded by its session timeout: past it, the outcome is unknown (as a lost
+            // connection) and the epoch decides whether this leadership is fenced.
+            Effect.timeoutOrElse({
+              duration: session.timeout,
+              orElse: () =>
+                Effect.fail(
+                  coordinationError(
+                    new ConnectionLoss({
+                      detail: `no reply within the session timeout ${Duration.format(session.timeout)}`
+                    })
+                  )
+                )
+            }),
             Effect.catchTag("CoordinationError", (e) =>
               Effect.gen(function* () {
                 const checked = unsafe.skipFenceCheck !== true
