@@ -566,6 +566,37 @@ interface Pending {
 
 let consumerCount = 0
 
+/** The last header name decoded, kept because changelog records repeat the same few names. */
+let lastHeaderName: Uint8Array | undefined
+let lastHeaderText = ""
+
+/** Byte equality, in JS: header names are short, shorter than a native call's overhead. */
+const sameBytes = (a: Uint8Array, b: Uint8Array): boolean => {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
+/** A header name as text, decoded only when it differs from the previous one. */
+const headerName = (k: Buffer | undefined | null): string => {
+  if (k == null) return ""
+  if (lastHeaderName === undefined || !sameBytes(k, lastHeaderName)) {
+    lastHeaderText = k.toString("utf8")
+    lastHeaderName = Uint8Array.from(k)
+  }
+  return lastHeaderText
+}
+
+/** The client's header pairs as `Header`s. */
+const headersOf = (pairs: ReadonlyArray<readonly [Buffer | undefined | null, Buffer | undefined | null]>) => {
+  const out = new Array<{ key: string; value: Uint8Array }>(pairs.length)
+  for (let i = 0; i < pairs.length; i++) {
+    const [k, v] = pairs[i]!
+    out[i] = { key: headerName(k), value: v ?? new Uint8Array(0) }
+  }
+  return out
+}
+
 /** A group-less changelog consumer over `Consumer#fetch`. */
 const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, Scope.Scope> =>
   Effect.gen(function* () {
@@ -711,10 +742,7 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
                   offset,
                   key: r.key,
                   value: r.value,
-                  headers:
-                    r.headers.length === 0
-                      ? NO_HEADERS
-                      : r.headers.map(([k, v]) => ({ key: k?.toString("utf8") ?? "", value: v ?? new Uint8Array(0) })),
+                  headers: r.headers.length === 0 ? NO_HEADERS : headersOf(r.headers),
                   timestamp: baseTime + Number(r.timestampDelta)
                 })
                 if (chunk.length === deps.maxBatchRecords) {

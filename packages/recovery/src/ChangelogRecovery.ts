@@ -322,15 +322,40 @@ export const make = (
         const poll = Duration.millis(Math.max(50, Math.min(1000, Duration.toMillis(statsInterval) / 5)))
         const applyPhase = (standbyPhase: boolean) =>
           Effect.gen(function* () {
+            // The batch being applied while the next one is taken: a store writing off the main thread (LevelDB)
+            // overlaps with fetching and decoding. One batch at most is in flight, so memory stays bounded by two
+            // buffers; a partition's batches are applied in order because each waits for the one before.
+            let inflight:
+              | { readonly fiber: Fiber.Fiber<void, RecoveryError>; readonly finishing: Set<string> }
+              | undefined
+            const settle = Effect.suspend(() => {
+              const f = inflight
+              inflight = undefined
+              return f === undefined ? Effect.void : Fiber.join(f.fiber)
+            })
             while (true) {
               const pending = [...progress.values()].filter((p) => (standbyPhase ? p.standby : !p.standby && !p.ready))
-              if (!standbyPhase && pending.length === 0) return
+              if (!standbyPhase && pending.length === 0) {
+                if (inflight === undefined) return
+                yield* settle
+                continue
+              }
+              // Take only while records are still to come once the batch in flight lands; otherwise wait for it.
+              if (
+                inflight !== undefined &&
+                !standbyPhase &&
+                pending.every((p) => inflight!.finishing.has(tpKey(p.tp)))
+              ) {
+                yield* settle
+                continue
+              }
               const taken = yield* source.take(standbyPhase ? standbyBufferSize : bufferSize).pipe(
                 Effect.timeoutOption(poll),
                 Effect.mapError((e) => restoreFailed(pending[0]?.tp ?? actives[0]!, e.message))
               )
               const at = yield* Clock.currentTimeMillis
               if (Option.isNone(taken)) {
+                yield* settle
                 if (!standbyPhase) yield* checkPositions
                 continue
               }
@@ -352,8 +377,16 @@ export const make = (
                 }
                 run.push(r)
               }
+              // The partitions this batch brings to their highwater.
+              const finishing = new Set<string>()
+              for (const [key, list] of byPartition) {
+                const p = progress.get(key)
+                if (p !== undefined && !p.standby && list[list.length - 1]!.offset + 1 >= p.highwater)
+                  finishing.add(key)
+              }
+              yield* settle
               // Partitions are applied side by side: their stores write independently.
-              yield* Effect.forEach(
+              const fiber = yield* Effect.forEach(
                 byPartition,
                 ([key, list]) =>
                   Effect.gen(function* () {
@@ -364,8 +397,11 @@ export const make = (
                     if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
                   }),
                 { concurrency: "unbounded", discard: true }
+              ).pipe(
+                Effect.andThen(Effect.suspend(() => Metric.update(metrics.remaining, statsNow().remaining))),
+                Effect.forkScoped
               )
-              yield* Metric.update(metrics.remaining, statsNow().remaining)
+              inflight = { fiber, finishing }
             }
           })
 

@@ -254,6 +254,38 @@ const SOURCE_HEADER = "strata-source"
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
+/** The value of a record's `strata-source` header, if it has one. */
+const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined => {
+  for (const h of headers) if (h.key === SOURCE_HEADER) return h.value
+  return undefined
+}
+
+/** Longest run of offset digits read from bytes: 15 decimal digits always fit a safe integer. */
+const MAX_DIGITS = 15
+
+/** In a header ending `,<digits>]`, the index of that comma; -1 for any other shape. */
+const sourceOffsetComma = (v: Uint8Array): number => {
+  const close = v.length - 1
+  if (close < 2 || v[close] !== 0x5d) return -1
+  let i = close - 1
+  while (i >= 0 && close - i <= MAX_DIGITS && v[i]! >= 0x30 && v[i]! <= 0x39) i--
+  return i >= 0 && i < close - 1 && v[i] === 0x2c ? i : -1
+}
+
+/** The decimal number written in `v[from, to)` (ASCII digits only, checked by `sourceOffsetComma`). */
+const digitsAt = (v: Uint8Array, from: number, to: number): number => {
+  let n = 0
+  for (let i = from; i < to; i++) n = n * 10 + (v[i]! - 0x30)
+  return n
+}
+
+/** Whether `a` and `b` (both at least `length` long) agree on their first `length` bytes. */
+const samePrefix = (a: Uint8Array, b: Uint8Array, length: number): boolean => {
+  if (a === b) return true
+  for (let i = 0; i < length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
 /** Records fetched from one partition, with the channel generation they were received in. */
 interface Chunk {
   readonly generation: number
@@ -791,23 +823,41 @@ export const make = (
         const ops: Array<StoreOp> = new Array(records.length)
         let n = 0
         // Per source partition (the header's `["topic",partition,` prefix), the highest source offset seen: the
-        // header is parsed once per source partition per batch, not once per record.
+        // offset is read from the header's bytes and the prefix decoded only when it differs from the previous one.
         const highest = new Map<string, number>()
+        let lastPrefix: Uint8Array | undefined
+        let lastPrefixLength = -1
+        let lastPrefixText = ""
         for (const r of records) {
           if (r.key === null) continue
           ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
           // The buffered change of a key, if any, is older than the changelog record: drop it.
           if (state.dirty.size > 0) state.dirty.delete(keyId(r.key))
-          if (r.headers.length > 0) {
-            const header = r.headers.find((h) => h.key === SOURCE_HEADER)
-            if (header !== undefined) {
-              const text = decoder.decode(header.value)
-              const comma = text.lastIndexOf(",")
-              const offset = Number(text.slice(comma + 1, -1))
-              const prefix = text.slice(0, comma + 1)
-              if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
+          const header = sourceHeaderOf(r.headers)
+          if (header === undefined) continue
+          const comma = sourceOffsetComma(header)
+          let prefix: string
+          let offset: number
+          if (comma < 0) {
+            // Not the usual shape: the general path.
+            const text = decoder.decode(header)
+            const at = text.lastIndexOf(",")
+            offset = Number(text.slice(at + 1, -1))
+            prefix = text.slice(0, at + 1)
+          } else {
+            offset = digitsAt(header, comma + 1, header.length - 1)
+            if (
+              lastPrefix === undefined ||
+              lastPrefixLength !== comma + 1 ||
+              !samePrefix(lastPrefix, header, comma + 1)
+            ) {
+              lastPrefix = header
+              lastPrefixLength = comma + 1
+              lastPrefixText = decoder.decode(header.subarray(0, comma + 1))
             }
+            prefix = lastPrefixText
           }
+          if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
         }
         ops.length = n
         const sources: Array<TopicPartitionOffset> = []
