@@ -44,6 +44,7 @@ import {
   type StoreError,
   type StoreOp,
   type StoreShape,
+  StoreValidation,
   TableAlreadyExists,
   type TableInfo,
   TableManager,
@@ -863,7 +864,8 @@ export const make = (
         const sources: Array<TopicPartitionOffset> = []
         for (const [prefix, offset] of highest) {
           const from = parseSourceHeader([{ key: SOURCE_HEADER, value: encoder.encode(`${prefix}${offset}]`) }])
-          if (from === undefined) continue
+          // A header naming no valid source (not written by `process`) is ignored, not a reason to fail the restore.
+          if (from === undefined || StoreValidation.checkOffsets([from]) !== undefined) continue
           const key = tpKey(from)
           const seen = Math.max(replayed.get(key) ?? 0, from.offset + 1)
           replayed.set(key, seen)

@@ -452,6 +452,48 @@ describe("Tables: rebalance and recovery", () => {
     )
   )
 
+  it.effect("resumeOffset is read from every source header shape a changelog may carry", () =>
+    env(
+      Effect.gen(function* () {
+        // The changelog of partition 1 written directly: source topics with digits, dots and dashes, long offsets,
+        // offsets out of order, and headers naming no valid source (ignored, not a reason to fail the restore).
+        const log = yield* Log
+        const tables = yield* manager()
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        const enc = new TextEncoder()
+        const sources: ReadonlyArray<string> = [
+          '["words",1,7]',
+          '["words",1,12]',
+          '["orders.v2-3",3,9]',
+          '["a,b",3,9]',
+          '["words",1,3]',
+          '["words",2,123456789012]',
+          '["orders.v2-3",3,8]',
+          "not json",
+          '["words",1,x]',
+          '["words",1,99999999999999999]'
+        ]
+        yield* log.produceBatch(
+          sources.map((source, i) => ({
+            topic,
+            partition: 1,
+            key: enc.encode(JSON.stringify(`k${i}`)),
+            value: enc.encode(String(i)),
+            headers: [{ key: "strata-source", value: enc.encode(source) }]
+          }))
+        )
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+        yield* tables.manager.waitUntilRecoveryCompleted
+        assert.deepStrictEqual(yield* tables.resumeOffset({ topic: "words", partition: 1 }), Option.some(13))
+        assert.deepStrictEqual(yield* tables.resumeOffset({ topic: "words", partition: 2 }), Option.some(123456789013))
+        assert.deepStrictEqual(yield* tables.resumeOffset({ topic: "orders.v2-3", partition: 3 }), Option.some(10))
+        assert.deepStrictEqual(yield* tables.resumeOffset({ topic: "a,b", partition: 3 }), Option.none())
+        assert.strictEqual((yield* Stream.runCollect(table.scan(1))).length, sources.length)
+      })
+    )
+  )
+
   it.effect("a revoked partition is flushed and closed; reads of it are refused", () =>
     env(
       Effect.gen(function* () {
