@@ -28,13 +28,19 @@
  * instead of the bundle), STRATA_RESTORE_TRACE=1 (print the worker's events with their times). Kill timing is real
  * time: a seed fixes the data and the kill fractions, not the instants.
  */
-import { type NodeRunner, nodeRunner, tsxRunner } from "../../../scripts/test-support/nodeRunner.js"
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtemp, rm } from "node:fs/promises"
+import {
+  childHarness,
+  envInt,
+  HarnessError,
+  parseJsonLine,
+  rerunCommand,
+  runChild
+} from "../../../scripts/test-support/childRun.js"
+import { mkdtemp } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import { del, Log, type PartitionStore, type ProducerRecord, put } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
@@ -60,14 +66,6 @@ import {
 // Settings
 // ---------------------------------------------------------------------------
 
-const envInt = (name: string, fallback: number): number => {
-  const text = process.env[name]
-  if (text === undefined || text === "") return fallback
-  const n = Number(text)
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${text}`)
-  return n
-}
-
 const SEED = envInt("STRATA_RESTORE_SEED", 20_261_130)
 const RECORDS = Math.max(1000, envInt("STRATA_RESTORE_RECORDS", 1_000_000))
 const KILLS = Math.max(2, envInt("STRATA_RESTORE_KILLS", 3))
@@ -82,12 +80,12 @@ const EXIT_TIMEOUT_MS = 15_000
 const TEST_TIMEOUT_MS = 300_000
 const TRACE = !["", "0", "false"].includes(process.env.STRATA_RESTORE_TRACE ?? "")
 
-const knobs = Object.entries(process.env)
-  .filter(([name, value]) => name.startsWith("STRATA_RESTORE_") && name !== "STRATA_RESTORE_SEED" && value)
-  .map(([name, value]) => `${name}=${value} `)
-  .join("")
-
-const rerun = `seed=${SEED} (rerun: STRATA_RESTORE_SEED=${SEED} ${knobs}STRATA_KEEP_SERVICES=1 pnpm exec vitest run --project integration packages/recovery/test/Restore.int.test.ts)`
+const rerun = rerunCommand({
+  seedVar: "STRATA_RESTORE_SEED",
+  seed: SEED,
+  project: "integration",
+  file: "packages/recovery/test/Restore.int.test.ts"
+})
 
 // ---------------------------------------------------------------------------
 // The worker program, bundled once
@@ -96,35 +94,16 @@ const rerun = `seed=${SEED} (rerun: STRATA_RESTORE_SEED=${SEED} ${knobs}STRATA_K
 const here = dirname(fileURLToPath(import.meta.url))
 const workerSource = join(here, "fixtures", "restore-worker.ts")
 
-let runner: NodeRunner = tsxRunner(workerSource)
-const tempDirs: Array<string> = []
-const liveChildren = new Set<ChildProcess>()
-
-beforeAll(async () => {
-  runner = await nodeRunner(
-    "restore",
-    workerSource,
-    ["@nxtedition/rocksdb", "@platformatic/kafka"],
-    process.env.STRATA_RESTORE_RUNNER === "tsx"
-  )
-}, 60_000)
-
-afterAll(async () => {
-  for (const child of liveChildren) child.kill("SIGKILL")
-  for (const directory of tempDirs) await rm(directory, { recursive: true, force: true })
-  await runner.dispose()
+const harness = childHarness({
+  label: "restore",
+  source: workerSource,
+  external: ["@nxtedition/rocksdb", "@platformatic/kafka"],
+  preferTsx: process.env.STRATA_RESTORE_RUNNER === "tsx"
 })
 
 // ---------------------------------------------------------------------------
 // One run of the worker
 // ---------------------------------------------------------------------------
-
-/** The harness itself went wrong (spawn failed, worker hung, died by itself, finished before its kill). */
-class HarnessError extends Data.TaggedError("HarnessError")<{ readonly detail: string }> {
-  override get message() {
-    return this.detail
-  }
-}
 
 /** Which property broke: `durability`, `replay` or `resume` (see the file comment). */
 type ViolationKind = "durability" | "replay" | "resume"
@@ -159,60 +138,39 @@ interface RunOutcome {
 }
 
 /** Kills the worker once its store holds `killAt` records, or (`undefined`) lets it finish and exit 0. */
-const runWorker = (args: ReadonlyArray<string>, killAt: number | undefined) =>
-  Effect.callback<RunOutcome, HarnessError>((resume) => {
-    const started = performance.now()
-    const child = spawn(process.execPath, runner.argv(args), { stdio: ["ignore", "pipe", "pipe"] })
-    liveChildren.add(child)
-    const from = new Array<number | undefined>(PARTITIONS).fill(undefined)
-    let progress: Progress | undefined
-    let ready: Ready | undefined
-    let recoveringAt: number | undefined
-    let endAt: number | undefined
-    let killed = false
-    let failure: string | undefined
-    let settled = false
-    let pending = ""
-    let stderr = ""
-    let lastGrowth = performance.now()
-    const timers: Array<ReturnType<typeof setTimeout>> = []
-
-    const settle = (effect: Effect.Effect<RunOutcome, HarnessError>) => {
-      if (settled) return
-      settled = true
-      for (const t of timers) clearTimeout(t)
-      resume(effect)
-    }
-    const kill = () => {
-      if (killed) return
-      killed = true
-      endAt = performance.now()
-      child.kill("SIGKILL")
-      timers.push(
-        setTimeout(
-          () =>
-            settle(
-              Effect.fail(
-                new HarnessError({ detail: `worker ${child.pid} did not exit within ${EXIT_TIMEOUT_MS} ms of SIGKILL` })
-              )
-            ),
-          EXIT_TIMEOUT_MS
-        )
-      )
-    }
-    const onLine = (line: string) => {
-      let event: RestoreEvent
-      try {
-        event = JSON.parse(line) as RestoreEvent
-      } catch {
-        return
+const runWorker = (args: ReadonlyArray<string>, killAt: number | undefined) => {
+  const from = new Array<number | undefined>(PARTITIONS).fill(undefined)
+  let progress: Progress | undefined
+  let ready: Ready | undefined
+  let recoveringAt: number | undefined
+  let endAt: number | undefined
+  let lastGrowth = performance.now()
+  return runChild<RunOutcome>({
+    label: "worker",
+    harness,
+    args,
+    exitTimeoutMs: EXIT_TIMEOUT_MS,
+    onStart: (control) => {
+      // A restore whose store stops growing has hung: kill it and fail.
+      control.every(1000, () => {
+        if (!control.killed() && ready === undefined && performance.now() - lastGrowth > STALL_MS) {
+          control.fail(`the worker's store did not grow for ${STALL_MS} ms (last progress ${JSON.stringify(progress)})`)
+        }
+      })
+    },
+    onLine: (line, control) => {
+      const event = parseJsonLine<RestoreEvent>(line)
+      if (event === undefined) return
+      if (TRACE) console.log(`restore trace ${Math.round(control.elapsed())} ms: ${line.slice(0, 200)}`)
+      const kill = () => {
+        endAt = control.elapsed()
+        control.kill()
       }
-      if (TRACE) console.log(`restore trace ${Math.round(performance.now() - started)} ms: ${line.slice(0, 200)}`)
       switch (event.ev) {
         case "loaded":
           break
         case "recovering":
-          recoveringAt = performance.now()
+          recoveringAt = control.elapsed()
           break
         case "from":
           from[event.partition] = event.persisted
@@ -224,70 +182,32 @@ const runWorker = (args: ReadonlyArray<string>, killAt: number | undefined) =>
           break
         case "ready":
           ready = event
-          endAt = performance.now()
-          if (killAt !== undefined && !killed) {
-            failure = `the worker completed the restore before its kill at ${killAt} records`
-            kill()
+          endAt = control.elapsed()
+          if (killAt !== undefined && !control.killed()) {
+            control.fail(`the worker completed the restore before its kill at ${killAt} records`)
           }
           break
       }
-    }
-
-    child.stdout.setEncoding("utf8")
-    child.stdout.on("data", (chunk: string) => {
-      pending += chunk
-      for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n")) {
-        onLine(pending.slice(0, nl))
-        pending = pending.slice(nl + 1)
+    },
+    onExit: ({ code, signal, killed }) => {
+      if (!killed && !(code === 0 && ready !== undefined)) {
+        return {
+          failure: `the worker exited by itself (code ${code}, signal ${signal}) ${ready === undefined ? "before" : "after"} "ready"`
+        }
       }
-    })
-    child.stderr.setEncoding("utf8")
-    child.stderr.on("data", (chunk: string) => {
-      stderr = (stderr + chunk).slice(-8192)
-    })
-    child.on("error", (error) => {
-      liveChildren.delete(child)
-      settle(Effect.fail(new HarnessError({ detail: `spawning the worker failed: ${error.message}` })))
-    })
-    child.on("close", (code, signal) => {
-      liveChildren.delete(child)
-      if (failure === undefined && !killed && !(code === 0 && ready !== undefined)) {
-        failure = `the worker exited by itself (code ${code}, signal ${signal}) ${ready === undefined ? "before" : "after"} "ready"`
-      }
-      if (failure !== undefined) {
-        settle(Effect.fail(new HarnessError({ detail: `${failure}; stderr:\n${stderr || "(empty)"}` })))
-        return
-      }
-      const end = endAt ?? performance.now()
-      settle(
-        Effect.succeed({
+      const end = endAt ?? recoveringAt ?? 0
+      return {
+        outcome: {
           from,
           progress,
           ready,
-          startMs: Math.round((recoveringAt ?? end) - started),
+          startMs: Math.round(recoveringAt ?? end),
           restoreMs: Math.round(end - (recoveringAt ?? end))
-        })
-      )
-    })
-    // A restore whose store stops growing has hung: kill it and fail.
-    const watchdog = setInterval(() => {
-      if (settled) clearInterval(watchdog)
-      else if (!killed && ready === undefined && performance.now() - lastGrowth > STALL_MS) {
-        clearInterval(watchdog)
-        failure = `the worker's store did not grow for ${STALL_MS} ms (last progress ${JSON.stringify(progress)})`
-        kill()
+        }
       }
-    }, 1000)
-    timers.push(watchdog)
-    // Interrupted (test timeout): do not leave the worker behind.
-    return Effect.sync(() => {
-      for (const t of timers) clearTimeout(t)
-      if (!killed) {
-        killed = true
-        child.kill("SIGKILL")
-      }
-    })
+    }
   })
+}
 
 // ---------------------------------------------------------------------------
 // The checker: the store against the workload replayed to its persisted offsets
@@ -436,7 +356,7 @@ const restore = Effect.fn("restore")(function* () {
   const app = `restore-${id}`
   const changelog = Table.changelogTopicOf(app, kvTable)
   const directory = yield* Effect.promise(() => mkdtemp(join(tmpdir(), "strata-restore-")))
-  tempDirs.push(directory)
+  harness.tempDirs.push(directory)
   const args = [brokers, app, directory]
 
   // --- the changelog ---
@@ -583,7 +503,7 @@ const restore = Effect.fn("restore")(function* () {
   const planted = yield* plantAndCheck(directory, changelog, round + 1)
   return {
     seed: SEED,
-    runner: runner.kind,
+    runner: harness.runner.kind,
     records: RECORDS,
     keys: keyCountOf(RECORDS),
     liveKeys: expectedLive,
@@ -601,7 +521,7 @@ describe("restore on Kafka + RocksDB under kill -9", () => {
     `a restore of ${RECORDS} changelog records killed ${KILLS} times completes and the store is exact`,
     () =>
       Effect.gen(function* () {
-        console.log(`restore: ${RECORDS} records, ${KILLS} kills, runner ${runner.kind}, ${rerun}`)
+        console.log(`restore: ${RECORDS} records, ${KILLS} kills, runner ${harness.runner.kind}, ${rerun}`)
         const s = yield* restore()
         console.log(`restore ${JSON.stringify(s)}`)
         assert.strictEqual(s.runs.filter((r) => r.killed).length, KILLS)

@@ -24,13 +24,13 @@
  * min(100, rounds) kills). Kill timing is real time, so a seed fixes the workload and the schedule, not the exact
  * instants the kills land.
  */
-import { type NodeRunner, nodeRunner, tsxRunner } from "../../../scripts/test-support/nodeRunner.js"
-import { type ChildProcess, spawn } from "node:child_process"
+import { childHarness, envInt, rerunCommand, runChild } from "../../../scripts/test-support/childRun.js"
+import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import type { Entry, StoreError, StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
@@ -53,14 +53,6 @@ import {
 // Settings
 // ---------------------------------------------------------------------------
 
-const envInt = (name: string, fallback: number): number => {
-  const text = process.env[name]
-  if (text === undefined || text === "") return fallback
-  const n = Number(text)
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${text}`)
-  return n
-}
-
 const SEED = envInt("STRATA_CRASH_SEED", 20_261_129)
 const ROUNDS = envInt("STRATA_CRASH_ROUNDS", 150)
 /** Fewer kills than this within the budget fails the test. */
@@ -76,7 +68,12 @@ const EXIT_TIMEOUT_MS = 10_000
 const MAX_RUN_MS = 150
 
 const rerun = (seed: number) =>
-  `seed=${seed} (rerun: STRATA_CRASH_SEED=${seed} pnpm exec vitest run --project unit packages/store-adapters/test/Crash.test.ts)`
+  rerunCommand({
+    seedVar: "STRATA_CRASH_SEED",
+    seed,
+    project: "unit",
+    file: "packages/store-adapters/test/Crash.test.ts"
+  })
 
 // ---------------------------------------------------------------------------
 // The child program: bundled once (fast start) or run under the tsx loader
@@ -85,33 +82,16 @@ const rerun = (seed: number) =>
 const here = dirname(fileURLToPath(import.meta.url))
 const childSource = join(here, "crash", "child.ts")
 
-let runner: NodeRunner = tsxRunner(childSource)
-const liveChildren = new Set<ChildProcess>()
-
-beforeAll(async () => {
-  runner = await nodeRunner(
-    "crash test",
-    childSource,
-    ["classic-level", "@nxtedition/rocksdb"],
-    process.env.STRATA_CRASH_RUNNER === "tsx"
-  )
-}, 60_000)
-
-afterAll(async () => {
-  for (const child of liveChildren) child.kill("SIGKILL")
-  await runner.dispose()
+const harness = childHarness({
+  label: "crash test",
+  source: childSource,
+  external: ["classic-level", "@nxtedition/rocksdb"],
+  preferTsx: process.env.STRATA_CRASH_RUNNER === "tsx"
 })
 
 // ---------------------------------------------------------------------------
 // One round: spawn, (maybe wait for ready), kill -9, wait for exit
 // ---------------------------------------------------------------------------
-
-/** The test harness itself went wrong (spawn failed, child hung or died by itself): not a verdict on the store. */
-class HarnessError extends Data.TaggedError("HarnessError")<{ readonly detail: string }> {
-  override get message() {
-    return this.detail
-  }
-}
 
 /** When to send SIGKILL: `delayMs` after the spawn, after the child printed `opening`, or after `ready`. */
 interface KillPlan {
@@ -131,111 +111,47 @@ interface RoundOutcome {
   readonly lastAcked: number | undefined
 }
 
-const crashRound = (args: ReadonlyArray<string>, plan: KillPlan) =>
-  Effect.callback<RoundOutcome, HarnessError>((resume) => {
-    const started = performance.now()
-    const child = spawn(process.execPath, runner.argv(args), { stdio: ["ignore", "pipe", "pipe"] })
-    liveChildren.add(child)
-    let opening = false
-    let openingAt = 0
-    let openMs: number | undefined
-    let readyFrom: number | undefined
-    let spawnToReadyMs: number | undefined
-    let lastAcked: number | undefined
-    let killed = false
-    let failure: string | undefined
-    let settled = false
-    let pending = ""
-    let stderr = ""
-    const timers: Array<ReturnType<typeof setTimeout>> = []
-
-    const settle = (effect: Effect.Effect<RoundOutcome, HarnessError>) => {
-      if (settled) return
-      settled = true
-      for (const t of timers) clearTimeout(t)
-      resume(effect)
-    }
-    const kill = () => {
-      if (killed) return
-      killed = true
-      child.kill("SIGKILL")
-      timers.push(
-        setTimeout(
-          () =>
-            settle(
-              Effect.fail(
-                new HarnessError({ detail: `child ${child.pid} did not exit within ${EXIT_TIMEOUT_MS} ms of SIGKILL` })
-              )
-            ),
-          EXIT_TIMEOUT_MS
-        )
-      )
-    }
-    const killAfter = (delayMs: number) => {
-      if (delayMs === 0) kill()
-      else timers.push(setTimeout(kill, delayMs))
-    }
-    const onLine = (line: string) => {
+const crashRound = (args: ReadonlyArray<string>, plan: KillPlan) => {
+  let opening = false
+  let openingAt = 0
+  let openMs: number | undefined
+  let readyFrom: number | undefined
+  let spawnToReadyMs: number | undefined
+  let lastAcked: number | undefined
+  return runChild<RoundOutcome>({
+    label: "child",
+    harness,
+    args,
+    exitTimeoutMs: EXIT_TIMEOUT_MS,
+    encoding: "latin1",
+    onStart: (control) => {
+      if (plan.from === "spawn") control.killAfter(plan.delayMs)
+      control.after(READY_TIMEOUT_MS, () => {
+        if (readyFrom === undefined && !control.killed()) {
+          control.fail(`the child printed no "ready" within ${READY_TIMEOUT_MS} ms`)
+        }
+      })
+    },
+    onLine: (line, control) => {
       if (line.startsWith("w ")) {
         lastAcked = Number(line.slice(2))
       } else if (line === "opening") {
         opening = true
         openingAt = performance.now()
-        if (plan.from === "opening") killAfter(plan.delayMs)
+        if (plan.from === "opening") control.killAfter(plan.delayMs)
       } else if (line.startsWith("ready ")) {
         readyFrom = Number(line.slice(6))
-        const now = performance.now()
-        spawnToReadyMs = now - started
-        openMs = now - openingAt
-        if (plan.from === "ready") killAfter(plan.delayMs)
+        spawnToReadyMs = control.elapsed()
+        openMs = performance.now() - openingAt
+        if (plan.from === "ready") control.killAfter(plan.delayMs)
       }
-    }
-
-    child.stdout.setEncoding("latin1")
-    child.stdout.on("data", (chunk: string) => {
-      pending += chunk
-      for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n")) {
-        onLine(pending.slice(0, nl))
-        pending = pending.slice(nl + 1)
-      }
-    })
-    child.stderr.setEncoding("utf8")
-    child.stderr.on("data", (chunk: string) => {
-      stderr = (stderr + chunk).slice(-8192)
-    })
-    child.on("error", (error) => {
-      liveChildren.delete(child)
-      settle(Effect.fail(new HarnessError({ detail: `spawning the child failed: ${error.message}` })))
-    })
-    child.on("close", (code, signal) => {
-      liveChildren.delete(child)
-      if (failure === undefined && !killed) {
-        failure = `the child exited by itself (code ${code}, signal ${signal}) before it was killed`
-      }
-      if (failure !== undefined) {
-        settle(Effect.fail(new HarnessError({ detail: `${failure}; stderr:\n${stderr || "(empty)"}` })))
-      } else {
-        settle(Effect.succeed({ opening, openMs, readyFrom, spawnToReadyMs, lastAcked }))
-      }
-    })
-    if (plan.from === "spawn") killAfter(plan.delayMs)
-    timers.push(
-      setTimeout(() => {
-        if (readyFrom === undefined && !killed) {
-          failure = `the child printed no "ready" within ${READY_TIMEOUT_MS} ms`
-          kill()
-        }
-      }, READY_TIMEOUT_MS)
-    )
-    // Interrupted (test timeout): do not leave the child behind.
-    return Effect.sync(() => {
-      for (const t of timers) clearTimeout(t)
-      if (!killed) {
-        killed = true
-        child.kill("SIGKILL")
-      }
-    })
+    },
+    onExit: ({ code, signal, killed }) =>
+      killed
+        ? { outcome: { opening, openMs, readyFrom, spawnToReadyMs, lastAcked } }
+        : { failure: `the child exited by itself (code ${code}, signal ${signal}) before it was killed` }
   })
+}
 
 // ---------------------------------------------------------------------------
 // The checker: the store after a crash against the replay
@@ -479,7 +395,7 @@ const crashLoop = (options: {
     const wallMs = performance.now() - started
     const summary: Summary = {
       backend,
-      runner: runner.kind,
+      runner: harness.runner.kind,
       seed,
       rounds,
       killsWhileLoading,
@@ -514,7 +430,7 @@ describe("crash consistency under kill -9", () => {
       `${backend}: after every kill the store equals the replay up to its persisted offset`,
       () =>
         Effect.gen(function* () {
-          console.log(`crash ${backend}: ${ROUNDS} kills, runner ${runner.kind}, ${rerun(SEED)}`)
+          console.log(`crash ${backend}: ${ROUNDS} kills, runner ${harness.runner.kind}, ${rerun(SEED)}`)
           const s = yield* crashLoop({ backend, seed: SEED, rounds: ROUNDS, budgetMs: BUDGET_MS, torn: undefined })
           console.log(`crash ${show(s)}`)
           const context = `${backend}, ${rerun(SEED)}\n${show(s)}`

@@ -30,13 +30,13 @@
  * out, or the worker finished the input first — fails the test. Kill timing is real time: a seed fixes the input
  * and the schedule, not the instants the kills land.
  */
-import { type NodeRunner, nodeRunner, tsxRunner } from "../../../scripts/test-support/nodeRunner.js"
-import { type ChildProcess, spawn } from "node:child_process"
-import { mkdtemp, rm } from "node:fs/promises"
+import { childHarness, envInt, parseJsonLine, rerunCommand, runChild } from "../../../scripts/test-support/childRun.js"
+import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
+import { mkdtemp } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { afterAll, assert, beforeAll, describe, it } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import { type Entry, Log, type LogRecord, type LogShape, type TopicPartition } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
@@ -57,14 +57,6 @@ import {
 // Settings
 // ---------------------------------------------------------------------------
 
-const envInt = (name: string, fallback: number): number => {
-  const text = process.env[name]
-  if (text === undefined || text === "") return fallback
-  const n = Number(text)
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${name} must be a non-negative integer, got ${text}`)
-  return n
-}
-
 const SEED = envInt("STRATA_WORDCOUNT_SEED", 20_261_130)
 const KILLS = envInt("STRATA_WORDCOUNT_KILLS", 40)
 /** Fewer kills than this within the budget fails the test. */
@@ -83,14 +75,13 @@ const EXIT_TIMEOUT_MS = 10_000
 /** The final, unkilled run must finish the input within this. */
 const FINISH_TIMEOUT_MS = 60_000
 
-/** The knobs set in the environment other than the seed, for the rerun command. */
-const knobs = Object.entries(process.env)
-  .filter(([name, value]) => name.startsWith("STRATA_WORDCOUNT_") && name !== "STRATA_WORDCOUNT_SEED" && value)
-  .map(([name, value]) => `${name}=${value} `)
-  .join("")
-
 const rerun = (seed: number) =>
-  `seed=${seed} (rerun: STRATA_WORDCOUNT_SEED=${seed} ${knobs}STRATA_KEEP_SERVICES=1 pnpm exec vitest run --project integration packages/tables/test/WordCount.int.test.ts)`
+  rerunCommand({
+    seedVar: "STRATA_WORDCOUNT_SEED",
+    seed,
+    project: "integration",
+    file: "packages/tables/test/WordCount.int.test.ts"
+  })
 
 // ---------------------------------------------------------------------------
 // The worker program: bundled once (fast start) or run under the tsx loader
@@ -99,35 +90,16 @@ const rerun = (seed: number) =>
 const here = dirname(fileURLToPath(import.meta.url))
 const workerSource = join(here, "fixtures", "wordcount-worker.ts")
 
-let runner: NodeRunner = tsxRunner(workerSource)
-const tempDirs: Array<string> = []
-const liveChildren = new Set<ChildProcess>()
-
-beforeAll(async () => {
-  runner = await nodeRunner(
-    "word count",
-    workerSource,
-    ["classic-level", "@platformatic/kafka"],
-    process.env.STRATA_WORDCOUNT_RUNNER === "tsx"
-  )
-}, 60_000)
-
-afterAll(async () => {
-  for (const child of liveChildren) child.kill("SIGKILL")
-  for (const directory of tempDirs) await rm(directory, { recursive: true, force: true })
-  await runner.dispose()
+const harness = childHarness({
+  label: "word count",
+  source: workerSource,
+  external: ["classic-level", "@platformatic/kafka"],
+  preferTsx: process.env.STRATA_WORDCOUNT_RUNNER === "tsx"
 })
 
 // ---------------------------------------------------------------------------
 // One run of the worker: spawn, follow its events, kill -9 it (or let it finish)
 // ---------------------------------------------------------------------------
-
-/** The harness itself went wrong (spawn failed, worker hung or died by itself): not a verdict on the tables. */
-class HarnessError extends Data.TaggedError("HarnessError")<{ readonly detail: string }> {
-  override get message() {
-    return this.detail
-  }
-}
 
 /**
  * Which property broke: `replay` (store ≠ changelog replayed to the persisted offset), `offsets` (a persisted offset
@@ -161,73 +133,45 @@ interface RunOutcome {
   readonly recoveringToReadyMs: number | undefined
 }
 
-const runWorker = (args: ReadonlyArray<string>, plan: Plan) =>
-  Effect.callback<RunOutcome, HarnessError>((resume) => {
-    const started = performance.now()
-    const child = spawn(process.execPath, runner.argv(args), { stdio: ["ignore", "pipe", "pipe"] })
-    liveChildren.add(child)
-    let recovering = false
-    let recoveringAt = 0
-    let spawnToRecoveringMs: number | undefined
-    let recoveringToReadyMs: number | undefined
-    let ready: RunOutcome["ready"]
-    let committed: ReadonlyArray<number> | undefined
-    let commits = 0
-    let done: RunOutcome["done"]
-    let killed = false
-    let failure: string | undefined
-    let settled = false
-    let pending = ""
-    let stderr = ""
-    const timers: Array<ReturnType<typeof setTimeout>> = []
-
-    const settle = (effect: Effect.Effect<RunOutcome, HarnessError>) => {
-      if (settled) return
-      settled = true
-      for (const t of timers) clearTimeout(t)
-      resume(effect)
-    }
-    const kill = () => {
-      if (killed) return
-      killed = true
-      child.kill("SIGKILL")
-      timers.push(
-        setTimeout(
-          () =>
-            settle(
-              Effect.fail(
-                new HarnessError({ detail: `worker ${child.pid} did not exit within ${EXIT_TIMEOUT_MS} ms of SIGKILL` })
-              )
-            ),
-          EXIT_TIMEOUT_MS
-        )
-      )
-    }
-    const killAfter = (delayMs: number) => {
-      if (delayMs === 0) kill()
-      else timers.push(setTimeout(kill, delayMs))
-    }
-    const onLine = (line: string) => {
-      let event: WorkerEvent
-      try {
-        event = JSON.parse(line) as WorkerEvent
-      } catch {
-        return
-      }
-      const now = performance.now()
+const runWorker = (args: ReadonlyArray<string>, plan: Plan) => {
+  let recovering = false
+  let recoveringAt = 0
+  let spawnToRecoveringMs: number | undefined
+  let recoveringToReadyMs: number | undefined
+  let ready: RunOutcome["ready"]
+  let committed: ReadonlyArray<number> | undefined
+  let commits = 0
+  let done: RunOutcome["done"]
+  return runChild<RunOutcome>({
+    label: "worker",
+    harness,
+    args,
+    exitTimeoutMs: EXIT_TIMEOUT_MS,
+    onStart: (control) => {
+      if (plan.from === "spawn") control.killAfter(plan.delayMs)
+      const limit = plan.from === "finish" ? FINISH_TIMEOUT_MS : READY_TIMEOUT_MS
+      control.after(limit, () => {
+        if (!control.killed() && (plan.from === "finish" || ready === undefined)) {
+          control.fail(`the worker printed no "${plan.from === "finish" ? "done" : "ready"}" within ${limit} ms`)
+        }
+      })
+    },
+    onLine: (line, control) => {
+      const event = parseJsonLine<WorkerEvent>(line)
+      if (event === undefined) return
       switch (event.ev) {
         case "loaded":
           break
         case "recovering":
           recovering = true
-          recoveringAt = now
-          spawnToRecoveringMs = now - started
-          if (plan.from === "recovering") killAfter(plan.delayMs)
+          recoveringAt = control.elapsed()
+          spawnToRecoveringMs = recoveringAt
+          if (plan.from === "recovering") control.killAfter(plan.delayMs)
           break
         case "ready":
           ready = event
-          recoveringToReadyMs = now - recoveringAt
-          if (plan.from === "ready") killAfter(plan.delayMs)
+          recoveringToReadyMs = control.elapsed() - recoveringAt
+          if (plan.from === "ready") control.killAfter(plan.delayMs)
           break
         case "commit":
           committed = event.next
@@ -237,68 +181,21 @@ const runWorker = (args: ReadonlyArray<string>, plan: Plan) =>
           done = event
           break
       }
-    }
-
-    child.stdout.setEncoding("utf8")
-    child.stdout.on("data", (chunk: string) => {
-      pending += chunk
-      for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n")) {
-        onLine(pending.slice(0, nl))
-        pending = pending.slice(nl + 1)
-      }
-    })
-    child.stderr.setEncoding("utf8")
-    child.stderr.on("data", (chunk: string) => {
-      stderr = (stderr + chunk).slice(-8192)
-    })
-    child.on("error", (error) => {
-      liveChildren.delete(child)
-      settle(Effect.fail(new HarnessError({ detail: `spawning the worker failed: ${error.message}` })))
-    })
-    child.on("close", (code, signal) => {
-      liveChildren.delete(child)
-      // A worker that finished the input before its kill ends the kill phase early (the kill count then tells).
-      if (failure === undefined && !killed && !(code === 0 && done !== undefined)) {
-        failure =
-          plan.from === "finish"
-            ? `the worker exited with code ${code} (signal ${signal}) ${done === undefined ? "without" : "after"} "done"`
-            : `the worker exited by itself (code ${code}, signal ${signal}) before it was killed`
-      }
-      if (failure !== undefined) {
-        settle(Effect.fail(new HarnessError({ detail: `${failure}; stderr:\n${stderr || "(empty)"}` })))
-      } else {
-        settle(
-          Effect.succeed({
-            recovering,
-            ready,
-            committed,
-            commits,
-            done,
-            spawnToRecoveringMs,
-            recoveringToReadyMs
-          })
-        )
-      }
-    })
-    if (plan.from === "spawn") killAfter(plan.delayMs)
-    const limit = plan.from === "finish" ? FINISH_TIMEOUT_MS : READY_TIMEOUT_MS
-    timers.push(
-      setTimeout(() => {
-        if (!killed && (plan.from === "finish" || ready === undefined)) {
-          failure = `the worker printed no "${plan.from === "finish" ? "done" : "ready"}" within ${limit} ms`
-          kill()
-        }
-      }, limit)
-    )
-    // Interrupted (test timeout): do not leave the worker behind.
-    return Effect.sync(() => {
-      for (const t of timers) clearTimeout(t)
-      if (!killed) {
-        killed = true
-        child.kill("SIGKILL")
-      }
-    })
+    },
+    // A worker that finished the input before its kill ends the kill phase early (the kill count then tells).
+    onExit: ({ code, signal, killed }) =>
+      killed || (code === 0 && done !== undefined)
+        ? {
+            outcome: { recovering, ready, committed, commits, done, spawnToRecoveringMs, recoveringToReadyMs }
+          }
+        : {
+            failure:
+              plan.from === "finish"
+                ? `the worker exited with code ${code} (signal ${signal}) ${done === undefined ? "without" : "after"} "done"`
+                : `the worker exited by itself (code ${code}, signal ${signal}) before it was killed`
+          }
   })
+}
 
 // ---------------------------------------------------------------------------
 // The checker: the store after a kill against the changelog and the input
@@ -482,7 +379,7 @@ const wordCount = Effect.fn("wordCount")(function* (seed: number, options: RunOp
   const source = `${app}-words`
   const changelog = `${app}-counts-changelog`
   const directory = yield* Effect.promise(() => mkdtemp(join(tmpdir(), "strata-wordcount-")))
-  tempDirs.push(directory)
+  harness.tempDirs.push(directory)
   const args = [
     brokers,
     app,
@@ -760,7 +657,7 @@ const wordCount = Effect.fn("wordCount")(function* (seed: number, options: RunOp
 
   const summary: Summary = {
     seed,
-    runner: runner.kind,
+    runner: harness.runner.kind,
     lines: LINES * PARTITIONS,
     words,
     kills,
@@ -793,7 +690,7 @@ describe("word count on Kafka + LevelDB under kill -9", () => {
     "after every kill the table equals its changelog replayed to the persisted offset; each line counts once",
     () =>
       Effect.gen(function* () {
-        console.log(`wordcount: ${KILLS} kills, runner ${runner.kind}, ${rerun(SEED)}`)
+        console.log(`wordcount: ${KILLS} kills, runner ${harness.runner.kind}, ${rerun(SEED)}`)
         const s = yield* wordCount(SEED, { kills: KILLS, budgetMs: BUDGET_MS })
         console.log(`wordcount ${JSON.stringify(s)}`)
         const context = `${rerun(SEED)}\n${JSON.stringify(s)}`
