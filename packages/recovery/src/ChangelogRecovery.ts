@@ -11,7 +11,9 @@
  *    highwater captured at the start — judged by the consumer's position, so
  *    transaction markers and compacted gaps at the end never hang it; each
  *    partition is ready (and `waitUntilReady` returns for it) as soon as it
- *    caught up;
+ *    caught up; the next batch is taken while one is applied (one in flight,
+ *    a partition's batches in order), so a store writing off the main thread
+ *    overlaps with fetching;
  * 4. log "Worker ready", complete `waitUntilCompleted`, and keep the standby
  *    partitions tailing in batches of `standbyBufferSize`.
  *
