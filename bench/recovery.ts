@@ -85,8 +85,8 @@ const SOURCE_HEADER = "strata-source"
 const PRODUCE_BATCH = 10_000
 const PRODUCE_IN_FLIGHT = 4
 const SAMPLE = 1000
-/** The changelog consumer's fetch sizes and wait (makeConsumer in packages/kafka/src/KafkaLog.ts). */
-const FETCH = { maxBytes: 16 * 1024 * 1024, partitionMaxBytes: 2 * 1024 * 1024, maxWaitMs: 250 } as const
+/** The changelog consumer's default fetch sizes and wait (KafkaLog's fetchMaxBytes, fetchPartitionMaxBytes, maxWaitMs). */
+const FETCH = { maxBytes: 2 * 1024 * 1024, partitionMaxBytes: 256 * 1024, maxWaitMs: 250 } as const
 const CHILD_FLAG = "--recovery-child"
 /** Longest a phase's child may run (start-up, the timed part and the checks). */
 const CHILD_TIMEOUT_MS = 300_000

@@ -78,6 +78,16 @@ export const KafkaLogOptions = Schema.Struct({
   requestTimeoutMs: Schema.optional(PositiveInt),
   /** How long a fetch waits at the broker for new records, in milliseconds (default 250). */
   maxWaitMs: Schema.optional(PositiveInt),
+  /**
+   * Most bytes one fetch brings back from a broker, all partitions together (default 2 MiB). Larger fetches take
+   * fewer round trips (for distant brokers) but hold more records in memory at once.
+   */
+  fetchMaxBytes: Schema.optional(PositiveInt),
+  /**
+   * Most bytes one fetch brings back per partition (default 256 KiB). A record batch larger than this still comes
+   * back whole, alone, so a partition always makes progress.
+   */
+  fetchPartitionMaxBytes: Schema.optional(PositiveInt),
   /** Attempts to reach the brokers at start, with exponential backoff, before `BrokerUnreachable` (default 5). */
   connectAttempts: Schema.optional(PositiveInt),
   /** Largest record accepted (key + value + headers), in bytes (default 1000000, under Kafka's 1 MiB default). */
@@ -100,6 +110,13 @@ export class KafkaLog extends Context.Service<KafkaLog, LogShape & { readonly br
 
 const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/
 const CONTROL_BATCH = 0x20
+/**
+ * Fetch sizes: small enough that a fetch's records are applied before the garbage collector has to move them (a
+ * restore of 1M records ran 17–30% faster with 150 MB less memory than with 16 MiB / 2 MiB), large enough for
+ * loopback and same-datacenter brokers.
+ */
+const DEFAULT_FETCH_MAX_BYTES = 2 * 1024 * 1024
+const DEFAULT_FETCH_PARTITION_MAX_BYTES = 256 * 1024
 /** Shared by every record without headers. */
 const NO_HEADERS: ReadonlyArray<{ readonly key: string; readonly value: Uint8Array }> = []
 /** Kafka stores timestamp deltas in 32 bits; the client mis-encodes larger spans, so such sends are split. */
@@ -501,6 +518,8 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
       return makeConsumer({
         base,
         maxWait,
+        fetchMaxBytes: o.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES,
+        fetchPartitionMaxBytes: o.fetchPartitionMaxBytes ?? DEFAULT_FETCH_PARTITION_MAX_BYTES,
         maxBatchRecords: consumerOptions?.maxBatchRecords ?? 1000,
         checkTp,
         offsets,
@@ -544,6 +563,8 @@ interface ConsumerDeps {
     retryDelay: number
   }
   readonly maxWait: number
+  readonly fetchMaxBytes: number
+  readonly fetchPartitionMaxBytes: number
   readonly maxBatchRecords: number
   readonly checkTp: (tp: TopicPartition) => Effect.Effect<void, LogError>
   readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
@@ -675,7 +696,7 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
           const request = {
             node,
             maxWaitTime: deps.maxWait,
-            maxBytes: 16 * 1024 * 1024,
+            maxBytes: deps.fetchMaxBytes,
             topics: [...byTopic].map(([topic, ss]) => ({
               topicId: topicIds.get(topic)!,
               partitions: ss.map((s) => ({
@@ -683,7 +704,7 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
                 fetchOffset: BigInt(s.position),
                 currentLeaderEpoch: -1,
                 lastFetchedEpoch: -1,
-                partitionMaxBytes: 2 * 1024 * 1024
+                partitionMaxBytes: deps.fetchPartitionMaxBytes
               }))
             }))
           }

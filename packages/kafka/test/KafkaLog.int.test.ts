@@ -22,6 +22,11 @@ describe("KafkaLog start-up", () => {
       const e = yield* Effect.flip(Effect.scoped(KafkaLog.make({ brokers: ["no-port"] })))
       assert.strictEqual(e.reason._tag, "InvalidRequest")
       assert.include(e.message, "brokers")
+      const fetch = yield* Effect.flip(
+        Effect.scoped(KafkaLog.make({ brokers: ["127.0.0.1:9092"], fetchPartitionMaxBytes: 0 }))
+      )
+      assert.strictEqual(fetch.reason._tag, "InvalidRequest")
+      assert.include(fetch.message, "fetchPartitionMaxBytes")
     })
   )
 })
