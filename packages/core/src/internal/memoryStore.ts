@@ -22,29 +22,120 @@ import {
   prefixRange
 } from "../StoreValidation.js"
 
-/** Keys are held as latin1 strings: one char per byte, so string order is byte order. */
+/** A key as a latin1 string: one char per byte, so string order is byte order (for sorted scans). */
 const toStr = (bytes: Uint8Array): string =>
   Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("latin1")
 
 /** Entries copied out per scan page. */
 const SCAN_PAGE = 1024
 
-/** The bytes of a key held as a latin1 string. */
-const fromStr = (k: string): Uint8Array => Uint8Array.from(Buffer.from(k, "latin1"))
+/**
+ * A stored entry: one slab view holding the key's length (4 bytes, little-endian), the key, then the value. Entries
+ * are never mutated: a put stores a new one, so a scan's snapshot of entries does not see later writes.
+ */
+type Stored = Uint8Array
+
+const HEADER = 4
+
+const keyLengthOf = (e: Stored): number => (e[0]! | (e[1]! << 8) | (e[2]! << 16) | (e[3]! << 24)) >>> 0
+
+const storedKey = (e: Stored): Uint8Array => e.subarray(HEADER, HEADER + keyLengthOf(e))
+
+const storedValue = (e: Stored): Uint8Array => e.subarray(HEADER + keyLengthOf(e))
+
+/** Whether entry `e` holds `key`. */
+const holds = (e: Stored, key: Uint8Array): boolean => {
+  if (keyLengthOf(e) !== key.length) return false
+  for (let i = 0; i < key.length; i++) if (e[HEADER + i] !== key[i]) return false
+  return true
+}
+
+/**
+ * FNV-1a of the key's bytes, cut to 30 bits so it stays a small integer: a map keyed by it is several times cheaper
+ * than one keyed by strings (no string per key to build, hash and keep).
+ */
+const hashOf = (key: Uint8Array): number => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key[i]!, 0x01000193)
+  return h & 0x3fffffff
+}
 
 /** A copy of a stored value for a caller (a stored value is a view into a shared slab). */
-const valueCopy = (v: Uint8Array): Uint8Array => Uint8Array.from(v)
+const valueCopy = (e: Stored): Uint8Array => Uint8Array.from(storedValue(e))
+
+/** Entries by key hash: one entry, or the few whose keys share a hash. */
+type Index = Map<number, Stored | Array<Stored>>
 
 interface Partition {
-  readonly data: Map<string, Uint8Array>
+  readonly index: Index
   readonly offsets: Map<string, TopicPartitionOffset>
-  /** Keys in order, rebuilt lazily after writes. */
+  /** Keys in order (latin1 strings), rebuilt lazily after a key is added or removed. */
   sorted: Array<string> | undefined
   open: boolean
 }
 
+/** The entry holding `key`, if any. */
+const lookup = (index: Index, key: Uint8Array): Stored | undefined => {
+  const found = index.get(hashOf(key))
+  if (found === undefined) return undefined
+  if (!Array.isArray(found)) return holds(found, key) ? found : undefined
+  for (const e of found) if (holds(e, key)) return e
+  return undefined
+}
+
+/** Stores `e` under its key; whether the key is new. */
+const insert = (index: Index, key: Uint8Array, e: Stored): boolean => {
+  const h = hashOf(key)
+  const found = index.get(h)
+  if (found === undefined) {
+    index.set(h, e)
+    return true
+  }
+  if (!Array.isArray(found)) {
+    if (holds(found, key)) {
+      index.set(h, e)
+      return false
+    }
+    index.set(h, [found, e])
+    return true
+  }
+  for (let i = 0; i < found.length; i++) {
+    if (holds(found[i]!, key)) {
+      found[i] = e
+      return false
+    }
+  }
+  found.push(e)
+  return true
+}
+
+/** Removes the entry holding `key`; whether there was one. */
+const remove = (index: Index, key: Uint8Array): boolean => {
+  const h = hashOf(key)
+  const found = index.get(h)
+  if (found === undefined) return false
+  if (!Array.isArray(found)) {
+    if (!holds(found, key)) return false
+    index.delete(h)
+    return true
+  }
+  const at = found.findIndex((e) => holds(e, key))
+  if (at < 0) return false
+  const rest = found.filter((_, i) => i !== at)
+  index.set(h, rest.length === 1 ? rest[0]! : rest)
+  return true
+}
+
+/** Every stored entry, in no order. */
+const entriesOf = function* (index: Index): Generator<Stored> {
+  for (const found of index.values()) {
+    if (Array.isArray(found)) yield* found
+    else yield found
+  }
+}
+
 const sortedKeys = (p: Partition): Array<string> => {
-  if (p.sorted === undefined) p.sorted = Array.from(p.data.keys()).sort()
+  if (p.sorted === undefined) p.sorted = Array.from(entriesOf(p.index), (e) => toStr(storedKey(e))).sort()
   return p.sorted
 }
 
@@ -82,7 +173,7 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
           const name = storeName(id)
           let p = partitions.get(name)
           if (p === undefined) {
-            p = { data: new Map(), offsets: new Map(), sorted: undefined, open: false }
+            p = { index: new Map(), offsets: new Map(), sorted: undefined, open: false }
             partitions.set(name, p)
           }
           p.open = true
@@ -132,20 +223,21 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     Effect.suspend(() => (handle.closed ? Effect.fail(closedError()) : Effect.succeed(f())))
 
   const applyOps = (ops: ReadonlyArray<StoreOp>, offsets: ReadonlyArray<TopicPartitionOffset>) => {
-    // The store keeps its own copies of values (callers may reuse their buffers), carved from shared slabs as Node's
-    // Buffer pool does: a typed array of its own per entry costs a microsecond and GC work each. The key is the map's
-    // string key itself: one object less per entry for the garbage collector to trace.
-    const copy = (value: Uint8Array): Uint8Array => {
-      const bytes = allocate(value.length)
-      bytes.set(value, 0)
-      return bytes
-    }
+    // The store keeps its own copies (callers may reuse their buffers), carved from shared slabs as Node's Buffer
+    // pool does: a typed array of its own per entry costs a microsecond and GC work each.
     for (const op of ops) {
-      const k = toStr(op.key)
       if (op._tag === "put") {
-        if (!p.data.has(k)) p.sorted = undefined
-        p.data.set(k, copy(op.value))
-      } else if (p.data.delete(k)) {
+        const { key, value } = op
+        const e = allocate(HEADER + key.length + value.length)
+        const n = key.length
+        e[0] = n & 0xff
+        e[1] = (n >>> 8) & 0xff
+        e[2] = (n >>> 16) & 0xff
+        e[3] = (n >>> 24) & 0xff
+        e.set(key, HEADER)
+        e.set(value, HEADER + n)
+        if (insert(p.index, key, e)) p.sorted = undefined
+      } else if (remove(p.index, op.key)) {
         p.sorted = undefined
       }
     }
@@ -183,15 +275,15 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       let slice = from < to ? keys.slice(from, to) : []
       if (range.reverse) slice.reverse()
       if (range.limit !== undefined) slice = slice.slice(0, Math.max(0, range.limit))
-      const snapshot = slice.map((k) => [k, p.data.get(k)!] as const)
+      const snapshot = slice.map((k) => lookup(p.index, Buffer.from(k, "latin1"))!)
       // Copies leave the store one page at a time, so a large scan never holds every copy at once.
       return Stream.paginate(0, (at: number) =>
         Effect.sync(() => {
           const end = Math.min(at + SCAN_PAGE, snapshot.length)
           const page: Array<Entry> = new Array(end - at)
           for (let i = at; i < end; i++) {
-            const [k, v] = snapshot[i]!
-            page[i - at] = [fromStr(k), valueCopy(v)]
+            const e = snapshot[i]!
+            page[i - at] = [Uint8Array.from(storedKey(e)), valueCopy(e)]
           }
           return [page, end < snapshot.length ? Option.some(end) : Option.none()] as const
         })
@@ -204,7 +296,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       Effect.suspend(() => {
         const bad = checkKey(key, limits)
         if (bad) return Effect.fail(bad)
-        return guard(() => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), valueCopy))
+        return guard(() => Option.map(Option.fromUndefinedOr(lookup(p.index, key)), valueCopy))
       }),
     getMany: (keys) =>
       Effect.suspend(() => {
@@ -212,7 +304,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
           const bad = checkKey(key, limits)
           if (bad) return Effect.fail(bad)
         }
-        return guard(() => keys.map((key) => Option.map(Option.fromUndefinedOr(p.data.get(toStr(key))), valueCopy)))
+        return guard(() => keys.map((key) => Option.map(Option.fromUndefinedOr(lookup(p.index, key)), valueCopy)))
       }),
     put: (key, value) => write([{ _tag: "put", key, value }]),
     delete: (key) => write([{ _tag: "delete", key }]),
@@ -228,7 +320,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     persistedOffsets: guard(() => Array.from(p.offsets.values())),
     setPersistedOffset: (tp, offset) => write([], { offsets: [{ topic: tp.topic, partition: tp.partition, offset }] }),
     clear: guard(() => {
-      p.data.clear()
+      p.index.clear()
       p.offsets.clear()
       p.sorted = undefined
     })
