@@ -1,3 +1,4 @@
+import { prng } from "../../../scripts/test-support/prng.js"
 import { assert, describe, it } from "@effect/vitest"
 import { IllegalStateTransition } from "@strata/core"
 import { Result } from "effect"
@@ -283,18 +284,6 @@ describe("CoordinatorLifecycle.step", () => {
 // ---------------------------------------------------------------------------
 
 const stepImpl: StepFn = step
-
-/** mulberry32: a tiny deterministic PRNG. */
-const prng = (seed: number) => {
-  let a = seed >>> 0
-  return (): number => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
 
 const randomInput = (next: () => number): InputT => {
   // Close ends a walk, so it is rare; every other tag is equally likely.

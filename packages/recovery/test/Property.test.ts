@@ -25,6 +25,7 @@
  * prints it whole to stderr). A seed fixes the data and every choice; the interleaving of the workers' fibers is
  * deterministic for a given code base.
  */
+import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import { assert, describe, it } from "@effect/vitest"
 import {
   Log,
@@ -62,30 +63,6 @@ const caseCount = envInt("STRATA_RECOVERY_CASES") ?? 1000
 const firstSeed = envInt("STRATA_RECOVERY_FIRST_SEED") ?? 1
 const seeds: ReadonlyArray<number> =
   replaySeed === undefined ? Array.from({ length: caseCount }, (_, i) => firstSeed + i) : [replaySeed]
-
-// ---------------------------------------------------------------------------
-// A small seeded PRNG (mulberry32)
-// ---------------------------------------------------------------------------
-
-interface Rng {
-  /** An integer in [lo, hi]. */
-  readonly int: (lo: number, hi: number) => number
-  readonly chance: (p: number) => boolean
-  readonly pick: <A>(items: ReadonlyArray<A>) => A
-}
-
-const rngOf = (seed: number): Rng => {
-  let state = seed >>> 0
-  const next = (): number => {
-    state = (state + 0x6d2b79f5) >>> 0
-    let t = state
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1))
-  return { int, chance: (p) => next() < p, pick: (items) => items[int(0, items.length - 1)]! }
-}
 
 // ---------------------------------------------------------------------------
 // The model
@@ -207,7 +184,7 @@ const persistDirectly = (store: StoreShape, m: PartitionModel) =>
   }).pipe(Effect.scoped)
 
 /** Compacts and deletes at random after a segment, on the log and on the model alike. */
-const disturb = (rng: Rng, log: LogShape, faults: LogFaultsShape, m: PartitionModel, trace: Trace) =>
+const disturb = (rng: Prng, log: LogShape, faults: LogFaultsShape, m: PartitionModel, trace: Trace) =>
   Effect.gen(function* () {
     const tp = { topic, partition: m.partition }
     const highwater = m.written
@@ -271,7 +248,7 @@ const tracedStore = (store: StoreShape, trace: Trace): StoreShape => ({
 })
 
 /** Splits `n` records into `segments` contiguous [start, end) ranges. */
-const cuts = (rng: Rng, n: number, segments: number): Array<readonly [number, number]> => {
+const cuts = (rng: Prng, n: number, segments: number): Array<readonly [number, number]> => {
   const points = Array.from({ length: segments - 1 }, () => rng.int(0, n)).sort((a, b) => a - b)
   const bounds = [0, ...points, n]
   return Array.from({ length: segments }, (_, i) => [bounds[i]!, bounds[i + 1]!] as const)
@@ -279,7 +256,7 @@ const cuts = (rng: Rng, n: number, segments: number): Array<readonly [number, nu
 
 const runCase = (seed: number, trace: Trace) =>
   Effect.gen(function* () {
-    const rng = rngOf(seed)
+    const rng = seeded(seed)
     const log = yield* Log
     const faults = yield* LogFaults
     const store = yield* Store

@@ -47,7 +47,7 @@ import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Data, Effect, Option, Result, Stream } from "effect"
 import { inject } from "vitest"
 import * as Table from "../../tables/src/Table.js"
-import { prng } from "../../tables/test/fixtures/wordcount.js"
+import { prng } from "../../../scripts/test-support/prng.js"
 import {
   DELETED,
   keyCountOf,

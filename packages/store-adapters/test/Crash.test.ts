@@ -24,6 +24,7 @@
  * min(100, rounds) kills). Kill timing is real time, so a seed fixes the workload and the schedule, not the exact
  * instants the kills land.
  */
+import { below, prng } from "../../../scripts/test-support/prng.js"
 import { childHarness, envInt, rerunCommand, runChild } from "../../../scripts/test-support/childRun.js"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { mkdtemp, rm } from "node:fs/promises"
@@ -39,11 +40,9 @@ import {
   BACKENDS,
   type BackendName,
   batch,
-  below,
   CHANGELOG,
   describeValue,
   mix32,
-  prng,
   STORE_ID,
   TORN_MODES,
   type TornMode

@@ -30,6 +30,7 @@
  * out, or the worker finished the input first — fails the test. Kill timing is real time: a seed fixes the input
  * and the schedule, not the instants the kills land.
  */
+import { below, prng } from "../../../scripts/test-support/prng.js"
 import { childHarness, envInt, parseJsonLine, rerunCommand, runChild } from "../../../scripts/test-support/childRun.js"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { mkdtemp } from "node:fs/promises"
@@ -42,16 +43,7 @@ import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import { Cause, Data, Duration, Effect, Option, Stream } from "effect"
 import { inject } from "vitest"
-import {
-  below,
-  countPrefix,
-  makeInput,
-  PLANTED,
-  type Planted,
-  prng,
-  type WorkerEvent,
-  wordsOf
-} from "./fixtures/wordcount.js"
+import { countPrefix, makeInput, PLANTED, type Planted, type WorkerEvent, wordsOf } from "./fixtures/wordcount.js"
 
 // ---------------------------------------------------------------------------
 // Settings

@@ -15,6 +15,7 @@
  * As a module: the deterministic batch generator the crash test replays. Batch n depends only on (seed, n).
  */
 import { realpathSync } from "node:fs"
+import { below, prng } from "../../../../scripts/test-support/prng.js"
 import { pathToFileURL } from "node:url"
 import type { StoreError, StoreOp, StoreShape } from "@strata/core"
 import { Effect, Option, type Scope } from "effect"
@@ -50,20 +51,6 @@ export const mix32 = (x: number): number => {
   x ^= x >>> 16
   return x >>> 0
 }
-
-/** A small seeded PRNG (mulberry32): returns floats in [0, 1). */
-export const prng = (seed: number): (() => number) => {
-  let s = seed >>> 0
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0
-    let t = Math.imul(s ^ (s >>> 15), 1 | s)
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
-/** An integer in [0, bound). */
-export const below = (random: () => number, bound: number): number => Math.floor(random() * bound)
 
 /** The bytes of key number `k`. */
 export const keyBytes = (k: number): Buffer => Buffer.from(`k${String(k).padStart(4, "0")}`, "latin1")
