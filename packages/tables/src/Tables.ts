@@ -261,6 +261,18 @@ const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined 
   return undefined
 }
 
+/** The source record a `strata-source` header's text names (`["topic",partition,offset]`), if it is one. */
+const parseSource = (text: string): TopicPartitionOffset | undefined => {
+  try {
+    const [topic, partition, offset] = JSON.parse(text) as [unknown, unknown, unknown]
+    return typeof topic === "string" && Number.isSafeInteger(partition) && Number.isSafeInteger(offset)
+      ? { topic, partition: partition as number, offset: offset as number }
+      : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /** Longest run of offset digits read from bytes: 15 decimal digits always fit a safe integer. */
 const MAX_DIGITS = 15
 
@@ -525,19 +537,6 @@ export const make = (
       key: SOURCE_HEADER,
       value: encoder.encode(JSON.stringify([source.topic, source.partition, source.offset]))
     })
-
-    const parseSourceHeader = (headers: ReadonlyArray<Header>): TopicPartitionOffset | undefined => {
-      const header = headers.find((h) => h.key === SOURCE_HEADER)
-      if (header === undefined) return undefined
-      try {
-        const [topic, partition, offset] = JSON.parse(decoder.decode(header.value)) as [string, number, number]
-        return typeof topic === "string" && Number.isSafeInteger(partition) && Number.isSafeInteger(offset)
-          ? { topic, partition, offset }
-          : undefined
-      } catch {
-        return undefined
-      }
-    }
 
     /** Produces a collector's writes in one batch, then applies them to the buffers and links them. */
     const commitCollector = (collector: Collector): Effect.Effect<void, TableError> =>
@@ -863,7 +862,7 @@ export const make = (
         ops.length = n
         const sources: Array<TopicPartitionOffset> = []
         for (const [prefix, offset] of highest) {
-          const from = parseSourceHeader([{ key: SOURCE_HEADER, value: encoder.encode(`${prefix}${offset}]`) }])
+          const from = parseSource(`${prefix}${offset}]`)
           // A header naming no valid source (not written by `process`) is ignored, not a reason to fail the restore.
           if (from === undefined || StoreValidation.checkOffsets([from]) !== undefined) continue
           const key = tpKey(from)
