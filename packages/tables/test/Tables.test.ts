@@ -14,6 +14,16 @@ const env = <A, E>(effect: Effect.Effect<A, E, Store | Log | Scope.Scope>) =>
 
 const manager = (options: Partial<Tables.TablesOptions> = {}) => Tables.make({ app: "app", settleDelay: 0, ...options })
 
+/** A started manager with the counts table registered and source partition `partition` assigned. */
+const countsOn = (partition: number) =>
+  Effect.gen(function* () {
+    const tables = yield* manager()
+    const table = yield* tables.register(counts)
+    yield* tables.start
+    yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition }])
+    return { tables, table }
+  })
+
 /** Every record of a changelog partition. */
 const changelog = (partition: number) =>
   Effect.gen(function* () {
@@ -220,10 +230,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
   it.live("set writes the changelog (key = table key, partition = source partition) and reads see it at once", () =>
     env(
       Effect.gen(function* () {
-        const tables = yield* manager()
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 2 }])
+        const { tables, table } = yield* countsOn(2)
         yield* tables.process(
           { topic: "words", partition: 2, offset: 7 },
           Effect.gen(function* () {
@@ -254,10 +261,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     env(
       Effect.gen(function* () {
         const store = yield* Store
-        const tables = yield* manager()
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+        const { tables, table } = yield* countsOn(0)
         for (let i = 0; i < 3; i++) {
           yield* tables.process({ topic: "words", partition: 0, offset: i }, table.set(`k${i}`, i))
         }
@@ -379,10 +383,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     env(
       Effect.gen(function* () {
         const store = yield* Store
-        const tables = yield* manager()
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+        const { tables, table } = yield* countsOn(1)
         yield* table.set("loose", 7, { partition: 1 })
         yield* tables.manager.onCommit([])
         yield* tables.stop
@@ -399,10 +400,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
   it.effect("a value that does not fit its schema is refused naming the table; nothing is produced", () =>
     env(
       Effect.gen(function* () {
-        const tables = yield* manager()
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
+        const { table } = yield* countsOn(0)
         const error = yield* Effect.flip(table.set("k", 1.5, { partition: 0 }))
         assert.strictEqual(error.reason._tag, "CodecFailed")
         assert.match(error.message, /table counts: cannot encode the value/)
@@ -497,10 +495,7 @@ describe("Tables: rebalance and recovery", () => {
   it.effect("a revoked partition is flushed and closed; reads of it are refused", () =>
     env(
       Effect.gen(function* () {
-        const tables = yield* manager()
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 2 }])
+        const { tables, table } = yield* countsOn(2)
         yield* tables.process({ topic: "words", partition: 2, offset: 0 }, table.set("a", 1))
         yield* tables.manager.onPartitionsRevoked([{ topic: "words", partition: 2 }])
         const error = yield* Effect.flip(table.get("a", { partition: 2 }))
