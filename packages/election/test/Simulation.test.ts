@@ -76,15 +76,7 @@ describe("deterministic simulation of the fenced election", () => {
         const variant = replayVariant
         const failures: Array<Simulator.Result> = []
         const totals = { wins: 0, accepted: 0, rejected: 0, fencedApplied: 0, fencedRejected: 0 }
-        const faults: Record<Simulator.FaultKind, number> = {
-          crash: 0,
-          stop: 0,
-          expire: 0,
-          pause: 0,
-          blip: 0,
-          "op-expire": 0,
-          "op-pause": 0
-        }
+        const faults = Simulator.noFaults()
         for (const seed of seeds) {
           const result = yield* Simulator.run(seed, variant)
           if (replaySeed !== undefined) {

@@ -177,6 +177,17 @@ const faultKinds: ReadonlyArray<readonly [FaultKind, number]> = [
   ["blip", 15]
 ]
 
+/** A count of zero for every fault kind. */
+export const noFaults = (): Record<FaultKind, number> => ({
+  crash: 0,
+  stop: 0,
+  expire: 0,
+  pause: 0,
+  blip: 0,
+  "op-expire": 0,
+  "op-pause": 0
+})
+
 const drawFault = (rng: Prng.Prng): FaultKind => {
   let roll = rng.int(1, 100)
   for (const [kind, weight] of faultKinds) {
@@ -227,15 +238,7 @@ const simulate = (
     const wins: Array<Checkers.Win> = []
     const deliveries: Array<Checkers.Delivery> = []
     const epochWrites: Array<Checkers.EpochWrite> = []
-    const faultCounts: Record<FaultKind, number> = {
-      crash: 0,
-      stop: 0,
-      expire: 0,
-      pause: 0,
-      blip: 0,
-      "op-expire": 0,
-      "op-pause": 0
-    }
+    const faultCounts = noFaults()
     let fencedApplied = 0
     let fencedRejected = 0
     let terms = 0
