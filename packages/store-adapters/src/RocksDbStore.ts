@@ -27,6 +27,11 @@ export const RocksDbStoreOptions = Schema.Struct({
   blockSize: Schema.optional(PositiveInt),
   /** ZSTD compression of table blocks (default false). */
   compression: Schema.optional(Schema.Boolean),
+  /**
+   * ZSTD compression of the write-ahead log (default false). It shrinks the log but runs on the thread that writes:
+   * with it on, a restore of 1M records spent most of its time compressing.
+   */
+  walCompression: Schema.optional(Schema.Boolean),
   /** Background threads for flushes and compactions (default: RocksDB's). */
   parallelism: Schema.optional(PositiveInt),
   /** Level of RocksDB's own LOG file (default "warn"). */
@@ -64,7 +69,8 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
           ...(o.cacheSize === undefined ? {} : { cacheSize: o.cacheSize }),
           ...(o.memtableMemoryBudget === undefined ? {} : { memtableMemoryBudget: o.memtableMemoryBudget }),
           ...(o.blockSize === undefined ? {} : { blockSize: o.blockSize }),
-          ...(o.compression === undefined ? {} : { compression: o.compression }),
+          compression: o.compression ?? false,
+          walCompression: o.walCompression ?? false,
           ...(o.parallelism === undefined ? {} : { parallelism: o.parallelism })
         })
         const driver = db as unknown as DriverDb

@@ -221,3 +221,38 @@ describe("liveness during long write streams", () => {
   liveness("level", (directory) => LevelStore.layer({ directory }))
   liveness("rocksdb", (directory) => RocksDbStore.layer({ directory }))
 })
+
+/** The compression settings RocksDB recorded in the newest OPTIONS file of `directory`. */
+const recordedCompression = (directory: string) => {
+  const file = readdirSync(directory)
+    .filter((f) => f.startsWith("OPTIONS-"))
+    .sort((a, b) => Number(a.slice(8)) - Number(b.slice(8)))
+    .at(-1)
+  const text = readFileSync(join(directory, file ?? "OPTIONS-missing"), "utf8")
+  const setting = (name: string) => new RegExp(`^\\s*${name}=(\\S+)$`, "m").exec(text)?.[1]
+  return { tables: setting("compression"), wal: setting("wal_compression") }
+}
+
+describe("rocksdb compression", () => {
+  const opened = (options: Omit<RocksDbStore.RocksDbStoreOptions, "directory">) =>
+    Effect.gen(function* () {
+      const directory = freshDir()
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          const st = yield* (yield* Store).open({ table: "c", partition: 0 })
+          yield* st.put(enc.encode("k"), enc.encode("v"))
+        }).pipe(Effect.provide(RocksDbStore.layer({ directory, ...options })))
+      )
+      return recordedCompression(directory)
+    })
+
+  it.live("is off for tables and the write-ahead log unless asked for (the binding's own default is ZSTD)", () =>
+    Effect.gen(function* () {
+      assert.deepStrictEqual(yield* opened({}), { tables: "kNoCompression", wal: "kNoCompression" })
+      assert.deepStrictEqual(yield* opened({ compression: true, walCompression: true }), {
+        tables: "kZSTD",
+        wal: "kZSTD"
+      })
+    })
+  )
+})
