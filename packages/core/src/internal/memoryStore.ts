@@ -12,6 +12,7 @@ import type {
   WriteOptions
 } from "../Store.js"
 import { StoreClosed, StoreLocked, storeError } from "../Store.js"
+import * as EntryTable from "./entryTable.js"
 import {
   checkBound,
   checkKey,
@@ -29,113 +30,16 @@ const toStr = (bytes: Uint8Array): string =>
 /** Entries copied out per scan page. */
 const SCAN_PAGE = 1024
 
-/**
- * A stored entry: one slab view holding the key's length (4 bytes, little-endian), the key, then the value. Entries
- * are never mutated: a put stores a new one, so a scan's snapshot of entries does not see later writes.
- */
-type Stored = Uint8Array
-
-const HEADER = 4
-
-const keyLengthOf = (e: Stored): number => (e[0]! | (e[1]! << 8) | (e[2]! << 16) | (e[3]! << 24)) >>> 0
-
-const storedKey = (e: Stored): Uint8Array => e.subarray(HEADER, HEADER + keyLengthOf(e))
-
-const storedValue = (e: Stored): Uint8Array => e.subarray(HEADER + keyLengthOf(e))
-
-/** Whether entry `e` holds `key`. */
-const holds = (e: Stored, key: Uint8Array): boolean => {
-  if (keyLengthOf(e) !== key.length) return false
-  for (let i = 0; i < key.length; i++) if (e[HEADER + i] !== key[i]) return false
-  return true
-}
-
-/**
- * FNV-1a of the key's bytes, cut to 30 bits so it stays a small integer: a map keyed by it is several times cheaper
- * than one keyed by strings (no string per key to build, hash and keep).
- */
-const hashOf = (key: Uint8Array): number => {
-  let h = 0x811c9dc5
-  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key[i]!, 0x01000193)
-  return h & 0x3fffffff
-}
-
-/** A copy of a stored value for a caller (a stored value is a view into a shared slab). */
-const valueCopy = (e: Stored): Uint8Array => Uint8Array.from(storedValue(e))
-
-/** Entries by key hash: one entry, or the few whose keys share a hash. */
-type Index = Map<number, Stored | Array<Stored>>
-
 interface Partition {
-  readonly index: Index
+  readonly entries: EntryTable.EntryTable
   readonly offsets: Map<string, TopicPartitionOffset>
   /** Keys in order (latin1 strings), rebuilt lazily after a key is added or removed. */
   sorted: Array<string> | undefined
   open: boolean
 }
 
-/** The entry holding `key`, if any. */
-const lookup = (index: Index, key: Uint8Array): Stored | undefined => {
-  const found = index.get(hashOf(key))
-  if (found === undefined) return undefined
-  if (!Array.isArray(found)) return holds(found, key) ? found : undefined
-  for (const e of found) if (holds(e, key)) return e
-  return undefined
-}
-
-/** Stores `e` under its key; whether the key is new. */
-const insert = (index: Index, key: Uint8Array, e: Stored): boolean => {
-  const h = hashOf(key)
-  const found = index.get(h)
-  if (found === undefined) {
-    index.set(h, e)
-    return true
-  }
-  if (!Array.isArray(found)) {
-    if (holds(found, key)) {
-      index.set(h, e)
-      return false
-    }
-    index.set(h, [found, e])
-    return true
-  }
-  for (let i = 0; i < found.length; i++) {
-    if (holds(found[i]!, key)) {
-      found[i] = e
-      return false
-    }
-  }
-  found.push(e)
-  return true
-}
-
-/** Removes the entry holding `key`; whether there was one. */
-const remove = (index: Index, key: Uint8Array): boolean => {
-  const h = hashOf(key)
-  const found = index.get(h)
-  if (found === undefined) return false
-  if (!Array.isArray(found)) {
-    if (!holds(found, key)) return false
-    index.delete(h)
-    return true
-  }
-  const at = found.findIndex((e) => holds(e, key))
-  if (at < 0) return false
-  const rest = found.filter((_, i) => i !== at)
-  index.set(h, rest.length === 1 ? rest[0]! : rest)
-  return true
-}
-
-/** Every stored entry, in no order. */
-const entriesOf = function* (index: Index): Generator<Stored> {
-  for (const found of index.values()) {
-    if (Array.isArray(found)) yield* found
-    else yield found
-  }
-}
-
 const sortedKeys = (p: Partition): Array<string> => {
-  if (p.sorted === undefined) p.sorted = Array.from(entriesOf(p.index), (e) => toStr(storedKey(e))).sort()
+  if (p.sorted === undefined) p.sorted = EntryTable.keysLatin1(p.entries).sort()
   return p.sorted
 }
 
@@ -173,7 +77,7 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
           const name = storeName(id)
           let p = partitions.get(name)
           if (p === undefined) {
-            p = { index: new Map(), offsets: new Map(), sorted: undefined, open: false }
+            p = { entries: EntryTable.make(), offsets: new Map(), sorted: undefined, open: false }
             partitions.set(name, p)
           }
           p.open = true
@@ -197,23 +101,6 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
     return { backend: "memory", limits, open, drop }
   })
 
-const SLAB = 64 * 1024
-const OWN = 4 * 1024
-let slab = new Uint8Array(SLAB)
-let slabUsed = 0
-
-/** `n` bytes from the current slab (a fresh one when it is full); large entries get their own allocation. */
-const allocate = (n: number): Uint8Array => {
-  if (n > OWN) return new Uint8Array(n)
-  if (slabUsed + n > SLAB) {
-    slab = new Uint8Array(SLAB)
-    slabUsed = 0
-  }
-  const view = slab.subarray(slabUsed, slabUsed + n)
-  slabUsed += n
-  return view
-}
-
 const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
   const handle = { closed: false, store: undefined as unknown as PartitionStore }
   const name = storeName(id)
@@ -222,24 +109,17 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
   const guard = <A>(f: () => A) =>
     Effect.suspend(() => (handle.closed ? Effect.fail(closedError()) : Effect.succeed(f())))
 
+  /** A copy of the value stored under `key`, if any. */
+  const storedValue = (key: Uint8Array): Option.Option<Uint8Array> => {
+    const i = EntryTable.find(p.entries, key)
+    return i < 0 ? Option.none() : Option.some(EntryTable.valueAt(p.entries, i))
+  }
+
   const applyOps = (ops: ReadonlyArray<StoreOp>, offsets: ReadonlyArray<TopicPartitionOffset>) => {
-    // The store keeps its own copies (callers may reuse their buffers), carved from shared slabs as Node's Buffer
-    // pool does: a typed array of its own per entry costs a microsecond and GC work each.
+    // The store keeps its own copies (callers may reuse their buffers), in the table's slabs.
     for (const op of ops) {
-      if (op._tag === "put") {
-        const { key, value } = op
-        const e = allocate(HEADER + key.length + value.length)
-        const n = key.length
-        e[0] = n & 0xff
-        e[1] = (n >>> 8) & 0xff
-        e[2] = (n >>> 16) & 0xff
-        e[3] = (n >>> 24) & 0xff
-        e.set(key, HEADER)
-        e.set(value, HEADER + n)
-        if (insert(p.index, key, e)) p.sorted = undefined
-      } else if (remove(p.index, op.key)) {
+      if (op._tag === "put" ? EntryTable.put(p.entries, op.key, op.value) : EntryTable.remove(p.entries, op.key))
         p.sorted = undefined
-      }
     }
     for (const o of offsets) p.offsets.set(tpKey(o), { topic: o.topic, partition: o.partition, offset: o.offset })
   }
@@ -271,11 +151,13 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       if (range.gt !== undefined) from = Math.max(from, lowerBound(keys, toStr(range.gt), true))
       if (range.lt !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lt), false))
       if (range.lte !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lte), true))
-      // A snapshot by reference: a put replaces a stored entry, never mutates it, so later writes are not seen.
+      // A snapshot by reference: slab bytes are never changed once written, so later writes are not seen.
       let slice = from < to ? keys.slice(from, to) : []
       if (range.reverse) slice.reverse()
       if (range.limit !== undefined) slice = slice.slice(0, Math.max(0, range.limit))
-      const snapshot = slice.map((k) => lookup(p.index, Buffer.from(k, "latin1"))!)
+      const snapshot = slice.map((k) =>
+        EntryTable.refOf(p.entries, EntryTable.find(p.entries, Buffer.from(k, "latin1")))
+      )
       // Copies leave the store one page at a time, so a large scan never holds every copy at once.
       return Stream.paginate(0, (at: number) =>
         Effect.sync(() => {
@@ -283,7 +165,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
           const page: Array<Entry> = new Array(end - at)
           for (let i = at; i < end; i++) {
             const e = snapshot[i]!
-            page[i - at] = [Uint8Array.from(storedKey(e)), valueCopy(e)]
+            page[i - at] = [EntryTable.keyCopy(e), EntryTable.valueCopy(e)]
           }
           return [page, end < snapshot.length ? Option.some(end) : Option.none()] as const
         })
@@ -296,7 +178,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       Effect.suspend(() => {
         const bad = checkKey(key, limits)
         if (bad) return Effect.fail(bad)
-        return guard(() => Option.map(Option.fromUndefinedOr(lookup(p.index, key)), valueCopy))
+        return guard(() => storedValue(key))
       }),
     getMany: (keys) =>
       Effect.suspend(() => {
@@ -304,7 +186,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
           const bad = checkKey(key, limits)
           if (bad) return Effect.fail(bad)
         }
-        return guard(() => keys.map((key) => Option.map(Option.fromUndefinedOr(lookup(p.index, key)), valueCopy)))
+        return guard(() => keys.map(storedValue))
       }),
     put: (key, value) => write([{ _tag: "put", key, value }]),
     delete: (key) => write([{ _tag: "delete", key }]),
@@ -320,7 +202,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     persistedOffsets: guard(() => Array.from(p.offsets.values())),
     setPersistedOffset: (tp, offset) => write([], { offsets: [{ topic: tp.topic, partition: tp.partition, offset }] }),
     clear: guard(() => {
-      p.index.clear()
+      EntryTable.clear(p.entries)
       p.offsets.clear()
       p.sorted = undefined
     })

@@ -1,0 +1,266 @@
+/**
+ * The memory store's entries: an open-addressing hash table over typed arrays, the keys and values themselves in
+ * append-only slabs. No JavaScript object exists per entry, so a table of millions of entries costs the garbage
+ * collector a few arrays instead of millions of objects (a `Map` of per-entry views spent more time in the
+ * collector than in the writes), and its memory is about the bytes stored plus 12 bytes a slot.
+ *
+ * Entry layout in a slab: key length (u32 LE), value length (u32 LE), key, value. Slab bytes are never changed
+ * once written: an overwrite or delete only makes bytes dead, and `compact` copies the live entries into new
+ * slabs once dead bytes outweigh live ones, so a scan holding a slab and an offset keeps seeing what it saw.
+ *
+ * @internal
+ */
+
+/** Bytes before an entry's key. */
+const HEAD = 8
+/** The first slab's size; each next one doubles, up to `SLAB_MAX`. */
+const SLAB_MIN = 1024
+const SLAB_MAX = 1024 * 1024
+/** Entries larger than this get a slab of their own. */
+const OWN = 64 * 1024
+/** Slot states in `hashes` (a used slot holds its key's hash + 1). */
+const EMPTY = 0
+const TOMBSTONE = -1
+/** Most used slots (live + tombstones) per slot before the table is rebuilt. */
+const MAX_LOAD = 0.6
+/** Dead bytes tolerated before compaction, beyond the live bytes. */
+const DEAD_SLACK = 64 * 1024
+
+/** One partition's entries. */
+export interface EntryTable {
+  /** Per slot: EMPTY, TOMBSTONE, or the key's hash + 1. */
+  hashes: Int32Array
+  /** Per slot: the slab holding the entry, and where in it. */
+  slabOf: Int32Array
+  atOf: Int32Array
+  mask: number
+  /** Live entries. */
+  count: number
+  /** Live entries and tombstones. */
+  used: number
+  slabs: Array<Uint8Array>
+  /** The slab small entries go to (-1: none yet), and the bytes written into it. */
+  filling: number
+  fill: number
+  liveBytes: number
+  deadBytes: number
+}
+
+/** A place in a slab: what a scan keeps of an entry. */
+export interface EntryRef {
+  readonly slab: Uint8Array
+  readonly at: number
+}
+
+const CAPACITY_MIN = 16
+
+/** An empty table. */
+export const make = (): EntryTable => ({
+  hashes: new Int32Array(CAPACITY_MIN),
+  slabOf: new Int32Array(CAPACITY_MIN),
+  atOf: new Int32Array(CAPACITY_MIN),
+  mask: CAPACITY_MIN - 1,
+  count: 0,
+  used: 0,
+  slabs: [],
+  filling: -1,
+  fill: 0,
+  liveBytes: 0,
+  deadBytes: 0
+})
+
+/** Forgets every entry (and the slabs, for the collector). */
+export const clear = (t: EntryTable): void => {
+  Object.assign(t, make())
+}
+
+/** FNV-1a of the key's bytes, cut to 30 bits. */
+const hashOf = (key: Uint8Array): number => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key[i]!, 0x01000193)
+  return h & 0x3fffffff
+}
+
+const u32At = (b: Uint8Array, at: number): number =>
+  (b[at]! | (b[at + 1]! << 8) | (b[at + 2]! << 16) | (b[at + 3]! << 24)) >>> 0
+
+const setU32 = (b: Uint8Array, at: number, n: number): void => {
+  b[at] = n & 0xff
+  b[at + 1] = (n >>> 8) & 0xff
+  b[at + 2] = (n >>> 16) & 0xff
+  b[at + 3] = (n >>> 24) & 0xff
+}
+
+/** The size of the entry at `at` in `slab`. */
+const sizeAt = (slab: Uint8Array, at: number): number => HEAD + u32At(slab, at) + u32At(slab, at + 4)
+
+/** Whether the entry at `at` in `slab` holds `key`. */
+const holdsAt = (slab: Uint8Array, at: number, key: Uint8Array): boolean => {
+  if (u32At(slab, at) !== key.length) return false
+  const from = at + HEAD
+  for (let i = 0; i < key.length; i++) if (slab[from + i] !== key[i]) return false
+  return true
+}
+
+/** The slot holding `key`, or -1. */
+export const find = (t: EntryTable, key: Uint8Array): number => {
+  const tag = hashOf(key) + 1
+  for (let i = tag & t.mask; ; i = (i + 1) & t.mask) {
+    const h = t.hashes[i]!
+    if (h === EMPTY) return -1
+    if (h === tag && holdsAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!, key)) return i
+  }
+}
+
+// Where `reserve` put the last entry (module state: no tuple per write).
+let reservedSlab = 0
+let reservedAt = 0
+
+/** Room for `n` bytes: in the slab being filled, a new (larger) one, or one of its own for a large entry. */
+const reserve = (t: EntryTable, n: number): void => {
+  if (t.filling >= 0 && t.fill + n <= t.slabs[t.filling]!.length) {
+    reservedSlab = t.filling
+    reservedAt = t.fill
+    t.fill += n
+    return
+  }
+  reservedAt = 0
+  if (n > OWN) {
+    t.slabs.push(new Uint8Array(n))
+    reservedSlab = t.slabs.length - 1
+    return
+  }
+  const previous = t.filling >= 0 ? t.slabs[t.filling]!.length : 0
+  t.slabs.push(new Uint8Array(Math.min(SLAB_MAX, Math.max(SLAB_MIN, previous * 2, n))))
+  reservedSlab = t.filling = t.slabs.length - 1
+  t.fill = n
+}
+
+/** Copies `key` and `value` into a slab; the entry's place is in `reservedSlab` / `reservedAt`. */
+const writeEntry = (t: EntryTable, key: Uint8Array, value: Uint8Array): void => {
+  reserve(t, HEAD + key.length + value.length)
+  const slab = t.slabs[reservedSlab]!
+  setU32(slab, reservedAt, key.length)
+  setU32(slab, reservedAt + 4, value.length)
+  slab.set(key, reservedAt + HEAD)
+  slab.set(value, reservedAt + HEAD + key.length)
+}
+
+/** Stores `value` under `key`; whether the key is new. */
+export const put = (t: EntryTable, key: Uint8Array, value: Uint8Array): boolean => {
+  const tag = hashOf(key) + 1
+  let free = -1
+  let i = tag & t.mask
+  for (; ; i = (i + 1) & t.mask) {
+    const h = t.hashes[i]!
+    if (h === EMPTY) break
+    if (h === TOMBSTONE) {
+      if (free < 0) free = i
+    } else if (h === tag && holdsAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!, key)) {
+      const replaced = sizeAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!)
+      t.deadBytes += replaced
+      t.liveBytes -= replaced
+      writeEntry(t, key, value)
+      t.slabOf[i] = reservedSlab
+      t.atOf[i] = reservedAt
+      t.liveBytes += HEAD + key.length + value.length
+      compactIfWasteful(t)
+      return false
+    }
+  }
+  const slot = free >= 0 ? free : i
+  if (free < 0) t.used++
+  writeEntry(t, key, value)
+  t.hashes[slot] = tag
+  t.slabOf[slot] = reservedSlab
+  t.atOf[slot] = reservedAt
+  t.count++
+  t.liveBytes += HEAD + key.length + value.length
+  if (t.used > (t.mask + 1) * MAX_LOAD) rehash(t)
+  return true
+}
+
+/** Removes `key`; whether it was there. */
+export const remove = (t: EntryTable, key: Uint8Array): boolean => {
+  const i = find(t, key)
+  if (i < 0) return false
+  const size = sizeAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!)
+  t.hashes[i] = TOMBSTONE
+  t.count--
+  t.liveBytes -= size
+  t.deadBytes += size
+  compactIfWasteful(t)
+  return true
+}
+
+/** Rebuilds the slots: twice as many when the live entries need it, else as many without the tombstones. */
+const rehash = (t: EntryTable): void => {
+  let capacity = t.mask + 1
+  while (t.count > capacity * (MAX_LOAD / 2)) capacity *= 2
+  const { hashes, slabOf, atOf } = t
+  t.hashes = new Int32Array(capacity)
+  t.slabOf = new Int32Array(capacity)
+  t.atOf = new Int32Array(capacity)
+  t.mask = capacity - 1
+  t.used = t.count
+  for (let j = 0; j < hashes.length; j++) {
+    const h = hashes[j]!
+    if (h <= 0) continue
+    let i = h & t.mask
+    while (t.hashes[i] !== EMPTY) i = (i + 1) & t.mask
+    t.hashes[i] = h
+    t.slabOf[i] = slabOf[j]!
+    t.atOf[i] = atOf[j]!
+  }
+}
+
+/** Copies the live entries into fresh slabs once dead bytes outweigh them. */
+const compactIfWasteful = (t: EntryTable): void => {
+  if (t.deadBytes <= t.liveBytes + DEAD_SLACK) return
+  const old = t.slabs
+  t.slabs = []
+  t.filling = -1
+  t.fill = 0
+  for (let i = 0; i <= t.mask; i++) {
+    if (t.hashes[i]! <= 0) continue
+    const slab = old[t.slabOf[i]!]!
+    const at = t.atOf[i]!
+    const size = sizeAt(slab, at)
+    reserve(t, size)
+    t.slabs[reservedSlab]!.set(slab.subarray(at, at + size), reservedAt)
+    t.slabOf[i] = reservedSlab
+    t.atOf[i] = reservedAt
+  }
+  t.deadBytes = 0
+}
+
+/** Where the entry of slot `i` is, for a scan to read later. */
+export const refOf = (t: EntryTable, i: number): EntryRef => ({ slab: t.slabs[t.slabOf[i]!]!, at: t.atOf[i]! })
+
+/** A copy of the key of the entry at `ref`. */
+export const keyCopy = (ref: EntryRef): Uint8Array => {
+  const from = ref.at + HEAD
+  return ref.slab.slice(from, from + u32At(ref.slab, ref.at))
+}
+
+/** A copy of the value of the entry at `ref`. */
+export const valueCopy = (ref: EntryRef): Uint8Array => {
+  const from = ref.at + HEAD + u32At(ref.slab, ref.at)
+  return ref.slab.slice(from, from + u32At(ref.slab, ref.at + 4))
+}
+
+/** A copy of the value in slot `i`. */
+export const valueAt = (t: EntryTable, i: number): Uint8Array =>
+  valueCopy({ slab: t.slabs[t.slabOf[i]!]!, at: t.atOf[i]! })
+
+/** Every live key as a latin1 string (one char per byte: string order is byte order), in no order. */
+export const keysLatin1 = (t: EntryTable): Array<string> => {
+  const out: Array<string> = []
+  for (let i = 0; i <= t.mask; i++) {
+    if (t.hashes[i]! <= 0) continue
+    const slab = t.slabs[t.slabOf[i]!]!
+    const from = t.atOf[i]! + HEAD
+    out.push(Buffer.from(slab.buffer, slab.byteOffset + from, u32At(slab, t.atOf[i]!)).toString("latin1"))
+  }
+  return out
+}
