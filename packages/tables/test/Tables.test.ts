@@ -492,6 +492,49 @@ describe("Tables: rebalance and recovery", () => {
     )
   )
 
+  it.effect("a restore writes each fetched chunk whole: no chunk is split into a large and a small store batch", () =>
+    env(
+      Effect.gen(function* () {
+        // 700 records in each of the 4 changelog partitions: each comes as one chunk, and two never fit one
+        // recoveryBufferSize (1000) together. Splitting the second one to fill the buffer made writes of 700, 300,
+        // 400, 600, ...; whole chunks make four writes of 700.
+        const tables = yield* manager({ recovery: { recoveryBufferSize: 1000 } })
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        const log = yield* Log
+        const enc = new TextEncoder()
+        for (let partition = 0; partition < 4; partition++) {
+          yield* log.produceBatch(
+            Array.from({ length: 700 }, (_, i) => ({
+              topic,
+              partition,
+              key: enc.encode(JSON.stringify(`k${i}`)),
+              value: enc.encode(String(i))
+            }))
+          )
+        }
+        const recovery = Option.getOrThrow(yield* tables.recovery)
+        const writes: Array<string> = []
+        yield* Effect.forkChild(
+          recovery.events.pipe(
+            Stream.runForEach((e) =>
+              Effect.sync(() => {
+                if (e._tag === "BatchApplied") writes.push(`${e.partition}:${e.records}`)
+              })
+            )
+          )
+        )
+        yield* Effect.yieldNow
+        yield* tables.manager.onPartitionsAssigned([0, 1, 2, 3].map((partition) => ({ topic: "words", partition })))
+        yield* tables.manager.waitUntilRecoveryCompleted
+        assert.deepStrictEqual([...writes].sort(), ["0:700", "1:700", "2:700", "3:700"])
+        for (let partition = 0; partition < 4; partition++) {
+          assert.strictEqual((yield* table.entries(partition)).length, 700)
+        }
+      })
+    )
+  )
+
   it.effect("a revoked partition is flushed and closed; reads of it are refused", () =>
     env(
       Effect.gen(function* () {
