@@ -7,7 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { put, Store, type StoreError } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { ConfigProvider, Effect, Layer, Option, Stream } from "effect"
+import { ConfigProvider, Effect, Layer, Option, type Scope, Stream } from "effect"
 import { afterAll } from "vitest"
 
 const root = mkdtempSync(join(tmpdir(), "strata-store-backends-"))
@@ -253,6 +253,33 @@ describe("rocksdb compression", () => {
         tables: "kZSTD",
         wal: "kZSTD"
       })
+    })
+  )
+})
+
+describe("level compression", () => {
+  /** Bytes of LevelDB table files after 1 MB of zeros was written and the log replayed into a table on reopen. */
+  const tableBytes = (options: Omit<LevelStore.LevelStoreOptions, "directory">) =>
+    Effect.gen(function* () {
+      const directory = freshDir()
+      const session = (work: (store: Store["Service"]) => Effect.Effect<void, StoreError, Scope.Scope>) =>
+        Effect.scoped(Effect.flatMap(Store, work).pipe(Effect.provide(LevelStore.layer({ directory, ...options }))))
+      yield* session((store) =>
+        Effect.flatMap(store.open({ table: "z", partition: 0 }), (st) =>
+          st.write(Array.from({ length: 1000 }, (_, i) => put(enc.encode(`k${i}`), new Uint8Array(1024))))
+        )
+      )
+      // Reopening replays the write-ahead log into a table file.
+      yield* session(() => Effect.void)
+      return readdirSync(directory)
+        .filter((f) => f.endsWith(".ldb"))
+        .reduce((n, f) => n + readFileSync(join(directory, f)).length, 0)
+    })
+
+  it.live("is off unless asked for", () =>
+    Effect.gen(function* () {
+      assert.isAbove(yield* tableBytes({}), 1000 * 1024)
+      assert.isBelow(yield* tableBytes({ compression: true }), 200 * 1024)
     })
   )
 })
