@@ -228,7 +228,12 @@ export const make = (
     /** Applies one partition's records (in offset order) and advances its progress. */
     const applyRecords = (p: Progress, records: ReadonlyArray<LogRecord>, now: number) =>
       Effect.gen(function* () {
-        const fresh = records.filter((r) => r.offset >= p.offset && (p.standby || r.offset < p.highwater))
+        // Records come in offset order: when the first and last are wanted, all are (the usual case, no copy).
+        const wanted = (r: LogRecord) => r.offset >= p.offset && (p.standby || r.offset < p.highwater)
+        const fresh =
+          records.length > 0 && wanted(records[0]!) && wanted(records[records.length - 1]!)
+            ? records
+            : records.filter(wanted)
         p.lastEventAt = now
         stalled.delete(tpKey(p.tp))
         if (fresh.length === 0) return
