@@ -176,9 +176,9 @@ const loadLevel = async (): Promise<DiskBackend> => {
   const LevelStore = (await importFromAdapters("@strata/store-adapters/level")) as LevelStoreModule
   const { ClassicLevel } = adapterRequire("classic-level") as ClassicLevelModule
   // LevelStore.make: new ClassicLevel(dir, { keyEncoding: "buffer", valueEncoding: "buffer" }), open with
-  // createIfMissing, a 64 MiB write buffer and classic-level's other defaults; chained batches with sync false;
-  // 256 KiB iterator pages. The raw baseline does the same: the best raw usage of the driver.
-  const openOptions = { createIfMissing: true, writeBufferSize: 64 * 1024 * 1024 }
+  // createIfMissing, a 64 MiB write buffer, compression off and classic-level's other defaults; chained batches with
+  // sync false; 256 KiB iterator pages. The raw baseline does the same: the best raw usage of the driver.
+  const openOptions = { createIfMissing: true, writeBufferSize: 64 * 1024 * 1024, compression: false }
   return {
     name: "level",
     adapter: (directory) => LevelStore.make({ directory }),
@@ -203,8 +203,9 @@ const loadLevel = async (): Promise<DiskBackend> => {
 const loadRocksDb = async (): Promise<DiskBackend> => {
   const RocksDbStore = (await importFromAdapters("@strata/store-adapters/rocksdb")) as RocksDbStoreModule
   const { RocksLevel } = adapterRequire("@nxtedition/rocksdb") as RocksLevelModule
-  // RocksDbStore.make opens with createIfMissing and infoLogLevel "warn", RocksDB's defaults otherwise.
-  const openOptions = { createIfMissing: true, infoLogLevel: "warn" }
+  // RocksDbStore.make opens with createIfMissing, infoLogLevel "warn", table and WAL compression off, the binding's
+  // defaults otherwise.
+  const openOptions = { createIfMissing: true, infoLogLevel: "warn", compression: false, walCompression: false }
   return {
     name: "rocksdb",
     adapter: (directory) => RocksDbStore.make({ directory }),

@@ -19,7 +19,7 @@ describe("EntryTable", () => {
       const t = EntryTable.make()
       const model = new Map<string, Uint8Array>()
       const keySpace = random.pick([8, 200, 3000])
-      const kept: Array<{ ref: EntryTable.EntryRef; key: string; value: Uint8Array }> = []
+      const kept: Array<{ snapshot: EntryTable.Snapshot; key: string; value: Uint8Array }> = []
       let compactions = 0
       for (let step = 0; step < 6000; step++) {
         const key = Buffer.from(`k${random.int(0, keySpace)}`.repeat(random.int(1, 3)))
@@ -42,7 +42,7 @@ describe("EntryTable", () => {
           else {
             const value = EntryTable.valueAt(t, i)
             check(same(value, expected), `seed ${seed} step ${step}: wrong value`)
-            kept.push({ ref: EntryTable.refOf(t, i), key: latin1(key), value })
+            kept.push({ snapshot: EntryTable.snapshot(t, [i]), key: latin1(key), value })
           }
         }
         if (t.deadBytes < deadBefore) compactions++
@@ -51,11 +51,17 @@ describe("EntryTable", () => {
       for (const [k, v] of model) {
         check(same(EntryTable.valueAt(t, EntryTable.find(t, Buffer.from(k, "latin1"))), v), `seed ${seed}: ${k}`)
       }
-      expect(EntryTable.keysLatin1(t).sort()).toEqual([...model.keys()].sort())
-      // A reference reads the entry as it was, whatever happened after.
-      for (const { ref, key, value } of kept) {
-        check(latin1(EntryTable.keyCopy(ref)) === key, `seed ${seed}: a reference's key changed`)
-        check(same(EntryTable.valueCopy(ref), value), `seed ${seed}: a reference's value changed`)
+      // The order: every key once, sorted by bytes, each with the slot holding it.
+      const order = EntryTable.order(t)
+      expect(order.keys).toEqual([...model.keys()].sort())
+      order.keys.forEach((k, j) => {
+        check(same(EntryTable.valueAt(t, order.slots[j]!), model.get(k)!), `seed ${seed}: the order's slot of ${k}`)
+      })
+      // A snapshot reads the entry as it was, whatever happened after.
+      for (const { snapshot, key, value } of kept) {
+        const [[k, v]] = EntryTable.copyOut(snapshot, 0, 1) as [[Uint8Array, Uint8Array]]
+        check(latin1(k) === key, `seed ${seed}: a snapshot's key changed`)
+        check(same(v, value), `seed ${seed}: a snapshot's value changed`)
       }
       if (keySpace === 8) expect(compactions, `seed ${seed}: compaction ran`).toBeGreaterThan(0)
     }
@@ -79,6 +85,6 @@ describe("EntryTable", () => {
     EntryTable.clear(t)
     expect(t.count).toBe(0)
     expect(EntryTable.find(t, Buffer.from("k1"))).toBe(-1)
-    expect(EntryTable.keysLatin1(t)).toEqual([])
+    expect(EntryTable.order(t).keys).toEqual([])
   })
 })

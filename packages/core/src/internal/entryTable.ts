@@ -234,33 +234,88 @@ const compactIfWasteful = (t: EntryTable): void => {
   t.deadBytes = 0
 }
 
-/** Where the entry of slot `i` is, for a scan to read later. */
-export const refOf = (t: EntryTable, i: number): EntryRef => ({ slab: t.slabs[t.slabOf[i]!]!, at: t.atOf[i]! })
-
-/** A copy of the key of the entry at `ref`. */
-export const keyCopy = (ref: EntryRef): Uint8Array => {
-  const from = ref.at + HEAD
-  return ref.slab.slice(from, from + u32At(ref.slab, ref.at))
-}
-
-/** A copy of the value of the entry at `ref`. */
-export const valueCopy = (ref: EntryRef): Uint8Array => {
-  const from = ref.at + HEAD + u32At(ref.slab, ref.at)
-  return ref.slab.slice(from, from + u32At(ref.slab, ref.at + 4))
-}
-
 /** A copy of the value in slot `i`. */
-export const valueAt = (t: EntryTable, i: number): Uint8Array =>
-  valueCopy({ slab: t.slabs[t.slabOf[i]!]!, at: t.atOf[i]! })
+export const valueAt = (t: EntryTable, i: number): Uint8Array => {
+  const slab = t.slabs[t.slabOf[i]!]!
+  const from = t.atOf[i]! + HEAD + u32At(slab, t.atOf[i]!)
+  return slab.slice(from, from + u32At(slab, t.atOf[i]! + 4))
+}
 
-/** Every live key as a latin1 string (one char per byte: string order is byte order), in no order. */
-export const keysLatin1 = (t: EntryTable): Array<string> => {
-  const out: Array<string> = []
+/** The keys in byte order (as latin1 strings: one char per byte, so string order is byte order) and their slots. */
+export interface Order {
+  readonly keys: ReadonlyArray<string>
+  readonly slots: Int32Array
+}
+
+/**
+ * The table's keys in order. Slots stay valid until a key is added or removed (only a new key rehashes, and
+ * compaction moves bytes, not slots), which is when a caller caching this must drop it.
+ */
+export const order = (t: EntryTable): Order => {
+  const views = t.slabs.map((s) => Buffer.from(s.buffer, s.byteOffset, s.byteLength))
+  const keys: Array<string> = []
   for (let i = 0; i <= t.mask; i++) {
     if (t.hashes[i]! <= 0) continue
+    const at = t.atOf[i]! + HEAD
+    keys.push(views[t.slabOf[i]!]!.toString("latin1", at, at + u32At(t.slabs[t.slabOf[i]!]!, t.atOf[i]!)))
+  }
+  keys.sort()
+  const slots = new Int32Array(keys.length)
+  for (let k = 0; k < keys.length; k++) slots[k] = findLatin1(t, keys[k]!)
+  return { keys, slots }
+}
+
+/** `find` for a key given as a latin1 string (no bytes to allocate). */
+const findLatin1 = (t: EntryTable, key: string): number => {
+  let h = 0x811c9dc5
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193)
+  const tag = (h & 0x3fffffff) + 1
+  for (let i = tag & t.mask; ; i = (i + 1) & t.mask) {
+    const stored = t.hashes[i]!
+    if (stored === EMPTY) return -1
+    if (stored !== tag) continue
     const slab = t.slabs[t.slabOf[i]!]!
-    const from = t.atOf[i]! + HEAD
-    out.push(Buffer.from(slab.buffer, slab.byteOffset + from, u32At(slab, t.atOf[i]!)).toString("latin1"))
+    const at = t.atOf[i]!
+    if (u32At(slab, at) !== key.length) continue
+    let same = true
+    for (let j = 0; same && j < key.length; j++) same = slab[at + HEAD + j] === key.charCodeAt(j)
+    if (same) return i
+  }
+}
+
+/** Where some entries are, captured at one moment: a scan reads them later, as they were then. */
+export interface Snapshot {
+  readonly slabs: ReadonlyArray<Uint8Array>
+  readonly ats: Int32Array
+}
+
+/** The places of the entries in `slots`, in that order. */
+export const snapshot = (t: EntryTable, slots: ArrayLike<number>): Snapshot => {
+  const slabs = new Array<Uint8Array>(slots.length)
+  const ats = new Int32Array(slots.length)
+  for (let j = 0; j < slots.length; j++) {
+    const i = slots[j]!
+    slabs[j] = t.slabs[t.slabOf[i]!]!
+    ats[j] = t.atOf[i]!
+  }
+  return { slabs, ats }
+}
+
+/** Copies of entries `from` to `to` (exclusive) of a snapshot, all in one fresh buffer. */
+export const copyOut = (s: Snapshot, from: number, to: number): Array<[Uint8Array, Uint8Array]> => {
+  let total = 0
+  for (let j = from; j < to; j++) total += sizeAt(s.slabs[j]!, s.ats[j]!) - HEAD
+  const bytes = new Uint8Array(total)
+  const out = new Array<[Uint8Array, Uint8Array]>(to - from)
+  let at = 0
+  for (let j = from; j < to; j++) {
+    const slab = s.slabs[j]!
+    const entry = s.ats[j]!
+    const keyLength = u32At(slab, entry)
+    const size = keyLength + u32At(slab, entry + 4)
+    bytes.set(slab.subarray(entry + HEAD, entry + HEAD + size), at)
+    out[j - from] = [bytes.subarray(at, at + keyLength), bytes.subarray(at + keyLength, at + size)]
+    at += size
   }
   return out
 }

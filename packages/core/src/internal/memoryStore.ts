@@ -33,14 +33,14 @@ const SCAN_PAGE = 1024
 interface Partition {
   readonly entries: EntryTable.EntryTable
   readonly offsets: Map<string, TopicPartitionOffset>
-  /** Keys in order (latin1 strings), rebuilt lazily after a key is added or removed. */
-  sorted: Array<string> | undefined
+  /** Keys in order and their slots, rebuilt lazily after a key is added or removed. */
+  order: EntryTable.Order | undefined
   open: boolean
 }
 
-const sortedKeys = (p: Partition): Array<string> => {
-  if (p.sorted === undefined) p.sorted = EntryTable.keysLatin1(p.entries).sort()
-  return p.sorted
+const orderOf = (p: Partition): EntryTable.Order => {
+  if (p.order === undefined) p.order = EntryTable.order(p.entries)
+  return p.order
 }
 
 /** First index in `keys` whose key is ≥ `k` (or > `k` when `strict`). */
@@ -77,7 +77,7 @@ export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> 
           const name = storeName(id)
           let p = partitions.get(name)
           if (p === undefined) {
-            p = { entries: EntryTable.make(), offsets: new Map(), sorted: undefined, open: false }
+            p = { entries: EntryTable.make(), offsets: new Map(), order: undefined, open: false }
             partitions.set(name, p)
           }
           p.open = true
@@ -119,7 +119,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     // The store keeps its own copies (callers may reuse their buffers), in the table's slabs.
     for (const op of ops) {
       if (op._tag === "put" ? EntryTable.put(p.entries, op.key, op.value) : EntryTable.remove(p.entries, op.key))
-        p.sorted = undefined
+        p.order = undefined
     }
     for (const o of offsets) p.offsets.set(tpKey(o), { topic: o.topic, partition: o.partition, offset: o.offset })
   }
@@ -144,30 +144,25 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
         const bad = checkBound(range[b], b)
         if (bad) return Stream.fail(bad)
       }
-      const keys = sortedKeys(p)
+      const { keys, slots } = orderOf(p)
       let from = 0
       let to = keys.length
       if (range.gte !== undefined) from = Math.max(from, lowerBound(keys, toStr(range.gte), false))
       if (range.gt !== undefined) from = Math.max(from, lowerBound(keys, toStr(range.gt), true))
       if (range.lt !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lt), false))
       if (range.lte !== undefined) to = Math.min(to, lowerBound(keys, toStr(range.lte), true))
-      // A snapshot by reference: slab bytes are never changed once written, so later writes are not seen.
-      let slice = from < to ? keys.slice(from, to) : []
-      if (range.reverse) slice.reverse()
-      if (range.limit !== undefined) slice = slice.slice(0, Math.max(0, range.limit))
-      const snapshot = slice.map((k) =>
-        EntryTable.refOf(p.entries, EntryTable.find(p.entries, Buffer.from(k, "latin1")))
-      )
-      // Copies leave the store one page at a time, so a large scan never holds every copy at once.
+      let selected = slots.subarray(from, Math.max(from, to))
+      if (range.reverse) selected = selected.slice().reverse()
+      if (range.limit !== undefined) selected = selected.subarray(0, Math.max(0, range.limit))
+      // Where the entries are now: slab bytes are never changed once written, so later writes are not seen.
+      const snapshot = EntryTable.snapshot(p.entries, selected)
+      const count = snapshot.ats.length
+      // Copies leave the store one page at a time (one buffer per page), so a large scan never holds every copy.
       return Stream.paginate(0, (at: number) =>
         Effect.sync(() => {
-          const end = Math.min(at + SCAN_PAGE, snapshot.length)
-          const page: Array<Entry> = new Array(end - at)
-          for (let i = at; i < end; i++) {
-            const e = snapshot[i]!
-            page[i - at] = [EntryTable.keyCopy(e), EntryTable.valueCopy(e)]
-          }
-          return [page, end < snapshot.length ? Option.some(end) : Option.none()] as const
+          const end = Math.min(at + SCAN_PAGE, count)
+          const page: Array<Entry> = EntryTable.copyOut(snapshot, at, end)
+          return [page, end < count ? Option.some(end) : Option.none()] as const
         })
       )
     })
@@ -204,7 +199,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     clear: guard(() => {
       EntryTable.clear(p.entries)
       p.offsets.clear()
-      p.sorted = undefined
+      p.order = undefined
     })
   }
   handle.store = store
