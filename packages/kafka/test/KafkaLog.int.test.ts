@@ -1,7 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
+import { compressionsAlgorithms, Producer } from "@platformatic/kafka"
 import { KafkaLog } from "@strata/kafka"
-import { Effect } from "effect"
+import { Effect, Stream } from "effect"
 import { Log } from "@strata/core"
 import { inject } from "vitest"
 
@@ -67,6 +68,70 @@ describe("KafkaLog produce batching", () => {
       )
       assert.strictEqual(bad.reason._tag, "UnknownPartition")
       assert.strictEqual(good.length, 1)
+    }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
+  )
+})
+
+describe("KafkaLog consumer decoding", () => {
+  it.live("reads record batches written in every codec, with null keys and values, headers and timestamps", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const topic = `codecs-${Date.now().toString(36)}`
+      yield* log.ensureTopic({ topic, partitions: 1 })
+      const codecs = (["none", "gzip", "snappy", "lz4", "zstd"] as const).filter(
+        (c) => compressionsAlgorithms[c].available
+      )
+      // One batch per codec, written by the client itself (the adapter's producer does not compress).
+      const producer = new Producer({ clientId: "codecs-test", bootstrapBrokers: [inject("kafka")] })
+      yield* Effect.addFinalizer(() => Effect.promise(() => producer.close().catch(() => undefined)))
+      const expected: Array<string> = []
+      for (const [c, compression] of codecs.entries()) {
+        const messages = Array.from({ length: 50 }, (_, i) => ({
+          topic,
+          partition: 0,
+          ...(i % 7 === 0 ? {} : { key: Buffer.from(`${compression}-${i}`) }),
+          value: (i % 11 === 0 ? null : Buffer.from(`value ${i} `.repeat(i))) as Buffer,
+          headers: new Map([[Buffer.from("codec"), Buffer.from(compression)]]),
+          timestamp: BigInt(1_700_000_000_000 + c * 1000 + i)
+        }))
+        yield* Effect.promise(() => producer.send({ messages, compression, acks: -1 }))
+        for (const [i, m] of messages.entries()) {
+          expected.push(
+            [
+              c * 50 + i,
+              m.key?.toString() ?? "null",
+              m.value === null ? "null" : m.value.toString(),
+              `codec=${compression}`,
+              Number(m.timestamp)
+            ].join("|")
+          )
+        }
+      }
+      const consumer = yield* log.consumer()
+      yield* consumer.assign([{ topic, partition: 0 }])
+      yield* consumer.seek({ topic, partition: 0 }, 0)
+      const dec = new TextDecoder()
+      const seen: Array<string> = []
+      let received = 0
+      yield* consumer.batches.pipe(
+        Stream.takeUntil((b) => (received += b.records.length) >= expected.length),
+        Stream.runForEach((b) =>
+          Effect.sync(() => {
+            for (const r of b.records) {
+              seen.push(
+                [
+                  r.offset,
+                  r.key === null ? "null" : dec.decode(r.key),
+                  r.value === null ? "null" : dec.decode(r.value),
+                  r.headers.map((h) => `${h.key}=${dec.decode(h.value)}`).join(","),
+                  r.timestamp
+                ].join("|")
+              )
+            }
+          })
+        )
+      )
+      assert.deepStrictEqual(seen, expected)
     }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
   )
 })
