@@ -114,7 +114,10 @@ describe("KafkaLog consumer decoding", () => {
       const seen: Array<string> = []
       let received = 0
       yield* consumer.batches.pipe(
-        Stream.takeUntil((b) => (received += b.records.length) >= expected.length),
+        Stream.takeUntil((b) => {
+          received += b.records.length
+          return received >= expected.length
+        }),
         Stream.runForEach((b) =>
           Effect.sync(() => {
             for (const r of b.records) {
