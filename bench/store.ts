@@ -50,7 +50,10 @@ interface RocksLevelModule {
   ) => {
     open(options: Record<string, unknown>): Promise<void>
     close(): Promise<void>
-    batch(ops: Array<RawPut>, options: { sync: boolean }): Promise<void>
+    batch(): {
+      put(key: Uint8Array, value: Uint8Array): void
+      write(options: { sync: boolean }): Promise<void>
+    }
     iterator(range: RawRange): RawIterator
     getProperty(property: string): string
   }
@@ -204,7 +207,7 @@ const loadRocksDb = async (): Promise<DiskBackend> => {
   const RocksDbStore = (await importFromAdapters("@strata/store-adapters/rocksdb")) as RocksDbStoreModule
   const { RocksLevel } = adapterRequire("@nxtedition/rocksdb") as RocksLevelModule
   // RocksDbStore.make opens with createIfMissing, infoLogLevel "warn", table and WAL compression off, the binding's
-  // defaults otherwise.
+  // defaults otherwise, and writes chained batches with sync false. The raw baseline does the same.
   const openOptions = { createIfMissing: true, infoLogLevel: "warn", compression: false, walCompression: false }
   return {
     name: "rocksdb",
@@ -214,7 +217,11 @@ const loadRocksDb = async (): Promise<DiskBackend> => {
       const db = new RocksLevel(directory, { keyEncoding: "buffer", valueEncoding: "buffer" })
       await db.open(openOptions)
       return {
-        batch: (ops) => db.batch(ops, { sync: false }),
+        batch: (ops) => {
+          const batch = db.batch()
+          for (const op of ops) batch.put(op.key, op.value)
+          return batch.write({ sync: false })
+        },
         level0Files: () => Number(db.getProperty("rocksdb.num-files-at-level0")),
         iterator: (range) => db.iterator(range),
         close: () => db.close()

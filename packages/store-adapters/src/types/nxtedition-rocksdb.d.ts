@@ -10,6 +10,12 @@ declare module "@nxtedition/rocksdb" {
       ops: Array<{ type: "put"; key: K; value: V } | { type: "del"; key: K }>,
       options?: { sync?: boolean }
     ): Promise<void>
+    /** A chained batch: puts and deletes added one by one, written by `write`. */
+    batch(): {
+      put(key: K, value: V): void
+      del(key: K): void
+      write(options?: { sync?: boolean }): Promise<void>
+    }
     iterator(options?: Record<string, unknown>): {
       nextv(size: number): Promise<Array<[K, V]>>
       close(): Promise<void>
