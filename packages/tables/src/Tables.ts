@@ -835,8 +835,6 @@ export const make = (
         let lastPrefix: Uint8Array | undefined
         let lastPrefixLength = -1
         let lastPrefixText = ""
-        let runPrefix: string | undefined
-        let runHighest = -1
         for (const r of records) {
           if (r.key === null) continue
           ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
@@ -866,16 +864,8 @@ export const make = (
             }
             prefix = lastPrefixText
           }
-          // Consecutive records mostly share a source partition: the map is updated when the prefix changes.
-          if (prefix !== runPrefix) {
-            if (runPrefix !== undefined && runHighest > (highest.get(runPrefix) ?? -1))
-              highest.set(runPrefix, runHighest)
-            runPrefix = prefix
-            runHighest = -1
-          }
-          if (Number.isSafeInteger(offset) && offset > runHighest) runHighest = offset
+          if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
         }
-        if (runPrefix !== undefined && runHighest > (highest.get(runPrefix) ?? -1)) highest.set(runPrefix, runHighest)
         ops.length = n
         const sources: Array<TopicPartitionOffset> = []
         for (const [prefix, offset] of highest) {

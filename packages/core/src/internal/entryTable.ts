@@ -5,7 +5,7 @@
  * collector than in the writes), and its memory is about the bytes stored plus 12 bytes a slot.
  *
  * Entry layout in a slab: key length (u32 LE), value length (u32 LE), key, value. Slab bytes are never changed
- * once written: an overwrite or delete only makes bytes dead, and `compact` copies the live entries into new
+ * once written: an overwrite or delete only makes bytes dead, and compaction copies the live entries into new
  * slabs once dead bytes outweigh live ones, so a scan holding a slab and an offset keeps seeing what it saw.
  *
  * @internal
@@ -44,12 +44,6 @@ export interface EntryTable {
   fill: number
   liveBytes: number
   deadBytes: number
-}
-
-/** A place in a slab: what a scan keeps of an entry. */
-export interface EntryRef {
-  readonly slab: Uint8Array
-  readonly at: number
 }
 
 const CAPACITY_MIN = 16
@@ -151,33 +145,35 @@ export const put = (t: EntryTable, key: Uint8Array, value: Uint8Array): boolean 
   const tag = hashOf(key) + 1
   let free = -1
   let i = tag & t.mask
+  let existing = false
   for (; ; i = (i + 1) & t.mask) {
     const h = t.hashes[i]!
     if (h === EMPTY) break
     if (h === TOMBSTONE) {
       if (free < 0) free = i
     } else if (h === tag && holdsAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!, key)) {
-      const replaced = sizeAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!)
-      t.deadBytes += replaced
-      t.liveBytes -= replaced
-      writeEntry(t, key, value)
-      t.slabOf[i] = reservedSlab
-      t.atOf[i] = reservedAt
-      t.liveBytes += HEAD + key.length + value.length
-      compactIfWasteful(t)
-      return false
+      existing = true
+      break
     }
   }
-  const slot = free >= 0 ? free : i
-  if (free < 0) t.used++
+  if (existing) {
+    const replaced = sizeAt(t.slabs[t.slabOf[i]!]!, t.atOf[i]!)
+    t.deadBytes += replaced
+    t.liveBytes -= replaced
+  } else {
+    // A new key takes the first tombstone on its probe path, else the empty slot ending it.
+    if (free >= 0) i = free
+    else t.used++
+    t.hashes[i] = tag
+    t.count++
+  }
   writeEntry(t, key, value)
-  t.hashes[slot] = tag
-  t.slabOf[slot] = reservedSlab
-  t.atOf[slot] = reservedAt
-  t.count++
+  t.slabOf[i] = reservedSlab
+  t.atOf[i] = reservedAt
   t.liveBytes += HEAD + key.length + value.length
-  if (t.used > (t.mask + 1) * MAX_LOAD) rehash(t)
-  return true
+  if (existing) compactIfWasteful(t)
+  else if (t.used > (t.mask + 1) * MAX_LOAD) rehash(t)
+  return !existing
 }
 
 /** Removes `key`; whether it was there. */
