@@ -32,7 +32,6 @@ import {
   type LogConsumer,
   LogIoError,
   type LogError,
-  type LogRecord,
   type LogShape,
   Log,
   type LogBatch,
@@ -70,13 +69,13 @@ import {
 } from "effect"
 import { apiIds, mismatch, toLogError } from "./internal/errors.js"
 import {
-  decodeRecordBatches,
   FETCH_API_KEY,
   type FetchResponse,
   fetchRequests,
   MAX_FETCH_VERSION,
   MIN_FETCH_VERSION,
-  parseFetchResponse
+  parseFetchResponse,
+  RecordBatchReader
 } from "./internal/fetchProtocol.js"
 
 const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
@@ -593,10 +592,14 @@ interface Assigned {
   generation: number
 }
 
+/** A partition's part of a fetch response, decoded a chunk at a time as the consumer hands them out. */
 interface Pending {
   readonly key: string
   readonly generation: number
-  readonly batch: LogBatch
+  readonly topic: string
+  readonly partition: number
+  readonly highwater: number
+  readonly reader: RecordBatchReader
 }
 
 let consumerCount = 0
@@ -619,7 +622,7 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
     )
     const assigned = new Map<string, Assigned>()
     const paused = new Set<string>()
-    let pending: Array<Pending> = []
+    const pending: Array<Pending> = []
     let closed = false
     let signal = Deferred.makeUnsafe<void>()
     const wake = () => {
@@ -634,6 +637,15 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
       })
     )
     const closedError = () => logError(new LogClosed({ what: "Kafka changelog consumer" }))
+    /** A record batch the decoder cannot read (it names the topic, partition and offset). */
+    const undecodable = (cause: unknown) =>
+      logError(
+        new LogIoError({
+          operation: "fetch",
+          detail: String((cause as Error).message ?? cause),
+          retryable: false
+        })
+      )
     const guard = <A>(f: () => Effect.Effect<A, LogError>) =>
       Effect.suspend(() => (closed ? Effect.fail(closedError()) : f()))
     const entry = (tp: TopicPartition) => {
@@ -793,57 +805,57 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
               continue
             }
             if (stale || p.records === undefined) continue
-            const chunks: Array<Array<LogRecord>> = []
             const target = { topic, partition: p.partitionIndex, from: s.position, chunkSize: deps.maxBatchRecords }
-            const end = yield* Effect.try({
-              try: () => decodeRecordBatches(p.records!, target, chunks),
-              catch: (cause) =>
-                logError(
-                  new LogIoError({
-                    operation: "fetch",
-                    detail: String((cause as Error).message ?? cause),
-                    retryable: false
-                  })
-                )
+            const reader = yield* Effect.try({
+              try: () => new RecordBatchReader(p.records!, target),
+              catch: undecodable
             })
-            if (chunks.length === 0) {
+            if (!reader.hasRecords) {
               // Only transaction markers or compacted gaps: move past them.
-              if (end > current.position) current.position = end
+              if (reader.end > current.position) current.position = reader.end
               continue
             }
-            for (const records of chunks) {
-              pending.push({
-                key,
-                generation: s.generation,
-                batch: { topic, partition: p.partitionIndex, records, highwater: p.highWatermark }
-              })
-            }
+            pending.push({
+              key,
+              generation: s.generation,
+              topic,
+              partition: p.partitionIndex,
+              highwater: p.highWatermark,
+              reader
+            })
           }
         }
       })
 
-    /** The next deliverable batch: drops what pause, seek or unassign made stale since its fetch. */
+    /**
+     * The next deliverable batch, decoded now: drops what pause, seek or unassign made stale since its fetch.
+     * Partitions take turns, a chunk each, so a busy one cannot starve the others.
+     */
     const nextPending = (): LogBatch | undefined => {
       while (pending.length > 0) {
         const p = pending.shift()!
         const a = assigned.get(p.key)
         if (a === undefined || a.generation !== p.generation || paused.has(p.key)) continue
-        const all = p.batch.records
+        const all = p.reader.next()
+        if (all === undefined) {
+          // Every whole batch read: move past trailing markers and compacted gaps too.
+          if (p.reader.end > a.position) a.position = p.reader.end
+          continue
+        }
+        pending.push(p)
         if (all[all.length - 1]!.offset < a.position) continue
-        // Copy only when a seek moved the position into the middle of the chunk.
-        const batch =
-          all[0]!.offset >= a.position ? p.batch : { ...p.batch, records: all.filter((r) => r.offset >= a.position) }
+        // Copy only when the position is in the middle of the chunk.
+        const records = all[0]!.offset >= a.position ? all : all.filter((r) => r.offset >= a.position)
         a.position = all[all.length - 1]!.offset + 1
-        return batch
+        return { topic: p.topic, partition: p.partition, records, highwater: p.highwater }
       }
       return undefined
     }
 
-    // Partitions are served round-robin so a busy one cannot starve the others.
     const pull: Effect.Effect<LogBatch, LogError> = Effect.gen(function* () {
       for (;;) {
         if (closed) return yield* Effect.fail(closedError())
-        const ready = nextPending()
+        const ready = yield* Effect.try({ try: nextPending, catch: undecodable })
         if (ready !== undefined) return ready
         const active = [...assigned.values()].filter((a) => !paused.has(tpKey(a.tp)))
         if (active.length === 0) {
@@ -851,7 +863,6 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
           continue
         }
         yield* fetchOnce(active)
-        pending = interleave(pending)
       }
     })
 
@@ -1068,23 +1079,6 @@ const makeGroupConsumer = (
     }
     return group
   })
-
-/** Reorders pending batches so partitions alternate. */
-const interleave = (pending: Array<Pending>): Array<Pending> => {
-  const queues = new Map<string, Array<Pending>>()
-  for (const p of pending) {
-    const q = queues.get(p.key)
-    if (q === undefined) queues.set(p.key, [p])
-    else q.push(p)
-  }
-  if (queues.size <= 1) return pending
-  const lists = [...queues.values()]
-  const out: Array<Pending> = []
-  for (let i = 0; out.length < pending.length; i++) {
-    for (const q of lists) if (i < q.length) out.push(q[i]!)
-  }
-  return out
-}
 
 /** A layer providing both `KafkaLog` and `Log`. */
 export const layer = (options: KafkaLogOptions): Layer.Layer<KafkaLog | Log, LogError> =>

@@ -8,7 +8,7 @@ import {
 import type { LogRecord } from "@strata/core"
 import { describe, expect, it } from "vitest"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
-import { decodeRecordBatches, RecordBatchError } from "../src/internal/fetchProtocol.js"
+import { decodeRecordBatches, RecordBatchError, RecordBatchReader } from "../src/internal/fetchProtocol.js"
 
 const TOPIC = "t"
 const PARTITION = 3
@@ -106,6 +106,26 @@ describe("decodeRecordBatches", () => {
         chunks.slice(0, -1).every((c) => c.length === chunkSize),
         `seed ${seed}`
       ).toBe(true)
+
+      // Two readers of the fetch, asked in turns (as the consumer serves partitions), decode the same records:
+      // each keeps its own place, in plain and in decompressed batches alike.
+      const target = { topic: TOPIC, partition: PARTITION, from }
+      const readers = [
+        new RecordBatchReader(data, { ...target, chunkSize }),
+        new RecordBatchReader(data, { ...target, chunkSize: random.int(1, 50) })
+      ]
+      const read: Array<Array<LogRecord>> = [[], []]
+      const done = [false, false]
+      for (let turn = 0; !(done[0] && done[1]); turn++) {
+        const i = turn % 2
+        if (done[i]) continue
+        const chunk = readers[i]!.next()
+        if (chunk === undefined) done[i] = true
+        else read[i]!.push(...chunk)
+      }
+      expect(plain(read[0]!), `seed ${seed}`).toEqual(plain(chunks.flat()))
+      expect(plain(read[1]!), `seed ${seed}`).toEqual(plain(chunks.flat()))
+      expect(new RecordBatchReader(data, { ...target, chunkSize }).hasRecords, `seed ${seed}`).toBe(chunks.length > 0)
     }
   })
 
@@ -116,6 +136,9 @@ describe("decodeRecordBatches", () => {
     const end = decodeRecordBatches(bytes, { topic: TOPIC, partition: PARTITION, from: 100, chunkSize: 10 }, chunks)
     expect(chunks).toEqual([])
     expect(end).toBe(100 + count)
+    const reader = new RecordBatchReader(bytes, { topic: TOPIC, partition: PARTITION, from: 100, chunkSize: 10 })
+    expect(reader.hasRecords).toBe(false)
+    expect(reader.next()).toBeUndefined()
   })
 
   it("names the topic, partition and offset of a batch in an unsupported format", () => {

@@ -137,4 +137,45 @@ describe("KafkaLog consumer decoding", () => {
       assert.deepStrictEqual(seen, expected)
     }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
   )
+  it.live("partitions of one fetch take turns, a chunk of at most maxBatchRecords each, each in offset order", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const topic = `turns-${Date.now().toString(36)}`
+      yield* log.ensureTopic({ topic, partitions: 2 })
+      const enc = new TextEncoder()
+      for (const partition of [0, 1]) {
+        const records = Array.from({ length: 300 }, (_, i) => ({
+          topic,
+          partition,
+          key: enc.encode(`k${i}`),
+          value: enc.encode(`${partition}:${i}`)
+        }))
+        yield* log.produceBatch(records, { acks: "all" })
+      }
+      const consumer = yield* log.consumer({ maxBatchRecords: 40 })
+      const tps = [0, 1].map((partition) => ({ topic, partition }))
+      yield* consumer.assign(tps)
+      for (const tp of tps) yield* consumer.seek(tp, 0)
+      let received = 0
+      const batches = yield* consumer.batches.pipe(
+        Stream.takeUntil((b) => {
+          received += b.records.length
+          return received >= 600
+        }),
+        Stream.runCollect
+      )
+      const list = [...batches]
+      assert.isTrue(list.every((b) => b.records.length > 0 && b.records.length <= 40))
+      // Both partitions' records came in the first fetch: neither waits for the other to be drained.
+      const first = list.slice(0, 6).map((b) => b.partition)
+      assert.deepStrictEqual(first, [first[0], 1 - first[0]!, first[0], 1 - first[0]!, first[0], 1 - first[0]!])
+      for (const partition of [0, 1]) {
+        const offsets = list.filter((b) => b.partition === partition).flatMap((b) => b.records.map((r) => r.offset))
+        assert.deepStrictEqual(
+          offsets,
+          Array.from({ length: 300 }, (_, i) => i)
+        )
+      }
+    }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
+  )
 })

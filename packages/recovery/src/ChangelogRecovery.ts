@@ -11,9 +11,9 @@
  *    highwater captured at the start — judged by the consumer's position, so
  *    transaction markers and compacted gaps at the end never hang it; each
  *    partition is ready (and `waitUntilReady` returns for it) as soon as it
- *    caught up; the next batch is taken while one is applied (one in flight,
- *    a partition's batches in order), so a store writing off the main thread
- *    overlaps with fetching;
+ *    caught up; the next batch is taken and built while one is written (two
+ *    in flight at most, a partition's batches in order), so a store writing
+ *    off the main thread overlaps with fetching and decoding;
  * 4. log "Worker ready", complete `waitUntilCompleted`, and keep the standby
  *    partitions tailing in batches of `standbyBufferSize`.
  *
@@ -91,6 +91,12 @@ interface Progress {
   ready: boolean
   lastEventAt: number
 }
+
+/**
+ * Batches applied at once. Two: while one is written, the next is built (LevelDB writes off the main thread,
+ * RocksDB on it); more did not help.
+ */
+const IN_FLIGHT = 2
 
 const restoreFailed = (tp: TopicPartition, detail: string) =>
   new RecoveryError({ reason: new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail }) })
@@ -329,31 +335,34 @@ export const make = (
         const poll = Duration.millis(Math.max(50, Math.min(1000, Duration.toMillis(statsInterval) / 5)))
         const applyPhase = (standbyPhase: boolean) =>
           Effect.gen(function* () {
-            // The batch being applied while the next one is taken: a store writing off the main thread (LevelDB)
-            // overlaps with fetching and decoding. One batch at most is in flight, so memory stays bounded by two
-            // buffers; a partition's batches are applied in order because each waits for the one before.
-            let inflight:
-              | { readonly fiber: Fiber.Fiber<void, RecoveryError>; readonly finishing: Set<string> }
-              | undefined
-            const settle = Effect.suspend(() => {
-              const f = inflight
-              inflight = undefined
+            // Batches being applied while the next one is taken and prepared: a store writing off the main thread
+            // (LevelDB) writes one batch while the next is built. At most `IN_FLIGHT` batches are in flight, so memory
+            // stays bounded by `IN_FLIGHT + 1` buffers; a partition's batches are applied in order because each
+            // waits for that partition's batch before it.
+            const inflight: Array<{
+              readonly fiber: Fiber.Fiber<void, RecoveryError>
+              readonly finishing: Set<string>
+            }> = []
+            /** Per partition, completed when its last batch handed over is applied. */
+            const tails = new Map<string, Deferred.Deferred<void, RecoveryError>>()
+            const settleOldest = Effect.suspend(() => {
+              const f = inflight.shift()
               return f === undefined ? Effect.void : Fiber.join(f.fiber)
             })
             while (true) {
               const pending = [...progress.values()].filter((p) => (standbyPhase ? p.standby : !p.standby && !p.ready))
               if (!standbyPhase && pending.length === 0) {
-                if (inflight === undefined) return
-                yield* settle
+                if (inflight.length === 0) return
+                yield* settleOldest
                 continue
               }
-              // Take only while records are still to come once the batch in flight lands; otherwise wait for it.
+              // Take only while records are still to come once the batches in flight land; otherwise wait for them.
               if (
-                inflight !== undefined &&
+                inflight.length > 0 &&
                 !standbyPhase &&
-                pending.every((p) => inflight!.finishing.has(tpKey(p.tp)))
+                pending.every((p) => inflight.some((f) => f.finishing.has(tpKey(p.tp))))
               ) {
-                yield* settle
+                yield* settleOldest
                 continue
               }
               const taken = yield* source.take(standbyPhase ? standbyBufferSize : bufferSize).pipe(
@@ -362,7 +371,7 @@ export const make = (
               )
               const at = yield* Clock.currentTimeMillis
               if (Option.isNone(taken)) {
-                yield* settle
+                while (inflight.length > 0) yield* settleOldest
                 if (!standbyPhase) yield* checkPositions
                 continue
               }
@@ -391,24 +400,48 @@ export const make = (
                 if (p !== undefined && !p.standby && list[list.length - 1]!.offset + 1 >= p.highwater)
                   finishing.add(key)
               }
-              yield* settle
+              if (inflight.length >= IN_FLIGHT) yield* settleOldest
               // Partitions are applied side by side: their stores write independently.
+              const steps: Array<
+                readonly [
+                  string,
+                  Array<LogRecord>,
+                  Deferred.Deferred<void, RecoveryError> | undefined,
+                  Deferred.Deferred<void, RecoveryError>
+                ]
+              > = []
+              for (const [key, list] of byPartition) {
+                const done = yield* Deferred.make<void, RecoveryError>()
+                steps.push([key, list, tails.get(key), done])
+                tails.set(key, done)
+              }
               const fiber = yield* Effect.forEach(
-                byPartition,
-                ([key, list]) =>
+                steps,
+                ([key, list, before, done]) =>
                   Effect.gen(function* () {
+                    if (before !== undefined) yield* Deferred.await(before)
                     const p = progress.get(key)
                     // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
                     if (p === undefined || (p.ready && !p.standby)) return
                     yield* applyRecords(p, list, at)
                     if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
-                  }),
+                  }).pipe(
+                    Effect.onExit((exit) =>
+                      Deferred.done(done, exit).pipe(
+                        Effect.andThen(
+                          Effect.sync(() => {
+                            if (tails.get(key) === done) tails.delete(key)
+                          })
+                        )
+                      )
+                    )
+                  ),
                 { concurrency: "unbounded", discard: true }
               ).pipe(
                 Effect.andThen(Effect.suspend(() => Metric.update(metrics.remaining, statsNow().remaining))),
                 Effect.forkScoped
               )
-              inflight = { fiber, finishing }
+              inflight.push({ fiber, finishing })
             }
           })
 

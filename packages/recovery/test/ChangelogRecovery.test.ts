@@ -162,6 +162,67 @@ describe("ChangelogRecovery", () => {
     }).pipe(Effect.scoped, Effect.provide(quiet))
   )
 
+  it.live("a slow store: the next batch is written while one is, at most two at once, each partition in order", () =>
+    Effect.gen(function* () {
+      // Partition 0 has three times the records of 1 and 2, so its batches also come back to back at the end.
+      const sizes = [90, 30, 30]
+      const bufferSize = 5
+      const spec: Record<number, { records: Array<LogRecord>; highwater: number }> = {}
+      sizes.forEach((n, p) => {
+        spec[p] = { records: Array.from({ length: n }, (_, i) => record(p, i, `k${i % 7}`, `${p}:${i}`)), highwater: n }
+      })
+      const log = logOf(spec)
+      // Chunks of `bufferSize` records, partitions taking turns (as the Kafka consumer hands them out).
+      const chunks: Array<Array<LogRecord>> = []
+      for (let i = 0; chunks.length * bufferSize < 150; i += bufferSize)
+        for (const p of [0, 1, 2]) if (i < sizes[p]!) chunks.push(spec[p]!.records.slice(i, i + bufferSize))
+      const base = yield* fakeSource(log)
+      const source: ChangelogSource = {
+        ...base,
+        take: () => (chunks.length > 0 ? Effect.sync(() => chunks.shift()!) : Effect.never)
+      }
+      const fake = fakeTarget()
+      let writing = 0
+      let mostWriting = 0
+      let batches = 0
+      const busy = new Set<string>()
+      const next = new Map<string, number>()
+      const violations: Array<string> = []
+      // A batch takes 4 or 1 ms to land, alternately, like a store writing off the main thread: without the
+      // per-partition order, a partition's later batch would land before its earlier one.
+      const target: RestoreTarget = {
+        ...fake.target,
+        apply: (tp, records) =>
+          Effect.gen(function* () {
+            const key = tpKey(tp)
+            if (busy.has(key))
+              violations.push(`${key}@${records[0]!.offset} began while its previous batch was written`)
+            busy.add(key)
+            writing += records.length
+            mostWriting = Math.max(mostWriting, writing)
+            yield* Effect.sleep(batches++ % 2 === 0 ? "4 millis" : "1 millis")
+            writing -= records.length
+            busy.delete(key)
+            if (records[0]!.offset !== (next.get(key) ?? 0))
+              violations.push(`${key}@${records[0]!.offset} out of order`)
+            next.set(key, records[records.length - 1]!.offset + 1)
+            yield* fake.target.apply(tp, records)
+          })
+      }
+      const recovery = yield* ChangelogRecovery.make(source, target, { recoveryBufferSize: bufferSize })
+      yield* recovery.assign({ active: [0, 1, 2].map((partition) => ({ topic, partition })), standby: [] })
+      yield* recovery.waitUntilCompleted
+      assert.deepStrictEqual(violations, [])
+      sizes.forEach((n, p) => {
+        const expected = new Map<string, string>()
+        for (let i = 0; i < n; i++) expected.set(`k${i % 7}`, `${p}:${i}`)
+        assert.deepStrictEqual(fake.state.get(tpKey({ topic, partition: p })), expected)
+      })
+      // Two batches were written at once, never more: memory stays bounded by the buffers.
+      assert.strictEqual(mostWriting, 2 * bufferSize)
+    }).pipe(Effect.scoped, Effect.provide(quiet))
+  )
+
   it.effect("a partition whose last offsets hold no record (markers, compaction) still completes", () =>
     Effect.gen(function* () {
       // Records up to offset 4; offsets 5..9 are transaction markers or compacted away; the highwater is 10.

@@ -76,6 +76,53 @@ for (const backend of backends) {
       })
     )
 
+    it.live("many batches written at once each land whole, with their offsets (native batches are reused)", () =>
+      Effect.gen(function* () {
+        const directory = freshDir()
+        const partitions = 8
+        const writesEach = 6
+        const keysEach = 40
+        const program = Effect.gen(function* () {
+          const store = yield* Store
+          const stores = yield* Effect.forEach(
+            Array.from({ length: partitions }, (_, p) => p),
+            (partition) => store.open({ table: "many", partition })
+          )
+          // Every write of every partition at once: on LevelDB they are in flight together.
+          yield* Effect.forEach(
+            stores.flatMap((st, p) => Array.from({ length: writesEach }, (_, w) => ({ st, p, w }))),
+            ({ st, p, w }) =>
+              st.write(
+                Array.from({ length: keysEach }, (_, k) =>
+                  put(enc.encode(`w${w}-k${k}`), enc.encode(`${p}/${w}/${k}`))
+                ),
+                { offsets: [{ topic: `many-${w}`, partition: p, offset: 100 * p + w }] }
+              ),
+            { concurrency: "unbounded", discard: true }
+          )
+          // A write refused (an empty key) changes nothing, and the next one lands.
+          const bad = yield* Effect.flip(stores[0]!.write([put(new Uint8Array(0), enc.encode("x"))]))
+          assert.strictEqual(bad.reason._tag, "InvalidKey")
+          yield* stores[0]!.write([put(enc.encode("after"), enc.encode("ok"))])
+          return yield* Effect.forEach(stores, (st) =>
+            Effect.all({ entries: Stream.runCollect(st.scan()), offsets: st.persistedOffsets })
+          )
+        })
+        const scans = yield* Effect.scoped(program).pipe(Effect.provide(backend.layer(directory)))
+        scans.forEach(({ entries, offsets }, p) => {
+          const got = [...entries].map(([k, v]) => `${dec.decode(k)}=${dec.decode(v)}`).sort()
+          const expected: Array<string> = p === 0 ? ["after=ok"] : []
+          for (let w = 0; w < writesEach; w++)
+            for (let k = 0; k < keysEach; k++) expected.push(`w${w}-k${k}=${p}/${w}/${k}`)
+          assert.deepStrictEqual(got, expected.sort())
+          assert.deepStrictEqual(
+            [...offsets].map((o) => `${o.topic}/${o.partition}@${o.offset}`).sort(),
+            Array.from({ length: writesEach }, (_, w) => `many-${w}/${p}@${100 * p + w}`)
+          )
+        })
+      })
+    )
+
     it.live("a directory open in this process cannot be opened again: StoreLocked names the path", () =>
       Effect.gen(function* () {
         const directory = freshDir()
@@ -222,29 +269,35 @@ describe("liveness during long write streams", () => {
   liveness("rocksdb", (directory) => RocksDbStore.layer({ directory }))
 })
 
-/** The compression settings RocksDB recorded in the newest OPTIONS file of `directory`. */
-const recordedCompression = (directory: string) => {
+/** Settings RocksDB recorded in the newest OPTIONS file of `directory`. */
+const recordedOptions = (directory: string) => {
   const file = readdirSync(directory)
     .filter((f) => f.startsWith("OPTIONS-"))
     .sort((a, b) => Number(a.slice(8)) - Number(b.slice(8)))
     .at(-1)
   const text = readFileSync(join(directory, file ?? "OPTIONS-missing"), "utf8")
-  const setting = (name: string) => new RegExp(`^\\s*${name}=(\\S+)$`, "m").exec(text)?.[1]
-  return { tables: setting("compression"), wal: setting("wal_compression") }
+  return (name: string) => new RegExp(`^\\s*${name}=(.+)$`, "m").exec(text)?.[1]?.trim()
 }
+
+/** Opens a RocksDB store with `options`, writes a key, closes it; returns what its OPTIONS file records. */
+const openedRocksDb = (options: Omit<RocksDbStore.RocksDbStoreOptions, "directory">) =>
+  Effect.gen(function* () {
+    const directory = freshDir()
+    yield* Effect.scoped(
+      Effect.gen(function* () {
+        const st = yield* (yield* Store).open({ table: "c", partition: 0 })
+        yield* st.put(enc.encode("k"), enc.encode("v"))
+      }).pipe(Effect.provide(RocksDbStore.layer({ directory, ...options })))
+    )
+    return recordedOptions(directory)
+  })
 
 describe("rocksdb compression", () => {
   const opened = (options: Omit<RocksDbStore.RocksDbStoreOptions, "directory">) =>
-    Effect.gen(function* () {
-      const directory = freshDir()
-      yield* Effect.scoped(
-        Effect.gen(function* () {
-          const st = yield* (yield* Store).open({ table: "c", partition: 0 })
-          yield* st.put(enc.encode("k"), enc.encode("v"))
-        }).pipe(Effect.provide(RocksDbStore.layer({ directory, ...options })))
-      )
-      return recordedCompression(directory)
-    })
+    Effect.map(openedRocksDb(options), (setting) => ({
+      tables: setting("compression"),
+      wal: setting("wal_compression")
+    }))
 
   it.live("is off for tables and the write-ahead log unless asked for (the binding's own default is ZSTD)", () =>
     Effect.gen(function* () {
@@ -253,6 +306,22 @@ describe("rocksdb compression", () => {
         tables: "kZSTD",
         wal: "kZSTD"
       })
+    })
+  )
+})
+
+describe("rocksdb memtable budget", () => {
+  it.live("sizes the memtables when set, and leaves RocksDB's own sizes when not", () =>
+    Effect.gen(function* () {
+      const unset = yield* openedRocksDb({})
+      assert.strictEqual(unset("write_buffer_size"), String(64 * 2 ** 20))
+      assert.strictEqual(unset("max_write_buffer_number"), "2")
+      const budget = 32 * 2 ** 20
+      const set = yield* openedRocksDb({ memtableMemoryBudget: budget })
+      assert.strictEqual(set("write_buffer_size"), String(budget / 4))
+      assert.strictEqual(set("max_write_buffer_number"), "6")
+      assert.strictEqual(set("max_bytes_for_level_base"), String(budget))
+      assert.strictEqual(set("compaction_style"), "kCompactionStyleLevel")
     })
   )
 })

@@ -181,83 +181,159 @@ export interface DecodeTarget {
   readonly chunkSize: number
 }
 
+const EMPTY = new Uint8Array(0)
+
 /**
- * Decodes a partition's record batches, appending chunks of at most `chunkSize` records to `chunks`, skipping control batches and
- * records below `from`; a batch cut off by the fetch size is left for the next fetch. Returns the offset after
- * the last batch read (control batches and compacted gaps included), or `from` when none was whole.
+ * A partition's record batches from one fetch, decoded a chunk at a time when asked. The records of a fetch are
+ * built just before they are used, so they die young: decoded all at once (a 2 MiB fetch is ~14,000 records),
+ * they lived through scavenges into the old generation and cost full collections.
+ *
+ * The batch headers are checked when the reader is made: a message format other than v2 or an unknown codec
+ * throws `RecordBatchError` there. A batch cut off by the fetch size is left for the next fetch; control batches
+ * and records below `from` are skipped.
+ */
+export class RecordBatchReader {
+  /** The offset after the last whole batch (control batches and compacted gaps included), or `from` when none. */
+  readonly end: number
+  /** Whether a whole batch other than a control batch may hold records at or after `from`. */
+  readonly hasRecords: boolean
+  /** Where the whole batches stop (a batch cut off by the fetch size starts here). */
+  private readonly limit: number
+  /** The next batch to open. */
+  private pos = 0
+  /** The open batch's record bytes (the fetch's, or decompressed), the next record in them and how many are left. */
+  private batch: Uint8Array = EMPTY
+  private recordAt = 0
+  private remaining = 0
+  private baseOffset = 0
+  private baseTimestamp = 0
+
+  constructor(
+    private readonly data: Uint8Array,
+    private readonly target: DecodeTarget
+  ) {
+    const { topic, partition, from } = target
+    let end = from
+    let hasRecords = false
+    let pos = 0
+    bytes = data
+    while (data.length - pos >= BATCH_LOG_OVERHEAD) {
+      const baseOffset = int64At(pos)
+      const batchEnd = pos + BATCH_LOG_OVERHEAD + int32At(pos + 8)
+      if (batchEnd > data.length) break // cut off by the fetch size
+      const magic = data[pos + 16]!
+      if (magic !== 2) {
+        bytes = EMPTY
+        throw new RecordBatchError(topic, partition, baseOffset, `message format v${magic} is not supported`)
+      }
+      const attributes = (data[pos + 21]! << 8) | data[pos + 22]!
+      const compression = attributes & COMPRESSION
+      if (compression !== 0 && compressionsAlgorithmsByBitmask[compression] === undefined) {
+        bytes = EMPTY
+        throw new RecordBatchError(topic, partition, baseOffset, `unknown compression ${compression}`)
+      }
+      const last = baseOffset + int32At(pos + 23)
+      end = Math.max(end, last + 1)
+      if ((attributes & CONTROL) === 0 && last >= from) hasRecords = true
+      pos = batchEnd
+    }
+    bytes = EMPTY
+    this.limit = pos
+    this.end = end
+    this.hasRecords = hasRecords
+  }
+
+  /** The next chunk of at most `chunkSize` records (never empty), or `undefined` when every whole batch is read. */
+  next(): Array<LogRecord> | undefined {
+    const { topic, partition, from, chunkSize } = this.target
+    const chunk: Array<LogRecord> = []
+    while (chunk.length < chunkSize && (this.remaining > 0 || this.open())) {
+      bytes = this.batch
+      at = this.recordAt
+      const { baseOffset, baseTimestamp } = this
+      while (this.remaining > 0 && chunk.length < chunkSize) {
+        this.remaining--
+        const length = varint()
+        const next = at + length
+        at++ // attributes
+        const timestampDelta = varint()
+        const offset = baseOffset + varint()
+        if (offset < from) {
+          at = next
+          continue
+        }
+        const keyLength = varint()
+        const key = keyLength < 0 ? null : view(keyLength)
+        const valueLength = varint()
+        const value = valueLength < 0 ? null : view(valueLength)
+        const headerCount = varint()
+        let headers = NO_HEADERS
+        if (headerCount > 0) {
+          const list = new Array<{ readonly key: string; readonly value: Uint8Array }>(headerCount)
+          for (let h = 0; h < headerCount; h++) {
+            const name = headerName(varint())
+            const valueBytes = varint()
+            list[h] = { key: name, value: valueBytes < 0 ? new Uint8Array(0) : view(valueBytes) }
+          }
+          headers = list
+        }
+        at = next
+        chunk.push({ topic, partition, offset, key, value, headers, timestamp: baseTimestamp + timestampDelta })
+      }
+      this.recordAt = at
+      bytes = EMPTY
+    }
+    return chunk.length > 0 ? chunk : undefined
+  }
+
+  /** Opens the next whole batch holding records (control batches skipped); false when none is left. */
+  private open(): boolean {
+    const data = this.data
+    while (this.pos < this.limit) {
+      const pos = this.pos
+      bytes = data
+      const baseOffset = int64At(pos)
+      const batchEnd = pos + BATCH_LOG_OVERHEAD + int32At(pos + 8)
+      const attributes = (data[pos + 21]! << 8) | data[pos + 22]!
+      const last = baseOffset + int32At(pos + 23)
+      const baseTimestamp = int64At(pos + 27)
+      const count = int32At(pos + BATCH_HEADER - 4)
+      bytes = EMPTY
+      this.pos = batchEnd
+      // Control batches, and batches wholly below `from` (the fetch starts at the batch holding it), are skipped.
+      if ((attributes & CONTROL) !== 0 || last < this.target.from || count <= 0) continue
+      const compression = attributes & COMPRESSION
+      if (compression === 0) {
+        this.batch = data
+        this.recordAt = pos + BATCH_HEADER
+      } else {
+        const packed = data.subarray(pos + BATCH_HEADER, batchEnd)
+        this.batch = compressionsAlgorithmsByBitmask[compression]!.decompressSync(
+          Buffer.from(packed.buffer, packed.byteOffset, packed.byteLength)
+        )
+        this.recordAt = 0
+      }
+      this.baseOffset = baseOffset
+      this.baseTimestamp = baseTimestamp
+      this.remaining = count
+      return true
+    }
+    this.batch = EMPTY
+    return false
+  }
+}
+
+/**
+ * Decodes a partition's record batches at once, appending chunks of at most `chunkSize` records to `chunks` (see
+ * `RecordBatchReader`). Returns the offset after the last batch read (control batches and compacted gaps
+ * included), or `from` when none was whole.
  */
 export const decodeRecordBatches = (
   data: Uint8Array,
   target: DecodeTarget,
   chunks: Array<Array<LogRecord>>
 ): number => {
-  const { topic, partition, from, chunkSize } = target
-  let end = from
-  let chunk: Array<LogRecord> = []
-  let pos = 0
-  while (data.length - pos >= BATCH_LOG_OVERHEAD) {
-    bytes = data
-    const baseOffset = int64At(pos)
-    const batchEnd = pos + BATCH_LOG_OVERHEAD + int32At(pos + 8)
-    if (batchEnd > data.length) break // cut off by the fetch size
-    const magic = data[pos + 16]!
-    if (magic !== 2)
-      throw new RecordBatchError(topic, partition, baseOffset, `message format v${magic} is not supported`)
-    const attributes = (data[pos + 21]! << 8) | data[pos + 22]!
-    end = Math.max(end, baseOffset + int32At(pos + 23) + 1)
-    if ((attributes & CONTROL) !== 0) {
-      pos = batchEnd
-      continue
-    }
-    const baseTimestamp = int64At(pos + 27)
-    const count = int32At(pos + BATCH_HEADER - 4)
-    const compression = attributes & COMPRESSION
-    if (compression === 0) {
-      at = pos + BATCH_HEADER
-    } else {
-      const algorithm = compressionsAlgorithmsByBitmask[compression]
-      if (algorithm === undefined) {
-        throw new RecordBatchError(topic, partition, baseOffset, `unknown compression ${compression}`)
-      }
-      const packed = data.subarray(pos + BATCH_HEADER, batchEnd)
-      bytes = algorithm.decompressSync(Buffer.from(packed.buffer, packed.byteOffset, packed.byteLength))
-      at = 0
-    }
-    for (let i = 0; i < count; i++) {
-      const length = varint()
-      const next = at + length
-      at++ // attributes
-      const timestampDelta = varint()
-      const offset = baseOffset + varint()
-      if (offset < from) {
-        at = next
-        continue
-      }
-      const keyLength = varint()
-      const key = keyLength < 0 ? null : view(keyLength)
-      const valueLength = varint()
-      const value = valueLength < 0 ? null : view(valueLength)
-      const headerCount = varint()
-      let headers = NO_HEADERS
-      if (headerCount > 0) {
-        const list = new Array<{ readonly key: string; readonly value: Uint8Array }>(headerCount)
-        for (let h = 0; h < headerCount; h++) {
-          const name = headerName(varint())
-          const valueBytes = varint()
-          list[h] = { key: name, value: valueBytes < 0 ? new Uint8Array(0) : view(valueBytes) }
-        }
-        headers = list
-      }
-      at = next
-      chunk.push({ topic, partition, offset, key, value, headers, timestamp: baseTimestamp + timestampDelta })
-      if (chunk.length === chunkSize) {
-        chunks.push(chunk)
-        chunk = []
-      }
-    }
-    pos = batchEnd
-  }
-  bytes = new Uint8Array(0)
-  if (chunk.length > 0) chunks.push(chunk)
-  return end
+  const reader = new RecordBatchReader(data, target)
+  for (let chunk = reader.next(); chunk !== undefined; chunk = reader.next()) chunks.push(chunk)
+  return reader.end
 }

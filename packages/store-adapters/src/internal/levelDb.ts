@@ -40,6 +40,27 @@ export type DriverOp =
   | { readonly type: "put"; readonly key: Buffer; readonly value: Uint8Array }
   | { readonly type: "del"; readonly key: Buffer }
 
+/**
+ * A native batch through abstract-level's implementer methods (`_put`, `_del`, `_clear`), which the bindings
+ * implement and abstract-level's public `put` wraps: the public one validates again, copies options and builds an
+ * operation object per call, ~7% of a restore's time on the JavaScript thread. Keys and values reach it already
+ * validated and as buffers.
+ */
+export interface NativeBatch {
+  _put(key: Buffer, value: Uint8Array): void
+  _del(key: Buffer): void
+  _clear(): void
+}
+
+/** Adds `ops` to a cleared native batch. */
+export const fillNative = (batch: NativeBatch, ops: ReadonlyArray<DriverOp>): void => {
+  batch._clear()
+  for (const op of ops) {
+    if (op.type === "put") batch._put(op.key, op.value)
+    else batch._del(op.key)
+  }
+}
+
 /** The part of an abstract-level iterator the store uses. */
 export interface DriverIterator {
   nextv(size: number): Promise<Array<[Buffer, Buffer]>>
