@@ -159,9 +159,11 @@ const checkOptions = (options: TablesOptions): TableManagerError | undefined => 
   if (options.settleDelay !== undefined && Option.isNone(Duration.fromInput(options.settleDelay))) {
     return invalidOption("settleDelay", `not a duration: ${String(options.settleDelay)}`)
   }
-  const buffer = options.recovery?.recoveryBufferSize
-  if (buffer !== undefined && (!Number.isSafeInteger(buffer) || buffer < 1)) {
-    return invalidOption("recovery.recoveryBufferSize", `must be a positive integer, got ${buffer}`)
+  for (const name of ["recoveryBufferSize", "standbyBufferSize"] as const) {
+    const buffer = options.recovery?.[name]
+    if (buffer !== undefined && (!Number.isSafeInteger(buffer) || buffer < 1)) {
+      return invalidOption(`recovery.${name}`, `must be a positive integer, got ${buffer}`)
+    }
   }
   return undefined
 }
@@ -356,6 +358,9 @@ interface Collector {
 const CurrentCollector = Context.Reference<Collector | undefined>("@strata/tables/Tables/CurrentCollector", {
   defaultValue: () => undefined
 })
+
+/** Recovery's default `recoveryBufferSize` and `standbyBufferSize`. */
+const DEFAULT_RESTORE_BATCH = 1000
 
 const keyId = (key: Uint8Array): string => Buffer.from(key).toString("base64")
 const managerError = (reason: TableManagerError["reason"]) => new TableManagerError({ reason })
@@ -929,7 +934,13 @@ export const make = (
       }
       const built = yield* Scope.fork(scope, "sequential")
       recoveryScope = built
-      const c = yield* log.consumer().pipe(Scope.provide(built))
+      // Fetched records come in chunks as large as a restore batch, so a larger `recoveryBufferSize` gives larger
+      // store batches (the consumer's own chunks of 1000 records capped them).
+      const chunk = Math.max(
+        options.recovery?.recoveryBufferSize ?? DEFAULT_RESTORE_BATCH,
+        options.recovery?.standbyBufferSize ?? DEFAULT_RESTORE_BATCH
+      )
+      const c = yield* log.consumer({ maxBatchRecords: chunk }).pipe(Scope.provide(built))
       consumer = c
       const tps = all.flatMap(changelogPartitionsOf)
       yield* c.assign(tps)

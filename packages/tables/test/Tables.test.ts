@@ -535,6 +535,47 @@ describe("Tables: rebalance and recovery", () => {
     )
   )
 
+  it.effect("recoveryBufferSize sets the store batch size beyond the consumer's default chunk of 1000 records", () =>
+    env(
+      Effect.gen(function* () {
+        const tables = yield* manager({ recovery: { recoveryBufferSize: 2500 } })
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        const log = yield* Log
+        const enc = new TextEncoder()
+        for (const partition of [0, 1]) {
+          yield* log.produceBatch(
+            Array.from({ length: 2500 }, (_, i) => ({
+              topic,
+              partition,
+              key: enc.encode(JSON.stringify(`k${i}`)),
+              value: enc.encode(String(i))
+            }))
+          )
+        }
+        const recovery = Option.getOrThrow(yield* tables.recovery)
+        const writes: Array<string> = []
+        yield* Effect.forkChild(
+          recovery.events.pipe(
+            Stream.runForEach((e) =>
+              Effect.sync(() => {
+                if (e._tag === "BatchApplied") writes.push(`${e.partition}:${e.records}`)
+              })
+            )
+          )
+        )
+        yield* Effect.yieldNow
+        yield* tables.manager.onPartitionsAssigned([0, 1].map((partition) => ({ topic: "words", partition })))
+        yield* tables.manager.waitUntilRecoveryCompleted
+        // One write per partition (the consumer's chunks of 1000 made writes of 1000, 1000 and 500).
+        assert.deepStrictEqual([...writes].sort(), ["0:2500", "1:2500"])
+        for (const partition of [0, 1]) assert.strictEqual((yield* table.entries(partition)).length, 2500)
+        const bad: TableManagerError = yield* Effect.flip(manager({ recovery: { standbyBufferSize: 0 } }))
+        assert.match(bad.message, /recovery\.standbyBufferSize\b.*must be a positive integer, got 0/)
+      })
+    )
+  )
+
   it.effect("a revoked partition is flushed and closed; reads of it are refused", () =>
     env(
       Effect.gen(function* () {
