@@ -492,45 +492,55 @@ describe("Tables: rebalance and recovery", () => {
     )
   )
 
+  /**
+   * Registers `counts`, writes `records` changelog records to each of `partitions` partitions, restores them all and
+   * returns the store batches recovery wrote ("partition:records") and the entries each partition then holds.
+   */
+  const restoreBatches = (options: Partial<Tables.TablesOptions>, partitions: number, records: number) =>
+    Effect.gen(function* () {
+      const tables = yield* manager(options)
+      const table = yield* tables.register(counts)
+      yield* tables.start
+      const log = yield* Log
+      const enc = new TextEncoder()
+      const all = Array.from({ length: partitions }, (_, partition) => partition)
+      for (const partition of all) {
+        yield* log.produceBatch(
+          Array.from({ length: records }, (_, i) => ({
+            topic,
+            partition,
+            key: enc.encode(JSON.stringify(`k${i}`)),
+            value: enc.encode(String(i))
+          }))
+        )
+      }
+      const recovery = Option.getOrThrow(yield* tables.recovery)
+      const writes: Array<string> = []
+      yield* Effect.forkChild(
+        recovery.events.pipe(
+          Stream.runForEach((e) =>
+            Effect.sync(() => {
+              if (e._tag === "BatchApplied") writes.push(`${e.partition}:${e.records}`)
+            })
+          )
+        )
+      )
+      yield* Effect.yieldNow
+      yield* tables.manager.onPartitionsAssigned(all.map((partition) => ({ topic: "words", partition })))
+      yield* tables.manager.waitUntilRecoveryCompleted
+      const entries = yield* Effect.forEach(all, (partition) => Effect.map(table.entries(partition), (e) => e.length))
+      return { writes: [...writes].sort(), entries }
+    })
+
   it.effect("a restore writes each fetched chunk whole: no chunk is split into a large and a small store batch", () =>
     env(
       Effect.gen(function* () {
         // 700 records in each of the 4 changelog partitions: each comes as one chunk, and two never fit one
         // recoveryBufferSize (1000) together. Splitting the second one to fill the buffer made writes of 700, 300,
         // 400, 600, ...; whole chunks make four writes of 700.
-        const tables = yield* manager({ recovery: { recoveryBufferSize: 1000 } })
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        const log = yield* Log
-        const enc = new TextEncoder()
-        for (let partition = 0; partition < 4; partition++) {
-          yield* log.produceBatch(
-            Array.from({ length: 700 }, (_, i) => ({
-              topic,
-              partition,
-              key: enc.encode(JSON.stringify(`k${i}`)),
-              value: enc.encode(String(i))
-            }))
-          )
-        }
-        const recovery = Option.getOrThrow(yield* tables.recovery)
-        const writes: Array<string> = []
-        yield* Effect.forkChild(
-          recovery.events.pipe(
-            Stream.runForEach((e) =>
-              Effect.sync(() => {
-                if (e._tag === "BatchApplied") writes.push(`${e.partition}:${e.records}`)
-              })
-            )
-          )
-        )
-        yield* Effect.yieldNow
-        yield* tables.manager.onPartitionsAssigned([0, 1, 2, 3].map((partition) => ({ topic: "words", partition })))
-        yield* tables.manager.waitUntilRecoveryCompleted
-        assert.deepStrictEqual([...writes].sort(), ["0:700", "1:700", "2:700", "3:700"])
-        for (let partition = 0; partition < 4; partition++) {
-          assert.strictEqual((yield* table.entries(partition)).length, 700)
-        }
+        const { writes, entries } = yield* restoreBatches({ recovery: { recoveryBufferSize: 1000 } }, 4, 700)
+        assert.deepStrictEqual(writes, ["0:700", "1:700", "2:700", "3:700"])
+        assert.deepStrictEqual(entries, [700, 700, 700, 700])
       })
     )
   )
@@ -538,38 +548,10 @@ describe("Tables: rebalance and recovery", () => {
   it.effect("recoveryBufferSize sets the store batch size beyond the consumer's default chunk of 1000 records", () =>
     env(
       Effect.gen(function* () {
-        const tables = yield* manager({ recovery: { recoveryBufferSize: 2500 } })
-        const table = yield* tables.register(counts)
-        yield* tables.start
-        const log = yield* Log
-        const enc = new TextEncoder()
-        for (const partition of [0, 1]) {
-          yield* log.produceBatch(
-            Array.from({ length: 2500 }, (_, i) => ({
-              topic,
-              partition,
-              key: enc.encode(JSON.stringify(`k${i}`)),
-              value: enc.encode(String(i))
-            }))
-          )
-        }
-        const recovery = Option.getOrThrow(yield* tables.recovery)
-        const writes: Array<string> = []
-        yield* Effect.forkChild(
-          recovery.events.pipe(
-            Stream.runForEach((e) =>
-              Effect.sync(() => {
-                if (e._tag === "BatchApplied") writes.push(`${e.partition}:${e.records}`)
-              })
-            )
-          )
-        )
-        yield* Effect.yieldNow
-        yield* tables.manager.onPartitionsAssigned([0, 1].map((partition) => ({ topic: "words", partition })))
-        yield* tables.manager.waitUntilRecoveryCompleted
+        const { writes, entries } = yield* restoreBatches({ recovery: { recoveryBufferSize: 2500 } }, 2, 2500)
         // One write per partition (the consumer's chunks of 1000 made writes of 1000, 1000 and 500).
-        assert.deepStrictEqual([...writes].sort(), ["0:2500", "1:2500"])
-        for (const partition of [0, 1]) assert.strictEqual((yield* table.entries(partition)).length, 2500)
+        assert.deepStrictEqual(writes, ["0:2500", "1:2500"])
+        assert.deepStrictEqual(entries, [2500, 2500])
         const bad: TableManagerError = yield* Effect.flip(manager({ recovery: { standbyBufferSize: 0 } }))
         assert.match(bad.message, /recovery\.standbyBufferSize\b.*must be a positive integer, got 0/)
       })
