@@ -10,7 +10,7 @@
 import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { ClassicLevel } from "classic-level"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
-import { type DriverDb, fillNative, make as makeShared, type NativeBatch } from "./internal/levelDb.js"
+import { type DriverDb, make as makeShared, type NativeBatch } from "./internal/levelDb.js"
 import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
 
 /** Options of the LevelDB store, validated when the store opens. */
@@ -81,10 +81,11 @@ export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Serv
           // Native batches are reused: filled through the implementer methods, written, cleared and put back. A
           // batch per write kept its native buffer until the collector got to it, and abstract-level tracks every
           // batch it opens until it is closed.
-          batch: async (ops, opts) => {
+          batch: async (fill, opts) => {
             const batch = idle.pop() ?? (db as unknown as { _chainedBatch(): LevelBatch })._chainedBatch()
             try {
-              fillNative(batch, ops)
+              batch._clear()
+              fill(batch)
               await batch._write(opts)
             } finally {
               batch._clear()

@@ -13,7 +13,7 @@
 import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { RocksLevel } from "@nxtedition/rocksdb"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
-import { type DriverDb, fillNative, make as makeShared, type NativeBatch } from "./internal/levelDb.js"
+import { type DriverDb, make as makeShared, type NativeBatch } from "./internal/levelDb.js"
 import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
 
 /** Options of the RocksDB store, validated when the store opens. */
@@ -93,9 +93,10 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
           // implementer methods, written and cleared in one turn. A batch per write kept its native buffer until the
           // collector got to it. After each write a macrotask is yielded, so timers (heartbeats, timeouts, stall
           // checks) still run during a long stream of writes such as a restore.
-          batch: (ops, opts) => {
+          batch: (fill, opts) => {
             try {
-              fillNative(batch, ops)
+              batch._clear()
+              fill(batch)
               batch._writeSync(opts)
             } catch (e) {
               return Promise.reject(e)

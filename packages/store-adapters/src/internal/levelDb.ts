@@ -36,10 +36,6 @@ import {
 import { Effect, Option, Stream } from "effect"
 
 /** A batch operation as the drivers take it. */
-export type DriverOp =
-  | { readonly type: "put"; readonly key: Buffer; readonly value: Uint8Array }
-  | { readonly type: "del"; readonly key: Buffer }
-
 /**
  * A native batch through abstract-level's implementer methods (`_put`, `_del`, `_clear`), which the bindings
  * implement and abstract-level's public `put` wraps: the public one validates again, copies options and builds an
@@ -52,14 +48,14 @@ export interface NativeBatch {
   _clear(): void
 }
 
-/** Adds `ops` to a cleared native batch. */
-export const fillNative = (batch: NativeBatch, ops: ReadonlyArray<DriverOp>): void => {
-  batch._clear()
-  for (const op of ops) {
-    if (op.type === "put") batch._put(op.key, op.value)
-    else batch._del(op.key)
-  }
-}
+/**
+ * Adds a write's operations to a cleared native batch, synchronously: the bindings copy keys and values as they
+ * are added, so the buffers passed may be reused right after.
+ */
+export type FillBatch = (batch: NativeBatch) => void
+
+/** Key lengths a partition store keeps a reusable key buffer for. */
+const MAX_KEY_BUFFERS = 64
 
 /** The part of an abstract-level iterator the store uses. */
 export interface DriverIterator {
@@ -69,7 +65,8 @@ export interface DriverIterator {
 
 /** The part of an abstract-level database the store uses. */
 export interface DriverDb {
-  batch(ops: Array<DriverOp>, options: { sync: boolean }): Promise<void>
+  /** Writes, atomically, what `fill` adds to a cleared native batch. */
+  batch(fill: FillBatch, options: { sync: boolean }): Promise<void>
   get(key: Buffer): Promise<Buffer | undefined>
   getMany(keys: Array<Buffer>): Promise<Array<Buffer | undefined>>
   iterator(options: DriverRange & { keys?: boolean; values?: boolean }): DriverIterator
@@ -196,17 +193,23 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, im
     const deleteRange = (operation: string, from: Buffer, to: Buffer) =>
       io(operation, async () => {
         const it = db.iterator({ gte: from, lt: to, values: false })
-        const ops: Array<DriverOp> = []
+        const keys: Array<Buffer> = []
         try {
           for (;;) {
             const entries = await it.nextv(SCAN_CHUNK)
             if (entries.length === 0) break
-            for (const [key] of entries) ops.push({ type: "del", key })
+            for (const [key] of entries) keys.push(key)
           }
         } finally {
           await it.close()
         }
-        if (ops.length > 0) await db.batch(ops, { sync: backend.sync })
+        if (keys.length > 0)
+          await db.batch(
+            (batch) => {
+              for (const key of keys) batch._del(key)
+            },
+            { sync: backend.sync }
+          )
       })
 
     /** A valid id of a partition store nobody has open, or the error saying why not. */
@@ -258,37 +261,47 @@ const makePartition = (
   const closed = () => storeError(new StoreClosed({ store: name }))
   const strip = (key: Buffer) => key.subarray(prefix.length)
 
+  /**
+   * Prefixed keys are built in a buffer kept per key length (the bindings copy a key when it is added to a batch),
+   * so a write allocates nothing per key; keys of other lengths than the first `MAX_KEY_BUFFERS` get a buffer each.
+   */
+  const keyBuffers = new Map<number, Buffer>()
+  const prefixed = (key: Uint8Array): Buffer => {
+    const length = prefix.length + key.length
+    let buffer = keyBuffers.get(length)
+    if (buffer === undefined) {
+      buffer = Buffer.allocUnsafe(length)
+      prefix.copy(buffer, 0)
+      if (keyBuffers.size < MAX_KEY_BUFFERS) keyBuffers.set(length, buffer)
+    }
+    buffer.set(key, prefix.length)
+    return buffer
+  }
+
   const write = (ops: ReadonlyArray<StoreOp>, options?: { readonly offsets?: ReadonlyArray<TopicPartitionOffset> }) =>
     Effect.suspend(() => {
       if (handle.closed) return Effect.fail(closed())
-      // Validate everything first, then build every prefixed key in one allocation (one view per key).
-      let bytes = 0
+      // Validate everything first: a bad operation fails the write before anything reaches the batch.
       for (let i = 0; i < ops.length; i++) {
         const op = ops[i]!
         const bad =
           StoreValidation.checkKey(op.key, limits) ??
           (op._tag === "put" ? StoreValidation.checkValue(op.value, limits) : undefined)
         if (bad) return Effect.fail(bad)
-        bytes += prefix.length + op.key.length
       }
-      const slab = Buffer.allocUnsafeSlow(bytes)
-      const batch: Array<DriverOp> = new Array(ops.length)
-      let at = 0
-      for (let i = 0; i < ops.length; i++) {
-        const op = ops[i]!
-        const start = at
-        at += prefix.copy(slab, at)
-        slab.set(op.key, at)
-        at += op.key.length
-        const key = slab.subarray(start, at)
-        batch[i] = op._tag === "put" ? { type: "put", key, value: op.value } : { type: "del", key }
-      }
-      const badOffset = StoreValidation.checkOffsets(options?.offsets ?? [])
+      const offsets = options?.offsets ?? []
+      const badOffset = StoreValidation.checkOffsets(offsets)
       if (badOffset) return Effect.fail(badOffset)
-      for (const o of options?.offsets ?? [])
-        batch.push({ type: "put", key: metaKey(prefix, o), value: encodeOffset(o.offset) })
-      if (batch.length === 0) return Effect.void
-      return io(`write ${name}`, () => db.batch(batch, { sync: backend.sync }))
+      if (ops.length === 0 && offsets.length === 0) return Effect.void
+      const fill = (batch: NativeBatch) => {
+        for (let i = 0; i < ops.length; i++) {
+          const op = ops[i]!
+          if (op._tag === "put") batch._put(prefixed(op.key), op.value)
+          else batch._del(prefixed(op.key))
+        }
+        for (const o of offsets) batch._put(metaKey(prefix, o), encodeOffset(o.offset))
+      }
+      return io(`write ${name}`, () => db.batch(fill, { sync: backend.sync }))
     })
 
   /** Translates a user range into the partition's key space; `undefined` when it selects nothing. */
