@@ -104,6 +104,10 @@ for (const backend of backends) {
           const bad = yield* Effect.flip(stores[0]!.write([put(new Uint8Array(0), enc.encode("x"))]))
           assert.strictEqual(bad.reason._tag, "InvalidKey")
           yield* stores[0]!.write([put(enc.encode("after"), enc.encode("ok"))])
+          // Keys of 100 different lengths in one write: more lengths than the store keeps key buffers for.
+          yield* stores[1]!.write(
+            Array.from({ length: 100 }, (_, i) => put(enc.encode("z".repeat(i + 1)), enc.encode(`${i}`)))
+          )
           return yield* Effect.forEach(stores, (st) =>
             Effect.all({ entries: Stream.runCollect(st.scan()), offsets: st.persistedOffsets })
           )
@@ -111,7 +115,8 @@ for (const backend of backends) {
         const scans = yield* Effect.scoped(program).pipe(Effect.provide(backend.layer(directory)))
         scans.forEach(({ entries, offsets }, p) => {
           const got = [...entries].map(([k, v]) => `${dec.decode(k)}=${dec.decode(v)}`).sort()
-          const expected: Array<string> = p === 0 ? ["after=ok"] : []
+          const expected: Array<string> =
+            p === 0 ? ["after=ok"] : p === 1 ? Array.from({ length: 100 }, (_, i) => `${"z".repeat(i + 1)}=${i}`) : []
           for (let w = 0; w < writesEach; w++)
             for (let k = 0; k < keysEach; k++) expected.push(`w${w}-k${k}=${p}/${w}/${k}`)
           assert.deepStrictEqual(got, expected.sort())
