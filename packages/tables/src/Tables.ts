@@ -934,8 +934,8 @@ export const make = (
       }
       const built = yield* Scope.fork(scope, "sequential")
       recoveryScope = built
-      // Fetched records come in chunks as large as a restore batch, so a larger `recoveryBufferSize` gives larger
-      // store batches (the consumer's own chunks of 1000 records capped them).
+      // Fetched records come in chunks as large as a restore batch, so a `recoveryBufferSize` above 1000 gives larger
+      // store batches when a fetch holds that many of a partition (the consumer's own chunks of 1000 capped them).
       const chunk = Math.max(
         options.recovery?.recoveryBufferSize ?? DEFAULT_RESTORE_BATCH,
         options.recovery?.standbyBufferSize ?? DEFAULT_RESTORE_BATCH
