@@ -82,6 +82,8 @@ export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Serv
           // batch per write kept its native buffer until the collector got to it, and abstract-level tracks every
           // batch it opens until it is closed.
           batch: async (fill, opts) => {
+            // The implementer methods skip abstract-level's checks: on a closed database they would crash the process.
+            if (db.status !== "open") throw new Error(`the database is ${db.status}`)
             const batch = idle.pop() ?? (db as unknown as { _chainedBatch(): LevelBatch })._chainedBatch()
             try {
               batch._clear()

@@ -94,6 +94,9 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
           // collector got to it. After each write a macrotask is yielded, so timers (heartbeats, timeouts, stall
           // checks) still run during a long stream of writes such as a restore.
           batch: (fill, opts) => {
+            // The implementer methods skip abstract-level's checks: on a closed database they would crash the process.
+            const status = (db as unknown as { readonly status: string }).status
+            if (status !== "open") return Promise.reject(new Error(`the database is ${status}`))
             try {
               batch._clear()
               fill(batch)

@@ -4,10 +4,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
-import { put, Store, type StoreError } from "@strata/core"
+import { put, Store, type StoreError, type StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { ConfigProvider, Effect, Layer, Option, type Scope, Stream } from "effect"
+import { ConfigProvider, Context, Effect, Exit, Layer, Option, Scope, Stream } from "effect"
 import { afterAll } from "vitest"
 
 const root = mkdtempSync(join(tmpdir(), "strata-store-backends-"))
@@ -125,6 +125,34 @@ for (const backend of backends) {
             Array.from({ length: writesEach }, (_, w) => `many-${w}/${p}@${100 * p + w}`)
           )
         })
+      })
+    )
+
+    it.live("a partition store used after its database closed fails with a StoreError, and nothing crashes", () =>
+      Effect.gen(function* () {
+        const directory = freshDir()
+        const outer = yield* Scope.make()
+        const inner = yield* Scope.make()
+        // The database lives in `inner`; the partition store is opened in `outer`, which outlives it.
+        const context = yield* Layer.buildWithScope(backend.layer(directory), inner)
+        const st = yield* (Context.get(context, Store) as StoreShape)
+          .open({ table: "late", partition: 0 })
+          .pipe(Scope.provide(outer))
+        yield* st.put(enc.encode("k"), enc.encode("v"))
+        yield* Scope.close(inner, Exit.void)
+        const late = yield* Effect.flip(st.put(enc.encode("k2"), enc.encode("v2")))
+        assert.isTrue(["StoreIoError", "StoreClosed"].includes(late.reason._tag), late.message)
+        const read = yield* Effect.flip(st.get(enc.encode("k")))
+        assert.isTrue(["StoreIoError", "StoreClosed"].includes(read.reason._tag), read.message)
+        yield* Scope.close(outer, Exit.void)
+        // What was written before the close is there when the directory opens again.
+        const again = yield* Effect.scoped(
+          Effect.gen(function* () {
+            const reopened = yield* (yield* Store).open({ table: "late", partition: 0 })
+            return Option.map(yield* reopened.get(enc.encode("k")), (v) => dec.decode(v))
+          }).pipe(Effect.provide(backend.layer(directory)))
+        )
+        assert.deepStrictEqual(again, Option.some("v"))
       })
     )
 
