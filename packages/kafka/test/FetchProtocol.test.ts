@@ -8,7 +8,7 @@ import {
 import type { LogRecord } from "@strata/core"
 import { describe, expect, it } from "vitest"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
-import { decodeRecordBatches, RecordBatchError, RecordBatchReader } from "../src/internal/fetchProtocol.js"
+import { type DecodeTarget, RecordBatchError, RecordBatchReader } from "../src/internal/fetchProtocol.js"
 
 const TOPIC = "t"
 const PARTITION = 3
@@ -68,7 +68,14 @@ const plain = (records: ReadonlyArray<LogRecord>) =>
     headers: r.headers.map((h) => ({ key: h.key, value: new Uint8Array(h.value) }))
   }))
 
-describe("decodeRecordBatches", () => {
+/** Reads every chunk of a fetch with one reader, appending them to `chunks`; returns the reader's end offset. */
+const decodeRecordBatches = (data: Uint8Array, target: DecodeTarget, chunks: Array<Array<LogRecord>>): number => {
+  const reader = new RecordBatchReader(data, target)
+  for (let chunk = reader.next(); chunk !== undefined; chunk = reader.next()) chunks.push(chunk)
+  return reader.end
+}
+
+describe("RecordBatchReader", () => {
   it("decodes what the client's decoder decodes, over 300 generated fetches", () => {
     for (let seed = 1; seed <= 300; seed++) {
       const random = seeded(seed)

@@ -13,7 +13,7 @@
 import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { RocksLevel } from "@nxtedition/rocksdb"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
-import { type DriverDb, make as makeShared, type NativeBatch } from "./internal/levelDb.js"
+import { type DriverDb, make as makeShared } from "./internal/levelDb.js"
 import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
 
 /** Options of the RocksDB store, validated when the store opens. */
@@ -51,11 +51,6 @@ export class RocksDbStore extends Context.Service<RocksDbStore, StoreShape & { r
 
 const decode = decodeOptions("rocksdb", RocksDbStoreOptions)
 
-/** The binding's chained batch: the implementer methods and its synchronous write. */
-interface RocksBatch extends NativeBatch {
-  _writeSync(options: { sync: boolean }): void
-}
-
 const isNotFound = (error: unknown): boolean => (error as { code?: unknown } | undefined)?.code === "LEVEL_NOT_FOUND"
 
 /** Opens the database at `options.directory` for the life of the scope. */
@@ -86,27 +81,24 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
           ...(o.parallelism === undefined ? {} : { parallelism: o.parallelism })
         })
         const driver = db as unknown as DriverDb
-        const batch = (db as unknown as { _chainedBatch(): RocksBatch })._chainedBatch()
+        const batch = db._chainedBatch()
         // RocksLevel rejects a missing key with LEVEL_NOT_FOUND where the protocol wants "absent".
         return {
           // The binding writes synchronously, so one native batch serves every write: filled through the
           // implementer methods, written and cleared in one turn. A batch per write kept its native buffer until the
           // collector got to it. After each write a macrotask is yielded, so timers (heartbeats, timeouts, stall
           // checks) still run during a long stream of writes such as a restore.
-          batch: (fill, opts) => {
+          batch: async (fill, opts) => {
             // The implementer methods skip abstract-level's checks: on a closed database they would crash the process.
-            const status = (db as unknown as { readonly status: string }).status
-            if (status !== "open") return Promise.reject(new Error(`the database is ${status}`))
+            if (db.status !== "open") throw new Error(`the database is ${db.status}`)
             try {
               batch._clear()
               fill(batch)
               batch._writeSync(opts)
-            } catch (e) {
-              return Promise.reject(e)
             } finally {
               batch._clear()
             }
-            return new Promise<void>((resolve) => setImmediate(resolve))
+            await new Promise<void>((resolve) => setImmediate(resolve))
           },
           get: (key) => driver.get(key).catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e))),
           getMany: (keys) => driver.getMany(keys),

@@ -322,18 +322,3 @@ export class RecordBatchReader {
     return false
   }
 }
-
-/**
- * Decodes a partition's record batches at once, appending chunks of at most `chunkSize` records to `chunks` (see
- * `RecordBatchReader`). Returns the offset after the last batch read (control batches and compacted gaps
- * included), or `from` when none was whole.
- */
-export const decodeRecordBatches = (
-  data: Uint8Array,
-  target: DecodeTarget,
-  chunks: Array<Array<LogRecord>>
-): number => {
-  const reader = new RecordBatchReader(data, target)
-  for (let chunk = reader.next(); chunk !== undefined; chunk = reader.next()) chunks.push(chunk)
-  return reader.end
-}

@@ -35,7 +35,6 @@ import {
 } from "@strata/core"
 import { Effect, Option, Stream } from "effect"
 
-/** A batch operation as the drivers take it. */
 /**
  * A native batch through abstract-level's implementer methods (`_put`, `_del`, `_clear`), which the bindings
  * implement and abstract-level's public `put` wraps: the public one validates again, copies options and builds an
