@@ -132,6 +132,8 @@ const STALE_METADATA = new Set([3, 5, 6, 100])
  */
 const DEFAULT_FETCH_MAX_BYTES = 2 * 1024 * 1024
 const DEFAULT_FETCH_PARTITION_MAX_BYTES = 256 * 1024
+/** How often `ensureTopic` asks for a new topic's metadata while it waits for the brokers to know it. */
+const TOPIC_POLL_MS = 50
 /** Kafka stores timestamp deltas in 32 bits; the client mis-encodes larger spans, so such sends are split. */
 const MAX_TIMESTAMP_SPAN = 2 ** 31 - 1
 
@@ -262,13 +264,52 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
               : Effect.fail(toLogError("ensureTopic", brokers, cause, spec.topic))
           )
         )
-        if (created) {
-          partitionCounts.set(spec.topic, spec.partitions)
-          return
-        }
+        // The controller answers before the brokers know the topic: a produce right away could fail with "unknown
+        // topic" (seen right after a broker start). Like Kafka Streams, wait until the metadata shows it, and for a
+        // topic created here until every partition has a leader.
         partitionCounts.delete(spec.topic)
-        const actual = yield* partitionCount(spec.topic)
+        const actual = yield* awaitTopic(spec.topic, created)
         if (actual !== spec.partitions) return yield* Effect.fail(mismatch(spec.topic, spec.partitions, actual))
+        partitionCounts.set(spec.topic, actual)
+      })
+
+    /**
+     * The topic's partition count once the brokers' metadata lists it (with a leader for every partition when
+     * `led`), asked again every `TOPIC_POLL_MS` for up to the request timeout.
+     */
+    const awaitTopic = (topic: string, led: boolean): Effect.Effect<number, LogError> =>
+      Effect.gen(function* () {
+        const deadline = (yield* Clock.currentTimeMillis) + base.timeout
+        for (;;) {
+          const md = yield* call(
+            "ensureTopic",
+            () => admin.metadata({ topics: [topic], forceUpdate: true }),
+            topic
+          ).pipe(
+            Effect.catchIf(
+              (e) => e.reason._tag === "UnknownTopic",
+              () => Effect.succeed(undefined)
+            )
+          )
+          const t = md?.topics.get(topic)
+          const leaderless = t?.partitions.filter((p) => p.leader < 0).length ?? 0
+          if (t !== undefined && t.partitionsCount > 0 && (!led || leaderless === 0)) return t.partitionsCount
+          if ((yield* Clock.currentTimeMillis) >= deadline) {
+            return yield* Effect.fail(
+              logError(
+                new LogIoError({
+                  operation: "ensureTopic",
+                  detail:
+                    t === undefined
+                      ? `${topic} is not in the brokers' metadata ${base.timeout} ms after it was created or found`
+                      : `${topic} has ${leaderless} of ${t.partitionsCount} partitions without a leader ${base.timeout} ms after it was created`,
+                  retryable: true
+                })
+              )
+            )
+          }
+          yield* Effect.sleep(TOPIC_POLL_MS)
+        }
       })
 
     const inFlight = new Set<Promise<unknown>>()

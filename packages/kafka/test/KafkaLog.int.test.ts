@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
-import { compressionsAlgorithms, Producer } from "@platformatic/kafka"
+import { Admin, compressionsAlgorithms, Producer } from "@platformatic/kafka"
 import { KafkaLog } from "@strata/kafka"
 import { Effect, Stream } from "effect"
 import { Log } from "@strata/core"
@@ -29,6 +29,48 @@ describe("KafkaLog start-up", () => {
       assert.strictEqual(fetch.reason._tag, "InvalidRequest")
       assert.include(fetch.message, "fetchPartitionMaxBytes")
     })
+  )
+})
+
+describe("KafkaLog topics", () => {
+  // Right after a broker start, a produce following CreateTopics failed with "unknown topic" for 8 of 40 new
+  // topics: the controller answers before the brokers know the topic. ensureTopic now waits until they do.
+  it.live("ensureTopic returns once every partition of a new topic has a leader and takes writes", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const stamp = Date.now().toString(36)
+      const topics = Array.from({ length: 4 }, (_, i) => `ready-${stamp}-${i}`)
+      yield* Effect.forEach(topics, (topic) => log.ensureTopic({ topic, partitions: 24 }), {
+        concurrency: "unbounded",
+        discard: true
+      })
+      const admin = yield* Effect.acquireRelease(
+        Effect.sync(() => new Admin({ clientId: "strata-test-ready", bootstrapBrokers: [inject("kafka")] })),
+        (a) => Effect.promise(() => a.close())
+      )
+      const md = yield* Effect.promise(() => admin.metadata({ topics, forceUpdate: true }))
+      for (const topic of topics) {
+        const t = md.topics.get(topic)
+        assert.strictEqual(t?.partitionsCount, 24, topic)
+        assert.deepStrictEqual(
+          t!.partitions.flatMap((p, i) => (p.leader < 0 ? [i] : [])),
+          [],
+          `${topic}: partitions without a leader`
+        )
+      }
+      const enc = new TextEncoder()
+      const offsets = yield* log.produceBatch(
+        topics.flatMap((topic) =>
+          Array.from({ length: 24 }, (_, partition) => ({ topic, partition, key: null, value: enc.encode("x") }))
+        ),
+        { acks: "all" }
+      )
+      assert.deepStrictEqual(new Set(offsets), new Set([0]), "every partition's first record is at offset 0")
+      // An existing topic is found again; another partition count is a mismatch naming both.
+      yield* log.ensureTopic({ topic: topics[0]!, partitions: 24 })
+      const e = yield* Effect.flip(log.ensureTopic({ topic: topics[0]!, partitions: 12 }))
+      assert.strictEqual(e.reason._tag, "TopicMismatch")
+    }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
   )
 })
 
