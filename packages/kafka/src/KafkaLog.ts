@@ -91,13 +91,13 @@ export const KafkaLogOptions = Schema.Struct({
   /** How long a fetch waits at the broker for new records, in milliseconds (default 250). */
   maxWaitMs: Schema.optional(PositiveInt),
   /**
-   * Most bytes one fetch brings back from a broker, all partitions together (default 2 MiB). Larger fetches take
-   * fewer round trips (for distant brokers) but hold more records in memory at once.
+   * Most bytes one fetch brings back from a broker, all partitions together (default 8 MiB). The bytes are held
+   * until their records are handed out; records are built a chunk at a time, as they are handed out.
    */
   fetchMaxBytes: Schema.optional(PositiveInt),
   /**
-   * Most bytes one fetch brings back per partition (default 256 KiB). A record batch larger than this still comes
-   * back whole, alone, so a partition always makes progress.
+   * Most bytes one fetch brings back per partition (default 1 MiB, as Kafka's Java consumer). A record batch larger
+   * than this still comes back whole, alone, so a partition always makes progress.
    */
   fetchPartitionMaxBytes: Schema.optional(PositiveInt),
   /** Attempts to reach the brokers at start, with exponential backoff, before `BrokerUnreachable` (default 5). */
@@ -126,12 +126,13 @@ const OFFSET_OUT_OF_RANGE = 1
 /** Unknown topic or partition, leader not available, not leader or follower, unknown topic id. */
 const STALE_METADATA = new Set([3, 5, 6, 100])
 /**
- * Fetch sizes: small enough that a fetch's records are applied before the garbage collector has to move them (a
- * restore of 1M records ran 17–30% faster with 150 MB less memory than with 16 MiB / 2 MiB), large enough for
- * loopback and same-datacenter brokers.
+ * Fetch sizes. A broker cuts a partition's answer at the size asked, mid-batch, and the cut batch is fetched again
+ * next time: with 256 KiB per partition and ~130 KB changelog batches, half the bytes fetched were thrown away. At
+ * 1 MiB per partition a restore of 1M records took 8–11% less CPU per record (3 same-day A/B runs) for ~60 MB more
+ * memory. (Decoding a whole fetch at once made larger fetches slower; records are now built a chunk at a time.)
  */
-const DEFAULT_FETCH_MAX_BYTES = 2 * 1024 * 1024
-const DEFAULT_FETCH_PARTITION_MAX_BYTES = 256 * 1024
+const DEFAULT_FETCH_MAX_BYTES = 8 * 1024 * 1024
+const DEFAULT_FETCH_PARTITION_MAX_BYTES = 1024 * 1024
 /** How often `ensureTopic` asks for a new topic's metadata while it waits for the brokers to know it. */
 const TOPIC_POLL_MS = 50
 /** Kafka stores timestamp deltas in 32 bits; the client mis-encodes larger spans, so such sends are split. */
