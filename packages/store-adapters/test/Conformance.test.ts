@@ -13,3 +13,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }))
 StoreConformance.suite("memory", MemoryStore.layer())
 StoreConformance.suite("level", LevelStore.layer({ directory: join(root, "level") }))
 StoreConformance.suite("rocksdb", RocksDbStore.layer({ directory: join(root, "rocksdb") }))
+StoreConformance.suite(
+  "rocksdb, writing on the calling thread",
+  RocksDbStore.layer({ directory: join(root, "rocksdb-calling-thread"), writerThread: false })
+)

@@ -4,6 +4,8 @@ declare module "@nxtedition/rocksdb" {
     constructor(location: string, options?: { keyEncoding?: "buffer" | "utf8"; valueEncoding?: "buffer" | "utf8" })
     /** abstract-level's state: "opening", "open", "closing" or "closed". */
     readonly status: string
+    /** The open database's handle: another thread opens the same database with `new RocksLevel(handle)`. */
+    readonly handle: bigint
     open(options?: Record<string, unknown>): Promise<void>
     close(): Promise<void>
     get(key: K): Promise<V>
