@@ -55,6 +55,13 @@ describe("RocksDB writer thread", () => {
     )
     await expect(db.get(key("same"))).rejects.toMatchObject({ code: "LEVEL_NOT_FOUND" })
     expect((await db.get(key("after"))).toString()).toBe("x")
+    // Batches larger than the posted buffer (256 KiB) grow it; one past the size kept for reuse (4 MiB) too.
+    for (const size of [3, 5, 1]) {
+      await writer.write((b) => b._put(key(`big-${size}`), Buffer.alloc(size * 1024 * 1024, size)), { sync: false })
+    }
+    for (const size of [3, 5, 1]) {
+      expect((await db.get(key(`big-${size}`))).equals(Buffer.alloc(size * 1024 * 1024, size))).toBe(true)
+    }
     await writer.close()
     await db.close()
   })

@@ -105,8 +105,9 @@ class EncodedBatch implements NativeBatch {
   }
 }
 
-/** Buffers kept for reuse; a batch's buffer starts at this size and grows as needed. */
+/** Buffers kept for reuse (up to `MAX_KEPT_BUFFER` bytes each); a batch's buffer starts at `INITIAL_BUFFER` and grows. */
 const MAX_IDLE_BUFFERS = 4
+const MAX_KEPT_BUFFER = 4 * 1024 * 1024
 const INITIAL_BUFFER = 256 * 1024
 
 /** Starts a writer on the open database `handle`, loading the binding from `module` (its resolved path). */
@@ -132,7 +133,8 @@ export const startRocksWriter = (handle: bigint, module: string): Promise<RocksW
       settled()
     }
     worker.on("message", (m: { id: number; buffer: ArrayBuffer; error?: { message: string; code?: string } }) => {
-      if (idle.length < MAX_IDLE_BUFFERS) idle.push(m.buffer)
+      // A buffer grown by an unusually large batch is let go rather than kept.
+      if (idle.length < MAX_IDLE_BUFFERS && m.buffer.byteLength <= MAX_KEPT_BUFFER) idle.push(m.buffer)
       const p = pending.get(m.id)
       pending.delete(m.id)
       if (p !== undefined) {
