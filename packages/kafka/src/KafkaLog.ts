@@ -128,7 +128,7 @@ const STALE_METADATA = new Set([3, 5, 6, 100])
 /**
  * Fetch sizes. A broker cuts a partition's answer at the size asked, mid-batch, and the cut batch is fetched again
  * next time: with 256 KiB per partition and ~130 KB changelog batches, half the bytes fetched were thrown away. At
- * 1 MiB per partition a restore of 1M records took 8–11% less CPU per record (3 same-day A/B runs) for ~60 MB more
+ * 1 MiB per partition a restore of 1M records took 8–12% less CPU per record (3 same-day A/B runs) for ~60 MB more
  * memory. (Decoding a whole fetch at once made larger fetches slower; records are now built a chunk at a time.)
  */
 const DEFAULT_FETCH_MAX_BYTES = 8 * 1024 * 1024
