@@ -62,6 +62,25 @@ export class RocksDbStore extends Context.Service<RocksDbStore, StoreShape & { r
 
 const decode = decodeOptions("rocksdb", RocksDbStoreOptions)
 
+/**
+ * Writes on the calling thread (`writerThread: false`): one native batch serves every write, filled through the
+ * implementer methods, written and cleared in one turn. After each write a macrotask is yielded, so timers
+ * (heartbeats, timeouts, stall checks) still run during a long stream of writes such as a restore.
+ */
+const writeHere = (db: RocksLevel): DriverDb["batch"] => {
+  const batch = db._chainedBatch()
+  return async (fill, opts) => {
+    try {
+      batch._clear()
+      fill(batch)
+      batch._writeSync(opts)
+    } finally {
+      batch._clear()
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve))
+  }
+}
+
 /** Where the binding resolves from here: the writer thread loads the same module. */
 const bindingPath = (): string => createRequire(import.meta.url).resolve("@nxtedition/rocksdb")
 
@@ -104,24 +123,13 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
             throw e
           }
         }
-        const batch = db._chainedBatch()
+        const write = writer?.write ?? writeHere(db)
         // RocksLevel rejects a missing key with LEVEL_NOT_FOUND where the protocol wants "absent".
         return {
-          batch: async (fill, opts) => {
+          batch: (fill, opts) => {
             // The implementer methods skip abstract-level's checks: on a closed database they would crash the process.
-            if (db.status !== "open") throw new Error(`the database is ${db.status}`)
-            if (writer !== undefined) return writer.write(fill, opts)
-            // On the calling thread one native batch serves every write: filled through the implementer methods,
-            // written and cleared in one turn. After each write a macrotask is yielded, so timers (heartbeats,
-            // timeouts, stall checks) still run during a long stream of writes such as a restore.
-            try {
-              batch._clear()
-              fill(batch)
-              batch._writeSync(opts)
-            } finally {
-              batch._clear()
-            }
-            await new Promise<void>((resolve) => setImmediate(resolve))
+            if (db.status !== "open") return Promise.reject(new Error(`the database is ${db.status}`))
+            return write(fill, opts)
           },
           get: (key) => driver.get(key).catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e))),
           getMany: (keys) => driver.getMany(keys),
