@@ -1,4 +1,4 @@
-// Coordinator failover time of the fenced election (ARCHITECTURE.md §5, TESTING.md §4) on real ZooKeeper and etcd.
+// Coordinator failover time of the fenced election (docs/ARCHITECTURE.md, "Election and failover", "Benchmarks") on real ZooKeeper and etcd.
 //
 // POOL candidate processes (`packages/election/test/fixtures/candidate.ts`, bundled once with esbuild) campaign in a
 // fresh namespace with the configured session timeout. The leader is killed KILLS times with `kill -9` (its session
@@ -12,7 +12,7 @@
 // next to the configured session timeout. For kill -9 the session timeout is the reference (baseline): the failover
 // cannot be shorter than the server's expiry of the dead session. ZooKeeper (minSessionTimeout 2000, tickTime 1000
 // in scripts/services) expires sessions in tick-sized buckets; etcd expires the lease (TTL in whole seconds) with
-// its lease checker. Needs ZooKeeper and etcd running (`pnpm services up zookeeper etcd`).
+// its lease checker. Needs ZooKeeper and etcd running (`./dev services up zookeeper etcd`).
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_KILLS (20 of each kind), BENCH_SESSION_TIMEOUT_MS (2000), BENCH_BACKENDS (zookeeper,etcd),
@@ -48,7 +48,7 @@ const reachable = (name: string, address: string): Promise<void> =>
       socket.destroy()
       reject(
         new Error(
-          `failover bench: ${name} is not reachable at ${address} (${detail}); start it with \`pnpm services up zookeeper etcd\``
+          `failover bench: ${name} is not reachable at ${address} (${detail}); start it with \`./dev services up zookeeper etcd\``
         )
       )
     }

@@ -1,4 +1,4 @@
-// The Kafka log adapter against its bare client (TESTING.md §4).
+// The Kafka log adapter against its bare client (docs/ARCHITECTURE.md, "Benchmarks").
 //
 // RECORDS records (16-byte keys "key-%012d", 100-byte values, record i to partition i % PARTITIONS) are produced to
 // a fresh PARTITIONS-partition topic in calls of BATCH records with up to IN_FLIGHT calls outstanding, then consumed

@@ -1,4 +1,4 @@
-// Shared helpers of the benchmarks (TESTING.md §4): one JSON line per figure, measured against a baseline run in
+// Shared helpers of the benchmarks (docs/ARCHITECTURE.md, "Benchmarks"): one JSON line per figure, measured against a baseline run in
 // the same process on the same data, repetitions interleaved and summarised by their median. No assertions here.
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -48,7 +48,7 @@ export const collectGarbage = (): void => {
 }
 
 /**
- * A variable of the environment. Benchmarks run outside turbo (`pnpm bench`), so the variables they read are not
+ * A variable of the environment. Benchmarks run outside turbo (`./dev bench`), so the variables they read are not
  * task inputs of turbo.json.
  */
 export const envString = (name: string): string | undefined => process.env[name]

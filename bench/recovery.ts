@@ -1,5 +1,5 @@
 // Changelog recovery (`@strata/tables` through `@strata/recovery`) against a bare kafkajs consumer reading the same
-// changelog in the same run (TESTING.md §4; issue 7).
+// changelog in the same run (docs/ARCHITECTURE.md, "Benchmarks"; issue 7).
 //
 // Once per run RECORDS records are produced into a fresh changelog topic named as the table's
 // (`<app>-bench-changelog`, PARTITIONS partitions, created by `KafkaLog.ensureTopic` with the changelog's settings):
@@ -807,7 +807,7 @@ if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(
   const at = process.argv.indexOf(CHILD_FLAG)
   const raw = at < 0 ? undefined : process.argv[at + 1]
   if (raw === undefined) {
-    process.stderr.write(`bench/recovery.ts runs from bench/run.ts (pnpm bench:recovery)\n`)
+    process.stderr.write(`bench/recovery.ts runs from bench/run.ts (./dev bench:recovery)\n`)
     process.exitCode = 2
   } else {
     childMain(JSON.parse(raw) as Spec).catch((error: unknown) => {

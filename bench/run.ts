@@ -1,4 +1,4 @@
-// Runs the benchmarks (TESTING.md §4): `pnpm bench` runs them all, `pnpm bench <name>...` (or `pnpm bench:<name>`)
+// Runs the benchmarks (docs/ARCHITECTURE.md, "Benchmarks"): `./dev bench` runs them all, `./dev bench <name>...` (or `./dev bench:<name>`)
 // some. Each prints one JSON line per figure on stdout (progress goes to stderr) and, when run with its default
 // parameters, keeps its figures with the command that produced them in `bench/results/<name>.json`.
 // Benchmarks are not tests: nothing here asserts on timings.

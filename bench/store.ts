@@ -1,4 +1,4 @@
-// Store adapters against their raw drivers (TESTING.md §4).
+// Store adapters against their raw drivers (docs/ARCHITECTURE.md, "Benchmarks").
 //
 // For each backend (memory, level, rocksdb): apply RECORDS records (16-byte keys "key-%012d", 100-byte values) in
 // batches of BATCH and scan them all back, once through the adapter (`@strata/store-adapters/<backend>`) and once

@@ -1,4 +1,4 @@
-// Table writes (`@strata/tables`) against raw produce of the same records through the same Kafka log (TESTING.md §4).
+// Table writes (`@strata/tables`) against raw produce of the same records through the same Kafka log (docs/ARCHITECTURE.md, "Benchmarks").
 //
 // A table (string keys of 14 characters, string values of 98 characters: 16-byte keys and 100-byte values in the
 // table's JSON encoding) with PARTITIONS partitions. Source record i is (SOURCE, i % PARTITIONS, i / PARTITIONS);

@@ -111,7 +111,7 @@ export const rerunCommand = (options: {
     .map(([name, value]) => `${name}=${value} `)
     .join("")
   const keep = options.project === "integration" ? "STRATA_KEEP_SERVICES=1 " : ""
-  return `seed=${options.seed} (rerun: ${options.seedVar}=${options.seed} ${knobs}${keep}pnpm exec vitest run --project ${options.project} ${options.file})`
+  return `seed=${options.seed} (rerun: ${options.seedVar}=${options.seed} ${knobs}${keep}./dev exec vitest run --project ${options.project} ${options.file})`
 }
 
 export interface ChildRunSpec<A> {

@@ -1,7 +1,7 @@
 /**
  * The README's example: write a table entry the Faust way — changelog first,
  * then the store, with the changelog offset persisted in the same atomic batch.
- * Run it with `pnpm exec tsx --conditions=@strata/source packages/core/examples/quickstart.ts`.
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/core/examples/quickstart.ts`.
  */
 import { Log, put, Store } from "@strata/core"
 import { Effect, Layer, Option } from "effect"

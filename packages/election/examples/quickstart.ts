@@ -2,7 +2,7 @@
  * The README's example: two coordinators in one namespace; the leader runs a
  * leader-only service and makes a fenced write; when it steps down, the other
  * takes over with a higher epoch and the old leadership's writes are refused.
- * Run it with `pnpm exec tsx --conditions=@strata/source packages/election/examples/quickstart.ts`.
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/election/examples/quickstart.ts`.
  */
 import { Coordination, op } from "@strata/core"
 import { CoordinationElection, Coordinator } from "@strata/election"

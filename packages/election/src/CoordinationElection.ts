@@ -1,5 +1,5 @@
 /**
- * The fenced election recipe on any `Coordination` backend (ARCHITECTURE §5):
+ * The fenced election recipe on any `Coordination` backend (docs/ARCHITECTURE.md, "Election and failover"):
  * ephemeral-sequential candidates, the lowest leads after verifying it owns
  * that node, the epoch node is bumped with a versioned compare-and-set, and the
  * leader registers an ephemeral leader node in a transaction that checks the

@@ -1,6 +1,6 @@
 /**
  * A coordinator server: the Effect shell around the pure
- * `CoordinatorLifecycle` machine (ARCHITECTURE §5).
+ * `CoordinatorLifecycle` machine (docs/ARCHITECTURE.md, "Election and failover").
  *
  * The shell feeds the machine inputs from the `Election` in context (elected,
  * leadership lost) and from the leader-only services (all started, one failed),

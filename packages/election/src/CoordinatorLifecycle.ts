@@ -1,5 +1,5 @@
 /**
- * The coordinator lifecycle as a pure state machine (ARCHITECTURE §5).
+ * The coordinator lifecycle as a pure state machine (docs/ARCHITECTURE.md, "Election and failover").
  *
  * `step(state, input)` returns the next state and the commands an Effect shell
  * must execute, or an `IllegalStateTransition` for a transition the machine

@@ -1,5 +1,5 @@
 /**
- * Leader failover of the fenced election across real processes (TESTING.md §3, ARCHITECTURE.md §5), on ZooKeeper
+ * Leader failover of the fenced election across real processes (docs/ARCHITECTURE.md, "Real-process tests"), on ZooKeeper
  * and on etcd. Three coordinator processes (`fixtures/coordinator.ts`) campaign in one namespace; the leader performs
  * a fenced write every 200 ms. Scenarios, in order, per backend:
  *   1. `kill -9` of the leader: another process leads with a higher epoch within sessionTimeout + 2 s;

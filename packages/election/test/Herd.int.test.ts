@@ -1,5 +1,5 @@
 /**
- * No herd effect (TESTING.md "one wake-up per leader death", ARCHITECTURE.md §5), with real processes on real
+ * No herd effect (one wake-up per leader death; docs/ARCHITECTURE.md, "Real-process tests"), with real processes on real
  * ZooKeeper and on real etcd: 20 candidate processes (`fixtures/candidate.ts`, bundled once with esbuild) campaign in
  * one namespace; the leader is killed five times (three clean closes with SIGTERM, two `kill -9` left to the session
  * timeout). For each death: the dead leader's successor (the next candidate node in sequence order) is the one and

@@ -1,5 +1,5 @@
 /**
- * Deterministic simulation of the fenced election (TESTING.md layer 2; the
+ * Deterministic simulation of the fenced election (docs/ARCHITECTURE.md, "Election simulation"; the
  * simulator is `sim/Simulator.ts`, the checkers `sim/Checkers.ts`).
  *
  * Every run checks 1000 seeds (seeds 1..1000) of 3–5 coordinator processes with
@@ -13,7 +13,7 @@
  *
  * A failing seed prints `seed=N` with its violations and the end of its trace.
  * - Replay one seed (prints its whole trace):
- *   `STRATA_SIM_SEED=N pnpm exec vitest run --project unit packages/election/test/Simulation.test.ts`
+ *   `STRATA_SIM_SEED=N ./dev exec vitest run --project unit packages/election/test/Simulation.test.ts`
  * - Run the first test with a broken variant: add `STRATA_SIM_VARIANT=receiver-skips-epoch-check`
  *   (or `skip-epoch-bump`, `skip-fence-check`).
  * - More seeds: `STRATA_SIM_SEEDS=10000` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).

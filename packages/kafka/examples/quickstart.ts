@@ -1,6 +1,6 @@
 /**
  * The README's example: produce to a changelog on Kafka and read the record back with a group-less consumer.
- * Run it with `pnpm exec tsx --conditions=@strata/source packages/kafka/examples/quickstart.ts` (a broker on 9092).
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/kafka/examples/quickstart.ts` (a broker on 9092).
  */
 import { Log } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"

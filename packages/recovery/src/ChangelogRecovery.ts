@@ -1,6 +1,6 @@
 /**
- * Core's `Recovery` on a changelog source and a restore target (ARCHITECTURE
- * §4, Faust's `Recovery`, its hangs fixed). After each assignment:
+ * Core's `Recovery` on a changelog source and a restore target (docs/ARCHITECTURE.md,
+ * "Restore"; Faust's `Recovery`, its hangs fixed). After each assignment:
  *
  * 1. wait `recoveryDelay`, flush the tables' buffers and the producer;
  * 2. per active changelog partition read the log start, the highwater and the

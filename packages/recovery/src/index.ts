@@ -1,5 +1,5 @@
 /**
- * @strata/recovery: restore Strata tables from their changelogs (ARCHITECTURE §4).
+ * @strata/recovery: restore Strata tables from their changelogs (docs/ARCHITECTURE.md, "Restore").
  *
  * @since 0.1.0
  */

@@ -1,5 +1,5 @@
 /**
- * A large restore on Kafka + RocksDB, killed with SIGKILL midway and restarted (TESTING.md §3, "Tables / recovery":
+ * A large restore on Kafka + RocksDB, killed with SIGKILL midway and restarted (docs/ARCHITECTURE.md, "Real-process tests":
  * after any crash and restart each table equals a replay of its changelog up to the persisted offset).
  *
  * Method. The test produces `STRATA_RESTORE_RECORDS` (default 1,000,000) records to a fresh changelog topic

@@ -1,7 +1,7 @@
 /**
  * The README's example: a partition store on LevelDB whose records and
  * changelog offset land in one atomic batch.
- * Run it with `pnpm exec tsx --conditions=@strata/source packages/store-adapters/examples/quickstart.ts`.
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/store-adapters/examples/quickstart.ts`.
  */
 import { put, Store } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"

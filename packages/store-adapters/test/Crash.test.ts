@@ -1,5 +1,5 @@
 /**
- * Crash consistency of the LevelDB and RocksDB stores under `kill -9` (TESTING.md §3, "Tables / recovery": after
+ * Crash consistency of the LevelDB and RocksDB stores under `kill -9` (docs/ARCHITECTURE.md, "Real-process tests": after
  * any crash and restart the store equals a replay of its changelog up to the persisted offset).
  *
  * Method. A child process (`crash/child.ts`) writes deterministic batches to one partition store, forever: batch n

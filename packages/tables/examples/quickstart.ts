@@ -1,6 +1,6 @@
 /**
  * The README's example: count words into a `Table`, commit, and read the counts back.
- * Run it with `pnpm exec tsx --conditions=@strata/source packages/tables/examples/quickstart.ts`.
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/tables/examples/quickstart.ts`.
  */
 import { Log, Store } from "@strata/core"
 import { Table, Tables } from "@strata/tables"

@@ -1,7 +1,7 @@
 /**
  * The recovery README's example: a worker counts words and commits, then a second worker on an empty store restores
  * partition 0 as active and partition 1 as a standby replica, watching recovery's events and progress table.
- * Run it with `pnpm exec tsx --conditions=@strata/source packages/tables/examples/restore.ts`.
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/tables/examples/restore.ts`.
  */
 import { Log, type RecoveryEvent, type RecoveryStats, Store, type TopicPartition } from "@strata/core"
 import { ChangelogRecovery } from "@strata/recovery"

@@ -1,5 +1,5 @@
 /**
- * The table manager (Faust's `TableManager`, ARCHITECTURE §3) on core's `Store`
+ * The table manager (Faust's `TableManager`; docs/ARCHITECTURE.md, "How a record flows") on core's `Store`
  * and `Log`: registers tables, builds their changelog channel, hands changelog
  * partitions to recovery on assignment, and persists offsets on commit.
  *

@@ -1,5 +1,5 @@
 /**
- * Exactly-once word counting on Kafka + LevelDB under `kill -9` (TESTING.md §3, "Tables / recovery": after any
+ * Exactly-once word counting on Kafka + LevelDB under `kill -9` (docs/ARCHITECTURE.md, "Real-process tests": after any
  * crash and restart each table equals a replay of its changelog up to the persisted offset).
  *
  * Method. The test writes a seeded input (lines of 1–5 words from a small vocabulary) to a fresh source topic with

@@ -1,6 +1,6 @@
 /**
- * Deterministic simulation of the fenced election (ARCHITECTURE §5, TESTING
- * layer 2). One seed drives one run: 3–5 coordinator processes share one
+ * Deterministic simulation of the fenced election (docs/ARCHITECTURE.md, "Election
+ * simulation"). One seed drives one run: 3–5 coordinator processes share one
  * memory coordination service, each campaigning with its own election, and the
  * leader sends epoch-tagged requests to a receiver (a tablet server) over a
  * network with random delays and writes through `Leadership.fenced`.
@@ -634,6 +634,6 @@ export const describeFailure = (result: Result, keyLines = 40, tailLines = 15): 
     ...key.slice(0, keyLines).map((l) => `  ${l}`),
     "  ...",
     ...tail.map((l) => `  ${l}`),
-    `replay: STRATA_SIM_SEED=${result.seed}${result.variant === correct.name ? "" : ` STRATA_SIM_VARIANT=${result.variant}`} pnpm exec vitest run --project unit packages/election/test/Simulation.test.ts`
+    `replay: STRATA_SIM_SEED=${result.seed}${result.variant === correct.name ? "" : ` STRATA_SIM_VARIANT=${result.variant}`} ./dev exec vitest run --project unit packages/election/test/Simulation.test.ts`
   ].join("\n")
 }
