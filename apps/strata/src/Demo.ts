@@ -34,10 +34,16 @@ export interface DemoResult {
   readonly resume: ReadonlyArray<{ readonly partition: number; readonly offset: number }>
 }
 
-const APP = "strata-demo"
 const TABLE = "word-counts"
-const SOURCE = "strata-demo-words"
-const CHANGELOG = `${APP}-${TABLE}-changelog`
+
+/**
+ * The demo's topics. Their names carry the partition count, so runs with other `--partitions` on the same broker
+ * never meet a topic of the wrong size.
+ */
+const topicsOf = (partitions: number) => {
+  const app = `strata-demo-${partitions}p`
+  return { app, source: `strata-demo-words-${partitions}p`, changelog: `${app}-${TABLE}-changelog` }
+}
 const enc = new TextEncoder()
 
 const words = (text: string): Array<string> => text.toLowerCase().match(/[\p{L}\p{N}']+/gu) ?? []
@@ -64,10 +70,11 @@ const readTable = (table: Tables.TableHandle<string, number>, partitions: number
 const worker = (log: LogShape, options: DemoOptions, say: (line: string) => Effect.Effect<void>) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const tables = yield* Tables.make({ app: APP, settleDelay: 0 })
+      const { app, source } = topicsOf(options.partitions)
+      const tables = yield* Tables.make({ app, settleDelay: 0 })
       const counts = yield* tables.register(countsTable(options.partitions))
       yield* tables.start
-      const sources = tpsOf(SOURCE, options.partitions)
+      const sources = tpsOf(source, options.partitions)
       yield* tables.manager.onPartitionsAssigned(sources)
       yield* tables.manager.waitUntilRecoveryCompleted
 
@@ -98,7 +105,7 @@ const worker = (log: LogShape, options: DemoOptions, say: (line: string) => Effe
               }
               if ((next.get(batch.partition) ?? 0) >= batch.highwater) {
                 pending.delete(batch.partition)
-                yield* consumer.pause([{ topic: SOURCE, partition: batch.partition }])
+                yield* consumer.pause([{ topic: source, partition: batch.partition }])
               }
             })
           ),
@@ -110,7 +117,7 @@ const worker = (log: LogShape, options: DemoOptions, say: (line: string) => Effe
       // surviving store shows both a partition with nothing to replay and one replayed from its changelog.
       const commits = [...next]
         .filter(([p]) => p % 2 === 0)
-        .map(([partition, offset]) => ({ topic: SOURCE, partition, offset }))
+        .map(([partition, offset]) => ({ topic: source, partition, offset }))
       yield* tables.manager.onCommit(commits)
       if (commits.length > 0) yield* say(`Committed source partitions ${commits.map((c) => c.partition).join(", ")}`)
       return { table: yield* readTable(counts, options.partitions), resume }
@@ -120,7 +127,7 @@ const worker = (log: LogShape, options: DemoOptions, say: (line: string) => Effe
 /** For each changelog partition: what a restore replays (persisted offset + 1, or the log start, to the highwater). */
 const replayPlan = (store: StoreShape, log: LogShape, partitions: number) =>
   Effect.gen(function* () {
-    const offsets = yield* log.offsets(tpsOf(CHANGELOG, partitions))
+    const offsets = yield* log.offsets(tpsOf(topicsOf(partitions).changelog, partitions))
     return yield* Effect.forEach(offsets, (o) =>
       Effect.scoped(
         Effect.gen(function* () {
@@ -145,10 +152,11 @@ export const run = <E1, E2>(
   Effect.gen(function* () {
     const log = yield* Log
     const say = (line: string) => (options.verbose ? Console.log(line) : Effect.void)
+    const { source, changelog } = topicsOf(options.partitions)
 
     // Topics left by an earlier run (on a real broker) are truncated: the demo starts from an empty table.
-    for (const topic of [SOURCE, CHANGELOG]) {
-      yield* log.ensureTopic({ topic, partitions: options.partitions, compacted: topic === CHANGELOG })
+    for (const topic of [source, changelog]) {
+      yield* log.ensureTopic({ topic, partitions: options.partitions, compacted: topic === changelog })
       for (const o of yield* log.offsets(tpsOf(topic, options.partitions))) {
         if (o.highwater > o.logStart) yield* log.deleteRecords(o, o.highwater)
       }
@@ -157,7 +165,7 @@ export const run = <E1, E2>(
     yield* log.produceBatch(
       all.map((word) => {
         const key = enc.encode(word)
-        return { topic: SOURCE, partition: Table.keyPartition(key, options.partitions), key, value: key }
+        return { topic: source, partition: Table.keyPartition(key, options.partitions), key, value: key }
       }),
       { acks: "all" }
     )
@@ -168,11 +176,11 @@ export const run = <E1, E2>(
       for (let partition = 0; partition < options.partitions; partition++)
         yield* store.drop({ table: TABLE, partition })
       yield* say(
-        `Counting ${all.length} words from ${SOURCE} into table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${CHANGELOG} on ${log.backend})`
+        `Counting ${all.length} words from ${source} into table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${changelog} on ${log.backend})`
       )
       return (yield* worker(log, options, say)).table
     }).pipe(Effect.provide(stores.before))
-    const hw = yield* log.offsets(tpsOf(CHANGELOG, options.partitions))
+    const hw = yield* log.offsets(tpsOf(changelog, options.partitions))
     const changelogRecords = hw.reduce((n, o) => n + o.highwater - o.logStart, 0)
     yield* say(`Counted ${all.length} words: ${before.size} distinct words, ${changelogRecords} changelog records`)
 

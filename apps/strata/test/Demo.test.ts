@@ -51,6 +51,20 @@ describe("demo", () => {
     })
   )
 
+  it.effect("runs again on the same log with another partition count", () =>
+    Effect.gen(function* () {
+      // A broker keeps the topics of earlier runs: a run with 4 partitions after one with 3 must not meet them.
+      for (const partitions of [3, 4, 3]) {
+        const result = yield* Demo.run(
+          { text, partitions, verbose: false },
+          { before: Store.layerMemory(), after: Store.layerMemory() }
+        )
+        assert.isTrue(Demo.sameTable(result.before, result.after))
+        assert.strictEqual(result.replayed.length, partitions)
+      }
+    }).pipe(Effect.provide(Log.layerMemory()))
+  )
+
   it("sameTable compares every entry", () => {
     assert.isTrue(Demo.sameTable(new Map([["a", 1]]), new Map([["a", 1]])))
     assert.isFalse(Demo.sameTable(new Map([["a", 1]]), new Map([["a", 2]])))

@@ -17,7 +17,7 @@ export const program = Effect.gen(function* () {
 }).pipe(Effect.scoped)
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  Effect.runPromise(program.pipe(Effect.provide(LevelStore.layer({ directory: "./data/worker-1" })))).then((offset) =>
-    console.log(Option.getOrUndefined(offset))
+  Effect.runPromise(program.pipe(Effect.provide(LevelStore.layer({ directory: ".strata-data/worker-1" })))).then(
+    (offset) => console.log(Option.getOrUndefined(offset))
   )
 }
