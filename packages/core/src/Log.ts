@@ -79,6 +79,37 @@ export interface ProduceOptions {
   readonly acks?: Acks
 }
 
+/** Options of `Log.producer`. */
+export interface ProducerOptions {
+  /** Acks of every send (default `"all"`). */
+  readonly acks?: Acks
+}
+
+/**
+ * A pipelined producer (Kafka's `send` with its future). `send` checks the records, queues them and returns at once
+ * (waiting only while the producer's buffer is full) with an effect that waits for their offsets. Within a
+ * partition, records are appended in the order sent.
+ *
+ * The first failure is sticky: once a send fails, every send still queued behind it fails with the same error and
+ * appends nothing, and so does every later `send`. So no partition ever holds a record of this producer sent after
+ * one of its records that the log refused. Across partitions there is no such promise: one request to several
+ * partitions may be appended to some and refused by others (Kafka's produce is atomic per partition only). A caller
+ * that saw a failure starts again from what the log holds, with a new producer.
+ */
+export interface LogProducer {
+  /**
+   * Queues records; fails at once (appending nothing of this call) for an invalid record or after an earlier
+   * failure. The returned effect gives the offsets in the order given (`-1` each with acks 0).
+   */
+  readonly send: (
+    records: ReadonlyArray<ProducerRecord>
+  ) => Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError>
+  /** Waits until every record sent so far is acknowledged; fails with the producer's failure, if it has one. */
+  readonly flush: Effect.Effect<void, LogError>
+  /** The failure that stopped this producer, if any. */
+  readonly failure: Effect.Effect<LogError | undefined>
+}
+
 /** Options of a consumer. */
 export interface ConsumerOptions {
   /** Most records one batch may carry (default 1000). */
@@ -160,6 +191,8 @@ export interface LogShape {
   ) => Effect.Effect<ReadonlyArray<number>, LogError>
   /** Waits until everything produced so far is acknowledged. */
   readonly flush: Effect.Effect<void, LogError>
+  /** A pipelined producer, closed with its scope (closing waits for what it sent). */
+  readonly producer: (options?: ProducerOptions) => Effect.Effect<LogProducer, LogError, Scope.Scope>
   /** Log start and highwater of many partitions in one round trip. */
   readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
   /** Deletes every record below `offset` (Kafka's DeleteRecords): the log start moves up. */
@@ -214,6 +247,11 @@ export interface LogFaultsShape {
   readonly compact: (tp: TopicPartition, options?: CompactOptions) => Effect.Effect<ReadonlyArray<Offset>, LogError>
   /** The records a partition holds now, in offset order (with the gaps compaction left). */
   readonly records: (tp: TopicPartition) => Effect.Effect<ReadonlyArray<LogRecord>, LogError>
+  /**
+   * Makes the next `count` appends that touch a partition of `topic` fail with a retryable `LogIoError`, appending
+   * nothing of that call (a broker that lost its leader, say). Applies to `produce`, `produceBatch` and producers.
+   */
+  readonly failAppends: (topic: string, count: number) => Effect.Effect<void>
 }
 
 /** The `LogFaults` service key. */

@@ -6,7 +6,7 @@ import type { Scope } from "effect"
 import { Effect, Exit, Fiber, Option, Scope as S, Stream } from "effect"
 import { TestClock } from "effect/testing"
 
-LogConformance.suite("memory", Log.layerMemory())
+LogConformance.suite("memory", Log.layerMemory(), { faults: true })
 
 const enc = new TextEncoder()
 const b = (s: string): Uint8Array => enc.encode(s)

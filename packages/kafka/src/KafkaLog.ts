@@ -43,6 +43,8 @@ import {
   NotAssigned,
   OffsetOutOfRange,
   type PartitionOffsets,
+  type LogProducer,
+  type ProducerOptions,
   type ProducerRecord,
   RecordTooLarge,
   type TopicPartition,
@@ -68,6 +70,7 @@ import {
   Stream
 } from "effect"
 import { apiIds, mismatch, toLogError } from "./internal/errors.js"
+import * as SendQueue from "./internal/sendQueue.js"
 import {
   FETCH_API_KEY,
   type FetchResponse,
@@ -109,6 +112,8 @@ export const KafkaLogOptions = Schema.Struct({
    * send is in flight are always sent together in the next request, lingering or not.
    */
   lingerMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  /** Records queued for sending at most; `produce` and `send` wait for room beyond it (default 100000). */
+  bufferRecords: Schema.optional(PositiveInt),
   /** Most records `produce` puts in one request (default 1000). */
   maxBatchRecords: Schema.optional(PositiveInt)
 })
@@ -415,69 +420,15 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         return offsets
       })
 
-    // `produce` and `produceBatch` calls queue per acks level; one sender per level drains its queue, joining
-    // waiting calls into one request (never splitting a call's records), so concurrent callers share requests
-    // (the first call of an idle producer goes out at once unless lingerMs is set).
-    const logScope = yield* Effect.scope
-    const lingerMs = o.lingerMs ?? 0
-    const maxProduceBatch = o.maxBatchRecords ?? 1000
-    interface Waiting {
-      readonly records: ReadonlyArray<ProducerRecord>
-      readonly done: Deferred.Deferred<ReadonlyArray<number>, LogError>
-    }
-    const queues = new Map<Acks, { waiting: Array<Waiting>; sending: boolean }>()
-    const drain = (acks: Acks, q: { waiting: Array<Waiting>; sending: boolean }): Effect.Effect<void> =>
-      Effect.gen(function* () {
-        if (lingerMs > 0) yield* Effect.sleep(lingerMs)
-        while (q.waiting.length > 0) {
-          // Whole calls, up to maxBatchRecords records (a larger call goes alone).
-          let take = 0
-          let size = 0
-          while (take < q.waiting.length) {
-            const n = q.waiting[take]!.records.length
-            if (take > 0 && size + n > maxProduceBatch) break
-            size += n
-            take++
-          }
-          const batch = q.waiting.splice(0, take)
-          const result = yield* Effect.exit(
-            send(
-              batch.flatMap((w) => w.records),
-              { acks }
-            )
-          )
-          let at = 0
-          for (const w of batch) {
-            const outcome: Exit.Exit<ReadonlyArray<number>, LogError> = Exit.isSuccess(result)
-              ? Exit.succeed(result.value.slice(at, at + w.records.length))
-              : Exit.failCause(result.cause)
-            at += w.records.length
-            Deferred.doneUnsafe(w.done, outcome)
-          }
-        }
-      }).pipe(
-        Effect.ensuring(
-          Effect.sync(() => {
-            q.sending = false
-          })
-        )
-      )
+    // `produce`, `produceBatch` and producers share one send queue (internal/sendQueue.ts).
+    const queue = yield* SendQueue.make<ProducerRecord>({
+      lingerMs: o.lingerMs ?? 0,
+      maxBatchRecords: o.maxBatchRecords ?? 1000,
+      bufferRecords: o.bufferRecords ?? 100_000,
+      send: (records, acks) => send(records, { acks })
+    })
     const enqueue = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
-      Effect.gen(function* () {
-        const acks = options?.acks ?? "all"
-        let q = queues.get(acks)
-        if (q === undefined) {
-          q = { waiting: [], sending: false }
-          queues.set(acks, q)
-        }
-        const done = Deferred.makeUnsafe<ReadonlyArray<number>, LogError>()
-        q.waiting.push({ records, done })
-        if (!q.sending) {
-          q.sending = true
-          yield* Effect.forkIn(drain(acks, q), logScope)
-        }
-        return yield* Deferred.await(done)
-      })
+      Effect.flatMap(queue.enqueue(records, options?.acks ?? "all"), Deferred.await)
     const produce = (record: ProducerRecord, options?: { readonly acks?: Acks }) =>
       Effect.gen(function* () {
         yield* checkTp(record)
@@ -493,6 +444,46 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         if (records.length === 0) return []
         yield* validate(records)
         return yield* enqueue(records, options)
+      })
+
+    /** A pipelined producer on the shared queue; its first failed request stops it (see `Log.producer`). */
+    const producer = (producerOptions?: ProducerOptions) =>
+      Effect.gen(function* () {
+        const acks = producerOptions?.acks ?? "all"
+        if (acks !== 0 && acks !== 1 && acks !== "all") {
+          return yield* Effect.fail(
+            logError(new InvalidRequest({ detail: `acks must be 0, 1 or "all", got ${String(acks)}` }))
+          )
+        }
+        const owner: SendQueue.Owner = { failure: undefined }
+        let closed = false
+        /** Calls of one owner complete in the order queued: waiting for the last waits for all. */
+        let last: SendQueue.Done | undefined
+        yield* Effect.addFinalizer(() =>
+          Effect.suspend(() => {
+            closed = true
+            return last === undefined ? Effect.void : Effect.ignore(Deferred.await(last))
+          })
+        )
+        const shape: LogProducer = {
+          send: (records) =>
+            Effect.gen(function* () {
+              if (closed) return yield* Effect.fail(logError(new LogClosed({ what: "Kafka producer" })))
+              if (owner.failure !== undefined) return yield* Effect.fail(owner.failure)
+              if (records.length === 0) return Effect.succeed([])
+              yield* validate(records)
+              const done = yield* queue.enqueue(records, acks, owner)
+              last = done
+              return Deferred.await(done)
+            }),
+          flush: Effect.suspend(() =>
+            Effect.andThen(last === undefined ? Effect.void : Effect.ignore(Deferred.await(last)), () =>
+              owner.failure === undefined ? Effect.void : Effect.fail(owner.failure)
+            )
+          ),
+          failure: Effect.sync(() => owner.failure)
+        }
+        return shape
       })
 
     const offsets = (tps: ReadonlyArray<TopicPartition>) =>
@@ -588,11 +579,11 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
       ensureTopic,
       produce,
       produceBatch,
-      flush: Effect.gen(function* () {
-        const queued = [...queues.values()].flatMap((q) => q.waiting.map((w) => w.done))
-        yield* Effect.forEach(queued, (d) => Effect.ignore(Deferred.await(d)), { discard: true })
-        yield* Effect.promise(() => Promise.allSettled([...inFlight]))
-      }),
+      flush: Effect.andThen(
+        queue.flush,
+        Effect.promise(() => Promise.allSettled([...inFlight]))
+      ),
+      producer,
       offsets,
       deleteRecords,
       consumer,

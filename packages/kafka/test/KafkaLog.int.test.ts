@@ -221,3 +221,51 @@ describe("KafkaLog consumer decoding", () => {
     }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
   )
 })
+
+describe("KafkaLog producer", () => {
+  // A real broker failure: the topic is deleted under a producer that already knows it, so the broker refuses
+  // the next request after the client's retries. Everything sent after it must fail unsent, never be appended.
+  it.live(
+    "a failed request stops the producer: later sends fail and nothing after the gap is appended",
+    () =>
+      Effect.gen(function* () {
+        const log = yield* Log
+        const topic = `sticky-${Date.now().toString(36)}`
+        const healthy = `${topic}-healthy`
+        yield* log.ensureTopic({ topic, partitions: 1 })
+        yield* log.ensureTopic({ topic: healthy, partitions: 1 })
+        const producer = yield* log.producer()
+        const value = new TextEncoder().encode("v")
+        yield* Effect.flatten(producer.send([{ topic, partition: 0, key: null, value }]))
+        const admin = yield* Effect.acquireRelease(
+          Effect.sync(() => new Admin({ clientId: "strata-test-sticky", bootstrapBrokers: [inject("kafka")] })),
+          (a) => Effect.promise(() => a.close())
+        )
+        yield* Effect.promise(() => admin.deleteTopics({ topics: [topic] }))
+        const first = yield* producer.send([{ topic, partition: 0, key: null, value }])
+        // Let the sender put the first call in a request of its own (one request covering both topics could append the
+        // healthy topic's record: a produce request is not atomic across partitions).
+        yield* Effect.yieldNow
+        // Queued behind the failing request, to a topic that takes writes: it must fail unsent.
+        const second = yield* Effect.exit(
+          Effect.flatten(producer.send([{ topic: healthy, partition: 0, key: null, value }]))
+        )
+        const failed = yield* Effect.flip(first)
+        assert.isTrue(second._tag === "Failure", "a send queued behind the failed one fails too")
+        assert.strictEqual((yield* producer.failure)?.message, failed.message)
+        assert.strictEqual((yield* Effect.flip(producer.flush)).message, failed.message)
+        assert.strictEqual(
+          (yield* Effect.flip(producer.send([{ topic: healthy, partition: 0, key: null, value }]))).message,
+          failed.message
+        )
+        assert.strictEqual((yield* log.offsets([{ topic: healthy, partition: 0 }]))[0]!.highwater, 0)
+        // A new producer writes again.
+        const fresh = yield* log.producer()
+        assert.deepStrictEqual(
+          yield* Effect.flatten(fresh.send([{ topic: healthy, partition: 0, key: null, value }])),
+          [0]
+        )
+      }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] }))),
+    60_000
+  )
+})

@@ -40,10 +40,12 @@ import type {
   LogConsumer,
   LogError,
   LogFaultsShape,
+  LogProducer,
   LogRecord,
   LogShape,
   PartitionOffsets,
   ProduceOptions,
+  ProducerOptions,
   ProducerRecord,
   TopicSpec
 } from "../Log.js"
@@ -52,6 +54,7 @@ import {
   Log,
   LogClosed,
   LogFaults,
+  LogIoError,
   logError,
   NotAssigned,
   RecordTooLarge,
@@ -398,6 +401,39 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
       return offset
     }
 
+    /** Topics whose next appends fail (`LogFaults.failAppends`), with how many are left. */
+    const failing = new Map<string, number>()
+
+    /** Appends a whole batch or nothing: every record is checked first, then a pending fault may refuse it. */
+    const appendBatch = (records: ReadonlyArray<ProducerRecord>, acks: Acks, now: number) => {
+      const logs: Array<PartitionLog> = []
+      for (const record of records) {
+        const log = validateRecord(record)
+        if ("_tag" in log) return log
+        logs.push(log)
+      }
+      for (const topic of new Set(records.map((r) => r.topic))) {
+        const left = failing.get(topic) ?? 0
+        if (left > 0) {
+          if (left === 1) failing.delete(topic)
+          else failing.set(topic, left - 1)
+          return logError(
+            new LogIoError({ operation: "produce", detail: `injected append failure on ${topic}`, retryable: true })
+          )
+        }
+      }
+      const offsets: Array<number> = []
+      const touched = new Set<PartitionLog>()
+      for (let i = 0; i < records.length; i++) {
+        const log = logs[i]!
+        const offset = append(log, records[i]!, now)
+        offsets.push(acks === 0 ? -1 : offset)
+        touched.add(log)
+      }
+      for (const log of touched) wakeAll(log.wakers)
+      return offsets
+    }
+
     const produceBatch = (
       records: ReadonlyArray<ProducerRecord>,
       options?: ProduceOptions
@@ -406,28 +442,52 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
         Effect.suspend(() => {
           const acks = checkAcks(options)
           if (typeof acks === "object") return Effect.fail(acks)
-          // Validate everything first: a batch is appended entirely or not at all.
-          const logs: Array<PartitionLog> = []
-          for (const record of records) {
-            const log = validateRecord(record)
-            if ("_tag" in log) return Effect.fail(log)
-            logs.push(log)
-          }
-          const offsets: Array<number> = []
-          const touched = new Set<PartitionLog>()
-          for (let i = 0; i < records.length; i++) {
-            const log = logs[i]!
-            const offset = append(log, records[i]!, now)
-            offsets.push(acks === 0 ? -1 : offset)
-            touched.add(log)
-          }
-          for (const log of touched) wakeAll(log.wakers)
-          return Effect.succeed(offsets)
+          const appended = appendBatch(records, acks, now)
+          return "_tag" in appended ? Effect.fail(appended) : Effect.succeed(appended)
         })
       )
 
     const produce = (record: ProducerRecord, options?: ProduceOptions): Effect.Effect<number, LogError> =>
       Effect.map(produceBatch([record], options), (offsets) => offsets[0]!)
+
+    /** A producer whose sends append at once; an injected append failure stops it for good. */
+    const producer = (options?: ProducerOptions): Effect.Effect<LogProducer, LogError, Scope.Scope> =>
+      Effect.suspend(() => {
+        const acks = checkAcks(options)
+        if (typeof acks === "object") return Effect.fail(acks)
+        let failure: LogError | undefined
+        let closed = false
+        const send: LogProducer["send"] = (records) =>
+          Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            Effect.suspend((): Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError> => {
+              if (closed) return Effect.fail(closedError("memory producer"))
+              if (failure !== undefined) return Effect.fail(failure)
+              for (const record of records) {
+                const log = validateRecord(record)
+                if ("_tag" in log) return Effect.fail(log)
+              }
+              const appended = appendBatch(records, acks, now)
+              if ("_tag" in appended) {
+                failure = appended
+                return Effect.succeed(Effect.fail(appended))
+              }
+              return Effect.succeed(Effect.succeed(appended))
+            })
+          )
+        const shape: LogProducer = {
+          send,
+          flush: Effect.suspend(() => (failure === undefined ? Effect.void : Effect.fail(failure))),
+          failure: Effect.sync(() => failure)
+        }
+        return Effect.as(
+          Effect.addFinalizer(() =>
+            Effect.sync(() => {
+              closed = true
+            })
+          ),
+          shape
+        )
+      })
 
     // --- offsets ------------------------------------------------------------
 
@@ -731,12 +791,18 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
       produce,
       produceBatch,
       flush: Effect.void,
+      producer,
       offsets,
       deleteRecords,
       consumer,
       groupConsumer
     }
-    return { log: shape, faults: { compact, records: recordsOf } }
+    const failAppends = (topic: string, count: number): Effect.Effect<void> =>
+      Effect.sync(() => {
+        if (count > 0) failing.set(topic, count)
+        else failing.delete(topic)
+      })
+    return { log: shape, faults: { compact, records: recordsOf, failAppends } }
   })
 
 // ---------------------------------------------------------------------------

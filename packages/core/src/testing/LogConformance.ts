@@ -15,7 +15,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import type { Layer, Scope } from "effect"
 import { Cause, Clock, Duration, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
 import type { GroupConsumer, GroupEvent, LogBatch, LogConsumer, LogError, LogRecord, ProducerRecord } from "../Log.js"
-import { Log } from "../Log.js"
+import { Log, LogFaults } from "../Log.js"
 import type { TopicPartition } from "../Models.js"
 import { tpCompare, tpKey } from "../Models.js"
 
@@ -31,6 +31,11 @@ export interface SuiteOptions {
   readonly maxRecordBytes?: number
   /** Timeout of building the layer (default 60 seconds). */
   readonly layerTimeout?: Duration.Input
+  /**
+   * The layer also provides `LogFaults` (the memory log does): the tests that inject faults run. A backend without
+   * fault injection declares `false` and proves those behaviours in tests of its own.
+   */
+  readonly faults?: boolean
 }
 
 interface Config {
@@ -433,6 +438,104 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
           assert.deepStrictEqual(valuesOf(yield* (yield* collect(c.batches, cfg)).records(3)), ["a", "b", "c"])
         })
       )
+
+      // --- producers -------------------------------------------------------------
+
+      it.effect("a producer's sends are appended in the order sent, offsets known once acknowledged", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const topic = yield* freshTopic(2)
+          const producer = yield* log.producer()
+          // 40 sends of 5 records, alternating partitions, none awaited before the next is sent.
+          const acks: Array<Effect.Effect<ReadonlyArray<number>, LogError>> = []
+          for (let i = 0; i < 40; i++) {
+            const p = i % 2
+            acks.push(yield* producer.send(Array.from({ length: 5 }, (_, j) => rec(topic, p, `${i}.${j}`))))
+          }
+          const offsets = yield* Effect.all(acks)
+          for (const p of [0, 1]) {
+            const mine = offsets.filter((_, i) => i % 2 === p).flat()
+            assert.deepStrictEqual(
+              mine,
+              Array.from({ length: 100 }, (_, k) => k),
+              `partition ${p}: dense offsets in send order`
+            )
+          }
+          yield* producer.flush
+          const c = yield* log.consumer()
+          yield* c.assign([{ topic, partition: 1 }])
+          const values = valuesOf(yield* (yield* collect(c.batches, cfg)).records(100))
+          assert.deepStrictEqual(values.slice(0, 6), ["1.0", "1.1", "1.2", "1.3", "1.4", "3.0"])
+          assert.strictEqual(values[99], "39.4")
+        })
+      )
+
+      it.effect("a producer's invalid send fails at once, appends nothing, and the producer goes on", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const topic = yield* freshTopic(1)
+          const producer = yield* log.producer()
+          const bad = yield* reasonTag(producer.send([rec(topic, 0, "ok"), rec(topic, 5, "bad partition")]))
+          assert.strictEqual(bad, "UnknownPartition")
+          const tooLarge = { ...rec(topic, 0, ""), value: new Uint8Array(cfg.maxRecordBytes * 2) }
+          assert.strictEqual(yield* reasonTag(producer.send([tooLarge])), "RecordTooLarge")
+          assert.deepStrictEqual(yield* Effect.flatten(producer.send([rec(topic, 0, "next")])), [0])
+          yield* producer.flush
+          assert.strictEqual(yield* producer.failure, undefined)
+          assert.strictEqual((yield* log.offsets([{ topic, partition: 0 }]))[0]!.highwater, 1)
+        })
+      )
+
+      it.effect("flush waits for every send; closing the producer waits too", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const topic = yield* freshTopic(3)
+          yield* Effect.scoped(
+            Effect.gen(function* () {
+              const producer = yield* log.producer()
+              for (let i = 0; i < 30; i++) yield* producer.send([rec(topic, i % 3, `a${i}`)])
+              yield* producer.flush
+              assert.deepStrictEqual(
+                (yield* log.offsets(tps(topic, 3))).map((o) => o.highwater),
+                [10, 10, 10]
+              )
+              for (let i = 0; i < 30; i++) yield* producer.send([rec(topic, i % 3, `b${i}`)])
+            })
+          )
+          assert.deepStrictEqual(
+            (yield* log.offsets(tps(topic, 3))).map((o) => o.highwater),
+            [20, 20, 20]
+          )
+        })
+      )
+
+      if (options?.faults === true) {
+        it.effect("after a failed append a producer appends nothing more; a new producer starts again", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const found = yield* Effect.serviceOption(LogFaults)
+            assert.isTrue(Option.isSome(found), "the suite was told the layer provides LogFaults")
+            if (Option.isNone(found)) return
+            const faults = found.value
+            const topic = yield* freshTopic(1)
+            const producer = yield* log.producer()
+            yield* Effect.flatten(producer.send([rec(topic, 0, "before")]))
+            yield* faults.failAppends(topic, 1)
+            const failed = yield* producer.send([rec(topic, 0, "refused")])
+            // Sent after the failure, before anyone looked at it: refused too, never appended after a gap.
+            const after = yield* Effect.exit(Effect.flatten(producer.send([rec(topic, 0, "after")])))
+            assert.strictEqual(yield* reasonTag(failed), "LogIoError")
+            assert.isTrue(Exit.isFailure(after))
+            assert.strictEqual((yield* producer.failure)?.reason._tag, "LogIoError")
+            assert.strictEqual(yield* reasonTag(producer.flush), "LogIoError")
+            const fresh = yield* log.producer()
+            assert.deepStrictEqual(yield* Effect.flatten(fresh.send([rec(topic, 0, "again")])), [1])
+            const c = yield* log.consumer()
+            yield* c.assign([{ topic, partition: 0 }])
+            assert.deepStrictEqual(valuesOf(yield* (yield* collect(c.batches, cfg)).records(2)), ["before", "again"])
+          })
+        )
+      }
 
       it.effect("keys, values, headers, timestamps and null values round-trip", () =>
         Effect.gen(function* () {
