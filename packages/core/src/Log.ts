@@ -168,6 +168,10 @@ export interface GroupConsumer {
   readonly batches: Stream.Stream<LogBatch, LogError>
   readonly pause: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
   readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  /** Sets the next offset to read of an assigned partition (a worker rewinds with it after a failed commit). */
+  readonly seek: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  /** The next offset to be read from an assigned partition. */
+  readonly position: (tp: TopicPartition) => Effect.Effect<Offset, LogError>
   /** Commits the next offset to read for each partition. */
   readonly commit: (offsets: ReadonlyArray<TopicPartitionOffset>) => Effect.Effect<void, LogError>
   /** The group's committed offsets (absent partitions have none). */

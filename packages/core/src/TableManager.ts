@@ -102,6 +102,22 @@ export class TableRecoveryFailed extends Schema.TaggedError<TableRecoveryFailed>
   }
 }
 
+/**
+ * A commit could not persist a table partition: a changelog record it covers was refused, or the store write failed.
+ * Nothing of that partition's buffered changes was persisted; the worker rewinds (`Tables.rewind`) and resumes from
+ * what the stores and changelogs hold.
+ */
+export class CommitFailed extends Schema.TaggedError<CommitFailed>()("CommitFailed", {
+  table: Schema.String,
+  partition: Schema.Int,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `commit of table ${this.table} partition ${this.partition} failed: ${this.detail}`
+  }
+}
+
 /** Why a table-manager operation failed. */
 export const TableManagerErrorReason = Schema.Union([
   TableAlreadyExists,
@@ -109,7 +125,8 @@ export const TableManagerErrorReason = Schema.Union([
   UnknownTable,
   InvalidTable,
   InvalidTableManagerOptions,
-  TableRecoveryFailed
+  TableRecoveryFailed,
+  CommitFailed
 ])
 /** @see TableManagerErrorReason */
 export type TableManagerErrorReason = typeof TableManagerErrorReason.Type

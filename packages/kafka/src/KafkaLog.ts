@@ -1085,6 +1085,8 @@ const makeGroupConsumer = (
       batches: inner.batches,
       pause: inner.pause,
       resume: inner.resume,
+      seek: inner.seek,
+      position: inner.position,
       commit: (offsets) =>
         guard(() =>
           Effect.gen(function* () {

@@ -3,48 +3,46 @@
  * and `Log`: registers tables, builds their changelog channel, hands changelog
  * partitions to recovery on assignment, and persists offsets on commit.
  *
- * Writes: `set` / `delete` produce a changelog record (key = table key,
- * partition = the source partition) and keep the change in a write-behind
- * buffer that reads see at once. Nothing reaches the store until the source
- * partition commits: `onCommit` writes the buffered changes, the changelog
- * offset they reach and the committed source offset in **one atomic store
- * batch** — so after a crash a store always equals its changelog replayed up to
- * the persisted offset. A lower pending offset never replaces a higher one.
+ * Writes: `set` / `delete` land in the partition's write buffer at once (the
+ * next record reads them) and their changelog records (key = table key,
+ * partition = the source partition) are handed to a pipelined producer without
+ * waiting for the ack. Nothing reaches the store until the source partition
+ * commits: `onCommit` waits for the acks, then writes the buffered changes, the
+ * changelog offset they reach and the committed source offset in **one atomic
+ * store batch** — so after a crash a store always equals its changelog replayed
+ * up to the persisted offset. A refused changelog record fails the commit and
+ * every later write until `rewind`.
+ *
+ * Records of one source partition are processed one at a time, in the order
+ * `process` is called, so a read-modify-write never races another record of
+ * the same partition.
  *
  * Beyond Faust: pending offsets are linked to the source partition whose
  * processing wrote them, so committing a source partition flushes every
  * changelog partition it wrote to (Faust keys them by the changelog partition
  * and looks them up by the source partition, so they are lost when the two
  * differ). Each changelog record carries the source record it came from
- * (header `strata-source`), and `process` produces all writes of one source
+ * (header `strata-source`), and `process` sends all writes of one source
  * record in one batch; after recovery `resumeOffset` says where to resume the
  * source so that no record is applied twice.
  *
  * @since 0.1.0
  */
 import {
-  type ChangelogSource,
-  del,
-  type Header,
+  CommitFailed,
   InvalidTable,
   InvalidTableManagerOptions,
   Log,
-  type LogConsumer,
   type LogError,
-  type LogRecord,
+  type LogProducer,
   type LogShape,
   type Offset,
-  type PartitionStore,
   type ProducerRecord,
-  put,
   type RecoveryShape,
   RestoreFailed,
-  type RestoreTarget,
   Store,
   type StoreError,
-  type StoreOp,
   type StoreShape,
-  StoreValidation,
   TableAlreadyExists,
   type TableInfo,
   TableManager,
@@ -59,24 +57,24 @@ import {
 } from "@strata/core"
 import { ChangelogRecovery } from "@strata/recovery"
 import {
-  type Cause,
   Config,
   Context,
   Deferred,
   Duration,
   Effect,
   Exit,
-  Fiber,
   Layer,
   Option,
-  Queue,
   Result,
   Schema,
   Scope,
   Semaphore,
   Stream
 } from "effect"
-import { advance } from "./internal/offsets.js"
+import * as ChangelogChannel from "./internal/changelogChannel.js"
+import * as PartitionWrites from "./internal/partitionWrites.js"
+import type { Change } from "./internal/partitionWrites.js"
+import * as RestoreTarget from "./internal/restoreTarget.js"
 import {
   ChangelogFailed,
   type Codecs,
@@ -215,13 +213,20 @@ export interface TablesShape {
   /** Stops in order: changelog fetcher, recovery, then each table (stores closed). Idempotent. */
   readonly stop: Effect.Effect<void>
   /**
-   * Runs `effect` as the processing of one source record: its writes go to the source record's partition,
-   * are produced in one batch carrying the source offset, and are linked to the source partition for `onCommit`.
+   * Runs `effect` as the processing of one source record: its writes go to the source record's partition, are
+   * visible to the next record at once, are sent in one batch carrying the source offset (acks are awaited by the
+   * commit), and are linked to the source partition for `onCommit`. Calls for one source partition run one at a
+   * time, in the order made.
    */
   readonly process: <A, E, R>(
     source: TopicPartitionOffset,
     effect: Effect.Effect<A, E, R>
   ) => Effect.Effect<A, E | TableError, R>
+  /**
+   * After a failed commit: forgets every write not yet in a store, replaces the producer and restores every open
+   * partition again from its store and changelog. Then `resumeOffset` says where to resume each source partition.
+   */
+  readonly rewind: Effect.Effect<void>
   /**
    * Where to resume consuming a source partition so no record is applied twice: one past the last source
    * offset whose writes are in the tables (committed, or replayed from the changelog by recovery).
@@ -253,92 +258,9 @@ export class Tables extends Context.Service<Tables, TablesShape>()("@strata/tabl
 // Implementation
 // ---------------------------------------------------------------------------
 
-const SOURCE_HEADER = "strata-source"
-const encoder = new TextEncoder()
-const decoder = new TextDecoder()
-
-/** The value of a record's `strata-source` header, if it has one. */
-const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined => {
-  for (const h of headers) if (h.key === SOURCE_HEADER) return h.value
-  return undefined
-}
-
-/** The source record a `strata-source` header's text names (`["topic",partition,offset]`), if it is one. */
-const parseSource = (text: string): TopicPartitionOffset | undefined => {
-  try {
-    const [topic, partition, offset] = JSON.parse(text) as [unknown, unknown, unknown]
-    return typeof topic === "string" && Number.isSafeInteger(partition) && Number.isSafeInteger(offset)
-      ? { topic, partition: partition as number, offset: offset as number }
-      : undefined
-  } catch {
-    return undefined
-  }
-}
-
-/** Longest run of offset digits read from bytes: 15 decimal digits always fit a safe integer. */
-const MAX_DIGITS = 15
-
-/** In a header ending `,<digits>]`, the index of that comma; -1 for any other shape. */
-const sourceOffsetComma = (v: Uint8Array): number => {
-  const close = v.length - 1
-  if (close < 2 || v[close] !== 0x5d) return -1
-  let i = close - 1
-  while (i >= 0 && close - i <= MAX_DIGITS && v[i]! >= 0x30 && v[i]! <= 0x39) i--
-  return i >= 0 && i < close - 1 && v[i] === 0x2c ? i : -1
-}
-
-/** The decimal number written in `v[from, to)` (ASCII digits only, checked by `sourceOffsetComma`). */
-const digitsAt = (v: Uint8Array, from: number, to: number): number => {
-  let n = 0
-  for (let i = from; i < to; i++) n = n * 10 + (v[i]! - 0x30)
-  return n
-}
-
-/** Whether `a` and `b` (both at least `length` long) agree on their first `length` bytes. */
-const samePrefix = (a: Uint8Array, b: Uint8Array, length: number): boolean => {
-  if (a === b) return true
-  for (let i = 0; i < length; i++) if (a[i] !== b[i]) return false
-  return true
-}
-
-/** Records fetched from one partition, with the channel generation they were received in. */
-interface Chunk {
-  readonly generation: number
-  readonly records: ReadonlyArray<LogRecord>
-  /** Queue room the chunk holds (records), given back when it is fully taken or dropped. */
-  readonly room: number
-}
-
-interface Change {
-  readonly key: Uint8Array
-  readonly value: Uint8Array | null
-  /** The changelog offset of the change, once produced (-1 when unknown, with acks 0). */
-  readonly offset?: number
-}
-
-interface PartitionState {
-  readonly store: PartitionStore
-  readonly scope: Scope.Closeable
-  /** Changes produced to the changelog, not yet in the store, by key (base64). */
-  readonly dirty: Map<string, Change>
-  /** The highest changelog offset produced, not yet persisted. */
-  pending: number | undefined
-  /** Per source partition, one past the last source record whose writes are buffered here. */
-  readonly sources: Map<string, TopicPartitionOffset>
-  /**
-   * Writers hold one permit from before their produce until their changes are buffered; a flush holds them all,
-   * so it never persists an offset ahead of a change still in flight, nor loses a change buffered meanwhile.
-   */
-  readonly lock: Semaphore.Semaphore
-  /** A standby replica: restored and tailed, not written (until promoted). */
-  standby: boolean
-}
-
-const EXCLUSIVE = 1 << 30
-
 interface Registered {
   readonly info: TableInfo
-  readonly partitions: Map<number, PartitionState>
+  readonly partitions: Map<number, PartitionWrites.PartitionWrites>
 }
 
 interface SourceLink {
@@ -362,10 +284,21 @@ const CurrentCollector = Context.Reference<Collector | undefined>("@strata/table
 /** Recovery's default `recoveryBufferSize` and `standbyBufferSize`. */
 const DEFAULT_RESTORE_BATCH = 1000
 
-const keyId = (key: Uint8Array): string => Buffer.from(key).toString("base64")
 const managerError = (reason: TableManagerError["reason"]) => new TableManagerError({ reason })
+const tableError = (reason: TableError["reason"]) => new TableError({ reason })
+const storeFailed = (table: string) => (cause: StoreError) => tableError(new TableStoreFailed({ table, cause }))
 
 const compareBytes = (a: Uint8Array, b: Uint8Array): number => Buffer.compare(a, b)
+
+/** The highest offset among `offsets[i]` for the given indexes (`-1` when none is known). */
+const highestOf = (offsets: ReadonlyArray<number>, indexes: ReadonlyArray<number>): number => {
+  let max = -1
+  for (const i of indexes) {
+    const o = offsets[i] ?? -1
+    if (o > max) max = o
+  }
+  return max
+}
 
 /** Builds the table manager on the `Store` and `Log` in context; `stop` runs when the scope closes. */
 export const make = (
@@ -390,59 +323,51 @@ export const make = (
     const unlinked = new Set<string>()
     /** Highest source offset (next to read) replayed from changelog headers, by source partition. */
     const replayed = new Map<string, number>()
+    /** Records of one source partition are processed one at a time, in the order `process` is called. */
+    const sourceLocks = new Map<string, Semaphore.Semaphore>()
     let finalized = false
     let stopping = false
     let stopped = false
     let recovery: RecoveryShape | undefined
-    let consumer: LogConsumer | undefined
-    let fetcher: Fiber.Fiber<unknown, unknown> | undefined
+    let channel: ChangelogChannel.ChangelogChannel | undefined
     let recoveryScope: Scope.Closeable | undefined
-    /**
-     * Chunks fetched for recovery, tagged with the channel's generation when the fetcher received them. The queue is
-     * bounded in records, not chunks: the fetcher takes room for a chunk's records before offering it (backpressure).
-     */
-    const queue = yield* Queue.unbounded<Chunk, LogError>()
-    const room = Semaphore.makeUnsafe(capacity)
-    let held = 0
-    /** The part of a chunk `take` could not hand out yet. */
-    let leftover: { readonly chunk: Chunk; readonly from: number } | undefined
-    const giveBack = (chunk: Chunk) =>
-      Effect.suspend(() => {
-        held -= chunk.room
-        return Semaphore.release(room, chunk.room)
-      })
-    /**
-     * Bumped by every seek and resume: records received before are stale (their positions were overwritten), also
-     * the ones a fetcher blocked on the full queue pushes after the queue was cleared.
-     */
-    let generation = 0
     const registered = yield* Deferred.make<void>()
     if (!holdsState) yield* Deferred.succeed(registered, undefined)
 
-    const tableError = (reason: TableError["reason"]) => new TableError({ reason })
-    const storeFailed = (table: string) => (cause: StoreError) => tableError(new TableStoreFailed({ table, cause }))
+    // --- the producer -------------------------------------------------------
+
+    /**
+     * The changelog producer and its scope. Its first failure stops it (see `Log.producer`); every write and commit
+     * then fails until `rewind` replaces it.
+     */
+    let producer: { readonly shape: LogProducer; readonly scope: Scope.Closeable } | undefined
+    const openProducer = Effect.gen(function* () {
+      const child = yield* Scope.fork(scope, "sequential")
+      const shape = yield* log.producer({ acks }).pipe(Scope.provide(child))
+      producer = { shape, scope: child }
+      return shape
+    })
+    const currentProducer = Effect.suspend(() =>
+      producer === undefined ? openProducer : Effect.succeed(producer.shape)
+    )
 
     // --- partitions -------------------------------------------------------
 
-    const partitionState = (table: Registered, partition: number) =>
+    const partitionOf = (table: Registered, partition: number) =>
       Effect.suspend(() => {
         if (!Number.isSafeInteger(partition) || partition < 0 || partition >= table.info.partitions) {
           return Effect.fail(
             tableError(new InvalidPartition({ table: table.info.name, partition, partitions: table.info.partitions }))
           )
         }
-        const state = table.partitions.get(partition)
-        return state === undefined
+        const w = table.partitions.get(partition)
+        return w === undefined
           ? Effect.fail(
               tableError(
-                new PartitionNotAvailable({
-                  table: table.info.name,
-                  partition,
-                  detail: "not assigned to this worker"
-                })
+                new PartitionNotAvailable({ table: table.info.name, partition, detail: "not assigned to this worker" })
               )
             )
-          : Effect.succeed(state)
+          : Effect.succeed(w)
       })
 
     /** Opens a table partition's store (idempotent); sets whether it is a standby replica. */
@@ -457,56 +382,29 @@ export const make = (
         const opened = yield* store
           .open({ table: table.info.name, partition })
           .pipe(Scope.provide(child), Effect.mapError(storeFailed(table.info.name)))
-        table.partitions.set(partition, {
-          lock: Semaphore.makeUnsafe(EXCLUSIVE),
-          standby,
-          store: opened,
-          scope: child,
-          dirty: new Map(),
-          pending: undefined,
-          sources: new Map()
-        })
+        table.partitions.set(partition, PartitionWrites.make(opened, child, standby))
       })
 
-    /** Writes a partition's buffered changes and pending offset (plus `extra` offsets) in one batch. */
+    const commitFailed = (table: Registered, partition: number, e: LogError | StoreError) =>
+      managerError(new CommitFailed({ table: table.info.name, partition, detail: e.message }))
+
+    /** Persists a partition's buffered changes (their acks in) with its changelog and source offsets (plus `extra`). */
     const flushPartition = (
       table: Registered,
-      state: PartitionState,
+      w: PartitionWrites.PartitionWrites,
       partition: number,
       extra: ReadonlyArray<TopicPartitionOffset>
     ) =>
-      Semaphore.withPermits(
-        state.lock,
-        EXCLUSIVE
-      )(
-        Effect.gen(function* () {
-          if (state.dirty.size === 0 && state.pending === undefined && extra.length === 0) return
-          const ops: Array<StoreOp> = []
-          for (const change of state.dirty.values())
-            ops.push(change.value === null ? del(change.key) : put(change.key, change.value))
-          // The source offsets of every buffered write go with it: the store then says where to resume each source.
-          const sources = new Map(state.sources)
-          for (const o of extra) {
-            const seen = sources.get(tpKey(o))
-            if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
-          }
-          const offsets: Array<TopicPartitionOffset> = [...sources.values()]
-          if (state.pending !== undefined) {
-            offsets.push({ topic: table.info.changelogTopic, partition, offset: state.pending })
-          }
-          yield* state.store.write(ops, { offsets }).pipe(Effect.mapError(storeFailed(table.info.name)))
-          state.dirty.clear()
-          state.pending = undefined
-          state.sources.clear()
-        })
+      PartitionWrites.flush(w, { topic: table.info.changelogTopic, partition }, extra).pipe(
+        Effect.mapError((e) => commitFailed(table, partition, e))
       )
 
     const closePartition = (table: Registered, partition: number) =>
       Effect.gen(function* () {
-        const state = table.partitions.get(partition)
-        if (state === undefined) return
+        const w = table.partitions.get(partition)
+        if (w === undefined) return
         table.partitions.delete(partition)
-        yield* Scope.close(state.scope, Exit.void)
+        yield* Scope.close(w.scope, Exit.void)
       })
 
     // --- registration -----------------------------------------------------
@@ -538,32 +436,47 @@ export const make = (
 
     // --- writes -----------------------------------------------------------
 
-    const sourceHeader = (source: TopicPartitionOffset): Header => ({
-      key: SOURCE_HEADER,
-      value: encoder.encode(JSON.stringify([source.topic, source.partition, source.offset]))
-    })
+    const linkOf = (source: TopicPartitionOffset) => {
+      const key = tpKey(source)
+      let found = links.get(key)
+      if (found === undefined) {
+        found = { tp: { topic: source.topic, partition: source.partition }, changelogs: new Set() }
+        links.set(key, found)
+      }
+      return found
+    }
 
-    /** Produces a collector's writes in one batch, then applies them to the buffers and links them. */
-    const commitCollector = (collector: Collector): Effect.Effect<void, TableError> =>
+    /**
+     * Hands a collector's writes to the producer in one send and buffers them at once, holding one permit on every
+     * partition written (taken in a fixed order); the acks are awaited by the next flush.
+     */
+    const sendCollector = (collector: Collector): Effect.Effect<void, TableError> =>
       Effect.suspend(() => {
         if (collector.writes.length === 0) return Effect.void
-        // One shared permit on every partition written, taken in a fixed order, held until the changes are buffered.
-        const locks = new Map<string, Semaphore.Semaphore>()
-        for (const w of collector.writes) {
-          const state = w.table.partitions.get(w.partition)
-          if (state !== undefined) locks.set(`${w.table.info.name}|${w.partition}`, state.lock)
+        const byPartition = new Map<
+          string,
+          { table: Registered; partition: number; w: PartitionWrites.PartitionWrites }
+        >()
+        for (const write of collector.writes) {
+          const id = `${write.table.info.name}|${write.partition}`
+          const w = write.table.partitions.get(write.partition)
+          if (w !== undefined && !byPartition.has(id))
+            byPartition.set(id, { table: write.table, partition: write.partition, w })
         }
-        return [...locks.entries()]
+        return [...byPartition.entries()]
           .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
           .reduce<Effect.Effect<void, TableError>>(
-            (inner, [, lock]) => Semaphore.withPermits(lock, 1)(inner),
-            produceAndBuffer(collector)
+            (inner, [, { w }]) => PartitionWrites.shared(w, inner),
+            sendAndBuffer(collector, byPartition)
           )
       })
 
-    const produceAndBuffer = (collector: Collector) =>
+    const sendAndBuffer = (
+      collector: Collector,
+      byPartition: ReadonlyMap<string, { table: Registered; partition: number; w: PartitionWrites.PartitionWrites }>
+    ) =>
       Effect.gen(function* () {
-        const headers = collector.source === undefined ? [] : [sourceHeader(collector.source)]
+        const headers = collector.source === undefined ? [] : [RestoreTarget.sourceHeader(collector.source)]
         const records: Array<ProducerRecord> = collector.writes.map((w) => ({
           topic: w.table.info.changelogTopic,
           partition: w.partition,
@@ -571,58 +484,62 @@ export const make = (
           value: w.change.value,
           headers
         }))
-        const offsets = yield* log
-          .produceBatch(records, { acks })
-          .pipe(
-            Effect.mapError((cause) =>
-              tableError(new ChangelogFailed({ table: collector.writes[0]!.table.info.name, cause }))
-            )
+        const first = collector.writes[0]!.table.info.name
+        const p = yield* currentProducer.pipe(
+          Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause })))
+        )
+        const acked = yield* p
+          .send(records)
+          .pipe(Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause }))))
+        const link = collector.source === undefined ? undefined : linkOf(collector.source)
+        // Per partition: its changes in order and the indexes of its records in the send.
+        const parts = new Map<string, { changes: Array<Change>; indexes: Array<number> }>()
+        for (const [i, write] of collector.writes.entries()) {
+          const id = `${write.table.info.name}|${write.partition}`
+          let part = parts.get(id)
+          if (part === undefined) {
+            part = { changes: [], indexes: [] }
+            parts.set(id, part)
+          }
+          part.changes.push(write.change)
+          part.indexes.push(i)
+        }
+        for (const [id, part] of parts) {
+          const target = byPartition.get(id)
+          // The partition was revoked while the record was processed: the changelog has the write, the next owner
+          // replays it.
+          if (target === undefined || target.table.partitions.get(target.partition) !== target.w) continue
+          PartitionWrites.buffer(
+            target.w,
+            part.changes,
+            Effect.map(acked, (offsets) => highestOf(offsets, part.indexes)),
+            collector.source
           )
-        const link =
-          collector.source === undefined
-            ? undefined
-            : (() => {
-                const key = tpKey(collector.source)
-                let found = links.get(key)
-                if (found === undefined) {
-                  found = {
-                    tp: { topic: collector.source.topic, partition: collector.source.partition },
-                    changelogs: new Set()
-                  }
-                  links.set(key, found)
-                }
-                return found
-              })()
-        for (const [i, w] of collector.writes.entries()) {
-          const state = w.table.partitions.get(w.partition)
-          // The partition was revoked while the record was processed: the changelog has the write, the next owner replays it.
-          if (state === undefined) continue
-          const offset = offsets[i] ?? -1
-          // Concurrent writers can finish out of order: the change with the higher changelog offset wins, as in a replay.
-          const id = keyId(w.change.key)
-          const buffered = state.dirty.get(id)
-          if (buffered === undefined || offset < 0 || (buffered.offset ?? -1) <= offset) {
-            state.dirty.set(id, { ...w.change, offset })
-          }
-          // A lower offset never replaces a higher one.
-          state.pending = advance(state.pending, offset)
-          if (collector.source !== undefined) {
-            const next = { ...collector.source, offset: collector.source.offset + 1 }
-            const seen = state.sources.get(tpKey(next))
-            if (seen === undefined || next.offset > seen.offset) state.sources.set(tpKey(next), next)
-          }
-          if (link === undefined) unlinked.add(`${w.table.info.name}|${w.partition}`)
-          else link.changelogs.add(`${w.table.info.name}|${w.partition}`)
+          if (link === undefined) unlinked.add(id)
+          else link.changelogs.add(id)
         }
       })
 
+    const sourceLock = (source: TopicPartition) => {
+      const key = tpKey(source)
+      let lock = sourceLocks.get(key)
+      if (lock === undefined) {
+        lock = Semaphore.makeUnsafe(1)
+        sourceLocks.set(key, lock)
+      }
+      return lock
+    }
+
     const process: TablesShape["process"] = (source, effect) =>
-      Effect.gen(function* () {
-        const collector: Collector = { source, writes: [], view: new Map() }
-        const a = yield* Effect.provideService(effect, CurrentCollector, collector)
-        yield* commitCollector(collector)
-        return a
-      })
+      Semaphore.withPermit(
+        sourceLock(source),
+        Effect.gen(function* () {
+          const collector: Collector = { source, writes: [], view: new Map() }
+          const a = yield* Effect.provideService(effect, CurrentCollector, collector)
+          yield* sendCollector(collector)
+          return a
+        })
+      )
 
     // --- handles ----------------------------------------------------------
 
@@ -652,13 +569,13 @@ export const make = (
           const collector = yield* CurrentCollector
           const k = yield* encodeKey(key)
           const partition = resolve(k, options, collector)
-          const state = yield* partitionState(table, partition)
-          const id = `${name}|${partition}|${keyId(k)}`
-          const own = collector?.view.get(id)
+          const w = yield* partitionOf(table, partition)
+          const id = PartitionWrites.keyId(k)
+          const own = collector?.view.get(`${name}|${partition}|${id}`)
           if (own !== undefined) return Option.fromNullishOr(own.value)
-          const dirty = state.dirty.get(keyId(k))
+          const dirty = w.dirty.get(id)
           if (dirty !== undefined) return Option.fromNullishOr(dirty.value)
-          return yield* state.store.get(k).pipe(Effect.mapError(storeFailed(name)))
+          return yield* w.store.get(k).pipe(Effect.mapError(storeFailed(name)))
         })
 
       const get = (key: K, options?: PartitionOption) =>
@@ -677,7 +594,7 @@ export const make = (
           }
           const current = yield* CurrentCollector
           const partition = resolve(k, options, current)
-          const target = yield* partitionState(table, partition)
+          const target = yield* partitionOf(table, partition)
           if (target.standby) {
             return yield* Effect.fail(
               tableError(
@@ -688,9 +605,9 @@ export const make = (
           const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
           const change: Change = { key: k, value: v }
           collector.writes.push({ table, partition, change })
-          collector.view.set(`${name}|${partition}|${keyId(k)}`, change)
-          // Outside `process`, a write is produced (and buffered) on its own.
-          if (current === undefined) yield* commitCollector(collector)
+          collector.view.set(`${name}|${partition}|${PartitionWrites.keyId(k)}`, change)
+          // Outside `process`, a write is sent (and buffered) on its own.
+          if (current === undefined) yield* sendCollector(collector)
         })
 
       const handle: TableHandle<K, V> = {
@@ -707,15 +624,16 @@ export const make = (
           }),
         entries: (partition) =>
           Effect.gen(function* () {
-            const state = yield* partitionState(table, partition)
+            const w = yield* partitionOf(table, partition)
             const merged = new Map<string, Change>()
-            const stored = yield* Stream.runCollect(state.store.scan()).pipe(Effect.mapError(storeFailed(name)))
-            for (const [k, v] of stored) merged.set(keyId(k), { key: k, value: v })
-            for (const [id, change] of state.dirty) merged.set(id, change)
+            const stored = yield* Stream.runCollect(w.store.scan()).pipe(Effect.mapError(storeFailed(name)))
+            for (const [k, v] of stored) merged.set(PartitionWrites.keyId(k), { key: k, value: v })
+            for (const [id, change] of w.dirty) merged.set(id, change)
             const collector = yield* CurrentCollector
             if (collector !== undefined) {
-              for (const w of collector.writes) {
-                if (w.table === table && w.partition === partition) merged.set(keyId(w.change.key), w.change)
+              for (const c of collector.writes) {
+                if (c.table === table && c.partition === partition)
+                  merged.set(PartitionWrites.keyId(c.change.key), c.change)
               }
             }
             const live: Array<{ readonly key: Uint8Array; readonly value: Uint8Array }> = []
@@ -734,192 +652,30 @@ export const make = (
       return handle
     }
 
-    // --- the changelog channel and recovery --------------------------------
+    // --- recovery -----------------------------------------------------------
 
     const changelogPartitionsOf = (table: Registered): Array<TopicPartition> =>
       Array.from({ length: table.info.partitions }, (_, partition) => ({ topic: table.info.changelogTopic, partition }))
 
-    const requireConsumer = Effect.suspend(() =>
-      consumer === undefined
-        ? Effect.die(new Error("the changelog channel is not built: call start first"))
-        : Effect.succeed(consumer)
-    )
-
-    /** Drops every queued chunk (and a partly taken one), giving their room back. */
-    const dropQueued = Effect.gen(function* () {
-      if (leftover !== undefined) {
-        const { chunk } = leftover
-        leftover = undefined
-        yield* giveBack(chunk)
+    const flushAll = Effect.gen(function* () {
+      for (const table of tables.values()) {
+        for (const [partition, w] of table.partitions) yield* flushPartition(table, w, partition, [])
       }
-      const dropped = yield* Queue.clear(queue).pipe(Effect.orElseSucceed(() => [] as Array<Chunk>))
-      for (const chunk of dropped) yield* giveBack(chunk)
+      if (producer !== undefined) yield* producer.shape.flush
+      yield* log.flush
     })
 
-    /** The channel recovery reads: one consumer for all changelogs feeding the shared bounded queue. */
-    const source: ChangelogSource = {
-      offsets: (tps) => log.offsets(tps),
-      seek: (tp, offset) =>
-        Effect.flatMap(requireConsumer, (c) =>
-          Effect.tap(c.seek(tp, offset), () =>
-            Effect.sync(() => {
-              generation++
-            })
-          )
-        ),
-      resume: (tps) =>
-        Effect.gen(function* () {
-          const c = yield* requireConsumer
-          // Records fetched before (from positions now overwritten by a seek) are dropped: the queue clears on resume.
-          generation++
-          yield* dropQueued
-          yield* c.resume(tps)
-        }),
-      pause: (tps) => Effect.flatMap(requireConsumer, (c) => c.pause(tps)),
-      take: (max) =>
-        Effect.gen(function* () {
-          const out: Array<LogRecord> = []
-          // Wait for one chunk, then add what is already queued, up to `max` records. Only whole chunks join a
-          // take already started: a chunk that does not fit waits for the next take rather than being split, so a
-          // partition's store gets one large batch instead of a large one and a small one (a write costs the store
-          // per batch as well as per record: 480 records per write on average became about 950).
-          let next: { chunk: Chunk; from: number } | undefined = leftover
-          leftover = undefined
-          if (next === undefined) next = { chunk: yield* Queue.take(queue), from: 0 }
-          while (next !== undefined) {
-            const { chunk, from } = next
-            if (chunk.generation !== generation) {
-              yield* giveBack(chunk)
-            } else {
-              if (out.length > 0 && chunk.records.length - from > max - out.length) {
-                leftover = next
-                break
-              }
-              const n = Math.min(chunk.records.length - from, max - out.length)
-              for (let i = from; i < from + n; i++) out.push(chunk.records[i]!)
-              if (from + n < chunk.records.length) {
-                leftover = { chunk, from: from + n }
-                break
-              }
-              yield* giveBack(chunk)
-            }
-            if (out.length >= max) break
-            const polled = yield* Queue.poll(queue)
-            next = Option.isSome(polled) ? { chunk: polled.value, from: 0 } : undefined
-          }
-          return out
-        }),
-      position: (tp) => Effect.flatMap(requireConsumer, (c) => c.position(tp)),
-      fetching: (tp) =>
-        Effect.flatMap(requireConsumer, (c) =>
-          Effect.map(c.paused, (paused) => !paused.some((p) => p.topic === tp.topic && p.partition === tp.partition))
-        ).pipe(Effect.orElseSucceed(() => false))
-    }
-
-    const restoreFailed = (tp: TopicPartition, detail: string) =>
-      new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail })
-
-    const stateFor = (tp: TopicPartition) =>
-      Effect.suspend(() => {
-        const table = byChangelog.get(tp.topic)
-        const state = table?.partitions.get(tp.partition)
-        return table === undefined || state === undefined
-          ? Effect.fail(restoreFailed(tp, "the changelog partition's table partition is not open here"))
-          : Effect.succeed({ table, state })
-      })
-
-    /** Applies changelog records to a partition's store with their offset (and the source offsets they carry). */
-    const applyRecords = (tp: TopicPartition, state: PartitionState, records: ReadonlyArray<LogRecord>) =>
-      Effect.gen(function* () {
-        if (records.length === 0) return
-        const ops: Array<StoreOp> = new Array(records.length)
-        let n = 0
-        // Per source partition (the header's `["topic",partition,` prefix), the highest source offset seen: the
-        // offset is read from the header's bytes and the prefix decoded only when it differs from the previous one.
-        const highest = new Map<string, number>()
-        let lastPrefix: Uint8Array | undefined
-        let lastPrefixLength = -1
-        let lastPrefixText = ""
-        for (const r of records) {
-          if (r.key === null) continue
-          ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
-          // The buffered change of a key, if any, is older than the changelog record: drop it.
-          if (state.dirty.size > 0) state.dirty.delete(keyId(r.key))
-          const header = sourceHeaderOf(r.headers)
-          if (header === undefined) continue
-          const comma = sourceOffsetComma(header)
-          let prefix: string
-          let offset: number
-          if (comma < 0) {
-            // Not the usual shape: the general path.
-            const text = decoder.decode(header)
-            const at = text.lastIndexOf(",")
-            offset = Number(text.slice(at + 1, -1))
-            prefix = text.slice(0, at + 1)
-          } else {
-            offset = digitsAt(header, comma + 1, header.length - 1)
-            if (
-              lastPrefix === undefined ||
-              lastPrefixLength !== comma + 1 ||
-              !samePrefix(lastPrefix, header, comma + 1)
-            ) {
-              lastPrefix = header
-              lastPrefixLength = comma + 1
-              lastPrefixText = decoder.decode(header.subarray(0, comma + 1))
-            }
-            prefix = lastPrefixText
-          }
-          if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
-        }
-        ops.length = n
-        const sources: Array<TopicPartitionOffset> = []
-        for (const [prefix, offset] of highest) {
-          const from = parseSource(`${prefix}${offset}]`)
-          // A header naming no valid source (not written by `process`) is ignored, not a reason to fail the restore.
-          if (from === undefined || StoreValidation.checkOffsets([from]) !== undefined) continue
-          const key = tpKey(from)
-          const seen = Math.max(replayed.get(key) ?? 0, from.offset + 1)
-          replayed.set(key, seen)
-          sources.push({ topic: from.topic, partition: from.partition, offset: seen })
-        }
-        const last = records[records.length - 1]!.offset
-        yield* state.store
-          .write(ops, { offsets: [{ topic: tp.topic, partition: tp.partition, offset: last }, ...sources] })
-          .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-      })
-
-    /** What recovery restores into: the open partition stores. */
-    const target: RestoreTarget = {
-      persistedOffset: (tp) =>
-        Effect.flatMap(stateFor(tp), ({ state }) =>
-          state.store.persistedOffset(tp).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-        ),
-      apply: (tp, records) =>
-        Effect.flatMap(stateFor(tp), ({ state }) =>
-          Semaphore.withPermits(state.lock, EXCLUSIVE)(applyRecords(tp, state, records))
-        ),
-      wipe: (tp) =>
-        Effect.flatMap(stateFor(tp), ({ state }) =>
-          Effect.gen(function* () {
-            state.dirty.clear()
-            state.pending = undefined
-            state.sources.clear()
-            yield* state.store.clear.pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-          })
-        ),
-      flush: Effect.gen(function* () {
-        // Buffered changes reach the stores with their offsets, so recovery reads current persisted offsets.
-        for (const table of tables.values()) {
-          for (const [partition, state] of table.partitions) yield* flushPartition(table, state, partition, [])
-        }
-        yield* log.flush
-      }).pipe(
+    const target = RestoreTarget.make({
+      partitionOf: (tp) => byChangelog.get(tp.topic)?.partitions.get(tp.partition),
+      replayed,
+      // Buffered changes reach the stores with their offsets, so recovery reads current persisted offsets.
+      flushAll: flushAll.pipe(
         Effect.mapError(
           (e) =>
             new RestoreFailed({ topic: "(tables)", partition: 0, detail: `flushing before recovery: ${e.message}` })
         )
       )
-    }
+    })
 
     // --- lifecycle ----------------------------------------------------------
 
@@ -940,28 +696,11 @@ export const make = (
         options.recovery?.recoveryBufferSize ?? DEFAULT_RESTORE_BATCH,
         options.recovery?.standbyBufferSize ?? DEFAULT_RESTORE_BATCH
       )
-      const c = yield* log.consumer({ maxBatchRecords: chunk }).pipe(Scope.provide(built))
-      consumer = c
-      const tps = all.flatMap(changelogPartitionsOf)
-      yield* c.assign(tps)
       // Recovery owns the changelog partitions: every one starts paused.
-      yield* c.pause(tps)
-      fetcher = yield* c.batches.pipe(
-        Stream.runForEach((batch) =>
-          Effect.gen(function* () {
-            if (batch.records.length === 0) return
-            const at = generation
-            // Room for the chunk's records (a chunk larger than the whole queue takes all of it).
-            const needed = Math.min(batch.records.length, capacity)
-            yield* Semaphore.take(room, needed)
-            held += needed
-            yield* Queue.offer(queue, { generation: at, records: batch.records, room: needed })
-          })
-        ),
-        Effect.catchCause((cause: Cause.Cause<LogError>) => Queue.failCause(queue, cause)),
-        Effect.forkIn(built)
+      channel = yield* ChangelogChannel.make(log, all.flatMap(changelogPartitionsOf), { capacity, chunk }).pipe(
+        Scope.provide(built)
       )
-      const started = yield* ChangelogRecovery.make(source, target, options.recovery).pipe(Scope.provide(built))
+      const started = yield* ChangelogRecovery.make(channel.source, target, options.recovery).pipe(Scope.provide(built))
       recovery = started
       // Global tables: every worker holds and restores every partition.
       const globals = all.filter((t) => t.info.kind === "global")
@@ -978,11 +717,12 @@ export const make = (
       stopping = true
       if (stopped) return
       stopped = true
-      // 1. The changelog fetcher.
-      if (fetcher !== undefined) yield* Fiber.interrupt(fetcher)
-      // 2. Recovery (and the channel's consumer).
+      // 1. The changelog channel's fetcher, then recovery and the channel's consumer.
+      if (channel !== undefined) yield* channel.stopFetching
       if (recoveryScope !== undefined) yield* Scope.close(recoveryScope, Exit.void)
       recovery = undefined
+      // 2. The producer: what it sent is acknowledged or failed.
+      if (producer !== undefined) yield* Scope.close(producer.scope, Exit.void)
       // 3. Each table: its partition stores closed (uncommitted changes stay in the changelog only).
       for (const table of tables.values()) {
         for (const partition of [...table.partitions.keys()]) yield* closePartition(table, partition)
@@ -1024,8 +764,8 @@ export const make = (
       Effect.suspend(() => {
         const [name, p] = id.split("|") as [string, string]
         const table = tables.get(name)
-        const state = table?.partitions.get(Number(p))
-        return table === undefined || state === undefined ? Effect.void : flushPartition(table, state, Number(p), extra)
+        const w = table?.partitions.get(Number(p))
+        return table === undefined || w === undefined ? Effect.void : flushPartition(table, w, Number(p), extra)
       })
 
     const onCommit: TableManagerShape["onCommit"] = (offsets) =>
@@ -1033,15 +773,16 @@ export const make = (
         for (const committed of offsets) {
           const link = links.get(tpKey(committed))
           if (link === undefined) continue
-          links.delete(tpKey(committed))
           // The source offset goes in the same atomic batch as the data and the changelog offset.
           for (const id of link.changelogs) yield* flushById(id, [committed])
+          links.delete(tpKey(committed))
         }
         // Writes made outside any source record are persisted with the next commit.
-        const loose = [...unlinked]
-        unlinked.clear()
-        for (const id of loose) yield* flushById(id, [])
-      }).pipe(Effect.mapError(asManagerError))
+        for (const id of [...unlinked]) {
+          yield* flushById(id, [])
+          unlinked.delete(id)
+        }
+      })
 
     const changelogTps = (list: ReadonlyArray<{ table: Registered; partition: number }>) =>
       list.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition }))
@@ -1072,7 +813,15 @@ export const make = (
               .pipe(Effect.mapError((e) => managerError(new TableRecoveryFailed({ detail: e.message }))))
       )
 
-    const onPartitionsRevoked: TableManagerShape["onPartitionsRevoked"] = (tps) =>
+    /** Runs `effect` once no record of these source partitions is being processed, and none starts meanwhile. */
+    const withSourcesIdle = <A, E>(tps: ReadonlyArray<TopicPartition>, effect: Effect.Effect<A, E>) =>
+      [...new Map(tps.map((tp) => [tpKey(tp), tp] as const))]
+        .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+        .reduce<Effect.Effect<A, E>>((inner, [, tp]) => Semaphore.withPermit(sourceLock(tp), inner), effect)
+
+    const onPartitionsRevoked: TableManagerShape["onPartitionsRevoked"] = (tps) => withSourcesIdle(tps, revokeIdle(tps))
+
+    const revokeIdle = (tps: ReadonlyArray<TopicPartition>) =>
       Effect.gen(function* () {
         if (!holdsState) return
         const revoked = sourceToChangelogs(tps)
@@ -1083,12 +832,36 @@ export const make = (
         }
         for (const tp of tps) links.delete(tpKey(tp))
         for (const { table, partition } of revoked) {
-          const state = table.partitions.get(partition)
-          // What was produced is flushed with its changelog offset (the store stays equal to a changelog prefix).
-          if (state !== undefined) yield* flushPartition(table, state, partition, [])
+          const w = table.partitions.get(partition)
+          // What was sent is flushed with its changelog offset (the store stays equal to a changelog prefix).
+          if (w !== undefined) yield* flushPartition(table, w, partition, [])
           yield* closePartition(table, partition)
         }
-      }).pipe(Effect.mapError(asManagerError))
+      })
+
+    const rewind: TablesShape["rewind"] = Effect.gen(function* () {
+      if (!holdsState) return
+      // Every write not in a store is forgotten; the changelogs hold what was acknowledged.
+      for (const table of tables.values()) for (const w of table.partitions.values()) PartitionWrites.discard(w)
+      links.clear()
+      unlinked.clear()
+      if (producer !== undefined) {
+        const old = producer
+        producer = undefined
+        yield* Scope.close(old.scope, Exit.void)
+      }
+      if (recovery === undefined) return
+      const active: Array<TopicPartition> = []
+      const standby: Array<TopicPartition> = []
+      for (const table of tables.values()) {
+        for (const [partition, w] of table.partitions) {
+          ;(w.standby ? standby : active).push({ topic: table.info.changelogTopic, partition })
+        }
+      }
+      // Restored again from what the stores persisted: recovery replays the changelog records past it.
+      yield* recovery.revoke([...active, ...standby]).pipe(Effect.orDie)
+      yield* recovery.assign({ active, standby }).pipe(Effect.orDie)
+    })
 
     const manager: TableManagerShape = {
       add: (info) => Effect.asVoid(add(info)),
@@ -1127,8 +900,8 @@ export const make = (
       Effect.gen(function* () {
         let best = replayed.get(tpKey(tp))
         for (const table of tables.values()) {
-          for (const state of table.partitions.values()) {
-            const persisted = yield* state.store.persistedOffset(tp).pipe(Effect.mapError(storeFailed(table.info.name)))
+          for (const w of table.partitions.values()) {
+            const persisted = yield* w.store.persistedOffset(tp).pipe(Effect.mapError(storeFailed(table.info.name)))
             if (Option.isSome(persisted) && (best === undefined || persisted.value > best)) best = persisted.value
           }
         }
@@ -1141,9 +914,14 @@ export const make = (
       start,
       stop,
       process,
+      rewind,
       resumeOffset,
       changelogTopics: Effect.sync(() => new Set(byChangelog.keys())),
-      changelogQueue: Effect.sync(() => ({ capacity, size: held })),
+      changelogQueue: Effect.suspend(() =>
+        channel === undefined
+          ? Effect.succeed({ capacity, size: 0 })
+          : Effect.map(channel.size, (size) => ({ capacity, size }))
+      ),
       recovery: Effect.sync(() => Option.fromNullishOr(recovery)),
       assign,
       waitUntilReady

@@ -1,6 +1,14 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Log, type LogRecord, Store, type TableManagerError } from "@strata/core"
-import { ConfigProvider, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
+import {
+  Log,
+  LogFaults,
+  type LogRecord,
+  type PartitionStore,
+  Store,
+  type TableManagerError,
+  type TopicPartition
+} from "@strata/core"
+import { ConfigProvider, Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -9,7 +17,7 @@ const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.In
 const topic = "app-counts-changelog"
 
 /** Memory store and log, logs kept off the output. */
-const env = <A, E>(effect: Effect.Effect<A, E, Store | Log | Scope.Scope>) =>
+const env = <A, E>(effect: Effect.Effect<A, E, Store | Log | LogFaults | Scope.Scope>) =>
   effect.pipe(Effect.scoped, Effect.provide(Layer.mergeAll(Store.layerMemory(), Log.layerMemory(), Logger.layer([]))))
 
 const manager = (options: Partial<Tables.TablesOptions> = {}) => Tables.make({ app: "app", settleDelay: 0, ...options })
@@ -23,6 +31,19 @@ const countsOn = (partition: number) =>
     yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition }])
     return { tables, table }
   })
+
+/** The Store in context, keeping each partition store it opens so a test can read what was persisted. */
+const spiedStore = Effect.gen(function* () {
+  const store = yield* Store
+  const opened = new Map<string, PartitionStore>()
+  const spy = Store.of({
+    ...store,
+    open: (id) => Effect.tap(store.open(id), (s) => Effect.sync(() => opened.set(`${id.table}|${id.partition}`, s)))
+  })
+  const persisted = (table: string, partition: number, tp: TopicPartition) =>
+    Effect.suspend(() => opened.get(`${table}|${partition}`)!.persistedOffset(tp))
+  return { spy, persisted }
+})
 
 /** Every record of a changelog partition. */
 const changelog = (partition: number) =>
@@ -313,30 +334,124 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     )
   )
 
-  it.effect("writers finishing out of order: the change with the higher changelog offset wins, as in a replay", () =>
+  it.effect("writes are visible at once and never wait for their ack; the commit waits for every ack", () =>
     Effect.gen(function* () {
       const log = yield* Log
-      let calls = 0
-      // The first batch is appended first (offset 0) but its acknowledgement arrives after the second's.
-      const slowFirstAck = Log.of({
+      const { spy, persisted } = yield* spiedStore
+      // Acks are held back until the test lets them go.
+      const release = yield* Deferred.make<void>()
+      const heldAcks = Log.of({
         ...log,
-        produceBatch: (records, options) =>
-          Effect.tap(log.produceBatch(records, options), () => (calls++ === 0 ? Effect.sleep("1 second") : Effect.void))
+        producer: (options) =>
+          Effect.map(log.producer(options), (p) => ({
+            ...p,
+            send: (records) => Effect.map(p.send(records), (ack) => Effect.andThen(Deferred.await(release), ack))
+          }))
       })
-      const tables = yield* manager().pipe(Effect.provideService(Log, slowFirstAck))
+      const tables = yield* manager().pipe(Effect.provideService(Log, heldAcks), Effect.provideService(Store, spy))
       const table = yield* tables.register(counts)
       yield* tables.start
       yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
-      const first = yield* Effect.forkChild(
-        tables.process({ topic: "words", partition: 0, offset: 0 }, table.set("k", 1))
-      )
+      yield* tables.manager.waitUntilRecoveryCompleted
+      for (let offset = 0; offset < 100; offset++) {
+        yield* tables.process(
+          { topic: "words", partition: 0, offset },
+          table.update("k", (n) => Option.getOrElse(n, () => 0) + 1)
+        )
+      }
+      // Every record read the one before it, with no ack in.
+      assert.deepStrictEqual(yield* table.get("k", { partition: 0 }), Option.some(100))
+      const commit = yield* Effect.forkChild(tables.manager.onCommit([{ topic: "words", partition: 0, offset: 100 }]))
       yield* Effect.yieldNow
-      yield* tables.process({ topic: "words", partition: 0, offset: 1 }, table.set("k", 2))
-      yield* TestClock.adjust("1 second")
-      yield* Fiber.join(first)
-      // The changelog holds 1 then 2: a replay gives 2, and so must the table.
-      assert.deepStrictEqual(yield* table.get("k", { partition: 0 }), Option.some(2))
+      assert.isUndefined(commit.pollUnsafe(), "the commit waits for the acks")
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(commit)
+      assert.deepStrictEqual(yield* persisted("counts", 0, { topic, partition: 0 }), Option.some(99))
     }).pipe(env)
+  )
+
+  it.effect(
+    "64 records of one key in flight at once: every increment counts (records of a partition run in order)",
+    () =>
+      env(
+        Effect.gen(function* () {
+          const { tables, table } = yield* countsOn(0)
+          yield* tables.manager.waitUntilRecoveryCompleted
+          const order: Array<number> = []
+          yield* Effect.forEach(
+            Array.from({ length: 640 }, (_, offset) => offset),
+            (offset) =>
+              tables.process(
+                { topic: "words", partition: 0, offset },
+                Effect.gen(function* () {
+                  const n = yield* table.get("k")
+                  // A store read that yields, as a durable store's does: a racing record would read the same value.
+                  yield* Effect.yieldNow
+                  yield* table.set("k", Option.getOrElse(n, () => 0) + 1)
+                  order.push(offset)
+                })
+              ),
+            { concurrency: 64, discard: true }
+          )
+          assert.deepStrictEqual(yield* table.get("k", { partition: 0 }), Option.some(640))
+          assert.deepStrictEqual(
+            order,
+            Array.from({ length: 640 }, (_, i) => i),
+            "in the order process was called"
+          )
+          const replay = (yield* changelog(0)).map((r) => Number(new TextDecoder().decode(r.value!)))
+          assert.deepStrictEqual(
+            replay,
+            Array.from({ length: 640 }, (_, i) => i + 1)
+          )
+        })
+      )
+  )
+
+  it.effect(
+    "a refused changelog record fails the commit, persists nothing of it; rewind restores and the counts stay exact",
+    () =>
+      Effect.gen(function* () {
+        const faults = yield* LogFaults
+        const { spy, persisted: persistedOf } = yield* spiedStore
+        const tables = yield* manager().pipe(Effect.provideService(Store, spy))
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        const source = { topic: "words", partition: 0 }
+        yield* tables.manager.onPartitionsAssigned([source])
+        yield* tables.manager.waitUntilRecoveryCompleted
+        const words = Array.from({ length: 30 }, (_, i) => `w${i % 7}`)
+        const count = (offset: number) =>
+          tables.process(
+            { ...source, offset },
+            table.update(words[offset]!, (n) => Option.getOrElse(n, () => 0) + 1)
+          )
+        for (let offset = 0; offset < 10; offset++) yield* count(offset)
+        yield* tables.manager.onCommit([{ ...source, offset: 10 }])
+        for (let offset = 10; offset < 15; offset++) yield* count(offset)
+        yield* faults.failAppends(topic, 1)
+        // The send is queued; its ack fails. Later writes fail at once; the commit fails naming the partition.
+        yield* count(15)
+        const later = yield* Effect.flip(count(16))
+        assert.strictEqual(later.reason._tag, "ChangelogFailed")
+        const failed = yield* Effect.flip(tables.manager.onCommit([{ ...source, offset: 16 }]))
+        assert.strictEqual(failed.reason._tag, "CommitFailed")
+        assert.match(failed.message, /counts partition 0/)
+        const persisted = () => persistedOf("counts", 0, source)
+        assert.deepStrictEqual(yield* persisted(), Option.some(10), "nothing of the failed commit was persisted")
+        // Rewind: restore from store + changelog, resume where the tables say, process the rest, commit.
+        yield* tables.rewind
+        yield* tables.waitUntilReady([source])
+        const resume = Option.getOrThrow(yield* tables.resumeOffset(source))
+        assert.strictEqual(resume, 15, "the records acknowledged before the refused one are kept")
+        for (let offset = resume; offset < words.length; offset++) yield* count(offset)
+        yield* tables.manager.onCommit([{ ...source, offset: words.length }])
+        for (let w = 0; w < 7; w++) {
+          const expected = words.filter((x) => x === `w${w}`).length
+          assert.deepStrictEqual(yield* table.get(`w${w}`, { partition: 0 }), Option.some(expected), `w${w}`)
+        }
+        assert.deepStrictEqual(yield* persisted(), Option.some(words.length))
+      }).pipe(env)
   )
 
   it.effect("a write finishing while a commit writes the store is kept, and committed next time", () =>
@@ -556,6 +671,47 @@ describe("Tables: rebalance and recovery", () => {
         assert.match(bad.message, /recovery\.standbyBufferSize\b.*must be a positive integer, got 0/)
       })
     )
+  )
+
+  it.effect("a revocation waits for the record in flight, then persists it and closes the partition", () =>
+    Effect.gen(function* () {
+      const tables = yield* manager()
+      const table = yield* tables.register(counts)
+      yield* tables.start
+      const source = { topic: "words", partition: 2 }
+      yield* tables.manager.onPartitionsAssigned([source])
+      yield* tables.manager.waitUntilRecoveryCompleted
+      const inside = yield* Deferred.make<void>()
+      const proceed = yield* Deferred.make<void>()
+      const record = yield* Effect.forkChild(
+        tables.process(
+          { ...source, offset: 0 },
+          Effect.gen(function* () {
+            yield* table.set("a", 1)
+            yield* Deferred.succeed(inside, undefined)
+            yield* Deferred.await(proceed)
+            yield* table.set("b", 2)
+          })
+        )
+      )
+      yield* Deferred.await(inside)
+      const revoke = yield* Effect.forkChild(tables.manager.onPartitionsRevoked([source]))
+      yield* Effect.yieldNow
+      assert.isUndefined(revoke.pollUnsafe(), "the revocation waits for the record")
+      yield* Deferred.succeed(proceed, undefined)
+      yield* Fiber.join(record)
+      yield* Fiber.join(revoke)
+      const error = yield* Effect.flip(table.get("a", { partition: 2 }))
+      assert.strictEqual(error.reason._tag, "PartitionNotAvailable")
+      // Both writes of the record were persisted with the changelog offset they reach (the store is closed: reopen).
+      const store = yield* Store
+      const stored = yield* store.open({ table: "counts", partition: 2 }).pipe(
+        Effect.flatMap((s) => Effect.all([Stream.runCollect(s.scan()), s.persistedOffset({ topic, partition: 2 })])),
+        Effect.scoped
+      )
+      assert.strictEqual(stored[0].length, 2)
+      assert.deepStrictEqual(stored[1], Option.some(1))
+    }).pipe(env)
   )
 
   it.effect("a revoked partition is flushed and closed; reads of it are refused", () =>

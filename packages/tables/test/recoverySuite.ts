@@ -126,6 +126,8 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           for (let i = 0; i < 10; i++) {
             yield* a.tables.process({ topic: "words", partition: 0, offset: i }, a.table.set(`u${i}`, i))
           }
+          // The commit waits for the changelog acks: all 10 records are in the log before its start moves.
+          yield* a.tables.manager.onCommit([{ topic: "words", partition: 0, offset: 10 }])
           const log = yield* Log
           yield* log.deleteRecords({ topic: `${app}-counts-changelog`, partition: 0 }, 6)
           const b = yield* isolated(app)

@@ -691,12 +691,16 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
       const f = m.fetcher
       const ifOpen = <A>(body: () => Effect.Effect<A, LogError>): Effect.Effect<A, LogError> =>
         Effect.suspend(() => (f.closed ? Effect.fail(closedError(f.what)) : body()))
+      // Seek and position work as a plain consumer's on the member's fetcher.
+      const plain = makeConsumer(f)
       return {
         events: Stream.fromQueue(m.events),
         assignment: Effect.sync(() => assignmentOf(f)),
         batches: Stream.fromEffectRepeat(fetchBatch(f)),
         pause: (tps) => Effect.sync(() => setPaused(f, tps, true)),
         resume: (tps) => Effect.sync(() => setPaused(f, tps, false)),
+        seek: plain.seek,
+        position: plain.position,
         commit: (entries) =>
           ifOpen(() => {
             for (const e of entries) {

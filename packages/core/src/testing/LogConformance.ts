@@ -975,6 +975,28 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         })
       )
 
+      it.effect("a group member seeks an assigned partition back and reads again from there", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const topic = yield* freshTopic(1)
+          const groupId = yield* uniqueName("g")
+          const tp = { topic, partition: 0 }
+          yield* log.produceBatch(Array.from({ length: 8 }, (_, i) => rec(topic, 0, `v${i}`)))
+          const m = yield* log.groupConsumer({ groupId, topics: [topic] })
+          yield* eventually(
+            Effect.map(m.assignment, (a) => sameTps(a, [tp])),
+            cfg.rebalanceTimeout,
+            "the member holds the partition"
+          )
+          const collector = yield* collect(m.batches, cfg)
+          assert.deepStrictEqual(offsetsOf(yield* collector.records(8)), [0, 1, 2, 3, 4, 5, 6, 7])
+          assert.strictEqual(yield* m.position(tp), 8)
+          yield* m.seek(tp, 3)
+          assert.deepStrictEqual(valuesOf(yield* collector.records(5)), ["v3", "v4", "v5", "v6", "v7"])
+          assert.strictEqual(yield* m.position(tp), 8)
+        })
+      )
+
       it.effect("a second member splits the partitions disjointly; events replay to each assignment", () =>
         Effect.gen(function* () {
           const log = yield* Log

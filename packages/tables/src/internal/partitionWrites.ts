@@ -1,0 +1,132 @@
+/**
+ * One open table partition on the write path: its store, the changes not yet in the store (the write buffer reads
+ * see at once), the acks of the changelog records those changes were sent as, and the source offsets they cover.
+ *
+ * A write is buffered and its changelog records handed to the producer in one step, without waiting for the ack;
+ * a flush waits for every ack, then writes the buffer, the highest changelog offset and the source offsets in one
+ * atomic store batch. Writers hold one permit of the partition's lock while they buffer and send; a flush holds
+ * them all, so it never persists an offset ahead of a change, nor loses a change buffered meanwhile.
+ *
+ * @internal
+ */
+import {
+  del,
+  type LogError,
+  type PartitionStore,
+  put,
+  type StoreError,
+  type StoreOp,
+  type TopicPartition,
+  type TopicPartitionOffset,
+  tpKey
+} from "@strata/core"
+import { Effect, type Scope, Semaphore } from "effect"
+import { advance } from "./offsets.js"
+
+/** A change of one key: a `null` value deletes it. */
+export interface Change {
+  readonly key: Uint8Array
+  readonly value: Uint8Array | null
+}
+
+/** The write state of one open table partition. */
+export interface PartitionWrites {
+  readonly store: PartitionStore
+  readonly scope: Scope.Closeable
+  /** Changes sent to the changelog, not yet in the store, by key (base64). */
+  readonly dirty: Map<string, Change>
+  /** For each send not yet persisted, the highest changelog offset it wrote here (`-1` when unknown, acks 0). */
+  acks: Array<Effect.Effect<number, LogError>>
+  /** Per source partition, one past the last source record whose writes are buffered here. */
+  readonly sources: Map<string, TopicPartitionOffset>
+  readonly lock: Semaphore.Semaphore
+  /** A standby replica: restored and tailed, not written (until promoted). */
+  standby: boolean
+}
+
+const EXCLUSIVE = 1 << 30
+
+/** The key of a change in `dirty`. */
+export const keyId = (key: Uint8Array): string =>
+  Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("base64")
+
+/** A partition's write state over an opened store. */
+export const make = (store: PartitionStore, scope: Scope.Closeable, standby: boolean): PartitionWrites => ({
+  store,
+  scope,
+  dirty: new Map(),
+  acks: [],
+  sources: new Map(),
+  lock: Semaphore.makeUnsafe(EXCLUSIVE),
+  standby
+})
+
+/** Runs `effect` holding one permit: many writers at once, no flush meanwhile. */
+export const shared = <A, E, R>(w: PartitionWrites, effect: Effect.Effect<A, E, R>) =>
+  Semaphore.withPermits(w.lock, 1)(effect)
+
+/** Runs `effect` holding every permit: no writer meanwhile. */
+export const exclusive = <A, E, R>(w: PartitionWrites, effect: Effect.Effect<A, E, R>) =>
+  Semaphore.withPermits(w.lock, EXCLUSIVE)(effect)
+
+/**
+ * Buffers one send's changes (in order: a later change of a key replaces an earlier one), with the effect that
+ * gives the send's highest changelog offset here and the source record it processed.
+ */
+export const buffer = (
+  w: PartitionWrites,
+  changes: ReadonlyArray<Change>,
+  ack: Effect.Effect<number, LogError>,
+  source: TopicPartitionOffset | undefined
+): void => {
+  for (const change of changes) w.dirty.set(keyId(change.key), change)
+  w.acks.push(ack)
+  if (source !== undefined) {
+    const next = { ...source, offset: source.offset + 1 }
+    const seen = w.sources.get(tpKey(next))
+    if (seen === undefined || next.offset > seen.offset) w.sources.set(tpKey(next), next)
+  }
+}
+
+/** Whether a flush has anything to write. */
+const isClean = (w: PartitionWrites) => w.dirty.size === 0 && w.acks.length === 0
+
+/**
+ * Waits for every ack, then writes the buffer, the highest changelog offset of `changelog` and the source offsets
+ * (with `extra`) in one atomic batch, and empties the buffer. A failed ack fails the flush and leaves the buffer as
+ * it was: nothing of it reaches the store.
+ */
+export const flush = (
+  w: PartitionWrites,
+  changelog: TopicPartition,
+  extra: ReadonlyArray<TopicPartitionOffset>
+): Effect.Effect<void, LogError | StoreError> =>
+  exclusive(
+    w,
+    Effect.gen(function* () {
+      if (isClean(w) && extra.length === 0) return
+      const offsets = yield* Effect.all(w.acks)
+      let pending: number | undefined
+      for (const offset of offsets) pending = advance(pending, offset)
+      const ops: Array<StoreOp> = []
+      for (const change of w.dirty.values())
+        ops.push(change.value === null ? del(change.key) : put(change.key, change.value))
+      // The source offsets of every buffered write go with it: the store then says where to resume each source.
+      const sources = new Map(w.sources)
+      for (const o of extra) {
+        const seen = sources.get(tpKey(o))
+        if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
+      }
+      const persisted: Array<TopicPartitionOffset> = [...sources.values()]
+      if (pending !== undefined) persisted.push({ ...changelog, offset: pending })
+      yield* w.store.write(ops, { offsets: persisted })
+      discard(w)
+    })
+  )
+
+/** Forgets every change not yet in the store (their changelog records stay in the log). */
+export const discard = (w: PartitionWrites): void => {
+  w.dirty.clear()
+  w.acks = []
+  w.sources.clear()
+}

@@ -1,0 +1,179 @@
+/**
+ * What recovery restores into: the open table partitions' stores. Each batch of changelog records is written as
+ * one atomic store write with the offset of its last record and the source offsets its `strata-source` headers
+ * name, so after a restore the store says where to resume each source partition.
+ *
+ * @internal
+ */
+import {
+  del,
+  type Header,
+  type LogRecord,
+  put,
+  RestoreFailed,
+  type RestoreTarget,
+  type StoreOp,
+  StoreValidation,
+  type TopicPartition,
+  type TopicPartitionOffset,
+  tpKey
+} from "@strata/core"
+import { Effect } from "effect"
+import * as PartitionWrites from "./partitionWrites.js"
+
+/** The header `process` stamps on every changelog record: the source record it came from. */
+export const SOURCE_HEADER = "strata-source"
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/** The `strata-source` header of a source record: `["topic",partition,offset]`. */
+export const sourceHeader = (source: TopicPartitionOffset): Header => ({
+  key: SOURCE_HEADER,
+  value: encoder.encode(JSON.stringify([source.topic, source.partition, source.offset]))
+})
+
+/** The value of a record's `strata-source` header, if it has one. */
+const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined => {
+  for (const h of headers) if (h.key === SOURCE_HEADER) return h.value
+  return undefined
+}
+
+/** The source record a `strata-source` header's text names (`["topic",partition,offset]`), if it is one. */
+const parseSource = (text: string): TopicPartitionOffset | undefined => {
+  try {
+    const [topic, partition, offset] = JSON.parse(text) as [unknown, unknown, unknown]
+    return typeof topic === "string" && Number.isSafeInteger(partition) && Number.isSafeInteger(offset)
+      ? { topic, partition: partition as number, offset: offset as number }
+      : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** Longest run of offset digits read from bytes: 15 decimal digits always fit a safe integer. */
+const MAX_DIGITS = 15
+
+/** In a header ending `,<digits>]`, the index of that comma; -1 for any other shape. */
+const sourceOffsetComma = (v: Uint8Array): number => {
+  const close = v.length - 1
+  if (close < 2 || v[close] !== 0x5d) return -1
+  let i = close - 1
+  while (i >= 0 && close - i <= MAX_DIGITS && v[i]! >= 0x30 && v[i]! <= 0x39) i--
+  return i >= 0 && i < close - 1 && v[i] === 0x2c ? i : -1
+}
+
+/** The decimal number written in `v[from, to)` (ASCII digits only, checked by `sourceOffsetComma`). */
+const digitsAt = (v: Uint8Array, from: number, to: number): number => {
+  let n = 0
+  for (let i = from; i < to; i++) n = n * 10 + (v[i]! - 0x30)
+  return n
+}
+
+/** Whether `a` and `b` (both at least `length` long) agree on their first `length` bytes. */
+const samePrefix = (a: Uint8Array, b: Uint8Array, length: number): boolean => {
+  if (a === b) return true
+  for (let i = 0; i < length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
+/** What the target needs from the table manager. */
+export interface RestoreTargetDeps {
+  /** The open partition a changelog partition restores into. */
+  readonly partitionOf: (tp: TopicPartition) => PartitionWrites.PartitionWrites | undefined
+  /** Flushes every table buffer and the producer, before recovery reads persisted offsets. */
+  readonly flushAll: Effect.Effect<void, RestoreFailed>
+  /** Highest source offset (next to read) replayed from changelog headers, by source partition; updated here. */
+  readonly replayed: Map<string, number>
+}
+
+const restoreFailed = (tp: TopicPartition, detail: string) =>
+  new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail })
+
+/** Applies changelog records to a partition's store with their offset (and the source offsets they carry). */
+const applyRecords = (
+  deps: RestoreTargetDeps,
+  tp: TopicPartition,
+  w: PartitionWrites.PartitionWrites,
+  records: ReadonlyArray<LogRecord>
+) =>
+  Effect.gen(function* () {
+    if (records.length === 0) return
+    const ops: Array<StoreOp> = new Array(records.length)
+    let n = 0
+    // Per source partition (the header's `["topic",partition,` prefix), the highest source offset seen: the
+    // offset is read from the header's bytes and the prefix decoded only when it differs from the previous one.
+    const highest = new Map<string, number>()
+    let lastPrefix: Uint8Array | undefined
+    let lastPrefixLength = -1
+    let lastPrefixText = ""
+    for (const r of records) {
+      if (r.key === null) continue
+      ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
+      // The buffered change of a key, if any, is older than the changelog record: drop it.
+      if (w.dirty.size > 0) w.dirty.delete(PartitionWrites.keyId(r.key))
+      const header = sourceHeaderOf(r.headers)
+      if (header === undefined) continue
+      const comma = sourceOffsetComma(header)
+      let prefix: string
+      let offset: number
+      if (comma < 0) {
+        // Not the usual shape: the general path.
+        const text = decoder.decode(header)
+        const at = text.lastIndexOf(",")
+        offset = Number(text.slice(at + 1, -1))
+        prefix = text.slice(0, at + 1)
+      } else {
+        offset = digitsAt(header, comma + 1, header.length - 1)
+        if (lastPrefix === undefined || lastPrefixLength !== comma + 1 || !samePrefix(lastPrefix, header, comma + 1)) {
+          lastPrefix = header
+          lastPrefixLength = comma + 1
+          lastPrefixText = decoder.decode(header.subarray(0, comma + 1))
+        }
+        prefix = lastPrefixText
+      }
+      if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
+    }
+    ops.length = n
+    const sources: Array<TopicPartitionOffset> = []
+    for (const [prefix, offset] of highest) {
+      const from = parseSource(`${prefix}${offset}]`)
+      // A header naming no valid source (not written by `process`) is ignored, not a reason to fail the restore.
+      if (from === undefined || StoreValidation.checkOffsets([from]) !== undefined) continue
+      const key = tpKey(from)
+      const seen = Math.max(deps.replayed.get(key) ?? 0, from.offset + 1)
+      deps.replayed.set(key, seen)
+      sources.push({ topic: from.topic, partition: from.partition, offset: seen })
+    }
+    const last = records[records.length - 1]!.offset
+    yield* w.store
+      .write(ops, { offsets: [{ topic: tp.topic, partition: tp.partition, offset: last }, ...sources] })
+      .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+  })
+
+/** The restore target over the table manager's open partitions. */
+export const make = (deps: RestoreTargetDeps): RestoreTarget => {
+  const partition = (tp: TopicPartition) =>
+    Effect.suspend(() => {
+      const w = deps.partitionOf(tp)
+      return w === undefined
+        ? Effect.fail(restoreFailed(tp, "the changelog partition's table partition is not open here"))
+        : Effect.succeed(w)
+    })
+  return {
+    persistedOffset: (tp) =>
+      Effect.flatMap(partition(tp), (w) =>
+        w.store.persistedOffset(tp).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+      ),
+    apply: (tp, records) =>
+      Effect.flatMap(partition(tp), (w) => PartitionWrites.exclusive(w, applyRecords(deps, tp, w, records))),
+    wipe: (tp) =>
+      Effect.flatMap(partition(tp), (w) =>
+        Effect.suspend(() => {
+          PartitionWrites.discard(w)
+          return w.store.clear.pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+        })
+      ),
+    flush: deps.flushAll
+  }
+}
