@@ -309,7 +309,9 @@ export const make = (
     if (invalid !== undefined) return yield* Effect.fail(invalid)
     const store: StoreShape = yield* Store
     const log: LogShape = yield* Log
-    const scope = yield* Effect.scope
+    // Everything the manager opens later (partition stores, the producer, recovery) lives in this scope, made now:
+    // whatever the caller adds to its own scope after `make` (a worker's last commit, say) closes before it.
+    const scope = yield* Scope.fork(yield* Effect.scope, "sequential")
     const mode: Mode = options.mode ?? "worker"
     const holdsState = mode === "worker"
     const capacity = Math.max(1, options.streamBufferMaxsize ?? 4096)

@@ -1,0 +1,463 @@
+/**
+ * The worker (Faust's app with its `@app.agent`s, Kafka Streams' `KafkaStreams`): joins a consumer group for its
+ * agents' source topics, hands assignments and revocations to the `Tables` manager, runs the agents per record in
+ * source-partition order (partitions in parallel), and commits every `commitIntervalMs` and on shutdown.
+ *
+ * A partition starts once its tables are restored (per-partition readiness), from where the tables say to resume
+ * (`Tables.resumeOffset`), so no record is applied twice. A commit persists every table partition (acks in, one
+ * atomic store batch each) and then commits the source offsets to the group. When a commit fails (a changelog
+ * record was refused) the worker rewinds: the tables forget what is not in a store and restore again, and every
+ * partition resumes from what the stores and changelogs hold.
+ *
+ * @since 0.1.0
+ */
+import {
+  type LogError,
+  type LogRecord,
+  type LogShape,
+  Log,
+  type TableManagerError,
+  type TopicPartition,
+  type TopicPartitionOffset,
+  tpKey
+} from "@strata/core"
+import {
+  Cause,
+  Clock,
+  Data,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Metric,
+  Option,
+  Queue,
+  Schema,
+  type Scope,
+  Semaphore,
+  Stream
+} from "effect"
+import { Tables } from "./Tables.js"
+
+// ---------------------------------------------------------------------------
+// Agents and options
+// ---------------------------------------------------------------------------
+
+/** An agent: what the worker runs for the records of its source topics. */
+export interface Agent<E = never, R = never> {
+  readonly name: string
+  readonly topics: ReadonlyArray<string>
+  /**
+   * Runs for each record, in offset order within its partition, as `Tables.process` of that record: its table
+   * writes go to the record's partition and are visible to the next record at once.
+   */
+  readonly process?: (record: LogRecord) => Effect.Effect<void, E, R>
+  /**
+   * Runs for each fetched batch of one partition instead, as one `Tables.process` (of the batch's last record):
+   * the batch's writes are one unit, sent together.
+   */
+  readonly processBatch?: (records: ReadonlyArray<LogRecord>) => Effect.Effect<void, E, R>
+}
+
+/** Defines an agent (exactly one of `process` and `processBatch`). */
+export const agent = <E, R>(definition: Agent<E, R>): Agent<E, R> => definition
+
+/** The worker's options, decoded by `WorkerOptions` in `make`. */
+export const WorkerOptions = Schema.Struct({
+  /** The consumer group the worker joins. */
+  groupId: Schema.String.check(Schema.isMinLength(1)),
+  /** How often the worker commits, in milliseconds (default 1000). */
+  commitIntervalMs: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  /** Most records a fetched batch carries (default 1000). */
+  maxBatchRecords: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  /** Fetched batches waiting per partition before the fetcher waits (default 4). */
+  partitionBuffer: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0)))
+})
+/** @see WorkerOptions */
+export type WorkerOptions = typeof WorkerOptions.Type
+
+/** The worker's options are invalid. */
+export class InvalidWorkerOptions extends Schema.TaggedError<InvalidWorkerOptions>()("InvalidWorkerOptions", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `worker: invalid options: ${this.detail}`
+  }
+}
+
+/** An agent failed on a record; the worker stopped. */
+export class AgentFailed extends Data.TaggedError("AgentFailed")<{
+  readonly agent: string
+  readonly topic: string
+  readonly partition: number
+  readonly offset: number
+  readonly cause: unknown
+}> {
+  /** @since 0.1.0 */
+  override get message() {
+    return `agent ${this.agent} failed on ${this.topic}/${this.partition}@${this.offset}: ${String(this.cause)}`
+  }
+}
+
+/** Why the worker stopped or could not start. */
+export type WorkerError = InvalidWorkerOptions | AgentFailed | LogError | TableManagerError
+
+// ---------------------------------------------------------------------------
+// The worker
+// ---------------------------------------------------------------------------
+
+/** What the worker has done so far. */
+export interface WorkerMetrics {
+  readonly recordsProcessed: number
+  readonly commits: number
+  /** Duration of the last commit, in milliseconds. */
+  readonly lastCommitMs: number
+  readonly rewinds: number
+  /** Per assigned partition: the highwater minus the next offset to process. */
+  readonly lag: ReadonlyArray<TopicPartitionOffset>
+}
+
+/** A running worker. */
+export interface WorkerShape {
+  /** Commits now: every table partition persisted, then the source offsets committed to the group. */
+  readonly commit: Effect.Effect<void, WorkerError>
+  /** Counts, last commit duration and lag. */
+  readonly metrics: Effect.Effect<WorkerMetrics, LogError>
+  /** The partitions being processed now (assigned and restored). */
+  readonly processing: Effect.Effect<ReadonlyArray<TopicPartition>>
+  /** Fails when the worker stopped on an error (an agent failed, the group or a commit broke for good). */
+  readonly join: Effect.Effect<never, WorkerError>
+}
+
+const metrics = {
+  records: Metric.counter("strata_worker_records_processed_total", {
+    description: "Source records the worker's agents processed"
+  }),
+  commitDuration: Metric.gauge("strata_worker_commit_duration_ms", {
+    description: "How long the last commit took (tables persisted, then source offsets committed)"
+  }),
+  rewinds: Metric.counter("strata_worker_rewinds_total", {
+    description: "Times the worker rewound to what its stores and changelogs hold after a failed commit"
+  })
+}
+
+/** One assigned source partition and its processing fiber. */
+interface Running {
+  readonly tp: TopicPartition
+  /** Next offset to process; records below it are skipped. */
+  next: number
+  /** The offset committed last (to commit only what moved). */
+  committed: number
+  ready: boolean
+  readonly batches: Queue.Queue<ReadonlyArray<LogRecord>, Cause.Done>
+  fiber: Fiber.Fiber<void, WorkerError> | undefined
+}
+
+/**
+ * Starts a worker in the scope, on the `Tables` manager and `Log` in context: the manager is started, the group
+ * joined, and the agents run until the scope closes (which stops processing, commits, and leaves the group).
+ */
+export const make = <E, R>(
+  options: WorkerOptions,
+  agents: ReadonlyArray<Agent<E, R>>
+): Effect.Effect<WorkerShape, WorkerError, Tables | Log | Scope.Scope | R> =>
+  Effect.gen(function* () {
+    const o = yield* Schema.decodeUnknownEffect(WorkerOptions)(options, { errors: "all" }).pipe(
+      Effect.mapError((issue) => new InvalidWorkerOptions({ detail: issue.message }))
+    )
+    if (agents.length === 0) return yield* Effect.fail(new InvalidWorkerOptions({ detail: "no agents" }))
+    for (const a of agents) {
+      if ((a.process === undefined) === (a.processBatch === undefined)) {
+        return yield* Effect.fail(
+          new InvalidWorkerOptions({ detail: `agent ${a.name} needs exactly one of process and processBatch` })
+        )
+      }
+      if (a.topics.length === 0)
+        return yield* Effect.fail(new InvalidWorkerOptions({ detail: `agent ${a.name}: no topics` }))
+    }
+    const tables = yield* Tables
+    const log: LogShape = yield* Log
+    const context = yield* Effect.context<R>()
+    const commitInterval = Duration.millis(o.commitIntervalMs ?? 1000)
+    const topics = [...new Set(agents.flatMap((a) => a.topics))]
+    const agentsOf = new Map(topics.map((t) => [t, agents.filter((a) => a.topics.includes(t))] as const))
+
+    yield* tables.start
+    const group = yield* log.groupConsumer({
+      groupId: o.groupId,
+      topics,
+      ...(o.maxBatchRecords === undefined ? {} : { maxBatchRecords: o.maxBatchRecords })
+    })
+
+    const failed = yield* Deferred.make<never, WorkerError>()
+    const running = new Map<string, Running>()
+    /** Commits, rewinds and rebalances take turns. */
+    const turn = Semaphore.makeUnsafe(1)
+    let recordsProcessed = 0
+    let commits = 0
+    let lastCommitMs = 0
+    let rewinds = 0
+
+    // --- processing ---------------------------------------------------------
+
+    const runRecord = (record: LogRecord) =>
+      Effect.forEach(
+        agentsOf.get(record.topic) ?? [],
+        (a) =>
+          a.process === undefined
+            ? Effect.void
+            : a.process(record).pipe(
+                Effect.mapError(
+                  (cause) =>
+                    new AgentFailed({
+                      agent: a.name,
+                      topic: record.topic,
+                      partition: record.partition,
+                      offset: record.offset,
+                      cause
+                    })
+                )
+              ),
+        { discard: true }
+      )
+
+    const runBatch = (records: ReadonlyArray<LogRecord>) =>
+      Effect.forEach(
+        agentsOf.get(records[0]!.topic) ?? [],
+        (a) =>
+          a.processBatch === undefined
+            ? Effect.void
+            : a.processBatch(records).pipe(
+                Effect.mapError((cause) => {
+                  const last = records[records.length - 1]!
+                  return new AgentFailed({
+                    agent: a.name,
+                    topic: last.topic,
+                    partition: last.partition,
+                    offset: last.offset,
+                    cause
+                  })
+                })
+              ),
+        { discard: true }
+      )
+
+    const newBuffer = Queue.bounded<ReadonlyArray<LogRecord>, Cause.Done>(o.partitionBuffer ?? 4)
+
+    const hasBatchAgents = agents.some((a) => a.processBatch !== undefined)
+    const hasRecordAgents = agents.some((a) => a.process !== undefined)
+
+    /** Processes one partition's batches in order until its queue ends. */
+    const partitionLoop = (r: Running): Effect.Effect<void, WorkerError> =>
+      Effect.gen(function* () {
+        while (true) {
+          const taken = yield* Effect.exit(Queue.take(r.batches))
+          if (Exit.isFailure(taken)) return
+          const fresh = taken.value.filter((record) => record.offset >= r.next)
+          if (fresh.length === 0) continue
+          if (hasRecordAgents) {
+            for (const record of fresh) {
+              yield* tables.process(record, runRecord(record)).pipe(Effect.provideContext(context))
+              r.next = record.offset + 1
+            }
+          }
+          if (hasBatchAgents) {
+            const last = fresh[fresh.length - 1]!
+            yield* tables.process(last, runBatch(fresh)).pipe(Effect.provideContext(context))
+            r.next = last.offset + 1
+          }
+          recordsProcessed += fresh.length
+          yield* Metric.update(metrics.records, fresh.length)
+        }
+      }).pipe(
+        // A table error while processing (a write refused by the changelog, say) stops the partition's records until
+        // the next commit fails and rewinds; it names the record it stopped at.
+        Effect.catchTag("TableError", (e) =>
+          e.reason._tag === "ChangelogFailed"
+            ? Effect.logWarning(`worker: ${r.tp.topic}/${r.tp.partition}@${r.next} waits for a rewind: ${e.message}`)
+            : Effect.fail(
+                new AgentFailed({
+                  agent: "(tables)",
+                  topic: r.tp.topic,
+                  partition: r.tp.partition,
+                  offset: r.next,
+                  cause: e
+                })
+              )
+        )
+      )
+
+    /** Stops a partition's fiber once the batches it has are processed. */
+    const drain = (r: Running) =>
+      Effect.gen(function* () {
+        yield* Queue.end(r.batches)
+        if (r.fiber !== undefined) yield* Effect.ignore(Fiber.join(r.fiber))
+        r.fiber = undefined
+      })
+
+    /** Waits for the partition's tables, positions it where they say to resume, and starts its fiber. */
+    const startPartition = (r: Running) =>
+      Effect.gen(function* () {
+        yield* tables.waitUntilReady([r.tp])
+        const resume = yield* tables.resumeOffset(r.tp).pipe(Effect.orDie)
+        const position = yield* group.position(r.tp)
+        // Resume from where the tables say; without a record of this partition in them, from the group's position.
+        const from = Option.getOrElse(resume, () => position)
+        if (from !== position) yield* group.seek(r.tp, from)
+        r.next = from
+        r.committed = from
+        r.ready = true
+        r.fiber = yield* Effect.forkDetach(partitionLoop(r).pipe(Effect.tapError((e) => Deferred.fail(failed, e))))
+        yield* group.resume([r.tp])
+      })
+
+    const assigned = (tps: ReadonlyArray<TopicPartition>) =>
+      Effect.gen(function* () {
+        yield* group.pause(tps)
+        for (const tp of tps) {
+          running.set(tpKey(tp), {
+            tp,
+            next: 0,
+            committed: 0,
+            ready: false,
+            batches: yield* newBuffer,
+            fiber: undefined
+          })
+        }
+        yield* tables.assign({ active: tps })
+        yield* Effect.forEach(tps, (tp) => Effect.forkDetach(startAndReport(running.get(tpKey(tp))!)), {
+          discard: true
+        })
+      })
+
+    const startAndReport = (r: Running) =>
+      Semaphore.withPermit(turn, startPartition(r)).pipe(Effect.tapError((e) => Deferred.fail(failed, e)))
+
+    const revoked = (tps: ReadonlyArray<TopicPartition>) =>
+      Effect.gen(function* () {
+        const lost = tps.flatMap((tp) => {
+          const r = running.get(tpKey(tp))
+          return r === undefined ? [] : [r]
+        })
+        // Finish the records already taken, persist them, then let the partitions go.
+        for (const r of lost) yield* drain(r)
+        yield* commitNow(lost)
+        for (const r of lost) running.delete(tpKey(r.tp))
+        yield* tables.manager.onPartitionsRevoked(tps)
+      })
+
+    // --- commits ------------------------------------------------------------
+
+    /** Persists the tables of these partitions and commits their offsets to the group. */
+    const commitNow = (list: ReadonlyArray<Running>) =>
+      Effect.gen(function* () {
+        const started = yield* Clock.currentTimeMillis
+        const offsets = list
+          .filter((r) => r.ready && r.next > r.committed)
+          .map((r) => ({ topic: r.tp.topic, partition: r.tp.partition, offset: r.next }))
+        yield* tables.manager.onCommit(offsets)
+        if (offsets.length > 0) {
+          // A member that just lost a partition may be refused: the tables hold the offsets all the same.
+          yield* group
+            .commit(offsets)
+            .pipe(Effect.catch((e) => Effect.logWarning(`worker: the group refused a commit: ${e.message}`)))
+          for (const o of offsets) {
+            const r = running.get(tpKey(o))
+            if (r !== undefined) r.committed = o.offset
+          }
+        }
+        commits++
+        lastCommitMs = (yield* Clock.currentTimeMillis) - started
+        yield* Metric.update(metrics.commitDuration, lastCommitMs)
+      })
+
+    /** After a failed commit: every partition stops, the tables restore again, and processing resumes from them. */
+    const rewind = Effect.gen(function* () {
+      rewinds++
+      yield* Metric.update(metrics.rewinds, 1)
+      const all = [...running.values()]
+      yield* group.pause(all.map((r) => r.tp))
+      for (const r of all) {
+        yield* drain(r)
+        r.ready = false
+      }
+      yield* tables.rewind
+      for (const r of all) {
+        const fresh: Running = { ...r, batches: yield* newBuffer, fiber: undefined }
+        running.set(tpKey(r.tp), fresh)
+        yield* startPartition(fresh)
+      }
+    })
+
+    const commit: WorkerShape["commit"] = Semaphore.withPermit(
+      turn,
+      Effect.suspend(() => commitNow([...running.values()])).pipe(
+        Effect.catch((e) =>
+          e._tag === "TableManagerError" && e.reason._tag === "CommitFailed"
+            ? Effect.andThen(Effect.logWarning(`worker: ${e.message}; rewinding`), rewind)
+            : Effect.fail(e)
+        )
+      )
+    )
+
+    // --- the loops ----------------------------------------------------------
+
+    yield* group.events.pipe(
+      Stream.runForEach((event) =>
+        Semaphore.withPermit(turn, event._tag === "Assigned" ? assigned(event.partitions) : revoked(event.partitions))
+      ),
+      Effect.tapError((e) => Deferred.fail(failed, e)),
+      Effect.forkScoped
+    )
+
+    yield* group.batches.pipe(
+      Stream.runForEach((batch) =>
+        Effect.suspend(() => {
+          const r = running.get(tpKey(batch))
+          // A batch of a partition not (yet) processed here: dropped; the partition is sought when it starts.
+          if (r === undefined || !r.ready || batch.records.length === 0) return Effect.void
+          return Queue.offer(r.batches, batch.records)
+        })
+      ),
+      Effect.tapError((e) => Deferred.fail(failed, e)),
+      Effect.forkScoped
+    )
+
+    yield* Effect.sleep(commitInterval).pipe(
+      Effect.andThen(commit),
+      Effect.forever,
+      Effect.tapError((e) => Deferred.fail(failed, e)),
+      Effect.forkScoped
+    )
+
+    // On shutdown: stop taking records, finish what each partition took, commit once more.
+    yield* Effect.addFinalizer(() =>
+      Semaphore.withPermit(
+        turn,
+        Effect.gen(function* () {
+          const all = [...running.values()]
+          for (const r of all) yield* drain(r)
+          yield* commitNow(all)
+        })
+      ).pipe(Effect.catchCause((cause) => Effect.logWarning(`worker: the last commit failed: ${Cause.pretty(cause)}`)))
+    )
+
+    const shape: WorkerShape = {
+      commit,
+      metrics: Effect.gen(function* () {
+        const ready = [...running.values()].filter((r) => r.ready)
+        const highwaters = ready.length === 0 ? [] : yield* log.offsets(ready.map((r) => r.tp))
+        const lag = highwaters.map((h) => ({
+          topic: h.topic,
+          partition: h.partition,
+          offset: Math.max(0, h.highwater - (running.get(tpKey(h))?.next ?? h.highwater))
+        }))
+        return { recordsProcessed, commits, lastCommitMs, rewinds, lag }
+      }),
+      processing: Effect.sync(() => [...running.values()].filter((r) => r.ready).map((r) => r.tp)),
+      join: Deferred.await(failed)
+    }
+    return shape
+  })

@@ -1,0 +1,203 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Log, LogFaults, type LogShape, Store } from "@strata/core"
+import { Duration, Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
+import * as Table from "../src/Table.js"
+import * as Tables from "../src/Tables.js"
+import * as Worker from "../src/Worker.js"
+
+const SOURCE = "words"
+const PARTITIONS = 4
+const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: PARTITIONS })
+const enc = new TextEncoder()
+const dec = new TextDecoder()
+
+/** Produces `n` words (word i is `w<i mod distinct>`) to the source topic, keyed so a word stays in one partition. */
+const produceWords = (log: LogShape, from: number, n: number, distinct: number) =>
+  log.produceBatch(
+    Array.from({ length: n }, (_, j) => {
+      const word = `w${(from + j) % distinct}`
+      const key = enc.encode(word)
+      return { topic: SOURCE, partition: Table.keyPartition(key, PARTITIONS), key, value: key }
+    })
+  )
+
+/** What the counts must be after words [0, n). */
+const expected = (n: number, distinct: number) => {
+  const out = new Map<string, number>()
+  for (let i = 0; i < n; i++) out.set(`w${i % distinct}`, (out.get(`w${i % distinct}`) ?? 0) + 1)
+  return out
+}
+
+/** Polls `check` every 10 ms until it holds, failing after `within`. */
+const until = <E, R>(what: string, check: Effect.Effect<boolean, E, R>, within: Duration.Input = "20 seconds") =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(within))
+    while (!(yield* check)) {
+      if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out waiting until ${what}`))
+      yield* Effect.sleep("10 millis")
+    }
+  })
+
+/** A worker counting words into `counts`, with its own table manager on its own memory store (closed with the scope). */
+const countingWorker = (options: Partial<Worker.WorkerOptions> = {}) =>
+  Effect.gen(function* () {
+    const store = yield* Layer.build(Store.layerMemory())
+    const tables = yield* Tables.make({ app: "wc", settleDelay: 0 }).pipe(Effect.provideContext(store))
+    const table = yield* tables.register(counts)
+    const worker = yield* Worker.make({ groupId: "wc", commitIntervalMs: 100, ...options }, [
+      Worker.agent({
+        name: "count",
+        topics: [SOURCE],
+        process: (record) =>
+          Effect.asVoid(table.update(dec.decode(record.value!), (n) => Option.getOrElse(n, () => 0) + 1))
+      })
+    ]).pipe(Effect.provideService(Tables.Tables, tables))
+    return { tables, table, worker }
+  })
+
+/** Every count the table holds, read through the tables (all partitions must be open here). */
+const readCounts = (table: Tables.TableHandle<string, number>) =>
+  Effect.gen(function* () {
+    const out = new Map<string, number>()
+    for (let p = 0; p < PARTITIONS; p++) for (const [k, v] of yield* table.entries(p)) out.set(k, v)
+    return out
+  })
+
+const caughtUp = (worker: Worker.WorkerShape, records: number) =>
+  Effect.map(
+    worker.metrics,
+    (m) => m.recordsProcessed >= records && m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0)
+  )
+
+const quiet = Logger.layer([])
+
+describe("Worker", () => {
+  it.live("counts every record once, commits, and a restarted worker resumes from its tables", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 3000, 97)
+      const first = yield* Scope.make()
+      const a = yield* countingWorker().pipe(Scope.provide(first))
+      yield* until("the first worker caught up", caughtUp(a.worker, 3000))
+      assert.deepStrictEqual(yield* readCounts(a.table), expected(3000, 97))
+      // The group offsets follow the commits.
+      yield* until(
+        "the offsets are committed",
+        Effect.map(a.worker.metrics, (m) => m.commits > 0)
+      )
+      yield* Scope.close(first, Exit.void)
+
+      // A new worker on a fresh store restores the table from the changelog and counts only the new records.
+      yield* produceWords(log, 3000, 1000, 97)
+      const b = yield* countingWorker()
+      yield* until("the second worker caught up", caughtUp(b.worker, 1000))
+      assert.deepStrictEqual(yield* readCounts(b.table), expected(4000, 97))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
+  it.live("a refused changelog record fails a commit; the worker rewinds and every count stays exact", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const faults = yield* LogFaults
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 2000, 31)
+      const a = yield* countingWorker({ commitIntervalMs: 50 })
+      yield* until("the worker caught up", caughtUp(a.worker, 2000))
+      yield* faults.failAppends("wc-counts-changelog", 1)
+      yield* produceWords(log, 2000, 2000, 31)
+      yield* Effect.raceFirst(
+        until(
+          "the worker rewound and caught up",
+          Effect.map(
+            a.worker.metrics,
+            (m) => m.rewinds >= 1 && m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0)
+          )
+        ),
+        a.worker.join
+      )
+      yield* a.worker.commit
+      assert.deepStrictEqual(yield* readCounts(a.table), expected(4000, 31))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
+  it.live("a second member takes half the partitions: revocation commits, and every record counts once", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 2000, 53)
+      const a = yield* countingWorker()
+      yield* until("the first worker caught up", caughtUp(a.worker, 2000))
+      const b = yield* countingWorker()
+      yield* until(
+        "the partitions are split",
+        Effect.map(
+          Effect.all([a.worker.processing, b.worker.processing]),
+          ([x, y]) => x.length + y.length === PARTITIONS && x.length > 0 && y.length > 0
+        )
+      )
+      yield* produceWords(log, 2000, 2000, 53)
+      const total = expected(4000, 53)
+      yield* until(
+        "both caught up",
+        Effect.map(
+          Effect.all([a.worker.metrics, b.worker.metrics]),
+          (ms) =>
+            ms.reduce((n, m) => n + m.lag.length, 0) === PARTITIONS &&
+            ms.every((m) => m.lag.every((l) => l.offset === 0))
+        )
+      )
+      const merged = new Map<string, number>()
+      for (const w of [a, b]) {
+        for (const tp of yield* w.worker.processing) {
+          for (const [k, v] of yield* w.table.entries(tp.partition)) merged.set(k, v)
+        }
+      }
+      assert.deepStrictEqual(merged, total)
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
+  it.live("closing the worker finishes the records taken and commits them", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 1000, 11)
+      const scope = yield* Scope.make()
+      const a = yield* countingWorker({ commitIntervalMs: 60_000 }).pipe(Scope.provide(scope))
+      yield* until("the worker caught up", caughtUp(a.worker, 1000))
+      yield* Scope.close(scope, Exit.void)
+      const committed = yield* Effect.scoped(
+        Effect.flatMap(log.groupConsumer({ groupId: "wc", topics: [SOURCE] }), (m) =>
+          m.committed(Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition })))
+        )
+      )
+      const highwaters = yield* log.offsets(
+        Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition }))
+      )
+      assert.deepStrictEqual(
+        committed.map((c) => c.offset),
+        highwaters.map((h) => h.highwater)
+      )
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
+  it.effect("invalid options and agents are refused, naming what is wrong", () =>
+    Effect.gen(function* () {
+      const tables = yield* Tables.make({ app: "wc", settleDelay: 0 })
+      const bad = yield* Effect.flip(
+        Worker.make({ groupId: "", commitIntervalMs: 0 }, [
+          Worker.agent({ name: "a", topics: [SOURCE], process: () => Effect.void })
+        ]).pipe(Effect.provideService(Tables.Tables, tables))
+      )
+      assert.strictEqual(bad._tag, "InvalidWorkerOptions")
+      assert.match(bad.message, /groupId/)
+      assert.match(bad.message, /commitIntervalMs/)
+      const twoWays = yield* Effect.flip(
+        Worker.make({ groupId: "g" }, [
+          Worker.agent({ name: "both", topics: [SOURCE], process: () => Effect.void, processBatch: () => Effect.void })
+        ]).pipe(Effect.provideService(Tables.Tables, tables))
+      )
+      assert.match(twoWays.message, /agent both needs exactly one of process and processBatch/)
+    }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(Log.layerMemory(), Store.layerMemory(), quiet)))
+  )
+})
