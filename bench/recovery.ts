@@ -37,7 +37,7 @@
 //   BENCH_CPU_PROF (a directory: each child profiles its timed part with the inspector into <phase>-<run>.cpuprofile,
 //   positions mapped to the TypeScript sources), BENCH_ALLOC_PROF (likewise, a sampling allocation profile counting
 //   collected objects too, <phase>-<run>.heapprofile; not together with BENCH_CPU_PROF).
-import { execFileSync, spawn } from "node:child_process"
+import { execFileSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
 import { createRequire, findSourceMap, type SourceMapping } from "node:module"
@@ -46,17 +46,8 @@ import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Context, Effect, Layer, Logger, Option, Schema, Stream } from "effect"
 import { Log, type ProducerRecord, Store, type TopicPartition } from "../packages/core/src/index.js"
-import {
-  type BenchOutput,
-  collectGarbage,
-  envInt,
-  envString,
-  type Figure,
-  median,
-  progress,
-  randomBytes,
-  round3
-} from "./lib.js"
+import { type ChildProtocol, measure as measureTimed, reportFromChild, runChild as runChildProcess } from "./child.js"
+import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
 type KafkaLogModule = typeof import("../packages/kafka/src/KafkaLog.js")
 type TablesModule = typeof import("../packages/tables/src/index.js")
@@ -212,38 +203,9 @@ const profiled = async <A>(spec: Spec, f: () => Promise<A>): Promise<A> => {
   }
 }
 
-/** Wall and CPU time and RSS of a timed part (RSS sampled every 100 ms, then the process's maxRSS). */
-const measure = async <A>(spec: Spec, f: () => Promise<A>, onSample?: () => void) => {
-  collectGarbage()
-  const rssBefore = process.memoryUsage().rss
-  let sampled = rssBefore
-  const sampler = setInterval(() => {
-    sampled = Math.max(sampled, process.memoryUsage().rss)
-    onSample?.()
-  }, 100)
-  const cpu0 = process.cpuUsage()
-  const main0 = process.threadCpuUsage()
-  const t0 = performance.now()
-  try {
-    const value = await profiled(spec, f)
-    const ms = performance.now() - t0
-    const cpu = process.cpuUsage(cpu0)
-    const main = process.threadCpuUsage(main0)
-    sampled = Math.max(sampled, process.memoryUsage().rss)
-    const mb = (bytes: number) => Math.round(bytes / 2 ** 20)
-    return {
-      value,
-      ms,
-      cpuMs: (cpu.user + cpu.system) / 1000,
-      mainCpuMs: (main.user + main.system) / 1000,
-      rssBeforeMB: mb(rssBefore),
-      rssSampledPeakMB: mb(sampled),
-      peakRssMB: Math.round(process.resourceUsage().maxRSS / 1024)
-    }
-  } finally {
-    clearInterval(sampler)
-  }
-}
+/** Wall and CPU time and RSS of a timed part, profiled when the spec asks. */
+const measure = <A>(spec: Spec, f: () => Promise<A>, onSample?: () => void) =>
+  measureTimed(() => profiled(spec, f), onSample)
 
 const kafkajsPhase = async (spec: Spec): Promise<PhaseResult> => {
   const KafkaJs: KafkaJsModule = await import("kafkajs")
@@ -496,6 +458,8 @@ const storePhase = async (spec: Spec, kind: StoreKind): Promise<PhaseResult> => 
   }
 }
 
+const CHILD: ChildProtocol = { flag: CHILD_FLAG, prefix: RESULT_PREFIX, timeoutMs: CHILD_TIMEOUT_MS }
+
 const childMain = async (spec: Spec): Promise<void> => {
   const result =
     spec.phase === "kafkajs"
@@ -503,44 +467,12 @@ const childMain = async (spec: Spec): Promise<void> => {
       : spec.phase === "log"
         ? await logPhase(spec)
         : await storePhase(spec, spec.phase)
-  // Exit once the result is out: a client's leftover timers must not keep the child (or the run) waiting.
-  process.stdout.write(`${RESULT_PREFIX}${JSON.stringify(result)}\n`, () => process.exit(0))
+  reportFromChild(CHILD, result)
 }
 
 /** Runs one phase in a child process with this process's node and flags. */
 const runChild = (spec: Spec): Promise<PhaseResult> =>
-  new Promise((resolvePromise, reject) => {
-    const child = spawn(
-      process.execPath,
-      [...process.execArgv, fileURLToPath(import.meta.url), CHILD_FLAG, JSON.stringify(spec)],
-      { stdio: ["ignore", "pipe", "inherit"] }
-    )
-    // A phase that hangs (a restore that never completes) fails the run instead of blocking it.
-    let timedOut = false
-    const timer = setTimeout(() => {
-      timedOut = true
-      child.kill("SIGKILL")
-    }, CHILD_TIMEOUT_MS)
-    let out = ""
-    child.stdout.setEncoding("utf8")
-    child.stdout.on("data", (chunk: string) => {
-      out += chunk
-    })
-    child.on("error", reject)
-    child.on("close", (code) => {
-      clearTimeout(timer)
-      if (timedOut) {
-        reject(new Error(`recovery ${spec.phase}: no result after ${CHILD_TIMEOUT_MS / 1000} s, the child was killed`))
-        return
-      }
-      const line = out.split("\n").find((l) => l.startsWith(RESULT_PREFIX))
-      if (code !== 0 || line === undefined) {
-        reject(new Error(`recovery ${spec.phase}: the child exited with ${code} without a result`))
-        return
-      }
-      resolvePromise(JSON.parse(line.slice(RESULT_PREFIX.length)) as PhaseResult)
-    })
-  })
+  runChildProcess<Spec, PhaseResult>(fileURLToPath(import.meta.url), CHILD, spec)
 
 // ---------------------------------------------------------------------------
 // The parent: produce once, run the phases, make the figures

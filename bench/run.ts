@@ -13,7 +13,8 @@ const benches: Record<string, () => Promise<BenchOutput & { readonly save: boole
   kafka: async () => (await import("./kafka.js")).run(),
   failover: async () => (await import("./failover.js")).run(),
   tables: async () => (await import("./tables.js")).run(),
-  recovery: async () => (await import("./recovery.js")).run()
+  recovery: async () => (await import("./recovery.js")).run(),
+  worker: async () => (await import("./worker.js")).run()
 }
 
 /** The command line as the user typed it, as far as it can be told, with what it ran. */

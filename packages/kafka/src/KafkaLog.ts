@@ -149,7 +149,7 @@ const acksOf = (acks: Acks | undefined): (typeof PlatformaticAcks)[keyof typeof 
 const recordBytes = (r: ProducerRecord): number =>
   (r.key?.length ?? 0) +
   (r.value?.length ?? 0) +
-  (r.headers ?? []).reduce((n, h) => n + h.key.length + h.value.length, 0)
+  (r.headers ?? []).reduce((n, h) => n + Buffer.byteLength(h.key, "utf8") + h.value.length, 0)
 
 const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength)
 

@@ -32,6 +32,7 @@ import {
   CommitFailed,
   InvalidTable,
   InvalidTableManagerOptions,
+  type Header,
   Log,
   type LogError,
   type LogProducer,
@@ -223,6 +224,15 @@ export interface TablesShape {
     effect: Effect.Effect<A, E, R>
   ) => Effect.Effect<A, E | TableError, R>
   /**
+   * Runs `f` for each source record of one source partition, in order, as `process` would (each record's writes
+   * visible to the next, each changelog record naming its source record), and sends all their writes in one batch
+   * at the end: nothing of the batch is sent if `f` fails on any record.
+   */
+  readonly processBatch: <S extends TopicPartitionOffset, E, R>(
+    sources: ReadonlyArray<S>,
+    f: (source: S) => Effect.Effect<void, E, R>
+  ) => Effect.Effect<void, E | TableError, R>
+  /**
    * After a failed commit: forgets every write not yet in a store, replaces the producer and restores every open
    * partition again from its store and changelog. Then `resumeOffset` says where to resume each source partition.
    */
@@ -269,10 +279,16 @@ interface SourceLink {
   readonly changelogs: Set<string>
 }
 
-/** The writes of one `process` call, in order, and a view for reading them back. */
+/** The writes of one `process` (or `processBatch`) call, in order, and a view for reading them back. */
 interface Collector {
-  readonly source: TopicPartitionOffset | undefined
-  readonly writes: Array<{ readonly table: Registered; readonly partition: number; readonly change: Change }>
+  /** The source record being processed now. */
+  source: TopicPartitionOffset | undefined
+  readonly writes: Array<{
+    readonly table: Registered
+    readonly partition: number
+    readonly change: Change
+    readonly source: TopicPartitionOffset | undefined
+  }>
   readonly view: Map<string, Change>
 }
 
@@ -355,21 +371,25 @@ export const make = (
 
     // --- partitions -------------------------------------------------------
 
+    /** The open partition `partition` of a table, or why it cannot be used here. */
+    const lookupPartition = (table: Registered, partition: number): PartitionWrites.PartitionWrites | TableError => {
+      if (!Number.isSafeInteger(partition) || partition < 0 || partition >= table.info.partitions) {
+        return tableError(
+          new InvalidPartition({ table: table.info.name, partition, partitions: table.info.partitions })
+        )
+      }
+      return (
+        table.partitions.get(partition) ??
+        tableError(
+          new PartitionNotAvailable({ table: table.info.name, partition, detail: "not assigned to this worker" })
+        )
+      )
+    }
+
     const partitionOf = (table: Registered, partition: number) =>
       Effect.suspend(() => {
-        if (!Number.isSafeInteger(partition) || partition < 0 || partition >= table.info.partitions) {
-          return Effect.fail(
-            tableError(new InvalidPartition({ table: table.info.name, partition, partitions: table.info.partitions }))
-          )
-        }
-        const w = table.partitions.get(partition)
-        return w === undefined
-          ? Effect.fail(
-              tableError(
-                new PartitionNotAvailable({ table: table.info.name, partition, detail: "not assigned to this worker" })
-              )
-            )
-          : Effect.succeed(w)
+        const w = lookupPartition(table, partition)
+        return w instanceof TableError ? Effect.fail(w) : Effect.succeed(w)
       })
 
     /** Opens a table partition's store (idempotent); sets whether it is a standby replica. */
@@ -478,14 +498,22 @@ export const make = (
       byPartition: ReadonlyMap<string, { table: Registered; partition: number; w: PartitionWrites.PartitionWrites }>
     ) =>
       Effect.gen(function* () {
-        const headers = collector.source === undefined ? [] : [RestoreTarget.sourceHeader(collector.source)]
-        const records: Array<ProducerRecord> = collector.writes.map((w) => ({
-          topic: w.table.info.changelogTopic,
-          partition: w.partition,
-          key: w.change.key,
-          value: w.change.value,
-          headers
-        }))
+        // Each changelog record names the source record that wrote it (one header shared by that record's writes).
+        let lastSource: TopicPartitionOffset | undefined
+        let headers: ReadonlyArray<Header> = []
+        const records: Array<ProducerRecord> = collector.writes.map((w) => {
+          if (w.source !== lastSource) {
+            lastSource = w.source
+            headers = w.source === undefined ? [] : [RestoreTarget.sourceHeader(w.source)]
+          }
+          return {
+            topic: w.table.info.changelogTopic,
+            partition: w.partition,
+            key: w.change.key,
+            value: w.change.value,
+            headers
+          }
+        })
         const first = collector.writes[0]!.table.info.name
         const p = yield* currentProducer.pipe(
           Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause })))
@@ -543,19 +571,28 @@ export const make = (
         })
       )
 
+    const processBatch: TablesShape["processBatch"] = (sources, f) =>
+      Effect.suspend(() => {
+        const first = sources[0]
+        if (first === undefined) return Effect.void
+        return Semaphore.withPermit(
+          sourceLock(first),
+          Effect.gen(function* () {
+            const collector: Collector = { source: undefined, writes: [], view: new Map() }
+            for (const source of sources) {
+              collector.source = source
+              yield* Effect.provideService(f(source), CurrentCollector, collector)
+            }
+            yield* sendCollector(collector)
+          })
+        )
+      })
+
     // --- handles ----------------------------------------------------------
 
     const handleOf = <K, V>(table: Registered, codecs: Codecs<K, V>): TableHandle<K, V> => {
       const name = table.info.name
       const partitions = table.info.partitions
-      const encodeKey = (key: K) => {
-        const r = codecs.encodeKey(key)
-        return Result.isFailure(r) ? Effect.fail(tableError(r.failure)) : Effect.succeed(r.success)
-      }
-      const decodeValue = (bytes: Uint8Array) => {
-        const r = codecs.decodeValue(bytes)
-        return Result.isFailure(r) ? Effect.fail(tableError(r.failure)) : Effect.succeed(r.success)
-      }
       const resolve = (
         encodedKey: Uint8Array,
         options: PartitionOption | undefined,
@@ -566,51 +603,110 @@ export const make = (
           ? collector.source.partition
           : keyPartition(encodedKey, partitions))
 
+      const decodeValue = (bytes: Uint8Array) => {
+        const r = codecs.decodeValue(bytes)
+        return Result.isFailure(r) ? Effect.fail(tableError(r.failure)) : Effect.succeed(r.success)
+      }
+
+      // Reads and writes run their checks and lookups synchronously: one Effect each, not one per step.
+
+      /** Where a key lives: its bytes, its partition and that partition's write state. */
+      const locate = (key: K, options: PartitionOption | undefined, collector: Collector | undefined) => {
+        const encoded = codecs.encodeKey(key)
+        if (Result.isFailure(encoded)) return tableError(encoded.failure)
+        const k = encoded.success
+        const partition = resolve(k, options, collector)
+        const w = lookupPartition(table, partition)
+        if (w instanceof TableError) return w
+        return { k, partition, w, id: PartitionWrites.keyId(k) }
+      }
+      type Located = Exclude<ReturnType<typeof locate>, TableError>
+
+      /** The value not yet in the store (this record's writes first, then the buffer), if there is one. */
+      const unstored = (loc: Located, collector: Collector | undefined): Change | undefined =>
+        collector?.view.get(`${name}|${loc.partition}|${loc.id}`) ?? loc.w.dirty.get(loc.id)
+
+      const readLocated = (loc: Located, collector: Collector | undefined) => {
+        const change = unstored(loc, collector)
+        return change !== undefined
+          ? Effect.succeed(Option.fromNullishOr(change.value))
+          : loc.w.store.get(loc.k).pipe(Effect.mapError(storeFailed(name)))
+      }
+
       const readRaw = (key: K, options?: PartitionOption) =>
-        Effect.gen(function* () {
-          const collector = yield* CurrentCollector
-          const k = yield* encodeKey(key)
-          const partition = resolve(k, options, collector)
-          const w = yield* partitionOf(table, partition)
-          const id = PartitionWrites.keyId(k)
-          const own = collector?.view.get(`${name}|${partition}|${id}`)
-          if (own !== undefined) return Option.fromNullishOr(own.value)
-          const dirty = w.dirty.get(id)
-          if (dirty !== undefined) return Option.fromNullishOr(dirty.value)
-          return yield* w.store.get(k).pipe(Effect.mapError(storeFailed(name)))
+        Effect.flatMap(CurrentCollector, (collector): Effect.Effect<Option.Option<Uint8Array>, TableError> => {
+          const loc = locate(key, options, collector)
+          return loc instanceof TableError ? Effect.fail(loc) : readLocated(loc, collector)
         })
+
+      const decoded = (raw: Option.Option<Uint8Array>): Option.Option<V> | TableError => {
+        if (Option.isNone(raw)) return Option.none()
+        const r = codecs.decodeValue(raw.value)
+        return Result.isFailure(r) ? tableError(r.failure) : Option.some(r.success)
+      }
 
       const get = (key: K, options?: PartitionOption) =>
-        Effect.flatMap(readRaw(key, options), (raw) =>
-          Option.isNone(raw) ? Effect.succeed(Option.none<V>()) : Effect.map(decodeValue(raw.value), Option.some)
-        )
+        Effect.flatMap(readRaw(key, options), (raw) => {
+          const value = decoded(raw)
+          return value instanceof TableError ? Effect.fail(value) : Effect.succeed(value)
+        })
+
+      /** Records a write in the current record's collector; outside `process` it is sent on its own. */
+      const stage = (loc: Located, value: Option.Option<V>, current: Collector | undefined) => {
+        let v: Uint8Array | null = null
+        if (Option.isSome(value)) {
+          const r = codecs.encodeValue(value.value)
+          if (Result.isFailure(r)) return Effect.fail(tableError(r.failure))
+          v = r.success
+        }
+        if (loc.w.standby) {
+          return Effect.fail(
+            tableError(
+              new PartitionNotAvailable({
+                table: name,
+                partition: loc.partition,
+                detail: "a standby replica here: not writable"
+              })
+            )
+          )
+        }
+        const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
+        const change: Change = { key: loc.k, value: v }
+        collector.writes.push({ table, partition: loc.partition, change, source: collector.source })
+        collector.view.set(`${name}|${loc.partition}|${loc.id}`, change)
+        return current === undefined ? sendCollector(collector) : Effect.void
+      }
 
       const write = (key: K, value: Option.Option<V>, options?: PartitionOption) =>
-        Effect.gen(function* () {
-          const k = yield* encodeKey(key)
-          let v: Uint8Array | null = null
-          if (Option.isSome(value)) {
-            const r = codecs.encodeValue(value.value)
-            if (Result.isFailure(r)) return yield* Effect.fail(tableError(r.failure))
-            v = r.success
-          }
-          const current = yield* CurrentCollector
-          const partition = resolve(k, options, current)
-          const target = yield* partitionOf(table, partition)
-          if (target.standby) {
-            return yield* Effect.fail(
-              tableError(
-                new PartitionNotAvailable({ table: name, partition, detail: "a standby replica here: not writable" })
-              )
-            )
-          }
-          const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
-          const change: Change = { key: k, value: v }
-          collector.writes.push({ table, partition, change })
-          collector.view.set(`${name}|${partition}|${PartitionWrites.keyId(k)}`, change)
-          // Outside `process`, a write is sent (and buffered) on its own.
-          if (current === undefined) yield* sendCollector(collector)
+        Effect.flatMap(CurrentCollector, (current): Effect.Effect<void, TableError> => {
+          const loc = locate(key, options, current)
+          return loc instanceof TableError ? Effect.fail(loc) : stage(loc, value, current)
         })
+
+      /** Read, `f`, write: the key located and encoded once. */
+      const update = (key: K, f: (current: Option.Option<V>) => V, options?: PartitionOption) =>
+        Effect.flatMap(CurrentCollector, (current): Effect.Effect<V, TableError> => {
+          const loc = locate(key, options, current)
+          if (loc instanceof TableError) return Effect.fail(loc)
+          const change = unstored(loc, current)
+          return change !== undefined
+            ? applyUpdate(loc, Option.fromNullishOr(change.value), f, current)
+            : Effect.flatMap(loc.w.store.get(loc.k).pipe(Effect.mapError(storeFailed(name))), (raw) =>
+                applyUpdate(loc, raw, f, current)
+              )
+        })
+
+      const applyUpdate = (
+        loc: Located,
+        raw: Option.Option<Uint8Array>,
+        f: (current: Option.Option<V>) => V,
+        current: Collector | undefined
+      ): Effect.Effect<V, TableError> => {
+        const value = decoded(raw)
+        if (value instanceof TableError) return Effect.fail(value)
+        const next = f(value)
+        return Effect.as(stage(loc, Option.some(next), current), next)
+      }
 
       const handle: TableHandle<K, V> = {
         info: table.info,
@@ -618,12 +714,7 @@ export const make = (
         has: (key, options) => Effect.map(readRaw(key, options), Option.isSome),
         set: (key, value, options) => write(key, Option.some(value), options),
         delete: (key, options) => write(key, Option.none(), options),
-        update: (key, f, options) =>
-          Effect.gen(function* () {
-            const next = f(yield* get(key, options))
-            yield* write(key, Option.some(next), options)
-            return next
-          }),
+        update,
         entries: (partition) =>
           Effect.gen(function* () {
             const w = yield* partitionOf(table, partition)
@@ -916,6 +1007,7 @@ export const make = (
       start,
       stop,
       process,
+      processBatch,
       rewind,
       resumeOffset,
       changelogTopics: Effect.sync(() => new Set(byChangelog.keys())),

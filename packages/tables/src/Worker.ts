@@ -258,10 +258,9 @@ export const make = <E, R>(
           const fresh = taken.value.filter((record) => record.offset >= r.next)
           if (fresh.length === 0) continue
           if (hasRecordAgents) {
-            for (const record of fresh) {
-              yield* tables.process(record, runRecord(record)).pipe(Effect.provideContext(context))
-              r.next = record.offset + 1
-            }
+            // One record after the other, each seeing the writes before it; the batch's writes go out in one send.
+            yield* tables.processBatch(fresh, runRecord).pipe(Effect.provideContext(context))
+            r.next = fresh[fresh.length - 1]!.offset + 1
           }
           if (hasBatchAgents) {
             const last = fresh[fresh.length - 1]!

@@ -142,7 +142,6 @@ interface Group {
 // ---------------------------------------------------------------------------
 
 const isTopicName = Schema.is(Topic)
-const utf8 = new TextEncoder()
 
 const invalid = (detail: string): LogError => logError(new InvalidRequest({ detail }))
 
@@ -167,7 +166,7 @@ const wakeAll = (wakers: Set<Waker>): void => {
 const recordSize = (record: ProducerRecord): number => {
   let size = (record.key?.byteLength ?? 0) + (record.value?.byteLength ?? 0)
   if (record.headers !== undefined) {
-    for (const h of record.headers) size += utf8.encode(h.key).byteLength + h.value.byteLength
+    for (const h of record.headers) size += Buffer.byteLength(h.key, "utf8") + h.value.byteLength
   }
   return size
 }

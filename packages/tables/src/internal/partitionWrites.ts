@@ -33,7 +33,7 @@ export interface Change {
 export interface PartitionWrites {
   readonly store: PartitionStore
   readonly scope: Scope.Closeable
-  /** Changes sent to the changelog, not yet in the store, by key (base64). */
+  /** Changes sent to the changelog, not yet in the store, by key (`keyId`). */
   readonly dirty: Map<string, Change>
   /** For each send not yet persisted, the highest changelog offset it wrote here (`-1` when unknown, acks 0). */
   acks: Array<Effect.Effect<number, LogError>>
@@ -46,9 +46,9 @@ export interface PartitionWrites {
 
 const EXCLUSIVE = 1 << 30
 
-/** The key of a change in `dirty`. */
+/** The key of a change in `dirty`: its bytes as latin1 text (one char per byte). */
 export const keyId = (key: Uint8Array): string =>
-  Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("base64")
+  Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("latin1")
 
 /** A partition's write state over an opened store. */
 export const make = (store: PartitionStore, scope: Scope.Closeable, standby: boolean): PartitionWrites => ({

@@ -24,13 +24,12 @@ import * as PartitionWrites from "./partitionWrites.js"
 /** The header `process` stamps on every changelog record: the source record it came from. */
 export const SOURCE_HEADER = "strata-source"
 
-const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
 /** The `strata-source` header of a source record: `["topic",partition,offset]`. */
 export const sourceHeader = (source: TopicPartitionOffset): Header => ({
   key: SOURCE_HEADER,
-  value: encoder.encode(JSON.stringify([source.topic, source.partition, source.offset]))
+  value: Buffer.from(JSON.stringify([source.topic, source.partition, source.offset]), "utf8")
 })
 
 /** The value of a record's `strata-source` header, if it has one. */

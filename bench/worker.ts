@@ -1,0 +1,424 @@
+// Processing through tables (`@strata/tables`' Worker) against a bare consume → produce loop on the same client, in
+// the same run (docs/ARCHITECTURE.md, "Benchmarks"; issue 16).
+//
+// Once per run RECORDS source records are produced into a fresh topic of PARTITIONS partitions: record i has the key
+// "key-%010d" of key (i * 7919) mod KEYS (KEYS distinct keys, each in the partition the default partitioner gives it,
+// murmur2 of the key bytes) and a 100-byte value. Every phase counts the records per key, from offset 0 to the
+// highwaters, producing each new count to a fresh compacted topic with acks=all and committing about every second
+// (flush, then commit). Each phase runs in its own child process (the same node and flags as this one):
+// - bare (the ceiling, the baseline of every figure): the @platformatic/kafka copy the adapter loads, used directly: a
+//   `Consumer` in a fresh group (`consume`, autocommit off, from the earliest offset), counts in a `Map`, each chunk
+//   the stream hands over produced in one `Producer({ idempotent: true, acks: -1 }).send` (one request in flight, as
+//   KafkaLog sends), and every second: every send acknowledged, then `consumer.commit` of the next offsets.
+// - memory, level, rocksdb: `Worker.make({ groupId, commitIntervalMs: 1000 })` with one agent counting into
+//   `Table.make({ key: Schema.String, value: Schema.Int })` through `table.update`, on `Tables.make({ settleDelay: 0 })`
+//   and a fresh store (`Store.layerMemory()`, `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary
+//   directory), with `KafkaLog` underneath.
+// Timed in both: from the first record handed to the counting code until every partition is processed to its
+// highwater and a last commit returned (the group join before it is not timed). Checked afterwards, untimed: the
+// counts (the bare loop's Map; the worker's table, every partition scanned) equal the input's, key by key.
+// CPU and RSS as in bench/recovery.ts (each child's own). Phases run in the order below, reversed on odd repetitions.
+//
+// Environment (the results file is written only with the defaults):
+//   BENCH_RECORDS (1000000), BENCH_KEYS (100000), BENCH_PARTITIONS (12), BENCH_RUNS (3),
+//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb)
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { createRequire } from "node:module"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
+import { Log, type LogShape, Store } from "../packages/core/src/index.js"
+import { type ChildProtocol, type Measured, measure, reportFromChild, runChild } from "./child.js"
+import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
+
+type Platformatic = typeof import("../packages/kafka/node_modules/@platformatic/kafka/dist/index.js")
+type KafkaLogModule = typeof import("../packages/kafka/src/KafkaLog.js")
+type TablesModule = typeof import("../packages/tables/src/index.js")
+
+const DEFAULTS = { records: 1_000_000, keys: 100_000, partitions: 12, runs: 3, broker: "127.0.0.1:9092" } as const
+const PHASES = ["bare", "memory", "level", "rocksdb"] as const
+type Phase = (typeof PHASES)[number]
+const COMMIT_MS = 1000
+const KEY_CHARS = 14
+const VALUE_BYTES = 100
+const CHILD: ChildProtocol = { flag: "--worker-child", prefix: "WORKER-RESULT ", timeoutMs: 600_000 }
+
+const kafkaRequire = createRequire(new URL("../packages/kafka/package.json", import.meta.url))
+const loadPlatformatic = async (): Promise<Platformatic> =>
+  (await import(pathToFileURL(kafkaRequire.resolve("@platformatic/kafka")).href)) as Platformatic
+
+const keyOf = (k: number): string => `key-${String(k).padStart(KEY_CHARS - 4, "0")}`
+const keyIndexOf = (i: number, keys: number): number => (i * 7919) % keys
+
+/** The counts the input must give: key → number of records. */
+const expectedCounts = (records: number, keys: number): Map<string, number> => {
+  const out = new Map<string, number>()
+  for (let i = 0; i < records; i++) {
+    const key = keyOf(keyIndexOf(i, keys))
+    out.set(key, (out.get(key) ?? 0) + 1)
+  }
+  return out
+}
+
+/** The first difference between two count maps, if any. */
+const differs = (got: ReadonlyMap<string, number>, want: ReadonlyMap<string, number>): string | undefined => {
+  if (got.size !== want.size) return `${got.size} keys, expected ${want.size}`
+  for (const [k, v] of want) if (got.get(k) !== v) return `${k}: ${got.get(k)}, expected ${v}`
+  return undefined
+}
+
+interface Spec {
+  readonly phase: Phase
+  readonly run: number
+  readonly source: string
+  readonly broker: string
+  readonly records: number
+  readonly keys: number
+  readonly partitions: number
+}
+
+interface PhaseResult {
+  readonly phase: Phase
+  readonly ms: number
+  readonly cpuMs: number
+  readonly mainCpuMs: number
+  readonly peakRssMB: number
+  readonly extra: Record<string, number>
+}
+
+const resultOf = (spec: Spec, m: Measured<number>, extra: Record<string, number>): PhaseResult => ({
+  phase: spec.phase,
+  // From the first record counted (the group join before it is not timed).
+  ms: m.ms - m.value,
+  cpuMs: m.cpuMs,
+  mainCpuMs: m.mainCpuMs,
+  peakRssMB: m.peakRssMB,
+  extra
+})
+
+// ---------------------------------------------------------------------------
+// The ceiling: a bare consume → produce loop on @platformatic/kafka
+// ---------------------------------------------------------------------------
+
+const barePhase = async (spec: Spec): Promise<PhaseResult> => {
+  const pk = await loadPlatformatic()
+  const base = {
+    clientId: "strata-bench-worker-bare",
+    bootstrapBrokers: [spec.broker],
+    timeout: 10_000,
+    retries: 3,
+    retryDelay: 250
+  }
+  const out = `${spec.source}-bare-${spec.run}`
+  const admin = new pk.Admin(base)
+  await admin.createTopics({
+    topics: [out],
+    partitions: spec.partitions,
+    replicas: 1,
+    configs: [{ name: "cleanup.policy", value: "compact" }]
+  })
+  const producer = new pk.Producer({ ...base, idempotent: true, acks: -1 })
+  const consumer = new pk.Consumer({ ...base, groupId: `strata-bench-worker-bare-${process.pid}-${spec.run}` })
+  const counts = new Map<string, number>()
+  const targets = await highwaters(admin, spec)
+  let unfinished = targets.filter((h) => h > 0).length
+  const next = new Array<number>(spec.partitions).fill(0)
+  try {
+    const m = await measure(async () => {
+      const t0 = performance.now()
+      let firstAt: number | undefined
+      const stream = await consumer.consume({
+        topics: [spec.source],
+        mode: pk.MessagesStreamModes.EARLIEST,
+        autocommit: false
+      })
+      let sending: Promise<unknown> = Promise.resolve()
+      let failed: unknown
+      const commit = async () => {
+        await sending
+        const offsets = next.flatMap((offset, partition) =>
+          offset > 0 ? [{ topic: spec.source, partition, offset: BigInt(offset), leaderEpoch: -1 }] : []
+        )
+        if (offsets.length > 0) await consumer.commit({ offsets })
+      }
+      const ticker = setInterval(() => {
+        commit().catch((e: unknown) => {
+          failed = e
+        })
+      }, COMMIT_MS)
+      try {
+        await new Promise<void>((resolveDone, reject) => {
+          stream.on("error", reject)
+          stream.on("readable", () => {
+            const messages: Array<{ topic: string; partition: number; key: Buffer; value: Buffer }> = []
+            let m: { key: Buffer; partition: number; offset: bigint } | null
+            // biome-ignore lint/suspicious/noAssignInExpressions: the usual Readable drain loop
+            while ((m = stream.read()) !== null) {
+              firstAt ??= performance.now()
+              const key = m.key.toString("latin1")
+              const n = (counts.get(key) ?? 0) + 1
+              counts.set(key, n)
+              messages.push({ topic: out, partition: m.partition, key: m.key, value: Buffer.from(String(n)) })
+              const offset = Number(m.offset) + 1
+              next[m.partition] = offset
+              if (offset === targets[m.partition]) unfinished--
+            }
+            if (messages.length > 0) {
+              sending = sending.then(() => producer.send({ messages }))
+            }
+            if (unfinished === 0) resolveDone()
+          })
+        })
+        await commit()
+        if (failed !== undefined) throw failed
+      } finally {
+        clearInterval(ticker)
+        await stream.close()
+      }
+      return (firstAt ?? t0) - t0
+    })
+    const wrong = differs(counts, expectedCounts(spec.records, spec.keys))
+    if (wrong !== undefined) throw new Error(`bare: counts differ: ${wrong}`)
+    return resultOf(spec, m, {})
+  } finally {
+    await consumer.close(true).catch(() => undefined)
+    await producer.close().catch(() => undefined)
+    await admin.deleteTopics({ topics: [out] }).catch(() => undefined)
+    await admin.close().catch(() => undefined)
+  }
+}
+
+const highwaters = async (admin: InstanceType<Platformatic["Admin"]>, spec: Spec): Promise<Array<number>> => {
+  const listed = await admin.listOffsets({
+    topics: [
+      {
+        name: spec.source,
+        partitions: Array.from({ length: spec.partitions }, (_, partitionIndex) => ({
+          partitionIndex,
+          timestamp: -1n
+        }))
+      }
+    ]
+  })
+  const out = new Array<number>(spec.partitions).fill(0)
+  for (const t of listed) for (const p of t.partitions) out[p.partitionIndex] = Number(p.offset)
+  return out
+}
+
+// ---------------------------------------------------------------------------
+// The worker on a store
+// ---------------------------------------------------------------------------
+
+const workerPhase = async (spec: Spec, kind: "memory" | "level" | "rocksdb"): Promise<PhaseResult> => {
+  const KafkaLog: KafkaLogModule = await import("../packages/kafka/src/KafkaLog.js")
+  const tablesModule: TablesModule = await import("../packages/tables/src/index.js")
+  const { Table, Tables, Worker } = tablesModule
+  const directory = kind === "memory" ? undefined : mkdtempSync(join(tmpdir(), `strata-bench-worker-${kind}-`))
+  const storeLayer =
+    kind === "memory"
+      ? Store.layerMemory()
+      : kind === "level"
+        ? (await import("../packages/store-adapters/src/LevelStore.js")).layer({ directory: directory! })
+        : (await import("../packages/store-adapters/src/RocksDbStore.js")).layer({ directory: directory! })
+  const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: spec.partitions })
+  const decoder = new TextDecoder()
+  try {
+    const program = Effect.gen(function* () {
+      const log: LogShape = yield* KafkaLog.make({ brokers: [spec.broker], clientId: `strata-bench-worker-${kind}` })
+      const services = Context.add(yield* Layer.build(storeLayer), Log, log)
+      const app = `${spec.source}-${kind}-${spec.run}`
+      const context = yield* Effect.context<never>()
+      let firstAt: number | undefined
+      const run = Effect.gen(function* () {
+        const t0 = performance.now()
+        const tables = yield* Tables.make({ app, settleDelay: 0 })
+        const table = yield* tables.register(counts)
+        const worker = yield* Worker.make({ groupId: app, commitIntervalMs: COMMIT_MS }, [
+          Worker.agent({
+            name: "count",
+            topics: [spec.source],
+            process: (record) => {
+              firstAt ??= performance.now()
+              return Effect.asVoid(table.update(decoder.decode(record.key!), (n) => Option.getOrElse(n, () => 0) + 1))
+            }
+          })
+        ]).pipe(Effect.provideService(Tables.Tables, tables))
+        // Done when every partition reached its highwater; then one last commit.
+        while (true) {
+          const m = yield* worker.metrics
+          if (
+            m.recordsProcessed >= spec.records &&
+            m.lag.length === spec.partitions &&
+            m.lag.every((l) => l.offset === 0)
+          )
+            break
+          yield* Effect.raceFirst(Effect.sleep("20 millis"), worker.join)
+        }
+        yield* worker.commit
+        const metrics = yield* worker.metrics
+        // Untimed from here on the clock of the parent: the counts, every partition scanned.
+        const got = new Map<string, number>()
+        for (let p = 0; p < spec.partitions; p++) for (const [k, v] of yield* table.entries(p)) got.set(k, v)
+        return { t0, got, commits: metrics.commits, lastCommitMs: metrics.lastCommitMs }
+      }).pipe(Effect.scoped, Effect.provide(services))
+      let checked: { got: Map<string, number>; commits: number; lastCommitMs: number } | undefined
+      const m = yield* Effect.promise(() =>
+        measure(async () => {
+          const r = await Effect.runPromiseWith(context)(run)
+          checked = r
+          return (firstAt ?? r.t0) - r.t0
+        })
+      )
+      return { m, checked: checked! }
+    }).pipe(Effect.scoped, Effect.provide(Logger.layer([])))
+    const { m, checked } = await Effect.runPromise(program)
+    const wrong = differs(checked.got, expectedCounts(spec.records, spec.keys))
+    if (wrong !== undefined) throw new Error(`${kind}: counts differ: ${wrong}`)
+    return resultOf(spec, m, { commits: checked.commits, lastCommitMs: checked.lastCommitMs })
+  } finally {
+    if (directory !== undefined) rmSync(directory, { recursive: true, force: true })
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The parent
+// ---------------------------------------------------------------------------
+
+/** Produces the source records once: key i's partition by murmur2 as Kafka's default partitioner. */
+const load = (KafkaLog: KafkaLogModule, tablesModule: TablesModule, spec: Omit<Spec, "phase" | "run">) =>
+  Effect.gen(function* () {
+    const log = yield* KafkaLog.make({ brokers: [spec.broker], clientId: "strata-bench-worker-load" })
+    yield* log.ensureTopic({ topic: spec.source, partitions: spec.partitions })
+    const value = randomBytes(VALUE_BYTES, 0x5eed)
+    const keys = Array.from({ length: spec.keys }, (_, k) => Buffer.from(keyOf(k), "latin1"))
+    const partitionOf = keys.map((key) => tablesModule.Table.keyPartition(key, spec.partitions))
+    const batch = 10_000
+    const pending: Array<Effect.Effect<ReadonlyArray<number>, unknown>> = []
+    const producer = yield* log.producer()
+    for (let start = 0; start < spec.records; start += batch) {
+      const records = []
+      for (let i = start; i < Math.min(spec.records, start + batch); i++) {
+        const k = keyIndexOf(i, spec.keys)
+        records.push({ topic: spec.source, partition: partitionOf[k]!, key: keys[k]!, value })
+      }
+      pending.push(yield* producer.send(records))
+    }
+    yield* Effect.all(pending)
+  }).pipe(Effect.scoped)
+
+export const run = async (): Promise<BenchOutput & { readonly save: boolean }> => {
+  const records = envInt("BENCH_RECORDS", DEFAULTS.records)
+  const keys = envInt("BENCH_KEYS", DEFAULTS.keys)
+  const partitions = envInt("BENCH_PARTITIONS", DEFAULTS.partitions)
+  const runs = envInt("BENCH_RUNS", DEFAULTS.runs)
+  const broker = envString("BENCH_KAFKA_BROKER") ?? DEFAULTS.broker
+  const phasesEnv = envString("BENCH_PHASES")
+  const phases = (phasesEnv ?? PHASES.join(",")).split(",").filter((p) => p !== "") as Array<Phase>
+  for (const p of phases) if (!PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase ${p}`)
+  const save =
+    records === DEFAULTS.records &&
+    keys === DEFAULTS.keys &&
+    partitions === DEFAULTS.partitions &&
+    runs === DEFAULTS.runs &&
+    broker === DEFAULTS.broker &&
+    phasesEnv === undefined
+
+  const KafkaLog: KafkaLogModule = await import("../packages/kafka/src/KafkaLog.js")
+  const tablesModule: TablesModule = await import("../packages/tables/src/index.js")
+  const source = `strata-bench-worker-${process.pid}-${Date.now()}`
+  const plan = { source, broker, records, keys, partitions }
+  progress(`worker: ${records} records, ${keys} keys, ${partitions} partitions, ${runs} run(s) of ${phases.join(", ")}`)
+  const t0 = performance.now()
+  await Effect.runPromise(load(KafkaLog, tablesModule, plan).pipe(Effect.provide(Logger.layer([]))))
+  progress(`worker: produced the source in ${Math.round(performance.now() - t0)} ms`)
+
+  const samples = new Map<Phase, Array<PhaseResult>>(PHASES.map((p) => [p, []]))
+  try {
+    for (let rep = 0; rep < runs; rep++) {
+      for (const phase of rep % 2 === 0 ? phases : [...phases].reverse()) {
+        const r = await runChild<Spec, PhaseResult>(fileURLToPath(import.meta.url), CHILD, {
+          ...plan,
+          phase,
+          run: rep + 1
+        })
+        samples.get(phase)!.push(r)
+        progress(
+          `worker ${phase} #${rep + 1}: ${Math.round(records / (r.ms / 1000))} records/s, ` +
+            `CPU ${((1000 * r.cpuMs) / records).toFixed(2)} µs/record (main ${((1000 * r.mainCpuMs) / records).toFixed(2)}), ` +
+            `peak RSS ${r.peakRssMB} MB ${JSON.stringify(r.extra)}`
+        )
+      }
+    }
+  } finally {
+    const pk = await loadPlatformatic()
+    const admin = new pk.Admin({ clientId: "strata-bench-worker-admin", bootstrapBrokers: [broker] })
+    const all = await admin.listTopics().catch(() => [] as Array<string>)
+    await admin.deleteTopics({ topics: all.filter((t) => t.startsWith(source)) }).catch(() => undefined)
+    await admin.close().catch(() => undefined)
+  }
+
+  const rate = (phase: Phase) => median(samples.get(phase)!.map((r) => records / (r.ms / 1000)))
+  const per = (phase: Phase, f: (r: PhaseResult) => number) => median(samples.get(phase)!.map(f))
+  const baseline = rate("bare")
+  const pkVersion = (
+    JSON.parse(
+      readFileSync(new URL("../packages/kafka/node_modules/@platformatic/kafka/package.json", import.meta.url), "utf8")
+    ) as { version: string }
+  ).version
+  const figure = (phase: Phase): Figure => ({
+    bench: phase === "bare" ? "worker.bare" : `worker.count.${phase}`,
+    value: Math.round(rate(phase)),
+    unit: "records/s",
+    ...(phase === "bare" || samples.get("bare")!.length === 0
+      ? {}
+      : { baseline: Math.round(baseline), ratio: round3(rate(phase) / baseline) }),
+    baselineClient: `@platformatic/kafka ${pkVersion} consume → produce loop, same run`,
+    records,
+    keys,
+    partitions,
+    runs,
+    acks: "all",
+    commitIntervalMs: COMMIT_MS,
+    cpuMicrosPerRecord: round3(per(phase, (r) => (1000 * r.cpuMs) / records)),
+    mainThreadCpuMicrosPerRecord: round3(per(phase, (r) => (1000 * r.mainCpuMs) / records)),
+    peakRssMB: per(phase, (r) => r.peakRssMB)
+  })
+  const results = phases.map(figure)
+  return {
+    results,
+    save,
+    details: {
+      source: `fresh topic, ${partitions} partitions; record i: key "key-%010d" of (i * 7919) mod ${keys}, partition murmur2(key) mod ${partitions}, ${VALUE_BYTES}-byte value`,
+      bare: "Consumer.consume (fresh group, earliest, autocommit off); counts in a Map; each readable chunk produced in one idempotent Producer.send, sends chained (one in flight); every second: sends awaited, then consumer.commit; output: a fresh compacted topic",
+      worker:
+        "Tables.make({ settleDelay: 0 }) + Worker.make({ commitIntervalMs: 1000 }) with one agent: table.update(key, n => n + 1) on Table.make({ key: Schema.String, value: Schema.Int }); KafkaLog defaults",
+      timed:
+        "from the first record handed to the counting code to the last commit after every partition reached its highwater; each phase in its own child process",
+      checked: "untimed: every key's count equals the input's (the worker's table: every partition scanned)",
+      samples: Object.fromEntries(
+        [...samples]
+          .filter(([, list]) => list.length > 0)
+          .map(([p, list]) => [p, list.map((r) => ({ ms: Math.round(r.ms), ...r.extra }))])
+      )
+    }
+  }
+}
+
+// Run as a child: one phase, its result on stdout.
+if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  const at = process.argv.indexOf(CHILD.flag)
+  const raw = at < 0 ? undefined : process.argv[at + 1]
+  if (raw === undefined) {
+    process.stderr.write("bench/worker.ts runs from bench/run.ts (./dev bench:worker)\n")
+    process.exitCode = 2
+  } else {
+    const spec = JSON.parse(raw) as Spec
+    ;(spec.phase === "bare" ? barePhase(spec) : workerPhase(spec, spec.phase))
+      .then((result) => reportFromChild(CHILD, result))
+      .catch((error: unknown) => {
+        process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
+        process.exit(1)
+      })
+  }
+}
