@@ -17,3 +17,7 @@ StoreConformance.suite(
   "rocksdb, writing on the calling thread",
   RocksDbStore.layer({ directory: join(root, "rocksdb-calling-thread"), writerThread: false })
 )
+StoreConformance.suite(
+  "rocksdb, reading asynchronously",
+  RocksDbStore.layer({ directory: join(root, "rocksdb-async-reads"), syncReads: false })
+)

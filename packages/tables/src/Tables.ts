@@ -109,6 +109,11 @@ export interface TablesOptions {
   readonly settleDelay?: Duration.Input
   /** Acks of changelog writes (default `all`). */
   readonly acks?: 0 | 1 | "all"
+  /**
+   * Values each table partition keeps of what its store holds, so a read of a recent key does not go to the store
+   * (default 10000 per partition, least recently used dropped first; 0 turns it off; the memory store keeps none).
+   */
+  readonly cacheEntries?: number
   /** Options of the recovery the manager starts. */
   readonly recovery?: ChangelogRecovery.ChangelogRecoveryOptions
 }
@@ -404,7 +409,9 @@ export const make = (
         const opened = yield* store
           .open({ table: table.info.name, partition })
           .pipe(Scope.provide(child), Effect.mapError(storeFailed(table.info.name)))
-        table.partitions.set(partition, PartitionWrites.make(opened, child, standby))
+        // The memory store is a map already: caching its values would only double the memory.
+        const cacheEntries = store.backend === "memory" ? 0 : (options.cacheEntries ?? 10_000)
+        table.partitions.set(partition, PartitionWrites.make(opened, child, standby, cacheEntries))
       })
 
     const commitFailed = (table: Registered, partition: number, e: LogError | StoreError) =>
@@ -626,11 +633,25 @@ export const make = (
       const unstored = (loc: Located, collector: Collector | undefined): Change | undefined =>
         collector?.view.get(`${name}|${loc.partition}|${loc.id}`) ?? loc.w.dirty.get(loc.id)
 
+      /** The value from the store (through the partition's cache), remembered for the next read. */
+      const stored = (loc: Located): Effect.Effect<Option.Option<Uint8Array>, TableError> => {
+        const known = PartitionWrites.cached(loc.w, loc.id)
+        if (known !== undefined) return Effect.succeed(Option.fromNullishOr(known))
+        const version = loc.w.storeVersion
+        return loc.w.store.get(loc.k).pipe(
+          Effect.tap((raw) =>
+            Effect.sync(() => {
+              // Only a value no store write can have overtaken.
+              if (loc.w.storeVersion === version) PartitionWrites.remember(loc.w, loc.id, Option.getOrNull(raw))
+            })
+          ),
+          Effect.mapError(storeFailed(name))
+        )
+      }
+
       const readLocated = (loc: Located, collector: Collector | undefined) => {
         const change = unstored(loc, collector)
-        return change !== undefined
-          ? Effect.succeed(Option.fromNullishOr(change.value))
-          : loc.w.store.get(loc.k).pipe(Effect.mapError(storeFailed(name)))
+        return change !== undefined ? Effect.succeed(Option.fromNullishOr(change.value)) : stored(loc)
       }
 
       const readRaw = (key: K, options?: PartitionOption) =>
@@ -691,9 +712,7 @@ export const make = (
           const change = unstored(loc, current)
           return change !== undefined
             ? applyUpdate(loc, Option.fromNullishOr(change.value), f, current)
-            : Effect.flatMap(loc.w.store.get(loc.k).pipe(Effect.mapError(storeFailed(name))), (raw) =>
-                applyUpdate(loc, raw, f, current)
-              )
+            : Effect.flatMap(stored(loc), (raw) => applyUpdate(loc, raw, f, current))
         })
 
       const applyUpdate = (

@@ -67,6 +67,8 @@ export interface DriverDb {
   /** Writes, atomically, what `fill` adds to a cleared native batch. */
   batch(fill: FillBatch, options: { sync: boolean }): Promise<void>
   get(key: Buffer): Promise<Buffer | undefined>
+  /** A synchronous read, where the driver has one that is cheap enough to block the calling thread for. */
+  getSync?: (key: Buffer) => Buffer | undefined
   getMany(keys: Array<Buffer>): Promise<Array<Buffer | undefined>>
   iterator(options: DriverRange & { keys?: boolean; values?: boolean }): DriverIterator
   close(): Promise<void>
@@ -372,6 +374,13 @@ const makePartition = (
       guard(() => {
         const bad = checked(key)
         if (bad) return Effect.fail(bad)
+        const getSync = db.getSync
+        if (getSync !== undefined) {
+          return Effect.try({
+            try: () => Option.fromUndefinedOr(getSync(withPrefix(prefix, key)) as Uint8Array | undefined),
+            catch: (cause) => storeError(new StoreIoError({ operation: `get ${name}`, detail: message(cause) }))
+          })
+        }
         return Effect.map(
           io(`get ${name}`, () => db.get(withPrefix(prefix, key))),
           (v) => Option.fromUndefinedOr(v as Uint8Array | undefined)

@@ -10,6 +10,8 @@ declare module "@nxtedition/rocksdb" {
     close(): Promise<void>
     get(key: K): Promise<V>
     getMany(keys: Array<K>): Promise<Array<V | undefined>>
+    /** Reads keys synchronously on the calling thread (absent keys are undefined). */
+    _getManySync(keys: Array<Buffer>): Array<V | undefined>
     /**
      * A native batch through abstract-level's implementer methods (no validation, no operation objects), written
      * synchronously by `_writeSync`.

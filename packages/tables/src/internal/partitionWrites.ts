@@ -42,6 +42,17 @@ export interface PartitionWrites {
   readonly lock: Semaphore.Semaphore
   /** A standby replica: restored and tailed, not written (until promoted). */
   standby: boolean
+  /**
+   * Values known to be in the store, by key (`keyId`; `null`: known absent), least recently used first, at most
+   * `cacheEntries`: a read found here does not go to the store.
+   */
+  readonly cache: Map<string, Uint8Array | null>
+  readonly cacheEntries: number
+  /**
+   * Bumped before every write to the store: a read that started before may have seen the old value and must not
+   * put it in the cache.
+   */
+  storeVersion: number
 }
 
 const EXCLUSIVE = 1 << 30
@@ -51,8 +62,16 @@ export const keyId = (key: Uint8Array): string =>
   Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("latin1")
 
 /** A partition's write state over an opened store. */
-export const make = (store: PartitionStore, scope: Scope.Closeable, standby: boolean): PartitionWrites => ({
+export const make = (
+  store: PartitionStore,
+  scope: Scope.Closeable,
+  standby: boolean,
+  cacheEntries: number
+): PartitionWrites => ({
   store,
+  cache: new Map(),
+  cacheEntries,
+  storeVersion: 0,
   scope,
   dirty: new Map(),
   acks: [],
@@ -88,6 +107,29 @@ export const buffer = (
   }
 }
 
+/** A value the store holds, if the cache knows it (`undefined`: not cached). */
+export const cached = (w: PartitionWrites, id: string): Uint8Array | null | undefined => {
+  const value = w.cache.get(id)
+  if (value === undefined) return undefined
+  // Most recently used last.
+  w.cache.delete(id)
+  w.cache.set(id, value)
+  return value
+}
+
+/** Remembers what the store holds for a key, dropping the least recently used entry beyond the bound. */
+export const remember = (w: PartitionWrites, id: string, value: Uint8Array | null): void => {
+  if (w.cacheEntries === 0) return
+  w.cache.delete(id)
+  w.cache.set(id, value)
+  if (w.cache.size > w.cacheEntries) w.cache.delete(w.cache.keys().next().value!)
+}
+
+/** Forgets what the cache knows of a key (the store changed under it). */
+export const forget = (w: PartitionWrites, id: string): void => {
+  if (w.cache.size > 0) w.cache.delete(id)
+}
+
 /** Whether a flush has anything to write. */
 const isClean = (w: PartitionWrites) => w.dirty.size === 0 && w.acks.length === 0
 
@@ -119,7 +161,10 @@ export const flush = (
       }
       const persisted: Array<TopicPartitionOffset> = [...sources.values()]
       if (pending !== undefined) persisted.push({ ...changelog, offset: pending })
+      w.storeVersion++
       yield* w.store.write(ops, { offsets: persisted })
+      // What was written is what the store holds now.
+      for (const [id, change] of w.dirty) remember(w, id, change.value)
       discard(w)
     })
   )

@@ -110,7 +110,11 @@ const applyRecords = (
       if (r.key === null) continue
       ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
       // The buffered change of a key, if any, is older than the changelog record: drop it.
-      if (w.dirty.size > 0) w.dirty.delete(PartitionWrites.keyId(r.key))
+      if (w.dirty.size > 0 || w.cache.size > 0) {
+        const id = PartitionWrites.keyId(r.key)
+        w.dirty.delete(id)
+        PartitionWrites.forget(w, id)
+      }
       const header = sourceHeaderOf(r.headers)
       if (header === undefined) continue
       const comma = sourceOffsetComma(header)
@@ -145,6 +149,7 @@ const applyRecords = (
       sources.push({ topic: from.topic, partition: from.partition, offset: seen })
     }
     const last = records[records.length - 1]!.offset
+    w.storeVersion++
     yield* w.store
       .write(ops, { offsets: [{ topic: tp.topic, partition: tp.partition, offset: last }, ...sources] })
       .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
@@ -170,6 +175,8 @@ export const make = (deps: RestoreTargetDeps): RestoreTarget => {
       Effect.flatMap(partition(tp), (w) =>
         Effect.suspend(() => {
           PartitionWrites.discard(w)
+          w.cache.clear()
+          w.storeVersion++
           return w.store.clear.pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
         })
       ),
