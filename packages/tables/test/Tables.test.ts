@@ -673,6 +673,41 @@ describe("Tables: rebalance and recovery", () => {
     )
   )
 
+  it.effect("the read cache never keeps a value a store write overtook", () =>
+    Effect.gen(function* () {
+      const store = yield* Store
+      const gate = yield* Deferred.make<void>()
+      let holdReads = false
+      // A store that is not the memory store (so the tables cache its values) whose reads can be held after they
+      // read: the value returned is the one from before the hold.
+      const slowReads = Store.of({
+        ...store,
+        backend: "held-reads",
+        open: (id) =>
+          Effect.map(store.open(id), (s) => ({
+            ...s,
+            get: (key) => Effect.tap(s.get(key), () => (holdReads ? Deferred.await(gate) : Effect.void))
+          }))
+      })
+      const tables = yield* manager().pipe(Effect.provideService(Store, slowReads))
+      const table = yield* tables.register(counts)
+      yield* tables.start
+      const source = { topic: "words", partition: 0 }
+      yield* tables.manager.onPartitionsAssigned([source])
+      yield* tables.manager.waitUntilRecoveryCompleted
+      holdReads = true
+      // This read saw "no value" in the store and is held.
+      const early = yield* Effect.forkChild(table.get("k", { partition: 0 }))
+      yield* Effect.yieldNow
+      holdReads = false
+      yield* tables.process({ ...source, offset: 0 }, table.set("k", 5))
+      yield* tables.manager.onCommit([{ ...source, offset: 1 }])
+      yield* Deferred.succeed(gate, undefined)
+      assert.deepStrictEqual(yield* Fiber.join(early), Option.none())
+      assert.deepStrictEqual(yield* table.get("k", { partition: 0 }), Option.some(5))
+    }).pipe(env)
+  )
+
   it.effect("a revocation waits for the record in flight, then persists it and closes the partition", () =>
     Effect.gen(function* () {
       const tables = yield* manager()
