@@ -153,6 +153,18 @@ const recordBytes = (r: ProducerRecord): number =>
 
 const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength)
 
+/** Header keys repeat on every record (a changelog's `strata-source`): their bytes are made once each. */
+const headerKeys = new Map<string, Buffer>()
+const headerKey = (key: string): Buffer => {
+  let bytes = headerKeys.get(key)
+  if (bytes === undefined) {
+    bytes = Buffer.from(key, "utf8")
+    // A bounded memo: keys beyond the first thousand are encoded each time.
+    if (headerKeys.size < 1000) headerKeys.set(key, bytes)
+  }
+  return bytes
+}
+
 /** Starts the clients, checks the brokers answer (with backoff), and serves `Log` until the scope closes. */
 export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"], LogError, Scope.Scope> =>
   Effect.gen(function* () {
@@ -368,7 +380,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
           if (r.key !== null) m.key = asBuffer(r.key)
           if (r.value !== null) m.value = asBuffer(r.value)
           if (r.headers !== undefined && r.headers.length > 0) {
-            m.headers = new Map(r.headers.map((h) => [Buffer.from(h.key, "utf8"), asBuffer(h.value)] as const))
+            m.headers = new Map(r.headers.map((h) => [headerKey(h.key), asBuffer(h.value)] as const))
           }
           if (r.timestamp !== undefined) {
             m.timestamp = BigInt(r.timestamp)

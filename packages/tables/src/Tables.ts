@@ -294,7 +294,8 @@ interface Collector {
     readonly change: Change
     readonly source: TopicPartitionOffset | undefined
   }>
-  readonly view: Map<string, Change>
+  /** This call's changes by partition and key (`keyId`). */
+  readonly view: Map<PartitionWrites.PartitionWrites, Map<string, Change>>
 }
 
 /** The source record being processed, if any (set by `process`). */
@@ -508,10 +509,23 @@ export const make = (
         // Each changelog record names the source record that wrote it (one header shared by that record's writes).
         let lastSource: TopicPartitionOffset | undefined
         let headers: ReadonlyArray<Header> = []
+        let prefixOf: TopicPartitionOffset | undefined
+        let prefix = ""
         const records: Array<ProducerRecord> = collector.writes.map((w) => {
           if (w.source !== lastSource) {
             lastSource = w.source
-            headers = w.source === undefined ? [] : [RestoreTarget.sourceHeader(w.source)]
+            if (w.source === undefined) headers = []
+            else {
+              if (
+                prefixOf === undefined ||
+                prefixOf.partition !== w.source.partition ||
+                prefixOf.topic !== w.source.topic
+              ) {
+                prefixOf = w.source
+                prefix = RestoreTarget.sourceHeaderPrefix(w.source)
+              }
+              headers = [RestoreTarget.sourceHeaderAt(prefix, w.source.offset)]
+            }
           }
           return {
             topic: w.table.info.changelogTopic,
@@ -584,13 +598,19 @@ export const make = (
         if (first === undefined) return Effect.void
         return Semaphore.withPermit(
           sourceLock(first),
-          Effect.gen(function* () {
+          Effect.suspend(() => {
+            // One collector for the batch, provided once; it names the record being processed.
             const collector: Collector = { source: undefined, writes: [], view: new Map() }
-            for (const source of sources) {
-              collector.source = source
-              yield* Effect.provideService(f(source), CurrentCollector, collector)
-            }
-            yield* sendCollector(collector)
+            const each = Effect.forEach(
+              sources,
+              (source) =>
+                Effect.suspend(() => {
+                  collector.source = source
+                  return f(source)
+                }),
+              { discard: true }
+            )
+            return Effect.andThen(Effect.provideService(each, CurrentCollector, collector), sendCollector(collector))
           })
         )
       })
@@ -631,7 +651,7 @@ export const make = (
 
       /** The value not yet in the store (this record's writes first, then the buffer), if there is one. */
       const unstored = (loc: Located, collector: Collector | undefined): Change | undefined =>
-        collector?.view.get(`${name}|${loc.partition}|${loc.id}`) ?? loc.w.dirty.get(loc.id)
+        collector?.view.get(loc.w)?.get(loc.id) ?? loc.w.dirty.get(loc.id)
 
       /** The value from the store (through the partition's cache), remembered for the next read. */
       const stored = (loc: Located): Effect.Effect<Option.Option<Uint8Array>, TableError> => {
@@ -694,7 +714,12 @@ export const make = (
         const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
         const change: Change = { key: loc.k, value: v }
         collector.writes.push({ table, partition: loc.partition, change, source: collector.source })
-        collector.view.set(`${name}|${loc.partition}|${loc.id}`, change)
+        let own = collector.view.get(loc.w)
+        if (own === undefined) {
+          own = new Map()
+          collector.view.set(loc.w, own)
+        }
+        own.set(loc.id, change)
         return current === undefined ? sendCollector(collector) : Effect.void
       }
 

@@ -38,6 +38,7 @@ import {
   Semaphore,
   Stream
 } from "effect"
+import { TableError } from "./Table.js"
 import { Tables } from "./Tables.js"
 
 // ---------------------------------------------------------------------------
@@ -202,26 +203,48 @@ export const make = <E, R>(
 
     // --- processing ---------------------------------------------------------
 
-    const runRecord = (record: LogRecord) =>
-      Effect.forEach(
-        agentsOf.get(record.topic) ?? [],
-        (a) =>
-          a.process === undefined
-            ? Effect.void
-            : a.process(record).pipe(
-                Effect.mapError(
-                  (cause) =>
-                    new AgentFailed({
-                      agent: a.name,
-                      topic: record.topic,
-                      partition: record.partition,
-                      offset: record.offset,
-                      cause
-                    })
-                )
-              ),
-        { discard: true }
+    /** Per topic, the record agents' `process`: run in turn for each record. */
+    const recordAgentsOf = new Map(
+      topics.map((t) => [t, (agentsOf.get(t) ?? []).filter((a) => a.process !== undefined)] as const)
+    )
+
+    /**
+     * Runs the record agents over a batch of one partition as one `processBatch`. A failure is tagged with the agent
+     * and the record it failed on (tracked as the batch goes, not wrapped per record).
+     */
+    const runRecords = (records: ReadonlyArray<LogRecord>) => {
+      const list = recordAgentsOf.get(records[0]!.topic) ?? []
+      let at: { agent: Agent<E, R>; record: LogRecord } | undefined
+      const one =
+        list.length === 1
+          ? (record: LogRecord) => {
+              at = { agent: list[0]!, record }
+              return list[0]!.process!(record)
+            }
+          : (record: LogRecord) =>
+              Effect.forEach(
+                list,
+                (a) =>
+                  Effect.suspend(() => {
+                    at = { agent: a, record }
+                    return a.process!(record)
+                  }),
+                { discard: true }
+              )
+      return tables.processBatch(records, one).pipe(
+        Effect.mapError((cause): TableError | AgentFailed => {
+          if (cause instanceof TableError) return cause
+          const record = at?.record ?? records[0]!
+          return new AgentFailed({
+            agent: at?.agent.name ?? "(none)",
+            topic: record.topic,
+            partition: record.partition,
+            offset: record.offset,
+            cause
+          })
+        })
       )
+    }
 
     const runBatch = (records: ReadonlyArray<LogRecord>) =>
       Effect.forEach(
@@ -259,7 +282,7 @@ export const make = <E, R>(
           if (fresh.length === 0) continue
           if (hasRecordAgents) {
             // One record after the other, each seeing the writes before it; the batch's writes go out in one send.
-            yield* tables.processBatch(fresh, runRecord).pipe(Effect.provideContext(context))
+            yield* runRecords(fresh).pipe(Effect.provideContext(context))
             r.next = fresh[fresh.length - 1]!.offset + 1
           }
           if (hasBatchAgents) {

@@ -26,11 +26,19 @@ export const SOURCE_HEADER = "strata-source"
 
 const decoder = new TextDecoder()
 
-/** The `strata-source` header of a source record: `["topic",partition,offset]`. */
-export const sourceHeader = (source: TopicPartitionOffset): Header => ({
+/** The `strata-source` header's text up to the offset, `["topic",partition,`, of a source partition. */
+export const sourceHeaderPrefix = (source: TopicPartition): string =>
+  `${JSON.stringify([source.topic, source.partition]).slice(0, -1)},`
+
+/** The `strata-source` header of a source record: `["topic",partition,offset]`, from its partition's prefix. */
+export const sourceHeaderAt = (prefix: string, offset: number): Header => ({
   key: SOURCE_HEADER,
-  value: Buffer.from(JSON.stringify([source.topic, source.partition, source.offset]), "utf8")
+  value: Buffer.from(`${prefix}${offset}]`, "utf8")
 })
+
+/** The `strata-source` header of a source record. */
+export const sourceHeader = (source: TopicPartitionOffset): Header =>
+  sourceHeaderAt(sourceHeaderPrefix(source), source.offset)
 
 /** The value of a record's `strata-source` header, if it has one. */
 const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined => {
