@@ -140,6 +140,8 @@ const DEFAULT_FETCH_MAX_BYTES = 8 * 1024 * 1024
 const DEFAULT_FETCH_PARTITION_MAX_BYTES = 1024 * 1024
 /** How often `ensureTopic` asks for a new topic's metadata while it waits for the brokers to know it. */
 const TOPIC_POLL_MS = 50
+/** How often a group member compares its assignment with the client's, besides the client's events. */
+const ASSIGNMENT_CHECK_MS = 250
 /** Kafka stores timestamp deltas in 32 bits; the client mis-encodes larger spans, so such sends are split. */
 const MAX_TIMESTAMP_SPAN = 2 ** 31 - 1
 
@@ -153,7 +155,7 @@ const recordBytes = (r: ProducerRecord): number =>
 
 const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength)
 
-/** Header keys repeat on every record (a changelog's `strata-source`): their bytes are made once each. */
+/** A lone header's key repeats on every record (a changelog's `strata-source`): its bytes are made once. */
 const headerKeys = new Map<string, Buffer>()
 const headerKey = (key: string): Buffer => {
   let bytes = headerKeys.get(key)
@@ -380,7 +382,12 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
           if (r.key !== null) m.key = asBuffer(r.key)
           if (r.value !== null) m.value = asBuffer(r.value)
           if (r.headers !== undefined && r.headers.length > 0) {
-            m.headers = new Map(r.headers.map((h) => [headerKey(h.key), asBuffer(h.value)] as const))
+            // The client takes headers as a Map keyed by Buffer: one record's repeated keys need Buffers of their own.
+            const only = r.headers.length === 1 ? r.headers[0]! : undefined
+            m.headers =
+              only !== undefined
+                ? new Map([[headerKey(only.key), asBuffer(only.value)] as const])
+                : new Map(r.headers.map((h) => [Buffer.from(h.key, "utf8"), asBuffer(h.value)] as const))
           }
           if (r.timestamp !== undefined) {
             m.timestamp = BigInt(r.timestamp)
@@ -1015,7 +1022,9 @@ const makeGroupConsumer = (
           rebalanceTimeout: 10_000
         })
         for (const topic of options.topics) c.topics.track(topic)
+        // The assignment changes on a join and on a rebalance round; both are followed.
         c.on("consumer:group:join", () => Queue.offerUnsafe(changes, undefined))
+        c.on("consumer:group:rebalance", () => Queue.offerUnsafe(changes, undefined))
         return c
       }),
       (c) =>
@@ -1089,6 +1098,16 @@ const makeGroupConsumer = (
     // A failure while following the group ends the member's event stream with that error.
     yield* Effect.forkScoped(
       Effect.forever(Effect.andThen(Queue.take(changes), sync)).pipe(Effect.catch((e) => Queue.fail(events, e)))
+    )
+    // A change the client made without an event is still followed: a member must never keep fetching a partition the
+    // group gave to another (two members would process it at once).
+    yield* Effect.forkScoped(
+      Effect.forever(
+        Effect.andThen(
+          Effect.sleep(ASSIGNMENT_CHECK_MS),
+          Effect.sync(() => Queue.offerUnsafe(changes, undefined))
+        )
+      )
     )
 
     const group: GroupConsumer = {

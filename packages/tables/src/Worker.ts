@@ -154,6 +154,8 @@ interface Running {
   ready: boolean
   readonly batches: Queue.Queue<ReadonlyArray<LogRecord>, Cause.Done>
   fiber: Fiber.Fiber<void, WorkerError> | undefined
+  /** Completed when the partition is revoked: a start still waiting for its tables gives up. */
+  readonly gone: Deferred.Deferred<void>
 }
 
 /**
@@ -319,21 +321,48 @@ export const make = <E, R>(
         r.fiber = undefined
       })
 
-    /** Waits for the partition's tables, positions it where they say to resume, and starts its fiber. */
-    const startPartition = (r: Running) =>
+    /** The group's committed offset of a partition, else its log start. */
+    const committedOrStart = (tp: TopicPartition) =>
       Effect.gen(function* () {
-        yield* tables.waitUntilReady([r.tp])
+        const [committed] = yield* group.committed([tp])
+        if (committed !== undefined) return committed.offset
+        const [bounds] = yield* log.offsets([tp])
+        return bounds?.logStart ?? 0
+      })
+
+    /** Whether the partition's tables are restored (false: it was revoked first). */
+    const restored = (r: Running) =>
+      Effect.raceFirst(Effect.as(tables.waitUntilReady([r.tp]), true), Effect.as(Deferred.await(r.gone), false))
+
+    /**
+     * Positions a restored partition where its tables say to resume and starts its fiber (the caller holds the
+     * turn). A partition revoked meanwhile (gone from `running`, or unassigned from the consumer before its
+     * revocation reached the worker) is left alone: its revocation cleans up.
+     */
+    const begin = (r: Running) =>
+      Effect.gen(function* () {
+        if (running.get(tpKey(r.tp)) !== r) return
         const resume = yield* tables.resumeOffset(r.tp).pipe(Effect.orDie)
-        const position = yield* group.position(r.tp)
-        // Resume from where the tables say; without a record of this partition in them, from the group's position.
-        const from = Option.getOrElse(resume, () => position)
-        if (from !== position) yield* group.seek(r.tp, from)
+        // Resume from where the tables say; without a record of this partition in them, from the group's committed
+        // offset, else the log start. Never from the consumer's position: batches fetched before the partition was
+        // ready were dropped, so the position may be past records nobody processed.
+        const from = Option.isSome(resume) ? resume.value : yield* committedOrStart(r.tp)
+        yield* group.seek(r.tp, from)
         r.next = from
         r.committed = from
         r.ready = true
         r.fiber = yield* Effect.forkDetach(partitionLoop(r).pipe(Effect.tapError((e) => Deferred.fail(failed, e))))
         yield* group.resume([r.tp])
-      })
+      }).pipe(
+        Effect.catchIf(
+          (e) => e._tag === "LogError" && e.reason._tag === "NotAssigned",
+          () => Effect.logDebug(`worker: ${r.tp.topic}/${r.tp.partition} was revoked before it started`)
+        )
+      )
+
+    /** Waits for the partition's tables (holding nothing), then starts it in turn. */
+    const startPartition = (r: Running) =>
+      Effect.flatMap(restored(r), (ready) => (ready ? Semaphore.withPermit(turn, begin(r)) : Effect.void))
 
     const assigned = (tps: ReadonlyArray<TopicPartition>) =>
       Effect.gen(function* () {
@@ -345,7 +374,8 @@ export const make = <E, R>(
             committed: 0,
             ready: false,
             batches: yield* newBuffer,
-            fiber: undefined
+            fiber: undefined,
+            gone: yield* Deferred.make<void>()
           })
         }
         yield* tables.assign({ active: tps })
@@ -354,8 +384,7 @@ export const make = <E, R>(
         })
       })
 
-    const startAndReport = (r: Running) =>
-      Semaphore.withPermit(turn, startPartition(r)).pipe(Effect.tapError((e) => Deferred.fail(failed, e)))
+    const startAndReport = (r: Running) => startPartition(r).pipe(Effect.tapError((e) => Deferred.fail(failed, e)))
 
     const revoked = (tps: ReadonlyArray<TopicPartition>) =>
       Effect.gen(function* () {
@@ -364,6 +393,7 @@ export const make = <E, R>(
           return r === undefined ? [] : [r]
         })
         // Finish the records already taken, persist them, then let the partitions go.
+        for (const r of lost) yield* Deferred.succeed(r.gone, undefined)
         for (const r of lost) yield* drain(r)
         yield* commitNow(lost)
         for (const r of lost) running.delete(tpKey(r.tp))
@@ -409,7 +439,8 @@ export const make = <E, R>(
       for (const r of all) {
         const fresh: Running = { ...r, batches: yield* newBuffer, fiber: undefined }
         running.set(tpKey(r.tp), fresh)
-        yield* startPartition(fresh)
+        // The turn is held here (a commit rewinds): wait for the tables, then start.
+        if (yield* restored(fresh)) yield* begin(fresh)
       }
     })
 

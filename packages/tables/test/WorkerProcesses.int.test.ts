@@ -1,0 +1,222 @@
+/**
+ * Workers as real processes on Kafka (docs/ARCHITECTURE.md, "Real-process tests"): three `Worker` processes share
+ * a 12-partition source topic; one is killed with SIGKILL mid-run and restarted on its data directory, another is
+ * stopped with SIGTERM while it processes. The killed worker's partitions move, the stopped one commits on its way
+ * out, and at the end every source record is counted exactly once: the table's changelog, replayed (last value per
+ * key), equals the word counts of the whole input.
+ */
+import { type ChildProcess, spawn } from "node:child_process"
+import { mkdtempSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import { assert, describe, it } from "@effect/vitest"
+import { Log, type LogRecord, type TopicPartition } from "@strata/core"
+import { KafkaLog } from "@strata/kafka"
+import { Effect, Logger, Stream } from "effect"
+import { inject } from "vitest"
+import { childHarness } from "../../../scripts/test-support/childRun.js"
+import * as Table from "../src/Table.js"
+
+const PARTITIONS = 12
+const RECORDS = 60_000
+const WORDS = Array.from({ length: 500 }, (_, i) => `w${i}`)
+const source = fileURLToPath(new URL("./fixtures/worker-process.ts", import.meta.url))
+const harness = childHarness({
+  label: "worker-process",
+  source,
+  external: ["classic-level", "@platformatic/kafka"],
+  preferTsx: false
+})
+
+interface Progress {
+  readonly ev: "progress"
+  readonly partitions: ReadonlyArray<number>
+  readonly lag: ReadonlyArray<number>
+  readonly processed: number
+}
+
+/** One worker process: its latest progress report and how it ended. */
+interface Running {
+  readonly name: string
+  readonly child: ChildProcess
+  latest: Progress | undefined
+  stopped: boolean
+  exit: { code: number | null; signal: NodeJS.Signals | null } | undefined
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>
+  stderr: string
+}
+
+const startWorker = (name: string, args: ReadonlyArray<string>): Running => {
+  const child = spawn(process.execPath, harness.runner.argv(args), { stdio: ["ignore", "pipe", "pipe"] })
+  harness.live.add(child)
+  const running: Running = {
+    name,
+    child,
+    latest: undefined,
+    stopped: false,
+    exit: undefined,
+    stderr: "",
+    exited: new Promise((resolve) =>
+      child.on("exit", (code, signal) => {
+        harness.live.delete(child)
+        running.exit = { code, signal }
+        resolve({ code, signal })
+      })
+    )
+  }
+  let buffered = ""
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    buffered += chunk
+    const lines = buffered.split("\n")
+    buffered = lines.pop()!
+    for (const line of lines) {
+      const event = JSON.parse(line) as { ev: string }
+      if (event.ev === "progress") running.latest = event as Progress
+      if (event.ev === "stopped") running.stopped = true
+    }
+  })
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    running.stderr = (running.stderr + chunk).slice(-8000)
+  })
+  all.push(running)
+  return running
+}
+
+const all: Array<Running> = []
+
+/** Waits until `check` holds (polling every 100 ms), failing after `ms` with `what` and the workers' states. */
+const until = (what: string, check: () => boolean, ms: number) =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + ms
+    while (!check()) {
+      if (Date.now() > deadline) {
+        const states = all.map(
+          (w) =>
+            `${w.name}: ${JSON.stringify(w.latest)} exit ${JSON.stringify(w.exit)} stderr: ${w.stderr.slice(-3000)}`
+        )
+        return yield* Effect.die(new Error(`timed out after ${ms} ms waiting until ${what}\n${states.join("\n")}`))
+      }
+      yield* Effect.sleep("100 millis")
+    }
+  })
+
+/** Records processed so far across the workers' latest reports (a partition that moved counts at its new owner). */
+const processed = (workers: ReadonlyArray<Running>) => workers.reduce((n, w) => n + (w.latest?.processed ?? 0), 0)
+
+/** Every partition is processed by a live worker and none of them lags. */
+const caughtUp = (workers: ReadonlyArray<Running>) => {
+  const covered = new Set<number>()
+  for (const w of workers) {
+    if (w.latest === undefined) return false
+    if (w.latest.lag.some((l) => l > 0)) return false
+    for (const p of w.latest.partitions) covered.add(p)
+  }
+  return covered.size === PARTITIONS
+}
+
+/** Every record of a partition, from its log start to its highwater. */
+const readAll = (tp: TopicPartition) =>
+  Effect.gen(function* () {
+    const log = yield* Log
+    const [o] = yield* log.offsets([tp])
+    if (o === undefined || o.highwater === o.logStart) return [] as Array<LogRecord>
+    const consumer = yield* log.consumer()
+    yield* consumer.assign([tp])
+    yield* consumer.seek(tp, o.logStart)
+    const out: Array<LogRecord> = []
+    yield* consumer.batches.pipe(
+      Stream.takeUntil((b) => b.records[b.records.length - 1]!.offset + 1 >= o.highwater),
+      Stream.runForEach((b) => Effect.sync(() => out.push(...b.records)))
+    )
+    return out
+  }).pipe(Effect.scoped)
+
+describe("workers as real processes on Kafka", () => {
+  it.live(
+    "SIGKILL one mid-run and SIGTERM another: partitions move, and every record is counted exactly once",
+    () =>
+      Effect.gen(function* () {
+        const log = yield* Log
+        const stamp = `${Date.now().toString(36)}-${process.pid}`
+        const app = `wp-${stamp}`
+        const topic = `wp-source-${stamp}`
+        yield* log.ensureTopic({ topic, partitions: PARTITIONS })
+        const expected = new Map<string, number>()
+        const producer = yield* log.producer()
+        const sends: Array<Effect.Effect<ReadonlyArray<number>, unknown>> = []
+        for (let start = 0; start < RECORDS; start += 5000) {
+          const batch = Array.from({ length: 5000 }, (_, j) => {
+            const word = WORDS[((start + j) * 7919) % WORDS.length]!
+            expected.set(word, (expected.get(word) ?? 0) + 1)
+            const bytes = Buffer.from(word)
+            return { topic, partition: Table.keyPartition(bytes, PARTITIONS), key: bytes, value: bytes }
+          })
+          sends.push(yield* producer.send(batch))
+        }
+        yield* Effect.all(sends)
+
+        const dirs = ["a", "b", "c"].map((name) => {
+          const dir = mkdtempSync(join(tmpdir(), `strata-worker-${name}-`))
+          harness.tempDirs.push(dir)
+          return dir
+        })
+        const argsFor = (dir: string) => [inject("kafka"), app, topic, String(PARTITIONS), dir]
+        const a = startWorker("a", argsFor(dirs[0]!))
+        const b = startWorker("b", argsFor(dirs[1]!))
+        const c = startWorker("c", argsFor(dirs[2]!))
+
+        // SIGKILL a once a fifth of the input is processed; restart it on its data directory.
+        yield* until("a fifth of the input is processed", () => processed([a, b, c]) >= RECORDS / 5, 60_000)
+        a.child.kill("SIGKILL")
+        const killed = yield* Effect.promise(() => a.exited)
+        assert.strictEqual(killed.signal, "SIGKILL")
+        const a2 = startWorker("a2", argsFor(dirs[0]!))
+
+        // SIGTERM b while it processes: it finishes what it took, commits and exits 0.
+        yield* until("b processes records", () => (b.latest?.processed ?? 0) > 0, 60_000)
+        b.child.kill("SIGTERM")
+        const stoppedB = yield* Effect.promise(() => b.exited)
+        assert.strictEqual(stoppedB.code, 0, `b exited with ${stoppedB.code}: ${b.stderr}`)
+        assert.isTrue(b.stopped, "b reported its stop after its last commit")
+
+        yield* until("the live workers process every partition to its end", () => caughtUp([a2, c]), 120_000)
+        for (const w of [a2, c]) {
+          w.child.kill("SIGTERM")
+          const exit = yield* Effect.promise(() => w.exited)
+          assert.strictEqual(exit.code, 0, `${w.name} exited with ${exit.code}: ${w.stderr}`)
+        }
+
+        // Exactly once: the changelog replayed (last value per key) equals the counts of the whole input.
+        const replayed = new Map<string, number>()
+        const lastSource: Array<number> = []
+        for (let partition = 0; partition < PARTITIONS; partition++) {
+          for (const r of yield* readAll({ topic: `${app}-counts-changelog`, partition })) {
+            const header = r.headers.find((h) => h.key === "strata-source")
+            if (header !== undefined) lastSource[partition] = JSON.parse(Buffer.from(header.value).toString())[2]
+            replayed.set(
+              JSON.parse(Buffer.from(r.key!).toString()) as string,
+              JSON.parse(Buffer.from(r.value!).toString()) as number
+            )
+          }
+        }
+        const wrong = [...expected].filter(([word, n]) => replayed.get(word) !== n)
+        const highwaters = (yield* log.offsets(
+          Array.from({ length: PARTITIONS }, (_, partition) => ({ topic, partition }))
+        )).map((o) => o.highwater)
+        assert.deepStrictEqual(
+          wrong.slice(0, 5).map(([word, n]) => `${word}: ${replayed.get(word)}, expected ${n}`),
+          [],
+          `${wrong.length} of ${expected.size} words miscounted; last source offset per changelog partition ` +
+            `${JSON.stringify(lastSource)}, source highwaters ${JSON.stringify(highwaters)}; workers: ` +
+            all.map((w) => `${w.name} ${JSON.stringify(w.latest)}`).join("; ")
+        )
+        assert.strictEqual(replayed.size, expected.size)
+      }).pipe(
+        Effect.scoped,
+        Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })),
+        Effect.provide(Logger.layer([]))
+      ),
+    240_000
+  )
+})
