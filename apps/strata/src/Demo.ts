@@ -1,8 +1,8 @@
 /**
- * The embedded demo: a worker counts the words of a source topic into a
+ * The embedded demo: a `Worker` counts the words of a source topic into a
  * `Table` (every update goes to the table's changelog and, on commit, to its
- * store), then restarts — on a fresh store, or on the same directory — and the
- * table is restored from its changelog by recovery.
+ * store), stops, and restarts — on a fresh store, or on the same directory —
+ * and the table is restored from its store and changelog by recovery.
  *
  * It runs on whatever `Store` and `Log` layers it is given; the CLI's default is
  * the in-memory pair, so it needs no servers.
@@ -11,8 +11,8 @@
  */
 import type { LogShape, StoreShape, TopicPartition } from "@strata/core"
 import { Log, Store } from "@strata/core"
-import { Table, Tables } from "@strata/tables"
-import { Console, Effect, type Layer, Option, Schema, Stream } from "effect"
+import { Table, Tables, Worker } from "@strata/tables"
+import { Console, Effect, type Layer, Option, Schedule, Schema } from "effect"
 
 /** Options of the demo. */
 export interface DemoOptions {
@@ -64,62 +64,39 @@ const readTable = (table: Tables.TableHandle<string, number>, partitions: number
   })
 
 /**
- * One worker: a table manager on the `Store` in context, owning every source partition. It restores the table,
- * then counts the source records from where the tables say to resume, committing only the even partitions.
+ * One worker run: a `Worker` with one agent counting the words of the source topic into the table, on a table
+ * manager over the `Store` in context. It joins the demo's group, restores the table, counts every word from where
+ * the tables say to resume, and stops (committing) once every partition is processed to its end.
  */
-const worker = (log: LogShape, options: DemoOptions, say: (line: string) => Effect.Effect<void>) =>
+const worker = (options: DemoOptions, say: (line: string) => Effect.Effect<void>) =>
   Effect.scoped(
     Effect.gen(function* () {
       const { app, source } = topicsOf(options.partitions)
       const tables = yield* Tables.make({ app, settleDelay: 0 })
       const counts = yield* tables.register(countsTable(options.partitions))
-      yield* tables.start
-      const sources = tpsOf(source, options.partitions)
-      yield* tables.manager.onPartitionsAssigned(sources)
-      yield* tables.manager.waitUntilRecoveryCompleted
-
-      const resume: Array<{ partition: number; offset: number }> = []
-      const consumer = yield* log.consumer({ maxBatchRecords: 500 })
-      yield* consumer.assign(sources)
-      const highwaters = yield* log.offsets(sources)
-      const pending = new Set<number>()
-      for (const o of highwaters) {
-        const from = Option.getOrElse(yield* tables.resumeOffset(o), () => o.logStart)
-        resume.push({ partition: o.partition, offset: from })
-        yield* consumer.seek(o, from)
-        if (from < o.highwater) pending.add(o.partition)
-        else yield* consumer.pause([o])
-      }
-      const next = new Map<number, number>()
-      if (pending.size > 0) {
-        yield* consumer.batches.pipe(
-          Stream.mapEffect((batch) =>
-            Effect.gen(function* () {
-              for (const r of batch.records) {
-                const word = new TextDecoder().decode(r.value ?? new Uint8Array())
-                yield* tables.process(
-                  r,
-                  counts.update(word, (n) => Option.getOrElse(n, () => 0) + 1)
-                )
-                next.set(r.partition, r.offset + 1)
-              }
-              if ((next.get(batch.partition) ?? 0) >= batch.highwater) {
-                pending.delete(batch.partition)
-                yield* consumer.pause([{ topic: source, partition: batch.partition }])
-              }
-            })
-          ),
-          Stream.takeUntil(() => pending.size === 0),
-          Stream.runDrain
-        )
-      }
-      // A commit persists what the store holds; here only the even partitions commit, so a restart on a
-      // surviving store shows both a partition with nothing to replay and one replayed from its changelog.
-      const commits = [...next]
-        .filter(([p]) => p % 2 === 0)
-        .map(([partition, offset]) => ({ topic: source, partition, offset }))
-      yield* tables.manager.onCommit(commits)
-      if (commits.length > 0) yield* say(`Committed source partitions ${commits.map((c) => c.partition).join(", ")}`)
+      const decoder = new TextDecoder()
+      const running = yield* Worker.make({ groupId: app, commitIntervalMs: 1000 }, [
+        Worker.agent({
+          name: "count-words",
+          topics: [source],
+          process: (record) =>
+            Effect.asVoid(
+              counts.update(decoder.decode(record.value ?? new Uint8Array()), (n) => Option.getOrElse(n, () => 0) + 1)
+            )
+        })
+      ]).pipe(Effect.provideService(Tables.Tables, tables))
+      // Every partition processed to its end (the worker's own lag), or the worker failed.
+      const metrics = yield* Effect.raceFirst(
+        Effect.repeat(running.metrics, {
+          until: (m) => m.lag.length === options.partitions && m.lag.every((l) => l.offset === 0),
+          schedule: Schedule.spaced("10 millis")
+        }),
+        running.join
+      )
+      yield* say(`Worker caught up: ${metrics.recordsProcessed} words counted, committing on stop`)
+      const resume = yield* Effect.forEach(tpsOf(source, options.partitions), (tp) =>
+        Effect.map(tables.resumeOffset(tp), (o) => ({ partition: tp.partition, offset: Option.getOrElse(o, () => 0) }))
+      )
       return { table: yield* readTable(counts, options.partitions), resume }
     })
   )
@@ -178,7 +155,7 @@ export const run = <E1, E2>(
       yield* say(
         `Counting ${all.length} words from ${source} into table ${TABLE} (${options.partitions} partitions, store: ${store.backend}, changelog: ${changelog} on ${log.backend})`
       )
-      return (yield* worker(log, options, say)).table
+      return (yield* worker(options, say)).table
     }).pipe(Effect.provide(stores.before))
     const hw = yield* log.offsets(tpsOf(changelog, options.partitions))
     const changelogRecords = hw.reduce((n, o) => n + o.highwater - o.logStart, 0)
@@ -187,7 +164,7 @@ export const run = <E1, E2>(
     yield* say("Restarting the worker: the table's store is reopened and restored from its changelog")
     const restarted = yield* Effect.gen(function* () {
       const replayed = yield* replayPlan(yield* Store, log, options.partitions)
-      const { table, resume } = yield* worker(log, options, say)
+      const { table, resume } = yield* worker(options, say)
       return { table, replayed, resume }
     }).pipe(Effect.provide(stores.after))
     for (const r of restarted.replayed) {
