@@ -15,7 +15,8 @@ const strata = (args: ReadonlyArray<string>) =>
     })
   })
 
-describe("strata CLI (a real child process)", () => {
+// Each case starts the CLI under tsx, a few seconds apiece on a loaded machine: the cases get more than the default.
+describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
   it("demo writes, restarts and restores the table", async () => {
     const r = await strata(["demo", "--partitions", "3", "--text", "one two two three three three"])
     expect(r.stderr).toBe("")

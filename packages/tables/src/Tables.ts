@@ -66,23 +66,22 @@ import {
   Exit,
   Layer,
   Option,
-  Result,
   Schema,
   Scope,
   Semaphore,
-  Stream
+  type Stream
 } from "effect"
 import * as ChangelogChannel from "./internal/changelogChannel.js"
+import { type Collector, CurrentCollector, make as makeCollector, type Registered } from "./internal/collector.js"
 import * as PartitionWrites from "./internal/partitionWrites.js"
 import type { Change } from "./internal/partitionWrites.js"
 import * as RestoreTarget from "./internal/restoreTarget.js"
+import * as Handles from "./internal/tableHandle.js"
 import {
   ChangelogFailed,
-  type Codecs,
   codecs as codecsOf,
   changelogTopicOf,
   InvalidPartition,
-  keyPartition,
   PartitionNotAvailable,
   type TableDef,
   TableError,
@@ -273,35 +272,11 @@ export class Tables extends Context.Service<Tables, TablesShape>()("@strata/tabl
 // Implementation
 // ---------------------------------------------------------------------------
 
-interface Registered {
-  readonly info: TableInfo
-  readonly partitions: Map<number, PartitionWrites.PartitionWrites>
-}
-
 interface SourceLink {
   readonly tp: TopicPartition
   /** Changelog partitions written while processing this source partition: `<table>|<partition>`. */
   readonly changelogs: Set<string>
 }
-
-/** The writes of one `process` (or `processBatch`) call, in order, and a view for reading them back. */
-interface Collector {
-  /** The source record being processed now. */
-  source: TopicPartitionOffset | undefined
-  readonly writes: Array<{
-    readonly table: Registered
-    readonly partition: number
-    readonly change: Change
-    readonly source: TopicPartitionOffset | undefined
-  }>
-  /** This call's changes by partition and key (`keyId`). */
-  readonly view: Map<PartitionWrites.PartitionWrites, Map<string, Change>>
-}
-
-/** The source record being processed, if any (set by `process`). */
-const CurrentCollector = Context.Reference<Collector | undefined>("@strata/tables/Tables/CurrentCollector", {
-  defaultValue: () => undefined
-})
 
 /** Recovery's default `recoveryBufferSize` and `standbyBufferSize`. */
 const DEFAULT_RESTORE_BATCH = 1000
@@ -309,8 +284,6 @@ const DEFAULT_RESTORE_BATCH = 1000
 const managerError = (reason: TableManagerError["reason"]) => new TableManagerError({ reason })
 const tableError = (reason: TableError["reason"]) => new TableError({ reason })
 const storeFailed = (table: string) => (cause: StoreError) => tableError(new TableStoreFailed({ table, cause }))
-
-const compareBytes = (a: Uint8Array, b: Uint8Array): number => Buffer.compare(a, b)
 
 /** The highest offset among `offsets[i]` for the given indexes (`-1` when none is known). */
 const highestOf = (offsets: ReadonlyArray<number>, indexes: ReadonlyArray<number>): number => {
@@ -585,7 +558,7 @@ export const make = (
       Semaphore.withPermit(
         sourceLock(source),
         Effect.gen(function* () {
-          const collector: Collector = { source, writes: [], view: new Map() }
+          const collector = makeCollector(source)
           const a = yield* Effect.provideService(effect, CurrentCollector, collector)
           yield* sendCollector(collector)
           return a
@@ -600,7 +573,7 @@ export const make = (
           sourceLock(first),
           Effect.suspend(() => {
             // One collector for the batch, provided once; it names the record being processed.
-            const collector: Collector = { source: undefined, writes: [], view: new Map() }
+            const collector = makeCollector(undefined)
             const each = Effect.forEach(
               sources,
               (source) =>
@@ -614,180 +587,6 @@ export const make = (
           })
         )
       })
-
-    // --- handles ----------------------------------------------------------
-
-    const handleOf = <K, V>(table: Registered, codecs: Codecs<K, V>): TableHandle<K, V> => {
-      const name = table.info.name
-      const partitions = table.info.partitions
-      const resolve = (
-        encodedKey: Uint8Array,
-        options: PartitionOption | undefined,
-        collector: Collector | undefined
-      ) =>
-        options?.partition ??
-        (collector?.source !== undefined && table.info.kind === "table"
-          ? collector.source.partition
-          : keyPartition(encodedKey, partitions))
-
-      const decodeValue = (bytes: Uint8Array) => {
-        const r = codecs.decodeValue(bytes)
-        return Result.isFailure(r) ? Effect.fail(tableError(r.failure)) : Effect.succeed(r.success)
-      }
-
-      // Reads and writes run their checks and lookups synchronously: one Effect each, not one per step.
-
-      /** Where a key lives: its bytes, its partition and that partition's write state. */
-      const locate = (key: K, options: PartitionOption | undefined, collector: Collector | undefined) => {
-        const encoded = codecs.encodeKey(key)
-        if (Result.isFailure(encoded)) return tableError(encoded.failure)
-        const k = encoded.success
-        const partition = resolve(k, options, collector)
-        const w = lookupPartition(table, partition)
-        if (w instanceof TableError) return w
-        return { k, partition, w, id: PartitionWrites.keyId(k) }
-      }
-      type Located = Exclude<ReturnType<typeof locate>, TableError>
-
-      /** The value not yet in the store (this record's writes first, then the buffer), if there is one. */
-      const unstored = (loc: Located, collector: Collector | undefined): Change | undefined =>
-        collector?.view.get(loc.w)?.get(loc.id) ?? loc.w.dirty.get(loc.id)
-
-      /** The value from the store (through the partition's cache), remembered for the next read. */
-      const stored = (loc: Located): Effect.Effect<Option.Option<Uint8Array>, TableError> => {
-        const known = PartitionWrites.cached(loc.w, loc.id)
-        if (known !== undefined) return Effect.succeed(Option.fromNullishOr(known))
-        const version = loc.w.storeVersion
-        return loc.w.store.get(loc.k).pipe(
-          Effect.tap((raw) =>
-            Effect.sync(() => {
-              // Only a value no store write can have overtaken.
-              if (loc.w.storeVersion === version) PartitionWrites.remember(loc.w, loc.id, Option.getOrNull(raw))
-            })
-          ),
-          Effect.mapError(storeFailed(name))
-        )
-      }
-
-      const readLocated = (loc: Located, collector: Collector | undefined) => {
-        const change = unstored(loc, collector)
-        return change !== undefined ? Effect.succeed(Option.fromNullishOr(change.value)) : stored(loc)
-      }
-
-      const readRaw = (key: K, options?: PartitionOption) =>
-        Effect.flatMap(CurrentCollector, (collector): Effect.Effect<Option.Option<Uint8Array>, TableError> => {
-          const loc = locate(key, options, collector)
-          return loc instanceof TableError ? Effect.fail(loc) : readLocated(loc, collector)
-        })
-
-      const decoded = (raw: Option.Option<Uint8Array>): Option.Option<V> | TableError => {
-        if (Option.isNone(raw)) return Option.none()
-        const r = codecs.decodeValue(raw.value)
-        return Result.isFailure(r) ? tableError(r.failure) : Option.some(r.success)
-      }
-
-      const get = (key: K, options?: PartitionOption) =>
-        Effect.flatMap(readRaw(key, options), (raw) => {
-          const value = decoded(raw)
-          return value instanceof TableError ? Effect.fail(value) : Effect.succeed(value)
-        })
-
-      /** Records a write in the current record's collector; outside `process` it is sent on its own. */
-      const stage = (loc: Located, value: Option.Option<V>, current: Collector | undefined) => {
-        let v: Uint8Array | null = null
-        if (Option.isSome(value)) {
-          const r = codecs.encodeValue(value.value)
-          if (Result.isFailure(r)) return Effect.fail(tableError(r.failure))
-          v = r.success
-        }
-        if (loc.w.standby) {
-          return Effect.fail(
-            tableError(
-              new PartitionNotAvailable({
-                table: name,
-                partition: loc.partition,
-                detail: "a standby replica here: not writable"
-              })
-            )
-          )
-        }
-        const collector: Collector = current ?? { source: undefined, writes: [], view: new Map() }
-        const change: Change = { key: loc.k, value: v }
-        collector.writes.push({ table, partition: loc.partition, change, source: collector.source })
-        let own = collector.view.get(loc.w)
-        if (own === undefined) {
-          own = new Map()
-          collector.view.set(loc.w, own)
-        }
-        own.set(loc.id, change)
-        return current === undefined ? sendCollector(collector) : Effect.void
-      }
-
-      const write = (key: K, value: Option.Option<V>, options?: PartitionOption) =>
-        Effect.flatMap(CurrentCollector, (current): Effect.Effect<void, TableError> => {
-          const loc = locate(key, options, current)
-          return loc instanceof TableError ? Effect.fail(loc) : stage(loc, value, current)
-        })
-
-      /** Read, `f`, write: the key located and encoded once. */
-      const update = (key: K, f: (current: Option.Option<V>) => V, options?: PartitionOption) =>
-        Effect.flatMap(CurrentCollector, (current): Effect.Effect<V, TableError> => {
-          const loc = locate(key, options, current)
-          if (loc instanceof TableError) return Effect.fail(loc)
-          const change = unstored(loc, current)
-          return change !== undefined
-            ? applyUpdate(loc, Option.fromNullishOr(change.value), f, current)
-            : Effect.flatMap(stored(loc), (raw) => applyUpdate(loc, raw, f, current))
-        })
-
-      const applyUpdate = (
-        loc: Located,
-        raw: Option.Option<Uint8Array>,
-        f: (current: Option.Option<V>) => V,
-        current: Collector | undefined
-      ): Effect.Effect<V, TableError> => {
-        const value = decoded(raw)
-        if (value instanceof TableError) return Effect.fail(value)
-        const next = f(value)
-        return Effect.as(stage(loc, Option.some(next), current), next)
-      }
-
-      const handle: TableHandle<K, V> = {
-        info: table.info,
-        get,
-        has: (key, options) => Effect.map(readRaw(key, options), Option.isSome),
-        set: (key, value, options) => write(key, Option.some(value), options),
-        delete: (key, options) => write(key, Option.none(), options),
-        update,
-        entries: (partition) =>
-          Effect.gen(function* () {
-            const w = yield* partitionOf(table, partition)
-            const merged = new Map<string, Change>()
-            const stored = yield* Stream.runCollect(w.store.scan()).pipe(Effect.mapError(storeFailed(name)))
-            for (const [k, v] of stored) merged.set(PartitionWrites.keyId(k), { key: k, value: v })
-            for (const [id, change] of w.dirty) merged.set(id, change)
-            const collector = yield* CurrentCollector
-            if (collector !== undefined) {
-              for (const c of collector.writes) {
-                if (c.table === table && c.partition === partition)
-                  merged.set(PartitionWrites.keyId(c.change.key), c.change)
-              }
-            }
-            const live: Array<{ readonly key: Uint8Array; readonly value: Uint8Array }> = []
-            for (const c of merged.values()) if (c.value !== null) live.push({ key: c.key, value: c.value })
-            live.sort((a, b) => compareBytes(a.key, b.key))
-            const out: Array<readonly [K, V]> = []
-            for (const c of live) {
-              const k = codecs.decodeKey(c.key)
-              if (Result.isFailure(k)) return yield* Effect.fail(tableError(k.failure))
-              out.push([k.success, yield* decodeValue(c.value)] as const)
-            }
-            return out
-          }),
-        scan: (partition) => Stream.unwrap(Effect.map(handle.entries(partition), Stream.fromIterable))
-      }
-      return handle
-    }
 
     // --- recovery -----------------------------------------------------------
 
@@ -1030,7 +829,7 @@ export const make = (
           changelogTopic: changelogTopicOf(options.app, def as TableDef<unknown, unknown>)
         }
         const table = yield* add(info)
-        return handleOf(table, codecs)
+        return Handles.make(table, codecs, { lookupPartition, partitionOf, sendCollector })
       })
 
     const resumeOffset: TablesShape["resumeOffset"] = (tp) =>
