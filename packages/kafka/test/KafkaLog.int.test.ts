@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
 import { Admin, compressionsAlgorithms, Producer } from "@platformatic/kafka"
 import { KafkaLog } from "@strata/kafka"
-import { Effect, Stream } from "effect"
+import { Effect, Schedule, Stream } from "effect"
 import { Log } from "@strata/core"
 import { inject } from "vitest"
 
@@ -242,6 +242,16 @@ describe("KafkaLog producer", () => {
           (a) => Effect.promise(() => a.close())
         )
         yield* Effect.promise(() => admin.deleteTopics({ topics: [topic] }))
+        // The broker applies a deletion after answering: wait until its metadata no longer lists the topic.
+        yield* Effect.repeat(
+          Effect.promise(() =>
+            admin.metadata({ topics: [topic], forceUpdate: true }).then(
+              (md) => md.topics.has(topic),
+              () => false
+            )
+          ),
+          { while: (listed) => listed, schedule: Schedule.spaced("50 millis"), times: 200 }
+        )
         const first = yield* producer.send([{ topic, partition: 0, key: null, value }])
         // Let the sender put the first call in a request of its own (one request covering both topics could append the
         // healthy topic's record: a produce request is not atomic across partitions).
