@@ -392,8 +392,10 @@ export const make = <E, R>(
           const r = running.get(tpKey(tp))
           return r === undefined ? [] : [r]
         })
-        // Finish the records already taken, persist them, then let the partitions go.
+        // Finish the batch in hand, persist what was processed, then let the partitions go. Batches fetched but not
+        // started are dropped: the group has given the partitions to another member already.
         for (const r of lost) yield* Deferred.succeed(r.gone, undefined)
+        for (const r of lost) yield* Effect.ignore(Queue.clear(r.batches))
         for (const r of lost) yield* drain(r)
         yield* commitNow(lost)
         for (const r of lost) running.delete(tpKey(r.tp))
