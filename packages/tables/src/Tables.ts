@@ -365,12 +365,6 @@ export const make = (
       )
     }
 
-    const partitionOf = (table: Registered, partition: number) =>
-      Effect.suspend(() => {
-        const w = lookupPartition(table, partition)
-        return w instanceof TableError ? Effect.fail(w) : Effect.succeed(w)
-      })
-
     /** Opens a table partition's store (idempotent); sets whether it is a standby replica. */
     const openPartition = (table: Registered, partition: number, standby = false) =>
       Effect.gen(function* () {
@@ -829,7 +823,7 @@ export const make = (
           changelogTopic: changelogTopicOf(options.app, def as TableDef<unknown, unknown>)
         }
         const table = yield* add(info)
-        return Handles.make(table, codecs, { lookupPartition, partitionOf, sendCollector })
+        return Handles.make(table, codecs, { lookupPartition, sendCollector })
       })
 
     const resumeOffset: TablesShape["resumeOffset"] = (tp) =>

@@ -403,14 +403,24 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
     /** Topics whose next appends fail (`LogFaults.failAppends`), with how many are left. */
     const failing = new Map<string, number>()
 
-    /** Appends a whole batch or nothing: every record is checked first, then a pending fault may refuse it. */
-    const appendBatch = (records: ReadonlyArray<ProducerRecord>, acks: Acks, now: number) => {
+    /** The partition logs of a batch's records, or the first record's problem. */
+    const validateAll = (records: ReadonlyArray<ProducerRecord>): Array<PartitionLog> | LogError => {
       const logs: Array<PartitionLog> = []
       for (const record of records) {
         const log = validateRecord(record)
         if ("_tag" in log) return log
         logs.push(log)
       }
+      return logs
+    }
+
+    /** Appends a checked batch whole, unless a pending fault refuses it (then nothing). */
+    const appendChecked = (
+      records: ReadonlyArray<ProducerRecord>,
+      logs: ReadonlyArray<PartitionLog>,
+      acks: Acks,
+      now: number
+    ): ReadonlyArray<number> | LogError => {
       for (const topic of new Set(records.map((r) => r.topic))) {
         const left = failing.get(topic) ?? 0
         if (left > 0) {
@@ -441,7 +451,10 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
         Effect.suspend(() => {
           const acks = checkAcks(options)
           if (typeof acks === "object") return Effect.fail(acks)
-          const appended = appendBatch(records, acks, now)
+          // Every record is checked first: a batch is appended entirely or not at all.
+          const logs = validateAll(records)
+          if ("_tag" in logs) return Effect.fail(logs)
+          const appended = appendChecked(records, logs, acks, now)
           return "_tag" in appended ? Effect.fail(appended) : Effect.succeed(appended)
         })
       )
@@ -461,11 +474,10 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
             Effect.suspend((): Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError> => {
               if (closed) return Effect.fail(closedError("memory producer"))
               if (failure !== undefined) return Effect.fail(failure)
-              for (const record of records) {
-                const log = validateRecord(record)
-                if ("_tag" in log) return Effect.fail(log)
-              }
-              const appended = appendBatch(records, acks, now)
+              // A record the log cannot take fails this call only; a refused append stops the producer.
+              const logs = validateAll(records)
+              if ("_tag" in logs) return Effect.fail(logs)
+              const appended = appendChecked(records, logs, acks, now)
               if ("_tag" in appended) {
                 failure = appended
                 return Effect.succeed(Effect.fail(appended))

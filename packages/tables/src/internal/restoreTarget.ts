@@ -22,7 +22,7 @@ import { Effect } from "effect"
 import * as PartitionWrites from "./partitionWrites.js"
 
 /** The header `process` stamps on every changelog record: the source record it came from. */
-export const SOURCE_HEADER = "strata-source"
+const SOURCE_HEADER = "strata-source"
 
 const decoder = new TextDecoder()
 
@@ -35,10 +35,6 @@ export const sourceHeaderAt = (prefix: string, offset: number): Header => ({
   key: SOURCE_HEADER,
   value: Buffer.from(`${prefix}${offset}]`, "utf8")
 })
-
-/** The `strata-source` header of a source record. */
-export const sourceHeader = (source: TopicPartitionOffset): Header =>
-  sourceHeaderAt(sourceHeaderPrefix(source), source.offset)
 
 /** The value of a record's `strata-source` header, if it has one. */
 const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined => {

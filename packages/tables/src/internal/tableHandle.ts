@@ -17,11 +17,6 @@ import type { Change } from "./partitionWrites.js"
 export interface HandleDeps {
   /** The open partition, or why it cannot be used here. */
   readonly lookupPartition: (table: Registered, partition: number) => PartitionWrites.PartitionWrites | TableError
-  /** `lookupPartition` as an Effect. */
-  readonly partitionOf: (
-    table: Registered,
-    partition: number
-  ) => Effect.Effect<PartitionWrites.PartitionWrites, TableError>
   /** Sends a collector's writes and buffers them (writes outside `process`). */
   readonly sendCollector: (collector: Collector) => Effect.Effect<void, TableError>
 }
@@ -33,7 +28,12 @@ const compareBytes = (a: Uint8Array, b: Uint8Array): number => Buffer.compare(a,
 
 /** Builds the handle of a registered table over the write path's parts. */
 export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: HandleDeps): TableHandle<K, V> => {
-  const { lookupPartition, partitionOf, sendCollector } = deps
+  const { lookupPartition, sendCollector } = deps
+  const partitionOf = (partition: number) =>
+    Effect.suspend(() => {
+      const w = lookupPartition(table, partition)
+      return w instanceof TableError ? Effect.fail(w) : Effect.succeed(w)
+    })
   const name = table.info.name
   const partitions = table.info.partitions
   const resolve = (encodedKey: Uint8Array, options: PartitionOption | undefined, collector: Collector | undefined) =>
@@ -173,7 +173,7 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
     update,
     entries: (partition) =>
       Effect.gen(function* () {
-        const w = yield* partitionOf(table, partition)
+        const w = yield* partitionOf(partition)
         const merged = new Map<string, Change>()
         const stored = yield* Stream.runCollect(w.store.scan()).pipe(Effect.mapError(storeFailed(name)))
         for (const [k, v] of stored) merged.set(PartitionWrites.keyId(k), { key: k, value: v })
