@@ -110,8 +110,52 @@ export interface LogProducer {
   readonly failure: Effect.Effect<LogError | undefined>
 }
 
+/** Options of `Log.transactionalProducer`. */
+export interface TransactionalProducerOptions {
+  /**
+   * Names the producer across restarts (Kafka's `transactional.id`): opening a producer with the id of another
+   * fences that one (its open transaction is aborted and its later calls fail).
+   */
+  readonly transactionalId: string
+}
+
+/** What `TransactionalProducer.commit` commits besides the records sent: source offsets of a group member. */
+export interface TransactionOffsets {
+  /** The member whose group the offsets are committed for; refused when it is no longer in the group. */
+  readonly group: GroupConsumer
+  /** The next offset to read for each source partition. */
+  readonly offsets: ReadonlyArray<TopicPartitionOffset>
+}
+
+/**
+ * A producer whose sends form transactions (Kafka's transactional producer, EOS v2): the records sent since the
+ * last commit or abort, and the source offsets given to `commit`, become visible together or not at all. A
+ * `read_committed` consumer never sees the records of an aborted transaction, nor those of an open one. Sends are
+ * pipelined as `LogProducer.send`'s, with the same sticky first failure; after a failure only `abort` (or closing
+ * the producer, which aborts what is open) is left.
+ */
+export interface TransactionalProducer {
+  /** Queues records in the current transaction (begun by the first send after a commit or abort). */
+  readonly send: LogProducer["send"]
+  /** Waits for every record sent, then commits them with the source offsets. Fails (committing nothing) if any failed. */
+  readonly commit: (offsets: TransactionOffsets) => Effect.Effect<void, LogError>
+  /** Aborts the open transaction, if any: nothing it sent is ever visible to a `read_committed` consumer. */
+  readonly abort: Effect.Effect<void, LogError>
+}
+
+/** Which records a consumer reads: everything appended, or only committed transactions' (and non-transactional) records. */
+export type IsolationLevel = "read_uncommitted" | "read_committed"
+
+/** Options of `Log.offsets`. */
+export interface OffsetsOptions {
+  /** With `"read_committed"` the highwater is the last stable offset: below any open transaction (default uncommitted). */
+  readonly isolation?: IsolationLevel
+}
+
 /** Options of a consumer. */
 export interface ConsumerOptions {
+  /** Which records to read (default `"read_uncommitted"`). */
+  readonly isolation?: IsolationLevel
   /** Most records one batch may carry (default 1000). */
   readonly maxBatchRecords?: number
   /** How long a fetch waits for new records before yielding nothing (the stream keeps waiting). */
@@ -156,6 +200,18 @@ export interface GroupConsumerOptions extends ConsumerOptions {
   readonly topics: ReadonlyArray<string>
 }
 
+/** One member of a consumer group and the partitions the group gave it. */
+export interface GroupMemberInfo {
+  readonly memberId: string
+  readonly partitions: ReadonlyArray<TopicPartition>
+}
+
+/** The group as one member sees it: its own id and every member (itself included) with its partitions, by id. */
+export interface GroupMembership {
+  readonly memberId: string
+  readonly members: ReadonlyArray<GroupMemberInfo>
+}
+
 /**
  * A source-topic consumer in a consumer group. Partitions are assigned by the
  * group; every change is announced on `events` (revocations before the matching
@@ -178,6 +234,11 @@ export interface GroupConsumer {
   readonly committed: (
     tps: ReadonlyArray<TopicPartition>
   ) => Effect.Effect<ReadonlyArray<TopicPartitionOffset>, LogError>
+  /**
+   * The group's members and their partitions as the group knows them now (a worker places standby replicas from
+   * it). During a rebalance it may lag the members' own views; it settles with the group.
+   */
+  readonly membership: Effect.Effect<GroupMembership, LogError>
 }
 
 /** The `Log` service shape. */
@@ -197,8 +258,15 @@ export interface LogShape {
   readonly flush: Effect.Effect<void, LogError>
   /** A pipelined producer, closed with its scope (closing waits for what it sent). */
   readonly producer: (options?: ProducerOptions) => Effect.Effect<LogProducer, LogError, Scope.Scope>
+  /** A transactional producer, closed with its scope (closing aborts an open transaction). */
+  readonly transactionalProducer: (
+    options: TransactionalProducerOptions
+  ) => Effect.Effect<TransactionalProducer, LogError, Scope.Scope>
   /** Log start and highwater of many partitions in one round trip. */
-  readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
+  readonly offsets: (
+    tps: ReadonlyArray<TopicPartition>,
+    options?: OffsetsOptions
+  ) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
   /** Deletes every record below `offset` (Kafka's DeleteRecords): the log start moves up. */
   readonly deleteRecords: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
   /** A changelog consumer, closed with its scope. */
@@ -347,6 +415,14 @@ export class LogClosed extends Schema.TaggedError<LogClosed>()("LogClosed", { wh
   }
 }
 
+/** A transactional producer or group member was superseded: a newer one holds its id or its partitions. */
+export class Fenced extends Schema.TaggedError<Fenced>()("Fenced", { detail: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `fenced: ${this.detail}`
+  }
+}
+
 /** Any other transport failure. */
 export class LogIoError extends Schema.TaggedError<LogIoError>()("LogIoError", {
   operation: Schema.String,
@@ -370,6 +446,7 @@ export const LogErrorReason = Schema.Union([
   RecordTooLarge,
   BrokerUnreachable,
   LogClosed,
+  Fenced,
   LogIoError
 ])
 /** @see LogErrorReason */

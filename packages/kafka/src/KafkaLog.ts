@@ -44,8 +44,11 @@ import {
   OffsetOutOfRange,
   type PartitionOffsets,
   type LogProducer,
+  type ConsumerOptions,
+  type OffsetsOptions,
   type ProducerOptions,
   type ProducerRecord,
+  type TransactionalProducerOptions,
   RecordTooLarge,
   type TopicPartition,
   type TopicSpec,
@@ -71,6 +74,7 @@ import {
 } from "effect"
 import { apiIds, mismatch, toLogError } from "./internal/errors.js"
 import * as SendQueue from "./internal/sendQueue.js"
+import * as TransactionalProducer from "./internal/transactionalProducer.js"
 import {
   FETCH_API_KEY,
   type FetchResponse,
@@ -363,22 +367,22 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         }
       })
 
-    /** Sends validated records as one request (one per record when timestamps span too far); offsets in order. */
-    const send = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
+    /**
+     * Sends validated records through `dispatch` as one request (one per record when timestamps span too far);
+     * offsets in order.
+     */
+    const sendVia = (
+      records: ReadonlyArray<ProducerRecord>,
+      acks: -1 | 0 | 1,
+      dispatch: TransactionalProducer.Dispatch
+    ) =>
       Effect.gen(function* () {
         if (records.length === 0) return []
         // Headers and timestamps are passed only when given (the client stamps the rest at send time).
         let minStamp = Number.POSITIVE_INFINITY
         let maxStamp = Number.NEGATIVE_INFINITY
         const messages = records.map((r) => {
-          const m: {
-            topic: string
-            partition: number
-            key?: Buffer
-            value?: Buffer
-            headers?: Map<Buffer, Buffer>
-            timestamp?: bigint
-          } = { topic: r.topic, partition: r.partition }
+          const m: TransactionalProducer.OutMessage = { topic: r.topic, partition: r.partition }
           if (r.key !== null) m.key = asBuffer(r.key)
           if (r.value !== null) m.value = asBuffer(r.value)
           if (r.headers !== undefined && r.headers.length > 0) {
@@ -407,19 +411,15 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         }
         // Send as one request unless timestamps span more than a 32-bit delta (then one request per record).
         const groups = maxStamp - minStamp > MAX_TIMESTAMP_SPAN ? messages.map((m) => [m]) : [messages]
-        const acks = acksOf(options?.acks)
         const offsets: Array<number> = []
         for (const group of groups) {
-          const result = yield* Semaphore.withPermit(
-            sendLock,
-            Effect.suspend(() => {
-              const send = acks === -1 ? idempotent.send({ messages: group }) : plain.send({ acks, messages: group })
-              inFlight.add(send)
-              return call("produce", () => send, group[0]!.topic).pipe(
-                Effect.ensuring(Effect.sync(() => inFlight.delete(send)))
-              )
-            })
-          )
+          const result = yield* Effect.suspend(() => {
+            const send = dispatch(group)
+            inFlight.add(send)
+            return call("produce", () => send, group[0]!.topic).pipe(
+              Effect.ensuring(Effect.sync(() => inFlight.delete(send)))
+            )
+          })
           const base = new Map<string, number>(
             (result.offsets ?? []).map((x) => [`${x.topic}/${x.partition}`, Number(x.offset)] as const)
           )
@@ -438,6 +438,17 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         }
         return offsets
       })
+
+    /** Sends through the shared clients: acks=all idempotent, acks 0 and 1 plain; one request at a time. */
+    const send = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) => {
+      const acks = acksOf(options?.acks)
+      return Semaphore.withPermit(
+        sendLock,
+        sendVia(records, acks, (messages) =>
+          acks === -1 ? idempotent.send({ messages }) : plain.send({ acks, messages })
+        )
+      )
+    }
 
     // `produce`, `produceBatch` and producers share one send queue (internal/sendQueue.ts).
     const queue = yield* SendQueue.make<ProducerRecord>({
@@ -505,9 +516,14 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         return shape
       })
 
-    const offsets = (tps: ReadonlyArray<TopicPartition>) =>
+    const offsets = (tps: ReadonlyArray<TopicPartition>, offsetsOptions?: OffsetsOptions) =>
       Effect.gen(function* () {
         for (const tp of tps) yield* checkTp(tp)
+        // At read_committed the latest offset is the last stable offset: below the first open transaction.
+        const isolationLevel =
+          offsetsOptions?.isolation === "read_committed"
+            ? FetchIsolationLevels.READ_COMMITTED
+            : FetchIsolationLevels.READ_UNCOMMITTED
         if (tps.length === 0) return []
         const byTopic = new Map<string, Array<number>>()
         for (const tp of tps) byTopic.set(tp.topic, [...(byTopic.get(tp.topic) ?? []), tp.partition])
@@ -520,7 +536,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         const [earliest, latest] = yield* Effect.all(
           [
             call("offsets", () => admin.listOffsets(request(ListOffsetTimestamps.EARLIEST))),
-            call("offsets", () => admin.listOffsets(request(ListOffsetTimestamps.LATEST)))
+            call("offsets", () => admin.listOffsets({ ...request(ListOffsetTimestamps.LATEST), isolationLevel }))
           ],
           { concurrency: 2 }
         )
@@ -573,8 +589,16 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         )
       })
 
-    const consumer = (consumerOptions?: { readonly maxBatchRecords?: number }) => {
+    const consumer = (consumerOptions?: ConsumerOptions) => {
       const max = consumerOptions?.maxBatchRecords
+      const isolation = consumerOptions?.isolation ?? "read_uncommitted"
+      if (isolation !== "read_uncommitted" && isolation !== "read_committed") {
+        return Effect.fail(
+          logError(
+            new InvalidRequest({ detail: `isolation must be read_uncommitted or read_committed, got ${isolation}` })
+          )
+        )
+      }
       if (max !== undefined && (!Number.isInteger(max) || max < 1)) {
         return Effect.fail(
           logError(new InvalidRequest({ detail: `maxBatchRecords must be a positive integer, got ${max}` }))
@@ -586,6 +610,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         fetchMaxBytes: o.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES,
         fetchPartitionMaxBytes: o.fetchPartitionMaxBytes ?? DEFAULT_FETCH_PARTITION_MAX_BYTES,
         maxBatchRecords: consumerOptions?.maxBatchRecords ?? 1000,
+        readCommitted: isolation === "read_committed",
         checkTp,
         offsets,
         outOfRange,
@@ -603,6 +628,18 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         Effect.promise(() => Promise.allSettled([...inFlight]))
       ),
       producer,
+      transactionalProducer: (transactionOptions: TransactionalProducerOptions) =>
+        TransactionalProducer.make(transactionOptions, {
+          base,
+          call,
+          validate,
+          checkTp,
+          sendVia,
+          memberOf: (group) => groupMembers.get(group),
+          lingerMs: o.lingerMs ?? 0,
+          maxBatchRecords: o.maxBatchRecords ?? 1000,
+          bufferRecords: o.bufferRecords ?? 100_000
+        }),
       offsets,
       deleteRecords,
       consumer,
@@ -613,7 +650,8 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
           offsets,
           checkTp,
           partitionCount,
-          call
+          call,
+          admin
         })
     }
     return { ...log, brokers }
@@ -631,6 +669,8 @@ interface ConsumerDeps {
   readonly fetchMaxBytes: number
   readonly fetchPartitionMaxBytes: number
   readonly maxBatchRecords: number
+  /** Fetch at `read_committed`: records of open and aborted transactions are never delivered. */
+  readonly readCommitted: boolean
   readonly checkTp: (tp: TopicPartition) => Effect.Effect<void, LogError>
   readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
   readonly outOfRange: (tp: TopicPartition, offset: number) => Effect.Effect<never, LogError>
@@ -655,6 +695,9 @@ interface Pending {
 }
 
 let consumerCount = 0
+
+/** The client behind each group consumer (a transaction commits source offsets with its member id and generation). */
+const groupMembers = new WeakMap<GroupConsumer, Consumer>()
 
 /** A group-less changelog consumer: the client for metadata, its own connections and decoder for fetches. */
 const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, Scope.Scope> =>
@@ -778,7 +821,18 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
             FETCH_API_KEY,
             version,
             // No fetch session (epoch -1): every request names its partitions and offsets.
-            () => fetchRequests[version]!(deps.maxWait, 1, deps.fetchMaxBytes, 0, 0, -1, topics, [], ""),
+            () =>
+              fetchRequests[version]!(
+                deps.maxWait,
+                1,
+                deps.fetchMaxBytes,
+                deps.readCommitted ? FetchIsolationLevels.READ_COMMITTED : FetchIsolationLevels.READ_UNCOMMITTED,
+                0,
+                -1,
+                topics,
+                [],
+                ""
+              ),
             parseFetchResponse,
             true,
             true,
@@ -857,7 +911,13 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
               continue
             }
             if (stale || p.records === undefined) continue
-            const target = { topic, partition: p.partitionIndex, from: s.position, chunkSize: deps.maxBatchRecords }
+            const target = {
+              topic,
+              partition: p.partitionIndex,
+              from: s.position,
+              chunkSize: deps.maxBatchRecords,
+              aborted: p.aborted
+            }
             const reader = yield* Effect.try({
               try: () => new RecordBatchReader(p.records!, target),
               catch: undecodable
@@ -983,13 +1043,13 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
 
 interface GroupDeps {
   readonly base: ConsumerDeps["base"]
-  readonly consumer: (options?: {
-    readonly maxBatchRecords?: number
-  }) => Effect.Effect<LogConsumer, LogError, Scope.Scope>
+  readonly consumer: (options?: ConsumerOptions) => Effect.Effect<LogConsumer, LogError, Scope.Scope>
   readonly offsets: ConsumerDeps["offsets"]
   readonly checkTp: ConsumerDeps["checkTp"]
   readonly partitionCount: (topic: string) => Effect.Effect<number, LogError>
   readonly call: ConsumerDeps["call"]
+  /** The log's admin client: `membership` describes the group with it. */
+  readonly admin: Admin
 }
 
 /**
@@ -1006,9 +1066,10 @@ const makeGroupConsumer = (
       return yield* Effect.fail(logError(new InvalidRequest({ detail: "groupId must be a non-empty string" })))
     }
     for (const topic of options.topics) yield* deps.partitionCount(topic)
-    const inner = yield* deps.consumer(
-      options.maxBatchRecords === undefined ? {} : { maxBatchRecords: options.maxBatchRecords }
-    )
+    const inner = yield* deps.consumer({
+      ...(options.maxBatchRecords === undefined ? {} : { maxBatchRecords: options.maxBatchRecords }),
+      ...(options.isolation === undefined ? {} : { isolation: options.isolation })
+    })
     const events = yield* Queue.unbounded<GroupEvent, LogError | Cause.Done>()
     const changes = yield* Queue.unbounded<void>()
     const member = yield* Effect.acquireRelease(
@@ -1141,8 +1202,43 @@ const makeGroupConsumer = (
             for (const tp of tps) yield* deps.checkTp(tp)
             return yield* committedOf(tps)
           })
-        )
+        ),
+      membership: guard(() =>
+        Effect.gen(function* () {
+          // The id the coordinator gave this member at its last join (none while it rejoins).
+          const memberId = member.memberId
+          if (memberId === null) {
+            return yield* Effect.fail(
+              logError(
+                new LogIoError({
+                  operation: "membership",
+                  detail: `group member of ${options.groupId} is rejoining its group`,
+                  retryable: true
+                })
+              )
+            )
+          }
+          const described = yield* deps.call("describeGroups", () =>
+            deps.admin.describeGroups({ groups: [options.groupId] })
+          )
+          const members: Array<{ readonly memberId: string; readonly partitions: ReadonlyArray<TopicPartition> }> = []
+          for (const m of described.get(options.groupId)?.members.values() ?? []) {
+            // The coordinator's copy of the assignment it handed the member at the last SyncGroup, decoded by the
+            // client (absent while a rebalance has not assigned it yet).
+            const partitions: Array<TopicPartition> = []
+            for (const a of m.assignments?.values() ?? []) {
+              for (const partition of a.partitions) partitions.push({ topic: a.topic, partition })
+            }
+            partitions.sort((x, y) => (x.topic < y.topic ? -1 : x.topic > y.topic ? 1 : x.partition - y.partition))
+            members.push({ memberId: m.id, partitions })
+          }
+          // Plain code-unit order: every member sorts the ids the same way.
+          members.sort((x, y) => (x.memberId < y.memberId ? -1 : x.memberId > y.memberId ? 1 : 0))
+          return { memberId, members }
+        })
+      )
     }
+    groupMembers.set(group, member)
     return group
   })
 

@@ -18,8 +18,8 @@
  *    partitions tailing in batches of `standbyBufferSize`.
  *
  * A new assignment while restoring suspends the run and starts over from the
- * stores' persisted offsets: finished partitions are not restored again,
- * unfinished ones continue where they were. A standby promoted to active
+ * stores' persisted offsets: finished partitions are not restored again (until
+ * revoked), unfinished ones continue where they were. A standby promoted to active
  * replays only its lag. Progress (a table and an ETA from a moving average of
  * the apply rate, available after the first batch) is logged every
  * `statsInterval`, published as events and as metrics; a partition with no
@@ -148,6 +148,11 @@ export const make = (
     let active: ReadonlyArray<TopicPartition> = []
     let standby: ReadonlyArray<TopicPartition> = []
     let progress = new Map<string, Progress>()
+    /**
+     * Actives restored to their highwater and still assigned: a later run does not restore them again (their tables
+     * hold writes newer than the changelog's committed records, which a second restore would overwrite).
+     */
+    const caughtUp = new Set<string>()
     let completed = yield* Deferred.make<void, RecoveryError>()
     yield* Deferred.succeed(completed, undefined)
     /** Per active partition, completed when it caught up in the current run. */
@@ -225,6 +230,7 @@ export const make = (
     const markReady = (p: Progress) =>
       Effect.gen(function* () {
         p.ready = true
+        if (!p.standby) caughtUp.add(tpKey(p.tp))
         yield* source.pause([p.tp])
         const waiting = readiness.get(tpKey(p.tp))
         if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
@@ -311,7 +317,13 @@ export const make = (
         yield* publish({ _tag: "Started", active: actives, standby: standbys })
         const now = yield* Clock.currentTimeMillis
         lastFlushAt = now
-        const prepared = [...(yield* prepare(actives, false, now)), ...(yield* prepare(standbys, true, now))]
+        const kept = actives.flatMap((tp) => {
+          const earlier = progress.get(tpKey(tp))
+          return caughtUp.has(tpKey(tp)) && earlier !== undefined && !earlier.standby ? [earlier] : []
+        })
+        const keptKeys = new Set(kept.map((p) => tpKey(p.tp)))
+        const fresh = actives.filter((tp) => !keptKeys.has(tpKey(tp)))
+        const prepared = [...kept, ...(yield* prepare(fresh, false, now)), ...(yield* prepare(standbys, true, now))]
         progress = new Map(prepared.map((p) => [tpKey(p.tp), p]))
         for (const p of prepared) if (p.ready) yield* markReady(p)
         const restoring = prepared.filter((p) => !p.ready && !p.standby)
@@ -511,6 +523,7 @@ export const make = (
       revoke: (tps) =>
         Effect.suspend(() => {
           const gone = new Set(tps.map(tpKey))
+          for (const key of gone) caughtUp.delete(key)
           active = without(active, gone)
           standby = without(standby, gone)
           return Effect.andThen(source.pause(tps), restart)

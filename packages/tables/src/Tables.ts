@@ -26,10 +26,18 @@
  * record in one batch; after recovery `resumeOffset` says where to resume the
  * source so that no record is applied twice.
  *
+ * With `processingGuarantee: "exactly_once"` the changelog producer is
+ * transactional (Kafka Streams' EOS v2): `commit` commits the transaction with
+ * the source offsets first and only then writes the stores, every restore reads
+ * committed records only, and a failed commit aborts the transaction. So a
+ * source record's writes reach the changelogs all together or not at all, also
+ * when they span several table partitions.
+ *
  * @since 0.1.0
  */
 import {
   CommitFailed,
+  type GroupConsumer,
   InvalidTable,
   InvalidTableManagerOptions,
   type Header,
@@ -53,6 +61,7 @@ import {
   TablesFinalized,
   type TopicPartition,
   type TopicPartitionOffset,
+  type TransactionalProducer,
   tpKey,
   UnknownTable
 } from "@strata/core"
@@ -66,6 +75,7 @@ import {
   Exit,
   Layer,
   Option,
+  Random,
   Schema,
   Scope,
   Semaphore,
@@ -96,6 +106,13 @@ import {
 /** How the worker uses its tables: `producer-only` and `client-only` hold no table state. */
 export type Mode = "worker" | "producer-only" | "client-only"
 
+/**
+ * What a commit promises. `at_least_once` (the default): source records may be processed again after a crash, but
+ * their table effects apply exactly once (the stores hold the source offsets with the data). `exactly_once`: the
+ * changelog writes and the source offsets commit in one transaction, and restores read committed data only.
+ */
+export type ProcessingGuarantee = "at_least_once" | "exactly_once"
+
 /** Options of the table manager. */
 export interface TablesOptions {
   /** The app id: default changelog topics are `<app>-<table>-changelog`. */
@@ -106,8 +123,16 @@ export interface TablesOptions {
   readonly streamBufferMaxsize?: number
   /** Pause at start before building channels, as Faust's (default 1 second). */
   readonly settleDelay?: Duration.Input
-  /** Acks of changelog writes (default `all`). */
+  /** Acks of changelog writes (default `all`; `exactly_once` always uses `all`). */
   readonly acks?: 0 | 1 | "all"
+  /** Default `at_least_once`. */
+  readonly processingGuarantee?: ProcessingGuarantee
+  /**
+   * The changelog producer's transactional id with `exactly_once` (default `<app>-` and a random suffix, new per
+   * manager). A stable id lets a restarted worker fence its predecessor's open transaction at once; without one
+   * that transaction is aborted by the broker's transaction timeout.
+   */
+  readonly transactionalId?: string
   /**
    * Values each table partition keeps of what its store holds, so a read of a recent key does not go to the store
    * (default 10000 per partition, least recently used dropped first; 0 turns it off; the memory store keeps none).
@@ -124,6 +149,8 @@ export const TablesSettings = Schema.Struct({
   streamBufferMaxsize: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
   settleDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
   acks: Schema.optional(Schema.Literals(["0", "1", "all"])),
+  processingGuarantee: Schema.optional(Schema.Literals(["at_least_once", "exactly_once"])),
+  transactionalId: Schema.optional(Schema.String.check(Schema.isMinLength(1))),
   recoveryDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
   recoveryBufferSize: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
   onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"]))
@@ -131,7 +158,8 @@ export const TablesSettings = Schema.Struct({
 
 /**
  * The manager's options from configuration under `path` (default `tables`): `app`, `mode`,
- * `streamBufferMaxsize`, `settleDelayMs`, `acks`, `recoveryDelayMs`, `recoveryBufferSize`, `onInconsistency`.
+ * `streamBufferMaxsize`, `settleDelayMs`, `acks`, `processingGuarantee`, `transactionalId`, `recoveryDelayMs`,
+ * `recoveryBufferSize`, `onInconsistency`.
  */
 export const config = (path = "tables"): Config.Config<TablesOptions> =>
   Config.map(Config.schema(TablesSettings, path), (s) => ({
@@ -142,6 +170,8 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
     ...(s.acks === undefined
       ? {}
       : { acks: s.acks === "all" ? ("all" as const) : s.acks === "1" ? (1 as const) : (0 as const) }),
+    ...(s.processingGuarantee === undefined ? {} : { processingGuarantee: s.processingGuarantee }),
+    ...(s.transactionalId === undefined ? {} : { transactionalId: s.transactionalId }),
     recovery: {
       ...(s.recoveryDelayMs === undefined ? {} : { recoveryDelay: Duration.millis(s.recoveryDelayMs) }),
       ...(s.recoveryBufferSize === undefined ? {} : { recoveryBufferSize: s.recoveryBufferSize }),
@@ -158,6 +188,13 @@ const checkOptions = (options: TablesOptions): TableManagerError | undefined => 
   const size = options.streamBufferMaxsize
   if (size !== undefined && (!Number.isSafeInteger(size) || size < 1)) {
     return invalidOption("streamBufferMaxsize", `must be a positive integer, got ${size}`)
+  }
+  const guarantee = options.processingGuarantee
+  if (guarantee !== undefined && guarantee !== "at_least_once" && guarantee !== "exactly_once") {
+    return invalidOption("processingGuarantee", `must be at_least_once or exactly_once, got ${String(guarantee)}`)
+  }
+  if (options.transactionalId !== undefined && options.transactionalId.length === 0) {
+    return invalidOption("transactionalId", "must not be empty")
   }
   if (options.settleDelay !== undefined && Option.isNone(Duration.fromInput(options.settleDelay))) {
     return invalidOption("settleDelay", `not a duration: ${String(options.settleDelay)}`)
@@ -207,6 +244,18 @@ export interface TableHandle<K, V> {
 export interface TablesShape {
   /** Core's `TableManager` protocol (also provided under its own key by the layer). */
   readonly manager: TableManagerShape
+  /** What `commit` promises (the `processingGuarantee` option). */
+  readonly processingGuarantee: ProcessingGuarantee
+  /**
+   * Commits processed source records: `at_least_once` persists every table partition they wrote (acks in, one
+   * atomic store batch each), then commits the offsets to the group (a refusal is logged: the stores hold them);
+   * `exactly_once` commits the changelog transaction with the offsets, then persists the stores. A failure is a
+   * `CommitFailed`: nothing of the failed part is persisted, and `rewind` starts again from what is.
+   */
+  readonly commit: (
+    group: GroupConsumer,
+    offsets: ReadonlyArray<TopicPartitionOffset>
+  ) => Effect.Effect<void, TableManagerError>
   /** Registers a table definition and returns its handle. */
   readonly register: <K, V>(def: TableDef<K, V>) => Effect.Effect<TableHandle<K, V>, TableManagerError>
   /**
@@ -278,6 +327,9 @@ interface SourceLink {
   readonly changelogs: Set<string>
 }
 
+/** Permits of the exactly_once commit gate: more than there can be records processed at once. */
+const COMMIT_GATE = 1_000_000
+
 /** Recovery's default `recoveryBufferSize` and `standbyBufferSize`. */
 const DEFAULT_RESTORE_BATCH = 1000
 
@@ -312,6 +364,11 @@ export const make = (
     const capacity = Math.max(1, options.streamBufferMaxsize ?? 4096)
     const settleDelay = Duration.fromInputUnsafe(options.settleDelay ?? "1 second")
     const acks = options.acks ?? "all"
+    const guarantee: ProcessingGuarantee = options.processingGuarantee ?? "at_least_once"
+    const exactlyOnce = guarantee === "exactly_once"
+    const transactionalId =
+      options.transactionalId ??
+      `${options.app}-${(yield* Random.nextIntBetween(0, 2 ** 31 - 1)).toString(36)}${(yield* Random.nextIntBetween(0, 2 ** 31 - 1)).toString(36)}`
 
     const tables = new Map<string, Registered>()
     const byChangelog = new Map<string, Registered>()
@@ -322,6 +379,14 @@ export const make = (
     const replayed = new Map<string, number>()
     /** Records of one source partition are processed one at a time, in the order `process` is called. */
     const sourceLocks = new Map<string, Semaphore.Semaphore>()
+    /**
+     * With exactly_once a commit is a cut between transactions: it waits for the records being processed and holds
+     * back new ones until the transaction committed, so every write is in the transaction of the offsets it belongs
+     * with (each `process` holds one permit, a commit all of them).
+     */
+    const commitGate = Semaphore.makeUnsafe(COMMIT_GATE)
+    const gated = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      exactlyOnce ? Semaphore.withPermits(commitGate, 1)(effect) : effect
     let finalized = false
     let stopping = false
     let stopped = false
@@ -334,19 +399,31 @@ export const make = (
     // --- the producer -------------------------------------------------------
 
     /**
-     * The changelog producer and its scope. Its first failure stops it (see `Log.producer`); every write and commit
-     * then fails until `rewind` replaces it.
+     * The changelog producer and its scope (with `exactly_once`, the transactional one as well). Its first failure
+     * stops it (see `Log.producer`); every write and commit then fails until `rewind` replaces it (closing a
+     * transactional producer aborts its open transaction).
      */
-    let producer: { readonly shape: LogProducer; readonly scope: Scope.Closeable } | undefined
+    let producer:
+      | {
+          readonly shape: Pick<LogProducer, "send">
+          readonly flush: Effect.Effect<void, LogError>
+          readonly transactional: TransactionalProducer | undefined
+          readonly scope: Scope.Closeable
+        }
+      | undefined
     const openProducer = Effect.gen(function* () {
       const child = yield* Scope.fork(scope, "sequential")
-      const shape = yield* log.producer({ acks }).pipe(Scope.provide(child))
-      producer = { shape, scope: child }
-      return shape
+      if (exactlyOnce) {
+        const transactional = yield* log.transactionalProducer({ transactionalId }).pipe(Scope.provide(child))
+        // Its records are acknowledged by the commit: there is nothing to wait for before it.
+        producer = { shape: transactional, flush: Effect.void, transactional, scope: child }
+        return producer
+      }
+      const plain = yield* log.producer({ acks }).pipe(Scope.provide(child))
+      producer = { shape: plain, flush: plain.flush, transactional: undefined, scope: child }
+      return producer
     })
-    const currentProducer = Effect.suspend(() =>
-      producer === undefined ? openProducer : Effect.succeed(producer.shape)
-    )
+    const currentProducer = Effect.suspend(() => (producer === undefined ? openProducer : Effect.succeed(producer)))
 
     // --- partitions -------------------------------------------------------
 
@@ -506,7 +583,7 @@ export const make = (
         const p = yield* currentProducer.pipe(
           Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause })))
         )
-        const acked = yield* p
+        const acked = yield* p.shape
           .send(records)
           .pipe(Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause }))))
         const link = collector.source === undefined ? undefined : linkOf(collector.source)
@@ -551,12 +628,14 @@ export const make = (
     const process: TablesShape["process"] = (source, effect) =>
       Semaphore.withPermit(
         sourceLock(source),
-        Effect.gen(function* () {
-          const collector = makeCollector(source)
-          const a = yield* Effect.provideService(effect, CurrentCollector, collector)
-          yield* sendCollector(collector)
-          return a
-        })
+        gated(
+          Effect.gen(function* () {
+            const collector = makeCollector(source)
+            const a = yield* Effect.provideService(effect, CurrentCollector, collector)
+            yield* sendCollector(collector)
+            return a
+          })
+        )
       )
 
     const processBatch: TablesShape["processBatch"] = (sources, f) =>
@@ -565,20 +644,22 @@ export const make = (
         if (first === undefined) return Effect.void
         return Semaphore.withPermit(
           sourceLock(first),
-          Effect.suspend(() => {
-            // One collector for the batch, provided once; it names the record being processed.
-            const collector = makeCollector(undefined)
-            const each = Effect.forEach(
-              sources,
-              (source) =>
-                Effect.suspend(() => {
-                  collector.source = source
-                  return f(source)
-                }),
-              { discard: true }
-            )
-            return Effect.andThen(Effect.provideService(each, CurrentCollector, collector), sendCollector(collector))
-          })
+          gated(
+            Effect.suspend(() => {
+              // One collector for the batch, provided once; it names the record being processed.
+              const collector = makeCollector(undefined)
+              const each = Effect.forEach(
+                sources,
+                (source) =>
+                  Effect.suspend(() => {
+                    collector.source = source
+                    return f(source)
+                  }),
+                { discard: true }
+              )
+              return Effect.andThen(Effect.provideService(each, CurrentCollector, collector), sendCollector(collector))
+            })
+          )
         )
       })
 
@@ -588,10 +669,12 @@ export const make = (
       Array.from({ length: table.info.partitions }, (_, partition) => ({ topic: table.info.changelogTopic, partition }))
 
     const flushAll = Effect.gen(function* () {
+      // With exactly_once a write reaches a store only after its transaction committed: nothing to flush here.
+      if (exactlyOnce) return
       for (const table of tables.values()) {
         for (const [partition, w] of table.partitions) yield* flushPartition(table, w, partition, [])
       }
-      if (producer !== undefined) yield* producer.shape.flush
+      if (producer !== undefined) yield* producer.flush
       yield* log.flush
     })
 
@@ -627,9 +710,11 @@ export const make = (
         options.recovery?.standbyBufferSize ?? DEFAULT_RESTORE_BATCH
       )
       // Recovery owns the changelog partitions: every one starts paused.
-      channel = yield* ChangelogChannel.make(log, all.flatMap(changelogPartitionsOf), { capacity, chunk }).pipe(
-        Scope.provide(built)
-      )
+      channel = yield* ChangelogChannel.make(log, all.flatMap(changelogPartitionsOf), {
+        capacity,
+        chunk,
+        isolation: exactlyOnce ? "read_committed" : "read_uncommitted"
+      }).pipe(Scope.provide(built))
       const started = yield* ChangelogRecovery.make(channel.source, target, options.recovery).pipe(Scope.provide(built))
       recovery = started
       // Global tables: every worker holds and restores every partition.
@@ -714,6 +799,34 @@ export const make = (
         }
       })
 
+    /** The transaction refused or failed: nothing of it is visible, and nothing of it reaches a store. */
+    const transactionFailed = (e: LogError) =>
+      managerError(new CommitFailed({ table: "(transaction)", partition: -1, detail: e.message }))
+
+    const commit: TablesShape["commit"] = (group, offsets) =>
+      Effect.gen(function* () {
+        if (!exactlyOnce) {
+          yield* onCommit(offsets)
+          if (offsets.length === 0) return
+          // A member that just lost a partition may be refused: the stores hold the offsets all the same.
+          yield* group
+            .commit(offsets)
+            .pipe(Effect.catch((e) => Effect.logWarning(`tables: the group refused a commit: ${e.message}`)))
+          return
+        }
+        yield* Semaphore.withPermits(
+          commitGate,
+          COMMIT_GATE
+        )(
+          Effect.gen(function* () {
+            const p = yield* currentProducer.pipe(Effect.mapError(transactionFailed))
+            yield* p.transactional!.commit({ group, offsets }).pipe(Effect.mapError(transactionFailed))
+            // Committed: every buffered write's offset is known, and the stores take them with the source offsets.
+            yield* onCommit(offsets)
+          })
+        )
+      })
+
     const changelogTps = (list: ReadonlyArray<{ table: Registered; partition: number }>) =>
       list.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition }))
 
@@ -763,8 +876,12 @@ export const make = (
         for (const tp of tps) links.delete(tpKey(tp))
         for (const { table, partition } of revoked) {
           const w = table.partitions.get(partition)
-          // What was sent is flushed with its changelog offset (the store stays equal to a changelog prefix).
-          if (w !== undefined) yield* flushPartition(table, w, partition, [])
+          // What was sent is flushed with its changelog offset (the store stays equal to a changelog prefix). With
+          // exactly_once what is still buffered was not committed: it is dropped with its transaction.
+          if (w !== undefined) {
+            if (exactlyOnce) PartitionWrites.discard(w)
+            else yield* flushPartition(table, w, partition, [])
+          }
           yield* closePartition(table, partition)
         }
       })
@@ -840,6 +957,8 @@ export const make = (
 
     return {
       manager,
+      processingGuarantee: guarantee,
+      commit,
       register,
       start,
       stop,

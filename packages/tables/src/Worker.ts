@@ -19,6 +19,7 @@ import {
   type TableManagerError,
   type TopicPartition,
   type TopicPartitionOffset,
+  tpCompare,
   tpKey
 } from "@strata/core"
 import {
@@ -38,6 +39,7 @@ import {
   Semaphore,
   Stream
 } from "effect"
+import { place } from "./internal/standbys.js"
 import { TableError } from "./Table.js"
 import { Tables } from "./Tables.js"
 
@@ -73,7 +75,13 @@ export const WorkerOptions = Schema.Struct({
   /** Most records a fetched batch carries (default 1000). */
   maxBatchRecords: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
   /** Fetched batches waiting per partition before the fetcher waits (default 4). */
-  partitionBuffer: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0)))
+  partitionBuffer: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  /**
+   * Standby replicas of each partition's tables kept on other members (default 1; 0: none). The worker places them
+   * from the group's membership (the `standbyReplicas` members after a partition's owner, in member id order) and
+   * keeps them tailing their changelogs, so the member that takes a partition over replays only the lag.
+   */
+  standbyReplicas: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
 })
 /** @see WorkerOptions */
 export type WorkerOptions = typeof WorkerOptions.Type
@@ -118,6 +126,8 @@ export interface WorkerMetrics {
   readonly rewinds: number
   /** Per assigned partition: the highwater minus the next offset to process. */
   readonly lag: ReadonlyArray<TopicPartitionOffset>
+  /** The source partitions whose tables this worker holds as standby replicas, sorted. */
+  readonly standbys: ReadonlyArray<TopicPartition>
 }
 
 /** A running worker. */
@@ -188,9 +198,12 @@ export const make = <E, R>(
     const agentsOf = new Map(topics.map((t) => [t, agents.filter((a) => a.topics.includes(t))] as const))
 
     yield* tables.start
+    const exactlyOnce = tables.processingGuarantee === "exactly_once"
     const group = yield* log.groupConsumer({
       groupId: o.groupId,
       topics,
+      // With exactly_once the sources are read committed too (they may be another worker's transactional output).
+      isolation: exactlyOnce ? "read_committed" : "read_uncommitted",
       ...(o.maxBatchRecords === undefined ? {} : { maxBatchRecords: o.maxBatchRecords })
     })
 
@@ -343,10 +356,12 @@ export const make = <E, R>(
       Effect.gen(function* () {
         if (running.get(tpKey(r.tp)) !== r) return
         const resume = yield* tables.resumeOffset(r.tp).pipe(Effect.orDie)
-        // Resume from where the tables say; without a record of this partition in them, from the group's committed
-        // offset, else the log start. Never from the consumer's position: batches fetched before the partition was
-        // ready were dropped, so the position may be past records nobody processed.
-        const from = Option.isSome(resume) ? resume.value : yield* committedOrStart(r.tp)
+        // Resume from where the tables or the group say, whichever is further (the group's offset is ahead when the
+        // last records wrote nothing, and with exactly_once when a crash came between the transaction and the
+        // stores), else from the log start. Never from the consumer's position: batches fetched before the partition
+        // was ready were dropped, so the position may be past records nobody processed.
+        const base = yield* committedOrStart(r.tp)
+        const from = Option.isSome(resume) ? Math.max(resume.value, base) : base
         yield* group.seek(r.tp, from)
         r.next = from
         r.committed = from
@@ -379,9 +394,12 @@ export const make = <E, R>(
           })
         }
         yield* tables.assign({ active: tps })
+        // A standby assigned active here was promoted by that assign: it replays only its lag.
+        for (const tp of tps) standbys.delete(tpKey(tp))
         yield* Effect.forEach(tps, (tp) => Effect.forkDetach(startAndReport(running.get(tpKey(tp))!)), {
           discard: true
         })
+        yield* placeStandbys
       })
 
     const startAndReport = (r: Running) => startPartition(r).pipe(Effect.tapError((e) => Deferred.fail(failed, e)))
@@ -397,30 +415,26 @@ export const make = <E, R>(
         for (const r of lost) yield* Deferred.succeed(r.gone, undefined)
         for (const r of lost) yield* Effect.ignore(Queue.clear(r.batches))
         for (const r of lost) yield* drain(r)
-        yield* commitNow(lost)
+        // With exactly_once one transaction holds every partition's writes: all of them commit (or rewind) now.
+        yield* commitOrRewind(exactlyOnce ? [...running.values()] : lost)
         for (const r of lost) running.delete(tpKey(r.tp))
         yield* tables.manager.onPartitionsRevoked(tps)
+        yield* placeStandbys
       })
 
     // --- commits ------------------------------------------------------------
 
-    /** Persists the tables of these partitions and commits their offsets to the group. */
+    /** Commits these partitions through the tables (see `Tables.commit`: stores and group, or the transaction). */
     const commitNow = (list: ReadonlyArray<Running>) =>
       Effect.gen(function* () {
         const started = yield* Clock.currentTimeMillis
         const offsets = list
           .filter((r) => r.ready && r.next > r.committed)
           .map((r) => ({ topic: r.tp.topic, partition: r.tp.partition, offset: r.next }))
-        yield* tables.manager.onCommit(offsets)
-        if (offsets.length > 0) {
-          // A member that just lost a partition may be refused: the tables hold the offsets all the same.
-          yield* group
-            .commit(offsets)
-            .pipe(Effect.catch((e) => Effect.logWarning(`worker: the group refused a commit: ${e.message}`)))
-          for (const o of offsets) {
-            const r = running.get(tpKey(o))
-            if (r !== undefined) r.committed = o.offset
-          }
+        yield* tables.commit(group, offsets)
+        for (const o of offsets) {
+          const r = running.get(tpKey(o))
+          if (r !== undefined) r.committed = o.offset
         }
         commits++
         lastCommitMs = (yield* Clock.currentTimeMillis) - started
@@ -439,6 +453,8 @@ export const make = <E, R>(
       }
       yield* tables.rewind
       for (const r of all) {
+        // A partition being revoked is not started again: its revocation lets it go.
+        if (yield* Deferred.isDone(r.gone)) continue
         const fresh: Running = { ...r, batches: yield* newBuffer, fiber: undefined }
         running.set(tpKey(r.tp), fresh)
         // The turn is held here (a commit rewinds): wait for the tables, then start.
@@ -446,16 +462,75 @@ export const make = <E, R>(
       }
     })
 
-    const commit: WorkerShape["commit"] = Semaphore.withPermit(
-      turn,
-      Effect.suspend(() => commitNow([...running.values()])).pipe(
+    /** Commits these partitions; a failed commit rewinds (the caller holds the turn). */
+    const commitOrRewind = (list: ReadonlyArray<Running>) =>
+      commitNow(list).pipe(
         Effect.catch((e) =>
           e._tag === "TableManagerError" && e.reason._tag === "CommitFailed"
             ? Effect.andThen(Effect.logWarning(`worker: ${e.message}; rewinding`), rewind)
             : Effect.fail(e)
         )
       )
+
+    const commit: WorkerShape["commit"] = Semaphore.withPermit(
+      turn,
+      Effect.suspend(() => commitOrRewind([...running.values()]))
     )
+
+    // --- standbys ------------------------------------------------------------
+
+    const standbyReplicas = o.standbyReplicas ?? 1
+    /** The source partitions held here as standbys (never one in `running`). */
+    const standbys = new Map<string, TopicPartition>()
+    const sortedStandbys = () => [...standbys.values()].sort(tpCompare)
+
+    /**
+     * Places this member's standbys from the group's membership (the caller holds the turn): new ones are opened and
+     * tail their changelogs, ones no longer placed here are closed. Nothing changes while the group's view of this
+     * member differs from the partitions the worker handled (a rebalance in flight), nor when the read fails: the
+     * next event or tick places them again.
+     */
+    const placeStandbys: Effect.Effect<void, TableManagerError> =
+      standbyReplicas === 0
+        ? Effect.void
+        : Effect.gen(function* () {
+            const membership = yield* Effect.catch(group.membership, (e) =>
+              Effect.as(Effect.logWarning(`worker: reading the group's membership failed: ${e.message}`), undefined)
+            )
+            if (membership === undefined) return
+            const own = membership.members.find((m) => m.memberId === membership.memberId)
+            if (
+              own === undefined ||
+              own.partitions.length !== running.size ||
+              !own.partitions.every((tp) => running.has(tpKey(tp))) ||
+              membership.members.every((m) => m.partitions.length === 0)
+            ) {
+              return
+            }
+            const wanted = new Map<string, TopicPartition>()
+            for (const tp of place(membership, standbyReplicas)) if (!running.has(tpKey(tp))) wanted.set(tpKey(tp), tp)
+            const added = [...wanted].filter(([k]) => !standbys.has(k)).map(([, tp]) => tp)
+            const removed = [...standbys].filter(([k]) => !wanted.has(k)).map(([, tp]) => tp)
+            if (removed.length > 0) {
+              yield* tables.manager.onPartitionsRevoked(removed)
+              for (const tp of removed) standbys.delete(tpKey(tp))
+            }
+            if (added.length > 0) {
+              yield* tables.assign({ active: [], standby: added })
+              for (const tp of added) standbys.set(tpKey(tp), tp)
+            }
+          })
+
+    // A membership change that brings this member no event (another member joined or left without moving its
+    // partitions) is followed on a timer.
+    if (standbyReplicas > 0) {
+      yield* Effect.sleep(commitInterval).pipe(
+        Effect.andThen(Semaphore.withPermit(turn, placeStandbys)),
+        Effect.forever,
+        Effect.tapError((e) => Deferred.fail(failed, e)),
+        Effect.forkScoped
+      )
+    }
 
     // --- the loops ----------------------------------------------------------
 
@@ -509,7 +584,7 @@ export const make = <E, R>(
           partition: h.partition,
           offset: Math.max(0, h.highwater - (running.get(tpKey(h))?.next ?? h.highwater))
         }))
-        return { recordsProcessed, commits, lastCommitMs, rewinds, lag }
+        return { recordsProcessed, commits, lastCommitMs, rewinds, lag, standbys: sortedStandbys() }
       }),
       processing: Effect.sync(() => [...running.values()].filter((r) => r.ready).map((r) => r.tp)),
       join: Deferred.await(failed)

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Log, LogFaults, type LogShape, Store } from "@strata/core"
+import { Log, LogFaults, type LogShape, Store, type TopicPartition, tpKey } from "@strata/core"
 import { Duration, Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -154,6 +154,118 @@ describe("Worker", () => {
         }
       }
       assert.deepStrictEqual(merged, total)
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
+  it.live("two members hold standbys of each other's partitions; the survivor takes over and counts stay exact", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 2000, 53)
+      const first = yield* Scope.make()
+      const a = yield* countingWorker({ standbyReplicas: 1 }).pipe(Scope.provide(first))
+      yield* until("the first worker caught up", caughtUp(a.worker, 2000))
+      const b = yield* countingWorker({ standbyReplicas: 1 })
+      const keys = (tps: ReadonlyArray<TopicPartition>) => tps.map(tpKey).sort()
+      const layout = Effect.gen(function* () {
+        const [pa, pb] = yield* Effect.all([a.worker.processing, b.worker.processing])
+        const [ma, mb] = yield* Effect.all([a.worker.metrics, b.worker.metrics])
+        return { pa: keys(pa), pb: keys(pb), sa: keys(ma.standbys), sb: keys(mb.standbys) }
+      })
+      yield* until(
+        "each worker holds standbys of exactly the other's partitions",
+        Effect.map(
+          layout,
+          ({ pa, pb, sa, sb }) =>
+            pa.length > 0 &&
+            pb.length > 0 &&
+            pa.length + pb.length === PARTITIONS &&
+            sa.join() === pb.join() &&
+            sb.join() === pa.join()
+        )
+      )
+      const settled = yield* layout
+      assert.deepStrictEqual(
+        [...settled.pa, ...settled.pb].sort(),
+        keys(Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition }))),
+        "the partitions are split"
+      )
+      assert.deepStrictEqual(settled.sa, settled.pb, "a stands by for b's partitions")
+      assert.deepStrictEqual(settled.sb, settled.pa, "b stands by for a's partitions")
+
+      // b's standbys tail the changelog a writes while it processes.
+      yield* produceWords(log, 2000, 2000, 53)
+      const changelog = Array.from({ length: PARTITIONS }, (_, partition) => ({
+        topic: "wc-counts-changelog",
+        partition
+      }))
+      yield* until(
+        "b's standbys reached the changelog's highwater",
+        Effect.gen(function* () {
+          const recovery = yield* b.tables.recovery
+          if (Option.isNone(recovery)) return false
+          const stats = yield* recovery.value.stats
+          const highwaters = new Map((yield* log.offsets(changelog)).map((o) => [o.partition, o.highwater]))
+          const tailed = stats.partitions.filter((p) => p.standby)
+          return (
+            tailed.length === settled.pa.length &&
+            tailed.every((p) => p.highwater > 0 && p.offset === highwaters.get(p.partition))
+          )
+        })
+      )
+
+      // a leaves: b is promoted on every partition and counts the rest once.
+      yield* Scope.close(first, Exit.void)
+      yield* produceWords(log, 4000, 1000, 53)
+      yield* until(
+        "b processes every partition, caught up, with no standbys left",
+        Effect.gen(function* () {
+          const m = yield* b.worker.metrics
+          const processing = yield* b.worker.processing
+          return (
+            processing.length === PARTITIONS &&
+            m.standbys.length === 0 &&
+            m.lag.length === PARTITIONS &&
+            m.lag.every((l) => l.offset === 0)
+          )
+        })
+      )
+      assert.deepStrictEqual(yield* readCounts(b.table), expected(5000, 53))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
+  it.live("standbyReplicas 0 places no standbys", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 500, 13)
+      const a = yield* countingWorker({ standbyReplicas: 0 })
+      const b = yield* countingWorker({ standbyReplicas: 0 })
+      yield* until(
+        "both process and caught up",
+        Effect.map(
+          Effect.all([a.worker.metrics, b.worker.metrics]),
+          (ms) =>
+            ms.reduce((n, m) => n + m.lag.length, 0) === PARTITIONS &&
+            ms.every((m) => m.lag.length > 0 && m.lag.every((l) => l.offset === 0))
+        )
+      )
+      // Several ticks of the commit timer go by (commits are counted): still no standby anywhere.
+      const commitsNow = (yield* b.worker.metrics).commits
+      yield* until(
+        "a few more commits",
+        Effect.map(b.worker.metrics, (m) => m.commits >= commitsNow + 3)
+      )
+      for (const w of [a, b]) {
+        assert.deepStrictEqual((yield* w.worker.metrics).standbys, [])
+        const recovery = yield* w.tables.recovery
+        if (Option.isSome(recovery)) {
+          assert.deepStrictEqual(
+            (yield* recovery.value.stats).partitions.filter((p) => p.standby),
+            []
+          )
+        }
+      }
     }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
   )
 

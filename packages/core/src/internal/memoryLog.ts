@@ -23,10 +23,17 @@
  * scope closes. Group membership changes take effect at once: the rebalance
  * runs inside `groupConsumer` and inside the scope's finalizer.
  *
+ * A transactional producer holds what it sends until `commit`, which appends it
+ * all at once with the source offsets: no consumer ever sees an open or aborted
+ * transaction, so both isolation levels read committed data only, and the last
+ * stable offset is the highwater. A commit is refused (`Fenced`) for a member
+ * no longer in its group or no longer owning a partition it commits, and for a
+ * producer whose transactional id a newer producer took.
+ *
  * @since 0.1.0
  */
 import type { Cause, Scope } from "effect"
-import { Clock, Context, Effect, Layer, Queue, Schema, Stream } from "effect"
+import { Clock, Context, Deferred, Effect, Layer, Queue, Schema, Stream } from "effect"
 import { OffsetOutOfRange } from "../Errors.js"
 import type {
   Acks,
@@ -47,9 +54,13 @@ import type {
   ProduceOptions,
   ProducerOptions,
   ProducerRecord,
-  TopicSpec
+  TopicSpec,
+  TransactionalProducer,
+  TransactionalProducerOptions,
+  TransactionOffsets
 } from "../Log.js"
 import {
+  Fenced,
   InvalidRequest,
   Log,
   LogClosed,
@@ -500,6 +511,136 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
         )
       })
 
+    // --- transactions ---------------------------------------------------------
+
+    /** The newest epoch of each transactional id: a producer of an older epoch is fenced. */
+    const epochs = new Map<string, number>()
+    /** Each group consumer this log made, with its group and member (a commit's offsets are checked against them). */
+    const members = new WeakMap<GroupConsumer, { readonly group: Group; readonly member: Member }>()
+
+    /** Why a transaction's source offsets cannot be committed for this member, if they cannot. */
+    const checkTransactionOffsets = (t: TransactionOffsets): LogError | undefined => {
+      const known = members.get(t.group)
+      if (known === undefined) return invalid("the transaction's group consumer is not one of this log's")
+      const { group, member } = known
+      if (!group.members.includes(member)) {
+        return logError(new Fenced({ detail: `member ${member.id} is no longer in group ${group.id}` }))
+      }
+      for (const o of t.offsets) {
+        const log = lookup(o.topic, o.partition)
+        if ("_tag" in log) return log
+        const bad = checkOffset(o.offset)
+        if (bad !== undefined) return bad
+        if (o.offset < 0) return invalid(`a committed offset must be ≥ 0, got ${o.offset}`)
+        if (!member.fetcher.assigned.has(tpKey(o))) {
+          return logError(
+            new Fenced({ detail: `member ${member.id} of group ${group.id} no longer owns ${o.topic}/${o.partition}` })
+          )
+        }
+      }
+      return undefined
+    }
+
+    /** A transactional producer: sends are held until `commit` appends them with the offsets, all at once. */
+    const transactionalProducer = (
+      options: TransactionalProducerOptions
+    ): Effect.Effect<TransactionalProducer, LogError, Scope.Scope> =>
+      Effect.suspend(() => {
+        const id = options?.transactionalId
+        if (typeof id !== "string" || id.length === 0) {
+          return Effect.fail(invalid("transactionalId must be a non-empty string"))
+        }
+        const epoch = (epochs.get(id) ?? 0) + 1
+        epochs.set(id, epoch)
+        interface Held {
+          readonly records: ReadonlyArray<ProducerRecord>
+          readonly logs: ReadonlyArray<PartitionLog>
+          readonly done: Deferred.Deferred<ReadonlyArray<number>, LogError>
+        }
+        let held: Array<Held> = []
+        let failure: LogError | undefined
+        let closed = false
+        /** Ends the open transaction: what it held fails with `error` and is dropped. */
+        const end = (error: LogError) => {
+          for (const h of held) Deferred.doneUnsafe(h.done, Effect.fail(error))
+          held = []
+        }
+        const usable = (): LogError | undefined => {
+          if (closed) return closedError(`transactional producer ${id}`)
+          if (failure !== undefined) return failure
+          if (epochs.get(id) !== epoch) {
+            failure = logError(new Fenced({ detail: `transactional id ${id} was taken by a newer producer` }))
+            end(failure)
+            return failure
+          }
+          return undefined
+        }
+        const aborted = () =>
+          logError(new LogIoError({ operation: "produce", detail: `transaction of ${id} aborted`, retryable: false }))
+        const shape: TransactionalProducer = {
+          send: (records) =>
+            Effect.suspend(() => {
+              const unusable = usable()
+              if (unusable !== undefined) return Effect.fail(unusable)
+              // A record the log cannot take fails this call only.
+              const logs = validateAll(records)
+              if ("_tag" in logs) return Effect.fail(logs)
+              const done = Deferred.makeUnsafe<ReadonlyArray<number>, LogError>()
+              held.push({ records, logs, done })
+              return Effect.succeed(Deferred.await(done))
+            }),
+          commit: (t) =>
+            Effect.flatMap(Clock.currentTimeMillis, (now) =>
+              Effect.suspend(() => {
+                const unusable = usable()
+                if (unusable !== undefined) return Effect.fail(unusable)
+                const refused = checkTransactionOffsets(t)
+                if (refused !== undefined) {
+                  // Nothing of the transaction is appended; the caller aborts or closes.
+                  failure = refused
+                  end(refused)
+                  return Effect.fail(refused)
+                }
+                const appended = appendChecked(
+                  held.flatMap((h) => h.records),
+                  held.flatMap((h) => h.logs),
+                  "all",
+                  now
+                )
+                if ("_tag" in appended) {
+                  failure = appended
+                  end(appended)
+                  return Effect.fail(appended)
+                }
+                let at = 0
+                for (const h of held) {
+                  Deferred.doneUnsafe(h.done, Effect.succeed(appended.slice(at, at + h.records.length)))
+                  at += h.records.length
+                }
+                held = []
+                const { group } = members.get(t.group)!
+                for (const o of t.offsets) group.committed.set(tpKey(o), o.offset)
+                return Effect.void
+              })
+            ),
+          abort: Effect.sync(() => {
+            if (closed) return
+            end(aborted())
+            // After an abort the producer starts afresh (unless a newer one fenced it).
+            failure = undefined
+          })
+        }
+        return Effect.as(
+          Effect.addFinalizer(() =>
+            Effect.sync(() => {
+              end(aborted())
+              closed = true
+            })
+          ),
+          shape
+        )
+      })
+
     // --- offsets ------------------------------------------------------------
 
     const offsets = (tps: ReadonlyArray<TopicPartition>): Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError> =>
@@ -734,7 +875,16 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
               if (offset !== undefined) out.push({ topic: log.topic, partition: log.partition, offset })
             }
             return Effect.succeed(out)
+          }),
+        // Rebalances run at once here, so every member's fetcher holds the group's current assignment.
+        membership: ifOpen(() =>
+          Effect.succeed({
+            memberId: m.id,
+            members: [...group.members]
+              .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+              .map((other) => ({ memberId: other.id, partitions: assignmentOf(other.fetcher) }))
           })
+        )
       }
     }
 
@@ -755,7 +905,14 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
             Effect.sync(() => join(options, max, events))
           ),
           (m) => Effect.sync(() => leave(options.groupId, m))
-        ).pipe(Effect.map((m) => makeGroupConsumer(groups.get(options.groupId)!, m)))
+        ).pipe(
+          Effect.map((member) => {
+            const group = groups.get(options.groupId)!
+            const consumer = makeGroupConsumer(group, member)
+            members.set(consumer, { group, member })
+            return consumer
+          })
+        )
       })
 
     // --- faults --------------------------------------------------------------
@@ -807,6 +964,7 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
       produceBatch,
       flush: Effect.void,
       producer,
+      transactionalProducer,
       offsets,
       deleteRecords,
       consumer,

@@ -14,7 +14,16 @@
 import { assert, describe, layer } from "@effect/vitest"
 import type { Layer, Scope } from "effect"
 import { Cause, Clock, Duration, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
-import type { GroupConsumer, GroupEvent, LogBatch, LogConsumer, LogError, LogRecord, ProducerRecord } from "../Log.js"
+import type {
+  GroupConsumer,
+  GroupEvent,
+  GroupMembership,
+  LogBatch,
+  LogConsumer,
+  LogError,
+  LogRecord,
+  ProducerRecord
+} from "../Log.js"
 import { Log, LogFaults } from "../Log.js"
 import type { TopicPartition } from "../Models.js"
 import { tpCompare, tpKey } from "../Models.js"
@@ -948,6 +957,118 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         })
       )
 
+      // --- transactions ----------------------------------------------------------
+
+      /** A lone member of a fresh group over a fresh source topic, once it holds the topic's partitions. */
+      const soleMember = (partitions: number) =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const source = yield* freshTopic(partitions)
+          const groupId = yield* uniqueName("g")
+          const member = yield* log.groupConsumer({ groupId, topics: [source] })
+          yield* eventually(
+            Effect.map(member.assignment, (a) => sameTps(a, tps(source, partitions))),
+            cfg.rebalanceTimeout,
+            "the member holds the source partitions"
+          )
+          return { source, member }
+        })
+
+      it.effect("a transaction's records and source offsets become visible together at commit", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const out = yield* freshTopic(2)
+          const { member, source } = yield* soleMember(1)
+          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+          const reader = yield* log.consumer({ isolation: "read_committed" })
+          yield* reader.assign(tps(out, 2))
+          const collector = yield* collect(reader.batches, cfg)
+          const acked = yield* producer.send([rec(out, 0, "a"), rec(out, 1, "b"), rec(out, 0, "c")])
+          // Open: a read_committed reader sees none of it and the last stable offset has not moved.
+          assert.deepStrictEqual(yield* collector.quiet, [])
+          assert.deepStrictEqual(
+            (yield* log.offsets(tps(out, 2), { isolation: "read_committed" })).map((o) => o.highwater),
+            [0, 0]
+          )
+          assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [])
+          yield* producer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 7 }] })
+          assert.deepStrictEqual(yield* acked, [0, 0, 1])
+          const got = yield* collector.records(3)
+          assert.deepStrictEqual(valuesOf(got).sort(), ["a", "b", "c"])
+          assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [
+            { topic: source, partition: 0, offset: 7 }
+          ])
+          const stable = yield* log.offsets(tps(out, 2), { isolation: "read_committed" })
+          // Every committed record is below the last stable offset (Kafka's commit markers take offsets too).
+          assert.isAtLeast(stable[0]!.highwater, 2)
+          assert.isAtLeast(stable[1]!.highwater, 1)
+        })
+      )
+
+      it.effect("an aborted transaction is never read at read_committed; the producer goes on after it", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const out = yield* freshTopic(1)
+          const { member, source } = yield* soleMember(1)
+          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+          const aborted = yield* producer.send([rec(out, 0, "dropped-1"), rec(out, 0, "dropped-2")])
+          yield* producer.abort
+          yield* Effect.ignore(aborted)
+          yield* producer.send([rec(out, 0, "kept")])
+          yield* producer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 1 }] })
+          const committed = yield* log.consumer({ isolation: "read_committed" })
+          yield* committed.assign(tps(out, 1))
+          const collector = yield* collect(committed.batches, cfg)
+          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["kept"])
+          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+        })
+      )
+
+      it.effect("a newer producer with the same transactional id fences the older one", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const out = yield* freshTopic(1)
+          const { member, source } = yield* soleMember(1)
+          const transactionalId = yield* uniqueName("tx")
+          const older = yield* log.transactionalProducer({ transactionalId })
+          yield* older.send([rec(out, 0, "zombie")])
+          const newer = yield* log.transactionalProducer({ transactionalId })
+          const refused = yield* reasonTag(
+            older.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 1 }] })
+          )
+          assert.notStrictEqual(refused, "succeeded")
+          yield* newer.send([rec(out, 0, "fresh")])
+          yield* newer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 2 }] })
+          const c = yield* log.consumer({ isolation: "read_committed" })
+          yield* c.assign(tps(out, 1))
+          const collector = yield* collect(c.batches, cfg)
+          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["fresh"])
+          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+          assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [
+            { topic: source, partition: 0, offset: 2 }
+          ])
+        })
+      )
+
+      it.effect("a transaction committing offsets for a member that left its group is refused", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const out = yield* freshTopic(1)
+          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+          const left = yield* Effect.scoped(Effect.map(soleMember(1), ({ member, source }) => ({ member, source })))
+          yield* producer.send([rec(out, 0, "late")])
+          const refused = yield* reasonTag(
+            producer.commit({ group: left.member, offsets: [{ topic: left.source, partition: 0, offset: 1 }] })
+          )
+          assert.notStrictEqual(refused, "succeeded")
+          yield* producer.abort
+          const c = yield* log.consumer({ isolation: "read_committed" })
+          yield* c.assign(tps(out, 1))
+          const collector = yield* collect(c.batches, cfg)
+          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+        })
+      )
+
       // --- groups ---------------------------------------------------------------
 
       it.effect("a lone group member gets every partition and reads from log start", () =>
@@ -1157,6 +1278,103 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         })
       )
 
+      it.effect(
+        "membership names every member, itself included, with the partitions it holds; a leaver drops out",
+        () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const partitions = 4
+            const topic = yield* freshTopic(partitions)
+            const groupId = yield* uniqueName("g")
+            const all = tps(topic, partitions)
+            const m1 = yield* log.groupConsumer({ groupId, topics: [topic] })
+            const e1 = yield* recordEvents(m1)
+            yield* Effect.scoped(
+              Effect.gen(function* () {
+                const m2 = yield* log.groupConsumer({ groupId, topics: [topic] })
+                const e2 = yield* recordEvents(m2)
+                yield* eventually(
+                  Effect.gen(function* () {
+                    const a1 = yield* m1.assignment
+                    const a2 = yield* m2.assignment
+                    return (
+                      a1.length > 0 &&
+                      a2.length > 0 &&
+                      sameTps([...a1, ...a2], all) &&
+                      sameTps(e1.held.values(), a1) &&
+                      sameTps(e2.held.values(), a2)
+                    )
+                  }),
+                  cfg.rebalanceTimeout,
+                  "the two members split the partitions and their events replay to their assignments"
+                )
+                // The group's view settles with the members' own (a coordinator may still be finishing the round).
+                let seen:
+                  | {
+                      v1: GroupMembership
+                      v2: GroupMembership
+                      a1: ReadonlyArray<TopicPartition>
+                      a2: ReadonlyArray<TopicPartition>
+                    }
+                  | undefined
+                yield* eventually(
+                  Effect.gen(function* () {
+                    const v1 = yield* m1.membership
+                    const v2 = yield* m2.membership
+                    const a1 = yield* m1.assignment
+                    const a2 = yield* m2.assignment
+                    seen = { v1, v2, a1, a2 }
+                    const agrees = (v: GroupMembership) =>
+                      v.members.length === 2 &&
+                      sameTps(v.members.find((m) => m.memberId === v1.memberId)?.partitions ?? [], a1) &&
+                      sameTps(v.members.find((m) => m.memberId === v2.memberId)?.partitions ?? [], a2)
+                    return agrees(v1) && agrees(v2)
+                  }),
+                  cfg.rebalanceTimeout,
+                  "both members' membership shows both members with their own assignments"
+                )
+                const { a1, a2, v1, v2 } = seen!
+                assert.notStrictEqual(v1.memberId, v2.memberId, "each member has its own id")
+                const ids = [v1.memberId, v2.memberId].sort()
+                for (const v of [v1, v2]) {
+                  assert.deepStrictEqual(
+                    v.members.map((m) => m.memberId),
+                    ids,
+                    "every member is named, sorted by id"
+                  )
+                  const held = v.members.flatMap((m) => m.partitions)
+                  assert.strictEqual(held.length, partitions, "every partition is held once")
+                  assert.isTrue(sameTps(held, all), "the members hold every partition")
+                }
+                assert.deepStrictEqual(
+                  keysOf(v1.members.find((m) => m.memberId === v1.memberId)!.partitions),
+                  keysOf(a1),
+                  "m1's entry is its own assignment"
+                )
+                assert.deepStrictEqual(
+                  keysOf(v2.members.find((m) => m.memberId === v2.memberId)!.partitions),
+                  keysOf(a2),
+                  "m2's entry is its own assignment"
+                )
+                assert.deepStrictEqual(v1.members, v2.members, "both members see the same group")
+              })
+            )
+            // m2 left: m1 eventually is the group's only member, holding every partition.
+            yield* eventually(
+              Effect.gen(function* () {
+                const v = yield* m1.membership
+                return (
+                  v.members.length === 1 &&
+                  v.members[0]!.memberId === v.memberId &&
+                  sameTps(v.members[0]!.partitions, all)
+                )
+              }),
+              cfg.rebalanceTimeout,
+              "m1's membership shows only itself, with every partition"
+            )
+          })
+      )
+
       it.effect("a group member's pause stops delivery until resume", () =>
         Effect.gen(function* () {
           const log = yield* Log
@@ -1185,6 +1403,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
           const groupId = yield* uniqueName("g")
           const m = yield* Effect.scoped(log.groupConsumer({ groupId, topics: [topic] }))
           assert.strictEqual(yield* reasonTag(m.commit([{ topic, partition: 0, offset: 0 }])), "LogClosed")
+          assert.strictEqual(yield* reasonTag(m.membership), "LogClosed")
           const head = yield* m.batches.pipe(Stream.runHead, Effect.exit, Effect.timeoutOption(cfg.timeout))
           assert.isTrue(Option.isSome(head), "fetching from a closed member does not hang")
           if (Option.isSome(head)) {

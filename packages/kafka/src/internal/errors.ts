@@ -1,5 +1,6 @@
 import {
   BrokerUnreachable,
+  Fenced,
   InvalidRequest,
   type LogError,
   LogIoError,
@@ -48,6 +49,12 @@ export const toLogError = (
   if (ids.has("INVALID_TOPIC_EXCEPTION") || ids.has("INVALID_PARTITIONS") || ids.has("INVALID_RECORD")) {
     return logError(new InvalidRequest({ detail: `${operation}: ${[...ids].join(", ")}: ${text(cause)}` }))
   }
+  const fenced = [...ids].find((id) =>
+    /PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID|FENCED_INSTANCE_ID|REBALANCE_IN_PROGRESS/.test(
+      id
+    )
+  )
+  if (fenced !== undefined) return logError(new Fenced({ detail: `${operation}: ${fenced}: ${text(cause)}` }))
   if (isNetwork(cause))
     return logError(new BrokerUnreachable({ brokers: [...brokers], detail: `${operation}: ${text(cause)}` }))
   const retryable = [...ids].some((id) =>

@@ -38,9 +38,19 @@ export interface FetchedPartition {
   readonly partitionIndex: number
   readonly errorCode: number
   readonly highWatermark: number
+  /** Transactions aborted in the fetched range (a `read_committed` fetch lists them); empty otherwise. */
+  readonly aborted: ReadonlyArray<AbortedTransaction>
   /** The partition's record batches, one contiguous buffer; undefined when none came back. */
   readonly records: Uint8Array | undefined
 }
+
+/** A transaction aborted in a fetched range: its producer's records from `firstOffset` up to its abort marker. */
+export interface AbortedTransaction {
+  readonly producerId: number
+  readonly firstOffset: number
+}
+
+const NO_ABORTED: ReadonlyArray<AbortedTransaction> = []
 
 /** A fetch response: the top-level error and the partitions by topic id. */
 export interface FetchResponse {
@@ -79,10 +89,17 @@ export const parseFetchResponse = (
       const partitionError = r.readInt16()
       const highWatermark = Number(r.readInt64())
       r.skip(16) // last_stable_offset, log_start_offset
-      const aborted = compactLength(r)
-      for (let a = 0; a < aborted; a++) {
-        r.skip(16) // producer_id, first_offset
-        skipTaggedFields(r)
+      const abortedCount = compactLength(r)
+      let aborted = NO_ABORTED
+      if (abortedCount > 0) {
+        const list = new Array<AbortedTransaction>(abortedCount)
+        for (let a = 0; a < abortedCount; a++) {
+          const producerId = Number(r.readInt64())
+          const firstOffset = Number(r.readInt64())
+          list[a] = { producerId, firstOffset }
+          skipTaggedFields(r)
+        }
+        aborted = list.sort((x, y) => x.firstOffset - y.firstOffset)
       }
       r.readInt32() // preferred_read_replica
       const size = compactLength(r)
@@ -93,7 +110,7 @@ export const parseFetchResponse = (
         r.skip(size)
       }
       skipTaggedFields(r)
-      partitions[p] = { partitionIndex, errorCode: partitionError, highWatermark, records }
+      partitions[p] = { partitionIndex, errorCode: partitionError, highWatermark, aborted, records }
     }
     skipTaggedFields(r)
     responses[t] = { topicId, partitions }
@@ -111,7 +128,12 @@ const BATCH_HEADER = 61
 /** Base offset and batch length: the bytes a batch's length does not count. */
 const BATCH_LOG_OVERHEAD = 12
 const COMPRESSION = 0x07
+const TRANSACTIONAL = 0x10
 const CONTROL = 0x20
+/** Where a batch header holds its producer id. */
+const PRODUCER_ID_AT = 43
+/** A control record's type (in its key) marking an abort. */
+const ABORT_MARKER = 0
 
 /** A batch the decoder cannot read: names the topic, partition and offset. */
 export class RecordBatchError extends Error {
@@ -179,6 +201,23 @@ export interface DecodeTarget {
   readonly from: number
   /** Records per chunk. */
   readonly chunkSize: number
+  /**
+   * The fetch's aborted transactions, for a `read_committed` read: their records are skipped. Absent, every batch
+   * is read.
+   */
+  readonly aborted?: ReadonlyArray<AbortedTransaction>
+}
+
+/** The type of the control record opening the control batch at `pos` (its key: version, then type). */
+const controlTypeAt = (pos: number): number => {
+  at = pos + BATCH_HEADER
+  varint() // length
+  at++ // attributes
+  varint() // timestamp delta
+  varint() // offset delta
+  const keyLength = varint()
+  if (keyLength < 4) return -1
+  return (bytes[at + 2]! << 8) | bytes[at + 3]!
 }
 
 const EMPTY = new Uint8Array(0)
@@ -190,7 +229,9 @@ const EMPTY = new Uint8Array(0)
  *
  * The batch headers are checked when the reader is made: a message format other than v2 or an unknown codec
  * throws `RecordBatchError` there. A batch cut off by the fetch size is left for the next fetch; control batches
- * and records below `from` are skipped.
+ * and records below `from` are skipped, and so, given the fetch's aborted transactions, are the batches of those
+ * transactions (a producer's transactional batches from an aborted transaction's first offset up to its abort
+ * marker, as Kafka's consumer does at `read_committed`).
  */
 export class RecordBatchReader {
   /** The offset after the last whole batch (control batches and compacted gaps included), or `from` when none. */
@@ -201,6 +242,8 @@ export class RecordBatchReader {
   private readonly limit: number
   /** The next batch to open. */
   private pos = 0
+  /** Positions of the batches of aborted transactions. */
+  private readonly skipped: ReadonlySet<number>
   /** The open batch's record bytes (the fetch's, or decompressed), the next record in them and how many are left. */
   private batch: Uint8Array = EMPTY
   private recordAt = 0
@@ -216,6 +259,11 @@ export class RecordBatchReader {
     let end = from
     let hasRecords = false
     let pos = 0
+    const aborted = target.aborted ?? NO_ABORTED
+    const skipped = new Set<number>()
+    /** Producers inside an aborted transaction at the current batch. */
+    const abortedProducers = new Set<number>()
+    let nextAborted = 0
     bytes = data
     while (data.length - pos >= BATCH_LOG_OVERHEAD) {
       const baseOffset = int64At(pos)
@@ -234,10 +282,24 @@ export class RecordBatchReader {
       }
       const last = baseOffset + int32At(pos + 23)
       end = Math.max(end, last + 1)
-      if ((attributes & CONTROL) === 0 && last >= from) hasRecords = true
+      let skip = false
+      if (aborted.length > 0 && (attributes & TRANSACTIONAL) !== 0) {
+        while (nextAborted < aborted.length && aborted[nextAborted]!.firstOffset <= last) {
+          abortedProducers.add(aborted[nextAborted++]!.producerId)
+        }
+        const producerId = int64At(pos + PRODUCER_ID_AT)
+        if ((attributes & CONTROL) !== 0) {
+          if (controlTypeAt(pos) === ABORT_MARKER) abortedProducers.delete(producerId)
+        } else if (abortedProducers.has(producerId)) {
+          skip = true
+          skipped.add(pos)
+        }
+      }
+      if ((attributes & CONTROL) === 0 && last >= from && !skip) hasRecords = true
       pos = batchEnd
     }
     bytes = EMPTY
+    this.skipped = skipped
     this.limit = pos
     this.end = end
     this.hasRecords = hasRecords
@@ -301,7 +363,7 @@ export class RecordBatchReader {
       bytes = EMPTY
       this.pos = batchEnd
       // Control batches, and batches wholly below `from` (the fetch starts at the batch holding it), are skipped.
-      if ((attributes & CONTROL) !== 0 || last < this.target.from || count <= 0) continue
+      if ((attributes & CONTROL) !== 0 || last < this.target.from || count <= 0 || this.skipped.has(pos)) continue
       const compression = attributes & COMPRESSION
       if (compression === 0) {
         this.batch = data

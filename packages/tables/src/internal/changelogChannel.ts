@@ -9,7 +9,7 @@
  *
  * @internal
  */
-import type { ChangelogSource, LogError, LogRecord, LogShape, TopicPartition } from "@strata/core"
+import type { ChangelogSource, IsolationLevel, LogError, LogRecord, LogShape, TopicPartition } from "@strata/core"
 import { type Cause, Effect, Fiber, Option, Queue, type Scope, Semaphore, Stream } from "effect"
 
 /** Records fetched from one partition, with the channel generation they were received in. */
@@ -30,17 +30,18 @@ export interface ChangelogChannel {
 }
 
 /**
- * Builds the channel for `tps` in the scope: the consumer (records in chunks of at most `chunk`), every partition
- * assigned and paused (recovery resumes what it restores), and the fetcher fiber.
+ * Builds the channel for `tps` in the scope: the consumer (records in chunks of at most `chunk`, read at `isolation`),
+ * every partition assigned and paused (recovery resumes what it restores), and the fetcher fiber.
  */
 export const make = (
   log: LogShape,
   tps: ReadonlyArray<TopicPartition>,
-  options: { readonly capacity: number; readonly chunk: number }
+  options: { readonly capacity: number; readonly chunk: number; readonly isolation: IsolationLevel }
 ): Effect.Effect<ChangelogChannel, LogError, Scope.Scope> =>
   Effect.gen(function* () {
     const capacity = options.capacity
-    const consumer = yield* log.consumer({ maxBatchRecords: options.chunk })
+    const isolation = options.isolation
+    const consumer = yield* log.consumer({ maxBatchRecords: options.chunk, isolation })
     yield* consumer.assign(tps)
     yield* consumer.pause(tps)
 
@@ -119,6 +120,9 @@ export const make = (
       })
 
     const source: ChangelogSource = {
+      // The highwater, also at read_committed: a store may be ahead of the last stable offset (its own commits after
+      // a dead owner's open transaction), and a restore ends once the consumer's position passed every marker, which
+      // it does when that transaction is aborted (the broker's transaction timeout).
       offsets: (list) => log.offsets(list),
       seek: (tp, offset) =>
         Effect.tap(consumer.seek(tp, offset), () =>
