@@ -21,7 +21,8 @@
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (1000000), BENCH_KEYS (100000), BENCH_PARTITIONS (12), BENCH_RUNS (3),
-//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb)
+//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb,memory-eos; memory-eos is the
+//   memory store with processingGuarantee exactly_once)
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
@@ -37,7 +38,7 @@ type KafkaLogModule = typeof import("../packages/kafka/src/KafkaLog.js")
 type TablesModule = typeof import("../packages/tables/src/index.js")
 
 const DEFAULTS = { records: 1_000_000, keys: 100_000, partitions: 12, runs: 3, broker: "127.0.0.1:9092" } as const
-const PHASES = ["bare", "memory", "level", "rocksdb"] as const
+const PHASES = ["bare", "memory", "level", "rocksdb", "memory-eos"] as const
 type Phase = (typeof PHASES)[number]
 const COMMIT_MS = 1000
 /** Records the bare loop puts in one produce request: KafkaLog's default `maxBatchRecords`. */
@@ -214,7 +215,9 @@ const highwaters = async (admin: InstanceType<Platformatic["Admin"]>, spec: Spec
 // The worker on a store
 // ---------------------------------------------------------------------------
 
-const workerPhase = async (spec: Spec, kind: "memory" | "level" | "rocksdb"): Promise<PhaseResult> => {
+const workerPhase = async (spec: Spec, phase: Exclude<Phase, "bare">): Promise<PhaseResult> => {
+  const kind = phase === "memory-eos" ? "memory" : phase
+  const processingGuarantee = phase === "memory-eos" ? "exactly_once" : "at_least_once"
   const KafkaLog: KafkaLogModule = await import("../packages/kafka/src/KafkaLog.js")
   const tablesModule: TablesModule = await import("../packages/tables/src/index.js")
   const { Table, Tables, Worker } = tablesModule
@@ -231,12 +234,12 @@ const workerPhase = async (spec: Spec, kind: "memory" | "level" | "rocksdb"): Pr
     const program = Effect.gen(function* () {
       const log: LogShape = yield* KafkaLog.make({ brokers: [spec.broker], clientId: `strata-bench-worker-${kind}` })
       const services = Context.add(yield* Layer.build(storeLayer), Log, log)
-      const app = `${spec.source}-${kind}-${spec.run}`
+      const app = `${spec.source}-${phase}-${spec.run}`
       const context = yield* Effect.context<never>()
       let firstAt: number | undefined
       const run = Effect.gen(function* () {
         const t0 = performance.now()
-        const tables = yield* Tables.make({ app, settleDelay: 0 })
+        const tables = yield* Tables.make({ app, settleDelay: 0, processingGuarantee })
         const table = yield* tables.register(counts)
         const worker = yield* Worker.make({ groupId: app, commitIntervalMs: COMMIT_MS }, [
           Worker.agent({
