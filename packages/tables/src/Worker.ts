@@ -110,8 +110,16 @@ export class AgentFailed extends Data.TaggedError("AgentFailed")<{
   }
 }
 
+/** The worker's scope closed: it commits no more. */
+export class WorkerClosed extends Data.TaggedError("WorkerClosed")<{ readonly groupId: string }> {
+  /** @since 0.1.0 */
+  override get message() {
+    return `the worker of group ${this.groupId} is closed`
+  }
+}
+
 /** Why the worker stopped or could not start. */
-export type WorkerError = InvalidWorkerOptions | AgentFailed | LogError | TableManagerError
+export type WorkerError = InvalidWorkerOptions | AgentFailed | WorkerClosed | LogError | TableManagerError
 
 // ---------------------------------------------------------------------------
 // The worker
@@ -472,9 +480,14 @@ export const make = <E, R>(
         )
       )
 
+    /** Set by the finalizer once it holds the turn: a commit after it fails with `WorkerClosed`. */
+    let closed = false
     const commit: WorkerShape["commit"] = Semaphore.withPermit(
       turn,
-      Effect.suspend(() => commitOrRewind([...running.values()]))
+      Effect.suspend(
+        (): Effect.Effect<void, WorkerError> =>
+          closed ? Effect.fail(new WorkerClosed({ groupId: o.groupId })) : commitOrRewind([...running.values()])
+      )
     )
 
     // --- standbys ------------------------------------------------------------
@@ -558,6 +571,8 @@ export const make = <E, R>(
     yield* Effect.sleep(commitInterval).pipe(
       Effect.andThen(commit),
       Effect.forever,
+      // Closing: the finalizer made the last commit.
+      Effect.catchTag("WorkerClosed", () => Effect.void),
       Effect.tapError((e) => Deferred.fail(failed, e)),
       Effect.forkScoped
     )
@@ -567,6 +582,7 @@ export const make = <E, R>(
       Semaphore.withPermit(
         turn,
         Effect.gen(function* () {
+          closed = true
           const all = [...running.values()]
           for (const r of all) yield* drain(r)
           yield* commitNow(all)

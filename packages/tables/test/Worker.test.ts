@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Log, LogFaults, type LogShape, Store, type TopicPartition, tpKey } from "@strata/core"
-import { Duration, Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 import * as Worker from "../src/Worker.js"
@@ -38,11 +38,19 @@ const until = <E, R>(what: string, check: Effect.Effect<boolean, E, R>, within: 
     }
   })
 
-/** A worker counting words into `counts`, with its own table manager on its own memory store (closed with the scope). */
-const countingWorker = (options: Partial<Worker.WorkerOptions> = {}) =>
+/**
+ * A worker counting words into `counts`, with its own table manager on its own memory store (closed with the scope);
+ * `tablesOptions` are added to the manager's options.
+ */
+const countingWorker = (
+  options: Partial<Worker.WorkerOptions> = {},
+  tablesOptions: Omit<Tables.TablesOptions, "app"> = {}
+) =>
   Effect.gen(function* () {
     const store = yield* Layer.build(Store.layerMemory())
-    const tables = yield* Tables.make({ app: "wc", settleDelay: 0 }).pipe(Effect.provideContext(store))
+    const tables = yield* Tables.make({ app: "wc", settleDelay: 0, ...tablesOptions }).pipe(
+      Effect.provideContext(store)
+    )
     const table = yield* tables.register(counts)
     const worker = yield* Worker.make({ groupId: "wc", commitIntervalMs: 100, ...options }, [
       Worker.agent({
@@ -278,6 +286,8 @@ describe("Worker", () => {
       const a = yield* countingWorker({ commitIntervalMs: 60_000 }).pipe(Scope.provide(scope))
       yield* until("the worker caught up", caughtUp(a.worker, 1000))
       yield* Scope.close(scope, Exit.void)
+      // Closed: a later commit is refused, not run on a stopped worker.
+      assert.strictEqual((yield* Effect.flip(a.worker.commit))._tag, "WorkerClosed")
       const committed = yield* Effect.scoped(
         Effect.flatMap(log.groupConsumer({ groupId: "wc", topics: [SOURCE] }), (m) =>
           m.committed(Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition })))
@@ -292,6 +302,104 @@ describe("Worker", () => {
       )
     }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
   )
+
+  for (const processingGuarantee of ["at_least_once", "exactly_once"] as const) {
+    it.live(
+      `a worker closed while a commit runs finishes that commit, then commits once more; nothing is lost or counted twice (${processingGuarantee})`,
+      () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const sources = Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition }))
+          yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+          yield* produceWords(log, 0, 3000, 41)
+
+          // On the memory log a commit runs through without a pause, so the close could never land inside one: the
+          // first worker's log holds the commit it is armed for until `release` (the group's commit, or with
+          // exactly_once the transaction's; the group consumer itself stays the log's, which knows its members by it).
+          const hold = { armed: false, entered: yield* Deferred.make<void>(), release: yield* Deferred.make<void>() }
+          const held = <E>(commit: Effect.Effect<void, E>) =>
+            Effect.suspend(() => {
+              if (!hold.armed) return commit
+              hold.armed = false
+              return Deferred.succeed(hold.entered, undefined).pipe(
+                Effect.andThen(Deferred.await(hold.release)),
+                Effect.andThen(commit)
+              )
+            })
+          const holding: LogShape =
+            processingGuarantee === "exactly_once"
+              ? {
+                  ...log,
+                  transactionalProducer: (options) =>
+                    Effect.map(log.transactionalProducer(options), (p) => ({
+                      ...p,
+                      commit: (offsets) => held(p.commit(offsets))
+                    }))
+                }
+              : {
+                  ...log,
+                  groupConsumer: (options) =>
+                    Effect.map(log.groupConsumer(options), (g) => ({
+                      ...g,
+                      commit: (offsets) => held(g.commit(offsets))
+                    }))
+                }
+
+          const scope = yield* Scope.make()
+          // Only explicit commits run (the timer's first tick is a minute away).
+          const a = yield* countingWorker({ commitIntervalMs: 60_000 }, { processingGuarantee }).pipe(
+            Effect.provideService(Log, holding),
+            Scope.provide(scope)
+          )
+          yield* until("the worker caught up", caughtUp(a.worker, 3000))
+          yield* produceWords(log, 3000, 2000, 41)
+          yield* until(
+            "the worker processed every record",
+            Effect.map(a.worker.metrics, (m) => m.recordsProcessed >= 5000)
+          )
+          const before = yield* a.worker.metrics
+
+          // The commit takes the worker's turn and stops in the log; the close starts meanwhile, its finalizer
+          // waiting for the turn. Then the commit goes on, and the finalizer drains and commits once more.
+          hold.armed = true
+          const committing = yield* Effect.forkChild(a.worker.commit, { startImmediately: true })
+          yield* Deferred.await(hold.entered)
+          const closing = yield* Effect.forkChild(Scope.close(scope, Exit.void), { startImmediately: true })
+          yield* Effect.sleep("20 millis")
+          assert.isUndefined(closing.pollUnsafe(), "the close waits for the commit in flight")
+          assert.isUndefined(committing.pollUnsafe(), "the commit is still in flight")
+          yield* Deferred.succeed(hold.release, undefined)
+          const exit = yield* Fiber.await(committing)
+          assert.isTrue(Exit.isSuccess(exit), `the commit in flight succeeds: ${String(exit)}`)
+          yield* Fiber.join(closing)
+          const after = yield* a.worker.metrics
+          assert.strictEqual(after.recordsProcessed, 5000, "every record was processed once")
+          assert.strictEqual(after.commits, before.commits + 2, "the commit in flight, then the finalizer's")
+
+          // The group holds every source record as committed.
+          const committed = yield* Effect.scoped(
+            Effect.flatMap(log.groupConsumer({ groupId: "wc", topics: [SOURCE] }), (m) => m.committed(sources))
+          )
+          const highwaters = yield* log.offsets(sources)
+          assert.deepStrictEqual(
+            committed.map((c) => c.offset),
+            highwaters.map((h) => h.highwater)
+          )
+
+          // A new worker on a fresh store restores the counts exactly, processes nothing again, then only new records.
+          const second = yield* Scope.make()
+          const b = yield* countingWorker({}, { processingGuarantee }).pipe(Scope.provide(second))
+          yield* until("the second worker restored every partition", caughtUp(b.worker, 0))
+          assert.strictEqual((yield* b.worker.metrics).recordsProcessed, 0, "nothing was processed again")
+          assert.deepStrictEqual(yield* readCounts(b.table), expected(5000, 41))
+          yield* produceWords(log, 5000, 500, 41)
+          yield* until("the second worker caught up", caughtUp(b.worker, 500))
+          assert.strictEqual((yield* b.worker.metrics).recordsProcessed, 500)
+          assert.deepStrictEqual(yield* readCounts(b.table), expected(5500, 41))
+          yield* Scope.close(second, Exit.void)
+        }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    )
+  }
 
   it.effect("invalid options and agents are refused, naming what is wrong", () =>
     Effect.gen(function* () {
