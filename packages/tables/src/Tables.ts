@@ -385,8 +385,15 @@ export const make = (
      * with (each `process` holds one permit, a commit all of them).
      */
     const commitGate = Semaphore.makeUnsafe(COMMIT_GATE)
+    /**
+     * Passed by every `process` before it takes its permit and held by a waiting commit: new records wait behind
+     * the commit instead of keeping a permit taken forever (a commit waiting for all of them would starve).
+     */
+    const turnstile = Semaphore.makeUnsafe(1)
     const gated = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      exactlyOnce ? Semaphore.withPermits(commitGate, 1)(effect) : effect
+      exactlyOnce
+        ? Effect.andThen(Semaphore.withPermit(turnstile, Effect.void), Semaphore.withPermits(commitGate, 1)(effect))
+        : effect
     let finalized = false
     let stopping = false
     let stopped = false
@@ -814,16 +821,20 @@ export const make = (
             .pipe(Effect.catch((e) => Effect.logWarning(`tables: the group refused a commit: ${e.message}`)))
           return
         }
-        yield* Semaphore.withPermits(
-          commitGate,
-          COMMIT_GATE
-        )(
-          Effect.gen(function* () {
-            const p = yield* currentProducer.pipe(Effect.mapError(transactionFailed))
-            yield* p.transactional!.commit({ group, offsets }).pipe(Effect.mapError(transactionFailed))
-            // Committed: every buffered write's offset is known, and the stores take them with the source offsets.
-            yield* onCommit(offsets)
-          })
+        // The turnstile first (no new record starts), then every permit (the records in flight finished).
+        yield* Semaphore.withPermit(
+          turnstile,
+          Semaphore.withPermits(
+            commitGate,
+            COMMIT_GATE
+          )(
+            Effect.gen(function* () {
+              const p = yield* currentProducer.pipe(Effect.mapError(transactionFailed))
+              yield* p.transactional!.commit({ group, offsets }).pipe(Effect.mapError(transactionFailed))
+              // Committed: every buffered write's offset is known, and the stores take them with the source offsets.
+              yield* onCommit(offsets)
+            })
+          )
         )
       })
 
