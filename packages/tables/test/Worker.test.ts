@@ -1,42 +1,14 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Log, LogFaults, type LogShape, Store, type TopicPartition, tpKey } from "@strata/core"
-import { Deferred, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
+import { Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 import * as Worker from "../src/Worker.js"
+import { expected, PARTITIONS, produceWords, SOURCE, until } from "./fixtures/words.js"
 
-const SOURCE = "words"
-const PARTITIONS = 4
 const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: PARTITIONS })
-const enc = new TextEncoder()
+const _enc = new TextEncoder()
 const dec = new TextDecoder()
-
-/** Produces `n` words (word i is `w<i mod distinct>`) to the source topic, keyed so a word stays in one partition. */
-const produceWords = (log: LogShape, from: number, n: number, distinct: number) =>
-  log.produceBatch(
-    Array.from({ length: n }, (_, j) => {
-      const word = `w${(from + j) % distinct}`
-      const key = enc.encode(word)
-      return { topic: SOURCE, partition: Table.keyPartition(key, PARTITIONS), key, value: key }
-    })
-  )
-
-/** What the counts must be after words [0, n). */
-const expected = (n: number, distinct: number) => {
-  const out = new Map<string, number>()
-  for (let i = 0; i < n; i++) out.set(`w${i % distinct}`, (out.get(`w${i % distinct}`) ?? 0) + 1)
-  return out
-}
-
-/** Polls `check` every 10 ms until it holds, failing after `within`. */
-const until = <E, R>(what: string, check: Effect.Effect<boolean, E, R>, within: Duration.Input = "20 seconds") =>
-  Effect.gen(function* () {
-    const deadline = Date.now() + Duration.toMillis(Duration.fromInputUnsafe(within))
-    while (!(yield* check)) {
-      if (Date.now() > deadline) return yield* Effect.die(new Error(`timed out waiting until ${what}`))
-      yield* Effect.sleep("10 millis")
-    }
-  })
 
 /**
  * A worker counting words into `counts`, with its own table manager on its own memory store (closed with the scope);
