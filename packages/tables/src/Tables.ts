@@ -846,8 +846,10 @@ export const make = (
         if (!holdsState) return
         const actives = sourceToChangelogs(assignment.active)
         const activeIds = new Set(actives.map(({ table, partition }) => `${table.info.name}|${partition}`))
+        // A partition active here (from this call or an earlier one) is never demoted to a standby.
         const standbys = sourceToChangelogs(assignment.standby ?? []).filter(
-          ({ table, partition }) => !activeIds.has(`${table.info.name}|${partition}`)
+          ({ table, partition }) =>
+            !activeIds.has(`${table.info.name}|${partition}`) && table.partitions.get(partition)?.standby !== false
         )
         for (const { table, partition } of actives) yield* openPartition(table, partition, false)
         for (const { table, partition } of standbys) yield* openPartition(table, partition, true)

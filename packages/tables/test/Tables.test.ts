@@ -278,6 +278,19 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     )
   )
 
+  it.live("a partition active here is not demoted by a later standby assignment of it", () =>
+    env(
+      Effect.gen(function* () {
+        const { tables, table } = yield* countsOn(2)
+        yield* tables.waitUntilReady([{ topic: "words", partition: 2 }])
+        yield* tables.assign({ active: [], standby: [{ topic: "words", partition: 2 }] })
+        // Still writable: a standby would refuse the write with PartitionNotAvailable.
+        yield* tables.process({ topic: "words", partition: 2, offset: 0 }, table.set("kept", 1))
+        assert.deepStrictEqual(yield* table.get("kept", { partition: 2 }), Option.some(1))
+      })
+    )
+  )
+
   it.effect("nothing reaches the store before the commit; the commit writes data and offsets in one batch", () =>
     env(
       Effect.gen(function* () {
