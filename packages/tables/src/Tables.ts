@@ -43,7 +43,6 @@ import {
   type Header,
   Log,
   type LogError,
-  type LogProducer,
   type LogShape,
   type Offset,
   type ProducerRecord,
@@ -61,7 +60,6 @@ import {
   TablesFinalized,
   type TopicPartition,
   type TopicPartitionOffset,
-  type TransactionalProducer,
   tpKey,
   UnknownTable
 } from "@strata/core"
@@ -82,6 +80,7 @@ import {
   type Stream
 } from "effect"
 import * as ChangelogChannel from "./internal/changelogChannel.js"
+import * as ChangelogProducer from "./internal/changelogProducer.js"
 import { type Collector, CurrentCollector, make as makeCollector, type Registered } from "./internal/collector.js"
 import * as PartitionWrites from "./internal/partitionWrites.js"
 import type { Change } from "./internal/partitionWrites.js"
@@ -327,9 +326,6 @@ interface SourceLink {
   readonly changelogs: Set<string>
 }
 
-/** Permits of the exactly_once commit gate: more than there can be records processed at once. */
-const COMMIT_GATE = 1_000_000
-
 /** Recovery's default `recoveryBufferSize` and `standbyBufferSize`. */
 const DEFAULT_RESTORE_BATCH = 1000
 
@@ -379,21 +375,6 @@ export const make = (
     const replayed = new Map<string, number>()
     /** Records of one source partition are processed one at a time, in the order `process` is called. */
     const sourceLocks = new Map<string, Semaphore.Semaphore>()
-    /**
-     * With exactly_once a commit is a cut between transactions: it waits for the records being processed and holds
-     * back new ones until the transaction committed, so every write is in the transaction of the offsets it belongs
-     * with (each `process` holds one permit, a commit all of them).
-     */
-    const commitGate = Semaphore.makeUnsafe(COMMIT_GATE)
-    /**
-     * Passed by every `process` before it takes its permit and held by a waiting commit: new records wait behind
-     * the commit instead of keeping a permit taken forever (a commit waiting for all of them would starve).
-     */
-    const turnstile = Semaphore.makeUnsafe(1)
-    const gated = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      exactlyOnce
-        ? Effect.andThen(Semaphore.withPermit(turnstile, Effect.void), Semaphore.withPermits(commitGate, 1)(effect))
-        : effect
     let finalized = false
     let stopping = false
     let stopped = false
@@ -405,32 +386,7 @@ export const make = (
 
     // --- the producer -------------------------------------------------------
 
-    /**
-     * The changelog producer and its scope (with `exactly_once`, the transactional one as well). Its first failure
-     * stops it (see `Log.producer`); every write and commit then fails until `rewind` replaces it (closing a
-     * transactional producer aborts its open transaction).
-     */
-    let producer:
-      | {
-          readonly shape: Pick<LogProducer, "send">
-          readonly flush: Effect.Effect<void, LogError>
-          readonly transactional: TransactionalProducer | undefined
-          readonly scope: Scope.Closeable
-        }
-      | undefined
-    const openProducer = Effect.gen(function* () {
-      const child = yield* Scope.fork(scope, "sequential")
-      if (exactlyOnce) {
-        const transactional = yield* log.transactionalProducer({ transactionalId }).pipe(Scope.provide(child))
-        // Its records are acknowledged by the commit: there is nothing to wait for before it.
-        producer = { shape: transactional, flush: Effect.void, transactional, scope: child }
-        return producer
-      }
-      const plain = yield* log.producer({ acks }).pipe(Scope.provide(child))
-      producer = { shape: plain, flush: plain.flush, transactional: undefined, scope: child }
-      return producer
-    })
-    const currentProducer = Effect.suspend(() => (producer === undefined ? openProducer : Effect.succeed(producer)))
+    const producer = ChangelogProducer.make(log, scope, { exactlyOnce, acks, transactionalId })
 
     // --- partitions -------------------------------------------------------
 
@@ -587,10 +543,7 @@ export const make = (
           }
         })
         const first = collector.writes[0]!.table.info.name
-        const p = yield* currentProducer.pipe(
-          Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause })))
-        )
-        const acked = yield* p.shape
+        const acked = yield* producer
           .send(records)
           .pipe(Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause }))))
         const link = collector.source === undefined ? undefined : linkOf(collector.source)
@@ -635,7 +588,7 @@ export const make = (
     const process: TablesShape["process"] = (source, effect) =>
       Semaphore.withPermit(
         sourceLock(source),
-        gated(
+        producer.gated(
           Effect.gen(function* () {
             const collector = makeCollector(source)
             const a = yield* Effect.provideService(effect, CurrentCollector, collector)
@@ -651,7 +604,7 @@ export const make = (
         if (first === undefined) return Effect.void
         return Semaphore.withPermit(
           sourceLock(first),
-          gated(
+          producer.gated(
             Effect.suspend(() => {
               // One collector for the batch, provided once; it names the record being processed.
               const collector = makeCollector(undefined)
@@ -681,7 +634,7 @@ export const make = (
       for (const table of tables.values()) {
         for (const [partition, w] of table.partitions) yield* flushPartition(table, w, partition, [])
       }
-      if (producer !== undefined) yield* producer.flush
+      yield* producer.flush
       yield* log.flush
     })
 
@@ -744,7 +697,7 @@ export const make = (
       if (recoveryScope !== undefined) yield* Scope.close(recoveryScope, Exit.void)
       recovery = undefined
       // 2. The producer: what it sent is acknowledged or failed.
-      if (producer !== undefined) yield* Scope.close(producer.scope, Exit.void)
+      yield* producer.close
       // 3. Each table: its partition stores closed (uncommitted changes stay in the changelog only).
       for (const table of tables.values()) {
         for (const partition of [...table.partitions.keys()]) yield* closePartition(table, partition)
@@ -821,21 +774,10 @@ export const make = (
             .pipe(Effect.catch((e) => Effect.logWarning(`tables: the group refused a commit: ${e.message}`)))
           return
         }
-        // The turnstile first (no new record starts), then every permit (the records in flight finished).
-        yield* Semaphore.withPermit(
-          turnstile,
-          Semaphore.withPermits(
-            commitGate,
-            COMMIT_GATE
-          )(
-            Effect.gen(function* () {
-              const p = yield* currentProducer.pipe(Effect.mapError(transactionFailed))
-              yield* p.transactional!.commit({ group, offsets }).pipe(Effect.mapError(transactionFailed))
-              // Committed: every buffered write's offset is known, and the stores take them with the source offsets.
-              yield* onCommit(offsets)
-            })
-          )
-        )
+        // The transaction commits the data with the offsets; then the stores take what it committed.
+        yield* producer
+          .commitTransaction(group, offsets, onCommit(offsets))
+          .pipe(Effect.mapError((e) => (e._tag === "LogError" ? transactionFailed(e) : e)))
       })
 
     const changelogTps = (list: ReadonlyArray<{ table: Registered; partition: number }>) =>
@@ -905,11 +847,7 @@ export const make = (
       for (const table of tables.values()) for (const w of table.partitions.values()) PartitionWrites.discard(w)
       links.clear()
       unlinked.clear()
-      if (producer !== undefined) {
-        const old = producer
-        producer = undefined
-        yield* Scope.close(old.scope, Exit.void)
-      }
+      yield* producer.close
       if (recovery === undefined) return
       const active: Array<TopicPartition> = []
       const standby: Array<TopicPartition> = []

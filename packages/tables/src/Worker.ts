@@ -370,6 +370,9 @@ export const make = <E, R>(
         // was ready were dropped, so the position may be past records nobody processed.
         const base = yield* committedOrStart(r.tp)
         const from = Option.isSome(resume) ? Math.max(resume.value, base) : base
+        yield* Effect.logInfo(
+          `worker: ${r.tp.topic}/${r.tp.partition} starts at ${from} (tables ${Option.getOrElse(resume, () => -1)}, group ${base})`
+        )
         yield* group.seek(r.tp, from)
         r.next = from
         r.committed = from

@@ -98,7 +98,8 @@ const startWorker = (name: string, args: ReadonlyArray<string>): Running => {
   })
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
     running.stderr = (running.stderr + chunk).slice(-8000)
-    for (const line of chunk.split("\n")) if (/level=(WARN|ERROR)/.test(line)) running.warnings.push(line.slice(0, 400))
+    for (const line of chunk.split("\n"))
+      if (/level=(WARN|ERROR)|starts at/.test(line)) running.warnings.push(line.slice(0, 400))
   })
   all.push(running)
   return running
@@ -150,8 +151,15 @@ const readAll = (tp: TopicPartition) =>
       Stream.runForEach((b) => Effect.sync(() => out.push(...b.records))),
       Effect.forkScoped
     )
-    // Done when the position passed the end: the last records may be followed by transaction markers only.
+    // Done when the position passed the end (the last records may be followed by transaction markers only) and the
+    // batch the position was moved for has been taken: the consumer moves the position as it hands a batch out,
+    // before the stream above pushes its records.
     while ((yield* consumer.position(tp)) < o.highwater) yield* Effect.sleep("20 millis")
+    let seen = -1
+    while (seen !== out.length) {
+      seen = out.length
+      yield* Effect.sleep("200 millis")
+    }
     yield* Fiber.interrupt(reading)
     return out
   }).pipe(Effect.scoped)
@@ -283,7 +291,8 @@ const scenario = (guarantee: "at_least_once" | "exactly_once") =>
       [],
       `${wrong.length} of ${expected.size} words miscounted; last source offset per changelog partition ` +
         `${JSON.stringify(lastSource)}, source highwaters ${JSON.stringify(highwaters)}; workers: ` +
-        all.map((w) => `${w.name} ${JSON.stringify(w.latest)}`).join("; ")
+        all.map((w) => `${w.name} ${JSON.stringify(w.latest)}`).join("; ") +
+        `\nwhat the workers logged:\n${all.map((w) => `${w.name}:\n  ${w.warnings.join("\n  ")}`).join("\n")}`
     )
     assert.strictEqual(replayed.size, expected.size)
   }).pipe(
