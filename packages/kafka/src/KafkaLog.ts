@@ -1120,10 +1120,11 @@ const makeGroupConsumer = (
         const out: Array<TopicPartitionOffset> = []
         for (const [topic, partitions] of byTopic) {
           const values = listed.get(topic) ?? []
-          partitions.forEach((partition, i) => {
-            const v = values[i]
+          // The client indexes a topic's committed offsets by partition number, not by the order asked.
+          for (const partition of partitions) {
+            const v = values[partition]
             if (v !== undefined && v >= 0n) out.push({ topic, partition, offset: Number(v) })
-          })
+          }
         }
         return out
       })

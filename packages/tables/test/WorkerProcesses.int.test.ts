@@ -7,7 +7,7 @@
  * replayed (last value per key, committed records only), equals the word counts of the whole input.
  *
  * `scenario("exactly_once")` runs the same with the workers on `processingGuarantee: "exactly_once"`. It is not in the
- * suite yet: it failed 2 of about 15 runs (see the tables README, "Exactly once"), and a test that fails at random
+ * suite yet: it still fails some runs (see the tables README, "Exactly once"), and a test that fails at random
  * would hide every other failure of the suite.
  */
 import { type ChildProcess, spawn } from "node:child_process"

@@ -1201,6 +1201,26 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
               [1, 7]
             ]
           )
+          // One partition asked alone, and partitions asked out of order, get their own offsets.
+          assert.deepStrictEqual(
+            (yield* m.committed([{ topic, partition: 1 }])).map((o) => [o.partition, o.offset]),
+            [[1, 7]]
+          )
+          assert.deepStrictEqual(
+            [
+              ...(yield* m.committed([
+                { topic, partition: 2 },
+                { topic, partition: 1 },
+                { topic, partition: 0 }
+              ]))
+            ]
+              .sort(tpCompare)
+              .map((o) => [o.partition, o.offset]),
+            [
+              [0, 5],
+              [1, 7]
+            ]
+          )
           yield* m.commit([{ topic, partition: 0, offset: 9 }])
           const again = yield* m.committed([{ topic, partition: 0 }])
           assert.deepStrictEqual(

@@ -72,7 +72,17 @@ export const make = (
     open = { send: plain.send, flush: plain.flush, transactional: undefined, scope: child }
     return open
   })
-  const current = Effect.suspend(() => (open === undefined ? opening : Effect.succeed(open)))
+  // One opening at a time: records of several partitions sent at once must not open two producers (with exactly
+  // once, the second would fence the first, as it has the same transactional id).
+  const openLock = Semaphore.makeUnsafe(1)
+  const current = Effect.suspend(() =>
+    open !== undefined
+      ? Effect.succeed(open)
+      : Semaphore.withPermit(
+          openLock,
+          Effect.suspend(() => (open === undefined ? opening : Effect.succeed(open)))
+        )
+  )
 
   const gate = Semaphore.makeUnsafe(COMMIT_GATE)
   const turnstile = Semaphore.makeUnsafe(1)
