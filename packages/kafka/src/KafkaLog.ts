@@ -658,13 +658,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
   })
 
 interface ConsumerDeps {
-  readonly base: {
-    clientId: string
-    bootstrapBrokers: Array<string>
-    timeout: number
-    retries: number
-    retryDelay: number
-  }
+  readonly base: TransactionalProducer.TransactionalDeps["base"]
   readonly maxWait: number
   readonly fetchMaxBytes: number
   readonly fetchPartitionMaxBytes: number

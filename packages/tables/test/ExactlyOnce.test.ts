@@ -4,7 +4,7 @@ import { Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 import * as Worker from "../src/Worker.js"
-import { expected, PARTITIONS, produceWords, SOURCE, until } from "./fixtures/words.js"
+import { countWords, expected, PARTITIONS, produceWords, SOURCE, until } from "./fixtures/words.js"
 
 const CHANGELOG = "eos-counts-changelog"
 const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: PARTITIONS })
@@ -85,14 +85,9 @@ describe("exactly_once", () => {
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 2000, 31)
       const count = (tables: Tables.TablesShape, table: Tables.TableHandle<string, number>, options = {}) =>
-        Worker.make({ groupId: "eos", commitIntervalMs: 50, standbyReplicas: 0, ...options }, [
-          Worker.agent({
-            name: "count",
-            topics: [SOURCE],
-            process: (record) =>
-              Effect.asVoid(table.update(dec.decode(record.value!), (n) => Option.getOrElse(n, () => 0) + 1))
-          })
-        ]).pipe(Effect.provideService(Tables.Tables, tables))
+        Worker.make({ groupId: "eos", commitIntervalMs: 50, standbyReplicas: 0, ...options }, [countWords(table)]).pipe(
+          Effect.provideService(Tables.Tables, tables)
+        )
       const caughtUp = (worker: Worker.WorkerShape) =>
         Effect.map(worker.metrics, (m) => m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0))
 

@@ -4,11 +4,11 @@ import { Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } f
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 import * as Worker from "../src/Worker.js"
-import { expected, PARTITIONS, produceWords, SOURCE, until } from "./fixtures/words.js"
+import { countWords, expected, PARTITIONS, produceWords, SOURCE, until } from "./fixtures/words.js"
 
 const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: PARTITIONS })
 const _enc = new TextEncoder()
-const dec = new TextDecoder()
+const _dec = new TextDecoder()
 
 /**
  * A worker counting words into `counts`, with its own table manager on its own memory store (closed with the scope);
@@ -24,14 +24,9 @@ const countingWorker = (
       Effect.provideContext(store)
     )
     const table = yield* tables.register(counts)
-    const worker = yield* Worker.make({ groupId: "wc", commitIntervalMs: 100, ...options }, [
-      Worker.agent({
-        name: "count",
-        topics: [SOURCE],
-        process: (record) =>
-          Effect.asVoid(table.update(dec.decode(record.value!), (n) => Option.getOrElse(n, () => 0) + 1))
-      })
-    ]).pipe(Effect.provideService(Tables.Tables, tables))
+    const worker = yield* Worker.make({ groupId: "wc", commitIntervalMs: 100, ...options }, [countWords(table)]).pipe(
+      Effect.provideService(Tables.Tables, tables)
+    )
     return { tables, table, worker }
   })
 
