@@ -51,6 +51,21 @@ export type RecoveryEvent =
     }
   | { readonly _tag: "PartitionReady"; readonly topic: string; readonly partition: number }
   | {
+      /** A partition's restore failed: it is not restored or tailed (and not usable) until it is assigned again. */
+      readonly _tag: "PartitionFailed"
+      readonly topic: string
+      readonly partition: number
+      readonly reason: RecoveryErrorReason
+    }
+  | {
+      /** A changelog record the target could not restore was set aside (dead-lettered) and skipped. */
+      readonly _tag: "RecordSkipped"
+      readonly topic: string
+      readonly partition: number
+      readonly offset: Offset
+      readonly detail: string
+    }
+  | {
       readonly _tag: "Stalled"
       readonly kind: StallKind
       readonly topic: string
@@ -106,12 +121,26 @@ export interface ChangelogSource {
 export interface RestoreTarget {
   /** The changelog offset a partition's store persisted (`None`: nothing yet). */
   readonly persistedOffset: (tp: TopicPartition) => Effect.Effect<Option.Option<Offset>, RestoreFailed>
-  /** Applies changelog records of one partition, in offset order, with the offset of the last, atomically. */
-  readonly apply: (tp: TopicPartition, records: ReadonlyArray<LogRecord>) => Effect.Effect<void, RestoreFailed>
+  /**
+   * Applies changelog records of one partition, in offset order, with the offset of the last, atomically. A record
+   * the target cannot take (a key or value its store refuses, bytes its table cannot decode) fails the batch with
+   * `BadChangelogRecord`, or, if the target sets such records aside, is skipped and reported in `skipped`.
+   */
+  readonly apply: (
+    tp: TopicPartition,
+    records: ReadonlyArray<LogRecord>
+  ) => Effect.Effect<ApplyResult, RestoreFailed | BadChangelogRecord>
+  /** Marks a partition unusable because its restore failed (`undefined`: usable again, it restored). */
+  readonly failed: (tp: TopicPartition, reason: RecoveryErrorReason | undefined) => Effect.Effect<void>
   /** Empties a partition's store (to restore it from scratch). */
   readonly wipe: (tp: TopicPartition) => Effect.Effect<void, RestoreFailed>
   /** Flushes the tables' write buffers and the producer, so persisted offsets are current before reading them. */
   readonly flush: Effect.Effect<void, RestoreFailed>
+}
+
+/** What applying a batch did besides writing it: the records set aside. */
+export interface ApplyResult {
+  readonly skipped: ReadonlyArray<{ readonly offset: Offset; readonly detail: string }>
 }
 
 /** The `Recovery` service key. */
@@ -142,8 +171,21 @@ export class RestoreFailed extends Schema.TaggedError<RestoreFailed>()("RestoreF
   }
 }
 
+/** A changelog record that cannot be restored: its store refuses it, or its table cannot decode it. */
+export class BadChangelogRecord extends Schema.TaggedError<BadChangelogRecord>()("BadChangelogRecord", {
+  topic: Topic,
+  partition: Partition,
+  offset: Schema.Int,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.topic}/${this.partition} offset ${this.offset} cannot be restored: ${this.detail}`
+  }
+}
+
 /** Why recovery failed. */
-export const RecoveryErrorReason = Schema.Union([ConsistencyError, RestoreFailed])
+export const RecoveryErrorReason = Schema.Union([ConsistencyError, RestoreFailed, BadChangelogRecord])
 /** @see RecoveryErrorReason */
 export type RecoveryErrorReason = typeof RecoveryErrorReason.Type
 

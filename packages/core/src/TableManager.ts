@@ -8,6 +8,7 @@
 import type { Effect } from "effect"
 import { Context, Schema } from "effect"
 import type { TopicPartition, TopicPartitionOffset } from "./Models.js"
+import { RecoveryErrorReason } from "./Recovery.js"
 
 /** A partitioned table, or a global one that every worker holds in full. */
 export type TableKind = "table" | "global"
@@ -92,13 +93,13 @@ export class InvalidTableManagerOptions extends Schema.TaggedError<InvalidTableM
   }
 }
 
-/** Recovery of the tables failed (see the cause's message: ConsistencyError, RestoreFailed). */
+/** Recovery of the tables failed; `reason` says why (a `ConsistencyError`, `RestoreFailed`, `BadChangelogRecord`). */
 export class TableRecoveryFailed extends Schema.TaggedError<TableRecoveryFailed>()("TableRecoveryFailed", {
-  detail: Schema.String
+  reason: RecoveryErrorReason
 }) {
   /** @since 0.1.0 */
   override get message() {
-    return `table recovery failed: ${this.detail}`
+    return `table recovery failed: ${this.reason.message}`
   }
 }
 

@@ -17,6 +17,12 @@
  * 4. log "Worker ready", complete `waitUntilCompleted`, and keep the standby
  *    partitions tailing in batches of `standbyBufferSize`.
  *
+ * A partition whose restore fails (its store is ahead of its changelog, a record
+ * cannot be restored, its store fails) is set aside: its `waitUntilReady` fails
+ * with the reason, the target marks it unusable, the other partitions go on, and
+ * `waitUntilCompleted` fails once they are done. It is tried again when it is
+ * assigned again.
+ *
  * A new assignment while restoring suspends the run and starts over from the
  * stores' persisted offsets: finished partitions are not restored again (until
  * revoked), unfinished ones continue where they were. A standby promoted to active
@@ -36,6 +42,7 @@ import {
   type PartitionProgress,
   type RecoveryEvent,
   RecoveryError,
+  type RecoveryErrorReason,
   type RecoveryShape,
   type RecoveryStats,
   RestoreFailed,
@@ -78,6 +85,11 @@ export const metrics = {
   /** Records still to restore before the active partitions are ready. */
   remaining: Metric.gauge("strata_recovery_remaining_records", {
     description: "Changelog records left to restore in active partitions"
+  }),
+  /** Changelog records set aside (dead-lettered) because they could not be restored. */
+  recordsSkipped: Metric.counter("strata_recovery_records_skipped_total", {
+    description: "Changelog records recovery could not restore and set aside",
+    incremental: true
   })
 } as const
 
@@ -162,6 +174,8 @@ export const make = (
     let rate: number | undefined
     let lastFlushAt = 0
     const stalled = new Set<string>()
+    /** Partitions whose restore failed, and why: set aside until assigned again. */
+    const failures = new Map<string, RecoveryErrorReason>()
 
     const publish = (event: RecoveryEvent) => PubSub.publish(events, event)
 
@@ -182,7 +196,25 @@ export const make = (
       }
     }
 
-    /** Reads offsets and the persisted position of `tps`, checks consistency and seeks; returns their progress. */
+    /** Sets a partition aside: it stops, its waiters fail with the reason, and the target marks it unusable. */
+    const failPartition = (tp: TopicPartition, reason: RecoveryErrorReason) =>
+      Effect.gen(function* () {
+        const key = tpKey(tp)
+        failures.set(key, reason)
+        progress.delete(key)
+        yield* source.pause([tp])
+        yield* target.failed(tp, reason)
+        const waiting = readiness.get(key)
+        if (waiting !== undefined) yield* Deferred.fail(waiting, new RecoveryError({ reason }))
+        yield* Effect.logError(`recovery of ${key} failed: ${reason.message}`)
+        yield* publish({ _tag: "PartitionFailed", topic: tp.topic, partition: tp.partition, reason })
+      })
+
+    /**
+     * Reads offsets and the persisted position of `tps`, checks consistency and seeks; returns their progress. A
+     * partition that cannot be restored is set aside (`failPartition`); one set aside before and fine now is usable
+     * again.
+     */
     const prepare = (tps: ReadonlyArray<TopicPartition>, isStandby: boolean, now: number) =>
       Effect.gen(function* () {
         if (tps.length === 0) return [] as Array<Progress>
@@ -190,31 +222,34 @@ export const make = (
         const out: Array<Progress> = []
         for (const o of offsets) {
           const tp = { topic: o.topic, partition: o.partition }
-          const persisted = yield* target
-            .persistedOffset(tp)
-            .pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
-          let from = Option.match(persisted, { onNone: () => 0, onSome: (p) => p + 1 })
-          if (Option.isSome(persisted) && persisted.value >= o.highwater) {
+          const persisted = yield* Effect.result(target.persistedOffset(tp))
+          if (persisted._tag === "Failure") {
+            yield* failPartition(tp, persisted.failure)
+            continue
+          }
+          let from = Option.match(persisted.success, { onNone: () => 0, onSome: (p) => p + 1 })
+          if (Option.isSome(persisted.success) && persisted.success.value >= o.highwater) {
             if (!wipe) {
-              return yield* Effect.fail(
-                new RecoveryError({
-                  reason: new ConsistencyError({
-                    topic: o.topic,
-                    partition: o.partition,
-                    persisted: persisted.value,
-                    highwater: o.highwater
-                  })
+              yield* failPartition(
+                tp,
+                new ConsistencyError({
+                  topic: o.topic,
+                  partition: o.partition,
+                  persisted: persisted.success.value,
+                  highwater: o.highwater
                 })
               )
+              continue
             }
             yield* Effect.logWarning(
-              `${tpKey(tp)}: persisted offset ${persisted.value} is beyond the changelog highwater ${o.highwater}; wiping the store and restoring it`
+              `${tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${o.highwater}; wiping the store and restoring it`
             )
             yield* target.wipe(tp).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
             from = 0
           }
           const start = Math.max(from, o.logStart)
           yield* source.seek(tp, start).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+          if (failures.delete(tpKey(tp))) yield* target.failed(tp, undefined)
           out.push({
             tp,
             standby: isStandby,
@@ -250,7 +285,21 @@ export const make = (
         stalled.delete(tpKey(p.tp))
         if (fresh.length === 0) return
         const startedAt = yield* Clock.currentTimeMillis
-        yield* target.apply(p.tp, fresh).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        const applied = yield* target
+          .apply(p.tp, fresh)
+          .pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        for (const skipped of applied.skipped) {
+          yield* Effect.logWarning(
+            `recovery of ${tpKey(p.tp)}: offset ${skipped.offset} set aside (dead-lettered): ${skipped.detail}`
+          )
+          yield* publish({ _tag: "RecordSkipped", topic: p.tp.topic, partition: p.tp.partition, ...skipped })
+        }
+        if (applied.skipped.length > 0) {
+          yield* Metric.update(
+            Metric.withAttributes(metrics.recordsSkipped, { topic: p.tp.topic }),
+            applied.skipped.length
+          )
+        }
         const endedAt = yield* Clock.currentTimeMillis
         lastFlushAt = endedAt
         const sample = fresh.length / Math.max(1, endedAt - startedAt)
@@ -435,7 +484,8 @@ export const make = (
                     const p = progress.get(key)
                     // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
                     if (p === undefined || (p.ready && !p.standby)) return
-                    yield* applyRecords(p, list, at)
+                    const applied = yield* Effect.result(applyRecords(p, list, at))
+                    if (applied._tag === "Failure") return yield* failPartition(p.tp, applied.failure.reason)
                     if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
                   }).pipe(
                     Effect.onExit((exit) =>
@@ -461,9 +511,18 @@ export const make = (
         yield* Fiber.interrupt(ticker)
         const finished = statsNow()
         yield* publish({ _tag: "Progress", stats: finished })
-        yield* publish({ _tag: "Completed" })
-        yield* Effect.logInfo("Worker ready")
-        yield* Deferred.succeed(done, undefined)
+        // Every other partition is restored; one set aside fails the run with its reason.
+        const failed = actives.flatMap((tp) => {
+          const reason = failures.get(tpKey(tp))
+          return reason === undefined ? [] : [reason]
+        })
+        if (failed.length > 0) {
+          yield* Deferred.fail(done, new RecoveryError({ reason: failed[0]! }))
+        } else {
+          yield* publish({ _tag: "Completed" })
+          yield* Effect.logInfo("Worker ready")
+          yield* Deferred.succeed(done, undefined)
+        }
         // Standbys keep tailing their changelogs for as long as they are assigned.
         const tailing = [...progress.values()].filter((p) => p.standby)
         if (tailing.length > 0) {
@@ -523,7 +582,10 @@ export const make = (
       revoke: (tps) =>
         Effect.suspend(() => {
           const gone = new Set(tps.map(tpKey))
-          for (const key of gone) caughtUp.delete(key)
+          for (const key of gone) {
+            caughtUp.delete(key)
+            failures.delete(key)
+          }
           active = without(active, gone)
           standby = without(standby, gone)
           return Effect.andThen(source.pause(tps), restart)

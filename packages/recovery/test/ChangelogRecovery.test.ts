@@ -91,13 +91,15 @@ const fakeTarget = () => {
         }
         persisted.set(tpKey(tp), records[records.length - 1]!.offset)
         applied.push({ tp: tpKey(tp), offsets: records.map((r) => r.offset) })
+        return { skipped: [] }
       }),
     wipe: (tp) =>
       Effect.sync(() => {
         state.delete(tpKey(tp))
         persisted.delete(tpKey(tp))
       }),
-    flush: Effect.void
+    flush: Effect.void,
+    failed: () => Effect.void
   }
   return { target, state, persisted, applied }
 }
@@ -206,7 +208,7 @@ describe("ChangelogRecovery", () => {
             if (records[0]!.offset !== (next.get(key) ?? 0))
               violations.push(`${key}@${records[0]!.offset} out of order`)
             next.set(key, records[records.length - 1]!.offset + 1)
-            yield* fake.target.apply(tp, records)
+            return yield* fake.target.apply(tp, records)
           })
       }
       const recovery = yield* ChangelogRecovery.make(source, target, { recoveryBufferSize: bufferSize })

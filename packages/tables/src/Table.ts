@@ -11,7 +11,7 @@
  *
  * @since 0.1.0
  */
-import { LogError, StoreError, type TableKind } from "@strata/core"
+import { LogError, RecoveryErrorReason, StoreError, type TableKind } from "@strata/core"
 import { Result, Schema } from "effect"
 import { partitionOf } from "./internal/murmur2.js"
 
@@ -43,6 +43,21 @@ export class PartitionNotAvailable extends Schema.TaggedError<PartitionNotAvaila
   /** @since 0.1.0 */
   override get message() {
     return `table ${this.table}: partition ${this.partition} is not available here: ${this.detail}`
+  }
+}
+
+/**
+ * The partition's restore failed (`reason`: its store is ahead of its changelog, a changelog record cannot be
+ * restored, its store failed): it is neither read nor written until a restore succeeds, when it is assigned again.
+ */
+export class PartitionRestoreFailed extends Schema.TaggedError<PartitionRestoreFailed>()("PartitionRestoreFailed", {
+  table: Schema.String,
+  partition: Schema.Int,
+  reason: RecoveryErrorReason
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `table ${this.table}: partition ${this.partition} cannot be used, its restore failed: ${this.reason.message}`
   }
 }
 
@@ -84,6 +99,7 @@ export class ChangelogFailed extends Schema.TaggedError<ChangelogFailed>()("Chan
 export const TableErrorReason = Schema.Union([
   CodecFailed,
   PartitionNotAvailable,
+  PartitionRestoreFailed,
   InvalidPartition,
   TableStoreFailed,
   ChangelogFailed

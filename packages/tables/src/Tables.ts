@@ -43,6 +43,7 @@ import {
   type Header,
   Log,
   type LogError,
+  type LogRecord,
   type LogShape,
   type Offset,
   type ProducerRecord,
@@ -88,10 +89,12 @@ import * as RestoreTarget from "./internal/restoreTarget.js"
 import * as Handles from "./internal/tableHandle.js"
 import {
   ChangelogFailed,
+  type Codecs,
   codecs as codecsOf,
   changelogTopicOf,
   InvalidPartition,
   PartitionNotAvailable,
+  PartitionRestoreFailed,
   type TableDef,
   TableError,
   TableStoreFailed,
@@ -139,6 +142,13 @@ export interface TablesOptions {
   readonly cacheEntries?: number
   /** Options of the recovery the manager starts. */
   readonly recovery?: ChangelogRecovery.ChangelogRecoveryOptions
+  /**
+   * A changelog record a restore cannot apply (its key or value beyond the store's limits, or not decodable by its
+   * table's schema): `"fail"` (default) sets its partition aside with `BadChangelogRecord` naming the offset (the
+   * partition is unusable until a restore succeeds); `"dead-letter"` sends it to `<app>-dead-letters` (headers
+   * `strata-dead-letter-from` and `strata-dead-letter-reason` say where from and why) and restores the rest.
+   */
+  readonly badRecords?: "fail" | "dead-letter"
 }
 
 /** The settings `config` reads, validated with Schema (a bad value fails naming its key). */
@@ -152,13 +162,14 @@ export const TablesSettings = Schema.Struct({
   transactionalId: Schema.optional(Schema.String.check(Schema.isMinLength(1))),
   recoveryDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
   recoveryBufferSize: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
-  onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"]))
+  onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
+  badRecords: Schema.optional(Schema.Literals(["fail", "dead-letter"]))
 })
 
 /**
  * The manager's options from configuration under `path` (default `tables`): `app`, `mode`,
  * `streamBufferMaxsize`, `settleDelayMs`, `acks`, `processingGuarantee`, `transactionalId`, `recoveryDelayMs`,
- * `recoveryBufferSize`, `onInconsistency`.
+ * `recoveryBufferSize`, `onInconsistency`, `badRecords`.
  */
 export const config = (path = "tables"): Config.Config<TablesOptions> =>
   Config.map(Config.schema(TablesSettings, path), (s) => ({
@@ -171,6 +182,7 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
       : { acks: s.acks === "all" ? ("all" as const) : s.acks === "1" ? (1 as const) : (0 as const) }),
     ...(s.processingGuarantee === undefined ? {} : { processingGuarantee: s.processingGuarantee }),
     ...(s.transactionalId === undefined ? {} : { transactionalId: s.transactionalId }),
+    ...(s.badRecords === undefined ? {} : { badRecords: s.badRecords }),
     recovery: {
       ...(s.recoveryDelayMs === undefined ? {} : { recoveryDelay: Duration.millis(s.recoveryDelayMs) }),
       ...(s.recoveryBufferSize === undefined ? {} : { recoveryBufferSize: s.recoveryBufferSize }),
@@ -397,12 +409,15 @@ export const make = (
           new InvalidPartition({ table: table.info.name, partition, partitions: table.info.partitions })
         )
       }
-      return (
-        table.partitions.get(partition) ??
-        tableError(
+      const w = table.partitions.get(partition)
+      if (w === undefined) {
+        return tableError(
           new PartitionNotAvailable({ table: table.info.name, partition, detail: "not assigned to this worker" })
         )
-      )
+      }
+      return w.failure === undefined
+        ? w
+        : tableError(new PartitionRestoreFailed({ table: table.info.name, partition, reason: w.failure }))
     }
 
     /** Opens a table partition's store (idempotent); sets whether it is a standby replica. */
@@ -422,8 +437,11 @@ export const make = (
         table.partitions.set(partition, PartitionWrites.make(opened, child, standby, cacheEntries))
       })
 
-    const commitFailed = (table: Registered, partition: number, e: LogError | StoreError) =>
-      managerError(new CommitFailed({ table: table.info.name, partition, detail: e.message }))
+    const commitFailed = (
+      table: Registered,
+      partition: number,
+      e: LogError | StoreError | PartitionWrites.ChangelogBehindStore
+    ) => managerError(new CommitFailed({ table: table.info.name, partition, detail: e.message }))
 
     /** Persists a partition's buffered changes (their acks in) with its changelog and source offsets (plus `extra`). */
     const flushPartition = (
@@ -465,7 +483,7 @@ export const make = (
             )
           )
         }
-        const table: Registered = { info, partitions: new Map() }
+        const table: Registered = { info, partitions: new Map(), codecs: undefined }
         tables.set(info.name, table)
         byChangelog.set(info.changelogTopic, table)
         return table
@@ -638,8 +656,48 @@ export const make = (
       yield* log.flush
     })
 
+    /** The dead-letter topic, made when a record is first set aside. */
+    const deadLetters = `${options.app}-dead-letters`
+    let deadLettersMade = false
+    const deadLetter = (bad: ReadonlyArray<{ readonly record: LogRecord; readonly detail: string }>) =>
+      Effect.gen(function* () {
+        if (!deadLettersMade) {
+          yield* log.ensureTopic({ topic: deadLetters, partitions: 1 })
+          deadLettersMade = true
+        }
+        yield* log.produceBatch(
+          bad.map(({ record, detail }) => ({
+            topic: deadLetters,
+            partition: 0,
+            key: record.key,
+            value: record.value,
+            headers: [
+              ...record.headers,
+              {
+                key: "strata-dead-letter-from",
+                value: Buffer.from(JSON.stringify([record.topic, record.partition, record.offset]))
+              },
+              { key: "strata-dead-letter-reason", value: Buffer.from(detail) }
+            ]
+          }))
+        )
+      }).pipe(
+        Effect.mapError(
+          (e) =>
+            new RestoreFailed({
+              topic: bad[0]!.record.topic,
+              partition: bad[0]!.record.partition,
+              detail: `sending a record that cannot be restored to ${deadLetters}: ${e.message}`
+            })
+        )
+      )
+
     const target = RestoreTarget.make({
       partitionOf: (tp) => byChangelog.get(tp.topic)?.partitions.get(tp.partition),
+      codecsOf: (tp) => byChangelog.get(tp.topic)?.codecs,
+      limits: store.limits,
+      badRecords: options.badRecords ?? "fail",
+      deadLetter,
       replayed,
       // Buffered changes reach the stores with their offsets, so recovery reads current persisted offsets.
       flushAll: flushAll.pipe(
@@ -808,7 +866,7 @@ export const make = (
           ? Effect.void
           : recovery
               .waitUntilReady(changelogTps(sourceToChangelogs(tps)))
-              .pipe(Effect.mapError((e) => managerError(new TableRecoveryFailed({ detail: e.message }))))
+              .pipe(Effect.mapError((e) => managerError(new TableRecoveryFailed({ reason: e.reason }))))
       )
 
     /** Runs `effect` once no record of these source partitions is being processed, and none starts meanwhile. */
@@ -873,7 +931,7 @@ export const make = (
         !holdsState || recovery === undefined
           ? Effect.void
           : recovery.waitUntilCompleted.pipe(
-              Effect.mapError((e) => managerError(new TableRecoveryFailed({ detail: e.message })))
+              Effect.mapError((e) => managerError(new TableRecoveryFailed({ reason: e.reason })))
             )
       )
     }
@@ -891,7 +949,8 @@ export const make = (
           changelogTopic: changelogTopicOf(options.app, def as TableDef<unknown, unknown>)
         }
         const table = yield* add(info)
-        return Handles.make(table, codecs, { lookupPartition, sendCollector })
+        table.codecs = codecs as Codecs<unknown, unknown>
+        return Handles.make(table, codecs, { lookupPartition, sendCollector, limits: store.limits })
       })
 
     const resumeOffset: TablesShape["resumeOffset"] = (tp) =>

@@ -24,6 +24,7 @@ const worker = (
     readonly slowWritesMs?: number
     readonly recoveryBufferSize?: number
     readonly onInconsistency?: "fail" | "wipe"
+    readonly badRecords?: "fail" | "dead-letter"
   } = {}
 ) =>
   Effect.gen(function* () {
@@ -32,6 +33,7 @@ const worker = (
     const tables = yield* Tables.make({
       app,
       settleDelay: 0,
+      ...(options.badRecords === undefined ? {} : { badRecords: options.badRecords }),
       recovery: {
         recoveryBufferSize: options.recoveryBufferSize ?? 1000,
         ...(options.onInconsistency === undefined ? {} : { onInconsistency: options.onInconsistency })
@@ -294,6 +296,164 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           assert.isAtMost(replayed, 7, "promotion replays only what the standby had not applied")
           assert.deepStrictEqual(yield* b.table.entries(0), yield* a.table.entries(0))
           yield* b.table.set("x", 1, { partition: 0 })
+        })
+      )
+    )
+
+    it.live("a partition whose restore failed is neither read nor written until it restores; the others go on", () =>
+      run((app) =>
+        Effect.gen(function* () {
+          const words = [0, 1].map((partition) => ({ topic: "words", partition }))
+          const changelog0 = { topic: `${app}-counts-changelog`, partition: 0 }
+          const store = yield* Store
+          const first = yield* Scope.make()
+          const a = yield* worker(app).pipe(Scope.provide(first))
+          yield* a.tables.assign({ active: words })
+          yield* writeThrough(a, 0, 0, 10)
+          yield* writeThrough(a, 1, 0, 10)
+          const kept1 = yield* a.table.entries(1)
+          yield* Scope.close(first, Exit.void)
+          // Partition 0's store claims more than its changelog holds.
+          const persisted = () =>
+            store.open({ table: "counts", partition: 0 }).pipe(
+              Effect.flatMap((s) => s.persistedOffset(changelog0)),
+              Effect.scoped
+            )
+          yield* store.open({ table: "counts", partition: 0 }).pipe(
+            Effect.flatMap((s) => s.setPersistedOffset(changelog0, 100)),
+            Effect.scoped
+          )
+          const scope = yield* Scope.make()
+          const b = yield* worker(app).pipe(Scope.provide(scope))
+          yield* b.tables.assign({ active: words })
+          const failed = yield* Effect.flip(b.tables.manager.waitUntilRecoveryCompleted)
+          assert.strictEqual(failed.reason._tag, "TableRecoveryFailed")
+          if (failed.reason._tag === "TableRecoveryFailed") {
+            assert.strictEqual(failed.reason.reason._tag, "ConsistencyError")
+          }
+          // Partition 1 restored; partition 0 refuses reads and writes with the reason.
+          yield* b.tables.waitUntilReady([words[1]!])
+          assert.deepStrictEqual(yield* b.table.entries(1), kept1)
+          const refusedRead = yield* Effect.flip(b.table.get("k3", { partition: 0 }))
+          assert.strictEqual(refusedRead.reason._tag, "PartitionRestoreFailed")
+          assert.include(refusedRead.message, "persisted offset 100 is beyond the changelog highwater 10")
+          const refusedWrite = yield* Effect.flip(
+            b.tables.process({ topic: "words", partition: 0, offset: 10 }, b.table.set("new", 99))
+          )
+          assert.strictEqual(refusedWrite.reason._tag, "PartitionRestoreFailed")
+          yield* b.tables.manager.onCommit([{ topic: "words", partition: 0, offset: 11 }])
+          yield* Scope.close(scope, Exit.void)
+          assert.deepStrictEqual(yield* persisted(), Option.some(100), "the persisted offset did not go backwards")
+          // Wiped, it restores from its changelog and is usable again.
+          const wiped = yield* Scope.make()
+          const c = yield* worker(app, { onInconsistency: "wipe" }).pipe(Scope.provide(wiped))
+          yield* c.tables.assign({ active: words })
+          yield* c.tables.manager.waitUntilRecoveryCompleted
+          assert.strictEqual((yield* c.table.entries(0)).length, 10)
+          yield* Scope.close(wiped, Exit.void)
+        }).pipe(Effect.provide(Store.layerMemory()))
+      )
+    )
+
+    it.live(
+      "a changelog record that cannot be restored fails its partition naming the offset, or is dead-lettered",
+      () =>
+        run((app) =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const changelog = `${app}-counts-changelog`
+            yield* log.ensureTopic({ topic: changelog, partitions: 2, compacted: true })
+            const bytes = (text: string) => new TextEncoder().encode(text)
+            const json = (v: unknown) => bytes(JSON.stringify(v))
+            const entries: ReadonlyArray<readonly [Uint8Array, Uint8Array]> = [
+              [json("a"), json(1)],
+              [json("b"), bytes("{not json")],
+              [json("c"), json(2)],
+              [new Uint8Array([0x22, 0xc3, 0x28, 0x22]), json(3)], // not UTF-8
+              [json("x".repeat(70 * 1024)), json(4)], // beyond the store's 64 KiB key limit
+              [json("d"), json("five")], // not an Int
+              [json("e"), json(6)]
+            ]
+            yield* log.produceBatch(
+              entries.map(([key, value]) => ({ topic: changelog, partition: 0, key, value, headers: [] }))
+            )
+            const p0 = [{ topic: "words", partition: 0 }]
+
+            const failing = yield* isolated(app)
+            yield* failing.tables.assign({ active: p0 })
+            const failed = yield* Effect.flip(failing.tables.manager.waitUntilRecoveryCompleted)
+            assert.strictEqual(failed.reason._tag, "TableRecoveryFailed")
+            if (failed.reason._tag === "TableRecoveryFailed") {
+              const reason = failed.reason.reason
+              assert.strictEqual(reason._tag, "BadChangelogRecord")
+              if (reason._tag === "BadChangelogRecord") {
+                assert.deepStrictEqual([reason.topic, reason.partition, reason.offset], [changelog, 0, 1])
+                assert.include(reason.message, "not JSON")
+              }
+            }
+            const refused = yield* Effect.flip(failing.table.entries(0))
+            assert.strictEqual(refused.reason._tag, "PartitionRestoreFailed")
+
+            const lenient = yield* isolated(app, { badRecords: "dead-letter" })
+            const recovery = yield* recoveryOf(lenient)
+            const skipped: Array<number> = []
+            yield* Effect.forkChild(
+              recovery.events.pipe(
+                Stream.runForEach((e: RecoveryEvent) =>
+                  Effect.sync(() => {
+                    if (e._tag === "RecordSkipped") skipped.push(e.offset)
+                  })
+                )
+              )
+            )
+            yield* Effect.yieldNow
+            yield* lenient.tables.assign({ active: p0 })
+            yield* lenient.tables.manager.waitUntilRecoveryCompleted
+            assert.deepStrictEqual(yield* lenient.table.entries(0), [
+              ["a", 1],
+              ["c", 2],
+              ["e", 6]
+            ])
+            assert.deepStrictEqual(skipped, [1, 3, 4, 5])
+            // Each record set aside is in the dead-letter topic, with where it came from and why.
+            const reader = yield* log.consumer()
+            yield* reader.assign([{ topic: `${app}-dead-letters`, partition: 0 }])
+            const dead = yield* reader.batches.pipe(
+              Stream.flatMap((batch) => Stream.fromIterable(batch.records)),
+              Stream.take(4),
+              Stream.runCollect
+            )
+            const header = (r: (typeof dead)[number], key: string) =>
+              new TextDecoder().decode(r.headers.find((h) => h.key === key)?.value ?? new Uint8Array())
+            assert.deepStrictEqual(
+              dead.map((r) => JSON.parse(header(r, "strata-dead-letter-from"))),
+              [1, 3, 4, 5].map((offset) => [changelog, 0, offset])
+            )
+            assert.include(header(dead[0]!, "strata-dead-letter-reason"), "not JSON")
+            assert.include(header(dead[2]!, "strata-dead-letter-reason"), "exceeds the limit of 65536")
+          })
+        )
+    )
+
+    it.live("a write beyond the store's limits is refused before it is produced", () =>
+      run((app) =>
+        Effect.gen(function* () {
+          const a = yield* isolated(app)
+          yield* a.tables.assign({ active: [{ topic: "words", partition: 0 }] })
+          const refused = yield* Effect.flip(
+            a.tables.process({ topic: "words", partition: 0, offset: 0 }, a.table.set("x".repeat(70 * 1024), 2))
+          )
+          assert.strictEqual(refused.reason._tag, "TableStoreFailed")
+          assert.include(refused.message, "exceeds the limit of 65536")
+          // Good writes still commit, and nothing of the refused one reached the changelog.
+          yield* writeThrough(a, 0, 1, 3)
+          const log = yield* Log
+          const [changelog] = yield* log.offsets([{ topic: `${app}-counts-changelog`, partition: 0 }])
+          assert.strictEqual(changelog!.highwater, 3)
+          const b = yield* isolated(app)
+          yield* b.tables.assign({ active: [{ topic: "words", partition: 0 }] })
+          yield* b.tables.manager.waitUntilRecoveryCompleted
+          assert.deepStrictEqual(yield* b.table.entries(0), yield* a.table.entries(0))
         })
       )
     )

@@ -5,6 +5,7 @@
  * @internal
  */
 import type { TableInfo, TopicPartitionOffset } from "@strata/core"
+import type { Codecs } from "../Table.js"
 import { Context } from "effect"
 import type { Change, PartitionWrites } from "./partitionWrites.js"
 
@@ -12,6 +13,8 @@ import type { Change, PartitionWrites } from "./partitionWrites.js"
 export interface Registered {
   readonly info: TableInfo
   readonly partitions: Map<number, PartitionWrites>
+  /** The key and value codecs of a table registered with a schema (none: added as raw bytes). */
+  codecs: Codecs<unknown, unknown> | undefined
 }
 
 /** The writes of one `process` (or `processBatch`) call, in order, and a view for reading them back. */

@@ -14,13 +14,14 @@ import {
   type LogError,
   type PartitionStore,
   put,
+  type RecoveryErrorReason,
   type StoreError,
   type StoreOp,
   type TopicPartition,
   type TopicPartitionOffset,
   tpKey
 } from "@strata/core"
-import { Effect, type Scope, Semaphore } from "effect"
+import { Data, Effect, Option, type Scope, Semaphore } from "effect"
 import { advance } from "./offsets.js"
 
 /** A change of one key: a `null` value deletes it. */
@@ -53,6 +54,10 @@ export interface PartitionWrites {
    * put it in the cache.
    */
   storeVersion: number
+  /** Why the partition's restore failed, if it did: it is neither read nor written while set. */
+  failure: RecoveryErrorReason | undefined
+  /** The highest changelog offset the store persisted, as far as known here: a flush never writes a lower one. */
+  persisted: number | undefined
 }
 
 const EXCLUSIVE = 1 << 30
@@ -72,6 +77,8 @@ export const make = (
   cache: new Map(),
   cacheEntries,
   storeVersion: 0,
+  failure: undefined,
+  persisted: undefined,
   scope,
   dirty: new Map(),
   acks: [],
@@ -130,6 +137,23 @@ export const forget = (w: PartitionWrites, id: string): void => {
   if (w.cache.size > 0) w.cache.delete(id)
 }
 
+/**
+ * A flush would persist a changelog offset below the one the store holds: the changelog was deleted and made again,
+ * or truncated, under the partition. Nothing is written; the store's data no longer matches its changelog.
+ */
+export class ChangelogBehindStore extends Data.TaggedError("ChangelogBehindStore")<{
+  readonly changelog: TopicPartition
+  readonly persisted: number
+  readonly offset: number
+}> {
+  override get message() {
+    return (
+      `the changelog ${this.changelog.topic}/${this.changelog.partition} gave offset ${this.offset}, below the ` +
+      `offset ${this.persisted} the store persisted: it was recreated or truncated; nothing was persisted`
+    )
+  }
+}
+
 /** Whether a flush has anything to write. */
 const isClean = (w: PartitionWrites) => w.dirty.size === 0 && w.acks.length === 0
 
@@ -142,7 +166,7 @@ export const flush = (
   w: PartitionWrites,
   changelog: TopicPartition,
   extra: ReadonlyArray<TopicPartitionOffset>
-): Effect.Effect<void, LogError | StoreError> =>
+): Effect.Effect<void, LogError | StoreError | ChangelogBehindStore> =>
   exclusive(
     w,
     Effect.gen(function* () {
@@ -160,9 +184,19 @@ export const flush = (
         if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
       }
       const persisted: Array<TopicPartitionOffset> = [...sources.values()]
-      if (pending !== undefined) persisted.push({ ...changelog, offset: pending })
+      if (pending !== undefined) {
+        // A persisted offset never goes backwards.
+        if (w.persisted === undefined) {
+          w.persisted = Option.getOrUndefined(yield* w.store.persistedOffset(changelog))
+        }
+        if (w.persisted !== undefined && pending < w.persisted) {
+          return yield* Effect.fail(new ChangelogBehindStore({ changelog, persisted: w.persisted, offset: pending }))
+        }
+        persisted.push({ ...changelog, offset: pending })
+      }
       w.storeVersion++
       yield* w.store.write(ops, { offsets: persisted })
+      if (pending !== undefined) w.persisted = pending
       // What was written is what the store holds now.
       for (const [id, change] of w.dirty) remember(w, id, change.value)
       discard(w)

@@ -3,22 +3,31 @@
  * one atomic store write with the offset of its last record and the source offsets its `strata-source` headers
  * name, so after a restore the store says where to resume each source partition.
  *
+ * Every record is checked before anything of its batch is written: its key and value against the store's limits (the
+ * same checks a store makes), and, for a table registered with a schema, decoded by the table's codecs. A record that
+ * fails either fails the batch with `BadChangelogRecord` naming its offset, or, with `badRecords: "dead-letter"`, is
+ * sent to the dead-letter topic (with headers naming where it came from and why) and skipped.
+ *
  * @internal
  */
 import {
+  type ApplyResult,
+  BadChangelogRecord,
   del,
   type Header,
   type LogRecord,
   put,
   RestoreFailed,
   type RestoreTarget,
+  type StoreLimits,
   type StoreOp,
   StoreValidation,
   type TopicPartition,
   type TopicPartitionOffset,
   tpKey
 } from "@strata/core"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
+import type { Codecs } from "../Table.js"
 import * as PartitionWrites from "./partitionWrites.js"
 
 /** The header `process` stamps on every changelog record: the source record it came from. */
@@ -88,6 +97,39 @@ export interface RestoreTargetDeps {
   readonly flushAll: Effect.Effect<void, RestoreFailed>
   /** Highest source offset (next to read) replayed from changelog headers, by source partition; updated here. */
   readonly replayed: Map<string, number>
+  /** The store's limits: a record beyond them cannot be restored. */
+  readonly limits: StoreLimits
+  /** The key and value codecs of a changelog partition's table, if it has them. */
+  readonly codecsOf: (tp: TopicPartition) => Codecs<unknown, unknown> | undefined
+  /** What to do with a record that cannot be restored: fail the partition's restore, or dead-letter it and go on. */
+  readonly badRecords: "fail" | "dead-letter"
+  /** Sends records that cannot be restored to the dead-letter topic, with why; waits for their acks. */
+  readonly deadLetter: (
+    records: ReadonlyArray<{ readonly record: LogRecord; readonly detail: string }>
+  ) => Effect.Effect<void, RestoreFailed>
+}
+
+/** Why a changelog record cannot be restored, if it cannot. */
+export const badRecordDetail = (
+  record: LogRecord,
+  limits: StoreLimits,
+  codecs: Codecs<unknown, unknown> | undefined
+): string | undefined => {
+  if (record.key === null) return "the record has no key"
+  const key = StoreValidation.checkKey(record.key, limits)
+  if (key !== undefined) return key.message
+  if (record.value !== null) {
+    const value = StoreValidation.checkValue(record.value, limits)
+    if (value !== undefined) return value.message
+  }
+  if (codecs === undefined) return undefined
+  const k = codecs.decodeKey(record.key)
+  if (Result.isFailure(k)) return k.failure.message
+  if (record.value !== null) {
+    const v = codecs.decodeValue(record.value)
+    if (Result.isFailure(v)) return v.failure.message
+  }
+  return undefined
 }
 
 const restoreFailed = (tp: TopicPartition, detail: string) =>
@@ -99,9 +141,24 @@ const applyRecords = (
   tp: TopicPartition,
   w: PartitionWrites.PartitionWrites,
   records: ReadonlyArray<LogRecord>
-) =>
+): Effect.Effect<ApplyResult, RestoreFailed | BadChangelogRecord> =>
   Effect.gen(function* () {
-    if (records.length === 0) return
+    if (records.length === 0) return NOTHING_SKIPPED
+    const codecs = deps.codecsOf(tp)
+    const bad: Array<{ readonly record: LogRecord; readonly detail: string }> = []
+    for (const r of records) {
+      const detail = badRecordDetail(r, deps.limits, codecs)
+      if (detail === undefined) continue
+      if (deps.badRecords === "fail") {
+        return yield* Effect.fail(
+          new BadChangelogRecord({ topic: tp.topic, partition: tp.partition, offset: r.offset, detail })
+        )
+      }
+      bad.push({ record: r, detail })
+    }
+    // Set aside before the batch's offset passes them: a crash in between dead-letters them again, never loses them.
+    if (bad.length > 0) yield* deps.deadLetter(bad)
+    const skipped = bad.length === 0 ? undefined : new Set(bad.map((b) => b.record))
     const ops: Array<StoreOp> = new Array(records.length)
     let n = 0
     // Per source partition (the header's `["topic",partition,` prefix), the highest source offset seen: the
@@ -111,7 +168,7 @@ const applyRecords = (
     let lastPrefixLength = -1
     let lastPrefixText = ""
     for (const r of records) {
-      if (r.key === null) continue
+      if (r.key === null || skipped?.has(r) === true) continue
       ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
       // The buffered change of a key, if any, is older than the changelog record: drop it.
       if (w.dirty.size > 0 || w.cache.size > 0) {
@@ -157,7 +214,13 @@ const applyRecords = (
     yield* w.store
       .write(ops, { offsets: [{ topic: tp.topic, partition: tp.partition, offset: last }, ...sources] })
       .pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+    w.persisted = last
+    return bad.length === 0
+      ? NOTHING_SKIPPED
+      : { skipped: bad.map((b) => ({ offset: b.record.offset, detail: b.detail })) }
   })
+
+const NOTHING_SKIPPED: ApplyResult = { skipped: [] }
 
 /** The restore target over the table manager's open partitions. */
 export const make = (deps: RestoreTargetDeps): RestoreTarget => {
@@ -181,9 +244,15 @@ export const make = (deps: RestoreTargetDeps): RestoreTarget => {
           PartitionWrites.discard(w)
           w.cache.clear()
           w.storeVersion++
+          w.persisted = undefined
           return w.store.clear.pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
         })
       ),
-    flush: deps.flushAll
+    flush: deps.flushAll,
+    failed: (tp, reason) =>
+      Effect.sync(() => {
+        const w = deps.partitionOf(tp)
+        if (w !== undefined) w.failure = reason
+      })
   }
 }

@@ -6,6 +6,7 @@
  *
  * @internal
  */
+import { type StoreLimits, StoreValidation } from "@strata/core"
 import { Effect, Option, Result, Stream } from "effect"
 import { type Codecs, keyPartition, PartitionNotAvailable, TableError, TableStoreFailed } from "../Table.js"
 import type { PartitionOption, TableHandle } from "../Tables.js"
@@ -19,6 +20,8 @@ export interface HandleDeps {
   readonly lookupPartition: (table: Registered, partition: number) => PartitionWrites.PartitionWrites | TableError
   /** Sends a collector's writes and buffers them (writes outside `process`). */
   readonly sendCollector: (collector: Collector) => Effect.Effect<void, TableError>
+  /** The store's limits: a write beyond them is refused before anything is produced. */
+  readonly limits: StoreLimits
 }
 
 const tableError = (reason: TableError["reason"]) => new TableError({ reason })
@@ -112,6 +115,12 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
       if (Result.isFailure(r)) return Effect.fail(tableError(r.failure))
       v = r.success
     }
+    // The store's own checks, before the write is produced: a changelog record its store cannot take would fail
+    // every later commit and every restore.
+    const refused =
+      StoreValidation.checkKey(loc.k, deps.limits) ??
+      (v === null ? undefined : StoreValidation.checkValue(v, deps.limits))
+    if (refused !== undefined) return Effect.fail(tableError(new TableStoreFailed({ table: name, cause: refused })))
     if (loc.w.standby) {
       return Effect.fail(
         tableError(
