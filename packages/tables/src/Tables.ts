@@ -76,6 +76,7 @@ import {
   Option,
   Random,
   Schema,
+  SchemaIssue,
   Scope,
   Semaphore,
   type Stream
@@ -190,34 +191,54 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
     }
   }))
 
-const invalidOption = (option: string, detail: string) =>
-  new TableManagerError({ reason: new InvalidTableManagerOptions({ option, detail }) })
+/** A `Duration.Input` (a Duration, milliseconds, or text such as `"1 second"`). */
+const DurationInput = Schema.declare(
+  (u: unknown): u is Duration.Input => Option.isSome(Duration.fromInput(u as Duration.Input)),
+  { expected: 'a duration (a Duration, milliseconds, or text such as "1 second")' }
+)
+const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
 
-/** Checks options given in code (configuration is checked by `config`). */
-const checkOptions = (options: TablesOptions): TableManagerError | undefined => {
-  if (options.app.length === 0) return invalidOption("app", "must not be empty")
-  const size = options.streamBufferMaxsize
-  if (size !== undefined && (!Number.isSafeInteger(size) || size < 1)) {
-    return invalidOption("streamBufferMaxsize", `must be a positive integer, got ${size}`)
-  }
-  const guarantee = options.processingGuarantee
-  if (guarantee !== undefined && guarantee !== "at_least_once" && guarantee !== "exactly_once") {
-    return invalidOption("processingGuarantee", `must be at_least_once or exactly_once, got ${String(guarantee)}`)
-  }
-  if (options.transactionalId !== undefined && options.transactionalId.length === 0) {
-    return invalidOption("transactionalId", "must not be empty")
-  }
-  if (options.settleDelay !== undefined && Option.isNone(Duration.fromInput(options.settleDelay))) {
-    return invalidOption("settleDelay", `not a duration: ${String(options.settleDelay)}`)
-  }
-  for (const name of ["recoveryBufferSize", "standbyBufferSize"] as const) {
-    const buffer = options.recovery?.[name]
-    if (buffer !== undefined && (!Number.isSafeInteger(buffer) || buffer < 1)) {
-      return invalidOption(`recovery.${name}`, `must be a positive integer, got ${buffer}`)
-    }
-  }
-  return undefined
-}
+/** The options `make` takes, checked by this one schema (a bad option fails naming it). */
+export const TablesOptionsSchema = Schema.Struct({
+  app: Schema.String.check(Schema.isMinLength(1)),
+  mode: Schema.optional(Schema.Literals(["worker", "producer-only", "client-only"])),
+  streamBufferMaxsize: Schema.optional(PositiveInt),
+  settleDelay: Schema.optional(DurationInput),
+  acks: Schema.optional(Schema.Literals([0, 1, "all"])),
+  processingGuarantee: Schema.optional(Schema.Literals(["at_least_once", "exactly_once"])),
+  transactionalId: Schema.optional(Schema.String.check(Schema.isMinLength(1))),
+  cacheEntries: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  badRecords: Schema.optional(Schema.Literals(["fail", "dead-letter"])),
+  recovery: Schema.optional(
+    Schema.Struct({
+      recoveryDelay: Schema.optional(DurationInput),
+      recoveryBufferSize: Schema.optional(PositiveInt),
+      standbyBufferSize: Schema.optional(PositiveInt),
+      onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
+      statsInterval: Schema.optional(DurationInput),
+      eventTimeout: Schema.optional(DurationInput),
+      flushTimeout: Schema.optional(DurationInput)
+    })
+  )
+})
+
+/** Checks options given in code (configuration is checked by `config`); the error names each bad option. */
+const decodeOptions = (options: TablesOptions): Effect.Effect<TablesOptions, TableManagerError> =>
+  Schema.decodeUnknownEffect(TablesOptionsSchema)(options, { errors: "all", onExcessProperty: "error" }).pipe(
+    Effect.as(options),
+    Effect.mapError((error) => {
+      const issues = formatIssues(error.issue).issues
+      const pathOf = (i: (typeof issues)[number]) => (i.path ?? []).map(String).join(".") || "(options)"
+      return new TableManagerError({
+        reason: new InvalidTableManagerOptions({
+          option: issues.map(pathOf).join(", "),
+          detail: issues.map((i) => `${pathOf(i)}: ${i.message}`).join("; ")
+        })
+      })
+    })
+  )
+
+const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
 // ---------------------------------------------------------------------------
 // Table handles
@@ -360,8 +381,7 @@ export const make = (
   options: TablesOptions
 ): Effect.Effect<TablesShape, TableManagerError, Store | Log | Scope.Scope> =>
   Effect.gen(function* () {
-    const invalid = checkOptions(options)
-    if (invalid !== undefined) return yield* Effect.fail(invalid)
+    yield* decodeOptions(options)
     const store: StoreShape = yield* Store
     const log: LogShape = yield* Log
     // Everything the manager opens later (partition stores, the producer, recovery) lives in this scope, made now:

@@ -318,10 +318,14 @@ export const make = <E, R>(
         }
       }).pipe(
         // A table error while processing (a write refused by the changelog, say) stops the partition's records until
-        // the next commit fails and rewinds; it names the record it stopped at.
+        // the next commit fails and rewinds; it names the record it stopped at. Its batches are taken and dropped
+        // until then (the rewind seeks it again): a full buffer nobody takes from would hold up every partition's.
         Effect.catchTag("TableError", (e) =>
           e.reason._tag === "ChangelogFailed"
-            ? Effect.logWarning(`worker: ${r.tp.topic}/${r.tp.partition}@${r.next} waits for a rewind: ${e.message}`)
+            ? Effect.andThen(
+                Effect.logWarning(`worker: ${r.tp.topic}/${r.tp.partition}@${r.next} waits for a rewind: ${e.message}`),
+                Effect.ignore(Effect.forever(Queue.take(r.batches)))
+              )
             : Effect.fail(
                 new AgentFailed({
                   agent: "(tables)",
@@ -340,6 +344,8 @@ export const make = <E, R>(
         yield* Queue.end(r.batches)
         if (r.fiber !== undefined) yield* Effect.ignore(Fiber.join(r.fiber))
         r.fiber = undefined
+        // What the fiber left (it stopped early) goes: an offer waiting for room in this buffer is let go.
+        yield* Effect.ignore(Queue.clear(r.batches))
       })
 
     /** The group's committed offset of a partition, else its log start. */

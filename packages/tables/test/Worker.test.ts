@@ -96,6 +96,32 @@ describe("Worker", () => {
     }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
   )
 
+  it.live("a partition stopped by a refused record never blocks the others' batches; the rewind restarts it", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const faults = yield* LogFaults
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      // Small batches and a one-batch buffer per partition: a stopped partition's buffer is full at once.
+      const a = yield* countingWorker({ commitIntervalMs: 300, maxBatchRecords: 5, partitionBuffer: 1 })
+      yield* produceWords(log, 0, 200, 17)
+      yield* until("the worker caught up", caughtUp(a.worker, 200))
+      yield* faults.failAppends("wc-counts-changelog", 1)
+      yield* produceWords(log, 200, 4000, 17)
+      yield* Effect.raceFirst(
+        until(
+          "the worker rewound and caught up",
+          Effect.map(
+            a.worker.metrics,
+            (m) => m.rewinds >= 1 && m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0)
+          )
+        ),
+        a.worker.join
+      )
+      yield* a.worker.commit
+      assert.deepStrictEqual(yield* readCounts(a.table), expected(4200, 17))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  )
+
   it.live("a second member takes half the partitions: revocation commits, and every record counts once", () =>
     Effect.gen(function* () {
       const log = yield* Log
