@@ -1,6 +1,15 @@
 /**
  * The `strata` command line: subcommands compose Strata's layers from flags.
  *
+ * Flags that only one backend reads imply it (`--brokers` → `--log kafka`); a
+ * flag several backends read needs the backend named (`--data-dir` needs
+ * `--store level` or `--store rocksdb`); a flag given with a backend that does
+ * not read it is rejected, never ignored.
+ *
+ * Failures are reported on stderr as one line naming what was wrong and what
+ * to do, with a non-zero exit code; `--verbose` adds the full cause (stack
+ * traces included).
+ *
  * @since 0.1.0
  */
 import { join } from "node:path"
@@ -8,12 +17,125 @@ import { Log, type LogError, Store, type StoreError } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { Console, Effect, type Layer, Option, Schema } from "effect"
-import { Command, Flag } from "effect/cli"
+import { Cause, Console, Data, Effect, type Layer, Option, Runtime, Schema, Stdio } from "effect"
+import { CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import * as Coordinators from "./Coordinators.js"
 import * as Demo from "./Demo.js"
 
-/** The store layers of one worker run and of its restart. */
+// ---------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------
+
+/** Flags that cannot work together; `hint` says what to change. */
+export class UsageError extends Data.TaggedError("UsageError")<{
+  readonly detail: string
+  readonly hint: string
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.detail
+  }
+}
+
+/** A failure already reported on stderr: the process exits non-zero without reporting it again. */
+export class Reported extends Data.TaggedError("Reported")<{ readonly line: string }> {
+  /** Read by the runtime: the failure needs no further log line. */
+  override readonly [Runtime.errorReported] = false
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.line
+  }
+}
+
+/** What to do about a failure, when the CLI knows. */
+const hintOf = (error: unknown): string | undefined => {
+  if (typeof error !== "object" || error === null || !("_tag" in error) || !("reason" in error)) return undefined
+  const reason = (error as { readonly reason: { readonly _tag?: unknown } }).reason._tag
+  switch (error._tag) {
+    case "LogError":
+      return reason === "BrokerUnreachable"
+        ? "start a broker (./dev services up kafka) or name a running one with --brokers host:port"
+        : reason === "InvalidRequest"
+          ? "check --brokers (comma-separated host:port)"
+          : undefined
+    case "StoreError":
+      return reason === "StoreLocked"
+        ? "another process holds that directory: stop it or pick another --data-dir"
+        : "check --data-dir (a directory this process can create and write, used by one process at a time)"
+    case "CoordinationError":
+    case "ElectionError":
+      return "check the coordination servers are running and the coordination options"
+    default:
+      return undefined
+  }
+}
+
+/** One line: newlines (a schema issue's `at ...` paths, say) become spaces. */
+const oneLine = (text: string): string => text.replace(/\s*\n\s*/g, " ").trim()
+
+/** The one-line report of a failure: what was wrong, and what to do. */
+const reportLine = (command: string, cause: Cause.Cause<unknown>): string => {
+  const failure = Cause.findErrorOption(cause)
+  if (Option.isSome(failure)) {
+    const error = failure.value
+    const message = (error instanceof Error ? error.message : String(error)).replace(/\.\s*$/, "")
+    // A usage error is all there is to say; any other failure has a cause worth --verbose.
+    if (error instanceof UsageError) return oneLine(`${command}: ${message}; ${error.hint}`)
+    const hint = hintOf(error)
+    return oneLine(
+      hint === undefined
+        ? `${command}: ${message} (--verbose shows the full cause)`
+        : `${command}: ${message}; ${hint} (--verbose shows the full cause)`
+    )
+  }
+  const defect = Cause.squash(cause)
+  const message = defect instanceof Error ? defect.message : String(defect)
+  return oneLine(`${command}: unexpected error: ${message} (a bug: run again with --verbose and report the trace)`)
+}
+
+/**
+ * Runs a subcommand's work, reporting a failure on stderr: one line, then the
+ * full cause with `--verbose`. The work fails with `Reported` afterwards.
+ */
+const reporting =
+  (command: string) =>
+  <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, Reported, R | GlobalFlag.Setting.Identifier<"verbose">> =>
+    Effect.catchCause(self, (cause) =>
+      Cause.hasInterruptsOnly(cause)
+        ? Effect.interrupt
+        : Effect.gen(function* () {
+            const line = reportLine(command, cause)
+            yield* Console.error(line)
+            if (yield* Verbose) yield* Console.error(Cause.pretty(cause))
+            return yield* Effect.fail(new Reported({ line }))
+          })
+    )
+
+// ---------------------------------------------------------------------------
+// Flags
+// ---------------------------------------------------------------------------
+
+/** `--verbose`: on failure, the full cause (stack traces included) after the one-line report. */
+export const Verbose = GlobalFlag.Setting("verbose")({
+  flag: Flag.Boolean("verbose").pipe(
+    Flag.withDescription("On failure, print the full cause (stack traces included) after the one-line report"),
+    Flag.withDefault(false)
+  )
+})
+
+/** Why a `--brokers` value is not `host:port[,host:port...]` with ports in 1–65535, if it is not. */
+const invalidBrokers = (brokers: string): string | undefined => {
+  const list = brokers.split(",").map((b) => b.trim())
+  for (const broker of list) {
+    const match = /^([^\s:]+):(\d{1,5})$/.exec(broker)
+    if (match === null) return `expected comma-separated host:port, got ${JSON.stringify(broker)}`
+    const port = Number(match[2])
+    if (port < 1 || port > 65535) return `port ${port} of ${broker} is outside 1–65535`
+  }
+  return undefined
+}
+
+/** The demo's store layers, of one worker run and of its restart. */
 const demoStores = (
   store: "memory" | "level" | "rocksdb",
   directory: string
@@ -27,6 +149,47 @@ const demoStores = (
       return { before: RocksDbStore.layer({ directory }), after: RocksDbStore.layer({ directory }) }
   }
 }
+
+/** The demo's backends, from flags that may imply or contradict one another. */
+const demoBackends = (flags: {
+  readonly store: Option.Option<"memory" | "level" | "rocksdb">
+  readonly log: Option.Option<"memory" | "kafka">
+  readonly brokers: Option.Option<string>
+  readonly dataDir: Option.Option<string>
+}) =>
+  Effect.gen(function* () {
+    // --brokers is read by the Kafka log alone: it implies --log kafka, and contradicts --log memory.
+    const log = Option.getOrElse(flags.log, () => (Option.isSome(flags.brokers) ? "kafka" : "memory"))
+    if (log === "memory" && Option.isSome(flags.brokers)) {
+      return yield* Effect.fail(
+        new UsageError({
+          detail: "--brokers is read only with --log kafka, and --log memory was given",
+          hint: "drop --brokers, or use --log kafka"
+        })
+      )
+    }
+    // --data-dir is read by two stores: it needs one named, and contradicts the memory store.
+    const store = Option.getOrElse(flags.store, () => "memory" as const)
+    if (store === "memory" && Option.isSome(flags.dataDir)) {
+      return yield* Effect.fail(
+        new UsageError({
+          detail: `--data-dir is read only by a level or rocksdb store, and the store is memory${Option.isSome(flags.store) ? "" : " (the default)"}`,
+          hint: "add --store level or --store rocksdb, or drop --data-dir"
+        })
+      )
+    }
+    const [first = "", ...rest] = Option.getOrElse(flags.brokers, () => "127.0.0.1:9092")
+      .split(",")
+      .map((b) => b.trim())
+    const logLayer: Layer.Layer<Log, LogError> =
+      log === "memory" ? Log.layerMemory() : KafkaLog.layer({ brokers: [first, ...rest] })
+    const directory = Option.getOrElse(flags.dataDir, () => join(".strata-data", `demo-${store}`))
+    return { store, directory, logLayer } as const
+  })
+
+// ---------------------------------------------------------------------------
+// Commands
+// ---------------------------------------------------------------------------
 
 const demo = Command.make(
   "demo",
@@ -42,37 +205,41 @@ const demo = Command.make(
     ),
     store: Flag.Literals("store", ["memory", "level", "rocksdb"]).pipe(
       Flag.withDescription(
-        "Where the table's partitions live: memory loses them on restart, level and rocksdb keep them"
+        "Where the table's partitions live: memory (the default) loses them on restart, level and rocksdb keep them"
       ),
-      Flag.withDefault("memory")
+      Flag.optional
     ),
     log: Flag.Literals("log", ["memory", "kafka"]).pipe(
-      Flag.withDescription("Where the changelog lives: in memory, or on a Kafka cluster (see --brokers)"),
-      Flag.withDefault("memory")
+      Flag.withDescription("Where the changelog lives: memory (the default), or kafka (the default with --brokers)"),
+      Flag.optional
     ),
     brokers: Flag.String("brokers").pipe(
-      Flag.withDescription("Kafka bootstrap brokers, comma-separated host:port (with --log kafka)"),
-      Flag.withDefault("127.0.0.1:9092")
+      Flag.withDescription(
+        "Kafka bootstrap brokers, comma-separated host:port (default 127.0.0.1:9092); implies --log kafka"
+      ),
+      Flag.withSchema(Schema.String.check(Schema.makeFilter(invalidBrokers))),
+      Flag.optional
     ),
     dataDir: Flag.String("data-dir").pipe(
-      Flag.withDescription("Directory of a level or rocksdb store (default .strata-data/demo-<store>)"),
+      Flag.withDescription(
+        "Directory of the store (default .strata-data/demo-<store>); needs --store level or --store rocksdb"
+      ),
+      Flag.withSchema(Schema.NonEmptyString),
       Flag.optional
     )
   },
   Effect.fn(function* ({ partitions, text, store, log, brokers, dataDir }) {
-    const directory = Option.getOrElse(dataDir, () => join(".strata-data", `demo-${store}`))
-    if (store !== "memory") yield* Console.log(`Store directory: ${directory}`)
-    const [first = "", ...rest] = brokers.split(",").map((b) => b.trim())
-    const logLayer: Layer.Layer<Log, LogError> =
-      log === "memory" ? Log.layerMemory() : KafkaLog.layer({ brokers: [first, ...rest] })
-    const result = yield* Demo.run({ partitions, text, verbose: true }, demoStores(store, directory)).pipe(
-      Effect.provide(logLayer)
-    )
+    const backends = yield* demoBackends({ store, log, brokers, dataDir })
+    if (backends.store !== "memory") yield* Console.log(`Store directory: ${backends.directory}`)
+    const result = yield* Demo.run(
+      { partitions, text, verbose: true },
+      demoStores(backends.store, backends.directory)
+    ).pipe(Effect.provide(backends.logLayer))
     if (!Demo.sameTable(result.before, result.after)) {
       return yield* Effect.fail(new Error("the restored table differs from the table before the restart"))
     }
     yield* Console.log(`OK: all ${result.after.size} words restored from ${result.changelogRecords} changelog records`)
-  })
+  }, reporting("strata demo"))
 ).pipe(
   Command.withDescription(
     "Run a table (memory or Kafka changelog; memory, level or rocksdb store), restart the worker, restore it from its changelog"
@@ -90,7 +257,7 @@ const coordinators = Command.make(
     yield* Console.log(
       `OK: server ${result.second.serverId} leads with epoch ${result.second.epoch} > ${result.first.epoch}; the old leader is fenced`
     )
-  })
+  }, reporting("strata coordinators"))
 ).pipe(
   Command.withDescription(
     "Three coordinators elect a leader on the embedded memory coordination; the leader is killed and another takes over with a higher epoch"
@@ -100,8 +267,42 @@ const coordinators = Command.make(
 /** The root command. */
 export const strata = Command.make("strata").pipe(
   Command.withDescription("Partitioned, replicated, stateful services in TypeScript"),
-  Command.withSubcommands([demo, coordinators])
+  Command.withSubcommands([demo, coordinators]),
+  Command.withGlobalFlags([Verbose])
 )
 
-/** Runs the CLI with the given arguments. */
-export const run = Command.run(strata, { version: "0.1.0" })
+// ---------------------------------------------------------------------------
+// Running
+// ---------------------------------------------------------------------------
+
+/**
+ * Presents help and version as usual; a bad invocation (a bad flag value, an
+ * unknown flag) as one line on stderr naming it and where the flags are
+ * listed, followed by the help only with `--verbose`.
+ */
+const presenter = (verbose: boolean): CliOutput.Presenter => ({
+  present: (event) => {
+    if (event._tag !== "InvalidInvocation") return CliOutput.defaultPresenter.present(event)
+    const command = event.commandPath.join(" ")
+    const line = oneLine(
+      `${command}: ${event.errors.map((e) => e.message.replace(/\.\s*$/, "")).join("; ")} (see ${command} --help)`
+    )
+    return verbose
+      ? Effect.andThen(
+          Console.error(line),
+          CliOutput.defaultPresenter.present({ ...event, _tag: "Help", reason: "Implicit" })
+        )
+      : Console.error(line)
+  }
+})
+
+/** Runs the CLI with the arguments of the `Stdio` in context. */
+export const run = Effect.gen(function* () {
+  const args = yield* (yield* Stdio.Stdio).args
+  // The parser failed when the presenter is called, so --verbose is looked for among the raw arguments.
+  const end = args.indexOf("--")
+  const verbose = (end < 0 ? args : args.slice(0, end)).includes("--verbose")
+  return yield* Command.runWith(strata, { version: "0.1.0" })(args).pipe(
+    Effect.provideService(CliOutput.Presenter, presenter(verbose))
+  )
+})

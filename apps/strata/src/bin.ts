@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 /**
- * Process entry of the `strata` command.
+ * Process entry of the `strata` command. A failure is reported by the CLI
+ * itself (one line on stderr, the full cause with `--verbose`); the process
+ * exits non-zero.
  *
  * @since 0.1.0
  */

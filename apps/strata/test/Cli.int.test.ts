@@ -22,6 +22,21 @@ describe("strata demo on a real Kafka broker", () => {
     }
   })
 
+  it("--brokers alone implies --log kafka", async () => {
+    const r = await strata(["demo", "--brokers", inject("kafka"), "--partitions", "2", "--text", "a b b"])
+    expect(r.stderr).toBe("")
+    expect(r.code).toBe(0)
+    expect(r.stdout).toContain("on kafka")
+    expect(r.stdout).toContain("OK: all 2 words restored")
+  })
+
+  it("names the brokers when none answers, in one line without a stack trace", async () => {
+    const r = await strata(["demo", "--log", "kafka", "--brokers", "127.0.0.1:1", "--partitions", "1"])
+    expect(r.code).not.toBe(0)
+    expect(r.stderr.trimEnd().split("\n"), r.stderr).toHaveLength(1)
+    expect(r.stderr).not.toMatch(/^\s+at \S/m)
+  })
+
   it("names the brokers when none answers", async () => {
     const r = await strata(["demo", "--log", "kafka", "--brokers", "127.0.0.1:1", "--partitions", "1"])
     expect(r.code).not.toBe(0)

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from "node:fs"
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { execFile } from "node:child_process"
@@ -14,6 +14,18 @@ const strata = (args: ReadonlyArray<string>) =>
       resolve({ code: error ? (typeof error.code === "number" ? error.code : 1) : 0, stdout, stderr })
     })
   })
+
+/** Stack frame lines, as `Error.stack` prints them. */
+const STACK_FRAME = /^\s+at \S/m
+
+/** A failed run reported as one line on stderr, without a stack trace. */
+const expectOneLineFailure = (r: { code: number; stdout: string; stderr: string }) => {
+  expect(r.code).not.toBe(0)
+  expect(r.stderr.trimEnd().split("\n"), r.stderr).toHaveLength(1)
+  expect(r.stderr).not.toMatch(STACK_FRAME)
+  expect(r.stderr).toMatch(/^strata[ :]/)
+  return r.stderr.trim()
+}
 
 // Each case starts the CLI under tsx, a few seconds apiece on a loaded machine: the cases get more than the default.
 describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
@@ -78,5 +90,69 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     const s = await strata(["demo", "--store", "floppy"])
     expect(s.code).not.toBe(0)
     expect(`${s.stdout}${s.stderr}`).toMatch(/store/)
+  })
+
+  it("a bad flag value is one line on stderr naming the flag and where the flags are listed, without the help", async () => {
+    const r = await strata(["demo", "--partitions", "0"])
+    const line = expectOneLineFailure(r)
+    expect(line).toContain("--partitions")
+    expect(line).toContain('"0"')
+    expect(line).toContain("strata demo --help")
+    expect(r.stdout).toBe("")
+    const b = await strata(["demo", "--brokers", "127.0.0.1:99999"])
+    expect(expectOneLineFailure(b)).toContain("--brokers")
+    expect(b.stdout).toBe("")
+  })
+
+  it("--brokers with --log memory is rejected with one line saying which flag to drop", async () => {
+    const r = await strata(["demo", "--log", "memory", "--brokers", "127.0.0.1:9092", "--partitions", "1"])
+    const line = expectOneLineFailure(r)
+    expect(line).toContain("--brokers")
+    expect(line).toContain("--log memory")
+    expect(r.stdout).not.toContain("OK:")
+  })
+
+  it("--brokers alone implies --log kafka: the demo goes to the named brokers (none answers here)", async () => {
+    const r = await strata(["demo", "--brokers", "127.0.0.1:1", "--partitions", "1"])
+    const line = expectOneLineFailure(r)
+    expect(line).toContain("cannot reach brokers 127.0.0.1:1")
+    expect(line).toContain("./dev services up kafka")
+    expect(r.stdout).not.toContain("OK:")
+  })
+
+  it("--data-dir with the memory store is rejected with one line naming the stores that read it", async () => {
+    const r = await strata(["demo", "--data-dir", join(tmpdir(), "strata-cli-unused"), "--partitions", "1"])
+    const line = expectOneLineFailure(r)
+    expect(line).toContain("--data-dir")
+    expect(line).toContain("--store level")
+    expect(r.stdout).not.toContain("OK:")
+    const m = await strata(["demo", "--store", "memory", "--data-dir", "x", "--partitions", "1"])
+    expect(expectOneLineFailure(m)).toContain("--data-dir")
+  })
+
+  it("a failing run is one line naming what failed and what to do; --verbose adds the full cause", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "strata-cli-"))
+    const file = join(dir, "not-a-directory")
+    writeFileSync(file, "x")
+    try {
+      const r = await strata(["demo", "--store", "level", "--data-dir", file, "--partitions", "1"])
+      const line = expectOneLineFailure(r)
+      expect(line).toContain(file)
+      expect(line).toContain("--data-dir")
+      expect(line).toContain("--verbose")
+      const v = await strata(["demo", "--store", "level", "--data-dir", file, "--partitions", "1", "--verbose"])
+      expect(v.code).not.toBe(0)
+      expect(v.stderr.startsWith(`${line}\n`), v.stderr).toBe(true)
+      expect(v.stderr.trimEnd().split("\n").length).toBeGreaterThan(1)
+      expect(v.stderr).toMatch(STACK_FRAME)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it("--verbose is listed in the help", async () => {
+    const r = await strata(["demo", "--help"])
+    expect(r.code).toBe(0)
+    expect(r.stdout).toContain("--verbose")
   })
 })

@@ -261,6 +261,26 @@ export class CoordinationUnreachable extends Schema.TaggedError<CoordinationUnre
   }
 }
 
+/** A backend was given options it cannot work with (nothing was opened); `option` names the first bad one. */
+export class InvalidCoordinationOptions extends Schema.TaggedError<InvalidCoordinationOptions>()(
+  "InvalidCoordinationOptions",
+  {
+    /** The backend, e.g. `"zookeeper"` or `"etcd"`. */
+    backend: Schema.String,
+    /** The option at fault, e.g. `root` or `endpoints[0]`. */
+    option: Schema.String,
+    /** The bad value, JSON-formatted. */
+    value: Schema.String,
+    /** What is wrong with it (and with any other bad option). */
+    detail: Schema.String
+  }
+) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `invalid ${this.backend} option ${this.option} = ${this.value}: ${this.detail}`
+  }
+}
+
 /** Why a coordination operation failed. */
 export const CoordinationErrorReason = Schema.Union([
   NoNode,
@@ -272,7 +292,8 @@ export const CoordinationErrorReason = Schema.Union([
   SessionExpired,
   SessionClosed,
   ConnectionLoss,
-  CoordinationUnreachable
+  CoordinationUnreachable,
+  InvalidCoordinationOptions
 ])
 /** @see CoordinationErrorReason */
 export type CoordinationErrorReason = typeof CoordinationErrorReason.Type

@@ -5,8 +5,10 @@
  * leader registers an ephemeral leader node in a transaction that checks the
  * epoch it wrote. Every other candidate watches only its predecessor.
  *
- * Building the election validates its options: the session (liveness) timeout
- * the backend negotiated must be shorter than `replicaLagTimeMax`.
+ * Building the election validates its options (`CoordinationElectionOptions`):
+ * the namespace must make a path, the durations must be durations above zero,
+ * and the session (liveness) timeout the backend negotiated must be shorter
+ * than `replicaLagTimeMax`.
  *
  * @since 0.1.0
  */
@@ -15,7 +17,9 @@ import { Election } from "@strata/core"
 import { Config, Context, Effect, Layer, type Scope } from "effect"
 import * as internal from "./internal/election.js"
 
-/** Options of the election. */
+/** Options of the election, validated by `make` (a bad one fails with `InvalidElectionOptions` naming it). */
+export const CoordinationElectionOptions = internal.Options
+/** @see CoordinationElectionOptions */
 export type CoordinationElectionOptions = internal.Options
 
 /**
@@ -33,8 +37,8 @@ export class CoordinationElection extends Context.Service<CoordinationElection, 
 /**
  * Builds the election. Opens one long-lived observer session in the scope (for
  * `leader`, `changes` and epoch reads, reopened when it expires); every
- * campaign opens its own session. Fails with `InvalidElectionOptions` when the
- * options cannot work.
+ * campaign opens its own session. Fails with `InvalidElectionOptions` (naming
+ * the option and its value) when the options cannot work.
  */
 export const make = (
   options: CoordinationElectionOptions

@@ -45,8 +45,8 @@
  *
  * @since 0.1.0
  */
-import type { Leadership, LeadershipEnd, ServerId } from "@strata/core"
-import { Election } from "@strata/core"
+import type { Leadership, LeadershipEnd } from "@strata/core"
+import { Election, ServerId } from "@strata/core"
 import {
   Cause,
   Config,
@@ -61,11 +61,13 @@ import {
   Option,
   Queue,
   Result,
+  Schema,
   Scope,
   Stream,
   SubscriptionRef
 } from "effect"
 import * as Lifecycle from "./CoordinatorLifecycle.js"
+import { DurationInput, decodeOptions, summary } from "./internal/options.js"
 
 // ---------------------------------------------------------------------------
 // Options
@@ -122,6 +124,50 @@ export interface Options<R = Scope.Scope> extends ServerOptions {
    * services failed to start (default 1 second). The first campaign starts at once.
    */
   readonly rejoinBackoff?: Duration.Input
+}
+
+/**
+ * The schema `make` validates a coordinator's options with: a server id ≥ 0,
+ * a non-empty address, named services, a finite `rejoinBackoff` ≥ 0.
+ *
+ * @since 0.1.0
+ */
+export const CoordinatorOptions = Schema.Struct({
+  serverId: ServerId,
+  address: Schema.String.check(Schema.makeFilter((a: string) => (a.trim() === "" ? "expected an address" : undefined))),
+  services: Schema.optional(
+    Schema.Array(
+      Schema.Struct({
+        name: Schema.String.check(
+          Schema.makeFilter((n: string) => (n.trim() === "" ? "expected a service name" : undefined))
+        ),
+        acquire: Schema.declare((u: unknown): u is unknown => typeof u === "function", { expected: "a function" })
+      })
+    )
+  ),
+  rejoinBackoff: Schema.optional(DurationInput("nonNegative"))
+})
+
+/**
+ * The coordinator's options failed `CoordinatorOptions`; nothing was started.
+ * `option` names the first bad one (e.g. `rejoinBackoff`, `services[0].name`).
+ *
+ * @since 0.1.0
+ */
+export class InvalidCoordinatorOptions extends Schema.TaggedError<InvalidCoordinatorOptions>()(
+  "InvalidCoordinatorOptions",
+  {
+    option: Schema.String,
+    /** The bad value, JSON-formatted. */
+    value: Schema.String,
+    /** What is wrong with it (and with any other bad option). */
+    detail: Schema.String
+  }
+) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `coordinator: invalid option ${this.option} = ${this.value}: ${this.detail}`
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -258,26 +304,31 @@ const describeFailure = (name: string, cause: Cause.Cause<unknown>): string => {
  * Starts a coordinator in the scope, on the `Election` in context. It
  * registers, campaigns and leads as described in the module comment; closing
  * the scope releases the leader services, gives up the leadership and ends in
- * `Down`.
+ * `Down`. Options that fail `CoordinatorOptions` fail with
+ * `InvalidCoordinatorOptions`, before anything starts.
  *
  * @since 0.1.0
  */
 export const make = <R = Scope.Scope>(
   options: Options<R>
-): Effect.Effect<CoordinatorShape, never, Election | Scope.Scope | R> =>
+): Effect.Effect<CoordinatorShape, InvalidCoordinatorOptions, Election | Scope.Scope | R> =>
   Effect.gen(function* () {
+    const o = yield* decodeOptions(CoordinatorOptions)(options).pipe(
+      Effect.mapError((bad) => new InvalidCoordinatorOptions(summary(bad)))
+    )
     const election = yield* Election
     const scope = yield* Effect.scope
+    // The decoded services are the same objects, typed loosely: the typed ones are the caller's.
     const services = options.services ?? []
-    const backoff = Duration.fromInputUnsafe(options.rejoinBackoff ?? "1 second")
-    const candidate = { serverId: options.serverId, address: options.address }
+    const backoff = Duration.fromInputUnsafe(o.rejoinBackoff ?? "1 second")
+    const candidate = { serverId: o.serverId, address: o.address }
 
     // Order matters on close: the Close finalizer (added last) runs first, then
     // the driver is interrupted, then `root` closes whatever is left.
     const root = yield* Scope.fork(scope, "sequential")
     const inbox = yield* Queue.unbounded<Envelope>()
     const snapshot = yield* SubscriptionRef.make<Snapshot>({
-      state: Lifecycle.initial(options.serverId),
+      state: Lifecycle.initial(o.serverId),
       leadership: Option.none()
     })
     const terminated = yield* Deferred.make<void>()
@@ -461,7 +512,7 @@ export const make = <R = Scope.Scope>(
         Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.logError("coordinator shell died", cause)
       ),
       Effect.onExit((exit) => Deferred.done(terminated, exit)),
-      Effect.annotateLogs({ coordinator: options.serverId })
+      Effect.annotateLogs({ coordinator: o.serverId })
     )
     yield* Effect.forkIn(driver, scope)
     yield* Effect.addFinalizer(() =>
@@ -488,7 +539,7 @@ export const make = <R = Scope.Scope>(
         Effect.flatMap((found) =>
           Option.isSome(found) && predicate(found.value)
             ? Effect.succeed(found.value)
-            : Effect.fail(new CoordinatorClosed({ serverId: options.serverId }))
+            : Effect.fail(new CoordinatorClosed({ serverId: o.serverId }))
         ),
         Effect.raceFirst(shellDeath)
       )
@@ -497,8 +548,8 @@ export const make = <R = Scope.Scope>(
       s.state._tag === "Leader" && s.state.phase === "Ready" && Option.isSome(s.leadership)
 
     return {
-      serverId: options.serverId,
-      address: options.address,
+      serverId: o.serverId,
+      address: o.address,
       state,
       changes,
       leadership: Effect.map(SubscriptionRef.get(snapshot), (s) => s.leadership),
@@ -525,15 +576,17 @@ export const make = <R = Scope.Scope>(
  */
 export const layer = <R = Scope.Scope>(
   options: Options<R>
-): Layer.Layer<Coordinator, never, Election | Exclude<R, Scope.Scope>> => Layer.effect(Coordinator, make(options))
+): Layer.Layer<Coordinator, InvalidCoordinatorOptions, Election | Exclude<R, Scope.Scope>> =>
+  Layer.effect(Coordinator, make(options))
 
 /**
- * Like {@link layer}, with the server id and address read from configuration.
+ * Like {@link layer}, with the server id and address read from configuration
+ * (validated by the same `CoordinatorOptions`).
  *
  * @since 0.1.0
  */
 export const layerConfig = <R = Scope.Scope>(
   config: Config.Wrap<ServerOptions>,
   options: Omit<Options<R>, keyof ServerOptions> = {}
-): Layer.Layer<Coordinator, Config.ConfigError, Election | Exclude<R, Scope.Scope>> =>
+): Layer.Layer<Coordinator, InvalidCoordinatorOptions | Config.ConfigError, Election | Exclude<R, Scope.Scope>> =>
   Layer.unwrap(Effect.map(Config.unwrap(config), (server) => layer<R>({ ...options, ...server })))

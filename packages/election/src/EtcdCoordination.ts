@@ -28,6 +28,7 @@ import {
   ConnectionLoss,
   CoordinationPaths,
   CoordinationUnreachable,
+  InvalidCoordinationOptions,
   InvalidPath,
   NoChildrenForEphemerals,
   type Node,
@@ -60,15 +61,36 @@ import {
   Stream
 } from "effect"
 import { Etcd3, type IKeyValue, type IRequestOp, type ICompare, type Watcher } from "etcd3"
+import { AbsolutePath, decodeOptions, invalidHostPort, PositiveInt, summary } from "./internal/options.js"
 
-/** Options of the etcd coordination backend. */
+/** Why an endpoint is not `http://host:port` or `https://host:port` with a port in 1–65535, if it is not. */
+const invalidEndpoint = (endpoint: string): string | undefined => {
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(endpoint)?.[1]
+  if (scheme !== undefined && scheme !== "http" && scheme !== "https") {
+    return `expected http://host:port or https://host:port, not ${scheme}://`
+  }
+  const problem = invalidHostPort(endpoint.replace(/^https?:\/\//, ""))
+  return problem === undefined ? undefined : `${problem} (http://host:port or https://host:port)`
+}
+
+/** Options of the etcd coordination backend, validated by `make`. */
 export const EtcdCoordinationOptions = Schema.Struct({
-  /** etcd client URLs, e.g. `["http://127.0.0.1:2379"]`. */
-  endpoints: Schema.Array(Schema.String),
-  /** Key prefix under which the tree lives (default `"/strata/coordination"`). */
-  root: Schema.optional(Schema.String),
-  /** Default session timeout in milliseconds (default 10 000; at least 2 000). */
-  sessionTimeoutMs: Schema.optional(Schema.Int)
+  /** etcd client URLs, e.g. `["http://127.0.0.1:2379"]`: at least one, all `http` or all `https`, ports in 1–65535. */
+  endpoints: Schema.Array(Schema.String.check(Schema.makeFilter(invalidEndpoint))).check(
+    Schema.makeFilter((endpoints: ReadonlyArray<string>) =>
+      endpoints.length === 0 ? "expected at least one endpoint, e.g. http://127.0.0.1:2379" : undefined
+    ),
+    Schema.makeFilter((endpoints: ReadonlyArray<string>) => {
+      const secure = endpoints.filter((e) => e.startsWith("https://")).length
+      return secure === 0 || secure === endpoints.length
+        ? undefined
+        : "expected all endpoints http:// or all https:// (the client cannot mix them)"
+    })
+  ),
+  /** Key prefix under which the tree lives, an absolute path (default `"/strata/coordination"`). */
+  root: Schema.optional(AbsolutePath),
+  /** Default session timeout in milliseconds (default 10 000; below 2 000 counts as 2 000). */
+  sessionTimeoutMs: Schema.optional(PositiveInt)
 })
 /** @see EtcdCoordinationOptions */
 export type EtcdCoordinationOptions = typeof EtcdCoordinationOptions.Type
@@ -424,15 +446,16 @@ interface SessionInternal {
   readonly state: () => SessionState
 }
 
-/** Connects to etcd for the life of the scope; sessions are leases. */
+/**
+ * Connects to etcd for the life of the scope; sessions are leases. Options that fail `EtcdCoordinationOptions`
+ * fail with `InvalidCoordinationOptions`, before anything connects.
+ */
 export const make = (
   options: EtcdCoordinationOptions
 ): Effect.Effect<EtcdCoordination["Service"], CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
-    const o = yield* Schema.decodeUnknownEffect(EtcdCoordinationOptions)(options).pipe(
-      Effect.mapError((issue) =>
-        coordinationError(new CoordinationUnreachable({ address: "etcd", detail: `invalid options: ${issue.message}` }))
-      )
+    const o = yield* decodeOptions(EtcdCoordinationOptions)(options).pipe(
+      Effect.mapError((bad) => coordinationError(new InvalidCoordinationOptions({ backend: "etcd", ...summary(bad) })))
     )
     const address = o.endpoints.join(",")
     const root = o.root ?? "/strata/coordination"

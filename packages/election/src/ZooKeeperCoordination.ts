@@ -21,6 +21,7 @@ import {
   type CreateMode,
   type CreateOptions,
   coordinationError,
+  InvalidCoordinationOptions,
   InvalidPath,
   NoChildrenForEphemerals,
   NodeExists,
@@ -53,16 +54,31 @@ import {
   Stream
 } from "effect"
 import zookeeper, { type Client, type Event as ZkEvent, type Stat as ZkStat } from "node-zookeeper-client"
+import { decodeOptions, invalidAbsolutePath, invalidHostPort, PositiveInt, summary } from "./internal/options.js"
 import { bufferOf, bytesOf, invalidPath, parentOf, sessionIdOf, statOf } from "./internal/zookeeperPaths.js"
 
-const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+/** Why a connect string is not `host:port[,host:port...]` with ports in 1–65535, if it is not. */
+const invalidConnectString = (connectString: string): string | undefined => {
+  const hosts = connectString.split(",")
+  for (const host of hosts) {
+    const problem = invalidHostPort(host)
+    if (problem !== undefined) {
+      return hosts.length === 1
+        ? `${problem} (host:port[,host:port...]; a chroot goes in root)`
+        : `${JSON.stringify(host)}: ${problem}`
+    }
+  }
+  return undefined
+}
 
-/** Options of the ZooKeeper coordination service. */
+/** Options of the ZooKeeper coordination service, validated by `make`. */
 export const ZooKeeperCoordinationOptions = Schema.Struct({
-  /** `host:port[,host:port...]` of the ensemble. */
-  connectString: Schema.NonEmptyString,
-  /** A chroot prefix (e.g. `/strata`) under which every path lives; created if missing. */
-  root: Schema.optional(Schema.String),
+  /** `host:port[,host:port...]` of the ensemble, ports in 1–65535 (a chroot goes in `root`). */
+  connectString: Schema.String.check(Schema.makeFilter(invalidConnectString)),
+  /** A chroot, an absolute path (e.g. `/strata`) under which every path lives; created if missing. `""` or `/`: none. */
+  root: Schema.optional(
+    Schema.String.check(Schema.makeFilter((root: string) => (root === "" ? undefined : invalidAbsolutePath(root))))
+  ),
   /** Session timeout when a session asks for none, in milliseconds (default 10 000). */
   sessionTimeoutMs: Schema.optional(PositiveInt),
   /** How long opening a session may take, in milliseconds (default 10 000). */
@@ -525,16 +541,17 @@ const closeClient = (client: Client): Effect.Effect<void> =>
 // The service
 // ---------------------------------------------------------------------------
 
-const decode = (input: unknown) =>
-  Schema.decodeUnknownEffect(ZooKeeperCoordinationOptions)(input, { errors: "all" }).pipe(
-    Effect.mapError((issue) =>
-      coordinationError(
-        new CoordinationUnreachable({ address: "zookeeper", detail: `invalid options: ${issue.message}` })
-      )
+const decode = (input: unknown): Effect.Effect<ZooKeeperCoordinationOptions, CoordinationError> =>
+  decodeOptions(ZooKeeperCoordinationOptions)(input).pipe(
+    Effect.mapError((bad) =>
+      coordinationError(new InvalidCoordinationOptions({ backend: "zookeeper", ...summary(bad) }))
     )
   )
 
-/** Builds the ZooKeeper coordination service; the root (chroot) node is created if missing. */
+/**
+ * Builds the ZooKeeper coordination service; the root (chroot) node is created if missing. Options that fail
+ * `ZooKeeperCoordinationOptions` fail with `InvalidCoordinationOptions`, before anything connects.
+ */
 export const make = (
   options: ZooKeeperCoordinationOptions
 ): Effect.Effect<ZooKeeperCoordination["Service"], CoordinationError, Scope.Scope> =>
@@ -544,8 +561,6 @@ export const make = (
     const connectTimeoutMs = o.connectTimeoutMs ?? 10_000
     const root = o.root === undefined || o.root === "" || o.root === "/" ? "" : o.root
     if (root !== "") {
-      const reason = invalidPath(root)
-      if (reason !== undefined) return yield* Effect.fail(coordinationError(reason))
       const bootstrap = yield* connect(o.connectString, { sessionTimeout: defaultTimeout }, connectTimeoutMs)
       yield* Effect.callback<void, CoordinationError>((resume) => {
         bootstrap.mkdirp(root, (error) => {

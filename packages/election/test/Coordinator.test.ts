@@ -137,7 +137,7 @@ const start = (
       address: `127.0.0.1:${9000 + serverId}`,
       services,
       rejoinBackoff
-    }).pipe(Effect.provideService(Election, election), Scope.provide(scope))
+    }).pipe(Effect.provideService(Election, election), Scope.provide(scope), Effect.orDie)
     const states: Array<State> = []
     yield* coordinator.changes.pipe(
       Stream.runForEach((s) =>

@@ -8,6 +8,7 @@
 import {
   type Candidate,
   Coordination,
+  CoordinationPaths,
   type CoordinationError,
   coordinationError,
   ElectionCoordinationFailed,
@@ -26,6 +27,7 @@ import {
   SessionClosed,
   ConnectionLoss
 } from "@strata/core"
+import { DurationInput, decodeOptions, summary } from "./options.js"
 import {
   Clock,
   Deferred,
@@ -41,19 +43,29 @@ import {
   Stream
 } from "effect"
 
-/** Options of the election (re-exported by `CoordinationElection`). */
-export interface Options {
+/** Why a namespace cannot be one, if it cannot. */
+const invalidNamespace = (namespace: string): string | undefined => {
+  const ns = namespace.replace(/^\/+|\/+$/g, "")
+  if (ns === "") return "must name a namespace, got an empty one"
+  const reason = CoordinationPaths.invalidPath(`/${ns}`)
+  return reason === undefined ? undefined : `expected a path such as "strata" or "/apps/strata" (${reason.detail})`
+}
+
+/** Options of the election (re-exported by `CoordinationElection`), validated by `make`. */
+export const Options = Schema.Struct({
   /** The namespace: nodes live under `/<namespace>/coordinators`. */
-  readonly namespace: string
-  /** Timeout of every session the election opens (default: the backend's). */
-  readonly sessionTimeout?: Duration.Input
+  namespace: Schema.String.check(Schema.makeFilter(invalidNamespace)),
+  /** Timeout of every session the election opens, above zero (default: the backend's). */
+  sessionTimeout: Schema.optional(DurationInput("positive")),
   /**
-   * How long a replica may lag before it leaves the ISR (default 30 seconds).
+   * How long a replica may lag before it leaves the ISR, above zero (default 30 seconds).
    * The session timeout (the coordinator's liveness timeout) must be shorter,
    * so a dead coordinator is replaced before replicas are judged by a stale one.
    */
-  readonly replicaLagTimeMax?: Duration.Input
-}
+  replicaLagTimeMax: Schema.optional(DurationInput("positive"))
+})
+/** @see Options */
+export type Options = typeof Options.Type
 
 /** Safety checks a broken variant may switch off (tests only). */
 export interface Unsafe {
@@ -140,28 +152,24 @@ export const make = (
   unsafe: Unsafe = {}
 ): Effect.Effect<ElectionShape, ElectionError, Coordination | Scope.Scope> =>
   Effect.gen(function* () {
+    const invalid = (option: string, detail: string) =>
+      new ElectionError({ reason: new InvalidElectionOptions({ option, detail }) })
+    const o = yield* decodeOptions(Options)(options).pipe(
+      Effect.mapError((bad) => {
+        const first = summary(bad)
+        return invalid(first.option, `${first.value}: ${first.detail}`)
+      })
+    )
     const coordination = yield* Coordination
-    const paths = pathsOf(options.namespace)
+    const paths = pathsOf(o.namespace)
     const attributes = { namespace: paths.base.slice(1, -"/coordinators".length) }
     const electionsTotal = Metric.withAttributes(metrics.electionsTotal, attributes)
     const failoverDurationMs = Metric.withAttributes(metrics.failoverDurationMs, attributes)
     const fencedWritesRejected = Metric.withAttributes(metrics.fencedWritesRejected, attributes)
     const candidateWakeups = Metric.withAttributes(metrics.candidateWakeups, attributes)
-    const sessionOptions = options.sessionTimeout === undefined ? {} : { timeout: options.sessionTimeout }
-
-    const invalid = (option: string, detail: string) =>
-      new ElectionError({ reason: new InvalidElectionOptions({ option, detail }) })
-    if (options.namespace.replace(/^\/+|\/+$/g, "") === "") {
-      return yield* Effect.fail(invalid("namespace", "must name a namespace, got an empty one"))
-    }
-    const lag =
-      options.replicaLagTimeMax === undefined
-        ? Option.some(DEFAULT_REPLICA_LAG_TIME_MAX)
-        : Duration.fromInput(options.replicaLagTimeMax)
-    if (Option.isNone(lag)) {
-      return yield* Effect.fail(invalid("replicaLagTimeMax", `not a duration: ${String(options.replicaLagTimeMax)}`))
-    }
-    const replicaLagTimeMax = lag.value
+    const sessionOptions = o.sessionTimeout === undefined ? {} : { timeout: o.sessionTimeout }
+    const replicaLagTimeMax =
+      o.replicaLagTimeMax === undefined ? DEFAULT_REPLICA_LAG_TIME_MAX : Duration.fromInputUnsafe(o.replicaLagTimeMax)
 
     // The observer session: replaced (under a lock) when it ends, each in a child scope of the election's.
     const scope = yield* Effect.scope
