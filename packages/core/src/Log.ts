@@ -387,12 +387,15 @@ export class InvalidRequest extends Schema.TaggedError<InvalidRequest>()("Invali
 /** A record is larger than the log accepts. */
 export class RecordTooLarge extends Schema.TaggedError<RecordTooLarge>()("RecordTooLarge", {
   topic: Schema.String,
+  /** The record's partition, when the limit is the partition's (Kafka's topic `max.message.bytes`). */
+  partition: Schema.optional(Schema.Int),
   size: Schema.Int,
   max: Schema.Int
 }) {
   /** @since 0.1.0 */
   override get message() {
-    return `a record of ${this.size} bytes for ${this.topic} exceeds the limit of ${this.max} bytes`
+    const where = this.partition === undefined ? this.topic : `${this.topic}/${this.partition}`
+    return `a record of ${this.size} bytes for ${where} exceeds the limit of ${this.max} bytes`
   }
 }
 

@@ -16,9 +16,11 @@
 import {
   Admin,
   type Broker,
+  ConfigResourceTypes,
   ConnectionPool,
   Consumer,
   FetchIsolationLevels,
+  type GroupAssignment,
   ListOffsetTimestamps,
   type fetchV17,
   type ProduceAcks as PlatformaticAcks,
@@ -72,7 +74,9 @@ import {
   Semaphore,
   Stream
 } from "effect"
-import { apiIds, mismatch, toLogError } from "./internal/errors.js"
+import * as BrokerProbe from "./internal/brokerProbe.js"
+import { apiIds, isTooLarge, mismatch, noAnswer, toLogError } from "./internal/errors.js"
+import * as RecordSize from "./internal/recordSize.js"
 import * as SendQueue from "./internal/sendQueue.js"
 import * as TransactionalProducer from "./internal/transactionalProducer.js"
 import {
@@ -87,13 +91,30 @@ import {
 
 const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
 
+/** `host:port`, the host a name, an IPv4 address or a bracketed IPv6 address. */
+const BROKER_ADDRESS = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?):(\d{1,5})$/
+
+/** A broker address: a host and a port from 1 to 65535. */
+export const BrokerAddress = Schema.String.check(
+  Schema.makeFilter((address: string) => {
+    const port = BROKER_ADDRESS.exec(address)?.[1]
+    return port !== undefined && Number(port) >= 1 && Number(port) <= 65535
+      ? undefined
+      : `expected host:port (a host name, an IPv4 or [IPv6] address, and a port from 1 to 65535), got ${JSON.stringify(address)}`
+  })
+)
+
 /** Options of the Kafka log, validated when it starts. */
 export const KafkaLogOptions = Schema.Struct({
-  /** Bootstrap brokers, `host:port`. */
-  brokers: Schema.NonEmptyArray(Schema.String.check(Schema.isPattern(/^[^\s:]+:\d{1,5}$/))),
+  /** Bootstrap brokers, `host:port` (see `BrokerAddress`). */
+  brokers: Schema.NonEmptyArray(BrokerAddress),
   /** Client id sent to the brokers (default "strata"). */
   clientId: Schema.optional(Schema.NonEmptyString),
-  /** Request timeout in milliseconds (default 10000). */
+  /**
+   * Request timeout in milliseconds (default 10000): how long any request waits for the brokers' answer, connecting
+   * included, before it fails with `BrokerUnreachable`. It bounds each of the log's operations (a fetch waits
+   * `maxWaitMs` longer; joining a group, which the coordinator holds for a rebalance, waits at least 15 s).
+   */
   requestTimeoutMs: Schema.optional(PositiveInt),
   /** How long a fetch waits at the broker for new records, in milliseconds (default 250). */
   maxWaitMs: Schema.optional(PositiveInt),
@@ -107,9 +128,15 @@ export const KafkaLogOptions = Schema.Struct({
    * than this still comes back whole, alone, so a partition always makes progress.
    */
   fetchPartitionMaxBytes: Schema.optional(PositiveInt),
-  /** Attempts to reach the brokers at start, with exponential backoff, before `BrokerUnreachable` (default 5). */
+  /**
+   * Attempts to reach the brokers at start, with exponential backoff, before `BrokerUnreachable` (default 5). An
+   * address that answers but is not a Kafka broker fails at once (`InvalidRequest`).
+   */
   connectAttempts: Schema.optional(PositiveInt),
-  /** Largest record accepted (key + value + headers), in bytes (default 1000000, under Kafka's 1 MiB default). */
+  /**
+   * Largest record accepted (key + value + headers), in bytes (default 1000000). A record must also fit its topic's
+   * `max.message.bytes` as a record batch of its own (read from the brokers).
+   */
   maxRecordBytes: Schema.optional(PositiveInt),
   /**
    * How long `produce` waits for more records before sending, in milliseconds (default 0). Calls made while a
@@ -148,14 +175,17 @@ const TOPIC_POLL_MS = 50
 const ASSIGNMENT_CHECK_MS = 250
 /** Kafka stores timestamp deltas in 32 bits; the client mis-encodes larger spans, so such sends are split. */
 const MAX_TIMESTAMP_SPAN = 2 ** 31 - 1
+/** A group member's session and rebalance timeouts. */
+const SESSION_TIMEOUT_MS = 10_000
+const REBALANCE_TIMEOUT_MS = 10_000
+/**
+ * How long a group member's requests may wait at least: the coordinator holds a JoinGroup until the rebalance
+ * completes (up to the rebalance timeout), so the member waits that long and 5 s more, as Kafka's Java client does.
+ */
+const GROUP_REQUEST_TIMEOUT_MS = REBALANCE_TIMEOUT_MS + 5000
 
 const acksOf = (acks: Acks | undefined): (typeof PlatformaticAcks)[keyof typeof PlatformaticAcks] =>
   acks === 0 ? 0 : acks === 1 ? 1 : -1
-
-const recordBytes = (r: ProducerRecord): number =>
-  (r.key?.length ?? 0) +
-  (r.value?.length ?? 0) +
-  (r.headers ?? []).reduce((n, h) => n + Buffer.byteLength(h.key, "utf8") + h.value.length, 0)
 
 const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength)
 
@@ -171,6 +201,39 @@ const headerKey = (key: string): Buffer => {
   return bytes
 }
 
+/**
+ * Probes every bootstrap broker (`BrokerProbe`): fails at once when one answers but is not Kafka, with
+ * `BrokerUnreachable` when none answers; else gives the brokers, those that answered first.
+ */
+const reachBrokers = (
+  brokers: ReadonlyArray<string>,
+  clientId: string,
+  timeoutMs: number
+): Effect.Effect<Array<string>, LogError> =>
+  Effect.gen(function* () {
+    const probed = yield* Effect.forEach(brokers, (b) => Effect.result(BrokerProbe.probe(b, clientId, timeoutMs)), {
+      concurrency: "unbounded"
+    })
+    const failures = probed.flatMap((r) => (r._tag === "Failure" ? [r.failure] : []))
+    const notKafka = failures.filter((f) => f._tag === "NotKafka")
+    if (notKafka.length > 0) {
+      return yield* Effect.fail(
+        logError(new InvalidRequest({ detail: `brokers: ${notKafka.map((f) => f.detail).join("; ")}` }))
+      )
+    }
+    const answered = brokers.filter((_, i) => probed[i]!._tag === "Success")
+    if (answered.length === 0) {
+      return yield* Effect.fail(
+        logError(new BrokerUnreachable({ brokers: [...brokers], detail: failures.map((f) => f.detail).join("; ") }))
+      )
+    }
+    return [...answered, ...brokers.filter((b) => !answered.includes(b))]
+  })
+
+/** Closes a client, giving up after `ms` (a hung broker must not hold the scope's closing). */
+const closeWithin = (ms: number, close: () => Promise<unknown>): Effect.Effect<void> =>
+  Effect.promise(() => close().catch(() => undefined)).pipe(Effect.timeoutOption(ms), Effect.asVoid)
+
 /** Starts the clients, checks the brokers answer (with backoff), and serves `Log` until the scope closes. */
 export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"], LogError, Scope.Scope> =>
   Effect.gen(function* () {
@@ -178,37 +241,72 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
       Effect.mapError((issue) => logError(new InvalidRequest({ detail: `Kafka log options: ${issue.message}` })))
     )
     const brokers = [...o.brokers]
+    const clientId = o.clientId ?? "strata"
+    const timeout = o.requestTimeoutMs ?? 10_000
+    const connectAttempts = o.connectAttempts ?? 5
+    // An address that is not Kafka fails here, before any client talks to it; one that does not answer is retried.
+    const bootstrap = yield* reachBrokers(brokers, clientId, timeout).pipe(
+      Effect.retry({
+        times: connectAttempts - 1,
+        schedule: Schedule.exponential("200 millis"),
+        while: (e) => e.reason._tag === "BrokerUnreachable"
+      })
+    )
+    // `timeout` is what the broker may take (produce, create topics); `requestTimeout` and `connectTimeout` bound
+    // the client's own wait for each request (its default was 30 s, whatever `timeout` said).
     const base = {
-      clientId: o.clientId ?? "strata",
-      bootstrapBrokers: brokers,
-      timeout: o.requestTimeoutMs ?? 10_000,
+      clientId,
+      bootstrapBrokers: bootstrap,
+      timeout,
+      connectTimeout: timeout,
+      requestTimeout: timeout,
       retries: 3,
       retryDelay: 250
     }
     const maxWait = o.maxWaitMs ?? 250
     const maxRecordBytes = o.maxRecordBytes ?? 1_000_000
-    const call = <A>(operation: string, f: () => Promise<A>, topic?: string): Effect.Effect<A, LogError> =>
-      Effect.tryPromise({ try: f, catch: (cause) => toLogError(operation, brokers, cause, topic) })
+    /**
+     * Fails with `BrokerUnreachable` ("no answer …") when `effect` has not completed in `ms`. The client retries a
+     * request that timed out, 4 times and (its metadata around its ApiVersions) up to 16; the caller does not wait.
+     */
+    const bounded = <A, E>(
+      operation: string,
+      effect: Effect.Effect<A, E>,
+      ms = timeout
+    ): Effect.Effect<A, E | LogError> =>
+      Effect.timeoutOrElse(effect, { duration: ms, orElse: () => Effect.fail(noAnswer(operation, brokers, ms)) })
+    /** A client call, bounded by the request timeout (or `ms`). */
+    const call = <A>(
+      operation: string,
+      f: () => Promise<A>,
+      topic?: string,
+      ms = timeout
+    ): Effect.Effect<A, LogError> =>
+      bounded(
+        operation,
+        Effect.tryPromise({ try: f, catch: (cause) => toLogError(operation, brokers, cause, topic) }),
+        ms
+      )
 
     const admin = yield* Effect.acquireRelease(
       Effect.sync(() => new Admin(base)),
-      (a) => Effect.promise(() => a.close().catch(() => undefined))
+      (a) => closeWithin(timeout, () => a.close())
     )
     // acks=all goes through an idempotent producer: a retried request (e.g. while a new topic's leaders are
     // elected) is deduplicated by the broker instead of appending the records twice. Kafka cannot make acks 0/1
     // idempotent, so those use a plain producer and may duplicate on retry, as in Kafka.
     const idempotent = yield* Effect.acquireRelease(
       Effect.sync(() => new Producer({ ...base, idempotent: true, acks: -1 })),
-      (p) => Effect.promise(() => p.close().catch(() => undefined))
+      (p) => closeWithin(timeout, () => p.close())
     )
     const plain = yield* Effect.acquireRelease(
       Effect.sync(() => new Producer({ ...base, acks: 1 })),
-      (p) => Effect.promise(() => p.close().catch(() => undefined))
+      (p) => closeWithin(timeout, () => p.close())
     )
 
     // Fail fast, with the brokers named, when nothing answers.
     yield* call("connect", () => admin.metadata({ topics: [] })).pipe(
-      Effect.retry({ times: (o.connectAttempts ?? 5) - 1, schedule: Schedule.exponential("200 millis") }),
+      Effect.retry({ times: connectAttempts - 1, schedule: Schedule.exponential("200 millis") }),
       Effect.mapError((e) =>
         e.reason._tag === "BrokerUnreachable" ? e : logError(new BrokerUnreachable({ brokers, detail: e.message }))
       )
@@ -229,6 +327,74 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
           })
         )
       })
+
+    /**
+     * Each topic's `max.message.bytes` (DescribeConfigs; the broker's `message.max.bytes` unless the topic sets one):
+     * the most bytes one record batch, one partition's part of a produce request, may take.
+     */
+    const messageLimits = new Map<string, number>()
+    /** Lookups under way: concurrent sends to a topic not seen yet share one DescribeConfigs. */
+    const describing = new Map<string, Deferred.Deferred<number, LogError>>()
+    const logScope = yield* Effect.scope
+    const messageLimit = (topic: string): Effect.Effect<number, LogError> =>
+      Effect.suspend(() => {
+        const known = messageLimits.get(topic)
+        if (known !== undefined) return Effect.succeed(known)
+        const pending = describing.get(topic)
+        if (pending !== undefined) return Deferred.await(pending)
+        const done = Deferred.makeUnsafe<number, LogError>()
+        describing.set(topic, done)
+        const lookup = describeLimit(topic).pipe(
+          Effect.onExit((exit) =>
+            Effect.sync(() => {
+              describing.delete(topic)
+              Deferred.doneUnsafe(done, exit)
+            })
+          )
+        )
+        return Effect.andThen(Effect.forkIn(lookup, logScope), Deferred.await(done))
+      })
+    const describeLimit = (topic: string): Effect.Effect<number, LogError> =>
+      Effect.tryPromise({
+        try: () =>
+          admin.describeConfigs({
+            resources: [
+              {
+                resourceType: ConfigResourceTypes.TOPIC,
+                resourceName: topic,
+                configurationKeys: ["max.message.bytes"]
+              }
+            ]
+          }),
+        catch: (cause) => cause
+      }).pipe(
+        Effect.map((described) => {
+          const value = Number(described[0]?.configs.find((c) => c.name === "max.message.bytes")?.value)
+          return Number.isSafeInteger(value) && value > 0 ? value : RecordSize.DEFAULT_MESSAGE_MAX_BYTES
+        }),
+        // Without the right to describe the topic, Kafka's default.
+        Effect.catch((cause) =>
+          [...apiIds(cause)].some((id) => id.endsWith("AUTHORIZATION_FAILED"))
+            ? Effect.succeed(RecordSize.DEFAULT_MESSAGE_MAX_BYTES)
+            : Effect.fail(toLogError("describeConfigs", brokers, cause, topic))
+        ),
+        (effect) => bounded("describeConfigs", effect),
+        Effect.tap((limit) => Effect.sync(() => messageLimits.set(topic, limit)))
+      )
+    /** The limit of a topic already validated (so known); Kafka's default for any other. */
+    const limitOf = (topic: string): number => messageLimits.get(topic) ?? RecordSize.DEFAULT_MESSAGE_MAX_BYTES
+
+    /** Why a record of a validated topic is too large, if it is: over `maxRecordBytes`, or alone over its topic's limit. */
+    const tooLarge = (r: ProducerRecord, limit: number): LogError | undefined => {
+      const size = RecordSize.payloadBytes(r)
+      if (size > maxRecordBytes) return logError(new RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes }))
+      // The exact batch size only when the bound says it may not fit.
+      if (RecordSize.BATCH_OVERHEAD + size + RecordSize.varintsBound(r) <= limit) return undefined
+      const batch = RecordSize.loneBatchBytes(r)
+      return batch > limit
+        ? logError(new RecordTooLarge({ topic: r.topic, partition: r.partition, size: batch, max: limit }))
+        : undefined
+    }
 
     const checkTp = (tp: TopicPartition): Effect.Effect<void, LogError> =>
       Effect.suspend(() => {
@@ -286,12 +452,14 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
             apiIds(cause).has("TOPIC_ALREADY_EXISTS")
               ? Effect.succeed(false)
               : Effect.fail(toLogError("ensureTopic", brokers, cause, spec.topic))
-          )
+          ),
+          (effect) => bounded("ensureTopic", effect)
         )
         // The controller answers before the brokers know the topic: a produce right away could fail with "unknown
         // topic" (seen right after a broker start). Like Kafka Streams, wait until the metadata shows it, and for a
         // topic created here until every partition has a leader.
         partitionCounts.delete(spec.topic)
+        messageLimits.delete(spec.topic)
         const actual = yield* awaitTopic(spec.topic, created)
         if (actual !== spec.partitions) return yield* Effect.fail(mismatch(spec.topic, spec.partitions, actual))
         partitionCounts.set(spec.topic, actual)
@@ -346,13 +514,20 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     /** The client duplicated records with several idempotent sends in flight, so sends go one at a time. */
     const sendLock = Semaphore.makeUnsafe(1)
 
-    /** Checks every record (topic, partition, size) before it is queued, so one caller's bad record fails only it. */
+    /**
+     * Checks every record (topic, partition, size against `maxRecordBytes` and its topic's limit) before it is
+     * queued, so one caller's bad record fails only it.
+     */
     const validate = (records: ReadonlyArray<ProducerRecord>) =>
       Effect.gen(function* () {
         // Topics are checked once each; partitions and sizes per record, without an Effect per record.
         const topics = [...new Set(records.map((r) => r.topic))]
         const counts = new Map<string, number>()
-        for (const topic of topics) counts.set(topic, yield* validTopic(topic))
+        const limits = new Map<string, number>()
+        for (const topic of topics) {
+          counts.set(topic, yield* validTopic(topic))
+          limits.set(topic, yield* messageLimit(topic))
+        }
         for (const r of records) {
           const count = counts.get(r.topic)!
           if (!Number.isInteger(r.partition) || r.partition < 0 || r.partition >= count) {
@@ -360,21 +535,34 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
               logError(new UnknownPartition({ topic: r.topic, partition: r.partition, partitions: count }))
             )
           }
-          const size = recordBytes(r)
-          if (size > maxRecordBytes) {
-            return yield* Effect.fail(logError(new RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes })))
-          }
+          const error = tooLarge(r, limits.get(r.topic)!)
+          if (error !== undefined) return yield* Effect.fail(error)
         }
       })
 
     /**
+     * The broker refused a request's record batch as too large (its topic's limit changed since it was read): the
+     * largest batch and the limit known, which is read again for the next sends.
+     */
+    const refusedAsTooLarge = (records: ReadonlyArray<ProducerRecord>): LogError => {
+      const largest = RecordSize.largestBatch(records)
+      const max = limitOf(largest.topic)
+      for (const r of records) messageLimits.delete(r.topic)
+      return logError(
+        new RecordTooLarge({ topic: largest.topic, partition: largest.partition, size: largest.bytes, max })
+      )
+    }
+
+    /**
      * Sends validated records through `dispatch` as one request (one per record when timestamps span too far);
-     * offsets in order.
+     * offsets in order. Each request is bounded by the request timeout; one given up on still holds `turn` (its
+     * client) until the client is done with it, so that one client never has two sends in flight.
      */
     const sendVia = (
       records: ReadonlyArray<ProducerRecord>,
       acks: -1 | 0 | 1,
-      dispatch: TransactionalProducer.Dispatch
+      dispatch: TransactionalProducer.Dispatch,
+      turn: TransactionalProducer.ClientTurn
     ) =>
       Effect.gen(function* () {
         if (records.length === 0) return []
@@ -412,14 +600,31 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         // Send as one request unless timestamps span more than a 32-bit delta (then one request per record).
         const groups = maxStamp - minStamp > MAX_TIMESTAMP_SPAN ? messages.map((m) => [m]) : [messages]
         const offsets: Array<number> = []
-        for (const group of groups) {
-          const result = yield* Effect.suspend(() => {
-            const send = dispatch(group)
-            inFlight.add(send)
-            return call("produce", () => send, group[0]!.topic).pipe(
-              Effect.ensuring(Effect.sync(() => inFlight.delete(send)))
-            )
-          })
+        for (const [g, group] of groups.entries()) {
+          const result = yield* bounded(
+            "produce",
+            Effect.gen(function* () {
+              const previous = turn.last
+              if (previous !== undefined) yield* Effect.promise(() => previous)
+              const send = dispatch(group)
+              const settled = send.then(
+                () => undefined,
+                () => undefined
+              )
+              turn.last = settled
+              void settled.then(() => {
+                if (turn.last === settled) turn.last = undefined
+              })
+              inFlight.add(send)
+              return yield* Effect.tryPromise({
+                try: () => send,
+                catch: (cause) =>
+                  isTooLarge(cause)
+                    ? refusedAsTooLarge(groups.length === 1 ? records : [records[g]!])
+                    : toLogError("produce", brokers, cause, group[0]!.topic)
+              }).pipe(Effect.ensuring(Effect.sync(() => inFlight.delete(send))))
+            })
+          )
           const base = new Map<string, number>(
             (result.offsets ?? []).map((x) => [`${x.topic}/${x.partition}`, Number(x.offset)] as const)
           )
@@ -439,22 +644,26 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
         return offsets
       })
 
+    const idempotentTurn: TransactionalProducer.ClientTurn = { last: undefined }
+    const plainTurn: TransactionalProducer.ClientTurn = { last: undefined }
     /** Sends through the shared clients: acks=all idempotent, acks 0 and 1 plain; one request at a time. */
     const send = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) => {
       const acks = acksOf(options?.acks)
       return Semaphore.withPermit(
         sendLock,
-        sendVia(records, acks, (messages) =>
-          acks === -1 ? idempotent.send({ messages }) : plain.send({ acks, messages })
-        )
+        acks === -1
+          ? sendVia(records, acks, (messages) => idempotent.send({ messages }), idempotentTurn)
+          : sendVia(records, acks, (messages) => plain.send({ acks, messages }), plainTurn)
       )
     }
 
-    // `produce`, `produceBatch` and producers share one send queue (internal/sendQueue.ts).
+    // `produce`, `produceBatch` and producers share one send queue (internal/sendQueue.ts); its requests are split
+    // to fit each topic's limit.
     const queue = yield* SendQueue.make<ProducerRecord>({
       lingerMs: o.lingerMs ?? 0,
       maxBatchRecords: o.maxBatchRecords ?? 1000,
       bufferRecords: o.bufferRecords ?? 100_000,
+      size: () => RecordSize.requestSize(limitOf),
       send: (records, acks) => send(records, { acks })
     })
     const enqueue = (records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
@@ -462,10 +671,8 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     const produce = (record: ProducerRecord, options?: { readonly acks?: Acks }) =>
       Effect.gen(function* () {
         yield* checkTp(record)
-        const size = recordBytes(record)
-        if (size > maxRecordBytes) {
-          return yield* Effect.fail(logError(new RecordTooLarge({ topic: record.topic, size, max: maxRecordBytes })))
-        }
+        const error = tooLarge(record, messageLimits.get(record.topic) ?? (yield* messageLimit(record.topic)))
+        if (error !== undefined) return yield* Effect.fail(error)
         const [offset] = yield* enqueue([record], options)
         return offset ?? -1
       })
@@ -585,7 +792,8 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
             apiIds(cause).has("OFFSET_OUT_OF_RANGE")
               ? outOfRange(tp, offset)
               : Effect.fail(toLogError("deleteRecords", brokers, cause, tp.topic))
-          )
+          ),
+          (effect) => bounded("deleteRecords", effect)
         )
       })
 
@@ -635,6 +843,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
           validate,
           checkTp,
           sendVia,
+          size: () => RecordSize.requestSize(limitOf),
           memberOf: (group) => groupMembers.get(group),
           lingerMs: o.lingerMs ?? 0,
           maxBatchRecords: o.maxBatchRecords ?? 1000,
@@ -668,7 +877,7 @@ interface ConsumerDeps {
   readonly checkTp: (tp: TopicPartition) => Effect.Effect<void, LogError>
   readonly offsets: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
   readonly outOfRange: (tp: TopicPartition, offset: number) => Effect.Effect<never, LogError>
-  readonly call: <A>(operation: string, f: () => Promise<A>, topic?: string) => Effect.Effect<A, LogError>
+  readonly call: TransactionalProducer.TransactionalDeps["call"]
 }
 
 interface Assigned {
@@ -690,8 +899,14 @@ interface Pending {
 
 let consumerCount = 0
 
-/** The client behind each group consumer (a transaction commits source offsets with its member id and generation). */
-const groupMembers = new WeakMap<GroupConsumer, Consumer>()
+/** A join the group member followed: its generation and the assignment made in it. */
+interface Joined {
+  readonly generationId: number
+  readonly assignments: ReadonlyArray<GroupAssignment> | null
+}
+
+/** The client behind each group consumer, with what it last followed (a transaction commits source offsets with it). */
+const groupMembers = new WeakMap<GroupConsumer, TransactionalProducer.GroupMember>()
 
 /** A group-less changelog consumer: the client for metadata, its own connections and decoder for fetches. */
 const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, Scope.Scope> =>
@@ -707,7 +922,7 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
             isolationLevel: FetchIsolationLevels.READ_UNCOMMITTED
           })
       ),
-      (c) => Effect.promise(() => c.close(true).catch(() => undefined))
+      (c) => closeWithin(deps.base.requestTimeout, () => c.close(true))
     )
     const assigned = new Map<string, Assigned>()
     const paused = new Set<string>()
@@ -859,9 +1074,23 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
               partitionMaxBytes: deps.fetchPartitionMaxBytes
             }))
           }))
+          const leader = nodes.get(node)
+          // The broker holds a fetch up to maxWait before answering.
+          const deadline = deps.base.requestTimeout + deps.maxWait
           return send(node, version, topics).pipe(
             Effect.retry({ times: deps.base.retries, schedule: Schedule.spaced(deps.base.retryDelay) }),
             Effect.mapError((cause) => toLogError("fetch", deps.base.bootstrapBrokers, cause)),
+            Effect.timeoutOrElse({
+              duration: deadline,
+              orElse: () =>
+                Effect.fail(
+                  noAnswer(
+                    "fetch",
+                    leader === undefined ? deps.base.bootstrapBrokers : [`${leader.host}:${leader.port}`],
+                    deadline
+                  )
+                )
+            }),
             Effect.flatMap((response) =>
               response.errorCode === 0
                 ? collect(response, snapshot)
@@ -875,8 +1104,13 @@ const makeConsumer = (deps: ConsumerDeps): Effect.Effect<LogConsumer, LogError, 
                     )
                   )
             ),
-            // An unreachable leader may have moved: the next fetch asks for the leaders again.
-            Effect.tapError(() => refreshMetadata([...byTopic.keys()]).pipe(Effect.ignore))
+            // An unreachable leader may have moved: the next fetch asks for the leaders first (asking now would keep
+            // this one's caller waiting on a broker that may not answer).
+            Effect.tapError(() =>
+              Effect.sync(() => {
+                for (const topic of byTopic.keys()) topicIds.delete(topic)
+              })
+            )
           )
         })
         yield* Effect.all(requests, { concurrency: "unbounded", discard: true })
@@ -1060,33 +1294,45 @@ const makeGroupConsumer = (
       return yield* Effect.fail(logError(new InvalidRequest({ detail: "groupId must be a non-empty string" })))
     }
     for (const topic of options.topics) yield* deps.partitionCount(topic)
+    const groupTimeout = Math.max(deps.base.requestTimeout, GROUP_REQUEST_TIMEOUT_MS)
     const inner = yield* deps.consumer({
       ...(options.maxBatchRecords === undefined ? {} : { maxBatchRecords: options.maxBatchRecords }),
       ...(options.isolation === undefined ? {} : { isolation: options.isolation })
     })
     const events = yield* Queue.unbounded<GroupEvent, LogError | Cause.Done>()
-    const changes = yield* Queue.unbounded<void>()
+    /** What to follow: a join's generation with its assignment, or (undefined) the client's current assignment. */
+    const changes = yield* Queue.unbounded<Joined | undefined>()
     const member = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const c = new Consumer({
           ...deps.base,
+          // The coordinator holds a JoinGroup for up to the rebalance timeout.
+          requestTimeout: groupTimeout,
           groupId: options.groupId,
           autocommit: false,
-          sessionTimeout: 10_000,
+          sessionTimeout: SESSION_TIMEOUT_MS,
           heartbeatInterval: 500,
-          rebalanceTimeout: 10_000
+          rebalanceTimeout: REBALANCE_TIMEOUT_MS
         })
         for (const topic of options.topics) c.topics.track(topic)
-        // The assignment changes on a join and on a rebalance round; both are followed.
-        c.on("consumer:group:join", () => Queue.offerUnsafe(changes, undefined))
+        // The assignment changes on a join and on a rebalance round; both are followed. A join's event carries the
+        // generation with the assignment made in it (the client's own fields change apart: the generation at the
+        // JoinGroup response, the assignment at the SyncGroup response).
+        c.on("consumer:group:join", (joined: Joined) =>
+          Queue.offerUnsafe(changes, { generationId: joined.generationId, assignments: joined.assignments })
+        )
         c.on("consumer:group:rebalance", () => Queue.offerUnsafe(changes, undefined))
         return c
       }),
+      // Each step gives up after the request timeout: a hung coordinator must not hold the scope's closing.
       (c) =>
-        Effect.promise(async () => {
-          await new Promise<void>((resolve) => c.leaveGroup(false, () => resolve()))
-          await c.close(true).catch(() => undefined)
-        })
+        Effect.andThen(
+          Effect.timeoutOption(
+            Effect.callback<void>((resume) => c.leaveGroup(false, () => resume(Effect.void))),
+            deps.base.requestTimeout
+          ),
+          closeWithin(deps.base.requestTimeout, () => c.close(true))
+        )
     )
     let closed = false
     yield* Effect.addFinalizer(() =>
@@ -1103,6 +1349,11 @@ const makeGroupConsumer = (
       )
 
     const current = new Map<string, TopicPartition>()
+    /**
+     * The generation of the last join followed: a transaction commits offsets with it, so once the group moves on
+     * (a generation this member has not followed yet) the coordinator refuses them.
+     */
+    let generation = -1
     const committedOf = (tps: ReadonlyArray<TopicPartition>) =>
       Effect.gen(function* () {
         if (tps.length === 0) return []
@@ -1123,37 +1374,45 @@ const makeGroupConsumer = (
         return out
       })
 
-    /** Follows the group's assignment: revoke what was lost, then assign what was gained at its committed offset. */
-    const sync = Effect.gen(function* () {
-      const next = new Map<string, TopicPartition>()
-      for (const a of member.assignments ?? []) {
-        for (const partition of a.partitions) next.set(`${a.topic}/${partition}`, { topic: a.topic, partition })
-      }
-      const lost = [...current].filter(([k]) => !next.has(k)).map(([, tp]) => tp)
-      const gained = [...next].filter(([k]) => !current.has(k)).map(([, tp]) => tp)
-      if (lost.length > 0) {
-        yield* inner.unassign(lost)
-        for (const tp of lost) current.delete(tpKey(tp))
-        yield* Queue.offer(events, { _tag: "Revoked", partitions: lost })
-      }
-      if (gained.length > 0) {
-        yield* inner.assign(gained)
-        const committed = yield* committedOf(gained)
-        const bounds = new Map((yield* deps.offsets(gained)).map((o) => [tpKey(o), o] as const))
-        for (const c of committed) {
-          const b = bounds.get(tpKey(c))!
-          yield* inner.seek(c, Math.min(Math.max(c.offset, b.logStart), b.highwater))
+    /**
+     * Follows the group's assignment (a join's, or else the client's current one): revoke what was lost, then assign
+     * what was gained at its committed offset. A join older than one followed already is skipped.
+     */
+    const sync = (joined: Joined | undefined) =>
+      Effect.gen(function* () {
+        if (joined !== undefined && joined.generationId < generation) return
+        const next = new Map<string, TopicPartition>()
+        for (const a of (joined === undefined ? member.assignments : joined.assignments) ?? []) {
+          for (const partition of a.partitions) next.set(`${a.topic}/${partition}`, { topic: a.topic, partition })
         }
-        for (const tp of gained) current.set(tpKey(tp), tp)
-        yield* Queue.offer(events, { _tag: "Assigned", partitions: gained })
-      }
-    })
+        const lost = [...current].filter(([k]) => !next.has(k)).map(([, tp]) => tp)
+        const gained = [...next].filter(([k]) => !current.has(k)).map(([, tp]) => tp)
+        if (lost.length > 0) {
+          yield* inner.unassign(lost)
+          for (const tp of lost) current.delete(tpKey(tp))
+          yield* Queue.offer(events, { _tag: "Revoked", partitions: lost })
+        }
+        if (gained.length > 0) {
+          yield* inner.assign(gained)
+          const committed = yield* committedOf(gained)
+          const bounds = new Map((yield* deps.offsets(gained)).map((o) => [tpKey(o), o] as const))
+          for (const c of committed) {
+            const b = bounds.get(tpKey(c))!
+            yield* inner.seek(c, Math.min(Math.max(c.offset, b.logStart), b.highwater))
+          }
+          for (const tp of gained) current.set(tpKey(tp), tp)
+          yield* Queue.offer(events, { _tag: "Assigned", partitions: gained })
+        }
+        if (joined !== undefined) generation = joined.generationId
+      })
 
-    yield* deps.call("joinGroup", () => member.joinGroup({}))
-    yield* sync
+    yield* deps.call("joinGroup", () => member.joinGroup({}), undefined, groupTimeout)
+    yield* sync(
+      member.assignments === null ? undefined : { generationId: member.generationId, assignments: member.assignments }
+    )
     // A failure while following the group ends the member's event stream with that error.
     yield* Effect.forkScoped(
-      Effect.forever(Effect.andThen(Queue.take(changes), sync)).pipe(Effect.catch((e) => Queue.fail(events, e)))
+      Effect.forever(Effect.flatMap(Queue.take(changes), sync)).pipe(Effect.catch((e) => Queue.fail(events, e)))
     )
     // A change the client made without an event is still followed: a member must never keep fetching a partition the
     // group gave to another (two members would process it at once).
@@ -1233,7 +1492,11 @@ const makeGroupConsumer = (
         })
       )
     }
-    groupMembers.set(group, member)
+    groupMembers.set(group, {
+      client: member,
+      generation: () => generation,
+      owns: (tp) => current.has(tpKey(tp))
+    })
     return group
   })
 

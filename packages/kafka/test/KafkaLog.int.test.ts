@@ -2,9 +2,10 @@ import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
 import { Admin, compressionsAlgorithms, Producer } from "@platformatic/kafka"
 import { KafkaLog } from "@strata/kafka"
-import { Effect, Schedule, Stream } from "effect"
-import { Log } from "@strata/core"
+import { Effect, Exit, Schedule, Schema, Scope, Stream } from "effect"
+import { type LogError, Log } from "@strata/core"
 import { inject } from "vitest"
+import { httpServer, kafkaProxy, silentServer } from "./fakeBrokers.js"
 
 LogConformance.suite("kafka", KafkaLog.layer({ brokers: [inject("kafka")] }))
 
@@ -29,6 +30,167 @@ describe("KafkaLog start-up", () => {
       assert.strictEqual(fetch.reason._tag, "InvalidRequest")
       assert.include(fetch.message, "fetchPartitionMaxBytes")
     })
+  )
+
+  // A port out of range (or 0) used to pass validation and reach the client.
+  it.live(
+    "a broker address with a bad port or no host fails make with InvalidRequest naming the option and value",
+    () =>
+      Effect.gen(function* () {
+        for (const bad of [
+          "127.0.0.1:99999",
+          "127.0.0.1:0",
+          "127.0.0.1:65536",
+          "127.0.0.1:port",
+          ":9092",
+          "127.0.0.1",
+          "a b:9092"
+        ]) {
+          const e = yield* Effect.flip(Effect.scoped(KafkaLog.make({ brokers: [bad], connectAttempts: 1 }))).pipe(
+            Effect.timeoutOrElse({ duration: "5 seconds", orElse: () => Effect.die(`${bad}: make did not fail`) })
+          )
+          assert.strictEqual(e.reason._tag, "InvalidRequest", bad)
+          assert.include(e.message, "brokers", bad)
+          assert.include(e.message, JSON.stringify(bad), bad)
+        }
+        const valid = Schema.decodeUnknownExit(KafkaLog.KafkaLogOptions)
+        for (const good of ["127.0.0.1:9092", "kafka-1.example.com:65535", "broker_2:1", "[::1]:9092"]) {
+          assert.isTrue(Exit.isSuccess(valid({ brokers: [good] })), good)
+        }
+      })
+  )
+})
+
+/** Runs `effect`, failing the test (instead of hanging) when it takes longer than `ms`; gives how long it took. */
+const within = <A, E>(ms: number, what: string, effect: Effect.Effect<A, E>) =>
+  Effect.gen(function* () {
+    const start = Date.now()
+    const value = yield* effect.pipe(
+      Effect.timeoutOrElse({ duration: ms, orElse: () => Effect.die(`${what}: still waiting after ${ms} ms`) })
+    )
+    return [value, Date.now() - start] as const
+  })
+
+describe("KafkaLog on a port that is not Kafka", () => {
+  // Each used to wait for minutes (the client's own 30 s request timeout, retried 4 × 4 times) whatever
+  // requestTimeoutMs said; a garbage answer gave no hint that the address was wrong.
+  const T = 500
+  /** A program on the log's layer asking for offsets: the failure, and how long it took to come. */
+  const offsetsVia = (broker: string) =>
+    within(
+      15_000,
+      broker,
+      Effect.flip(
+        Effect.gen(function* () {
+          const log = yield* Log
+          return yield* log.offsets([{ topic: "t", partition: 0 }])
+        }).pipe(Effect.provide(KafkaLog.layer({ brokers: [broker], connectAttempts: 1, requestTimeoutMs: T })))
+      )
+    )
+  const assertNoAnswer = (e: LogError, ms: number, address: string) => {
+    assert.strictEqual(e.reason._tag, "BrokerUnreachable", e.message)
+    assert.include(e.message, `no answer from ${address} in ${T} ms`)
+    assert.isBelow(ms, T + 1500, "fails within the request timeout")
+  }
+  const assertNotKafka = (e: LogError, ms: number, address: string) => {
+    assert.strictEqual(e.reason._tag, "InvalidRequest", e.message)
+    assert.include(e.message, `${address} is not a Kafka broker`)
+    assert.isBelow(ms, T + 1500)
+  }
+
+  it.live("etcd's port (HTTP/2, it never answers a Kafka request) fails within the request timeout, naming it", () =>
+    Effect.gen(function* () {
+      const [e, ms] = yield* offsetsVia(inject("etcd"))
+      assertNoAnswer(e, ms, inject("etcd"))
+    })
+  )
+
+  it.live("a server that accepts and never answers fails with 'no answer from … in N ms'", () =>
+    Effect.gen(function* () {
+      const server = yield* silentServer
+      const [e, ms] = yield* offsetsVia(server.address)
+      assertNoAnswer(e, ms, server.address)
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a server that answers garbage (and closes, or not) is 'not a Kafka broker', without retries", () =>
+    Effect.gen(function* () {
+      for (const close of [true, false]) {
+        const server = yield* httpServer({ close })
+        const [e, ms] = yield* offsetsVia(server.address)
+        assertNotKafka(e, ms, server.address)
+        const retried = yield* within(
+          15_000,
+          "connectAttempts: 5",
+          Effect.flip(Effect.scoped(KafkaLog.make({ brokers: [server.address], requestTimeoutMs: T })))
+        )
+        assertNotKafka(retried[0], retried[1], server.address)
+      }
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a broker that answers the handshake and then nothing fails start-up within the request timeout", () =>
+    Effect.gen(function* () {
+      const proxy = yield* kafkaProxy(inject("kafka"), { only: [18] })
+      const [e, ms] = yield* offsetsVia(proxy.address)
+      assert.strictEqual(e.reason._tag, "BrokerUnreachable", e.message)
+      assert.include(e.message, proxy.address)
+      assert.include(e.message, `in ${T} ms`)
+      assert.isBelow(ms, 2 * T + 1500)
+    }).pipe(Effect.scoped)
+  )
+
+  it.live(
+    "a broker that stops answering: every operation fails within its timeout naming the address; closing is bounded",
+    () =>
+      Effect.gen(function* () {
+        const timeout = 1000
+        const proxy = yield* kafkaProxy(inject("kafka"))
+        const scope = yield* Scope.make()
+        const log = yield* KafkaLog.make({ brokers: [proxy.address], requestTimeoutMs: timeout }).pipe(
+          Scope.provide(scope)
+        )
+        const stamp = Date.now().toString(36)
+        const topic = `hung-${stamp}`
+        const tp = { topic, partition: 0 }
+        const value = new TextEncoder().encode("v")
+        yield* log.ensureTopic({ topic, partitions: 1 })
+        assert.deepStrictEqual(yield* log.produceBatch([{ ...tp, key: null, value }]), [0])
+        const consumer = yield* log.consumer().pipe(Scope.provide(scope))
+        yield* consumer.assign([tp])
+        const group = yield* log.groupConsumer({ groupId: `hung-${stamp}`, topics: [topic] }).pipe(Scope.provide(scope))
+        const txn = yield* log.transactionalProducer({ transactionalId: `hung-${stamp}` }).pipe(Scope.provide(scope))
+        const producer = yield* log.producer().pipe(Scope.provide(scope))
+
+        proxy.freeze()
+        const fails = <A>(what: string, effect: Effect.Effect<A, LogError>, bound = timeout + 1500) =>
+          Effect.gen(function* () {
+            const [e, ms] = yield* within(4 * timeout + 5000, what, Effect.flip(effect))
+            assert.strictEqual(e.reason._tag, "BrokerUnreachable", `${what}: ${e.message}`)
+            assert.include(e.message, proxy.address, what)
+            assert.isBelow(ms, bound, `${what} took ${ms} ms`)
+          })
+        yield* fails("offsets", log.offsets([tp]))
+        yield* fails("produce", log.produce({ ...tp, key: null, value }))
+        yield* fails("produceBatch", log.produceBatch([{ ...tp, key: null, value }]))
+        yield* fails("producer.send", Effect.flatten(producer.send([{ ...tp, key: null, value }])))
+        yield* fails("ensureTopic", log.ensureTopic({ topic: `${topic}-new`, partitions: 1 }))
+        yield* fails("deleteRecords", log.deleteRecords(tp, 1))
+        yield* fails("consumer fetch", Stream.runHead(consumer.batches), timeout + 250 + 1500)
+        yield* fails("committed", group.committed([tp]))
+        yield* fails("commit", group.commit([{ ...tp, offset: 1 }]))
+        yield* fails("transactional send", Effect.flatten(txn.send([{ ...tp, key: null, value }])))
+        // Opening fails within the timeout; closing its client gives up after another.
+        yield* fails(
+          "transactionalProducer",
+          Effect.scoped(log.transactionalProducer({ transactionalId: `hung-${stamp}-2` })),
+          2 * timeout + 1500
+        )
+        // Leaving the group, aborting the transaction and closing the clients do not wait for the hung broker.
+        const [, closing] = yield* within(20_000, "closing the log", Scope.close(scope, Exit.void))
+        assert.isBelow(closing, 3 * timeout + 1500, `closing took ${closing} ms`)
+      }).pipe(Effect.scoped),
+    90_000
   )
 })
 
@@ -219,6 +381,86 @@ describe("KafkaLog consumer decoding", () => {
         )
       }
     }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
+  )
+})
+
+describe("KafkaLog request sizes", () => {
+  const bytes = (n: number, fill: number) => new Uint8Array(n).fill(fill)
+
+  // Concurrent calls were merged into one request of 2.4 MB: the broker refused it, every call failed with
+  // "a record of -1 bytes ... the limit of -1 bytes" and nothing was written.
+  it.live("four concurrent 600 KB produce calls are all written: requests are split at the broker's limit", () =>
+    Effect.gen(function* () {
+      const log = yield* Log
+      const topic = `sizes-${Date.now().toString(36)}`
+      yield* log.ensureTopic({ topic, partitions: 2 })
+      const [offsets] = yield* within(
+        30_000,
+        "produce",
+        Effect.forEach([0, 1, 2, 3], (i) => log.produce({ topic, partition: 0, key: null, value: bytes(600_000, i) }), {
+          concurrency: "unbounded"
+        })
+      )
+      assert.deepStrictEqual([...offsets].sort(), [0, 1, 2, 3])
+      // One producer send larger than the limit goes in several requests, in order.
+      const producer = yield* log.producer()
+      const sent = yield* Effect.flatten(
+        producer.send([0, 1, 2].map((i) => ({ topic, partition: 1, key: null, value: bytes(400_000, i) })))
+      )
+      assert.deepStrictEqual(sent, [0, 1, 2])
+      const consumer = yield* log.consumer()
+      yield* consumer.assign([{ topic, partition: 1 }])
+      const values: Array<number> = []
+      yield* consumer.batches.pipe(
+        Stream.takeUntil((b) => {
+          values.push(...b.records.map((r) => r.value![0]!))
+          return values.length >= 3
+        }),
+        Stream.runDrain
+      )
+      assert.deepStrictEqual(values, [0, 1, 2])
+    }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
+  )
+
+  it.live(
+    "a record over the topic's max.message.bytes fails alone with its size and the limit; the others are written",
+    () =>
+      Effect.gen(function* () {
+        const log = yield* Log
+        const topic = `small-${Date.now().toString(36)}`
+        yield* log.ensureTopic({ topic, partitions: 1, config: { "max.message.bytes": "100000" } })
+        const record = (n: number, fill: number) => ({ topic, partition: 0, key: null, value: bytes(n, fill) })
+        const [results] = yield* within(
+          30_000,
+          "produce",
+          Effect.all(
+            [150_000, 40_000, 40_000, 40_000, 40_000].map((n, i) => Effect.result(log.produce(record(n, i)))),
+            { concurrency: "unbounded" }
+          )
+        )
+        const [big, ...small] = results
+        assert.isTrue(big!._tag === "Failure")
+        const e = big!._tag === "Failure" ? big!.failure : undefined
+        assert.strictEqual(e?.reason._tag, "RecordTooLarge")
+        if (e?.reason._tag === "RecordTooLarge") {
+          assert.strictEqual(e.reason.max, 100_000)
+          assert.isAbove(e.reason.size, 150_000)
+          assert.isBelow(e.reason.size, 150_100)
+          assert.strictEqual(e.reason.partition, 0)
+        }
+        assert.include(e?.message, `${topic}/0`)
+        assert.deepStrictEqual(
+          small.map((r) => (r._tag === "Success" ? r.success : r.failure.message)).sort(),
+          [0, 1, 2, 3],
+          "the valid records sent at the same time are written"
+        )
+        // In a batch or a producer, the record fails the call before anything of it is sent.
+        const batch = yield* Effect.flip(log.produceBatch([record(10, 9), record(150_000, 9)]))
+        assert.strictEqual(batch.reason._tag, "RecordTooLarge")
+        const producer = yield* log.producer()
+        assert.strictEqual((yield* Effect.flip(producer.send([record(150_000, 9)]))).reason._tag, "RecordTooLarge")
+        assert.strictEqual((yield* log.offsets([{ topic, partition: 0 }]))[0]!.highwater, 4)
+      }).pipe(Effect.scoped, Effect.provide(KafkaLog.layer({ brokers: [inject("kafka")] })))
   )
 })
 

@@ -971,7 +971,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
             cfg.rebalanceTimeout,
             "the member holds the source partitions"
           )
-          return { source, member }
+          return { source, member, groupId }
         })
 
       it.effect("a transaction's records and source offsets become visible together at commit", () =>
@@ -1062,6 +1062,40 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
           )
           assert.notStrictEqual(refused, "succeeded")
           yield* producer.abort
+          const c = yield* log.consumer({ isolation: "read_committed" })
+          yield* c.assign(tps(out, 1))
+          const collector = yield* collect(c.batches, cfg)
+          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+        })
+      )
+
+      it.effect("a transaction cannot commit offsets of a partition the group gave to another member", () =>
+        Effect.gen(function* () {
+          const log = yield* Log
+          const out = yield* freshTopic(1)
+          const { member, source, groupId } = yield* soleMember(2)
+          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+          yield* producer.send([rec(out, 0, "written-before-the-rebalance")])
+          // A second member joins: the group takes one of the first member's partitions away and gives it over.
+          const second = yield* log.groupConsumer({ groupId, topics: [source] })
+          yield* eventually(
+            Effect.zipWith(member.assignment, second.assignment, (a, b) => a.length === 1 && b.length === 1),
+            cfg.rebalanceTimeout,
+            "each member holds one partition"
+          )
+          const [given] = yield* second.assignment
+          const refused = yield* reasonTag(
+            producer.commit({
+              group: member,
+              offsets: [
+                { topic: source, partition: 0, offset: 5 },
+                { topic: source, partition: 1, offset: 5 }
+              ]
+            })
+          )
+          assert.notStrictEqual(refused, "succeeded", "the old owner committed offsets of a partition it lost")
+          yield* producer.abort
+          assert.deepStrictEqual(yield* second.committed([given!]), [])
           const c = yield* log.consumer({ isolation: "read_committed" })
           yield* c.assign(tps(out, 1))
           const collector = yield* collect(c.batches, cfg)

@@ -5,7 +5,6 @@ import {
   type LogError,
   LogIoError,
   logError,
-  RecordTooLarge,
   TopicMismatch,
   UnknownTopic
 } from "@strata/core"
@@ -32,6 +31,21 @@ const isNetwork = (cause: unknown): boolean =>
     `${(cause as { code?: unknown })?.code ?? ""} ${text(cause)} ${text((cause as { cause?: unknown })?.cause)}`
   )
 
+/** Whether the broker refused a produce request as too large (a record batch over the topic's `max.message.bytes`). */
+export const isTooLarge = (cause: unknown): boolean => {
+  const ids = apiIds(cause)
+  return ids.has("MESSAGE_TOO_LARGE") || ids.has("RECORD_LIST_TOO_LARGE")
+}
+
+/** `BrokerUnreachable` for a request of `operation` that the brokers at `addresses` did not answer within `ms`. */
+export const noAnswer = (operation: string, addresses: ReadonlyArray<string>, ms: number): LogError =>
+  logError(
+    new BrokerUnreachable({
+      brokers: [...addresses],
+      detail: `${operation}: no answer from ${addresses.join(", ")} in ${ms} ms`
+    })
+  )
+
 /** Maps a client failure of `operation` to a `LogError` reason. */
 export const toLogError = (
   operation: string,
@@ -40,8 +54,9 @@ export const toLogError = (
   topic?: string
 ): LogError => {
   const ids = apiIds(cause)
-  if (ids.has("MESSAGE_TOO_LARGE") || ids.has("RECORD_LIST_TOO_LARGE")) {
-    return logError(new RecordTooLarge({ topic: topic ?? "", size: -1, max: -1 }))
+  if (isTooLarge(cause)) {
+    // Produce maps this itself, with the sizes (see KafkaLog's `sendVia`); nothing else sends records.
+    return logError(new InvalidRequest({ detail: `${operation}: the broker refused a record batch as too large` }))
   }
   if (ids.has("UNKNOWN_TOPIC_OR_PARTITION") || ids.has("UNKNOWN_TOPIC_ID") || /Unknown topic/i.test(text(cause))) {
     return logError(new UnknownTopic({ topic: topic ?? "" }))

@@ -12,6 +12,7 @@
  */
 import { type Consumer, type Message, Producer, type ProduceResult } from "@platformatic/kafka"
 import {
+  Fenced,
   type GroupConsumer,
   InvalidRequest,
   type LogError,
@@ -39,16 +40,29 @@ export interface OutMessage {
 /** Sends one request's messages with some client. */
 export type Dispatch = (messages: Array<OutMessage>) => Promise<ProduceResult>
 
+/**
+ * A producer client's turn: its last send, until the client is done with it (settled, never rejecting). A send
+ * given up on at its deadline is still retried by the client; the next send waits for it.
+ */
+export interface ClientTurn {
+  last: Promise<void> | undefined
+}
+
 /** What the producer needs from the log. */
 export interface TransactionalDeps {
   readonly base: {
     clientId: string
     bootstrapBrokers: Array<string>
+    /** What the broker may take for a request (produce, transactions). */
     timeout: number
+    /** How long the client waits to connect, and for each answer. */
+    connectTimeout: number
+    requestTimeout: number
     retries: number
     retryDelay: number
   }
-  readonly call: <A>(operation: string, f: () => Promise<A>, topic?: string) => Effect.Effect<A, LogError>
+  /** Calls the client, bounded by the request timeout (or `ms`). */
+  readonly call: <A>(operation: string, f: () => Promise<A>, topic?: string, ms?: number) => Effect.Effect<A, LogError>
   /** Checks records (topic, partition, size) before they are queued. */
   readonly validate: (records: ReadonlyArray<ProducerRecord>) => Effect.Effect<void, LogError>
   /** Checks that a partition exists. */
@@ -57,27 +71,46 @@ export interface TransactionalDeps {
   readonly sendVia: (
     records: ReadonlyArray<ProducerRecord>,
     acks: -1,
-    dispatch: Dispatch
+    dispatch: Dispatch,
+    turn: ClientTurn
   ) => Effect.Effect<ReadonlyArray<number>, LogError>
+  /** Measures the requests the producer's queue forms against the topics' limits. */
+  readonly size: SendQueue.SendQueueOptions<ProducerRecord>["size"]
   /** The client behind one of this log's group consumers. */
-  readonly memberOf: (group: GroupConsumer) => Consumer | undefined
+  readonly memberOf: (group: GroupConsumer) => GroupMember | undefined
   readonly lingerMs: number
   readonly maxBatchRecords: number
   readonly bufferRecords: number
 }
 
+/** A group member as a transaction sees it: its client and the assignment it last followed. */
+export interface GroupMember {
+  readonly client: Consumer
+  /**
+   * The generation of the assignment the member follows. The client's own generation moves on at a rejoin before
+   * the member has let go of what it lost; offsets committed with this one are refused once the group moved on.
+   */
+  readonly generation: () => number
+  /** Whether the member holds the partition in the assignment it follows. */
+  readonly owns: (tp: TopicPartition) => boolean
+}
+
 /** The message `Transaction.addOffset` takes for a source offset: it commits `offset + 1`, with the member's group. */
-const offsetMessage = (member: Consumer, o: { topic: string; partition: number; offset: number }): Message =>
+const offsetMessage = (
+  member: GroupMember,
+  generationId: number,
+  o: { topic: string; partition: number; offset: number }
+): Message =>
   ({
     topic: o.topic,
     partition: o.partition,
     offset: BigInt(o.offset - 1),
     metadata: {
       consumer: {
-        groupId: member.groupId,
-        generationId: member.generationId,
-        memberId: member.memberId,
-        coordinatorId: member.coordinatorId
+        groupId: member.client.groupId,
+        generationId,
+        memberId: member.client.memberId,
+        coordinatorId: member.client.coordinatorId
       }
     }
   }) as unknown as Message
@@ -97,12 +130,19 @@ export const make = (
     }
     const client = yield* Effect.acquireRelease(
       Effect.sync(() => new Producer({ ...deps.base, idempotent: true, acks: -1, transactionalId: id })),
+      // Each step gives up after the request timeout: a hung broker must not hold the scope's closing.
       (p) =>
-        Effect.promise(async () => {
-          const open = p.transaction
-          if (open !== undefined && !open.completed) await open.abort().catch(() => undefined)
-          await p.close().catch(() => undefined)
-        })
+        Effect.andThen(
+          Effect.suspend(() => {
+            const open = p.transaction
+            return open === undefined || open.completed
+              ? Effect.void
+              : Effect.promise(() => open.abort().catch(() => undefined)).pipe(
+                  Effect.timeoutOption(deps.base.requestTimeout)
+                )
+          }),
+          Effect.promise(() => p.close().catch(() => undefined)).pipe(Effect.timeoutOption(deps.base.requestTimeout))
+        )
     )
     let txn: Transaction | undefined
     /** The open transaction, begun when first needed. */
@@ -123,11 +163,14 @@ export const make = (
     let last: SendQueue.Done | undefined
     let sent = false
     let closed = false
+    const turn: ClientTurn = { last: undefined }
     const queue = yield* SendQueue.make<ProducerRecord>({
       lingerMs: deps.lingerMs,
       maxBatchRecords: deps.maxBatchRecords,
       bufferRecords: deps.bufferRecords,
-      send: (records) => Effect.flatMap(begin, (t) => deps.sendVia(records, -1, (messages) => t.send({ messages })))
+      size: deps.size,
+      send: (records) =>
+        Effect.flatMap(begin, (t) => deps.sendVia(records, -1, (messages) => t.send({ messages }), turn))
     })
     yield* Effect.addFinalizer(() =>
       Effect.suspend(() => {
@@ -159,14 +202,33 @@ export const make = (
             )
           }
         }
+        // The generation first, then ownership: an assignment followed later than the generation read only narrows
+        // what is owned, and the coordinator refuses the generation once the group moved past it.
+        const generationId = member.generation()
+        const lost = t.offsets.filter((o) => !member.owns(o))
+        if (lost.length > 0) {
+          return yield* Effect.fail(
+            logError(
+              new Fenced({
+                detail:
+                  `group ${member.client.groupId} gave ${lost.map((o) => `${o.topic}/${o.partition}`).join(", ")} ` +
+                  "to another member: the transaction cannot commit their offsets"
+              })
+            )
+          )
+        }
         if (!sent && t.offsets.length === 0) return
         const open = yield* begin
         if (t.offsets.length > 0) {
           sent = true
-          yield* deps.call("addOffsetsToTransaction", () => open.addConsumer(member))
+          yield* deps.call("addOffsetsToTransaction", () => open.addConsumer(member.client))
           // One TxnOffsetCommit per partition: the client folds concurrent ones into one, so they go in turn.
           for (const o of t.offsets) {
-            yield* deps.call("commitTransactionOffset", () => open.addOffset(offsetMessage(member, o)), o.topic)
+            yield* deps.call(
+              "commitTransactionOffset",
+              () => open.addOffset(offsetMessage(member, generationId, o)),
+              o.topic
+            )
           }
         }
         yield* deps.call("commitTransaction", () => open.commit())

@@ -1,0 +1,128 @@
+/**
+ * Checks that a broker address speaks Kafka before the client is let loose on it: one ApiVersions v0 request over a
+ * socket of its own, which every Kafka broker answers (an unsupported version is answered in v0 too). The client
+ * itself cannot tell a wrong port from a slow broker: against a server that never answers it waited its own 30 s
+ * request timeout, 16 times over (its metadata retries around its ApiVersions retries), and an HTTP answer read as
+ * a 1.2 GB frame; a negative frame size even threw out of its socket handler.
+ *
+ * @internal
+ */
+import * as net from "node:net"
+import { Data, Effect } from "effect"
+
+/** The address answered, but not as a Kafka broker. */
+export class NotKafka extends Data.TaggedError("NotKafka")<{ readonly detail: string }> {}
+
+/** Nothing answered at the address (refused, closed, or silent for the whole timeout). */
+export class NoBroker extends Data.TaggedError("NoBroker")<{ readonly detail: string }> {}
+
+const API_VERSIONS = 18
+/** Kafka's own error for an unsupported request version; the answer still lists the broker's versions. */
+const UNSUPPORTED_VERSION = 35
+/** An ApiVersions answer is a few hundred bytes; anything claiming more than this is not one. */
+const MAX_ANSWER_BYTES = 64 * 1024
+
+/** Host and port of a validated `host:port` or `[v6]:port` address. */
+export const hostPort = (address: string): { readonly host: string; readonly port: number } => {
+  const at = address.lastIndexOf(":")
+  const host = address.slice(0, at)
+  return { host: host.startsWith("[") ? host.slice(1, -1) : host, port: Number(address.slice(at + 1)) }
+}
+
+/** An ApiVersions v0 request: size, api key, version, correlation id, client id; no body. */
+export const apiVersionsRequest = (correlationId: number, clientId: string): Buffer => {
+  const id = Buffer.from(clientId, "utf8")
+  const out = Buffer.alloc(14 + id.length)
+  out.writeInt32BE(out.length - 4, 0)
+  out.writeInt16BE(API_VERSIONS, 4)
+  out.writeInt16BE(0, 6)
+  out.writeInt32BE(correlationId, 8)
+  out.writeInt16BE(id.length, 12)
+  id.copy(out, 14)
+  return out
+}
+
+/**
+ * Reads the bytes answered so far: `"partial"` while they may still become an ApiVersions v0 response, `"ok"` once
+ * one is whole, otherwise what is wrong with them.
+ */
+export const checkAnswer = (bytes: Buffer, correlationId: number): "ok" | "partial" | { readonly wrong: string } => {
+  if (bytes.length < 8) return "partial"
+  const size = bytes.readInt32BE(0)
+  if (size < 10 || size > MAX_ANSWER_BYTES) return { wrong: `a frame size of ${size}` }
+  if (bytes.readInt32BE(4) !== correlationId) return { wrong: "another correlation id" }
+  if (bytes.length < 4 + size) return "partial"
+  const error = bytes.readInt16BE(8)
+  const count = bytes.readInt32BE(10)
+  if ((error !== 0 && error !== UNSUPPORTED_VERSION) || count < 1 || 10 + 6 * count !== size) {
+    return { wrong: "a malformed ApiVersions response" }
+  }
+  for (let i = 0; i < count; i++) if (bytes.readInt16BE(14 + 6 * i) === API_VERSIONS) return "ok"
+  return { wrong: "an ApiVersions response without ApiVersions" }
+}
+
+let probes = 0
+
+/** The first bytes of an answer, printable. */
+const preview = (bytes: Buffer): string =>
+  JSON.stringify(
+    bytes
+      .subarray(0, 32)
+      .toString("latin1")
+      .replace(/[^\x20-\x7e]/g, ".")
+  )
+
+/**
+ * Sends one ApiVersions request to `address` and waits up to `timeoutMs` (connecting included) for a Kafka answer.
+ * Fails with `NotKafka` when something else answers, `NoBroker` when nothing does.
+ */
+export const probe = (address: string, clientId: string, timeoutMs: number): Effect.Effect<void, NotKafka | NoBroker> =>
+  Effect.callback<void, NotKafka | NoBroker>((resume) => {
+    const correlationId = ++probes & 0x7fffffff || 1
+    const { host, port } = hostPort(address)
+    let answered = Buffer.alloc(0)
+    let done = false
+    const socket = net.createConnection({ host, port })
+    const finish = (outcome: Effect.Effect<void, NotKafka | NoBroker>) => {
+      if (done) return
+      done = true
+      socket.destroy()
+      resume(outcome)
+    }
+    const notKafka = (what: string) =>
+      finish(
+        Effect.fail(
+          new NotKafka({
+            detail: `${address} is not a Kafka broker: it answered an ApiVersions request with ${what} (${preview(answered)})`
+          })
+        )
+      )
+    socket.on("connect", () => socket.write(apiVersionsRequest(correlationId, clientId)))
+    socket.on("data", (chunk: Buffer) => {
+      answered = Buffer.concat([answered, chunk])
+      const checked = checkAnswer(answered, correlationId)
+      if (checked === "ok") finish(Effect.void)
+      else if (checked !== "partial") notKafka(checked.wrong)
+    })
+    /** The connection ended before a whole answer: a Kafka answer cut off (a broker going down) is not held against it. */
+    const cut = (why: string) => {
+      if (answered.length > 0 && answered.length < 8) notKafka("a cut-off answer")
+      else
+        finish(
+          Effect.fail(
+            new NoBroker({ detail: answered.length === 0 ? why : `${address} closed the connection mid-answer` })
+          )
+        )
+    }
+    socket.on("error", (e: NodeJS.ErrnoException) => cut(`${address}: ${e.code ?? e.message}`))
+    socket.on("close", () => cut(`${address} closed the connection without answering`))
+    return Effect.sync(() => {
+      done = true
+      socket.destroy()
+    })
+  }).pipe(
+    Effect.timeoutOrElse({
+      duration: timeoutMs,
+      orElse: () => Effect.fail(new NoBroker({ detail: `no answer from ${address} in ${timeoutMs} ms` }))
+    })
+  )
