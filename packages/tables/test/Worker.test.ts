@@ -46,6 +46,34 @@ const caughtUp = (worker: Worker.WorkerShape, records: number) =>
 
 const quiet = Logger.layer([])
 
+/**
+ * A worker counts `first` records, the changelog refuses one record, `more` follow: the worker rewinds, catches up,
+ * and every count is exact.
+ */
+const refusedRecordScenario = (options: Partial<Worker.WorkerOptions>, first: number, more: number, seed: number) =>
+  Effect.gen(function* () {
+    const log = yield* Log
+    const faults = yield* LogFaults
+    yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+    yield* produceWords(log, 0, first, seed)
+    const a = yield* countingWorker(options)
+    yield* until("the worker caught up", caughtUp(a.worker, first))
+    yield* faults.failAppends("wc-counts-changelog", 1)
+    yield* produceWords(log, first, more, seed)
+    yield* Effect.raceFirst(
+      until(
+        "the worker rewound and caught up",
+        Effect.map(
+          a.worker.metrics,
+          (m) => m.rewinds >= 1 && m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0)
+        )
+      ),
+      a.worker.join
+    )
+    yield* a.worker.commit
+    assert.deepStrictEqual(yield* readCounts(a.table), expected(first + more, seed))
+  }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+
 describe("Worker", () => {
   it.live("counts every record once, commits, and a restarted worker resumes from its tables", () =>
     Effect.gen(function* () {
@@ -72,54 +100,12 @@ describe("Worker", () => {
   )
 
   it.live("a refused changelog record fails a commit; the worker rewinds and every count stays exact", () =>
-    Effect.gen(function* () {
-      const log = yield* Log
-      const faults = yield* LogFaults
-      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
-      yield* produceWords(log, 0, 2000, 31)
-      const a = yield* countingWorker({ commitIntervalMs: 50 })
-      yield* until("the worker caught up", caughtUp(a.worker, 2000))
-      yield* faults.failAppends("wc-counts-changelog", 1)
-      yield* produceWords(log, 2000, 2000, 31)
-      yield* Effect.raceFirst(
-        until(
-          "the worker rewound and caught up",
-          Effect.map(
-            a.worker.metrics,
-            (m) => m.rewinds >= 1 && m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0)
-          )
-        ),
-        a.worker.join
-      )
-      yield* a.worker.commit
-      assert.deepStrictEqual(yield* readCounts(a.table), expected(4000, 31))
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    refusedRecordScenario({ commitIntervalMs: 50 }, 2000, 2000, 31)
   )
 
+  // Small batches and a one-batch buffer per partition: a stopped partition's buffer is full at once.
   it.live("a partition stopped by a refused record never blocks the others' batches; the rewind restarts it", () =>
-    Effect.gen(function* () {
-      const log = yield* Log
-      const faults = yield* LogFaults
-      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
-      // Small batches and a one-batch buffer per partition: a stopped partition's buffer is full at once.
-      const a = yield* countingWorker({ commitIntervalMs: 300, maxBatchRecords: 5, partitionBuffer: 1 })
-      yield* produceWords(log, 0, 200, 17)
-      yield* until("the worker caught up", caughtUp(a.worker, 200))
-      yield* faults.failAppends("wc-counts-changelog", 1)
-      yield* produceWords(log, 200, 4000, 17)
-      yield* Effect.raceFirst(
-        until(
-          "the worker rewound and caught up",
-          Effect.map(
-            a.worker.metrics,
-            (m) => m.rewinds >= 1 && m.lag.length === PARTITIONS && m.lag.every((l) => l.offset === 0)
-          )
-        ),
-        a.worker.join
-      )
-      yield* a.worker.commit
-      assert.deepStrictEqual(yield* readCounts(a.table), expected(4200, 17))
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    refusedRecordScenario({ commitIntervalMs: 300, maxBatchRecords: 5, partitionBuffer: 1 }, 200, 4000, 17)
   )
 
   it.live("a second member takes half the partitions: revocation commits, and every record counts once", () =>

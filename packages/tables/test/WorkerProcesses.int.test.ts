@@ -6,9 +6,7 @@
  * commits on its way out; and at the end every source record is counted exactly once: the table's changelog,
  * replayed (last value per key, committed records only), equals the word counts of the whole input.
  *
- * `scenario("exactly_once")` runs the same with the workers on `processingGuarantee: "exactly_once"`. It is not in the
- * suite yet: it still fails some runs (see the tables README, "Exactly once"), and a test that fails at random
- * would hide every other failure of the suite.
+ * The same scenario runs with the workers on `processingGuarantee: "exactly_once"`.
  */
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync } from "node:fs"
@@ -308,6 +306,11 @@ describe("workers as real processes on Kafka", () => {
   it.live(
     "SIGKILL one mid-run and SIGTERM another: partitions move to their standbys, every record counted exactly once",
     () => scenario("at_least_once"),
+    240_000
+  )
+  it.live(
+    "the same with exactly_once: a killed or stopped member's open transaction never counts, every record once",
+    () => scenario("exactly_once"),
     240_000
   )
 })
