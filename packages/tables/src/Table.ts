@@ -12,6 +12,7 @@
  * @since 0.1.0
  */
 import { LogError, RecoveryErrorReason, StoreError, type TableKind } from "@strata/core"
+import { isUtf8 } from "node:buffer"
 import { Result, Schema } from "effect"
 import { partitionOf } from "./internal/murmur2.js"
 
@@ -194,6 +195,35 @@ export interface Codecs<K, V> {
   readonly decodeKey: (bytes: Uint8Array) => Result.Result<K, CodecFailed>
   readonly encodeValue: (value: V) => Result.Result<Uint8Array, CodecFailed>
   readonly decodeValue: (bytes: Uint8Array) => Result.Result<V, CodecFailed>
+  /** Why the bytes are not a key of the table (`undefined`: they are); cheaper than decoding for common schemas. */
+  readonly checkKey: (bytes: Uint8Array) => CodecFailed | undefined
+  /** Why the bytes are not a value of the table (`undefined`: they are). */
+  readonly checkValue: (bytes: Uint8Array) => CodecFailed | undefined
+}
+
+/**
+ * Whether the bytes are certainly the JSON of a plain string: quoted, valid UTF-8, no escape, quote or control byte
+ * inside. `false` means only "not certain": the full decode decides.
+ */
+const plainJsonString = (bytes: Uint8Array): boolean => {
+  const last = bytes.length - 1
+  if (last < 1 || bytes[0] !== 0x22 || bytes[last] !== 0x22) return false
+  let ascii = true
+  for (let i = 1; i < last; i++) {
+    const b = bytes[i]!
+    if (b < 0x20 || b === 0x22 || b === 0x5c) return false
+    if (b > 0x7f) ascii = false
+  }
+  return ascii || isUtf8(bytes)
+}
+
+/** Whether the bytes are certainly the JSON of a safe integer (`false`: the full decode decides). */
+const plainJsonInt = (bytes: Uint8Array): boolean => {
+  const n = bytes.length
+  let i = bytes[0] === 0x2d ? 1 : 0
+  if (n === i || n - i > 15 || (bytes[i] === 0x30 && n - i > 1)) return false
+  for (; i < n; i++) if (bytes[i]! < 0x30 || bytes[i]! > 0x39) return false
+  return true
 }
 
 const describe = (error: unknown): string => (error instanceof Error ? error.message : String(error))
@@ -204,6 +234,22 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
   const decode = Schema.decodeUnknownResult(json)
   const fail = (direction: "encode" | "decode", detail: string) =>
     Result.fail(new CodecFailed({ table, part, direction, detail }))
+  const plain =
+    (schema as unknown) === Schema.String
+      ? plainJsonString
+      : (schema as unknown) === Schema.Int
+        ? plainJsonInt
+        : undefined
+  const decodeBytes = (bytes: Uint8Array): Result.Result<A, CodecFailed> => {
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(decoder.decode(bytes))
+    } catch (e) {
+      return fail("decode", `not JSON: ${describe(e)}`)
+    }
+    const decoded = decode(parsed)
+    return Result.isFailure(decoded) ? fail("decode", decoded.failure.message) : Result.succeed(decoded.success)
+  }
   return {
     encode: (a: A): Result.Result<Uint8Array, CodecFailed> => {
       const encoded = encode(a)
@@ -215,15 +261,11 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
         return fail("encode", describe(e))
       }
     },
-    decode: (bytes: Uint8Array): Result.Result<A, CodecFailed> => {
-      let parsed: unknown
-      try {
-        parsed = JSON.parse(decoder.decode(bytes))
-      } catch (e) {
-        return fail("decode", `not JSON: ${describe(e)}`)
-      }
-      const decoded = decode(parsed)
-      return Result.isFailure(decoded) ? fail("decode", decoded.failure.message) : Result.succeed(decoded.success)
+    decode: decodeBytes,
+    check: (bytes: Uint8Array): CodecFailed | undefined => {
+      if (plain?.(bytes) === true) return undefined
+      const decoded = decodeBytes(bytes)
+      return Result.isFailure(decoded) ? decoded.failure : undefined
     }
   }
 }
@@ -232,7 +274,14 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
 export const codecs = <K, V>(def: TableDef<K, V>): Codecs<K, V> => {
   const key = codecOf(def.name, "key", def.key)
   const value = codecOf(def.name, "value", def.value)
-  return { encodeKey: key.encode, decodeKey: key.decode, encodeValue: value.encode, decodeValue: value.decode }
+  return {
+    encodeKey: key.encode,
+    decodeKey: key.decode,
+    encodeValue: value.encode,
+    decodeValue: value.decode,
+    checkKey: key.check,
+    checkValue: value.check
+  }
 }
 
 /** The partition Kafka's default partitioner gives an encoded key (murmur2), for writes with no source partition. */

@@ -46,6 +46,48 @@ describe("Table codecs", () => {
   })
 })
 
+describe("Table codecs: checking bytes without decoding", () => {
+  it("checkKey / checkValue accept exactly what decoding accepts, on the fast paths and off them", () => {
+    const bytes = (text: string) => new TextEncoder().encode(text)
+    const inputs = [
+      bytes(`"plain"`),
+      bytes(`"naïve ✓"`),
+      bytes(`"with \\"escaped\\" quotes"`),
+      bytes(`"a"b"`),
+      bytes(`"tab	here"`),
+      bytes(`"unterminated`),
+      bytes(`""`),
+      bytes(`"`),
+      new Uint8Array([0x22, 0xc3, 0x28, 0x22]),
+      bytes("42"),
+      bytes("-7"),
+      bytes("007"),
+      bytes("-"),
+      bytes("1.5"),
+      bytes("12345678901234567890"),
+      bytes("{not json"),
+      bytes(`{"a":1}`),
+      new Uint8Array([])
+    ]
+    for (const schema of [Schema.String, Schema.Int, Schema.Struct({ a: Schema.Int })] as const) {
+      const c = Table.codecs(
+        Table.make({
+          name: "t",
+          key: schema as Schema.Codec<unknown>,
+          value: schema as Schema.Codec<unknown>,
+          partitions: 1
+        })
+      )
+      for (const input of inputs) {
+        const decodes = Result.isSuccess(c.decodeKey(input))
+        const shown = new TextDecoder().decode(input)
+        assert.strictEqual(c.checkKey(input) === undefined, decodes, `key ${shown}`)
+        assert.strictEqual(c.checkValue(input) === undefined, Result.isSuccess(c.decodeValue(input)), `value ${shown}`)
+      }
+    }
+  })
+})
+
 describe("key partitioning", () => {
   it("murmur2 matches Kafka's own test vectors (UtilsTest.testMurmur2)", () => {
     const vectors: ReadonlyArray<readonly [string, number]> = [

@@ -26,7 +26,7 @@ import {
   type TopicPartitionOffset,
   tpKey
 } from "@strata/core"
-import { Effect, Result } from "effect"
+import { Effect } from "effect"
 import type { Codecs } from "../Table.js"
 import * as PartitionWrites from "./partitionWrites.js"
 
@@ -123,13 +123,9 @@ export const badRecordDetail = (
     if (value !== undefined) return value.message
   }
   if (codecs === undefined) return undefined
-  const k = codecs.decodeKey(record.key)
-  if (Result.isFailure(k)) return k.failure.message
-  if (record.value !== null) {
-    const v = codecs.decodeValue(record.value)
-    if (Result.isFailure(v)) return v.failure.message
-  }
-  return undefined
+  const k = codecs.checkKey(record.key)
+  if (k !== undefined) return k.message
+  return record.value === null ? undefined : codecs.checkValue(record.value)?.message
 }
 
 const restoreFailed = (tp: TopicPartition, detail: string) =>
