@@ -8,10 +8,11 @@
  *
  * @since 0.1.0
  */
-import type { Effect, Option, Scope, Stream } from "effect"
-import { Context, Layer, Schema } from "effect"
+import type { Option, Scope, Stream } from "effect"
+import { Context, Effect, Layer, Schema } from "effect"
 import * as internal from "./internal/memoryStore.js"
 import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
+import { decodeOptions, LimitsOptions } from "./StoreValidation.js"
 
 /** Identifies one partition store: the table's name and the partition number. */
 export interface StoreId {
@@ -109,9 +110,17 @@ export interface StoreShape {
 
 /** The `Store` service key. */
 export class Store extends Context.Service<Store, StoreShape>()("@strata/core/Store") {
-  /** An in-memory store: data outlives a partition store's close for as long as the layer lives. */
-  static readonly layerMemory = (options?: Partial<StoreLimits>): Layer.Layer<Store> =>
-    Layer.effect(Store, internal.make(options))
+  /**
+   * An in-memory store: data outlives a partition store's close for as long as the layer lives. Options, when
+   * given, are validated: a wrong or unknown one fails the layer with `InvalidStoreOptions` naming it.
+   */
+  static layerMemory(): Layer.Layer<Store>
+  static layerMemory(options: LimitsOptions): Layer.Layer<Store, StoreError>
+  static layerMemory(options?: LimitsOptions): Layer.Layer<Store, StoreError> {
+    return options === undefined
+      ? Layer.effect(Store, internal.make())
+      : Layer.effect(Store, Effect.flatMap(decodeOptions("memory", LimitsOptions)(options), internal.make))
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -137,7 +146,10 @@ export class StoreLocked extends Schema.TaggedError<StoreLocked>()("StoreLocked"
   }
 }
 
-/** The store's files are unreadable or corrupted. Nothing was wiped. */
+/**
+ * The store's files are unreadable or corrupted: an engine checksum failed, a file the database needs is missing
+ * (e.g. `CURRENT` beside table files), or a table or log is damaged. Nothing was wiped.
+ */
 export class StoreCorrupted extends Schema.TaggedError<StoreCorrupted>()("StoreCorrupted", {
   store: Schema.String,
   path: Schema.String,
@@ -149,6 +161,34 @@ export class StoreCorrupted extends Schema.TaggedError<StoreCorrupted>()("StoreC
   }
 }
 
+/**
+ * The directory holds something other than this backend's database: another engine's database (a LevelDB one for
+ * the RocksDB store, or the reverse) or files no store engine writes. Nothing was written to it.
+ */
+export class ForeignStoreDirectory extends Schema.TaggedError<ForeignStoreDirectory>()("ForeignStoreDirectory", {
+  store: Schema.String,
+  path: Schema.String,
+  /** What the directory holds, e.g. `a LevelDB database (CURRENT, MANIFEST-000004, 000005.ldb)`. */
+  found: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `store ${this.store} cannot open ${this.path}: it holds ${this.found}; nothing was written to it`
+  }
+}
+
+/** The process may not read or write the store's directory (its permissions, a read-only file system). */
+export class StoreAccessDenied extends Schema.TaggedError<StoreAccessDenied>()("StoreAccessDenied", {
+  store: Schema.String,
+  path: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `store ${this.store} may not use ${this.path}: ${this.detail}`
+  }
+}
+
 /** A key was not a non-empty `Uint8Array` within the limits, or used the reserved `0xFF` prefix. */
 export class InvalidKey extends Schema.TaggedError<InvalidKey>()("InvalidKey", { detail: Schema.String }) {
   /** @since 0.1.0 */
@@ -157,7 +197,10 @@ export class InvalidKey extends Schema.TaggedError<InvalidKey>()("InvalidKey", {
   }
 }
 
-/** A value was not a `Uint8Array` or was larger than the store allows. */
+/**
+ * A value was not a `Uint8Array` or was larger than the store allows, or a persisted offset (its topic, partition or
+ * offset) was invalid.
+ */
 export class InvalidValue extends Schema.TaggedError<InvalidValue>()("InvalidValue", { detail: Schema.String }) {
   /** @since 0.1.0 */
   override get message() {
@@ -202,6 +245,8 @@ export const StoreErrorReason = Schema.Union([
   InvalidStoreId,
   StoreLocked,
   StoreCorrupted,
+  ForeignStoreDirectory,
+  StoreAccessDenied,
   InvalidKey,
   InvalidValue,
   StoreIoError

@@ -4,10 +4,12 @@
  *
  * @since 0.1.0
  */
-import type { TopicPartitionOffset } from "./Models.js"
+import { Effect, Schema } from "effect"
+import type { TopicPartition, TopicPartitionOffset } from "./Models.js"
 import {
   InvalidKey,
   InvalidStoreId,
+  InvalidStoreOptions,
   InvalidValue,
   type ScanRange,
   type StoreError,
@@ -21,6 +23,33 @@ export const RESERVED_PREFIX = 0xff
 
 /** Default size limits shared by every backend. */
 export const defaultLimits: StoreLimits = { maxKeyBytes: 64 * 1024, maxValueBytes: 16 * 1024 * 1024 }
+
+/** A positive safe integer option (bytes, counts). */
+export const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+
+/** The size-limit options every backend accepts; an unset one takes its value from `defaultLimits`. */
+export const limitsFields = {
+  /** Largest key accepted, in bytes (default 64 KiB). */
+  maxKeyBytes: Schema.optional(PositiveInt),
+  /** Largest value accepted, in bytes (default 16 MiB). */
+  maxValueBytes: Schema.optional(PositiveInt)
+}
+
+/** The options of a store that takes only size limits (the memory store). */
+export const LimitsOptions = Schema.Struct(limitsFields)
+/** @see LimitsOptions */
+export type LimitsOptions = typeof LimitsOptions.Type
+
+/**
+ * Validates a backend's options with its Schema, every field at once: a wrong value and an unknown field (a typo,
+ * an option of another backend) both fail with `InvalidStoreOptions`, whose detail names the field.
+ */
+export const decodeOptions =
+  <S extends Schema.Codec<unknown, unknown>>(store: string, schema: S) =>
+  (input: unknown): Effect.Effect<S["Type"], StoreError> =>
+    Schema.decodeUnknownEffect(schema)(input, { errors: "all", onExcessProperty: "error" }).pipe(
+      Effect.mapError((issue) => storeError(new InvalidStoreOptions({ store, detail: issue.message })))
+    ) as Effect.Effect<S["Type"], StoreError>
 
 /** Checks a user key; returns the error to fail with, if any. */
 export const checkKey = (key: unknown, limits: StoreLimits): StoreError | undefined => {
@@ -77,20 +106,46 @@ export const prefixUpperBound = (prefix: Uint8Array): Uint8Array | undefined => 
   return undefined
 }
 
+/**
+ * Checks a scan's `limit`: absent, or a non-negative safe integer (`0` selects nothing). `NaN`, fractions,
+ * negative numbers and `Infinity` are refused rather than read differently by each backend.
+ */
+export const checkLimit = (limit: unknown, name = "limit"): StoreError | undefined =>
+  limit === undefined || (Number.isSafeInteger(limit) && (limit as number) >= 0)
+    ? undefined
+    : storeError(
+        new InvalidKey({ detail: `scan ${name}: expected a non-negative integer, got ${describeNumber(limit)}` })
+      )
+
+const describeNumber = (u: unknown): string => (typeof u === "number" ? String(u) : describe(u))
+
 const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/
+
+/**
+ * Checks a changelog topic-partition a persisted offset is read or written for: a valid topic name and a partition
+ * in `[0, 2³¹)`. Returns the error to fail with, if any.
+ */
+export const checkTopicPartition = (tp: TopicPartition): StoreError | undefined => {
+  const topic: unknown = tp?.topic
+  const partition: unknown = tp?.partition
+  const where = `${typeof topic === "string" ? topic : describe(topic)}/${describeNumber(partition)}`
+  if (typeof topic !== "string" || !TOPIC.test(topic)) {
+    return storeError(new InvalidValue({ detail: `persisted offset for ${where}: invalid topic name` }))
+  }
+  if (!Number.isInteger(partition) || (partition as number) < 0 || (partition as number) >= 2 ** 31) {
+    return storeError(
+      new InvalidValue({ detail: `persisted offset for ${where}: partition must be an integer in [0, 2^31)` })
+    )
+  }
+  return undefined
+}
 
 /** Checks offsets to persist: a valid topic, a partition in `[0, 2³¹)` and a non-negative safe-integer offset. */
 export const checkOffsets = (offsets: ReadonlyArray<TopicPartitionOffset>): StoreError | undefined => {
   for (const o of offsets) {
     const where = `${String(o.topic)}/${String(o.partition)}`
-    if (typeof o.topic !== "string" || !TOPIC.test(o.topic)) {
-      return storeError(new InvalidValue({ detail: `persisted offset for ${where}: invalid topic name` }))
-    }
-    if (!Number.isInteger(o.partition) || o.partition < 0 || o.partition >= 2 ** 31) {
-      return storeError(
-        new InvalidValue({ detail: `persisted offset for ${where}: partition must be an integer in [0, 2^31)` })
-      )
-    }
+    const badPartition = checkTopicPartition(o)
+    if (badPartition) return badPartition
     if (!Number.isSafeInteger(o.offset) || o.offset < 0) {
       return storeError(
         new InvalidValue({

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Store } from "@strata/core"
 import { StoreConformance } from "@strata/core/testing"
-import { Effect, Option, Stream } from "effect"
+import { Context, Effect, Layer, Option, Stream } from "effect"
 
 StoreConformance.suite("memory", Store.layerMemory())
 
@@ -53,5 +53,35 @@ describe("memory store: keys sharing a hash", () => {
       )
       assert.deepStrictEqual(yield* keys(), ["k32728=k32728-1", "k3949118=two", "k5891204=k5891204-1"])
     }).pipe(Effect.scoped, Effect.provide(Store.layerMemory()))
+  )
+})
+
+describe("memory store options", () => {
+  const refused = (options: unknown) =>
+    Effect.flip(Effect.scoped(Layer.build(Store.layerMemory(options as { maxValueBytes?: number }))))
+
+  it.effect("a wrong or unknown option fails the layer with InvalidStoreOptions naming it", () =>
+    Effect.gen(function* () {
+      for (const [options, field] of [
+        [{ maxValueBytes: -1 }, "maxValueBytes"],
+        [{ maxKeyBytes: 0.5 }, "maxKeyBytes"],
+        [{ maxKeyBytes: "64KB" }, "maxKeyBytes"],
+        [{ cacheSize: "8MB" }, "cacheSize"]
+      ] as const) {
+        const e = yield* refused(options)
+        assert.strictEqual(e.reason._tag, "InvalidStoreOptions", e.message)
+        assert.include(e.message, field)
+      }
+    })
+  )
+
+  it.effect("valid limits apply; unset ones keep their defaults", () =>
+    Effect.gen(function* () {
+      const store = yield* Effect.map(Layer.build(Store.layerMemory({ maxKeyBytes: 8 })), Context.get(Store))
+      assert.deepStrictEqual(store.limits, { maxKeyBytes: 8, maxValueBytes: 16 * 1024 * 1024 })
+      const p = yield* store.open({ table: "limits", partition: 0 })
+      const e = yield* Effect.flip(p.put(new Uint8Array(9).fill(1), new Uint8Array(0)))
+      assert.strictEqual(e.reason._tag, "InvalidKey")
+    })
   )
 })

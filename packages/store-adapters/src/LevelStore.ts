@@ -5,27 +5,45 @@
  * it, so all partitions share one block cache and one write-ahead log, and a
  * write batch lands atomically with the offsets it persists.
  *
+ * Before classic-level sees the directory, the store decides what it holds
+ * (`internal/storeDirectory.ts`: a RocksDB database, unrelated files or a
+ * database without `CURRENT` are refused, nothing written) and, for an existing
+ * database, checks the checksums of every table and log LevelDB will read
+ * (`internal/levelFiles.ts`): classic-level exposes neither `paranoid_checks`
+ * nor `verify_checksums`, and LevelDB without them serves damaged blocks as data.
+ *
  * @since 0.1.0
  */
 import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { ClassicLevel } from "classic-level"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
+import { check } from "./internal/levelFiles.js"
 import { type DriverDb, make as makeShared, type NativeBatch } from "./internal/levelDb.js"
-import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
+import { backendLayers, commonFields, decodeOptions, Uint32Size } from "./internal/options.js"
 
 /** Options of the LevelDB store, validated when the store opens. */
 export const LevelStoreOptions = Schema.Struct({
   ...commonFields,
-  /** The block cache shared by every partition, in bytes (default 8 MiB). */
-  cacheSize: Schema.optional(PositiveInt),
-  /** Memtable size before it is written to a table file, in bytes (default 64 MiB, one memtable per directory). */
-  writeBufferSize: Schema.optional(PositiveInt),
-  /** Approximate size of a table block, in bytes (default 4 KiB). */
-  blockSize: Schema.optional(PositiveInt),
+  /** The block cache shared by every partition, in bytes (default 8 MiB, at most 4 GiB − 1). */
+  cacheSize: Schema.optional(Uint32Size),
+  /**
+   * Memtable size before it is written to a table file, in bytes (default 64 MiB, one memtable per directory, at
+   * most 4 GiB − 1).
+   */
+  writeBufferSize: Schema.optional(Uint32Size),
+  /** Approximate size of a table block, in bytes (default 4 KiB, at most 4 GiB − 1). */
+  blockSize: Schema.optional(Uint32Size),
   /** Table files kept open (default 1000). */
-  maxOpenFiles: Schema.optional(PositiveInt),
+  maxOpenFiles: Schema.optional(Uint32Size),
   /** Snappy compression of table blocks (default false: the changelog is the durable copy; on, restores run ~8% slower). */
-  compression: Schema.optional(Schema.Boolean)
+  compression: Schema.optional(Schema.Boolean),
+  /**
+   * Check the checksums of every live table and write-ahead log when an existing database opens (default true).
+   * LevelDB, as classic-level opens it, checks none itself: a damaged block would be served as data. The check reads
+   * the whole database once per open (sequential reads and CRC-32C in JavaScript); turn it off only for a database
+   * too large to read at every start, accepting that damage then goes unnoticed.
+   */
+  verifyOnOpen: Schema.optional(Schema.Boolean)
 })
 /** @see LevelStoreOptions */
 export type LevelStoreOptions = typeof LevelStoreOptions.Type
@@ -66,11 +84,15 @@ export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Serv
         maxKeyBytes: o.maxKeyBytes ?? StoreValidation.defaultLimits.maxKeyBytes,
         maxValueBytes: o.maxValueBytes ?? StoreValidation.defaultLimits.maxValueBytes
       },
-      open: async () => {
+      ...((o.verifyOnOpen ?? true) ? { check: (names: ReadonlyArray<string>) => check(o.directory, names) } : {}),
+      open: async (mode) => {
         const db = new ClassicLevel<Buffer, Buffer>(o.directory, { keyEncoding: "buffer", valueEncoding: "buffer" })
         const idle: Array<LevelBatch> = []
         await db.open({
-          createIfMissing: true,
+          // An existing database is never created over: without CURRENT, LevelDB would start an empty one and
+          // delete the tables it no longer references.
+          createIfMissing: mode.create,
+          errorIfExists: mode.create,
           ...(o.cacheSize === undefined ? {} : { cacheSize: o.cacheSize }),
           writeBufferSize: o.writeBufferSize ?? DEFAULT_WRITE_BUFFER,
           ...(o.blockSize === undefined ? {} : { blockSize: o.blockSize }),

@@ -5,11 +5,27 @@
  *
  * @since 0.1.0
  */
-import { Store, type StoreLimits } from "@strata/core"
-import type { Layer } from "effect"
+import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
+import { decodeOptions } from "./internal/options.js"
 
-/** Options of the memory store. */
-export interface MemoryStoreOptions extends Partial<StoreLimits> {}
+/** Options of the memory store (its size limits), validated when the store is made. */
+export const MemoryStoreOptions = Schema.Struct(StoreValidation.limitsFields)
+/** @see MemoryStoreOptions */
+export type MemoryStoreOptions = typeof MemoryStoreOptions.Type
+
+const decode = decodeOptions("memory", MemoryStoreOptions)
+
+/** Makes an in-memory store; a wrong or unknown option fails with `InvalidStoreOptions` naming it. */
+export const make = (options: MemoryStoreOptions = {}): Effect.Effect<StoreShape, StoreError, Scope.Scope> =>
+  Effect.flatMap(decode(options), (o) => Effect.map(Layer.build(Store.layerMemory(o)), Context.get(Store)))
 
 /** A layer providing an in-memory `Store`. */
-export const layer = (options?: MemoryStoreOptions): Layer.Layer<Store> => Store.layerMemory(options)
+export const layer = (options: MemoryStoreOptions = {}): Layer.Layer<Store, StoreError> =>
+  Layer.effect(Store, make(options))
+
+/** Like `layer`, with the options read from configuration. */
+export const layerConfig = (
+  config: Config.Wrap<MemoryStoreOptions>
+): Layer.Layer<Store, StoreError | Config.ConfigError> =>
+  Layer.unwrap(Effect.map(Config.unwrap(config), (options) => layer(options)))

@@ -17,21 +17,21 @@ import { RocksLevel } from "@nxtedition/rocksdb"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
 import { type DriverDb, make as makeShared } from "./internal/levelDb.js"
 import { type RocksWriter, startRocksWriter } from "./internal/rocksWriter.js"
-import { backendLayers, commonFields, decodeOptions, PositiveInt } from "./internal/options.js"
+import { backendLayers, commonFields, decodeOptions, PositiveInt, Uint32Size } from "./internal/options.js"
 
 /** Options of the RocksDB store, validated when the store opens. */
 export const RocksDbStoreOptions = Schema.Struct({
   ...commonFields,
   /** The block cache shared by every partition, in bytes (default 8 MiB, at most 4 GiB − 1). */
-  cacheSize: Schema.optional(PositiveInt.check(Schema.isLessThan(2 ** 32))),
+  cacheSize: Schema.optional(Uint32Size),
   /**
    * Memory for memtables, in bytes. Unset (the default), RocksDB's own settings apply: two memtables of 64 MiB.
    * Set, it switches to level-style compaction tuned to the budget (four memtables of a quarter each, level 1 the
    * size of the budget); that tuning of the binding ZSTD-compresses levels 2 and below whatever `compression` says.
    */
   memtableMemoryBudget: Schema.optional(PositiveInt),
-  /** Approximate size of a table block, in bytes (default 4 KiB). */
-  blockSize: Schema.optional(PositiveInt),
+  /** Approximate size of a table block, in bytes (default 4 KiB, at most 4 GiB − 1: RocksDB's limit). */
+  blockSize: Schema.optional(Uint32Size),
   /** ZSTD compression of table blocks (default false). */
   compression: Schema.optional(Schema.Boolean),
   /**
@@ -48,13 +48,17 @@ export const RocksDbStoreOptions = Schema.Struct({
    */
   writerThread: Schema.optional(Schema.Boolean),
   /**
-   * Read with the binding's synchronous get on the calling thread (default true). A read served from the memtable or
-   * block cache takes microseconds, less than the thread hop of an asynchronous get; a read that goes to disk blocks
-   * the JavaScript thread meanwhile, as Kafka Streams' RocksDB reads block their stream thread.
+   * Read keys (`get`, `getMany`, `persistedOffset`) with the binding's synchronous multi-get on the calling thread
+   * (default true). A read served from the memtable or block cache takes microseconds, less than the thread hop of
+   * an asynchronous get; a read that goes to disk blocks the JavaScript thread meanwhile, as Kafka Streams' RocksDB
+   * reads block their stream thread. False reads each key through an asynchronous iterator instead: the binding's
+   * asynchronous get throws a read error (a checksum mismatch) from its completion callback, an uncaught exception
+   * that never settles the read; an iterator reports it. A point read by iterator skips the bloom filters, so a
+   * missing key costs more.
    */
   syncReads: Schema.optional(Schema.Boolean),
-  /** Background threads for flushes and compactions (default: RocksDB's). */
-  parallelism: Schema.optional(PositiveInt),
+  /** Background threads for flushes and compactions (default: RocksDB's; at most 1024). */
+  parallelism: Schema.optional(PositiveInt.check(Schema.isLessThanOrEqualTo(1024))),
   /** Level of RocksDB's own LOG file (default "warn"). */
   infoLogLevel: Schema.optional(Schema.Literals(["debug", "info", "warn", "error", "fatal", "header"]))
 })
@@ -90,9 +94,41 @@ const writeHere = (db: RocksLevel): DriverDb["batch"] => {
 /** Where the binding resolves from here: the writer thread loads the same module. */
 const bindingPath = (): string => createRequire(import.meta.url).resolve("@nxtedition/rocksdb")
 
-const isNotFound = (error: unknown): boolean => (error as { code?: unknown } | undefined)?.code === "LEVEL_NOT_FOUND"
+/**
+ * Reads keys synchronously. The binding answers an aborted or timed-out read with null (no deadline is set, so
+ * neither happens); anything but a value or undefined is refused rather than served.
+ */
+const readSync = (db: RocksLevel, keys: Array<Buffer>): Array<Buffer | undefined> => {
+  if (db.status !== "open") throw new Error(`the database is ${db.status}`)
+  const values = db._getManySync(keys)
+  for (const v of values) if (v === null) throw new Error("the read was aborted")
+  return values as Array<Buffer | undefined>
+}
 
-/** Opens the database at `options.directory` for the life of the scope. */
+/**
+ * Reads one key through an iterator. The binding's asynchronous get (`db_get_many`) throws a read error such as a
+ * checksum mismatch from its completion callback: an uncaught exception, and the read never settles. Its iterators
+ * report errors as rejections.
+ */
+const readByIterator = async (driver: DriverDb, key: Buffer): Promise<Buffer | undefined> => {
+  const it = driver.iterator({ gte: key, lte: key })
+  try {
+    const [entry] = await it.nextv(1)
+    return entry?.[1]
+  } finally {
+    await it.close()
+  }
+}
+
+/**
+ * Opens the database at `options.directory` for the life of the scope.
+ *
+ * Before the binding sees the directory, the store decides what it holds (`internal/storeDirectory.ts`): a LevelDB
+ * database (on which RocksDB aborts the process or converts it), unrelated files or a database without `CURRENT`
+ * are refused, with nothing written. RocksDB checks its own files: `paranoid_checks` and checksum verification on
+ * every read are its defaults, which the binding keeps, so a damaged block fails the read that meets it with
+ * `StoreCorrupted`.
+ */
 export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["Service"], StoreError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decode(options)
@@ -104,10 +140,13 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
         maxKeyBytes: o.maxKeyBytes ?? StoreValidation.defaultLimits.maxKeyBytes,
         maxValueBytes: o.maxValueBytes ?? StoreValidation.defaultLimits.maxValueBytes
       },
-      open: async () => {
+      open: async (mode) => {
         const db = new RocksLevel(o.directory, { keyEncoding: "buffer", valueEncoding: "buffer" })
         await db.open({
-          createIfMissing: true,
+          // An existing database is never created over: without CURRENT, RocksDB would start a new one beside the
+          // old files.
+          createIfMissing: mode.create,
+          errorIfExists: mode.create,
           infoLogLevel: o.infoLogLevel ?? "warn",
           ...(o.cacheSize === undefined ? {} : { cacheSize: o.cacheSize }),
           // The binding reads the budget only together with a compaction style: alone it was silently ignored.
@@ -130,23 +169,20 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
           }
         }
         const write = writer?.write ?? writeHere(db)
-        // RocksLevel rejects a missing key with LEVEL_NOT_FOUND where the protocol wants "absent".
         return {
           batch: (fill, opts) => {
             // The implementer methods skip abstract-level's checks: on a closed database they would crash the process.
             if (db.status !== "open") return Promise.reject(new Error(`the database is ${db.status}`))
             return write(fill, opts)
           },
-          get: (key) => driver.get(key).catch((e: unknown) => (isNotFound(e) ? undefined : Promise.reject(e))),
+          get: (key) => readByIterator(driver, key),
+          getMany: (keys) => Promise.all(keys.map((key) => readByIterator(driver, key))),
           ...((o.syncReads ?? true)
             ? {
-                getSync: (key: Buffer) => {
-                  if (db.status !== "open") throw new Error(`the database is ${db.status}`)
-                  return db._getManySync([key])[0]
-                }
+                getSync: (key: Buffer) => readSync(db, [key])[0],
+                getManySync: (keys: Array<Buffer>) => readSync(db, keys)
               }
             : {}),
-          getMany: (keys) => driver.getMany(keys),
           iterator: (r) => driver.iterator(r),
           // The writer stops first (after the writes already posted): the database outlives every use of it.
           close: async () => {

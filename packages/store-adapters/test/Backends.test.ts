@@ -1,14 +1,14 @@
-import { execFile } from "node:child_process"
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
 import { put, Store, type StoreError, type StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
+import * as MemoryStore from "@strata/store-adapters/memory"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { ConfigProvider, Context, Effect, Exit, Layer, Option, Scope, Stream } from "effect"
 import { afterAll } from "vitest"
+import { openInChild } from "./fixtures/openInChild.js"
 
 const root = mkdtempSync(join(tmpdir(), "strata-store-backends-"))
 afterAll(() => rmSync(root, { recursive: true, force: true }))
@@ -37,20 +37,6 @@ const snapshot = (dir: string): Record<string, string> =>
         return [path, readFileSync(path).toString("base64")]
       })
   )
-
-const childScript = fileURLToPath(new URL("./fixtures/openStore.ts", import.meta.url))
-const tsx = fileURLToPath(new URL("../../../node_modules/.bin/tsx", import.meta.url))
-
-/** Opens the store in a separate process and returns what it printed. */
-const openInChild = (backend: string, directory: string) =>
-  Effect.callback<string>((resume) => {
-    execFile(
-      tsx,
-      ["--conditions=@strata/source", childScript, backend, directory],
-      { timeout: 60_000 },
-      (_e, out, err) => resume(Effect.succeed(`${out}${err}`.trim()))
-    )
-  })
 
 for (const backend of backends) {
   describe(`${backend.name} store`, () => {
@@ -382,6 +368,67 @@ describe("level compression", () => {
     Effect.gen(function* () {
       assert.isAbove(yield* tableBytes({}), 1000 * 1024)
       assert.isBelow(yield* tableBytes({ compression: true }), 200 * 1024)
+    })
+  )
+})
+
+describe("options", () => {
+  type Case = { readonly layer: Layer.Layer<Store, StoreError>; readonly field: string }
+  /** Each wrong option alone; the directory each would open is never created. */
+  const cases = (directory: string): ReadonlyArray<Case> => {
+    const wrong = <O>(options: O) => options as never
+    return [
+      { layer: MemoryStore.layer({ maxValueBytes: -1 }), field: "maxValueBytes" },
+      { layer: MemoryStore.layer(wrong({ cacheSize: "8MB" })), field: "cacheSize" },
+      { layer: MemoryStore.layer({ maxKeyBytes: 1.5 }), field: "maxKeyBytes" },
+      { layer: Store.layerMemory({ maxValueBytes: 0 }), field: "maxValueBytes" },
+      { layer: Store.layerMemory(wrong({ maxValueBytes: "16MB" })), field: "maxValueBytes" },
+      { layer: LevelStore.layer(wrong({ directory, cacheSize: "8MB" })), field: "cacheSize" },
+      // classic-level reads these as unsigned 32-bit integers: 2^32 would become 0.
+      { layer: LevelStore.layer({ directory, cacheSize: 2 ** 32 }), field: "cacheSize" },
+      { layer: LevelStore.layer({ directory, writeBufferSize: 1.5 }), field: "writeBufferSize" },
+      { layer: LevelStore.layer({ directory, maxValueBytes: Number.NaN }), field: "maxValueBytes" },
+      { layer: LevelStore.layer(wrong({ directory, writerThread: false })), field: "writerThread" },
+      { layer: LevelStore.layer(wrong({ directory, verifyOnOpen: "yes" })), field: "verifyOnOpen" },
+      { layer: RocksDbStore.layer({ directory, blockSize: 2 ** 32 }), field: "blockSize" },
+      { layer: RocksDbStore.layer({ directory, parallelism: 2 ** 31 }), field: "parallelism" },
+      { layer: RocksDbStore.layer(wrong({ directory, infoLogLevel: "loud" })), field: "infoLogLevel" },
+      { layer: RocksDbStore.layer(wrong({ directory, maxOpenFiles: 10 })), field: "maxOpenFiles" },
+      { layer: RocksDbStore.layer(wrong({ directory: 42 })), field: "directory" }
+    ]
+  }
+
+  it.live("a wrong or unknown option fails with InvalidStoreOptions naming it, on every backend, opening nothing", () =>
+    Effect.gen(function* () {
+      const directory = freshDir()
+      for (const { layer, field } of cases(directory)) {
+        const e = yield* failure(Effect.scoped(Layer.build(layer)))
+        assert.strictEqual(e.tag, "InvalidStoreOptions", `${field}: ${e.message}`)
+        assert.include(e.message, field)
+      }
+      assert.isFalse(existsSync(directory))
+    })
+  )
+
+  it.live("layerConfig validates what configuration provides the same way", () =>
+    Effect.gen(function* () {
+      const { Config } = yield* Effect.promise(() => import("effect"))
+      const provider = ConfigProvider.fromUnknown({ MAX_VALUE: "-1" })
+      const e = yield* failure(
+        Effect.scoped(Layer.build(MemoryStore.layerConfig({ maxValueBytes: Config.Number("MAX_VALUE") }))).pipe(
+          Effect.catchTag("ConfigError", (c) => Effect.die(c))
+        )
+      ).pipe(Effect.provide(ConfigProvider.layer(provider)))
+      assert.strictEqual(e.tag, "InvalidStoreOptions")
+      assert.include(e.message, "maxValueBytes")
+      // Valid options still open a working store.
+      const backend = yield* Effect.scoped(
+        Effect.map(Layer.build(MemoryStore.layer({ maxKeyBytes: 16, maxValueBytes: 32 })), (c) => {
+          const store = Context.get(c, Store)
+          return `${store.backend} ${store.limits.maxKeyBytes} ${store.limits.maxValueBytes}`
+        })
+      )
+      assert.strictEqual(backend, "memory 16 32")
     })
   )
 })

@@ -17,6 +17,10 @@
  * vacuously, and a self-test runs the same checker against deliberately torn writers (`--torn=offset-first` and
  * `--torn=data-first`: offset and data in two separate batches) and requires it to report a mismatch.
  *
+ * Damaged files rather than killed writers (`CURRENT` removed, bytes overwritten in a table or a log, a log cut
+ * short) are `Corruption.test.ts`'s, on the same two backends; the check LevelDB's store runs at open must let every
+ * directory a kill leaves here open, and it does (a torn last log record is a crash, not damage).
+ *
  * Speed: the child is bundled once with esbuild so that it starts in ~0.1 s instead of
  * ~0.5 s under the tsx loader; STRATA_CRASH_RUNNER=tsx forces the tsx loader (also the fallback).
  * Knobs: STRATA_CRASH_SEED (workload and kill schedule), STRATA_CRASH_ROUNDS (kills per backend, default 150),

@@ -16,8 +16,10 @@ import * as EntryTable from "./entryTable.js"
 import {
   checkBound,
   checkKey,
+  checkLimit,
   checkOffsets,
   checkStoreId,
+  checkTopicPartition,
   checkValue,
   defaultLimits,
   prefixRange
@@ -59,9 +61,16 @@ const lowerBound = (keys: ReadonlyArray<string>, k: string, strict: boolean): nu
 const storeName = (id: StoreId) => `${id.table}/${id.partition}`
 
 /** Builds an in-memory store backend. */
-export const make = (options?: Partial<StoreLimits>): Effect.Effect<StoreShape> =>
+export const make = (
+  options?: {
+    readonly [K in keyof StoreLimits]?: StoreLimits[K] | undefined
+  }
+): Effect.Effect<StoreShape> =>
   Effect.sync(() => {
-    const limits: StoreLimits = { ...defaultLimits, ...options }
+    const limits: StoreLimits = {
+      maxKeyBytes: options?.maxKeyBytes ?? defaultLimits.maxKeyBytes,
+      maxValueBytes: options?.maxValueBytes ?? defaultLimits.maxValueBytes
+    }
     const partitions = new Map<string, Partition>()
 
     /** A valid id of a partition store nobody has open, or the error saying why not. */
@@ -144,6 +153,8 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
         const bad = checkBound(range[b], b)
         if (bad) return Stream.fail(bad)
       }
+      const badLimit = checkLimit(range.limit)
+      if (badLimit) return Stream.fail(badLimit)
       const { keys, slots } = orderOf(p)
       let from = 0
       let to = keys.length
@@ -193,7 +204,11 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
         return bad ? Stream.fail(bad) : scan(prefixRange(prefix, options))
       }),
     persistedOffset: (tp: TopicPartition) =>
-      guard(() => Option.map(Option.fromUndefinedOr(p.offsets.get(tpKey(tp))), (o): Offset => o.offset)),
+      Effect.suspend(() => {
+        const bad = checkTopicPartition(tp)
+        if (bad) return Effect.fail(bad)
+        return guard(() => Option.map(Option.fromUndefinedOr(p.offsets.get(tpKey(tp))), (o): Offset => o.offset))
+      }),
     persistedOffsets: guard(() => Array.from(p.offsets.values())),
     setPersistedOffset: (tp, offset) => write([], { offsets: [{ topic: tp.topic, partition: tp.partition, offset }] }),
     clear: guard(() => {

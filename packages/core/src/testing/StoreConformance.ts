@@ -13,6 +13,7 @@
 import { assert, describe, layer } from "@effect/vitest"
 import type { Layer, Scope } from "effect"
 import { Effect, Option, Random, Stream } from "effect"
+import type { TopicPartition } from "../Models.js"
 import type { Entry, PartitionStore, StoreError, StoreId } from "../Store.js"
 import { del, put, Store } from "../Store.js"
 
@@ -318,6 +319,68 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
           // The largest safe offset round-trips exactly.
           yield* st.setPersistedOffset(tp, Number.MAX_SAFE_INTEGER)
           assert.deepStrictEqual(yield* st.persistedOffset(tp), Option.some(Number.MAX_SAFE_INTEGER))
+        })
+      )
+
+      it.effect("invalid topic-partitions get typed errors on every offset operation, never another's offset", () =>
+        Effect.gen(function* () {
+          const st = yield* openFresh()
+          const tp = { topic: "t", partition: 0 }
+          yield* st.setPersistedOffset(tp, 7)
+          // A partition number the backend would read as 0 (NaN, 0.4) must not answer with partition 0's offset.
+          const partitions: Array<unknown> = [
+            Number.NaN,
+            0.4,
+            -1,
+            -0.5,
+            2 ** 31,
+            Number.POSITIVE_INFINITY,
+            "0",
+            undefined
+          ]
+          const topics: Array<unknown> = ["", "a/b", "x".repeat(250), 42, undefined]
+          const bad = [
+            ...partitions.map((partition) => ({ topic: "t", partition }) as unknown as TopicPartition),
+            ...topics.map((topic) => ({ topic, partition: 0 }) as unknown as TopicPartition)
+          ]
+          for (const wrong of bad) {
+            const what = `${String(wrong.topic)}/${String(wrong.partition)}`
+            assert.strictEqual(yield* failureTag(st.persistedOffset(wrong)), "InvalidValue", `persistedOffset(${what})`)
+            assert.strictEqual(yield* failureTag(st.setPersistedOffset(wrong, 1)), "InvalidValue", `set ${what}`)
+            assert.strictEqual(
+              yield* failureTag(st.write([put(b("k"), b("v"))], { offsets: [{ ...wrong, offset: 1 }] })),
+              "InvalidValue",
+              `write ${what}`
+            )
+          }
+          const error = yield* Effect.flip(st.persistedOffset({ topic: "t", partition: Number.NaN }))
+          assert.include(error.message, "partition")
+          assert.include(error.message, "NaN")
+          assert.deepStrictEqual(yield* st.persistedOffset(tp), Option.some(7))
+          assert.deepStrictEqual(yield* st.persistedOffsets, [{ ...tp, offset: 7 }])
+          assert.isTrue(Option.isNone(yield* st.get(b("k"))))
+        })
+      )
+
+      it.effect("invalid scan limits get typed errors", () =>
+        Effect.gen(function* () {
+          const st = yield* openFresh()
+          yield* st.write(["a", "b", "c"].map((k) => put(b(k), b("v"))))
+          for (const limit of [Number.NaN, -1, 1.5, Number.POSITIVE_INFINITY, "2"] as Array<unknown>) {
+            const what = String(limit)
+            assert.strictEqual(
+              yield* failureTag(Stream.runDrain(st.scan({ limit: limit as number }))),
+              "InvalidKey",
+              `scan limit ${what}`
+            )
+            assert.strictEqual(
+              yield* failureTag(Stream.runDrain(st.scanPrefix(b("a"), { limit: limit as number }))),
+              "InvalidKey",
+              `scanPrefix limit ${what}`
+            )
+          }
+          assert.deepStrictEqual((yield* collect(st.scan({ limit: 2 }))).length, 2)
+          assert.deepStrictEqual(yield* collect(st.scan({ limit: 0 })), [])
         })
       )
 

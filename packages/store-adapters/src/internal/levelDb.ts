@@ -24,7 +24,10 @@ import type {
   TopicPartition,
   TopicPartitionOffset
 } from "@strata/core"
+import { mkdir } from "node:fs/promises"
 import {
+  ForeignStoreDirectory,
+  StoreAccessDenied,
   StoreClosed,
   StoreCorrupted,
   StoreIoError,
@@ -33,7 +36,8 @@ import {
   storeError,
   type StoreError
 } from "@strata/core"
-import { Effect, Option, Stream } from "effect"
+import { Effect, Option, type Scope, Stream } from "effect"
+import * as StoreDirectory from "./storeDirectory.js"
 
 /**
  * A native batch through abstract-level's implementer methods (`_put`, `_del`, `_clear`), which the bindings
@@ -67,8 +71,12 @@ export interface DriverDb {
   /** Writes, atomically, what `fill` adds to a cleared native batch. */
   batch(fill: FillBatch, options: { sync: boolean }): Promise<void>
   get(key: Buffer): Promise<Buffer | undefined>
-  /** A synchronous read, where the driver has one that is cheap enough to block the calling thread for. */
+  /**
+   * Synchronous reads, where the driver has ones cheap enough to block the calling thread for; the store then reads
+   * every key (`get`, `getMany`, `persistedOffset`) through them.
+   */
   getSync?: (key: Buffer) => Buffer | undefined
+  getManySync?: (keys: Array<Buffer>) => Array<Buffer | undefined>
   getMany(keys: Array<Buffer>): Promise<Array<Buffer | undefined>>
   iterator(options: DriverRange & { keys?: boolean; values?: boolean }): DriverIterator
   close(): Promise<void>
@@ -84,14 +92,29 @@ export interface DriverRange {
   limit?: number
 }
 
+/** How the engine is to open the directory, decided before it sees it (see `storeDirectory.ts`). */
+export interface OpenMode {
+  /**
+   * True: nothing of value is there, create a new database (`createIfMissing`, and `errorIfExists` should one
+   * appear meanwhile). False: open the existing database, never creating one over it.
+   */
+  readonly create: boolean
+}
+
 /** What a backend module gives the shared implementation. */
 export interface Backend {
-  readonly name: string
+  /** The backend's name, also the engine whose directories it opens. */
+  readonly name: StoreDirectory.Engine
   readonly directory: string
   readonly sync: boolean
   readonly limits: StoreLimits
+  /**
+   * Checks an existing database's files before the engine reads them, where the engine does not check them itself;
+   * resolves with a description of the damage found, if any. `names` are the directory's entries.
+   */
+  readonly check?: (names: ReadonlyArray<string>) => Promise<string | undefined>
   /** Opens the database; rejects with the driver's error. */
-  readonly open: () => Promise<DriverDb>
+  readonly open: (mode: OpenMode) => Promise<DriverDb>
 }
 
 const SCAN_CHUNK = 1024
@@ -164,35 +187,109 @@ const codes = (cause: unknown): string => {
   return `${String(c?.code ?? "")} ${String(c?.cause?.code ?? "")} ${message(cause)}`
 }
 
-/** Maps a driver error at open time to a typed reason: locked, corrupted, or plain I/O. */
+/** The store, path and detail of a reason about the directory. */
+const at = (backend: Pick<Backend, "name" | "directory">, cause: unknown) => ({
+  store: backend.name,
+  path: backend.directory,
+  detail: message(cause)
+})
+
+/** The engine's lock is held (by another process, or by another open in this one). */
+const LOCKED = /LEVEL_LOCKED|IO error: lock |While lock file|lock hold by current process|already held by process/i
+/** The file system refused: permissions, a read-only file system. */
+const DENIED = /EACCES|EPERM|EROFS|Permission denied|Operation not permitted|Read-only file system/i
+/** The engine found damage (LevelDB and RocksDB both say "Corruption"). */
+const CORRUPTED = /LEVEL_CORRUPTION|Corruption|corrupted|bad magic|not an sstable/i
+
+/**
+ * Maps a driver error at open time to a typed reason: locked, access denied, corrupted, or plain I/O. The lock is
+ * recognised by the engines' own lock messages, not by a path that ends in `/LOCK`: a LOCK file the process may not
+ * open is a permission problem, not another owner.
+ */
 export const openError = (backend: Pick<Backend, "name" | "directory">, cause: unknown): StoreError => {
   const text = codes(cause)
-  if (/LEVEL_LOCKED|lock hold|No locks available|Resource temporarily unavailable|\/LOCK\b/i.test(text)) {
+  if (LOCKED.test(text) || /No locks available|Resource temporarily unavailable/i.test(text)) {
     return storeError(new StoreLocked({ store: backend.name, path: backend.directory }))
   }
-  if (/LEVEL_CORRUPTION|Corruption|corrupted|bad magic|not an sstable/i.test(text)) {
-    return storeError(new StoreCorrupted({ store: backend.name, path: backend.directory, detail: message(cause) }))
-  }
+  if (DENIED.test(text)) return storeError(new StoreAccessDenied(at(backend, cause)))
+  if (CORRUPTED.test(text)) return storeError(new StoreCorrupted(at(backend, cause)))
   return storeError(new StoreIoError({ operation: `open ${backend.directory}`, detail: message(cause) }))
 }
 
-/** Opens the database in a scope and serves the `Store` protocol from it. */
-export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, import("effect").Scope.Scope> =>
+/** Maps a driver error of a read or write: damage the engine met is `StoreCorrupted`, anything else I/O. */
+const ioError = (backend: Pick<Backend, "directory">, store: string, operation: string, cause: unknown): StoreError =>
+  CORRUPTED.test(codes(cause))
+    ? storeError(new StoreCorrupted({ store, path: backend.directory, detail: `${operation}: ${message(cause)}` }))
+    : storeError(new StoreIoError({ operation: `${operation} ${store}`, detail: message(cause) }))
+
+/**
+ * Decides, from the directory's entries, whether the engine may see it and how (`storeDirectory.ts`), and runs the
+ * backend's own checks on an existing database. Fails without having written anything.
+ */
+const prepare = (backend: Backend): Effect.Effect<OpenMode, StoreError> =>
   Effect.gen(function* () {
+    const listing = yield* Effect.tryPromise({
+      try: () => StoreDirectory.list(backend.directory),
+      catch: (cause) => openError(backend, cause)
+    })
+    const verdict = StoreDirectory.classify(listing, backend.name)
+    switch (verdict._tag) {
+      case "NotADirectory":
+        return yield* Effect.fail(
+          storeError(new StoreIoError({ operation: `open ${backend.directory}`, detail: "not a directory" }))
+        )
+      case "Foreign":
+        return yield* Effect.fail(
+          storeError(new ForeignStoreDirectory({ store: backend.name, path: backend.directory, found: verdict.found }))
+        )
+      case "Corrupted":
+        return yield* Effect.fail(
+          storeError(new StoreCorrupted({ store: backend.name, path: backend.directory, detail: verdict.detail }))
+        )
+      case "Create":
+        if (listing._tag === "Missing") {
+          // The engines create one directory level only.
+          yield* Effect.tryPromise({
+            try: () => mkdir(backend.directory, { recursive: true }),
+            catch: (cause) => openError(backend, cause)
+          })
+        }
+        return { create: true }
+      case "Open": {
+        const check = backend.check
+        if (check !== undefined && listing._tag === "Entries") {
+          const names = listing.entries.map((e) => e.name)
+          const damage = yield* Effect.tryPromise({
+            try: () => check(names),
+            catch: (cause) => openError(backend, cause)
+          })
+          if (damage !== undefined) {
+            return yield* Effect.fail(
+              storeError(new StoreCorrupted({ store: backend.name, path: backend.directory, detail: damage }))
+            )
+          }
+        }
+        return { create: false }
+      }
+    }
+  })
+
+/** Opens the database in a scope and serves the `Store` protocol from it. */
+export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const mode = yield* prepare(backend)
     const db = yield* Effect.acquireRelease(
-      Effect.tryPromise({ try: backend.open, catch: (cause) => openError(backend, cause) }),
+      Effect.tryPromise({ try: () => backend.open(mode), catch: (cause) => openError(backend, cause) }),
       (db) => Effect.promise(() => db.close().catch(() => undefined))
     )
     const open = new Set<string>()
-    const io = <A>(operation: string, f: () => Promise<A>): Effect.Effect<A, StoreError> =>
-      Effect.tryPromise({
-        try: f,
-        catch: (cause) => storeError(new StoreIoError({ operation, detail: message(cause) }))
-      })
+    /** Runs a driver call of `operation` (e.g. `"get"`) on the partition store `store`. */
+    const io = <A>(store: string, operation: string, f: () => Promise<A>): Effect.Effect<A, StoreError> =>
+      Effect.tryPromise({ try: f, catch: (cause) => ioError(backend, store, operation, cause) })
 
     /** Deletes a whole key range in one atomic batch. */
-    const deleteRange = (operation: string, from: Buffer, to: Buffer) =>
-      io(operation, async () => {
+    const deleteRange = (store: string, operation: string, from: Buffer, to: Buffer) =>
+      io(store, operation, async () => {
         const it = db.iterator({ gte: from, lt: to, values: false })
         const keys: Array<Buffer> = []
         try {
@@ -240,7 +337,7 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, im
         const unavailable = closedStore(id)
         if (unavailable) return Effect.fail(unavailable)
         const prefix = storePrefix(id)
-        return deleteRange(`drop ${storeName(id)}`, prefix, prefixEnd(prefix))
+        return deleteRange(storeName(id), "drop", prefix, prefixEnd(prefix))
       })
 
     return { backend: backend.name, limits: backend.limits, open: openStore, drop } satisfies StoreShape
@@ -250,8 +347,8 @@ const makePartition = (
   id: StoreId,
   db: DriverDb,
   backend: Backend,
-  io: <A>(operation: string, f: () => Promise<A>) => Effect.Effect<A, StoreError>,
-  deleteRange: (operation: string, from: Buffer, to: Buffer) => Effect.Effect<void, StoreError>
+  io: <A>(store: string, operation: string, f: () => Promise<A>) => Effect.Effect<A, StoreError>,
+  deleteRange: (store: string, operation: string, from: Buffer, to: Buffer) => Effect.Effect<void, StoreError>
 ) => {
   const name = storeName(id)
   const prefix = storePrefix(id)
@@ -302,7 +399,7 @@ const makePartition = (
         }
         for (const o of offsets) batch._put(metaKey(prefix, o), encodeOffset(o.offset))
       }
-      return io(`write ${name}`, () => db.batch(fill, { sync: backend.sync }))
+      return io(name, "write", () => db.batch(fill, { sync: backend.sync }))
     })
 
   /** Translates a user range into the partition's key space; `undefined` when it selects nothing. */
@@ -344,6 +441,8 @@ const makePartition = (
           const bad = StoreValidation.checkBound(range[b], b)
           if (bad) return yield* Effect.fail(bad)
         }
+        const badLimit = StoreValidation.checkLimit(range.limit)
+        if (badLimit) return yield* Effect.fail(badLimit)
         const r = driverRange(range)
         if (r === undefined) return Stream.empty
         const it = yield* Effect.acquireRelease(
@@ -351,7 +450,7 @@ const makePartition = (
           (it) => Effect.promise(() => it.close().catch(() => undefined))
         )
         return Stream.paginate(undefined, () =>
-          io(`scan ${name}`, () => it.nextv(SCAN_CHUNK)).pipe(
+          io(name, "scan", () => it.nextv(SCAN_CHUNK)).pipe(
             Effect.map(
               (entries) =>
                 [
@@ -367,6 +466,13 @@ const makePartition = (
   const checked = (key: Uint8Array) => StoreValidation.checkKey(key, limits)
   const guard = <A>(f: () => Effect.Effect<A, StoreError>) =>
     Effect.suspend(() => (handle.closed ? Effect.fail(closed()) : f()))
+  /** One key, read synchronously when the driver can. */
+  const readOne = (operation: string, key: Buffer): Effect.Effect<Buffer | undefined, StoreError> => {
+    const getSync = db.getSync
+    return getSync === undefined
+      ? io(name, operation, () => db.get(key))
+      : Effect.try({ try: () => getSync(key), catch: (cause) => ioError(backend, name, operation, cause) })
+  }
 
   const store: PartitionStore = {
     id,
@@ -374,16 +480,8 @@ const makePartition = (
       guard(() => {
         const bad = checked(key)
         if (bad) return Effect.fail(bad)
-        const getSync = db.getSync
-        if (getSync !== undefined) {
-          return Effect.try({
-            try: () => Option.fromUndefinedOr(getSync(withPrefix(prefix, key)) as Uint8Array | undefined),
-            catch: (cause) => storeError(new StoreIoError({ operation: `get ${name}`, detail: message(cause) }))
-          })
-        }
-        return Effect.map(
-          io(`get ${name}`, () => db.get(withPrefix(prefix, key))),
-          (v) => Option.fromUndefinedOr(v as Uint8Array | undefined)
+        return Effect.map(readOne("get", withPrefix(prefix, key)), (v) =>
+          Option.fromUndefinedOr(v as Uint8Array | undefined)
         )
       }),
     getMany: (keys) =>
@@ -392,10 +490,16 @@ const makePartition = (
           const bad = checked(key)
           if (bad) return Effect.fail(bad)
         }
-        return Effect.map(
-          io(`getMany ${name}`, () => db.getMany(keys.map((k) => withPrefix(prefix, k)))),
-          (vs) => vs.map((v) => Option.fromUndefinedOr(v as Uint8Array | undefined))
-        )
+        const driverKeys = keys.map((k) => withPrefix(prefix, k))
+        const getManySync = db.getManySync
+        const values =
+          getManySync === undefined
+            ? io(name, "getMany", () => db.getMany(driverKeys))
+            : Effect.try({
+                try: () => getManySync(driverKeys),
+                catch: (cause) => ioError(backend, name, "getMany", cause)
+              })
+        return Effect.map(values, (vs) => vs.map((v) => Option.fromUndefinedOr(v as Uint8Array | undefined)))
       }),
     put: (key, value) => write([{ _tag: "put", key, value }]),
     delete: (key) => write([{ _tag: "delete", key }]),
@@ -407,14 +511,16 @@ const makePartition = (
         return bad ? Stream.fail(bad) : scan(StoreValidation.prefixRange(p, options))
       }),
     persistedOffset: (tp) =>
-      guard(() =>
-        Effect.map(
-          io(`persistedOffset ${name}`, () => db.get(metaKey(prefix, tp))),
-          (v) => (v === undefined ? Option.none() : Option.some(decodeOffset(v)))
+      guard(() => {
+        // A partition of NaN or 0.4 would be written into the key as 0: another partition's offset.
+        const bad = StoreValidation.checkTopicPartition(tp)
+        if (bad) return Effect.fail(bad)
+        return Effect.map(readOne("persistedOffset", metaKey(prefix, tp)), (v) =>
+          v === undefined ? Option.none() : Option.some(decodeOffset(v))
         )
-      ),
+      }),
     persistedOffsets: guard(() =>
-      io(`persistedOffsets ${name}`, async () => {
+      io(name, "persistedOffsets", async () => {
         const it = db.iterator({ gte: dataEnd, lt: end })
         const out: Array<TopicPartitionOffset> = []
         try {
@@ -430,7 +536,7 @@ const makePartition = (
       })
     ),
     setPersistedOffset: (tp, offset) => write([], { offsets: [{ topic: tp.topic, partition: tp.partition, offset }] }),
-    clear: guard(() => deleteRange(`clear ${name}`, prefix, end))
+    clear: guard(() => deleteRange(name, "clear", prefix, end))
   }
   handle.store = store
   return handle

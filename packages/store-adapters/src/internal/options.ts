@@ -1,8 +1,11 @@
-import { InvalidStoreOptions, Store, type StoreError, type StoreShape, storeError } from "@strata/core"
+import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
 import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 
 /** A positive safe integer option (bytes, counts). */
-export const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+export const PositiveInt = StoreValidation.PositiveInt
+
+/** A positive size or count the bindings read as an unsigned 32-bit integer: larger values would wrap around. */
+export const Uint32Size = PositiveInt.check(Schema.isLessThan(2 ** 32))
 
 /** Options every backend accepts. */
 export const commonFields = {
@@ -10,19 +13,11 @@ export const commonFields = {
   directory: Schema.NonEmptyString,
   /** fsync the write-ahead log on every batch (default false: a process crash loses nothing, an OS crash may). */
   sync: Schema.optional(Schema.Boolean),
-  /** Largest key accepted, in bytes (default 64 KiB). */
-  maxKeyBytes: Schema.optional(PositiveInt),
-  /** Largest value accepted, in bytes (default 16 MiB). */
-  maxValueBytes: Schema.optional(PositiveInt)
+  ...StoreValidation.limitsFields
 }
 
-/** Validates a backend's options; a failure names each wrong field. */
-export const decodeOptions =
-  <S extends Schema.Codec<unknown, unknown>>(store: string, schema: S) =>
-  (input: unknown): Effect.Effect<S["Type"], StoreError> =>
-    Schema.decodeUnknownEffect(schema)(input, { errors: "all" }).pipe(
-      Effect.mapError((issue) => storeError(new InvalidStoreOptions({ store, detail: issue.message })))
-    ) as Effect.Effect<S["Type"], StoreError>
+/** Validates a backend's options with its Schema; a wrong or unknown field fails with `InvalidStoreOptions` naming it. */
+export const decodeOptions = StoreValidation.decodeOptions
 
 /**
  * `layer` and `layerConfig` of a store backend: each provides the backend's own

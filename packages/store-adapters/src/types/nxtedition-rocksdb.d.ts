@@ -10,8 +10,11 @@ declare module "@nxtedition/rocksdb" {
     close(): Promise<void>
     get(key: K): Promise<V>
     getMany(keys: Array<K>): Promise<Array<V | undefined>>
-    /** Reads keys synchronously on the calling thread (absent keys are undefined). */
-    _getManySync(keys: Array<Buffer>): Array<V | undefined>
+    /**
+     * Reads keys synchronously on the calling thread (absent keys are undefined, aborted or timed-out reads null);
+     * a read error (e.g. a checksum mismatch) is thrown.
+     */
+    _getManySync(keys: Array<Buffer>): Array<V | undefined | null>
     /**
      * A native batch through abstract-level's implementer methods (no validation, no operation objects), written
      * synchronously by `_writeSync`.
