@@ -51,7 +51,7 @@ import {
   type TopicPartition,
   tpKey
 } from "@strata/core"
-import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, PubSub, type Scope, Stream } from "effect"
+import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, PubSub, Schema, type Scope, Stream } from "effect"
 
 /** Options of the changelog recovery. */
 export interface ChangelogRecoveryOptions {
@@ -73,6 +73,34 @@ export interface ChangelogRecoveryOptions {
   readonly eventTimeout?: Duration.Input
   /** No batch applied for this long while restoring is reported stalled (default 120 seconds). */
   readonly flushTimeout?: Duration.Input
+}
+
+/** A `Duration.Input` (a Duration, milliseconds, or text such as `"1 second"`). */
+export const DurationInput = Schema.declare(
+  (u: unknown): u is Duration.Input => Option.isSome(Duration.fromInput(u as Duration.Input)),
+  { expected: 'a duration (a Duration, milliseconds, or text such as "1 second")' }
+)
+const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+
+/** The options `make` takes, checked by this one schema (the table manager checks its `recovery` option with it). */
+export const ChangelogRecoveryOptionsSchema = Schema.Struct({
+  recoveryDelay: Schema.optional(DurationInput),
+  recoveryBufferSize: Schema.optional(PositiveInt),
+  standbyBufferSize: Schema.optional(PositiveInt),
+  onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
+  statsInterval: Schema.optional(DurationInput),
+  eventTimeout: Schema.optional(DurationInput),
+  flushTimeout: Schema.optional(DurationInput)
+})
+
+/** `make` was given options its schema refuses; `detail` names each bad option. */
+export class InvalidRecoveryOptions extends Schema.TaggedError<InvalidRecoveryOptions>()("InvalidRecoveryOptions", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `changelog recovery: invalid options: ${this.detail}`
+  }
 }
 
 /** Recovery metrics (attribute `topic`). */
@@ -145,11 +173,15 @@ export const make = (
   source: ChangelogSource,
   target: RestoreTarget,
   options: ChangelogRecoveryOptions = {}
-): Effect.Effect<RecoveryShape, never, Scope.Scope> =>
+): Effect.Effect<RecoveryShape, InvalidRecoveryOptions, Scope.Scope> =>
   Effect.gen(function* () {
+    yield* Schema.decodeUnknownEffect(ChangelogRecoveryOptionsSchema)(options, {
+      errors: "all",
+      onExcessProperty: "error"
+    }).pipe(Effect.mapError((e) => new InvalidRecoveryOptions({ detail: e.message })))
     const delay = Duration.fromInputUnsafe(options.recoveryDelay ?? 0)
-    const bufferSize = Math.max(1, options.recoveryBufferSize ?? 1000)
-    const standbyBufferSize = Math.max(1, options.standbyBufferSize ?? 1000)
+    const bufferSize = options.recoveryBufferSize ?? 1000
+    const standbyBufferSize = options.standbyBufferSize ?? 1000
     const statsInterval = Duration.fromInputUnsafe(options.statsInterval ?? "5 seconds")
     const eventTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.eventTimeout ?? "30 seconds"))
     const flushTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout ?? "120 seconds"))

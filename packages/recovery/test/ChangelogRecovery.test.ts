@@ -225,6 +225,23 @@ describe("ChangelogRecovery", () => {
     }).pipe(Effect.scoped, Effect.provide(quiet))
   )
 
+  it.effect("options are checked by one schema: a bad or unknown option is InvalidRecoveryOptions naming it", () =>
+    Effect.gen(function* () {
+      const source = yield* fakeSource(logOf({}))
+      const refused = (options: Record<string, unknown>) =>
+        Effect.map(
+          Effect.flip(
+            ChangelogRecovery.make(source, fakeTarget().target, options as ChangelogRecovery.ChangelogRecoveryOptions)
+          ),
+          (e) => e.message
+        )
+      assert.match(yield* refused({ recoveryBufferSize: 0 }), /recoveryBufferSize/)
+      assert.match(yield* refused({ onInconsistency: "ignore" }), /onInconsistency/)
+      assert.match(yield* refused({ statsInterval: "often" }), /statsInterval/)
+      assert.match(yield* refused({ recoveryBufer: 10 }), /recoveryBufer/)
+    }).pipe(Effect.scoped, Effect.provide(quiet))
+  )
+
   it.effect("a partition whose last offsets hold no record (markers, compaction) still completes", () =>
     Effect.gen(function* () {
       // Records up to offset 4; offsets 5..9 are transaction markers or compacted away; the highwater is 10.

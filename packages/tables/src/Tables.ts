@@ -191,11 +191,7 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
     }
   }))
 
-/** A `Duration.Input` (a Duration, milliseconds, or text such as `"1 second"`). */
-const DurationInput = Schema.declare(
-  (u: unknown): u is Duration.Input => Option.isSome(Duration.fromInput(u as Duration.Input)),
-  { expected: 'a duration (a Duration, milliseconds, or text such as "1 second")' }
-)
+const DurationInput = ChangelogRecovery.DurationInput
 const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
 
 /** The options `make` takes, checked by this one schema (a bad option fails naming it). */
@@ -209,17 +205,7 @@ export const TablesOptionsSchema = Schema.Struct({
   transactionalId: Schema.optional(Schema.String.check(Schema.isMinLength(1))),
   cacheEntries: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
   badRecords: Schema.optional(Schema.Literals(["fail", "dead-letter"])),
-  recovery: Schema.optional(
-    Schema.Struct({
-      recoveryDelay: Schema.optional(DurationInput),
-      recoveryBufferSize: Schema.optional(PositiveInt),
-      standbyBufferSize: Schema.optional(PositiveInt),
-      onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
-      statsInterval: Schema.optional(DurationInput),
-      eventTimeout: Schema.optional(DurationInput),
-      flushTimeout: Schema.optional(DurationInput)
-    })
-  )
+  recovery: Schema.optional(ChangelogRecovery.ChangelogRecoveryOptionsSchema)
 })
 
 /** Checks options given in code (configuration is checked by `config`); the error names each bad option. */
@@ -753,7 +739,11 @@ export const make = (
         chunk,
         isolation: exactlyOnce ? "read_committed" : "read_uncommitted"
       }).pipe(Scope.provide(built))
-      const started = yield* ChangelogRecovery.make(channel.source, target, options.recovery).pipe(Scope.provide(built))
+      // The options were checked with the manager's.
+      const started = yield* ChangelogRecovery.make(channel.source, target, options.recovery).pipe(
+        Scope.provide(built),
+        Effect.orDie
+      )
       recovery = started
       // Global tables: every worker holds and restores every partition.
       const globals = all.filter((t) => t.info.kind === "global")
