@@ -217,6 +217,14 @@ const plainJsonString = (bytes: Uint8Array): boolean => {
   return ascii || isUtf8(bytes)
 }
 
+/** The integer `plainJsonInt` accepted. */
+const intOf = (bytes: Uint8Array): number => {
+  const negative = bytes[0] === 0x2d
+  let n = 0
+  for (let i = negative ? 1 : 0; i < bytes.length; i++) n = n * 10 + (bytes[i]! - 0x30)
+  return negative ? -n : n
+}
+
 /** Whether the bytes are certainly the JSON of a safe integer (`false`: the full decode decides). */
 const plainJsonInt = (bytes: Uint8Array): boolean => {
   const n = bytes.length
@@ -234,12 +242,9 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
   const decode = Schema.decodeUnknownResult(json)
   const fail = (direction: "encode" | "decode", detail: string) =>
     Result.fail(new CodecFailed({ table, part, direction, detail }))
-  const plain =
-    (schema as unknown) === Schema.String
-      ? plainJsonString
-      : (schema as unknown) === Schema.Int
-        ? plainJsonInt
-        : undefined
+  // Plain strings and integers, the common keys and values, skip the JSON text and the schema both ways.
+  const kind = (schema as unknown) === Schema.String ? "string" : (schema as unknown) === Schema.Int ? "int" : undefined
+  const plain = kind === "string" ? plainJsonString : kind === "int" ? plainJsonInt : undefined
   const decodeBytes = (bytes: Uint8Array): Result.Result<A, CodecFailed> => {
     let parsed: unknown
     try {
@@ -252,6 +257,8 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
   }
   return {
     encode: (a: A): Result.Result<Uint8Array, CodecFailed> => {
+      if (kind === "int" && Number.isSafeInteger(a)) return Result.succeed(Buffer.from(String(a), "latin1"))
+      if (kind === "string" && typeof a === "string") return Result.succeed(Buffer.from(JSON.stringify(a), "utf8"))
       const encoded = encode(a)
       if (Result.isFailure(encoded)) return fail("encode", encoded.failure.message)
       try {
@@ -261,7 +268,13 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
         return fail("encode", describe(e))
       }
     },
-    decode: decodeBytes,
+    decode: (bytes: Uint8Array): Result.Result<A, CodecFailed> => {
+      if (kind === "int" && plainJsonInt(bytes)) return Result.succeed(intOf(bytes) as A)
+      if (kind === "string" && plainJsonString(bytes)) {
+        return Result.succeed(Buffer.from(bytes.buffer, bytes.byteOffset + 1, bytes.length - 2).toString("utf8") as A)
+      }
+      return decodeBytes(bytes)
+    },
     check: (bytes: Uint8Array): CodecFailed | undefined => {
       if (plain?.(bytes) === true) return undefined
       const decoded = decodeBytes(bytes)

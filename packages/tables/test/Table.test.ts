@@ -65,6 +65,8 @@ describe("Table codecs: checking bytes without decoding", () => {
       bytes("-"),
       bytes("1.5"),
       bytes("12345678901234567890"),
+      bytes("-0"),
+      bytes("999999999999999"),
       bytes("{not json"),
       bytes(`{"a":1}`),
       new Uint8Array([])
@@ -83,6 +85,26 @@ describe("Table codecs: checking bytes without decoding", () => {
         const shown = new TextDecoder().decode(input)
         assert.strictEqual(c.checkKey(input) === undefined, decodes, `key ${shown}`)
         assert.strictEqual(c.checkValue(input) === undefined, Result.isSuccess(c.decodeValue(input)), `value ${shown}`)
+        // The fast paths give what the JSON text and the schema give.
+        const slow = Schema.decodeUnknownResult(schema as Schema.Codec<unknown>)
+        let parsed: unknown
+        let parses = true
+        try {
+          parsed = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(input))
+        } catch {
+          parses = false
+        }
+        const expectedValue = parses ? slow(parsed) : undefined
+        const got = c.decodeValue(input)
+        assert.strictEqual(Result.isSuccess(got), expectedValue !== undefined && Result.isSuccess(expectedValue), shown)
+        if (Result.isSuccess(got) && expectedValue !== undefined && Result.isSuccess(expectedValue)) {
+          assert.deepStrictEqual(got.success, expectedValue.success, shown)
+          const encoded = c.encodeValue(got.success)
+          assert.isTrue(Result.isSuccess(encoded))
+          if (Result.isSuccess(encoded)) {
+            assert.strictEqual(Buffer.from(encoded.success).toString(), JSON.stringify(got.success), shown)
+          }
+        }
       }
     }
   })
