@@ -6,6 +6,7 @@
  */
 import { Effect, Schema } from "effect"
 import type { TopicPartition, TopicPartitionOffset } from "./Models.js"
+import * as OptionSchemas from "./OptionSchemas.js"
 import {
   InvalidKey,
   InvalidStoreId,
@@ -24,8 +25,8 @@ export const RESERVED_PREFIX = 0xff
 /** Default size limits shared by every backend. */
 export const defaultLimits: StoreLimits = { maxKeyBytes: 64 * 1024, maxValueBytes: 16 * 1024 * 1024 }
 
-/** A positive safe integer option (bytes, counts). */
-export const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+/** A positive integer option (bytes, counts). */
+export const PositiveInt = OptionSchemas.PositiveInt
 
 /** The size-limit options every backend accepts; an unset one takes its value from `defaultLimits`. */
 export const limitsFields = {

@@ -46,7 +46,7 @@
  * @since 0.1.0
  */
 import type { Leadership, LeadershipEnd } from "@strata/core"
-import { Election, ServerId } from "@strata/core"
+import { Election, ServerId, OptionSchemas } from "@strata/core"
 import {
   Cause,
   Config,
@@ -67,7 +67,8 @@ import {
   SubscriptionRef
 } from "effect"
 import * as Lifecycle from "./CoordinatorLifecycle.js"
-import { DurationInput, decodeOptions, summary } from "./internal/options.js"
+
+const { DurationInput, decodeOptions, summary } = OptionSchemas
 
 // ---------------------------------------------------------------------------
 // Options

@@ -44,7 +44,8 @@ import {
   SessionExpired,
   type Stat,
   type Watch,
-  type WatchEvent
+  type WatchEvent,
+  OptionSchemas
 } from "@strata/core"
 import {
   Config,
@@ -61,7 +62,9 @@ import {
   Stream
 } from "effect"
 import { Etcd3, type IKeyValue, type IRequestOp, type ICompare, type Watcher } from "etcd3"
-import { AbsolutePath, decodeOptions, invalidHostPort, PositiveInt, summary } from "./internal/options.js"
+import { AbsolutePath, invalidHostPort } from "./internal/options.js"
+
+const { decodeOptions, PositiveInt, summary } = OptionSchemas
 
 /** Why an endpoint is not `http://host:port` or `https://host:port` with a port in 1–65535, if it is not. */
 const invalidEndpoint = (endpoint: string): string | undefined => {

@@ -37,7 +37,8 @@ import {
   SessionExpired,
   type Stat,
   type Watch,
-  type WatchEvent
+  type WatchEvent,
+  OptionSchemas
 } from "@strata/core"
 import {
   Config,
@@ -54,8 +55,10 @@ import {
   Stream
 } from "effect"
 import zookeeper, { type Client, type Event as ZkEvent, type Stat as ZkStat } from "node-zookeeper-client"
-import { decodeOptions, invalidAbsolutePath, invalidHostPort, PositiveInt, summary } from "./internal/options.js"
+import { invalidAbsolutePath, invalidHostPort } from "./internal/options.js"
 import { bufferOf, bytesOf, invalidPath, parentOf, sessionIdOf, statOf } from "./internal/zookeeperPaths.js"
+
+const { decodeOptions, PositiveInt, summary } = OptionSchemas
 
 /** Why a connect string is not `host:port[,host:port...]` with ports in 1–65535, if it is not. */
 const invalidConnectString = (connectString: string): string | undefined => {

@@ -29,6 +29,7 @@ import {
 import {
   type Acks,
   BrokerUnreachable,
+  OptionSchemas,
   InvalidRequest,
   LogClosed,
   type LogConsumer,
@@ -89,7 +90,7 @@ import {
   RecordBatchReader
 } from "./internal/fetchProtocol.js"
 
-const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+const { PositiveInt } = OptionSchemas
 
 /** `host:port`, the host a name, an IPv4 address or a bracketed IPv6 address. */
 const BROKER_ADDRESS = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?):(\d{1,5})$/

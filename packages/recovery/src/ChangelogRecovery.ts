@@ -39,6 +39,7 @@ import {
   ConsistencyError,
   type LogRecord,
   type Offset,
+  OptionSchemas,
   type PartitionProgress,
   type RecoveryEvent,
   RecoveryError,
@@ -75,22 +76,17 @@ export interface ChangelogRecoveryOptions {
   readonly flushTimeout?: Duration.Input
 }
 
-/** A `Duration.Input` (a Duration, milliseconds, or text such as `"1 second"`). */
-export const DurationInput = Schema.declare(
-  (u: unknown): u is Duration.Input => Option.isSome(Duration.fromInput(u as Duration.Input)),
-  { expected: 'a duration (a Duration, milliseconds, or text such as "1 second")' }
-)
-const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+const { AnyDurationInput, decodeOptions, PositiveInt, summary } = OptionSchemas
 
 /** The options `make` takes, checked by this one schema (the table manager checks its `recovery` option with it). */
 export const ChangelogRecoveryOptionsSchema = Schema.Struct({
-  recoveryDelay: Schema.optional(DurationInput),
+  recoveryDelay: Schema.optional(AnyDurationInput),
   recoveryBufferSize: Schema.optional(PositiveInt),
   standbyBufferSize: Schema.optional(PositiveInt),
   onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
-  statsInterval: Schema.optional(DurationInput),
-  eventTimeout: Schema.optional(DurationInput),
-  flushTimeout: Schema.optional(DurationInput)
+  statsInterval: Schema.optional(AnyDurationInput),
+  eventTimeout: Schema.optional(AnyDurationInput),
+  flushTimeout: Schema.optional(AnyDurationInput)
 })
 
 /** `make` was given options its schema refuses; `detail` names each bad option. */
@@ -175,10 +171,12 @@ export const make = (
   options: ChangelogRecoveryOptions = {}
 ): Effect.Effect<RecoveryShape, InvalidRecoveryOptions, Scope.Scope> =>
   Effect.gen(function* () {
-    yield* Schema.decodeUnknownEffect(ChangelogRecoveryOptionsSchema)(options, {
-      errors: "all",
-      onExcessProperty: "error"
-    }).pipe(Effect.mapError((e) => new InvalidRecoveryOptions({ detail: e.message })))
+    yield* decodeOptions(ChangelogRecoveryOptionsSchema, { exact: true })(options).pipe(
+      Effect.mapError((bad) => {
+        const { option, value, detail } = summary(bad)
+        return new InvalidRecoveryOptions({ detail: `${option} = ${value}: ${detail}` })
+      })
+    )
     const delay = Duration.fromInputUnsafe(options.recoveryDelay ?? 0)
     const bufferSize = options.recoveryBufferSize ?? 1000
     const standbyBufferSize = options.standbyBufferSize ?? 1000

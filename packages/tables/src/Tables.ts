@@ -46,6 +46,7 @@ import {
   type LogRecord,
   type LogShape,
   type Offset,
+  OptionSchemas,
   type ProducerRecord,
   type RecoveryShape,
   RestoreFailed,
@@ -76,7 +77,6 @@ import {
   Option,
   Random,
   Schema,
-  SchemaIssue,
   Scope,
   Semaphore,
   type Stream
@@ -191,15 +191,14 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
     }
   }))
 
-const DurationInput = ChangelogRecovery.DurationInput
-const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
+const { AnyDurationInput, PositiveInt } = OptionSchemas
 
 /** The options `make` takes, checked by this one schema (a bad option fails naming it). */
 export const TablesOptionsSchema = Schema.Struct({
   app: Schema.String.check(Schema.isMinLength(1)),
   mode: Schema.optional(Schema.Literals(["worker", "producer-only", "client-only"])),
   streamBufferMaxsize: Schema.optional(PositiveInt),
-  settleDelay: Schema.optional(DurationInput),
+  settleDelay: Schema.optional(AnyDurationInput),
   acks: Schema.optional(Schema.Literals([0, 1, "all"])),
   processingGuarantee: Schema.optional(Schema.Literals(["at_least_once", "exactly_once"])),
   transactionalId: Schema.optional(Schema.String.check(Schema.isMinLength(1))),
@@ -210,21 +209,15 @@ export const TablesOptionsSchema = Schema.Struct({
 
 /** Checks options given in code (configuration is checked by `config`); the error names each bad option. */
 const decodeOptions = (options: TablesOptions): Effect.Effect<TablesOptions, TableManagerError> =>
-  Schema.decodeUnknownEffect(TablesOptionsSchema)(options, { errors: "all", onExcessProperty: "error" }).pipe(
+  OptionSchemas.decodeOptions(TablesOptionsSchema, { exact: true })(options).pipe(
     Effect.as(options),
-    Effect.mapError((error) => {
-      const issues = formatIssues(error.issue).issues
-      const pathOf = (i: (typeof issues)[number]) => (i.path ?? []).map(String).join(".") || "(options)"
+    Effect.mapError((bad) => {
+      const { option, value, detail } = OptionSchemas.summary(bad)
       return new TableManagerError({
-        reason: new InvalidTableManagerOptions({
-          option: issues.map(pathOf).join(", "),
-          detail: issues.map((i) => `${pathOf(i)}: ${i.message}`).join("; ")
-        })
+        reason: new InvalidTableManagerOptions({ option, detail: `${detail} (got ${value})` })
       })
     })
   )
-
-const formatIssues = SchemaIssue.makeFormatterStandardSchemaV1()
 
 // ---------------------------------------------------------------------------
 // Table handles

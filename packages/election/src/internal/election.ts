@@ -25,9 +25,9 @@ import {
   op,
   type Session,
   SessionClosed,
-  ConnectionLoss
+  ConnectionLoss,
+  OptionSchemas
 } from "@strata/core"
-import { DurationInput, decodeOptions, summary } from "./options.js"
 import {
   Clock,
   Deferred,
@@ -42,6 +42,8 @@ import {
   Semaphore,
   Stream
 } from "effect"
+
+const { DurationInput, decodeOptions, summary } = OptionSchemas
 
 /** Why a namespace cannot be one, if it cannot. */
 const invalidNamespace = (namespace: string): string | undefined => {
