@@ -315,9 +315,7 @@ export const make = (
         stalled.delete(tpKey(p.tp))
         if (fresh.length === 0) return
         const startedAt = yield* Clock.currentTimeMillis
-        const applied = yield* target
-          .apply(p.tp, fresh)
-          .pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        const applied = yield* target.apply(p.tp, fresh)
         for (const skipped of applied.skipped) {
           yield* Effect.logWarning(
             `recovery of ${tpKey(p.tp)}: offset ${skipped.offset} set aside (dead-lettered): ${skipped.detail}`
@@ -515,7 +513,7 @@ export const make = (
                     // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
                     if (p === undefined || (p.ready && !p.standby)) return
                     const applied = yield* Effect.result(applyRecords(p, list, at))
-                    if (applied._tag === "Failure") return yield* failPartition(p.tp, applied.failure.reason)
+                    if (applied._tag === "Failure") return yield* failPartition(p.tp, applied.failure)
                     if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
                   }).pipe(
                     Effect.onExit((exit) =>

@@ -43,7 +43,6 @@ import {
   type Header,
   Log,
   type LogError,
-  type LogRecord,
   type LogShape,
   type Offset,
   OptionSchemas,
@@ -655,48 +654,12 @@ export const make = (
       yield* log.flush
     })
 
-    /** The dead-letter topic, made when a record is first set aside. */
-    const deadLetters = `${options.app}-dead-letters`
-    let deadLettersMade = false
-    const deadLetter = (bad: ReadonlyArray<{ readonly record: LogRecord; readonly detail: string }>) =>
-      Effect.gen(function* () {
-        if (!deadLettersMade) {
-          yield* log.ensureTopic({ topic: deadLetters, partitions: 1 })
-          deadLettersMade = true
-        }
-        yield* log.produceBatch(
-          bad.map(({ record, detail }) => ({
-            topic: deadLetters,
-            partition: 0,
-            key: record.key,
-            value: record.value,
-            headers: [
-              ...record.headers,
-              {
-                key: "strata-dead-letter-from",
-                value: Buffer.from(JSON.stringify([record.topic, record.partition, record.offset]))
-              },
-              { key: "strata-dead-letter-reason", value: Buffer.from(detail) }
-            ]
-          }))
-        )
-      }).pipe(
-        Effect.mapError(
-          (e) =>
-            new RestoreFailed({
-              topic: bad[0]!.record.topic,
-              partition: bad[0]!.record.partition,
-              detail: `sending a record that cannot be restored to ${deadLetters}: ${e.message}`
-            })
-        )
-      )
-
     const target = RestoreTarget.make({
       partitionOf: (tp) => byChangelog.get(tp.topic)?.partitions.get(tp.partition),
       codecsOf: (tp) => byChangelog.get(tp.topic)?.codecs,
       limits: store.limits,
       badRecords: options.badRecords ?? "fail",
-      deadLetter,
+      deadLetter: RestoreTarget.deadLetters(log, `${options.app}-dead-letters`),
       replayed,
       // Buffered changes reach the stores with their offsets, so recovery reads current persisted offsets.
       flushAll: flushAll.pipe(

@@ -16,6 +16,7 @@ import {
   del,
   type Header,
   type LogRecord,
+  type LogShape,
   put,
   RestoreFailed,
   type RestoreTarget,
@@ -126,6 +127,41 @@ export const badRecordDetail = (
   const k = codecs.checkKey(record.key)
   if (k !== undefined) return k.message
   return record.value === null ? undefined : codecs.checkValue(record.value)?.message
+}
+
+/**
+ * Sends records that cannot be restored to `topic` (made when first needed), each with its headers and two more:
+ * `strata-dead-letter-from` (`[topic, partition, offset]`) and `strata-dead-letter-reason`.
+ */
+export const deadLetters = (log: LogShape, topic: string): RestoreTargetDeps["deadLetter"] => {
+  let made = false
+  return (bad) =>
+    Effect.gen(function* () {
+      if (!made) {
+        yield* log.ensureTopic({ topic, partitions: 1 })
+        made = true
+      }
+      yield* log.produceBatch(
+        bad.map(({ record, detail }) => ({
+          topic,
+          partition: 0,
+          key: record.key,
+          value: record.value,
+          headers: [
+            ...record.headers,
+            {
+              key: "strata-dead-letter-from",
+              value: Buffer.from(JSON.stringify([record.topic, record.partition, record.offset]))
+            },
+            { key: "strata-dead-letter-reason", value: Buffer.from(detail) }
+          ]
+        }))
+      )
+    }).pipe(
+      Effect.mapError((e) =>
+        restoreFailed(bad[0]!.record, `sending a record that cannot be restored to ${topic}: ${e.message}`)
+      )
+    )
 }
 
 const restoreFailed = (tp: TopicPartition, detail: string) =>
