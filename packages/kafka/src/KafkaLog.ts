@@ -626,20 +626,25 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
               }).pipe(Effect.ensuring(Effect.sync(() => inFlight.delete(send))))
             })
           )
-          const base = new Map<string, number>(
-            (result.offsets ?? []).map((x) => [`${x.topic}/${x.partition}`, Number(x.offset)] as const)
-          )
-          const next = new Map<string, number>()
+          // Per topic and partition, the offset of the group's next record there.
+          const nextOffset = new Map<string, Map<number, number>>()
+          for (const x of result.offsets ?? []) {
+            let partitions = nextOffset.get(x.topic)
+            if (partitions === undefined) {
+              partitions = new Map()
+              nextOffset.set(x.topic, partitions)
+            }
+            partitions.set(x.partition, Number(x.offset))
+          }
           for (const m of group) {
-            const key = `${m.topic}/${m.partition}`
-            const start = base.get(key)
-            if (acks === 0 || start === undefined) {
+            const partitions = nextOffset.get(m.topic)
+            const at = partitions?.get(m.partition)
+            if (acks === 0 || at === undefined) {
               offsets.push(-1)
               continue
             }
-            const n = next.get(key) ?? 0
-            next.set(key, n + 1)
-            offsets.push(start + n)
+            offsets.push(at)
+            partitions!.set(m.partition, at + 1)
           }
         }
         return offsets

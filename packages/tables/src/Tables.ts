@@ -345,6 +345,47 @@ const tableError = (reason: TableError["reason"]) => new TableError({ reason })
 const storeFailed = (table: string) => (cause: StoreError) => tableError(new TableStoreFailed({ table, cause }))
 
 /** The highest offset among `offsets[i]` for the given indexes (`-1` when none is known). */
+/** A partition one send writes: its changes in order and their indexes in the send. */
+interface Target {
+  readonly table: Registered
+  readonly partition: number
+  readonly w: PartitionWrites.PartitionWrites
+  readonly changes: Array<Change>
+  readonly indexes: Array<number>
+}
+
+/** The fixed order partitions' permits are taken in: by table name, then partition. */
+const compareTargets = (a: Target, b: Target): number =>
+  a.table.info.name < b.table.info.name ? -1 : a.table.info.name > b.table.info.name ? 1 : a.partition - b.partition
+
+/** A collector's changelog records, each naming the source record that wrote it (one header per source record). */
+const changelogRecords = (collector: Collector): Array<ProducerRecord> => {
+  let lastSource: TopicPartitionOffset | undefined
+  let headers: ReadonlyArray<Header> = []
+  let prefixOf: TopicPartitionOffset | undefined
+  let prefix = ""
+  return collector.writes.map((w) => {
+    if (w.source !== lastSource) {
+      lastSource = w.source
+      if (w.source === undefined) headers = []
+      else {
+        if (prefixOf === undefined || prefixOf.partition !== w.source.partition || prefixOf.topic !== w.source.topic) {
+          prefixOf = w.source
+          prefix = RestoreTarget.sourceHeaderPrefix(w.source)
+        }
+        headers = [RestoreTarget.sourceHeaderAt(prefix, w.source.offset)]
+      }
+    }
+    return {
+      topic: w.table.info.changelogTopic,
+      partition: w.partition,
+      key: w.change.key,
+      value: w.change.value,
+      headers
+    }
+  })
+}
+
 const highestOf = (offsets: ReadonlyArray<number>, indexes: ReadonlyArray<number>): number => {
   let max = -1
   for (const i of indexes) {
@@ -506,86 +547,48 @@ export const make = (
     const sendCollector = (collector: Collector): Effect.Effect<void, TableError> =>
       Effect.suspend(() => {
         if (collector.writes.length === 0) return Effect.void
-        const byPartition = new Map<
-          string,
-          { table: Registered; partition: number; w: PartitionWrites.PartitionWrites }
-        >()
-        for (const write of collector.writes) {
-          const id = `${write.table.info.name}|${write.partition}`
+        // The partitions written, by their write state now, each with its writes' indexes in the send.
+        const targets = new Map<PartitionWrites.PartitionWrites, Target>()
+        for (let i = 0; i < collector.writes.length; i++) {
+          const write = collector.writes[i]!
           const w = write.table.partitions.get(write.partition)
-          if (w !== undefined && !byPartition.has(id))
-            byPartition.set(id, { table: write.table, partition: write.partition, w })
+          if (w === undefined) continue
+          let target = targets.get(w)
+          if (target === undefined) {
+            target = { table: write.table, partition: write.partition, w, changes: [], indexes: [] }
+            targets.set(w, target)
+          }
+          target.changes.push(write.change)
+          target.indexes.push(i)
         }
-        return [...byPartition.entries()]
-          .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-          .reduce<Effect.Effect<void, TableError>>(
-            (inner, [, { w }]) => PartitionWrites.shared(w, inner),
-            sendAndBuffer(collector, byPartition)
-          )
+        const send = sendAndBuffer(collector, targets)
+        if (targets.size === 1) return PartitionWrites.shared(targets.keys().next().value!, send)
+        return [...targets.values()]
+          .sort((a, b) => compareTargets(b, a))
+          .reduce<Effect.Effect<void, TableError>>((inner, { w }) => PartitionWrites.shared(w, inner), send)
       })
 
-    const sendAndBuffer = (
-      collector: Collector,
-      byPartition: ReadonlyMap<string, { table: Registered; partition: number; w: PartitionWrites.PartitionWrites }>
-    ) =>
+    const sendAndBuffer = (collector: Collector, targets: ReadonlyMap<PartitionWrites.PartitionWrites, Target>) =>
       Effect.gen(function* () {
-        // Each changelog record names the source record that wrote it (one header shared by that record's writes).
-        let lastSource: TopicPartitionOffset | undefined
-        let headers: ReadonlyArray<Header> = []
-        let prefixOf: TopicPartitionOffset | undefined
-        let prefix = ""
-        const records: Array<ProducerRecord> = collector.writes.map((w) => {
-          if (w.source !== lastSource) {
-            lastSource = w.source
-            if (w.source === undefined) headers = []
-            else {
-              if (
-                prefixOf === undefined ||
-                prefixOf.partition !== w.source.partition ||
-                prefixOf.topic !== w.source.topic
-              ) {
-                prefixOf = w.source
-                prefix = RestoreTarget.sourceHeaderPrefix(w.source)
-              }
-              headers = [RestoreTarget.sourceHeaderAt(prefix, w.source.offset)]
-            }
-          }
-          return {
-            topic: w.table.info.changelogTopic,
-            partition: w.partition,
-            key: w.change.key,
-            value: w.change.value,
-            headers
-          }
-        })
-        const first = collector.writes[0]!.table.info.name
         const acked = yield* producer
-          .send(records)
-          .pipe(Effect.mapError((cause) => tableError(new ChangelogFailed({ table: first, cause }))))
+          .send(changelogRecords(collector))
+          .pipe(
+            Effect.mapError((cause) =>
+              tableError(new ChangelogFailed({ table: collector.writes[0]!.table.info.name, cause }))
+            )
+          )
         const link = collector.source === undefined ? undefined : linkOf(collector.source)
-        // Per partition: its changes in order and the indexes of its records in the send.
-        const parts = new Map<string, { changes: Array<Change>; indexes: Array<number> }>()
-        for (const [i, write] of collector.writes.entries()) {
-          const id = `${write.table.info.name}|${write.partition}`
-          let part = parts.get(id)
-          if (part === undefined) {
-            part = { changes: [], indexes: [] }
-            parts.set(id, part)
-          }
-          part.changes.push(write.change)
-          part.indexes.push(i)
-        }
-        for (const [id, part] of parts) {
-          const target = byPartition.get(id)
+        for (const target of targets.values()) {
           // The partition was revoked while the record was processed: the changelog has the write, the next owner
           // replays it.
-          if (target === undefined || target.table.partitions.get(target.partition) !== target.w) continue
+          if (target.table.partitions.get(target.partition) !== target.w) continue
           PartitionWrites.buffer(
             target.w,
-            part.changes,
-            Effect.map(acked, (offsets) => highestOf(offsets, part.indexes)),
+            target.changes,
+            Effect.map(acked, (offsets) => highestOf(offsets, target.indexes)),
             collector.source
           )
+          const id = `${target.table.info.name}|${target.partition}`
           if (link === undefined) unlinked.add(id)
           else link.changelogs.add(id)
         }
