@@ -188,7 +188,8 @@ const GROUP_REQUEST_TIMEOUT_MS = REBALANCE_TIMEOUT_MS + 5000
 const acksOf = (acks: Acks | undefined): (typeof PlatformaticAcks)[keyof typeof PlatformaticAcks] =>
   acks === 0 ? 0 : acks === 1 ? 1 : -1
 
-const asBuffer = (u: Uint8Array): Buffer => Buffer.from(u.buffer, u.byteOffset, u.byteLength)
+/** `u` as a Buffer, without a new view when it is one already. */
+const asBuffer = (u: Uint8Array): Buffer => (Buffer.isBuffer(u) ? u : Buffer.from(u.buffer, u.byteOffset, u.byteLength))
 
 /** A lone header's key repeats on every record (a changelog's `strata-source`): its bytes are made once. */
 const headerKeys = new Map<string, Buffer>()

@@ -627,13 +627,13 @@ export const make = (
             Effect.suspend(() => {
               // One collector for the batch, provided once; it names the record being processed.
               const collector = makeCollector(undefined)
+              // forEach calls its function as each step starts: the collector names that step's record.
               const each = Effect.forEach(
                 sources,
-                (source) =>
-                  Effect.suspend(() => {
-                    collector.source = source
-                    return f(source)
-                  }),
+                (source) => {
+                  collector.source = source
+                  return f(source)
+                },
                 { discard: true }
               )
               return Effect.andThen(Effect.provideService(each, CurrentCollector, collector), sendCollector(collector))

@@ -237,11 +237,14 @@ export const make = <E, R>(
      */
     const runRecords = (records: ReadonlyArray<LogRecord>) => {
       const list = recordAgentsOf.get(records[0]!.topic) ?? []
-      let at: { agent: Agent<E, R>; record: LogRecord } | undefined
+      // The agent and record being run, for the error (two variables: no object per record).
+      let atAgent: Agent<E, R> | undefined
+      let atRecord: LogRecord | undefined
       const one =
         list.length === 1
           ? (record: LogRecord) => {
-              at = { agent: list[0]!, record }
+              atAgent = list[0]!
+              atRecord = record
               return list[0]!.process!(record)
             }
           : (record: LogRecord) =>
@@ -249,7 +252,8 @@ export const make = <E, R>(
                 list,
                 (a) =>
                   Effect.suspend(() => {
-                    at = { agent: a, record }
+                    atAgent = a
+                    atRecord = record
                     return a.process!(record)
                   }),
                 { discard: true }
@@ -257,9 +261,9 @@ export const make = <E, R>(
       return tables.processBatch(records, one).pipe(
         Effect.mapError((cause): TableError | AgentFailed => {
           if (cause instanceof TableError) return cause
-          const record = at?.record ?? records[0]!
+          const record = atRecord ?? records[0]!
           return new AgentFailed({
-            agent: at?.agent.name ?? "(none)",
+            agent: atAgent?.name ?? "(none)",
             topic: record.topic,
             partition: record.partition,
             offset: record.offset,

@@ -28,6 +28,8 @@ import { advance } from "./offsets.js"
 export interface Change {
   readonly key: Uint8Array
   readonly value: Uint8Array | null
+  /** The key's `keyId`. */
+  readonly id: string
 }
 
 /** The write state of one open table partition. */
@@ -105,7 +107,7 @@ export const buffer = (
   ack: Effect.Effect<number, LogError>,
   source: TopicPartitionOffset | undefined
 ): void => {
-  for (const change of changes) w.dirty.set(keyId(change.key), change)
+  for (const change of changes) w.dirty.set(change.id, change)
   w.acks.push(ack)
   if (source !== undefined) {
     const next = { ...source, offset: source.offset + 1 }

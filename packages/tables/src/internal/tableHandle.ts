@@ -68,25 +68,30 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
   const unstored = (loc: Located, collector: Collector | undefined): Change | undefined =>
     collector?.view.get(loc.w)?.get(loc.id) ?? loc.w.dirty.get(loc.id)
 
-  /** The value from the store (through the partition's cache), remembered for the next read. */
-  const stored = (loc: Located): Effect.Effect<Option.Option<Uint8Array>, TableError> => {
+  /**
+   * `then` of the value from the store (through the partition's cache), remembered for the next read: one Effect
+   * step when the store is read, none when the cache knows the key.
+   */
+  const stored = <A>(
+    loc: Located,
+    then: (raw: Option.Option<Uint8Array>) => Effect.Effect<A, TableError>
+  ): Effect.Effect<A, TableError> => {
     const known = PartitionWrites.cached(loc.w, loc.id)
-    if (known !== undefined) return Effect.succeed(Option.fromNullishOr(known))
+    if (known !== undefined) return then(Option.fromNullishOr(known))
     const version = loc.w.storeVersion
-    return loc.w.store.get(loc.k).pipe(
-      Effect.tap((raw) =>
-        Effect.sync(() => {
-          // Only a value no store write can have overtaken.
-          if (loc.w.storeVersion === version) PartitionWrites.remember(loc.w, loc.id, Option.getOrNull(raw))
-        })
-      ),
-      Effect.mapError(storeFailed(name))
-    )
+    return Effect.matchEffect(loc.w.store.get(loc.k), {
+      onFailure: (cause) => Effect.fail(storeFailed(name)(cause)),
+      onSuccess: (raw) => {
+        // Only a value no store write can have overtaken.
+        if (loc.w.storeVersion === version) PartitionWrites.remember(loc.w, loc.id, Option.getOrNull(raw))
+        return then(raw)
+      }
+    })
   }
 
   const readLocated = (loc: Located, collector: Collector | undefined) => {
     const change = unstored(loc, collector)
-    return change !== undefined ? Effect.succeed(Option.fromNullishOr(change.value)) : stored(loc)
+    return change !== undefined ? Effect.succeed(Option.fromNullishOr(change.value)) : stored(loc, Effect.succeed)
   }
 
   const readRaw = (key: K, options?: PartitionOption) =>
@@ -107,12 +112,12 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
       return value instanceof TableError ? Effect.fail(value) : Effect.succeed(value)
     })
 
-  /** Records a write in the current record's collector; outside `process` it is sent on its own. */
-  const stage = (loc: Located, value: Option.Option<V>, current: Collector | undefined) => {
+  /** Records a write in `collector`, synchronously: why it is refused, or nothing. */
+  const collect = (loc: Located, value: Option.Option<V>, collector: Collector): TableError | undefined => {
     let v: Uint8Array | null = null
     if (Option.isSome(value)) {
       const r = codecs.encodeValue(value.value)
-      if (Result.isFailure(r)) return Effect.fail(tableError(r.failure))
+      if (Result.isFailure(r)) return tableError(r.failure)
       v = r.success
     }
     // The store's own checks, before the write is produced: a changelog record its store cannot take would fail
@@ -120,20 +125,17 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
     const refused =
       StoreValidation.checkKey(loc.k, deps.limits) ??
       (v === null ? undefined : StoreValidation.checkValue(v, deps.limits))
-    if (refused !== undefined) return Effect.fail(tableError(new TableStoreFailed({ table: name, cause: refused })))
+    if (refused !== undefined) return tableError(new TableStoreFailed({ table: name, cause: refused }))
     if (loc.w.standby) {
-      return Effect.fail(
-        tableError(
-          new PartitionNotAvailable({
-            table: name,
-            partition: loc.partition,
-            detail: "a standby replica here: not writable"
-          })
-        )
+      return tableError(
+        new PartitionNotAvailable({
+          table: name,
+          partition: loc.partition,
+          detail: "a standby replica here: not writable"
+        })
       )
     }
-    const collector: Collector = current ?? makeCollector(undefined)
-    const change: Change = { key: loc.k, value: v }
+    const change: Change = { key: loc.k, value: v, id: loc.id }
     collector.writes.push({ table, partition: loc.partition, change, source: collector.source })
     let own = collector.view.get(loc.w)
     if (own === undefined) {
@@ -141,13 +143,21 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
       collector.view.set(loc.w, own)
     }
     own.set(loc.id, change)
-    return current === undefined ? sendCollector(collector) : Effect.void
+    return undefined
+  }
+
+  /** Records a write in the current record's collector and gives `a`; outside `process` it is sent on its own. */
+  const stage = <A>(loc: Located, value: Option.Option<V>, current: Collector | undefined, a: A) => {
+    const collector: Collector = current ?? makeCollector(undefined)
+    const refused = collect(loc, value, collector)
+    if (refused !== undefined) return Effect.fail(refused)
+    return current === undefined ? Effect.as(sendCollector(collector), a) : Effect.succeed(a)
   }
 
   const write = (key: K, value: Option.Option<V>, options?: PartitionOption) =>
     Effect.flatMap(CurrentCollector, (current): Effect.Effect<void, TableError> => {
       const loc = locate(key, options, current)
-      return loc instanceof TableError ? Effect.fail(loc) : stage(loc, value, current)
+      return loc instanceof TableError ? Effect.fail(loc) : stage(loc, value, current, undefined)
     })
 
   /** Read, `f`, write: the key located and encoded once. */
@@ -158,7 +168,7 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
       const change = unstored(loc, current)
       return change !== undefined
         ? applyUpdate(loc, Option.fromNullishOr(change.value), f, current)
-        : Effect.flatMap(stored(loc), (raw) => applyUpdate(loc, raw, f, current))
+        : stored(loc, (raw) => applyUpdate(loc, raw, f, current))
     })
 
   const applyUpdate = (
@@ -170,7 +180,7 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
     const value = decoded(raw)
     if (value instanceof TableError) return Effect.fail(value)
     const next = f(value)
-    return Effect.as(stage(loc, Option.some(next), current), next)
+    return stage(loc, Option.some(next), current, next)
   }
 
   const handle: TableHandle<K, V> = {
@@ -185,13 +195,15 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
         const w = yield* partitionOf(partition)
         const merged = new Map<string, Change>()
         const stored = yield* Stream.runCollect(w.store.scan()).pipe(Effect.mapError(storeFailed(name)))
-        for (const [k, v] of stored) merged.set(PartitionWrites.keyId(k), { key: k, value: v })
+        for (const [k, v] of stored) {
+          const id = PartitionWrites.keyId(k)
+          merged.set(id, { key: k, value: v, id })
+        }
         for (const [id, change] of w.dirty) merged.set(id, change)
         const collector = yield* CurrentCollector
         if (collector !== undefined) {
           for (const c of collector.writes) {
-            if (c.table === table && c.partition === partition)
-              merged.set(PartitionWrites.keyId(c.change.key), c.change)
+            if (c.table === table && c.partition === partition) merged.set(c.change.id, c.change)
           }
         }
         const live: Array<{ readonly key: Uint8Array; readonly value: Uint8Array }> = []
