@@ -103,6 +103,12 @@ export interface Session {
   readonly state: Effect.Effect<SessionState>
   /** The current state, then every change; ends after a final state (`expired` or `closed`). */
   readonly changes: Stream.Stream<SessionState>
+  /**
+   * Proves the session alive: succeeds only once the server has answered for this session, so the session cannot
+   * expire before `timeout` after the call was made. Fails with `SessionExpired` / `SessionClosed` when it ended,
+   * with `ConnectionLoss` when the server could not be asked.
+   */
+  readonly ping: Effect.Effect<void, CoordinationError>
   /** Creates a node and returns its actual path (with the sequence suffix for sequential modes). */
   readonly create: (path: string, data: Uint8Array, options?: CreateOptions) => Effect.Effect<string, CoordinationError>
   /** Reads a node (`NoNode` if absent). */

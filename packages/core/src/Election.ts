@@ -4,7 +4,11 @@
  *
  * Leadership is a scoped resource: closing the scope resigns. A leader learns
  * that it lost leadership through `Leadership.lost`, and every write it makes
- * through `Leadership.fenced` is rejected once a newer epoch exists.
+ * through `Leadership.fenced` is rejected once a newer epoch exists. Side
+ * effects outside coordination (requests to tablet servers, to users' systems)
+ * check `Leadership.guard` first: past the local leadership deadline (the last
+ * time the session was proven alive, plus the session timeout, minus a safety
+ * margin) the leader must not act until its session is proven alive again.
  *
  * @since 0.1.0
  */
@@ -26,11 +30,14 @@ export interface Leadership {
   readonly epoch: Epoch
   readonly info: LeaderInfo
   /**
-   * How long the leadership was vacant before this one, in milliseconds: from
-   * the moment this candidate saw the previous leader go to its own leader
-   * registration. `undefined` when there was no previous leader to replace.
+   * How long this election took, in milliseconds: from the moment this
+   * candidate saw the previous leader go (its predecessor's watch firing) to
+   * its own leader registration. It leaves out how long the old leader's
+   * session took to expire, which dominates a failover after a crash (that is
+   * `bench:failover`'s kill-to-new-leader time). `undefined` when there was no
+   * previous leader to replace.
    */
-  readonly failoverDurationMs: number | undefined
+  readonly electionDurationMs: number | undefined
   /**
    * The connection state of the session holding this leadership: the current
    * state, then every change. `suspended` is a blip the leadership survives
@@ -39,6 +46,26 @@ export interface Leadership {
   readonly connection: Stream.Stream<SessionState>
   /** Completes when this leadership ends, saying why. */
   readonly lost: Effect.Effect<LeadershipEnd>
+  /**
+   * The local leadership deadline, in milliseconds on Effect's Clock: the last
+   * time the session was proven alive (a request the server answered was sent
+   * then), plus the session timeout, minus a safety margin. The server cannot
+   * have expired the session before it; after it, it may have.
+   */
+  readonly deadline: Effect.Effect<number>
+  /** Whether this leadership holds here and now: not lost, and the deadline not passed. */
+  readonly isLeader: Effect.Effect<boolean>
+  /**
+   * Succeeds while `isLeader`; fails with `FencedEpoch` once the leadership is
+   * lost and with `LeadershipLapsed` past the deadline (until the session is
+   * proven alive again). Run it right before every side effect outside coordination.
+   */
+  readonly guard: Effect.Effect<void, ElectionError>
+  /**
+   * Whether the leadership is proven (true) or lapsed past its deadline
+   * (false): the current value, then every change; ends when it is lost.
+   */
+  readonly proven: Stream.Stream<boolean>
   /**
    * Applies coordination operations atomically after checking, in the same
    * transaction, that this epoch is still current (`FencedEpoch` otherwise).
@@ -88,8 +115,56 @@ export class InvalidElectionOptions extends Schema.TaggedError<InvalidElectionOp
   }
 }
 
+/**
+ * The leadership's deadline passed without its session being proven alive: the
+ * server may have expired it, so the leader must not act until a request to
+ * the server succeeds again.
+ */
+export class LeadershipLapsed extends Schema.TaggedError<LeadershipLapsed>()("LeadershipLapsed", {
+  epoch: Schema.Int,
+  /** The deadline that passed, in milliseconds on Effect's Clock. */
+  deadline: Schema.Number
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `election: the leadership of epoch ${this.epoch} lapsed at ${new Date(this.deadline).toISOString()}: its session was not proven alive since`
+  }
+}
+
+/** A coordination node the election relies on holds data it cannot read; `path` names it. */
+export class CorruptElectionData extends Schema.TaggedError<CorruptElectionData>()("CorruptElectionData", {
+  path: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `election: ${this.path} holds unreadable data: ${this.detail}`
+  }
+}
+
+/** Another live session already registered this server id. */
+export class DuplicateServerId extends Schema.TaggedError<DuplicateServerId>()("DuplicateServerId", {
+  serverId: Schema.Int,
+  /** The session that holds the registration. */
+  owner: Schema.String,
+  /** The registration's path. */
+  path: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `election: server id ${this.serverId} is already registered at ${this.path} by the live session ${this.owner}`
+  }
+}
+
 /** Why an election operation failed. */
-export const ElectionErrorReason = Schema.Union([FencedEpoch, ElectionCoordinationFailed, InvalidElectionOptions])
+export const ElectionErrorReason = Schema.Union([
+  FencedEpoch,
+  ElectionCoordinationFailed,
+  InvalidElectionOptions,
+  LeadershipLapsed,
+  CorruptElectionData,
+  DuplicateServerId
+])
 /** @see ElectionErrorReason */
 export type ElectionErrorReason = typeof ElectionErrorReason.Type
 

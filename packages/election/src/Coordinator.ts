@@ -2,50 +2,32 @@
  * A coordinator server: the Effect shell around the pure
  * `CoordinatorLifecycle` machine (docs/ARCHITECTURE.md, "Election and failover").
  *
- * The shell feeds the machine inputs from the `Election` in context (elected,
- * leadership lost) and from the leader-only services (all started, one failed),
- * and executes the commands the machine returns. It never decides a transition
- * itself; an `IllegalStateTransition` from the machine kills the shell with
- * that defect (see `join`).
+ * The shell feeds the machine inputs and executes exactly the commands it
+ * returns; it decides no transition itself (the machine's module comment has
+ * the table). An `IllegalStateTransition` from the machine, or any other
+ * failure of the shell, kills it with that defect (see `join`) — and releases
+ * everything it held first: the leader services, the campaign's session with
+ * its registration, candidate and leader nodes, so a dead shell never leaves a
+ * zombie leader behind.
  *
- * - `Start` → "standby start", then the coordinator campaigns (`election.campaign`).
- * - Elected → the leader services are acquired in order inside one scope for that
- *   leadership; all started → "leader services started".
- * - Leadership lost (session expired, fenced) → that scope closes (services are
- *   released in reverse order), the leadership is given up, and the coordinator
- *   campaigns again after `rejoinBackoff`.
- * - A service failing to start → what was built is released in reverse order, the
- *   failure is logged and the coordinator campaigns again after `rejoinBackoff`.
- * - Closing the coordinator's scope → the services are released, the leadership is
- *   given up, the state becomes `Down`.
+ * Inputs: `Start` once and `Close` when the scope closes; `Campaign` from the
+ * shell's timer (`ScheduleCampaign`: at once after `Start`, after
+ * `rejoinBackoff` otherwise); `Elected` / `CampaignFailed` from
+ * `election.campaign`; `SessionLost` / `Fenced` / `Resign` from
+ * `Leadership.lost` (and `Resign` from `resign`); `Lapsed` when
+ * `Leadership.proven` turns false (the deadline passed);
+ * `ConnectionSuspended` / `ConnectionRestored` from `Leadership.connection`;
+ * `LeaderServicesReady` / `LeaderServicesFailed` from the leader services'
+ * acquisition. Inputs of a campaign already closed, or of a cancelled timer,
+ * are stale and dropped, never fed to the machine.
  *
- * Inputs the shell feeds: `Start` once; `Campaign` whenever the machine leaves it
- * in a started `Standby` with no campaign running (at once after `Start`, after
- * `rejoinBackoff` otherwise, and for every `RejoinElection` command), so a
- * coordinator rejoins after any lost leadership (`Resign` included, for which the
- * machine emits no `RejoinElection`); `Elected` / `SessionLost` /
- * `Fenced` / `Resign` from `election.campaign` and `Leadership.lost` (a campaign
- * that fails counts as a lost session); `LeaderServicesReady` / `LeaderServicesFailed`
- * from the services' acquisition; `Close` when the scope closes. Inputs from a
- * campaign already torn down (a "ready" queued behind the session loss, say) are
- * dropped, never fed to the machine.
- *
- * Log lines: "standby start" and "leader services started" come from the
- * machine; "candidate node created …" and "Became coordinator leader with epoch N"
- * are logged by the election recipe at the moment they happen, so the shell does
- * not repeat the machine's copies of those two.
- *
- * Connection blips: while leading, the shell feeds `ConnectionSuspended` /
- * `ConnectionRestored` from `Leadership.connection`; the machine keeps the
- * leadership and logs them. A blip shorter than the session timeout changes
- * nothing else; an expiry arrives as `Leadership.lost` = `SessionLost`.
- *
- * `RegisterStandby`: the election recipe registers `/<ns>/coordinators/ids/<serverId>`
- * in every campaign's session, so the shell has nothing more to do for it.
+ * Log lines: the machine's (`standby start`, `Became coordinator leader with
+ * epoch N`, `leader services started`, …), and the recipe's own `candidate node
+ * created <path>` when the node is made.
  *
  * @since 0.1.0
  */
-import type { Leadership, LeadershipEnd } from "@strata/core"
+import type { Candidate, ElectionShape, Leadership, LeadershipEnd } from "@strata/core"
 import { Election, ServerId, OptionSchemas } from "@strata/core"
 import {
   Cause,
@@ -209,7 +191,10 @@ export interface CoordinatorShape {
    * coordinator epoch exists.
    */
   readonly leadership: Effect.Effect<Option.Option<Leadership>>
-  /** Whether this coordinator leads and its leader services have all started. */
+  /**
+   * Whether this coordinator leads, its leader services have all started and its leadership holds here and now
+   * (not lost, its deadline not passed): check it right before a side effect.
+   */
   readonly isLeader: Effect.Effect<boolean>
   /**
    * Waits until this coordinator leads with all leader services started and
@@ -249,7 +234,7 @@ export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>(
 
 /** One campaign and, once won, its leadership and leader services. */
 interface Attempt {
-  /** The campaign's scope: its session, candidate node and leadership. Closing it resigns. */
+  /** The campaign's scope: its session, registration, candidate node and leadership. Closing it resigns. */
   readonly scope: Scope.Closeable
   leadership: Leadership | undefined
   campaign: Fiber.Fiber<void> | undefined
@@ -263,7 +248,7 @@ interface Timer {
   fiber: Fiber.Fiber<void> | undefined
 }
 
-/** Where an input comes from; inputs of a torn-down attempt or a cancelled timer are stale and dropped. */
+/** Where an input comes from; inputs of a closed campaign or a cancelled timer are stale and dropped. */
 type Source =
   | { readonly _tag: "Attempt"; readonly attempt: Attempt }
   | { readonly _tag: "Timer"; readonly timer: Timer }
@@ -279,10 +264,6 @@ interface Snapshot {
   readonly state: Lifecycle.State
   readonly leadership: Option.Option<Leadership>
 }
-
-/** Machine log lines the election recipe already logs when they happen (with details). */
-const loggedByRecipe = (message: string): boolean =>
-  message === "candidate node created" || message.startsWith("Became coordinator leader with epoch ")
 
 const endToInput = (end: LeadershipEnd): Lifecycle.Input => {
   switch (end._tag) {
@@ -301,6 +282,189 @@ const describeFailure = (name: string, cause: Cause.Cause<unknown>): string => {
   return `${name}: ${detail}`
 }
 
+/** The shell's mutable parts and what its commands need. */
+interface Shell<R> {
+  readonly election: ElectionShape
+  readonly candidate: Candidate
+  readonly services: ReadonlyArray<LeaderService<R>>
+  readonly backoff: Duration.Duration
+  /** Every campaign and leader-service scope is a child of it: closing it releases everything. */
+  readonly root: Scope.Closeable
+  readonly inbox: Queue.Queue<Envelope>
+  attempt: Attempt | undefined
+  pending: Timer | undefined
+}
+
+const offer = <R>(shell: Shell<R>, input: Lifecycle.Input, source: Source) =>
+  Queue.offer(shell.inbox, { input, source })
+
+const isLive = <R>(shell: Shell<R>, source: Source, state: Lifecycle.State): boolean => {
+  switch (source._tag) {
+    case "Attempt":
+      return source.attempt === shell.attempt
+    case "Timer":
+      return source.timer === shell.pending
+    case "Resign":
+      return state._tag === "Leader"
+    case "Owner":
+      return true
+  }
+}
+
+/** Reports a won leadership's events as inputs: its session's blips, its deadline lapsing, its end. */
+const followLeadership = <R>(shell: Shell<R>, current: Attempt, leadership: Leadership) =>
+  Effect.gen(function* () {
+    const source: Source = { _tag: "Attempt", attempt: current }
+    let suspended = false
+    yield* leadership.connection.pipe(
+      Stream.runForEach((state) => {
+        if (state === "suspended" && !suspended) {
+          suspended = true
+          return offer(shell, Lifecycle.Input.ConnectionSuspended, source)
+        }
+        if (state === "connected" && suspended) {
+          suspended = false
+          return offer(shell, Lifecycle.Input.ConnectionRestored, source)
+        }
+        return Effect.void
+      }),
+      Effect.forkIn(current.scope)
+    )
+    yield* leadership.proven.pipe(
+      Stream.filter((proven) => !proven),
+      Stream.runHead,
+      Effect.flatMap((lapsed) => (Option.isSome(lapsed) ? offer(shell, Lifecycle.Input.Lapsed, source) : Effect.void)),
+      Effect.forkIn(current.scope)
+    )
+    yield* offer(shell, endToInput(yield* leadership.lost), source)
+  })
+
+/** `CreateCandidate`: campaign, then report the election, the leadership's events and its end as inputs. */
+const createCandidate = <R>(shell: Shell<R>) =>
+  Effect.gen(function* () {
+    const current: Attempt = {
+      scope: yield* Scope.fork(shell.root, "sequential"),
+      leadership: undefined,
+      campaign: undefined,
+      services: undefined,
+      acquiring: undefined
+    }
+    shell.attempt = current
+    const source: Source = { _tag: "Attempt", attempt: current }
+    current.campaign = yield* shell.election.campaign(shell.candidate).pipe(
+      Scope.provide(current.scope),
+      Effect.matchEffect({
+        onFailure: (error) => offer(shell, Lifecycle.Input.CampaignFailed(error.message), source),
+        onSuccess: (leadership) =>
+          Effect.gen(function* () {
+            current.leadership = leadership
+            yield* offer(shell, Lifecycle.Input.Elected(leadership.epoch), source)
+            yield* followLeadership(shell, current, leadership)
+          })
+      }),
+      Effect.asVoid,
+      Effect.forkIn(shell.root)
+    )
+  })
+
+/** `AcquireLeaderResources`: every leader service in order in one scope, then the outcome as an input. */
+const acquireServices = <R>(shell: Shell<R>, epoch: number) =>
+  Effect.gen(function* () {
+    const current = shell.attempt
+    const leadership = current?.leadership
+    if (current === undefined || leadership === undefined || leadership.epoch !== epoch) {
+      return yield* Effect.die(
+        new Error(
+          `AcquireLeaderResources(${epoch}) without a leadership of that epoch (the campaign has ${leadership?.epoch ?? "none"})`
+        )
+      )
+    }
+    const servicesScope = yield* Scope.fork(shell.root, "sequential")
+    current.services = servicesScope
+    const source: Source = { _tag: "Attempt", attempt: current }
+    current.acquiring = yield* Effect.forEach(
+      shell.services,
+      (s) =>
+        s.acquire(leadership).pipe(
+          Scope.provide(servicesScope),
+          Effect.tap(() => Effect.logDebug(`leader service ${s.name} started`)),
+          Effect.catchCause((cause) =>
+            Cause.hasInterruptsOnly(cause) ? Effect.interrupt : Effect.fail(describeFailure(s.name, cause))
+          )
+        ),
+      { discard: true }
+    ).pipe(
+      Effect.matchEffect({
+        onFailure: (cause) => offer(shell, Lifecycle.Input.LeaderServicesFailed(cause), source),
+        onSuccess: () => offer(shell, Lifecycle.Input.LeaderServicesReady, source)
+      }),
+      Effect.asVoid,
+      Effect.forkIn(shell.root)
+    )
+  })
+
+/** `ReleaseLeaderResources`: stop acquiring, release the services in reverse order. */
+const releaseServices = <R>(shell: Shell<R>) =>
+  Effect.gen(function* () {
+    const current = shell.attempt
+    if (current === undefined) return
+    if (current.acquiring !== undefined) yield* Fiber.interrupt(current.acquiring)
+    current.acquiring = undefined
+    if (current.services !== undefined) yield* Scope.close(current.services, Exit.void)
+    current.services = undefined
+  })
+
+/** `CloseCampaign`: stop the campaign and close its scope (its session, registration and nodes go with it). */
+const closeCampaign = <R>(shell: Shell<R>) =>
+  Effect.gen(function* () {
+    const current = shell.attempt
+    if (current === undefined) return
+    shell.attempt = undefined
+    if (current.campaign !== undefined) yield* Fiber.interrupt(current.campaign)
+    yield* Scope.close(current.scope, Exit.void)
+  })
+
+/** `CancelCampaign`: drop a scheduled `Campaign`. */
+const cancelCampaign = <R>(shell: Shell<R>) =>
+  Effect.gen(function* () {
+    const timer = shell.pending
+    shell.pending = undefined
+    if (timer?.fiber !== undefined) yield* Fiber.interrupt(timer.fiber)
+  })
+
+/** `ScheduleCampaign`: feed `Campaign` after `delay` (replacing one already scheduled). */
+const scheduleCampaign = <R>(shell: Shell<R>, delay: Duration.Duration) =>
+  Effect.gen(function* () {
+    yield* cancelCampaign(shell)
+    const timer: Timer = { fiber: undefined }
+    shell.pending = timer
+    const feed = offer(shell, Lifecycle.Input.Campaign, { _tag: "Timer", timer })
+    timer.fiber = yield* (Duration.isZero(delay) ? feed : Effect.andThen(Effect.sleep(delay), feed)).pipe(
+      Effect.asVoid,
+      Effect.forkIn(shell.root)
+    )
+  })
+
+/** Runs one command of the machine. */
+const execute = <R>(shell: Shell<R>, command: Lifecycle.Command) => {
+  switch (command._tag) {
+    case "ScheduleCampaign":
+      return scheduleCampaign(shell, command.after === "now" ? Duration.zero : shell.backoff)
+    case "CancelCampaign":
+      return cancelCampaign(shell)
+    case "CreateCandidate":
+      return createCandidate(shell)
+    case "AcquireLeaderResources":
+      return acquireServices(shell, command.epoch)
+    case "ReleaseLeaderResources":
+      return releaseServices(shell)
+    case "CloseCampaign":
+      return closeCampaign(shell)
+    case "Log":
+      return Effect.logInfo(command.message)
+  }
+}
+
 /**
  * Starts a coordinator in the scope, on the `Election` in context. It
  * registers, campaigns and leads as described in the module comment; closing
@@ -317,209 +481,71 @@ export const make = <R = Scope.Scope>(
     const o = yield* decodeOptions(CoordinatorOptions)(options).pipe(
       Effect.mapError((bad) => new InvalidCoordinatorOptions(summary(bad)))
     )
-    const election = yield* Election
     const scope = yield* Effect.scope
-    // The decoded services are the same objects, typed loosely: the typed ones are the caller's.
-    const services = options.services ?? []
-    const backoff = Duration.fromInputUnsafe(o.rejoinBackoff ?? "1 second")
-    const candidate = { serverId: o.serverId, address: o.address }
-
-    // Order matters on close: the Close finalizer (added last) runs first, then
-    // the driver is interrupted, then `root` closes whatever is left.
-    const root = yield* Scope.fork(scope, "sequential")
-    const inbox = yield* Queue.unbounded<Envelope>()
+    const shell: Shell<R> = {
+      election: yield* Election,
+      candidate: { serverId: o.serverId, address: o.address },
+      // The decoded services are the same objects, typed loosely: the typed ones are the caller's.
+      services: options.services ?? [],
+      backoff: Duration.fromInputUnsafe(o.rejoinBackoff ?? "1 second"),
+      root: yield* Scope.fork(scope, "sequential"),
+      inbox: yield* Queue.unbounded<Envelope>(),
+      attempt: undefined,
+      pending: undefined
+    }
     const snapshot = yield* SubscriptionRef.make<Snapshot>({
       state: Lifecycle.initial(o.serverId),
       leadership: Option.none()
     })
     const terminated = yield* Deferred.make<void>()
 
-    let attempt: Attempt | undefined
-    let pending: Timer | undefined
-
-    const offer = (input: Lifecycle.Input, source: Source) => Queue.offer(inbox, { input, source })
-
-    const isLive = (source: Source, state: Lifecycle.State): boolean => {
-      switch (source._tag) {
-        case "Attempt":
-          return source.attempt === attempt
-        case "Timer":
-          return source.timer === pending
-        case "Resign":
-          return state._tag === "Leader"
-        case "Owner":
-          return true
-      }
-    }
-
-    /** Campaign, then report the election and the end of the leadership as inputs. */
-    const createCandidate = Effect.gen(function* () {
-      const current: Attempt = {
-        scope: yield* Scope.fork(root, "sequential"),
-        leadership: undefined,
-        campaign: undefined,
-        services: undefined,
-        acquiring: undefined
-      }
-      attempt = current
-      const source: Source = { _tag: "Attempt", attempt: current }
-      current.campaign = yield* election.campaign(candidate).pipe(
-        Scope.provide(current.scope),
-        Effect.matchEffect({
-          // The campaign could not go on (its session ended, the backend failed): as a lost session.
-          onFailure: (error) =>
-            Effect.logWarning(`campaign failed: ${error.message}`).pipe(
-              Effect.andThen(offer(Lifecycle.Input.SessionLost, source))
-            ),
-          onSuccess: (leadership) =>
-            Effect.gen(function* () {
-              current.leadership = leadership
-              yield* offer(Lifecycle.Input.Elected(leadership.epoch), source)
-              // Connection blips of the leadership's session, as inputs (the machine keeps the leadership).
-              let suspended = false
-              yield* leadership.connection.pipe(
-                Stream.runForEach((state) => {
-                  if (state === "suspended" && !suspended) {
-                    suspended = true
-                    return offer(Lifecycle.Input.ConnectionSuspended, source)
-                  }
-                  if (state === "connected" && suspended) {
-                    suspended = false
-                    return offer(Lifecycle.Input.ConnectionRestored, source)
-                  }
-                  return Effect.void
-                }),
-                Effect.forkIn(current.scope)
-              )
-              const end = yield* leadership.lost
-              yield* offer(endToInput(end), source)
-            })
-        }),
-        Effect.asVoid,
-        Effect.forkIn(root)
-      )
-    })
-
-    /** Acquire every leader service in order in one scope, then report the outcome as an input. */
-    const acquireServices = Effect.gen(function* () {
-      const current = attempt
-      const leadership = current?.leadership
-      if (current === undefined || leadership === undefined) {
-        return yield* Effect.die(new Error("AcquireLeaderResources without a won campaign"))
-      }
-      const servicesScope = yield* Scope.fork(root, "sequential")
-      current.services = servicesScope
-      const source: Source = { _tag: "Attempt", attempt: current }
-      current.acquiring = yield* Effect.forEach(
-        services,
-        (s) =>
-          s.acquire(leadership).pipe(
-            Scope.provide(servicesScope),
-            Effect.tap(() => Effect.logDebug(`leader service ${s.name} started`)),
-            Effect.catchCause((cause) =>
-              Cause.hasInterruptsOnly(cause) ? Effect.interrupt : Effect.fail(describeFailure(s.name, cause))
-            )
-          ),
-        { discard: true }
-      ).pipe(
-        Effect.matchEffect({
-          onFailure: (cause) => offer(Lifecycle.Input.LeaderServicesFailed(cause), source),
-          onSuccess: () => offer(Lifecycle.Input.LeaderServicesReady, source)
-        }),
-        Effect.asVoid,
-        Effect.forkIn(root)
-      )
-    })
-
-    /** Stop acquiring, release the services (reverse order), then give up the leadership. */
-    const teardown = Effect.gen(function* () {
-      const current = attempt
-      if (current === undefined) return
-      attempt = undefined
-      if (current.acquiring !== undefined) yield* Fiber.interrupt(current.acquiring)
-      if (current.campaign !== undefined) yield* Fiber.interrupt(current.campaign)
-      if (current.services !== undefined) yield* Scope.close(current.services, Exit.void)
-      yield* Scope.close(current.scope, Exit.void)
-    })
-
-    const cancelCampaign = Effect.gen(function* () {
-      const timer = pending
-      pending = undefined
-      if (timer?.fiber !== undefined) yield* Fiber.interrupt(timer.fiber)
-    })
-
-    /** Feed `Campaign` after `delay`, unless a campaign is already scheduled. */
-    const scheduleCampaign = (delay: Duration.Duration) =>
-      Effect.gen(function* () {
-        if (pending !== undefined) return
-        const timer: Timer = { fiber: undefined }
-        pending = timer
-        const feed = offer(Lifecycle.Input.Campaign, { _tag: "Timer", timer })
-        timer.fiber = yield* (Duration.isZero(delay) ? feed : Effect.andThen(Effect.sleep(delay), feed)).pipe(
-          Effect.asVoid,
-          Effect.forkIn(root)
-        )
-      })
-
-    const execute = (command: Lifecycle.Command) => {
-      switch (command._tag) {
-        case "RegisterStandby":
-          // The recipe registers /ids/<serverId> in each campaign's session.
-          return Effect.void
-        case "CreateCandidate":
-          return createCandidate
-        case "AcquireLeaderResources":
-          return acquireServices
-        case "ReleaseLeaderResources":
-          return teardown
-        case "RejoinElection":
-          return scheduleCampaign(backoff)
-        case "Log":
-          return loggedByRecipe(command.message) ? Effect.void : Effect.logInfo(command.message)
-      }
-    }
-
-    /** One input: step the machine, run its commands, publish the new state. */
+    /** One input: step the machine, run exactly its commands, publish the new state. */
     const handle = (envelope: Envelope) =>
       Effect.gen(function* () {
         const { state } = yield* SubscriptionRef.get(snapshot)
-        if (!isLive(envelope.source, state)) return
-        if (envelope.source._tag === "Timer") pending = undefined
+        if (!isLive(shell, envelope.source, state)) return
+        if (envelope.source._tag === "Timer") shell.pending = undefined
         const result = Lifecycle.step(state, envelope.input)
         if (Result.isFailure(result)) return yield* Effect.die(result.failure)
         const [next, commands] = result.success
-        for (const command of commands) yield* execute(command)
-        // A campaign lives only while Electing or Leader.
-        if (next._tag !== "Electing" && next._tag !== "Leader") yield* teardown
-        // A started standby always campaigns (again): at once after Start, after the backoff otherwise.
-        if (next._tag === "Standby" && next.started && attempt === undefined) {
-          yield* scheduleCampaign(envelope.input._tag === "Start" ? Duration.zero : backoff)
-        }
-        if (next._tag === "Down") yield* cancelCampaign
+        for (const command of commands) yield* execute(shell, command)
         const leadership =
-          next._tag === "Leader" && attempt?.leadership !== undefined ? Option.some(attempt.leadership) : Option.none()
+          next._tag === "Leader" && shell.attempt?.leadership !== undefined
+            ? Option.some(shell.attempt.leadership)
+            : Option.none()
         yield* SubscriptionRef.set(snapshot, { state: next, leadership })
       })
 
     const driver = Effect.gen(function* () {
-      yield* offer(Lifecycle.Input.Start, { _tag: "Owner" })
+      yield* offer(shell, Lifecycle.Input.Start, { _tag: "Owner" })
       while (true) {
-        const envelope = yield* Queue.take(inbox)
-        yield* handle(envelope)
+        yield* handle(yield* Queue.take(shell.inbox))
         if ((yield* SubscriptionRef.get(snapshot)).state._tag === "Down") return
       }
     }).pipe(
       Effect.tapCause((cause) =>
         Cause.hasInterruptsOnly(cause) ? Effect.void : Effect.logError("coordinator shell died", cause)
       ),
-      Effect.onExit((exit) => Deferred.done(terminated, exit)),
+      // However the shell ends, nothing it held outlives it: services, campaign session, registration, nodes.
+      Effect.onExit((exit) =>
+        Effect.gen(function* () {
+          yield* Scope.close(shell.root, Exit.void)
+          shell.attempt = undefined
+          shell.pending = undefined
+          yield* SubscriptionRef.set(snapshot, {
+            state: { _tag: "Down", serverId: o.serverId },
+            leadership: Option.none()
+          })
+          yield* Deferred.done(terminated, exit)
+        })
+      ),
       Effect.annotateLogs({ coordinator: o.serverId })
     )
     yield* Effect.forkIn(driver, scope)
     yield* Effect.addFinalizer(() =>
       Effect.gen(function* () {
         if (yield* Deferred.isDone(terminated)) return
-        yield* offer(Lifecycle.Input.Close, { _tag: "Owner" })
+        yield* offer(shell, Lifecycle.Input.Close, { _tag: "Owner" })
         yield* Deferred.await(terminated).pipe(Effect.exit)
       })
     )
@@ -554,7 +580,9 @@ export const make = <R = Scope.Scope>(
       state,
       changes,
       leadership: Effect.map(SubscriptionRef.get(snapshot), (s) => s.leadership),
-      isLeader: Effect.map(SubscriptionRef.get(snapshot), isReady),
+      isLeader: Effect.flatMap(SubscriptionRef.get(snapshot), (s) =>
+        isReady(s) && Option.isSome(s.leadership) ? s.leadership.value.isLeader : Effect.succeed(false)
+      ),
       awaitLeader: awaitSnapshot(isReady).pipe(
         Effect.flatMap((s) =>
           Option.isSome(s.leadership) ? Effect.succeed(s.leadership.value) : Effect.die(new Error("no leadership"))
@@ -565,7 +593,7 @@ export const make = <R = Scope.Scope>(
           awaitSnapshot((s) => predicate(s.state)),
           (s) => s.state
         ),
-      resign: Effect.asVoid(offer(Lifecycle.Input.Resign, { _tag: "Resign" })),
+      resign: Effect.asVoid(offer(shell, Lifecycle.Input.Resign, { _tag: "Resign" })),
       join: Deferred.await(terminated)
     } satisfies CoordinatorShape
   })

@@ -4,25 +4,38 @@
  * `step(state, input)` returns the next state and the commands an Effect shell
  * must execute, or an `IllegalStateTransition` for a transition the machine
  * forbids. No I/O, no clock, no randomness: the shell feeds inputs (from the
- * coordination backend and the leader-resource scope) and runs the commands.
+ * election, the leader services and its own timer) and runs exactly the
+ * commands, deciding nothing itself.
  *
- * Allowed transitions:
+ * The transitions (checked against `step` by the lifecycle tests; `last` is the
+ * highest epoch the coordinator has seen, `own` a leader's epoch):
  *
- * - `Standby(new)  --Start-->                Standby(started)`  + RegisterStandby, Log "standby start"
- * - `Standby(started) --Campaign-->          Electing`          + CreateCandidate, Log "candidate node created"
- * - `Electing --Elected{epoch > last}-->     Leader(Initialising)` + Log "Became coordinator leader with epoch N", AcquireLeaderResources
- * - `Electing --NotLowest-->                 Standby`
- * - `Electing --Fenced{epoch}-->             Standby` (remembers the higher epoch)
- * - `Leader(Initialising) --LeaderServicesReady-->  Leader(Ready)` + Log "leader services started"
- * - `Leader(Initialising) --LeaderServicesFailed--> Standby` + ReleaseLeaderResources, RejoinElection
- * - `Leader --SessionLost-->                 Standby` + ReleaseLeaderResources, RegisterStandby, RejoinElection
- * - `Leader --Resign-->                      Standby` + ReleaseLeaderResources
- * - `Leader --Fenced{epoch >= own}-->        Standby` + ReleaseLeaderResources, RejoinElection
- * - `Standby | Leader --Close-->             Down` (a leader first releases its resources)
- * - `Standby | Electing | Leader --ConnectionSuspended | ConnectionRestored--> unchanged`: a blip shorter
- *   than the session timeout changes nothing (a leader logs it); expiry arrives as `SessionLost`.
+ * <!-- transitions -->
+ * | from | input | to | commands |
+ * |---|---|---|---|
+ * | Standby(unstarted) | Start | Standby | Log, ScheduleCampaign(now) |
+ * | Standby | Campaign | Electing | CreateCandidate |
+ * | Standby | Close | Down | CancelCampaign, Log |
+ * | Electing | Elected(epoch > last) | Leader(Initialising) | Log, AcquireLeaderResources(epoch) |
+ * | Electing | Elected(epoch <= last) | Standby | Log, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Electing | CampaignFailed | Standby | Log, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Electing | Close | Down | CloseCampaign, Log |
+ * | Leader(Initialising) | LeaderServicesReady | Leader(Ready) | Log |
+ * | Leader(Initialising) | LeaderServicesFailed | Standby | Log, ReleaseLeaderResources, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Leader | SessionLost | Standby | Log, ReleaseLeaderResources, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Leader | Fenced(epoch >= own) | Standby | Log, ReleaseLeaderResources, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Leader | Lapsed | Standby | Log, ReleaseLeaderResources, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Leader | Resign | Standby | Log, ReleaseLeaderResources, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Leader | ConnectionSuspended | Leader | Log |
+ * | Leader | ConnectionRestored | Leader | Log |
+ * | Leader | Close | Down | ReleaseLeaderResources, CloseCampaign, Log |
+ * <!-- /transitions -->
  *
  * Everything else, and every input in `Down`, is an `IllegalStateTransition`.
+ * A leader whose session was not proven alive by its deadline (`Lapsed`) steps
+ * down: it may have been expired by the server, so it stops acting at once and
+ * campaigns again. A connection blip shorter than that changes nothing (the
+ * leader logs it); an expiry arrives as `SessionLost`.
  *
  * @since 0.1.0
  */
@@ -112,7 +125,12 @@ export const initial = (serverId: ServerId): State => ({
 // ---------------------------------------------------------------------------
 
 /**
- * Inputs fed by the shell.
+ * Inputs fed by the shell: `Start` and `Close` from the owner, `Campaign` from
+ * the shell's timer, `Elected` / `CampaignFailed` from the campaign,
+ * `SessionLost` / `Fenced` / `Resign` from the leadership's end (or the owner's
+ * `resign`), `Lapsed` from the leadership's deadline, `ConnectionSuspended` /
+ * `ConnectionRestored` from its session, `LeaderServicesReady` /
+ * `LeaderServicesFailed` from the leader services.
  *
  * @since 0.1.0
  */
@@ -120,11 +138,12 @@ export type Input =
   | { readonly _tag: "Start" }
   | { readonly _tag: "Campaign" }
   | { readonly _tag: "Elected"; readonly epoch: Epoch }
-  | { readonly _tag: "NotLowest" }
-  | { readonly _tag: "Fenced"; readonly epoch: Epoch }
+  | { readonly _tag: "CampaignFailed"; readonly cause: string }
   | { readonly _tag: "LeaderServicesReady" }
   | { readonly _tag: "LeaderServicesFailed"; readonly cause: string }
   | { readonly _tag: "SessionLost" }
+  | { readonly _tag: "Fenced"; readonly epoch: Epoch }
+  | { readonly _tag: "Lapsed" }
   | { readonly _tag: "Resign" }
   | { readonly _tag: "Close" }
   | { readonly _tag: "ConnectionSuspended" }
@@ -139,11 +158,12 @@ export const Input = {
   Start: { _tag: "Start" } as Input,
   Campaign: { _tag: "Campaign" } as Input,
   Elected: (epoch: Epoch): Input => ({ _tag: "Elected", epoch }),
-  NotLowest: { _tag: "NotLowest" } as Input,
-  Fenced: (epoch: Epoch): Input => ({ _tag: "Fenced", epoch }),
+  CampaignFailed: (cause: string): Input => ({ _tag: "CampaignFailed", cause }),
   LeaderServicesReady: { _tag: "LeaderServicesReady" } as Input,
   LeaderServicesFailed: (cause: string): Input => ({ _tag: "LeaderServicesFailed", cause }),
   SessionLost: { _tag: "SessionLost" } as Input,
+  Fenced: (epoch: Epoch): Input => ({ _tag: "Fenced", epoch }),
+  Lapsed: { _tag: "Lapsed" } as Input,
   Resign: { _tag: "Resign" } as Input,
   Close: { _tag: "Close" } as Input,
   ConnectionSuspended: { _tag: "ConnectionSuspended" } as Input,
@@ -159,11 +179,12 @@ export const inputTags: ReadonlyArray<Input["_tag"]> = [
   "Start",
   "Campaign",
   "Elected",
-  "NotLowest",
-  "Fenced",
+  "CampaignFailed",
   "LeaderServicesReady",
   "LeaderServicesFailed",
   "SessionLost",
+  "Fenced",
+  "Lapsed",
   "Resign",
   "Close",
   "ConnectionSuspended",
@@ -175,23 +196,25 @@ export const inputTags: ReadonlyArray<Input["_tag"]> = [
 // ---------------------------------------------------------------------------
 
 /**
- * Commands the shell executes, in order.
+ * Commands the shell executes, in order, and nothing else.
  *
- * - `RegisterStandby`: create the ephemeral `/<ns>/coordinators/ids/<serverId>` node.
- * - `CreateCandidate`: create an ephemeral-sequential candidate and find out whether it is lowest.
- * - `AcquireLeaderResources`: open the leader-only resources in one scope, fenced with `epoch`.
- * - `ReleaseLeaderResources`: close that scope (reverse order of acquisition) and give up leadership.
- * - `RejoinElection`: feed `Campaign` again once the node is back in Standby.
+ * - `ScheduleCampaign`: feed `Campaign` at once (`now`) or after the rejoin backoff.
+ * - `CancelCampaign`: drop a scheduled `Campaign`.
+ * - `CreateCandidate`: start a campaign (its session registers the server id and creates the candidate node).
+ * - `AcquireLeaderResources`: open the leader-only resources in one scope, with the leadership of `epoch`.
+ * - `ReleaseLeaderResources`: close that scope (reverse order of acquisition).
+ * - `CloseCampaign`: end the campaign: its session closes, and its registration, candidate and leader nodes go.
  * - `Log`: a user-greppable log line.
  *
  * @since 0.1.0
  */
 export type Command =
-  | { readonly _tag: "RegisterStandby" }
+  | { readonly _tag: "ScheduleCampaign"; readonly after: "now" | "backoff" }
+  | { readonly _tag: "CancelCampaign" }
   | { readonly _tag: "CreateCandidate" }
   | { readonly _tag: "AcquireLeaderResources"; readonly epoch: Epoch }
   | { readonly _tag: "ReleaseLeaderResources" }
-  | { readonly _tag: "RejoinElection" }
+  | { readonly _tag: "CloseCampaign" }
   | { readonly _tag: "Log"; readonly message: string }
 
 /**
@@ -200,11 +223,12 @@ export type Command =
  * @since 0.1.0
  */
 export const Command = {
-  RegisterStandby: { _tag: "RegisterStandby" } as Command,
+  ScheduleCampaign: (after: "now" | "backoff"): Command => ({ _tag: "ScheduleCampaign", after }),
+  CancelCampaign: { _tag: "CancelCampaign" } as Command,
   CreateCandidate: { _tag: "CreateCandidate" } as Command,
   AcquireLeaderResources: (epoch: Epoch): Command => ({ _tag: "AcquireLeaderResources", epoch }),
   ReleaseLeaderResources: { _tag: "ReleaseLeaderResources" } as Command,
-  RejoinElection: { _tag: "RejoinElection" } as Command,
+  CloseCampaign: { _tag: "CloseCampaign" } as Command,
   Log: (message: string): Command => ({ _tag: "Log", message })
 } as const
 
@@ -246,24 +270,17 @@ const target = (state: State, input: Input): string => {
       return "Electing via Campaign"
     case "Elected":
       return `Leader(epoch ${input.epoch}) via Elected`
-    case "NotLowest":
-      return "Standby via NotLowest"
-    case "Fenced":
-      return `Standby via Fenced(epoch ${input.epoch})`
-    case "LeaderServicesReady":
-      return "Leader(Ready) via LeaderServicesReady"
-    case "LeaderServicesFailed":
-      return "Standby via LeaderServicesFailed"
-    case "SessionLost":
-      return "Standby via SessionLost"
-    case "Resign":
-      return "Standby via Resign"
     case "Close":
       return "Down via Close"
+    case "LeaderServicesReady":
+      return "Leader(Ready) via LeaderServicesReady"
     case "ConnectionSuspended":
-      return `${describeState(state)} via ConnectionSuspended`
     case "ConnectionRestored":
-      return `${describeState(state)} via ConnectionRestored`
+      return `${describeState(state)} via ${input._tag}`
+    case "Fenced":
+      return `Standby via Fenced(epoch ${input.epoch})`
+    default:
+      return `Standby via ${input._tag}`
   }
 }
 
@@ -289,6 +306,22 @@ const standby = (serverId: ServerId, lastEpoch: Epoch | null): State => ({
 
 const maxEpoch = (a: Epoch | null, b: Epoch): Epoch => (a === null || b > a ? b : a)
 
+/** Back to Standby and campaigning again after the backoff: the campaign ended, `release` first if leading. */
+const rejoin = (
+  serverId: ServerId,
+  lastEpoch: Epoch | null,
+  message: string,
+  release: boolean
+): Result.Result<Step, IllegalStateTransition> =>
+  ok(standby(serverId, lastEpoch), [
+    Command.Log(message),
+    ...(release ? [Command.ReleaseLeaderResources] : []),
+    Command.CloseCampaign,
+    Command.ScheduleCampaign("backoff")
+  ])
+
+const closed = Command.Log("coordinator closed")
+
 /**
  * One transition of the coordinator lifecycle. Pure and total: every
  * `(state, input)` pair either yields the next state and commands, or an
@@ -303,24 +336,13 @@ export const step = (state: State, input: Input): Result.Result<Step, IllegalSta
         case "Start":
           return state.started
             ? illegal(state, input)
-            : ok({ ...state, started: true }, [Command.RegisterStandby, Command.Log("standby start")])
+            : ok({ ...state, started: true }, [Command.Log("standby start"), Command.ScheduleCampaign("now")])
         case "Campaign":
           return state.started
-            ? ok({ _tag: "Electing", serverId: state.serverId, lastEpoch: state.lastEpoch }, [
-                Command.CreateCandidate,
-                Command.Log("candidate node created")
-              ])
+            ? ok({ _tag: "Electing", serverId: state.serverId, lastEpoch: state.lastEpoch }, [Command.CreateCandidate])
             : illegal(state, input)
         case "Close":
-          return ok({ _tag: "Down", serverId: state.serverId }, [Command.Log("coordinator closed")])
-        case "SessionLost":
-          // The standby registration died with the session: register again.
-          return state.started
-            ? ok(state, [Command.Log("session expired, registering as standby again"), Command.RegisterStandby])
-            : illegal(state, input)
-        case "ConnectionSuspended":
-        case "ConnectionRestored":
-          return ok(state, [])
+          return ok({ _tag: "Down", serverId: state.serverId }, [Command.CancelCampaign, closed])
         default:
           return illegal(state, input)
       }
@@ -328,35 +350,28 @@ export const step = (state: State, input: Input): Result.Result<Step, IllegalSta
     case "Electing": {
       switch (input._tag) {
         case "Elected":
+          // An epoch that does not grow (its node deleted or reset under the election) is given up, never led with.
           return state.lastEpoch !== null && input.epoch <= state.lastEpoch
-            ? illegal(state, input)
+            ? rejoin(
+                state.serverId,
+                state.lastEpoch,
+                `won epoch ${input.epoch}, not above the epoch ${state.lastEpoch} already seen: giving it up`,
+                false
+              )
             : ok({ _tag: "Leader", serverId: state.serverId, epoch: input.epoch, phase: "Initialising" }, [
                 Command.Log(`Became coordinator leader with epoch ${input.epoch}`),
                 Command.AcquireLeaderResources(input.epoch)
               ])
-        case "NotLowest":
-          return ok(standby(state.serverId, state.lastEpoch), [Command.Log("not the lowest candidate, standing by")])
-        case "Fenced":
-          return ok(standby(state.serverId, maxEpoch(state.lastEpoch, input.epoch)), [
-            Command.Log(`fenced by coordinator epoch ${input.epoch}, standing by`)
-          ])
-        case "SessionLost":
-          // The candidate node died with the session: register and campaign again.
-          return ok(standby(state.serverId, state.lastEpoch), [
-            Command.Log("session expired while electing, rejoining"),
-            Command.RegisterStandby,
-            Command.RejoinElection
-          ])
+        case "CampaignFailed":
+          return rejoin(state.serverId, state.lastEpoch, `campaign failed: ${input.cause}`, false)
         case "Close":
-          return ok({ _tag: "Down", serverId: state.serverId }, [Command.Log("coordinator closed")])
-        case "ConnectionSuspended":
-        case "ConnectionRestored":
-          return ok(state, [])
+          return ok({ _tag: "Down", serverId: state.serverId }, [Command.CloseCampaign, closed])
         default:
           return illegal(state, input)
       }
     }
     case "Leader": {
+      const { serverId, epoch } = state
       switch (input._tag) {
         case "LeaderServicesReady":
           return state.phase === "Initialising"
@@ -364,46 +379,39 @@ export const step = (state: State, input: Input): Result.Result<Step, IllegalSta
             : illegal(state, input)
         case "LeaderServicesFailed":
           return state.phase === "Initialising"
-            ? ok(standby(state.serverId, state.epoch), [
-                Command.Log(`leader services failed to start: ${input.cause}`),
-                Command.ReleaseLeaderResources,
-                Command.RejoinElection
-              ])
+            ? rejoin(serverId, epoch, `leader services failed to start: ${input.cause}`, true)
             : illegal(state, input)
         case "SessionLost":
-          return ok(standby(state.serverId, state.epoch), [
-            Command.Log(`coordinator leadership with epoch ${state.epoch} lost: session expired`),
-            Command.ReleaseLeaderResources,
-            Command.RegisterStandby,
-            Command.RejoinElection
-          ])
-        case "Resign":
-          return ok(standby(state.serverId, state.epoch), [
-            Command.Log(`resigned coordinator leadership with epoch ${state.epoch}`),
-            Command.ReleaseLeaderResources
-          ])
+          return rejoin(serverId, epoch, `coordinator leadership with epoch ${epoch} lost: session expired`, true)
         case "Fenced":
           // A newer epoch, or the epoch node rewritten or removed under the same number: either way this
           // leadership's fencing token no longer holds. A lower epoch cannot fence it.
-          return input.epoch >= state.epoch
-            ? ok(standby(state.serverId, input.epoch), [
-                Command.Log(`coordinator epoch ${state.epoch} fenced by epoch ${input.epoch}`),
-                Command.ReleaseLeaderResources,
-                Command.RejoinElection
-              ])
+          return input.epoch >= epoch
+            ? rejoin(
+                serverId,
+                maxEpoch(epoch, input.epoch),
+                `coordinator epoch ${epoch} fenced by epoch ${input.epoch}`,
+                true
+              )
             : illegal(state, input)
+        case "Lapsed":
+          return rejoin(
+            serverId,
+            epoch,
+            `coordinator leadership with epoch ${epoch} lapsed: its session was not proven alive before the deadline, stepping down`,
+            true
+          )
+        case "Resign":
+          return rejoin(serverId, epoch, `resigned coordinator leadership with epoch ${epoch}`, true)
         case "Close":
-          return ok({ _tag: "Down", serverId: state.serverId }, [
-            Command.ReleaseLeaderResources,
-            Command.Log("coordinator closed")
-          ])
-        // A blip: the leader leads on while its session lives (its writes stay fenced by the epoch).
+          return ok({ _tag: "Down", serverId }, [Command.ReleaseLeaderResources, Command.CloseCampaign, closed])
+        // A blip: the leader leads on while its deadline holds (its writes stay fenced by the epoch).
         case "ConnectionSuspended":
           return ok(state, [
-            Command.Log(`connection suspended, leading on with epoch ${state.epoch} until the session expires`)
+            Command.Log(`connection suspended, leading on with epoch ${epoch} while the deadline holds`)
           ])
         case "ConnectionRestored":
-          return ok(state, [Command.Log(`connection restored, still leader with epoch ${state.epoch}`)])
+          return ok(state, [Command.Log(`connection restored, still leader with epoch ${epoch}`)])
         default:
           return illegal(state, input)
       }

@@ -711,6 +711,27 @@ export const make = (
           timeout: Duration.millis(Math.ceil(timeoutMs / 1000) * 1000),
           state: Effect.sync(() => state),
           changes: Stream.fromPubSub(states).pipe(Stream.takeUntil(isFinal)),
+          // A keep-alive of the lease: the server renews it from when it receives the request, or says it is gone.
+          ping: guard(
+            Effect.flatMap(
+              Effect.tryPromise({
+                try: () => lease.keepaliveOnce(),
+                catch: (e) => (e instanceof Error ? e.message : String(e))
+              }).pipe(
+                Effect.map((res) => Number(res.TTL) > 0),
+                Effect.catch((detail) =>
+                  /lease not found/i.test(detail)
+                    ? Effect.succeed(false)
+                    : Effect.fail(coordinationError(new ConnectionLoss({ detail })))
+                )
+              ),
+              (alive) => {
+                if (alive) return Effect.void
+                end("expired")
+                return Effect.fail(coordinationError(new SessionExpired({ session: id })))
+              }
+            )
+          ),
           create: (path, data, createOptions) =>
             guard(
               Effect.map(

@@ -453,11 +453,20 @@ const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => {
       })
     )
 
+  // A round trip on the session's connection: the server answers only for a live session. While the client knows
+  // the connection is down, it fails at once instead of queueing behind the reconnect.
+  const ping = Effect.suspend(() =>
+    rec.state === "suspended"
+      ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` })))
+      : Effect.asVoid(call<ZkStat | null>(rec, { path: "/" }, (done) => client.exists("/", done)))
+  )
+
   return {
     id: rec.id,
     timeout,
     state: Effect.sync(() => rec.state),
     changes: Stream.fromPubSub(rec.states).pipe(Stream.takeUntil(isFinal)),
+    ping,
     create,
     get,
     exists,

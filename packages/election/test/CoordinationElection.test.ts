@@ -32,7 +32,7 @@ const processOf = (namespace: string, sessionTimeout: Duration.Input = "2 second
     const expireAll = Effect.suspend(() =>
       Effect.forEach(sessions.slice(), (s) => Effect.ignore(faults.expire(s)), { discard: true })
     )
-    return { election, expireAll } as const
+    return { election, expireAll, faults, sessions: () => sessions.slice() } as const
   })
 
 const campaign = (election: ElectionShape, serverId: number) =>
@@ -71,13 +71,21 @@ describe("CoordinationElection on memory coordination", () => {
           assert.isTrue(second.epoch > first.epoch)
           assert.strictEqual((yield* first.lost)._tag, "SessionLost")
 
-          // The write A was about to make when it stopped: rejected as stale, naming both epochs.
-          const error = yield* Effect.flip(first.fenced([op.create("/pause-write", bytes("stale"))]))
+          // The write A was about to make when it stopped: A knows its leadership is lost, so the write is refused
+          // as stale at once, without asking the server (A's observer cannot be reached either).
+          yield* Effect.forEach(a.sessions(), (s) => Effect.ignore(a.faults.disconnect!(s)), { discard: true })
+          const opened = a.sessions().length
+          const write = yield* Effect.forkChild(Effect.flip(first.fenced([op.create("/pause-write", bytes("stale"))])))
+          yield* settle
+          const refused = write.pollUnsafe()
+          assert.isDefined(refused, "a write of a leadership known lost does not wait for the server")
+          const error = yield* Fiber.join(write)
           assert.strictEqual(error.reason._tag, "FencedEpoch", error.message)
-          if (error.reason._tag === "FencedEpoch") {
-            assert.strictEqual(error.reason.attempted, first.epoch)
-            assert.strictEqual(error.reason.current, second.epoch)
-          }
+          if (error.reason._tag === "FencedEpoch") assert.strictEqual(error.reason.attempted, first.epoch)
+          assert.strictEqual(a.sessions().length, opened, "no session was opened to ask for the current epoch")
+          for (const s of a.sessions()) yield* Effect.ignore(a.faults.reconnect!(s))
+          const written = yield* b.election.leader
+          assert.strictEqual(Option.getOrThrow(written).epoch, second.epoch)
           // A's observer was reopened: it sees B as leader.
           const seen = yield* a.election.leader
           assert.strictEqual(Option.getOrThrow(seen).serverId, 2)
@@ -128,21 +136,21 @@ describe("CoordinationElection on memory coordination", () => {
           const b = yield* processOf(namespace)
           const ca = yield* campaign(a.election, 1)
           const first = yield* Fiber.join(ca.fiber)
-          assert.isUndefined(first.failoverDurationMs, "no previous leader, no vacancy")
+          assert.isUndefined(first.electionDurationMs, "no previous leader, no vacancy")
           const cb = yield* campaign(b.election, 2)
           yield* settle
           yield* TestClock.adjust("1 second")
           yield* a.expireAll
           yield* TestClock.adjust("250 millis")
           const second = yield* Fiber.join(cb.fiber)
-          assert.isNumber(second.failoverDurationMs)
+          assert.isNumber(second.electionDurationMs)
           yield* Effect.flip(first.fenced([op.create("/metrics-write", bytes("x"))]))
 
           const elections = yield* value(CoordinationElection.metrics.electionsTotal)
           const fenced = yield* value(CoordinationElection.metrics.fencedWritesRejected)
           const wakeups = yield* value(CoordinationElection.metrics.candidateWakeups)
           const failovers = yield* Metric.value(
-            Metric.withAttributes(CoordinationElection.metrics.failoverDurationMs, { namespace })
+            Metric.withAttributes(CoordinationElection.metrics.electionDurationMs, { namespace })
           )
           assert.strictEqual(elections.count, 2)
           assert.strictEqual(fenced.count, 1)

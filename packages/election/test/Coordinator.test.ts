@@ -157,6 +157,24 @@ const start = (
 
 const close = (node: Node) => Scope.close(node.scope, Exit.void)
 
+/** A leadership of a fake election: always proven, never lapsing, `lost` as given. */
+const fakeLeadership = (
+  candidate: { readonly serverId: number; readonly address: string },
+  epoch: number,
+  lost: Effect.Effect<LeadershipEnd>
+): Leadership => ({
+  epoch,
+  info: { serverId: candidate.serverId, epoch, address: candidate.address },
+  electionDurationMs: undefined,
+  connection: Stream.make("connected"),
+  lost,
+  deadline: Effect.succeed(Number.MAX_SAFE_INTEGER),
+  isLeader: Effect.succeed(true),
+  guard: Effect.void,
+  proven: Stream.make(true),
+  fenced: () => Effect.succeed([])
+})
+
 /** Lets the other fibers run until nothing is left to do now (the clock does not move). */
 const settle = Effect.gen(function* () {
   for (let i = 0; i < 50; i++) yield* Effect.yieldNow
@@ -298,7 +316,7 @@ describe("Coordinator", () => {
     }).pipe(withMemory())
   )
 
-  it.effect("a connection blip shorter than the session timeout changes nothing; a longer one hands over", () => {
+  it.effect("a connection blip well inside the deadline changes nothing; one past the session timeout hands over", () => {
     const lines: Array<Line> = []
     return Effect.gen(function* () {
       const events: Array<string> = []
@@ -314,7 +332,7 @@ describe("Coordinator", () => {
       assert.strictEqual(Duration.toMillis(session.timeout), 10_000, "the default session timeout")
 
       yield* faults.disconnect!(session)
-      yield* TestClock.adjust("9 seconds")
+      yield* TestClock.adjust("5 seconds")
       yield* settle
       yield* faults.reconnect!(session)
       yield* settle
@@ -332,7 +350,7 @@ describe("Coordinator", () => {
       assert.deepStrictEqual(
         lines.filter((l) => l.coordinator === 1 && l.message.startsWith("connection")).map((l) => l.message),
         [
-          "connection suspended, leading on with epoch 1 until the session expires",
+          "connection suspended, leading on with epoch 1 while the deadline holds",
           "connection restored, still leader with epoch 1"
         ]
       )
@@ -500,16 +518,7 @@ describe("Coordinator", () => {
                 })
               )
             }
-            const epoch = n - 1
-            const leadership: Leadership = {
-              epoch,
-              info: { serverId: candidate.serverId, epoch, address: candidate.address },
-              failoverDurationMs: undefined,
-              connection: Stream.make("connected"),
-              lost: n === 2 ? Effect.succeed({ _tag: "SessionLost" }) : Effect.never,
-              fenced: () => Effect.succeed([])
-            }
-            return leadership
+            return fakeLeadership(candidate, n - 1, n === 2 ? Effect.succeed({ _tag: "SessionLost" }) : Effect.never)
           })
       }
       const scope = yield* Scope.make()
@@ -549,15 +558,7 @@ describe("Coordinator", () => {
         campaign: (candidate) =>
           Effect.sync(() => {
             const epoch = ++campaigns
-            const leadership: Leadership = {
-              epoch,
-              info: { serverId: candidate.serverId, epoch, address: candidate.address },
-              failoverDurationMs: undefined,
-              connection: Stream.make("connected"),
-              lost: epoch === 1 ? Deferred.await(firstLost) : Effect.never,
-              fenced: () => Effect.succeed([])
-            }
-            return leadership
+            return fakeLeadership(candidate, epoch, epoch === 1 ? Deferred.await(firstLost) : Effect.never)
           })
       }
       const slow = Coordinator.service("slow", (leadership) =>
@@ -619,43 +620,84 @@ describe("Coordinator", () => {
     }).pipe(withMemory())
   )
 
-  it.effect("an illegal transition from the machine kills the shell with that defect instead of being swallowed", () =>
+  it.effect("an epoch that does not grow is given up, never led with, and the coordinator campaigns again", () =>
     Effect.gen(function* () {
-      // An election that (wrongly) hands out epoch 1 twice: the machine refuses the second Elected(1).
-      const campaigns: Array<Deferred.Deferred<LeadershipEnd>> = []
+      // An election that (wrongly) hands out epoch 1 twice, then epoch 2.
+      const events: Array<string> = []
+      const epochs = [1, 1, 2]
+      let campaigns = 0
+      const ends: Array<Deferred.Deferred<LeadershipEnd>> = []
       const broken: ElectionShape = {
         leader: Effect.succeed(Option.none()),
         changes: Stream.empty,
         campaign: (candidate) =>
           Effect.gen(function* () {
+            const n = campaigns++
+            yield* Effect.addFinalizer(() => Effect.sync(() => events.push(`campaign ${n} closed`)))
             const lost = yield* Deferred.make<LeadershipEnd>()
-            campaigns.push(lost)
-            const leadership: Leadership = {
-              epoch: 1,
-              info: { serverId: candidate.serverId, epoch: 1, address: candidate.address },
-              failoverDurationMs: undefined,
-              connection: Stream.make("connected"),
-              lost: Deferred.await(lost),
-              fenced: () => Effect.succeed([])
-            }
-            return leadership
+            ends.push(lost)
+            return fakeLeadership(candidate, epochs[n] ?? 99, Deferred.await(lost))
           })
       }
       const scope = yield* Scope.make()
-      const coordinator = yield* Coordinator.make({ serverId: 7, address: "x", rejoinBackoff: 0 }).pipe(
-        Effect.provideService(Election, broken),
-        Scope.provide(scope)
-      )
+      const coordinator = yield* Coordinator.make({
+        serverId: 7,
+        address: "x",
+        rejoinBackoff: 0,
+        services: [recorded(events, 7, "a")]
+      }).pipe(Effect.provideService(Election, broken), Scope.provide(scope))
       yield* coordinator.awaitLeader
-      const waiting = yield* Effect.forkChild(coordinator.awaitState((s) => s._tag === "Down"))
-      yield* Deferred.succeed(campaigns[0]!, { _tag: "SessionLost" })
+      yield* Deferred.succeed(ends[0]!, { _tag: "SessionLost" })
+      const again = yield* coordinator.awaitState((s) => s._tag === "Leader" && s.phase === "Ready" && s.epoch === 2)
+      assert.deepStrictEqual(again, { _tag: "Leader", serverId: 7, epoch: 2, phase: "Ready" })
+      assert.deepStrictEqual(events, [
+        "7 acquire a",
+        "7 release a",
+        "campaign 0 closed",
+        // Epoch 1 again: its campaign is closed at once (the leader node goes with its session), nothing acquired.
+        "campaign 1 closed",
+        "7 acquire a"
+      ])
+      yield* Scope.close(scope, Exit.void)
+      yield* coordinator.join
+    }).pipe(withMemory())
+  )
+
+  it.effect("a shell killed by an illegal transition releases its services and its campaign before it dies", () =>
+    Effect.gen(function* () {
+      // An election whose leadership reports being fenced by a lower epoch than its own: the machine refuses it.
+      const events: Array<string> = []
+      const lost = yield* Deferred.make<LeadershipEnd>()
+      const broken: ElectionShape = {
+        leader: Effect.succeed(Option.none()),
+        changes: Stream.empty,
+        campaign: (candidate) =>
+          Effect.gen(function* () {
+            yield* Effect.addFinalizer(() => Effect.sync(() => events.push("campaign closed")))
+            return fakeLeadership(candidate, 3, Deferred.await(lost))
+          })
+      }
+      const scope = yield* Scope.make()
+      const coordinator = yield* Coordinator.make({
+        serverId: 7,
+        address: "x",
+        rejoinBackoff: 0,
+        services: [recorded(events, 7, "a")]
+      }).pipe(Effect.provideService(Election, broken), Scope.provide(scope))
+      yield* coordinator.awaitLeader
+      const waiting = yield* Effect.forkChild(coordinator.awaitState((s) => s._tag === "Electing"))
+      yield* Deferred.succeed(lost, { _tag: "Fenced", epoch: 2 })
       const exit = yield* Effect.exit(coordinator.join)
       assert.isTrue(Exit.isFailure(exit))
       const defect = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
       assert.instanceOf(defect, IllegalStateTransition)
-      assert.strictEqual((defect as IllegalStateTransition).from, "Electing")
+      assert.strictEqual((defect as IllegalStateTransition).from, "Leader(epoch 3, Ready)")
+      // Nothing outlives the shell: the services were released and the campaign (its session and nodes) closed.
+      assert.deepStrictEqual(events, ["7 acquire a", "7 release a", "campaign closed"])
+      assert.deepStrictEqual(yield* coordinator.state, { _tag: "Down", serverId: 7 })
+      assert.isTrue(Option.isNone(yield* coordinator.leadership))
       const waited = yield* Fiber.await(waiting)
-      assert.isTrue(Exit.isFailure(waited) && Cause.hasDies(waited.cause), "waiters die with it rather than hang")
+      assert.isTrue(Exit.isFailure(waited), "waiters end with it rather than hang")
       yield* Scope.close(scope, Exit.void)
     }).pipe(withMemory())
   )

@@ -1,6 +1,7 @@
 import { prng } from "../../../scripts/test-support/prng.js"
 import { assert, describe, it } from "@effect/vitest"
 import { IllegalStateTransition } from "@strata/core"
+import { readFileSync } from "node:fs"
 import { Result } from "effect"
 import {
   Command,
@@ -34,13 +35,14 @@ const inputs = {
   Campaign: Input.Campaign,
   Elected3: Input.Elected(3),
   Elected7: Input.Elected(7),
-  NotLowest: Input.NotLowest,
+  CampaignFailed: Input.CampaignFailed("boom"),
   Fenced2: Input.Fenced(2),
   Fenced3: Input.Fenced(3),
   Fenced9: Input.Fenced(9),
   Ready: Input.LeaderServicesReady,
   Failed: Input.LeaderServicesFailed("boom"),
   SessionLost: Input.SessionLost,
+  Lapsed: Input.Lapsed,
   Resign: Input.Resign,
   Close: Input.Close,
   Suspended: Input.ConnectionSuspended,
@@ -62,110 +64,65 @@ const becameLeader = (epoch: number): ReadonlyArray<CommandT> => [
   log(`Became coordinator leader with epoch ${epoch}`),
   Command.AcquireLeaderResources(epoch)
 ]
+/** Back to Standby: the campaign closed, another one after the backoff (services released first if `release`). */
+const rejoined = (message: string, release = true): ReadonlyArray<CommandT> => [
+  log(message),
+  ...(release ? [Command.ReleaseLeaderResources] : []),
+  Command.CloseCampaign,
+  Command.ScheduleCampaign("backoff")
+]
 
 type Expected = readonly [State, ReadonlyArray<CommandT>]
-const blips = (s: StateName): Partial<Record<InputName, Expected>> => ({
-  Suspended: [states[s], []],
-  Restored: [states[s], []]
+
+/** The outcomes of a leader of epoch 3 in either phase. */
+const asLeader = (self: State): Partial<Record<InputName, Expected>> => ({
+  SessionLost: [standbyAt(3), rejoined("coordinator leadership with epoch 3 lost: session expired")],
+  Lapsed: [
+    standbyAt(3),
+    rejoined(
+      "coordinator leadership with epoch 3 lapsed: its session was not proven alive before the deadline, stepping down"
+    )
+  ],
+  Resign: [standbyAt(3), rejoined("resigned coordinator leadership with epoch 3")],
+  Fenced3: [standbyAt(3), rejoined("coordinator epoch 3 fenced by epoch 3")],
+  Fenced9: [standbyAt(9), rejoined("coordinator epoch 3 fenced by epoch 9")],
+  Close: [down, [Command.ReleaseLeaderResources, Command.CloseCampaign, closed]],
+  Suspended: [self, [log("connection suspended, leading on with epoch 3 while the deadline holds")]],
+  Restored: [self, [log("connection restored, still leader with epoch 3")]]
 })
 
 /** The complete list of allowed (state, input) pairs with the expected outcome. */
 const allowed: Record<StateName, Partial<Record<InputName, Expected>>> = {
   unstarted: {
-    Start: [states.standby, [Command.RegisterStandby, log("standby start")]],
-    Close: [down, [closed]],
-    ...blips("unstarted")
+    Start: [states.standby, [log("standby start"), Command.ScheduleCampaign("now")]],
+    Close: [down, [Command.CancelCampaign, closed]]
   },
   standby: {
-    Campaign: [states.electing, [Command.CreateCandidate, log("candidate node created")]],
-    Close: [down, [closed]],
-    SessionLost: [states.standby, [log("session expired, registering as standby again"), Command.RegisterStandby]],
-    ...blips("standby")
+    Campaign: [states.electing, [Command.CreateCandidate]],
+    Close: [down, [Command.CancelCampaign, closed]]
   },
   standby5: {
-    Campaign: [states.electing5, [Command.CreateCandidate, log("candidate node created")]],
-    Close: [down, [closed]],
-    SessionLost: [states.standby5, [log("session expired, registering as standby again"), Command.RegisterStandby]],
-    ...blips("standby5")
+    Campaign: [states.electing5, [Command.CreateCandidate]],
+    Close: [down, [Command.CancelCampaign, closed]]
   },
   electing: {
     Elected3: [leader(3, "Initialising"), becameLeader(3)],
     Elected7: [leader(7, "Initialising"), becameLeader(7)],
-    NotLowest: [standbyAt(null), [log("not the lowest candidate, standing by")]],
-    Fenced2: [standbyAt(2), [log("fenced by coordinator epoch 2, standing by")]],
-    Fenced3: [standbyAt(3), [log("fenced by coordinator epoch 3, standing by")]],
-    Fenced9: [standbyAt(9), [log("fenced by coordinator epoch 9, standing by")]],
-    SessionLost: [
-      standbyAt(null),
-      [log("session expired while electing, rejoining"), Command.RegisterStandby, Command.RejoinElection]
-    ],
-    Close: [down, [closed]],
-    ...blips("electing")
+    CampaignFailed: [standbyAt(null), rejoined("campaign failed: boom", false)],
+    Close: [down, [Command.CloseCampaign, closed]]
   },
   electing5: {
+    Elected3: [standbyAt(5), rejoined("won epoch 3, not above the epoch 5 already seen: giving it up", false)],
     Elected7: [leader(7, "Initialising"), becameLeader(7)],
-    NotLowest: [standbyAt(5), [log("not the lowest candidate, standing by")]],
-    Fenced2: [standbyAt(5), [log("fenced by coordinator epoch 2, standing by")]],
-    Fenced3: [standbyAt(5), [log("fenced by coordinator epoch 3, standing by")]],
-    Fenced9: [standbyAt(9), [log("fenced by coordinator epoch 9, standing by")]],
-    SessionLost: [
-      standbyAt(5),
-      [log("session expired while electing, rejoining"), Command.RegisterStandby, Command.RejoinElection]
-    ],
-    Close: [down, [closed]],
-    ...blips("electing5")
+    CampaignFailed: [standbyAt(5), rejoined("campaign failed: boom", false)],
+    Close: [down, [Command.CloseCampaign, closed]]
   },
   leaderInit: {
     Ready: [leader(3, "Ready"), [log("leader services started")]],
-    Failed: [
-      standbyAt(3),
-      [log("leader services failed to start: boom"), Command.ReleaseLeaderResources, Command.RejoinElection]
-    ],
-    SessionLost: [
-      standbyAt(3),
-      [
-        log("coordinator leadership with epoch 3 lost: session expired"),
-        Command.ReleaseLeaderResources,
-        Command.RegisterStandby,
-        Command.RejoinElection
-      ]
-    ],
-    Resign: [standbyAt(3), [log("resigned coordinator leadership with epoch 3"), Command.ReleaseLeaderResources]],
-    Fenced3: [
-      standbyAt(3),
-      [log("coordinator epoch 3 fenced by epoch 3"), Command.ReleaseLeaderResources, Command.RejoinElection]
-    ],
-    Fenced9: [
-      standbyAt(9),
-      [log("coordinator epoch 3 fenced by epoch 9"), Command.ReleaseLeaderResources, Command.RejoinElection]
-    ],
-    Close: [down, [Command.ReleaseLeaderResources, closed]],
-    Suspended: [states.leaderInit, [log("connection suspended, leading on with epoch 3 until the session expires")]],
-    Restored: [states.leaderInit, [log("connection restored, still leader with epoch 3")]]
+    Failed: [standbyAt(3), rejoined("leader services failed to start: boom")],
+    ...asLeader(states.leaderInit)
   },
-  leaderReady: {
-    SessionLost: [
-      standbyAt(3),
-      [
-        log("coordinator leadership with epoch 3 lost: session expired"),
-        Command.ReleaseLeaderResources,
-        Command.RegisterStandby,
-        Command.RejoinElection
-      ]
-    ],
-    Resign: [standbyAt(3), [log("resigned coordinator leadership with epoch 3"), Command.ReleaseLeaderResources]],
-    Fenced3: [
-      standbyAt(3),
-      [log("coordinator epoch 3 fenced by epoch 3"), Command.ReleaseLeaderResources, Command.RejoinElection]
-    ],
-    Fenced9: [
-      standbyAt(9),
-      [log("coordinator epoch 3 fenced by epoch 9"), Command.ReleaseLeaderResources, Command.RejoinElection]
-    ],
-    Close: [down, [Command.ReleaseLeaderResources, closed]],
-    Suspended: [states.leaderReady, [log("connection suspended, leading on with epoch 3 until the session expires")]],
-    Restored: [states.leaderReady, [log("connection restored, still leader with epoch 3")]]
-  },
+  leaderReady: asLeader(states.leaderReady),
   down: {}
 }
 
@@ -196,7 +153,7 @@ describe("CoordinatorLifecycle.step", () => {
         forbiddenPairs.length + pairs.filter(([s, i]) => allowed[s][i] !== undefined).length,
         stateNames.length * inputNames.length
       )
-      assert.strictEqual(pairs.length, 120)
+      assert.strictEqual(pairs.length, 128)
     })
     it.each(forbiddenPairs)("%s --%s--> IllegalStateTransition", (s, i) => {
       const result = step(states[s], inputs[i])
@@ -213,10 +170,10 @@ describe("CoordinatorLifecycle.step", () => {
   })
 
   it("names from and to precisely", () => {
-    const error = Result.merge(step(states.electing5, Input.Elected(3)))
+    const error = Result.merge(step(states.standby, Input.Elected(3)))
     assert.instanceOf(error, IllegalStateTransition)
     if (!(error instanceof IllegalStateTransition)) return
-    assert.strictEqual(error.from, "Electing")
+    assert.strictEqual(error.from, "Standby")
     assert.strictEqual(error.to, "Leader(epoch 3) via Elected")
     const ready = Result.merge(step(states.leaderReady, Input.LeaderServicesReady))
     assert.instanceOf(ready, IllegalStateTransition)
@@ -247,10 +204,9 @@ describe("CoordinatorLifecycle.step", () => {
       commands.flatMap((c) => (c._tag === "Log" ? [c.message] : [])),
       [
         "standby start",
-        "candidate node created",
         "Became coordinator leader with epoch 1",
         "leader services started",
-        "connection suspended, leading on with epoch 1 until the session expires",
+        "connection suspended, leading on with epoch 1 while the deadline holds",
         "connection restored, still leader with epoch 1",
         "coordinator closed"
       ]
@@ -270,12 +226,76 @@ describe("CoordinatorLifecycle.step", () => {
     assert.strictEqual(state, states.leaderReady)
   })
 
-  it("a failure while initialising releases and rejoins, and the next election needs a higher epoch", () => {
+  it("a failure while initialising releases and rejoins, and an epoch that does not grow is given up", () => {
     const [afterFail, cmds] = Result.getOrThrow(step(states.leaderInit, Input.LeaderServicesFailed("rpc down")))
-    assert.deepStrictEqual(cmds.slice(1), [Command.ReleaseLeaderResources, Command.RejoinElection])
+    assert.deepStrictEqual(cmds.slice(1), [
+      Command.ReleaseLeaderResources,
+      Command.CloseCampaign,
+      Command.ScheduleCampaign("backoff")
+    ])
     const [electing] = Result.getOrThrow(step(afterFail, Input.Campaign))
-    assert.isTrue(Result.isFailure(step(electing, Input.Elected(3))))
-    assert.isTrue(Result.isSuccess(step(electing, Input.Elected(4))))
+    const [gaveUp, gaveUpCommands] = Result.getOrThrow(step(electing, Input.Elected(3)))
+    assert.deepStrictEqual(gaveUp, standbyAt(3))
+    assert.isFalse(gaveUpCommands.some((c) => c._tag === "AcquireLeaderResources"))
+    assert.deepStrictEqual(Result.getOrThrow(step(electing, Input.Elected(4)))[0], leader(4, "Initialising"))
+  })
+
+  it("the transition table in the module comment is the machine's", () => {
+    // Sample states and labelled inputs (a condition in the label picks the sample epoch).
+    const families: ReadonlyArray<readonly [family: string, members: ReadonlyArray<readonly [string, State]>]> = [
+      ["Standby", [["Standby(unstarted)", states.unstarted], ["Standby", states.standby5]]],
+      ["Electing", [["Electing", states.electing5]]],
+      ["Leader", [["Leader(Initialising)", leader(5, "Initialising")], ["Leader(Ready)", leader(5, "Ready")]]]
+    ]
+    const labelled: ReadonlyArray<readonly [string, InputT]> = [
+      ["Start", Input.Start],
+      ["Campaign", Input.Campaign],
+      ["Elected(epoch > last)", Input.Elected(7)],
+      ["Elected(epoch <= last)", Input.Elected(5)],
+      ["CampaignFailed", Input.CampaignFailed("x")],
+      ["LeaderServicesReady", Input.LeaderServicesReady],
+      ["LeaderServicesFailed", Input.LeaderServicesFailed("x")],
+      ["SessionLost", Input.SessionLost],
+      ["Fenced(epoch >= own)", Input.Fenced(9)],
+      ["Fenced(epoch < own)", Input.Fenced(2)],
+      ["Lapsed", Input.Lapsed],
+      ["Resign", Input.Resign],
+      ["ConnectionSuspended", Input.ConnectionSuspended],
+      ["ConnectionRestored", Input.ConnectionRestored],
+      ["Close", Input.Close]
+    ]
+    const nameOf = (s: State) => (s._tag === "Leader" ? `Leader(${s.phase})` : describeState(s))
+    const row = (label: string, state: State, input: string, self: string) => {
+      const result = step(state, labelled.find(([l]) => l === input)![1])
+      if (Result.isFailure(result)) return undefined
+      const [next, commands] = result.success
+      const to = nameOf(next) === nameOf(state) ? self : nameOf(next)
+      const shown = commands.map((c) =>
+        c._tag === "ScheduleCampaign"
+          ? `ScheduleCampaign(${c.after})`
+          : c._tag === "AcquireLeaderResources"
+            ? "AcquireLeaderResources(epoch)"
+            : c._tag
+      )
+      return `| ${label} | ${input} | ${to} | ${shown.join(", ")} |`
+    }
+    const expected: Array<string> = []
+    for (const [family, members] of families) {
+      for (const [input] of labelled) {
+        // A row every member has alike is the family's; otherwise each member's own.
+        const own = members.map(([label, state]) => row(label, state, input, label))
+        const shared = members.map(([, state]) => row(family, state, input, family))
+        if (members.length > 1 && shared.every((r) => r !== undefined && r === shared[0])) expected.push(shared[0]!)
+        else for (const r of own) if (r !== undefined) expected.push(r)
+      }
+    }
+    const source = readFileSync(new URL("../src/CoordinatorLifecycle.ts", import.meta.url), "utf8")
+    const block = /<!-- transitions -->([\s\S]*?)<!-- \/transitions -->/.exec(source)?.[1] ?? ""
+    const documented = block
+      .split("\n")
+      .map((l) => l.replace(/^\s*\*\s?/, "").trim())
+      .filter((l) => l.startsWith("|") && !l.startsWith("| from") && !l.startsWith("|---"))
+    assert.deepStrictEqual(documented, expected, `the table should read:\n${expected.join("\n")}`)
   })
 })
 
@@ -298,6 +318,8 @@ const randomInput = (next: () => number): InputT => {
       return Input.Fenced(epoch)
     case "LeaderServicesFailed":
       return Input.LeaderServicesFailed("random failure")
+    case "CampaignFailed":
+      return Input.CampaignFailed("random failure")
     default:
       return { _tag: tag }
   }

@@ -5,8 +5,9 @@
  * Every run checks 1000 seeds (seeds 1..1000) of 3–5 coordinator processes with
  * crashes, stops, session expiry, pauses longer than the session, short pauses
  * and delayed messages (also between the operations of a campaign or a write):
- * at most one leader per epoch, and no request or fenced write accepted with a
- * stale epoch. Planted bugs must be caught over the same seeds, proving the
+ * at most one leader per epoch, no request or fenced write accepted with a
+ * stale epoch, and no request sent after the sender's session expired on the
+ * server (its deadline must stop it first). Planted bugs must be caught over the same seeds, proving the
  * checkers can fail. Each seed also draws how the backend treats a write from an
  * already-expired session (`Simulator.Backend`): rejected (ZooKeeper-like), or
  * applied unless a compare in the transaction stops it (etcd-like).
@@ -15,7 +16,7 @@
  * - Replay one seed (prints its whole trace):
  *   `STRATA_SIM_SEED=N ./dev exec vitest run --project unit packages/election/test/Simulation.test.ts`
  * - Run the first test with a broken variant: add `STRATA_SIM_VARIANT=receiver-skips-epoch-check`
- *   (or `skip-epoch-bump`, `skip-fence-check`).
+ *   (or `skip-epoch-bump`, `skip-fence-check`, `skip-deadline`).
  * - More seeds: `STRATA_SIM_SEEDS=10000` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -28,11 +29,13 @@ const receiverSkipsEpochCheck: Simulator.Variant = {
 }
 const skipEpochBump: Simulator.Variant = { name: "skip-epoch-bump", unsafe: { skipEpochBump: true } }
 const skipFenceCheck: Simulator.Variant = { name: "skip-fence-check", unsafe: { skipFenceCheck: true } }
+const skipDeadline: Simulator.Variant = { name: "skip-deadline", unsafe: { skipDeadline: true } }
 const variants: ReadonlyArray<Simulator.Variant> = [
   Simulator.correct,
   receiverSkipsEpochCheck,
   skipEpochBump,
-  skipFenceCheck
+  skipFenceCheck,
+  skipDeadline
 ]
 
 const envInt = (name: string, fallback: number): number => {
@@ -169,6 +172,22 @@ describe("deterministic simulation of the fenced election", () => {
         if (caught === undefined) return
         console.log(`${skipFenceCheck.name} caught at seed=${caught.seed}: ${caught.violations[0]}`)
         assert.strictEqual(caught.backend, "etcd-like")
+        assert.deepStrictEqual((yield* Simulator.run(caught.seed)).violations, [])
+      }),
+    timeoutFor(range.length)
+  )
+
+  // Without the deadline a leader that resumes from a pause longer than its session sends with its old epoch before
+  // it learns the session expired (the receiver's epoch check may still refuse it; the deadline checker does not
+  // depend on that).
+  it.effect(
+    "a leadership that ignores its deadline is caught acting after its session expired",
+    () =>
+      Effect.gen(function* () {
+        const caught = yield* firstCaught(skipDeadline, (v) => v.includes("after its session"))
+        assert.isDefined(caught, `not caught over seeds ${firstSeed}..${firstSeed + range.length - 1}`)
+        if (caught === undefined) return
+        console.log(`${skipDeadline.name} caught at seed=${caught.seed}: ${caught.violations[0]}`)
         assert.deepStrictEqual((yield* Simulator.run(caught.seed)).violations, [])
       }),
     timeoutFor(range.length)

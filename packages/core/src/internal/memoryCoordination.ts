@@ -428,6 +428,7 @@ export const layer = (options?: MemoryCoordinationOptions): Layer.Layer<Coordina
           timeout: rec.timeout,
           state: Effect.sync(() => rec.state),
           changes: Stream.fromPubSub(rec.states).pipe(Stream.takeUntil(isFinal)),
+          ping: op(() => undefined),
           create: (path: string, data: Uint8Array, options?: CreateOptions) =>
             op(() =>
               transact((tx) =>

@@ -10,38 +10,31 @@ import {
   Coordination,
   CoordinationPaths,
   type CoordinationError,
-  coordinationError,
-  ElectionCoordinationFailed,
   ElectionError,
   type ElectionShape,
-  FencedEpoch,
   InvalidElectionOptions,
   LeaderInfo,
   type Leadership,
-  type LeadershipEnd,
   type Node,
-  type Op,
-  type OpResult,
-  op,
   type Session,
-  SessionClosed,
-  ConnectionLoss,
   OptionSchemas
 } from "@strata/core"
 import {
   Clock,
-  Deferred,
   Duration,
   Effect,
   Exit,
   Metric,
   Option,
+  Result,
   Schedule,
   Schema,
   Scope,
   Semaphore,
   Stream
 } from "effect"
+import * as Campaign from "./campaign.js"
+import * as Won from "./leadership.js"
 
 const { DurationInput, decodeOptions, summary } = OptionSchemas
 
@@ -64,18 +57,23 @@ export const Options = Schema.Struct({
    * The session timeout (the coordinator's liveness timeout) must be shorter,
    * so a dead coordinator is replaced before replicas are judged by a stale one.
    */
-  replicaLagTimeMax: Schema.optional(DurationInput("positive"))
+  replicaLagTimeMax: Schema.optional(DurationInput("positive")),
+  /**
+   * How long a leader's fenced write may take before its outcome is reported unknown (a lost connection), above
+   * zero (default: the session timeout).
+   */
+  requestTimeout: Schema.optional(DurationInput("positive")),
+  /**
+   * Taken off the session timeout for a leadership's local deadline, covering clock drift and scheduling delay
+   * (default: a tenth of the session timeout); it must be shorter than the session timeout.
+   */
+  leadershipMargin: Schema.optional(DurationInput("nonNegative"))
 })
 /** @see Options */
 export type Options = typeof Options.Type
 
 /** Safety checks a broken variant may switch off (tests only). */
-export interface Unsafe {
-  /** Write with `fenced` without checking the epoch node's version. */
-  readonly skipFenceCheck?: boolean
-  /** Become leader without bumping the epoch (reuse the current one). */
-  readonly skipEpochBump?: boolean
-}
+export type Unsafe = Campaign.Unsafe
 
 /** The election's metrics, labelled by namespace. */
 export const metrics = {
@@ -84,9 +82,12 @@ export const metrics = {
     description: "Coordinator elections won",
     incremental: true
   }),
-  /** Vacancy before each won election, in milliseconds. */
-  failoverDurationMs: Metric.histogram("strata_coordinator_failover_duration_ms", {
-    description: "How long the coordinator leadership was vacant before an election was won (ms)",
+  /**
+   * How long each won election took, in milliseconds: from the winner seeing its predecessor go to its leader
+   * registration (not the wait for a dead leader's session to expire before that).
+   */
+  electionDurationMs: Metric.histogram("strata_coordinator_election_duration_ms", {
+    description: "From the winning candidate seeing its predecessor go to its leader registration (ms)",
     boundaries: [10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000]
   }),
   /** Fenced writes rejected because a newer epoch exists. */
@@ -101,36 +102,24 @@ export const metrics = {
   })
 } as const
 
-const encoder = new TextEncoder()
 const decoder = new TextDecoder()
-const bytes = (s: string): Uint8Array => encoder.encode(s)
-const text = (b: Uint8Array): string => decoder.decode(b)
-
 const decodeLeader = Schema.decodeUnknownOption(LeaderInfo)
 
 /** Parses a leader node's data, `None` when absent or malformed. */
 const parseLeader = (node: Option.Option<Node>): Option.Option<LeaderInfo> =>
   Option.flatMap(node, (n) => {
     try {
-      return decodeLeader(JSON.parse(text(n.data)))
+      return decodeLeader(JSON.parse(decoder.decode(n.data)))
     } catch {
       return Option.none()
     }
   })
 
-const parseEpoch = (data: Uint8Array): number => {
-  const n = Number(text(data))
-  return Number.isSafeInteger(n) && n >= 0 ? n : 0
-}
-
-const failed = (cause: CoordinationError): ElectionError =>
-  new ElectionError({ reason: new ElectionCoordinationFailed({ cause }) })
-
 const sessionGone = (e: CoordinationError): boolean =>
   e.reason._tag === "SessionExpired" || e.reason._tag === "SessionClosed"
 
 /** The paths of a namespace. */
-export const pathsOf = (namespace: string) => {
+export const pathsOf = (namespace: string): Campaign.Paths => {
   const ns = namespace.replace(/^\/+|\/+$/g, "")
   const base = `/${ns}/coordinators`
   return {
@@ -166,7 +155,7 @@ export const make = (
     const paths = pathsOf(o.namespace)
     const attributes = { namespace: paths.base.slice(1, -"/coordinators".length) }
     const electionsTotal = Metric.withAttributes(metrics.electionsTotal, attributes)
-    const failoverDurationMs = Metric.withAttributes(metrics.failoverDurationMs, attributes)
+    const electionDurationMs = Metric.withAttributes(metrics.electionDurationMs, attributes)
     const fencedWritesRejected = Metric.withAttributes(metrics.fencedWritesRejected, attributes)
     const candidateWakeups = Metric.withAttributes(metrics.candidateWakeups, attributes)
     const sessionOptions = o.sessionTimeout === undefined ? {} : { timeout: o.sessionTimeout }
@@ -183,7 +172,7 @@ export const make = (
       )
       return { session, scope: child }
     })
-    let observer = yield* openObserver.pipe(Effect.mapError(failed))
+    let observer = yield* openObserver.pipe(Effect.mapError(Won.failed))
     // The negotiated session timeout is the coordinator's liveness timeout: validate it now, at layer build.
     if (Duration.isGreaterThanOrEqualTo(observer.session.timeout, replicaLagTimeMax)) {
       return yield* Effect.fail(
@@ -251,7 +240,7 @@ export const make = (
         )
       )
     )
-    const leader: ElectionShape["leader"] = readLeader.pipe(Effect.map(parseLeader), Effect.mapError(failed))
+    const leader: ElectionShape["leader"] = readLeader.pipe(Effect.map(parseLeader), Effect.mapError(Won.failed))
 
     const changes: ElectionShape["changes"] = Stream.unwrap(
       Effect.sync(() => {
@@ -267,7 +256,7 @@ export const make = (
             const watch = yield* withObserver((s) => s.watchNode(paths.leader))
             pending = watch.changed
             return parseLeader(watch.value)
-          }).pipe(Effect.mapError(failed))
+          }).pipe(Effect.mapError(Won.failed))
         ).pipe(
           Stream.changesWith(
             Option.makeEquivalence(
@@ -280,241 +269,84 @@ export const make = (
     )
 
     /** The current epoch, read through the observer (`None` when unknown). */
+    /** Every epoch any read of this election saw: a campaign's bump goes past all of them. */
+    const epochs: Campaign.EpochsSeen = { highest: 0 }
+
+    /** The current epoch, read through the observer (`None` when unknown or unreadable). */
     const currentEpoch = withObserver((s) => s.get(paths.epoch)).pipe(
-      Effect.map((n) => Option.some(parseEpoch(n.data))),
-      // Bounded: a write's error path never waits on a connection that does not settle.
-      Effect.timeoutOption(Duration.times(observer.session.timeout, 2)),
-      Effect.map(Option.flatten),
+      Effect.map((n) => Result.getSuccess(Campaign.parseEpoch(paths.epoch, n.data))),
+      Effect.tap((epoch) => Effect.sync(() => Option.map(epoch, (e) => Campaign.see(epochs, e)))),
       Effect.orElseSucceed(() => Option.none<number>())
     )
 
+    const sessionTimeout = observer.session.timeout
+    const requestTimeout = o.requestTimeout === undefined ? sessionTimeout : Duration.fromInputUnsafe(o.requestTimeout)
+    const margin =
+      o.leadershipMargin === undefined
+        ? Duration.times(sessionTimeout, 0.1)
+        : Duration.fromInputUnsafe(o.leadershipMargin)
+    if (Duration.isGreaterThanOrEqualTo(margin, sessionTimeout)) {
+      return yield* Effect.fail(
+        invalid(
+          "leadershipMargin",
+          `${Duration.format(margin)} must be shorter than the session timeout ${Duration.format(sessionTimeout)}`
+        )
+      )
+    }
+    /** A lost connection is tried again, with backoff, for up to two session timeouts; an ended session is not. */
+    const reconnecting = Schedule.min([Schedule.exponential("50 millis"), Schedule.spaced("1 second")]).pipe(
+      Schedule.upTo({ duration: Duration.times(sessionTimeout, 2) })
+    )
+
+    /** Registers, waits to be the lowest candidate, fences; then the leadership, in `scope`. */
+    const campaignIn = (candidate: Candidate, session: Session) =>
+      Effect.gen(function* () {
+        const ctx: Campaign.Context = {
+          session,
+          paths,
+          candidate,
+          epochs,
+          unsafe,
+          wakeup: Metric.update(candidateWakeups, 1)
+        }
+        const state = { ours: undefined as string | undefined, vacantSince: undefined as number | undefined }
+        yield* Campaign.register(ctx).pipe(Effect.retry({ while: Campaign.retryable, schedule: reconnecting }))
+        const won = yield* Campaign.elect(ctx, state).pipe(
+          Effect.retry({ while: Campaign.retryable, schedule: reconnecting })
+        )
+        // An election is measured only when a previous leader existed (epoch 0 means none ever did).
+        const wonAt = yield* Clock.currentTimeMillis
+        const took =
+          won.previous > 0 && state.vacantSince !== undefined ? Math.max(0, wonAt - state.vacantSince) : undefined
+        yield* Metric.update(electionsTotal, 1)
+        if (took !== undefined) yield* Metric.update(electionDurationMs, took)
+        yield* Effect.logDebug(`won the coordinator election with epoch ${won.epoch}`)
+        return yield* Won.make({
+          ctx,
+          won,
+          electionDurationMs: took,
+          marginMs: Duration.toMillis(margin),
+          requestTimeout,
+          currentEpoch,
+          rejectedWrite: Metric.update(fencedWritesRejected, 1)
+        })
+      }).pipe(Effect.catchTag("CoordinationError", (e) => Effect.fail(Won.failed(e))))
+
+    /**
+     * A campaign opens its own session in a child of the caller's scope: a campaign that fails (or is interrupted)
+     * closes it, so its registration and candidate node go with it and a retry starts clean.
+     */
     const campaign = (candidate: Candidate): Effect.Effect<Leadership, ElectionError, Scope.Scope> =>
       Effect.gen(function* () {
-        const session = yield* coordination.session(sessionOptions)
-        yield* session
-          .create(`${paths.ids}/${candidate.serverId}`, bytes(JSON.stringify(candidate)), {
-            mode: "ephemeral",
-            createParents: true
-          })
-          .pipe(
-            Effect.catchTag("CoordinationError", (e) => (e.reason._tag === "NodeExists" ? Effect.void : Effect.fail(e)))
-          )
-
-        const createCandidate = (attempt: number): Effect.Effect<string, CoordinationError> =>
-          session
-            .create(`${paths.election}/candidate_`, bytes(String(candidate.serverId)), {
-              mode: "ephemeral-sequential",
-              createParents: true
-            })
-            .pipe(
-              // Curator bug 724: the parent may vanish between creating it and the node; recreate and retry.
-              Effect.catchTag("CoordinationError", (e) =>
-                e.reason._tag === "NoNode" && attempt < 5 ? createCandidate(attempt + 1) : Effect.fail(e)
-              ),
-              Effect.tap((path) => Effect.logInfo(`candidate node created ${path}`))
-            )
-
-        let ours = yield* createCandidate(0)
-        const nameOf = (p: string) => p.slice(p.lastIndexOf("/") + 1)
-        /** When this candidate last saw a leader go (its predecessor's watch firing, or no leader at the start). */
-        let vacantSince: number | undefined
-
-        /** Bumps the epoch and registers the leader; `undefined` when another candidate got there first. */
-        const fence = Effect.gen(function* () {
-          const epochNode = yield* session.get(paths.epoch).pipe(
-            Effect.catchTag("CoordinationError", (e) =>
-              e.reason._tag === "NoNode"
-                ? session.create(paths.epoch, bytes("0"), { createParents: true }).pipe(
-                    Effect.catchTag("CoordinationError", (e2) =>
-                      e2.reason._tag === "NodeExists" ? Effect.void : Effect.fail(e2)
-                    ),
-                    Effect.andThen(session.get(paths.epoch))
-                  )
-                : Effect.fail(e)
-            )
-          )
-          const previous = parseEpoch(epochNode.data)
-          const epoch = unsafe.skipEpochBump === true ? Math.max(previous, 1) : previous + 1
-          const written =
-            unsafe.skipEpochBump === true
-              ? Option.some(epochNode.stat)
-              : yield* session.set(paths.epoch, bytes(String(epoch)), epochNode.stat.version).pipe(
-                  Effect.map(Option.some),
-                  Effect.catchTag("CoordinationError", (e) =>
-                    e.reason._tag === "BadVersion" ? Effect.succeed(Option.none()) : Effect.fail(e)
-                  )
-                )
-          if (Option.isNone(written)) return undefined
-          const version = written.value.version
-          const info: LeaderInfo = { serverId: candidate.serverId, epoch, address: candidate.address }
-          while (true) {
-            const registered = yield* session
-              .multi([
-                op.check(paths.epoch, version),
-                op.create(paths.leader, bytes(JSON.stringify(info)), "ephemeral")
-              ])
-              .pipe(
-                Effect.as("ok" as const),
-                Effect.catchTag("CoordinationError", (e) =>
-                  e.opIndex === 0
-                    ? Effect.succeed("fenced" as const)
-                    : e.opIndex === 1 && e.reason._tag === "NodeExists"
-                      ? Effect.succeed("stale" as const)
-                      : Effect.fail(e)
-                )
-              )
-            if (registered === "ok") return { epoch, version, info, previous }
-            if (registered === "fenced") return undefined
-            // A stale leader node of a dying session: wait for it to go, then retry.
-            const watch = yield* session.watchNode(paths.leader)
-            if (Option.isSome(watch.value)) {
-              if (watch.value.value.stat.ephemeralOwner === session.id) {
-                yield* session.delete(paths.leader).pipe(Effect.ignore)
-              } else {
-                yield* watch.changed
-                vacantSince = yield* Clock.currentTimeMillis
-              }
-            }
-          }
-        })
-
-        const won = yield* Effect.gen(function* () {
-          while (true) {
-            const names = (yield* session.children(paths.election)).filter((n) => n.startsWith("candidate_")).sort()
-            const index = names.indexOf(nameOf(ours))
-            if (index < 0) {
-              const state = yield* session.state
-              if (state === "expired" || state === "closed") {
-                return yield* Effect.fail(coordinationError(new SessionClosed({ session: session.id })))
-              }
-              ours = yield* createCandidate(0)
-              continue
-            }
-            if (index === 0) {
-              // Curator bug 696: verify the lowest node is really ours before acting.
-              const stat = yield* session.exists(`${paths.election}/${names[0]}`)
-              if (Option.isNone(stat)) continue
-              if (stat.value.ephemeralOwner !== session.id) {
-                yield* session.delete(ours).pipe(Effect.ignore)
-                ours = yield* createCandidate(0)
-                continue
-              }
-              if (vacantSince === undefined) vacantSince = yield* Clock.currentTimeMillis
-              const result = yield* fence
-              if (result !== undefined) return result
-              yield* Effect.sleep("20 millis")
-              continue
-            }
-            const watch = yield* session.watchNode(`${paths.election}/${names[index - 1]}`)
-            if (Option.isSome(watch.value)) {
-              yield* watch.changed
-              yield* Metric.update(candidateWakeups, 1)
-              vacantSince = yield* Clock.currentTimeMillis
-            }
-          }
-        })
-
-        // A vacancy is measured only when a previous leader existed (epoch 0 means none ever did).
-        const wonAt = yield* Clock.currentTimeMillis
-        const failoverMs = won.previous > 0 && vacantSince !== undefined ? Math.max(0, wonAt - vacantSince) : undefined
-        yield* Metric.update(electionsTotal, 1)
-        if (failoverMs !== undefined) yield* Metric.update(failoverDurationMs, failoverMs)
-        yield* Effect.logInfo(`Became coordinator leader with epoch ${won.epoch}`)
-
-        const lost = yield* Deferred.make<LeadershipEnd>()
-        // The session ending (other than by resigning) loses the leadership.
-        yield* session.changes.pipe(
-          Stream.runForEach((state) =>
-            state === "expired" || state === "closed" ? Deferred.succeed(lost, { _tag: "SessionLost" }) : Effect.void
-          ),
-          Effect.andThen(Deferred.succeed(lost, { _tag: "SessionLost" })),
-          Effect.forkScoped
-        )
-        // A higher epoch fences this leadership.
-        yield* Effect.gen(function* () {
-          while (true) {
-            const watch = yield* session.watchNode(paths.epoch)
-            if (Option.isSome(watch.value)) {
-              const current = parseEpoch(watch.value.value.data)
-              if (current > won.epoch || watch.value.value.stat.version !== won.version) {
-                return yield* Deferred.succeed(lost, { _tag: "Fenced", epoch: Math.max(current, won.epoch) })
-              }
-            } else {
-              return yield* Deferred.succeed(lost, { _tag: "Fenced", epoch: won.epoch })
-            }
-            yield* watch.changed
-          }
+        const child = yield* Scope.fork(yield* Effect.scope, "sequential")
+        return yield* Effect.gen(function* () {
+          const session = yield* coordination.session(sessionOptions).pipe(Effect.mapError(Won.failed))
+          return yield* campaignIn(candidate, session)
         }).pipe(
-          Effect.catch(() => Deferred.succeed(lost, { _tag: "SessionLost" })),
-          Effect.forkScoped
+          Scope.provide(child),
+          Effect.onError((cause) => Scope.close(child, Exit.failCause(cause)))
         )
-        // Closing the scope resigns: runs before the watchers stop and the session closes.
-        yield* Effect.addFinalizer(() => Deferred.succeed(lost, { _tag: "Resigned" }))
-
-        const rejected = (current: number) =>
-          Metric.update(fencedWritesRejected, 1).pipe(
-            Effect.andThen(
-              Effect.fail(
-                new ElectionError({
-                  reason: new FencedEpoch({ resource: "coordinator", current, attempted: won.epoch })
-                })
-              )
-            )
-          )
-
-        const fenced = (ops: ReadonlyArray<Op>): Effect.Effect<ReadonlyArray<OpResult>, ElectionError> =>
-          (unsafe.skipFenceCheck === true
-            ? session.multi(ops)
-            : session
-                .multi([op.check(paths.epoch, won.version), ...ops])
-                .pipe(Effect.map((results) => results.slice(1)))
-          ).pipe(
-            // A leader's write is bounded by its session timeout: past it, the outcome is unknown (as a lost
-            // connection) and the epoch decides whether this leadership is fenced.
-            Effect.timeoutOrElse({
-              duration: session.timeout,
-              orElse: () =>
-                Effect.fail(
-                  coordinationError(
-                    new ConnectionLoss({
-                      detail: `no reply within the session timeout ${Duration.format(session.timeout)}`
-                    })
-                  )
-                )
-            }),
-            Effect.catchTag("CoordinationError", (e) =>
-              Effect.gen(function* () {
-                const checked = unsafe.skipFenceCheck !== true
-                const isFence =
-                  checked && e.opIndex === 0 && (e.reason._tag === "BadVersion" || e.reason._tag === "NoNode")
-                // The session ended, or the connection broke mid-write (after a pause, say): if a newer epoch
-                // exists, the write cannot be applied any more and this leadership is over — FencedEpoch. (A
-                // write whose reply was lost may have been applied earlier, under its then-current epoch.)
-                const ambiguous = sessionGone(e) || e.reason._tag === "ConnectionLoss"
-                if (isFence || ambiguous) {
-                  const current = yield* currentEpoch
-                  if (isFence) return yield* rejected(Option.getOrElse(current, () => won.epoch))
-                  if (Option.isSome(current) && current.value > won.epoch) return yield* rejected(current.value)
-                }
-                const shift = checked ? 1 : 0
-                return yield* Effect.fail(
-                  failed(
-                    e.opIndex !== undefined && e.opIndex >= shift ? coordinationError(e.reason, e.opIndex - shift) : e
-                  )
-                )
-              })
-            )
-          )
-
-        return {
-          epoch: won.epoch,
-          info: won.info,
-          failoverDurationMs: failoverMs,
-          connection: session.changes,
-          lost: Deferred.await(lost),
-          fenced
-        } satisfies Leadership
-      }).pipe(Effect.catchTag("CoordinationError", (e) => Effect.fail(failed(e))))
+      })
 
     return { leader, changes, campaign } satisfies ElectionShape
   })

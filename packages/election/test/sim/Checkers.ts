@@ -18,6 +18,8 @@ export interface Win {
 
 /** A request from a leader to the receiver (a tablet server), carrying the leader's epoch. */
 export interface Request {
+  /** The session that won the sender's leadership. */
+  readonly session: string
   readonly term: number
   readonly epoch: number
   readonly process: number
@@ -134,6 +136,27 @@ export const checkFencedLog = (
       )
     }
     if (latest === undefined || e.term > latest.term) latest = e
+  }
+  return violations
+}
+
+/**
+ * No leader acts after its session may have expired: a request sent at or after the moment the server expires the
+ * sender's session on its own (the session's timeout after its connection was cut, unless it came back in time)
+ * is a violation, whatever the sender believed. `expiries` maps a session to that moment.
+ */
+export const checkDeadlines = (
+  requests: ReadonlyArray<Request>,
+  expiries: ReadonlyMap<string, number>
+): Array<string> => {
+  const violations: Array<string> = []
+  for (const r of requests) {
+    const expiry = expiries.get(r.session)
+    if (expiry !== undefined && r.sentAt >= expiry) {
+      violations.push(
+        `p${r.process} acted at t=${r.sentAt} after its session ${r.session} expired at t=${expiry}: request e${r.epoch} #${r.n} (term ${r.term})`
+      )
+    }
   }
   return violations
 }

@@ -9,8 +9,12 @@
  * seeded `Prng`, so the same seed gives the same history. Faults drawn from the
  * seed: crash (`kill -9`: the sessions are left to expire), stop (clean
  * shutdown), session expiry, pause longer than the session timeout (the process
- * stops, its sessions expire, then it resumes and acts as the leader it no longer
- * is), a short pause (a blip the session survives) and message delay. Faults
+ * stops, its sessions expire, then it resumes with its timers overdue and only
+ * learns of the expiry once its client has reconnected, a moment later), a short
+ * pause (a blip the session survives) and message delay. A client whose
+ * connection is cut hears nothing from the server: its operations fail with a
+ * lost connection and it learns of an expiry only after reconnecting. A leader
+ * checks `Leadership.guard` before each request to the receiver. Faults
  * also strike between a process's coordination operations (its session expires,
  * or it pauses, just before a campaign step or a write), and random yields there
  * interleave the fibers. Each seed also draws the backend's semantics for a write
@@ -18,7 +22,9 @@
  * `Checkers.ts` judge what was recorded.
  */
 import {
+  ConnectionLoss,
   Coordination,
+  coordinationError,
   type CoordinationError,
   CoordinationFaults,
   type CoordinationFaultsShape,
@@ -27,9 +33,10 @@ import {
   type LeadershipEnd,
   type Op,
   op,
-  type Session
+  type Session,
+  type Watch
 } from "@strata/core"
-import { Cause, Duration, Effect, Exit, Fiber, Latch, References, Scope } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Latch, References, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import * as Election from "../../src/internal/election.js"
 import * as Checkers from "./Checkers.js"
@@ -133,6 +140,8 @@ interface Incarnation {
   readonly sessions: Set<Session>
   /** The term the latest campaign won, set when its leader node is registered. */
   term: number | undefined
+  /** The session that won that term. */
+  session: string | undefined
 }
 
 /** A simulated coordinator process. */
@@ -225,9 +234,43 @@ const simulate = (
     const scope = yield* Effect.scope
     const coordination = yield* Coordination
     const faults = yield* CoordinationFaults
-    const disconnect = required(faults, "disconnect")
-    const reconnect = required(faults, "reconnect")
+    const cut = required(faults, "disconnect")
+    const restore = required(faults, "reconnect")
     const clock = yield* TestClock.testClockWith(Effect.succeed)
+    /**
+     * When the server expires each cut session on its own (the ground truth the deadline checker judges by): its
+     * timeout after its connection was cut, forgotten when it is restored in time.
+     */
+    const expiries = new Map<string, number>()
+    /**
+     * The sessions whose connection is cut. Their client does not hear from the server: it learns that the session
+     * expired meanwhile only once it has reconnected, as a real client does (see `instrument`).
+     */
+    const cutOff = new Set<string>()
+    const links = new Map<string, Latch.Latch>()
+    const linkOf = (s: Session): Latch.Latch => {
+      let link = links.get(s.id)
+      if (link === undefined) {
+        link = Latch.makeUnsafe(true)
+        links.set(s.id, link)
+      }
+      return link
+    }
+    const disconnect = (s: Session) =>
+      Effect.flatMap(s.state, (state) => {
+        if (state === "connected" && !expiries.has(s.id)) {
+          expiries.set(s.id, clock.currentTimeMillisUnsafe() + Duration.toMillis(s.timeout))
+        }
+        cutOff.add(s.id)
+        return Effect.andThen(linkOf(s).close, cut(s))
+      })
+    const reconnect = (s: Session) =>
+      Effect.gen(function* () {
+        yield* restore(s)
+        if ((yield* s.state) === "connected") expiries.delete(s.id)
+        cutOff.delete(s.id)
+        yield* linkOf(s).open
+      })
 
     const trace: Array<string> = []
     /** Set once the run is judged: what the shutdown does is not part of the history. */
@@ -237,6 +280,7 @@ const simulate = (
     }
     const wins: Array<Checkers.Win> = []
     const deliveries: Array<Checkers.Delivery> = []
+    const sent: Array<Checkers.Request> = []
     const epochWrites: Array<Checkers.EpochWrite> = []
     const faultCounts = noFaults()
     let fencedApplied = 0
@@ -265,6 +309,7 @@ const simulate = (
     const send = (request: Checkers.Request) => {
       const delay = rng.chance(0.3) ? rng.int(0, config.maxDelayMs) : rng.int(0, 30)
       log(`p${request.process} sends e${request.epoch} #${request.n} (term ${request.term}), delay ${delay}ms`)
+      sent.push(request)
       return Effect.forkIn(Effect.andThen(Effect.sleep(Duration.millis(delay)), deliver(request)), scope)
     }
 
@@ -307,16 +352,35 @@ const simulate = (
       const guard =
         (s: Session, name: string) =>
         <A>(self: Effect.Effect<A, CoordinationError>): Effect.Effect<A, CoordinationError> =>
-          Effect.andThen(point(s, name), self)
+          Effect.andThen(
+            point(s, name),
+            Effect.suspend(() =>
+              cutOff.has(s.id)
+                ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${s.id} is disconnected` })))
+                : self
+            )
+          )
+      /** The end of the session, as its client learns it: only once reconnected when its connection is cut. */
+      const revealed = <A>(s: Session, changed: Effect.Effect<A, CoordinationError>) =>
+        Effect.catchTag(changed, "CoordinationError", (e) =>
+          e.reason._tag === "SessionExpired" ? Effect.andThen(linkOf(s).await, Effect.fail(e)) : Effect.fail(e)
+        )
+      const watched = <A>(s: Session, name: string, watch: Effect.Effect<Watch<A>, CoordinationError>) =>
+        Effect.map(guard(s, name)(watch), (w) => ({ value: w.value, changed: revealed(s, w.changed) }))
       const instrument = (s: Session): Session => ({
         ...s,
+        state: Effect.map(s.state, (state) => (state === "expired" && cutOff.has(s.id) ? "suspended" : state)),
+        changes: s.changes.pipe(
+          Stream.mapEffect((state) => (state === "expired" ? Effect.as(linkOf(s).await, state) : Effect.succeed(state)))
+        ),
         create: (path, data, options) => guard(s, "create")(s.create(path, data, options)),
         get: (path) => guard(s, "get")(s.get(path)),
+        ping: guard(s, "ping")(s.ping),
         exists: (path) => guard(s, "exists")(s.exists(path)),
         delete: (path, version) => guard(s, "delete")(s.delete(path, version)),
         children: (path) => guard(s, "children")(s.children(path)),
-        watchNode: (path) => guard(s, "watchNode")(s.watchNode(path)),
-        watchChildren: (path) => guard(s, "watchChildren")(s.watchChildren(path)),
+        watchNode: (path) => watched(s, "watchNode", s.watchNode(path)),
+        watchChildren: (path) => watched(s, "watchChildren", s.watchChildren(path)),
         set: (path, data, version) => {
           if (path !== paths.epoch) return guard(s, "set")(s.set(path, data, version))
           // An epoch bump: record the value with the store order of the write.
@@ -343,6 +407,7 @@ const simulate = (
               const term = ++terms
               const epoch = leaderEpoch(registration.data)
               inc.term = term
+              inc.session = s.id
               wins.push({
                 term,
                 process: proc.id,
@@ -382,6 +447,7 @@ const simulate = (
       Effect.gen(function* () {
         const leadership = yield* election.campaign({ serverId: proc.id, address: `p${proc.id}` })
         const term = inc.term ?? -1
+        const session = inc.session ?? "?"
         const epoch = leadership.epoch
         proc.leading = { epoch, term }
         log(`p${proc.id}.${inc.number} leads epoch ${epoch} (term ${term})`)
@@ -402,10 +468,17 @@ const simulate = (
         let n = 0
         while (true) {
           yield* Effect.sleep(Duration.millis(writeEveryMs))
-          // A process paused here resumes as if it still led: it acts once before it notices the loss.
+          // A process paused here resumes with its timers overdue, before any I/O tells it what happened meanwhile:
+          // only the leadership's deadline stops it from acting as the leader it may no longer be.
           yield* proc.gate.await
           n++
-          yield* send({ term, epoch, process: proc.id, n, sentAt: clock.currentTimeMillisUnsafe() })
+          const allowed = yield* Effect.exit(leadership.guard)
+          if (Exit.isSuccess(allowed)) {
+            yield* send({ session, term, epoch, process: proc.id, n, sentAt: clock.currentTimeMillisUnsafe() })
+          } else {
+            const error = Cause.findErrorOption(allowed.cause)
+            log(`p${proc.id} holds back request e${epoch} #${n}: ${error._tag === "Some" ? error.value.message : "?"}`)
+          }
           const at = clock.currentTimeMillisUnsafe()
           const data = encoder.encode(JSON.stringify({ epoch, term, process: proc.id, n, at }))
           const written = yield* Effect.exit(
@@ -430,7 +503,13 @@ const simulate = (
       Effect.scoped(
         Effect.gen(function* () {
           proc.incarnations++
-          const inc: Incarnation = { number: proc.incarnations, crashed: false, sessions: new Set(), term: undefined }
+          const inc: Incarnation = {
+            number: proc.incarnations,
+            crashed: false,
+            sessions: new Set(),
+            term: undefined,
+            session: undefined
+          }
           proc.current = inc
           log(`p${proc.id}.${inc.number} starts`)
           const host = yield* Scope.fork(scope, "sequential")
@@ -513,10 +592,19 @@ const simulate = (
         later(
           resume,
           Effect.gen(function* () {
-            for (const s of sessions) yield* reconnect(s)
             proc.paused = false
             yield* proc.gate.open
-            log(`p${proc.id}.${inc.number} resumes`)
+            // Its overdue timers run first: the client learns what happened meanwhile only when it has reconnected,
+            // a moment later.
+            const lag = rng.int(1, 50)
+            log(`p${proc.id}.${inc.number} resumes, reconnecting in ${lag}ms`)
+            yield* Effect.forkIn(
+              Effect.andThen(
+                Effect.sleep(Duration.millis(lag)),
+                Effect.forEach(sessions, reconnect, { discard: true })
+              ),
+              scope
+            )
           })
         )
       })
@@ -583,6 +671,7 @@ const simulate = (
     violations.push(
       ...Checkers.checkLeaders(wins),
       ...Checkers.checkReceiver(deliveries),
+      ...Checkers.checkDeadlines(sent, expiries),
       ...Checkers.checkFencedLog(entries, epochWrites)
     )
     return {
