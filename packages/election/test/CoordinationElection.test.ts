@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination, CoordinationFaults, Election, type ElectionShape, op, type Session } from "@strata/core"
 import { ElectionConformance } from "@strata/core/testing"
-import { Context, type Duration, Effect, Exit, Fiber, Layer, Metric, Option, Scope, Stream } from "effect"
+import { Clock, Context, type Duration, Effect, Exit, Fiber, Layer, Metric, Option, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import * as CoordinationElection from "../src/CoordinationElection.js"
 
@@ -89,6 +89,249 @@ describe("CoordinationElection on memory coordination", () => {
           // A's observer was reopened: it sees B as leader.
           const seen = yield* a.election.leader
           assert.strictEqual(Option.getOrThrow(seen).serverId, 2)
+          yield* Scope.close(cb.scope, Exit.void)
+          yield* Scope.close(ca.scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("past its deadline a leader's guard refuses; a ping that gets through restores it", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const a = yield* processOf("deadline", "10 seconds")
+          const ca = yield* campaign(a.election, 1)
+          const leadership = yield* Fiber.join(ca.fiber)
+          yield* leadership.guard
+          assert.isTrue(yield* leadership.isLeader)
+          const start = yield* Clock.currentTimeMillis
+          // The registration proved the session alive; the deadline is a session timeout less the margin (10%).
+          assert.strictEqual(yield* leadership.deadline, start + 9_000)
+          const proven = yield* Effect.forkChild(Stream.runCollect(Stream.take(leadership.proven, 3)))
+
+          // The connection is cut: no ping gets through. The server keeps the session for 10 s; the leader may act
+          // for 9 s after its last proof, then holds back although nothing told it the session ended.
+          const campaignSession = a.sessions().at(-1)!
+          yield* a.faults.disconnect!(campaignSession)
+          yield* TestClock.adjust("8999 millis")
+          yield* leadership.guard
+          yield* TestClock.adjust("2 millis")
+          assert.isFalse(yield* leadership.isLeader)
+          const refused = yield* Effect.flip(leadership.guard)
+          assert.strictEqual(refused.reason._tag, "LeadershipLapsed", refused.message)
+          if (refused.reason._tag === "LeadershipLapsed") {
+            assert.strictEqual(refused.reason.epoch, leadership.epoch)
+            assert.strictEqual(refused.reason.deadline, start + 9_000)
+          }
+          // Back within the session timeout: the next ping proves it alive and the leadership holds again.
+          yield* a.faults.reconnect!(campaignSession)
+          yield* TestClock.adjust("2500 millis")
+          yield* settle
+          yield* leadership.guard
+          assert.isTrue((yield* leadership.deadline) > start + 9_000)
+          assert.deepStrictEqual([...(yield* Fiber.join(proven))], [true, false, true])
+          yield* Scope.close(ca.scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("an epoch node deleted under a leader: it is fenced and the next leader goes past every epoch seen", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const a = yield* processOf("reset")
+          const ca = yield* campaign(a.election, 1)
+          const first = yield* Fiber.join(ca.fiber)
+          yield* Scope.close(ca.scope, Exit.void)
+          const cb = yield* campaign(a.election, 1)
+          const second = yield* Fiber.join(cb.fiber)
+          assert.strictEqual(second.epoch, first.epoch + 1)
+          const raw = yield* (yield* Coordination).session()
+          yield* raw.delete("/reset/coordinators/epoch")
+          assert.strictEqual((yield* second.lost)._tag, "Fenced")
+          yield* Scope.close(cb.scope, Exit.void)
+          const cc = yield* campaign(a.election, 1)
+          const third = yield* Fiber.join(cc.fiber)
+          assert.strictEqual(third.epoch, second.epoch + 1, "not 1: the deleted node's numbers are not reused")
+          const node = yield* raw.get("/reset/coordinators/epoch")
+          assert.strictEqual(new TextDecoder().decode(node.data), String(third.epoch))
+          yield* Scope.close(cc.scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("an unreadable epoch node fails the campaign with an error naming it, and leaves no node behind", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const raw = yield* (yield* Coordination).session()
+          yield* raw.create("/corrupt/coordinators/epoch", bytes("seven"), { createParents: true })
+          const a = yield* processOf("corrupt")
+          const ca = yield* campaign(a.election, 1)
+          const error = yield* Effect.flip(Fiber.join(ca.fiber))
+          assert.strictEqual(error.reason._tag, "CorruptElectionData", error.message)
+          assert.include(error.message, "/corrupt/coordinators/epoch")
+          assert.include(error.message, "seven")
+          // The failed campaign closed its session: its registration and candidate node are gone.
+          assert.deepStrictEqual(yield* raw.children("/corrupt/coordinators/election"), [])
+          assert.deepStrictEqual(yield* raw.children("/corrupt/coordinators/ids"), [])
+          yield* Scope.close(ca.scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("a campaign that fails in a scope releases what it made: a retry in the same scope leads", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const raw = yield* (yield* Coordination).session()
+          yield* raw.create("/retry/coordinators/epoch", bytes("x"), { createParents: true })
+          const a = yield* processOf("retry")
+          const scope = yield* Scope.make()
+          const failedOnce = yield* Effect.flip(
+            Scope.provide(a.election.campaign({ serverId: 1, address: "a" }), scope)
+          )
+          assert.strictEqual(failedOnce.reason._tag, "CorruptElectionData")
+          yield* raw.set("/retry/coordinators/epoch", bytes("4"))
+          const again = yield* Effect.forkChild(
+            Scope.provide(a.election.campaign({ serverId: 1, address: "a" }), scope)
+          )
+          yield* settle
+          const won = again.pollUnsafe()
+          assert.isDefined(won, "the retry is not stuck behind the failed campaign's candidate")
+          const leadership = yield* Fiber.join(again)
+          assert.strictEqual(leadership.epoch, 5)
+          assert.strictEqual((yield* raw.children("/retry/coordinators/election")).length, 1)
+          yield* Scope.close(scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("a connection blip during a campaign is waited out: the candidate keeps its session and its place", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const coordination = yield* Coordination
+          const faults = yield* CoordinationFaults
+          const opened: Array<Session> = []
+          // Every campaign session of B loses its connection for 500 ms right after opening, before its first step.
+          const blippy = Coordination.of({
+            ...coordination,
+            session: (options) =>
+              Effect.tap(coordination.session(options), (s) =>
+                Effect.gen(function* () {
+                  opened.push(s)
+                  if (opened.length < 2) return
+                  yield* faults.disconnect!(s)
+                  yield* Effect.forkDetach(Effect.andThen(Effect.sleep("500 millis"), faults.reconnect!(s)))
+                })
+              )
+          })
+          const b = yield* CoordinationElection.make({ namespace: "blip", sessionTimeout: "2 seconds" }).pipe(
+            Effect.provideService(Coordination, blippy)
+          )
+          const cb = yield* campaign(b, 2)
+          yield* settle
+          yield* TestClock.adjust("100 millis")
+          assert.isUndefined(cb.fiber.pollUnsafe(), "still trying while the connection is down")
+          yield* TestClock.adjust("2 seconds")
+          const won = yield* Fiber.join(cb.fiber)
+          assert.strictEqual(won.info.serverId, 2)
+          assert.strictEqual(opened.length, 2, "one campaign session, kept through the blip")
+          const raw = yield* coordination.session()
+          const ids = yield* raw.exists("/blip/coordinators/ids/2")
+          assert.strictEqual(Option.getOrThrow(ids).ephemeralOwner, opened[1]!.id)
+          yield* Scope.close(cb.scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("after the election parent is wiped and made again, a candidate never deletes another session's node", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const a = yield* processOf("wipe")
+          const raw = yield* (yield* Coordination).session()
+          const other = yield* (yield* Coordination).session()
+          // A leader holds the line, so A waits behind it with candidate_0000000001.
+          yield* other.create("/wipe/coordinators/election/candidate_", bytes("9"), {
+            mode: "ephemeral-sequential",
+            createParents: true
+          })
+          const ca = yield* campaign(a.election, 1)
+          yield* settle
+          assert.deepStrictEqual(yield* raw.children("/wipe/coordinators/election"), [
+            "candidate_0000000000",
+            "candidate_0000000001"
+          ])
+          // While A's connection is down, the parent is wiped (A's node with it) and made again; another
+          // session's node now has A's old name, and another's the name before it.
+          const aSession = a.sessions().at(-1)!
+          yield* a.faults.disconnect!(aSession)
+          yield* other.delete("/wipe/coordinators/election/candidate_0000000000")
+          yield* raw.delete("/wipe/coordinators/election/candidate_0000000001").pipe(Effect.ignore)
+          yield* raw.delete("/wipe/coordinators/election")
+          yield* raw.create("/wipe/coordinators/election", new Uint8Array(0))
+          const squatter = yield* other.create("/wipe/coordinators/election/candidate_", bytes("9"), {
+            mode: "ephemeral-sequential"
+          })
+          yield* other.create("/wipe/coordinators/election/candidate_", bytes("9"), { mode: "ephemeral-sequential" })
+          assert.strictEqual(squatter, "/wipe/coordinators/election/candidate_0000000000")
+          yield* a.faults.reconnect!(aSession)
+          yield* TestClock.adjust("1 second")
+          yield* settle
+          // A made a node of its own behind them and deleted neither of the other session's.
+          const names = yield* raw.children("/wipe/coordinators/election")
+          assert.strictEqual(names.length, 3, JSON.stringify(names))
+          for (const name of names.slice(0, 2)) {
+            const stat = yield* raw.exists(`/wipe/coordinators/election/${name}`)
+            assert.strictEqual(Option.getOrThrow(stat).ephemeralOwner, other.id)
+          }
+          assert.isUndefined(ca.fiber.pollUnsafe(), "A waits its turn")
+          yield* Scope.close(ca.scope, Exit.void)
+        })
+      )
+    )
+  )
+
+  it.effect("a server id registered by an old session is waited for; a live duplicate fails naming it", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const a = yield* processOf("ids", "2 seconds")
+          const raw = yield* (yield* Coordination).session({ timeout: "2 seconds" })
+          // A previous incarnation of server 1: killed, its session not yet expired.
+          yield* raw.create("/ids/coordinators/ids/1", bytes("{}"), { mode: "ephemeral", createParents: true })
+          const faults = a.faults
+          yield* faults.disconnect!(raw)
+          const ca = yield* campaign(a.election, 1)
+          yield* settle
+          assert.isUndefined(ca.fiber.pollUnsafe(), "waits for the old registration to go")
+          yield* TestClock.adjust("2 seconds")
+          const leadership = yield* Fiber.join(ca.fiber)
+          const registered = yield* a.election.leader
+          assert.strictEqual(Option.getOrThrow(registered).epoch, leadership.epoch)
+          const ids = yield* (yield* Coordination).session()
+          const stat = yield* ids.exists("/ids/coordinators/ids/1")
+          assert.strictEqual(Option.getOrThrow(stat).ephemeralOwner, a.sessions().at(-1)!.id)
+
+          // A second server claiming id 1 while the first lives: after waiting out a session, a typed error.
+          const b = yield* processOf("ids", "2 seconds")
+          const cb = yield* campaign(b.election, 1)
+          yield* settle
+          yield* TestClock.adjust("3 seconds")
+          const duplicate = yield* Effect.flip(Fiber.join(cb.fiber))
+          assert.strictEqual(duplicate.reason._tag, "DuplicateServerId", duplicate.message)
+          if (duplicate.reason._tag === "DuplicateServerId") {
+            assert.strictEqual(duplicate.reason.serverId, 1)
+            assert.strictEqual(duplicate.reason.owner, a.sessions().at(-1)!.id)
+          }
           yield* Scope.close(cb.scope, Exit.void)
           yield* Scope.close(ca.scope, Exit.void)
         })

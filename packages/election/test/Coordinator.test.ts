@@ -316,57 +316,60 @@ describe("Coordinator", () => {
     }).pipe(withMemory())
   )
 
-  it.effect("a connection blip well inside the deadline changes nothing; one past the session timeout hands over", () => {
-    const lines: Array<Line> = []
-    return Effect.gen(function* () {
-      const events: Array<string> = []
-      const services = (id: number) => [recorded(events, id, "a"), recorded(events, id, "b")]
-      const c1 = yield* start(1, services(1))
-      const first = yield* c1.coordinator.awaitLeader
-      const c2 = yield* start(2, services(2))
-      yield* c2.coordinator.awaitState(isElecting)
-      yield* settle
-      const statesBefore = c1.states.length
-      const faults = yield* CoordinationFaults
-      const session = c1.campaignSession()
-      assert.strictEqual(Duration.toMillis(session.timeout), 10_000, "the default session timeout")
+  it.effect(
+    "a connection blip well inside the deadline changes nothing; one past the session timeout hands over",
+    () => {
+      const lines: Array<Line> = []
+      return Effect.gen(function* () {
+        const events: Array<string> = []
+        const services = (id: number) => [recorded(events, id, "a"), recorded(events, id, "b")]
+        const c1 = yield* start(1, services(1))
+        const first = yield* c1.coordinator.awaitLeader
+        const c2 = yield* start(2, services(2))
+        yield* c2.coordinator.awaitState(isElecting)
+        yield* settle
+        const statesBefore = c1.states.length
+        const faults = yield* CoordinationFaults
+        const session = c1.campaignSession()
+        assert.strictEqual(Duration.toMillis(session.timeout), 10_000, "the default session timeout")
 
-      yield* faults.disconnect!(session)
-      yield* TestClock.adjust("5 seconds")
-      yield* settle
-      yield* faults.reconnect!(session)
-      yield* settle
-      yield* TestClock.adjust("1 minute")
-      yield* settle
+        yield* faults.disconnect!(session)
+        yield* TestClock.adjust("5 seconds")
+        yield* settle
+        yield* faults.reconnect!(session)
+        yield* settle
+        yield* TestClock.adjust("1 minute")
+        yield* settle
 
-      assert.deepStrictEqual(yield* c1.coordinator.state, { _tag: "Leader", serverId: 1, epoch: 1, phase: "Ready" })
-      const held = yield* c1.coordinator.leadership
-      assert.isTrue(Option.isSome(held) && held.value === first, "the same leadership")
-      assert.strictEqual(c1.states.length, statesBefore, "no state change")
-      assert.deepStrictEqual(events, ["1 acquire a", "1 acquire b"], "services not restarted")
-      assert.isTrue(isElecting(yield* c2.coordinator.state))
-      yield* first.fenced([op.create(`${namespace}/after-blip`, new Uint8Array(0))])
-      // The shell fed the blip to the machine, which kept the leadership and said so.
-      assert.deepStrictEqual(
-        lines.filter((l) => l.coordinator === 1 && l.message.startsWith("connection")).map((l) => l.message),
-        [
-          "connection suspended, leading on with epoch 1 while the deadline holds",
-          "connection restored, still leader with epoch 1"
-        ]
-      )
+        assert.deepStrictEqual(yield* c1.coordinator.state, { _tag: "Leader", serverId: 1, epoch: 1, phase: "Ready" })
+        const held = yield* c1.coordinator.leadership
+        assert.isTrue(Option.isSome(held) && held.value === first, "the same leadership")
+        assert.strictEqual(c1.states.length, statesBefore, "no state change")
+        assert.deepStrictEqual(events, ["1 acquire a", "1 acquire b"], "services not restarted")
+        assert.isTrue(isElecting(yield* c2.coordinator.state))
+        yield* first.fenced([op.create(`${namespace}/after-blip`, new Uint8Array(0))])
+        // The shell fed the blip to the machine, which kept the leadership and said so.
+        assert.deepStrictEqual(
+          lines.filter((l) => l.coordinator === 1 && l.message.startsWith("connection")).map((l) => l.message),
+          [
+            "connection suspended, leading on with epoch 1 while the deadline holds",
+            "connection restored, still leader with epoch 1"
+          ]
+        )
 
-      // The same fault held past the timeout does hand over.
-      yield* faults.disconnect!(session)
-      yield* TestClock.adjust("10 seconds")
-      const second = yield* c2.coordinator.awaitLeader
-      assert.strictEqual(second.epoch, 2)
-      yield* c1.coordinator.awaitState((s) => s._tag !== "Leader")
-      assert.deepStrictEqual(
-        events.filter((e) => e.startsWith("1 ")),
-        ["1 acquire a", "1 acquire b", "1 release b", "1 release a"]
-      )
-    }).pipe(withMemory(lines))
-  })
+        // The same fault held past the timeout does hand over.
+        yield* faults.disconnect!(session)
+        yield* TestClock.adjust("10 seconds")
+        const second = yield* c2.coordinator.awaitLeader
+        assert.strictEqual(second.epoch, 2)
+        yield* c1.coordinator.awaitState((s) => s._tag !== "Leader")
+        assert.deepStrictEqual(
+          events.filter((e) => e.startsWith("1 ")),
+          ["1 acquire a", "1 acquire b", "1 release b", "1 release a"]
+        )
+      }).pipe(withMemory(lines))
+    }
+  )
 
   it.effect("resign hands the leadership over; the resigned coordinator campaigns again", () =>
     Effect.gen(function* () {

@@ -243,9 +243,21 @@ describe("CoordinatorLifecycle.step", () => {
   it("the transition table in the module comment is the machine's", () => {
     // Sample states and labelled inputs (a condition in the label picks the sample epoch).
     const families: ReadonlyArray<readonly [family: string, members: ReadonlyArray<readonly [string, State]>]> = [
-      ["Standby", [["Standby(unstarted)", states.unstarted], ["Standby", states.standby5]]],
+      [
+        "Standby",
+        [
+          ["Standby(unstarted)", states.unstarted],
+          ["Standby", states.standby5]
+        ]
+      ],
       ["Electing", [["Electing", states.electing5]]],
-      ["Leader", [["Leader(Initialising)", leader(5, "Initialising")], ["Leader(Ready)", leader(5, "Ready")]]]
+      [
+        "Leader",
+        [
+          ["Leader(Initialising)", leader(5, "Initialising")],
+          ["Leader(Ready)", leader(5, "Ready")]
+        ]
+      ]
     ]
     const labelled: ReadonlyArray<readonly [string, InputT]> = [
       ["Start", Input.Start],

@@ -19,7 +19,18 @@ import {
   type OpResult,
   op
 } from "@strata/core"
-import { Clock, Deferred, Duration, Effect, Option, Result, type Scope, Stream, SubscriptionRef } from "effect"
+import {
+  Clock,
+  Deferred,
+  Duration,
+  Effect,
+  Option,
+  Result,
+  Schedule,
+  type Scope,
+  Stream,
+  SubscriptionRef
+} from "effect"
 import { type Context, parseEpoch, see, type Won } from "./campaign.js"
 
 /** What a leadership needs besides its campaign. */
@@ -58,7 +69,10 @@ const watchEnd = (deps: Deps, lost: Deferred.Deferred<LeadershipEnd>) =>
     )
     yield* Effect.gen(function* () {
       while (true) {
-        const watch = yield* session.watchNode(paths.epoch)
+        // A lost connection is not a lost session: read again until it settles (the session's end is seen above).
+        const watch = yield* session
+          .watchNode(paths.epoch)
+          .pipe(Effect.retry({ while: (e) => e.retryable, schedule: Schedule.spaced("100 millis") }))
         if (Option.isNone(watch.value)) return yield* Deferred.succeed(lost, { _tag: "Fenced", epoch: won.epoch })
         const node = watch.value.value
         // Unreadable data, a higher number or any rewrite under the same number: the token no longer holds.
