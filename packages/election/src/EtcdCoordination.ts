@@ -702,6 +702,20 @@ export const make = (
               }
               watcher.on("put", handle("put"))
               watcher.on("delete", handle("delete"))
+              // etcd cancels a watch it cannot serve (its start revision compacted away while the watcher
+              // reconnected, say), and the watcher reconnects on its own after a lost stream: either way an event
+              // may be missed, so the one-shot watch fails with a lost connection and its reader reads again.
+              // (Without an `error` listener the client's emitter would throw from its stream instead.)
+              const lostWatch = (what: string) => (error: unknown) =>
+                onEnd(
+                  coordinationError(
+                    new ConnectionLoss({
+                      detail: `watch ${what}: ${error instanceof Error ? error.message : String(error)}`
+                    })
+                  )
+                )
+              watcher.on("error", lostWatch("cancelled by etcd"))
+              watcher.on("disconnected", lostWatch("disconnected"))
             }
             return Deferred.await(deferred)
           })

@@ -19,7 +19,7 @@ import {
   SessionClosed,
   SessionExpired
 } from "@strata/core"
-import { Clock, Duration, Effect, Option, Result } from "effect"
+import { Cause, Clock, Duration, Effect, Exit, Option, Result } from "effect"
 
 /** The paths of a namespace's election. */
 export interface Paths {
@@ -272,5 +272,35 @@ export const elect = (
     }
   })
 
-/** Whether a campaign step may be tried again on the same session: a lost connection, not an ended session. */
-export const retryable = (e: CoordinationError | ElectionError): boolean => e.retryable
+const FIRST_RETRY_MS = 50
+const LONGEST_RETRY_MS = 1000
+
+/**
+ * Runs `self` again after a lost connection (never after an ended session), with backoff from 50 ms to 1 s, until
+ * one spell of failures has lasted `budget` (then the last error). A spell ends when a run lasted longer than
+ * the longest backoff, so a campaign that waits for hours survives every blip on its way.
+ */
+export const retryLostConnections = <A, E extends CoordinationError | ElectionError>(
+  self: Effect.Effect<A, E>,
+  budget: Duration.Duration
+): Effect.Effect<A, E> =>
+  Effect.gen(function* () {
+    const budgetMs = Duration.toMillis(budget)
+    let spellStart: number | undefined
+    let delay = FIRST_RETRY_MS
+    while (true) {
+      const startedAt = yield* Clock.currentTimeMillis
+      const exit = yield* Effect.exit(self)
+      if (Exit.isSuccess(exit)) return exit.value
+      const error = Cause.findErrorOption(exit.cause)
+      if (Option.isNone(error) || !error.value.retryable) return yield* Effect.failCause(exit.cause)
+      const now = yield* Clock.currentTimeMillis
+      if (spellStart === undefined || now - startedAt > LONGEST_RETRY_MS * 2) {
+        spellStart = now
+        delay = FIRST_RETRY_MS
+      }
+      if (now - spellStart >= budgetMs) return yield* Effect.failCause(exit.cause)
+      yield* Effect.sleep(Duration.millis(delay))
+      delay = Math.min(delay * 2, LONGEST_RETRY_MS)
+    }
+  })

@@ -293,10 +293,8 @@ export const make = (
         )
       )
     }
-    /** A lost connection is tried again, with backoff, for up to two session timeouts; an ended session is not. */
-    const reconnecting = Schedule.min([Schedule.exponential("50 millis"), Schedule.spaced("1 second")]).pipe(
-      Schedule.upTo({ duration: Duration.times(sessionTimeout, 2) })
-    )
+    /** A spell of lost connections is waited out for up to two session timeouts; an ended session is not. */
+    const reconnectBudget = Duration.times(sessionTimeout, 2)
 
     /** Registers, waits to be the lowest candidate, fences; then the leadership, in `scope`. */
     const campaignIn = (candidate: Candidate, session: Session) =>
@@ -310,10 +308,8 @@ export const make = (
           wakeup: Metric.update(candidateWakeups, 1)
         }
         const state = { ours: undefined as string | undefined, vacantSince: undefined as number | undefined }
-        yield* Campaign.register(ctx).pipe(Effect.retry({ while: Campaign.retryable, schedule: reconnecting }))
-        const won = yield* Campaign.elect(ctx, state).pipe(
-          Effect.retry({ while: Campaign.retryable, schedule: reconnecting })
-        )
+        yield* Campaign.retryLostConnections(Campaign.register(ctx), reconnectBudget)
+        const won = yield* Campaign.retryLostConnections(Campaign.elect(ctx, state), reconnectBudget)
         // An election is measured only when a previous leader existed (epoch 0 means none ever did).
         const wonAt = yield* Clock.currentTimeMillis
         const took =
