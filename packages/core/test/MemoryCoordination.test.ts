@@ -6,6 +6,7 @@ import { Deferred, Duration, Effect, Exit, Fiber, Option, Result, Scope, Stream 
 import { TestClock } from "effect/testing"
 
 CoordinationConformance.suite("memory", Coordination.layerMemory())
+CoordinationConformance.suspensionSuite("memory", Coordination.layerMemory())
 
 const empty = new Uint8Array(0)
 const bytes = (s: string) => new TextEncoder().encode(s)

@@ -189,7 +189,10 @@ const reasonOf = (
   }
 }
 
-/** Runs one driver call, after checking the session is still usable. */
+/**
+ * Runs one driver call, after checking the session is still usable. While the client knows its connection is
+ * down, a call fails at once with a retryable lost connection instead of queueing behind the reconnect.
+ */
 const call = <A>(
   rec: SessionRec,
   target: Target,
@@ -198,6 +201,9 @@ const call = <A>(
   Effect.suspend(() => {
     const ended = endReason(rec)
     if (ended !== undefined) return Effect.fail(coordinationError(ended))
+    if (rec.state === "suspended") {
+      return Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` })))
+    }
     return Effect.callback<A, CoordinationError>((resume) => {
       try {
         run((error, value) => {
@@ -363,6 +369,11 @@ const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => {
       if (ops.length === 0) return []
       const ended = endReason(rec)
       if (ended !== undefined) return yield* Effect.fail(coordinationError(ended))
+      if (rec.state === "suspended") {
+        return yield* Effect.fail(
+          coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` }))
+        )
+      }
       return yield* Effect.callback<ReadonlyArray<OpResult>, CoordinationError>((resume) => {
         const tx = client.transaction()
         /** node-zookeeper-client 1.1.3 replaces a version of 0 by -1 (`version || -1`): restore the real one. */
@@ -453,13 +464,8 @@ const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => {
       })
     )
 
-  // A round trip on the session's connection: the server answers only for a live session. While the client knows
-  // the connection is down, it fails at once instead of queueing behind the reconnect.
-  const ping = Effect.suspend(() =>
-    rec.state === "suspended"
-      ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` })))
-      : Effect.asVoid(call<ZkStat | null>(rec, { path: "/" }, (done) => client.exists("/", done)))
-  )
+  // A round trip on the session's connection: the server answers only for a live session.
+  const ping = Effect.asVoid(call<ZkStat | null>(rec, { path: "/" }, (done) => client.exists("/", done)))
 
   return {
     id: rec.id,
@@ -478,6 +484,30 @@ const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => {
     watchChildren
   }
 }
+
+/**
+ * The read timeout the client lacks (node-zookeeper-client pings but never gives up on a silent connection, so a
+ * partitioned client would believe itself connected until TCP gives up, minutes later): a request every sixth of
+ * the session timeout, and when one gets no answer within a third of it, the session is suspended and the
+ * connection reset. The client so notices a silent connection within half the session timeout and has the other
+ * half to reconnect (to another server, if it has one) before the server expires the session.
+ */
+const readTimeout = (rec: SessionRec, s: Session): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const timeoutMs = Duration.toMillis(s.timeout)
+    while (endReason(rec) === undefined) {
+      yield* Effect.sleep(Duration.millis(Math.max(1, Math.floor(timeoutMs / 6))))
+      if (rec.state !== "connected") continue
+      const answered = yield* s.ping.pipe(
+        Effect.timeoutOption(Duration.millis(Math.max(1, Math.floor(timeoutMs / 3)))),
+        Effect.option
+      )
+      if (Option.isSome(answered) && Option.isNone(answered.value) && rec.state === "connected") {
+        setState(rec, "suspended")
+        rec.client.connectionManager?.socket?.destroy()
+      }
+    }
+  })
 
 /** Opens a client and waits until it is connected (or fails within `connectTimeoutMs`). */
 const connect = (
@@ -624,6 +654,7 @@ export const make = (
         )
         const s = makeSession(rec, Duration.millis(rec.client.getSessionTimeout()))
         records.set(s, rec)
+        yield* Effect.forkScoped(readTimeout(rec, s))
         return s
       })
 

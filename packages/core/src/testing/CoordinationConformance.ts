@@ -813,27 +813,6 @@ export const suite = (
           assert.strictEqual(yield* s.state, "expired")
         }))
 
-      test("a suspended session fails with retryable ConnectionLoss and keeps its ephemeral nodes if it reconnects in time", () =>
-        Effect.gen(function* () {
-          const { admin, at, faults, open } = yield* setup
-          const { disconnect, reconnect } = faults
-          if (disconnect === undefined || reconnect === undefined) return // the adapter cannot cut connections
-          const s = yield* open()
-          const e = at("e")
-          yield* s.create(e, empty, { mode: "ephemeral" })
-          const watch = yield* admin.watchNode(e)
-          yield* disconnect(s)
-          yield* eventually(s.state, (state) => state === "suspended", "the session's state to become suspended")
-          const error = yield* failsWith(s.get(e), "ConnectionLoss")
-          assert.isTrue(error.retryable)
-          assert.isTrue(Option.isSome(yield* admin.exists(e)), "the server keeps the ephemeral node")
-          yield* reconnect(s)
-          yield* eventually(s.state, (state) => state === "connected", "the session's state to become connected")
-          const n = yield* s.get(e)
-          assert.strictEqual(n.stat.ephemeralOwner, s.id)
-          yield* quiet(watch, "the ephemeral node of a session that reconnected in time")
-        }))
-
       // ---------------------------------------------------------------------
       // Watches
       // ---------------------------------------------------------------------
@@ -1057,6 +1036,53 @@ export const suite = (
           }
           assert.isTrue(watches >= 1)
         }))
+    }
+  )
+}
+
+/**
+ * The suspension tests, for a backend whose `CoordinationFaults` can cut a session's connection
+ * (`disconnect` / `reconnect`): the memory backend natively, a real server through a proxy a test can stall. A
+ * backend without them does not run this suite (rather than passing it vacuously).
+ */
+export const suspensionSuite = (
+  name: string,
+  coordinationLayer: Layer.Layer<Coordination | CoordinationFaults, unknown>,
+  options?: SuiteOptions
+): void => {
+  const { eventually, failsWith, quiet, setup } = makeFixture(options)
+  const testTimeout = options?.testTimeout ?? 30_000
+  layer(coordinationLayer, { excludeTestServices: true, timeout: options?.layerTimeout ?? "60 seconds" })(
+    `Coordination conformance, suspension: ${name}`,
+    (it) => {
+      const test = (
+        title: string,
+        body: () => Effect.Effect<void, unknown, Coordination | CoordinationFaults | Scope.Scope>
+      ) => it.effect(title, body, testTimeout)
+
+      test("a suspended session fails with retryable ConnectionLoss and keeps its ephemeral nodes if it reconnects in time", () =>
+        Effect.gen(function* () {
+          const { admin, at, faults, open } = yield* setup
+          const { disconnect, reconnect } = faults
+          if (disconnect === undefined || reconnect === undefined) {
+            return assert.fail("a backend run by the suspension suite must provide disconnect and reconnect")
+          }
+          const s = yield* open()
+          const e = at("e")
+          yield* s.create(e, empty, { mode: "ephemeral" })
+          const watch = yield* admin.watchNode(e)
+          yield* disconnect(s)
+          yield* eventually(s.state, (state) => state === "suspended", "the session's state to become suspended")
+          const error = yield* failsWith(s.get(e), "ConnectionLoss")
+          assert.isTrue(error.retryable)
+          assert.isTrue(Option.isSome(yield* admin.exists(e)), "the server keeps the ephemeral node")
+          yield* reconnect(s)
+          yield* eventually(s.state, (state) => state === "connected", "the session's state to become connected")
+          const n = yield* s.get(e)
+          assert.strictEqual(n.stat.ephemeralOwner, s.id)
+          yield* quiet(watch, "the ephemeral node of a session that reconnected in time")
+        }))
+
     }
   )
 }

@@ -95,6 +95,8 @@ declare module "node-zookeeper-client" {
     getSessionId(): Buffer
     getSessionPassword(): Buffer
     getSessionTimeout(): number
+    /** Internal: the connection manager; its socket is reset to make the client reconnect. */
+    readonly connectionManager?: { readonly socket?: { destroy(): void } | null }
     create(path: string, data: Buffer | null, mode: number, callback: Callback<[path: string]>): void
     mkdirp(path: string, callback: Callback<[path: string]>): void
     remove(path: string, version: number, callback: Callback<[]>): void
