@@ -1,14 +1,16 @@
 /**
  * Leader failover of the fenced election across real processes (docs/ARCHITECTURE.md, "Real-process tests"), on ZooKeeper
- * and on etcd. Three coordinator processes (`fixtures/coordinator.ts`) campaign in one namespace; the leader performs
- * a fenced write every 200 ms. Scenarios, in order, per backend:
- *   1. `kill -9` of the leader: another process leads with a higher epoch within sessionTimeout + 2 s;
- *   2. SIGTERM of the leader (it closes its scope, so its session closes): a new leader within 1.5 s;
+ * and on etcd. Three coordinator processes (`fixtures/coordinator.ts`) campaign in one namespace; every 200 ms the
+ * leader acts outside coordination when its leadership's guard allows it, and makes a fenced write. Scenarios, in
+ * order, per backend:
+ *   1. `kill -9` of the leader: another process leads with a higher epoch;
+ *   2. SIGTERM of the leader (it closes its scope, so its session closes): another process leads;
  *   3. SIGSTOP of the leader for longer than the session timeout, then SIGCONT: another process led with a higher
- *      epoch meanwhile, and the resumed one has its next fenced write rejected with FencedEpoch (or reports `lost` first), then campaigns again.
- * Throughout: leader epochs strictly increase in time, no two processes report successful writes with the same
- * epoch, and a resumed stale leader never reports a successful write it started after SIGCONT (a write in flight
- * at SIGSTOP may be applied before the fence and only reported after SIGCONT). Measured failover times are printed.
+ *      epoch meanwhile; the resumed one never acts again with its old epoch (its guard refuses: the deadline
+ *      passed), every fenced write it makes is refused with FencedEpoch, and it campaigns again.
+ * Throughout: leader epochs strictly increase in time and no two processes report successful writes with the same
+ * epoch. The test waits on events with generous bounds and asserts outcomes, not durations: the failover times it
+ * prints are for reading (they are measured by `bench:failover`).
  */
 import { createRequire } from "node:module"
 import { dirname, join } from "node:path"
@@ -18,8 +20,8 @@ import { inject } from "vitest"
 import { killAll, type ProcessEvent, ProcessGroup, sleep } from "./fixtures/processGroup.js"
 
 const SESSION_TIMEOUT_MS = 4_000
-const KILL_BOUND_MS = SESSION_TIMEOUT_MS + 2_000
-const CLOSE_BOUND_MS = 1_500
+/** A generous bound on waiting for any one event (a failover takes about a session timeout). */
+const EVENT_BOUND_MS = 30_000
 
 const here = dirname(fileURLToPath(import.meta.url))
 const fixture = join(here, "fixtures", "coordinator.ts")
@@ -27,7 +29,7 @@ const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx/esm"
 
 /** One line a coordinator process printed. */
 interface CoordinatorEvent extends ProcessEvent {
-  readonly event: "campaign" | "leader" | "write" | "lost" | "error" | "closed" | "exited"
+  readonly event: "campaign" | "leader" | "act" | "write" | "lost" | "error" | "closed" | "exited"
   readonly ok?: boolean
   /** For writes: tried after the leadership was reported lost. */
   readonly probe?: boolean
@@ -62,17 +64,17 @@ class Cluster extends ProcessGroup<CoordinatorEvent> {
     ])
   }
 
-  /** The single current leader (after a short settling wait, so that a second one would show). */
-  async soleLeader(): Promise<{ readonly serverId: number; readonly epoch: number }> {
-    await sleep(500)
-    const leaders = [...this.leaders().entries()]
-    assert.strictEqual(
-      leaders.length,
-      1,
-      `${this.backend}: expected exactly one leader, got ${JSON.stringify(leaders)}`
+  /** The leader of the highest epoch so far, once it has made a write (so it leads, not only won). */
+  async currentLeader(from: number): Promise<{ readonly serverId: number; readonly epoch: number }> {
+    const leaders = this.events.filter((e) => e.event === "leader")
+    const latest = leaders.reduce((a, b) => ((b.epoch ?? 0) > (a.epoch ?? 0) ? b : a))
+    await this.waitFor(
+      `a write of the leader of epoch ${latest.epoch}`,
+      (e) => e.event === "write" && e.ok === true && e.epoch === latest.epoch,
+      EVENT_BOUND_MS,
+      from
     )
-    const [serverId, epoch] = leaders[0] ?? [0, 0]
-    return { serverId, epoch }
+    return { serverId: latest.serverId, epoch: latest.epoch ?? 0 }
   }
 
   /** Global invariants over the whole run. */
@@ -116,8 +118,7 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
         for (const id of [1, 2, 3]) {
           await cluster.waitFor(`process ${id} campaigning`, (e) => e.event === "campaign" && e.serverId === id, 30_000)
         }
-        const first = await cluster.soleLeader()
-        await cluster.waitFor("a write", (e) => e.event === "write" && e.ok === true, 5_000)
+        const first = await cluster.currentLeader(0)
 
         // 1. kill -9 of the leader.
         let mark = cluster.events.length
@@ -126,14 +127,13 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
         const afterKill = await cluster.waitFor(
           "a leader after kill -9",
           (e) => e.event === "leader" && e.serverId !== first.serverId && (e.epoch ?? 0) > first.epoch,
-          KILL_BOUND_MS + 10_000,
+          EVENT_BOUND_MS,
           mark
         )
         timings.kill9 = afterKill.at - t0
-        assert.isAtMost(timings.kill9, KILL_BOUND_MS, `${backend}: kill -9 failover took ${timings.kill9} ms`)
         cluster.start(4)
         await cluster.waitFor("process 4 campaigning", (e) => e.event === "campaign" && e.serverId === 4, 30_000)
-        const second = await cluster.soleLeader()
+        const second = await cluster.currentLeader(mark)
 
         // 2. Clean close (SIGTERM) of the leader.
         mark = cluster.events.length
@@ -142,18 +142,17 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
         const afterClose = await cluster.waitFor(
           "a leader after SIGTERM",
           (e) => e.event === "leader" && e.serverId !== second.serverId && (e.epoch ?? 0) > second.epoch,
-          CLOSE_BOUND_MS + 10_000,
+          EVENT_BOUND_MS,
           mark
         )
         timings.sigterm = afterClose.at - t0
-        assert.isAtMost(timings.sigterm, CLOSE_BOUND_MS, `${backend}: clean-close failover took ${timings.sigterm} ms`)
         cluster.start(5)
         await cluster.waitFor("process 5 campaigning", (e) => e.event === "campaign" && e.serverId === 5, 30_000)
-        const third = await cluster.soleLeader()
+        const third = await cluster.currentLeader(mark)
         await cluster.waitFor(
-          "a write of the third leader",
-          (e) => e.event === "write" && e.ok === true && e.serverId === third.serverId,
-          5_000,
+          "the third leader acting",
+          (e) => e.event === "act" && e.ok === true && e.serverId === third.serverId,
+          EVENT_BOUND_MS,
           mark
         )
 
@@ -164,84 +163,53 @@ const failoverSuite = (backend: "zookeeper" | "etcd", address: () => string) =>
         const afterStop = await cluster.waitFor(
           "a leader while the old one is stopped",
           (e) => e.event === "leader" && e.serverId !== third.serverId && (e.epoch ?? 0) > third.epoch,
-          KILL_BOUND_MS + 10_000,
+          EVENT_BOUND_MS,
           mark
         )
         timings.sigstop = afterStop.at - t0
         const stoppedFor = Math.max(SESSION_TIMEOUT_MS + 1_000, Date.now() - t0 + 500)
+        // Holds the pause (the fault itself) past the session timeout.
         await sleep(stoppedFor - (Date.now() - t0))
         const contAt = Date.now()
         cluster.signal(third.serverId, "SIGCONT")
-        const fencedOrLost = await cluster.waitFor(
-          "the resumed leader rejected or lost",
-          (e) =>
-            e.serverId === third.serverId &&
-            ((e.event === "write" && e.ok === false && e.epoch === third.epoch) || e.event === "lost"),
-          15_000,
-          mark
-        )
-        // A write the resumed leader attempts is rejected as stale (FencedEpoch), never as a mere coordination failure.
-        if (fencedOrLost.event === "write") assert.strictEqual(fencedOrLost.reason, "FencedEpoch", fencedOrLost.detail)
-        const index = cluster.events.indexOf(fencedOrLost)
         const lost = await cluster.waitFor(
           "the resumed leader reporting lost",
           (e) => e.serverId === third.serverId && e.event === "lost",
-          15_000,
-          index
+          EVENT_BOUND_MS,
+          mark
         )
         await cluster.waitFor(
           "the resumed leader campaigning again",
           (e) => e.serverId === third.serverId && e.event === "campaign",
-          15_000,
+          EVENT_BOUND_MS,
           cluster.events.indexOf(lost)
         )
         timings.resumedToLost = lost.at - contAt
-        const fencedWrite = await cluster.waitFor(
-          "the resumed leader's write rejected with FencedEpoch",
-          (e) => e.serverId === third.serverId && e.event === "write" && e.ok === false && e.epoch === third.epoch,
-          15_000,
-          mark
-        )
-        // Refused as stale. A write the process tries after it already reported the leadership lost (the probe) may
-        // also be refused by its expired session before the newer epoch could be read: refused either way.
-        const refusedAsStale = (e: CoordinatorEvent) =>
-          e.reason === "FencedEpoch" || (e.probe === true && /expired/.test(e.detail ?? ""))
-        assert.isTrue(refusedAsStale(fencedWrite), `${fencedWrite.reason}: ${fencedWrite.detail}`)
-        const rejectedOtherwise = cluster.events.filter(
-          (e) =>
-            e.serverId === third.serverId &&
-            e.event === "write" &&
-            e.ok === false &&
-            e.at >= contAt &&
-            !refusedAsStale(e)
-        )
-        assert.deepStrictEqual(rejectedOtherwise, [], "the resumed leader's writes are rejected with FencedEpoch")
-        const staleWrites = cluster.events.filter(
-          (e) =>
-            e.serverId === third.serverId &&
-            e.event === "write" &&
-            e.ok === true &&
-            e.epoch === third.epoch &&
-            e.at >= contAt
-        )
-        assert.strictEqual(
-          staleWrites.length,
-          0,
-          `${backend}: resumed stale leader wrote ${JSON.stringify(staleWrites)}`
-        )
+        const resumed = cluster.events.filter((e) => e.serverId === third.serverId && e.at >= contAt)
+        // It never acted again with its old epoch: its overdue timer ran first, and the guard refused it.
+        const acted = resumed.filter((e) => e.event === "act" && e.ok === true && e.epoch === third.epoch)
+        assert.deepStrictEqual(acted, [], `${backend}: the resumed leader acted with its old epoch`)
+        const refusals = resumed.filter((e) => e.event === "act" && e.ok === false)
+        for (const r of refusals) assert.oneOf(r.reason, ["LeadershipLapsed", "FencedEpoch"], JSON.stringify(r))
+        // Every fenced write it made after SIGCONT, and the one it tries after reporting the loss, was refused as
+        // stale: FencedEpoch, never a mere coordination failure.
+        const writes = resumed.filter((e) => e.event === "write" && e.epoch === third.epoch)
+        assert.isAbove(writes.length, 0, "the resumed leader tried its write")
+        for (const w of writes) {
+          assert.isFalse(w.ok, `${backend}: the resumed stale leader wrote: ${JSON.stringify(w)}`)
+          assert.strictEqual(w.reason, "FencedEpoch", w.detail)
+        }
         // The new leader keeps writing with its higher epoch.
         await cluster.waitFor(
           "a write of the new leader",
           (e) => e.event === "write" && e.ok === true && e.epoch === afterStop.epoch,
-          5_000,
+          EVENT_BOUND_MS,
           mark
         )
-        await sleep(500)
         cluster.checkInvariants()
         console.log(
           `[failover ${backend}] kill -9: ${timings.kill9} ms, SIGTERM: ${timings.sigterm} ms, ` +
-            `SIGSTOP (new leader while stopped): ${timings.sigstop} ms, resumed -> lost: ${timings.resumedToLost} ms ` +
-            `(${fencedOrLost.event}${fencedOrLost.reason === undefined ? "" : ` ${fencedOrLost.reason}`}); ` +
+            `SIGSTOP (new leader while stopped): ${timings.sigstop} ms, resumed -> lost: ${timings.resumedToLost} ms; ` +
             `leader epochs: ${cluster.events
               .filter((e) => e.event === "leader")
               .map((e) => `${e.serverId}@${e.epoch}`)
