@@ -339,6 +339,47 @@ describe("CoordinationElection on memory coordination", () => {
     )
   )
 
+  it.effect("a fenced write whose outcome stays unknown fails after the request timeout, not a session's", () =>
+    memory(
+      Effect.scoped(
+        Effect.gen(function* () {
+          const coordination = yield* Coordination
+          let hang = false
+          // Sessions whose multi never answers once `hang` is set (the request went out; no reply comes back).
+          const silent = Coordination.of({
+            ...coordination,
+            session: (options) =>
+              Effect.map(
+                coordination.session(options),
+                (s): Session => ({
+                  ...s,
+                  multi: (ops) => Effect.suspend(() => (hang ? Effect.never : s.multi(ops)))
+                })
+              )
+          })
+          const election = yield* CoordinationElection.make({
+            namespace: "unknown",
+            sessionTimeout: "10 seconds",
+            requestTimeout: "1 second"
+          }).pipe(Effect.provideService(Coordination, silent))
+          const ca = yield* campaign(election, 1)
+          const leadership = yield* Fiber.join(ca.fiber)
+          hang = true
+          const write = yield* Effect.forkChild(
+            Effect.flip(leadership.fenced([op.create("/unknown-write", bytes("x"))]))
+          )
+          yield* TestClock.adjust("999 millis")
+          assert.isUndefined(write.pollUnsafe(), "still waiting within the request timeout")
+          yield* TestClock.adjust("1 millis")
+          const error = yield* Fiber.join(write)
+          assert.strictEqual(error.reason._tag, "ElectionCoordinationFailed", error.message)
+          assert.include(error.message, "request timeout")
+          yield* Scope.close(ca.scope, Exit.void)
+        })
+      )
+    )
+  )
+
   it.effect("changes goes on after the observer session expires", () =>
     memory(
       Effect.scoped(
@@ -460,6 +501,21 @@ describe("CoordinationElection on memory coordination", () => {
       Effect.gen(function* () {
         const error = yield* build({ namespace: "//" })
         if (error.reason._tag === "InvalidElectionOptions") assert.strictEqual(error.reason.option, "namespace")
+      })
+    )
+
+    it.effect("the leadership margin must be shorter than the session timeout; the request timeout above zero", () =>
+      Effect.gen(function* () {
+        const margin = yield* build({ namespace: "m", sessionTimeout: "2 seconds", leadershipMargin: "2 seconds" })
+        assert.strictEqual(margin.reason._tag, "InvalidElectionOptions")
+        if (margin.reason._tag === "InvalidElectionOptions") {
+          assert.strictEqual(margin.reason.option, "leadershipMargin")
+          assert.include(margin.message, "shorter than the session timeout")
+        }
+        const request = yield* build({ namespace: "m", requestTimeout: "0 millis" })
+        assert.strictEqual(request.reason._tag, "InvalidElectionOptions")
+        if (request.reason._tag === "InvalidElectionOptions")
+          assert.strictEqual(request.reason.option, "requestTimeout")
       })
     )
   })
