@@ -157,6 +157,18 @@ const start = (
 
 const close = (node: Node) => Scope.close(node.scope, Exit.void)
 
+/** A coordinator (server 7, no backoff) on a fake election whose `campaign` is given, in a scope of its own. */
+const onFakeElection = (campaign: ElectionShape["campaign"], services: ReadonlyArray<Coordinator.LeaderService> = []) =>
+  Effect.gen(function* () {
+    const election: ElectionShape = { leader: Effect.succeed(Option.none()), changes: Stream.empty, campaign }
+    const scope = yield* Scope.make()
+    const coordinator = yield* Coordinator.make({ serverId: 7, address: "x", rejoinBackoff: 0, services }).pipe(
+      Effect.provideService(Election, election),
+      Scope.provide(scope)
+    )
+    return { coordinator, scope } as const
+  })
+
 /** A leadership of a fake election: always proven, never lapsing, `lost` as given. */
 const fakeLeadership = (
   candidate: { readonly serverId: number; readonly address: string },
@@ -500,37 +512,27 @@ describe("Coordinator", () => {
       // campaign 3 wins epoch 2 and keeps it.
       const events: Array<string> = []
       let campaigns = 0
-      const election: ElectionShape = {
-        leader: Effect.succeed(Option.none()),
-        changes: Stream.empty,
-        campaign: (candidate) =>
-          Effect.gen(function* () {
-            const n = ++campaigns
-            events.push(`campaign ${n}`)
-            yield* Effect.addFinalizer(() =>
-              Effect.sync(() => {
-                events.push(`campaign ${n} closed`)
+      const election: ElectionShape["campaign"] = (candidate) =>
+        Effect.gen(function* () {
+          const n = ++campaigns
+          events.push(`campaign ${n}`)
+          yield* Effect.addFinalizer(() =>
+            Effect.sync(() => {
+              events.push(`campaign ${n} closed`)
+            })
+          )
+          if (n === 1) {
+            return yield* Effect.fail(
+              new ElectionError({
+                reason: new ElectionCoordinationFailed({
+                  cause: coordinationError(new ConnectionLoss({ detail: "test" }))
+                })
               })
             )
-            if (n === 1) {
-              return yield* Effect.fail(
-                new ElectionError({
-                  reason: new ElectionCoordinationFailed({
-                    cause: coordinationError(new ConnectionLoss({ detail: "test" }))
-                  })
-                })
-              )
-            }
-            return fakeLeadership(candidate, n - 1, n === 2 ? Effect.succeed({ _tag: "SessionLost" }) : Effect.never)
-          })
-      }
-      const scope = yield* Scope.make()
-      const coordinator = yield* Coordinator.make({
-        serverId: 7,
-        address: "x",
-        rejoinBackoff: 0,
-        services: [recorded(events, 7, "a")]
-      }).pipe(Effect.provideService(Election, election), Scope.provide(scope))
+          }
+          return fakeLeadership(candidate, n - 1, n === 2 ? Effect.succeed({ _tag: "SessionLost" }) : Effect.never)
+        })
+      const { coordinator, scope } = yield* onFakeElection(election, [recorded(events, 7, "a")])
       const leadership = yield* coordinator.awaitLeader
       assert.strictEqual(leadership.epoch, 2)
       yield* settle
@@ -555,15 +557,11 @@ describe("Coordinator", () => {
       const gate = yield* Deferred.make<void>()
       const firstLost = yield* Deferred.make<LeadershipEnd>()
       let campaigns = 0
-      const election: ElectionShape = {
-        leader: Effect.succeed(Option.none()),
-        changes: Stream.empty,
-        campaign: (candidate) =>
-          Effect.sync(() => {
-            const epoch = ++campaigns
-            return fakeLeadership(candidate, epoch, epoch === 1 ? Deferred.await(firstLost) : Effect.never)
-          })
-      }
+      const election: ElectionShape["campaign"] = (candidate) =>
+        Effect.sync(() => {
+          const epoch = ++campaigns
+          return fakeLeadership(candidate, epoch, epoch === 1 ? Deferred.await(firstLost) : Effect.never)
+        })
       const slow = Coordinator.service("slow", (leadership) =>
         Effect.acquireRelease(
           Deferred.await(gate).pipe(
@@ -579,13 +577,7 @@ describe("Coordinator", () => {
             })
         )
       )
-      const scope = yield* Scope.make()
-      const coordinator = yield* Coordinator.make({
-        serverId: 7,
-        address: "x",
-        rejoinBackoff: 0,
-        services: [slow]
-      }).pipe(Effect.provideService(Election, election), Scope.provide(scope))
+      const { coordinator, scope } = yield* onFakeElection(election, [slow])
       yield* coordinator.awaitState((s) => s._tag === "Leader" && s.phase === "Initialising")
       yield* settle // the service is now waiting on the gate
       // In one step: the session is lost, then the service finishes starting. The shell sees
@@ -630,25 +622,15 @@ describe("Coordinator", () => {
       const epochs = [1, 1, 2]
       let campaigns = 0
       const ends: Array<Deferred.Deferred<LeadershipEnd>> = []
-      const broken: ElectionShape = {
-        leader: Effect.succeed(Option.none()),
-        changes: Stream.empty,
-        campaign: (candidate) =>
-          Effect.gen(function* () {
-            const n = campaigns++
-            yield* Effect.addFinalizer(() => Effect.sync(() => events.push(`campaign ${n} closed`)))
-            const lost = yield* Deferred.make<LeadershipEnd>()
-            ends.push(lost)
-            return fakeLeadership(candidate, epochs[n] ?? 99, Deferred.await(lost))
-          })
-      }
-      const scope = yield* Scope.make()
-      const coordinator = yield* Coordinator.make({
-        serverId: 7,
-        address: "x",
-        rejoinBackoff: 0,
-        services: [recorded(events, 7, "a")]
-      }).pipe(Effect.provideService(Election, broken), Scope.provide(scope))
+      const broken: ElectionShape["campaign"] = (candidate) =>
+        Effect.gen(function* () {
+          const n = campaigns++
+          yield* Effect.addFinalizer(() => Effect.sync(() => events.push(`campaign ${n} closed`)))
+          const lost = yield* Deferred.make<LeadershipEnd>()
+          ends.push(lost)
+          return fakeLeadership(candidate, epochs[n] ?? 99, Deferred.await(lost))
+        })
+      const { coordinator, scope } = yield* onFakeElection(broken, [recorded(events, 7, "a")])
       yield* coordinator.awaitLeader
       yield* Deferred.succeed(ends[0]!, { _tag: "SessionLost" })
       const again = yield* coordinator.awaitState((s) => s._tag === "Leader" && s.phase === "Ready" && s.epoch === 2)
@@ -671,22 +653,12 @@ describe("Coordinator", () => {
       // An election whose leadership reports being fenced by a lower epoch than its own: the machine refuses it.
       const events: Array<string> = []
       const lost = yield* Deferred.make<LeadershipEnd>()
-      const broken: ElectionShape = {
-        leader: Effect.succeed(Option.none()),
-        changes: Stream.empty,
-        campaign: (candidate) =>
-          Effect.gen(function* () {
-            yield* Effect.addFinalizer(() => Effect.sync(() => events.push("campaign closed")))
-            return fakeLeadership(candidate, 3, Deferred.await(lost))
-          })
-      }
-      const scope = yield* Scope.make()
-      const coordinator = yield* Coordinator.make({
-        serverId: 7,
-        address: "x",
-        rejoinBackoff: 0,
-        services: [recorded(events, 7, "a")]
-      }).pipe(Effect.provideService(Election, broken), Scope.provide(scope))
+      const broken: ElectionShape["campaign"] = (candidate) =>
+        Effect.gen(function* () {
+          yield* Effect.addFinalizer(() => Effect.sync(() => events.push("campaign closed")))
+          return fakeLeadership(candidate, 3, Deferred.await(lost))
+        })
+      const { coordinator, scope } = yield* onFakeElection(broken, [recorded(events, 7, "a")])
       yield* coordinator.awaitLeader
       const waiting = yield* Effect.forkChild(coordinator.awaitState((s) => s._tag === "Electing"))
       yield* Deferred.succeed(lost, { _tag: "Fenced", epoch: 2 })
