@@ -643,6 +643,38 @@ export const make = (
           sessions.delete(id)
         }
         lease.on("lost", () => end("expired"))
+        /** Moves between connected and suspended (a final state stays). */
+        const setLive = (next: "connected" | "suspended") => {
+          if (isFinal(state) || state === next) return
+          state = next
+          PubSub.publishUnsafe(states, next)
+        }
+        /** One keep-alive within `ms`: the lease's remaining TTL, 0 when gone, `undefined` without an answer. */
+        const keepalive = (ms: number) =>
+          Effect.tryPromise({
+            try: () => lease.keepaliveOnce(),
+            catch: (e) => (e instanceof Error ? e.message : String(e))
+          }).pipe(
+            Effect.map((res) => Number(res.TTL)),
+            Effect.catch((detail) => (/lease not found/i.test(detail) ? Effect.succeed(0) : Effect.succeed(undefined))),
+            Effect.timeoutOption(Duration.millis(ms)),
+            Effect.map(Option.getOrUndefined)
+          )
+        // The connection watch: a keep-alive every sixth of the lease; one unanswered for a third of it suspends the
+        // session (operations then fail at once with a lost connection), the next answered one restores it, and an
+        // answer that the lease is gone expires it. A silent connection is so noticed within half the lease.
+        yield* Effect.forkScoped(
+          Effect.gen(function* () {
+            while (!isFinal(state)) {
+              yield* Effect.sleep(Duration.millis(Math.max(1, Math.floor(timeoutMs / 6))))
+              if (isFinal(state)) return
+              const ttl = yield* keepalive(Math.max(1, Math.floor(timeoutMs / 3)))
+              if (ttl === undefined) setLive("suspended")
+              else if (ttl > 0) setLive("connected")
+              else end("expired")
+            }
+          })
+        )
         sessions.set(id, { lease: id, end, state: () => state })
         yield* Effect.addFinalizer(() =>
           Effect.gen(function* () {
@@ -660,7 +692,9 @@ export const make = (
               ? Effect.fail(coordinationError(new SessionExpired({ session: id })))
               : state === "closed"
                 ? Effect.fail(coordinationError(new SessionClosed({ session: id })))
-                : self
+                : state === "suspended"
+                  ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${id} is disconnected` })))
+                  : self
           )
 
         const watchOn = (
@@ -696,7 +730,7 @@ export const make = (
               watchers.push(watcher)
               if (done) watcher.cancel().catch(() => undefined)
               const handle = (type: "put" | "delete") => (kv: IKeyValue) => {
-                if (state !== "connected") return
+                if (isFinal(state)) return
                 const event = spec.map(type, kv)
                 if (event !== undefined) finish(Exit.succeed(event))
               }
