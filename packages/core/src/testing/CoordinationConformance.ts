@@ -1082,7 +1082,6 @@ export const suspensionSuite = (
           assert.strictEqual(n.stat.ephemeralOwner, s.id)
           yield* quiet(watch, "the ephemeral node of a session that reconnected in time")
         }))
-
     }
   )
 }

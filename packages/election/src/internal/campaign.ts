@@ -36,7 +36,7 @@ export interface Unsafe {
   readonly skipFenceCheck?: boolean
   /** Become leader without bumping the epoch (reuse the current one). */
   readonly skipEpochBump?: boolean
-  /** Let the leadership act past its deadline (`guard` and `isLeader` check only whether it was lost). */
+  /** No deadline: `guard` and `isLeader` check only whether the leadership was lost, and `proven` never lapses. */
   readonly skipDeadline?: boolean
 }
 

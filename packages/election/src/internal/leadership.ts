@@ -144,7 +144,8 @@ export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> 
     const lifeMs = Math.max(0, Duration.toMillis(session.timeout) - deps.marginMs)
     const provenAt = yield* SubscriptionRef.make(won.registeredAt)
     const proven = yield* SubscriptionRef.make(true)
-    yield* watchDeadline(deps, lost, provenAt, proven, lifeMs)
+    // The broken variant without a deadline never lapses: neither its guard nor its `proven` stream.
+    if (unsafe.skipDeadline !== true) yield* watchDeadline(deps, lost, provenAt, proven, lifeMs)
 
     const deadline = Effect.map(SubscriptionRef.get(provenAt), (at) => at + lifeMs)
     const lapsed = (now: number, d: number) => unsafe.skipDeadline !== true && now >= d

@@ -28,8 +28,8 @@ import {
   type CoordinationError,
   CoordinationFaults,
   type CoordinationFaultsShape,
+  Election as CoreElection,
   type CoordinationShape,
-  type ElectionShape,
   type LeadershipEnd,
   type Op,
   op,
@@ -38,6 +38,7 @@ import {
 } from "@strata/core"
 import { Cause, Duration, Effect, Exit, Fiber, Latch, References, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
+import * as Coordinator from "../../src/Coordinator.js"
 import * as Election from "../../src/internal/election.js"
 import * as Checkers from "./Checkers.js"
 import * as Prng from "./Prng.js"
@@ -442,63 +443,79 @@ const simulate = (
       }
     }
 
-    /** Leads once: campaign, then send and write every `writeEveryMs` until the leadership is lost. */
-    const lead = (proc: Proc, inc: Incarnation, election: ElectionShape) =>
-      Effect.gen(function* () {
-        const leadership = yield* election.campaign({ serverId: proc.id, address: `p${proc.id}` })
-        const term = inc.term ?? -1
-        const session = inc.session ?? "?"
-        const epoch = leadership.epoch
-        proc.leading = { epoch, term }
-        log(`p${proc.id}.${inc.number} leads epoch ${epoch} (term ${term})`)
-        yield* Effect.addFinalizer(() =>
-          Effect.sync(() => {
-            proc.leading = undefined
-          })
-        )
-        const state: { lost: LeadershipEnd | undefined } = { lost: undefined }
-        yield* Effect.forkScoped(
-          Effect.tap(leadership.lost, (end) =>
+    /**
+     * The leader-only service each process's coordinator runs while it leads: every `writeEveryMs`, a request to
+     * the receiver (when the leadership's guard allows it) and a fenced write, until the leadership is lost or the
+     * coordinator releases the service.
+     */
+    const leaderService = (proc: Proc, inc: Incarnation) =>
+      Coordinator.service("receiver-client", (leadership) =>
+        Effect.gen(function* () {
+          const term = inc.term ?? -1
+          const session = inc.session ?? "?"
+          const epoch = leadership.epoch
+          proc.leading = { epoch, term }
+          log(`p${proc.id}.${inc.number} leads epoch ${epoch} (term ${term})`)
+          yield* Effect.addFinalizer(() =>
             Effect.sync(() => {
-              state.lost = end
-              log(`p${proc.id}.${inc.number} learns it lost epoch ${epoch}: ${end._tag}`)
+              if (proc.leading?.epoch === epoch) proc.leading = undefined
             })
           )
-        )
-        let n = 0
-        while (true) {
-          yield* Effect.sleep(Duration.millis(writeEveryMs))
-          // A process paused here resumes with its timers overdue, before any I/O tells it what happened meanwhile:
-          // only the leadership's deadline stops it from acting as the leader it may no longer be.
-          yield* proc.gate.await
-          n++
-          const allowed = yield* Effect.exit(leadership.guard)
-          if (Exit.isSuccess(allowed)) {
-            yield* send({ session, term, epoch, process: proc.id, n, sentAt: clock.currentTimeMillisUnsafe() })
-          } else {
-            const error = Cause.findErrorOption(allowed.cause)
-            log(`p${proc.id} holds back request e${epoch} #${n}: ${error._tag === "Some" ? error.value.message : "?"}`)
-          }
-          const at = clock.currentTimeMillisUnsafe()
-          const data = encoder.encode(JSON.stringify({ epoch, term, process: proc.id, n, at }))
-          const written = yield* Effect.exit(
-            leadership.fenced([op.create(`${logPath}/w_`, data, "persistent-sequential")])
-          )
-          if (Exit.isSuccess(written)) {
-            fencedApplied++
-            log(`p${proc.id} fenced write e${epoch} #${n} applied`)
-          } else {
-            fencedRejected++
-            const error = Cause.findErrorOption(written.cause)
-            log(
-              `p${proc.id} fenced write e${epoch} #${n} failed: ${error._tag === "Some" ? error.value.message : Cause.pretty(written.cause)}`
+          const state: { lost: LeadershipEnd | undefined } = { lost: undefined }
+          yield* Effect.forkScoped(
+            Effect.tap(leadership.lost, (end) =>
+              Effect.sync(() => {
+                state.lost = end
+                log(`p${proc.id}.${inc.number} learns it lost epoch ${epoch}: ${end._tag}`)
+              })
             )
-          }
-          if (state.lost !== undefined) return
-        }
-      })
+          )
+          let n = 0
+          const act = Effect.gen(function* () {
+            // A process paused here resumes with its timers overdue, before any I/O tells it what happened
+            // meanwhile: only the leadership's deadline stops it from acting as the leader it may no longer be.
+            yield* proc.gate.await
+            n++
+            const allowed = yield* Effect.exit(leadership.guard)
+            if (Exit.isSuccess(allowed)) {
+              yield* send({ session, term, epoch, process: proc.id, n, sentAt: clock.currentTimeMillisUnsafe() })
+            } else {
+              const error = Cause.findErrorOption(allowed.cause)
+              log(
+                `p${proc.id} holds back request e${epoch} #${n}: ${error._tag === "Some" ? error.value.message : "?"}`
+              )
+            }
+            const at = clock.currentTimeMillisUnsafe()
+            const data = encoder.encode(JSON.stringify({ epoch, term, process: proc.id, n, at }))
+            const written = yield* Effect.exit(
+              leadership.fenced([op.create(`${logPath}/w_`, data, "persistent-sequential")])
+            )
+            if (Exit.isSuccess(written)) {
+              fencedApplied++
+              log(`p${proc.id} fenced write e${epoch} #${n} applied`)
+            } else {
+              fencedRejected++
+              const error = Cause.findErrorOption(written.cause)
+              log(
+                `p${proc.id} fenced write e${epoch} #${n} failed: ${error._tag === "Some" ? error.value.message : Cause.pretty(written.cause)}`
+              )
+            }
+          })
+          yield* Effect.forkScoped(
+            Effect.gen(function* () {
+              while (state.lost === undefined) {
+                yield* Effect.sleep(Duration.millis(writeEveryMs))
+                yield* act
+              }
+            })
+          )
+        })
+      )
 
-    /** One incarnation of a process: its own election, campaigning again after every loss. */
+    /**
+     * One incarnation of a process: its own election and a `Coordinator` (the real lifecycle machine and shell)
+     * running the leader service. A shell that dies ends the incarnation with its defect, which the run reports.
+     */
     const runProcess = (proc: Proc): Effect.Effect<never> =>
       Effect.scoped(
         Effect.gen(function* () {
@@ -517,13 +534,14 @@ const simulate = (
             { namespace, sessionTimeout: Duration.millis(sessionTimeoutMs) },
             variant.unsafe ?? {}
           ).pipe(Effect.provideService(Coordination, coordinationOf(proc, inc, host)), Effect.orDie)
-          while (true) {
-            yield* proc.gate.await
-            yield* Effect.scoped(lead(proc, inc, election)).pipe(
-              Effect.catch((e) => Effect.sync(() => log(`p${proc.id}.${inc.number} campaign ended: ${e.message}`)))
-            )
-            yield* Effect.sleep(Duration.millis(rng.int(20, 200)))
-          }
+          const coordinator = yield* Coordinator.make({
+            serverId: proc.id,
+            address: `p${proc.id}`,
+            rejoinBackoff: Duration.millis(rng.int(20, 200)),
+            services: [leaderService(proc, inc)]
+          }).pipe(Effect.provideService(CoreElection, election), Effect.orDie)
+          yield* coordinator.join
+          return yield* Effect.never
         })
       )
 
