@@ -2,12 +2,13 @@
  * Deterministic simulation of the fenced election (docs/ARCHITECTURE.md, "Election simulation"; the
  * simulator is `sim/Simulator.ts`, the checkers `sim/Checkers.ts`).
  *
- * Every run checks 1000 seeds (seeds 1..1000) of 3–5 coordinator processes with
+ * Every run checks 1000 seeds (seeds 1..1000) of 3–5 coordinator processes (each a real `Coordinator`) with
  * crashes, stops, session expiry, pauses longer than the session, short pauses
  * and delayed messages (also between the operations of a campaign or a write):
  * at most one leader per epoch, no request or fenced write accepted with a
- * stale epoch, and no request sent after the sender's session expired on the
- * server (its deadline must stop it first). Planted bugs must be caught over the same seeds, proving the
+ * stale epoch, no request sent after the sender's session expired on the
+ * server (its deadline must stop it first), and a live leader once the faults
+ * are over. Planted bugs must be caught over the same seeds, proving the
  * checkers can fail. Each seed also draws how the backend treats a write from an
  * already-expired session (`Simulator.Backend`): rejected (ZooKeeper-like), or
  * applied unless a compare in the transaction stops it (etcd-like).
@@ -79,6 +80,7 @@ describe("deterministic simulation of the fenced election", () => {
         const variant = replayVariant
         const failures: Array<Simulator.Result> = []
         const totals = { wins: 0, accepted: 0, rejected: 0, fencedApplied: 0, fencedRejected: 0 }
+        const leaderless: Array<number> = []
         const faults = Simulator.noFaults()
         for (const seed of seeds) {
           const result = yield* Simulator.run(seed, variant)
@@ -86,6 +88,7 @@ describe("deterministic simulation of the fenced election", () => {
             console.log(`${result.trace.join("\n")}\nstats: ${JSON.stringify(result.stats)}`)
           }
           if (result.violations.length > 0) failures.push(result)
+          if (result.stats.leaderless) leaderless.push(seed)
           totals.wins += result.stats.wins
           totals.accepted += result.stats.accepted
           totals.rejected += result.stats.rejected
@@ -95,7 +98,7 @@ describe("deterministic simulation of the fenced election", () => {
             faults[kind] += result.stats.faults[kind]
         }
         console.log(
-          `${variant.name}: ${seeds.length} seeds, ${failures.length} failed; ${JSON.stringify(totals)}; faults ${JSON.stringify(faults)}`
+          `${variant.name}: ${seeds.length} seeds, ${failures.length} failed, leaderless at the end: ${leaderless.length} (${leaderless.slice(0, 10).join(", ")}); ${JSON.stringify(totals)}; faults ${JSON.stringify(faults)}`
         )
         const first = failures[0]
         if (first !== undefined) {

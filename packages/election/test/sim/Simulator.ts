@@ -1,9 +1,11 @@
 /**
  * Deterministic simulation of the fenced election (docs/ARCHITECTURE.md, "Election
  * simulation"). One seed drives one run: 3–5 coordinator processes share one
- * memory coordination service, each campaigning with its own election, and the
- * leader sends epoch-tagged requests to a receiver (a tablet server) over a
- * network with random delays and writes through `Leadership.fenced`.
+ * memory coordination service, each running a `Coordinator` (the real lifecycle
+ * machine and shell) on its own election; the leader's service sends
+ * epoch-tagged requests to a receiver (a tablet server) over a network with
+ * random delays and writes through `Leadership.fenced`. After the faults stop
+ * and the system settles, a live process must lead (liveness).
  *
  * Time is only the `TestClock` (a fresh one per run), randomness only the
  * seeded `Prng`, so the same seed gives the same history. Faults drawn from the
@@ -112,7 +114,7 @@ export interface Stats {
   readonly rejected: number
   readonly fencedApplied: number
   readonly fencedRejected: number
-  /** No live process led at the end although every fault was over (a liveness hint, not a safety violation). */
+  /** No live process led at the end although every fault was over (also reported as a violation). */
   readonly leaderless: boolean
 }
 
@@ -435,7 +437,8 @@ const simulate = (
             yield* Effect.addFinalizer(() =>
               Effect.suspend(() => {
                 inc.sessions.delete(s)
-                return inc.crashed ? Effect.void : Scope.close(child, Exit.void)
+                // A crashed process's sessions are cut and left to the server to expire, never closed.
+                return inc.crashed ? Effect.ignore(disconnect(s)) : Scope.close(child, Exit.void)
               })
             )
             return instrument(s)
@@ -559,7 +562,7 @@ const simulate = (
       })
     }
     const start = (proc: Proc) =>
-      Effect.map(Effect.forkIn(runProcess(proc), scope), (fiber) => {
+      Effect.map(Effect.andThen(proc.gate.open, Effect.forkIn(runProcess(proc), scope)), (fiber) => {
         proc.fiber = fiber
       })
 
@@ -584,8 +587,10 @@ const simulate = (
         const inc = proc.current
         if (fiber === undefined || inc === undefined) return
         if (crash) {
+          // kill -9 stops the process at once: nothing of it runs after this point.
           inc.crashed = true
-          for (const s of inc.sessions) yield* disconnect(s)
+          yield* proc.gate.close
+          for (const s of Array.from(inc.sessions)) yield* disconnect(s)
         }
         proc.fiber = undefined
         yield* Fiber.interrupt(fiber)
@@ -619,7 +624,10 @@ const simulate = (
             yield* Effect.forkIn(
               Effect.andThen(
                 Effect.sleep(Duration.millis(lag)),
-                Effect.forEach(sessions, reconnect, { discard: true })
+                // A process crashed meanwhile stays cut off.
+                Effect.suspend(() =>
+                  inc.crashed ? Effect.void : Effect.forEach(sessions, reconnect, { discard: true })
+                )
               ),
               scope
             )
@@ -668,10 +676,13 @@ const simulate = (
     }
     // No more faults: let the delayed requests arrive and the election settle.
     faultsOn = false
-    yield* clock.adjust(Duration.millis(config.maxDelayMs + config.stepMs))
+    // In steps, so that what each wakes (a campaign's next move, a coordinator's next input) runs in between.
+    for (let settled = 0; settled < config.maxDelayMs + config.stepMs; settled += config.stepMs) {
+      yield* clock.adjust(Duration.millis(config.stepMs))
+    }
     const leaderNode = yield* auditor.exists(paths.leader)
     const live = procs.filter((p) => p.fiber !== undefined && !p.paused)
-    // Every fault ended at least a session timeout ago: a live process should lead (a liveness hint, not asserted).
+    // Every fault ended at least a session timeout ago: a live process must lead.
     const leaderless = live.length > 0 && (leaderNode._tag === "None" || !live.some((p) => p.leading !== undefined))
 
     finished = true
@@ -685,6 +696,12 @@ const simulate = (
     for (const name of yield* auditor.children(logPath)) {
       const node = yield* auditor.get(`${logPath}/${name}`)
       entries.push(entryOf(name, node.stat.createdOrder, node.data))
+    }
+    // Liveness, once the faults are over: a live process leads.
+    if (leaderless) {
+      violations.push(
+        `no live process leads ${config.maxDelayMs + config.stepMs} ms after the last fault (live: ${live.map((p) => `p${p.id}`).join(", ")})`
+      )
     }
     violations.push(
       ...Checkers.checkLeaders(wins),
@@ -719,7 +736,7 @@ export const run = (seed: number, variant: Variant = correct, config: Config = d
   Effect.scoped(simulate(seed, variant, config)).pipe(
     Effect.provide(Coordination.layerMemory()),
     Effect.provide(TestClock.layer()),
-    Effect.provideService(References.MinimumLogLevel, "Warn"),
+    Effect.provideService(References.MinimumLogLevel, process.env.STRATA_SIM_LOG === "info" ? "Info" : "Warn"),
     Effect.orDie
   )
 
