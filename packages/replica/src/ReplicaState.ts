@@ -1,0 +1,259 @@
+/**
+ * The replica state machine of one tablet replica on one tablet server, as a pure function (the Fluss/Kafka
+ * replica state machine, docs/ARCHITECTURE.md "Replication").
+ *
+ * `step(state, event)` returns the next state and the commands the tablet server's shell must execute, or an
+ * `IllegalStateTransition` naming the tablet, the state and the event. No I/O: assignment and loading are two
+ * separate asynchronous steps (the shell opens the tablet's log after `Assign`'s `OpenLog`, then feeds `Loaded`),
+ * and a role changes only through a LeaderAndIsr whose leader epoch is higher than any this replica has seen.
+ *
+ * <!-- transitions -->
+ * | from | event | to | commands |
+ * |---|---|---|---|
+ * | NewReplica | Loaded | OnlineReplica | — |
+ * | NewReplica | Offline | OfflineReplica | CloseLog |
+ * | OnlineReplica | LeaderAndIsr(leader = self) | LeaderReplica | BecomeLeader |
+ * | OnlineReplica | LeaderAndIsr(leader = other) | FollowerReplica | BecomeFollower |
+ * | OnlineReplica | Offline | OfflineReplica | CloseLog |
+ * | OnlineReplica | Delete | ReplicaDeleted | CloseLog, DeleteLog |
+ * | LeaderReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopLeading, BecomeLeader |
+ * | LeaderReplica | LeaderAndIsr(epoch > own, leader = other) | FollowerReplica | StopLeading, BecomeFollower |
+ * | LeaderReplica | Offline | OfflineReplica | StopLeading, CloseLog |
+ * | FollowerReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopFetching, BecomeLeader |
+ * | FollowerReplica | LeaderAndIsr(epoch > own, leader = other) | FollowerReplica | StopFetching, BecomeFollower |
+ * | FollowerReplica | Offline | OfflineReplica | StopFetching, CloseLog |
+ * | OfflineReplica | Reopen | NewReplica | OpenLog |
+ * <!-- /transitions -->
+ *
+ * Everything else is illegal: a LeaderAndIsr whose leader epoch is not above the replica's, or that names a leader
+ * outside its own replica list; a role before the log is loaded; any event once deleted. An Offline replica comes
+ * back through `Reopen` (its log opened again) and `Loaded`, so it is Online again before it takes a role.
+ *
+ * @since 0.1.0
+ */
+import { type Epoch, IllegalStateTransition, type ServerId, type TabletId, tabletKey } from "@strata/core"
+import { Result } from "effect"
+
+// ---------------------------------------------------------------------------
+// States
+// ---------------------------------------------------------------------------
+
+/**
+ * A replica's state. `lastLeaderEpoch` is the highest leader epoch it has taken a role under (`null`: none yet):
+ * a LeaderAndIsr must carry a higher one.
+ *
+ * @since 0.1.0
+ */
+export type State =
+  | { readonly _tag: "NewReplica"; readonly lastLeaderEpoch: Epoch | null }
+  | { readonly _tag: "OnlineReplica"; readonly lastLeaderEpoch: Epoch | null }
+  | { readonly _tag: "LeaderReplica"; readonly leaderEpoch: Epoch; readonly isr: ReadonlyArray<ServerId> }
+  | { readonly _tag: "FollowerReplica"; readonly leaderEpoch: Epoch; readonly leader: ServerId }
+  | { readonly _tag: "OfflineReplica"; readonly lastLeaderEpoch: Epoch | null }
+  | { readonly _tag: "ReplicaDeleted" }
+
+/**
+ * A replica just assigned here: its log not yet open. The shell creates it with {@link assign}.
+ *
+ * @since 0.1.0
+ */
+export const initial: State = { _tag: "NewReplica", lastLeaderEpoch: null }
+
+/**
+ * The highest leader epoch a replica in `state` has taken a role under.
+ *
+ * @since 0.1.0
+ */
+export const lastLeaderEpoch = (state: State): Epoch | null => {
+  switch (state._tag) {
+    case "LeaderReplica":
+    case "FollowerReplica":
+      return state.leaderEpoch
+    case "ReplicaDeleted":
+      return null
+    default:
+      return state.lastLeaderEpoch
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Events and commands
+// ---------------------------------------------------------------------------
+
+/**
+ * What the shell feeds: `Loaded` once the log is open, the coordinator's `LeaderAndIsr` for this tablet, `Offline`
+ * when the replica can no longer serve (its store failed, the server is stopping it), `Reopen` to open it again,
+ * `Delete` from the coordinator's stop-replica-with-delete.
+ *
+ * @since 0.1.0
+ */
+export type Event =
+  | { readonly _tag: "Loaded" }
+  | {
+      readonly _tag: "LeaderAndIsr"
+      readonly leader: ServerId
+      readonly leaderEpoch: Epoch
+      readonly isr: ReadonlyArray<ServerId>
+      readonly replicas: ReadonlyArray<ServerId>
+    }
+  | { readonly _tag: "Offline" }
+  | { readonly _tag: "Reopen" }
+  | { readonly _tag: "Delete" }
+
+/**
+ * What the shell executes, in order, and nothing else.
+ *
+ * - `OpenLog`: open the tablet's log on the store (then feed `Loaded`).
+ * - `BecomeLeader`: start the leader's duties for `leaderEpoch` with this ISR (the epoch cache gets an entry for
+ *   the epoch at the log end; followers are tracked from now).
+ * - `BecomeFollower`: fetch from `leader` under `leaderEpoch`, truncating first to where the leader's log and this
+ *   one agree (the leader's end offset for this replica's last epoch, KIP-279).
+ * - `StopLeading` / `StopFetching`: end the current role's work.
+ * - `CloseLog` / `DeleteLog`: close the log; delete its data.
+ *
+ * @since 0.1.0
+ */
+export type Command =
+  | { readonly _tag: "OpenLog" }
+  | { readonly _tag: "BecomeLeader"; readonly leaderEpoch: Epoch; readonly isr: ReadonlyArray<ServerId> }
+  | { readonly _tag: "BecomeFollower"; readonly leaderEpoch: Epoch; readonly leader: ServerId }
+  | { readonly _tag: "StopLeading" }
+  | { readonly _tag: "StopFetching" }
+  | { readonly _tag: "CloseLog" }
+  | { readonly _tag: "DeleteLog" }
+
+/**
+ * The outcome of one step: the next state and the commands to run.
+ *
+ * @since 0.1.0
+ */
+export type Step = readonly [State, ReadonlyArray<Command>]
+
+/**
+ * A new replica of `tablet`: the initial state and the command that opens its log.
+ *
+ * @since 0.1.0
+ */
+export const assign: Step = [initial, [{ _tag: "OpenLog" }]]
+
+// ---------------------------------------------------------------------------
+// Transition function
+// ---------------------------------------------------------------------------
+
+/**
+ * A readable name for a state, used in `IllegalStateTransition.from`.
+ *
+ * @since 0.1.0
+ */
+export const describeState = (state: State): string => {
+  switch (state._tag) {
+    case "LeaderReplica":
+      return `LeaderReplica(epoch ${state.leaderEpoch})`
+    case "FollowerReplica":
+      return `FollowerReplica(epoch ${state.leaderEpoch}, leader ${state.leader})`
+    default:
+      return state._tag
+  }
+}
+
+/**
+ * A readable name for an event, used in `IllegalStateTransition.to`.
+ *
+ * @since 0.1.0
+ */
+export const describeEvent = (event: Event): string =>
+  event._tag === "LeaderAndIsr" ? `LeaderAndIsr(leader ${event.leader}, epoch ${event.leaderEpoch})` : event._tag
+
+/** The machine's context: which replica it tracks. */
+export interface Replica {
+  readonly tablet: TabletId
+  /** The server this replica is on. */
+  readonly self: ServerId
+}
+
+const ok = (state: State, commands: ReadonlyArray<Command>): Result.Result<Step, IllegalStateTransition> =>
+  Result.succeed([state, commands] as const)
+
+const illegal = (replica: Replica, state: State, event: Event): Result.Result<Step, IllegalStateTransition> =>
+  Result.fail(
+    new IllegalStateTransition({
+      machine: "replica",
+      entity: `${tabletKey(replica.tablet)} on server ${replica.self}`,
+      from: describeState(state),
+      to: describeEvent(event)
+    })
+  )
+
+/** The role a LeaderAndIsr gives this replica, with the commands that end `stop` first. */
+const takeRole = (
+  replica: Replica,
+  event: Extract<Event, { _tag: "LeaderAndIsr" }>,
+  stop: ReadonlyArray<Command>
+): Step =>
+  event.leader === replica.self
+    ? [
+        { _tag: "LeaderReplica", leaderEpoch: event.leaderEpoch, isr: event.isr },
+        [...stop, { _tag: "BecomeLeader", leaderEpoch: event.leaderEpoch, isr: event.isr }]
+      ]
+    : [
+        { _tag: "FollowerReplica", leaderEpoch: event.leaderEpoch, leader: event.leader },
+        [...stop, { _tag: "BecomeFollower", leaderEpoch: event.leaderEpoch, leader: event.leader }]
+      ]
+
+/** Whether a LeaderAndIsr can apply to a replica that last saw `last`: a higher epoch, a leader among the replicas. */
+const admissible = (replica: Replica, event: Extract<Event, { _tag: "LeaderAndIsr" }>, last: Epoch | null) =>
+  (last === null || event.leaderEpoch > last) &&
+  event.replicas.includes(replica.self) &&
+  event.replicas.includes(event.leader)
+
+/**
+ * One transition of a replica. Pure and total: every `(state, event)` pair either yields the next state and
+ * commands, or an `IllegalStateTransition` naming the replica, `from` and `to`.
+ *
+ * @since 0.1.0
+ */
+export const step = (replica: Replica, state: State, event: Event): Result.Result<Step, IllegalStateTransition> => {
+  switch (state._tag) {
+    case "NewReplica":
+      if (event._tag === "Loaded") return ok({ _tag: "OnlineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [])
+      if (event._tag === "Offline") {
+        return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "CloseLog" }])
+      }
+      return illegal(replica, state, event)
+    case "OnlineReplica":
+      switch (event._tag) {
+        case "LeaderAndIsr":
+          return admissible(replica, event, state.lastLeaderEpoch)
+            ? Result.succeed(takeRole(replica, event, []))
+            : illegal(replica, state, event)
+        case "Offline":
+          return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "CloseLog" }])
+        case "Delete":
+          return ok({ _tag: "ReplicaDeleted" }, [{ _tag: "CloseLog" }, { _tag: "DeleteLog" }])
+        default:
+          return illegal(replica, state, event)
+      }
+    case "LeaderReplica":
+    case "FollowerReplica": {
+      const stop: Command = state._tag === "LeaderReplica" ? { _tag: "StopLeading" } : { _tag: "StopFetching" }
+      switch (event._tag) {
+        case "LeaderAndIsr":
+          // The current role's work ends first, even for a leader re-elected under a newer epoch: that epoch starts
+          // afresh (its entry in the epoch cache, its followers' progress).
+          return admissible(replica, event, state.leaderEpoch)
+            ? Result.succeed(takeRole(replica, event, [stop]))
+            : illegal(replica, state, event)
+        case "Offline":
+          return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.leaderEpoch }, [stop, { _tag: "CloseLog" }])
+        default:
+          return illegal(replica, state, event)
+      }
+    }
+    case "OfflineReplica":
+      return event._tag === "Reopen"
+        ? ok({ _tag: "NewReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "OpenLog" }])
+        : illegal(replica, state, event)
+    case "ReplicaDeleted":
+      return illegal(replica, state, event)
+  }
+}
