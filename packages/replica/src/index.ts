@@ -1,8 +1,9 @@
 /**
- * @strata/replica: The replica state machine, ISR/high-watermark replication, leader-epoch truncation and failover.
+ * @strata/replica: the replica state machine, ISR/high-watermark replication, leader-epoch truncation and
+ * failover. Built so far: the replica state machine, the leader-epoch cache and the durable tablet log.
  *
- * Not built yet (a later issue fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export * as LeaderEpochCache from "./LeaderEpochCache.js"
+export * as ReplicaState from "./ReplicaState.js"
+export * as TabletLog from "./TabletLog.js"

@@ -1,0 +1,343 @@
+/**
+ * The durable log of one tablet replica on core's `Store` protocol (memory, LevelDB or RocksDB): its batches of
+ * records, each stamped with the leader epoch that wrote it; its log start and end offsets; its high-watermark
+ * checkpoint; and its leader-epoch cache, written in the same atomic batch as the records it covers. After a crash
+ * it reopens to a prefix of what was appended (every change is one atomic store write), never a torn batch.
+ *
+ * Offsets are dense from the log start. Every operation runs alone (one at a time per log).
+ *
+ * @since 0.1.0
+ */
+import { del, type PartitionStore, put, type StoreError, type StoreOp, type TabletId, tabletKey } from "@strata/core"
+import { Data, Effect, Option, Semaphore, Stream } from "effect"
+import * as Codec from "./internal/batchCodec.js"
+import * as LeaderEpochCache from "./LeaderEpochCache.js"
+
+export type { Batch, TabletRecord } from "./internal/batchCodec.js"
+
+/**
+ * Why a tablet log operation failed.
+ *
+ * @since 0.1.0
+ */
+export class TabletLogError extends Data.TaggedError("TabletLogError")<{
+  readonly tablet: string
+  readonly reason:
+    | { readonly _tag: "StoreFailed"; readonly cause: StoreError }
+    | { readonly _tag: "OffsetOutOfRange"; readonly offset: number; readonly start: number; readonly end: number }
+    | { readonly _tag: "NotContiguous"; readonly baseOffset: number; readonly end: number }
+    | { readonly _tag: "StaleEpoch"; readonly epoch: number; readonly latest: number }
+    | { readonly _tag: "Corrupt"; readonly detail: string }
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    const r = this.reason
+    switch (r._tag) {
+      case "StoreFailed":
+        return `tablet ${this.tablet}: the store failed: ${r.cause.message}`
+      case "OffsetOutOfRange":
+        return `tablet ${this.tablet}: offset ${r.offset} is outside the log [${r.start}, ${r.end})`
+      case "NotContiguous":
+        return `tablet ${this.tablet}: a batch at ${r.baseOffset} does not start at the log end ${r.end}`
+      case "StaleEpoch":
+        return `tablet ${this.tablet}: epoch ${r.epoch} is older than the log's latest epoch ${r.latest}`
+      case "Corrupt":
+        return `tablet ${this.tablet}: the stored log cannot be read: ${r.detail}`
+      default:
+        return `tablet ${this.tablet}: ${JSON.stringify(r)}`
+    }
+  }
+}
+
+/**
+ * A tablet replica's log.
+ *
+ * @since 0.1.0
+ */
+export interface TabletLog {
+  readonly tablet: TabletId
+  /** The first offset still in the log. */
+  readonly logStartOffset: Effect.Effect<number>
+  /** One past the last record (LEO). */
+  readonly logEndOffset: Effect.Effect<number>
+  /** The high watermark last checkpointed. */
+  readonly highWatermark: Effect.Effect<number>
+  readonly epochs: Effect.Effect<LeaderEpochCache.LeaderEpochCache>
+  /** Appends records written under `epoch` at the log end, as one batch; its first and last offsets. */
+  readonly append: (
+    epoch: number,
+    records: ReadonlyArray<Codec.TabletRecord>
+  ) => Effect.Effect<{ readonly baseOffset: number; readonly lastOffset: number }, TabletLogError>
+  /** Appends a leader's batches as they are (a follower): the first must start at the log end. */
+  readonly appendBatches: (batches: ReadonlyArray<Codec.Batch>) => Effect.Effect<void, TabletLogError>
+  /**
+   * Batches from the one holding `from`, about `maxBytes` of them (at least one batch), records before `from` cut
+   * off. `from` equal to the log end reads nothing.
+   */
+  readonly read: (from: number, maxBytes: number) => Effect.Effect<ReadonlyArray<Codec.Batch>, TabletLogError>
+  /** Where `epoch` ends in this log (KIP-279; `undefined` when it has no epoch at or below it). */
+  readonly endOffsetForEpoch: (
+    epoch: number
+  ) => Effect.Effect<{ readonly epoch: number; readonly endOffset: number } | undefined>
+  /** Drops every record at or past `offset` (and the epochs that wrote only those); the HW follows it down. */
+  readonly truncateTo: (offset: number) => Effect.Effect<void, TabletLogError>
+  /** Drops every record before `offset` (retention); a batch holding it stays, read from `offset` on. */
+  readonly deleteBefore: (offset: number) => Effect.Effect<void, TabletLogError>
+  /** Moves the log to start at `offset`, empty (a follower catching up from a leader whose log starts past its). */
+  readonly resetTo: (offset: number) => Effect.Effect<void, TabletLogError>
+  /** Checkpoints the high watermark (at most the log end). */
+  readonly checkpointHighWatermark: (hw: number) => Effect.Effect<void, TabletLogError>
+}
+
+interface Loaded {
+  start: number
+  end: number
+  hw: number
+  epochs: LeaderEpochCache.LeaderEpochCache
+}
+
+/** Reads the log's fields and epoch cache from the store, checking they agree with the batches. */
+const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =>
+  Effect.gen(function* () {
+    const field = (name: "hw" | "start" | "end") =>
+      Effect.map(
+        store.get(Codec.fieldKey(name)),
+        Option.map((b) => Codec.decodeOffset(b))
+      )
+    const [start, end, hw] = [yield* field("start"), yield* field("end"), yield* field("hw")]
+    const read = (o: Option.Option<number | undefined>, name: string) => {
+      if (Option.isNone(o)) return 0
+      if (o.value === undefined) throw fail(`the ${name} field is not an offset`)
+      return o.value
+    }
+    const entries = yield* Stream.runCollect(store.scan(Codec.EPOCHS))
+    let epochs = LeaderEpochCache.empty
+    for (const [k, v] of entries) {
+      const at = Codec.decodeOffset(v)
+      if (at === undefined) return yield* Effect.fail(fail(`epoch entry ${Codec.epochOfKey(k)} is not an offset`))
+      epochs = [...epochs, { epoch: Codec.epochOfKey(k), startOffset: at }]
+    }
+    const loaded: Loaded = { start: read(start, "start"), end: read(end, "end"), hw: read(hw, "hw"), epochs }
+    if (loaded.start > loaded.end || loaded.hw > loaded.end) {
+      return yield* Effect.fail(fail(`start ${loaded.start}, end ${loaded.end} and hw ${loaded.hw} do not agree`))
+    }
+    return loaded
+  })
+
+/**
+ * Opens the log of `tablet` on an open partition store (its own: the log owns every key in it).
+ *
+ * @since 0.1.0
+ */
+export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<TabletLog, TabletLogError> =>
+  Effect.gen(function* () {
+    const name = tabletKey(tablet)
+    const error = (reason: TabletLogError["reason"]) => new TabletLogError({ tablet: name, reason })
+    const storeFailed = (cause: StoreError) => error({ _tag: "StoreFailed", cause })
+    const corrupt = (detail: string) => error({ _tag: "Corrupt", detail })
+    const state = yield* load(store, corrupt).pipe(
+      Effect.catchTag("StoreError", (e) => Effect.fail(storeFailed(e))),
+      Effect.catchDefect((d) => (d instanceof TabletLogError ? Effect.fail(d) : Effect.die(d)))
+    )
+    const lock = Semaphore.makeUnsafe(1)
+    const alone = <A, E>(self: Effect.Effect<A, E>) => Semaphore.withPermit(lock, self)
+    const write = (ops: ReadonlyArray<StoreOp>) => store.write(ops).pipe(Effect.mapError(storeFailed))
+    const fields = (s: Loaded): Array<StoreOp> => [
+      put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
+      put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
+      put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
+    ]
+    /** The store ops that make the epoch cache `next` where it was `prev`. */
+    const epochOps = (prev: LeaderEpochCache.LeaderEpochCache, next: LeaderEpochCache.LeaderEpochCache) => {
+      const ops: Array<StoreOp> = []
+      for (const e of prev) if (!next.some((n) => n.epoch === e.epoch)) ops.push(del(Codec.epochKey(e.epoch)))
+      for (const e of next) {
+        const was = prev.find((p) => p.epoch === e.epoch)
+        if (was === undefined || was.startOffset !== e.startOffset) {
+          ops.push(put(Codec.epochKey(e.epoch), Codec.encodeOffset(e.startOffset)))
+        }
+      }
+      return ops
+    }
+    /** Writes batches at the log end with their epochs, fields and epoch entries in one atomic write. */
+    const appendAt = (batches: ReadonlyArray<Codec.Batch>) =>
+      Effect.suspend(() => {
+        let epochs = state.epochs
+        let end = state.end
+        const ops: Array<StoreOp> = []
+        for (const b of batches) {
+          if (b.baseOffset !== end) return Effect.fail(error({ _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
+          const latest = LeaderEpochCache.latest(epochs)
+          if (latest !== undefined && b.epoch < latest.epoch) {
+            return Effect.fail(error({ _tag: "StaleEpoch", epoch: b.epoch, latest: latest.epoch }))
+          }
+          if (b.records.length === 0) continue
+          epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
+          ops.push(put(Codec.batchKey(b.baseOffset), Codec.encodeBatch(b.epoch, b.records)))
+          end += b.records.length
+        }
+        const next: Loaded = { ...state, end, epochs }
+        return write([...ops, ...epochOps(state.epochs, epochs), ...fields(next)]).pipe(
+          Effect.tap(() =>
+            Effect.sync(() => {
+              state.end = end
+              state.epochs = epochs
+            })
+          )
+        )
+      })
+
+    /** Every stored batch from the one holding `from` on (or the last ones, reversed, when `reverse`). */
+    const batchesFrom = (from: number) =>
+      Effect.gen(function* () {
+        // The batch holding `from` starts at or before it: the last batch key at or below it.
+        const before = yield* Stream.runCollect(
+          store.scan({ gte: Codec.BATCHES.gte, lte: Codec.batchKey(from), reverse: true, limit: 1 })
+        )
+        const first = before[0] === undefined ? from : Codec.offsetOfBatchKey(before[0][0])
+        return store.scan({ gte: Codec.batchKey(first), lt: Codec.BATCHES.lt })
+      }).pipe(Stream.unwrap)
+
+    const decode = (key: Uint8Array, value: Uint8Array) => {
+      const b = Codec.decodeBatch(Codec.offsetOfBatchKey(key), value)
+      return typeof b === "string" ? Effect.fail(corrupt(b)) : Effect.succeed(b)
+    }
+
+    const read: TabletLog["read"] = (from, maxBytes) =>
+      alone(
+        Effect.gen(function* () {
+          if (from < state.start || from > state.end) {
+            return yield* Effect.fail(
+              error({ _tag: "OffsetOutOfRange", offset: from, start: state.start, end: state.end })
+            )
+          }
+          if (from === state.end) return []
+          const out: Array<Codec.Batch> = []
+          let bytes = 0
+          yield* batchesFrom(from).pipe(
+            Stream.mapError(storeFailed),
+            Stream.mapEffect(([k, v]) => Effect.map(decode(k, v), (b) => [b, v.length] as const)),
+            Stream.takeWhile(() => out.length === 0 || bytes < maxBytes),
+            Stream.runForEach(([b, size]) =>
+              Effect.sync(() => {
+                const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
+                const last = Math.min(b.records.length, state.end - b.baseOffset)
+                if (skip >= last) return
+                out.push({ baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip, last) })
+                bytes += size
+              })
+            )
+          )
+          return out
+        })
+      )
+
+    /** The batches at or past `offset`, to cut: delete each, and write back the part of one straddling it. */
+    const cutFrom = (offset: number) =>
+      Effect.gen(function* () {
+        const ops: Array<StoreOp> = []
+        yield* batchesFrom(offset).pipe(
+          Stream.mapError(storeFailed),
+          Stream.runForEach(([k, v]) =>
+            Effect.gen(function* () {
+              const b = yield* decode(k, v)
+              ops.push(del(k))
+              const kept = offset - b.baseOffset
+              if (kept > 0) ops.push(put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
+            })
+          )
+        )
+        return ops
+      })
+
+    const truncateTo: TabletLog["truncateTo"] = (offset) =>
+      alone(
+        Effect.gen(function* () {
+          if (offset >= state.end) return
+          if (offset < state.start) {
+            return yield* Effect.fail(error({ _tag: "OffsetOutOfRange", offset, start: state.start, end: state.end }))
+          }
+          const ops = yield* cutFrom(offset)
+          const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, offset)
+          const next: Loaded = { start: state.start, end: offset, hw: Math.min(state.hw, offset), epochs }
+          yield* write([...ops, ...epochOps(state.epochs, epochs), ...fields(next)])
+          Object.assign(state, next)
+        })
+      )
+
+    const deleteBefore: TabletLog["deleteBefore"] = (offset) =>
+      alone(
+        Effect.gen(function* () {
+          if (offset <= state.start) return
+          if (offset > state.end) {
+            return yield* Effect.fail(error({ _tag: "OffsetOutOfRange", offset, start: state.start, end: state.end }))
+          }
+          // Whole batches below `offset` go; the one holding it stays (read from `offset` on).
+          const ops: Array<StoreOp> = []
+          yield* store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(offset) }).pipe(
+            Stream.mapError(storeFailed),
+            Stream.runForEach(([k, v]) =>
+              Effect.map(decode(k, v), (b) => {
+                if (b.baseOffset + b.records.length <= offset) ops.push(del(k))
+              })
+            )
+          )
+          const epochs = LeaderEpochCache.truncateFromStart(state.epochs, offset)
+          const next: Loaded = { ...state, start: offset, hw: Math.max(state.hw, offset), epochs }
+          yield* write([...ops, ...epochOps(state.epochs, epochs), ...fields(next)])
+          Object.assign(state, next)
+        })
+      )
+
+    const resetTo: TabletLog["resetTo"] = (offset) =>
+      alone(
+        Effect.gen(function* () {
+          const ops: Array<StoreOp> = []
+          yield* store.scan(Codec.BATCHES).pipe(
+            Stream.mapError(storeFailed),
+            Stream.runForEach(([k]) => Effect.sync(() => ops.push(del(k))))
+          )
+          const next: Loaded = { start: offset, end: offset, hw: offset, epochs: LeaderEpochCache.empty }
+          yield* write([...ops, ...epochOps(state.epochs, LeaderEpochCache.empty), ...fields(next)])
+          Object.assign(state, next)
+        })
+      )
+
+    const log: TabletLog = {
+      tablet,
+      logStartOffset: Effect.sync(() => state.start),
+      logEndOffset: Effect.sync(() => state.end),
+      highWatermark: Effect.sync(() => state.hw),
+      epochs: Effect.sync(() => state.epochs),
+      append: (epoch, records) =>
+        alone(
+          Effect.suspend(() => {
+            const baseOffset = state.end
+            return Effect.as(appendAt([{ baseOffset, epoch, records }]), {
+              baseOffset,
+              lastOffset: baseOffset + records.length - 1
+            })
+          })
+        ),
+      appendBatches: (batches) => alone(appendAt(batches)),
+      read,
+      endOffsetForEpoch: (epoch) => Effect.sync(() => LeaderEpochCache.endOffsetFor(state.epochs, epoch, state.end)),
+      truncateTo,
+      deleteBefore,
+      resetTo,
+      checkpointHighWatermark: (hw) =>
+        alone(
+          Effect.suspend(() => {
+            const next = Math.min(Math.max(hw, state.start), state.end)
+            return write([put(Codec.fieldKey("hw"), Codec.encodeOffset(next))]).pipe(
+              Effect.tap(() =>
+                Effect.sync(() => {
+                  state.hw = next
+                })
+              )
+            )
+          })
+        )
+    }
+    return log
+  })

@@ -1,0 +1,164 @@
+/**
+ * The byte layout of a tablet log's batches and keys in its partition store.
+ *
+ * Keys: `0x01` + base offset (8 bytes, big-endian) for a batch, `0x02` + name for the log's own fields, `0x03` +
+ * epoch (4 bytes, big-endian) for a leader-epoch cache entry; big-endian numbers sort as the store orders keys.
+ * A batch: epoch (u32), record count (u32), then per record a timestamp (f64), a key (i32 length, -1 for none), a
+ * value (u32 length), the headers (u16 count; each a u16-length UTF-8 key and a u32-length value).
+ *
+ * @internal
+ */
+
+/** One record of a tablet. */
+export interface TabletRecord {
+  readonly key: Uint8Array | null
+  readonly value: Uint8Array
+  readonly headers: ReadonlyArray<{ readonly key: string; readonly value: Uint8Array }>
+  readonly timestamp: number
+}
+
+/** A batch as stored: its base offset, the leader epoch that wrote it, its records. */
+export interface Batch {
+  readonly baseOffset: number
+  readonly epoch: number
+  readonly records: ReadonlyArray<TabletRecord>
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/** The store key of the batch starting at `baseOffset`. */
+export const batchKey = (baseOffset: number): Uint8Array => {
+  const key = new Uint8Array(9)
+  key[0] = 0x01
+  new DataView(key.buffer).setBigUint64(1, BigInt(baseOffset))
+  return key
+}
+
+/** The base offset a batch key names. */
+export const offsetOfBatchKey = (key: Uint8Array): number =>
+  Number(new DataView(key.buffer, key.byteOffset, key.byteLength).getBigUint64(1))
+
+/** The first and the past-the-last key of the batch range. */
+export const BATCHES = { gte: Uint8Array.of(0x01), lt: Uint8Array.of(0x02) } as const
+
+/** The store key of one of the log's fields. */
+export const fieldKey = (name: "hw" | "start" | "end"): Uint8Array => Uint8Array.of(0x02, ...encoder.encode(name))
+
+/** The store key of the epoch cache entry of `epoch`. */
+export const epochKey = (epoch: number): Uint8Array => {
+  const key = new Uint8Array(5)
+  key[0] = 0x03
+  new DataView(key.buffer).setUint32(1, epoch)
+  return key
+}
+
+/** The epoch an epoch key names. */
+export const epochOfKey = (key: Uint8Array): number =>
+  new DataView(key.buffer, key.byteOffset, key.byteLength).getUint32(1)
+
+/** The epoch-cache key range. */
+export const EPOCHS = { gte: Uint8Array.of(0x03), lt: Uint8Array.of(0x04) } as const
+
+/** An offset as 8 bytes. */
+export const encodeOffset = (offset: number): Uint8Array => {
+  const bytes = new Uint8Array(8)
+  new DataView(bytes.buffer).setBigUint64(0, BigInt(offset))
+  return bytes
+}
+
+/** 8 bytes as an offset, `undefined` for anything else. */
+export const decodeOffset = (bytes: Uint8Array): number | undefined =>
+  bytes.length === 8 ? Number(new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0)) : undefined
+
+/** The bytes a batch takes in the store. */
+export const encodeBatch = (epoch: number, records: ReadonlyArray<TabletRecord>): Uint8Array => {
+  const headerKeys = records.map((r) => r.headers.map((h) => encoder.encode(h.key)))
+  let size = 8
+  records.forEach((r, i) => {
+    size += 8 + 4 + (r.key?.length ?? 0) + 4 + r.value.length + 2
+    r.headers.forEach((h, j) => {
+      size += 2 + headerKeys[i]![j]!.length + 4 + h.value.length
+    })
+  })
+  const out = new Uint8Array(size)
+  const view = new DataView(out.buffer)
+  view.setUint32(0, epoch)
+  view.setUint32(4, records.length)
+  let at = 8
+  const bytes = (b: Uint8Array) => {
+    out.set(b, at)
+    at += b.length
+  }
+  records.forEach((r, i) => {
+    view.setFloat64(at, r.timestamp)
+    at += 8
+    view.setInt32(at, r.key === null ? -1 : r.key.length)
+    at += 4
+    if (r.key !== null) bytes(r.key)
+    view.setUint32(at, r.value.length)
+    at += 4
+    bytes(r.value)
+    view.setUint16(at, r.headers.length)
+    at += 2
+    r.headers.forEach((h, j) => {
+      const k = headerKeys[i]![j]!
+      view.setUint16(at, k.length)
+      at += 2
+      bytes(k)
+      view.setUint32(at, h.value.length)
+      at += 4
+      bytes(h.value)
+    })
+  })
+  return out
+}
+
+/** Reads numbers and byte strings in order, throwing when the bytes end early. */
+const reader = (bytes: Uint8Array, baseOffset: number) => {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  let at = 0
+  const need = (n: number) => {
+    if (at + n > bytes.length) throw new Error(`batch at ${baseOffset} ends early (byte ${at} of ${bytes.length})`)
+  }
+  const take = <A>(n: number, read: (at: number) => A): A => {
+    need(n)
+    const a = read(at)
+    at += n
+    return a
+  }
+  return {
+    u16: () => take(2, (i) => view.getUint16(i)),
+    u32: () => take(4, (i) => view.getUint32(i)),
+    i32: () => take(4, (i) => view.getInt32(i)),
+    f64: () => take(8, (i) => view.getFloat64(i)),
+    bytes: (n: number) => take(n, (i) => bytes.slice(i, i + n)),
+    left: () => bytes.length - at
+  }
+}
+
+/** A stored batch back, or why it cannot be read. */
+export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | string => {
+  try {
+    const r = reader(bytes, baseOffset)
+    const epoch = r.u32()
+    const count = r.u32()
+    const records: Array<TabletRecord> = []
+    for (let i = 0; i < count; i++) {
+      const timestamp = r.f64()
+      const keyLength = r.i32()
+      const key = keyLength < 0 ? null : r.bytes(keyLength)
+      const value = r.bytes(r.u32())
+      const headers: Array<{ key: string; value: Uint8Array }> = []
+      for (let h = r.u16(); h > 0; h--) {
+        const k = decoder.decode(r.bytes(r.u16()))
+        headers.push({ key: k, value: r.bytes(r.u32()) })
+      }
+      records.push({ key, value, headers, timestamp })
+    }
+    if (r.left() !== 0) return `batch at ${baseOffset} has ${r.left()} bytes past its last record`
+    return { baseOffset, epoch, records }
+  } catch (e) {
+    return e instanceof Error ? e.message : String(e)
+  }
+}
