@@ -1,0 +1,199 @@
+/**
+ * A tablet leader's replication state as a pure function: its followers' progress, the in-sync replica set (ISR)
+ * and the high watermark (HW), Kafka's `Partition` rules with KIP-966's minimum-ISR rule.
+ *
+ * - HW = the lowest log end offset (LEO) over the leader and the maximal ISR (the ISR with a pending change's
+ *   members kept until the change is committed), never lower than before, never above the leader's LEO, and it
+ *   does not advance while the committed ISR is smaller than `minInsyncReplicas`.
+ * - A follower leaves the ISR when it has not caught up (fetched at the leader's log end) for `lagTimeMaxMs`,
+ *   checked on `Tick`; it joins when its LEO reaches the HW and it has caught up within the current leader epoch.
+ * - One ISR change is pending at a time; the controller commits or rejects it (a rejected expansion names a server
+ *   the controller knows dead or shutting down, KIP-841).
+ *
+ * `step(state, input)` returns the next state and the commands the leader's shell runs: checkpoint the advanced
+ * HW (completing the appends waiting for it), propose an ISR change to the controller.
+ *
+ * @since 0.1.0
+ */
+import type { Epoch, ServerId } from "@strata/core"
+
+/**
+ * A follower's progress as the leader saw it.
+ *
+ * @since 0.1.0
+ */
+export interface Follower {
+  /** Its log end: the offset of its last fetch. */
+  readonly logEndOffset: number
+  /** The last time it fetched at (or past) the leader's log end, in ms on the shell's Clock. */
+  readonly lastCaughtUpMs: number
+}
+
+/**
+ * A pending ISR change, proposed and not yet committed.
+ *
+ * @since 0.1.0
+ */
+export type PendingChange =
+  | { readonly _tag: "Expand"; readonly server: ServerId; readonly isr: ReadonlyArray<ServerId> }
+  | { readonly _tag: "Shrink"; readonly removed: ReadonlyArray<ServerId>; readonly isr: ReadonlyArray<ServerId> }
+
+/**
+ * The leader's state for one tablet and one leader epoch.
+ *
+ * @since 0.1.0
+ */
+export interface State {
+  readonly self: ServerId
+  readonly leaderEpoch: Epoch
+  /** Every replica, in assignment order. */
+  readonly replicas: ReadonlyArray<ServerId>
+  readonly minInsyncReplicas: number
+  readonly lagTimeMaxMs: number
+  /** The committed ISR (the leader included). */
+  readonly isr: ReadonlyArray<ServerId>
+  readonly pending: PendingChange | undefined
+  readonly logEndOffset: number
+  readonly highWatermark: number
+  /** The leader's log end when this epoch began: a follower must reach it to have caught up in this epoch. */
+  readonly epochStartOffset: number
+  readonly followers: ReadonlyMap<ServerId, Follower>
+}
+
+/**
+ * What the shell feeds.
+ *
+ * @since 0.1.0
+ */
+export type Input =
+  | { readonly _tag: "Appended"; readonly logEndOffset: number }
+  | {
+      readonly _tag: "FollowerFetched"
+      readonly server: ServerId
+      readonly fetchOffset: number
+      readonly nowMs: number
+    }
+  | { readonly _tag: "Tick"; readonly nowMs: number }
+  | { readonly _tag: "IsrChangeCommitted"; readonly isr: ReadonlyArray<ServerId> }
+  | { readonly _tag: "IsrChangeRejected" }
+
+/**
+ * What the shell runs.
+ *
+ * @since 0.1.0
+ */
+export type Command =
+  | { readonly _tag: "AdvanceHighWatermark"; readonly highWatermark: number }
+  | { readonly _tag: "ProposeIsr"; readonly isr: ReadonlyArray<ServerId> }
+
+/**
+ * The outcome of one step.
+ *
+ * @since 0.1.0
+ */
+export type Step = readonly [State, ReadonlyArray<Command>]
+
+/**
+ * The state of a replica that has just become leader of `leaderEpoch`: every other ISR member is taken as caught
+ * up as of `nowMs` (it gets a full `lagTimeMaxMs` to fetch), and the HW starts at the checkpoint.
+ *
+ * @since 0.1.0
+ */
+export const become = (options: {
+  readonly self: ServerId
+  readonly leaderEpoch: Epoch
+  readonly replicas: ReadonlyArray<ServerId>
+  readonly isr: ReadonlyArray<ServerId>
+  readonly minInsyncReplicas: number
+  readonly lagTimeMaxMs: number
+  readonly logEndOffset: number
+  readonly highWatermark: number
+  readonly nowMs: number
+}): State => ({
+  self: options.self,
+  leaderEpoch: options.leaderEpoch,
+  replicas: options.replicas,
+  minInsyncReplicas: options.minInsyncReplicas,
+  lagTimeMaxMs: options.lagTimeMaxMs,
+  isr: options.isr,
+  pending: undefined,
+  logEndOffset: options.logEndOffset,
+  highWatermark: Math.min(options.highWatermark, options.logEndOffset),
+  epochStartOffset: options.logEndOffset,
+  followers: new Map(
+    options.replicas
+      .filter((r) => r !== options.self)
+      .map((r) => [r, { logEndOffset: 0, lastCaughtUpMs: options.isr.includes(r) ? options.nowMs : 0 }] as const)
+  )
+})
+
+/**
+ * The ISR the HW counts: the committed ISR plus a pending expansion's server (a pending shrink's servers are still
+ * in the committed ISR until the controller commits it).
+ *
+ * @since 0.1.0
+ */
+export const maximalIsr = (state: State): ReadonlyArray<ServerId> =>
+  state.pending?._tag === "Expand" && !state.isr.includes(state.pending.server)
+    ? [...state.isr, state.pending.server]
+    : state.isr
+
+const logEndOf = (state: State, server: ServerId): number =>
+  server === state.self ? state.logEndOffset : (state.followers.get(server)?.logEndOffset ?? 0)
+
+/** The HW the state allows, and the command to checkpoint it when it moved. */
+const withHighWatermark = (state: State, commands: Array<Command>): Step => {
+  if (state.isr.length < state.minInsyncReplicas) return [state, commands]
+  const candidate = Math.min(...maximalIsr(state).map((s) => logEndOf(state, s)), state.logEndOffset)
+  if (candidate <= state.highWatermark) return [state, commands]
+  return [
+    { ...state, highWatermark: candidate },
+    [...commands, { _tag: "AdvanceHighWatermark", highWatermark: candidate }]
+  ]
+}
+
+/** Proposes adding `server` when it qualifies and nothing is pending. */
+const maybeExpand = (state: State, server: ServerId, commands: Array<Command>): Step => {
+  const f = state.followers.get(server)
+  if (state.pending !== undefined || state.isr.includes(server) || f === undefined) return [state, commands]
+  if (f.logEndOffset < state.highWatermark || f.logEndOffset < state.epochStartOffset) return [state, commands]
+  const isr = [...state.isr, server]
+  return [{ ...state, pending: { _tag: "Expand", server, isr } }, [...commands, { _tag: "ProposeIsr", isr }]]
+}
+
+/**
+ * One step of the leader's state. Pure: time is the input's `nowMs`.
+ *
+ * @since 0.1.0
+ */
+export const step = (state: State, input: Input): Step => {
+  switch (input._tag) {
+    case "Appended":
+      return withHighWatermark({ ...state, logEndOffset: Math.max(state.logEndOffset, input.logEndOffset) }, [])
+    case "FollowerFetched": {
+      const before = state.followers.get(input.server)
+      if (before === undefined) return [state, []]
+      const caughtUp = input.fetchOffset >= state.logEndOffset
+      const followers = new Map(state.followers)
+      followers.set(input.server, {
+        logEndOffset: Math.min(input.fetchOffset, state.logEndOffset),
+        lastCaughtUpMs: caughtUp ? input.nowMs : before.lastCaughtUpMs
+      })
+      const [next, commands] = withHighWatermark({ ...state, followers }, [])
+      return maybeExpand(next, input.server, [...commands])
+    }
+    case "Tick": {
+      if (state.pending !== undefined) return [state, []]
+      const removed = state.isr.filter(
+        (s) => s !== state.self && input.nowMs - (state.followers.get(s)?.lastCaughtUpMs ?? 0) > state.lagTimeMaxMs
+      )
+      if (removed.length === 0) return [state, []]
+      const isr = state.isr.filter((s) => !removed.includes(s))
+      return [{ ...state, pending: { _tag: "Shrink", removed, isr } }, [{ _tag: "ProposeIsr", isr }]]
+    }
+    case "IsrChangeCommitted":
+      return withHighWatermark({ ...state, isr: input.isr, pending: undefined }, [])
+    case "IsrChangeRejected":
+      return [{ ...state, pending: undefined }, []]
+  }
+}
