@@ -1,24 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
-import { prng } from "../../../scripts/test-support/prng.js"
 import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
-
-/** A log as the epoch of each record, offset by offset (a record is identified by its offset and epoch). */
-type Log = Array<number>
-
-/** The cache a log's records imply: where each epoch's run of records starts. */
-const cacheOf = (log: Log): LeaderEpochCache.LeaderEpochCache => {
-  let cache = LeaderEpochCache.empty
-  log.forEach((epoch, offset) => {
-    cache = LeaderEpochCache.assign(cache, epoch, offset)
-  })
-  return cache
-}
-
-const commonPrefix = (a: Log, b: Log): number => {
-  let n = 0
-  while (n < a.length && n < b.length && a[n] === b[n]) n++
-  return n
-}
+import { cacheOf, commonPrefix, history, type Log } from "./support/histories.js"
 
 /** Runs a follower's truncation against a leader to the end, as the follower logic will: ask, then truncate. */
 const truncationPoint = (leader: Log, follower: Log): { offset: number; rounds: number } => {
@@ -34,30 +16,6 @@ const truncationPoint = (leader: Log, follower: Log): { offset: number; rounds: 
     assert.isBelow(next.epoch, ask, "each round asks for an older epoch")
     ask = next.epoch
   }
-}
-
-/**
- * A random replication history: each epoch one replica leads, keeps its whole log and appends; some others
- * catch up from it (truncating to where they agree, then copying part of its log), the rest fall behind.
- */
-const history = (seed: number): { readonly logs: ReadonlyArray<Log>; readonly leader: number } => {
-  const next = prng(seed)
-  const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1))
-  const logs: Array<Log> = Array.from({ length: int(2, 5) }, () => [])
-  let leader = 0
-  let epoch = int(0, 3)
-  for (let round = int(1, 8); round > 0; round--) {
-    epoch += int(1, 3)
-    leader = int(0, logs.length - 1)
-    const log = logs[leader]!
-    for (let k = int(0, 6); k > 0; k--) log.push(epoch)
-    for (let r = 0; r < logs.length; r++) {
-      if (r === leader || next() < 0.4) continue
-      const agreed = commonPrefix(logs[r]!, log)
-      logs[r] = [...log.slice(0, agreed + int(0, log.length - agreed))]
-    }
-  }
-  return { logs, leader }
 }
 
 describe("LeaderEpochCache", () => {

@@ -1,0 +1,206 @@
+/**
+ * A tablet follower's fetch protocol as a pure function (KIP-101 / KIP-279): on becoming follower, and whenever a
+ * fetch answer says the logs diverge, ask the leader where this replica's latest epoch ends, truncate the divergent
+ * suffix (`LeaderEpochCache.divergence`, in rounds), then fetch from the log end. Never truncate to the local high
+ * watermark; refuse answers from a leader epoch other than the one this follower follows.
+ *
+ * `step(state, input)` returns the next state and the commands the follower's shell runs against its `TabletLog`
+ * and the leader.
+ *
+ * @since 0.1.0
+ */
+import type { Epoch, ServerId } from "@strata/core"
+import type { Batch } from "./internal/batchCodec.js"
+import * as LeaderEpochCache from "./LeaderEpochCache.js"
+
+/**
+ * Where the follower is: finding where its log and the leader's agree, or fetching.
+ *
+ * @since 0.1.0
+ */
+export type Phase =
+  | { readonly _tag: "Truncating"; readonly asked: Epoch }
+  | { readonly _tag: "Fetching"; readonly offset: number }
+
+/**
+ * The follower's state under one leader epoch; the log's end and epochs as last reported by the shell.
+ *
+ * @since 0.1.0
+ */
+export interface State {
+  readonly leader: ServerId
+  readonly leaderEpoch: Epoch
+  readonly phase: Phase
+  readonly logStartOffset: number
+  readonly logEndOffset: number
+  readonly epochs: LeaderEpochCache.LeaderEpochCache
+  readonly highWatermark: number
+}
+
+/**
+ * What the shell feeds: the leader's answers.
+ *
+ * @since 0.1.0
+ */
+export type Input =
+  | {
+      readonly _tag: "EndOffsetAnswered"
+      readonly leaderEpoch: Epoch
+      readonly answer: { readonly epoch: Epoch; readonly endOffset: number } | undefined
+    }
+  | {
+      readonly _tag: "Fetched"
+      readonly leaderEpoch: Epoch
+      readonly batches: ReadonlyArray<Batch>
+      readonly highWatermark: number
+    }
+  /** The leader has no records at the fetched offset: its log starts at `logStartOffset`, past this one's end. */
+  | { readonly _tag: "OutOfRange"; readonly leaderEpoch: Epoch; readonly logStartOffset: number }
+
+/**
+ * What the shell runs, in order.
+ *
+ * - `AskEndOffset`: ask the leader where `epoch` ends in its log (then feed `EndOffsetAnswered`).
+ * - `Truncate`: truncate the local log to end at `offset`.
+ * - `ResetTo`: empty the local log and start it at `offset` (the leader's log starts past this one).
+ * - `Append`: append the leader's batches as they are.
+ * - `CheckpointHighWatermark`: the follower's HW moved.
+ * - `Fetch`: fetch from `offset` under the followed leader epoch (then feed `Fetched` or `OutOfRange`).
+ *
+ * @since 0.1.0
+ */
+export type Command =
+  | { readonly _tag: "AskEndOffset"; readonly epoch: Epoch }
+  | { readonly _tag: "Truncate"; readonly offset: number }
+  | { readonly _tag: "ResetTo"; readonly offset: number }
+  | { readonly _tag: "Append"; readonly batches: ReadonlyArray<Batch> }
+  | { readonly _tag: "CheckpointHighWatermark"; readonly highWatermark: number }
+  | { readonly _tag: "Fetch"; readonly offset: number }
+
+/**
+ * The outcome of one step.
+ *
+ * @since 0.1.0
+ */
+export type Step = readonly [State, ReadonlyArray<Command>]
+
+/** The follower starts fetching from its log end: no truncation needed. */
+const fetchFrom = (state: State, commands: Array<Command>): Step => [
+  { ...state, phase: { _tag: "Fetching", offset: state.logEndOffset } },
+  [...commands, { _tag: "Fetch", offset: state.logEndOffset }]
+]
+
+/** Asks where the follower's latest epoch ends on the leader, or fetches when it has none. */
+const startTruncation = (state: State, commands: Array<Command>): Step => {
+  const latest = LeaderEpochCache.latest(state.epochs)
+  if (latest === undefined) return fetchFrom(state, commands)
+  return [
+    { ...state, phase: { _tag: "Truncating", asked: latest.epoch } },
+    [...commands, { _tag: "AskEndOffset", epoch: latest.epoch }]
+  ]
+}
+
+/**
+ * A replica becoming follower of `leader` under `leaderEpoch`, with its log as it is: it first asks where its
+ * latest epoch ends on the leader.
+ *
+ * @since 0.1.0
+ */
+export const become = (options: {
+  readonly leader: ServerId
+  readonly leaderEpoch: Epoch
+  readonly logStartOffset: number
+  readonly logEndOffset: number
+  readonly epochs: LeaderEpochCache.LeaderEpochCache
+  readonly highWatermark: number
+}): Step =>
+  startTruncation(
+    {
+      leader: options.leader,
+      leaderEpoch: options.leaderEpoch,
+      phase: { _tag: "Fetching", offset: options.logEndOffset },
+      logStartOffset: options.logStartOffset,
+      logEndOffset: options.logEndOffset,
+      epochs: options.epochs,
+      highWatermark: options.highWatermark
+    },
+    []
+  )
+
+/** The log after truncating it to end at `offset`. */
+const truncated = (state: State, offset: number): State => ({
+  ...state,
+  logEndOffset: Math.min(state.logEndOffset, offset),
+  epochs: LeaderEpochCache.truncateFromEnd(state.epochs, offset),
+  highWatermark: Math.min(state.highWatermark, offset)
+})
+
+/**
+ * One step of the follower. Answers under another leader epoch than the followed one are dropped (a stale leader,
+ * or one that moved on: the coordinator's next LeaderAndIsr will say).
+ *
+ * @since 0.1.0
+ */
+export const step = (state: State, input: Input): Step => {
+  if (input.leaderEpoch !== state.leaderEpoch) return [state, []]
+  switch (input._tag) {
+    case "EndOffsetAnswered": {
+      if (state.phase._tag !== "Truncating") return [state, []]
+      const next = LeaderEpochCache.divergence(state.epochs, state.logEndOffset, input.answer)
+      switch (next._tag) {
+        case "AskAgain":
+          return [
+            { ...state, phase: { _tag: "Truncating", asked: next.epoch } },
+            [{ _tag: "AskEndOffset", epoch: next.epoch }]
+          ]
+        case "Truncate": {
+          const commands: Array<Command> =
+            next.offset < state.logEndOffset ? [{ _tag: "Truncate", offset: next.offset }] : []
+          return fetchFrom(truncated(state, next.offset), commands)
+        }
+        case "Everything": {
+          // Nothing here is provably the leader's: keep nothing, and fetch from this log's start.
+          const commands: Array<Command> =
+            state.logStartOffset < state.logEndOffset ? [{ _tag: "Truncate", offset: state.logStartOffset }] : []
+          return fetchFrom(truncated(state, state.logStartOffset), commands)
+        }
+      }
+      return [state, []]
+    }
+    case "Fetched": {
+      if (state.phase._tag !== "Fetching") return [state, []]
+      const batches = input.batches.filter((b) => b.baseOffset + b.records.length > state.logEndOffset)
+      const first = batches[0]
+      // An answer that does not continue this log (an older fetch's, or a leader that truncated meanwhile): find
+      // where the logs agree again.
+      if (first !== undefined && first.baseOffset !== state.logEndOffset) return startTruncation(state, [])
+      let epochs = state.epochs
+      let end = state.logEndOffset
+      for (const b of batches) {
+        epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
+        end = b.baseOffset + b.records.length
+      }
+      const hw = Math.max(state.highWatermark, Math.min(input.highWatermark, end))
+      const commands: Array<Command> = []
+      if (batches.length > 0) commands.push({ _tag: "Append", batches })
+      if (hw !== state.highWatermark) commands.push({ _tag: "CheckpointHighWatermark", highWatermark: hw })
+      commands.push({ _tag: "Fetch", offset: end })
+      return [
+        { ...state, logEndOffset: end, epochs, highWatermark: hw, phase: { _tag: "Fetching", offset: end } },
+        commands
+      ]
+    }
+    case "OutOfRange": {
+      if (input.logStartOffset <= state.logEndOffset) return startTruncation(state, [])
+      // The leader's log starts past this one's end: start over from there (the records before it are gone).
+      const reset: State = {
+        ...state,
+        logStartOffset: input.logStartOffset,
+        logEndOffset: input.logStartOffset,
+        epochs: LeaderEpochCache.empty,
+        highWatermark: input.logStartOffset
+      }
+      return fetchFrom(reset, [{ _tag: "ResetTo", offset: input.logStartOffset }])
+    }
+  }
+}

@@ -1,0 +1,134 @@
+import { assert, describe, it } from "@effect/vitest"
+import type { Batch } from "../src/internal/batchCodec.js"
+import * as FollowerState from "../src/FollowerState.js"
+import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
+import { cacheOf, commonPrefix, history, type Log } from "./support/histories.js"
+
+/** A leader's batches from `offset`, one batch per epoch run (records carry their offset as the value). */
+const batchesFrom = (log: Log, offset: number): ReadonlyArray<Batch> => {
+  const out: Array<Batch> = []
+  for (let o = offset; o < log.length; ) {
+    const epoch = log[o]!
+    let end = o
+    while (end < log.length && log[end] === epoch) end++
+    const records = Array.from({ length: end - o }, (_, i) => ({
+      key: null,
+      value: Uint8Array.of(o + i),
+      headers: [],
+      timestamp: 0
+    }))
+    out.push({ baseOffset: o, epoch, records })
+    o = end
+  }
+  return out
+}
+
+/**
+ * Runs a follower against a leader until it fetches at the leader's end: the shell's part played by the test
+ * (answering from the leader's log, applying the commands to the follower's). Returns the follower's log and the
+ * lowest offset any truncation went to.
+ */
+const follow = (leader: Log, start: Log, leaderEpoch: number) => {
+  let log = [...start]
+  let lowest = log.length
+  let [state, commands] = FollowerState.become({
+    leader: 1,
+    leaderEpoch,
+    logStartOffset: 0,
+    logEndOffset: log.length,
+    epochs: cacheOf(log),
+    highWatermark: 0
+  })
+  for (let rounds = 0; rounds < 100; rounds++) {
+    let input: FollowerState.Input | undefined
+    for (const c of commands) {
+      switch (c._tag) {
+        case "Truncate":
+          log = log.slice(0, c.offset)
+          lowest = Math.min(lowest, c.offset)
+          break
+        case "Append":
+          for (const b of c.batches) for (const _ of b.records) log.push(b.epoch)
+          break
+        case "AskEndOffset":
+          input = {
+            _tag: "EndOffsetAnswered",
+            leaderEpoch,
+            answer: LeaderEpochCache.endOffsetFor(cacheOf(leader), c.epoch, leader.length)
+          }
+          break
+        case "Fetch":
+          if (c.offset === leader.length) return { log, lowest, state }
+          input = { _tag: "Fetched", leaderEpoch, batches: batchesFrom(leader, c.offset), highWatermark: leader.length }
+          break
+      }
+    }
+    if (input === undefined) throw new Error("the follower stopped without fetching")
+    ;[state, commands] = FollowerState.step(state, input)
+  }
+  throw new Error("the follower did not catch up in 100 rounds")
+}
+
+describe("FollowerState", () => {
+  it("over 5000 random histories a follower ends with the leader's log, keeping every record it shared", () => {
+    let truncated = 0
+    for (let seed = 1; seed <= 5000; seed++) {
+      const { logs, leader, epoch } = history(seed)
+      for (let r = 0; r < logs.length; r++) {
+        if (r === leader) continue
+        const shared = commonPrefix(logs[leader]!, logs[r]!)
+        const result = follow(logs[leader]!, logs[r]!, epoch)
+        assert.deepStrictEqual(result.log, logs[leader], `seed=${seed} replica ${r}`)
+        assert.strictEqual(result.lowest, shared, `seed=${seed} replica ${r}: truncated below what it shared`)
+        assert.deepStrictEqual(result.state.epochs, cacheOf(logs[leader]!))
+        if (shared < logs[r]!.length) truncated++
+      }
+    }
+    assert.isAbove(truncated, 500)
+  })
+
+  it("answers from another leader epoch are dropped", () => {
+    const [state] = FollowerState.become({
+      leader: 2,
+      leaderEpoch: 6,
+      logStartOffset: 0,
+      logEndOffset: 3,
+      epochs: [{ epoch: 5, startOffset: 0 }],
+      highWatermark: 3
+    })
+    const stale = FollowerState.step(state, { _tag: "EndOffsetAnswered", leaderEpoch: 5, answer: undefined })
+    assert.deepStrictEqual(stale, [state, []])
+  })
+
+  it("below the leader's log start it starts over from there; its HW never passes its own log end", () => {
+    const [state] = FollowerState.become({
+      leader: 2,
+      leaderEpoch: 6,
+      logStartOffset: 0,
+      logEndOffset: 0,
+      epochs: [],
+      highWatermark: 0
+    })
+    const [reset, commands] = FollowerState.step(state, { _tag: "OutOfRange", leaderEpoch: 6, logStartOffset: 40 })
+    assert.deepStrictEqual(commands, [
+      { _tag: "ResetTo", offset: 40 },
+      { _tag: "Fetch", offset: 40 }
+    ])
+    const batch: Batch = {
+      baseOffset: 40,
+      epoch: 6,
+      records: [{ key: null, value: Uint8Array.of(1), headers: [], timestamp: 0 }]
+    }
+    const [after, next] = FollowerState.step(reset, {
+      _tag: "Fetched",
+      leaderEpoch: 6,
+      batches: [batch],
+      highWatermark: 90
+    })
+    assert.strictEqual(after.highWatermark, 41)
+    assert.deepStrictEqual(
+      next.map((c) => c._tag),
+      ["Append", "CheckpointHighWatermark", "Fetch"]
+    )
+  })
+})
