@@ -46,7 +46,7 @@ for (const [backend, layer] of stores) {
 
   describe(`TabletLog on ${backend}`, () => {
     it.effect("appends, reads from any offset, and reopens to the same log with its epoch cache", () =>
-      memory(
+      onStore(
         Effect.gen(function* () {
           const a = yield* open()
           assert.deepStrictEqual(yield* a.log.append(1, records(0, 4)), { baseOffset: 0, lastOffset: 4 })
@@ -74,7 +74,7 @@ for (const [backend, layer] of stores) {
     )
 
     it.effect("truncation cuts a straddling batch, drops the epochs it removed and takes the HW down", () =>
-      memory(
+      onStore(
         Effect.gen(function* () {
           const { log, close } = yield* open()
           yield* log.append(1, records(0, 4))
@@ -96,7 +96,7 @@ for (const [backend, layer] of stores) {
     )
 
     it.effect("the seed's scenario on two logs: A truncates to 100 and takes B's 100–105", () =>
-      memory(
+      onStore(
         Effect.gen(function* () {
           const a = yield* open({ table: "tablet-a", partition: 0 })
           const b = yield* open({ table: "tablet-b", partition: 0 })
@@ -119,7 +119,7 @@ for (const [backend, layer] of stores) {
     )
 
     it.effect("retention drops whole batches below the start; reads begin there", () =>
-      memory(
+      onStore(
         Effect.gen(function* () {
           const { log, store, close } = yield* open()
           yield* log.append(1, records(0, 4))
@@ -151,7 +151,7 @@ for (const [backend, layer] of stores) {
     )
 
     it.effect("a follower's batches must continue the log and not go back in epoch; nothing is written otherwise", () =>
-      memory(
+      onStore(
         Effect.gen(function* () {
           const { log, close } = yield* open()
           yield* log.append(3, records(0, 1))
@@ -167,7 +167,7 @@ for (const [backend, layer] of stores) {
     )
 
     it.effect("unreadable stored data is a typed error naming the tablet, never a wrong log", () =>
-      memory(
+      onStore(
         Effect.gen(function* () {
           const id = { table: "tablet-bad", partition: 0 }
           const a = yield* open(id)
