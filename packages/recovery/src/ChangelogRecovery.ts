@@ -241,6 +241,22 @@ export const make = (
       })
 
     /**
+     * The highwater of `tp` once it is past `persisted`, or as it stays: a broker can answer with a high watermark
+     * that lags a write it already acknowledged (a new connection, right after the produce), while a changelog that
+     * was recreated or truncated stays below. Read again for up to a second before judging the store ahead of it.
+     */
+    const settledHighwater = (tp: TopicPartition, persisted: number, first: number) =>
+      Effect.gen(function* () {
+        let highwater = first
+        for (let attempt = 0; attempt < 10 && persisted >= highwater; attempt++) {
+          yield* Effect.sleep("100 millis")
+          const [o] = yield* source.offsets([tp]).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+          if (o !== undefined) highwater = o.highwater
+        }
+        return highwater
+      })
+
+    /**
      * Reads offsets and the persisted position of `tps`, checks consistency and seeks; returns their progress. A
      * partition that cannot be restored is set aside (`failPartition`); one set aside before and fine now is usable
      * again.
@@ -258,7 +274,11 @@ export const make = (
             continue
           }
           let from = Option.match(persisted.success, { onNone: () => 0, onSome: (p) => p + 1 })
-          if (Option.isSome(persisted.success) && persisted.success.value >= o.highwater) {
+          const highwater =
+            Option.isSome(persisted.success) && persisted.success.value >= o.highwater
+              ? yield* settledHighwater(tp, persisted.success.value, o.highwater)
+              : o.highwater
+          if (Option.isSome(persisted.success) && persisted.success.value >= highwater) {
             if (!wipe) {
               yield* failPartition(
                 tp,
@@ -266,13 +286,13 @@ export const make = (
                   topic: o.topic,
                   partition: o.partition,
                   persisted: persisted.success.value,
-                  highwater: o.highwater
+                  highwater
                 })
               )
               continue
             }
             yield* Effect.logWarning(
-              `${tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${o.highwater}; wiping the store and restoring it`
+              `${tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${highwater}; wiping the store and restoring it`
             )
             yield* target.wipe(tp).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
             from = 0
@@ -283,9 +303,9 @@ export const make = (
           out.push({
             tp,
             standby: isStandby,
-            highwater: o.highwater,
+            highwater,
             offset: start,
-            ready: !isStandby && start >= o.highwater,
+            ready: !isStandby && start >= highwater,
             lastEventAt: now
           })
         }
