@@ -581,7 +581,7 @@ export const make = <R = Scope.Scope>(
       changes,
       leadership: Effect.map(SubscriptionRef.get(snapshot), (s) => s.leadership),
       isLeader: Effect.flatMap(SubscriptionRef.get(snapshot), (s) =>
-        isReady(s) && Option.isSome(s.leadership) ? s.leadership.value.isLeader : Effect.succeed(false)
+        isReady(s) ? Option.getOrThrow(s.leadership).isLeader : Effect.succeed(false)
       ),
       awaitLeader: awaitSnapshot(isReady).pipe(
         Effect.flatMap((s) =>

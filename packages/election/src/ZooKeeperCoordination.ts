@@ -189,6 +189,15 @@ const reasonOf = (
   }
 }
 
+/** Why a call cannot go out now: the session ended, or the client knows its connection is down. */
+const unusable = (rec: SessionRec): CoordinationError | undefined => {
+  const ended = endReason(rec)
+  if (ended !== undefined) return coordinationError(ended)
+  return rec.state === "suspended"
+    ? coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` }))
+    : undefined
+}
+
 /**
  * Runs one driver call, after checking the session is still usable. While the client knows its connection is
  * down, a call fails at once with a retryable lost connection instead of queueing behind the reconnect.
@@ -199,11 +208,8 @@ const call = <A>(
   run: (done: (error: unknown, value?: A) => void) => void
 ): Effect.Effect<A, CoordinationError> =>
   Effect.suspend(() => {
-    const ended = endReason(rec)
-    if (ended !== undefined) return Effect.fail(coordinationError(ended))
-    if (rec.state === "suspended") {
-      return Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` })))
-    }
+    const refused = unusable(rec)
+    if (refused !== undefined) return Effect.fail(refused)
     return Effect.callback<A, CoordinationError>((resume) => {
       try {
         run((error, value) => {
@@ -367,13 +373,8 @@ const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => {
         if (reason !== undefined) return yield* Effect.fail(coordinationError(reason, i))
       }
       if (ops.length === 0) return []
-      const ended = endReason(rec)
-      if (ended !== undefined) return yield* Effect.fail(coordinationError(ended))
-      if (rec.state === "suspended") {
-        return yield* Effect.fail(
-          coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` }))
-        )
-      }
+      const refused = unusable(rec)
+      if (refused !== undefined) return yield* Effect.fail(refused)
       return yield* Effect.callback<ReadonlyArray<OpResult>, CoordinationError>((resume) => {
         const tx = client.transaction()
         /** node-zookeeper-client 1.1.3 replaces a version of 0 by -1 (`version || -1`): restore the real one. */

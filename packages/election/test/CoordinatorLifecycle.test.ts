@@ -1,7 +1,7 @@
+import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { prng } from "../../../scripts/test-support/prng.js"
 import { assert, describe, it } from "@effect/vitest"
 import { IllegalStateTransition } from "@strata/core"
-import { readFileSync } from "node:fs"
 import { Result } from "effect"
 import {
   Command,
@@ -301,12 +301,7 @@ describe("CoordinatorLifecycle.step", () => {
         else for (const r of own) if (r !== undefined) expected.push(r)
       }
     }
-    const source = readFileSync(new URL("../src/CoordinatorLifecycle.ts", import.meta.url), "utf8")
-    const block = /<!-- transitions -->([\s\S]*?)<!-- \/transitions -->/.exec(source)?.[1] ?? ""
-    const documented = block
-      .split("\n")
-      .map((l) => l.replace(/^\s*\*\s?/, "").trim())
-      .filter((l) => l.startsWith("|") && !l.startsWith("| from") && !l.startsWith("|---"))
+    const documented = documentedRows(new URL("../src/CoordinatorLifecycle.ts", import.meta.url))
     assert.deepStrictEqual(documented, expected, `the table should read:\n${expected.join("\n")}`)
   })
 })

@@ -104,12 +104,14 @@ const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =
         store.get(Codec.fieldKey(name)),
         Option.map((b) => Codec.decodeOffset(b))
       )
-    const [start, end, hw] = [yield* field("start"), yield* field("end"), yield* field("hw")]
-    const read = (o: Option.Option<number | undefined>, name: string) => {
-      if (Option.isNone(o)) return 0
-      if (o.value === undefined) throw fail(`the ${name} field is not an offset`)
-      return o.value
-    }
+    const read = (name: "hw" | "start" | "end") =>
+      Effect.flatMap(field(name), (o) =>
+        Option.isNone(o)
+          ? Effect.succeed(0)
+          : o.value === undefined
+            ? Effect.fail(fail(`the ${name} field is not an offset`))
+            : Effect.succeed(o.value)
+      )
     const entries = yield* Stream.runCollect(store.scan(Codec.EPOCHS))
     let epochs = LeaderEpochCache.empty
     for (const [k, v] of entries) {
@@ -117,7 +119,7 @@ const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =
       if (at === undefined) return yield* Effect.fail(fail(`epoch entry ${Codec.epochOfKey(k)} is not an offset`))
       epochs = [...epochs, { epoch: Codec.epochOfKey(k), startOffset: at }]
     }
-    const loaded: Loaded = { start: read(start, "start"), end: read(end, "end"), hw: read(hw, "hw"), epochs }
+    const loaded: Loaded = { start: yield* read("start"), end: yield* read("end"), hw: yield* read("hw"), epochs }
     if (loaded.start > loaded.end || loaded.hw > loaded.end) {
       return yield* Effect.fail(fail(`start ${loaded.start}, end ${loaded.end} and hw ${loaded.hw} do not agree`))
     }
@@ -135,10 +137,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
     const error = (reason: TabletLogError["reason"]) => new TabletLogError({ tablet: name, reason })
     const storeFailed = (cause: StoreError) => error({ _tag: "StoreFailed", cause })
     const corrupt = (detail: string) => error({ _tag: "Corrupt", detail })
-    const state = yield* load(store, corrupt).pipe(
-      Effect.catchTag("StoreError", (e) => Effect.fail(storeFailed(e))),
-      Effect.catchDefect((d) => (d instanceof TabletLogError ? Effect.fail(d) : Effect.die(d)))
-    )
+    const state = yield* load(store, corrupt).pipe(Effect.catchTag("StoreError", (e) => Effect.fail(storeFailed(e))))
     const lock = Semaphore.makeUnsafe(1)
     const alone = <A, E>(self: Effect.Effect<A, E>) => Semaphore.withPermit(lock, self)
     const write = (ops: ReadonlyArray<StoreOp>) => store.write(ops).pipe(Effect.mapError(storeFailed))

@@ -1,7 +1,7 @@
-import { readFileSync } from "node:fs"
 import { assert, describe, it } from "@effect/vitest"
 import { IllegalStateTransition } from "@strata/core"
 import { Result } from "effect"
+import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { prng } from "../../../scripts/test-support/prng.js"
 import * as ReplicaState from "../src/ReplicaState.js"
 
@@ -52,12 +52,7 @@ describe("ReplicaState.step", () => {
         rows.push(`| ${from} | ${shown} | ${next._tag} | ${describeCommands(commands)} |`)
       }
     }
-    const source = readFileSync(new URL("../src/ReplicaState.ts", import.meta.url), "utf8")
-    const block = /<!-- transitions -->([\s\S]*?)<!-- \/transitions -->/.exec(source)?.[1] ?? ""
-    const documented = block
-      .split("\n")
-      .map((l) => l.replace(/^\s*\*\s?/, "").trim())
-      .filter((l) => l.startsWith("|") && !l.startsWith("| from") && !l.startsWith("|---"))
+    const documented = documentedRows(new URL("../src/ReplicaState.ts", import.meta.url))
     assert.isAbove(documented.length, 10)
     assert.deepStrictEqual(documented, rows, `the table should read:\n${rows.join("\n")}`)
   })

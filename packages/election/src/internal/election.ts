@@ -115,9 +115,6 @@ const parseLeader = (node: Option.Option<Node>): Option.Option<LeaderInfo> =>
     }
   })
 
-const sessionGone = (e: CoordinationError): boolean =>
-  e.reason._tag === "SessionExpired" || e.reason._tag === "SessionClosed"
-
 /** The paths of a namespace. */
 export const pathsOf = (namespace: string): Campaign.Paths => {
   const ns = namespace.replace(/^\/+|\/+$/g, "")
@@ -214,7 +211,7 @@ export const make = (
             Effect.gen(function* () {
               // A lost connection on a session the client already knows ended is an ended session: reopen now.
               const state = e.reason._tag === "ConnectionLoss" ? yield* session.state : "connected"
-              if (sessionGone(e) || state === "expired" || state === "closed") {
+              if (Won.sessionGone(e) || state === "expired" || state === "closed") {
                 yield* reopen(session)
                 return yield* f(observer.session)
               }
@@ -250,7 +247,7 @@ export const make = (
             // A watch ending with its session is not a change: re-read through the reopened observer.
             if (pending !== undefined) {
               yield* pending.pipe(
-                Effect.catchTag("CoordinationError", (e) => (sessionGone(e) ? Effect.void : Effect.fail(e)))
+                Effect.catchTag("CoordinationError", (e) => (Won.sessionGone(e) ? Effect.void : Effect.fail(e)))
               )
             }
             const watch = yield* withObserver((s) => s.watchNode(paths.leader))

@@ -52,7 +52,8 @@ export interface Deps {
 export const failed = (cause: CoordinationError): ElectionError =>
   new ElectionError({ reason: new ElectionCoordinationFailed({ cause }) })
 
-const sessionGone = (e: CoordinationError): boolean =>
+/** Whether an error says the session ended (expired or closed), not a passing connection loss. */
+export const sessionGone = (e: CoordinationError): boolean =>
   e.reason._tag === "SessionExpired" || e.reason._tag === "SessionClosed"
 
 /** Completes `lost` when the session ends or a newer epoch is written; the scope closing resigns. */

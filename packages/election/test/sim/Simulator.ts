@@ -736,7 +736,7 @@ export const run = (seed: number, variant: Variant = correct, config: Config = d
   Effect.scoped(simulate(seed, variant, config)).pipe(
     Effect.provide(Coordination.layerMemory()),
     Effect.provide(TestClock.layer()),
-    Effect.provideService(References.MinimumLogLevel, process.env.STRATA_SIM_LOG === "info" ? "Info" : "Warn"),
+    Effect.provideService(References.MinimumLogLevel, "Warn"),
     Effect.orDie
   )
 
