@@ -1,14 +1,18 @@
 /**
- * The `ReplicaManager` protocol: a tablet server's replicas — the replica
- * state machine's states, leader/follower changes ordered by LeaderAndIsr,
- * appends with acks and ISR/high-watermark rules, fetches by followers.
+ * The `ReplicaManager` protocol: what a tablet server answers for the replicas it hosts — the coordinator's
+ * LeaderAndIsr instructions (fenced by the coordinator epoch), clients' appends with acks and idempotent producer
+ * stamps, clients' reads up to the high watermark, and followers' fetches and end-offset questions (fenced by the
+ * leader epoch). The requests and answers are Schemas, so a transport can carry them as they are.
  *
  * @since 0.1.0
  */
 import type { Effect } from "effect"
 import { Context, Schema } from "effect"
 import { FencedEpoch, IllegalStateTransition, NotLeader, OffsetOutOfRange } from "./Errors.js"
-import type { Epoch, LeaderAndIsr, Offset, ServerId, TabletId } from "./Models.js"
+import { InvalidRequest } from "./Log.js"
+import { Epoch, LeaderAndIsr, Offset, ServerId, TabletId } from "./Models.js"
+
+const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 
 /** The replica states of the Fluss/Kafka replica state machine. */
 export const ReplicaState = Schema.Literals([
@@ -22,68 +26,157 @@ export const ReplicaState = Schema.Literals([
 /** @see ReplicaState */
 export type ReplicaState = typeof ReplicaState.Type
 
-/** The coordinator's instruction for one tablet. */
-export interface TabletAssignment {
-  readonly tablet: TabletId
-  /** All replicas, in assignment order. */
-  readonly replicas: ReadonlyArray<ServerId>
-  readonly leaderAndIsr: LeaderAndIsr
-}
+/** One record of a tablet. */
+export const TabletRecord = Schema.Struct({
+  key: Schema.NullOr(Schema.Uint8Array),
+  value: Schema.Uint8Array,
+  headers: Schema.Array(Schema.Struct({ key: Schema.String, value: Schema.Uint8Array })),
+  timestamp: Schema.Number
+}).annotate({ identifier: "TabletRecord" })
+/** @see TabletRecord */
+export type TabletRecord = typeof TabletRecord.Type
 
-/** How many in-sync replicas must hold a record before an append returns. */
-export type ReplicaAcks = 0 | 1 | "all"
+/**
+ * An idempotent producer's stamp on a batch: its id, its producer epoch, and the sequence number of the batch's
+ * first record (sequences count records from 0 in each producer epoch, per tablet).
+ */
+export const ProducerStamp = Schema.Struct({ id: Count, epoch: Count, sequence: Count }).annotate({
+  identifier: "ProducerStamp"
+})
+/** @see ProducerStamp */
+export type ProducerStamp = typeof ProducerStamp.Type
 
-/** The result of an append. */
-export interface AppendResult {
-  readonly baseOffset: Offset
-  readonly lastOffset: Offset
-  /** The high watermark after the append (all acks: ≥ lastOffset + 1). */
-  readonly highWatermark: Offset
-}
+/** Records as one tablet log holds them: dense offsets from `baseOffset`, written under leader epoch `epoch`. */
+export const TabletBatch = Schema.Struct({
+  baseOffset: Offset,
+  epoch: Epoch,
+  records: Schema.Array(TabletRecord),
+  producer: Schema.optional(ProducerStamp)
+}).annotate({ identifier: "TabletBatch" })
+/** @see TabletBatch */
+export type TabletBatch = typeof TabletBatch.Type
 
-/** A follower's fetch request. */
-export interface FetchRequest {
-  readonly tablet: TabletId
-  readonly follower: ServerId
-  readonly offset: Offset
-  /** The leader epoch the follower believes current. */
-  readonly leaderEpoch: Epoch
-  readonly maxRecords: number
-}
+/** One tablet's part of a LeaderAndIsr request: its replicas in assignment order and its leader and ISR. */
+export const TabletInstruction = Schema.Struct({
+  tablet: TabletId,
+  replicas: Schema.Array(ServerId),
+  leaderAndIsr: LeaderAndIsr
+}).annotate({ identifier: "TabletInstruction" })
+/** @see TabletInstruction */
+export type TabletInstruction = typeof TabletInstruction.Type
 
-/** Records for a follower, with the leader's high watermark and log end. */
-export interface FetchResult {
-  readonly records: ReadonlyArray<{ readonly offset: Offset; readonly epoch: Epoch; readonly value: Uint8Array }>
-  readonly highWatermark: Offset
-  readonly logEndOffset: Offset
-  readonly logStartOffset: Offset
-}
+/** The coordinator's instructions to one tablet server. */
+export const LeaderAndIsrRequest = Schema.Struct({
+  coordinatorEpoch: Epoch,
+  tablets: Schema.Array(TabletInstruction)
+}).annotate({ identifier: "LeaderAndIsrRequest" })
+/** @see LeaderAndIsrRequest */
+export type LeaderAndIsrRequest = typeof LeaderAndIsrRequest.Type
+
+/** How many in-sync replicas must hold a record before an append returns (0: none, not even the leader's ack). */
+export const ReplicaAcks = Schema.Union([Schema.Literal(0), Schema.Literal(1), Schema.Literal("all")])
+/** @see ReplicaAcks */
+export type ReplicaAcks = typeof ReplicaAcks.Type
+
+/** A client's append to a tablet's leader. */
+export const AppendRequest = Schema.Struct({
+  tablet: TabletId,
+  records: Schema.Array(TabletRecord),
+  acks: ReplicaAcks,
+  producer: Schema.optional(ProducerStamp)
+}).annotate({ identifier: "AppendRequest" })
+/** @see AppendRequest */
+export type AppendRequest = typeof AppendRequest.Type
+
+/** Where an append's records are; `duplicate`: a retry of a batch already written, answered with its offsets. */
+export const AppendResult = Schema.Struct({
+  baseOffset: Offset,
+  lastOffset: Offset,
+  highWatermark: Offset,
+  duplicate: Schema.Boolean
+}).annotate({ identifier: "AppendResult" })
+/** @see AppendResult */
+export type AppendResult = typeof AppendResult.Type
+
+/** A client's read from a tablet's leader: up to the high watermark unless `uncommitted`. */
+export const ReadRequest = Schema.Struct({
+  tablet: TabletId,
+  offset: Offset,
+  maxBytes: Count,
+  uncommitted: Schema.optional(Schema.Boolean)
+}).annotate({ identifier: "ReadRequest" })
+/** @see ReadRequest */
+export type ReadRequest = typeof ReadRequest.Type
+
+/** Batches from the read offset, with the log's bounds. */
+export const ReadResult = Schema.Struct({
+  batches: Schema.Array(TabletBatch),
+  highWatermark: Offset,
+  logStartOffset: Offset,
+  logEndOffset: Offset
+}).annotate({ identifier: "ReadResult" })
+/** @see ReadResult */
+export type ReadResult = typeof ReadResult.Type
+
+/** A follower's fetch, under the leader epoch it follows. */
+export const FetchRequest = Schema.Struct({
+  tablet: TabletId,
+  follower: ServerId,
+  leaderEpoch: Epoch,
+  offset: Offset,
+  maxBytes: Count
+}).annotate({ identifier: "FetchRequest" })
+/** @see FetchRequest */
+export type FetchRequest = typeof FetchRequest.Type
+
+/**
+ * The leader's answer to a fetch: batches from the offset (with its HW), or `OutOfRange` when the offset is not in
+ * its log (below its start: the follower starts over there; past its end: the follower finds where they agree).
+ */
+export const FetchResult = Schema.Union([
+  Schema.TaggedStruct("Batches", {
+    leaderEpoch: Epoch,
+    batches: Schema.Array(TabletBatch),
+    highWatermark: Offset,
+    logStartOffset: Offset
+  }),
+  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset })
+]).annotate({ identifier: "FetchResult" })
+/** @see FetchResult */
+export type FetchResult = typeof FetchResult.Type
+
+/** A follower's question: where does `epoch` end in the leader's log (KIP-279)? */
+export const EndOffsetRequest = Schema.Struct({
+  tablet: TabletId,
+  leaderEpoch: Epoch,
+  epoch: Epoch
+}).annotate({ identifier: "EndOffsetRequest" })
+/** @see EndOffsetRequest */
+export type EndOffsetRequest = typeof EndOffsetRequest.Type
+
+/** The largest epoch at or below the one asked and where it ends; `null` when the log has none. */
+export const EndOffsetResult = Schema.Struct({
+  leaderEpoch: Epoch,
+  answer: Schema.NullOr(Schema.Struct({ epoch: Epoch, endOffset: Offset }))
+}).annotate({ identifier: "EndOffsetResult" })
+/** @see EndOffsetResult */
+export type EndOffsetResult = typeof EndOffsetResult.Type
 
 /** The `ReplicaManager` service shape (one per tablet server). */
 export interface ReplicaManagerShape {
   readonly serverId: ServerId
-  /** Applies LeaderAndIsr instructions; a stale coordinator epoch fails with `FencedEpoch`. */
-  readonly becomeLeaderOrFollower: (
-    coordinatorEpoch: Epoch,
-    assignments: ReadonlyArray<TabletAssignment>
-  ) => Effect.Effect<void, ReplicaError>
-  /** Stops a replica, deleting its data when asked. */
-  readonly stopReplica: (
-    coordinatorEpoch: Epoch,
-    tablet: TabletId,
-    deleteData: boolean
-  ) => Effect.Effect<void, ReplicaError>
-  /** Appends records on the leader. */
-  readonly append: (
-    tablet: TabletId,
-    records: ReadonlyArray<Uint8Array>,
-    acks: ReplicaAcks
-  ) => Effect.Effect<AppendResult, ReplicaError>
-  /** Serves a follower's fetch on the leader (and records the follower's progress for ISR). */
+  /** Applies the coordinator's instructions; a coordinator epoch below the highest seen fails with `FencedEpoch`. */
+  readonly leaderAndIsr: (request: LeaderAndIsrRequest) => Effect.Effect<void, ReplicaError>
+  /** Appends on the tablet's leader, returning once the records are held as `acks` asks. */
+  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError>
+  /** Reads from the tablet's leader. */
+  readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError>
+  /** Serves a follower's fetch on the leader, recording the follower's progress. */
   readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError>
-  /** The end offset of `epoch` in the leader's epoch cache (KIP-279), for follower truncation. */
-  readonly endOffsetForEpoch: (tablet: TabletId, epoch: Epoch) => Effect.Effect<Offset, ReplicaError>
-  readonly state: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError>
+  /** Answers a follower's end-offset question on the leader. */
+  readonly endOffsetForEpoch: (request: EndOffsetRequest) => Effect.Effect<EndOffsetResult, ReplicaError>
+  /** The state of this server's replica of `tablet`. */
+  readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError>
 }
 
 /** The `ReplicaManager` service key. */
@@ -103,7 +196,7 @@ export class NotEnoughReplicas extends Schema.TaggedError<NotEnoughReplicas>()("
   }
 }
 
-/** The record was written locally but the ISR shrank below the minimum before it was replicated. */
+/** The records were written on the leader, but the ISR shrank below the minimum before they were replicated. */
 export class NotEnoughReplicasAfterAppend extends Schema.TaggedError<NotEnoughReplicasAfterAppend>()(
   "NotEnoughReplicasAfterAppend",
   { tablet: Schema.String, isr: Schema.Int, minIsr: Schema.Int }
@@ -111,6 +204,31 @@ export class NotEnoughReplicasAfterAppend extends Schema.TaggedError<NotEnoughRe
   /** @since 0.1.0 */
   override get message() {
     return `${this.tablet}: written, but only ${this.isr} in-sync replicas remain (${this.minIsr} required)`
+  }
+}
+
+/** The records were written on the leader but not replicated as asked within the append timeout. */
+export class AppendTimedOut extends Schema.TaggedError<AppendTimedOut>()("AppendTimedOut", {
+  tablet: Schema.String,
+  lastOffset: Offset,
+  timeoutMs: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.tablet}: offsets up to ${this.lastOffset} not replicated within ${this.timeoutMs} ms`
+  }
+}
+
+/** The leader refused an idempotent producer's batch: out of order, from an older producer epoch, or unknown. */
+export class ProducerRefused extends Schema.TaggedError<ProducerRefused>()("ProducerRefused", {
+  tablet: Schema.String,
+  producer: Schema.Number,
+  kind: Schema.Literals(["OutOfOrder", "Fenced", "UnknownProducer"]),
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.tablet}: producer ${this.producer}: ${this.detail}`
   }
 }
 
@@ -122,15 +240,30 @@ export class UnknownTablet extends Schema.TaggedError<UnknownTablet>()("UnknownT
   }
 }
 
+/** The replica's storage failed or holds data it cannot read. */
+export class ReplicaStorageFailed extends Schema.TaggedError<ReplicaStorageFailed>()("ReplicaStorageFailed", {
+  tablet: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.tablet}: ${this.detail}`
+  }
+}
+
 /** Why a replica operation failed. */
 export const ReplicaErrorReason = Schema.Union([
   NotEnoughReplicas,
   NotEnoughReplicasAfterAppend,
+  AppendTimedOut,
+  ProducerRefused,
   NotLeader,
   FencedEpoch,
   IllegalStateTransition,
   OffsetOutOfRange,
-  UnknownTablet
+  UnknownTablet,
+  ReplicaStorageFailed,
+  InvalidRequest
 ])
 /** @see ReplicaErrorReason */
 export type ReplicaErrorReason = typeof ReplicaErrorReason.Type
@@ -141,9 +274,21 @@ export class ReplicaError extends Schema.TaggedError<ReplicaError>()("ReplicaErr
   override get message() {
     return this.reason.message
   }
-  /** Whether trying again (possibly elsewhere) may succeed. */
+  /**
+   * Whether sending the request again (after a metadata refresh, possibly to another server) may succeed. An
+   * idempotent producer's retry of a written-but-unconfirmed append never duplicates it.
+   */
   get retryable(): boolean {
-    const t = this.reason._tag
-    return t === "NotEnoughReplicas" || t === "NotLeader" || t === "NotEnoughReplicasAfterAppend"
+    switch (this.reason._tag) {
+      case "NotEnoughReplicas":
+      case "NotEnoughReplicasAfterAppend":
+      case "AppendTimedOut":
+      case "NotLeader":
+      case "FencedEpoch":
+      case "UnknownTablet":
+        return true
+      default:
+        return false
+    }
   }
 }

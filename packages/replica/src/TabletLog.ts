@@ -4,6 +4,11 @@
  * checkpoint; and its leader-epoch cache, written in the same atomic batch as the records it covers. After a crash
  * it reopens to a prefix of what was appended (every change is one atomic store write), never a torn batch.
  *
+ * It also keeps each idempotent producer's entry (`ProducerState`), written with the batches that change it: an
+ * append stamped with a producer is checked against it, a retry of a recent batch answers that batch's offsets
+ * without a second copy, and truncation takes the entries back with the records (looking further back in the log
+ * for a producer whose recent batches were all cut).
+ *
  * Offsets are dense from the log start. Every operation runs alone (one at a time per log).
  *
  * @since 0.1.0
@@ -12,6 +17,7 @@ import { del, type PartitionStore, put, type StoreError, type StoreOp, type Tabl
 import { Data, Effect, Option, Semaphore, Stream } from "effect"
 import * as Codec from "./internal/batchCodec.js"
 import * as LeaderEpochCache from "./LeaderEpochCache.js"
+import * as ProducerState from "./ProducerState.js"
 
 export type { Batch, TabletRecord } from "./internal/batchCodec.js"
 
@@ -28,6 +34,11 @@ export class TabletLogError extends Data.TaggedError("TabletLogError")<{
     | { readonly _tag: "NotContiguous"; readonly baseOffset: number; readonly end: number }
     | { readonly _tag: "StaleEpoch"; readonly epoch: number; readonly latest: number }
     | { readonly _tag: "Corrupt"; readonly detail: string }
+    | {
+        readonly _tag: "ProducerRefused"
+        readonly producer: number
+        readonly verdict: Exclude<ProducerState.Verdict, { readonly _tag: "Append" | "Duplicate" }>
+      }
 }> {
   /** @since 0.1.0 */
   override get message(): string {
@@ -43,10 +54,24 @@ export class TabletLogError extends Data.TaggedError("TabletLogError")<{
         return `tablet ${this.tablet}: epoch ${r.epoch} is older than the log's latest epoch ${r.latest}`
       case "Corrupt":
         return `tablet ${this.tablet}: the stored log cannot be read: ${r.detail}`
+      case "ProducerRefused":
+        return `tablet ${this.tablet}: producer ${r.producer}: ${ProducerState.describeRefusal(r.verdict)}`
       default:
         return `tablet ${this.tablet}: ${JSON.stringify(r)}`
     }
   }
+}
+
+/**
+ * Where an append was written: `duplicate` when it was a retry of a batch already in the log (then nothing was
+ * written, and the offsets are that batch's).
+ *
+ * @since 0.1.0
+ */
+export interface Appended {
+  readonly baseOffset: number
+  readonly lastOffset: number
+  readonly duplicate?: true
 }
 
 /**
@@ -63,11 +88,17 @@ export interface TabletLog {
   /** The high watermark last checkpointed. */
   readonly highWatermark: Effect.Effect<number>
   readonly epochs: Effect.Effect<LeaderEpochCache.LeaderEpochCache>
-  /** Appends records written under `epoch` at the log end, as one batch; its first and last offsets. */
+  /** What the log knows of each idempotent producer. */
+  readonly producers: Effect.Effect<ReadonlyMap<number, ProducerState.Entry>>
+  /**
+   * Appends records written under `epoch` at the log end, as one batch (a leader); with a producer stamp, checked
+   * against the producer's entry first (`ProducerRefused` when refused, the earlier offsets for a retry).
+   */
   readonly append: (
     epoch: number,
-    records: ReadonlyArray<Codec.TabletRecord>
-  ) => Effect.Effect<{ readonly baseOffset: number; readonly lastOffset: number }, TabletLogError>
+    records: ReadonlyArray<Codec.TabletRecord>,
+    producer?: ProducerState.Producer
+  ) => Effect.Effect<Appended, TabletLogError>
   /** Appends a leader's batches as they are (a follower): the first must start at the log end. */
   readonly appendBatches: (batches: ReadonlyArray<Codec.Batch>) => Effect.Effect<void, TabletLogError>
   /**
@@ -79,7 +110,10 @@ export interface TabletLog {
   readonly endOffsetForEpoch: (
     epoch: number
   ) => Effect.Effect<{ readonly epoch: number; readonly endOffset: number } | undefined>
-  /** Drops every record at or past `offset` (and the epochs that wrote only those); the HW follows it down. */
+  /**
+   * Drops every record at or past `offset` (and the epochs that wrote only those); the HW follows it down. An
+   * idempotent producer's batch holding `offset` goes whole (a retry rewrites it whole).
+   */
   readonly truncateTo: (offset: number) => Effect.Effect<void, TabletLogError>
   /** Drops every record before `offset` (retention); a batch holding it stays, read from `offset` on. */
   readonly deleteBefore: (offset: number) => Effect.Effect<void, TabletLogError>
@@ -94,6 +128,7 @@ interface Loaded {
   end: number
   hw: number
   epochs: LeaderEpochCache.LeaderEpochCache
+  producers: ReadonlyMap<number, ProducerState.Entry>
 }
 
 /** Reads the log's fields and epoch cache from the store, checking they agree with the batches. */
@@ -119,12 +154,30 @@ const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =
       if (at === undefined) return yield* Effect.fail(fail(`epoch entry ${Codec.epochOfKey(k)} is not an offset`))
       epochs = [...epochs, { epoch: Codec.epochOfKey(k), startOffset: at }]
     }
-    const loaded: Loaded = { start: yield* read("start"), end: yield* read("end"), hw: yield* read("hw"), epochs }
+    const producers = new Map<number, ProducerState.Entry>()
+    for (const [k, v] of yield* Stream.runCollect(store.scan(Codec.PRODUCERS))) {
+      const entry = Codec.decodeProducer(v)
+      if (typeof entry === "string") return yield* Effect.fail(fail(`producer ${Codec.producerOfKey(k)}: ${entry}`))
+      producers.set(Codec.producerOfKey(k), entry)
+    }
+    const loaded: Loaded = {
+      start: yield* read("start"),
+      end: yield* read("end"),
+      hw: yield* read("hw"),
+      epochs,
+      producers
+    }
     if (loaded.start > loaded.end || loaded.hw > loaded.end) {
       return yield* Effect.fail(fail(`start ${loaded.start}, end ${loaded.end} and hw ${loaded.hw} do not agree`))
     }
     return loaded
   })
+
+/** Records `skip`..`last` of a batch, its producer stamp's sequence moved along with them. */
+const sliced = (b: Codec.Batch, skip: number, last: number): Codec.Batch => {
+  const cut = { baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip, last) }
+  return b.producer === undefined ? cut : { ...cut, producer: { ...b.producer, sequence: b.producer.sequence + skip } }
+}
 
 /**
  * Opens the log of `tablet` on an open partition store (its own: the log owns every key in it).
@@ -158,11 +211,33 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       }
       return ops
     }
-    /** Writes batches at the log end with their epochs, fields and epoch entries in one atomic write. */
+    /** The store ops that make the producer entries `next` where they were `prev`. */
+    const producerOps = (
+      prev: ReadonlyMap<number, ProducerState.Entry>,
+      next: ReadonlyMap<number, ProducerState.Entry>
+    ) => {
+      const ops: Array<StoreOp> = []
+      for (const id of prev.keys()) if (!next.has(id)) ops.push(del(Codec.producerKey(id)))
+      for (const [id, entry] of next) {
+        if (prev.get(id) !== entry) ops.push(put(Codec.producerKey(id), Codec.encodeProducer(entry)))
+      }
+      return ops
+    }
+    /** Makes `next` the log's state, writing `ops` and every field, epoch and producer entry that changed, at once. */
+    const commit = (ops: ReadonlyArray<StoreOp>, next: Loaded) =>
+      write([
+        ...ops,
+        ...epochOps(state.epochs, next.epochs),
+        ...producerOps(state.producers, next.producers),
+        ...fields(next)
+      ]).pipe(Effect.tap(() => Effect.sync(() => Object.assign(state, next))))
+
+    /** Writes batches at the log end with their epochs, fields, epoch and producer entries in one atomic write. */
     const appendAt = (batches: ReadonlyArray<Codec.Batch>) =>
       Effect.suspend(() => {
         let epochs = state.epochs
         let end = state.end
+        let producers: Map<number, ProducerState.Entry> | undefined
         const ops: Array<StoreOp> = []
         for (const b of batches) {
           if (b.baseOffset !== end) return Effect.fail(error({ _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
@@ -172,18 +247,15 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           }
           if (b.records.length === 0) continue
           epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
-          ops.push(put(Codec.batchKey(b.baseOffset), Codec.encodeBatch(b.epoch, b.records)))
+          ops.push(put(Codec.batchKey(b.baseOffset), Codec.encodeBatch(b.epoch, b.records, b.producer)))
+          if (b.producer !== undefined) {
+            producers ??= new Map(state.producers)
+            const id = b.producer.id
+            producers.set(id, ProducerState.record(producers.get(id), b.producer, b.records.length, b.baseOffset))
+          }
           end += b.records.length
         }
-        const next: Loaded = { ...state, end, epochs }
-        return write([...ops, ...epochOps(state.epochs, epochs), ...fields(next)]).pipe(
-          Effect.tap(() =>
-            Effect.sync(() => {
-              state.end = end
-              state.epochs = epochs
-            })
-          )
-        )
+        return commit(ops, { ...state, end, epochs, producers: producers ?? state.producers })
       })
 
     /** Every stored batch from the one holding `from` on (or the last ones, reversed, when `reverse`). */
@@ -222,7 +294,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
                 const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
                 const last = Math.min(b.records.length, state.end - b.baseOffset)
                 if (skip >= last) return
-                out.push({ baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip, last) })
+                out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
                 bytes += size
               })
             )
@@ -231,10 +303,14 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
         })
       )
 
-    /** The batches at or past `offset`, to cut: delete each, and write back the part of one straddling it. */
+    /**
+     * The batches at or past `offset`, to cut: delete each, and write back the part of one straddling it (unless a
+     * producer stamped it: then it goes whole, and the log ends at its base offset).
+     */
     const cutFrom = (offset: number) =>
       Effect.gen(function* () {
         const ops: Array<StoreOp> = []
+        let end = offset
         yield* batchesFrom(offset).pipe(
           Stream.mapError(storeFailed),
           Stream.runForEach(([k, v]) =>
@@ -242,11 +318,59 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
               const b = yield* decode(k, v)
               ops.push(del(k))
               const kept = offset - b.baseOffset
-              if (kept > 0) ops.push(put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
+              if (kept <= 0) return
+              if (b.producer === undefined) ops.push(put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
+              else end = b.baseOffset
             })
           )
         )
-        return ops
+        return { ops, end }
+      })
+
+    /**
+     * The producer entries once the log ends at `end`: each entry loses its batches past it, and a producer left
+     * with none gets its latest batches before `end` back from the log (none there: its entry goes).
+     */
+    const producersBefore = (end: number) =>
+      Effect.gen(function* () {
+        const next = new Map(state.producers)
+        const lost = new Set<number>()
+        for (const [id, entry] of state.producers) {
+          if (entry.batches.every((b) => b.lastOffset < end)) continue
+          const kept = ProducerState.truncateFromEnd(entry, end)
+          if (kept === undefined) {
+            next.delete(id)
+            lost.add(id)
+          } else next.set(id, kept)
+        }
+        if (lost.size === 0 || end <= state.start) return next
+        // Newest first: a producer's entry is its latest producer epoch's batches, at most RECENT_BATCHES of them.
+        const found = new Map<number, Array<Codec.Batch>>()
+        const done = new Set<number>()
+        yield* store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(end), reverse: true }).pipe(
+          Stream.mapError(storeFailed),
+          Stream.takeWhile(() => done.size < lost.size),
+          Stream.runForEach(([k, v]) =>
+            Effect.map(decode(k, v), (b) => {
+              const p = b.producer
+              if (p === undefined || !lost.has(p.id) || done.has(p.id)) return
+              const seen = found.get(p.id) ?? []
+              if (seen.length > 0 && seen[0]!.producer!.epoch !== p.epoch) {
+                done.add(p.id)
+                return
+              }
+              seen.unshift(b)
+              found.set(p.id, seen)
+              if (seen.length === ProducerState.RECENT_BATCHES) done.add(p.id)
+            })
+          )
+        )
+        for (const [id, batches] of found) {
+          let entry: ProducerState.Entry | undefined
+          for (const b of batches) entry = ProducerState.record(entry, b.producer!, b.records.length, b.baseOffset)
+          if (entry !== undefined) next.set(id, entry)
+        }
+        return next
       })
 
     const truncateTo: TabletLog["truncateTo"] = (offset) =>
@@ -256,11 +380,10 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           if (offset < state.start) {
             return yield* Effect.fail(error({ _tag: "OffsetOutOfRange", offset, start: state.start, end: state.end }))
           }
-          const ops = yield* cutFrom(offset)
-          const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, offset)
-          const next: Loaded = { start: state.start, end: offset, hw: Math.min(state.hw, offset), epochs }
-          yield* write([...ops, ...epochOps(state.epochs, epochs), ...fields(next)])
-          Object.assign(state, next)
+          const { ops, end } = yield* cutFrom(offset)
+          const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, end)
+          const producers = yield* producersBefore(end)
+          yield* commit(ops, { start: state.start, end, hw: Math.min(state.hw, end), epochs, producers })
         })
       )
 
@@ -282,9 +405,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
             )
           )
           const epochs = LeaderEpochCache.truncateFromStart(state.epochs, offset)
-          const next: Loaded = { ...state, start: offset, hw: Math.max(state.hw, offset), epochs }
-          yield* write([...ops, ...epochOps(state.epochs, epochs), ...fields(next)])
-          Object.assign(state, next)
+          yield* commit(ops, { ...state, start: offset, hw: Math.max(state.hw, offset), epochs })
         })
       )
 
@@ -296,9 +417,13 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
             Stream.mapError(storeFailed),
             Stream.runForEach(([k]) => Effect.sync(() => ops.push(del(k))))
           )
-          const next: Loaded = { start: offset, end: offset, hw: offset, epochs: LeaderEpochCache.empty }
-          yield* write([...ops, ...epochOps(state.epochs, LeaderEpochCache.empty), ...fields(next)])
-          Object.assign(state, next)
+          yield* commit(ops, {
+            start: offset,
+            end: offset,
+            hw: offset,
+            epochs: LeaderEpochCache.empty,
+            producers: new Map()
+          })
         })
       )
 
@@ -308,11 +433,25 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       logEndOffset: Effect.sync(() => state.end),
       highWatermark: Effect.sync(() => state.hw),
       epochs: Effect.sync(() => state.epochs),
-      append: (epoch, records) =>
+      producers: Effect.sync(() => state.producers),
+      append: (epoch, records, producer) =>
         alone(
           Effect.suspend(() => {
             const baseOffset = state.end
-            return Effect.as(appendAt([{ baseOffset, epoch, records }]), {
+            if (producer !== undefined) {
+              const verdict = ProducerState.check(state.producers.get(producer.id), producer, records.length)
+              if (verdict._tag === "Duplicate") {
+                return Effect.succeed<Appended>({
+                  baseOffset: verdict.baseOffset,
+                  lastOffset: verdict.lastOffset,
+                  duplicate: true
+                })
+              }
+              if (verdict._tag !== "Append") {
+                return Effect.fail(error({ _tag: "ProducerRefused", producer: producer.id, verdict }))
+              }
+            }
+            return Effect.as(appendAt([{ baseOffset, epoch, records, producer }]), {
               baseOffset,
               lastOffset: baseOffset + records.length - 1
             })

@@ -166,6 +166,75 @@ for (const [backend, layer] of stores) {
       )
     )
 
+    it.effect(
+      "an idempotent retry gets its first offsets back, also after a reopen; gaps and fenced epochs are refused",
+      () =>
+        onStore(
+          Effect.gen(function* () {
+            const id = { table: "tablet-idem", partition: 0 }
+            const a = yield* open(id)
+            const producer = (sequence: number, epoch = 0) => ({ id: 42, epoch, sequence })
+            assert.deepStrictEqual(yield* a.log.append(1, records(0, 2), producer(0)), { baseOffset: 0, lastOffset: 2 })
+            yield* a.log.append(1, records(3, 3))
+            assert.deepStrictEqual(yield* a.log.append(1, records(4, 5), producer(3)), { baseOffset: 4, lastOffset: 5 })
+            yield* a.close
+            const b = yield* open(id)
+            assert.deepStrictEqual(yield* b.log.append(2, records(0, 2), producer(0)), {
+              baseOffset: 0,
+              lastOffset: 2,
+              duplicate: true
+            })
+            assert.strictEqual(yield* b.log.logEndOffset, 6, "the retry wrote nothing")
+            const gap = yield* Effect.flip(b.log.append(2, records(6, 6), producer(9)))
+            assert.include(gap.message, "producer 42: sequence 9 is out of order (expected 5)")
+            yield* b.log.append(2, records(6, 6), producer(0, 1))
+            const fenced = yield* Effect.flip(b.log.append(2, records(7, 7), producer(5, 0)))
+            assert.include(fenced.message, "producer epoch 0 is older than the tablet's 1")
+            const unknown = yield* Effect.flip(b.log.append(2, records(7, 7), { id: 9, epoch: 0, sequence: 3 }))
+            assert.strictEqual(
+              unknown.reason._tag === "ProducerRefused" && unknown.reason.verdict._tag,
+              "UnknownProducer"
+            )
+            assert.strictEqual(yield* b.log.logEndOffset, 7)
+            yield* b.close
+          })
+        )
+    )
+
+    it.effect("a follower's copy knows the producers; truncation takes them back, from the log when it must", () =>
+      onStore(
+        Effect.gen(function* () {
+          const leader = yield* open({ table: "tablet-l", partition: 0 })
+          const follower = yield* open({ table: "tablet-f", partition: 0 })
+          const producer = (sequence: number, epoch = 0) => ({ id: 5, epoch, sequence })
+          for (let i = 0; i < 8; i++) yield* leader.log.append(1, records(i * 2, i * 2 + 1), producer(i * 2))
+          yield* leader.log.append(2, records(16, 18), producer(0, 1))
+          yield* follower.log.appendBatches(yield* leader.log.read(0, 1_000_000))
+          assert.deepStrictEqual(yield* follower.log.producers, yield* leader.log.producers)
+          // Cutting inside the epoch-1 producer batch removes it whole; the entry goes back to epoch 0's last five.
+          yield* follower.log.truncateTo(17)
+          assert.strictEqual(yield* follower.log.logEndOffset, 16)
+          const entry = (yield* follower.log.producers).get(5)!
+          assert.strictEqual(entry.epoch, 0)
+          assert.deepStrictEqual(
+            entry.batches.map((b) => b.firstSequence),
+            [6, 8, 10, 12, 14]
+          )
+          // Now this replica leads: a retry of a kept batch is a duplicate; of the cut one, a fresh append.
+          assert.isTrue((yield* follower.log.append(3, records(14, 15), producer(14))).duplicate)
+          assert.deepStrictEqual(yield* follower.log.append(3, records(16, 18), producer(0, 1)), {
+            baseOffset: 16,
+            lastOffset: 18
+          })
+          // A cut below every batch of a producer forgets it.
+          yield* follower.log.truncateTo(0)
+          assert.strictEqual((yield* follower.log.producers).size, 0)
+          yield* leader.close
+          yield* follower.close
+        })
+      )
+    )
+
     it.effect("unreadable stored data is a typed error naming the tablet, never a wrong log", () =>
       onStore(
         Effect.gen(function* () {

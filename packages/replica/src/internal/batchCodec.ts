@@ -2,27 +2,24 @@
  * The byte layout of a tablet log's batches and keys in its partition store.
  *
  * Keys: `0x01` + base offset (8 bytes, big-endian) for a batch, `0x02` + name for the log's own fields, `0x03` +
- * epoch (4 bytes, big-endian) for a leader-epoch cache entry; big-endian numbers sort as the store orders keys.
- * A batch: epoch (u32), record count (u32), then per record a timestamp (f64), a key (i32 length, -1 for none), a
- * value (u32 length), the headers (u16 count; each a u16-length UTF-8 key and a u32-length value).
+ * epoch (4 bytes, big-endian) for a leader-epoch cache entry, `0x04` + producer id (f64) for a producer's entry;
+ * big-endian numbers sort as the store orders keys.
+ * A batch: epoch (u32), record count (u32), a producer flag (u8; when 1: producer id f64, producer epoch u32, first
+ * sequence u32), then per record a timestamp (f64), a key (i32 length, -1 for none), a value (u32 length), the
+ * headers (u16 count; each a u16-length UTF-8 key and a u32-length value).
+ * A producer entry: producer epoch (u32), batch count (u8), per batch first and last sequence (u32 each), base and
+ * last offset (f64 each).
  *
  * @internal
  */
+import type * as core from "@strata/core"
+import type { Entry, Producer } from "../ProducerState.js"
 
 /** One record of a tablet. */
-export interface TabletRecord {
-  readonly key: Uint8Array | null
-  readonly value: Uint8Array
-  readonly headers: ReadonlyArray<{ readonly key: string; readonly value: Uint8Array }>
-  readonly timestamp: number
-}
+export type TabletRecord = core.TabletRecord
 
-/** A batch as stored: its base offset, the leader epoch that wrote it, its records. */
-export interface Batch {
-  readonly baseOffset: number
-  readonly epoch: number
-  readonly records: ReadonlyArray<TabletRecord>
-}
+/** A batch as stored: its base offset, the leader epoch that wrote it, its records, its producer's stamp. */
+export type Batch = core.TabletBatch
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -60,6 +57,52 @@ export const epochOfKey = (key: Uint8Array): number =>
 /** The epoch-cache key range. */
 export const EPOCHS = { gte: Uint8Array.of(0x03), lt: Uint8Array.of(0x04) } as const
 
+/** The store key of producer `id`'s entry. */
+export const producerKey = (id: number): Uint8Array => {
+  const key = new Uint8Array(9)
+  key[0] = 0x04
+  new DataView(key.buffer).setFloat64(1, id)
+  return key
+}
+
+/** The producer id a producer key names. */
+export const producerOfKey = (key: Uint8Array): number =>
+  new DataView(key.buffer, key.byteOffset, key.byteLength).getFloat64(1)
+
+/** The producer-entry key range. */
+export const PRODUCERS = { gte: Uint8Array.of(0x04), lt: Uint8Array.of(0x05) } as const
+
+/** The bytes of a producer's entry. */
+export const encodeProducer = (entry: Entry): Uint8Array => {
+  const out = new Uint8Array(5 + entry.batches.length * 24)
+  const view = new DataView(out.buffer)
+  view.setUint32(0, entry.epoch)
+  view.setUint8(4, entry.batches.length)
+  entry.batches.forEach((b, i) => {
+    const at = 5 + i * 24
+    view.setUint32(at, b.firstSequence)
+    view.setUint32(at + 4, b.lastSequence)
+    view.setFloat64(at + 8, b.baseOffset)
+    view.setFloat64(at + 16, b.lastOffset)
+  })
+  return out
+}
+
+/** A producer's entry back, or why it cannot be read. */
+export const decodeProducer = (bytes: Uint8Array): Entry | string => {
+  if (bytes.length < 5) return `a producer entry of ${bytes.length} bytes`
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const count = view.getUint8(4)
+  if (bytes.length !== 5 + count * 24) return `a producer entry of ${bytes.length} bytes for ${count} batches`
+  const batches = Array.from({ length: count }, (_, i) => ({
+    firstSequence: view.getUint32(5 + i * 24),
+    lastSequence: view.getUint32(9 + i * 24),
+    baseOffset: view.getFloat64(13 + i * 24),
+    lastOffset: view.getFloat64(21 + i * 24)
+  }))
+  return { epoch: view.getUint32(0), batches }
+}
+
 /** An offset as 8 bytes. */
 export const encodeOffset = (offset: number): Uint8Array => {
   const bytes = new Uint8Array(8)
@@ -72,9 +115,13 @@ export const decodeOffset = (bytes: Uint8Array): number | undefined =>
   bytes.length === 8 ? Number(new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0)) : undefined
 
 /** The bytes a batch takes in the store. */
-export const encodeBatch = (epoch: number, records: ReadonlyArray<TabletRecord>): Uint8Array => {
+export const encodeBatch = (
+  epoch: number,
+  records: ReadonlyArray<TabletRecord>,
+  producer?: Producer | undefined
+): Uint8Array => {
   const headerKeys = records.map((r) => r.headers.map((h) => encoder.encode(h.key)))
-  let size = 8
+  let size = producer === undefined ? 9 : 25
   records.forEach((r, i) => {
     size += 8 + 4 + (r.key?.length ?? 0) + 4 + r.value.length + 2
     r.headers.forEach((h, j) => {
@@ -85,7 +132,14 @@ export const encodeBatch = (epoch: number, records: ReadonlyArray<TabletRecord>)
   const view = new DataView(out.buffer)
   view.setUint32(0, epoch)
   view.setUint32(4, records.length)
-  let at = 8
+  let at = 9
+  if (producer !== undefined) {
+    view.setUint8(8, 1)
+    view.setFloat64(9, producer.id)
+    view.setUint32(17, producer.epoch)
+    view.setUint32(21, producer.sequence)
+    at = 25
+  }
   const bytes = (b: Uint8Array) => {
     out.set(b, at)
     at += b.length
@@ -128,6 +182,7 @@ const reader = (bytes: Uint8Array, baseOffset: number) => {
     return a
   }
   return {
+    u8: () => take(1, (i) => view.getUint8(i)),
     u16: () => take(2, (i) => view.getUint16(i)),
     u32: () => take(4, (i) => view.getUint32(i)),
     i32: () => take(4, (i) => view.getInt32(i)),
@@ -143,6 +198,9 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
     const r = reader(bytes, baseOffset)
     const epoch = r.u32()
     const count = r.u32()
+    const stamped = r.u8()
+    if (stamped > 1) return `batch at ${baseOffset} has producer flag ${stamped}`
+    const producer = stamped === 1 ? { id: r.f64(), epoch: r.u32(), sequence: r.u32() } : undefined
     const records: Array<TabletRecord> = []
     for (let i = 0; i < count; i++) {
       const timestamp = r.f64()
@@ -157,7 +215,7 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
       records.push({ key, value, headers, timestamp })
     }
     if (r.left() !== 0) return `batch at ${baseOffset} has ${r.left()} bytes past its last record`
-    return { baseOffset, epoch, records }
+    return producer === undefined ? { baseOffset, epoch, records } : { baseOffset, epoch, records, producer }
   } catch (e) {
     return e instanceof Error ? e.message : String(e)
   }

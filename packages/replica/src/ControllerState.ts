@@ -1,0 +1,537 @@
+/**
+ * The controller: the coordinator leader's view of every tablet, as a pure function (Fluss's
+ * `TableBucketStateMachine` and `ReplicaStateMachine`, with Kafka's fixes: KIP-841's ISR eligibility, leader
+ * election from the live ISR only unless unclean election is enabled).
+ *
+ * `step(state, input)` returns the next state and the commands the coordinator's shell executes in order: write a
+ * tablet's leader and ISR to coordination (the election's epoch-checked write: a deposed coordinator's write fails),
+ * send LeaderAndIsr to tablet servers, reply to a request, log. The shell feeds the inputs one at a time, running a
+ * step's commands before the next input; a failed write makes the controller resign (`WriteFailed` → `Resign`),
+ * and a new controller starts from what coordination holds.
+ *
+ * Tablet states:
+ *
+ * <!-- transitions -->
+ * | from | event | to |
+ * |---|---|---|
+ * | NewTablet | created, a replica live | OnlineTablet |
+ * | NewTablet | created, no replica live | OfflineTablet |
+ * | OnlineTablet | its leader died, a live ISR member | OnlineTablet |
+ * | OnlineTablet | its leader died, no live ISR member | OfflineTablet |
+ * | OfflineTablet | an ISR member came up | OnlineTablet |
+ * | OfflineTablet | a replica came up, unclean election enabled | OnlineTablet |
+ * <!-- /transitions -->
+ *
+ * Every leader change bumps the leader epoch; every write bumps the tablet's version (its compare-and-set version
+ * in coordination), which an ISR change request must name. A replica's controller-side state follows its server:
+ * `replicaState` is Online while the server is registered, Offline after.
+ *
+ * @since 0.1.0
+ */
+import type { Epoch, LeaderAndIsr, ServerId, TabletId } from "@strata/core"
+import { tabletKey } from "@strata/core"
+
+/**
+ * A tablet's state in the controller.
+ *
+ * @since 0.1.0
+ */
+export type TabletState = "NewTablet" | "OnlineTablet" | "OfflineTablet"
+
+/**
+ * A tablet as the controller holds it (and as coordination stores it).
+ *
+ * @since 0.1.0
+ */
+export interface Tablet {
+  readonly tablet: TabletId
+  /** Every replica, in assignment order (the preferred leader first). */
+  readonly replicas: ReadonlyArray<ServerId>
+  readonly state: TabletState
+  readonly leaderAndIsr: LeaderAndIsr
+}
+
+/**
+ * The controller's options.
+ *
+ * @since 0.1.0
+ */
+export interface Options {
+  /** Elect a live replica outside the ISR when no ISR member is live (it may lose acknowledged records). */
+  readonly uncleanLeaderElection: boolean
+  /** Tablets must have at least this many replicas (default 1). */
+  readonly minInsyncReplicas?: number
+}
+
+/**
+ * The controller's state.
+ *
+ * @since 0.1.0
+ */
+export interface State {
+  readonly coordinatorEpoch: Epoch
+  readonly options: Options
+  /** Registered tablet servers. */
+  readonly live: ReadonlySet<ServerId>
+  /** Live servers in controlled shutdown: not electable, not eligible for an ISR. */
+  readonly shuttingDown: ReadonlySet<ServerId>
+  readonly tablets: ReadonlyMap<string, Tablet>
+  readonly uncleanElections: number
+  /** Set once the controller gave up (a write failed): it ignores every input after. */
+  readonly resigned: boolean
+}
+
+/**
+ * Why an ISR change request was refused.
+ *
+ * @since 0.1.0
+ */
+export type IsrRejection =
+  | { readonly _tag: "UnknownTablet" }
+  | { readonly _tag: "NotLeader"; readonly leader: ServerId | null }
+  | { readonly _tag: "FencedLeaderEpoch"; readonly current: Epoch }
+  | { readonly _tag: "InvalidVersion"; readonly current: number }
+  | { readonly _tag: "InvalidIsr"; readonly detail: string }
+  | { readonly _tag: "IneligibleReplica"; readonly server: ServerId; readonly why: "offline" | "shutting down" }
+
+/**
+ * What the shell feeds, one at a time.
+ *
+ * - `Started`: this coordinator became leader under `coordinatorEpoch`, with what coordination holds.
+ * - `ServerUp` / `ServerDown`: a tablet server registered, or its registration went (its session ended).
+ * - `CreateTablets`: new tablets with their assignments.
+ * - `AdjustIsr`: a leader asks to change its tablet's ISR (`version`: the tablet version it knows).
+ * - `ControlledShutdown`: a server asks to stop; leadership moves off it first.
+ * - `WriteFailed`: a write of the previous step failed (fenced, or its outcome unknown).
+ *
+ * @since 0.1.0
+ */
+export type Input =
+  | {
+      readonly _tag: "Started"
+      readonly coordinatorEpoch: Epoch
+      readonly live: ReadonlyArray<ServerId>
+      readonly tablets: ReadonlyArray<Tablet>
+    }
+  | { readonly _tag: "ServerUp"; readonly server: ServerId }
+  | { readonly _tag: "ServerDown"; readonly server: ServerId }
+  | {
+      readonly _tag: "CreateTablets"
+      readonly requestId: number
+      readonly tablets: ReadonlyArray<{ readonly tablet: TabletId; readonly replicas: ReadonlyArray<ServerId> }>
+    }
+  | {
+      readonly _tag: "AdjustIsr"
+      readonly requestId: number
+      readonly tablet: TabletId
+      readonly leader: ServerId
+      readonly leaderEpoch: Epoch
+      readonly version: number
+      readonly isr: ReadonlyArray<ServerId>
+    }
+  | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
+  | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
+
+/**
+ * One tablet's instruction in a LeaderAndIsr request.
+ *
+ * @since 0.1.0
+ */
+export interface TabletInstruction {
+  readonly tablet: TabletId
+  readonly replicas: ReadonlyArray<ServerId>
+  readonly leaderAndIsr: LeaderAndIsr
+}
+
+/**
+ * A request's reply.
+ *
+ * @since 0.1.0
+ */
+export type Reply =
+  | { readonly _tag: "Created"; readonly tablets: ReadonlyArray<Tablet> }
+  | { readonly _tag: "CreateRefused"; readonly detail: string }
+  | { readonly _tag: "IsrAdjusted"; readonly leaderAndIsr: LeaderAndIsr }
+  | { readonly _tag: "IsrRejected"; readonly rejection: IsrRejection }
+  | { readonly _tag: "ShutdownProgress"; readonly remainingLeaders: number }
+
+/**
+ * A leader's ISR change request, as a tablet server sends it.
+ *
+ * @since 0.1.0
+ */
+export type AdjustIsrRequest = Omit<Extract<Input, { readonly _tag: "AdjustIsr" }>, "_tag" | "requestId">
+
+/**
+ * The controller's answer to an ISR change request.
+ *
+ * @since 0.1.0
+ */
+export type AdjustIsrReply = Extract<Reply, { readonly _tag: "IsrAdjusted" | "IsrRejected" }>
+
+/**
+ * What the shell runs, in order.
+ *
+ * - `Write`: store the tablet in coordination, fenced by the coordinator epoch; `expectedVersion` `null` creates
+ *   it. A failure is fed back as `WriteFailed`, and the step's later commands are not run.
+ * - `Send`: a LeaderAndIsr request to one server, carrying the coordinator epoch (delivered until the server
+ *   answers or leaves).
+ * - `Reply`: answer request `requestId`.
+ * - `Log`: one greppable line.
+ * - `Resign`: give up the controller (the coordinator steps down).
+ *
+ * @since 0.1.0
+ */
+export type Command =
+  | { readonly _tag: "Write"; readonly tablet: Tablet; readonly expectedVersion: number | null }
+  | {
+      readonly _tag: "Send"
+      readonly server: ServerId
+      readonly coordinatorEpoch: Epoch
+      readonly tablets: ReadonlyArray<TabletInstruction>
+    }
+  | { readonly _tag: "Reply"; readonly requestId: number; readonly reply: Reply }
+  | { readonly _tag: "Log"; readonly level: "info" | "warn"; readonly message: string }
+  | { readonly _tag: "Resign"; readonly reason: string }
+
+/**
+ * The outcome of one step.
+ *
+ * @since 0.1.0
+ */
+export type Step = readonly [State, ReadonlyArray<Command>]
+
+/**
+ * A controller before `Started`.
+ *
+ * @since 0.1.0
+ */
+export const make = (options: Options): State => ({
+  coordinatorEpoch: 0,
+  options,
+  live: new Set(),
+  shuttingDown: new Set(),
+  tablets: new Map(),
+  uncleanElections: 0,
+  resigned: false
+})
+
+/**
+ * The controller's view of one replica.
+ *
+ * @since 0.1.0
+ */
+export const replicaState = (state: State, tablet: TabletId, server: ServerId): "Online" | "Offline" | "None" => {
+  const t = state.tablets.get(tabletKey(tablet))
+  if (t === undefined || !t.replicas.includes(server)) return "None"
+  return state.live.has(server) ? "Online" : "Offline"
+}
+
+/** A step's changes, collected: the tablets written (with the version they replace) and the commands after them. */
+interface Changes {
+  readonly tablets: Map<string, Tablet>
+  readonly writes: Array<Command>
+  /** Tablets whose new state every live replica must hear. */
+  readonly notify: Array<Tablet>
+  readonly after: Array<Command>
+  unclean: number
+}
+
+const changes = (state: State): Changes => ({
+  tablets: new Map(state.tablets),
+  writes: [],
+  notify: [],
+  after: [],
+  unclean: 0
+})
+
+/** Records a tablet's new state: its write, and the LeaderAndIsr every live replica gets once it is written. */
+const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet) => {
+  const stored: Tablet = {
+    ...next,
+    leaderAndIsr: {
+      ...next.leaderAndIsr,
+      coordinatorEpoch: state.coordinatorEpoch,
+      version: before === undefined ? 0 : before.leaderAndIsr.version + 1
+    }
+  }
+  c.tablets.set(tabletKey(next.tablet), stored)
+  c.writes.push({
+    _tag: "Write",
+    tablet: stored,
+    expectedVersion: before === undefined ? null : before.leaderAndIsr.version
+  })
+  c.notify.push(stored)
+  return stored
+}
+
+/**
+ * One LeaderAndIsr request per live server, for the tablets (their latest state) it holds a replica of; `only`
+ * limits them to one server.
+ */
+const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: ServerId): Array<Command> => {
+  const latest = new Map(tablets.map((t) => [tabletKey(t.tablet), t]))
+  const by = new Map<ServerId, Array<TabletInstruction>>()
+  for (const t of latest.values()) {
+    for (const r of t.replicas) {
+      if (!state.live.has(r) || (only !== undefined && r !== only)) continue
+      const list = by.get(r) ?? []
+      list.push({ tablet: t.tablet, replicas: t.replicas, leaderAndIsr: t.leaderAndIsr })
+      by.set(r, list)
+    }
+  }
+  return [...by].map(([server, list]) => ({
+    _tag: "Send",
+    server,
+    coordinatorEpoch: state.coordinatorEpoch,
+    tablets: list
+  }))
+}
+
+/** The step's result: the writes, then the LeaderAndIsr requests (`extra` too), then the rest. */
+const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): Step => {
+  const next: State = { ...state, tablets: c.tablets, uncleanElections: state.uncleanElections + c.unclean }
+  return [next, [...c.writes, ...sends(next, c.notify), ...extra, ...c.after]]
+}
+
+const electable = (state: State, server: ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
+
+/**
+ * A new leader for `t` without `gone` (a dead or stopping leader): the first live ISR member in assignment order
+ * that is not stopping, else (unclean election enabled) the first such replica. `undefined`: none; the tablet goes
+ * Offline, keeping its ISR, so that the last ISR member is elected when it returns.
+ */
+const elect = (
+  state: State,
+  t: Tablet,
+  gone: ServerId | undefined
+): { readonly leader: ServerId; readonly isr: ReadonlyArray<ServerId>; readonly unclean: boolean } | undefined => {
+  const isr = t.leaderAndIsr.isr.filter((s) => s !== gone)
+  const inIsr = t.replicas.filter((r) => isr.includes(r) && r !== gone)
+  const leader = inIsr.find((r) => electable(state, r))
+  if (leader !== undefined) return { leader, isr: isr.filter((s) => state.live.has(s) || s === leader), unclean: false }
+  if (!state.options.uncleanLeaderElection) return undefined
+  const any = t.replicas.find((r) => r !== gone && electable(state, r))
+  return any === undefined ? undefined : { leader: any, isr: [any], unclean: true }
+}
+
+/** Moves `t`'s leadership off `gone` (or gives it a leader when it has none). */
+const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined) => {
+  const chosen = elect(state, t, gone)
+  const epoch = t.leaderAndIsr.leaderEpoch + 1
+  if (chosen === undefined) {
+    // No leader: the epoch still moves on, so that the old leader's followers stop taking its answers.
+    if (t.state === "OfflineTablet") return
+    put(state, c, t, {
+      ...t,
+      state: "OfflineTablet",
+      leaderAndIsr: { ...t.leaderAndIsr, leader: null, leaderEpoch: epoch }
+    })
+    c.after.push({ _tag: "Log", level: "warn", message: `${tabletKey(t.tablet)}: no live in-sync replica, offline` })
+    return
+  }
+  put(state, c, t, {
+    ...t,
+    state: "OnlineTablet",
+    leaderAndIsr: { ...t.leaderAndIsr, leader: chosen.leader, leaderEpoch: epoch, isr: chosen.isr }
+  })
+  if (chosen.unclean) {
+    c.unclean++
+    c.after.push({
+      _tag: "Log",
+      level: "warn",
+      message: `${tabletKey(t.tablet)}: unclean leader election of server ${chosen.leader} at epoch ${epoch}`
+    })
+  }
+}
+
+/** Takes the `out` followers out of `t`'s ISR; the leader always stays. */
+const dropFromIsr = (state: State, c: Changes, t: Tablet, out: (server: ServerId) => boolean) => {
+  const isr = t.leaderAndIsr.isr
+  const kept = isr.filter((s) => s === t.leaderAndIsr.leader || !out(s))
+  if (kept.length === isr.length || kept.length === 0) return
+  put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: kept } })
+}
+
+/** Every tablet with a replica on `server`, once it left or while it stops: leadership moves, the ISR shrinks. */
+const moveOff = (state: State, c: Changes, server: ServerId, clean: boolean) => {
+  for (const t of state.tablets.values()) {
+    if (!t.replicas.includes(server)) continue
+    if (t.leaderAndIsr.leader === server) {
+      // A stopping server keeps a tablet only another unclean election could take from it.
+      const chosen = clean ? elect(state, t, server) : undefined
+      if (!clean || (chosen !== undefined && !chosen.unclean)) reelect(state, c, t, server)
+    } else dropFromIsr(state, c, t, (s) => s === server)
+  }
+}
+
+const validateIsr = (
+  state: State,
+  input: Extract<Input, { _tag: "AdjustIsr" }>,
+  t: Tablet | undefined
+): IsrRejection | undefined => {
+  if (t === undefined) return { _tag: "UnknownTablet" }
+  const current = t.leaderAndIsr
+  if (input.leaderEpoch !== current.leaderEpoch) return { _tag: "FencedLeaderEpoch", current: current.leaderEpoch }
+  if (input.leader !== current.leader) return { _tag: "NotLeader", leader: current.leader }
+  if (input.version !== current.version) return { _tag: "InvalidVersion", current: current.version }
+  if (!input.isr.includes(input.leader)) return { _tag: "InvalidIsr", detail: "the ISR must hold its leader" }
+  const stranger = input.isr.find((s) => !t.replicas.includes(s))
+  if (stranger !== undefined) return { _tag: "InvalidIsr", detail: `server ${stranger} holds no replica` }
+  if (new Set(input.isr).size !== input.isr.length) return { _tag: "InvalidIsr", detail: "a server twice" }
+  for (const s of input.isr) {
+    if (current.isr.includes(s)) continue
+    if (!state.live.has(s)) return { _tag: "IneligibleReplica", server: s, why: "offline" }
+    if (state.shuttingDown.has(s)) return { _tag: "IneligibleReplica", server: s, why: "shutting down" }
+  }
+  return undefined
+}
+
+/** Why tablets cannot be created as asked (nothing is created then), if they cannot. */
+const refuseCreate = (
+  state: State,
+  specs: Extract<Input, { _tag: "CreateTablets" }>["tablets"]
+): string | undefined => {
+  const min = state.options.minInsyncReplicas ?? 1
+  const seen = new Set<string>()
+  for (const spec of specs) {
+    const key = tabletKey(spec.tablet)
+    if (seen.has(key)) return `${key} is asked for twice`
+    seen.add(key)
+    if (spec.replicas.length < min) {
+      return `${key}: ${spec.replicas.length} replicas, minInsyncReplicas is ${min}: no append could be acknowledged`
+    }
+    if (new Set(spec.replicas).size !== spec.replicas.length) return `${key}: a server holds two of its replicas`
+  }
+  return undefined
+}
+
+const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: ServerId) =>
+  [...tablets.values()].filter((t) => t.leaderAndIsr.leader === server).length
+
+/**
+ * One step of the controller. Pure: every decision is here, the shell only runs the commands.
+ *
+ * @since 0.1.0
+ */
+export const step = (state: State, input: Input): Step => {
+  if (state.resigned) return [state, []]
+  switch (input._tag) {
+    case "Started": {
+      const started: State = {
+        ...state,
+        coordinatorEpoch: input.coordinatorEpoch,
+        live: new Set(input.live),
+        shuttingDown: new Set(),
+        tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t]))
+      }
+      const c = changes(started)
+      for (const t of started.tablets.values()) {
+        const leader = t.leaderAndIsr.leader
+        if (leader === null || !started.live.has(leader)) reelect(started, c, t, leader ?? undefined)
+        else dropFromIsr(started, c, t, (s) => !started.live.has(s))
+      }
+      // Every live server hears the state of its tablets under this coordinator's epoch.
+      const written = new Set(c.notify.map((t) => tabletKey(t.tablet)))
+      for (const t of c.tablets.values()) if (!written.has(tabletKey(t.tablet))) c.notify.push(t)
+      c.after.push({
+        _tag: "Log",
+        level: "info",
+        message: `controller started with coordinator epoch ${input.coordinatorEpoch}: ${started.tablets.size} tablets, ${started.live.size} live servers`
+      })
+      return finish(started, c)
+    }
+    case "ServerUp": {
+      if (state.live.has(input.server)) return [state, []]
+      const up: State = { ...state, live: new Set([...state.live, input.server]) }
+      const c = changes(up)
+      const unchanged: Array<Tablet> = []
+      for (const t of up.tablets.values()) {
+        if (!t.replicas.includes(input.server)) continue
+        if (t.state === "OfflineTablet") reelect(up, c, t, undefined)
+        if (c.tablets.get(tabletKey(t.tablet)) === t) unchanged.push(t)
+      }
+      // Every live replica hears what changed; the returning server also hears every other tablet it holds.
+      return finish(up, c, sends(up, unchanged, input.server))
+    }
+    case "ServerDown": {
+      if (!state.live.has(input.server)) return [state, []]
+      const live = new Set(state.live)
+      live.delete(input.server)
+      const shuttingDown = new Set(state.shuttingDown)
+      shuttingDown.delete(input.server)
+      const down: State = { ...state, live, shuttingDown }
+      const c = changes(down)
+      moveOff(down, c, input.server, false)
+      return finish(down, c)
+    }
+    case "CreateTablets": {
+      const refused = refuseCreate(state, input.tablets)
+      if (refused !== undefined) {
+        const reply: Reply = { _tag: "CreateRefused", detail: refused }
+        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+      }
+      const c = changes(state)
+      const created: Array<Tablet> = []
+      for (const spec of input.tablets) {
+        if (c.tablets.has(tabletKey(spec.tablet))) continue
+        const live = spec.replicas.filter((r) => electable(state, r))
+        const leader = live[0] ?? null
+        created.push(
+          put(state, c, undefined, {
+            tablet: spec.tablet,
+            replicas: spec.replicas,
+            state: leader === null ? "OfflineTablet" : "OnlineTablet",
+            leaderAndIsr: {
+              leader,
+              leaderEpoch: 0,
+              isr: leader === null ? [...spec.replicas] : live,
+              coordinatorEpoch: state.coordinatorEpoch,
+              version: 0
+            }
+          })
+        )
+      }
+      c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "Created", tablets: created } })
+      return finish(state, c)
+    }
+    case "AdjustIsr": {
+      const t = state.tablets.get(tabletKey(input.tablet))
+      const rejection = validateIsr(state, input, t)
+      if (rejection !== undefined || t === undefined) {
+        const reply: Reply = { _tag: "IsrRejected", rejection: rejection ?? { _tag: "UnknownTablet" } }
+        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+      }
+      const c = changes(state)
+      const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } })
+      // The leader learns from the reply; the followers need not hear of it.
+      c.notify.length = 0
+      c.after.push({
+        _tag: "Reply",
+        requestId: input.requestId,
+        reply: { _tag: "IsrAdjusted", leaderAndIsr: stored.leaderAndIsr }
+      })
+      return finish(state, c)
+    }
+    case "ControlledShutdown": {
+      if (!state.live.has(input.server)) {
+        const reply: Reply = { _tag: "ShutdownProgress", remainingLeaders: 0 }
+        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+      }
+      const stopping: State = { ...state, shuttingDown: new Set([...state.shuttingDown, input.server]) }
+      const c = changes(stopping)
+      moveOff(stopping, c, input.server, true)
+      c.after.push({
+        _tag: "Reply",
+        requestId: input.requestId,
+        reply: { _tag: "ShutdownProgress", remainingLeaders: remainingLeaders(c.tablets, input.server) }
+      })
+      return finish(stopping, c)
+    }
+    case "WriteFailed":
+      return [
+        { ...state, resigned: true },
+        [{ _tag: "Resign", reason: `writing ${tabletKey(input.tablet)} failed: ${input.detail}` }]
+      ]
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * How a tablet server reaches the rest of the cluster: other tablet servers (a follower's fetches and end-offset
+ * questions to its leader) and the current controller (a leader's ISR changes, a server's controlled shutdown).
+ * The transport is the layer's business: direct calls in one process, an in-memory network in the simulator, RPC
+ * between processes.
+ *
+ * @since 0.1.0
+ */
+import type { EndOffsetRequest, EndOffsetResult, FetchRequest, FetchResult, ReplicaError, ServerId } from "@strata/core"
+import { Context, Data, type Effect } from "effect"
+import type * as ControllerState from "./ControllerState.js"
+
+/**
+ * A call found nobody to answer it: the target is down, partitioned away, not the controller, or did not answer in
+ * time. The caller backs off and tries again; the request is safe to repeat.
+ *
+ * @since 0.1.0
+ */
+export class PeerUnreachable extends Data.TaggedError("PeerUnreachable")<{
+  readonly target: string
+  readonly detail: string
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.target} unreachable: ${this.detail}`
+  }
+}
+
+/**
+ * The calls a follower makes to its leader.
+ *
+ * @since 0.1.0
+ */
+export interface LeaderCalls {
+  readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError | PeerUnreachable>
+  readonly endOffsetForEpoch: (
+    request: EndOffsetRequest
+  ) => Effect.Effect<EndOffsetResult, ReplicaError | PeerUnreachable>
+}
+
+/**
+ * The calls a tablet server makes to the controller.
+ *
+ * @since 0.1.0
+ */
+export interface ControllerCalls {
+  readonly adjustIsr: (
+    request: ControllerState.AdjustIsrRequest
+  ) => Effect.Effect<ControllerState.AdjustIsrReply, PeerUnreachable>
+  readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, PeerUnreachable>
+}
+
+/**
+ * The `Peers` service shape, as seen from one tablet server.
+ *
+ * @since 0.1.0
+ */
+export interface PeersShape {
+  readonly leader: (server: ServerId) => LeaderCalls
+  readonly controller: ControllerCalls
+}
+
+/**
+ * The `Peers` service key.
+ *
+ * @since 0.1.0
+ */
+export class Peers extends Context.Service<Peers, PeersShape>()("@strata/replica/Peers") {}

@@ -1,0 +1,102 @@
+/**
+ * The settings of a replicated cluster that its coordinator and tablet servers must agree on, decoded and checked
+ * by one Schema: each value on its own, and the rules between them (a bad value's error names its key and the
+ * rule it breaks).
+ *
+ * @since 0.1.0
+ */
+import { OptionSchemas } from "@strata/core"
+import { Effect, Schema } from "effect"
+
+const PositiveInt = OptionSchemas.PositiveInt
+const withDefault = <A extends number | boolean>(schema: Schema.Codec<A, A>, value: A) =>
+  schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
+
+/**
+ * The replication settings (every key optional, with the default given).
+ *
+ * @since 0.1.0
+ */
+export const ReplicationConfig = Schema.Struct({
+  /** Replicas per tablet (3). */
+  replicationFactor: withDefault(PositiveInt, 3),
+  /** In-sync replicas an acks=all append needs, and below which the high watermark stops (2). */
+  minInsyncReplicas: withDefault(PositiveInt, 2),
+  /** The tablet servers' coordination session timeout: how long a dead server goes unnoticed (10 000 ms). */
+  sessionTimeoutMs: withDefault(PositiveInt, 10_000),
+  /** A follower not caught up for this long leaves the ISR (30 000 ms); checked every half of it. */
+  replicaLagTimeMaxMs: withDefault(PositiveInt, 30_000),
+  /** The most a follower's fetch returns (1 MiB; at least one batch). */
+  fetchMaxBytes: withDefault(PositiveInt, 1_048_576),
+  /** How long a fetch with nothing to return waits for an append (500 ms). */
+  fetchMaxWaitMs: withDefault(PositiveInt, 500),
+  /** How long an acks=all append waits for its records to be replicated (30 000 ms). */
+  appendTimeoutMs: withDefault(PositiveInt, 30_000),
+  /** The pause before a failed fetch or ISR request is sent again (100 ms). */
+  retryBackoffMs: withDefault(PositiveInt, 100),
+  /** Elect a replica outside the ISR when no ISR member is live; it may lose acknowledged records (false). */
+  uncleanLeaderElection: withDefault(Schema.Boolean, false)
+}).check(
+  Schema.makeFilter((c) => {
+    const issues: Array<{ readonly path: ReadonlyArray<PropertyKey>; readonly issue: string }> = []
+    if (c.minInsyncReplicas > c.replicationFactor) {
+      issues.push({
+        path: ["minInsyncReplicas"],
+        issue: `must be at most replicationFactor (${c.replicationFactor}): no append could ever be acknowledged`
+      })
+    }
+    if (c.sessionTimeoutMs >= c.replicaLagTimeMaxMs) {
+      issues.push({
+        path: ["replicaLagTimeMaxMs"],
+        issue: `must be above sessionTimeoutMs (${c.sessionTimeoutMs}): a leader would drop its followers from the ISR before a dead leader's session ends`
+      })
+    }
+    if (c.fetchMaxWaitMs * 2 >= c.replicaLagTimeMaxMs) {
+      issues.push({
+        path: ["fetchMaxWaitMs"],
+        issue: `must be below half of replicaLagTimeMaxMs (${c.replicaLagTimeMaxMs}): a caught-up follower waiting on a fetch would look lagging`
+      })
+    }
+    return issues
+  })
+)
+
+/**
+ * The decoded settings.
+ *
+ * @since 0.1.0
+ */
+export type ReplicationConfig = typeof ReplicationConfig.Type
+
+/**
+ * The settings' input (every key optional).
+ *
+ * @since 0.1.0
+ */
+export type ReplicationConfigInput = typeof ReplicationConfig.Encoded
+
+/**
+ * Replication settings or a server's options are not valid: `option` names the key, `detail` the rule.
+ *
+ * @since 0.1.0
+ */
+export class InvalidReplicaOptions extends Schema.TaggedError<InvalidReplicaOptions>()("InvalidReplicaOptions", {
+  option: Schema.String,
+  value: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `invalid option ${this.option} = ${this.value}: ${this.detail}`
+  }
+}
+
+/**
+ * Decodes and checks the settings.
+ *
+ * @since 0.1.0
+ */
+export const decode = (input: unknown): Effect.Effect<ReplicationConfig, InvalidReplicaOptions> =>
+  OptionSchemas.decodeOptions(ReplicationConfig, { exact: true })(input).pipe(
+    Effect.mapError((bad) => new InvalidReplicaOptions(OptionSchemas.summary(bad)))
+  )

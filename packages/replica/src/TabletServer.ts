@@ -1,0 +1,613 @@
+/**
+ * A tablet server: core's `ReplicaManager` over the replica machines (docs/ARCHITECTURE.md, "Replication"). It
+ * hosts one `TabletLog` per replica on the `Store`, applies the coordinator's LeaderAndIsr instructions through
+ * `ReplicaState` (refusing a coordinator epoch below the highest it has seen), leads through `LeaderState`
+ * (appends with acks, idempotent producer stamps, the followers' fetches, the ISR changes it asks the controller
+ * for) and follows through `FollowerState` (a fetch loop per followed replica).
+ *
+ * The shell decides nothing: each machine's commands run in order, under the replica's lock, and requests to other
+ * servers are repeated after a backoff until answered or until the role that sent them ends.
+ *
+ * @since 0.1.0
+ */
+import {
+  AppendTimedOut,
+  type AppendResult,
+  FencedEpoch,
+  InvalidRequest,
+  type LeaderAndIsrRequest,
+  NotEnoughReplicas,
+  OffsetOutOfRange,
+  OptionSchemas,
+  ProducerRefused,
+  ReplicaError,
+  type ReplicaErrorReason,
+  ReplicaManager,
+  type ReplicaManagerShape,
+  ReplicaStorageFailed,
+  ServerId,
+  Store,
+  type StoreShape,
+  type TabletId,
+  type TabletInstruction,
+  UnknownTablet,
+  tabletKey
+} from "@strata/core"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Result, Schedule, Schema, Scope } from "effect"
+import { follow } from "./internal/follower.js"
+import * as Hosted from "./internal/hosted.js"
+import * as LeaderState from "./LeaderState.js"
+import * as ProducerState from "./ProducerState.js"
+import { Peers, type PeersShape } from "./Peers.js"
+import * as ReplicaState from "./ReplicaState.js"
+import * as ReplicationConfig from "./ReplicationConfig.js"
+import * as TabletLog from "./TabletLog.js"
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+
+/**
+ * A tablet server's options.
+ *
+ * @since 0.1.0
+ */
+export const TabletServerOptions = Schema.Struct({
+  serverId: ServerId,
+  /** The cluster's replication settings (`ReplicationConfig`; every key optional). */
+  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
+})
+
+/**
+ * The options' input.
+ *
+ * @since 0.1.0
+ */
+export type TabletServerOptions = typeof TabletServerOptions.Encoded
+
+/**
+ * The tablet server service: core's `ReplicaManager`, plus what an operator and the tests read.
+ *
+ * @since 0.1.0
+ */
+export interface TabletServerShape extends ReplicaManagerShape {
+  /** The highest coordinator epoch this server has taken instructions under. */
+  readonly coordinatorEpoch: Effect.Effect<number>
+  /** The replica's log, for inspection (`undefined` when not hosted or not open). */
+  readonly logOf: (tablet: TabletId) => Effect.Effect<TabletLog.TabletLog | undefined>
+  /** The tablets hosted here. */
+  readonly tablets: Effect.Effect<ReadonlyArray<TabletId>>
+}
+
+/**
+ * The `TabletServer` service key.
+ *
+ * @since 0.1.0
+ */
+export class TabletServer extends Context.Service<TabletServer, TabletServerShape>()("@strata/replica/TabletServer") {}
+
+// ---------------------------------------------------------------------------
+// The server
+// ---------------------------------------------------------------------------
+
+/** What every handler shares. */
+interface Server {
+  readonly self: ServerId
+  readonly config: ReplicationConfig.ReplicationConfig
+  readonly peers: PeersShape
+  readonly store: StoreShape
+  readonly scope: Scope.Scope
+  readonly hosted: Map<string, Hosted.Hosted>
+  coordinatorEpoch: number
+}
+
+const fail = (reason: ReplicaErrorReason) => Effect.fail(new ReplicaError({ reason }))
+const storageFailed = (h: Hosted.Hosted) => (e: TabletLog.TabletLogError) =>
+  new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: h.key, detail: e.message }) })
+
+/** The store partition a tablet's log lives in. */
+export const storeIdOf = (tablet: TabletId) => ({ table: `tablet.${tablet.table}`, partition: tablet.bucket })
+
+/** Runs the leader machine's commands: checkpoint the HW (releasing the appends it covers), propose an ISR. */
+const runLeader = (
+  server: Server,
+  h: Hosted.Hosted,
+  commands: ReadonlyArray<LeaderState.Command>
+): Effect.Effect<void> =>
+  Effect.forEach(
+    commands,
+    (command) => {
+      switch (command._tag) {
+        case "AdvanceHighWatermark":
+          return Effect.gen(function* () {
+            // The checkpoint only shortens a restart's catch-up; the leader's HW moves on without it.
+            if (h.log !== undefined) {
+              yield* h.log
+                .checkpointHighWatermark(command.highWatermark)
+                .pipe(Effect.catch((e) => Effect.logWarning(`server ${server.self}: ${e.message}`)))
+            }
+            yield* Hosted.release(h, command.highWatermark)
+            yield* Hosted.signal(h)
+          })
+        case "ProposeIsr":
+          return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, h.role, command.isr), server.scope))
+      }
+    },
+    { discard: true }
+  )
+
+/** Steps the leader machine (if it still leads) and runs its commands. */
+const stepLeader = (server: Server, h: Hosted.Hosted, input: LeaderState.Input): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (h.leader === undefined) return Effect.void
+    const [next, commands] = LeaderState.step(h.leader, input)
+    h.leader = next
+    return runLeader(server, h, commands)
+  })
+
+/** The ISR the controller committed: the leader takes it, and the waiting appends fail if it is below the minimum. */
+const isrCommitted = (
+  server: Server,
+  h: Hosted.Hosted,
+  isr: ReadonlyArray<ServerId>,
+  version: number
+): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    if (version <= h.version) return
+    h.version = version
+    yield* stepLeader(server, h, { _tag: "IsrChangeCommitted", isr })
+    const min = server.config.minInsyncReplicas
+    if (isr.length < min) yield* Hosted.failWaiters(h, Hosted.tooFewAfterAppend(h, isr.length, min))
+  })
+
+/** Asks the controller for an ISR change until it answers, unless the role ends first. */
+const proposeIsr = (
+  server: Server,
+  h: Hosted.Hosted,
+  role: number,
+  isr: ReadonlyArray<ServerId>
+): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const leader = h.leader
+    if (leader === undefined) return
+    const reply = yield* server.peers.controller
+      .adjustIsr({ tablet: h.tablet, leader: server.self, leaderEpoch: leader.leaderEpoch, version: h.version, isr })
+      .pipe(
+        Effect.retry({
+          schedule: Schedule.spaced(server.config.retryBackoffMs),
+          while: () => h.role === role
+        })
+      )
+    yield* Hosted.locked(
+      h,
+      Effect.suspend(() => {
+        if (h.role !== role) return Effect.void
+        return reply._tag === "IsrAdjusted"
+          ? isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version)
+          : stepLeader(server, h, { _tag: "IsrChangeRejected" })
+      })
+    )
+  }).pipe(Effect.ignore)
+
+/** Runs the replica machine's commands, in order. */
+const runReplica = (
+  server: Server,
+  h: Hosted.Hosted,
+  instruction: TabletInstruction | undefined,
+  commands: ReadonlyArray<ReplicaState.Command>
+): Effect.Effect<void, ReplicaError> =>
+  Effect.forEach(
+    commands,
+    (command): Effect.Effect<void, ReplicaError> => {
+      switch (command._tag) {
+        case "OpenLog":
+          return openLog(server, h)
+        case "BecomeLeader":
+          return Effect.gen(function* () {
+            h.role++
+            const log = h.log!
+            h.leader = LeaderState.become({
+              self: server.self,
+              leaderEpoch: command.leaderEpoch,
+              replicas: h.replicas,
+              isr: command.isr,
+              minInsyncReplicas: server.config.minInsyncReplicas,
+              lagTimeMaxMs: server.config.replicaLagTimeMaxMs,
+              logEndOffset: yield* log.logEndOffset,
+              highWatermark: yield* log.highWatermark,
+              nowMs: yield* Clock.currentTimeMillis
+            })
+            if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
+            // A leader alone in its ISR with a minimum of one commits what it has at once.
+            yield* stepLeader(server, h, { _tag: "Appended", logEndOffset: yield* log.logEndOffset })
+          })
+        case "BecomeFollower":
+          return Effect.gen(function* () {
+            h.role++
+            if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
+            h.fetcher = yield* Effect.forkIn(
+              follow(h, h.role, {
+                self: server.self,
+                leader: server.peers.leader(command.leader),
+                leaderId: command.leader,
+                leaderEpoch: command.leaderEpoch,
+                fetchMaxBytes: server.config.fetchMaxBytes,
+                retryBackoffMs: server.config.retryBackoffMs
+              }),
+              server.scope
+            )
+          })
+        case "StopLeading":
+          return Effect.suspend(() => {
+            h.leader = undefined
+            return Hosted.failWaiters(h, Hosted.notLeader(h))
+          })
+        case "StopFetching":
+          return Effect.suspend(() => {
+            const fiber = h.fetcher
+            h.fetcher = undefined
+            return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
+          })
+        case "CloseLog":
+          return Effect.suspend(() => {
+            const scope = h.logScope
+            h.log = undefined
+            h.logScope = undefined
+            return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+          })
+        case "DeleteLog":
+          return server.store
+            .drop(storeIdOf(h.tablet))
+            .pipe(
+              Effect.mapError(
+                (e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: h.key, detail: e.message }) })
+              )
+            )
+      }
+    },
+    { discard: true }
+  )
+
+/** Opens the replica's log, then feeds the machine `Loaded`. */
+const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaError> =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const opened = yield* Effect.exit(
+      Effect.flatMap(Scope.provide(server.store.open(storeIdOf(h.tablet)), scope), (store) =>
+        TabletLog.make(store, h.tablet)
+      )
+    )
+    if (Exit.isFailure(opened)) {
+      yield* Scope.close(scope, Exit.void)
+      const detail = Option.match(Exit.findErrorOption(opened), {
+        onNone: () => "the log could not be opened",
+        onSome: (e) => e.message
+      })
+      return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail }))
+    }
+    h.log = opened.value
+    h.logScope = scope
+    yield* stepReplica(server, h, { _tag: "Loaded" }, undefined)
+  })
+
+/** Steps the replica machine and runs its commands; an illegal event fails with the machine's error. */
+const stepReplica = (
+  server: Server,
+  h: Hosted.Hosted,
+  event: ReplicaState.Event,
+  instruction: TabletInstruction | undefined
+): Effect.Effect<void, ReplicaError> =>
+  Effect.suspend(() => {
+    const stepped = ReplicaState.step({ tablet: h.tablet, self: server.self }, h.machine, event)
+    if (Result.isFailure(stepped)) return fail(stepped.failure)
+    const [next, commands] = stepped.success
+    h.machine = next
+    return runReplica(server, h, instruction, commands)
+  })
+
+/** Applies one tablet's instruction: a new replica is opened first; an instruction with nothing new is dropped. */
+const apply = (server: Server, instruction: TabletInstruction) =>
+  Effect.gen(function* () {
+    const key = tabletKey(instruction.tablet)
+    let h = server.hosted.get(key)
+    if (h === undefined) {
+      h = Hosted.make(instruction.tablet)
+      server.hosted.set(key, h)
+    }
+    const hosted = h
+    yield* Hosted.locked(
+      hosted,
+      Effect.gen(function* () {
+        hosted.replicas = instruction.replicas
+        if (hosted.machine._tag === "NewReplica") yield* openLog(server, hosted)
+        if (hosted.machine._tag === "OfflineReplica") {
+          yield* stepReplica(server, hosted, { _tag: "Reopen" }, undefined)
+        }
+        const lai = instruction.leaderAndIsr
+        switch (Hosted.classify(hosted, server.self, instruction)) {
+          case "Step":
+            return yield* stepReplica(
+              server,
+              hosted,
+              {
+                _tag: "LeaderAndIsr",
+                leader: lai.leader!,
+                leaderEpoch: lai.leaderEpoch,
+                isr: lai.isr,
+                replicas: instruction.replicas
+              },
+              instruction
+            )
+          case "IsrUpdate":
+            return yield* isrCommitted(server, hosted, lai.isr, lai.version)
+          case "Stale":
+            return
+        }
+      })
+    )
+  })
+
+/** The replica of `tablet`, or `UnknownTablet`. */
+const hostedOf = (server: Server, tablet: TabletId) =>
+  Effect.suspend(() => {
+    const h = server.hosted.get(tabletKey(tablet))
+    return h === undefined ? fail(new UnknownTablet({ tablet: tabletKey(tablet) })) : Effect.succeed(h)
+  })
+
+/** The replica's log and leader state when it leads `epoch` (any epoch when omitted), or the error to answer. */
+const leading = (h: Hosted.Hosted, epoch?: number) => {
+  const leader = h.leader
+  const log = h.log
+  if (leader === undefined || log === undefined || h.machine._tag !== "LeaderReplica") {
+    return Effect.fail(Hosted.notLeader(h))
+  }
+  if (epoch !== undefined && epoch < leader.leaderEpoch) {
+    return fail(new FencedEpoch({ resource: h.key, current: leader.leaderEpoch, attempted: epoch }))
+  }
+  // A follower ahead of this leader's epoch knows of a newer leader: this one is not it.
+  if (epoch !== undefined && epoch > leader.leaderEpoch) return Effect.fail(Hosted.notLeader(h))
+  return Effect.succeed({ leader, log })
+}
+
+/** The append's error for a refused producer stamp or a failed log. */
+const appendError = (h: Hosted.Hosted, e: TabletLog.TabletLogError) => {
+  const r = e.reason
+  if (r._tag !== "ProducerRefused") return storageFailed(h)(e)
+  return new ReplicaError({
+    reason: new ProducerRefused({
+      tablet: h.key,
+      producer: r.producer,
+      kind: r.verdict._tag,
+      detail: ProducerState.describeRefusal(r.verdict)
+    })
+  })
+}
+
+const append =
+  (server: Server): ReplicaManagerShape["append"] =>
+  (request) =>
+    Effect.gen(function* () {
+      if (request.records.length === 0) return yield* fail(new InvalidRequest({ detail: "an append of no records" }))
+      const h = yield* hostedOf(server, request.tablet)
+      const min = server.config.minInsyncReplicas
+      const outcome = yield* Hosted.locked(
+        h,
+        Effect.gen(function* () {
+          const { leader, log } = yield* leading(h)
+          if (request.acks === "all" && leader.isr.length < min) {
+            return yield* fail(new NotEnoughReplicas({ tablet: h.key, isr: leader.isr.length, minIsr: min }))
+          }
+          const written = yield* log
+            .append(leader.leaderEpoch, request.records, request.producer)
+            .pipe(Effect.mapError((e) => appendError(h, e)))
+          if (written.duplicate !== true) {
+            yield* stepLeader(server, h, { _tag: "Appended", logEndOffset: written.lastOffset + 1 })
+            yield* Hosted.signal(h)
+          }
+          const hw = h.leader?.highWatermark ?? 0
+          const result: AppendResult = {
+            baseOffset: written.baseOffset,
+            lastOffset: written.lastOffset,
+            highWatermark: hw,
+            duplicate: written.duplicate === true
+          }
+          if (request.acks !== "all" || hw > written.lastOffset) return { result, waiter: undefined }
+          const waiter: Hosted.Waiter = { lastOffset: written.lastOffset, done: Deferred.makeUnsafe() }
+          h.waiters.push(waiter)
+          return { result, waiter }
+        })
+      )
+      if (outcome.waiter === undefined) return outcome.result
+      const timeoutMs = server.config.appendTimeoutMs
+      const hw = yield* Deferred.await(outcome.waiter.done).pipe(
+        Effect.timeoutOption(timeoutMs),
+        Effect.flatMap(
+          Option.match({
+            onNone: () => fail(new AppendTimedOut({ tablet: h.key, lastOffset: outcome.result.lastOffset, timeoutMs })),
+            onSome: Effect.succeed
+          })
+        )
+      )
+      return { ...outcome.result, highWatermark: hw }
+    })
+
+const read =
+  (server: Server): ReplicaManagerShape["read"] =>
+  (request) =>
+    Effect.gen(function* () {
+      const h = yield* hostedOf(server, request.tablet)
+      const { leader, log } = yield* Hosted.locked(
+        h,
+        Effect.suspend(() => leading(h))
+      )
+      const hw = leader.highWatermark
+      const start = yield* log.logStartOffset
+      const end = yield* log.logEndOffset
+      const limit = request.uncommitted === true ? end : hw
+      const bounds = { logStartOffset: start, logEndOffset: end, highWatermark: hw }
+      if (request.offset < start || request.offset > end) {
+        return yield* fail(
+          new OffsetOutOfRange({
+            topic: request.tablet.table,
+            partition: request.tablet.bucket,
+            offset: request.offset,
+            logStart: start,
+            highwater: end
+          })
+        )
+      }
+      if (request.offset >= limit) return { batches: [], ...bounds }
+      const batches = yield* log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
+      const cut = batches.flatMap((b) => {
+        const keep = Math.min(b.records.length, limit - b.baseOffset)
+        if (keep <= 0) return []
+        return keep === b.records.length ? [b] : [{ ...b, records: b.records.slice(0, keep) }]
+      })
+      return { batches: cut, ...bounds }
+    })
+
+const fetch =
+  (server: Server): ReplicaManagerShape["fetch"] =>
+  (request) =>
+    Effect.gen(function* () {
+      const h = yield* hostedOf(server, request.tablet)
+      const nowMs = yield* Clock.currentTimeMillis
+      const seen = yield* Hosted.locked(
+        h,
+        Effect.gen(function* () {
+          const { leader, log } = yield* leading(h, request.leaderEpoch)
+          const start = yield* log.logStartOffset
+          const end = yield* log.logEndOffset
+          if (request.offset < start || request.offset > end) return { _tag: "OutOfRange" as const, start, log }
+          yield* stepLeader(server, h, {
+            _tag: "FollowerFetched",
+            server: request.follower,
+            fetchOffset: request.offset,
+            nowMs
+          })
+          return { _tag: "InRange" as const, end, changed: h.changed, log, epoch: leader.leaderEpoch }
+        })
+      )
+      if (seen._tag === "OutOfRange") {
+        return { _tag: "OutOfRange" as const, leaderEpoch: request.leaderEpoch, logStartOffset: seen.start }
+      }
+      // Caught up: wait for an append (or a HW move) up to fetchMaxWaitMs before answering.
+      if (request.offset === seen.end) {
+        yield* Deferred.await(seen.changed).pipe(Effect.timeoutOption(server.config.fetchMaxWaitMs))
+      }
+      const batches = yield* seen.log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
+      return {
+        _tag: "Batches" as const,
+        leaderEpoch: seen.epoch,
+        batches,
+        highWatermark: h.leader?.leaderEpoch === seen.epoch ? h.leader.highWatermark : yield* seen.log.highWatermark,
+        logStartOffset: yield* seen.log.logStartOffset
+      }
+    })
+
+const endOffsetForEpoch =
+  (server: Server): ReplicaManagerShape["endOffsetForEpoch"] =>
+  (request) =>
+    Effect.gen(function* () {
+      const h = yield* hostedOf(server, request.tablet)
+      const { leader, log } = yield* Hosted.locked(
+        h,
+        Effect.suspend(() => leading(h, request.leaderEpoch))
+      )
+      const answer = yield* log.endOffsetForEpoch(request.epoch)
+      return { leaderEpoch: leader.leaderEpoch, answer: answer ?? null }
+    })
+
+const leaderAndIsr =
+  (server: Server): ReplicaManagerShape["leaderAndIsr"] =>
+  (request: LeaderAndIsrRequest) =>
+    Effect.gen(function* () {
+      if (request.coordinatorEpoch < server.coordinatorEpoch) {
+        return yield* fail(
+          new FencedEpoch({
+            resource: "coordinator",
+            current: server.coordinatorEpoch,
+            attempted: request.coordinatorEpoch
+          })
+        )
+      }
+      server.coordinatorEpoch = request.coordinatorEpoch
+      // One tablet's failure (its store, an instruction its machine refuses) does not hold up the others.
+      yield* Effect.forEach(
+        request.tablets,
+        (instruction) =>
+          apply(server, instruction).pipe(
+            Effect.catch((e) =>
+              Effect.logWarning(`server ${server.self}: ${tabletKey(instruction.tablet)}: ${e.message}`)
+            )
+          ),
+        { discard: true }
+      )
+    })
+
+/** Every leader checks its followers' lag, every half of `replicaLagTimeMaxMs`. */
+const tick = (server: Server) =>
+  Effect.gen(function* () {
+    const nowMs = yield* Clock.currentTimeMillis
+    yield* Effect.forEach(
+      [...server.hosted.values()],
+      (h) => Hosted.locked(h, stepLeader(server, h, { _tag: "Tick", nowMs })),
+      { discard: true }
+    )
+  }).pipe(Effect.repeat(Schedule.spaced(Math.floor(server.config.replicaLagTimeMaxMs / 2))))
+
+/**
+ * Starts a tablet server on the `Store` and `Peers` of its context; it stops (closing every log) with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  options: TabletServerOptions
+): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store | Peers> =>
+  Effect.gen(function* () {
+    const o = yield* OptionSchemas.decodeOptions(TabletServerOptions, { exact: true })(options).pipe(
+      Effect.mapError((bad) => new ReplicationConfig.InvalidReplicaOptions(OptionSchemas.summary(bad)))
+    )
+    const scope = yield* Effect.scope
+    const server: Server = {
+      self: o.serverId,
+      config: o.replication,
+      peers: yield* Peers,
+      store: yield* Store,
+      scope,
+      hosted: new Map(),
+      coordinatorEpoch: 0
+    }
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach(
+        [...server.hosted.values()],
+        (h) => (h.logScope === undefined ? Effect.void : Scope.close(h.logScope, Exit.void)),
+        { discard: true }
+      )
+    )
+    yield* Effect.forkIn(tick(server), scope)
+    return {
+      serverId: server.self,
+      leaderAndIsr: leaderAndIsr(server),
+      append: append(server),
+      read: read(server),
+      fetch: fetch(server),
+      endOffsetForEpoch: endOffsetForEpoch(server),
+      replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
+      coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
+      logOf: (tablet) => Effect.sync(() => server.hosted.get(tabletKey(tablet))?.log),
+      tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet))
+    }
+  })
+
+/**
+ * The tablet server, as itself and as core's `ReplicaManager`.
+ *
+ * @since 0.1.0
+ */
+export const layer = (
+  options: TabletServerOptions
+): Layer.Layer<TabletServer | ReplicaManager, ReplicationConfig.InvalidReplicaOptions, Store | Peers> =>
+  Layer.effectContext(
+    Effect.map(make(options), (server) => Context.make(TabletServer, server).pipe(Context.add(ReplicaManager, server)))
+  )

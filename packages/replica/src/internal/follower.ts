@@ -1,0 +1,146 @@
+/**
+ * A follower replica's fetch loop: the Effect shell of `FollowerState`. It runs the machine's commands in order
+ * against the replica's log and its leader, feeding each answer back, until its role ends (the fiber is
+ * interrupted). A request that fails is sent again after the backoff; a log operation that fails starts the
+ * machine over from the log as it is.
+ *
+ * @internal
+ */
+import type { ServerId } from "@strata/core"
+import { Cause, Data, Effect, Exit, Option, Schedule } from "effect"
+import * as FollowerState from "../FollowerState.js"
+import type { LeaderCalls } from "../Peers.js"
+import type { TabletLog } from "../TabletLog.js"
+import { type Hosted, locked, signal } from "./hosted.js"
+
+/** What the loop needs from its server. */
+export interface FollowerContext {
+  readonly self: ServerId
+  readonly leader: LeaderCalls
+  readonly leaderId: ServerId
+  readonly leaderEpoch: number
+  readonly fetchMaxBytes: number
+  readonly retryBackoffMs: number
+}
+
+/** The replica's role moved on: this loop is over. */
+class RoleEnded extends Data.TaggedError("RoleEnded") {}
+
+/** Runs `self` on the replica's log under its lock, if the role is still `role`. */
+const onLog = <A, E>(
+  h: Hosted,
+  role: number,
+  self: (log: TabletLog) => Effect.Effect<A, E>
+): Effect.Effect<A, E | RoleEnded> =>
+  locked(
+    h,
+    Effect.suspend(
+      (): Effect.Effect<A, E | RoleEnded> =>
+        h.role !== role || h.log === undefined ? Effect.fail(new RoleEnded()) : self(h.log)
+    )
+  )
+
+/** The machine as the log stands now. */
+const start = (h: Hosted, role: number, ctx: FollowerContext) =>
+  onLog(h, role, (log) =>
+    Effect.gen(function* () {
+      return FollowerState.become({
+        leader: ctx.leaderId,
+        leaderEpoch: ctx.leaderEpoch,
+        logStartOffset: yield* log.logStartOffset,
+        logEndOffset: yield* log.logEndOffset,
+        epochs: yield* log.epochs,
+        highWatermark: yield* log.highWatermark
+      })
+    })
+  )
+
+/** Runs one command; a request's answer is the machine's next input. */
+const run = (
+  h: Hosted,
+  role: number,
+  ctx: FollowerContext,
+  command: FollowerState.Command
+): Effect.Effect<FollowerState.Input | undefined, unknown> => {
+  const retrying = <A, E>(request: Effect.Effect<A, E>) =>
+    request.pipe(Effect.retry(Schedule.spaced(ctx.retryBackoffMs)))
+  switch (command._tag) {
+    case "AskEndOffset":
+      return retrying(
+        ctx.leader.endOffsetForEpoch({ tablet: h.tablet, leaderEpoch: ctx.leaderEpoch, epoch: command.epoch })
+      ).pipe(
+        Effect.map((r) => ({ _tag: "EndOffsetAnswered", leaderEpoch: r.leaderEpoch, answer: r.answer ?? undefined }))
+      )
+    case "Fetch":
+      return retrying(
+        ctx.leader.fetch({
+          tablet: h.tablet,
+          follower: ctx.self,
+          leaderEpoch: ctx.leaderEpoch,
+          offset: command.offset,
+          maxBytes: ctx.fetchMaxBytes
+        })
+      ).pipe(
+        Effect.map(
+          (r): FollowerState.Input =>
+            r._tag === "OutOfRange"
+              ? { _tag: "OutOfRange", leaderEpoch: r.leaderEpoch, logStartOffset: r.logStartOffset }
+              : { _tag: "Fetched", leaderEpoch: r.leaderEpoch, batches: r.batches, highWatermark: r.highWatermark }
+        )
+      )
+    case "Truncate":
+      return Effect.as(
+        onLog(h, role, (log) => log.truncateTo(command.offset)),
+        undefined
+      )
+    case "ResetTo":
+      return Effect.as(
+        onLog(h, role, (log) => log.resetTo(command.offset)),
+        undefined
+      )
+    case "Append":
+      return Effect.as(
+        onLog(h, role, (log) => Effect.andThen(log.appendBatches(command.batches), signal(h))),
+        undefined
+      )
+    case "CheckpointHighWatermark":
+      return Effect.as(
+        onLog(h, role, (log) => log.checkpointHighWatermark(command.highWatermark)),
+        undefined
+      )
+  }
+}
+
+/** One life of the machine: from the log as it is, until a log operation fails. */
+const life = (h: Hosted, role: number, ctx: FollowerContext) =>
+  Effect.gen(function* () {
+    let [state, commands] = yield* start(h, role, ctx)
+    while (commands.length > 0) {
+      let next: FollowerState.Input | undefined
+      for (const command of commands) {
+        next = (yield* run(h, role, ctx, command)) ?? next
+      }
+      if (next === undefined) return
+      ;[state, commands] = FollowerState.step(state, next)
+    }
+  })
+
+/**
+ * Follows the leader for role `role` of the replica until interrupted. A failed log operation (the store failed,
+ * or the log and the machine disagree) is logged and the machine starts over from the log after the backoff.
+ */
+export const follow = (h: Hosted, role: number, ctx: FollowerContext): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    while (true) {
+      const exit = yield* Effect.exit(life(h, role, ctx))
+      if (Exit.isFailure(exit)) {
+        if (Cause.hasInterrupts(exit.cause)) return yield* Effect.interrupt
+        const error = Cause.findErrorOption(exit.cause)
+        if (Option.isSome(error) && error.value instanceof RoleEnded) return
+        yield* Effect.logWarning(
+          `${h.key}: the follower of server ${ctx.leaderId} starts over: ${Cause.pretty(exit.cause)}`
+        )
+      }
+      yield* Effect.sleep(ctx.retryBackoffMs)
+    }
+  })

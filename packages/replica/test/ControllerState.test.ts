@@ -1,0 +1,696 @@
+import { isDeepStrictEqual } from "node:util"
+import { assert, describe, it } from "@effect/vitest"
+import type { ServerId, TabletId } from "@strata/core"
+import { tabletKey } from "@strata/core"
+import { documentedRows } from "../../../scripts/test-support/docTable.js"
+import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
+import * as ControllerState from "../src/ControllerState.js"
+
+type State = ControllerState.State
+type Input = ControllerState.Input
+type Command = ControllerState.Command
+type AdjustIsr = Extract<Input, { _tag: "AdjustIsr" }>
+type StepFn = typeof ControllerState.step
+
+const tid = (bucket: number): TabletId => ({ table: "orders", bucket })
+const key = (bucket: number) => tabletKey(tid(bucket))
+
+const up = (server: ServerId): Input => ({ _tag: "ServerUp", server })
+const down = (server: ServerId): Input => ({ _tag: "ServerDown", server })
+const shutdown = (server: ServerId): Input => ({ _tag: "ControlledShutdown", requestId: 5, server })
+const started = (
+  coordinatorEpoch: number,
+  live: ReadonlyArray<ServerId>,
+  tablets: ReadonlyArray<ControllerState.Tablet> = []
+): Input => ({ _tag: "Started", coordinatorEpoch, live, tablets })
+const create = (
+  ...specs: ReadonlyArray<readonly [number, ReadonlyArray<ServerId>]>
+): Extract<Input, { _tag: "CreateTablets" }> => ({
+  _tag: "CreateTablets",
+  requestId: 1,
+  tablets: specs.map(([bucket, replicas]) => ({ tablet: tid(bucket), replicas }))
+})
+
+/** The tablet `bucket` of `state`. */
+const tablet = (state: State, bucket: number): ControllerState.Tablet => {
+  const t = state.tablets.get(key(bucket))
+  if (t === undefined) throw new Error(`no tablet ${bucket}`)
+  return t
+}
+const lai = (state: State, bucket: number) => tablet(state, bucket).leaderAndIsr
+
+/** An ISR change request naming `bucket`'s current leader, epoch and version; `wrong` spoils a field. */
+const adjust = (
+  state: State,
+  bucket: number,
+  isr: ReadonlyArray<ServerId>,
+  wrong: Partial<AdjustIsr> = {}
+): AdjustIsr => {
+  const current = state.tablets.get(key(bucket))?.leaderAndIsr
+  return {
+    _tag: "AdjustIsr",
+    requestId: 3,
+    tablet: tid(bucket),
+    leader: current?.leader ?? 1,
+    leaderEpoch: current?.leaderEpoch ?? 0,
+    version: current?.version ?? 0,
+    isr,
+    ...wrong
+  }
+}
+
+/** A controller under coordinator epoch 1 with `live` registered and no tablets. */
+const boot = (live: ReadonlyArray<ServerId>, uncleanLeaderElection = false): State =>
+  ControllerState.step(ControllerState.make({ uncleanLeaderElection }), started(1, live))[0]
+
+/** Feeds `inputs` in order: the last state and the last step's commands. */
+const run = (state: State, ...inputs: ReadonlyArray<Input>) => {
+  let commands: ReadonlyArray<Command> = []
+  for (const input of inputs) [state, commands] = ControllerState.step(state, input)
+  return { state, commands }
+}
+
+const tags = (commands: ReadonlyArray<Command>) => commands.map((c) => c._tag)
+const writes = (commands: ReadonlyArray<Command>) =>
+  commands.flatMap((c) => (c._tag === "Write" ? [{ bucket: c.tablet.tablet.bucket, expected: c.expectedVersion }] : []))
+/** The buckets each server was sent, over all its Sends; every Send must carry `coordinatorEpoch`. */
+const sent = (commands: ReadonlyArray<Command>, coordinatorEpoch = 1) => {
+  const by: Record<number, Array<number>> = {}
+  for (const c of commands) {
+    if (c._tag !== "Send") continue
+    assert.strictEqual(c.coordinatorEpoch, coordinatorEpoch, `the Send to ${c.server}`)
+    by[c.server] = [...(by[c.server] ?? []), ...c.tablets.map((t) => t.tablet.bucket)].sort()
+  }
+  return by
+}
+const reply = (commands: ReadonlyArray<Command>) => {
+  const r = commands.find((c) => c._tag === "Reply")
+  return r?._tag === "Reply" ? r.reply : undefined
+}
+const logs = (commands: ReadonlyArray<Command>) =>
+  commands.flatMap((c) => (c._tag === "Log" ? [`${c.level}: ${c.message}`] : []))
+
+describe("ControllerStateState.step", () => {
+  it("CreateTablets: the first live replica leads the live ISR; written, then sent, then answered", () => {
+    const { state, commands } = run(boot([1, 2, 3]), create([0, [4, 2, 1]], [1, [4, 5]], [2, [3]]))
+    assert.deepStrictEqual(lai(state, 0), { leader: 2, leaderEpoch: 0, isr: [2, 1], coordinatorEpoch: 1, version: 0 })
+    assert.deepStrictEqual(lai(state, 1), {
+      leader: null,
+      leaderEpoch: 0,
+      isr: [4, 5],
+      coordinatorEpoch: 1,
+      version: 0
+    })
+    assert.deepStrictEqual(lai(state, 2), { leader: 3, leaderEpoch: 0, isr: [3], coordinatorEpoch: 1, version: 0 })
+    assert.deepStrictEqual(
+      [0, 1, 2].map((b) => tablet(state, b).state),
+      ["OnlineTablet", "OfflineTablet", "OnlineTablet"]
+    )
+    assert.deepStrictEqual(tags(commands), ["Write", "Write", "Write", "Send", "Send", "Send", "Reply"])
+    assert.deepStrictEqual(
+      writes(commands),
+      [0, 1, 2].map((bucket) => ({ bucket, expected: null }))
+    )
+    assert.deepStrictEqual(sent(commands), { 1: [0], 2: [0], 3: [2] })
+    assert.deepStrictEqual(reply(commands), { _tag: "Created", tablets: [0, 1, 2].map((b) => tablet(state, b)) })
+
+    // An existing tablet is left as it is; only the new one is created.
+    const again = run(state, create([0, [1]], [3, [1, 5]]))
+    assert.deepStrictEqual(tablet(again.state, 0), tablet(state, 0))
+    assert.deepStrictEqual(writes(again.commands), [{ bucket: 3, expected: null }])
+    assert.deepStrictEqual(sent(again.commands), { 1: [3] })
+    assert.deepStrictEqual(reply(again.commands), { _tag: "Created", tablets: [tablet(again.state, 3)] })
+
+    // A server in controlled shutdown neither leads a new tablet nor joins its ISR.
+    const stopping = run(boot([1, 2]), shutdown(2), create([0, [2, 1]])).state
+    assert.deepStrictEqual(lai(stopping, 0), { leader: 1, leaderEpoch: 0, isr: [1], coordinatorEpoch: 1, version: 0 })
+  })
+
+  it("ServerDown: a dead leader's successor is the first live ISR member in assignment order; the last member stays", () => {
+    let s = run(boot([1, 2, 3]), create([0, [1, 2, 3, 4]])).state
+    s = run(s, adjust(s, 0, [1, 3, 2])).state // the ISR's order is not the assignment's
+    const leaderDied = run(s, down(1))
+    assert.deepStrictEqual(lai(leaderDied.state, 0), {
+      leader: 2,
+      leaderEpoch: 1,
+      isr: [3, 2],
+      coordinatorEpoch: 1,
+      version: 2
+    })
+    assert.deepStrictEqual(tags(leaderDied.commands), ["Write", "Send", "Send"])
+    assert.deepStrictEqual(writes(leaderDied.commands), [{ bucket: 0, expected: 1 }])
+    assert.deepStrictEqual(sent(leaderDied.commands), { 2: [0], 3: [0] })
+
+    const followerDied = run(leaderDied.state, down(3))
+    assert.deepStrictEqual(lai(followerDied.state, 0), {
+      leader: 2,
+      leaderEpoch: 1,
+      isr: [2],
+      coordinatorEpoch: 1,
+      version: 3
+    })
+    assert.deepStrictEqual(writes(followerDied.commands), [{ bucket: 0, expected: 2 }])
+
+    // A replica outside the ISR coming and going changes nothing.
+    const outside = run(followerDied.state, up(4), down(4))
+    assert.deepStrictEqual(outside.commands, [])
+    assert.deepStrictEqual(tablet(outside.state, 0), tablet(followerDied.state, 0))
+
+    const lastDied = run(outside.state, down(2))
+    assert.strictEqual(tablet(lastDied.state, 0).state, "OfflineTablet")
+    assert.deepStrictEqual(lai(lastDied.state, 0), {
+      leader: null,
+      leaderEpoch: 2,
+      isr: [2],
+      coordinatorEpoch: 1,
+      version: 4
+    })
+    assert.deepStrictEqual(tags(lastDied.commands), ["Write", "Log"])
+    assert.deepStrictEqual(writes(lastDied.commands), [{ bucket: 0, expected: 3 }])
+    assert.match(logs(lastDied.commands)[0]!, /^warn: orders\/0: /)
+  })
+
+  /** t0 [1, 2] and t2 [1] offline with ISR [1]; t1 [2, 3] led by 3; servers 1 and 2 down, 3 up. */
+  const bothDown = (unclean: boolean) =>
+    run(boot([1, 2, 3], unclean), create([0, [1, 2]], [1, [2, 3]], [2, [1]]), down(2), down(1)).state
+
+  it("ServerUp: an ISR member takes its offline tablets; the returning server hears all its tablets, others the changes", () => {
+    const s = bothDown(false)
+    assert.deepStrictEqual(
+      [0, 1, 2].map((b) => lai(s, b).leader),
+      [null, 3, null]
+    )
+    const outsider = run(s, up(2)) // not in t0's ISR: t0 stays offline
+    assert.strictEqual(tablet(outsider.state, 0).state, "OfflineTablet")
+    assert.deepStrictEqual(tags(outsider.commands), ["Send"])
+    assert.deepStrictEqual(sent(outsider.commands), { 2: [0, 1] })
+    assert.strictEqual(outsider.state.uncleanElections, 0)
+
+    const member = run(outsider.state, up(1))
+    assert.deepStrictEqual(lai(member.state, 0), {
+      leader: 1,
+      leaderEpoch: 2,
+      isr: [1],
+      coordinatorEpoch: 1,
+      version: 3
+    })
+    assert.deepStrictEqual(lai(member.state, 2), {
+      leader: 1,
+      leaderEpoch: 2,
+      isr: [1],
+      coordinatorEpoch: 1,
+      version: 2
+    })
+    assert.strictEqual(tablet(member.state, 0).state, "OnlineTablet")
+    assert.deepStrictEqual(writes(member.commands), [
+      { bucket: 0, expected: 2 },
+      { bucket: 2, expected: 1 }
+    ])
+    assert.deepStrictEqual(sent(member.commands), { 1: [0, 2], 2: [0] }, "3 holds only the unchanged t1")
+  })
+
+  it("ServerUp with unclean leader election: a replica outside the ISR takes the tablet, counted and logged", () => {
+    const { state, commands } = run(bothDown(true), up(2))
+    assert.deepStrictEqual(lai(state, 0), { leader: 2, leaderEpoch: 2, isr: [2], coordinatorEpoch: 1, version: 3 })
+    assert.strictEqual(tablet(state, 0).state, "OnlineTablet")
+    assert.strictEqual(state.uncleanElections, 1)
+    assert.deepStrictEqual(sent(commands), { 2: [0, 1] })
+    const warned = logs(commands)
+    assert.strictEqual(warned.length, 1)
+    assert.match(warned[0]!, /^warn: .*unclean/)
+  })
+
+  it("AdjustIsr: a stale or malformed request is rejected without a write; KIP-841 guards additions", () => {
+    const s0 = run(boot([1, 2, 3, 4]), create([0, [1, 2, 3, 5]])).state
+    const shrunk = run(s0, adjust(s0, 0, [1]))
+    const adjusted = { leader: 1, leaderEpoch: 0, isr: [1], coordinatorEpoch: 1, version: 1 }
+    assert.deepStrictEqual(shrunk.commands, [
+      { _tag: "Write", tablet: tablet(shrunk.state, 0), expectedVersion: 0 },
+      { _tag: "Reply", requestId: 3, reply: { _tag: "IsrAdjusted", leaderAndIsr: adjusted } }
+    ])
+    assert.deepStrictEqual(lai(shrunk.state, 0), adjusted)
+
+    const s = shrunk.state
+    const stopping = run(s, shutdown(3)).state
+    // InvalidIsr's detail is prose: only its tag is compared.
+    const cases: ReadonlyArray<readonly [State, Input, ControllerState.IsrRejection | "InvalidIsr"]> = [
+      [s, adjust(s, 9, [1]), { _tag: "UnknownTablet" }],
+      [s, adjust(s, 0, [1, 2], { leaderEpoch: 1 }), { _tag: "FencedLeaderEpoch", current: 0 }],
+      [s, adjust(s, 0, [2, 1], { leader: 2 }), { _tag: "NotLeader", leader: 1 }],
+      [s, adjust(s, 0, [1, 2], { version: 0 }), { _tag: "InvalidVersion", current: 1 }],
+      [s, adjust(s, 0, [2, 3]), "InvalidIsr"],
+      [s, adjust(s, 0, [1, 4]), "InvalidIsr"],
+      [s, adjust(s, 0, [1, 2, 2]), "InvalidIsr"],
+      [s, adjust(s, 0, [1, 5]), { _tag: "IneligibleReplica", server: 5, why: "offline" }],
+      [stopping, adjust(stopping, 0, [1, 2, 3]), { _tag: "IneligibleReplica", server: 3, why: "shutting down" }]
+    ]
+    for (const [state, input, rejection] of cases) {
+      const [next, commands] = ControllerState.step(state, input)
+      const label = JSON.stringify(input)
+      assert.strictEqual(next, state, label)
+      assert.deepStrictEqual(tags(commands), ["Reply"], label)
+      const r = reply(commands)
+      if (rejection === "InvalidIsr")
+        assert.strictEqual(r?._tag === "IsrRejected" && r.rejection._tag, rejection, label)
+      else assert.deepStrictEqual(r, { _tag: "IsrRejected", rejection }, label)
+    }
+
+    const grown = run(s, adjust(s, 0, [1, 2, 3]))
+    assert.deepStrictEqual(tags(grown.commands), ["Write", "Reply"], "no Sends to the followers")
+    assert.deepStrictEqual(lai(grown.state, 0), { ...adjusted, isr: [1, 2, 3], version: 2 })
+    // Removing members is always allowed, whatever became of them.
+    const removed = run(grown.state, adjust(grown.state, 0, [1, 3]))
+    assert.deepStrictEqual(lai(removed.state, 0).isr, [1, 3])
+  })
+
+  /** t0 [1, 2], t1 [2, 1], t2 [1], t3 [1, 3] with ISR [1]: all led by their first replica. */
+  const fourTablets = (unclean: boolean) => {
+    const s = run(boot([1, 2, 3], unclean), create([0, [1, 2]], [1, [2, 1]], [2, [1]], [3, [1, 3]])).state
+    return run(s, adjust(s, 3, [1])).state
+  }
+
+  for (const unclean of [false, true]) {
+    it(`ControlledShutdown (unclean election ${unclean}): leadership moves to a live ISR member, the server leaves the ISRs`, () => {
+      const { state, commands } = run(fourTablets(unclean), shutdown(1))
+      assert.deepStrictEqual(lai(state, 0), { leader: 2, leaderEpoch: 1, isr: [2], coordinatorEpoch: 1, version: 1 })
+      assert.deepStrictEqual(lai(state, 1), { leader: 2, leaderEpoch: 0, isr: [2], coordinatorEpoch: 1, version: 1 })
+      assert.deepStrictEqual(
+        [2, 3].map((b) => lai(state, b).leader),
+        [1, 1],
+        "no other ISR member: 1 keeps them, even when an unclean election could move t3"
+      )
+      assert.deepStrictEqual(writes(commands), [
+        { bucket: 0, expected: 0 },
+        { bucket: 1, expected: 0 }
+      ])
+      assert.deepStrictEqual(commands.at(-1), {
+        _tag: "Reply",
+        requestId: 5,
+        reply: { _tag: "ShutdownProgress", remainingLeaders: 2 }
+      })
+      assert.deepStrictEqual(tags(commands).slice(0, 2), ["Write", "Write"])
+
+      // 1 is not eligible to rejoin an ISR, nor electable, even uncleanly.
+      const rejoin = reply(run(state, adjust(state, 0, [2, 1])).commands)
+      assert.deepStrictEqual(rejoin, {
+        _tag: "IsrRejected",
+        rejection: { _tag: "IneligibleReplica", server: 1, why: "shutting down" }
+      })
+      const orphaned = run(state, down(2)).state
+      assert.deepStrictEqual(
+        [0, 1].map((b) => [tablet(orphaned, b).state, lai(orphaned, b).leader]),
+        [
+          ["OfflineTablet", null],
+          ["OfflineTablet", null]
+        ]
+      )
+
+      // Once t3 has another ISR member, asking again moves it.
+      const retried = run(state, adjust(state, 3, [1, 3]))
+      const again = run(retried.state, shutdown(1))
+      assert.deepStrictEqual(lai(again.state, 3), {
+        leader: 3,
+        leaderEpoch: 1,
+        isr: [3],
+        coordinatorEpoch: 1,
+        version: 3
+      })
+      assert.deepStrictEqual(reply(again.commands), { _tag: "ShutdownProgress", remainingLeaders: 1 })
+    })
+  }
+
+  it("ControlledShutdown of a server that is not live: nothing left to move", () => {
+    const s = fourTablets(false)
+    const [next, commands] = ControllerState.step(s, shutdown(9))
+    assert.strictEqual(next, s)
+    assert.deepStrictEqual(commands, [
+      { _tag: "Reply", requestId: 5, reply: { _tag: "ShutdownProgress", remainingLeaders: 0 } }
+    ])
+  })
+
+  it("WriteFailed: the controller resigns and ignores everything after", () => {
+    const s = fourTablets(true)
+    const [resigned, commands] = ControllerState.step(s, { _tag: "WriteFailed", tablet: tid(0), detail: "fenced" })
+    assert.isTrue(resigned.resigned)
+    assert.deepStrictEqual(tags(commands), ["Resign"])
+    assert.match(commands[0]?._tag === "Resign" ? commands[0].reason : "", /orders\/0.*fenced/)
+    const later: ReadonlyArray<Input> = [
+      down(1),
+      up(4),
+      shutdown(2),
+      create([7, [1]]),
+      adjust(resigned, 0, [1]),
+      started(2, [1, 2, 3], [...s.tablets.values()]),
+      { _tag: "WriteFailed", tablet: tid(0), detail: "again" }
+    ]
+    for (const input of later) assert.deepStrictEqual(ControllerState.step(resigned, input), [resigned, []], input._tag)
+    assert.strictEqual(ControllerState.step(resigned, down(1))[0], resigned)
+  })
+
+  it("Started: dead leaders are replaced, dead followers leave, every live server hears all its tablets", () => {
+    const stored = (
+      bucket: number,
+      replicas: ReadonlyArray<ServerId>,
+      leader: ServerId | null,
+      isr: ReadonlyArray<ServerId>
+    ): ControllerState.Tablet => ({
+      tablet: tid(bucket),
+      replicas,
+      state: leader === null ? "OfflineTablet" : "OnlineTablet",
+      leaderAndIsr: { leader, leaderEpoch: 4, isr, coordinatorEpoch: 6, version: 9 }
+    })
+    const tablets = [
+      stored(0, [3, 1, 2], 3, [3, 1, 2]), // dead leader: 1 takes over, 3 leaves
+      stored(1, [1, 3], 1, [1, 3]), // dead follower leaves
+      stored(2, [3, 2], 3, [3]), // no live ISR member: offline
+      stored(3, [2, 1], 2, [2, 1]), // untouched
+      stored(4, [2], null, [2]) // offline, its ISR member is back
+    ]
+    const { state, commands } = run(ControllerState.make({ uncleanLeaderElection: false }), started(7, [1, 2], tablets))
+    const at = (leader: ServerId | null, leaderEpoch: number, isr: ReadonlyArray<ServerId>) => ({
+      leader,
+      leaderEpoch,
+      isr,
+      coordinatorEpoch: 7,
+      version: 10
+    })
+    assert.strictEqual(state.coordinatorEpoch, 7)
+    assert.deepStrictEqual(
+      [0, 1, 2, 4].map((b) => lai(state, b)),
+      [at(1, 5, [1, 2]), at(1, 4, [1]), at(null, 5, [3]), at(2, 5, [2])]
+    )
+    assert.deepStrictEqual(
+      [0, 1, 2, 3, 4].map((b) => tablet(state, b).state),
+      ["OnlineTablet", "OnlineTablet", "OfflineTablet", "OnlineTablet", "OnlineTablet"]
+    )
+    assert.strictEqual(tablet(state, 3), tablets[3])
+    assert.deepStrictEqual(
+      writes(commands),
+      [0, 1, 2, 4].map((bucket) => ({ bucket, expected: 9 }))
+    )
+    assert.deepStrictEqual(sent(commands, 7), { 1: [0, 1, 3], 2: [0, 2, 3, 4] })
+    assert.isTrue(
+      logs(commands).some((l) => l.startsWith("info: ") && l.includes("7")),
+      logs(commands).join("\n")
+    )
+  })
+
+  it("a server in controlled shutdown is not elected, even as the last live member of an ISR", () => {
+    // 2 stops before t0 exists; t0 is created offline with ISR [2, 3] (all its replicas); 3 comes up and leads.
+    const { state } = run(boot([2]), shutdown(2), create([0, [2, 3]]), up(3))
+    assert.deepStrictEqual([lai(state, 0).leader, lai(state, 0).leaderEpoch], [3, 1])
+    const [after] = ControllerState.step(state, down(3))
+    assert.deepStrictEqual(
+      [tablet(after, 0).state, lai(after, 0).leader],
+      ["OfflineTablet", null],
+      `2 is shutting down, so t0 has no electable ISR member; got ${JSON.stringify(tablet(after, 0))}`
+    )
+  })
+})
+
+// ---------------------------------------------------------------------------
+// The documented transition table
+// ---------------------------------------------------------------------------
+
+/** One scenario per documented row, by `from | event`: a state holding t0 (or not yet) and the row's event. */
+const scenarios: Record<string, () => readonly [State, Input]> = {
+  "NewTablet | created, a replica live": () => [boot([1]), create([0, [2, 1]])],
+  "NewTablet | created, no replica live": () => [boot([1]), create([0, [2, 3]])],
+  "OnlineTablet | its leader died, a live ISR member": () => [run(boot([1, 2]), create([0, [1, 2]])).state, down(1)],
+  // 2 is live but outside the ISR, and unclean election is off.
+  "OnlineTablet | its leader died, no live ISR member": () => [
+    run(boot([1]), create([0, [1, 2]]), up(2)).state,
+    down(1)
+  ],
+  "OfflineTablet | an ISR member came up": () => [run(boot([1, 2]), create([0, [1]]), down(1)).state, up(1)],
+  "OfflineTablet | a replica came up, unclean election enabled": () => [
+    run(boot([1], true), create([0, [1, 2]]), down(1)).state,
+    up(2)
+  ]
+}
+
+const rows = documentedRows(new URL("../src/ControllerState.ts", import.meta.url)).map((line) => {
+  const [from = "", event = "", to = ""] = line
+    .split("|")
+    .slice(1, -1)
+    .map((cell) => cell.trim())
+  return { line, from, event, to, scenario: `${from} | ${event}` }
+})
+
+describe("ControllerState transition table", () => {
+  it("every documented row has a scenario, and every scenario a row", () => {
+    assert.isAbove(rows.length, 0)
+    assert.deepStrictEqual(rows.map((r) => r.scenario).sort(), Object.keys(scenarios).sort())
+  })
+
+  for (const row of rows) {
+    it(row.line, () => {
+      const scenario = scenarios[row.scenario]
+      assert.isDefined(scenario, `no scenario for ${row.scenario}`)
+      if (scenario === undefined) return
+      const [before, event] = scenario()
+      const was = before.tablets.get(key(0))
+      assert.strictEqual(was?.state ?? "NewTablet", row.from)
+      const [after] = ControllerState.step(before, event)
+      const now = tablet(after, 0)
+      assert.strictEqual(now.state, row.to)
+      if (was !== undefined) assert.notStrictEqual(now.leaderAndIsr.leader, was.leaderAndIsr.leader, "a new leader")
+    })
+  }
+})
+
+// ---------------------------------------------------------------------------
+// Seeded runs against the invariants
+// ---------------------------------------------------------------------------
+
+/** What the test itself knows of the servers, from the inputs alone. */
+interface Model {
+  live: Set<ServerId>
+  stopping: Set<ServerId>
+  epoch: number
+  readonly unclean: boolean
+}
+
+interface Tally {
+  leaderChanges: number
+  offline: number
+  accepted: number
+  rejected: number
+  ineligible: number
+  unclean: number
+}
+const tally = (): Tally => ({ leaderChanges: 0, offline: 0, accepted: 0, rejected: 0, ineligible: 0, unclean: 0 })
+
+const randomInput = (r: Prng, state: State, servers: ReadonlyArray<ServerId>, buckets: number, n: number): Input => {
+  const roll = r.next()
+  const server = r.pick(servers)
+  if (roll < 0.2) return up(server)
+  if (roll < 0.38) return down(server)
+  if (roll < 0.46) return { _tag: "ControlledShutdown", requestId: n, server }
+  if (roll < 0.56) {
+    const spec = (): readonly [number, ReadonlyArray<ServerId>] => {
+      const pool = [...servers]
+      const replicas = Array.from({ length: r.int(1, 3) }, () => pool.splice(r.int(0, pool.length - 1), 1)[0]!)
+      return [r.int(0, buckets - 1), replicas]
+    }
+    return { ...create(...Array.from({ length: r.int(1, 2) }, spec)), requestId: n }
+  }
+  if (roll < 0.97) {
+    // Bucket `buckets` is never created: an unknown tablet.
+    const bucket = r.int(0, buckets)
+    const t = state.tablets.get(key(bucket))
+    const leader = t?.leaderAndIsr.leader ?? r.pick(servers)
+    const isr = [leader, ...(t?.replicas ?? servers).filter((s) => s !== leader && r.chance(0.5))]
+    const plausible = { ...adjust(state, bucket, isr, { leader }), requestId: n }
+    if (r.chance(0.7)) return plausible
+    const spoilt: ReadonlyArray<Partial<AdjustIsr>> = [
+      { leaderEpoch: plausible.leaderEpoch + r.pick([-1, 1]) },
+      { version: plausible.version + r.pick([-1, 1]) },
+      { leader: r.pick(servers) },
+      { isr: [...isr, r.pick(servers)] },
+      { isr: isr.slice(1) },
+      { isr: [...isr, 99] }
+    ]
+    return { ...plausible, ...r.pick(spoilt) }
+  }
+  // A new coordinator, with what coordination holds: the tablets and the servers registered now.
+  return started(
+    state.coordinatorEpoch + 1,
+    servers.filter(() => r.chance(0.7)),
+    [...state.tablets.values()]
+  )
+}
+
+const follow = (model: Model, input: Input) => {
+  if (input._tag === "ServerUp") model.live.add(input.server)
+  if (input._tag === "ServerDown") {
+    model.live.delete(input.server)
+    model.stopping.delete(input.server)
+  }
+  if (input._tag === "ControlledShutdown" && model.live.has(input.server)) model.stopping.add(input.server)
+  if (input._tag === "Started") {
+    model.live = new Set(input.live)
+    model.stopping = new Set()
+    model.epoch = input.coordinatorEpoch
+  }
+}
+
+const sorted = (s: ReadonlySet<ServerId>) => [...s].sort((a, b) => a - b)
+
+/** The first invariant one step broke, as `[rule, detail]`. */
+const check = (
+  before: State,
+  input: Input,
+  next: State,
+  commands: ReadonlyArray<Command>,
+  model: Model,
+  counts: Tally
+): readonly [string, string] | undefined => {
+  if (!isDeepStrictEqual(sorted(next.live), sorted(model.live))) return ["live set", `${sorted(next.live)}`]
+  if (!isDeepStrictEqual(sorted(next.shuttingDown), sorted(model.stopping)))
+    return ["shutting-down set", `${sorted(next.shuttingDown)}`]
+  const previous =
+    input._tag === "Started" ? new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])) : before.tablets
+  const written = new Set<string>()
+  let lastWrite = -1
+  let firstSend = commands.length
+  for (const [i, c] of commands.entries()) {
+    if (c._tag === "Write") {
+      const k = tabletKey(c.tablet.tablet)
+      const was = previous.get(k)?.leaderAndIsr.version
+      if (written.has(k)) return ["one write per tablet", k]
+      written.add(k)
+      lastWrite = i
+      if (c.expectedVersion !== (was ?? null)) return ["expected version", `${k}: ${c.expectedVersion}, was ${was}`]
+      if (c.tablet.leaderAndIsr.version !== (was === undefined ? 0 : was + 1))
+        return ["version + 1", `${k}: ${was} → ${c.tablet.leaderAndIsr.version}`]
+      if (!isDeepStrictEqual(c.tablet, next.tablets.get(k))) return ["written = state", k]
+    }
+    if (c._tag === "Send") {
+      firstSend = Math.min(firstSend, i)
+      if (c.coordinatorEpoch !== model.epoch || next.coordinatorEpoch !== model.epoch)
+        return ["send epoch", `${c.coordinatorEpoch}, controller at ${model.epoch}`]
+      if (!model.live.has(c.server)) return ["send to a live server", `${c.server}`]
+      for (const ins of c.tablets) {
+        const t = next.tablets.get(tabletKey(ins.tablet))
+        if (t === undefined || !t.replicas.includes(c.server))
+          return ["send to a replica", `${c.server} for ${tabletKey(ins.tablet)}`]
+        if (!isDeepStrictEqual(ins.leaderAndIsr, t.leaderAndIsr)) return ["send the latest", tabletKey(ins.tablet)]
+      }
+    }
+  }
+  if (lastWrite > firstSend) return ["writes before sends", commands.map((c) => c._tag).join(",")]
+  for (const k of previous.keys()) if (!next.tablets.has(k)) return ["tablets stay", k]
+  for (const [k, t] of next.tablets) {
+    const p = previous.get(k)
+    if (!written.has(k)) {
+      if (!isDeepStrictEqual(t, p)) return ["no change without a write", k]
+      continue
+    }
+    const now = t.leaderAndIsr
+    const isr = now.isr
+    if (isr.length === 0 || new Set(isr).size !== isr.length || isr.some((s) => !t.replicas.includes(s)))
+      return ["ISR ⊆ replicas, non-empty, no duplicates", `${k}: ${isr} of ${t.replicas}`]
+    if (now.leader !== null && !isr.includes(now.leader)) return ["leader ∈ ISR", `${k}: ${now.leader}, ${isr}`]
+    if ((t.state === "OnlineTablet") !== (now.leader !== null)) return ["online ⇔ a leader", `${k}: ${t.state}`]
+    if (now.leader !== null && !model.live.has(now.leader)) return ["the leader is live", `${k}: ${now.leader}`]
+    const eligible = t.replicas.filter((s) => model.live.has(s) && !model.stopping.has(s))
+    if (p === undefined) {
+      const leader = eligible[0] ?? null
+      const expected = { leader, leaderEpoch: 0, isr: leader === null ? t.replicas : eligible, version: 0 }
+      if (!isDeepStrictEqual({ ...now, coordinatorEpoch: undefined }, { ...expected, coordinatorEpoch: undefined }))
+        return ["creation", `${k}: ${JSON.stringify(now)}`]
+      continue
+    }
+    const was = p.leaderAndIsr
+    const changed = now.leader !== was.leader
+    if (now.leaderEpoch !== was.leaderEpoch + (changed ? 1 : 0))
+      return [
+        "epoch + 1 on a leader change only",
+        `${k}: ${was.leader}@${was.leaderEpoch} → ${now.leader}@${now.leaderEpoch}`
+      ]
+    if (changed) {
+      counts.leaderChanges++
+      if (now.leader === null) counts.offline++
+      else if (model.stopping.has(now.leader))
+        return ["a stopping server is not electable", `${k}: ${now.leader} elected, ISR was ${was.isr}`]
+      else if (!model.unclean && !was.isr.includes(now.leader))
+        return ["clean election from the ISR", `${k}: ${now.leader} not in ${was.isr}`]
+    }
+    const gained = isr.find((s) => !was.isr.includes(s) && !eligible.includes(s))
+    if (gained !== undefined) return ["KIP-841: no ineligible ISR member added", `${k}: ${gained} joined ${was.isr}`]
+  }
+  if (input._tag === "AdjustIsr") {
+    const r = reply(commands)
+    if (r?._tag === "IsrRejected") {
+      counts.rejected++
+      if (r.rejection._tag === "IneligibleReplica") counts.ineligible++
+      if (commands.length !== 1 || next !== before) return ["a rejection changes nothing", JSON.stringify(commands)]
+    } else {
+      counts.accepted++
+      if (written.size !== 1 || firstSend < commands.length) return ["an accepted change: one write, no sends", ""]
+    }
+  }
+  counts.unclean += next.uncleanElections - before.uncleanElections
+  return undefined
+}
+
+/** One seeded run of 60 random inputs; the first broken invariant. */
+const drive = (seed: number, step: StepFn = ControllerState.step, counts = tally()) => {
+  const r = seeded(seed)
+  const servers = Array.from({ length: r.int(3, 7) }, (_, i) => i + 1)
+  const model: Model = { live: new Set(), stopping: new Set(), epoch: 1, unclean: r.chance(0.5) }
+  const boot = started(
+    1,
+    servers.filter(() => r.chance(0.7)),
+    []
+  )
+  follow(model, boot)
+  let state = step(ControllerState.make({ uncleanLeaderElection: model.unclean }), boot)[0]
+  const buckets = r.int(2, 5)
+  for (let n = 0; n < 60; n++) {
+    const input = randomInput(r, state, servers, buckets, n)
+    const [next, commands] = step(state, input)
+    follow(model, input)
+    const broken = check(state, input, next, commands, model, counts)
+    if (broken !== undefined)
+      return { rule: broken[0], message: `seed=${seed} step ${n} ${JSON.stringify(input)}: ${broken.join(": ")}` }
+    state = next
+  }
+  return undefined
+}
+
+/** The seeds' failures, the first of each rule. */
+const failures = (step: StepFn = ControllerState.step, counts = tally()) => {
+  const first = new Map<string, string>()
+  for (let seed = 1; seed <= 1000; seed++) {
+    const f = drive(seed, step, counts)
+    if (f !== undefined && !first.has(f.rule)) first.set(f.rule, f.message)
+  }
+  return first
+}
+
+describe("ControllerState seeded runs", () => {
+  it("1000 seeds × 60 inputs keep versions, epochs, ISRs, elections and sends sound", () => {
+    const broken = failures()
+    assert.strictEqual(broken.size, 0, [...broken.values()].join("\n"))
+  })
+
+  it("the runs are not vacuous: leaders change, tablets go offline, ISR changes are accepted and rejected", () => {
+    const counts = tally()
+    failures(ControllerState.step, counts)
+    for (const [name, n] of Object.entries(counts)) assert.isAbove(n, 100, `${name}: ${JSON.stringify(counts)}`)
+  })
+
+  it("a planted bug (ISR additions not checked for eligibility) is caught", () => {
+    const everyone = new Set([1, 2, 3, 4, 5, 6, 7])
+    const buggy: StepFn = (state, input) => {
+      if (input._tag !== "AdjustIsr") return ControllerState.step(state, input)
+      const lax: State = { ...state, live: everyone, shuttingDown: new Set() }
+      const [next, commands] = ControllerState.step(lax, input)
+      return [next === lax ? state : { ...next, live: state.live, shuttingDown: state.shuttingDown }, commands]
+    }
+    const broken = failures(buggy)
+    assert.isTrue(broken.has("KIP-841: no ineligible ISR member added"), [...broken.keys()].join(", "))
+  })
+})

@@ -1,0 +1,42 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as ReplicationConfig from "../src/ReplicationConfig.js"
+
+const refused = (input: unknown) => Effect.flip(ReplicationConfig.decode(input))
+
+describe("ReplicationConfig", () => {
+  it.effect("fills every default, and the defaults keep the rules", () =>
+    Effect.gen(function* () {
+      const c = yield* ReplicationConfig.decode({})
+      assert.deepStrictEqual(
+        [c.replicationFactor, c.minInsyncReplicas, c.sessionTimeoutMs, c.replicaLagTimeMaxMs],
+        [3, 2, 10_000, 30_000]
+      )
+      assert.isFalse(c.uncleanLeaderElection)
+    })
+  )
+
+  it.effect("a session timeout at or above replicaLagTimeMaxMs is refused, naming the key and why (Fluss #2708)", () =>
+    Effect.gen(function* () {
+      const e = yield* refused({ sessionTimeoutMs: 30_000 })
+      assert.strictEqual(e.option, "replicaLagTimeMaxMs")
+      assert.include(e.message, "must be above sessionTimeoutMs (30000)")
+      assert.include(e.message, "before a dead leader's session ends")
+    })
+  )
+
+  it.effect("minInsyncReplicas above the replication factor, non-positive numbers and unknown keys are refused", () =>
+    Effect.gen(function* () {
+      const over = yield* refused({ minInsyncReplicas: 4, replicationFactor: 3 })
+      assert.strictEqual(over.option, "minInsyncReplicas")
+      assert.include(over.message, "at most replicationFactor (3)")
+      const zero = yield* refused({ minInsyncReplicas: 0 })
+      assert.strictEqual(zero.option, "minInsyncReplicas")
+      assert.strictEqual(zero.value, "0")
+      const typo = yield* refused({ minIsr: 2 })
+      assert.strictEqual(typo.option, "minIsr")
+      const wait = yield* refused({ fetchMaxWaitMs: 20_000 })
+      assert.strictEqual(wait.option, "fetchMaxWaitMs")
+    })
+  )
+})
