@@ -61,6 +61,8 @@ export interface Options {
   readonly uncleanLeaderElection: boolean
   /** Tablets must have at least this many replicas (default 1). */
   readonly minInsyncReplicas?: number
+  /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
+  readonly skipIsrEligibility?: boolean
 }
 
 /**
@@ -90,7 +92,8 @@ export type IsrRejection =
   | { readonly _tag: "UnknownTablet" }
   | { readonly _tag: "NotLeader"; readonly leader: ServerId | null }
   | { readonly _tag: "FencedLeaderEpoch"; readonly current: Epoch }
-  | { readonly _tag: "InvalidVersion"; readonly current: number }
+  /** The leader's version is stale; `leaderAndIsr` is the tablet's current state, for it to adopt. */
+  | { readonly _tag: "InvalidVersion"; readonly current: number; readonly leaderAndIsr: LeaderAndIsr }
   | { readonly _tag: "InvalidIsr"; readonly detail: string }
   | { readonly _tag: "IneligibleReplica"; readonly server: ServerId; readonly why: "offline" | "shutting down" }
 
@@ -374,18 +377,28 @@ const validateIsr = (
   const current = t.leaderAndIsr
   if (input.leaderEpoch !== current.leaderEpoch) return { _tag: "FencedLeaderEpoch", current: current.leaderEpoch }
   if (input.leader !== current.leader) return { _tag: "NotLeader", leader: current.leader }
-  if (input.version !== current.version) return { _tag: "InvalidVersion", current: current.version }
+  if (input.version !== current.version) {
+    return { _tag: "InvalidVersion", current: current.version, leaderAndIsr: current }
+  }
   if (!input.isr.includes(input.leader)) return { _tag: "InvalidIsr", detail: "the ISR must hold its leader" }
   const stranger = input.isr.find((s) => !t.replicas.includes(s))
   if (stranger !== undefined) return { _tag: "InvalidIsr", detail: `server ${stranger} holds no replica` }
   if (new Set(input.isr).size !== input.isr.length) return { _tag: "InvalidIsr", detail: "a server twice" }
   for (const s of input.isr) {
-    if (current.isr.includes(s)) continue
+    if (current.isr.includes(s) || state.options.skipIsrEligibility === true) continue
     if (!state.live.has(s)) return { _tag: "IneligibleReplica", server: s, why: "offline" }
     if (state.shuttingDown.has(s)) return { _tag: "IneligibleReplica", server: s, why: "shutting down" }
   }
   return undefined
 }
+
+/** Whether an ISR change asks for the ISR the tablet already has, under its current leader and epoch. */
+const isRepeat = (input: Extract<Input, { _tag: "AdjustIsr" }>, current: LeaderAndIsr) =>
+  input.version !== current.version &&
+  input.leader === current.leader &&
+  input.leaderEpoch === current.leaderEpoch &&
+  input.isr.length === current.isr.length &&
+  input.isr.every((s) => current.isr.includes(s))
 
 /** Why tablets cannot be created as asked (nothing is created then), if they cannot. */
 const refuseCreate = (
@@ -497,6 +510,11 @@ export const step = (state: State, input: Input): Step => {
     }
     case "AdjustIsr": {
       const t = state.tablets.get(tabletKey(input.tablet))
+      // A retry of a change already committed (its answer was lost): answer it again, write nothing.
+      if (t !== undefined && isRepeat(input, t.leaderAndIsr)) {
+        const reply: Reply = { _tag: "IsrAdjusted", leaderAndIsr: t.leaderAndIsr }
+        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+      }
       const rejection = validateIsr(state, input, t)
       if (rejection !== undefined || t === undefined) {
         const reply: Reply = { _tag: "IsrRejected", rejection: rejection ?? { _tag: "UnknownTablet" } }

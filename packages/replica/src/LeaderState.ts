@@ -58,6 +58,8 @@ export interface State {
   /** The leader's log end when this epoch began: a follower must reach it to have caught up in this epoch. */
   readonly epochStartOffset: number
   readonly followers: ReadonlyMap<ServerId, Follower>
+  /** A planted bug for the simulator: the HW advances under the minimum ISR. */
+  readonly ignoreMinIsr?: boolean
 }
 
 /**
@@ -109,7 +111,10 @@ export const become = (options: {
   readonly logEndOffset: number
   readonly highWatermark: number
   readonly nowMs: number
+  /** @internal A planted bug for the simulator. */
+  readonly ignoreMinIsr?: boolean
 }): State => ({
+  ...(options.ignoreMinIsr === true ? { ignoreMinIsr: true } : {}),
   self: options.self,
   leaderEpoch: options.leaderEpoch,
   replicas: options.replicas,
@@ -143,7 +148,7 @@ const logEndOf = (state: State, server: ServerId): number =>
 
 /** The HW the state allows, and the command to checkpoint it when it moved. */
 const withHighWatermark = (state: State, commands: Array<Command>): Step => {
-  if (state.isr.length < state.minInsyncReplicas) return [state, commands]
+  if (state.isr.length < state.minInsyncReplicas && state.ignoreMinIsr !== true) return [state, commands]
   const candidate = Math.min(...maximalIsr(state).map((s) => logEndOf(state, s)), state.logEndOffset)
   if (candidate <= state.highWatermark) return [state, commands]
   return [

@@ -77,6 +77,33 @@ export interface TabletServerShape extends ReplicaManagerShape {
   readonly logOf: (tablet: TabletId) => Effect.Effect<TabletLog.TabletLog | undefined>
   /** The tablets hosted here. */
   readonly tablets: Effect.Effect<ReadonlyArray<TabletId>>
+  /** Each hosted replica's state; a leader's high watermark and log end as its machine holds them. */
+  readonly replicas: Effect.Effect<ReadonlyArray<ReplicaView>>
+}
+
+/**
+ * One replica as the server holds it.
+ *
+ * @since 0.1.0
+ */
+export interface ReplicaView {
+  readonly tablet: TabletId
+  readonly machine: ReplicaState.State
+  readonly leader?: { readonly leaderEpoch: number; readonly highWatermark: number; readonly logEndOffset: number }
+}
+
+/**
+ * Safety checks a broken variant may switch off: for the simulator's planted bugs only.
+ *
+ * @internal
+ */
+export interface Unsafe {
+  /** Apply LeaderAndIsr requests whatever their coordinator epoch. */
+  readonly skipCoordinatorEpochCheck?: boolean
+  /** A new follower truncates to its high watermark instead of asking its leader (Fluss's behaviour). */
+  readonly truncateToHighWatermark?: boolean
+  /** A leader advances its high watermark while its ISR is below the minimum. */
+  readonly highWatermarkIgnoresMinIsr?: boolean
 }
 
 /**
@@ -98,6 +125,7 @@ interface Server {
   readonly store: StoreShape
   readonly scope: Scope.Scope
   readonly hosted: Map<string, Hosted.Hosted>
+  readonly unsafe: Unsafe
   coordinatorEpoch: number
 }
 
@@ -182,9 +210,16 @@ const proposeIsr = (
       h,
       Effect.suspend(() => {
         if (h.role !== role) return Effect.void
-        return reply._tag === "IsrAdjusted"
-          ? isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version)
-          : stepLeader(server, h, { _tag: "IsrChangeRejected" })
+        if (reply._tag === "IsrAdjusted") {
+          return isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version)
+        }
+        // A stale version: the controller changed the ISR meanwhile; take its state, then propose again if need be.
+        const r = reply.rejection
+        const adopt =
+          r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch === h.leader?.leaderEpoch
+            ? isrCommitted(server, h, r.leaderAndIsr.isr, r.leaderAndIsr.version)
+            : Effect.void
+        return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected" }))
       })
     )
   }).pipe(Effect.ignore)
@@ -215,7 +250,8 @@ const runReplica = (
               lagTimeMaxMs: server.config.replicaLagTimeMaxMs,
               logEndOffset: yield* log.logEndOffset,
               highWatermark: yield* log.highWatermark,
-              nowMs: yield* Clock.currentTimeMillis
+              nowMs: yield* Clock.currentTimeMillis,
+              ignoreMinIsr: server.unsafe.highWatermarkIgnoresMinIsr === true
             })
             if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
             // A leader alone in its ISR with a minimum of one commits what it has at once.
@@ -232,7 +268,8 @@ const runReplica = (
                 leaderId: command.leader,
                 leaderEpoch: command.leaderEpoch,
                 fetchMaxBytes: server.config.fetchMaxBytes,
-                retryBackoffMs: server.config.retryBackoffMs
+                retryBackoffMs: server.config.retryBackoffMs,
+                truncateToHighWatermark: server.unsafe.truncateToHighWatermark === true
               }),
               server.scope
             )
@@ -522,7 +559,7 @@ const leaderAndIsr =
   (server: Server): ReplicaManagerShape["leaderAndIsr"] =>
   (request: LeaderAndIsrRequest) =>
     Effect.gen(function* () {
-      if (request.coordinatorEpoch < server.coordinatorEpoch) {
+      if (request.coordinatorEpoch < server.coordinatorEpoch && server.unsafe.skipCoordinatorEpochCheck !== true) {
         return yield* fail(
           new FencedEpoch({
             resource: "coordinator",
@@ -531,7 +568,7 @@ const leaderAndIsr =
           })
         )
       }
-      server.coordinatorEpoch = request.coordinatorEpoch
+      server.coordinatorEpoch = Math.max(server.coordinatorEpoch, request.coordinatorEpoch)
       // One tablet's failure (its store, an instruction its machine refuses) does not hold up the others.
       yield* Effect.forEach(
         request.tablets,
@@ -562,7 +599,8 @@ const tick = (server: Server) =>
  * @since 0.1.0
  */
 export const make = (
-  options: TabletServerOptions
+  options: TabletServerOptions,
+  unsafe: Unsafe = {}
 ): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store | Peers> =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerOptions, { exact: true })(options).pipe(
@@ -576,6 +614,7 @@ export const make = (
       store: yield* Store,
       scope,
       hosted: new Map(),
+      unsafe,
       coordinatorEpoch: 0
     }
     yield* Effect.addFinalizer(() =>
@@ -596,7 +635,19 @@ export const make = (
       replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
       coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
       logOf: (tablet) => Effect.sync(() => server.hosted.get(tabletKey(tablet))?.log),
-      tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet))
+      tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),
+      replicas: Effect.sync(() =>
+        [...server.hosted.values()].map((h): ReplicaView => {
+          const view = { tablet: h.tablet, machine: h.machine }
+          const l = h.leader
+          return l === undefined
+            ? view
+            : {
+                ...view,
+                leader: { leaderEpoch: l.leaderEpoch, highWatermark: l.highWatermark, logEndOffset: l.logEndOffset }
+              }
+        })
+      )
     }
   })
 

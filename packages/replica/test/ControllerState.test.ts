@@ -237,7 +237,7 @@ describe("ControllerStateState.step", () => {
       [s, adjust(s, 9, [1]), { _tag: "UnknownTablet" }],
       [s, adjust(s, 0, [1, 2], { leaderEpoch: 1 }), { _tag: "FencedLeaderEpoch", current: 0 }],
       [s, adjust(s, 0, [2, 1], { leader: 2 }), { _tag: "NotLeader", leader: 1 }],
-      [s, adjust(s, 0, [1, 2], { version: 0 }), { _tag: "InvalidVersion", current: 1 }],
+      [s, adjust(s, 0, [1, 2], { version: 0 }), { _tag: "InvalidVersion", current: 1, leaderAndIsr: adjusted }],
       [s, adjust(s, 0, [2, 3]), "InvalidIsr"],
       [s, adjust(s, 0, [1, 4]), "InvalidIsr"],
       [s, adjust(s, 0, [1, 2, 2]), "InvalidIsr"],
@@ -255,6 +255,10 @@ describe("ControllerStateState.step", () => {
       else assert.deepStrictEqual(r, { _tag: "IsrRejected", rejection }, label)
     }
 
+    // A retry of the committed change (its answer lost) is answered again, without a write.
+    const repeated = ControllerState.step(s, adjust(s, 0, [1], { version: 0 }))
+    assert.strictEqual(repeated[0], s)
+    assert.deepStrictEqual(reply(repeated[1]), { _tag: "IsrAdjusted", leaderAndIsr: adjusted })
     const grown = run(s, adjust(s, 0, [1, 2, 3]))
     assert.deepStrictEqual(tags(grown.commands), ["Write", "Reply"], "no Sends to the followers")
     assert.deepStrictEqual(lai(grown.state, 0), { ...adjusted, isr: [1, 2, 3], version: 2 })
@@ -628,7 +632,12 @@ const check = (
       if (commands.length !== 1 || next !== before) return ["a rejection changes nothing", JSON.stringify(commands)]
     } else {
       counts.accepted++
-      if (written.size !== 1 || firstSend < commands.length) return ["an accepted change: one write, no sends", ""]
+      // A repeat of the committed ISR (a retry whose answer was lost) is answered without a write.
+      if (written.size === 0) {
+        if (next !== before || commands.length !== 1) return ["a repeat is answered and changes nothing", ""]
+      } else if (written.size !== 1 || firstSend < commands.length) {
+        return ["an accepted change: one write, no sends", ""]
+      }
     }
   }
   counts.unclean += next.uncleanElections - before.uncleanElections

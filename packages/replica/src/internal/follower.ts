@@ -21,6 +21,8 @@ export interface FollowerContext {
   readonly leaderEpoch: number
   readonly fetchMaxBytes: number
   readonly retryBackoffMs: number
+  /** A planted bug for the simulator: truncate to the local HW on becoming follower (Fluss's behaviour). */
+  readonly truncateToHighWatermark: boolean
 }
 
 /** The replica's role moved on: this loop is over. */
@@ -44,6 +46,7 @@ const onLog = <A, E>(
 const start = (h: Hosted, role: number, ctx: FollowerContext) =>
   onLog(h, role, (log) =>
     Effect.gen(function* () {
+      if (ctx.truncateToHighWatermark) yield* log.truncateTo(yield* log.highWatermark)
       return FollowerState.become({
         leader: ctx.leaderId,
         leaderEpoch: ctx.leaderEpoch,

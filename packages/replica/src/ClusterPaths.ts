@@ -1,0 +1,189 @@
+/**
+ * Where a replicated cluster keeps its state in coordination, under one namespace: the live tablet servers'
+ * ephemeral registrations (`<ns>/servers/ids/<id>`) and each tablet's assignment with its leader and ISR
+ * (`<ns>/tablets/<table>:<bucket>`, JSON, written only by the controller, fenced by the coordinator epoch), and
+ * how a tablet server registers.
+ *
+ * @since 0.1.0
+ */
+import {
+  type CoordinationError,
+  CoordinationPaths,
+  type CoordinationShape,
+  Epoch,
+  LeaderAndIsr,
+  ServerId,
+  type Session,
+  TabletId
+} from "@strata/core"
+import { Duration, Effect, Schedule, Schema, Stream } from "effect"
+import type * as ControllerState from "./ControllerState.js"
+
+/**
+ * A cluster's paths.
+ *
+ * @since 0.1.0
+ */
+export interface ClusterPaths {
+  readonly servers: string
+  readonly server: (id: ServerId) => string
+  readonly tablets: string
+  readonly tablet: (tablet: TabletId) => string
+}
+
+/**
+ * The paths under `namespace` (an absolute coordination path such as `/strata`).
+ *
+ * @since 0.1.0
+ */
+export const make = (namespace: string): ClusterPaths => {
+  const servers = CoordinationPaths.join(CoordinationPaths.join(namespace, "servers"), "ids")
+  const tablets = CoordinationPaths.join(namespace, "tablets")
+  return {
+    servers,
+    server: (id) => CoordinationPaths.join(servers, String(id)),
+    tablets,
+    tablet: (t) => CoordinationPaths.join(tablets, `${encodeURIComponent(t.table)}:${t.bucket}`)
+  }
+}
+
+/**
+ * A tablet as coordination stores it.
+ *
+ * @since 0.1.0
+ */
+export const StoredTablet = Schema.Struct({
+  tablet: TabletId,
+  replicas: Schema.Array(ServerId),
+  state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet"]),
+  leaderAndIsr: LeaderAndIsr
+})
+
+const TabletJson = Schema.fromJsonString(StoredTablet)
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/**
+ * A tablet's node data.
+ *
+ * @since 0.1.0
+ */
+export const encodeTablet = (tablet: ControllerState.Tablet): Uint8Array =>
+  encoder.encode(Schema.encodeSync(TabletJson)(tablet))
+
+/**
+ * A tablet's node data read back, or why it cannot be (naming the path); `version` is the node's own.
+ *
+ * @since 0.1.0
+ */
+export const decodeTablet = (
+  path: string,
+  data: Uint8Array,
+  version: number
+): Effect.Effect<ControllerState.Tablet, CorruptClusterData> =>
+  Schema.decodeUnknownEffect(TabletJson)(decoder.decode(data)).pipe(
+    Effect.map((t) => ({ ...t, leaderAndIsr: { ...t.leaderAndIsr, version } })),
+    Effect.mapError((e) => new CorruptClusterData({ path, detail: e.message }))
+  )
+
+/**
+ * A node of the cluster's state cannot be read.
+ *
+ * @since 0.1.0
+ */
+export class CorruptClusterData extends Schema.TaggedError<CorruptClusterData>()("CorruptClusterData", {
+  path: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.path}: ${this.detail}`
+  }
+}
+
+/**
+ * What a tablet server announces in its registration.
+ *
+ * @since 0.1.0
+ */
+export const Registration = Schema.Struct({
+  address: Schema.String,
+  rack: Schema.optional(Schema.String),
+  /** Grows with every registration of the same id (a restart), so a watcher tells two lives apart. */
+  registrationEpoch: Epoch
+})
+
+/**
+ * Registers tablet server `id` under `paths` for as long as `session` lives (an ephemeral node). A registration of
+ * another live session fails with `NodeExists`.
+ *
+ * @since 0.1.0
+ */
+export const register = (
+  session: Session,
+  paths: ClusterPaths,
+  id: ServerId,
+  registration: typeof Registration.Type
+): Effect.Effect<void, CoordinationError> =>
+  Effect.asVoid(
+    session.create(
+      paths.server(id),
+      encoder.encode(Schema.encodeSync(Schema.fromJsonString(Registration))(registration)),
+      {
+        mode: "ephemeral",
+        createParents: true
+      }
+    )
+  )
+
+/**
+ * Keeps tablet server `id` registered for as long as it runs: a session, the registration, and when the session
+ * ends (it expired: the server was paused or cut off past its timeout), a new session and a new registration with a
+ * higher registration epoch. A registration still held by the server's previous, dying session is waited out.
+ *
+ * @since 0.1.0
+ */
+export const keepRegistered = (
+  coordination: CoordinationShape,
+  paths: ClusterPaths,
+  id: ServerId,
+  options: {
+    readonly address: string
+    readonly rack?: string
+    readonly sessionTimeout: Duration.Input
+    /** The first registration's epoch; each later one adds one. */
+    readonly firstEpoch: number
+    readonly retryBackoffMs: number
+  }
+): Effect.Effect<never> =>
+  Effect.gen(function* () {
+    let epoch = options.firstEpoch
+    const backoff = Schedule.spaced(Duration.millis(options.retryBackoffMs))
+    while (true) {
+      const registration = {
+        address: options.address,
+        registrationEpoch: epoch++,
+        ...(options.rack === undefined ? {} : { rack: options.rack })
+      }
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          const session = yield* coordination.session({ timeout: options.sessionTimeout })
+          yield* register(session, paths, id, registration).pipe(Effect.retry({ schedule: backoff, times: 1000 }))
+          yield* session.changes.pipe(
+            Stream.filter((state) => state === "expired" || state === "closed"),
+            Stream.runHead
+          )
+        })
+      ).pipe(Effect.catch(() => Effect.sleep(Duration.millis(options.retryBackoffMs))))
+    }
+  })
+
+/**
+ * The server id a registration's node name holds, if it is one.
+ *
+ * @since 0.1.0
+ */
+export const serverIdOf = (name: string): ServerId | undefined => {
+  const n = Number(name)
+  return Number.isSafeInteger(n) && n >= 0 && String(n) === name ? n : undefined
+}

@@ -1,0 +1,312 @@
+/**
+ * The controller: the coordinator leader's service that runs `ControllerState` (docs/ARCHITECTURE.md,
+ * "Replication"). It loads the tablets from coordination, watches the tablet servers' registrations, and feeds the
+ * machine one input at a time: the start, servers coming and going, and requests (tablet creation, leaders' ISR
+ * changes, controlled shutdowns). It runs each step's commands in order and decides nothing:
+ *
+ * - `Write`: an epoch-checked coordination write (`Leadership.fenced`); a failure is fed back as `WriteFailed`.
+ * - `Send`: queued for the server, and delivered (after `Leadership.guard`) until the server answers, leaves, or
+ *   answers that a newer coordinator exists; later instructions for a tablet replace queued ones.
+ * - `Reply`, `Log`; `Resign` runs the `resign` effect it was given (the coordinator steps down).
+ *
+ * @since 0.1.0
+ */
+import {
+  Coordination,
+  type CoordinationError,
+  type Leadership,
+  type LeaderAndIsrRequest,
+  type ReplicaError,
+  type ServerId,
+  type Session,
+  type TabletId,
+  type TabletInstruction,
+  tabletKey
+} from "@strata/core"
+import { Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
+import * as ClusterPaths from "./ClusterPaths.js"
+import * as ControllerState from "./ControllerState.js"
+import type { PeerUnreachable } from "./Peers.js"
+
+/**
+ * How the controller reaches tablet servers.
+ *
+ * @since 0.1.0
+ */
+export interface TabletServersShape {
+  readonly leaderAndIsr: (
+    server: ServerId,
+    request: LeaderAndIsrRequest
+  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
+}
+
+/**
+ * The `TabletServers` service key: the controller's channel to the tablet servers.
+ *
+ * @since 0.1.0
+ */
+export class TabletServers extends Context.Service<TabletServers, TabletServersShape>()(
+  "@strata/replica/TabletServers"
+) {}
+
+/**
+ * The controller resigned (a write of its failed: a newer coordinator exists, or the outcome was unknown): ask the
+ * current coordinator leader.
+ *
+ * @since 0.1.0
+ */
+export class ControllerResigned extends Data.TaggedError("ControllerResigned")<{ readonly coordinatorEpoch: number }> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `the controller of coordinator epoch ${this.coordinatorEpoch} resigned`
+  }
+}
+
+/**
+ * The controller's options.
+ *
+ * @since 0.1.0
+ */
+export interface ControllerOptions {
+  /** The coordination namespace of the cluster (`/strata`). */
+  readonly namespace: string
+  readonly uncleanLeaderElection: boolean
+  readonly minInsyncReplicas: number
+  /** The pause between deliveries of an unanswered LeaderAndIsr. */
+  readonly retryBackoffMs: number
+  /** Gives up the coordinator's leadership (the machine resigned). */
+  readonly resign: Effect.Effect<void>
+  /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
+  readonly skipIsrEligibility?: boolean
+}
+
+/**
+ * A running controller.
+ *
+ * @since 0.1.0
+ */
+export interface ControllerShape {
+  readonly coordinatorEpoch: number
+  readonly createTablets: (
+    tablets: ReadonlyArray<{ readonly tablet: TabletId; readonly replicas: ReadonlyArray<ServerId> }>
+  ) => Effect.Effect<ControllerState.Reply, ControllerResigned>
+  readonly adjustIsr: (
+    request: ControllerState.AdjustIsrRequest
+  ) => Effect.Effect<ControllerState.AdjustIsrReply, ControllerResigned>
+  /** Moves leadership off `server`; the number of tablets it still leads. */
+  readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, ControllerResigned>
+  /** The machine's state now. */
+  readonly state: Effect.Effect<ControllerState.State>
+}
+
+type Pending = Deferred.Deferred<ControllerState.Reply, ControllerResigned>
+
+/** One server's queued instructions, latest per tablet. */
+interface Outbox {
+  readonly pending: Map<string, TabletInstruction>
+  wake: Deferred.Deferred<void>
+  live: boolean
+}
+
+/** Reads every tablet from coordination. */
+const load = (coordination: Session, paths: ClusterPaths.ClusterPaths) =>
+  Effect.gen(function* () {
+    const names = yield* coordination.children(paths.tablets)
+    const tablets = yield* Effect.forEach(names, (name) => {
+      const path = `${paths.tablets}/${name}`
+      return Effect.flatMap(coordination.get(path), (node) =>
+        ClusterPaths.decodeTablet(path, node.data, node.stat.version)
+      )
+    })
+    return tablets
+  })
+
+/**
+ * Runs the controller for `leadership` until the scope closes. The machine starts from what coordination holds.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  leadership: Leadership,
+  options: ControllerOptions
+): Effect.Effect<
+  ControllerShape,
+  CoordinationError | ClusterPaths.CorruptClusterData,
+  Scope.Scope | Coordination | TabletServers
+> =>
+  Effect.gen(function* () {
+    const paths = ClusterPaths.make(options.namespace)
+    const scope = yield* Effect.scope
+    const session = yield* (yield* Coordination).session()
+    const servers = yield* TabletServers
+    for (const path of [paths.servers, paths.tablets]) {
+      yield* session.create(path, new Uint8Array(), { createParents: true }).pipe(
+        Effect.catchIf(
+          (e) => e.reason._tag === "NodeExists",
+          () => Effect.void
+        )
+      )
+    }
+    let state = ControllerState.make({
+      uncleanLeaderElection: options.uncleanLeaderElection,
+      minInsyncReplicas: options.minInsyncReplicas,
+      ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
+    })
+    const inbox = yield* Queue.unbounded<ControllerState.Input>()
+    const replies = new Map<number, Pending>()
+    const outboxes = new Map<ServerId, Outbox>()
+    let nextRequest = 0
+    const epoch = leadership.epoch
+
+    /** Delivers one server's queued instructions until it answers, leaves, or a newer coordinator exists. */
+    const deliver = (server: ServerId, box: Outbox): Effect.Effect<never> =>
+      Effect.gen(function* () {
+        yield* Deferred.await(box.wake)
+        box.wake = Deferred.makeUnsafe()
+        const tablets = [...box.pending.values()]
+        box.pending.clear()
+        if (!box.live || tablets.length === 0) return
+        const sent = yield* leadership.guard.pipe(
+          Effect.andThen(servers.leaderAndIsr(server, { coordinatorEpoch: epoch, tablets })),
+          Effect.as(true),
+          Effect.catch((e) =>
+            e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch"
+              ? Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), true)
+              : Effect.as(Effect.sleep(options.retryBackoffMs), false)
+          )
+        )
+        if (sent || !box.live) return
+        // Not delivered: put back what no later instruction replaced, and go again.
+        for (const t of tablets) {
+          const key = tabletKey(t.tablet)
+          if (!box.pending.has(key)) box.pending.set(key, t)
+        }
+        yield* Deferred.succeed(box.wake, undefined)
+      }).pipe(Effect.forever)
+
+    const outboxOf = (server: ServerId) =>
+      Effect.gen(function* () {
+        const known = outboxes.get(server)
+        if (known !== undefined) return known
+        const box: Outbox = { pending: new Map(), wake: Deferred.makeUnsafe(), live: true }
+        outboxes.set(server, box)
+        yield* Effect.forkIn(deliver(server, box), scope)
+        return box
+      })
+
+    /** Runs one step's commands in order; a failed write is fed back at once and ends the step. */
+    const run = (commands: ReadonlyArray<ControllerState.Command>): Effect.Effect<void> =>
+      Effect.gen(function* () {
+        for (const command of commands) {
+          switch (command._tag) {
+            case "Write": {
+              const path = paths.tablet(command.tablet.tablet)
+              const data = ClusterPaths.encodeTablet(command.tablet)
+              const op =
+                command.expectedVersion === null
+                  ? { _tag: "create" as const, path, data }
+                  : { _tag: "set" as const, path, data, version: command.expectedVersion }
+              const failed = yield* leadership.fenced([op]).pipe(
+                Effect.as(undefined),
+                Effect.catch((e) => Effect.succeed(e.message))
+              )
+              if (failed !== undefined) {
+                return yield* feed({ _tag: "WriteFailed", tablet: command.tablet.tablet, detail: failed })
+              }
+              break
+            }
+            case "Send": {
+              const box = yield* outboxOf(command.server)
+              box.live = true
+              for (const t of command.tablets) box.pending.set(tabletKey(t.tablet), t)
+              yield* Deferred.succeed(box.wake, undefined)
+              break
+            }
+            case "Reply": {
+              const reply = replies.get(command.requestId)
+              replies.delete(command.requestId)
+              if (reply !== undefined) yield* Deferred.succeed(reply, command.reply)
+              break
+            }
+            case "Log":
+              yield* command.level === "warn" ? Effect.logWarning(command.message) : Effect.logInfo(command.message)
+              break
+            case "Resign": {
+              yield* Effect.logWarning(`controller resigns: ${command.reason}`)
+              for (const box of outboxes.values()) box.live = false
+              const waiting = [...replies.values()]
+              replies.clear()
+              const resigned = new ControllerResigned({ coordinatorEpoch: epoch })
+              yield* Effect.forEach(waiting, (reply) => Deferred.fail(reply, resigned), { discard: true })
+              yield* options.resign
+              break
+            }
+          }
+        }
+      })
+
+    const feed = (input: ControllerState.Input): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (input._tag === "ServerDown") {
+          const box = outboxes.get(input.server)
+          if (box !== undefined) {
+            box.live = false
+            box.pending.clear()
+          }
+        }
+        const [next, commands] = ControllerState.step(state, input)
+        state = next
+        return run(commands)
+      })
+
+    // Live servers: a watch on the registrations, turned into ServerUp / ServerDown inputs.
+    const watchServers = (known: ReadonlySet<ServerId>): Effect.Effect<void, CoordinationError> =>
+      Effect.gen(function* () {
+        const watch = yield* session.watchChildren(paths.servers)
+        const now = new Set(watch.value.flatMap((n) => ClusterPaths.serverIdOf(n) ?? []))
+        for (const s of known) if (!now.has(s)) yield* Queue.offer(inbox, { _tag: "ServerDown", server: s })
+        for (const s of now) if (!known.has(s)) yield* Queue.offer(inbox, { _tag: "ServerUp", server: s })
+        yield* watch.changed
+        return yield* watchServers(now)
+      })
+
+    const live = (yield* session.children(paths.servers)).flatMap((n) => ClusterPaths.serverIdOf(n) ?? [])
+    const tablets = yield* load(session, paths)
+    yield* feed({ _tag: "Started", coordinatorEpoch: epoch, live, tablets })
+    yield* Effect.forkScoped(
+      watchServers(new Set(live)).pipe(
+        Effect.retry(Schedule.spaced(options.retryBackoffMs)),
+        Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
+      )
+    )
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(inbox), feed)))
+
+    const ask = (input: (requestId: number) => ControllerState.Input) =>
+      Effect.gen(function* () {
+        if (state.resigned) return yield* new ControllerResigned({ coordinatorEpoch: epoch })
+        const requestId = nextRequest++
+        const reply: Pending = yield* Deferred.make<ControllerState.Reply, ControllerResigned>()
+        replies.set(requestId, reply)
+        yield* Queue.offer(inbox, input(requestId))
+        return yield* Deferred.await(reply)
+      })
+
+    return {
+      coordinatorEpoch: epoch,
+      createTablets: (specs) => ask((requestId) => ({ _tag: "CreateTablets", requestId, tablets: specs })),
+      adjustIsr: (request) =>
+        Effect.map(
+          ask((requestId) => ({ _tag: "AdjustIsr", requestId, ...request })),
+          (reply): ControllerState.AdjustIsrReply =>
+            reply._tag === "IsrAdjusted" || reply._tag === "IsrRejected"
+              ? reply
+              : { _tag: "IsrRejected", rejection: { _tag: "UnknownTablet" } }
+        ),
+      controlledShutdown: (server) =>
+        Effect.map(
+          ask((requestId) => ({ _tag: "ControlledShutdown", requestId, server })),
+          (reply) => (reply._tag === "ShutdownProgress" ? reply.remainingLeaders : 0)
+        ),
+      state: Effect.sync(() => state)
+    }
+  })

@@ -1,0 +1,329 @@
+/**
+ * A whole replicated cluster in one process, for examples, users' tests and the embedded demo: coordinators running
+ * the election with the `Controller` as their leader service, tablet servers each on its own memory store, all on
+ * the `Coordination` in context (memory coordination, typically), and calls between them made directly. Servers
+ * can be stopped (their session ends, as a crash that the coordination service noticed) and started again on the
+ * same store.
+ *
+ * Its client side is a small idempotent producer: each append is stamped with the cluster's producer id and the
+ * tablet's next sequence, routed to the leader the controller last wrote, and retried (after `NotLeader`,
+ * `NotEnoughReplicas`, a timeout) until the leader answers; a retry of a batch already written is answered with
+ * its offsets, never written twice.
+ *
+ * @since 0.1.0
+ */
+import { CoordinationElection, Coordinator } from "@strata/election"
+import {
+  Coordination,
+  type CoordinationError,
+  type ReplicaAcks,
+  Election,
+  type ReplicaError,
+  type ServerId,
+  Store,
+  type TabletBatch,
+  type TabletId,
+  type TabletRecord,
+  tabletKey
+} from "@strata/core"
+import { Context, Data, Effect, Exit, Layer, Random, Schedule, Scope } from "effect"
+import * as ClusterPaths from "./ClusterPaths.js"
+import * as Controller from "./Controller.js"
+import type * as ControllerState from "./ControllerState.js"
+import { Peers, PeerUnreachable, type PeersShape } from "./Peers.js"
+import * as ReplicationConfig from "./ReplicationConfig.js"
+import * as TabletServer from "./TabletServer.js"
+
+/**
+ * The cluster's options.
+ *
+ * @since 0.1.0
+ */
+export interface LocalClusterOptions {
+  /** How many tablet servers (ids 1…n). */
+  readonly servers: number
+  /** How many coordinators (ids 101…; default 1). */
+  readonly coordinators?: number
+  readonly replication?: ReplicationConfig.ReplicationConfigInput
+  /** The coordination namespace (`/strata`). */
+  readonly namespace?: string
+}
+
+/**
+ * An operation on the cluster failed.
+ *
+ * @since 0.1.0
+ */
+export class LocalClusterError extends Data.TaggedError("LocalClusterError")<{ readonly detail: string }> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.detail
+  }
+}
+
+/**
+ * The cluster.
+ *
+ * @since 0.1.0
+ */
+export interface LocalCluster {
+  /** Creates `buckets` tablets of `table`, replicas spread round-robin over the servers (`rf` each). */
+  readonly createTable: (
+    table: string,
+    options: { readonly buckets: number; readonly replicationFactor?: number }
+  ) => Effect.Effect<ReadonlyArray<ControllerState.Tablet>, LocalClusterError>
+  /** Appends to the tablet's leader as an idempotent producer, retrying until acknowledged as `acks` asks. */
+  readonly append: (
+    tablet: TabletId,
+    records: ReadonlyArray<TabletRecord>,
+    acks?: ReplicaAcks
+  ) => Effect.Effect<{ readonly baseOffset: number; readonly lastOffset: number }, ReplicaError | LocalClusterError>
+  /** Every committed record of the tablet (up to the leader's high watermark), from the leader. */
+  readonly read: (tablet: TabletId) => Effect.Effect<ReadonlyArray<TabletBatch>, ReplicaError | LocalClusterError>
+  /** The tablet as the controller holds it. */
+  readonly tablet: (tablet: TabletId) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
+  /** Stops tablet server `id` at once: its session ends, its replicas stop answering. */
+  readonly stopServer: (id: ServerId) => Effect.Effect<void>
+  /** Starts tablet server `id` again on the store it had. */
+  readonly startServer: (id: ServerId) => Effect.Effect<void, LocalClusterError>
+  /** A running tablet server. */
+  readonly server: (id: ServerId) => Effect.Effect<TabletServer.TabletServerShape, LocalClusterError>
+  /** Waits until `check` holds for the controller's view of `tablet` (polling every 10 ms). */
+  readonly awaitTablet: (
+    tablet: TabletId,
+    check: (t: ControllerState.Tablet) => boolean
+  ) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
+}
+
+/**
+ * The `LocalCluster` service key.
+ *
+ * @since 0.1.0
+ */
+export class LocalClusterService extends Context.Service<LocalClusterService, LocalCluster>()(
+  "@strata/replica/LocalCluster"
+) {}
+
+interface Running {
+  readonly server: TabletServer.TabletServerShape
+  readonly scope: Scope.Closeable
+}
+
+const unreachable = (target: string) => Effect.fail(new PeerUnreachable({ target, detail: "not running" }))
+
+/**
+ * Starts the cluster on the `Coordination` in context; it stops with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  options: LocalClusterOptions
+): Effect.Effect<
+  LocalCluster,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | LocalClusterError,
+  Coordination | Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const config = yield* ReplicationConfig.decode(options.replication ?? {})
+    const namespace = options.namespace ?? "/strata"
+    const paths = ClusterPaths.make(namespace)
+    const coordination = yield* Coordination
+    const scope = yield* Effect.scope
+    const running = new Map<ServerId, Running>()
+    const stores = new Map<ServerId, Context.Context<Store>>()
+    let controller: Controller.ControllerShape | undefined
+
+    const peers: PeersShape = {
+      leader: (id) => ({
+        fetch: (request) => {
+          const r = running.get(id)
+          return r === undefined ? unreachable(`server ${id}`) : r.server.fetch(request)
+        },
+        endOffsetForEpoch: (request) => {
+          const r = running.get(id)
+          return r === undefined ? unreachable(`server ${id}`) : r.server.endOffsetForEpoch(request)
+        }
+      }),
+      controller: {
+        adjustIsr: (request) =>
+          controller === undefined
+            ? unreachable("the controller")
+            : controller
+                .adjustIsr(request)
+                .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message }))),
+        controlledShutdown: (server) =>
+          controller === undefined
+            ? unreachable("the controller")
+            : controller
+                .controlledShutdown(server)
+                .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message })))
+      }
+    }
+    const servers: Controller.TabletServersShape = {
+      leaderAndIsr: (id, request) => {
+        const r = running.get(id)
+        return r === undefined ? unreachable(`server ${id}`) : r.server.leaderAndIsr(request)
+      }
+    }
+
+    const startServer = (id: ServerId) =>
+      Effect.gen(function* () {
+        if (running.has(id)) return
+        let store = stores.get(id)
+        if (store === undefined) {
+          store = yield* Layer.buildWithScope(Store.layerMemory(), scope)
+          stores.set(id, store)
+        }
+        const serverScope = yield* Scope.fork(scope, "sequential")
+        const server = yield* TabletServer.make({ serverId: id, replication: options.replication ?? {} }).pipe(
+          Effect.provide(Context.add(store, Peers, peers)),
+          Scope.provide(serverScope)
+        )
+        running.set(id, { server, scope: serverScope })
+        const session = yield* Scope.provide(coordination.session(), serverScope)
+        yield* ClusterPaths.register(session, paths, id, { address: `local:${id}`, registrationEpoch: 0 })
+      }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
+
+    const stopServer = (id: ServerId) =>
+      Effect.suspend(() => {
+        const r = running.get(id)
+        running.delete(id)
+        return r === undefined ? Effect.void : Scope.close(r.scope, Exit.void)
+      })
+
+    // Coordinators: each runs the election, and the controller while it leads.
+    const election = yield* CoordinationElection.make({
+      namespace: namespace.replace(/^\/+/, ""),
+      sessionTimeout: config.sessionTimeoutMs,
+      replicaLagTimeMax: config.replicaLagTimeMaxMs
+    }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `the election: ${e.message}` })))
+    for (let i = 0; i < (options.coordinators ?? 1); i++) {
+      const id = 101 + i
+      const resign: { run: Effect.Effect<void> } = { run: Effect.void }
+      const coordinator = yield* Coordinator.make({
+        serverId: id,
+        address: `local:${id}`,
+        services: [
+          Coordinator.service("controller", (leadership) =>
+            Effect.acquireRelease(
+              Effect.tap(
+                Controller.make(leadership, {
+                  namespace,
+                  uncleanLeaderElection: config.uncleanLeaderElection,
+                  minInsyncReplicas: config.minInsyncReplicas,
+                  retryBackoffMs: config.retryBackoffMs,
+                  resign: Effect.suspend(() => resign.run)
+                }).pipe(Effect.provideService(Controller.TabletServers, servers)),
+                (c) =>
+                  Effect.sync(() => {
+                    controller = c
+                  })
+              ),
+              (c) =>
+                Effect.sync(() => {
+                  if (controller === c) controller = undefined
+                })
+            )
+          )
+        ]
+      }).pipe(
+        Effect.provideService(Election, election),
+        Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
+      )
+      resign.run = coordinator.resign
+    }
+    for (let id = 1; id <= options.servers; id++) yield* startServer(id)
+
+    const current = Effect.suspend(() =>
+      controller === undefined
+        ? Effect.fail(new LocalClusterError({ detail: "no controller (yet)" }))
+        : Effect.succeed(controller)
+    ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
+
+    const tablet = (t: TabletId) =>
+      Effect.flatMap(current, (c) =>
+        Effect.flatMap(c.state, (s) => {
+          const found = s.tablets.get(tabletKey(t))
+          return found === undefined
+            ? Effect.fail(new LocalClusterError({ detail: `no tablet ${tabletKey(t)}` }))
+            : Effect.succeed(found)
+        })
+      )
+
+    const serverOf = (id: ServerId | null) =>
+      Effect.suspend(() => {
+        const r = id === null ? undefined : running.get(id)
+        return r === undefined
+          ? Effect.fail(new LocalClusterError({ detail: `server ${id} is not running` }))
+          : Effect.succeed(r.server)
+      })
+
+    const leaderOf = (t: TabletId) => Effect.flatMap(tablet(t), (found) => serverOf(found.leaderAndIsr.leader))
+
+    const producerId = yield* Random.nextIntBetween(0, 2 ** 31)
+    const sequences = new Map<string, number>()
+    const retrying = Schedule.spaced(config.retryBackoffMs)
+    const retryable = (e: ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
+
+    return {
+      createTable: (table, o) =>
+        Effect.gen(function* () {
+          const rf = o.replicationFactor ?? config.replicationFactor
+          const specs = Array.from({ length: o.buckets }, (_, bucket) => ({
+            tablet: { table, bucket },
+            replicas: Array.from({ length: rf }, (_, r) => ((bucket + r) % options.servers) + 1)
+          }))
+          const reply = yield* Effect.flatMap(current, (c) => c.createTablets(specs)).pipe(
+            Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
+          )
+          if (reply._tag !== "Created") return yield* new LocalClusterError({ detail: JSON.stringify(reply) })
+          return reply.tablets
+        }),
+      append: (t, records, acks = "all") =>
+        Effect.gen(function* () {
+          const key = tabletKey(t)
+          const sequence = sequences.get(key) ?? 0
+          sequences.set(key, sequence + records.length)
+          const producer = { id: producerId, epoch: 0, sequence }
+          const result = yield* Effect.flatMap(leaderOf(t), (server) =>
+            server.append({ tablet: t, records, acks, producer })
+          ).pipe(Effect.retry({ schedule: retrying, times: 600, while: retryable }))
+          return { baseOffset: result.baseOffset, lastOffset: result.lastOffset }
+        }),
+      read: (t) =>
+        Effect.gen(function* () {
+          const out: Array<TabletBatch> = []
+          let offset = 0
+          while (true) {
+            const page = yield* Effect.flatMap(leaderOf(t), (server) =>
+              server.read({ tablet: t, offset, maxBytes: 1_048_576 })
+            ).pipe(Effect.retry({ schedule: retrying, times: 600, while: retryable }))
+            if (page.batches.length === 0) return out
+            out.push(...page.batches)
+            const last = page.batches.at(-1)!
+            offset = last.baseOffset + last.records.length
+          }
+        }),
+      tablet,
+      stopServer,
+      startServer,
+      server: (id) => serverOf(id),
+      awaitTablet: (t, check) =>
+        Effect.flatMap(tablet(t), (found) =>
+          check(found) ? Effect.succeed(found) : Effect.fail(new LocalClusterError({ detail: "not yet" }))
+        ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 3000 }))
+    }
+  })
+
+/**
+ * The cluster as a layer on the `Coordination` in context.
+ *
+ * @since 0.1.0
+ */
+export const layer = (
+  options: LocalClusterOptions
+): Layer.Layer<
+  LocalClusterService,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | LocalClusterError,
+  Coordination
+> => Layer.effect(LocalClusterService, make(options))

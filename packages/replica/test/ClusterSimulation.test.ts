@@ -1,0 +1,59 @@
+/**
+ * Deterministic simulation of a whole replicated cluster (`sim/ClusterSim.ts`; its checkers in `sim/Checkers.ts`).
+ *
+ * - Replay one seed (prints its trace): `STRATA_SIM_SEED=N ./dev exec vitest run --project unit packages/replica/test/ClusterSimulation.test.ts`
+ * - A planted bug: add `STRATA_SIM_VARIANT=truncate-to-hw` (or `hw-under-min-isr`, `skip-coordinator-epoch`,
+ *   `isr-to-dead-server`).
+ * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { envInt } from "../../../scripts/test-support/childRun.js"
+import * as Sim from "./sim/ClusterSim.js"
+
+const firstSeed = envInt("STRATA_SIM_FIRST_SEED", 1)
+const seedCount = envInt("STRATA_SIM_SEEDS", 1000)
+const range = Array.from({ length: seedCount }, (_, i) => firstSeed + i)
+const replaySeed = process.env.STRATA_SIM_SEED === undefined ? undefined : envInt("STRATA_SIM_SEED", 0)
+const variants = [Sim.correct, ...Sim.planted]
+const variant = variants.find((v) => v.name === (process.env.STRATA_SIM_VARIANT ?? Sim.correct.name))
+if (variant === undefined)
+  throw new Error(`STRATA_SIM_VARIANT must be one of ${variants.map((v) => v.name).join(", ")}`)
+
+describe("deterministic simulation of a replicated cluster", () => {
+  it.effect(
+    `nothing acknowledged lost, one leader per epoch, replicas agree, the cluster settles (${replaySeed === undefined ? `${range.length} seeds` : `seed=${replaySeed}`}) [${variant.name}]`,
+    () =>
+      Effect.gen(function* () {
+        const seeds = replaySeed === undefined ? range : [replaySeed]
+        const failures: Array<Sim.Result> = []
+        const totals = { acked: 0, failed: 0, unknown: 0, leaderChanges: 0, coordinatorEpochs: 0 }
+        const faults: Record<string, number> = {}
+        for (const seed of seeds) {
+          const result = yield* Sim.run(seed, variant)
+          if (replaySeed !== undefined)
+            console.log(`${result.trace.join("\n")}\nstats: ${JSON.stringify(result.stats)}`)
+          if (result.violations.length > 0) failures.push(result)
+          totals.acked += result.stats.acked
+          totals.failed += result.stats.failed
+          totals.unknown += result.stats.unknown
+          totals.leaderChanges += result.stats.leaderChanges
+          totals.coordinatorEpochs += result.stats.coordinatorEpochs
+          for (const [k, n] of Object.entries(result.stats.faults)) faults[k] = (faults[k] ?? 0) + n
+        }
+        console.log(
+          `${variant.name}: ${seeds.length} seeds, ${failures.length} failed; ${JSON.stringify(totals)}; faults ${JSON.stringify(faults)}`
+        )
+        const first = failures[0]
+        if (first !== undefined) {
+          assert.fail(
+            `${failures.length} of ${seeds.length} seeds failed (${failures
+              .slice(0, 20)
+              .map((f) => f.seed)
+              .join(", ")})\n${Sim.describeFailure(first)}`
+          )
+        }
+      }),
+    600_000
+  )
+})

@@ -1,0 +1,52 @@
+import { assert, describe, it } from "@effect/vitest"
+import { Coordination } from "@strata/core"
+import { Effect } from "effect"
+import * as LocalCluster from "../src/LocalCluster.js"
+
+const enc = new TextEncoder()
+const dec = new TextDecoder()
+const records = (from: number, count: number) =>
+  Array.from({ length: count }, (_, i) => ({
+    key: null,
+    value: enc.encode(`r${from + i}`),
+    headers: [],
+    timestamp: 0
+  }))
+
+const replication = {
+  sessionTimeoutMs: 2_000,
+  replicaLagTimeMaxMs: 6_000,
+  fetchMaxWaitMs: 50,
+  retryBackoffMs: 20,
+  appendTimeoutMs: 5_000
+}
+
+describe("LocalCluster", () => {
+  it.live(
+    "acks=all appends survive the leader's loss; the old leader comes back as a follower with the same log",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* LocalCluster.make({ servers: 3, replication })
+        const tablet = { table: "orders", bucket: 0 }
+        yield* cluster.createTable("orders", { buckets: 3 })
+        const first = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 3)
+        for (let i = 0; i < 100; i += 10) yield* cluster.append(tablet, records(i, 10))
+        const old = first.leaderAndIsr.leader!
+        yield* cluster.stopServer(old)
+        const moved = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.leader !== old)
+        assert.strictEqual(moved.leaderAndIsr.leaderEpoch, first.leaderAndIsr.leaderEpoch + 1)
+        for (let i = 100; i < 200; i += 10) yield* cluster.append(tablet, records(i, 10))
+        const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+        assert.deepStrictEqual(
+          values,
+          Array.from({ length: 200 }, (_, i) => `r${i}`)
+        )
+        yield* cluster.startServer(old)
+        yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.includes(old))
+        const log = (yield* (yield* cluster.server(old)).logOf(tablet))!
+        const copy = (yield* log.read(0, 10_000_000)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+        assert.deepStrictEqual(copy.slice(0, 200), values)
+      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
+    30_000
+  )
+})

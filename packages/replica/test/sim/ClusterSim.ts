@@ -1,0 +1,734 @@
+/**
+ * Deterministic simulation of a whole replicated cluster (TigerBeetle's VOPR: one seed draws everything). The
+ * simulator runs the real parts — `TabletServer` (with `ReplicaState`, `LeaderState`, `FollowerState`, `TabletLog`
+ * on a memory store each), coordinators running the election with the real `Controller` as their leader service —
+ * on one memory coordination service and an in-memory network, on `TestClock`. It has no copy of their logic.
+ *
+ * A seed draws: 3–6 tablet servers, 1–3 coordinators, 1–3 tablets with their replication factor and minimum ISR,
+ * the session timeout, 1–3 idempotent acks=all producers, and the faults: crash (kill -9: the sessions are left to
+ * expire) and restart on the same store, clean stop, pause past the session timeout, session expiry, isolating a
+ * process, cutting one link, and per call: delay (so reordering), loss before or after the target ran it, and
+ * duplication. Then the faults stop, everything heals, and the run must settle.
+ *
+ * Checked (`Checkers.ts`): no acknowledged write lost, no record twice; the prefix property across replicas; at
+ * most one leader per tablet and leader epoch; a leader's HW never decreases and never passes its log end; a tablet
+ * server never applies a LeaderAndIsr below the highest coordinator epoch it has applied; an ISR never gains a
+ * server that is not registered; and liveness: every tablet has a leader with its full ISR and takes an acks=all
+ * append within a bound once the faults stop.
+ */
+import { CoordinationElection, Coordinator } from "@strata/election"
+import {
+  Coordination,
+  type CoordinationError,
+  CoordinationFaults,
+  type CoordinationShape,
+  Election,
+  type LeaderAndIsrRequest,
+  type ReplicaError,
+  type Session,
+  Store,
+  type TabletId,
+  tabletKey
+} from "@strata/core"
+import { Cause, Context, Duration, Effect, Exit, type Fiber, Layer, References, Scope } from "effect"
+import { TestClock } from "effect/testing"
+import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
+import * as ClusterPaths from "../../src/ClusterPaths.js"
+import * as Controller from "../../src/Controller.js"
+import type * as ControllerState from "../../src/ControllerState.js"
+import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
+import * as ReplicaState from "../../src/ReplicaState.js"
+import * as TabletServer from "../../src/TabletServer.js"
+import * as Checkers from "./Checkers.js"
+
+/** Which safety checks are deliberately broken in a run. */
+export interface Variant {
+  readonly name: string
+  readonly server?: TabletServer.Unsafe
+  readonly skipIsrEligibility?: boolean
+}
+
+/** The correct system. */
+export const correct: Variant = { name: "correct" }
+
+/** The planted bugs, each of which some seed must catch. */
+export const planted: ReadonlyArray<Variant> = [
+  { name: "truncate-to-hw", server: { truncateToHighWatermark: true } },
+  { name: "hw-under-min-isr", server: { highWatermarkIgnoresMinIsr: true } },
+  { name: "skip-coordinator-epoch", server: { skipCoordinatorEpochCheck: true } },
+  { name: "isr-to-dead-server", skipIsrEligibility: true }
+]
+
+/** The shape of a run, in virtual milliseconds. */
+export interface Config {
+  readonly steps: number
+  readonly stepMs: number
+  readonly faultChance: number
+  /** How long the cluster may take to settle once the faults stop. */
+  readonly settleMs: number
+}
+
+/** About 8 virtual seconds of faults, then up to 30 s to settle. */
+export const defaultConfig: Config = { steps: 80, stepMs: 100, faultChance: 0.15, settleMs: 30_000 }
+
+/** Counts of what happened, to show a run exercised the system. */
+export interface Stats {
+  readonly servers: number
+  readonly coordinators: number
+  readonly acked: number
+  readonly failed: number
+  readonly unknown: number
+  readonly faults: Record<string, number>
+  readonly leaderChanges: number
+  readonly coordinatorEpochs: number
+}
+
+/** The outcome of one seed. */
+export interface Result {
+  readonly seed: number
+  readonly variant: string
+  readonly violations: ReadonlyArray<string>
+  readonly trace: ReadonlyArray<string>
+  readonly stats: Stats
+}
+
+const NAMESPACE = "/sim"
+const paths = ClusterPaths.make(NAMESPACE)
+const encoder = new TextEncoder()
+
+/** One simulated process: a tablet server or a coordinator. */
+interface Proc {
+  readonly name: string
+  readonly kind: "server" | "coordinator"
+  readonly id: number
+  /** The running incarnation's scope, `undefined` while down. */
+  scope: Scope.Closeable | undefined
+  incarnation: number
+  crashed: boolean
+  paused: boolean
+  /** Its live sessions, so faults can cut or expire them. */
+  readonly sessions: Set<Session>
+  server: TabletServer.TabletServerShape | undefined
+  /** The server's LeaderAndIsr as the controller reaches it (recorded for the coordinator-epoch check). */
+  serverInbox: ((request: LeaderAndIsrRequest) => Effect.Effect<void, ReplicaError>) | undefined
+  controller: Controller.ControllerShape | undefined
+  /** The step at which a downed or paused process comes back. */
+  backAt: number | undefined
+}
+
+const simulate = (
+  seed: number,
+  variant: Variant,
+  config: Config
+): Effect.Effect<Result, CoordinationError, Coordination | CoordinationFaults | Scope.Scope> =>
+  Effect.gen(function* () {
+    const rng: Prng = seeded(seed)
+    const root = yield* Effect.scope
+    const base = yield* Coordination
+    const faults = yield* CoordinationFaults
+    const clock = yield* TestClock.testClockWith(Effect.succeed)
+    const now = () => clock.currentTimeMillisUnsafe()
+    const trace: Array<string> = []
+    let finished = false
+    const log = (line: string) => {
+      if (!finished) trace.push(`t=${now()} ${line}`)
+    }
+    const record = Checkers.recorder()
+    const faultCounts: Record<string, number> = {}
+    const count = (kind: string) => {
+      faultCounts[kind] = (faultCounts[kind] ?? 0) + 1
+    }
+
+    // --- the cluster's shape, drawn from the seed ---------------------------------------------
+    const serverCount = rng.int(3, 6)
+    const coordinatorCount = rng.int(1, 3)
+    const sessionTimeoutMs = 100 * rng.int(5, 12)
+    const replication = {
+      replicationFactor: Math.min(serverCount, rng.int(2, 3)),
+      minInsyncReplicas: 1,
+      sessionTimeoutMs,
+      replicaLagTimeMaxMs: sessionTimeoutMs * rng.int(2, 4),
+      fetchMaxWaitMs: 50,
+      retryBackoffMs: 50,
+      appendTimeoutMs: 2_000
+    }
+    const rf = replication.replicationFactor
+    const minIsr = rng.chance(0.7) ? Math.min(2, rf) : 1
+    const config0 = { ...replication, minInsyncReplicas: minIsr }
+    const tablets: Array<TabletId> = Array.from({ length: rng.int(1, 3) }, (_, bucket) => ({ table: "t", bucket }))
+    log(
+      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length}`
+    )
+
+    const auditor = yield* base.session({ timeout: "1 hour" })
+    const procs: Array<Proc> = []
+    const proc = (kind: Proc["kind"], id: number): Proc => ({
+      name: kind === "server" ? `s${id}` : `c${id}`,
+      kind,
+      id,
+      scope: undefined,
+      incarnation: 0,
+      crashed: false,
+      paused: false,
+      sessions: new Set(),
+      server: undefined,
+      serverInbox: undefined,
+      controller: undefined,
+      backAt: undefined
+    })
+    const servers = Array.from({ length: serverCount }, (_, i) => proc("server", i + 1))
+    const coordinators = Array.from({ length: coordinatorCount }, (_, i) => proc("coordinator", 101 + i))
+    procs.push(...servers, ...coordinators)
+    const byName = new Map(procs.map((p) => [p.name, p]))
+    const stores = new Map<number, Context.Context<Store>>()
+
+    // --- the network ----------------------------------------------------------------------------
+    const cuts = new Set<string>()
+    const link = (a: string, b: string) => (a < b ? `${a}|${b}` : `${b}|${a}`)
+    let faultsOn = true
+    const reachable = (from: string, to: string) => {
+      const a = byName.get(from)
+      const b = byName.get(to)
+      const up = (p: Proc | undefined) => p === undefined || (p.scope !== undefined && !p.paused)
+      return up(a) && up(b) && !cuts.has(link(from, to))
+    }
+    const unreachable = (to: string, detail: string) => new PeerUnreachable({ target: to, detail })
+    /** A call from `from` to `to`: delayed both ways, maybe lost before or after `to` ran it, maybe duplicated. */
+    const call = <A, E>(
+      from: string,
+      to: string,
+      request: Effect.Effect<A, E>
+    ): Effect.Effect<A, E | PeerUnreachable> =>
+      Effect.gen(function* () {
+        const delay = () => (faultsOn && rng.chance(0.1) ? rng.int(20, 400) : rng.int(0, 10))
+        yield* Effect.sleep(Duration.millis(delay()))
+        if (!reachable(from, to)) return yield* Effect.fail(unreachable(to, "no route"))
+        if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "request lost"))
+        if (faultsOn && rng.chance(0.01)) yield* Effect.forkIn(Effect.ignore(request), root)
+        const answer = yield* request
+        yield* Effect.sleep(Duration.millis(delay()))
+        if (!reachable(to, from)) return yield* Effect.fail(unreachable(to, "answer lost (no route)"))
+        if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "answer lost"))
+        return answer
+      })
+
+    // --- coordination as each process sees it ----------------------------------------------------
+    const coordinationOf = (p: Proc): CoordinationShape => ({
+      backend: base.backend,
+      session: (options) =>
+        Effect.gen(function* () {
+          // The server-side session lives in the root scope, so a crash can leave it to expire.
+          const child = yield* Scope.fork(root, "sequential")
+          const s = yield* Scope.provide(base.session(options), child)
+          p.sessions.add(s)
+          yield* Effect.addFinalizer(() =>
+            Effect.suspend(() => {
+              p.sessions.delete(s)
+              return p.crashed ? Effect.ignore(faults.disconnect!(s)) : Scope.close(child, Exit.void)
+            })
+          )
+          return s
+        })
+    })
+
+    // --- tablet servers -------------------------------------------------------------------------
+    const controllerNow = (): Proc | undefined => {
+      let best: Proc | undefined
+      for (const c of coordinators) {
+        if (c.controller === undefined) continue
+        if (best === undefined || c.controller.coordinatorEpoch > best.controller!.coordinatorEpoch) best = c
+      }
+      return best
+    }
+    const peersOf = (p: Proc): PeersShape => ({
+      leader: (id) => {
+        const target = byName.get(`s${id}`)!
+        // Read at each call: a retry reaches the server's current incarnation.
+        const server = Effect.suspend(() =>
+          target.server === undefined ? Effect.fail(unreachable(target.name, "down")) : Effect.succeed(target.server)
+        )
+        return {
+          fetch: (request) => Effect.flatMap(server, (s) => call(p.name, target.name, s.fetch(request))),
+          endOffsetForEpoch: (request) =>
+            Effect.flatMap(server, (s) => call(p.name, target.name, s.endOffsetForEpoch(request)))
+        }
+      },
+      controller: {
+        adjustIsr: (request) =>
+          Effect.gen(function* () {
+            const c = controllerNow()
+            if (c === undefined) return yield* Effect.fail(unreachable("controller", "none"))
+            const before = yield* readTablet(request.tablet)
+            const registered = yield* registeredServers
+            const reply = yield* call(
+              p.name,
+              c.name,
+              c.controller!.adjustIsr(request).pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
+            )
+            log(
+              `${p.name} asks isr [${request.isr.join(",")}] of ${tabletKey(request.tablet)} e${request.leaderEpoch} v${request.version}: ${reply._tag === "IsrRejected" ? JSON.stringify(reply.rejection) : `v${reply.leaderAndIsr.version}`}`
+            )
+            if (reply._tag === "IsrAdjusted" && before !== undefined) {
+              record.isrChange(tabletKey(request.tablet), before.leaderAndIsr.isr, reply.leaderAndIsr.isr, registered)
+            }
+            return reply
+          }),
+        controlledShutdown: (server) =>
+          Effect.gen(function* () {
+            const c = controllerNow()
+            if (c === undefined) return yield* Effect.fail(unreachable("controller", "none"))
+            return yield* call(
+              p.name,
+              c.name,
+              c.controller!.controlledShutdown(server).pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
+            )
+          })
+      }
+    })
+
+    const readTablet = (t: TabletId) =>
+      auditor.get(paths.tablet(t)).pipe(
+        Effect.flatMap((node) => ClusterPaths.decodeTablet(paths.tablet(t), node.data, node.stat.version)),
+        Effect.option,
+        Effect.map((o) => (o._tag === "Some" ? o.value : undefined))
+      )
+    const registeredServers = auditor.children(paths.servers).pipe(
+      Effect.map((names) => new Set(names.flatMap((n) => ClusterPaths.serverIdOf(n) ?? []))),
+      Effect.orElseSucceed(() => new Set<number>())
+    )
+
+    const startServer = (p: Proc) =>
+      Effect.gen(function* () {
+        let store = stores.get(p.id)
+        if (store === undefined) {
+          store = yield* Layer.buildWithScope(Store.layerMemory(), root)
+          stores.set(p.id, store)
+        }
+        const scope = yield* Scope.fork(root, "sequential")
+        p.scope = scope
+        p.crashed = false
+        p.incarnation++
+        const incarnation = p.incarnation
+        const server = yield* TabletServer.make({ serverId: p.id, replication: config0 }, variant.server).pipe(
+          Effect.provide(Context.add(store, Peers, peersOf(p))),
+          Scope.provide(scope),
+          Effect.orDie
+        )
+        p.server = server
+        // What the controller reaches: the server's LeaderAndIsr, recorded for the coordinator-epoch check.
+        p.serverInbox = (request) =>
+          Effect.tap(server.leaderAndIsr(request), () =>
+            Effect.sync(() => record.applied(p.name, incarnation, request.coordinatorEpoch))
+          )
+        yield* Effect.forkIn(
+          ClusterPaths.keepRegistered(coordinationOf(p), paths, p.id, {
+            address: p.name,
+            sessionTimeout: Duration.millis(sessionTimeoutMs),
+            firstEpoch: incarnation * 1000,
+            retryBackoffMs: 50
+          }),
+          scope
+        )
+        log(`${p.name}.${incarnation} starts`)
+      })
+
+    const serversFor = (c: Proc): Controller.TabletServersShape => ({
+      leaderAndIsr: (id, request) => {
+        const target = byName.get(`s${id}`)!
+        const inbox = target.serverInbox
+        return inbox === undefined || target.scope === undefined
+          ? Effect.fail(unreachable(target.name, "down"))
+          : call(c.name, target.name, inbox(request))
+      }
+    })
+
+    const startCoordinator = (p: Proc) =>
+      Effect.gen(function* () {
+        const scope = yield* Scope.fork(root, "sequential")
+        p.scope = scope
+        p.crashed = false
+        p.incarnation++
+        const coordination = coordinationOf(p)
+        const resign: { run: Effect.Effect<void> } = { run: Effect.void }
+        const program = Effect.gen(function* () {
+          const election = yield* CoordinationElection.make({
+            namespace: "sim",
+            sessionTimeout: Duration.millis(sessionTimeoutMs),
+            replicaLagTimeMax: Duration.millis(replication.replicaLagTimeMaxMs)
+          })
+          const coordinator = yield* Coordinator.make({
+            serverId: p.id,
+            address: p.name,
+            rejoinBackoff: Duration.millis(200),
+            services: [
+              Coordinator.service("controller", (leadership) =>
+                Effect.acquireRelease(
+                  Controller.make(leadership, {
+                    namespace: NAMESPACE,
+                    uncleanLeaderElection: false,
+                    minInsyncReplicas: minIsr,
+                    retryBackoffMs: 50,
+                    resign: Effect.suspend(() => resign.run),
+                    ...(variant.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
+                  }).pipe(
+                    Effect.provideService(Controller.TabletServers, serversFor(p)),
+                    Effect.tap((c) =>
+                      Effect.sync(() => {
+                        p.controller = c
+                        record.coordinatorEpoch(c.coordinatorEpoch)
+                        log(`${p.name} controls with coordinator epoch ${c.coordinatorEpoch}`)
+                      })
+                    )
+                  ),
+                  (c) =>
+                    Effect.sync(() => {
+                      if (p.controller === c) p.controller = undefined
+                    })
+                )
+              )
+            ]
+          }).pipe(Effect.provideService(Election, election))
+          resign.run = coordinator.resign
+        })
+        yield* program.pipe(Effect.provideService(Coordination, coordination), Scope.provide(scope), Effect.orDie)
+        log(`${p.name}.${p.incarnation} starts`)
+      })
+
+    /** Starts a process in a fiber of its own: the driver never waits on the clock it drives. */
+    const start = (p: Proc) =>
+      Effect.asVoid(Effect.forkIn(p.kind === "server" ? startServer(p) : startCoordinator(p), root))
+
+    /** Stops a process: a crash leaves its sessions to expire, a stop closes them. */
+    const down = (p: Proc, crash: boolean) =>
+      Effect.gen(function* () {
+        const scope = p.scope
+        if (scope === undefined) return
+        p.crashed = crash
+        p.scope = undefined
+        p.server = undefined
+        p.serverInbox = undefined
+        p.controller = undefined
+        yield* Effect.forkIn(Scope.close(scope, Exit.void), root)
+      })
+
+    const pause = (p: Proc) =>
+      Effect.gen(function* () {
+        p.paused = true
+        yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.disconnect!(s)), { discard: true })
+      })
+    const resume = (p: Proc) =>
+      Effect.gen(function* () {
+        p.paused = false
+        yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.reconnect!(s)), { discard: true })
+      })
+
+    for (const p of procs) yield* start(p)
+
+    // --- the workload ---------------------------------------------------------------------------
+    const producers = rng.int(1, 3)
+    const producerFibers: Array<Fiber.Fiber<void>> = []
+    let producing = true
+    for (let n = 0; n < producers; n++) {
+      const producerId = 1000 + n
+      const epochs = new Map<string, number>()
+      const sequences = new Map<string, number>()
+      let next = 0
+      const loop = Effect.gen(function* () {
+        while (producing) {
+          const tablet = rng.pick(tablets)
+          const key = tabletKey(tablet)
+          const size = rng.int(1, 4)
+          const values = Array.from({ length: size }, () => `p${producerId}-${next++}`)
+          const records = values.map((v) => ({ key: null, value: encoder.encode(v), headers: [], timestamp: 0 }))
+          const stamp = { id: producerId, epoch: epochs.get(key) ?? 0, sequence: sequences.get(key) ?? 0 }
+          sequences.set(key, stamp.sequence + size)
+          let outcome: Checkers.Outcome = { _tag: "Unknown" }
+          let unsure = false
+          for (let attempt = 0; attempt < 30 && producing; attempt++) {
+            const meta = yield* readTablet(tablet)
+            const leader = meta?.leaderAndIsr.leader
+            const target = leader === null || leader === undefined ? undefined : byName.get(`s${leader}`)
+            const server = target?.server
+            if (target === undefined || server === undefined) {
+              yield* Effect.sleep(Duration.millis(50))
+              continue
+            }
+            const exit = yield* Effect.exit(
+              call("client", target.name, server.append({ tablet, records, acks: "all", producer: stamp }))
+            )
+            if (Exit.isSuccess(exit)) {
+              outcome = { _tag: "Acked", baseOffset: exit.value.baseOffset }
+              break
+            }
+            const error = Cause.findErrorOption(exit.cause)
+            const e = error._tag === "Some" ? (error.value as ReplicaError | PeerUnreachable) : undefined
+            if (e?._tag === "ReplicaError" && e.reason._tag === "ProducerRefused") {
+              // Out of order or unknown: this batch is given up, and the producer starts a new producer epoch.
+              epochs.set(key, stamp.epoch + 1)
+              sequences.set(key, 0)
+              outcome = unsure ? { _tag: "Unknown" } : { _tag: "Failed" }
+              break
+            }
+            if (e === undefined || e._tag === "PeerUnreachable" || e.retryable) {
+              unsure = true
+              yield* Effect.sleep(Duration.millis(50))
+              continue
+            }
+            outcome = unsure ? { _tag: "Unknown" } : { _tag: "Failed" }
+            break
+          }
+          record.append(key, values, outcome)
+          yield* Effect.sleep(Duration.millis(rng.int(10, 80)))
+        }
+      })
+      producerFibers.push(yield* Effect.forkIn(loop, root))
+    }
+
+    // --- the faults -------------------------------------------------------------------------------
+    const created = yield* Effect.forkIn(
+      Effect.gen(function* () {
+        while (true) {
+          const c = controllerNow()
+          if (c !== undefined) {
+            const specs = tablets.map((tablet) => ({
+              tablet,
+              replicas: Array.from({ length: rf }, (_, r) => ((tablet.bucket + r) % serverCount) + 1)
+            }))
+            const reply = yield* c.controller!.createTablets(specs).pipe(Effect.option)
+            if (reply._tag === "Some" && reply.value._tag === "Created") return
+          }
+          yield* Effect.sleep(Duration.millis(50))
+        }
+      }),
+      root
+    )
+
+    const sample = Effect.gen(function* () {
+      for (const p of servers) {
+        if (p.server === undefined) continue
+        for (const view of yield* p.server.replicas) record.replica(p.name, p.incarnation, view, now())
+      }
+    })
+
+    const fault = (step: number) =>
+      Effect.gen(function* () {
+        const p = rng.pick(procs)
+        const roll = rng.int(1, 100)
+        const back = step + rng.int(3, 20)
+        if (p.scope === undefined || p.paused || p.backAt !== undefined) return
+        if (roll <= 30) {
+          count("crash")
+          log(`FAULT crash ${p.name}, back at step ${back}`)
+          p.backAt = back
+          yield* down(p, true)
+        } else if (roll <= 40) {
+          count("stop")
+          log(`FAULT stop ${p.name}, back at step ${back}`)
+          p.backAt = back
+          yield* down(p, false)
+        } else if (roll <= 60) {
+          count("pause")
+          const until = step + Math.ceil(sessionTimeoutMs / config.stepMs) + rng.int(1, 10)
+          log(`FAULT pause ${p.name} past its session, resume at step ${until}`)
+          p.backAt = until
+          yield* pause(p)
+        } else if (roll <= 72) {
+          count("expire")
+          log(`FAULT expire the sessions of ${p.name}`)
+          yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.expire(s)), { discard: true })
+        } else if (roll <= 86) {
+          count("isolate")
+          log(`FAULT isolate ${p.name} until step ${back}`)
+          for (const q of [...procs.map((x) => x.name), "client"]) if (q !== p.name) cuts.add(link(p.name, q))
+          isolations.push({ name: p.name, until: back })
+        } else {
+          count("cut")
+          const q = rng.pick(procs.filter((x) => x !== p))
+          log(`FAULT cut ${p.name}|${q.name} until step ${back}`)
+          cuts.add(link(p.name, q.name))
+          linkCuts.push({ key: link(p.name, q.name), until: back })
+        }
+      })
+    const isolations: Array<{ name: string; until: number }> = []
+    const linkCuts: Array<{ key: string; until: number }> = []
+
+    const heal = (step: number, all: boolean) =>
+      Effect.gen(function* () {
+        for (const p of procs) {
+          if (p.backAt === undefined || (!all && p.backAt > step)) continue
+          p.backAt = undefined
+          if (p.paused) {
+            log(`${p.name} resumes`)
+            yield* resume(p)
+          } else if (p.scope === undefined) yield* start(p)
+        }
+        for (let i = isolations.length - 1; i >= 0; i--) {
+          const iso = isolations[i]!
+          if (!all && iso.until > step) continue
+          isolations.splice(i, 1)
+          for (const q of [...procs.map((x) => x.name), "client"]) cuts.delete(link(iso.name, q))
+          log(`${iso.name} reachable again`)
+        }
+        for (let i = linkCuts.length - 1; i >= 0; i--) {
+          const c = linkCuts[i]!
+          if (!all && c.until > step) continue
+          linkCuts.splice(i, 1)
+          cuts.delete(c.key)
+        }
+        if (all) cuts.clear()
+      })
+
+    for (let step = 0; step < config.steps; step++) {
+      if (step > 5 && rng.chance(config.faultChance)) yield* fault(step)
+      yield* heal(step, false)
+      yield* clock.adjust(Duration.millis(config.stepMs))
+      yield* sample
+    }
+
+    /** Every tablet has a live leader, in that role, with every replica in its ISR and its HW at its log end. */
+    const settled = Effect.gen(function* () {
+      for (const tablet of tablets) {
+        const meta = yield* readTablet(tablet)
+        if (meta === undefined || meta.leaderAndIsr.leader === null) return false
+        if (meta.leaderAndIsr.isr.length !== meta.replicas.length) return false
+        const leader = byName.get(`s${meta.leaderAndIsr.leader}`)?.server
+        if (leader === undefined) return false
+        const view = (yield* leader.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+        if (view?.leader?.leaderEpoch !== meta.leaderAndIsr.leaderEpoch) return false
+        if (view.leader.highWatermark !== view.leader.logEndOffset) return false
+      }
+      return true
+    })
+
+    // --- faults over: heal, stop producing, settle ---------------------------------------------------
+    faultsOn = false
+    yield* heal(config.steps, true)
+    log("faults stop")
+    producing = false
+    let settledAt: number | undefined
+    for (let waited = 0; waited < config.settleMs; waited += config.stepMs) {
+      yield* clock.adjust(Duration.millis(config.stepMs))
+      yield* sample
+      if (producerFibers.every((f) => f.pollUnsafe() !== undefined) && (yield* settled)) {
+        settledAt = waited
+        break
+      }
+    }
+    void created
+
+    // A final acks=all append to every tablet must succeed.
+    const probes: Array<string> = []
+    if (settledAt !== undefined) {
+      for (const tablet of tablets) {
+        const meta = yield* readTablet(tablet)
+        const leader = byName.get(`s${meta?.leaderAndIsr.leader}`)?.server
+        if (leader === undefined) {
+          probes.push(`${tabletKey(tablet)}: no leader for the final append`)
+          continue
+        }
+        const value = `probe-${tabletKey(tablet)}`
+        const fiber = yield* Effect.forkIn(
+          leader.append({
+            tablet,
+            records: [{ key: null, value: encoder.encode(value), headers: [], timestamp: 0 }],
+            acks: "all"
+          }),
+          root
+        )
+        for (let i = 0; i < 50 && fiber.pollUnsafe() === undefined; i++)
+          yield* clock.adjust(Duration.millis(config.stepMs))
+        const exit = fiber.pollUnsafe()
+        if (exit === undefined || Exit.isFailure(exit)) {
+          probes.push(
+            `${tabletKey(tablet)}: the final acks=all append failed: ${exit === undefined ? "no answer" : Cause.pretty(exit.cause)}`
+          )
+        } else record.append(tabletKey(tablet), [value], { _tag: "Acked", baseOffset: exit.value.baseOffset })
+      }
+    }
+
+    // --- judge --------------------------------------------------------------------------------------
+    const finalLogs = yield* Effect.forEach(tablets, (tablet) =>
+      Effect.gen(function* () {
+        const meta = yield* readTablet(tablet)
+        const replicas = yield* Effect.forEach(servers, (p) =>
+          Effect.gen(function* () {
+            const log = p.server === undefined ? undefined : yield* p.server.logOf(tablet)
+            if (log === undefined) return undefined
+            const view = (yield* p.server!.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+            const hw = view?.leader?.highWatermark ?? (yield* log.highWatermark)
+            return {
+              server: p.name,
+              hw,
+              batches: yield* log.read(yield* log.logStartOffset, Number.MAX_SAFE_INTEGER).pipe(Effect.orDie)
+            }
+          })
+        )
+        return {
+          tablet: tabletKey(tablet),
+          leader: meta?.leaderAndIsr.leader === null || meta === undefined ? undefined : `s${meta.leaderAndIsr.leader}`,
+          meta,
+          replicas: replicas.flatMap((r) => (r === undefined ? [] : [r]))
+        }
+      })
+    )
+    finished = true
+    const violations: Array<string> = [...probes]
+    if (settledAt === undefined) {
+      const states: Array<string> = []
+      for (const p of servers) {
+        if (p.server === undefined) continue
+        for (const v of yield* p.server.replicas) {
+          const tl = yield* p.server.logOf(v.tablet)
+          const own =
+            tl === undefined
+              ? ""
+              : ` log [${yield* tl.logStartOffset}, ${yield* tl.logEndOffset}) hw ${yield* tl.highWatermark}`
+          states.push(
+            `${p.name}:${tabletKey(v.tablet)}=${ReplicaState.describeState(v.machine)}${v.leader === undefined ? "" : ` hw ${v.leader.highWatermark} leo ${v.leader.logEndOffset}`}${own}`
+          )
+        }
+      }
+      violations.push(`replicas at the end: ${states.join("; ")}`)
+      violations.push(
+        `not settled ${config.settleMs} ms after the faults stopped: ${finalLogs
+          .map((f) => `${f.tablet} leader ${f.leader ?? "none"} isr [${f.meta?.leaderAndIsr.isr.join(",") ?? "?"}]`)
+          .join("; ")}`
+      )
+    }
+    for (const p of procs) {
+      if (p.scope === undefined) violations.push(`${p.name} is not running at the end`)
+    }
+    violations.push(...record.judge(finalLogs))
+    const stats = record.stats()
+    return {
+      seed,
+      variant: variant.name,
+      violations,
+      trace,
+      stats: {
+        servers: serverCount,
+        coordinators: coordinatorCount,
+        ...stats,
+        faults: faultCounts
+      }
+    }
+  })
+
+/** Runs one seed on a fresh memory coordination and `TestClock`, logs below warnings silenced. */
+export const run = (seed: number, variant: Variant = correct, config: Config = defaultConfig): Effect.Effect<Result> =>
+  Effect.scoped(simulate(seed, variant, config)).pipe(
+    Effect.provide(Coordination.layerMemory()),
+    Effect.provide(TestClock.layer()),
+    Effect.provideService(References.MinimumLogLevel, "Error"),
+    Effect.orDie
+  )
+
+/** A failed seed as the test prints it: the violations, the key events, and the command that replays it. */
+export const describeFailure = (result: Result, lines = 60): string =>
+  [
+    `seed=${result.seed} variant=${result.variant}: ${result.violations.length} violation(s)`,
+    ...result.violations.slice(0, 10).map((v) => `  ${v}`),
+    `trace (last ${Math.min(lines, result.trace.length)} of ${result.trace.length} lines):`,
+    ...result.trace.slice(-lines).map((l) => `  ${l}`),
+    `replay: STRATA_SIM_SEED=${result.seed}${result.variant === correct.name ? "" : ` STRATA_SIM_VARIANT=${result.variant}`} ./dev exec vitest run --project unit packages/replica/test/ClusterSimulation.test.ts`
+  ].join("\n")
