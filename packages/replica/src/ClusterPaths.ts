@@ -115,7 +115,7 @@ export const Registration = Schema.Struct({
 
 /**
  * Registers tablet server `id` under `paths` for as long as `session` lives (an ephemeral node). A registration of
- * another live session fails with `NodeExists`.
+ * another session fails with `NodeExists`; one of this session's own (a create whose answer was lost) is kept.
  *
  * @since 0.1.0
  */
@@ -124,17 +124,20 @@ export const register = (
   paths: ClusterPaths,
   id: ServerId,
   registration: typeof Registration.Type
-): Effect.Effect<void, CoordinationError> =>
-  Effect.asVoid(
-    session.create(
-      paths.server(id),
-      encoder.encode(Schema.encodeSync(Schema.fromJsonString(Registration))(registration)),
-      {
-        mode: "ephemeral",
-        createParents: true
-      }
+): Effect.Effect<void, CoordinationError> => {
+  const path = paths.server(id)
+  const data = encoder.encode(Schema.encodeSync(Schema.fromJsonString(Registration))(registration))
+  return session.create(path, data, { mode: "ephemeral", createParents: true }).pipe(
+    Effect.asVoid,
+    Effect.catchIf(
+      (e) => e.reason._tag === "NodeExists",
+      (e) =>
+        Effect.flatMap(session.exists(path), (stat) =>
+          stat._tag === "Some" && stat.value.ephemeralOwner === session.id ? Effect.void : Effect.fail(e)
+        )
     )
   )
+}
 
 /**
  * Keeps tablet server `id` registered for as long as it runs: a session, the registration, and when the session
@@ -168,7 +171,14 @@ export const keepRegistered = (
       yield* Effect.scoped(
         Effect.gen(function* () {
           const session = yield* coordination.session({ timeout: options.sessionTimeout })
-          yield* register(session, paths, id, registration).pipe(Effect.retry({ schedule: backoff, times: 1000 }))
+          // Another session's registration (this server's previous life) goes when that session expires; a lost
+          // connection may come back. Anything else ends this session's attempt.
+          yield* register(session, paths, id, registration).pipe(
+            Effect.retry({
+              schedule: backoff,
+              while: (e) => e.reason._tag === "NodeExists" || e.reason._tag === "ConnectionLoss"
+            })
+          )
           yield* session.changes.pipe(
             Stream.filter((state) => state === "expired" || state === "closed"),
             Stream.runHead

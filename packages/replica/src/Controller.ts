@@ -156,7 +156,21 @@ export const make = (
     const replies = new Map<number, Pending>()
     const outboxes = new Map<ServerId, Outbox>()
     let nextRequest = 0
+    let closed = false
     const epoch = leadership.epoch
+    /** Fails every request still waiting: this controller will not answer them. */
+    const abandon = Effect.suspend(() => {
+      const waiting = [...replies.values()]
+      replies.clear()
+      const resigned = new ControllerResigned({ coordinatorEpoch: epoch })
+      return Effect.forEach(waiting, (reply) => Deferred.fail(reply, resigned), { discard: true })
+    })
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closed = true
+        return abandon
+      })
+    )
 
     /** Delivers one server's queued instructions until it answers, leaves, or a newer coordinator exists. */
     const deliver = (server: ServerId, box: Outbox): Effect.Effect<never> =>
@@ -234,10 +248,7 @@ export const make = (
             case "Resign": {
               yield* Effect.logWarning(`controller resigns: ${command.reason}`)
               for (const box of outboxes.values()) box.live = false
-              const waiting = [...replies.values()]
-              replies.clear()
-              const resigned = new ControllerResigned({ coordinatorEpoch: epoch })
-              yield* Effect.forEach(waiting, (reply) => Deferred.fail(reply, resigned), { discard: true })
+              yield* abandon
               yield* options.resign
               break
             }
@@ -259,22 +270,43 @@ export const make = (
         return run(commands)
       })
 
-    // Live servers: a watch on the registrations, turned into ServerUp / ServerDown inputs.
-    const watchServers = (known: ReadonlySet<ServerId>): Effect.Effect<void, CoordinationError> =>
+    /**
+     * The registered servers, each with the creation order of its registration: a server registered again (a
+     * restart, an expired session) is a new life even when the watch never saw it missing.
+     */
+    const registrations = (names: ReadonlyArray<string>) =>
+      Effect.gen(function* () {
+        const out = new Map<ServerId, number>()
+        for (const name of names) {
+          const id = ClusterPaths.serverIdOf(name)
+          if (id === undefined) continue
+          const stat = yield* session.exists(paths.server(id))
+          if (stat._tag === "Some") out.set(id, stat.value.createdOrder)
+        }
+        return out
+      })
+    // Live servers: a watch on the registrations, turned into ServerUp / ServerDown inputs (a new life of a server
+    // is both: it leaves the ISRs it was in, whatever its log lost, and hears its tablets again).
+    const watchServers = (known: ReadonlyMap<ServerId, number>): Effect.Effect<void, CoordinationError> =>
       Effect.gen(function* () {
         const watch = yield* session.watchChildren(paths.servers)
-        const now = new Set(watch.value.flatMap((n) => ClusterPaths.serverIdOf(n) ?? []))
-        for (const s of known) if (!now.has(s)) yield* Queue.offer(inbox, { _tag: "ServerDown", server: s })
-        for (const s of now) if (!known.has(s)) yield* Queue.offer(inbox, { _tag: "ServerUp", server: s })
+        const now = yield* registrations(watch.value)
+        for (const [s, order] of known) {
+          if (now.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerDown", server: s })
+        }
+        for (const [s, order] of now) {
+          if (known.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerUp", server: s })
+        }
         yield* watch.changed
         return yield* watchServers(now)
       })
 
-    const live = (yield* session.children(paths.servers)).flatMap((n) => ClusterPaths.serverIdOf(n) ?? [])
+    const registered = yield* registrations(yield* session.children(paths.servers))
+    const live = [...registered.keys()]
     const tablets = yield* load(session, paths)
     yield* feed({ _tag: "Started", coordinatorEpoch: epoch, live, tablets })
     yield* Effect.forkScoped(
-      watchServers(new Set(live)).pipe(
+      watchServers(registered).pipe(
         Effect.retry(Schedule.spaced(options.retryBackoffMs)),
         Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
       )
@@ -283,7 +315,7 @@ export const make = (
 
     const ask = (input: (requestId: number) => ControllerState.Input) =>
       Effect.gen(function* () {
-        if (state.resigned) return yield* new ControllerResigned({ coordinatorEpoch: epoch })
+        if (state.resigned || closed) return yield* new ControllerResigned({ coordinatorEpoch: epoch })
         const requestId = nextRequest++
         const reply: Pending = yield* Deferred.make<ControllerState.Reply, ControllerResigned>()
         replies.set(requestId, reply)

@@ -79,6 +79,11 @@ export interface TabletServerShape extends ReplicaManagerShape {
   readonly tablets: Effect.Effect<ReadonlyArray<TabletId>>
   /** Each hosted replica's state; a leader's high watermark and log end as its machine holds them. */
   readonly replicas: Effect.Effect<ReadonlyArray<ReplicaView>>
+  /**
+   * Asks the controller to move every leadership off this server (its controlled shutdown), again after the backoff
+   * while it still leads some, up to 20 times; the number of tablets it still leads (0: safe to stop).
+   */
+  readonly controlledShutdown: Effect.Effect<number>
 }
 
 /**
@@ -582,6 +587,13 @@ const leaderAndIsr =
       )
     })
 
+const controlledShutdown = (server: Server): Effect.Effect<number> =>
+  server.peers.controller.controlledShutdown(server.self).pipe(
+    Effect.flatMap((remaining) => (remaining === 0 ? Effect.succeed(0) : Effect.fail(remaining))),
+    Effect.retry({ schedule: Schedule.spaced(server.config.retryBackoffMs), times: 20 }),
+    Effect.catch((e) => Effect.succeed(typeof e === "number" ? e : -1))
+  )
+
 /** Every leader checks its followers' lag, every half of `replicaLagTimeMaxMs`. */
 const tick = (server: Server) =>
   Effect.gen(function* () {
@@ -634,6 +646,7 @@ export const make = (
       endOffsetForEpoch: endOffsetForEpoch(server),
       replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
       coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
+      controlledShutdown: controlledShutdown(server),
       logOf: (tablet) => Effect.sync(() => server.hosted.get(tabletKey(tablet))?.log),
       tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),
       replicas: Effect.sync(() =>

@@ -1,12 +1,20 @@
 /**
- * @strata/replica: the replica state machine, ISR/high-watermark replication, leader-epoch truncation and
- * failover. Built so far: the replica state machine, the leader-epoch cache, the durable tablet log and the
- * leader's ISR/HW state and the follower's fetch protocol.
+ * @strata/replica: replicated tablets — the replica state machine, the durable tablet log with its leader-epoch
+ * cache and producer state, ISR/high-watermark replication, KIP-101/279 truncation, the controller, the tablet
+ * server, and a whole cluster in one process.
  *
  * @since 0.1.0
  */
+export * as ClusterPaths from "./ClusterPaths.js"
+export * as Controller from "./Controller.js"
+export * as ControllerState from "./ControllerState.js"
 export * as FollowerState from "./FollowerState.js"
 export * as LeaderEpochCache from "./LeaderEpochCache.js"
 export * as LeaderState from "./LeaderState.js"
+export * as LocalCluster from "./LocalCluster.js"
+export * as Peers from "./Peers.js"
+export * as ProducerState from "./ProducerState.js"
 export * as ReplicaState from "./ReplicaState.js"
+export * as ReplicationConfig from "./ReplicationConfig.js"
 export * as TabletLog from "./TabletLog.js"
+export * as TabletServer from "./TabletServer.js"

@@ -9,7 +9,7 @@ import type { ReplicaView } from "../../src/TabletServer.js"
 /** How an append ended for its producer. */
 export type Outcome =
   | { readonly _tag: "Acked"; readonly baseOffset: number }
-  | { readonly _tag: "Failed" }
+  | { readonly _tag: "Failed"; readonly why: string }
   | { readonly _tag: "Unknown" }
 
 /** One replica's log at the end. */
@@ -51,17 +51,26 @@ const limited = () => {
   }
 }
 
-/** A fresh recorder for one run. */
-export const recorder = () => {
+/** A fresh recorder for one run; `minIsr` is the cluster's minimum ISR. */
+export const recorder = (minIsr: number) => {
   const appends: Array<{ readonly tablet: string; readonly values: ReadonlyArray<string>; readonly outcome: Outcome }> =
     []
   const leaders = new Map<string, Set<string>>()
   const highWatermarks = new Map<string, number>()
   const applied = new Map<string, number>()
   const coordinatorEpochs = new Set<number>()
+  /** Each server's log end per tablet, as last sampled (a stopped server's log keeps what it had). */
+  const logEnds = new Map<string, Map<string, number>>()
   const violations = limited()
 
   return {
+    /** A replica's log end, sampled. */
+    logEnd: (server: string, tablet: string, end: number) => {
+      const ends = logEnds.get(tablet) ?? new Map<string, number>()
+      ends.set(server, end)
+      logEnds.set(tablet, ends)
+    },
+
     append: (tablet: string, values: ReadonlyArray<string>, outcome: Outcome) => {
       appends.push({ tablet, values, outcome })
     },
@@ -77,6 +86,14 @@ export const recorder = () => {
       if (who.size > 1) violations.add("leaders", `t=${at} two leaders of ${key}: ${[...who].join(", ")}`)
       if (l.highWatermark > l.logEndOffset) {
         violations.add("hw", `t=${at} ${server}: ${key} HW ${l.highWatermark} past its log end ${l.logEndOffset}`)
+      }
+      // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold.
+      const holders = [...(logEnds.get(tabletKey(view.tablet))?.values() ?? [])].filter((e) => e >= l.highWatermark)
+      if (l.highWatermark > 0 && holders.length < minIsr) {
+        violations.add(
+          "min-isr",
+          `t=${at} ${server}: ${key} HW ${l.highWatermark} is held by ${holders.length} replicas, fewer than ${minIsr}`
+        )
       }
       const hwKey = `${server}.${incarnation}|${key}`
       const before = highWatermarks.get(hwKey)

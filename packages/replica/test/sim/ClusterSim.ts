@@ -30,7 +30,7 @@ import {
   type TabletId,
   tabletKey
 } from "@strata/core"
-import { Cause, Context, Duration, Effect, Exit, type Fiber, Layer, References, Scope } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Fiber, Latch, Layer, References, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ClusterPaths from "../../src/ClusterPaths.js"
@@ -59,6 +59,42 @@ export const planted: ReadonlyArray<Variant> = [
   { name: "isr-to-dead-server", skipIsrEligibility: true }
 ]
 
+/** The kinds of fault. */
+export type FaultKind = "crash" | "stop" | "pause" | "expire" | "isolate" | "cut" | "shutdown"
+
+const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
+  ["crash", 28],
+  ["stop", 8],
+  ["pause", 18],
+  ["expire", 12],
+  ["isolate", 14],
+  ["cut", 12],
+  ["shutdown", 8]
+]
+
+/** Who a scripted fault strikes: a process, the leader of a tablet when it strikes, or everyone of a kind. */
+export type Target = string | { readonly leaderOf: number } | "all-servers" | "all"
+
+/** A fault at a chosen step (scenario tests), lasting until step `until`. */
+export interface Planned {
+  readonly step: number
+  readonly fault: FaultKind
+  readonly target: Target
+  readonly until: number
+}
+
+/** The cluster's shape, when a scenario fixes it instead of the seed. */
+export interface Shape {
+  readonly servers: number
+  readonly coordinators: number
+  readonly tablets: number
+  readonly replicationFactor: number
+  readonly minInsyncReplicas: number
+  readonly sessionTimeoutMs: number
+  readonly replicaLagTimeMaxMs: number
+  readonly producers: number
+}
+
 /** The shape of a run, in virtual milliseconds. */
 export interface Config {
   readonly steps: number
@@ -66,6 +102,10 @@ export interface Config {
   readonly faultChance: number
   /** How long the cluster may take to settle once the faults stop. */
   readonly settleMs: number
+  /** A fixed shape instead of the seed's. */
+  readonly shape?: Shape
+  /** Faults at chosen steps instead of random ones. */
+  readonly script?: ReadonlyArray<Planned>
 }
 
 /** About 8 virtual seconds of faults, then up to 30 s to settle. */
@@ -81,6 +121,8 @@ export interface Stats {
   readonly faults: Record<string, number>
   readonly leaderChanges: number
   readonly coordinatorEpochs: number
+  /** The longest run of steps in which some created tablet had no leader in coordination. */
+  readonly longestLeaderless: number
 }
 
 /** The outcome of one seed. */
@@ -114,6 +156,10 @@ interface Proc {
   controller: Controller.ControllerShape | undefined
   /** The step at which a downed or paused process comes back. */
   backAt: number | undefined
+  /** In a controlled shutdown that has not stopped it yet. */
+  stopping: boolean
+  /** Closed while paused: every coordination operation of the process waits on it. */
+  readonly gate: Latch.Latch
 }
 
 const simulate = (
@@ -133,29 +179,33 @@ const simulate = (
     const log = (line: string) => {
       if (!finished) trace.push(`t=${now()} ${line}`)
     }
-    const record = Checkers.recorder()
     const faultCounts: Record<string, number> = {}
     const count = (kind: string) => {
       faultCounts[kind] = (faultCounts[kind] ?? 0) + 1
     }
 
     // --- the cluster's shape, drawn from the seed ---------------------------------------------
-    const serverCount = rng.int(3, 6)
-    const coordinatorCount = rng.int(1, 3)
-    const sessionTimeoutMs = 100 * rng.int(5, 12)
+    const shape = config.shape
+    const serverCount = shape?.servers ?? rng.int(3, 6)
+    const coordinatorCount = shape?.coordinators ?? rng.int(1, 3)
+    const sessionTimeoutMs = shape?.sessionTimeoutMs ?? 100 * rng.int(5, 12)
     const replication = {
-      replicationFactor: Math.min(serverCount, rng.int(2, 3)),
+      replicationFactor: shape?.replicationFactor ?? Math.min(serverCount, rng.int(2, 3)),
       minInsyncReplicas: 1,
       sessionTimeoutMs,
-      replicaLagTimeMaxMs: sessionTimeoutMs * rng.int(2, 4),
+      replicaLagTimeMaxMs: shape?.replicaLagTimeMaxMs ?? sessionTimeoutMs * rng.int(2, 4),
       fetchMaxWaitMs: 50,
       retryBackoffMs: 50,
       appendTimeoutMs: 2_000
     }
     const rf = replication.replicationFactor
-    const minIsr = rng.chance(0.7) ? Math.min(2, rf) : 1
+    const minIsr = shape?.minInsyncReplicas ?? (rng.chance(0.7) ? Math.min(2, rf) : 1)
     const config0 = { ...replication, minInsyncReplicas: minIsr }
-    const tablets: Array<TabletId> = Array.from({ length: rng.int(1, 3) }, (_, bucket) => ({ table: "t", bucket }))
+    const tablets: Array<TabletId> = Array.from({ length: shape?.tablets ?? rng.int(1, 3) }, (_, bucket) => ({
+      table: "t",
+      bucket
+    }))
+    const record = Checkers.recorder(minIsr)
     log(
       `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length}`
     )
@@ -174,7 +224,9 @@ const simulate = (
       server: undefined,
       serverInbox: undefined,
       controller: undefined,
-      backAt: undefined
+      backAt: undefined,
+      stopping: false,
+      gate: Latch.makeUnsafe(true)
     })
     const servers = Array.from({ length: serverCount }, (_, i) => proc("server", i + 1))
     const coordinators = Array.from({ length: coordinatorCount }, (_, i) => proc("coordinator", 101 + i))
@@ -193,7 +245,11 @@ const simulate = (
       return up(a) && up(b) && !cuts.has(link(from, to))
     }
     const unreachable = (to: string, detail: string) => new PeerUnreachable({ target: to, detail })
-    /** A call from `from` to `to`: delayed both ways, maybe lost before or after `to` ran it, maybe duplicated. */
+    /**
+     * A call from `from` to `to`: delayed both ways (so reordered), maybe lost before or after `to` ran it, maybe
+     * duplicated. The request travels on its own: once sent it arrives even if the sender dies meanwhile, as a
+     * packet in flight does; the caller gives up only on its answer.
+     */
     const call = <A, E>(
       from: string,
       to: string,
@@ -201,11 +257,15 @@ const simulate = (
     ): Effect.Effect<A, E | PeerUnreachable> =>
       Effect.gen(function* () {
         const delay = () => (faultsOn && rng.chance(0.1) ? rng.int(20, 400) : rng.int(0, 10))
-        yield* Effect.sleep(Duration.millis(delay()))
-        if (!reachable(from, to)) return yield* Effect.fail(unreachable(to, "no route"))
-        if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "request lost"))
-        if (faultsOn && rng.chance(0.01)) yield* Effect.forkIn(Effect.ignore(request), root)
-        const answer = yield* request
+        const packet = Effect.gen(function* () {
+          yield* Effect.sleep(Duration.millis(delay()))
+          if (!reachable(from, to)) return yield* Effect.fail(unreachable(to, "no route"))
+          if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "request lost"))
+          if (faultsOn && rng.chance(0.01)) yield* Effect.forkIn(Effect.ignore(request), root)
+          return yield* request
+        })
+        const arrived = yield* Effect.forkIn(packet, root)
+        const answer = yield* Fiber.join(arrived)
         yield* Effect.sleep(Duration.millis(delay()))
         if (!reachable(to, from)) return yield* Effect.fail(unreachable(to, "answer lost (no route)"))
         if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "answer lost"))
@@ -219,6 +279,7 @@ const simulate = (
         Effect.gen(function* () {
           // The server-side session lives in the root scope, so a crash can leave it to expire.
           const child = yield* Scope.fork(root, "sequential")
+          yield* p.gate.await
           const s = yield* Scope.provide(base.session(options), child)
           p.sessions.add(s)
           yield* Effect.addFinalizer(() =>
@@ -227,9 +288,27 @@ const simulate = (
               return p.crashed ? Effect.ignore(faults.disconnect!(s)) : Scope.close(child, Exit.void)
             })
           )
-          return s
+          return gated(p, s)
         })
     })
+
+    /** A session whose operations wait while its process is paused (a paused process does nothing). */
+    const gated = (p: Proc, s: Session): Session => {
+      const wait = <A, E>(op: Effect.Effect<A, E>) => Effect.andThen(p.gate.await, op)
+      return {
+        ...s,
+        ping: wait(s.ping),
+        create: (path, data, options) => wait(s.create(path, data, options)),
+        get: (path) => wait(s.get(path)),
+        exists: (path) => wait(s.exists(path)),
+        set: (path, data, version) => wait(s.set(path, data, version)),
+        delete: (path, version) => wait(s.delete(path, version)),
+        children: (path) => wait(s.children(path)),
+        multi: (ops) => wait(s.multi(ops)),
+        watchNode: (path) => wait(s.watchNode(path)),
+        watchChildren: (path) => wait(s.watchChildren(path))
+      }
+    }
 
     // --- tablet servers -------------------------------------------------------------------------
     const controllerNow = (): Proc | undefined => {
@@ -269,7 +348,10 @@ const simulate = (
               `${p.name} asks isr [${request.isr.join(",")}] of ${tabletKey(request.tablet)} e${request.leaderEpoch} v${request.version}: ${reply._tag === "IsrRejected" ? JSON.stringify(reply.rejection) : `v${reply.leaderAndIsr.version}`}`
             )
             if (reply._tag === "IsrAdjusted" && before !== undefined) {
-              record.isrChange(tabletKey(request.tablet), before.leaderAndIsr.isr, reply.leaderAndIsr.isr, registered)
+              // Registered before the call or after it: the controller may have seen either.
+              const after = yield* registeredServers
+              const either = new Set([...registered, ...after])
+              record.isrChange(tabletKey(request.tablet), before.leaderAndIsr.isr, reply.leaderAndIsr.isr, either)
             }
             return reply
           }),
@@ -394,6 +476,16 @@ const simulate = (
         log(`${p.name}.${p.incarnation} starts`)
       })
 
+    /** Records how far each of a server's logs reaches. */
+    const sampleLogEnds = (p: Proc) =>
+      Effect.gen(function* () {
+        if (p.server === undefined) return
+        for (const view of yield* p.server.replicas) {
+          const tl = yield* p.server.logOf(view.tablet)
+          if (tl !== undefined) record.logEnd(p.name, tabletKey(view.tablet), yield* tl.logEndOffset)
+        }
+      })
+
     /** Starts a process in a fiber of its own: the driver never waits on the clock it drives. */
     const start = (p: Proc) =>
       Effect.asVoid(Effect.forkIn(p.kind === "server" ? startServer(p) : startCoordinator(p), root))
@@ -403,6 +495,8 @@ const simulate = (
       Effect.gen(function* () {
         const scope = p.scope
         if (scope === undefined) return
+        // What its logs hold as it goes (the memory store keeps them for its next start).
+        yield* sampleLogEnds(p)
         p.crashed = crash
         p.scope = undefined
         p.server = undefined
@@ -414,37 +508,32 @@ const simulate = (
     const pause = (p: Proc) =>
       Effect.gen(function* () {
         p.paused = true
+        yield* p.gate.close
         yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.disconnect!(s)), { discard: true })
       })
     const resume = (p: Proc) =>
       Effect.gen(function* () {
         p.paused = false
+        yield* p.gate.open
         yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.reconnect!(s)), { discard: true })
       })
 
     for (const p of procs) yield* start(p)
 
     // --- the workload ---------------------------------------------------------------------------
-    const producers = rng.int(1, 3)
-    const producerFibers: Array<Fiber.Fiber<void>> = []
-    let producing = true
-    for (let n = 0; n < producers; n++) {
-      const producerId = 1000 + n
+    /** An idempotent producer: its stamps per tablet, and a new producer epoch after a refusal. */
+    const producer = (producerId: number) => {
       const epochs = new Map<string, number>()
       const sequences = new Map<string, number>()
-      let next = 0
-      const loop = Effect.gen(function* () {
-        while (producing) {
-          const tablet = rng.pick(tablets)
+      /** One batch: routed to the leader coordination names, retried as a client does, until `keepGoing` is false. */
+      return (tablet: TabletId, values: ReadonlyArray<string>, keepGoing: () => boolean) =>
+        Effect.gen(function* () {
           const key = tabletKey(tablet)
-          const size = rng.int(1, 4)
-          const values = Array.from({ length: size }, () => `p${producerId}-${next++}`)
           const records = values.map((v) => ({ key: null, value: encoder.encode(v), headers: [], timestamp: 0 }))
           const stamp = { id: producerId, epoch: epochs.get(key) ?? 0, sequence: sequences.get(key) ?? 0 }
-          sequences.set(key, stamp.sequence + size)
-          let outcome: Checkers.Outcome = { _tag: "Unknown" }
+          sequences.set(key, stamp.sequence + values.length)
           let unsure = false
-          for (let attempt = 0; attempt < 30 && producing; attempt++) {
+          for (let attempt = 0; attempt < 30 && keepGoing(); attempt++) {
             const meta = yield* readTablet(tablet)
             const leader = meta?.leaderAndIsr.leader
             const target = leader === null || leader === undefined ? undefined : byName.get(`s${leader}`)
@@ -456,28 +545,38 @@ const simulate = (
             const exit = yield* Effect.exit(
               call("client", target.name, server.append({ tablet, records, acks: "all", producer: stamp }))
             )
-            if (Exit.isSuccess(exit)) {
-              outcome = { _tag: "Acked", baseOffset: exit.value.baseOffset }
-              break
-            }
+            if (Exit.isSuccess(exit)) return { _tag: "Acked", baseOffset: exit.value.baseOffset } as const
             const error = Cause.findErrorOption(exit.cause)
             const e = error._tag === "Some" ? (error.value as ReplicaError | PeerUnreachable) : undefined
             if (e?._tag === "ReplicaError" && e.reason._tag === "ProducerRefused") {
               // Out of order or unknown: this batch is given up, and the producer starts a new producer epoch.
               epochs.set(key, stamp.epoch + 1)
               sequences.set(key, 0)
-              outcome = unsure ? { _tag: "Unknown" } : { _tag: "Failed" }
-              break
+              return unsure ? ({ _tag: "Unknown" } as const) : ({ _tag: "Failed", why: e.message } as const)
             }
             if (e === undefined || e._tag === "PeerUnreachable" || e.retryable) {
               unsure = true
               yield* Effect.sleep(Duration.millis(50))
               continue
             }
-            outcome = unsure ? { _tag: "Unknown" } : { _tag: "Failed" }
-            break
+            return unsure ? ({ _tag: "Unknown" } as const) : ({ _tag: "Failed", why: e.message } as const)
           }
-          record.append(key, values, outcome)
+          return { _tag: "Unknown" } as const
+        })
+    }
+    const producers = shape?.producers ?? rng.int(1, 3)
+    const producerFibers: Array<Fiber.Fiber<void>> = []
+    let producing = true
+    for (let n = 0; n < producers; n++) {
+      const producerId = 1000 + n
+      const send = producer(producerId)
+      let next = 0
+      const loop = Effect.gen(function* () {
+        while (producing) {
+          const tablet = rng.pick(tablets)
+          const values = Array.from({ length: rng.int(1, 4) }, () => `p${producerId}-${next++}`)
+          const outcome: Checkers.Outcome = yield* send(tablet, values, () => producing)
+          record.append(tabletKey(tablet), values, outcome)
           yield* Effect.sleep(Duration.millis(rng.int(10, 80)))
         }
       })
@@ -504,50 +603,90 @@ const simulate = (
     )
 
     const sample = Effect.gen(function* () {
+      for (const p of servers) yield* sampleLogEnds(p)
       for (const p of servers) {
         if (p.server === undefined) continue
         for (const view of yield* p.server.replicas) record.replica(p.name, p.incarnation, view, now())
       }
     })
 
-    const fault = (step: number) =>
+    /** Injects one fault into `p` at `step`; it lasts until `back` where it has an end. */
+    const inject = (kind: FaultKind, p: Proc, step: number, back: number) =>
       Effect.gen(function* () {
-        const p = rng.pick(procs)
-        const roll = rng.int(1, 100)
-        const back = step + rng.int(3, 20)
         if (p.scope === undefined || p.paused || p.backAt !== undefined) return
-        if (roll <= 30) {
-          count("crash")
-          log(`FAULT crash ${p.name}, back at step ${back}`)
-          p.backAt = back
-          yield* down(p, true)
-        } else if (roll <= 40) {
-          count("stop")
-          log(`FAULT stop ${p.name}, back at step ${back}`)
-          p.backAt = back
-          yield* down(p, false)
-        } else if (roll <= 60) {
-          count("pause")
-          const until = step + Math.ceil(sessionTimeoutMs / config.stepMs) + rng.int(1, 10)
-          log(`FAULT pause ${p.name} past its session, resume at step ${until}`)
-          p.backAt = until
-          yield* pause(p)
-        } else if (roll <= 72) {
-          count("expire")
-          log(`FAULT expire the sessions of ${p.name}`)
-          yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.expire(s)), { discard: true })
-        } else if (roll <= 86) {
-          count("isolate")
-          log(`FAULT isolate ${p.name} until step ${back}`)
-          for (const q of [...procs.map((x) => x.name), "client"]) if (q !== p.name) cuts.add(link(p.name, q))
-          isolations.push({ name: p.name, until: back })
-        } else {
-          count("cut")
-          const q = rng.pick(procs.filter((x) => x !== p))
-          log(`FAULT cut ${p.name}|${q.name} until step ${back}`)
-          cuts.add(link(p.name, q.name))
-          linkCuts.push({ key: link(p.name, q.name), until: back })
+        count(kind)
+        switch (kind) {
+          case "crash":
+          case "stop":
+            log(`FAULT ${kind} ${p.name}, back at step ${back}`)
+            p.backAt = back
+            return yield* down(p, kind === "crash")
+          case "pause": {
+            const until = Math.max(back, step + Math.ceil(sessionTimeoutMs / config.stepMs) + 1)
+            log(`FAULT pause ${p.name} past its session, resume at step ${until}`)
+            p.backAt = until
+            return yield* pause(p)
+          }
+          case "expire":
+            log(`FAULT expire the sessions of ${p.name}`)
+            return yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.expire(s)), { discard: true })
+          case "isolate":
+            log(`FAULT isolate ${p.name} until step ${back}`)
+            for (const q of [...procs.map((x) => x.name), "client"]) if (q !== p.name) cuts.add(link(p.name, q))
+            isolations.push({ name: p.name, until: back })
+            return
+          case "cut": {
+            const q = rng.pick(procs.filter((x) => x !== p))
+            log(`FAULT cut ${p.name}|${q.name} until step ${back}`)
+            cuts.add(link(p.name, q.name))
+            linkCuts.push({ key: link(p.name, q.name), until: back })
+            return
+          }
+          case "shutdown": {
+            // A controlled shutdown: leadership moves off the server first, then it stops cleanly.
+            const server = p.server
+            if (server === undefined) return
+            log(`FAULT controlled shutdown of ${p.name}, back at step ${back}`)
+            p.backAt = back
+            p.stopping = true
+            yield* Effect.forkIn(
+              Effect.gen(function* () {
+                const remaining = yield* server.controlledShutdown
+                log(`${p.name} leads ${remaining} tablets as it stops`)
+                if (p.server === server) yield* down(p, false)
+                p.stopping = false
+              }),
+              root
+            )
+            return
+          }
         }
+      })
+
+    /** A random fault, drawn from the seed. */
+    const fault = (step: number) => {
+      const p = rng.pick(procs)
+      let roll = rng.int(1, 100)
+      let kind: FaultKind = "crash"
+      for (const [k, weight] of faultWeights) {
+        if (roll <= weight) {
+          kind = k
+          break
+        }
+        roll -= weight
+      }
+      if (kind === "shutdown" && p.kind !== "server") kind = "stop"
+      return inject(kind, p, step, step + rng.int(3, 20))
+    }
+    /** The processes a scripted fault strikes. */
+    const targets = (target: Target) =>
+      Effect.gen(function* () {
+        if (target === "all") return procs
+        if (target === "all-servers") return servers
+        if (typeof target === "string") return procs.filter((p) => p.name === target)
+        const meta = yield* readTablet({ table: "t", bucket: target.leaderOf })
+        const leader = meta?.leaderAndIsr.leader
+        return servers.filter((p) => p.id === leader)
       })
     const isolations: Array<{ name: string; until: number }> = []
     const linkCuts: Array<{ key: string; until: number }> = []
@@ -555,7 +694,7 @@ const simulate = (
     const heal = (step: number, all: boolean) =>
       Effect.gen(function* () {
         for (const p of procs) {
-          if (p.backAt === undefined || (!all && p.backAt > step)) continue
+          if (p.backAt === undefined || p.stopping || (!all && p.backAt > step)) continue
           p.backAt = undefined
           if (p.paused) {
             log(`${p.name} resumes`)
@@ -578,15 +717,33 @@ const simulate = (
         if (all) cuts.clear()
       })
 
+    let runLeaderless = 0
+    let lastRegistered = ""
+    let longestLeaderless = 0
     for (let step = 0; step < config.steps; step++) {
-      if (step > 5 && rng.chance(config.faultChance)) yield* fault(step)
+      for (const planned of config.script ?? []) {
+        if (planned.step !== step) continue
+        for (const p of yield* targets(planned.target)) yield* inject(planned.fault, p, step, planned.until)
+      }
+      if (config.script === undefined && step > 5 && rng.chance(config.faultChance)) yield* fault(step)
       yield* heal(step, false)
       yield* clock.adjust(Duration.millis(config.stepMs))
       yield* sample
+      let leaderless = false
+      for (const tablet of tablets) {
+        const meta = yield* readTablet(tablet)
+        if (meta !== undefined && meta.leaderAndIsr.leader === null) leaderless = true
+      }
+      const registered = [...(yield* registeredServers)].sort().join(",")
+      if (registered !== lastRegistered) log(`registered servers: ${registered}`)
+      lastRegistered = registered
+      runLeaderless = leaderless ? runLeaderless + 1 : 0
+      longestLeaderless = Math.max(longestLeaderless, runLeaderless)
     }
 
     /** Every tablet has a live leader, in that role, with every replica in its ISR and its HW at its log end. */
     const settled = Effect.gen(function* () {
+      if (procs.some((p) => p.scope === undefined || p.paused || p.stopping)) return false
       for (const tablet of tablets) {
         const meta = yield* readTablet(tablet)
         if (meta === undefined || meta.leaderAndIsr.leader === null) return false
@@ -607,6 +764,7 @@ const simulate = (
     producing = false
     let settledAt: number | undefined
     for (let waited = 0; waited < config.settleMs; waited += config.stepMs) {
+      yield* heal(config.steps, true)
       yield* clock.adjust(Duration.millis(config.stepMs))
       yield* sample
       if (producerFibers.every((f) => f.pollUnsafe() !== undefined) && (yield* settled)) {
@@ -616,33 +774,26 @@ const simulate = (
     }
     void created
 
-    // A final acks=all append to every tablet must succeed.
+    // A final acks=all append to every tablet must succeed, within the settle bound.
     const probes: Array<string> = []
     if (settledAt !== undefined) {
+      const probe = producer(999)
       for (const tablet of tablets) {
-        const meta = yield* readTablet(tablet)
-        const leader = byName.get(`s${meta?.leaderAndIsr.leader}`)?.server
-        if (leader === undefined) {
-          probes.push(`${tabletKey(tablet)}: no leader for the final append`)
-          continue
-        }
         const value = `probe-${tabletKey(tablet)}`
         const fiber = yield* Effect.forkIn(
-          leader.append({
-            tablet,
-            records: [{ key: null, value: encoder.encode(value), headers: [], timestamp: 0 }],
-            acks: "all"
-          }),
+          probe(tablet, [value], () => true),
           root
         )
-        for (let i = 0; i < 50 && fiber.pollUnsafe() === undefined; i++)
+        for (let i = 0; i < 100 && fiber.pollUnsafe() === undefined; i++) {
           yield* clock.adjust(Duration.millis(config.stepMs))
+        }
         const exit = fiber.pollUnsafe()
-        if (exit === undefined || Exit.isFailure(exit)) {
+        const outcome = exit !== undefined && Exit.isSuccess(exit) ? exit.value : undefined
+        if (outcome?._tag === "Acked") record.append(tabletKey(tablet), [value], outcome)
+        else
           probes.push(
-            `${tabletKey(tablet)}: the final acks=all append failed: ${exit === undefined ? "no answer" : Cause.pretty(exit.cause)}`
+            `${tabletKey(tablet)}: the final acks=all append was not acknowledged: ${JSON.stringify(outcome)}`
           )
-        } else record.append(tabletKey(tablet), [value], { _tag: "Acked", baseOffset: exit.value.baseOffset })
       }
     }
 
@@ -709,6 +860,7 @@ const simulate = (
         servers: serverCount,
         coordinators: coordinatorCount,
         ...stats,
+        longestLeaderless,
         faults: faultCounts
       }
     }

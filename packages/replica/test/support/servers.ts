@@ -1,0 +1,157 @@
+/**
+ * Tablet servers in one process with no controller: the test sends the LeaderAndIsr instructions itself, decides
+ * which links work, and can rewrite what a fetch answer says, so a scenario plays out exactly as written.
+ */
+import {
+  type LeaderAndIsr,
+  type ServerId,
+  Store,
+  type TabletBatch,
+  type TabletId,
+  type TabletRecord
+} from "@strata/core"
+import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
+import * as TabletServer from "../../src/TabletServer.js"
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+/** Records whose values are `prefix` + n for n in [from, to). */
+export const records = (prefix: string, from: number, to: number): Array<TabletRecord> =>
+  Array.from({ length: to - from }, (_, i) => ({
+    key: null,
+    value: encoder.encode(`${prefix}${from + i}`),
+    headers: [],
+    timestamp: 0
+  }))
+
+/** A log's values, in offset order. */
+export const values = (batches: ReadonlyArray<TabletBatch>): Array<string> =>
+  batches.flatMap((b) => b.records.map((r) => decoder.decode(r.value)))
+
+/** The harness's knobs over the links between servers: who can fetch from whom, and what a fetch answer says. */
+export interface Links {
+  /** `follower>leader` pairs whose requests fail (`follower>leader#fetch`: only its fetches). */
+  readonly cut: Set<string>
+  /** Rewrites the HW in answers to a follower's fetches (a message that carried an older one). */
+  readonly staleHighWatermark: Map<ServerId, number>
+}
+
+/** A running test cluster. */
+export interface Servers {
+  readonly links: Links
+  readonly start: (id: ServerId, unsafe?: TabletServer.Unsafe) => Effect.Effect<TabletServer.TabletServerShape>
+  readonly stop: (id: ServerId) => Effect.Effect<void>
+  readonly server: (id: ServerId) => TabletServer.TabletServerShape
+  /** Sends one tablet's LeaderAndIsr to the servers named. */
+  readonly instruct: (
+    to: ReadonlyArray<ServerId>,
+    tablet: TabletId,
+    replicas: ReadonlyArray<ServerId>,
+    leaderAndIsr: Omit<LeaderAndIsr, "coordinatorEpoch" | "version"> & { readonly version?: number }
+  ) => Effect.Effect<void>
+  /** The values of server `id`'s replica of `tablet`, its whole log. */
+  readonly logValues: (id: ServerId, tablet: TabletId) => Effect.Effect<Array<string>>
+}
+
+/** Polls `check` every 5 ms until it holds (the test's own timeout bounds it). */
+export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>): Effect.Effect<void, E, R> =>
+  Effect.flatMap(check, (ok) => (ok ? Effect.void : Effect.fail("not yet" as const))).pipe(
+    Effect.retry({ schedule: Schedule.spaced(Duration.millis(5)), while: (e) => e === "not yet" }),
+    Effect.catchIf(
+      (e): e is "not yet" => e === "not yet",
+      () => Effect.void
+    )
+  )
+
+/** Starts the harness: each server on a memory store of its own that outlives its restarts. */
+export const make = (replication: TabletServer.TabletServerOptions["replication"]) =>
+  Effect.gen(function* () {
+    const root = yield* Effect.scope
+    const running = new Map<ServerId, { server: TabletServer.TabletServerShape; scope: Scope.Closeable }>()
+    const stores = new Map<ServerId, Context.Context<Store>>()
+    const links: Links = { cut: new Set(), staleHighWatermark: new Map() }
+    const down = (target: string) => Effect.fail(new PeerUnreachable({ target, detail: "cut or down" }))
+    const peersOf = (self: ServerId): PeersShape => ({
+      leader: (id) => {
+        const cut = (fetch: boolean) =>
+          links.cut.has(`${self}>${id}`) || (fetch && links.cut.has(`${self}>${id}#fetch`))
+        const reach = (fetch: boolean) =>
+          Effect.suspend(() => {
+            const r = running.get(id)
+            return r === undefined || cut(fetch) ? down(`server ${id}`) : Effect.succeed(r.server)
+          })
+        /** A link cut while the request was out loses its answer too. */
+        const answered = <A, E>(fetch: boolean, answer: Effect.Effect<A, E>) =>
+          Effect.flatMap(answer, (a) => (cut(fetch) ? down(`server ${id}`) : Effect.succeed(a)))
+        return {
+          fetch: (request) =>
+            Effect.flatMap(reach(true), (s) => answered(true, s.fetch(request))).pipe(
+              Effect.map((answer) => {
+                const stale = links.staleHighWatermark.get(self)
+                return stale === undefined || answer._tag !== "Batches"
+                  ? answer
+                  : { ...answer, highWatermark: Math.min(stale, answer.highWatermark) }
+              })
+            ),
+          endOffsetForEpoch: (request) =>
+            Effect.flatMap(reach(false), (s) => answered(false, s.endOffsetForEpoch(request)))
+        }
+      },
+      controller: {
+        // No controller: ISR changes are the test's, through `instruct`.
+        adjustIsr: () => Effect.fail(new PeerUnreachable({ target: "controller", detail: "none in this harness" })),
+        controlledShutdown: () => Effect.succeed(0)
+      }
+    })
+    let version = 0
+    const servers: Servers = {
+      links,
+      start: (id, unsafe) =>
+        Effect.gen(function* () {
+          let store = stores.get(id)
+          if (store === undefined) {
+            store = yield* Layer.buildWithScope(Store.layerMemory(), root)
+            stores.set(id, store)
+          }
+          const scope = yield* Scope.fork(root, "sequential")
+          const server = yield* TabletServer.make(
+            { serverId: id, ...(replication === undefined ? {} : { replication }) },
+            unsafe
+          ).pipe(Effect.provide(Context.add(store, Peers, peersOf(id))), Scope.provide(scope), Effect.orDie)
+          running.set(id, { server, scope })
+          return server
+        }),
+      stop: (id) =>
+        Effect.suspend(() => {
+          const r = running.get(id)
+          running.delete(id)
+          return r === undefined ? Effect.void : Scope.close(r.scope, Exit.void)
+        }),
+      server: (id) => {
+        const r = running.get(id)
+        if (r === undefined) throw new Error(`server ${id} is not running`)
+        return r.server
+      },
+      instruct: (to, tablet, replicas, lai) =>
+        Effect.forEach(
+          to,
+          (id) =>
+            servers.server(id).leaderAndIsr({
+              coordinatorEpoch: 1,
+              tablets: [
+                { tablet, replicas, leaderAndIsr: { ...lai, coordinatorEpoch: 1, version: lai.version ?? ++version } }
+              ]
+            }),
+          { discard: true }
+        ).pipe(Effect.orDie),
+      logValues: (id, tablet) =>
+        Effect.gen(function* () {
+          const log = yield* servers.server(id).logOf(tablet)
+          if (log === undefined) return []
+          return values(yield* Effect.orDie(log.read(yield* log.logStartOffset, Number.MAX_SAFE_INTEGER)))
+        })
+    }
+    return servers
+  })
