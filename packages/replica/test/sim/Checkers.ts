@@ -32,7 +32,9 @@ const decoder = new TextDecoder()
 const flatten = (batches: ReadonlyArray<TabletBatch>) => {
   const out = new Map<number, { readonly epoch: number; readonly value: string }>()
   for (const b of batches) {
-    b.records.forEach((r, i) => out.set(b.baseOffset + i, { epoch: b.epoch, value: decoder.decode(r.value) }))
+    b.records.forEach((r, i) => {
+      out.set(b.baseOffset + i, { epoch: b.epoch, value: decoder.decode(r.value) })
+    })
   }
   return out
 }
