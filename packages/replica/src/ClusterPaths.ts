@@ -56,7 +56,8 @@ export const StoredTablet = Schema.Struct({
   tablet: TabletId,
   replicas: Schema.Array(ServerId),
   state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet"]),
-  leaderAndIsr: LeaderAndIsr
+  leaderAndIsr: LeaderAndIsr,
+  registrations: Schema.optional(Schema.Record(Schema.String, Schema.Int))
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)

@@ -295,7 +295,7 @@ export const make = (
           if (now.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerDown", server: s })
         }
         for (const [s, order] of now) {
-          if (known.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerUp", server: s })
+          if (known.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerUp", server: s, registration: order })
         }
         yield* watch.changed
         return yield* watchServers(now)
@@ -304,7 +304,7 @@ export const make = (
     const registered = yield* registrations(yield* session.children(paths.servers))
     const live = [...registered.keys()]
     const tablets = yield* load(session, paths)
-    yield* feed({ _tag: "Started", coordinatorEpoch: epoch, live, tablets })
+    yield* feed({ _tag: "Started", coordinatorEpoch: epoch, live, tablets, registrations: [...registered] })
     yield* Effect.forkScoped(
       watchServers(registered).pipe(
         Effect.retry(Schedule.spaced(options.retryBackoffMs)),

@@ -49,6 +49,11 @@ export interface Tablet {
   readonly replicas: ReadonlyArray<ServerId>
   readonly state: TabletState
   readonly leaderAndIsr: LeaderAndIsr
+  /**
+   * The registration (life) of each ISR member when the controller last wrote the tablet (KIP-903): a member
+   * registered again since — restarted, perhaps without what it had not flushed — is not the member it was.
+   */
+  readonly registrations?: Readonly<Record<string, number>> | undefined
 }
 
 /**
@@ -75,6 +80,8 @@ export interface State {
   readonly options: Options
   /** Registered tablet servers. */
   readonly live: ReadonlySet<ServerId>
+  /** Each registered server's registration (its life), when the shell knows it. */
+  readonly registrations: ReadonlyMap<ServerId, number>
   /** Live servers in controlled shutdown: not electable, not eligible for an ISR. */
   readonly shuttingDown: ReadonlySet<ServerId>
   readonly tablets: ReadonlyMap<string, Tablet>
@@ -115,8 +122,10 @@ export type Input =
       readonly coordinatorEpoch: Epoch
       readonly live: ReadonlyArray<ServerId>
       readonly tablets: ReadonlyArray<Tablet>
+      /** The live servers' registrations. */
+      readonly registrations?: ReadonlyArray<readonly [ServerId, number]>
     }
-  | { readonly _tag: "ServerUp"; readonly server: ServerId }
+  | { readonly _tag: "ServerUp"; readonly server: ServerId; readonly registration?: number }
   | { readonly _tag: "ServerDown"; readonly server: ServerId }
   | {
       readonly _tag: "CreateTablets"
@@ -213,6 +222,7 @@ export const make = (options: Options): State => ({
   coordinatorEpoch: 0,
   options,
   live: new Set(),
+  registrations: new Map(),
   shuttingDown: new Set(),
   tablets: new Map(),
   uncleanElections: 0,
@@ -250,8 +260,14 @@ const changes = (state: State): Changes => ({
 
 /** Records a tablet's new state: its write, and the LeaderAndIsr every live replica gets once it is written. */
 const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet) => {
+  const registrations: Record<string, number> = {}
+  for (const s of next.leaderAndIsr.isr) {
+    const life = state.registrations.get(s) ?? before?.registrations?.[String(s)]
+    if (life !== undefined) registrations[String(s)] = life
+  }
   const stored: Tablet = {
     ...next,
+    registrations,
     leaderAndIsr: {
       ...next.leaderAndIsr,
       coordinatorEpoch: state.coordinatorEpoch,
@@ -299,6 +315,13 @@ const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): S
 
 const electable = (state: State, server: ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
 
+/** Whether ISR member `s` of `t` registered again since it was written into the ISR (a new life). */
+const newLife = (state: State, t: Tablet, s: ServerId) => {
+  const recorded = t.registrations?.[String(s)]
+  const current = state.registrations.get(s)
+  return recorded !== undefined && current !== undefined && recorded !== current
+}
+
 /**
  * A new leader for `t` without `gone` (a dead or stopping leader): the first live ISR member in assignment order
  * that is not stopping, else (unclean election enabled) the first such replica. `undefined`: none; the tablet goes
@@ -309,10 +332,14 @@ const elect = (
   t: Tablet,
   gone: ServerId | undefined
 ): { readonly leader: ServerId; readonly isr: ReadonlyArray<ServerId>; readonly unclean: boolean } | undefined => {
-  const isr = t.leaderAndIsr.isr.filter((s) => s !== gone)
-  const inIsr = t.replicas.filter((r) => isr.includes(r) && r !== gone)
+  const out = (s: ServerId) => s === gone || newLife(state, t, s)
+  const isr = t.leaderAndIsr.isr.filter((s) => !out(s))
+  const inIsr = t.replicas.filter((r) => isr.includes(r))
   const leader = inIsr.find((r) => electable(state, r))
   if (leader !== undefined) return { leader, isr: isr.filter((s) => state.live.has(s) || s === leader), unclean: false }
+  // The only ISR members left are new lives of themselves: the first of them holds the best log there is.
+  const renewed = t.replicas.find((r) => r !== gone && t.leaderAndIsr.isr.includes(r) && electable(state, r))
+  if (renewed !== undefined) return { leader: renewed, isr: [renewed], unclean: false }
   if (!state.options.uncleanLeaderElection) return undefined
   const any = t.replicas.find((r) => r !== gone && electable(state, r))
   return any === undefined ? undefined : { leader: any, isr: [any], unclean: true }
@@ -435,14 +462,19 @@ export const step = (state: State, input: Input): Step => {
         ...state,
         coordinatorEpoch: input.coordinatorEpoch,
         live: new Set(input.live),
+        registrations: new Map(input.registrations ?? []),
         shuttingDown: new Set(),
         tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t]))
       }
       const c = changes(started)
       for (const t of started.tablets.values()) {
         const leader = t.leaderAndIsr.leader
-        if (leader === null || !started.live.has(leader)) reelect(started, c, t, leader ?? undefined)
-        else dropFromIsr(started, c, t, (s) => !started.live.has(s))
+        // A leader registered again since it was elected (restarted while no controller ran) is not the leader
+        // it was: another ISR member takes over when there is one.
+        const renewed = leader !== null && started.live.has(leader) && newLife(started, t, leader)
+        if (renewed) reelect(started, c, t, undefined)
+        else if (leader === null || !started.live.has(leader)) reelect(started, c, t, leader ?? undefined)
+        else dropFromIsr(started, c, t, (s) => !started.live.has(s) || newLife(started, t, s))
       }
       // Every live server hears the state of its tablets under this coordinator's epoch.
       const written = new Set(c.notify.map((t) => tabletKey(t.tablet)))
@@ -456,12 +488,17 @@ export const step = (state: State, input: Input): Step => {
     }
     case "ServerUp": {
       if (state.live.has(input.server)) return [state, []]
-      const up: State = { ...state, live: new Set([...state.live, input.server]) }
+      const registrations = new Map(state.registrations)
+      if (input.registration !== undefined) registrations.set(input.server, input.registration)
+      const up: State = { ...state, live: new Set([...state.live, input.server]), registrations }
       const c = changes(up)
       const unchanged: Array<Tablet> = []
       for (const t of up.tablets.values()) {
         if (!t.replicas.includes(input.server)) continue
         if (t.state === "OfflineTablet") reelect(up, c, t, undefined)
+        else if (t.leaderAndIsr.leader !== input.server && newLife(up, t, input.server)) {
+          dropFromIsr(up, c, t, (s) => s === input.server)
+        }
         if (c.tablets.get(tabletKey(t.tablet)) === t) unchanged.push(t)
       }
       // Every live replica hears what changed; the returning server also hears every other tablet it holds.

@@ -703,3 +703,97 @@ describe("ControllerState seeded runs", () => {
     assert.isTrue(broken.has("KIP-841: no ineligible ISR member added"), [...broken.keys()].join(", "))
   })
 })
+
+describe("ControllerState registrations (KIP-903)", () => {
+  const t0 = { table: "orders", bucket: 0 }
+  const lai = (leader: number, isr: ReadonlyArray<number>) => ({
+    leader,
+    leaderEpoch: 4,
+    isr,
+    coordinatorEpoch: 1,
+    version: 7
+  })
+  const stored = (leader: number, isr: ReadonlyArray<number>, registrations: Record<string, number>) => ({
+    tablet: t0,
+    replicas: [1, 2, 3],
+    state: "OnlineTablet" as const,
+    leaderAndIsr: lai(leader, isr),
+    registrations
+  })
+  const fresh = ControllerState.make({ uncleanLeaderElection: false })
+
+  it("a leader registered again while no controller ran is replaced by an ISR member that is not", () => {
+    const [state, commands] = ControllerState.step(fresh, {
+      _tag: "Started",
+      coordinatorEpoch: 2,
+      live: [1, 2, 3],
+      registrations: [
+        [1, 50],
+        [2, 11],
+        [3, 12]
+      ],
+      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
+    })
+    const t = state.tablets.get("orders/0")!
+    assert.strictEqual(t.leaderAndIsr.leader, 2)
+    assert.strictEqual(t.leaderAndIsr.leaderEpoch, 5)
+    assert.deepStrictEqual(t.leaderAndIsr.isr, [2, 3])
+    assert.deepStrictEqual(t.registrations, { "2": 11, "3": 12 })
+    assert.strictEqual(commands[0]?._tag, "Write")
+  })
+
+  it("a follower registered again leaves the ISR; the same life keeps its place", () => {
+    const [started] = ControllerState.step(fresh, {
+      _tag: "Started",
+      coordinatorEpoch: 2,
+      live: [1, 2],
+      registrations: [
+        [1, 10],
+        [2, 11]
+      ],
+      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
+    })
+    // Server 3 was down at the start (kept out of the ISR), then comes back: no change for the ISR it is not in.
+    assert.deepStrictEqual(started.tablets.get("orders/0")!.leaderAndIsr.isr, [1, 2])
+    const [same] = ControllerState.step(fresh, {
+      _tag: "Started",
+      coordinatorEpoch: 2,
+      live: [1, 2, 3],
+      registrations: [
+        [1, 10],
+        [2, 11],
+        [3, 12]
+      ],
+      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
+    })
+    assert.deepStrictEqual(same.tablets.get("orders/0")!.leaderAndIsr.isr, [1, 2, 3])
+    const [renewed] = ControllerState.step(fresh, {
+      _tag: "Started",
+      coordinatorEpoch: 2,
+      live: [1, 2, 3],
+      registrations: [
+        [1, 10],
+        [2, 11],
+        [3, 99]
+      ],
+      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
+    })
+    const t = renewed.tablets.get("orders/0")!
+    assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.leaderEpoch, t.leaderAndIsr.isr], [1, 4, [1, 2]])
+  })
+
+  it("when every ISR member is a new life, the first of them leads (its log is the best there is)", () => {
+    const [state] = ControllerState.step(fresh, {
+      _tag: "Started",
+      coordinatorEpoch: 2,
+      live: [1, 2],
+      registrations: [
+        [1, 50],
+        [2, 60]
+      ],
+      tablets: [stored(1, [1], { "1": 10 })]
+    })
+    const t = state.tablets.get("orders/0")!
+    assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.isr, t.state], [1, [1], "OnlineTablet"])
+  })
+})

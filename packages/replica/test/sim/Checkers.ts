@@ -89,16 +89,16 @@ export const recorder = (minIsr: number) => {
       if (l.highWatermark > l.logEndOffset) {
         violations.add("hw", `t=${at} ${server}: ${key} HW ${l.highWatermark} past its log end ${l.logEndOffset}`)
       }
-      // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold.
+      const hwKey = `${server}.${incarnation}|${key}`
+      const before = highWatermarks.get(hwKey)
+      // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold (checked as it advances).
       const holders = [...(logEnds.get(tabletKey(view.tablet))?.values() ?? [])].filter((e) => e >= l.highWatermark)
-      if (l.highWatermark > 0 && holders.length < minIsr) {
+      if (before !== undefined && l.highWatermark > before && holders.length < minIsr) {
         violations.add(
           "min-isr",
           `t=${at} ${server}: ${key} HW ${l.highWatermark} is held by ${holders.length} replicas, fewer than ${minIsr}`
         )
       }
-      const hwKey = `${server}.${incarnation}|${key}`
-      const before = highWatermarks.get(hwKey)
       if (before !== undefined && l.highWatermark < before) {
         violations.add("hw", `t=${at} ${server}: ${key} HW went back from ${before} to ${l.highWatermark}`)
       }
