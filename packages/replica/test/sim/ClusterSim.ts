@@ -185,7 +185,7 @@ const simulate = (
 
     // --- the cluster's shape, drawn from the seed ---------------------------------------------
     const shape = config.shape
-    const serverCount = shape?.servers ?? rng.int(3, 6)
+    const serverCount = shape?.servers ?? rng.int(3, 7)
     const coordinatorCount = shape?.coordinators ?? rng.int(1, 3)
     const sessionTimeoutMs = shape?.sessionTimeoutMs ?? 100 * rng.int(5, 12)
     const replication = {
