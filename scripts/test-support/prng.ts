@@ -16,6 +16,17 @@ export const prng = (seed: number): (() => number) => {
   }
 }
 
+/** A 32-bit integer hash with good avalanche (lowbias32): seeds a `prng` from numbers that differ in a bit or two. */
+export const mix32 = (x: number): number => {
+  x >>>= 0
+  x ^= x >>> 16
+  x = Math.imul(x, 0x7feb352d)
+  x ^= x >>> 15
+  x = Math.imul(x, 0x846ca68b)
+  x ^= x >>> 16
+  return x >>> 0
+}
+
 /** An integer in [0, bound). */
 export const below = (random: () => number, bound: number): number => Math.floor(random() * bound)
 

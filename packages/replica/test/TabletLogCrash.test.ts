@@ -35,26 +35,27 @@
  * default 25). Kill timing is real time, so a seed fixes the workload and the schedule, not the exact instants the
  * kills land.
  */
-import { mkdtemp, rm } from "node:fs/promises"
-import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { assert, describe, it } from "@effect/vitest"
-import type { StoreError, StoreShape } from "@strata/core"
-import * as LevelStore from "@strata/store-adapters/level"
-import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { Data, Effect, type Scope, Stream } from "effect"
-import { childHarness, envInt, rerunCommand, runChild } from "../../../scripts/test-support/childRun.js"
-import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
-import { below, prng } from "../../../scripts/test-support/prng.js"
+import { assert, describe } from "@effect/vitest"
+import { Effect, Stream } from "effect"
+import { childHarness, envInt, rerunCommand } from "../../../scripts/test-support/childRun.js"
+import { BACKENDS, type BackendName, childArgv, openPartition } from "../../../scripts/test-support/crashChild.js"
+import {
+  type KillSummary,
+  killRounds,
+  killTests,
+  RoundViolation,
+  tempDirectory
+} from "../../../scripts/test-support/killRounds.js"
+import { prng } from "../../../scripts/test-support/prng.js"
 import * as Codec from "../src/internal/batchCodec.js"
 import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
 import * as TabletLog from "../src/TabletLog.js"
 import {
-  BACKENDS,
-  type BackendName,
   epochOf,
   initial,
+  loadAdapter,
   OPERATION_KINDS,
   type Operation,
   type State,
@@ -75,10 +76,8 @@ const ROUNDS = envInt("STRATA_TABLETLOG_CRASH_ROUNDS", 25)
 const TORN_ROUNDS = 40
 /** The last verified operation must reach at least this. */
 const MIN_FINAL_OP = ROUNDS * 15
-const READY_TIMEOUT_MS = 20_000
-const EXIT_TIMEOUT_MS = 10_000
-/** Kills counted from `ready`: 0 to this many ms. */
-const MAX_RUN_MS = 250
+/** The kinds of kills: 8% from the spawn, 8% from `opening`, 8% at `ready`, the rest 0–250 ms after `ready`. */
+const MIX = { spawn: 0.08, opening: 0.16, ready: 0.24, maxRunMs: 250 }
 /** The differences a failure message shows. */
 const SHOWN = 6
 
@@ -98,90 +97,13 @@ const harness = childHarness({
 })
 
 // ---------------------------------------------------------------------------
-// One round: spawn, (maybe wait for ready), kill -9, wait for exit
-// ---------------------------------------------------------------------------
-
-/** When to send SIGKILL: `delayMs` after the spawn, after the child printed `opening`, or after `ready`. */
-interface KillPlan {
-  readonly from: "spawn" | "opening" | "ready"
-  readonly delayMs: number
-}
-
-/** What the child said: whether it got to open the database, the log it found, the last operation it finished. */
-interface RoundOutcome {
-  readonly opening: boolean
-  readonly openMs: number | undefined
-  readonly spawnToReadyMs: number | undefined
-  /** `ready <from> <start> <end> <hw>`: where it started, and the log it opened. */
-  readonly ready:
-    | { readonly from: number; readonly start: number; readonly end: number; readonly hw: number }
-    | undefined
-  readonly lastAcked: number | undefined
-}
-
-const crashRound = (args: ReadonlyArray<string>, plan: KillPlan) => {
-  let opening = false
-  let openingAt = 0
-  let openMs: number | undefined
-  let spawnToReadyMs: number | undefined
-  let ready: RoundOutcome["ready"]
-  let lastAcked: number | undefined
-  return runChild<RoundOutcome>({
-    label: "child",
-    harness,
-    args,
-    exitTimeoutMs: EXIT_TIMEOUT_MS,
-    onStart: (control) => {
-      if (plan.from === "spawn") control.killAfter(plan.delayMs)
-      control.after(READY_TIMEOUT_MS, () => {
-        if (ready === undefined && !control.killed()) {
-          control.fail(`the child printed no "ready" within ${READY_TIMEOUT_MS} ms`)
-        }
-      })
-    },
-    onLine: (line, control) => {
-      if (line.startsWith("w ")) {
-        lastAcked = Number(line.slice(2))
-      } else if (line === "opening") {
-        opening = true
-        openingAt = performance.now()
-        if (plan.from === "opening") control.killAfter(plan.delayMs)
-      } else if (line.startsWith("ready ")) {
-        const [from, start, end, hw] = line.slice(6).split(" ").map(Number) as [number, number, number, number]
-        ready = { from, start, end, hw }
-        spawnToReadyMs = control.elapsed()
-        openMs = performance.now() - openingAt
-        if (plan.from === "ready") control.killAfter(plan.delayMs)
-      }
-    },
-    onExit: ({ code, signal, killed }) =>
-      killed
-        ? { outcome: { opening, openMs, spawnToReadyMs, ready, lastAcked } }
-        : { failure: `the child exited by itself (code ${code}, signal ${signal}) before it was killed` }
-  })
-}
-
-// ---------------------------------------------------------------------------
 // The checker: the log after a crash against the model
 // ---------------------------------------------------------------------------
-
-interface Adapter {
-  readonly make: (options: { readonly directory: string }) => Effect.Effect<StoreShape, StoreError, Scope.Scope>
-}
-const adapters: Record<BackendName, Adapter> = { level: LevelStore, rocksdb: RocksDbStore }
 
 type ViolationKind = "unreadable" | "wrong-reopen" | "acked-lost" | "mismatch"
 
 /** The log broke a crash-consistency property. */
-class CrashViolation extends Data.TaggedError("CrashViolation")<{
-  readonly kind: ViolationKind
-  readonly round: number
-  readonly detail: string
-}> {
-  override get message() {
-    return `round ${this.round}: ${this.kind}: ${this.detail}`
-  }
-}
+class CrashViolation extends RoundViolation<ViolationKind>() {}
 
 /** What this process finds in the directory through the log, and in its batch keys directly. */
 interface Observed {
@@ -198,11 +120,10 @@ interface Observed {
 }
 
 /** Opens the directory in this process, reads the log every way, closes it again. */
-const observe = (adapter: Adapter, directory: string, maxEpoch: number) =>
+const observe = (backend: BackendName, directory: string, maxEpoch: number) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const store = yield* adapter.make({ directory })
-      const partition = yield* store.open(STORE_ID)
+      const partition = yield* openPartition(() => loadAdapter(backend), directory, STORE_ID)
       const log = yield* TabletLog.make(partition, TABLET)
       const start = yield* log.logStartOffset
       const endOffsets: Array<{ readonly epoch: number; readonly endOffset: number } | undefined> = []
@@ -319,14 +240,7 @@ const diffs = (s: State, o: Observed) => {
   return { count, shown }
 }
 
-interface Summary {
-  readonly backend: BackendName
-  readonly runner: NodeRunner["kind"]
-  readonly seed: number
-  readonly rounds: number
-  readonly killsWhileLoading: number
-  readonly killsDuringOpen: number
-  readonly killsMidRun: number
+interface Summary extends KillSummary<CrashViolation> {
   /** Mid-run kills that landed after an operation was committed but before the child acknowledged it. */
   readonly committedNotAcked: number
   /** The last operation verified (-1: none). */
@@ -334,11 +248,13 @@ interface Summary {
   /** The operations verified, by kind. */
   readonly ops: Record<Operation["_tag"], number>
   readonly finalLog: { readonly start: number; readonly end: number; readonly batches: number }
-  readonly wallMs: number
-  readonly meanRoundMs: number
-  readonly meanSpawnToReadyMs: number
   readonly meanObserveMs: number
-  readonly violation?: CrashViolation
+}
+
+/** `ready <from> <start> <end> <hw>`: where the child started, and the log it opened. */
+const parseReady = (fields: string) => {
+  const [from, start, end, hw] = fields.split(" ").map(Number) as [number, number, number, number]
+  return { from, start, end, hw }
 }
 
 /**
@@ -352,191 +268,140 @@ const crashLoop = (options: {
   readonly torn: TornMode | undefined
 }) =>
   Effect.gen(function* () {
-    const { backend, seed } = options
-    const directory = yield* Effect.acquireRelease(
-      Effect.promise(() => mkdtemp(join(tmpdir(), `strata-tablet-crash-${backend}-`))),
-      (dir) => Effect.promise(() => rm(dir, { recursive: true, force: true }))
-    )
-    const adapter = adapters[backend]
-    const schedule = prng(seed ^ (0x3c6ef372 + BACKENDS.indexOf(backend) * 0x9e3779b9))
-    const torn = options.torn === undefined ? [] : [`--torn=${options.torn}`]
-    const started = performance.now()
+    const { backend, seed, torn } = options
+    const directory = yield* tempDirectory(`strata-tablet-crash-${backend}-`)
     /** The last operation verified, the model's state after it, and the operations so far by kind. */
     let verified = -1
     let state = initial
     const ops = Object.fromEntries(OPERATION_KINDS.map((k) => [k, 0])) as Record<Operation["_tag"], number>
-    let rounds = 0
-    let killsWhileLoading = 0
-    let killsDuringOpen = 0
-    let killsMidRun = 0
     let committedNotAcked = 0
-    let readyMsTotal = 0
-    let openMsTotal = 0
-    let readyCount = 0
     let observeMsTotal = 0
-    let violation: CrashViolation | undefined
 
-    while (rounds < options.rounds && violation === undefined) {
-      const round = rounds
-      rounds++
-      const meanReady = readyCount === 0 ? 200 : readyMsTotal / readyCount
-      const meanOpen = readyCount === 0 ? 20 : openMsTotal / readyCount
+    const result = yield* killRounds({
+      harness,
+      rounds: options.rounds,
+      schedule: prng(seed ^ (0x3c6ef372 + BACKENDS.indexOf(backend) * 0x9e3779b9)),
+      mix: MIX,
       // A torn child is killed while it writes: the self-test is about the checker, not about when kills land.
-      const r = options.torn === undefined ? schedule() : 1
-      const plan: KillPlan =
-        r < 0.08
-          ? { from: "spawn", delayMs: below(schedule, Math.max(10, Math.round(meanReady - meanOpen))) }
-          : r < 0.16
-            ? { from: "opening", delayMs: below(schedule, Math.max(2, Math.round(meanOpen * 1.5))) }
-            : r < 0.24
-              ? { from: "ready", delayMs: 0 }
-              : { from: "ready", delayMs: below(schedule, MAX_RUN_MS + 1) }
-      const outcome = yield* crashRound([backend, directory, String(seed), String(verified + 1), ...torn], plan)
-      if (outcome.spawnToReadyMs !== undefined && outcome.openMs !== undefined) {
-        readyMsTotal += outcome.spawnToReadyMs
-        openMsTotal += outcome.openMs
-        readyCount++
-      }
-      const fail = (kind: ViolationKind, detail: string) => {
-        violation = new CrashViolation({ kind, round, detail: `${detail} [plan ${JSON.stringify(plan)}]` })
-      }
-      const ready = outcome.ready
-      if (ready !== undefined && (ready.start !== state.start || ready.end !== state.end || ready.hw !== state.hw)) {
-        fail(
-          "wrong-reopen",
-          `the child opened the log as start ${ready.start}, end ${ready.end}, hw ${ready.hw}; verified after ` +
-            `operation ${verified} as start ${state.start}, end ${state.end}, hw ${state.hw}`
-        )
-        break
-      }
-      if (ready === undefined) {
-        if (outcome.opening) killsDuringOpen++
-        else killsWhileLoading++
-      } else {
-        killsMidRun++
-      }
+      fromReadyOnly: torn !== undefined,
+      args: () => childArgv({ backend, directory, seed, numbers: [verified + 1], torn }),
+      parseReady,
+      Violation: CrashViolation,
+      check: ({ outcome, violation }) =>
+        Effect.gen(function* () {
+          const ready = outcome.ready
+          if (
+            ready !== undefined &&
+            (ready.start !== state.start || ready.end !== state.end || ready.hw !== state.hw)
+          ) {
+            return violation(
+              "wrong-reopen",
+              `the child opened the log as start ${ready.start}, end ${ready.end}, hw ${ready.hw}; verified after ` +
+                `operation ${verified} as start ${state.start}, end ${state.end}, hw ${state.hw}`
+            )
+          }
 
-      // The model after each operation the child may have finished: verified + 1 … acked + 1.
-      const acked = outcome.lastAcked ?? verified
-      const states: Array<{ readonly op: Operation; readonly state: State }> = []
-      for (let n = verified + 1, s = state; n <= acked + 1; n++) {
-        const next = step(seed, n, s)
-        states.push(next)
-        s = next.state
-      }
-      const stateAfter = (n: number) => (n === verified ? state : states[n - verified - 1]!.state)
+          // The model after each operation the child may have finished: verified + 1 … acked + 1.
+          const acked = outcome.lastAcked ?? verified
+          const states: Array<{ readonly op: Operation; readonly state: State }> = []
+          for (let n = verified + 1, s = state; n <= acked + 1; n++) {
+            const next = step(seed, n, s)
+            states.push(next)
+            s = next.state
+          }
+          const stateAfter = (n: number) => (n === verified ? state : states[n - verified - 1]!.state)
 
-      const observeStarted = performance.now()
-      const observed = yield* Effect.result(observe(adapter, directory, epochOf(acked + 1) + 1))
-      observeMsTotal += performance.now() - observeStarted
-      if (observed._tag === "Failure") {
-        fail("unreadable", `opening or reading the log after the kill failed: ${observed.failure.message}`)
-        break
-      }
-      const o = observed.success
-      // p is acked + 1 (committed, not yet acknowledged) or acked; a state equal to both is the later.
-      const p = [acked + 1, acked].find((n) => n >= verified && diffs(stateAfter(n), o).count === 0)
-      if (p === undefined) {
-        let behind: number | undefined
-        for (let n = acked - 1; n >= verified && behind === undefined; n--) {
-          if (sameFields(stateAfter(n), o) && diffs(stateAfter(n), o).count === 0) behind = n
-        }
-        if (behind !== undefined) {
-          fail("acked-lost", `the log is the model after operation ${behind}, but the child had finished ${acked}`)
-          break
-        }
-        const describe = (n: number) => {
-          const d = diffs(stateAfter(n), o)
-          const op = n === verified ? "(verified)" : states[n - verified - 1]!.op._tag
-          return `after operation ${n} ${op} (start ${stateAfter(n).start}, end ${stateAfter(n).end}): ${d.count} difference(s):\n    ${d.shown.join("\n    ")}`
-        }
-        fail(
-          "mismatch",
-          `the log (start ${o.start}, end ${o.end}, hw ${o.hw}, ${o.stored.length} stored batches) is not the ` +
-            `model after the last acknowledged operation ${acked} nor after the one in flight:\n  ` +
-            [acked + 1, acked]
-              .filter((n) => n >= verified)
-              .map(describe)
-              .join("\n  ")
-        )
-        break
-      }
-      if (ready !== undefined && p === acked + 1 && diffs(stateAfter(acked), o).count > 0) committedNotAcked++
-      for (let n = verified + 1; n <= p; n++) ops[states[n - verified - 1]!.op._tag]++
-      state = stateAfter(p)
-      verified = p
-    }
+          const observeStarted = performance.now()
+          const observed = yield* Effect.result(observe(backend, directory, epochOf(acked + 1) + 1))
+          observeMsTotal += performance.now() - observeStarted
+          if (observed._tag === "Failure") {
+            return violation(
+              "unreadable",
+              `opening or reading the log after the kill failed: ${observed.failure.message}`
+            )
+          }
+          const o = observed.success
+          // p is acked + 1 (committed, not yet acknowledged) or acked; a state equal to both is the later.
+          const p = [acked + 1, acked].find((n) => n >= verified && diffs(stateAfter(n), o).count === 0)
+          if (p === undefined) {
+            let behind: number | undefined
+            for (let n = acked - 1; n >= verified && behind === undefined; n--) {
+              if (sameFields(stateAfter(n), o) && diffs(stateAfter(n), o).count === 0) behind = n
+            }
+            if (behind !== undefined) {
+              return violation(
+                "acked-lost",
+                `the log is the model after operation ${behind}, but the child had finished ${acked}`
+              )
+            }
+            const describe = (n: number) => {
+              const d = diffs(stateAfter(n), o)
+              const op = n === verified ? "(verified)" : states[n - verified - 1]!.op._tag
+              return `after operation ${n} ${op} (start ${stateAfter(n).start}, end ${stateAfter(n).end}): ${d.count} difference(s):\n    ${d.shown.join("\n    ")}`
+            }
+            return violation(
+              "mismatch",
+              `the log (start ${o.start}, end ${o.end}, hw ${o.hw}, ${o.stored.length} stored batches) is not the ` +
+                `model after the last acknowledged operation ${acked} nor after the one in flight:\n  ` +
+                [acked + 1, acked]
+                  .filter((n) => n >= verified)
+                  .map(describe)
+                  .join("\n  ")
+            )
+          }
+          if (ready !== undefined && p === acked + 1 && diffs(stateAfter(acked), o).count > 0) committedNotAcked++
+          for (let n = verified + 1; n <= p; n++) ops[states[n - verified - 1]!.op._tag]++
+          state = stateAfter(p)
+          verified = p
+          return undefined
+        })
+    })
 
-    const wallMs = performance.now() - started
     const summary: Summary = {
       backend,
       runner: harness.runner.kind,
       seed,
-      rounds,
-      killsWhileLoading,
-      killsDuringOpen,
-      killsMidRun,
+      rounds: result.rounds,
+      ...result.kills,
       committedNotAcked,
       finalOp: verified,
       ops,
       finalLog: { start: state.start, end: state.end, batches: state.batches.length },
-      wallMs: Math.round(wallMs),
-      meanRoundMs: Math.round(wallMs / Math.max(1, rounds)),
-      meanSpawnToReadyMs: Math.round(readyMsTotal / Math.max(1, readyCount)),
-      meanObserveMs: Math.round(observeMsTotal / Math.max(1, rounds)),
-      ...(violation === undefined ? {} : { violation })
+      ...result.timing,
+      meanObserveMs: Math.round(observeMsTotal / Math.max(1, result.rounds)),
+      violation: result.violation
     }
     return summary
   }).pipe(Effect.scoped)
-
-const show = (s: Summary) => {
-  const { violation, ...rest } = s
-  return JSON.stringify(violation === undefined ? rest : { ...rest, violation: violation.message })
-}
 
 // ---------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------
 
-const timeout = (rounds: number) => 60_000 + rounds * 3_000
-
 describe("TabletLog crash consistency under kill -9", () => {
-  for (const backend of BACKENDS) {
-    it.live(
+  killTests({
+    name: "tablet log crash",
+    harness,
+    tornModes: TORN_MODES,
+    rounds: ROUNDS,
+    tornRounds: TORN_ROUNDS,
+    timeoutMs: (rounds) => 60_000 + rounds * 3_000,
+    rerun: rerun(SEED),
+    title: (backend) =>
       `${backend}: after every kill the log is the model up to the last operation acknowledged or the one after`,
-      () =>
-        Effect.gen(function* () {
-          console.log(`tablet log crash ${backend}: ${ROUNDS} kills, runner ${harness.runner.kind}, ${rerun(SEED)}`)
-          const s = yield* crashLoop({ backend, seed: SEED, rounds: ROUNDS, torn: undefined })
-          console.log(`tablet log crash ${show(s)}`)
-          const context = `${backend}, ${rerun(SEED)}\n${show(s)}`
-          if (s.violation !== undefined) assert.fail(`${s.violation.message}\n${context}`)
-          assert.strictEqual(s.rounds, ROUNDS, context)
-          assert.isTrue(s.finalOp >= MIN_FINAL_OP, `too little progress: final operation ${s.finalOp} (${context})`)
-          assert.isTrue(s.killsMidRun >= s.rounds / 2, `too few kills landed while the log was written (${context})`)
-          if (ROUNDS >= 20) {
-            for (const kind of OPERATION_KINDS) {
-              assert.isTrue(s.ops[kind] > 0, `no ${kind} operation was verified (${context})`)
-            }
-          }
-        }).pipe(Effect.mapError((e) => new Error(`${e.message}\n${backend}, ${rerun(SEED)}`))),
-      timeout(ROUNDS)
-    )
-  }
-
-  for (const backend of BACKENDS) {
-    for (const torn of TORN_MODES) {
-      it.live(
-        `${backend}: the checker catches a log that writes its batches apart from its fields (${torn})`,
-        () =>
-          Effect.gen(function* () {
-            const s = yield* crashLoop({ backend, seed: SEED, rounds: TORN_ROUNDS, torn })
-            console.log(`tablet log crash --torn=${torn} ${show(s)}`)
-            assert.isDefined(s.violation, `a torn log survived ${s.rounds} kills undetected (${rerun(SEED)})`)
-            assert.strictEqual(s.violation?.kind, "mismatch", `${s.violation?.message} (${rerun(SEED)})`)
-          }).pipe(Effect.mapError((e) => new Error(`${e.message}\n${backend}, ${rerun(SEED)}`))),
-        timeout(TORN_ROUNDS)
-      )
+    tornTitle: (backend, torn) =>
+      `${backend}: the checker catches a log that writes its batches apart from its fields (${torn})`,
+    tornChild: "log",
+    loop: (backend, rounds, torn) => crashLoop({ backend, seed: SEED, rounds, torn }),
+    progress: (s, context) => {
+      assert.strictEqual(s.rounds, ROUNDS, context)
+      assert.isTrue(s.finalOp >= MIN_FINAL_OP, `too little progress: final operation ${s.finalOp} (${context})`)
+      assert.isTrue(s.killsMidRun >= s.rounds / 2, `too few kills landed while the log was written (${context})`)
+      if (ROUNDS >= 20) {
+        for (const kind of OPERATION_KINDS) {
+          assert.isTrue(s.ops[kind] > 0, `no ${kind} operation was verified (${context})`)
+        }
+      }
     }
-  }
+  })
 })

@@ -17,11 +17,17 @@
  * As a module: the deterministic workload and the model the crash test replays (`step`), on the same
  * `LeaderEpochCache` functions the log uses for its epochs.
  */
-import { realpathSync } from "node:fs"
-import { pathToFileURL } from "node:url"
-import type { PartitionStore, StoreError, StoreShape } from "@strata/core"
-import { Effect, type Scope } from "effect"
-import { below, prng } from "../../../../scripts/test-support/prng.js"
+import type { PartitionStore, StoreError, StoreId } from "@strata/core"
+import { Effect } from "effect"
+import {
+  type BackendName,
+  type ChildArgs,
+  childMain,
+  openPartition,
+  report,
+  type StoreAdapter
+} from "../../../../scripts/test-support/crashChild.js"
+import { below, mix32, prng } from "../../../../scripts/test-support/prng.js"
 import * as Codec from "../../src/internal/batchCodec.js"
 import * as LeaderEpochCache from "../../src/LeaderEpochCache.js"
 import * as TabletLog from "../../src/TabletLog.js"
@@ -29,10 +35,6 @@ import * as TabletLog from "../../src/TabletLog.js"
 /** The partition store the log lives in, and the tablet it is the log of. */
 export const STORE_ID = { table: "tablet-crash", partition: 0 } as const
 export const TABLET = { table: "crash", bucket: 0 } as const
-
-/** The backends the crash test knows. */
-export type BackendName = "level" | "rocksdb"
-export const BACKENDS: ReadonlyArray<BackendName> = ["level", "rocksdb"]
 
 /** How a deliberately broken child splits each write of the log (see the module comment). */
 export type TornMode = "batches-first" | "fields-first"
@@ -46,18 +48,8 @@ export const MAX_VALUE_BYTES = 2048
 // The workload: operation n is a function of (seed, n) and the log's start and end
 // ---------------------------------------------------------------------------
 
-/** A 32-bit integer hash (lowbias32), to seed each operation's numbers from (seed, n). */
-const hash = (x: number): number => {
-  x >>>= 0
-  x ^= x >>> 16
-  x = Math.imul(x, 0x7feb352d)
-  x ^= x >>> 15
-  x = Math.imul(x, 0x846ca68b)
-  x ^= x >>> 16
-  return x >>> 0
-}
-
-const numbers = (seed: number, n: number, salt: number) => prng(hash(hash(seed ^ salt) ^ hash(n + 0x9e3779b9)))
+/** The random numbers of operation n, seeded from (seed, n) and a salt per use. */
+const numbers = (seed: number, n: number, salt: number) => prng(mix32(mix32(seed ^ salt) ^ mix32(n + 0x9e3779b9)))
 
 /** Fixed pseudo-random filler, so values do not compress away. */
 const FILLER = (() => {
@@ -220,13 +212,9 @@ export const step = (seed: number, n: number, s: State): { readonly op: Operatio
 // The child program
 // ---------------------------------------------------------------------------
 
-/** What the child needs of an adapter module. */
-interface AdapterModule {
-  readonly make: (options: { readonly directory: string }) => Effect.Effect<StoreShape, StoreError, Scope.Scope>
-}
-
-const loadAdapter = (name: BackendName): Promise<AdapterModule> =>
-  name === "level" ? import("@strata/store-adapters/level") : import("@strata/store-adapters/rocksdb")
+/** The adapter of `backend`, imported when first asked for (the other backend's driver stays unloaded). */
+export const loadAdapter = (backend: BackendName): Promise<StoreAdapter<StoreId, PartitionStore, StoreError>> =>
+  backend === "level" ? import("@strata/store-adapters/level") : import("@strata/store-adapters/rocksdb")
 
 /** How long a torn child waits between the two halves of a write: a kill lands there often, the self-test is quick. */
 const TORN_PAUSE_MS = 2
@@ -248,57 +236,26 @@ const tornStore = (store: PartitionStore, mode: TornMode): PartitionStore => {
   }
 }
 
-/** Pipes are written synchronously on Linux, so a line printed is a line the parent will read even after SIGKILL. */
-const say = (line: string) => Effect.sync(() => process.stdout.write(`${line}\n`))
-
-const run = (backend: BackendName, directory: string, seed: number, from: number, torn: TornMode | undefined) =>
+const run = ({ backend, directory, seed, numbers: { from }, torn }: ChildArgs<"from", TornMode>) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const adapter = yield* Effect.promise(() => loadAdapter(backend))
-      yield* say("opening")
-      const store = yield* adapter.make({ directory })
-      const partition = yield* store.open(STORE_ID)
+      const partition = yield* openPartition(() => loadAdapter(backend), directory, STORE_ID, report.opening)
       const log = yield* TabletLog.make(torn === undefined ? partition : tornStore(partition, torn), TABLET)
       const view = { start: yield* log.logStartOffset, end: yield* log.logEndOffset }
-      yield* say(`ready ${from} ${view.start} ${view.end} ${yield* log.highWatermark}`)
+      yield* report.ready(from, view.start, view.end, yield* log.highWatermark)
       for (let n = from; ; n++) {
         yield* apply(log, operation(seed, n, view))
         view.start = yield* log.logStartOffset
         view.end = yield* log.logEndOffset
-        yield* say(`w ${n}`)
+        yield* report.acked(n)
       }
     })
   )
 
-const main = (argv: ReadonlyArray<string>) => {
-  const [backend, directory, seedText, fromText, ...flags] = argv
-  const seed = Number(seedText)
-  const from = Number(fromText)
-  const torn = TORN_MODES.find((mode) => flags.length === 1 && flags[0] === `--torn=${mode}`)
-  if (
-    (backend !== "level" && backend !== "rocksdb") ||
-    directory === undefined ||
-    !Number.isSafeInteger(seed) ||
-    !Number.isSafeInteger(from) ||
-    from < 0 ||
-    (flags.length > 0 && torn === undefined)
-  ) {
-    process.stderr.write(
-      "usage: tabletLogChild.ts <level|rocksdb> <directory> <seed> <from> [--torn=batches-first|fields-first]\n"
-    )
-    process.exit(2)
-  }
-  Effect.runPromise(run(backend, directory, seed, from, torn)).then(
-    () => {
-      process.stderr.write("child: the operation loop ended\n")
-      process.exit(1)
-    },
-    (error: unknown) => {
-      process.stderr.write(`child: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
-      process.exit(1)
-    }
-  )
-}
-
-const entry = process.argv[1]
-if (entry !== undefined && pathToFileURL(realpathSync(entry)).href === import.meta.url) main(process.argv.slice(2))
+childMain(import.meta.url, {
+  program: "tabletLogChild.ts",
+  numbers: ["from"],
+  tornModes: TORN_MODES,
+  loopName: "operation loop",
+  loop: run
+})

@@ -14,11 +14,17 @@
  *
  * As a module: the deterministic batch generator the crash test replays. Batch n depends only on (seed, n).
  */
-import { realpathSync } from "node:fs"
-import { below, prng } from "../../../../scripts/test-support/prng.js"
-import { pathToFileURL } from "node:url"
-import type { StoreError, StoreOp, StoreShape } from "@strata/core"
-import { Effect, Option, type Scope } from "effect"
+import {
+  type BackendName,
+  type ChildArgs,
+  childMain,
+  openPartition,
+  report,
+  type StoreAdapter
+} from "../../../../scripts/test-support/crashChild.js"
+import { below, mix32, prng } from "../../../../scripts/test-support/prng.js"
+import type { PartitionStore, StoreError, StoreId, StoreOp } from "@strata/core"
+import { Effect, Option } from "effect"
 
 /** The partition store the workload writes. */
 export const STORE_ID = { table: "crash", partition: 0 } as const
@@ -36,21 +42,6 @@ const PUT_RATIO = 0.7
 /** How a deliberately broken child splits a batch (see the module comment). */
 export type TornMode = "offset-first" | "data-first"
 export const TORN_MODES: ReadonlyArray<TornMode> = ["offset-first", "data-first"]
-
-/** The backends the crash test knows. */
-export type BackendName = "level" | "rocksdb"
-export const BACKENDS: ReadonlyArray<BackendName> = ["level", "rocksdb"]
-
-/** A 32-bit integer hash with good avalanche (lowbias32). */
-export const mix32 = (x: number): number => {
-  x >>>= 0
-  x ^= x >>> 16
-  x = Math.imul(x, 0x7feb352d)
-  x ^= x >>> 15
-  x = Math.imul(x, 0x846ca68b)
-  x ^= x >>> 16
-  return x >>> 0
-}
 
 /** The bytes of key number `k`. */
 export const keyBytes = (k: number): Buffer => Buffer.from(`k${String(k).padStart(4, "0")}`, "latin1")
@@ -99,27 +90,17 @@ export const batch = (seed: number, n: number): Array<StoreOp> => {
   return ops
 }
 
-/** What the child needs of an adapter module. */
-interface AdapterModule {
-  readonly make: (options: { readonly directory: string }) => Effect.Effect<StoreShape, StoreError, Scope.Scope>
-}
+/** The adapter of `backend`, imported when first asked for (the other backend's driver stays unloaded). */
+export const loadAdapter = (backend: BackendName): Promise<StoreAdapter<StoreId, PartitionStore, StoreError>> =>
+  backend === "level" ? import("@strata/store-adapters/level") : import("@strata/store-adapters/rocksdb")
 
-const loadAdapter = (name: BackendName): Promise<AdapterModule> =>
-  name === "level" ? import("@strata/store-adapters/level") : import("@strata/store-adapters/rocksdb")
-
-/** Pipes are written synchronously on Linux, so a line printed is a line the parent will read even after SIGKILL. */
-const say = (line: string) => Effect.sync(() => process.stdout.write(`${line}\n`))
-
-const run = (backend: BackendName, directory: string, seed: number, torn: TornMode | undefined) =>
+const run = ({ backend, directory, seed, torn }: ChildArgs<never, TornMode>) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const adapter = yield* Effect.promise(() => loadAdapter(backend))
-      yield* say("opening")
-      const store = yield* adapter.make({ directory })
-      const partition = yield* store.open(STORE_ID)
+      const partition = yield* openPartition(() => loadAdapter(backend), directory, STORE_ID, report.opening)
       const persisted = yield* partition.persistedOffset(CHANGELOG)
       let n = Option.match(persisted, { onNone: () => 0, onSome: (p) => p + 1 })
-      yield* say(`ready ${n}`)
+      yield* report.ready(n)
       for (;;) {
         const ops = batch(seed, n)
         if (torn === "offset-first") {
@@ -131,36 +112,16 @@ const run = (backend: BackendName, directory: string, seed: number, torn: TornMo
         } else {
           yield* partition.write(ops, { offsets: [{ ...CHANGELOG, offset: n }] })
         }
-        yield* say(`w ${n}`)
+        yield* report.acked(n)
         n++
       }
     })
   )
 
-const main = (argv: ReadonlyArray<string>) => {
-  const [backend, directory, seedText, ...flags] = argv
-  const seed = Number(seedText)
-  const torn = TORN_MODES.find((mode) => flags.length === 1 && flags[0] === `--torn=${mode}`)
-  if (
-    (backend !== "level" && backend !== "rocksdb") ||
-    directory === undefined ||
-    !Number.isSafeInteger(seed) ||
-    (flags.length > 0 && torn === undefined)
-  ) {
-    process.stderr.write("usage: child.ts <level|rocksdb> <directory> <seed> [--torn=offset-first|data-first]\n")
-    process.exit(2)
-  }
-  Effect.runPromise(run(backend, directory, seed, torn)).then(
-    () => {
-      process.stderr.write("child: the write loop ended\n")
-      process.exit(1)
-    },
-    (error: unknown) => {
-      process.stderr.write(`child: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
-      process.exit(1)
-    }
-  )
-}
-
-const entry = process.argv[1]
-if (entry !== undefined && pathToFileURL(realpathSync(entry)).href === import.meta.url) main(process.argv.slice(2))
+childMain(import.meta.url, {
+  program: "child.ts",
+  numbers: [],
+  tornModes: TORN_MODES,
+  loopName: "write loop",
+  loop: run
+})
