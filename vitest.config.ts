@@ -17,7 +17,10 @@ export default defineConfig({
           name: "unit",
           include: ["packages/*/test/**/*.test.ts", "apps/*/test/**/*.test.ts"],
           exclude: ["**/*.int.test.ts", "**/node_modules/**"],
-          testTimeout: 30_000
+          testTimeout: 30_000,
+          // The unit project (the CPU-bound simulators among it) runs before the real-server tests, not beside
+          // them: on a 2-core machine the two together starved the servers' timeouts.
+          sequence: { groupOrder: 0 }
         }
       },
       {
@@ -29,7 +32,8 @@ export default defineConfig({
           globalSetup: ["./scripts/vitest-services.ts"],
           testTimeout: 120_000,
           hookTimeout: 300_000,
-          fileParallelism: false
+          fileParallelism: false,
+          sequence: { groupOrder: 1 }
         }
       }
     ]
