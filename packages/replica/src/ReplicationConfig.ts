@@ -42,19 +42,19 @@ export const ReplicationConfig = Schema.Struct({
     if (c.minInsyncReplicas > c.replicationFactor) {
       issues.push({
         path: ["minInsyncReplicas"],
-        issue: `must be at most replicationFactor (${c.replicationFactor}): no append could ever be acknowledged`
+        issue: `${c.minInsyncReplicas} must be at most replicationFactor (${c.replicationFactor}): no append could ever be acknowledged`
       })
     }
     if (c.sessionTimeoutMs >= c.replicaLagTimeMaxMs) {
       issues.push({
         path: ["replicaLagTimeMaxMs"],
-        issue: `must be above sessionTimeoutMs (${c.sessionTimeoutMs}): a leader would drop its followers from the ISR before a dead leader's session ends`
+        issue: `${c.replicaLagTimeMaxMs} must be above sessionTimeoutMs (${c.sessionTimeoutMs}): a leader would drop its followers from the ISR before a dead leader's session ends`
       })
     }
     if (c.fetchMaxWaitMs * 2 >= c.replicaLagTimeMaxMs) {
       issues.push({
         path: ["fetchMaxWaitMs"],
-        issue: `must be below half of replicaLagTimeMaxMs (${c.replicaLagTimeMaxMs}): a caught-up follower waiting on a fetch would look lagging`
+        issue: `${c.fetchMaxWaitMs} must be below half of replicaLagTimeMaxMs (${c.replicaLagTimeMaxMs}): a caught-up follower waiting on a fetch would look lagging`
       })
     }
     return issues
@@ -92,11 +92,22 @@ export class InvalidReplicaOptions extends Schema.TaggedError<InvalidReplicaOpti
 }
 
 /**
+ * The error for options a schema refused (a rule broken by a default names the key as `unset`: its value is in the
+ * detail).
+ *
+ * @since 0.1.0
+ */
+export const invalidOptions = (bad: readonly [OptionSchemas.BadOption, ...Array<OptionSchemas.BadOption>]) => {
+  const first = OptionSchemas.summary(bad)
+  return new InvalidReplicaOptions({ ...first, value: first.value === "undefined" ? "unset" : first.value })
+}
+
+/**
  * Decodes and checks the settings.
  *
  * @since 0.1.0
  */
 export const decode = (input: unknown): Effect.Effect<ReplicationConfig, InvalidReplicaOptions> =>
   OptionSchemas.decodeOptions(ReplicationConfig, { exact: true })(input).pipe(
-    Effect.mapError((bad) => new InvalidReplicaOptions(OptionSchemas.summary(bad)))
+    Effect.mapError(invalidOptions)
   )

@@ -616,7 +616,7 @@ export const make = (
 ): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store | Peers> =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerOptions, { exact: true })(options).pipe(
-      Effect.mapError((bad) => new ReplicationConfig.InvalidReplicaOptions(OptionSchemas.summary(bad)))
+      Effect.mapError(ReplicationConfig.invalidOptions)
     )
     const scope = yield* Effect.scope
     const server: Server = {
