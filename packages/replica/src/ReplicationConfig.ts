@@ -108,6 +108,4 @@ export const invalidOptions = (bad: readonly [OptionSchemas.BadOption, ...Array<
  * @since 0.1.0
  */
 export const decode = (input: unknown): Effect.Effect<ReplicationConfig, InvalidReplicaOptions> =>
-  OptionSchemas.decodeOptions(ReplicationConfig, { exact: true })(input).pipe(
-    Effect.mapError(invalidOptions)
-  )
+  OptionSchemas.decodeOptions(ReplicationConfig, { exact: true })(input).pipe(Effect.mapError(invalidOptions))
