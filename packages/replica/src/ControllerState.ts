@@ -258,8 +258,11 @@ const changes = (state: State): Changes => ({
   unclean: 0
 })
 
-/** Records a tablet's new state: its write, and the LeaderAndIsr every live replica gets once it is written. */
-const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet) => {
+/**
+ * Records a tablet's new state: its write, and (unless `notify` is false) the LeaderAndIsr every live replica gets
+ * once it is written.
+ */
+const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet, notify = true) => {
   const registrations: Record<string, number> = {}
   for (const s of next.leaderAndIsr.isr) {
     const life = state.registrations.get(s) ?? before?.registrations?.[String(s)]
@@ -280,7 +283,7 @@ const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet)
     tablet: stored,
     expectedVersion: before === undefined ? null : before.leaderAndIsr.version
   })
-  c.notify.push(stored)
+  if (notify) c.notify.push(stored)
   return stored
 }
 
@@ -558,9 +561,8 @@ export const step = (state: State, input: Input): Step => {
         return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
       }
       const c = changes(state)
-      const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } })
       // The leader learns from the reply; the followers need not hear of it.
-      c.notify.length = 0
+      const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } }, false)
       c.after.push({
         _tag: "Reply",
         requestId: input.requestId,

@@ -721,19 +721,18 @@ describe("ControllerState registrations (KIP-903)", () => {
     registrations
   })
   const fresh = ControllerState.make({ uncleanLeaderElection: false })
-
-  it("a leader registered again while no controller ran is replaced by an ISR member that is not", () => {
-    const [state, commands] = ControllerState.step(fresh, {
+  /** A new controller's start with these servers' registrations (all live) and one stored tablet. */
+  const startWith = (registrations: Record<number, number>, tablet: ReturnType<typeof stored>) =>
+    ControllerState.step(fresh, {
       _tag: "Started",
       coordinatorEpoch: 2,
-      live: [1, 2, 3],
-      registrations: [
-        [1, 50],
-        [2, 11],
-        [3, 12]
-      ],
-      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
+      live: Object.keys(registrations).map(Number),
+      registrations: Object.entries(registrations).map(([s, r]) => [Number(s), r] as const),
+      tablets: [tablet]
     })
+
+  it("a leader registered again while no controller ran is replaced by an ISR member that is not", () => {
+    const [state, commands] = startWith({ 1: 50, 2: 11, 3: 12 }, stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 }))
     const t = state.tablets.get("orders/0")!
     assert.strictEqual(t.leaderAndIsr.leader, 2)
     assert.strictEqual(t.leaderAndIsr.leaderEpoch, 5)
@@ -743,56 +742,18 @@ describe("ControllerState registrations (KIP-903)", () => {
   })
 
   it("a follower registered again leaves the ISR; the same life keeps its place", () => {
-    const [started] = ControllerState.step(fresh, {
-      _tag: "Started",
-      coordinatorEpoch: 2,
-      live: [1, 2],
-      registrations: [
-        [1, 10],
-        [2, 11]
-      ],
-      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
-    })
+    const [started] = startWith({ 1: 10, 2: 11 }, stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 }))
     // Server 3 was down at the start (kept out of the ISR), then comes back: no change for the ISR it is not in.
     assert.deepStrictEqual(started.tablets.get("orders/0")!.leaderAndIsr.isr, [1, 2])
-    const [same] = ControllerState.step(fresh, {
-      _tag: "Started",
-      coordinatorEpoch: 2,
-      live: [1, 2, 3],
-      registrations: [
-        [1, 10],
-        [2, 11],
-        [3, 12]
-      ],
-      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
-    })
+    const [same] = startWith({ 1: 10, 2: 11, 3: 12 }, stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 }))
     assert.deepStrictEqual(same.tablets.get("orders/0")!.leaderAndIsr.isr, [1, 2, 3])
-    const [renewed] = ControllerState.step(fresh, {
-      _tag: "Started",
-      coordinatorEpoch: 2,
-      live: [1, 2, 3],
-      registrations: [
-        [1, 10],
-        [2, 11],
-        [3, 99]
-      ],
-      tablets: [stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 })]
-    })
+    const [renewed] = startWith({ 1: 10, 2: 11, 3: 99 }, stored(1, [1, 2, 3], { "1": 10, "2": 11, "3": 12 }))
     const t = renewed.tablets.get("orders/0")!
     assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.leaderEpoch, t.leaderAndIsr.isr], [1, 4, [1, 2]])
   })
 
   it("when every ISR member is a new life, the first of them leads (its log is the best there is)", () => {
-    const [state] = ControllerState.step(fresh, {
-      _tag: "Started",
-      coordinatorEpoch: 2,
-      live: [1, 2],
-      registrations: [
-        [1, 50],
-        [2, 60]
-      ],
-      tablets: [stored(1, [1], { "1": 10 })]
-    })
+    const [state] = startWith({ 1: 50, 2: 60 }, stored(1, [1], { "1": 10 }))
     const t = state.tablets.get("orders/0")!
     assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.isr, t.state], [1, [1], "OnlineTablet"])
   })
