@@ -65,9 +65,13 @@ export const TabletInstruction = Schema.Struct({
 /** @see TabletInstruction */
 export type TabletInstruction = typeof TabletInstruction.Type
 
-/** The coordinator's instructions to one tablet server. */
+/**
+ * The coordinator's instructions to one tablet server. `registration`: the registration (life) of the server they
+ * are for; a server registered otherwise — a restart of it, or not registered yet — refuses them (KIP-380).
+ */
 export const LeaderAndIsrRequest = Schema.Struct({
   coordinatorEpoch: Epoch,
+  registration: Schema.optional(Schema.Int),
   tablets: Schema.Array(TabletInstruction)
 }).annotate({ identifier: "LeaderAndIsrRequest" })
 /** @see LeaderAndIsrRequest */
@@ -122,6 +126,8 @@ export type ReadResult = typeof ReadResult.Type
 export const FetchRequest = Schema.Struct({
   tablet: TabletId,
   follower: ServerId,
+  /** The follower's current registration: an ISR expansion names it, so that one for an ended life is refused. */
+  registration: Schema.optional(Schema.Int),
   leaderEpoch: Epoch,
   offset: Offset,
   maxBytes: Count
@@ -162,10 +168,28 @@ export const EndOffsetResult = Schema.Struct({
 /** @see EndOffsetResult */
 export type EndOffsetResult = typeof EndOffsetResult.Type
 
+/** The controller's question to a candidate leader: how far does your log of `tablet` go? */
+export const LogEndRequest = Schema.Struct({
+  tablet: TabletId
+}).annotate({ identifier: "LogEndRequest" })
+/** @see LogEndRequest */
+export type LogEndRequest = typeof LogEndRequest.Type
+
+/** A replica's log end and the latest leader epoch in its log (`null`: it holds no batch of any epoch). */
+export const LogEndResult = Schema.Struct({
+  lastEpoch: Schema.NullOr(Epoch),
+  logEndOffset: Offset
+}).annotate({ identifier: "LogEndResult" })
+/** @see LogEndResult */
+export type LogEndResult = typeof LogEndResult.Type
+
 /** The `ReplicaManager` service shape (one per tablet server). */
 export interface ReplicaManagerShape {
   readonly serverId: ServerId
-  /** Applies the coordinator's instructions; a coordinator epoch below the highest seen fails with `FencedEpoch`. */
+  /**
+   * Applies the coordinator's instructions; a coordinator epoch below the highest seen, or a registration that is not
+   * this server's current one, fails with `FencedEpoch`.
+   */
   readonly leaderAndIsr: (request: LeaderAndIsrRequest) => Effect.Effect<void, ReplicaError>
   /** Appends on the tablet's leader, returning once the records are held as `acks` asks. */
   readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError>
@@ -175,6 +199,8 @@ export interface ReplicaManagerShape {
   readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError>
   /** Answers a follower's end-offset question on the leader. */
   readonly endOffsetForEpoch: (request: EndOffsetRequest) => Effect.Effect<EndOffsetResult, ReplicaError>
+  /** This server's log of `tablet` as its store holds it (opening it if no instruction has yet). */
+  readonly logEnd: (request: LogEndRequest) => Effect.Effect<LogEndResult, ReplicaError>
   /** The state of this server's replica of `tablet`. */
   readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError>
 }

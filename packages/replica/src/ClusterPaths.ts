@@ -7,11 +7,12 @@
  * @since 0.1.0
  */
 import {
-  type CoordinationError,
+  CoordinationError,
   CoordinationPaths,
   type CoordinationShape,
   Epoch,
   LeaderAndIsr,
+  NoNode,
   ServerId,
   type Session,
   TabletId
@@ -57,7 +58,8 @@ export const StoredTablet = Schema.Struct({
   replicas: Schema.Array(ServerId),
   state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet"]),
   leaderAndIsr: LeaderAndIsr,
-  registrations: Schema.optional(Schema.Record(Schema.String, Schema.Int))
+  registrations: Schema.optional(Schema.Record(Schema.String, Schema.Int)),
+  eligible: Schema.optional(Schema.Array(ServerId))
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)
@@ -117,6 +119,7 @@ export const Registration = Schema.Struct({
 /**
  * Registers tablet server `id` under `paths` for as long as `session` lives (an ephemeral node). A registration of
  * another session fails with `NodeExists`; one of this session's own (a create whose answer was lost) is kept.
+ * Returns the registration's creation order: the controller addresses this life of the server by it.
  *
  * @since 0.1.0
  */
@@ -125,10 +128,10 @@ export const register = (
   paths: ClusterPaths,
   id: ServerId,
   registration: typeof Registration.Type
-): Effect.Effect<void, CoordinationError> => {
+): Effect.Effect<number, CoordinationError> => {
   const path = paths.server(id)
   const data = encoder.encode(Schema.encodeSync(Schema.fromJsonString(Registration))(registration))
-  return session.create(path, data, { mode: "ephemeral", createParents: true }).pipe(
+  const created = session.create(path, data, { mode: "ephemeral", createParents: true }).pipe(
     Effect.asVoid,
     Effect.catchIf(
       (e) => e.reason._tag === "NodeExists",
@@ -136,6 +139,14 @@ export const register = (
         Effect.flatMap(session.exists(path), (stat) =>
           stat._tag === "Some" && stat.value.ephemeralOwner === session.id ? Effect.void : Effect.fail(e)
         )
+    )
+  )
+  // The node's creation order is the registration the controller addresses this life by.
+  return Effect.andThen(created, () =>
+    Effect.flatMap(session.exists(path), (stat) =>
+      stat._tag === "Some" && stat.value.ephemeralOwner === session.id
+        ? Effect.succeed(stat.value.createdOrder)
+        : Effect.fail(new CoordinationError({ reason: new NoNode({ path }) }))
     )
   )
 }
@@ -158,10 +169,13 @@ export const keepRegistered = (
     /** The first registration's epoch; each later one adds one. */
     readonly firstEpoch: number
     readonly retryBackoffMs: number
+    /** Told each registration as it is made (its creation order), and `undefined` when its session ends. */
+    readonly onRegistered?: (registration: number | undefined) => Effect.Effect<void>
   }
 ): Effect.Effect<never> =>
   Effect.gen(function* () {
     let epoch = options.firstEpoch
+    const told = (registration: number | undefined) => options.onRegistered?.(registration) ?? Effect.void
     const backoff = Schedule.spaced(Duration.millis(options.retryBackoffMs))
     while (true) {
       const registration = {
@@ -174,18 +188,22 @@ export const keepRegistered = (
           const session = yield* coordination.session({ timeout: options.sessionTimeout })
           // Another session's registration (this server's previous life) goes when that session expires; a lost
           // connection may come back. Anything else ends this session's attempt.
-          yield* register(session, paths, id, registration).pipe(
+          const order = yield* register(session, paths, id, registration).pipe(
             Effect.retry({
               schedule: backoff,
               while: (e) => e.reason._tag === "NodeExists" || e.reason._tag === "ConnectionLoss"
             })
           )
+          yield* told(order)
           yield* session.changes.pipe(
             Stream.filter((state) => state === "expired" || state === "closed"),
             Stream.runHead
           )
         })
-      ).pipe(Effect.catch(() => Effect.sleep(Duration.millis(options.retryBackoffMs))))
+      ).pipe(
+        Effect.catch(() => Effect.sleep(Duration.millis(options.retryBackoffMs))),
+        Effect.ensuring(told(undefined))
+      )
     }
   })
 

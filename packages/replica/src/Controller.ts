@@ -16,6 +16,8 @@ import {
   type CoordinationError,
   type Leadership,
   type LeaderAndIsrRequest,
+  type LogEndRequest,
+  type LogEndResult,
   type ReplicaError,
   type ServerId,
   type Session,
@@ -23,13 +25,14 @@ import {
   type TabletInstruction,
   tabletKey
 } from "@strata/core"
-import { Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
+import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as ControllerState from "./ControllerState.js"
 import type { PeerUnreachable } from "./Peers.js"
 
 /**
- * How the controller reaches tablet servers.
+ * How the controller reaches tablet servers. Each call ends within the transport's timeout (`PeerUnreachable`
+ * then): the controller retries, and must not wait forever on a server that went away.
  *
  * @since 0.1.0
  */
@@ -38,6 +41,11 @@ export interface TabletServersShape {
     server: ServerId,
     request: LeaderAndIsrRequest
   ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
+  /** Asks a server how far its log of a tablet goes (a candidate leader, before an election decides). */
+  readonly logEnd: (
+    server: ServerId,
+    request: LogEndRequest
+  ) => Effect.Effect<LogEndResult, ReplicaError | PeerUnreachable>
 }
 
 /**
@@ -72,7 +80,9 @@ export interface ControllerOptions {
   readonly namespace: string
   readonly uncleanLeaderElection: boolean
   readonly minInsyncReplicas: number
-  /** The pause between deliveries of an unanswered LeaderAndIsr. */
+  /** How a leader is chosen among the live ISR members (`first-in-isr`, the default, or `largest-log-end`). */
+  readonly leaderElection?: "first-in-isr" | "largest-log-end"
+  /** The pause between deliveries of an unanswered LeaderAndIsr, and between questions to a candidate. */
   readonly retryBackoffMs: number
   /** Gives up the coordinator's leadership (the machine resigned). */
   readonly resign: Effect.Effect<void>
@@ -106,6 +116,8 @@ interface Outbox {
   readonly pending: Map<string, TabletInstruction>
   wake: Deferred.Deferred<void>
   live: boolean
+  /** The server's registration the instructions are for, when known. */
+  registration: number | undefined
 }
 
 /** Reads every tablet from coordination. */
@@ -150,6 +162,7 @@ export const make = (
     let state = ControllerState.make({
       uncleanLeaderElection: options.uncleanLeaderElection,
       minInsyncReplicas: options.minInsyncReplicas,
+      ...(options.leaderElection === undefined ? {} : { leaderElection: options.leaderElection }),
       ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
     })
     const inbox = yield* Queue.unbounded<ControllerState.Input>()
@@ -180,13 +193,26 @@ export const make = (
         const tablets = [...box.pending.values()]
         box.pending.clear()
         if (!box.live || tablets.length === 0) return
+        const registration = box.registration
+        const request = { coordinatorEpoch: epoch, ...(registration === undefined ? {} : { registration }), tablets }
         const sent = yield* leadership.guard.pipe(
-          Effect.andThen(servers.leaderAndIsr(server, { coordinatorEpoch: epoch, tablets })),
+          Effect.andThen(servers.leaderAndIsr(server, request)),
           Effect.as(true),
           Effect.catch((e) =>
-            e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch"
+            // A newer coordinator: this one's instructions are over. Another registration: the server is between
+            // lives, and the watch will tell.
+            e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch" && e.reason.resource === "coordinator"
               ? Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), true)
               : Effect.as(Effect.sleep(options.retryBackoffMs), false)
+          ),
+          // A defect of the transport must not end this server's deliveries.
+          Effect.catchCause((cause) =>
+            Cause.hasInterruptsOnly(cause)
+              ? Effect.failCause(cause)
+              : Effect.logError(`delivering to server ${server}`, cause).pipe(
+                  Effect.andThen(Effect.sleep(options.retryBackoffMs)),
+                  Effect.as(false)
+                )
           )
         )
         if (sent || !box.live) return
@@ -202,7 +228,7 @@ export const make = (
       Effect.gen(function* () {
         const known = outboxes.get(server)
         if (known !== undefined) return known
-        const box: Outbox = { pending: new Map(), wake: Deferred.makeUnsafe(), live: true }
+        const box: Outbox = { pending: new Map(), wake: Deferred.makeUnsafe(), live: true, registration: undefined }
         outboxes.set(server, box)
         yield* Effect.forkIn(deliver(server, box), scope)
         return box
@@ -232,6 +258,7 @@ export const make = (
             case "Send": {
               const box = yield* outboxOf(command.server)
               box.live = true
+              box.registration = command.registration
               for (const t of command.tablets) box.pending.set(tabletKey(t.tablet), t)
               yield* Deferred.succeed(box.wake, undefined)
               break
@@ -240,6 +267,17 @@ export const make = (
               const reply = replies.get(command.requestId)
               replies.delete(command.requestId)
               if (reply !== undefined) yield* Deferred.succeed(reply, command.reply)
+              break
+            }
+            case "AskLogEnd": {
+              // The answer comes back as an input; a failed question after the backoff, as no answer.
+              const { server, tablet, round } = command
+              const answer = servers.logEnd(server, { tablet }).pipe(
+                Effect.map((end): ControllerState.LogEnd | null => end),
+                Effect.catchCause(() => Effect.as(Effect.sleep(options.retryBackoffMs), null)),
+                Effect.flatMap((logEnd) => Queue.offer(inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))
+              )
+              yield* Effect.forkIn(answer, scope)
               break
             }
             case "Log":
@@ -311,7 +349,23 @@ export const make = (
         Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
       )
     )
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(inbox), feed)))
+    // A defect in a step leaves the machine's state unknown: the controller resigns rather than go on without it.
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.flatMap(Queue.take(inbox), feed)).pipe(
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.failCause(cause)
+            : Effect.logError("controller: a step failed", cause).pipe(
+                Effect.andThen(
+                  Effect.suspend(() => {
+                    state = { ...state, resigned: true }
+                    return run([{ _tag: "Resign", reason: `a step failed: ${Cause.pretty(cause)}` }])
+                  })
+                )
+              )
+        )
+      )
+    )
 
     const ask = (input: (requestId: number) => ControllerState.Input) =>
       Effect.gen(function* () {

@@ -1,7 +1,9 @@
 /**
  * The controller: the coordinator leader's view of every tablet, as a pure function (Fluss's
  * `TableBucketStateMachine` and `ReplicaStateMachine`, with Kafka's fixes: KIP-841's ISR eligibility, leader
- * election from the live ISR only unless unclean election is enabled).
+ * election from the live ISR only unless unclean election is enabled, KIP-903's registrations, KIP-966's eligible
+ * leader replicas and its recovery: when no ISR member is the life it was, every candidate is asked for its log end
+ * and the one going furthest leads).
  *
  * `step(state, input)` returns the next state and the commands the coordinator's shell executes in order: write a
  * tablet's leader and ISR to coordination (the election's epoch-checked write: a deposed coordinator's write fails),
@@ -20,6 +22,8 @@
  * | OnlineTablet | its leader died, no live ISR member | OfflineTablet |
  * | OfflineTablet | an ISR member came up | OnlineTablet |
  * | OfflineTablet | a replica came up, unclean election enabled | OnlineTablet |
+ * | OnlineTablet | its leader died, candidates to ask | OfflineTablet |
+ * | OfflineTablet | the last candidate answered | OnlineTablet |
  * <!-- /transitions -->
  *
  * Every leader change bumps the leader epoch; every write bumps the tablet's version (its compare-and-set version
@@ -54,6 +58,12 @@ export interface Tablet {
    * registered again since — restarted, perhaps without what it had not flushed — is not the member it was.
    */
   readonly registrations?: Readonly<Record<string, number>> | undefined
+  /**
+   * Eligible leader replicas (KIP-966): members that left the ISR while it was smaller than `minInsyncReplicas`.
+   * The high watermark cannot have moved since, so they hold every acknowledged record, and are candidates when no
+   * ISR member is the life it was.
+   */
+  readonly eligible?: ReadonlyArray<ServerId> | undefined
 }
 
 /**
@@ -66,6 +76,11 @@ export interface Options {
   readonly uncleanLeaderElection: boolean
   /** Tablets must have at least this many replicas (default 1). */
   readonly minInsyncReplicas?: number
+  /**
+   * How a leader is chosen among the live ISR members: the first in assignment order (the default), or the one whose
+   * log goes furthest (asked first: fewer records that were not yet acknowledged are truncated away).
+   */
+  readonly leaderElection?: "first-in-isr" | "largest-log-end"
   /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
   readonly skipIsrEligibility?: boolean
 }
@@ -86,8 +101,38 @@ export interface State {
   readonly shuttingDown: ReadonlySet<ServerId>
   readonly tablets: ReadonlyMap<string, Tablet>
   readonly uncleanElections: number
+  /** Elections waiting for their candidates' log ends, by tablet key. */
+  readonly elections: ReadonlyMap<string, Election>
+  /** The next election's round: an answer names its round, so that one of an abandoned election is dropped. */
+  readonly nextRound: number
   /** Set once the controller gave up (a write failed): it ignores every input after. */
   readonly resigned: boolean
+}
+
+/**
+ * A replica's log end as a candidate leader reports it: its latest leader epoch and where its log ends.
+ *
+ * @since 0.1.0
+ */
+export interface LogEnd {
+  readonly lastEpoch: Epoch | null
+  readonly logEndOffset: number
+}
+
+/**
+ * An election waiting for its candidates' log ends.
+ *
+ * - `recovery`: no ISR member is the life it was (each restarted, perhaps losing what it had not flushed), so the
+ *   best log among the ISR and eligible members leads: every one of them must answer.
+ * - `largest`: the `largest-log-end` option among live ISR members; one that cannot answer is passed over.
+ *
+ * @since 0.1.0
+ */
+export interface Election {
+  readonly round: number
+  readonly kind: "recovery" | "largest"
+  readonly candidates: ReadonlyArray<ServerId>
+  readonly answers: ReadonlyMap<ServerId, LogEnd | null>
 }
 
 /**
@@ -102,7 +147,11 @@ export type IsrRejection =
   /** The leader's version is stale; `leaderAndIsr` is the tablet's current state, for it to adopt. */
   | { readonly _tag: "InvalidVersion"; readonly current: number; readonly leaderAndIsr: LeaderAndIsr }
   | { readonly _tag: "InvalidIsr"; readonly detail: string }
-  | { readonly _tag: "IneligibleReplica"; readonly server: ServerId; readonly why: "offline" | "shutting down" }
+  | {
+      readonly _tag: "IneligibleReplica"
+      readonly server: ServerId
+      readonly why: "offline" | "shutting down" | "registered again"
+    }
 
 /**
  * What the shell feeds, one at a time.
@@ -113,6 +162,7 @@ export type IsrRejection =
  * - `AdjustIsr`: a leader asks to change its tablet's ISR (`version`: the tablet version it knows).
  * - `ControlledShutdown`: a server asks to stop; leadership moves off it first.
  * - `WriteFailed`: a write of the previous step failed (fenced, or its outcome unknown).
+ * - `LogEnd`: a candidate's answer to `AskLogEnd` (`null`: it could not be asked).
  *
  * @since 0.1.0
  */
@@ -140,9 +190,21 @@ export type Input =
       readonly leaderEpoch: Epoch
       readonly version: number
       readonly isr: ReadonlyArray<ServerId>
+      /**
+       * The registrations the followers fetched under (KIP-903): a member added under a registration that is not
+       * its current one (it restarted since, perhaps losing writes) is refused.
+       */
+      readonly registrations?: ReadonlyArray<readonly [ServerId, number]>
     }
   | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
   | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
+  | {
+      readonly _tag: "LogEnd"
+      readonly tablet: TabletId
+      readonly round: number
+      readonly server: ServerId
+      readonly logEnd: LogEnd | null
+    }
 
 /**
  * One tablet's instruction in a LeaderAndIsr request.
@@ -186,9 +248,12 @@ export type AdjustIsrReply = Extract<Reply, { readonly _tag: "IsrAdjusted" | "Is
  *
  * - `Write`: store the tablet in coordination, fenced by the coordinator epoch; `expectedVersion` `null` creates
  *   it. A failure is fed back as `WriteFailed`, and the step's later commands are not run.
- * - `Send`: a LeaderAndIsr request to one server, carrying the coordinator epoch (delivered until the server
+ * - `Send`: a LeaderAndIsr request to one server, carrying the coordinator epoch and the server's registration
+ *   when known (so that another life of the server refuses it) (delivered until the server
  *   answers or leaves).
  * - `Reply`: answer request `requestId`.
+ * - `AskLogEnd`: ask a candidate leader for its log end; the answer is fed back as `LogEnd` (after the backoff when
+ *   it could not be asked).
  * - `Log`: one greppable line.
  * - `Resign`: give up the controller (the coordinator steps down).
  *
@@ -199,10 +264,12 @@ export type Command =
   | {
       readonly _tag: "Send"
       readonly server: ServerId
+      readonly registration?: number
       readonly coordinatorEpoch: Epoch
       readonly tablets: ReadonlyArray<TabletInstruction>
     }
   | { readonly _tag: "Reply"; readonly requestId: number; readonly reply: Reply }
+  | { readonly _tag: "AskLogEnd"; readonly server: ServerId; readonly tablet: TabletId; readonly round: number }
   | { readonly _tag: "Log"; readonly level: "info" | "warn"; readonly message: string }
   | { readonly _tag: "Resign"; readonly reason: string }
 
@@ -226,6 +293,8 @@ export const make = (options: Options): State => ({
   shuttingDown: new Set(),
   tablets: new Map(),
   uncleanElections: 0,
+  elections: new Map(),
+  nextRound: 0,
   resigned: false
 })
 
@@ -247,6 +316,8 @@ interface Changes {
   /** Tablets whose new state every live replica must hear. */
   readonly notify: Array<Tablet>
   readonly after: Array<Command>
+  readonly elections: Map<string, Election>
+  nextRound: number
   unclean: number
 }
 
@@ -255,22 +326,37 @@ const changes = (state: State): Changes => ({
   writes: [],
   notify: [],
   after: [],
+  elections: new Map(state.elections),
+  nextRound: state.nextRound,
   unclean: 0
 })
 
 /**
  * Records a tablet's new state: its write, and (unless `notify` is false) the LeaderAndIsr every live replica gets
- * once it is written.
+ * once it is written. An ISR member keeps the registration it joined with — a restart since is noticed, however
+ * many writes later — except the `confirmed` (a leader just elected by its log's answer): they, and members new to
+ * the ISR, are recorded as they are registered now.
  */
-const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet, notify = true) => {
+const put = (
+  state: State,
+  c: Changes,
+  before: Tablet | undefined,
+  next: Tablet,
+  notify = true,
+  confirmed: ReadonlyArray<ServerId> = []
+) => {
   const registrations: Record<string, number> = {}
   for (const s of next.leaderAndIsr.isr) {
-    const life = state.registrations.get(s) ?? before?.registrations?.[String(s)]
+    const kept = before?.leaderAndIsr.isr.includes(s) && !confirmed.includes(s)
+    const life = kept
+      ? (before?.registrations?.[String(s)] ?? state.registrations.get(s))
+      : (state.registrations.get(s) ?? before?.registrations?.[String(s)])
     if (life !== undefined) registrations[String(s)] = life
   }
   const stored: Tablet = {
     ...next,
     registrations,
+    eligible: next.eligible === before?.eligible ? eligibleAfter(state, before, next) : next.eligible,
     leaderAndIsr: {
       ...next.leaderAndIsr,
       coordinatorEpoch: state.coordinatorEpoch,
@@ -302,17 +388,38 @@ const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: ServerId): A
       by.set(r, list)
     }
   }
-  return [...by].map(([server, list]) => ({
-    _tag: "Send",
-    server,
-    coordinatorEpoch: state.coordinatorEpoch,
-    tablets: list
-  }))
+  return [...by].map(([server, list]): Command => {
+    const registration = state.registrations.get(server)
+    return {
+      _tag: "Send",
+      server,
+      ...(registration === undefined ? {} : { registration }),
+      coordinatorEpoch: state.coordinatorEpoch,
+      tablets: list
+    }
+  })
+}
+
+/**
+ * The eligible members after an ISR change: none while the ISR holds `minInsyncReplicas` (the high watermark may move
+ * past what the others hold), else those before and the members that just left it.
+ */
+const eligibleAfter = (state: State, before: Tablet | undefined, next: Tablet): ReadonlyArray<ServerId> => {
+  const isr = next.leaderAndIsr.isr
+  if (isr.length >= (state.options.minInsyncReplicas ?? 1)) return []
+  const left = before?.leaderAndIsr.isr.filter((s) => !isr.includes(s)) ?? []
+  return next.replicas.filter((r) => !isr.includes(r) && (left.includes(r) || (before?.eligible ?? []).includes(r)))
 }
 
 /** The step's result: the writes, then the LeaderAndIsr requests (`extra` too), then the rest. */
 const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): Step => {
-  const next: State = { ...state, tablets: c.tablets, uncleanElections: state.uncleanElections + c.unclean }
+  const next: State = {
+    ...state,
+    tablets: c.tablets,
+    elections: c.elections,
+    nextRound: c.nextRound,
+    uncleanElections: state.uncleanElections + c.unclean
+  }
   return [next, [...c.writes, ...sends(next, c.notify), ...extra, ...c.after]]
 }
 
@@ -325,49 +432,87 @@ const newLife = (state: State, t: Tablet, s: ServerId) => {
   return recorded !== undefined && current !== undefined && recorded !== current
 }
 
+/** What an election comes to: a leader, candidates to ask first, or none (the tablet waits, offline). */
+type Choice =
+  | {
+      readonly _tag: "Leader"
+      readonly leader: ServerId
+      readonly isr: ReadonlyArray<ServerId>
+      readonly unclean: boolean
+      /** Set when the choice ends a recovery: the leader's log is the tablet's from now on. */
+      readonly eligible?: ReadonlyArray<ServerId>
+    }
+  | { readonly _tag: "Ask"; readonly kind: Election["kind"]; readonly candidates: ReadonlyArray<ServerId> }
+
 /**
- * A new leader for `t` without `gone` (a dead or stopping leader): the first live ISR member in assignment order
- * that is not stopping, else (unclean election enabled) the first such replica. `undefined`: none; the tablet goes
- * Offline, keeping its ISR, so that the last ISR member is elected when it returns.
+ * A new leader for `t` without `gone` (a dead or stopping leader):
+ *
+ * - a live ISR member that is the life it was and not stopping: the first in assignment order, or with the
+ *   `largest-log-end` option the one whose log goes furthest (asked first when there are several);
+ * - else, when every ISR and eligible member is live, the one among them whose log goes furthest (asked first when
+ *   there are several): each is a new life and may have lost what it had not flushed;
+ * - else (unclean election enabled) the first live replica that is not stopping.
+ *
+ * `undefined`: none; the tablet goes Offline, keeping its ISR, until its candidates return.
  */
-const elect = (
-  state: State,
-  t: Tablet,
-  gone: ServerId | undefined
-): { readonly leader: ServerId; readonly isr: ReadonlyArray<ServerId>; readonly unclean: boolean } | undefined => {
+const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | undefined => {
   const out = (s: ServerId) => s === gone || newLife(state, t, s)
   const isr = t.leaderAndIsr.isr.filter((s) => !out(s))
-  const inIsr = t.replicas.filter((r) => isr.includes(r))
-  const leader = inIsr.find((r) => electable(state, r))
-  if (leader !== undefined) return { leader, isr: isr.filter((s) => state.live.has(s) || s === leader), unclean: false }
-  // The only ISR members left are new lives of themselves: the first of them holds the best log there is.
-  const renewed = t.replicas.find((r) => r !== gone && t.leaderAndIsr.isr.includes(r) && electable(state, r))
-  if (renewed !== undefined) return { leader: renewed, isr: [renewed], unclean: false }
+  const inIsr = t.replicas.filter((r) => isr.includes(r) && electable(state, r))
+  const first = inIsr[0]
+  if (first !== undefined) {
+    if (state.options.leaderElection === "largest-log-end" && inIsr.length > 1) {
+      return { _tag: "Ask", kind: "largest", candidates: inIsr }
+    }
+    return { _tag: "Leader", leader: first, isr: isr.filter((s) => state.live.has(s) || s === first), unclean: false }
+  }
+  const candidates = t.replicas.filter((r) => t.leaderAndIsr.isr.includes(r) || (t.eligible ?? []).includes(r))
+  if (candidates.length > 0 && candidates.every((r) => electable(state, r))) {
+    const only = candidates.length === 1 ? candidates[0] : undefined
+    return only === undefined
+      ? { _tag: "Ask", kind: "recovery", candidates }
+      : { _tag: "Leader", leader: only, isr: [only], unclean: false, eligible: [] }
+  }
   if (!state.options.uncleanLeaderElection) return undefined
   const any = t.replicas.find((r) => r !== gone && electable(state, r))
-  return any === undefined ? undefined : { leader: any, isr: [any], unclean: true }
+  return any === undefined ? undefined : { _tag: "Leader", leader: any, isr: [any], unclean: true, eligible: [] }
 }
 
-/** Moves `t`'s leadership off `gone` (or gives it a leader when it has none). */
-const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined) => {
-  const chosen = elect(state, t, gone)
-  const epoch = t.leaderAndIsr.leaderEpoch + 1
-  if (chosen === undefined) {
-    // No leader: the epoch still moves on, so that the old leader's followers stop taking its answers.
-    if (t.state === "OfflineTablet") return
-    put(state, c, t, {
-      ...t,
-      state: "OfflineTablet",
-      leaderAndIsr: { ...t.leaderAndIsr, leader: null, leaderEpoch: epoch }
-    })
-    c.after.push({ _tag: "Log", level: "warn", message: `${tabletKey(t.tablet)}: no live in-sync replica, offline` })
-    return
-  }
+/** Whether two elections ask the same candidates the same way. */
+const sameElection = (e: Election | undefined, kind: Election["kind"], candidates: ReadonlyArray<ServerId>) =>
+  e !== undefined &&
+  e.kind === kind &&
+  e.candidates.length === candidates.length &&
+  e.candidates.every((s, i) => candidates[i] === s)
+
+/** `t` goes (or stays) Offline; the epoch still moves on, so that the old leader's followers stop taking its answers. */
+const takeOffline = (state: State, c: Changes, t: Tablet, why: string) => {
+  if (t.state === "OfflineTablet") return
   put(state, c, t, {
     ...t,
-    state: "OnlineTablet",
-    leaderAndIsr: { ...t.leaderAndIsr, leader: chosen.leader, leaderEpoch: epoch, isr: chosen.isr }
+    state: "OfflineTablet",
+    leaderAndIsr: { ...t.leaderAndIsr, leader: null, leaderEpoch: t.leaderAndIsr.leaderEpoch + 1 }
   })
+  c.after.push({ _tag: "Log", level: "warn", message: `${tabletKey(t.tablet)}: ${why}, offline` })
+}
+
+/** `t` led by the choice's leader under the next leader epoch. */
+const lead = (state: State, c: Changes, t: Tablet, chosen: Extract<Choice, { _tag: "Leader" }>) => {
+  const epoch = t.leaderAndIsr.leaderEpoch + 1
+  c.elections.delete(tabletKey(t.tablet))
+  put(
+    state,
+    c,
+    t,
+    {
+      ...t,
+      state: "OnlineTablet",
+      leaderAndIsr: { ...t.leaderAndIsr, leader: chosen.leader, leaderEpoch: epoch, isr: chosen.isr },
+      ...(chosen.eligible === undefined ? {} : { eligible: chosen.eligible })
+    },
+    true,
+    [chosen.leader]
+  )
   if (chosen.unclean) {
     c.unclean++
     c.after.push({
@@ -375,6 +520,90 @@ const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined
       level: "warn",
       message: `${tabletKey(t.tablet)}: unclean leader election of server ${chosen.leader} at epoch ${epoch}`
     })
+  }
+}
+
+/** Moves `t`'s leadership off `gone` (or gives it a leader when it has none). */
+const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined) => {
+  const key = tabletKey(t.tablet)
+  const chosen = elect(state, t, gone)
+  if (chosen?._tag === "Leader") return lead(state, c, t, chosen)
+  if (chosen === undefined) {
+    c.elections.delete(key)
+    return takeOffline(state, c, t, "no live in-sync replica")
+  }
+  // Asking first: offline meanwhile. The same election already asking goes on.
+  const current = c.tablets.get(key) ?? t
+  if (current.state !== "OfflineTablet") takeOffline(state, c, current, `asking ${chosen.candidates.length} candidates`)
+  if (sameElection(c.elections.get(key), chosen.kind, chosen.candidates)) return
+  const round = c.nextRound++
+  c.elections.set(key, { round, kind: chosen.kind, candidates: chosen.candidates, answers: new Map() })
+  for (const server of chosen.candidates) c.after.push({ _tag: "AskLogEnd", server, tablet: t.tablet, round })
+}
+
+/** The answer that goes furthest: the later epoch, then the longer log, then the earlier in assignment order. */
+const furthest = (t: Tablet, answers: ReadonlyMap<ServerId, LogEnd | null>): ServerId | undefined => {
+  let best: { readonly server: ServerId; readonly end: LogEnd } | undefined
+  for (const server of t.replicas) {
+    const end = answers.get(server)
+    if (end === undefined || end === null) continue
+    const epoch = end.lastEpoch ?? -1
+    const bestEpoch = best?.end.lastEpoch ?? -1
+    if (best === undefined || epoch > bestEpoch || (epoch === bestEpoch && end.logEndOffset > best.end.logEndOffset)) {
+      best = { server, end }
+    }
+  }
+  return best?.server
+}
+
+/** A candidate's answer; the last one decides the election. */
+const answered = (state: State, input: Extract<Input, { _tag: "LogEnd" }>): Step => {
+  const key = tabletKey(input.tablet)
+  const e = state.elections.get(key)
+  const t = state.tablets.get(key)
+  if (e === undefined || t === undefined || e.round !== input.round || !e.candidates.includes(input.server)) {
+    return [state, []]
+  }
+  // A recovery needs every candidate's answer: ask again (the shell waits its backoff before it feeds a failure).
+  if (input.logEnd === null && e.kind === "recovery") {
+    return [state, [{ _tag: "AskLogEnd", server: input.server, tablet: input.tablet, round: e.round }]]
+  }
+  const answers = new Map(e.answers).set(input.server, input.logEnd)
+  const c = changes(state)
+  if (answers.size < e.candidates.length) {
+    c.elections.set(key, { ...e, answers })
+    return finish(state, c)
+  }
+  c.elections.delete(key)
+  const winner = furthest(t, answers) ?? e.candidates.find((s) => electable(state, s))
+  if (winner === undefined || !electable(state, winner)) {
+    reelect(state, c, t, undefined)
+    return finish(state, c)
+  }
+  const stays = (s: ServerId) =>
+    s === winner || (state.live.has(s) && !state.shuttingDown.has(s) && !newLife(state, t, s))
+  const isr = e.kind === "recovery" ? [winner] : t.leaderAndIsr.isr.filter(stays)
+  const eligible = e.kind === "recovery" ? { eligible: [] } : {}
+  lead(state, c, t, { _tag: "Leader", leader: winner, isr, unclean: false, ...eligible })
+  const told = [...answers].map(
+    ([s, end]) => `${s}: ${end === null ? "no answer" : `${end.lastEpoch}/${end.logEndOffset}`}`
+  )
+  c.after.push({
+    _tag: "Log",
+    level: e.kind === "recovery" ? "warn" : "info",
+    message: `${key}: server ${winner} leads, its log going furthest (${told.join(", ")})`
+  })
+  return finish(state, c)
+}
+
+/**
+ * A candidate left while a recovery asked: the recovery waits for it again. (A `largest` election passes it over
+ * when its question fails.)
+ */
+const candidateGone = (state: State, c: Changes, server: ServerId) => {
+  for (const [key, e] of state.elections) {
+    const t = c.tablets.get(key)
+    if (e.kind === "recovery" && e.candidates.includes(server) && t !== undefined) reelect(state, c, t, undefined)
   }
 }
 
@@ -386,15 +615,18 @@ const dropFromIsr = (state: State, c: Changes, t: Tablet, out: (server: ServerId
   put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: kept } })
 }
 
-/** Every tablet with a replica on `server`, once it left or while it stops: leadership moves, the ISR shrinks. */
+/**
+ * Every tablet with a replica on `server`, once it left or while it stops: leadership moves, the ISR shrinks. An
+ * offline tablet keeps its ISR: its members are the candidates it waits for.
+ */
 const moveOff = (state: State, c: Changes, server: ServerId, clean: boolean) => {
   for (const t of state.tablets.values()) {
     if (!t.replicas.includes(server)) continue
     if (t.leaderAndIsr.leader === server) {
       // A stopping server keeps a tablet only another unclean election could take from it.
       const chosen = clean ? elect(state, t, server) : undefined
-      if (!clean || (chosen !== undefined && !chosen.unclean)) reelect(state, c, t, server)
-    } else dropFromIsr(state, c, t, (s) => s === server)
+      if (!clean || (chosen !== undefined && (chosen._tag === "Ask" || !chosen.unclean))) reelect(state, c, t, server)
+    } else if (t.state !== "OfflineTablet") dropFromIsr(state, c, t, (s) => s === server)
   }
 }
 
@@ -418,6 +650,11 @@ const validateIsr = (
     if (current.isr.includes(s) || state.options.skipIsrEligibility === true) continue
     if (!state.live.has(s)) return { _tag: "IneligibleReplica", server: s, why: "offline" }
     if (state.shuttingDown.has(s)) return { _tag: "IneligibleReplica", server: s, why: "shutting down" }
+    const fetchedAs = input.registrations?.find(([id]) => id === s)?.[1]
+    const registered = state.registrations.get(s)
+    if (fetchedAs !== undefined && registered !== undefined && fetchedAs !== registered) {
+      return { _tag: "IneligibleReplica", server: s, why: "registered again" }
+    }
   }
   return undefined
 }
@@ -467,7 +704,8 @@ export const step = (state: State, input: Input): Step => {
         live: new Set(input.live),
         registrations: new Map(input.registrations ?? []),
         shuttingDown: new Set(),
-        tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t]))
+        tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])),
+        elections: new Map()
       }
       const c = changes(started)
       for (const t of started.tablets.values()) {
@@ -516,6 +754,7 @@ export const step = (state: State, input: Input): Step => {
       const down: State = { ...state, live, shuttingDown }
       const c = changes(down)
       moveOff(down, c, input.server, false)
+      candidateGone(down, c, input.server)
       return finish(down, c)
     }
     case "CreateTablets": {
@@ -585,6 +824,8 @@ export const step = (state: State, input: Input): Step => {
       })
       return finish(stopping, c)
     }
+    case "LogEnd":
+      return answered(state, input)
     case "WriteFailed":
       return [
         { ...state, resigned: true },

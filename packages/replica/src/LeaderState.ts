@@ -27,6 +27,8 @@ export interface Follower {
   readonly logEndOffset: number
   /** The last time it fetched at (or past) the leader's log end, in ms on the shell's Clock. */
   readonly lastCaughtUpMs: number
+  /** The registration its last fetch named (KIP-903), if any. */
+  readonly registration?: number | undefined
 }
 
 /**
@@ -74,6 +76,7 @@ export type Input =
       readonly server: ServerId
       readonly fetchOffset: number
       readonly nowMs: number
+      readonly registration?: number | undefined
     }
   | { readonly _tag: "Tick"; readonly nowMs: number }
   | { readonly _tag: "IsrChangeCommitted"; readonly isr: ReadonlyArray<ServerId> }
@@ -86,7 +89,12 @@ export type Input =
  */
 export type Command =
   | { readonly _tag: "AdvanceHighWatermark"; readonly highWatermark: number }
-  | { readonly _tag: "ProposeIsr"; readonly isr: ReadonlyArray<ServerId> }
+  | {
+      readonly _tag: "ProposeIsr"
+      readonly isr: ReadonlyArray<ServerId>
+      /** The registrations the followers in `isr` fetched under, where known: the controller checks them. */
+      readonly registrations: ReadonlyArray<readonly [ServerId, number]>
+    }
 
 /**
  * The outcome of one step.
@@ -158,12 +166,22 @@ const withHighWatermark = (state: State, commands: Array<Command>): Step => {
 }
 
 /** Proposes adding `server` when it qualifies and nothing is pending. */
+/** The registrations the followers among `isr` last fetched under. */
+const registrationsOf = (state: State, isr: ReadonlyArray<ServerId>): Array<readonly [ServerId, number]> =>
+  isr.flatMap((s) => {
+    const r = state.followers.get(s)?.registration
+    return r === undefined ? [] : [[s, r] as const]
+  })
+
 const maybeExpand = (state: State, server: ServerId, commands: Array<Command>): Step => {
   const f = state.followers.get(server)
   if (state.pending !== undefined || state.isr.includes(server) || f === undefined) return [state, commands]
   if (f.logEndOffset < state.highWatermark || f.logEndOffset < state.epochStartOffset) return [state, commands]
   const isr = [...state.isr, server]
-  return [{ ...state, pending: { _tag: "Expand", server, isr } }, [...commands, { _tag: "ProposeIsr", isr }]]
+  return [
+    { ...state, pending: { _tag: "Expand", server, isr } },
+    [...commands, { _tag: "ProposeIsr", isr, registrations: registrationsOf(state, isr) }]
+  ]
 }
 
 /**
@@ -182,7 +200,8 @@ export const step = (state: State, input: Input): Step => {
       const followers = new Map(state.followers)
       followers.set(input.server, {
         logEndOffset: Math.min(input.fetchOffset, state.logEndOffset),
-        lastCaughtUpMs: caughtUp ? input.nowMs : before.lastCaughtUpMs
+        lastCaughtUpMs: caughtUp ? input.nowMs : before.lastCaughtUpMs,
+        registration: input.registration ?? before.registration
       })
       const [next, commands] = withHighWatermark({ ...state, followers }, [])
       return maybeExpand(next, input.server, [...commands])
@@ -194,7 +213,10 @@ export const step = (state: State, input: Input): Step => {
       )
       if (removed.length === 0) return [state, []]
       const isr = state.isr.filter((s) => !removed.includes(s))
-      return [{ ...state, pending: { _tag: "Shrink", removed, isr } }, [{ _tag: "ProposeIsr", isr }]]
+      return [
+        { ...state, pending: { _tag: "Shrink", removed, isr } },
+        [{ _tag: "ProposeIsr", isr, registrations: registrationsOf(state, isr) }]
+      ]
     }
     case "IsrChangeCommitted":
       return withHighWatermark({ ...state, isr: input.isr, pending: undefined }, [])

@@ -163,6 +163,10 @@ export const make = (
       leaderAndIsr: (id, request) => {
         const r = running.get(id)
         return r === undefined ? unreachable(`server ${id}`) : r.server.leaderAndIsr(request)
+      },
+      logEnd: (id, request) => {
+        const r = running.get(id)
+        return r === undefined ? unreachable(`server ${id}`) : r.server.logEnd(request)
       }
     }
 
@@ -181,7 +185,11 @@ export const make = (
         )
         running.set(id, { server, scope: serverScope })
         const session = yield* Scope.provide(coordination.session(), serverScope)
-        yield* ClusterPaths.register(session, paths, id, { address: `local:${id}`, registrationEpoch: 0 })
+        const registration = yield* ClusterPaths.register(session, paths, id, {
+          address: `local:${id}`,
+          registrationEpoch: 0
+        })
+        yield* server.registered(registration)
       }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
 
     const stopServer = (id: ServerId) =>
@@ -210,6 +218,7 @@ export const make = (
                 Controller.make(leadership, {
                   namespace,
                   uncleanLeaderElection: config.uncleanLeaderElection,
+                  leaderElection: config.leaderElection,
                   minInsyncReplicas: config.minInsyncReplicas,
                   retryBackoffMs: config.retryBackoffMs,
                   resign: Effect.suspend(() => resign.run)

@@ -9,7 +9,7 @@ import { OptionSchemas } from "@strata/core"
 import { Effect, Schema } from "effect"
 
 const PositiveInt = OptionSchemas.PositiveInt
-const withDefault = <A extends number | boolean>(schema: Schema.Codec<A, A>, value: A) =>
+const withDefault = <A extends number | boolean | string>(schema: Schema.Codec<A, A>, value: A) =>
   schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
 
 /**
@@ -35,7 +35,13 @@ export const ReplicationConfig = Schema.Struct({
   /** The pause before a failed fetch or ISR request is sent again (100 ms). */
   retryBackoffMs: withDefault(PositiveInt, 100),
   /** Elect a replica outside the ISR when no ISR member is live; it may lose acknowledged records (false). */
-  uncleanLeaderElection: withDefault(Schema.Boolean, false)
+  uncleanLeaderElection: withDefault(Schema.Boolean, false),
+  /**
+   * How a new leader is chosen among the live in-sync replicas: the first in assignment order (`first-in-isr`, the
+   * default), or the one whose log goes furthest (`largest-log-end`: asked first, so fewer appends that were not
+   * acknowledged to all are truncated away, at the price of a round trip before the tablet leads again).
+   */
+  leaderElection: withDefault(Schema.Literals(["first-in-isr", "largest-log-end"]), "first-in-isr")
 }).check(
   Schema.makeFilter((c) => {
     const issues: Array<{ readonly path: ReadonlyArray<PropertyKey>; readonly issue: string }> = []

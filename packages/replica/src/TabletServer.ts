@@ -36,6 +36,7 @@ import {
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Result, Schedule, Schema, Scope } from "effect"
 import { follow } from "./internal/follower.js"
 import * as Hosted from "./internal/hosted.js"
+import * as LeaderEpochCache from "./LeaderEpochCache.js"
 import * as LeaderState from "./LeaderState.js"
 import * as ProducerState from "./ProducerState.js"
 import { Peers, type PeersShape } from "./Peers.js"
@@ -73,6 +74,11 @@ export type TabletServerOptions = typeof TabletServerOptions.Encoded
 export interface TabletServerShape extends ReplicaManagerShape {
   /** The highest coordinator epoch this server has taken instructions under. */
   readonly coordinatorEpoch: Effect.Effect<number>
+  /**
+   * Tells the server its current registration (`undefined`: none, its session ended): instructions addressed to
+   * another registration are refused from then on.
+   */
+  readonly registered: (registration: number | undefined) => Effect.Effect<void>
   /** The replica's log, for inspection (`undefined` when not hosted or not open). */
   readonly logOf: (tablet: TabletId) => Effect.Effect<TabletLog.TabletLog | undefined>
   /** The tablets hosted here. */
@@ -132,6 +138,9 @@ interface Server {
   readonly hosted: Map<string, Hosted.Hosted>
   readonly unsafe: Unsafe
   coordinatorEpoch: number
+  registration: number | undefined
+  /** Set as the server stops: no log opens after. */
+  closed: boolean
 }
 
 const fail = (reason: ReplicaErrorReason) => Effect.fail(new ReplicaError({ reason }))
@@ -163,7 +172,9 @@ const runLeader = (
             yield* Hosted.signal(h)
           })
         case "ProposeIsr":
-          return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, h.role, command.isr), server.scope))
+          return Effect.asVoid(
+            Effect.forkIn(proposeIsr(server, h, h.role, command.isr, command.registrations), server.scope)
+          )
       }
     },
     { discard: true }
@@ -198,13 +209,21 @@ const proposeIsr = (
   server: Server,
   h: Hosted.Hosted,
   role: number,
-  isr: ReadonlyArray<ServerId>
+  isr: ReadonlyArray<ServerId>,
+  registrations: ReadonlyArray<readonly [ServerId, number]>
 ): Effect.Effect<void> =>
   Effect.gen(function* () {
     const leader = h.leader
     if (leader === undefined) return
     const reply = yield* server.peers.controller
-      .adjustIsr({ tablet: h.tablet, leader: server.self, leaderEpoch: leader.leaderEpoch, version: h.version, isr })
+      .adjustIsr({
+        tablet: h.tablet,
+        leader: server.self,
+        leaderEpoch: leader.leaderEpoch,
+        version: h.version,
+        isr,
+        ...(registrations.length === 0 ? {} : { registrations })
+      })
       .pipe(
         Effect.retry({
           schedule: Schedule.spaced(server.config.retryBackoffMs),
@@ -269,6 +288,7 @@ const runReplica = (
             h.fetcher = yield* Effect.forkIn(
               follow(h, h.role, {
                 self: server.self,
+                registration: () => server.registration,
                 leader: server.peers.leader(command.leader),
                 leaderId: command.leader,
                 leaderEpoch: command.leaderEpoch,
@@ -327,6 +347,11 @@ const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaE
       })
       return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail }))
     }
+    // A request that arrived as the server stopped must not leave a log open (its store locked) behind it.
+    if (server.closed) {
+      yield* Scope.close(scope, Exit.void)
+      return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "the server has stopped" }))
+    }
     h.log = opened.value
     h.logScope = scope
     yield* stepReplica(server, h, { _tag: "Loaded" }, undefined)
@@ -348,23 +373,32 @@ const stepReplica = (
   })
 
 /** Applies one tablet's instruction: a new replica is opened first; an instruction with nothing new is dropped. */
+/** The replica of `tablet`, hosted here from now on if it was not. */
+const hostedOrNew = (server: Server, tablet: TabletId) => {
+  const key = tabletKey(tablet)
+  let h = server.hosted.get(key)
+  if (h === undefined) {
+    h = Hosted.make(tablet)
+    server.hosted.set(key, h)
+  }
+  return h
+}
+
+/** Opens the replica's log if it is not open (new, or offline after a storage failure); under its lock. */
+const ensureOpen = (server: Server, h: Hosted.Hosted) =>
+  Effect.gen(function* () {
+    if (h.machine._tag === "NewReplica") yield* openLog(server, h)
+    if (h.machine._tag === "OfflineReplica") yield* stepReplica(server, h, { _tag: "Reopen" }, undefined)
+  })
+
 const apply = (server: Server, instruction: TabletInstruction) =>
   Effect.gen(function* () {
-    const key = tabletKey(instruction.tablet)
-    let h = server.hosted.get(key)
-    if (h === undefined) {
-      h = Hosted.make(instruction.tablet)
-      server.hosted.set(key, h)
-    }
-    const hosted = h
+    const hosted = hostedOrNew(server, instruction.tablet)
     yield* Hosted.locked(
       hosted,
       Effect.gen(function* () {
         hosted.replicas = instruction.replicas
-        if (hosted.machine._tag === "NewReplica") yield* openLog(server, hosted)
-        if (hosted.machine._tag === "OfflineReplica") {
-          yield* stepReplica(server, hosted, { _tag: "Reopen" }, undefined)
-        }
+        yield* ensureOpen(server, hosted)
         const lai = instruction.leaderAndIsr
         switch (Hosted.classify(hosted, server.self, instruction)) {
           case "Step":
@@ -525,7 +559,8 @@ const fetch =
             _tag: "FollowerFetched",
             server: request.follower,
             fetchOffset: request.offset,
-            nowMs
+            nowMs,
+            registration: request.registration
           })
           return { _tag: "InRange" as const, end, changed: h.changed, log, epoch: leader.leaderEpoch }
         })
@@ -560,6 +595,23 @@ const endOffsetForEpoch =
       return { leaderEpoch: leader.leaderEpoch, answer: answer ?? null }
     })
 
+const logEnd =
+  (server: Server): ReplicaManagerShape["logEnd"] =>
+  (request) =>
+    Effect.gen(function* () {
+      const h = hostedOrNew(server, request.tablet)
+      return yield* Hosted.locked(
+        h,
+        Effect.gen(function* () {
+          yield* ensureOpen(server, h)
+          const log = h.log
+          if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
+          const epochs = yield* log.epochs
+          return { lastEpoch: LeaderEpochCache.latest(epochs)?.epoch ?? null, logEndOffset: yield* log.logEndOffset }
+        })
+      )
+    })
+
 const leaderAndIsr =
   (server: Server): ReplicaManagerShape["leaderAndIsr"] =>
   (request: LeaderAndIsrRequest) =>
@@ -570,6 +622,16 @@ const leaderAndIsr =
             resource: "coordinator",
             current: server.coordinatorEpoch,
             attempted: request.coordinatorEpoch
+          })
+        )
+      }
+      if (request.registration !== undefined && request.registration !== server.registration) {
+        // Meant for another life of this server (its last one, or its next, not registered yet).
+        return yield* fail(
+          new FencedEpoch({
+            resource: `registration of server ${server.self}${server.registration === undefined ? " (not registered)" : ""}`,
+            current: server.registration ?? 0,
+            attempted: request.registration
           })
         )
       }
@@ -627,14 +689,19 @@ export const make = (
       scope,
       hosted: new Map(),
       unsafe,
-      coordinatorEpoch: 0
+      coordinatorEpoch: 0,
+      registration: undefined,
+      closed: false
     }
     yield* Effect.addFinalizer(() =>
-      Effect.forEach(
-        [...server.hosted.values()],
-        (h) => (h.logScope === undefined ? Effect.void : Scope.close(h.logScope, Exit.void)),
-        { discard: true }
-      )
+      Effect.suspend(() => {
+        server.closed = true
+        return Effect.forEach(
+          [...server.hosted.values()],
+          (h) => (h.logScope === undefined ? Effect.void : Scope.close(h.logScope, Exit.void)),
+          { discard: true }
+        )
+      })
     )
     yield* Effect.forkIn(tick(server), scope)
     return {
@@ -644,8 +711,13 @@ export const make = (
       read: read(server),
       fetch: fetch(server),
       endOffsetForEpoch: endOffsetForEpoch(server),
+      logEnd: logEnd(server),
       replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
       coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
+      registered: (registration) =>
+        Effect.sync(() => {
+          server.registration = registration
+        }),
       controlledShutdown: controlledShutdown(server),
       logOf: (tablet) => Effect.sync(() => server.hosted.get(tabletKey(tablet))?.log),
       tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),

@@ -5,6 +5,7 @@
  * - A planted bug: add `STRATA_SIM_VARIANT=truncate-to-hw` (or `hw-under-min-isr`, `skip-coordinator-epoch`,
  *   `isr-to-dead-server`).
  * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
+ * - The processes' info and warning lines in a replayed trace: `STRATA_SIM_LOG=info`.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"

@@ -21,8 +21,15 @@ const shutdown = (server: ServerId): Input => ({ _tag: "ControlledShutdown", req
 const started = (
   coordinatorEpoch: number,
   live: ReadonlyArray<ServerId>,
-  tablets: ReadonlyArray<ControllerState.Tablet> = []
-): Input => ({ _tag: "Started", coordinatorEpoch, live, tablets })
+  tablets: ReadonlyArray<ControllerState.Tablet> = [],
+  registrations?: ReadonlyArray<readonly [ServerId, number]>
+): Input => ({
+  _tag: "Started",
+  coordinatorEpoch,
+  live,
+  tablets,
+  ...(registrations === undefined ? {} : { registrations })
+})
 const create = (
   ...specs: ReadonlyArray<readonly [number, ReadonlyArray<ServerId>]>
 ): Extract<Input, { _tag: "CreateTablets" }> => ({
@@ -58,6 +65,20 @@ const adjust = (
     ...wrong
   }
 }
+
+/** A controller with `options` under coordinator epoch 1 with `live` registered and no tablets. */
+const bootWith = (options: ControllerState.Options, live: ReadonlyArray<ServerId>): State =>
+  ControllerState.step(ControllerState.make(options), started(1, live))[0]
+const largest = { uncleanLeaderElection: false, leaderElection: "largest-log-end" } as const
+/** A candidate's answer for t0 in `state`'s election of it. */
+const logEnd = (state: State, server: ServerId, end: ControllerState.LogEnd | null): Input => ({
+  _tag: "LogEnd",
+  tablet: tid(0),
+  round: state.elections.get(key(0))?.round ?? -1,
+  server,
+  logEnd: end
+})
+const asked = (commands: ReadonlyArray<Command>) => commands.flatMap((c) => (c._tag === "AskLogEnd" ? [c.server] : []))
 
 /** A controller under coordinator epoch 1 with `live` registered and no tablets. */
 const boot = (live: ReadonlyArray<ServerId>, uncleanLeaderElection = false): State =>
@@ -430,7 +451,16 @@ const scenarios: Record<string, () => readonly [State, Input]> = {
   "OfflineTablet | a replica came up, unclean election enabled": () => [
     run(boot([1], true), create([0, [1, 2]]), down(1)).state,
     up(2)
-  ]
+  ],
+  "OnlineTablet | its leader died, candidates to ask": () => [
+    run(bootWith(largest, [1, 2, 3]), create([0, [1, 2, 3]])).state,
+    down(1)
+  ],
+  "OfflineTablet | the last candidate answered": () => {
+    const { state } = run(bootWith(largest, [1, 2, 3]), create([0, [1, 2, 3]]), down(1))
+    const { state: one } = run(state, logEnd(state, 2, { lastEpoch: 0, logEndOffset: 5 }))
+    return [one, logEnd(one, 3, { lastEpoch: 0, logEndOffset: 9 })]
+  }
 }
 
 const rows = documentedRows(new URL("../src/ControllerState.ts", import.meta.url)).map((line) => {
@@ -467,12 +497,21 @@ describe("ControllerState transition table", () => {
 // Seeded runs against the invariants
 // ---------------------------------------------------------------------------
 
-/** What the test itself knows of the servers, from the inputs alone. */
+type LogEnd = ControllerState.LogEnd
+type Tablet = ControllerState.Tablet
+type Election = ControllerState.Election
+
+/** What the test itself knows of the servers and the elections, from the inputs alone. */
 interface Model {
   live: Set<ServerId>
   stopping: Set<ServerId>
+  /** Each server's registration as the controller was told it (kept after the server leaves, as told last). */
+  lives: Map<ServerId, number>
   epoch: number
   readonly unclean: boolean
+  readonly min: number
+  /** The answers each election took, by `tablet#round`: the latest of each candidate. */
+  readonly answers: Map<string, Map<ServerId, LogEnd | null>>
 }
 
 interface Tally {
@@ -482,19 +521,103 @@ interface Tally {
   rejected: number
   ineligible: number
   unclean: number
+  /** Creations refused (fewer replicas than minInsyncReplicas, or a tablet twice). */
+  refused: number
+  /** Tablets written with eligible members. */
+  eligible: number
+  /** Writes of a tablet whose ISR held a member registered again since it was recorded. */
+  newLives: number
+  asks: number
+  recoveries: number
+  largest: number
+  /** Answers of another round or from a server that is not a candidate. */
+  staleAnswers: number
 }
-const tally = (): Tally => ({ leaderChanges: 0, offline: 0, accepted: 0, rejected: 0, ineligible: 0, unclean: 0 })
+const tally = (): Tally => ({
+  leaderChanges: 0,
+  offline: 0,
+  accepted: 0,
+  rejected: 0,
+  ineligible: 0,
+  unclean: 0,
+  refused: 0,
+  eligible: 0,
+  newLives: 0,
+  asks: 0,
+  recoveries: 0,
+  largest: 0,
+  staleAnswers: 0
+})
 
-const randomInput = (r: Prng, state: State, servers: ReadonlyArray<ServerId>, buckets: number, n: number): Input => {
+/** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
+const life = (n: number, server: ServerId) => 1000 + n * 10 + server
+
+/** An answer to one of the pending elections: mostly a waiting candidate's, else one the controller must drop. */
+const answer = (r: Prng, state: State, servers: ReadonlyArray<ServerId>): Input => {
+  const [k, e] = r.pick([...state.elections])
+  const tablet = state.tablets.get(k)?.tablet ?? tid(-1)
+  const end = (): LogEnd => ({ lastEpoch: r.chance(0.1) ? null : r.int(0, 2), logEndOffset: r.int(0, 20) })
+  const waiting = e.candidates.filter((s) => !e.answers.has(s))
+  const roll = r.next()
+  // A candidate leaving while it is asked.
+  if (roll < 0.06) return down(r.pick(e.candidates))
+  if (roll < 0.75 && waiting.length > 0)
+    return { _tag: "LogEnd", tablet, round: e.round, server: r.pick(waiting), logEnd: r.chance(0.1) ? null : end() }
+  if (roll < 0.88) {
+    // An earlier round's answer, or one of a round not begun.
+    const round = r.chance(0.5) ? e.round - r.int(1, 3) : state.nextRound + r.int(0, 2)
+    return { _tag: "LogEnd", tablet, round, server: r.pick(e.candidates), logEnd: end() }
+  }
+  const strangers = servers.filter((s) => !e.candidates.includes(s))
+  return {
+    _tag: "LogEnd",
+    tablet,
+    round: e.round,
+    server: strangers.length > 0 ? r.pick(strangers) : 99,
+    logEnd: end()
+  }
+}
+
+const randomInput = (
+  r: Prng,
+  state: State,
+  model: Model,
+  servers: ReadonlyArray<ServerId>,
+  buckets: number,
+  n: number
+): Input => {
+  if (state.elections.size > 0 && r.chance(0.7)) return answer(r, state, servers)
   const roll = r.next()
   const server = r.pick(servers)
-  if (roll < 0.2) return up(server)
-  if (roll < 0.38) return down(server)
+  // A server coming up is usually a new life; sometimes the shell does not know its registration.
+  if (roll < 0.2) {
+    // Mostly one that is down: it comes back.
+    const downs = servers.filter((s) => !state.live.has(s))
+    const back = downs.length > 0 && r.chance(0.7) ? r.pick(downs) : server
+    return r.chance(0.85) ? { _tag: "ServerUp", server: back, registration: life(n, back) } : up(back)
+  }
+  if (roll < 0.38) {
+    // Often a leader (its tablets elect again) or a candidate being asked.
+    const leaders = [...state.tablets.values()].flatMap((t) =>
+      t.leaderAndIsr.leader === null ? [] : [t.leaderAndIsr.leader]
+    )
+    const asked = [...state.elections.values()].flatMap((e) => e.candidates)
+    const targets = [...leaders, ...asked]
+    return down(targets.length > 0 && r.chance(0.5) ? r.pick(targets) : server)
+  }
   if (roll < 0.46) return { _tag: "ControlledShutdown", requestId: n, server }
   if (roll < 0.56) {
+    // Sometimes on servers that are down (the tablet starts offline, its ISR every replica).
+    const downFirst = r.chance(0.3)
     const spec = (): readonly [number, ReadonlyArray<ServerId>] => {
-      const pool = [...servers]
-      const replicas = Array.from({ length: r.int(1, 3) }, () => pool.splice(r.int(0, pool.length - 1), 1)[0]!)
+      const pool = downFirst
+        ? [...servers.filter((s) => !state.live.has(s)), ...servers.filter((s) => state.live.has(s))]
+        : [...servers]
+      const count = r.int(1, Math.min(4, servers.length))
+      const replicas = Array.from(
+        { length: count },
+        () => pool.splice(downFirst ? 0 : r.int(0, pool.length - 1), 1)[0]!
+      )
       return [r.int(0, buckets - 1), replicas]
     }
     return { ...create(...Array.from({ length: r.int(1, 2) }, spec)), requestId: n }
@@ -504,7 +627,13 @@ const randomInput = (r: Prng, state: State, servers: ReadonlyArray<ServerId>, bu
     const bucket = r.int(0, buckets)
     const t = state.tablets.get(key(bucket))
     const leader = t?.leaderAndIsr.leader ?? r.pick(servers)
-    const isr = [leader, ...(t?.replicas ?? servers).filter((s) => s !== leader && r.chance(0.5))]
+    // Often every electable replica (the followers caught up), else some replicas.
+    const all = r.chance(0.5)
+    const others = (t?.replicas ?? servers).filter((s) => s !== leader)
+    const isr = [
+      leader,
+      ...others.filter((s) => (all ? state.live.has(s) && !state.shuttingDown.has(s) : r.chance(0.5)))
+    ]
     const plausible = { ...adjust(state, bucket, isr, { leader }), requestId: n }
     if (r.chance(0.7)) return plausible
     const spoilt: ReadonlyArray<Partial<AdjustIsr>> = [
@@ -517,16 +646,28 @@ const randomInput = (r: Prng, state: State, servers: ReadonlyArray<ServerId>, bu
     ]
     return { ...plausible, ...r.pick(spoilt) }
   }
-  // A new coordinator, with what coordination holds: the tablets and the servers registered now.
+  // A new coordinator, with what coordination holds: the tablets, the servers registered now and their
+  // registrations (one that was down, or restarted while no controller ran, registered anew).
+  const live = servers.filter(() => r.chance(0.7))
+  const registrations = live.map((s): readonly [ServerId, number] => {
+    const known = model.lives.get(s)
+    const same = known !== undefined && r.chance(model.live.has(s) ? 0.85 : 0.15)
+    return [s, same ? known : life(n, s)]
+  })
   return started(
     state.coordinatorEpoch + 1,
-    servers.filter(() => r.chance(0.7)),
-    [...state.tablets.values()]
+    live,
+    [...state.tablets.values()],
+    r.chance(0.9) ? registrations : undefined
   )
 }
 
-const follow = (model: Model, input: Input) => {
-  if (input._tag === "ServerUp") model.live.add(input.server)
+/** The model after `input`, fed to the controller at `before`. */
+const follow = (model: Model, before: State, input: Input) => {
+  if (input._tag === "ServerUp" && !model.live.has(input.server)) {
+    model.live.add(input.server)
+    if (input.registration !== undefined) model.lives.set(input.server, input.registration)
+  }
   if (input._tag === "ServerDown") {
     model.live.delete(input.server)
     model.stopping.delete(input.server)
@@ -535,11 +676,32 @@ const follow = (model: Model, input: Input) => {
   if (input._tag === "Started") {
     model.live = new Set(input.live)
     model.stopping = new Set()
+    model.lives = new Map(input.registrations ?? [])
     model.epoch = input.coordinatorEpoch
+  }
+  if (input._tag === "LogEnd") {
+    // A candidate's answer to its election's round counts, except a recovery's `null` (it is asked again).
+    const e = before.elections.get(tabletKey(input.tablet))
+    if (e === undefined || e.round !== input.round || !e.candidates.includes(input.server)) return
+    if (input.logEnd === null && e.kind === "recovery") return
+    const at = `${tabletKey(input.tablet)}#${e.round}`
+    model.answers.set(at, new Map(model.answers.get(at)).set(input.server, input.logEnd))
   }
 }
 
-const sorted = (s: ReadonlySet<ServerId>) => [...s].sort((a, b) => a - b)
+const sorted = (s: Iterable<ServerId>) => [...s].sort((a, b) => a - b)
+
+/** The replica whose answer goes furthest: the later epoch (none before any), then the longer log, then the earlier. */
+const furthestOf = (t: Tablet, answers: ReadonlyMap<ServerId, LogEnd | null>): ServerId | undefined => {
+  const ranked = t.replicas.flatMap((server, i) => {
+    const end = answers.get(server)
+    return end === undefined || end === null
+      ? []
+      : [{ server, i, epoch: end.lastEpoch ?? -1, offset: end.logEndOffset }]
+  })
+  ranked.sort((a, b) => b.epoch - a.epoch || b.offset - a.offset || a.i - b.i)
+  return ranked[0]?.server
+}
 
 /** The first invariant one step broke, as `[rule, detail]`. */
 const check = (
@@ -553,8 +715,20 @@ const check = (
   if (!isDeepStrictEqual(sorted(next.live), sorted(model.live))) return ["live set", `${sorted(next.live)}`]
   if (!isDeepStrictEqual(sorted(next.shuttingDown), sorted(model.stopping)))
     return ["shutting-down set", `${sorted(next.shuttingDown)}`]
+  const byServer = (m: ReadonlyMap<ServerId, number>) => [...m].sort((a, b) => a[0] - b[0])
+  if (!isDeepStrictEqual(byServer(next.registrations), byServer(model.lives)))
+    return ["registrations as told", JSON.stringify(byServer(next.registrations))]
+  const electable = (s: ServerId) => model.live.has(s) && !model.stopping.has(s)
   const previous =
     input._tag === "Started" ? new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])) : before.tablets
+  const writes = commands.flatMap((c) => (c._tag === "Write" ? [tabletKey(c.tablet.tablet)] : []))
+  const twice = writes.find((k, i) => writes.indexOf(k) !== i)
+  if (twice !== undefined) {
+    const each = commands.flatMap((c) =>
+      c._tag === "Write" && tabletKey(c.tablet.tablet) === twice ? [JSON.stringify(c.tablet.leaderAndIsr)] : []
+    )
+    return ["one write per tablet", `${twice}: ${each.join(", then ")}`]
+  }
   const written = new Set<string>()
   let lastWrite = -1
   let firstSend = commands.length
@@ -562,7 +736,6 @@ const check = (
     if (c._tag === "Write") {
       const k = tabletKey(c.tablet.tablet)
       const was = previous.get(k)?.leaderAndIsr.version
-      if (written.has(k)) return ["one write per tablet", k]
       written.add(k)
       lastWrite = i
       if (c.expectedVersion !== (was ?? null)) return ["expected version", `${k}: ${c.expectedVersion}, was ${was}`]
@@ -582,8 +755,69 @@ const check = (
         if (!isDeepStrictEqual(ins.leaderAndIsr, t.leaderAndIsr)) return ["send the latest", tabletKey(ins.tablet)]
       }
     }
+    if (c._tag === "AskLogEnd") {
+      counts.asks++
+      const e = next.elections.get(tabletKey(c.tablet))
+      if (!model.live.has(c.server) || e === undefined || e.round !== c.round || !e.candidates.includes(c.server))
+        return ["AskLogEnd: a live candidate of the pending round", `${JSON.stringify(c)}, ${JSON.stringify(e)}`]
+    }
   }
   if (lastWrite > firstSend) return ["writes before sends", commands.map((c) => c._tag).join(",")]
+
+  // Elections: pending only while their tablet is offline; a new one has a new round and asks every candidate.
+  for (const [k, e] of next.elections) {
+    if (next.tablets.get(k)?.state !== "OfflineTablet")
+      return ["an election is pending only while its tablet is offline", `${k}: ${next.tablets.get(k)?.state}`]
+    if (before.elections.get(k)?.round === e.round && input._tag !== "Started") continue
+    const askedNow = commands.flatMap((c) =>
+      c._tag === "AskLogEnd" && tabletKey(c.tablet) === k && c.round === e.round ? [c.server] : []
+    )
+    if (
+      e.round < before.nextRound ||
+      e.answers.size > 0 ||
+      e.candidates.length < 2 ||
+      !e.candidates.every(electable) ||
+      !isDeepStrictEqual(sorted(askedNow), sorted(e.candidates))
+    )
+      return ["a new election: a new round, every candidate electable and asked", `${k}: ${JSON.stringify(e)}`]
+  }
+  const uncleanLogged = new Set(
+    commands.flatMap((c) =>
+      c._tag === "Log" && c.message.includes(": unclean leader election") ? [c.message.split(":")[0]] : []
+    )
+  )
+  if (uncleanLogged.size !== next.uncleanElections - before.uncleanElections)
+    return ["unclean elections counted and logged", `${next.uncleanElections - before.uncleanElections}`]
+
+  // The election this answer ends, and the leader its answers choose (when electable; else it is elected again).
+  let ended: { readonly k: string; readonly e: Election; readonly winner: ServerId | undefined } | undefined
+  if (input._tag === "LogEnd") {
+    const k = tabletKey(input.tablet)
+    const e = before.elections.get(k)
+    const t = before.tablets.get(k)
+    if (e === undefined || t === undefined || e.round !== input.round || !e.candidates.includes(input.server)) {
+      counts.staleAnswers++
+      if (next !== before || commands.length > 0)
+        return ["a stale or stranger's answer changes nothing", JSON.stringify(commands)]
+    } else if (input.logEnd === null && e.kind === "recovery") {
+      const again: Command = { _tag: "AskLogEnd", server: input.server, tablet: input.tablet, round: e.round }
+      if (next !== before || !isDeepStrictEqual(commands, [again]))
+        return ["a recovery asks an unanswered candidate again", JSON.stringify(commands)]
+    } else {
+      const answers = model.answers.get(`${k}#${e.round}`) ?? new Map<ServerId, LogEnd | null>()
+      if (answers.size < e.candidates.length) {
+        if (written.size > 0 || next.elections.get(k)?.answers.size !== answers.size)
+          return ["an answer before the last waits", `${k}: ${JSON.stringify(commands)}`]
+      } else {
+        const winner = furthestOf(t, answers) ?? e.candidates.find(electable)
+        ended = { k, e, winner: winner !== undefined && electable(winner) ? winner : undefined }
+        if (next.elections.get(k)?.round === e.round) return ["the last answer ends the election", k]
+        if (ended.winner !== undefined && !written.has(k))
+          return ["the furthest log leads", `${k}: no write, answers ${JSON.stringify([...answers])}`]
+      }
+    }
+  }
+
   for (const k of previous.keys()) if (!next.tablets.has(k)) return ["tablets stay", k]
   for (const [k, t] of next.tablets) {
     const p = previous.get(k)
@@ -598,31 +832,120 @@ const check = (
     if (now.leader !== null && !isr.includes(now.leader)) return ["leader ∈ ISR", `${k}: ${now.leader}, ${isr}`]
     if ((t.state === "OnlineTablet") !== (now.leader !== null)) return ["online ⇔ a leader", `${k}: ${t.state}`]
     if (now.leader !== null && !model.live.has(now.leader)) return ["the leader is live", `${k}: ${now.leader}`]
-    const eligible = t.replicas.filter((s) => model.live.has(s) && !model.stopping.has(s))
-    if (p === undefined) {
-      const leader = eligible[0] ?? null
-      const expected = { leader, leaderEpoch: 0, isr: leader === null ? t.replicas : eligible, version: 0 }
+    const eligible = t.eligible ?? []
+    if (eligible.length > 0) counts.eligible++
+    if (
+      eligible.some((s) => isr.includes(s) || !t.replicas.includes(s)) ||
+      (eligible.length > 0 && isr.length >= model.min)
+    )
+      return ["eligible: replicas outside the ISR, only below the minimum", `${k}: ${eligible}, ISR ${isr}`]
+    const electable = t.replicas.filter((s) => model.live.has(s) && !model.stopping.has(s))
+    const was = p?.leaderAndIsr
+    if (p === undefined || was === undefined) {
+      const leader = electable[0] ?? null
+      const expected = { leader, leaderEpoch: 0, isr: leader === null ? t.replicas : electable, version: 0 }
       if (!isDeepStrictEqual({ ...now, coordinatorEpoch: undefined }, { ...expected, coordinatorEpoch: undefined }))
         return ["creation", `${k}: ${JSON.stringify(now)}`]
+      for (const s of isr)
+        if (model.lives.has(s) && t.registrations?.[String(s)] !== model.lives.get(s))
+          return ["a member joins the ISR as registered now", `${k}: ${s} created as ${t.registrations?.[String(s)]}`]
       continue
     }
-    const was = p.leaderAndIsr
+    // The life each member of the previous ISR was recorded as, and whether it registered again since.
+    const recorded = (s: ServerId) => p.registrations?.[String(s)]
+    const renewed = (s: ServerId) => {
+      const then = recorded(s)
+      const current = model.lives.get(s)
+      return then !== undefined && current !== undefined && then !== current
+    }
+    if (was.isr.some(renewed)) counts.newLives++
     const changed = now.leader !== was.leader
-    if (now.leaderEpoch !== was.leaderEpoch + (changed ? 1 : 0))
+    // A leader elected again as a new life of itself (a restart while no controller ran) takes a new epoch too.
+    const elected = now.leader !== null && (changed || renewed(now.leader))
+    if (now.leaderEpoch !== was.leaderEpoch + (changed || elected ? 1 : 0))
       return [
-        "epoch + 1 on a leader change only",
+        "epoch + 1 on a new leader (or a new life of it) only",
         `${k}: ${was.leader}@${was.leaderEpoch} → ${now.leader}@${now.leaderEpoch}`
       ]
+    const candidates = t.replicas.filter((s) => was.isr.includes(s) || (p.eligible ?? []).includes(s))
+    const unclean = uncleanLogged.has(k)
+    if (unclean && !model.unclean) return ["no unclean election unless enabled", k]
     if (changed) {
       counts.leaderChanges++
       if (now.leader === null) counts.offline++
-      else if (model.stopping.has(now.leader))
-        return ["a stopping server is not electable", `${k}: ${now.leader} elected, ISR was ${was.isr}`]
-      else if (!model.unclean && !was.isr.includes(now.leader))
-        return ["clean election from the ISR", `${k}: ${now.leader} not in ${was.isr}`]
     }
-    const gained = isr.find((s) => !was.isr.includes(s) && !eligible.includes(s))
+    if (elected && now.leader !== null) {
+      if (model.stopping.has(now.leader))
+        return ["a stopping server is not electable", `${k}: ${now.leader} elected, ISR was ${was.isr}`]
+      if (!unclean && !candidates.includes(now.leader))
+        return ["clean election from the ISR (or the eligible)", `${k}: ${now.leader} not in ${candidates}`]
+      // Unasked, a new life leads only as the one candidate there is (its log is the best there is).
+      const asked = ended?.k === k && ended.winner === now.leader
+      const sole = candidates.length === 1 && candidates[0] === now.leader
+      if (!asked && !unclean && !sole && renewed(now.leader))
+        return [
+          "a leader elected unasked is the life it was",
+          `${k}: ${now.leader} recorded as ${recorded(now.leader)}, now ${model.lives.get(now.leader)}, candidates ${candidates}`
+        ]
+    }
+    if (ended?.k === k && ended.winner !== undefined) {
+      const { e, winner } = ended
+      if (now.leader !== winner || !e.candidates.includes(winner))
+        return [
+          "the furthest log leads",
+          `${k}: ${now.leader} elected, ${winner} goes furthest: ${JSON.stringify([...(model.answers.get(`${k}#${e.round}`) ?? [])])}`
+        ]
+      if (e.kind === "recovery") {
+        counts.recoveries++
+        if (!isDeepStrictEqual(isr, [winner]) || eligible.length > 0)
+          return ["a recovery's leader is its ISR alone", `${k}: ISR ${isr}, eligible ${eligible}`]
+      } else {
+        counts.largest++
+        const stays = was.isr.filter((s) => s === winner || (electable.includes(s) && !renewed(s)))
+        if (!isDeepStrictEqual(isr, stays))
+          return ["the largest log's ISR keeps its electable members", `${k}: ${isr}, expected ${stays}`]
+      }
+    }
+    // An ISR member keeps the life it joined with; a new member, or the leader just elected, joins as it is now.
+    for (const s of isr) {
+      const life = t.registrations?.[String(s)]
+      if (was.isr.includes(s) && !(elected && s === now.leader)) {
+        const then = recorded(s)
+        if (then !== undefined && life !== then)
+          return ["an ISR member keeps the registration it joined with", `${k}: ${s} as ${then}, now ${life}`]
+      } else if (model.lives.has(s) && life !== model.lives.get(s))
+        return ["a member joins the ISR as registered now", `${k}: ${s} as ${life}, is ${model.lives.get(s)}`]
+    }
+    // KIP-966: eligible members left the ISR while it was below the minimum, and stay eligible while it is; a
+    // recovery's or an unclean election's leader alone holds the tablet's log after it.
+    const left = was.isr.filter((s) => !isr.includes(s))
+    const mayStay = [...left, ...(p.eligible ?? [])].filter((s) => !isr.includes(s))
+    if (eligible.some((s) => !mayStay.includes(s)))
+      return ["eligible: only members that left the ISR", `${k}: ${eligible}, ISR was ${was.isr}`]
+    const reset = unclean || (ended?.k === k && ended.winner !== undefined && ended.e.kind === "recovery")
+    if (!reset && isr.length < model.min && mayStay.some((s) => !eligible.includes(s)))
+      return ["a member leaving an ISR below the minimum stays eligible", `${k}: ${eligible}, from ${mayStay}`]
+    const gained = isr.find((s) => !was.isr.includes(s) && !electable.includes(s))
     if (gained !== undefined) return ["KIP-841: no ineligible ISR member added", `${k}: ${gained} joined ${was.isr}`]
+  }
+  // A leader is the life it was elected as: a restart since takes the leadership from it.
+  for (const [k, t] of next.tablets) {
+    const leader = t.leaderAndIsr.leader
+    if (leader === null) continue
+    const recorded = t.registrations?.[String(leader)]
+    const current = model.lives.get(leader)
+    if (recorded !== undefined && current !== undefined && recorded !== current)
+      return ["a leader is the life it was elected as", `${k}: ${leader} as ${recorded}, now ${current}`]
+  }
+  if (input._tag === "CreateTablets") {
+    const keys = new Set(input.tablets.map((s) => tabletKey(s.tablet)))
+    const refuse = keys.size < input.tablets.length || input.tablets.some((s) => s.replicas.length < model.min)
+    if ((reply(commands)?._tag === "CreateRefused") !== refuse)
+      return ["refused: a tablet twice, or fewer replicas than minInsyncReplicas", JSON.stringify(commands)]
+    if (refuse) {
+      counts.refused++
+      if (next !== before || commands.length !== 1) return ["a refusal changes nothing", JSON.stringify(commands)]
+    }
   }
   if (input._tag === "AdjustIsr") {
     const r = reply(commands)
@@ -644,23 +967,41 @@ const check = (
   return undefined
 }
 
-/** One seeded run of 60 random inputs; the first broken invariant. */
+/** One seeded run of 60 random inputs under options drawn from the seed; the first broken invariant. */
 const drive = (seed: number, step: StepFn = ControllerState.step, counts = tally()) => {
   const r = seeded(seed)
   const servers = Array.from({ length: r.int(3, 7) }, (_, i) => i + 1)
-  const model: Model = { live: new Set(), stopping: new Set(), epoch: 1, unclean: r.chance(0.5) }
+  const min = r.pick([1, 1, 2, 2, 3])
+  const model: Model = {
+    live: new Set(),
+    stopping: new Set(),
+    lives: new Map(),
+    epoch: 1,
+    unclean: r.chance(0.5),
+    min,
+    answers: new Map()
+  }
+  const options: ControllerState.Options = {
+    uncleanLeaderElection: model.unclean,
+    // The default minimum is 1.
+    ...(min === 1 && r.chance(0.5) ? {} : { minInsyncReplicas: min }),
+    ...(r.chance(0.5) ? { leaderElection: "largest-log-end" as const } : {})
+  }
+  const live = servers.filter(() => r.chance(0.7))
   const boot = started(
     1,
-    servers.filter(() => r.chance(0.7)),
-    []
+    live,
+    [],
+    live.map((s) => [s, life(-1, s)] as const)
   )
-  follow(model, boot)
-  let state = step(ControllerState.make({ uncleanLeaderElection: model.unclean }), boot)[0]
+  const initial = ControllerState.make(options)
+  follow(model, initial, boot)
+  let state = step(initial, boot)[0]
   const buckets = r.int(2, 5)
   for (let n = 0; n < 60; n++) {
-    const input = randomInput(r, state, servers, buckets, n)
+    const input = randomInput(r, state, model, servers, buckets, n)
     const [next, commands] = step(state, input)
-    follow(model, input)
+    follow(model, state, input)
     const broken = check(state, input, next, commands, model, counts)
     if (broken !== undefined)
       return { rule: broken[0], message: `seed=${seed} step ${n} ${JSON.stringify(input)}: ${broken.join(": ")}` }
@@ -669,25 +1010,35 @@ const drive = (seed: number, step: StepFn = ControllerState.step, counts = tally
   return undefined
 }
 
-/** The seeds' failures, the first of each rule. */
-const failures = (step: StepFn = ControllerState.step, counts = tally()) => {
+/** The seeds' failures, the first of each rule; `until`: stop at the first seed breaking that rule. */
+const failures = (step: StepFn = ControllerState.step, counts = tally(), until?: string) => {
   const first = new Map<string, string>()
   for (let seed = 1; seed <= 1000; seed++) {
     const f = drive(seed, step, counts)
     if (f !== undefined && !first.has(f.rule)) first.set(f.rule, f.message)
+    if (until !== undefined && first.has(until)) break
   }
   return first
 }
 
+/** The unchanged machine's 1000 runs, once for the tests that read them. */
+let clean: { readonly broken: ReadonlyMap<string, string>; readonly counts: Tally } | undefined
+const cleanRuns = () => {
+  if (clean === undefined) {
+    const counts = tally()
+    clean = { broken: failures(ControllerState.step, counts), counts }
+  }
+  return clean
+}
+
 describe("ControllerState seeded runs", () => {
-  it("1000 seeds × 60 inputs keep versions, epochs, ISRs, elections and sends sound", () => {
-    const broken = failures()
+  it("1000 seeds × 60 inputs keep versions, epochs, ISRs, registrations, elections and sends sound", () => {
+    const { broken } = cleanRuns()
     assert.strictEqual(broken.size, 0, [...broken.values()].join("\n"))
   })
 
-  it("the runs are not vacuous: leaders change, tablets go offline, ISR changes are accepted and rejected", () => {
-    const counts = tally()
-    failures(ControllerState.step, counts)
+  it("the runs are not vacuous: leaders change, tablets go offline, ISR changes are accepted and rejected, elections ask", () => {
+    const { counts } = cleanRuns()
     for (const [name, n] of Object.entries(counts)) assert.isAbove(n, 100, `${name}: ${JSON.stringify(counts)}`)
   })
 
@@ -699,8 +1050,22 @@ describe("ControllerState seeded runs", () => {
       const [next, commands] = ControllerState.step(lax, input)
       return [next === lax ? state : { ...next, live: state.live, shuttingDown: state.shuttingDown }, commands]
     }
-    const broken = failures(buggy)
-    assert.isTrue(broken.has("KIP-841: no ineligible ISR member added"), [...broken.keys()].join(", "))
+    const rule = "KIP-841: no ineligible ISR member added"
+    const broken = failures(buggy, tally(), rule)
+    assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
+  })
+
+  it("a planted bug (log ends misread: offsets negated, so the shortest log leads) is caught", () => {
+    const misread: StepFn = (state, input) =>
+      ControllerState.step(
+        state,
+        input._tag === "LogEnd" && input.logEnd !== null
+          ? { ...input, logEnd: { ...input.logEnd, logEndOffset: -input.logEnd.logEndOffset } }
+          : input
+      )
+    const rule = "the furthest log leads"
+    const broken = failures(misread, tally(), rule)
+    assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
   })
 })
 
@@ -752,9 +1117,161 @@ describe("ControllerState registrations (KIP-903)", () => {
     assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.leaderEpoch, t.leaderAndIsr.isr], [1, 4, [1, 2]])
   })
 
-  it("when every ISR member is a new life, the first of them leads (its log is the best there is)", () => {
+  it("when the only ISR member is a new life, it leads, recorded as the life it is now", () => {
     const [state] = startWith({ 1: 50, 2: 60 }, stored(1, [1], { "1": 10 }))
     const t = state.tablets.get("orders/0")!
     assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.isr, t.state], [1, [1], "OnlineTablet"])
+    assert.deepStrictEqual(t.registrations, { "1": 50 })
+  })
+
+  it("an expansion naming a registration its server no longer has is refused; the current one is recorded", () => {
+    const [state] = startWith({ 1: 10, 2: 11, 3: 12 }, stored(1, [1, 2], { "1": 10, "2": 11 }))
+    const ask = (registration: number): Input => ({
+      _tag: "AdjustIsr",
+      requestId: 9,
+      tablet: t0,
+      leader: 1,
+      leaderEpoch: 4,
+      version: 7,
+      isr: [1, 2, 3],
+      registrations: [
+        [2, 11],
+        [3, registration]
+      ]
+    })
+    const [same, refused] = ControllerState.step(state, ask(5))
+    assert.strictEqual(same, state)
+    assert.deepStrictEqual(refused, [
+      {
+        _tag: "Reply",
+        requestId: 9,
+        reply: { _tag: "IsrRejected", rejection: { _tag: "IneligibleReplica", server: 3, why: "registered again" } }
+      }
+    ])
+    const [joined] = ControllerState.step(state, ask(12))
+    assert.deepStrictEqual(joined.tablets.get("orders/0")!.registrations, { "1": 10, "2": 11, "3": 12 })
+  })
+
+  it("an ISR member keeps the registration it joined with through later writes: a restart is still noticed", () => {
+    // 1 (the leader) is down, 2 restarted (60, not 11): no candidate yet, the tablet goes offline, 2 still as 11.
+    const [offline] = startWith({ 2: 60 }, stored(1, [1, 2], { "1": 10, "2": 11 }))
+    const t = offline.tablets.get("orders/0")!
+    assert.deepStrictEqual([t.state, t.registrations], ["OfflineTablet", { "1": 10, "2": 11 }])
+    // 1 returns, restarted too: both are asked, 2 is not taken for the life it was.
+    const [asking, commands] = ControllerState.step(offline, { _tag: "ServerUp", server: 1, registration: 70 })
+    assert.deepStrictEqual(
+      commands.flatMap((c) => (c._tag === "AskLogEnd" ? [c.server] : [])),
+      [1, 2]
+    )
+    assert.strictEqual(asking.tablets.get("orders/0")!.state, "OfflineTablet")
+  })
+})
+
+describe("ControllerState eligible leader replicas and recovery (KIP-966)", () => {
+  const min2 = { uncleanLeaderElection: false, minInsyncReplicas: 2 }
+  const life = (server: ServerId, registration: number): Input => ({ _tag: "ServerUp", server, registration })
+  /** t0 on [1, 2] with minimum ISR 2; 1 leads, registered as lives 10 and 20. */
+  const pair = () =>
+    run(
+      ControllerState.make(min2),
+      {
+        _tag: "Started",
+        coordinatorEpoch: 1,
+        live: [1, 2],
+        registrations: [
+          [1, 10],
+          [2, 20]
+        ],
+        tablets: []
+      },
+      create([0, [1, 2]])
+    ).state
+
+  it("a member leaving an ISR below the minimum stays eligible; one leaving while the minimum holds does not", () => {
+    const { state } = run(pair(), down(1))
+    assert.deepStrictEqual([lai(state, 0).leader, lai(state, 0).isr, tablet(state, 0).eligible], [2, [2], [1]])
+    const three = run(bootWith(min2, [1, 2, 3]), create([0, [1, 2, 3]]), down(3)).state
+    assert.deepStrictEqual([lai(three, 0).isr, tablet(three, 0).eligible], [[1, 2], []])
+  })
+
+  it("with no ISR member the life it was, every ISR and eligible member is asked, and the furthest log leads", () => {
+    // 1 dies (eligible), then 2 (the last ISR member); both come back as new lives.
+    const { state: offline } = run(pair(), down(1), down(2), life(2, 21))
+    assert.strictEqual(tablet(offline, 0).state, "OfflineTablet")
+    assert.strictEqual(offline.elections.size, 0, "1, an eligible member, is not back: nothing is asked yet")
+    const [back, commands] = ControllerState.step(offline, life(1, 11))
+    assert.deepStrictEqual(asked(commands).sort(), [1, 2])
+    // 2 lost what it had not flushed: 1's log goes further and 1 leads alone.
+    const { state: one } = run(back, logEnd(back, 2, { lastEpoch: 0, logEndOffset: 7 }))
+    assert.strictEqual(tablet(one, 0).state, "OfflineTablet", "waits for every candidate")
+    const [elected, done] = ControllerState.step(one, logEnd(one, 1, { lastEpoch: 0, logEndOffset: 10 }))
+    const t = tablet(elected, 0)
+    assert.deepStrictEqual(
+      [t.state, t.leaderAndIsr.leader, t.leaderAndIsr.isr, t.eligible],
+      ["OnlineTablet", 1, [1], []]
+    )
+    assert.strictEqual(elected.elections.size, 0)
+    assert.deepStrictEqual(tags(done).slice(0, 1), ["Write"])
+    assert.isTrue(
+      logs(done).some((l) => l.includes("server 1 leads")),
+      logs(done).join("\n")
+    )
+  })
+
+  it("a later epoch beats a longer log; an unanswered question is asked again; a stale round is ignored", () => {
+    const { state } = run(pair(), down(1), down(2), life(2, 21), life(1, 11))
+    const round = state.elections.get(key(0))!.round
+    const [again, retry] = ControllerState.step(state, logEnd(state, 1, null))
+    assert.deepStrictEqual(retry, [{ _tag: "AskLogEnd", server: 1, tablet: tid(0), round }])
+    assert.strictEqual(again, state)
+    const stale: Input = {
+      _tag: "LogEnd",
+      tablet: tid(0),
+      round: round - 1,
+      server: 1,
+      logEnd: { lastEpoch: 9, logEndOffset: 99 }
+    }
+    assert.deepStrictEqual(ControllerState.step(state, stale), [state, []])
+    const { state: elected } = run(
+      state,
+      logEnd(state, 1, { lastEpoch: 0, logEndOffset: 30 }),
+      logEnd(state, 2, { lastEpoch: 1, logEndOffset: 12 })
+    )
+    assert.strictEqual(lai(elected, 0).leader, 2)
+  })
+
+  it("a candidate leaving during a recovery stops it; its return starts a new round", () => {
+    const { state } = run(pair(), down(1), down(2), life(2, 21), life(1, 11))
+    const round = state.elections.get(key(0))!.round
+    const { state: gone, commands: left } = run(state, down(1))
+    assert.deepStrictEqual(writes(left), [], "the offline tablet keeps its ISR: no write, no leader")
+    assert.deepStrictEqual(lai(gone, 0).isr, [2])
+    assert.strictEqual(gone.elections.size, 0)
+    assert.strictEqual(tablet(gone, 0).state, "OfflineTablet")
+    const [back, commands] = ControllerState.step(gone, life(1, 12))
+    assert.deepStrictEqual(asked(commands).sort(), [1, 2])
+    assert.isAbove(back.elections.get(key(0))!.round, round)
+    const late: Input = { _tag: "LogEnd", tablet: tid(0), round, server: 2, logEnd: { lastEpoch: 0, logEndOffset: 1 } }
+    assert.deepStrictEqual(ControllerState.step(back, late), [back, []])
+  })
+
+  it("largest-log-end: the live ISR members are asked; the furthest leads, one that cannot answer is passed over", () => {
+    const { state: asking, commands } = run(bootWith(largest, [1, 2, 3]), create([0, [1, 2, 3]]), down(1))
+    assert.deepStrictEqual(asked(commands), [2, 3])
+    assert.deepStrictEqual(
+      [tablet(asking, 0).state, lai(asking, 0).leader, lai(asking, 0).leaderEpoch],
+      ["OfflineTablet", null, 1]
+    )
+    const { state: elected } = run(
+      asking,
+      logEnd(asking, 2, { lastEpoch: 0, logEndOffset: 5 }),
+      logEnd(asking, 3, { lastEpoch: 0, logEndOffset: 9 })
+    )
+    assert.deepStrictEqual([lai(elected, 0).leader, lai(elected, 0).leaderEpoch, lai(elected, 0).isr], [3, 2, [2, 3]])
+    const { state: passed } = run(asking, logEnd(asking, 3, null), logEnd(asking, 2, { lastEpoch: 0, logEndOffset: 5 }))
+    assert.strictEqual(lai(passed, 0).leader, 2)
+    // One live ISR member: no question.
+    const { state: single, commands: direct } = run(bootWith(largest, [1, 2]), create([0, [1, 2]]), down(1))
+    assert.deepStrictEqual([asked(direct), lai(single, 0).leader], [[], 2])
   })
 })

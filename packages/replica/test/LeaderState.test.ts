@@ -63,7 +63,7 @@ describe("LeaderState", () => {
     ])
     assert.deepStrictEqual(
       commands.filter((c) => c._tag === "ProposeIsr"),
-      [{ _tag: "ProposeIsr", isr: [1, 2] }]
+      [{ _tag: "ProposeIsr", isr: [1, 2], registrations: [] }]
     )
     assert.deepStrictEqual(state.pending, { _tag: "Shrink", removed: [3], isr: [1, 2] })
     // Until committed, 3 still counts for the HW: it stays at 10 although 1 and 2 hold 12.
@@ -78,12 +78,40 @@ describe("LeaderState", () => {
     const early = run(s, [{ _tag: "FollowerFetched", server: 3, fetchOffset: 19, nowMs: 5 }])
     assert.isUndefined(early.state.pending, "below the HW and the epoch's start: not yet")
     const joined = run(early.state, [{ _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 6 }])
-    assert.deepStrictEqual(joined.commands, [{ _tag: "ProposeIsr", isr: [1, 2, 3] }])
+    assert.deepStrictEqual(joined.commands, [{ _tag: "ProposeIsr", isr: [1, 2, 3], registrations: [] }])
     const rejected = run(joined.state, [
       { _tag: "IsrChangeRejected" },
       { _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 7 }
     ])
-    assert.deepStrictEqual(rejected.commands, [{ _tag: "ProposeIsr", isr: [1, 2, 3] }])
+    assert.deepStrictEqual(rejected.commands, [{ _tag: "ProposeIsr", isr: [1, 2, 3], registrations: [] }])
+  })
+
+  it("a proposal names the registrations its followers last fetched under (KIP-903)", () => {
+    const s = start({ isr: [1, 2], logEndOffset: 20, highWatermark: 20 })
+    const { commands } = run(s, [
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 20, nowMs: 5, registration: 40 },
+      { _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 6, registration: 41 }
+    ])
+    assert.deepStrictEqual(commands, [
+      {
+        _tag: "ProposeIsr",
+        isr: [1, 2, 3],
+        registrations: [
+          [2, 40],
+          [3, 41]
+        ]
+      }
+    ])
+    // A fetch naming no registration keeps the one known.
+    const [kept] = LeaderState.step(s, {
+      _tag: "FollowerFetched",
+      server: 2,
+      fetchOffset: 20,
+      nowMs: 5,
+      registration: 40
+    })
+    const [after] = LeaderState.step(kept, { _tag: "FollowerFetched", server: 2, fetchOffset: 20, nowMs: 6 })
+    assert.strictEqual(after.followers.get(2)?.registration, 40)
   })
 })
 

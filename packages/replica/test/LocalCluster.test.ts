@@ -49,4 +49,42 @@ describe("LocalCluster", () => {
       }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
     30_000
   )
+
+  it.live(
+    "largest-log-end: after the leader's loss the live ISR members are asked, and the one whose log goes furthest leads",
+    () =>
+      Effect.gen(function* () {
+        const cluster = yield* LocalCluster.make({
+          servers: 3,
+          replication: { ...replication, leaderElection: "largest-log-end" }
+        })
+        const tablet = { table: "orders", bucket: 1 }
+        yield* cluster.createTable("orders", { buckets: 2 })
+        const first = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 3)
+        for (let i = 0; i < 50; i += 10) yield* cluster.append(tablet, records(i, 10))
+        const old = first.leaderAndIsr.leader!
+        // The followers' log ends as they are now: the new leader's must be the furthest of them.
+        const ends = yield* Effect.forEach(
+          first.replicas.filter((s) => s !== old),
+          (s) => Effect.flatMap(cluster.server(s), (server) => server.logEnd({ tablet }))
+        )
+        yield* cluster.stopServer(old)
+        const moved = yield* cluster.awaitTablet(
+          tablet,
+          (t) => t.leaderAndIsr.leader !== null && t.leaderAndIsr.leader !== old
+        )
+        // Offline while asking, then led: two epochs on.
+        assert.strictEqual(moved.leaderAndIsr.leaderEpoch, first.leaderAndIsr.leaderEpoch + 2)
+        const furthest = Math.max(...ends.map((e) => e.logEndOffset))
+        const chosen = yield* (yield* cluster.server(moved.leaderAndIsr.leader!)).logEnd({ tablet })
+        assert.isAtLeast(chosen.logEndOffset, furthest)
+        yield* cluster.append(tablet, records(50, 10))
+        const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+        assert.deepStrictEqual(
+          values,
+          Array.from({ length: 60 }, (_, i) => `r${i}`)
+        )
+      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
+    30_000
+  )
 })

@@ -13,6 +13,7 @@ describe("ReplicationConfig", () => {
         [3, 2, 10_000, 30_000]
       )
       assert.isFalse(c.uncleanLeaderElection)
+      assert.strictEqual(c.leaderElection, "first-in-isr")
     })
   )
 
@@ -37,6 +38,9 @@ describe("ReplicationConfig", () => {
       assert.strictEqual(typo.option, "minIsr")
       const wait = yield* refused({ fetchMaxWaitMs: 20_000 })
       assert.strictEqual(wait.option, "fetchMaxWaitMs")
+      const election = yield* refused({ leaderElection: "longest" })
+      assert.strictEqual(election.option, "leaderElection")
+      assert.strictEqual(election.value, '"longest"')
     })
   )
 })

@@ -131,6 +131,33 @@ describe("named scenarios", () => {
     })
   )
 
+  it.effect(
+    "KIP-966: the leader dies, then its last ISR member loses its unflushed writes: the eligible replica's log leads, nothing acknowledged lost",
+    () =>
+      Effect.gen(function* () {
+        // Two servers, one tablet on both, minimum ISR 2. s1 leads; s2 never flushes. s1 is killed (its store
+        // intact), s2 takes over alone (no append can be acknowledged), then loses power and with it every write it
+        // ever made. s2 returns first: a new life with an empty log, not elected. When s1 returns, both are asked for
+        // their log ends, and s1's, the longer, leads.
+        const result = yield* Sim.run(3, Sim.correct, {
+          ...Sim.defaultConfig,
+          flushChance: 0,
+          logLevel: "Warn",
+          shape: { ...shape, servers: 2, coordinators: 1, tablets: 1, replicationFactor: 2 },
+          script: [
+            { step: 20, fault: "crash", target: "s1", until: 50 },
+            { step: 34, fault: "power", target: "s2", until: 40 }
+          ]
+        })
+        assert.deepStrictEqual(result.violations, [], Sim.describeFailure(result))
+        assert.isAbove(result.stats.lostWrites, 10, "s2 lost what it held")
+        assert.isAbove(result.stats.acked, 10)
+        const elected = result.trace.find((l) => l.includes("leads, its log going furthest"))
+        assert.isDefined(elected, Sim.describeFailure(result))
+        assert.include(elected, "server 1 leads")
+      })
+  )
+
   it.effect("Fluss #644: after a full-cluster restart, one leader per tablet and nothing acknowledged lost", () =>
     Effect.gen(function* () {
       const result = yield* Sim.run(2, Sim.correct, {

@@ -16,6 +16,8 @@ import { type Hosted, locked, signal } from "./hosted.js"
 /** What the loop needs from its server. */
 export interface FollowerContext {
   readonly self: ServerId
+  /** The server's registration now (each fetch names it). */
+  readonly registration: () => number | undefined
   readonly leader: LeaderCalls
   readonly leaderId: ServerId
   readonly leaderEpoch: number
@@ -76,12 +78,16 @@ const run = (
       )
     case "Fetch":
       return retrying(
-        ctx.leader.fetch({
-          tablet: h.tablet,
-          follower: ctx.self,
-          leaderEpoch: ctx.leaderEpoch,
-          offset: command.offset,
-          maxBytes: ctx.fetchMaxBytes
+        Effect.suspend(() => {
+          const registration = ctx.registration()
+          return ctx.leader.fetch({
+            tablet: h.tablet,
+            follower: ctx.self,
+            ...(registration === undefined ? {} : { registration }),
+            leaderEpoch: ctx.leaderEpoch,
+            offset: command.offset,
+            maxBytes: ctx.fetchMaxBytes
+          })
         })
       ).pipe(
         Effect.map(

@@ -5,8 +5,10 @@
  * on one memory coordination service and an in-memory network, on `TestClock`. It has no copy of their logic.
  *
  * A seed draws: 3–6 tablet servers, 1–3 coordinators, 1–3 tablets with their replication factor and minimum ISR,
- * the session timeout, 1–3 idempotent acks=all producers, and the faults: crash (kill -9: the sessions are left to
- * expire) and restart on the same store, clean stop, pause past the session timeout, session expiry, isolating a
+ * the session timeout, how often each server flushes its writes, 1–3 idempotent acks=all producers, and the
+ * faults: crash (kill -9: the sessions are left to expire) and restart on the same store, power loss (a crash whose
+ * store, `LossyStore`, loses every write since its last flush; with a minimum ISR of 2, the other servers having
+ * just flushed, so that an acknowledged record always keeps one copy), clean stop, pause past the session timeout, session expiry, isolating a
  * process, cutting one link, and per call: delay (so reordering), loss before or after the target ran it, and
  * duplication. Then the faults stop, everything heals, and the run must settle.
  *
@@ -26,11 +28,10 @@ import {
   type LeaderAndIsrRequest,
   type ReplicaError,
   type Session,
-  Store,
   type TabletId,
   tabletKey
 } from "@strata/core"
-import { Cause, Context, Duration, Effect, Exit, Fiber, Latch, Layer, References, Scope } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Fiber, Latch, Logger, References, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ClusterPaths from "../../src/ClusterPaths.js"
@@ -39,6 +40,7 @@ import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
 import * as ReplicaState from "../../src/ReplicaState.js"
 import * as TabletServer from "../../src/TabletServer.js"
 import * as Checkers from "./Checkers.js"
+import * as LossyStore from "./LossyStore.js"
 
 /** Which safety checks are deliberately broken in a run. */
 export interface Variant {
@@ -59,10 +61,11 @@ export const planted: ReadonlyArray<Variant> = [
 ]
 
 /** The kinds of fault. */
-export type FaultKind = "crash" | "stop" | "pause" | "expire" | "isolate" | "cut" | "shutdown"
+export type FaultKind = "crash" | "power" | "stop" | "pause" | "expire" | "isolate" | "cut" | "shutdown"
 
 const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
-  ["crash", 28],
+  ["crash", 18],
+  ["power", 10],
   ["stop", 8],
   ["pause", 18],
   ["expire", 12],
@@ -105,6 +108,10 @@ export interface Config {
   readonly shape?: Shape
   /** Faults at chosen steps instead of random ones. */
   readonly script?: ReadonlyArray<Planned>
+  /** The processes' log lines from this level on go into the trace (default: errors; `STRATA_SIM_LOG=info`). */
+  readonly logLevel?: "Error" | "Warn" | "Info"
+  /** The chance a server flushes its writes in a step, instead of the seed's (0.05, 0.2 or 0.5). */
+  readonly flushChance?: number
 }
 
 /** About 8 virtual seconds of faults, then up to 30 s to settle. */
@@ -122,6 +129,8 @@ export interface Stats {
   readonly coordinatorEpochs: number
   /** The longest run of steps in which some created tablet had no leader in coordination. */
   readonly longestLeaderless: number
+  /** Writes lost by power losses (each undone store write counts once). */
+  readonly lostWrites: number
 }
 
 /** The outcome of one seed. */
@@ -205,8 +214,10 @@ const simulate = (
       bucket
     }))
     const record = Checkers.recorder(minIsr)
+    const flushChance = config.flushChance ?? rng.pick([0.05, 0.2, 0.5])
+    let lostWrites = 0
     log(
-      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length}`
+      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance}`
     )
 
     const auditor = yield* base.session({ timeout: "1 hour" })
@@ -231,7 +242,9 @@ const simulate = (
     const coordinators = Array.from({ length: coordinatorCount }, (_, i) => proc("coordinator", 101 + i))
     procs.push(...servers, ...coordinators)
     const byName = new Map(procs.map((p) => [p.name, p]))
-    const stores = new Map<number, Context.Context<Store>>()
+    const stores = new Map<number, LossyStore.LossyStore>()
+    /** A downed server's closing (and, after a crash that loses unflushed writes, its loss), awaited by its start. */
+    const closing = new Map<number, Fiber.Fiber<void>>()
 
     // --- the network ----------------------------------------------------------------------------
     const cuts = new Set<string>()
@@ -270,6 +283,10 @@ const simulate = (
         if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "answer lost"))
         return answer
       })
+
+    /** A process's log lines, into the trace (below errors only with `STRATA_SIM_LOG=info`). */
+    const traceLogger = (p: Proc) =>
+      Logger.make((o) => log(`${p.name} ${o.logLevel}: ${[o.message].flat().map(String).join(" ")}`))
 
     // --- coordination as each process sees it ----------------------------------------------------
     const coordinationOf = (p: Proc): CoordinationShape => ({
@@ -380,9 +397,11 @@ const simulate = (
 
     const startServer = (p: Proc) =>
       Effect.gen(function* () {
+        const before = closing.get(p.id)
+        if (before !== undefined) yield* Fiber.join(before)
         let store = stores.get(p.id)
         if (store === undefined) {
-          store = yield* Layer.buildWithScope(Store.layerMemory(), root)
+          store = yield* LossyStore.make(root)
           stores.set(p.id, store)
         }
         const scope = yield* Scope.fork(root, "sequential")
@@ -391,7 +410,8 @@ const simulate = (
         p.incarnation++
         const incarnation = p.incarnation
         const server = yield* TabletServer.make({ serverId: p.id, replication: config0 }, variant.server).pipe(
-          Effect.provide(Context.add(store, Peers, peersOf(p))),
+          Effect.provide(Context.add(store.context, Peers, peersOf(p))),
+          Effect.provideService(Logger.CurrentLoggers, new Set([traceLogger(p)])),
           Scope.provide(scope),
           Effect.orDie
         )
@@ -406,7 +426,8 @@ const simulate = (
             address: p.name,
             sessionTimeout: Duration.millis(sessionTimeoutMs),
             firstEpoch: incarnation * 1000,
-            retryBackoffMs: 50
+            retryBackoffMs: 50,
+            onRegistered: server.registered
           }),
           scope
         )
@@ -420,6 +441,13 @@ const simulate = (
         return inbox === undefined || target.scope === undefined
           ? Effect.fail(unreachable(target.name, "down"))
           : call(c.name, target.name, inbox(request))
+      },
+      logEnd: (id, request) => {
+        const target = byName.get(`s${id}`)!
+        const server = target.server
+        return server === undefined
+          ? Effect.fail(unreachable(target.name, "down"))
+          : call(c.name, target.name, server.logEnd(request))
       }
     })
 
@@ -471,7 +499,12 @@ const simulate = (
           }).pipe(Effect.provideService(Election, election))
           resign.run = coordinator.resign
         })
-        yield* program.pipe(Effect.provideService(Coordination, coordination), Scope.provide(scope), Effect.orDie)
+        yield* program.pipe(
+          Effect.provideService(Coordination, coordination),
+          Effect.provideService(Logger.CurrentLoggers, new Set([traceLogger(p)])),
+          Scope.provide(scope),
+          Effect.orDie
+        )
         log(`${p.name}.${p.incarnation} starts`)
       })
 
@@ -490,7 +523,7 @@ const simulate = (
       Effect.asVoid(Effect.forkIn(p.kind === "server" ? startServer(p) : startCoordinator(p), root))
 
     /** Stops a process: a crash leaves its sessions to expire, a stop closes them. */
-    const down = (p: Proc, crash: boolean) =>
+    const down = (p: Proc, crash: boolean, lose: boolean) =>
       Effect.gen(function* () {
         const scope = p.scope
         if (scope === undefined) return
@@ -501,7 +534,16 @@ const simulate = (
         p.server = undefined
         p.serverInbox = undefined
         p.controller = undefined
-        yield* Effect.forkIn(Scope.close(scope, Exit.void), root)
+        const store = stores.get(p.id)
+        const closed = Effect.gen(function* () {
+          yield* Scope.close(scope, Exit.void)
+          if (!lose || store === undefined) return
+          const undone = yield* store.loseUnflushed
+          lostWrites += undone
+          log(`${p.name} lost ${undone} unflushed writes`)
+        })
+        const fiber = yield* Effect.forkIn(closed, root)
+        if (p.kind === "server") closing.set(p.id, fiber)
       })
 
     const pause = (p: Proc) =>
@@ -619,7 +661,16 @@ const simulate = (
           case "stop":
             log(`FAULT ${kind} ${p.name}, back at step ${back}`)
             p.backAt = back
-            return yield* down(p, kind === "crash")
+            return yield* down(p, kind === "crash", false)
+          case "power": {
+            // Losing unflushed writes is survivable when an acknowledged record has another copy that is kept:
+            // with a minimum ISR of 2 and every other server flushed now, it has.
+            const lose = p.kind === "server" && minIsr >= 2
+            if (lose) for (const [id, store] of stores) if (id !== p.id) store.flush()
+            log(`FAULT power loss of ${p.name}${lose ? ", unflushed writes lost" : ""}, back at step ${back}`)
+            p.backAt = back
+            return yield* down(p, true, lose)
+          }
           case "pause": {
             const until = Math.max(back, step + Math.ceil(sessionTimeoutMs / config.stepMs) + 1)
             log(`FAULT pause ${p.name} past its session, resume at step ${until}`)
@@ -652,7 +703,7 @@ const simulate = (
               Effect.gen(function* () {
                 const remaining = yield* server.controlledShutdown
                 log(`${p.name} leads ${remaining} tablets as it stops`)
-                if (p.server === server) yield* down(p, false)
+                if (p.server === server) yield* down(p, false, false)
                 p.stopping = false
               }),
               root
@@ -726,6 +777,8 @@ const simulate = (
       }
       if (config.script === undefined && step > 5 && rng.chance(config.faultChance)) yield* fault(step)
       yield* heal(step, false)
+      // Each server's writes become durable at a time of its own.
+      for (const p of servers) if (rng.chance(flushChance)) stores.get(p.id)?.flush()
       yield* clock.adjust(Duration.millis(config.stepMs))
       yield* sample
       let leaderless = false
@@ -860,6 +913,7 @@ const simulate = (
         coordinators: coordinatorCount,
         ...stats,
         longestLeaderless,
+        lostWrites,
         faults: faultCounts
       }
     }
@@ -870,7 +924,10 @@ export const run = (seed: number, variant: Variant = correct, config: Config = d
   Effect.scoped(simulate(seed, variant, config)).pipe(
     Effect.provide(Coordination.layerMemory()),
     Effect.provide(TestClock.layer()),
-    Effect.provideService(References.MinimumLogLevel, "Error"),
+    Effect.provideService(
+      References.MinimumLogLevel,
+      config.logLevel ?? (process.env.STRATA_SIM_LOG === "info" ? "Info" : "Error")
+    ),
     Effect.orDie
   )
 

@@ -1,0 +1,83 @@
+/**
+ * A tablet server's answers to the controller: instructions addressed to another life of the server are refused
+ * (KIP-380), and `logEnd` tells a candidate's log end, opening the log when no instruction has yet.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { make, records } from "./support/servers.js"
+
+const tablet = { table: "t", bucket: 0 }
+const replication = { minInsyncReplicas: 1, fetchMaxWaitMs: 20, retryBackoffMs: 10, replicaLagTimeMaxMs: 60_000 }
+const instruction = (leaderEpoch: number) => ({
+  tablet,
+  replicas: [1],
+  leaderAndIsr: { leader: 1, leaderEpoch, isr: [1], coordinatorEpoch: 1, version: leaderEpoch }
+})
+
+describe("TabletServer", () => {
+  it.live("instructions for another registration are refused with FencedEpoch, naming it, and change nothing", () =>
+    Effect.gen(function* () {
+      const servers = yield* make(replication)
+      const server = yield* servers.start(1)
+      // Not registered yet: an instruction for a registration (the server's last life) is not for it.
+      const early = yield* Effect.flip(
+        server.leaderAndIsr({ coordinatorEpoch: 1, registration: 7, tablets: [instruction(0)] })
+      )
+      assert.strictEqual(early.reason._tag, "FencedEpoch")
+      assert.include(early.message, "registration of server 1 (not registered)")
+      assert.deepStrictEqual(yield* server.tablets, [])
+      yield* server.registered(8)
+      const stale = yield* Effect.flip(
+        server.leaderAndIsr({ coordinatorEpoch: 1, registration: 7, tablets: [instruction(0)] })
+      )
+      assert.include(stale.message, "epoch 7 is fenced, the current epoch is 8")
+      assert.deepStrictEqual(yield* server.tablets, [])
+      // Its own registration, or none named (a controller that does not track them): applied.
+      yield* server.leaderAndIsr({ coordinatorEpoch: 1, registration: 8, tablets: [instruction(0)] })
+      assert.strictEqual(yield* server.replicaState(tablet), "LeaderReplica")
+      yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [instruction(1)] })
+      const view = (yield* server.replicas)[0]
+      assert.strictEqual(view?.leader?.leaderEpoch, 1)
+      // Its session ended: nothing is for it until it registers again.
+      yield* server.registered(undefined)
+      const ended = yield* Effect.flip(
+        server.leaderAndIsr({ coordinatorEpoch: 1, registration: 8, tablets: [instruction(2)] })
+      )
+      assert.strictEqual(ended.reason._tag, "FencedEpoch")
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("logEnd opens a log no instruction has opened, and reports its latest epoch and log end", () =>
+    Effect.gen(function* () {
+      const servers = yield* make(replication)
+      const server = yield* servers.start(1)
+      assert.deepStrictEqual(yield* server.logEnd({ tablet }), { lastEpoch: null, logEndOffset: 0 })
+      assert.strictEqual(yield* server.replicaState(tablet), "OnlineReplica")
+      // Instructions still apply to the replica it opened.
+      yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [instruction(3)] })
+      yield* server.append({ tablet, records: records("v", 0, 5), acks: 1 })
+      assert.deepStrictEqual(yield* server.logEnd({ tablet }), { lastEpoch: 3, logEndOffset: 5 })
+      // After a restart on the same store, before any instruction: what the store kept.
+      yield* servers.stop(1)
+      const again = yield* servers.start(1)
+      assert.deepStrictEqual(yield* again.logEnd({ tablet }), { lastEpoch: 3, logEndOffset: 5 })
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a request reaching a stopped server fails and leaves no log open behind it", () =>
+    Effect.gen(function* () {
+      const servers = yield* make(replication)
+      const stopped = yield* servers.start(1)
+      yield* servers.stop(1)
+      // A late question (sent before the stop, arriving after) must not lock the store for the next start.
+      const late = yield* Effect.flip(stopped.logEnd({ tablet: { table: "t", bucket: 9 } }))
+      assert.strictEqual(late.reason._tag, "ReplicaStorageFailed")
+      assert.include(late.message, "the server has stopped")
+      const next = yield* servers.start(1)
+      assert.deepStrictEqual(yield* next.logEnd({ tablet: { table: "t", bucket: 9 } }), {
+        lastEpoch: null,
+        logEndOffset: 0
+      })
+    }).pipe(Effect.scoped)
+  )
+})

@@ -1,0 +1,102 @@
+/**
+ * A memory `Store` that can lose what it has not flushed, as a machine that loses power does: every write keeps
+ * the values it replaced until `flush`; `loseUnflushed` puts them back, newest first, so each partition returns to
+ * what it held at its last flush. Used by the cluster simulator for crashes that lose unflushed writes.
+ */
+import { type PartitionStore, Store, type StoreId, type StoreOp, type StoreShape } from "@strata/core"
+import { Context, Effect, Layer, Option, type Scope, Stream } from "effect"
+
+/** The replaced values of one write, to put back. */
+interface Undo {
+  readonly id: StoreId
+  readonly priors: ReadonlyArray<readonly [key: Uint8Array, prior: Option.Option<Uint8Array>]>
+}
+
+/** A lossy store and its controls. */
+export interface LossyStore {
+  readonly context: Context.Context<Store>
+  /** Makes everything written so far durable. */
+  readonly flush: () => void
+  /** Whether anything written is not flushed. */
+  readonly dirty: () => boolean
+  /** Puts back every value replaced since the last flush; run only while no partition is open. */
+  readonly loseUnflushed: Effect.Effect<number>
+}
+
+/** A lossy memory store living in `scope`. */
+export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
+  Effect.gen(function* () {
+    const memory = yield* Layer.buildWithScope(Store.layerMemory(), scope)
+    const inner = Context.get(memory, Store)
+    let undo: Array<Undo> = []
+
+    const record = (id: StoreId, keys: ReadonlyArray<Uint8Array>, priors: ReadonlyArray<Option.Option<Uint8Array>>) => {
+      undo.push({ id, priors: keys.map((k, i) => [k, priors[i]!] as const) })
+    }
+
+    const shape: StoreShape = {
+      backend: inner.backend,
+      limits: inner.limits,
+      drop: inner.drop,
+      open: (id) =>
+        Effect.map(inner.open(id), (ps) => {
+          const write = (ops: ReadonlyArray<StoreOp>, options?: Parameters<typeof ps.write>[1]) =>
+            Effect.gen(function* () {
+              if (options?.offsets !== undefined && options.offsets.length > 0) {
+                return yield* Effect.die(new Error("LossyStore does not model persisted offsets"))
+              }
+              const keys = ops.map((op) => op.key)
+              const priors = yield* ps.getMany(keys)
+              yield* ps.write(ops, options)
+              record(id, keys, priors)
+            })
+          return {
+            ...ps,
+            write,
+            put: (key, value) => write([{ _tag: "put", key, value }]),
+            delete: (key) => write([{ _tag: "delete", key }]),
+            clear: Effect.gen(function* () {
+              const entries = yield* Stream.runCollect(ps.scan())
+              yield* ps.clear
+              record(
+                id,
+                entries.map(([k]) => k),
+                entries.map(([, v]) => Option.some(v))
+              )
+            })
+          }
+        })
+    }
+
+    const loseUnflushed = Effect.gen(function* () {
+      const lost = undo.length
+      const pending = undo
+      undo = []
+      const byId = new Map<string, StoreId>()
+      for (const u of pending) byId.set(`${u.id.table}/${u.id.partition}`, u.id)
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          const stores = new Map<string, PartitionStore>()
+          for (const [k, id] of byId) stores.set(k, yield* inner.open(id))
+          for (let i = pending.length - 1; i >= 0; i--) {
+            const u = pending[i]!
+            const ps = stores.get(`${u.id.table}/${u.id.partition}`)!
+            const ops: Array<StoreOp> = u.priors.map(([key, prior]) =>
+              Option.isSome(prior) ? { _tag: "put", key, value: prior.value } : { _tag: "delete", key }
+            )
+            yield* ps.write(ops)
+          }
+        })
+      ).pipe(Effect.orDie)
+      return lost
+    })
+
+    return {
+      context: Context.make(Store, shape),
+      flush: () => {
+        undo = []
+      },
+      dirty: () => undo.length > 0,
+      loseUnflushed
+    }
+  })
