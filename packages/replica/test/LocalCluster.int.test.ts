@@ -1,7 +1,7 @@
 /**
  * The README's cluster on real ZooKeeper instead of memory coordination: the controller's tablets, fenced writes and
- * server registrations live in ZooKeeper; 20 000 acks=all records survive the leader's loss, and bad input gets
- * typed errors.
+ * server registrations live in ZooKeeper; 20 000 acks=all records survive the leader's loss, the old leader
+ * rejoins under its new registration, and bad input gets typed errors.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
@@ -40,6 +40,13 @@ describe("LocalCluster on ZooKeeper", () => {
         b.records.map((r) => new TextDecoder().decode(r.value))
       )
       assert.deepStrictEqual(values, [...Array.from({ length: n }, (_, i) => `order-${i}`), "order-last"])
+      // The old leader returns as a new registration (a new ZooKeeper node): it catches up and rejoins the ISR
+      // under that registration, and holds the same records.
+      yield* cluster.startServer(old)
+      const rejoined = yield* cluster.awaitTablet(orders, (t) => t.leaderAndIsr.isr.includes(old))
+      assert.notStrictEqual(rejoined.registrations?.[String(old)], before.registrations?.[String(old)])
+      const copy = yield* (yield* cluster.server(old)).logEnd({ tablet: orders })
+      assert.deepStrictEqual(copy, { lastEpoch: after.leaderAndIsr.leaderEpoch, logEndOffset: n + 1 })
 
       const leader = yield* cluster.server(after.leaderAndIsr.leader!)
       const empty = yield* Effect.flip(leader.append({ tablet: orders, records: [], acks: "all" }))

@@ -4,8 +4,9 @@
  * on a memory store each), coordinators running the election with the real `Controller` as their leader service —
  * on one memory coordination service and an in-memory network, on `TestClock`. It has no copy of their logic.
  *
- * A seed draws: 3–6 tablet servers, 1–3 coordinators, 1–3 tablets with their replication factor and minimum ISR,
- * the session timeout, how often each server flushes its writes, 1–3 idempotent acks=all producers, and the
+ * A seed draws: 3–7 tablet servers, 1–3 coordinators, 1–3 tablets with their replication factor and minimum ISR,
+ * the session timeout, how often each server flushes its writes, the controller's election rule (first in the ISR
+ * or largest log end), 1–3 idempotent acks=all producers, and the
  * faults: crash (kill -9: the sessions are left to expire) and restart on the same store, power loss (a crash whose
  * store, `LossyStore`, loses every write since its last flush; with a minimum ISR of 2, the other servers having
  * just flushed, so that an acknowledged record always keeps one copy), clean stop, pause past the session timeout, session expiry, isolating a
@@ -95,6 +96,8 @@ export interface Shape {
   readonly sessionTimeoutMs: number
   readonly replicaLagTimeMaxMs: number
   readonly producers: number
+  /** How the controller elects (`first-in-isr` unless given). */
+  readonly leaderElection?: "first-in-isr" | "largest-log-end"
 }
 
 /** The shape of a run, in virtual milliseconds. */
@@ -215,9 +218,13 @@ const simulate = (
     }))
     const record = Checkers.recorder(minIsr)
     const flushChance = config.flushChance ?? rng.pick([0.05, 0.2, 0.5])
+    const leaderElection =
+      shape === undefined
+        ? rng.pick(["first-in-isr", "largest-log-end"] as const)
+        : (shape.leaderElection ?? "first-in-isr")
     let lostWrites = 0
     log(
-      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance}`
+      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance} election=${leaderElection}`
     )
 
     const auditor = yield* base.session({ timeout: "1 hour" })
@@ -476,6 +483,7 @@ const simulate = (
                     namespace: NAMESPACE,
                     uncleanLeaderElection: false,
                     minInsyncReplicas: minIsr,
+                    leaderElection,
                     retryBackoffMs: 50,
                     resign: Effect.suspend(() => resign.run),
                     ...(variant.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
