@@ -183,6 +183,47 @@ export const LogEndResult = Schema.Struct({
 /** @see LogEndResult */
 export type LogEndResult = typeof LogEndResult.Type
 
+/**
+ * A leader's request to change its tablet's ISR (`version`: the tablet version it knows). `registrations`: the
+ * registrations its followers fetched under (KIP-903), so that a member added under a life that has ended is refused.
+ */
+export const AdjustIsrRequest = Schema.Struct({
+  tablet: TabletId,
+  leader: ServerId,
+  leaderEpoch: Epoch,
+  version: Count,
+  isr: Schema.Array(ServerId),
+  registrations: Schema.optional(Schema.Array(Schema.Tuple([ServerId, Schema.Int])))
+}).annotate({ identifier: "AdjustIsrRequest" })
+/** @see AdjustIsrRequest */
+export type AdjustIsrRequest = typeof AdjustIsrRequest.Type
+
+/**
+ * Why the controller refused an ISR change. `InvalidVersion` carries the tablet's current state, for the leader to
+ * adopt; `IneligibleReplica` names a server that may not join (KIP-841, KIP-903).
+ */
+export const IsrRejection = Schema.Union([
+  Schema.TaggedStruct("UnknownTablet", {}),
+  Schema.TaggedStruct("NotLeader", { leader: Schema.NullOr(ServerId) }),
+  Schema.TaggedStruct("FencedLeaderEpoch", { current: Epoch }),
+  Schema.TaggedStruct("InvalidVersion", { current: Count, leaderAndIsr: LeaderAndIsr }),
+  Schema.TaggedStruct("InvalidIsr", { detail: Schema.String }),
+  Schema.TaggedStruct("IneligibleReplica", {
+    server: ServerId,
+    why: Schema.Literals(["offline", "shutting down", "registered again"])
+  })
+]).annotate({ identifier: "IsrRejection" })
+/** @see IsrRejection */
+export type IsrRejection = typeof IsrRejection.Type
+
+/** The controller's answer to an ISR change: the committed state, or why not. */
+export const AdjustIsrReply = Schema.Union([
+  Schema.TaggedStruct("IsrAdjusted", { leaderAndIsr: LeaderAndIsr }),
+  Schema.TaggedStruct("IsrRejected", { rejection: IsrRejection })
+]).annotate({ identifier: "AdjustIsrReply" })
+/** @see AdjustIsrReply */
+export type AdjustIsrReply = typeof AdjustIsrReply.Type
+
 /** The `ReplicaManager` service shape (one per tablet server). */
 export interface ReplicaManagerShape {
   readonly serverId: ServerId

@@ -188,7 +188,15 @@ export const keepRegistered = (
           const session = yield* coordination.session({ timeout: options.sessionTimeout })
           // Another session's registration (this server's previous life) goes when that session expires; a lost
           // connection may come back. Anything else ends this session's attempt.
+          let warned = false
           const order = yield* register(session, paths, id, registration).pipe(
+            Effect.tapError((e) => {
+              if (e.reason._tag !== "NodeExists" || warned) return Effect.void
+              warned = true
+              return Effect.logWarning(
+                `server id ${id} is registered by another session: waiting for it to end (this server's previous life, or another server started with id ${id})`
+              )
+            }),
             Effect.retry({
               schedule: backoff,
               while: (e) => e.reason._tag === "NodeExists" || e.reason._tag === "ConnectionLoss"

@@ -32,6 +32,7 @@
  *
  * @since 0.1.0
  */
+import type * as Core from "@strata/core"
 import type { Epoch, LeaderAndIsr, ServerId, TabletId } from "@strata/core"
 import { tabletKey } from "@strata/core"
 
@@ -140,18 +141,7 @@ export interface Election {
  *
  * @since 0.1.0
  */
-export type IsrRejection =
-  | { readonly _tag: "UnknownTablet" }
-  | { readonly _tag: "NotLeader"; readonly leader: ServerId | null }
-  | { readonly _tag: "FencedLeaderEpoch"; readonly current: Epoch }
-  /** The leader's version is stale; `leaderAndIsr` is the tablet's current state, for it to adopt. */
-  | { readonly _tag: "InvalidVersion"; readonly current: number; readonly leaderAndIsr: LeaderAndIsr }
-  | { readonly _tag: "InvalidIsr"; readonly detail: string }
-  | {
-      readonly _tag: "IneligibleReplica"
-      readonly server: ServerId
-      readonly why: "offline" | "shutting down" | "registered again"
-    }
+export type IsrRejection = Core.IsrRejection
 
 /**
  * What the shell feeds, one at a time.
@@ -182,20 +172,7 @@ export type Input =
       readonly requestId: number
       readonly tablets: ReadonlyArray<{ readonly tablet: TabletId; readonly replicas: ReadonlyArray<ServerId> }>
     }
-  | {
-      readonly _tag: "AdjustIsr"
-      readonly requestId: number
-      readonly tablet: TabletId
-      readonly leader: ServerId
-      readonly leaderEpoch: Epoch
-      readonly version: number
-      readonly isr: ReadonlyArray<ServerId>
-      /**
-       * The registrations the followers fetched under (KIP-903): a member added under a registration that is not
-       * its current one (it restarted since, perhaps losing writes) is refused.
-       */
-      readonly registrations?: ReadonlyArray<readonly [ServerId, number]>
-    }
+  | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & Core.AdjustIsrRequest)
   | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
   | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
   | {
@@ -225,8 +202,7 @@ export interface TabletInstruction {
 export type Reply =
   | { readonly _tag: "Created"; readonly tablets: ReadonlyArray<Tablet> }
   | { readonly _tag: "CreateRefused"; readonly detail: string }
-  | { readonly _tag: "IsrAdjusted"; readonly leaderAndIsr: LeaderAndIsr }
-  | { readonly _tag: "IsrRejected"; readonly rejection: IsrRejection }
+  | Core.AdjustIsrReply
   | { readonly _tag: "ShutdownProgress"; readonly remainingLeaders: number }
 
 /**
@@ -234,14 +210,14 @@ export type Reply =
  *
  * @since 0.1.0
  */
-export type AdjustIsrRequest = Omit<Extract<Input, { readonly _tag: "AdjustIsr" }>, "_tag" | "requestId">
+export type AdjustIsrRequest = Core.AdjustIsrRequest
 
 /**
  * The controller's answer to an ISR change request.
  *
  * @since 0.1.0
  */
-export type AdjustIsrReply = Extract<Reply, { readonly _tag: "IsrAdjusted" | "IsrRejected" }>
+export type AdjustIsrReply = Core.AdjustIsrReply
 
 /**
  * What the shell runs, in order.

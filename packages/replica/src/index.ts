@@ -1,7 +1,7 @@
 /**
  * @strata/replica: replicated tablets — the replica state machine, the durable tablet log with its leader-epoch
  * cache and producer state, ISR/high-watermark replication, KIP-101/279 truncation, the controller, the tablet
- * server, and a whole cluster in one process.
+ * server, a whole cluster in one process, and the requests between processes (Effect RPC over TCP).
  *
  * @since 0.1.0
  */
@@ -14,6 +14,8 @@ export * as LeaderState from "./LeaderState.js"
 export * as LocalCluster from "./LocalCluster.js"
 export * as Peers from "./Peers.js"
 export * as ProducerState from "./ProducerState.js"
+export * as RemotePeers from "./RemotePeers.js"
+export * as ReplicaRpc from "./ReplicaRpc.js"
 export * as ReplicaState from "./ReplicaState.js"
 export * as ReplicationConfig from "./ReplicationConfig.js"
 export * as TabletLog from "./TabletLog.js"

@@ -1,7 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Coordination, CoordinationFaults, type CoordinationShape, type Session } from "@strata/core"
+import { Effect, Fiber } from "effect"
 import * as ClusterPaths from "../src/ClusterPaths.js"
 import type * as ControllerState from "../src/ControllerState.js"
+import { eventually } from "./support/servers.js"
 
 const tablet: ControllerState.Tablet = {
   tablet: { table: "orders", bucket: 3 },
@@ -26,5 +28,56 @@ describe("ClusterPaths", () => {
       assert.strictEqual(e._tag, "CorruptClusterData")
       assert.include(e.message, "/ns/tablets/orders:3")
     })
+  )
+
+  it.live(
+    "keepRegistered tells each registration, registers again after its session expires, and a second server with the same id waits",
+    () =>
+      Effect.gen(function* () {
+        const base = yield* Coordination
+        const faults = yield* CoordinationFaults
+        const paths = ClusterPaths.make("/kr")
+        const sessions: Array<Session> = []
+        const tracked: CoordinationShape = {
+          ...base,
+          session: (o) => Effect.tap(base.session(o), (s) => Effect.sync(() => sessions.push(s)))
+        }
+        const told: Array<number | undefined> = []
+        const options = { address: "a", sessionTimeout: "1 second", firstEpoch: 1, retryBackoffMs: 10 } as const
+        const first = yield* Effect.forkScoped(
+          ClusterPaths.keepRegistered(tracked, paths, 7, {
+            ...options,
+            onRegistered: (r) => Effect.sync(() => told.push(r))
+          })
+        )
+        yield* eventually(Effect.sync(() => told.length === 1))
+        const auditor = yield* base.session()
+        const node = yield* auditor.get(paths.server(7))
+        assert.strictEqual(told[0], node.stat.createdOrder)
+        // Its session expires: the registration goes, and a new one (a higher registration epoch) is made.
+        yield* faults.expire(sessions[0]!)
+        yield* eventually(Effect.sync(() => told.length === 3))
+        assert.strictEqual(told[1], undefined)
+        const again = yield* auditor.get(paths.server(7))
+        assert.strictEqual(told[2], again.stat.createdOrder)
+        assert.notStrictEqual(told[2], told[0])
+        assert.include(new TextDecoder().decode(again.data), '"registrationEpoch":2')
+        // Another server with id 7 waits while the first holds the id, and registers once it is gone.
+        const second: Array<number | undefined> = []
+        yield* Effect.forkScoped(
+          ClusterPaths.keepRegistered(base, paths, 7, {
+            ...options,
+            address: "b",
+            onRegistered: (r) => Effect.sync(() => second.push(r))
+          })
+        )
+        yield* Effect.sleep("100 millis")
+        assert.deepStrictEqual(second, [])
+        yield* Fiber.interrupt(first)
+        yield* eventually(Effect.sync(() => second.length === 1))
+        const taken = yield* auditor.get(paths.server(7))
+        assert.include(new TextDecoder().decode(taken.data), '"address":"b"')
+        assert.strictEqual(second[0], taken.stat.createdOrder)
+      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
   )
 })

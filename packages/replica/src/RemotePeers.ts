@@ -1,0 +1,153 @@
+/**
+ * The client side of `ReplicaRpc`: `Peers` (how a tablet server reaches its leaders and the controller) and
+ * `TabletServers` (how the controller reaches the servers) over TCP. One connection per address, opened on first
+ * use and kept (it reconnects by itself); every call ends within `requestTimeoutMs`, failing with
+ * `PeerUnreachable` then, as it does when the target cannot be located or reached.
+ *
+ * @since 0.1.0
+ */
+import type {
+  AppendRequest,
+  AppendResult,
+  ReadRequest,
+  ReadResult,
+  ReplicaError,
+  ReplicaState,
+  ServerId,
+  TabletId
+} from "@strata/core"
+import { Deferred, Effect, Exit, Scope } from "effect"
+import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
+import type { TabletServersShape } from "./Controller.js"
+import { PeerUnreachable, type PeersShape } from "./Peers.js"
+import { type Client, ControllerRpcs, connectGroup, type NotController, TabletServerRpcs } from "./ReplicaRpc.js"
+
+/**
+ * Where the peers are, and how long a call may take.
+ *
+ * @since 0.1.0
+ */
+export interface RemotePeersOptions {
+  /** The `host:port` a tablet server listens on (from its registration, say). */
+  readonly locate: (server: ServerId) => Effect.Effect<string, PeerUnreachable>
+  /** The `host:port` the controller listens on now. */
+  readonly controller: Effect.Effect<string, PeerUnreachable>
+  /** The longest a call may take, connecting included (above a follower's fetch wait). */
+  readonly requestTimeoutMs: number
+}
+
+/**
+ * The cluster's peers over TCP.
+ *
+ * @since 0.1.0
+ */
+export interface RemotePeers {
+  readonly peers: PeersShape
+  readonly servers: TabletServersShape
+  /** A tablet server's client calls: appends, reads, and a replica's state. */
+  readonly server: (id: ServerId) => ServerCalls
+}
+
+/**
+ * A client's calls to one tablet server.
+ *
+ * @since 0.1.0
+ */
+export interface ServerCalls {
+  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | PeerUnreachable>
+  readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
+  readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError | PeerUnreachable>
+}
+
+/** Clients of `group`, one per address (callers arriving together share one), living in `scope`. */
+const clients = <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, scope: Scope.Scope) => {
+  const open = new Map<string, Deferred.Deferred<Client<R>, PeerUnreachable>>()
+  return (address: string): Effect.Effect<Client<R>, PeerUnreachable> =>
+    Effect.suspend(() => {
+      const known = open.get(address)
+      if (known !== undefined) return Deferred.await(known)
+      const made = Deferred.makeUnsafe<Client<R>, PeerUnreachable>()
+      open.set(address, made)
+      return connectGroup(group, scope, address).pipe(
+        // A failed connection is not kept: the next call tries again.
+        Effect.tapError(() => Effect.sync(() => open.delete(address))),
+        Effect.exit,
+        Effect.flatMap((exit) => Deferred.done(made, exit)),
+        Effect.andThen(Deferred.await(made))
+      )
+    })
+}
+
+/**
+ * Peers over TCP, their connections closed with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.fork(yield* Effect.scope, "parallel")
+    yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
+    const servers = clients(TabletServerRpcs, scope)
+    const controllers = clients(ControllerRpcs, scope)
+    /** A call that ends in time; a transport failure is `PeerUnreachable`. */
+    const timed = <A, E>(
+      target: string,
+      call: Effect.Effect<A, E | RpcClientError.RpcClientError>
+    ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
+      call.pipe(
+        Effect.timeoutOrElse({
+          duration: options.requestTimeoutMs,
+          orElse: () =>
+            Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${options.requestTimeoutMs} ms` }))
+        }),
+        Effect.catchIf(
+          (e): e is RpcClientError.RpcClientError =>
+            typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError",
+          (e) => Effect.fail(new PeerUnreachable({ target, detail: e.message }))
+        )
+      ) as Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable>
+    const server = (id: ServerId) =>
+      Effect.flatMap(options.locate(id), (address) =>
+        Effect.map(servers(address), (client) => ({ client, target: `server ${id} (${address})` }))
+      )
+    const controller = Effect.flatMap(options.controller, (address) =>
+      Effect.map(controllers(address), (client) => ({ client, target: `the controller (${address})` }))
+    )
+    /** A coordinator that is not the controller (any more) is as good as unreachable: the caller looks again. */
+    const toController = <A>(
+      call: (
+        client: Client<RpcGroup.Rpcs<typeof ControllerRpcs>>
+      ) => Effect.Effect<A, NotController | RpcClientError.RpcClientError>
+    ): Effect.Effect<A, PeerUnreachable> =>
+      Effect.flatMap(controller, ({ client, target }) =>
+        timed(target, call(client)).pipe(
+          Effect.mapError((e) =>
+            e instanceof PeerUnreachable ? e : new PeerUnreachable({ target, detail: e.message })
+          )
+        )
+      )
+
+    const peers: PeersShape = {
+      leader: (id) => ({
+        fetch: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Fetch(request))),
+        endOffsetForEpoch: (request) =>
+          Effect.flatMap(server(id), ({ client, target }) => timed(target, client.EndOffsetForEpoch(request)))
+      }),
+      controller: {
+        adjustIsr: (request) => toController((c) => c.AdjustIsr(request)),
+        controlledShutdown: (id) => toController((c) => c.ControlledShutdown({ server: id }))
+      }
+    }
+    const tabletServers: TabletServersShape = {
+      leaderAndIsr: (id, request) =>
+        Effect.flatMap(server(id), ({ client, target }) => timed(target, client.LeaderAndIsr(request))),
+      logEnd: (id, request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.LogEnd(request)))
+    }
+    const calls = (id: ServerId): ServerCalls => ({
+      append: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Append(request))),
+      read: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Read(request))),
+      replicaState: (tablet) =>
+        Effect.flatMap(server(id), ({ client, target }) => timed(target, client.ReplicaState({ tablet })))
+    })
+    return { peers, servers: tabletServers, server: calls }
+  })

@@ -1,0 +1,177 @@
+/**
+ * Tablet servers talking over TCP on loopback (`ReplicaRpc` served, `RemotePeers` calling): the controller's
+ * instructions, acks=all appends whose follower fetches cross the wire, reads, typed errors that arrive as
+ * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { type AdjustIsrRequest, Store, type TabletRecord } from "@strata/core"
+import { Context, Effect, Exit, Layer, Scope } from "effect"
+import { Peers, PeerUnreachable } from "../src/Peers.js"
+import * as RemotePeers from "../src/RemotePeers.js"
+import type { ControllerShape } from "../src/Controller.js"
+import { formatAddress, parseAddress, serveController, serveTabletServer } from "../src/ReplicaRpc.js"
+import * as TabletServer from "../src/TabletServer.js"
+
+const tablet = { table: "orders", bucket: 0 }
+const replication = {
+  minInsyncReplicas: 2,
+  fetchMaxWaitMs: 50,
+  retryBackoffMs: 20,
+  replicaLagTimeMaxMs: 60_000,
+  appendTimeoutMs: 1_000
+}
+const text = (s: string): TabletRecord => ({ key: null, value: new TextEncoder().encode(s), headers: [], timestamp: 0 })
+const decoded = (batches: ReadonlyArray<{ readonly records: ReadonlyArray<TabletRecord> }>) =>
+  batches.flatMap((b) => b.records.map((r) => new TextDecoder().decode(r.value)))
+
+describe("ReplicaRpc over TCP", () => {
+  it("addresses parse and format, IPv6 in brackets", () => {
+    assert.deepStrictEqual(parseAddress("127.0.0.1:9000"), { host: "127.0.0.1", port: 9000 })
+    assert.deepStrictEqual(parseAddress("[::1]:9000"), { host: "::1", port: 9000 })
+    assert.strictEqual(formatAddress({ host: "::1", port: 9000 }), "[::1]:9000")
+    for (const bad of ["9000", "host", "host:0", "host:70000", ":9000", "host:x"]) {
+      assert.isUndefined(parseAddress(bad), bad)
+    }
+  })
+
+  it.live(
+    "two servers replicate over TCP; typed errors cross the wire; a stopped server is unreachable in time",
+    () =>
+      Effect.gen(function* () {
+        const root = yield* Effect.scope
+        const addresses = new Map<number, string>()
+        const remote = yield* RemotePeers.make({
+          locate: (id) => {
+            const address = addresses.get(id)
+            return address === undefined
+              ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "not registered" }))
+              : Effect.succeed(address)
+          },
+          controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none in this test" })),
+          requestTimeoutMs: 3_000
+        })
+        const start = (id: number) =>
+          Effect.gen(function* () {
+            const store = yield* Layer.buildWithScope(Store.layerMemory(), root)
+            const scope = yield* Scope.fork(root, "sequential")
+            const server = yield* TabletServer.make({ serverId: id, replication }).pipe(
+              Effect.provide(Context.add(store, Peers, remote.peers)),
+              Scope.provide(scope),
+              Effect.orDie
+            )
+            const bound = yield* serveTabletServer({ host: "127.0.0.1", port: 0 }).pipe(
+              Effect.provideService(TabletServer.TabletServer, server),
+              Scope.provide(scope),
+              Effect.orDie
+            )
+            addresses.set(id, formatAddress(bound))
+            return { server, scope }
+          })
+        yield* start(1)
+        const two = yield* start(2)
+        const instruction = (coordinatorEpoch: number) => ({
+          coordinatorEpoch,
+          tablets: [
+            {
+              tablet,
+              replicas: [1, 2],
+              leaderAndIsr: { leader: 1, leaderEpoch: 0, isr: [1, 2], coordinatorEpoch, version: 0 }
+            }
+          ]
+        })
+        yield* remote.servers.leaderAndIsr(1, instruction(3))
+        yield* remote.servers.leaderAndIsr(2, instruction(3))
+
+        // acks=all: the HW passes the batch only once server 2 fetched it over TCP.
+        const values = Array.from({ length: 200 }, (_, i) => `order-${i}`)
+        for (let i = 0; i < values.length; i += 50) {
+          const written = yield* remote
+            .server(1)
+            .append({ tablet, records: values.slice(i, i + 50).map(text), acks: "all" })
+          assert.deepStrictEqual([written.baseOffset, written.lastOffset], [i, i + 49])
+        }
+        const read = yield* remote.server(1).read({ tablet, offset: 0, maxBytes: 10_000_000 })
+        assert.deepStrictEqual(decoded(read.batches), values)
+        assert.strictEqual(read.highWatermark, 200)
+        const copy = yield* (yield* two.server.logOf(tablet))!.read(0, 10_000_000)
+        assert.deepStrictEqual(decoded(copy), values)
+        assert.strictEqual(yield* remote.server(2).replicaState(tablet), "FollowerReplica")
+        assert.deepStrictEqual(yield* remote.servers.logEnd(2, { tablet }), { lastEpoch: 0, logEndOffset: 200 })
+
+        // Errors arrive as the server's own, with their reasons.
+        const empty = yield* Effect.flip(remote.server(1).append({ tablet, records: [], acks: "all" }))
+        assert.strictEqual(empty._tag, "ReplicaError")
+        assert.strictEqual(empty._tag === "ReplicaError" ? empty.reason._tag : "", "InvalidRequest")
+        const follower = yield* Effect.flip(remote.server(2).append({ tablet, records: [text("x")], acks: 1 }))
+        assert.strictEqual(follower._tag === "ReplicaError" ? follower.reason._tag : follower._tag, "NotLeader")
+        const fenced = yield* Effect.flip(remote.servers.leaderAndIsr(1, instruction(2)))
+        assert.strictEqual(fenced._tag === "ReplicaError" ? fenced.reason._tag : fenced._tag, "FencedEpoch")
+
+        // Server 2 stops: a call to it fails within the request timeout, and the leader's acks=all append is not
+        // acknowledged (its follower is gone and no controller shrinks the ISR): it times out, as itself.
+        yield* Scope.close(two.scope, Exit.void)
+        const gone = yield* Effect.flip(remote.servers.leaderAndIsr(2, instruction(3)))
+        assert.strictEqual(gone._tag, "PeerUnreachable")
+        const unreplicated = yield* Effect.flip(
+          remote.server(1).append({ tablet, records: [text("late")], acks: "all" })
+        )
+        assert.strictEqual(
+          unreplicated._tag === "ReplicaError" ? unreplicated.reason._tag : unreplicated._tag,
+          "AppendTimedOut"
+        )
+        addresses.set(3, "nonsense")
+        const bad = yield* Effect.flip(remote.server(3).read({ tablet, offset: 0, maxBytes: 100 }))
+        assert.include(bad.message, "not a host:port address")
+      }).pipe(Effect.scoped),
+    30_000
+  )
+
+  it.live(
+    "the controller's calls cross the wire; a coordinator that does not lead is unreachable as the controller",
+    () =>
+      Effect.gen(function* () {
+        let leading: ControllerShape | undefined
+        const asked: Array<AdjustIsrRequest> = []
+        const bound = yield* serveController(
+          { host: "127.0.0.1", port: 0 },
+          Effect.sync(() => leading)
+        )
+        const remote = yield* RemotePeers.make({
+          locate: () => Effect.fail(new PeerUnreachable({ target: "servers", detail: "none in this test" })),
+          controller: Effect.succeed(formatAddress(bound)),
+          requestTimeoutMs: 3_000
+        })
+        const request: AdjustIsrRequest = {
+          tablet,
+          leader: 1,
+          leaderEpoch: 4,
+          version: 9,
+          isr: [1, 3],
+          registrations: [[3, 77]]
+        }
+        const standby = yield* Effect.flip(remote.peers.controller.adjustIsr(request))
+        assert.include(standby.message, "this coordinator does not lead")
+        leading = {
+          coordinatorEpoch: 2,
+          createTablets: () => Effect.die("unused"),
+          adjustIsr: (r) =>
+            Effect.sync(() => {
+              asked.push(r)
+              return {
+                _tag: "IsrRejected",
+                rejection: { _tag: "IneligibleReplica", server: 3, why: "registered again" }
+              }
+            }),
+          controlledShutdown: (server) => Effect.succeed(server * 10),
+          state: Effect.die("unused")
+        }
+        const reply = yield* remote.peers.controller.adjustIsr(request)
+        assert.deepStrictEqual(reply, {
+          _tag: "IsrRejected",
+          rejection: { _tag: "IneligibleReplica", server: 3, why: "registered again" }
+        })
+        assert.deepStrictEqual(asked, [request])
+        assert.strictEqual(yield* remote.peers.controller.controlledShutdown(4), 40)
+      }).pipe(Effect.scoped)
+  )
+})
