@@ -1,9 +1,10 @@
 /**
  * A whole replicated cluster in one process, for examples, users' tests and the embedded demo: coordinators running
  * the election with the `Controller` as their leader service, tablet servers each on its own memory store, all on
- * the `Coordination` in context (memory coordination, typically), and calls between them made directly. Servers
- * can be stopped (their session ends, as a crash that the coordination service noticed) and started again on the
- * same store.
+ * the `Coordination` in context (memory coordination, typically). Calls between them are made directly, or with
+ * `transport: "tcp"` over loopback TCP as separate processes make them (`ReplicaRpc`: every server and coordinator
+ * listens on a port of its own and registers that address; `ClusterDirectory` finds them). Servers can be stopped
+ * (their session ends, as a crash that the coordination service noticed) and started again on the same store.
  *
  * Its client side is a small idempotent producer: each append is stamped with the cluster's producer id and the
  * tablet's next sequence, routed to the leader the controller last wrote, and retried (after `NotLeader`,
@@ -14,8 +15,12 @@
  */
 import { CoordinationElection, Coordinator } from "@strata/election"
 import {
+  type AppendRequest,
+  type AppendResult,
   Coordination,
   type CoordinationError,
+  type ReadRequest,
+  type ReadResult,
   type ReplicaAcks,
   Election,
   type ReplicaError,
@@ -27,10 +32,13 @@ import {
   tabletKey
 } from "@strata/core"
 import { Context, Data, Effect, Exit, Layer, Random, Schedule, Scope } from "effect"
+import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as Controller from "./Controller.js"
 import type * as ControllerState from "./ControllerState.js"
 import { Peers, PeerUnreachable, type PeersShape } from "./Peers.js"
+import * as RemotePeers from "./RemotePeers.js"
+import * as ReplicaRpc from "./ReplicaRpc.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
 import * as TabletServer from "./TabletServer.js"
 
@@ -47,6 +55,8 @@ export interface LocalClusterOptions {
   readonly replication?: ReplicationConfig.ReplicationConfigInput
   /** The coordination namespace (`/strata`). */
   readonly namespace?: string
+  /** How the parts call each other: directly (the default), or over loopback TCP. */
+  readonly transport?: "direct" | "tcp"
 }
 
 /**
@@ -104,6 +114,15 @@ export class LocalClusterService extends Context.Service<LocalClusterService, Lo
   "@strata/replica/LocalCluster"
 ) {}
 
+/** What the cluster's producer and reader call on a leader. */
+interface LeaderCalls {
+  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | LocalClusterError>
+  readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | LocalClusterError>
+}
+
+/** A listener that could not be opened. */
+const listenFailed = (e: { readonly message: string }) => new LocalClusterError({ detail: `listening: ${e.message}` })
+
 interface Running {
   readonly server: TabletServer.TabletServerShape
   readonly scope: Scope.Closeable
@@ -133,7 +152,7 @@ export const make = (
     const stores = new Map<ServerId, Context.Context<Store>>()
     let controller: Controller.ControllerShape | undefined
 
-    const peers: PeersShape = {
+    const directPeers: PeersShape = {
       leader: (id) => ({
         fetch: (request) => {
           const r = running.get(id)
@@ -159,7 +178,9 @@ export const make = (
                 .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message })))
       }
     }
-    const servers: Controller.TabletServersShape = {
+    const tcp = options.transport === "tcp"
+    const loopback = { host: "127.0.0.1", port: 0 }
+    const direct: Controller.TabletServersShape = {
       leaderAndIsr: (id, request) => {
         const r = running.get(id)
         return r === undefined ? unreachable(`server ${id}`) : r.server.leaderAndIsr(request)
@@ -184,11 +205,17 @@ export const make = (
           Scope.provide(serverScope)
         )
         running.set(id, { server, scope: serverScope })
+        const address = tcp
+          ? ReplicaRpc.formatAddress(
+              yield* ReplicaRpc.serveTabletServer(loopback).pipe(
+                Effect.provideService(TabletServer.TabletServer, server),
+                Scope.provide(serverScope),
+                Effect.mapError(listenFailed)
+              )
+            )
+          : `local:${id}`
         const session = yield* Scope.provide(coordination.session(), serverScope)
-        const registration = yield* ClusterPaths.register(session, paths, id, {
-          address: `local:${id}`,
-          registrationEpoch: 0
-        })
+        const registration = yield* ClusterPaths.register(session, paths, id, { address, registrationEpoch: 0 })
         yield* server.registered(registration)
       }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
 
@@ -205,12 +232,36 @@ export const make = (
       sessionTimeout: config.sessionTimeoutMs,
       replicaLagTimeMax: config.replicaLagTimeMaxMs
     }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `the election: ${e.message}` })))
+    // Over TCP, each part finds the others through coordination; the calls bound by a timeout above the longest
+    // wait a request may have (an acks=all append, a follower's fetch).
+    let peers = directPeers
+    let servers = direct
+    let remote: RemotePeers.RemotePeers | undefined
+    if (tcp) {
+      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
+      remote = yield* RemotePeers.make({
+        locate: directory.locate,
+        controller: directory.controller,
+        requestTimeoutMs: Math.max(config.appendTimeoutMs, config.fetchMaxWaitMs) + 5_000
+      })
+      peers = remote.peers
+      servers = remote.servers
+    }
     for (let i = 0; i < (options.coordinators ?? 1); i++) {
       const id = 101 + i
       const resign: { run: Effect.Effect<void> } = { run: Effect.void }
+      let mine: Controller.ControllerShape | undefined
+      const address = tcp
+        ? ReplicaRpc.formatAddress(
+            yield* ReplicaRpc.serveController(
+              loopback,
+              Effect.sync(() => mine)
+            ).pipe(Effect.mapError(listenFailed))
+          )
+        : `local:${id}`
       const coordinator = yield* Coordinator.make({
         serverId: id,
-        address: `local:${id}`,
+        address,
         services: [
           Coordinator.service("controller", (leadership) =>
             Effect.acquireRelease(
@@ -226,11 +277,13 @@ export const make = (
                 (c) =>
                   Effect.sync(() => {
                     controller = c
+                    mine = c
                   })
               ),
               (c) =>
                 Effect.sync(() => {
                   if (controller === c) controller = undefined
+                  if (mine === c) mine = undefined
                 })
             )
           )
@@ -267,7 +320,21 @@ export const make = (
           : Effect.succeed(r.server)
       })
 
-    const leaderOf = (t: TabletId) => Effect.flatMap(tablet(t), (found) => serverOf(found.leaderAndIsr.leader))
+    /** The leader's calls, made directly or over TCP (where an unreachable leader is retried as a stale one is). */
+    const leaderOf = (t: TabletId) =>
+      Effect.flatMap(tablet(t), (found): Effect.Effect<LeaderCalls, LocalClusterError> => {
+        const id = found.leaderAndIsr.leader
+        if (remote === undefined || id === null) return serverOf(id)
+        const calls = remote.server(id)
+        const reached = <A, E>(call: Effect.Effect<A, E | PeerUnreachable>) =>
+          Effect.mapError(call, (e) =>
+            e instanceof PeerUnreachable ? new LocalClusterError({ detail: e.message }) : e
+          ) as Effect.Effect<A, Exclude<E, PeerUnreachable> | LocalClusterError>
+        return Effect.succeed({
+          append: (request) => reached(calls.append(request)),
+          read: (request) => reached(calls.read(request))
+        })
+      })
 
     const producerId = yield* Random.nextIntBetween(0, 2 ** 31)
     const sequences = new Map<string, number>()

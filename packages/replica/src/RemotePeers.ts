@@ -2,7 +2,7 @@
  * The client side of `ReplicaRpc`: `Peers` (how a tablet server reaches its leaders and the controller) and
  * `TabletServers` (how the controller reaches the servers) over TCP. One connection per address, opened on first
  * use and kept (it reconnects by itself); every call ends within `requestTimeoutMs`, failing with
- * `PeerUnreachable` then, as it does when the target cannot be located or reached.
+ * `PeerUnreachable` then, as it does when the target cannot be located or reached, or its answer does not decode.
  *
  * @since 0.1.0
  */
@@ -104,6 +104,10 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
           (e): e is RpcClientError.RpcClientError =>
             typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError",
           (e) => Effect.fail(new PeerUnreachable({ target, detail: e.message }))
+        ),
+        // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
+        Effect.catchDefect((defect) =>
+          Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
         )
       ) as Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable>
     const server = (id: ServerId) =>

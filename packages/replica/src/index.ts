@@ -5,6 +5,7 @@
  *
  * @since 0.1.0
  */
+export * as ClusterDirectory from "./ClusterDirectory.js"
 export * as ClusterPaths from "./ClusterPaths.js"
 export * as Controller from "./Controller.js"
 export * as ControllerState from "./ControllerState.js"

@@ -22,33 +22,35 @@ const replication = {
 }
 
 describe("LocalCluster", () => {
-  it.live(
-    "acks=all appends survive the leader's loss; the old leader comes back as a follower with the same log",
-    () =>
-      Effect.gen(function* () {
-        const cluster = yield* LocalCluster.make({ servers: 3, replication })
-        const tablet = { table: "orders", bucket: 0 }
-        yield* cluster.createTable("orders", { buckets: 3 })
-        const first = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 3)
-        for (let i = 0; i < 100; i += 10) yield* cluster.append(tablet, records(i, 10))
-        const old = first.leaderAndIsr.leader!
-        yield* cluster.stopServer(old)
-        const moved = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.leader !== old)
-        assert.strictEqual(moved.leaderAndIsr.leaderEpoch, first.leaderAndIsr.leaderEpoch + 1)
-        for (let i = 100; i < 200; i += 10) yield* cluster.append(tablet, records(i, 10))
-        const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
-        assert.deepStrictEqual(
-          values,
-          Array.from({ length: 200 }, (_, i) => `r${i}`)
-        )
-        yield* cluster.startServer(old)
-        yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.includes(old))
-        const log = (yield* (yield* cluster.server(old)).logOf(tablet))!
-        const copy = (yield* log.read(0, 10_000_000)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
-        assert.deepStrictEqual(copy.slice(0, 200), values)
-      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
-    30_000
-  )
+  for (const transport of ["direct", "tcp"] as const) {
+    it.live(
+      `acks=all appends survive the leader's loss; the old leader comes back as a follower with the same log (${transport})`,
+      () =>
+        Effect.gen(function* () {
+          const cluster = yield* LocalCluster.make({ servers: 3, replication, transport })
+          const tablet = { table: "orders", bucket: 0 }
+          yield* cluster.createTable("orders", { buckets: 3 })
+          const first = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 3)
+          for (let i = 0; i < 100; i += 10) yield* cluster.append(tablet, records(i, 10))
+          const old = first.leaderAndIsr.leader!
+          yield* cluster.stopServer(old)
+          const moved = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.leader !== old)
+          assert.strictEqual(moved.leaderAndIsr.leaderEpoch, first.leaderAndIsr.leaderEpoch + 1)
+          for (let i = 100; i < 200; i += 10) yield* cluster.append(tablet, records(i, 10))
+          const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+          assert.deepStrictEqual(
+            values,
+            Array.from({ length: 200 }, (_, i) => `r${i}`)
+          )
+          yield* cluster.startServer(old)
+          yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.includes(old))
+          const log = (yield* (yield* cluster.server(old)).logOf(tablet))!
+          const copy = (yield* log.read(0, 10_000_000)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+          assert.deepStrictEqual(copy.slice(0, 200), values)
+        }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
+      30_000
+    )
+  }
 
   it.live(
     "largest-log-end: after the leader's loss the live ISR members are asked, and the one whose log goes furthest leads",

@@ -4,12 +4,13 @@
  * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { type AdjustIsrRequest, Store, type TabletRecord } from "@strata/core"
-import { Context, Effect, Exit, Layer, Scope } from "effect"
+import { type AdjustIsrRequest, ReplicaAcks, Store, TabletId, type TabletRecord } from "@strata/core"
+import { Context, Effect, Exit, Layer, Schema, Scope } from "effect"
+import { Rpc, RpcGroup } from "effect/rpc"
 import { Peers, PeerUnreachable } from "../src/Peers.js"
 import * as RemotePeers from "../src/RemotePeers.js"
 import type { ControllerShape } from "../src/Controller.js"
-import { formatAddress, parseAddress, serveController, serveTabletServer } from "../src/ReplicaRpc.js"
+import { connectGroup, formatAddress, parseAddress, serveController, serveTabletServer } from "../src/ReplicaRpc.js"
 import * as TabletServer from "../src/TabletServer.js"
 
 const tablet = { table: "orders", bucket: 0 }
@@ -23,6 +24,15 @@ const replication = {
 const text = (s: string): TabletRecord => ({ key: null, value: new TextEncoder().encode(s), headers: [], timestamp: 0 })
 const decoded = (batches: ReadonlyArray<{ readonly records: ReadonlyArray<TabletRecord> }>) =>
   batches.flatMap((b) => b.records.map((r) => new TextDecoder().decode(r.value)))
+
+/** An `Append` whose records are any bytes: what a broken or hostile client could send. */
+class Raw extends RpcGroup.make(
+  Rpc.make("Append", {
+    payload: Schema.Struct({ tablet: TabletId, acks: ReplicaAcks, records: Schema.Uint8Array }),
+    success: Schema.Unknown,
+    error: Schema.Unknown
+  })
+) {}
 
 describe("ReplicaRpc over TCP", () => {
   it("addresses parse and format, IPv6 in brackets", () => {
@@ -119,6 +129,15 @@ describe("ReplicaRpc over TCP", () => {
           unreplicated._tag === "ReplicaError" ? unreplicated.reason._tag : unreplicated._tag,
           "AppendTimedOut"
         )
+        // Bytes that are no batch: refused (as a failed call, in time), nothing written, the server still serving.
+        const raw = yield* connectGroup(Raw, root, addresses.get(1)!)
+        const garbage = yield* Effect.exit(
+          raw.Append({ tablet, acks: 1, records: Uint8Array.of(1, 2, 3) }).pipe(Effect.timeout("3 seconds"))
+        )
+        assert.isTrue(Exit.isFailure(garbage))
+        assert.include(String(garbage), "not a tablet batch")
+        const after = yield* remote.server(1).read({ tablet, offset: 0, maxBytes: 10_000_000 })
+        assert.deepStrictEqual(decoded(after.batches), values)
         addresses.set(3, "nonsense")
         const bad = yield* Effect.flip(remote.server(3).read({ tablet, offset: 0, maxBytes: 100 }))
         assert.include(bad.message, "not a host:port address")

@@ -1,0 +1,88 @@
+/**
+ * Where the cluster's processes listen, as coordination tells it: each tablet server's address from its
+ * registration (`<ns>/servers/ids/<id>`), the controller's from the election's leader. Both are kept current by
+ * watches, so a lookup costs no coordination round trip; a server not registered, or no coordinator leading, is
+ * `PeerUnreachable` (the caller retries).
+ *
+ * @since 0.1.0
+ */
+import { Coordination, type CoordinationError, type ElectionShape, type ServerId } from "@strata/core"
+import { Effect, Option, Schedule, Schema, type Scope, Stream } from "effect"
+import * as ClusterPaths from "./ClusterPaths.js"
+import { PeerUnreachable } from "./Peers.js"
+
+/**
+ * Lookups of the cluster's addresses.
+ *
+ * @since 0.1.0
+ */
+export interface ClusterDirectory {
+  /** The `host:port` tablet server `id` registered. */
+  readonly locate: (id: ServerId) => Effect.Effect<string, PeerUnreachable>
+  /** The `host:port` of the coordinator that leads (its controller). */
+  readonly controller: Effect.Effect<string, PeerUnreachable>
+}
+
+const decoder = new TextDecoder()
+const decodeRegistration = Schema.decodeUnknownOption(Schema.fromJsonString(ClusterPaths.Registration))
+
+/**
+ * A directory of the cluster under `paths`, kept by watches until the scope closes.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  paths: ClusterPaths.ClusterPaths,
+  election: ElectionShape,
+  options: { readonly retryBackoffMs: number }
+): Effect.Effect<ClusterDirectory, CoordinationError, Coordination | Scope.Scope> =>
+  Effect.gen(function* () {
+    let servers = new Map<ServerId, string>()
+    let leader: string | undefined
+    const session = yield* (yield* Coordination).session()
+    const backoff = Schedule.spaced(options.retryBackoffMs)
+
+    /** Every registration now, then again whenever the set changes. */
+    const watchServers: Effect.Effect<never, unknown> = Effect.gen(function* () {
+      const watch = yield* session.watchChildren(paths.servers)
+      const next = new Map<ServerId, string>()
+      for (const name of watch.value) {
+        const id = ClusterPaths.serverIdOf(name)
+        if (id === undefined) continue
+        const node = yield* Effect.option(session.get(paths.server(id)))
+        if (Option.isNone(node)) continue
+        const registration = decodeRegistration(decoder.decode(node.value.data))
+        if (Option.isSome(registration)) next.set(id, registration.value.address)
+      }
+      servers = next
+      yield* watch.changed
+      return yield* watchServers
+    })
+    yield* Effect.forkScoped(watchServers.pipe(Effect.retry(backoff), Effect.ignore))
+    yield* Effect.forkScoped(
+      election.changes.pipe(
+        Stream.runForEach((info) =>
+          Effect.sync(() => {
+            leader = Option.isSome(info) ? info.value.address : undefined
+          })
+        ),
+        Effect.retry(backoff),
+        Effect.ignore
+      )
+    )
+
+    return {
+      locate: (id) =>
+        Effect.suspend(() => {
+          const address = servers.get(id)
+          return address === undefined
+            ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "not registered" }))
+            : Effect.succeed(address)
+        }),
+      controller: Effect.suspend(() =>
+        leader === undefined
+          ? Effect.fail(new PeerUnreachable({ target: "the controller", detail: "no coordinator leads" }))
+          : Effect.succeed(leader)
+      )
+    }
+  })
