@@ -131,22 +131,18 @@ export const register = (
 ): Effect.Effect<number, CoordinationError> => {
   const path = paths.server(id)
   const data = encoder.encode(Schema.encodeSync(Schema.fromJsonString(Registration))(registration))
-  const created = session.create(path, data, { mode: "ephemeral", createParents: true }).pipe(
-    Effect.asVoid,
-    Effect.catchIf(
-      (e) => e.reason._tag === "NodeExists",
-      (e) =>
-        Effect.flatMap(session.exists(path), (stat) =>
-          stat._tag === "Some" && stat.value.ephemeralOwner === session.id ? Effect.void : Effect.fail(e)
-        )
-    )
-  )
-  // The node's creation order is the registration the controller addresses this life by.
-  return Effect.andThen(created, () =>
+  // This session's node, read back: its creation order is the registration the controller addresses this life by.
+  const own = (otherwise: CoordinationError) =>
     Effect.flatMap(session.exists(path), (stat) =>
       stat._tag === "Some" && stat.value.ephemeralOwner === session.id
         ? Effect.succeed(stat.value.createdOrder)
-        : Effect.fail(new CoordinationError({ reason: new NoNode({ path }) }))
+        : Effect.fail(otherwise)
+    )
+  return session.create(path, data, { mode: "ephemeral", createParents: true }).pipe(
+    Effect.andThen(own(new CoordinationError({ reason: new NoNode({ path }) }))),
+    Effect.catchIf(
+      (e) => e.reason._tag === "NodeExists",
+      (e) => own(e)
     )
   )
 }

@@ -307,20 +307,23 @@ const changes = (state: State): Changes => ({
   unclean: 0
 })
 
+/** How `put` records a tablet beyond its new state. */
+interface PutOptions {
+  /** Every live replica hears the new state (default); an accepted ISR change is told to its leader only. */
+  readonly notify?: boolean
+  /** Members recorded as they are registered now although they were in the ISR before: a leader just elected. */
+  readonly confirmed?: ReadonlyArray<ServerId>
+  /** The eligible members, when the change decides them (a recovery); else they follow from the ISR change. */
+  readonly eligible?: ReadonlyArray<ServerId>
+}
+
 /**
- * Records a tablet's new state: its write, and (unless `notify` is false) the LeaderAndIsr every live replica gets
- * once it is written. An ISR member keeps the registration it joined with — a restart since is noticed, however
- * many writes later — except the `confirmed` (a leader just elected by its log's answer): they, and members new to
- * the ISR, are recorded as they are registered now.
+ * Records a tablet's new state: its write, and the LeaderAndIsr every live replica gets once it is written. An ISR
+ * member keeps the registration it joined with — a restart since is noticed, however many writes later — except the
+ * `confirmed`: they, and members new to the ISR, are recorded as they are registered now.
  */
-const put = (
-  state: State,
-  c: Changes,
-  before: Tablet | undefined,
-  next: Tablet,
-  notify = true,
-  confirmed: ReadonlyArray<ServerId> = []
-) => {
+const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet, options: PutOptions = {}) => {
+  const confirmed = options.confirmed ?? []
   const registrations: Record<string, number> = {}
   for (const s of next.leaderAndIsr.isr) {
     const kept = before?.leaderAndIsr.isr.includes(s) && !confirmed.includes(s)
@@ -332,7 +335,7 @@ const put = (
   const stored: Tablet = {
     ...next,
     registrations,
-    eligible: next.eligible === before?.eligible ? eligibleAfter(state, before, next) : next.eligible,
+    eligible: options.eligible ?? eligibleAfter(state, before, next),
     leaderAndIsr: {
       ...next.leaderAndIsr,
       coordinatorEpoch: state.coordinatorEpoch,
@@ -345,7 +348,7 @@ const put = (
     tablet: stored,
     expectedVersion: before === undefined ? null : before.leaderAndIsr.version
   })
-  if (notify) c.notify.push(stored)
+  if (options.notify ?? true) c.notify.push(stored)
   return stored
 }
 
@@ -483,11 +486,9 @@ const lead = (state: State, c: Changes, t: Tablet, chosen: Extract<Choice, { _ta
     {
       ...t,
       state: "OnlineTablet",
-      leaderAndIsr: { ...t.leaderAndIsr, leader: chosen.leader, leaderEpoch: epoch, isr: chosen.isr },
-      ...(chosen.eligible === undefined ? {} : { eligible: chosen.eligible })
+      leaderAndIsr: { ...t.leaderAndIsr, leader: chosen.leader, leaderEpoch: epoch, isr: chosen.isr }
     },
-    true,
-    [chosen.leader]
+    { confirmed: [chosen.leader], ...(chosen.eligible === undefined ? {} : { eligible: chosen.eligible }) }
   )
   if (chosen.unclean) {
     c.unclean++
@@ -777,7 +778,7 @@ export const step = (state: State, input: Input): Step => {
       }
       const c = changes(state)
       // The leader learns from the reply; the followers need not hear of it.
-      const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } }, false)
+      const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } }, { notify: false })
       c.after.push({
         _tag: "Reply",
         requestId: input.requestId,

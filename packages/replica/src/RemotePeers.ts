@@ -59,23 +59,37 @@ export interface ServerCalls {
   readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError | PeerUnreachable>
 }
 
-/** Clients of `group`, one per address (callers arriving together share one), living in `scope`. */
+/**
+ * Clients of `group`, one per address (callers arriving together share one), each in a scope of its own inside
+ * `scope`: `retire` closes the connection to an address no longer in use (a server that moved to another port),
+ * which would otherwise go on reconnecting for ever.
+ */
 const clients = <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, scope: Scope.Scope) => {
-  const open = new Map<string, Deferred.Deferred<Client<R>, PeerUnreachable>>()
-  return (address: string): Effect.Effect<Client<R>, PeerUnreachable> =>
+  const open = new Map<
+    string,
+    { readonly client: Deferred.Deferred<Client<R>, PeerUnreachable>; readonly scope: Scope.Closeable }
+  >()
+  const retire = (address: string) =>
+    Effect.suspend(() => {
+      const entry = open.get(address)
+      open.delete(address)
+      return entry === undefined ? Effect.void : Scope.close(entry.scope, Exit.void)
+    })
+  const get = (address: string): Effect.Effect<Client<R>, PeerUnreachable> =>
     Effect.suspend(() => {
       const known = open.get(address)
-      if (known !== undefined) return Deferred.await(known)
-      const made = Deferred.makeUnsafe<Client<R>, PeerUnreachable>()
-      open.set(address, made)
-      return connectGroup(group, scope, address).pipe(
+      if (known !== undefined) return Deferred.await(known.client)
+      return Effect.gen(function* () {
+        const entry = { client: Deferred.makeUnsafe<Client<R>, PeerUnreachable>(), scope: yield* Scope.fork(scope) }
+        open.set(address, entry)
+        const made = yield* Effect.exit(connectGroup(group, entry.scope, address))
         // A failed connection is not kept: the next call tries again.
-        Effect.tapError(() => Effect.sync(() => open.delete(address))),
-        Effect.exit,
-        Effect.flatMap((exit) => Deferred.done(made, exit)),
-        Effect.andThen(Deferred.await(made))
-      )
+        if (Exit.isFailure(made) && open.get(address) === entry) yield* retire(address)
+        yield* Deferred.done(entry.client, made)
+        return yield* Deferred.await(entry.client)
+      })
     })
+  return { get, retire }
 }
 
 /**
@@ -110,12 +124,29 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
           Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
         )
       ) as Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable>
+    // Where each server was last found: a server found elsewhere retires its old address's connection.
+    const located = new Map<ServerId, string>()
+    let controllerAt: string | undefined
     const server = (id: ServerId) =>
       Effect.flatMap(options.locate(id), (address) =>
-        Effect.map(servers(address), (client) => ({ client, target: `server ${id} (${address})` }))
+        Effect.gen(function* () {
+          const before = located.get(id)
+          located.set(id, address)
+          if (before !== undefined && before !== address && ![...located.values()].includes(before)) {
+            yield* servers.retire(before)
+          }
+          const client = yield* servers.get(address)
+          return { client, target: `server ${id} (${address})` }
+        })
       )
     const controller = Effect.flatMap(options.controller, (address) =>
-      Effect.map(controllers(address), (client) => ({ client, target: `the controller (${address})` }))
+      Effect.gen(function* () {
+        const before = controllerAt
+        controllerAt = address
+        if (before !== undefined && before !== address) yield* controllers.retire(before)
+        const client = yield* controllers.get(address)
+        return { client, target: `the controller (${address})` }
+      })
     )
     /** A coordinator that is not the controller (any more) is as good as unreachable: the caller looks again. */
     const toController = <A>(

@@ -122,6 +122,12 @@ describe("ReplicaRpc over TCP", () => {
         yield* Scope.close(two.scope, Exit.void)
         const gone = yield* Effect.flip(remote.servers.leaderAndIsr(2, instruction(3)))
         assert.strictEqual(gone._tag, "PeerUnreachable")
+        // Started again on another port, it is reached there (the old address's connection retired).
+        const before = addresses.get(2)
+        const again = yield* start(2)
+        assert.notStrictEqual(addresses.get(2), before)
+        assert.deepStrictEqual(yield* remote.servers.logEnd(2, { tablet }), { lastEpoch: null, logEndOffset: 0 })
+        yield* Scope.close(again.scope, Exit.void)
         const unreplicated = yield* Effect.flip(
           remote.server(1).append({ tablet, records: [text("late")], acks: "all" })
         )
