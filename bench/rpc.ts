@@ -78,6 +78,7 @@ const rpcRun = Effect.gen(function* () {
       Append: (r) =>
         Effect.succeed({ baseOffset: 0, lastOffset: r.records.length - 1, highWatermark: 0, duplicate: false }),
       Read: () => Effect.die("unused"),
+      ReadLog: () => Effect.die("unused"),
       ReplicaState: () => Effect.succeed("LeaderReplica" as const)
     }
   ).pipe(Scope.provide(scope), Effect.orDie)

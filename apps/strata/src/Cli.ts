@@ -18,9 +18,11 @@ import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Cause, Console, Data, Effect, type Layer, Option, Runtime, Schema, Stdio } from "effect"
-import { CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
+import { Argument, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import * as Coordinators from "./Coordinators.js"
 import * as Demo from "./Demo.js"
+import * as Processes from "./Processes.js"
+import type * as ServerConfig from "./ServerConfig.js"
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -62,6 +64,8 @@ const hintOf = (error: unknown): string | undefined => {
       return reason === "StoreLocked"
         ? "another process holds that directory: stop it or pick another --data-dir"
         : "check --data-dir (a directory this process can create and write, used by one process at a time)"
+    case "InvalidConfig":
+      return "fix that setting (in --config's file, the STRATA_ environment, or the flags)"
     case "CoordinationError":
     case "ElectionError":
       return "check the coordination servers are running and the coordination options"
@@ -264,10 +268,145 @@ const coordinators = Command.make(
   )
 )
 
+// The cluster's processes: every setting from a JSON file (--config), the environment (STRATA_<KEY>) or flags
+// (--set key=value and the named flags), later sources overriding earlier ones.
+
+const setting = (name: string, description: string) =>
+  Flag.String(name).pipe(Flag.withDescription(description), Flag.optional)
+
+/** The flags every cluster command reads. */
+const clusterFlags = {
+  config: setting("config", "A JSON file of settings (keys as in --set); the environment and flags override it"),
+  coordination: setting(
+    "coordination",
+    "The coordination service: zookeeper://host:port[,host:port...][/chroot] or etcd://host:port[,host:port...] (STRATA_COORDINATION)"
+  ),
+  namespace: setting("namespace", "The cluster's coordination namespace (default /strata)"),
+  set: Flag.KeyValuePair("set").pipe(
+    Flag.withDescription(
+      "Any setting as key=value, e.g. --set minInsyncReplicas=2 --set sessionTimeoutMs=6000 (repeatable)"
+    ),
+    Flag.optional
+  )
+}
+
+/** The flags of a process that listens. */
+const processFlags = {
+  ...clusterFlags,
+  id: setting("id", "This process's server id (an integer ≥ 0, unique among the cluster's servers of its kind)"),
+  listen: setting("listen", "Where to listen, host:port (default 127.0.0.1:0: loopback, any free port)"),
+  advertise: setting("advertise", "The host:port others reach this process at, when not the listen address")
+}
+
+/** The settings' sources: the file, the environment, and the flags (named ones over --set). */
+const sourcesOf = (
+  flags: {
+    readonly config: Option.Option<string>
+    readonly set: Option.Option<Record<string, string>>
+  },
+  named: Readonly<Record<string, Option.Option<string>>>
+): ServerConfig.Sources => {
+  const given: Record<string, string> = { ...Option.getOrElse(flags.set, () => ({})) }
+  for (const [key, value] of Object.entries(named)) if (Option.isSome(value)) given[key] = value.value
+  return { file: Option.getOrUndefined(flags.config), env: process.env, flags: given }
+}
+
+const tabletServer = Command.make(
+  "tablet-server",
+  {
+    ...processFlags,
+    data: setting("data", "The data directory of this server's replicas (STRATA_DATA)"),
+    store: setting("store", "The store over the data directory: rocksdb (the default) or level"),
+    rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks")
+  },
+  Effect.fn(function* (f) {
+    yield* Processes.tabletServer(
+      sourcesOf(f, {
+        id: f.id,
+        coordination: f.coordination,
+        namespace: f.namespace,
+        listen: f.listen,
+        advertise: f.advertise,
+        data: f.data,
+        store: f.store,
+        rack: f.rack
+      })
+    )
+  }, reporting("strata tablet-server"))
+).pipe(
+  Command.withDescription(
+    "Run a tablet server: hosts replicas on a durable store, registers in coordination, serves the cluster's RPC until SIGINT/SIGTERM (a controlled shutdown first)"
+  )
+)
+
+const coordinator = Command.make(
+  "coordinator",
+  { ...processFlags },
+  Effect.fn(function* (f) {
+    yield* Processes.coordinator(
+      sourcesOf(f, {
+        id: f.id,
+        coordination: f.coordination,
+        namespace: f.namespace,
+        listen: f.listen,
+        advertise: f.advertise
+      })
+    )
+  }, reporting("strata coordinator"))
+).pipe(
+  Command.withDescription(
+    "Run a coordinator: campaigns in the election, runs the controller while it leads, serves the controller's RPC until SIGINT/SIGTERM"
+  )
+)
+
+const tabletsCreate = Command.make(
+  "create",
+  {
+    ...clusterFlags,
+    table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
+    tablets: Flag.Int("tablets").pipe(
+      Flag.withDescription("How many tablets (buckets), 1–100000"),
+      Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })))
+    ),
+    rf: Flag.Int("rf").pipe(
+      Flag.withDescription("Replicas per tablet (default: the cluster's replicationFactor, 3)"),
+      Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 }))),
+      Flag.optional
+    )
+  },
+  Effect.fn(function* (f) {
+    const rf = Option.getOrUndefined(f.rf)
+    yield* Processes.createTable(
+      sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
+      f.table,
+      rf === undefined ? { buckets: f.tablets } : { buckets: f.tablets, replicationFactor: rf }
+    )
+  }, reporting("strata tablets create"))
+).pipe(Command.withDescription("Create a table: the controller assigns its tablets' replicas over the live servers"))
+
+const tabletsDescribe = Command.make(
+  "describe",
+  {
+    ...clusterFlags,
+    table: Argument.String("table").pipe(Argument.withDescription("Only this table"), Argument.optional)
+  },
+  Effect.fn(function* (f) {
+    yield* Processes.describe(
+      sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
+      Option.getOrUndefined(f.table)
+    )
+  }, reporting("strata tablets describe"))
+).pipe(Command.withDescription("Print the live servers and every tablet's state, leader, epoch, replicas and ISR"))
+
+const tablets = Command.make("tablets").pipe(
+  Command.withDescription("Create and describe the cluster's tables"),
+  Command.withSubcommands([tabletsCreate, tabletsDescribe])
+)
+
 /** The root command. */
 export const strata = Command.make("strata").pipe(
   Command.withDescription("Partitioned, replicated, stateful services in TypeScript"),
-  Command.withSubcommands([demo, coordinators]),
+  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets]),
   Command.withGlobalFlags([Verbose])
 )
 

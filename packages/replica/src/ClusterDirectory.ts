@@ -21,6 +21,19 @@ export interface ClusterDirectory {
   readonly locate: (id: ServerId) => Effect.Effect<string, PeerUnreachable>
   /** The `host:port` of the coordinator that leads (its controller). */
   readonly controller: Effect.Effect<string, PeerUnreachable>
+  /** Every registered server: its id, address and rack. */
+  readonly servers: Effect.Effect<ReadonlyArray<RegisteredServer>>
+}
+
+/**
+ * A registered tablet server as the directory knows it.
+ *
+ * @since 0.1.0
+ */
+export interface RegisteredServer {
+  readonly id: ServerId
+  readonly address: string
+  readonly rack?: string
 }
 
 const decoder = new TextDecoder()
@@ -37,7 +50,7 @@ export const make = (
   options: { readonly retryBackoffMs: number }
 ): Effect.Effect<ClusterDirectory, CoordinationError, Coordination | Scope.Scope> =>
   Effect.gen(function* () {
-    let servers = new Map<ServerId, string>()
+    let servers = new Map<ServerId, RegisteredServer>()
     let leader: string | undefined
     const session = yield* (yield* Coordination).session()
     const backoff = Schedule.spaced(options.retryBackoffMs)
@@ -45,14 +58,16 @@ export const make = (
     /** Every registration now, then again whenever the set changes. */
     const watchServers: Effect.Effect<never, unknown> = Effect.gen(function* () {
       const watch = yield* session.watchChildren(paths.servers)
-      const next = new Map<ServerId, string>()
+      const next = new Map<ServerId, RegisteredServer>()
       for (const name of watch.value) {
         const id = ClusterPaths.serverIdOf(name)
         if (id === undefined) continue
         const node = yield* Effect.option(session.get(paths.server(id)))
         if (Option.isNone(node)) continue
         const registration = decodeRegistration(decoder.decode(node.value.data))
-        if (Option.isSome(registration)) next.set(id, registration.value.address)
+        if (Option.isNone(registration)) continue
+        const { address, rack } = registration.value
+        next.set(id, rack === undefined ? { id, address } : { id, address, rack })
       }
       servers = next
       yield* watch.changed
@@ -74,15 +89,16 @@ export const make = (
     return {
       locate: (id) =>
         Effect.suspend(() => {
-          const address = servers.get(id)
-          return address === undefined
+          const found = servers.get(id)
+          return found === undefined
             ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "not registered" }))
-            : Effect.succeed(address)
+            : Effect.succeed(found.address)
         }),
       controller: Effect.suspend(() =>
         leader === undefined
           ? Effect.fail(new PeerUnreachable({ target: "the controller", detail: "no coordinator leads" }))
           : Effect.succeed(leader)
-      )
+      ),
+      servers: Effect.sync(() => [...servers.values()])
     }
   })

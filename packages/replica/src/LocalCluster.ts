@@ -34,13 +34,14 @@ import {
 import { Context, Data, Effect, Exit, Layer, Random, Schedule, Scope } from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
-import * as Controller from "./Controller.js"
+import type * as Controller from "./Controller.js"
 import type * as ControllerState from "./ControllerState.js"
+import * as CoordinatorNode from "./CoordinatorNode.js"
 import { Peers, PeerUnreachable, type PeersShape } from "./Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
-import * as ReplicaRpc from "./ReplicaRpc.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
 import * as TabletServer from "./TabletServer.js"
+import * as TabletServerNode from "./TabletServerNode.js"
 
 /**
  * The cluster's options.
@@ -120,9 +121,6 @@ interface LeaderCalls {
   readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | LocalClusterError>
 }
 
-/** A listener that could not be opened. */
-const listenFailed = (e: { readonly message: string }) => new LocalClusterError({ detail: `listening: ${e.message}` })
-
 interface Running {
   readonly server: TabletServer.TabletServerShape
   readonly scope: Scope.Closeable
@@ -179,7 +177,6 @@ export const make = (
       }
     }
     const tcp = options.transport === "tcp"
-    const loopback = { host: "127.0.0.1", port: 0 }
     const direct: Controller.TabletServersShape = {
       leaderAndIsr: (id, request) => {
         const r = running.get(id)
@@ -200,22 +197,27 @@ export const make = (
           stores.set(id, store)
         }
         const serverScope = yield* Scope.fork(scope, "sequential")
+        if (tcp) {
+          // As a process runs it: listening on loopback, registered, finding the others through coordination.
+          const node = yield* TabletServerNode.make({
+            serverId: id,
+            namespace,
+            replication: options.replication ?? {},
+            controlledShutdown: false
+          }).pipe(Effect.provide(Context.add(store, Coordination, coordination)), Scope.provide(serverScope))
+          running.set(id, { server: node.server, scope: serverScope })
+          return
+        }
         const server = yield* TabletServer.make({ serverId: id, replication: options.replication ?? {} }).pipe(
-          Effect.provide(Context.add(store, Peers, peers)),
+          Effect.provide(Context.add(store, Peers, directPeers)),
           Scope.provide(serverScope)
         )
         running.set(id, { server, scope: serverScope })
-        const address = tcp
-          ? ReplicaRpc.formatAddress(
-              yield* ReplicaRpc.serveTabletServer(loopback).pipe(
-                Effect.provideService(TabletServer.TabletServer, server),
-                Scope.provide(serverScope),
-                Effect.mapError(listenFailed)
-              )
-            )
-          : `local:${id}`
         const session = yield* Scope.provide(coordination.session(), serverScope)
-        const registration = yield* ClusterPaths.register(session, paths, id, { address, registrationEpoch: 0 })
+        const registration = yield* ClusterPaths.register(session, paths, id, {
+          address: `local:${id}`,
+          registrationEpoch: 0
+        })
         yield* server.registered(registration)
       }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
 
@@ -226,81 +228,67 @@ export const make = (
         return r === undefined ? Effect.void : Scope.close(r.scope, Exit.void)
       })
 
-    // Coordinators: each runs the election, and the controller while it leads.
+    // Coordinators: each runs the election, and the controller while it leads; over TCP each is a coordinator
+    // process's parts.
+    const leading: Array<Effect.Effect<Controller.ControllerShape | undefined>> = []
     const election = yield* CoordinationElection.make({
       namespace: namespace.replace(/^\/+/, ""),
       sessionTimeout: config.sessionTimeoutMs,
       replicaLagTimeMax: config.replicaLagTimeMaxMs
     }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `the election: ${e.message}` })))
-    // Over TCP, each part finds the others through coordination; the calls bound by a timeout above the longest
-    // wait a request may have (an acks=all append, a follower's fetch).
-    let peers = directPeers
-    let servers = direct
-    let remote: RemotePeers.RemotePeers | undefined
-    if (tcp) {
-      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
-      remote = yield* RemotePeers.make({
-        locate: directory.locate,
-        controller: directory.controller,
-        requestTimeoutMs: Math.max(config.appendTimeoutMs, config.fetchMaxWaitMs) + 5_000
-      })
-      peers = remote.peers
-      servers = remote.servers
-    }
     for (let i = 0; i < (options.coordinators ?? 1); i++) {
       const id = 101 + i
+      if (tcp) {
+        const node = yield* CoordinatorNode.make({
+          serverId: id,
+          namespace,
+          replication: options.replication ?? {}
+        }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting coordinator ${id}: ${e.message}` })))
+        leading.push(node.controller)
+        continue
+      }
       const resign: { run: Effect.Effect<void> } = { run: Effect.void }
       let mine: Controller.ControllerShape | undefined
-      const address = tcp
-        ? ReplicaRpc.formatAddress(
-            yield* ReplicaRpc.serveController(
-              loopback,
-              Effect.sync(() => mine)
-            ).pipe(Effect.mapError(listenFailed))
-          )
-        : `local:${id}`
       const coordinator = yield* Coordinator.make({
         serverId: id,
-        address,
+        address: `local:${id}`,
         services: [
-          Coordinator.service("controller", (leadership) =>
-            Effect.acquireRelease(
-              Effect.tap(
-                Controller.make(leadership, {
-                  namespace,
-                  uncleanLeaderElection: config.uncleanLeaderElection,
-                  leaderElection: config.leaderElection,
-                  minInsyncReplicas: config.minInsyncReplicas,
-                  retryBackoffMs: config.retryBackoffMs,
-                  resign: Effect.suspend(() => resign.run)
-                }).pipe(Effect.provideService(Controller.TabletServers, servers)),
-                (c) =>
-                  Effect.sync(() => {
-                    controller = c
-                    mine = c
-                  })
-              ),
-              (c) =>
-                Effect.sync(() => {
-                  if (controller === c) controller = undefined
-                  if (mine === c) mine = undefined
-                })
-            )
-          )
+          CoordinatorNode.controllerService({
+            namespace,
+            config,
+            servers: direct,
+            resign: Effect.suspend(() => resign.run),
+            track: (c) =>
+              Effect.sync(() => {
+                if (c !== undefined) controller = c
+                else if (controller === mine) controller = undefined
+                mine = c
+              })
+          })
         ]
       }).pipe(
         Effect.provideService(Election, election),
         Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
       )
       resign.run = coordinator.resign
+      leading.push(Effect.sync(() => mine))
+    }
+    // The client's view of the cluster over TCP: calls go to the servers and the controller where they registered.
+    let remote: RemotePeers.RemotePeers | undefined
+    if (tcp) {
+      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
+      remote = yield* RemotePeers.make({
+        locate: directory.locate,
+        controller: directory.controller,
+        requestTimeoutMs: TabletServerNode.requestTimeoutOf(config)
+      })
     }
     for (let id = 1; id <= options.servers; id++) yield* startServer(id)
 
-    const current = Effect.suspend(() =>
-      controller === undefined
-        ? Effect.fail(new LocalClusterError({ detail: "no controller (yet)" }))
-        : Effect.succeed(controller)
-    ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
+    const current = Effect.flatMap(Effect.all(leading), (found) => {
+      const c = found.find((c) => c !== undefined)
+      return c === undefined ? Effect.fail(new LocalClusterError({ detail: "no controller (yet)" })) : Effect.succeed(c)
+    }).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
 
     const tablet = (t: TabletId) =>
       Effect.flatMap(current, (c) =>

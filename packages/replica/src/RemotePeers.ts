@@ -20,7 +20,17 @@ import { Deferred, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "./Controller.js"
 import { PeerUnreachable, type PeersShape } from "./Peers.js"
-import { type Client, ControllerRpcs, connectGroup, type NotController, TabletServerRpcs } from "./ReplicaRpc.js"
+import {
+  type Client,
+  ControllerRpcs,
+  type CreateTableRefused,
+  type CreateTableRequest,
+  connectGroup,
+  type Metadata,
+  NotController,
+  TabletServerRpcs,
+  type TabletMetadata
+} from "./ReplicaRpc.js"
 
 /**
  * Where the peers are, and how long a call may take.
@@ -46,6 +56,20 @@ export interface RemotePeers {
   readonly servers: TabletServersShape
   /** A tablet server's client calls: appends, reads, and a replica's state. */
   readonly server: (id: ServerId) => ServerCalls
+  /** Clients' and operators' calls to the controller. */
+  readonly admin: AdminCalls
+}
+
+/**
+ * Clients' and operators' calls to the controller (wherever it is now).
+ *
+ * @since 0.1.0
+ */
+export interface AdminCalls {
+  readonly createTable: (
+    request: typeof CreateTableRequest.Type
+  ) => Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, CreateTableRefused | PeerUnreachable>
+  readonly metadata: (table?: string) => Effect.Effect<Metadata, PeerUnreachable>
 }
 
 /**
@@ -57,6 +81,8 @@ export interface ServerCalls {
   readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | PeerUnreachable>
   readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
   readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError | PeerUnreachable>
+  /** The server's own log of a replica, whatever its role, past the high watermark too (a checker's read). */
+  readonly readLog: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
 }
 
 /**
@@ -149,18 +175,16 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       })
     )
     /** A coordinator that is not the controller (any more) is as good as unreachable: the caller looks again. */
-    const toController = <A>(
+    const toController = <A, E>(
       call: (
         client: Client<RpcGroup.Rpcs<typeof ControllerRpcs>>
-      ) => Effect.Effect<A, NotController | RpcClientError.RpcClientError>
-    ): Effect.Effect<A, PeerUnreachable> =>
+      ) => Effect.Effect<A, E | NotController | RpcClientError.RpcClientError>
+    ): Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable> =>
       Effect.flatMap(controller, ({ client, target }) =>
         timed(target, call(client)).pipe(
-          Effect.mapError((e) =>
-            e instanceof PeerUnreachable ? e : new PeerUnreachable({ target, detail: e.message })
-          )
+          Effect.mapError((e) => (e instanceof NotController ? new PeerUnreachable({ target, detail: e.message }) : e))
         )
-      )
+      ) as Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable>
 
     const peers: PeersShape = {
       leader: (id) => ({
@@ -182,7 +206,12 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       append: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Append(request))),
       read: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Read(request))),
       replicaState: (tablet) =>
-        Effect.flatMap(server(id), ({ client, target }) => timed(target, client.ReplicaState({ tablet })))
+        Effect.flatMap(server(id), ({ client, target }) => timed(target, client.ReplicaState({ tablet }))),
+      readLog: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.ReadLog(request)))
     })
-    return { peers, servers: tabletServers, server: calls }
+    const admin: AdminCalls = {
+      createTable: (request) => toController((c) => c.CreateTable(request)),
+      metadata: (table) => toController((c) => c.Metadata(table === undefined ? {} : { table }))
+    }
+    return { peers, servers: tabletServers, server: calls, admin }
   })

@@ -32,18 +32,23 @@ import {
   ReadResult,
   ReplicaError,
   ReplicaState,
+  ReplicaStorageFailed,
   ServerId,
   type TabletBatch,
   TabletId,
-  type TabletRecord
+  type TabletRecord,
+  tabletKey,
+  UnknownTablet
 } from "@strata/core"
-import { type Context, Effect, Layer, Schema, SchemaIssue, SchemaTransformation, Scope } from "effect"
+import { type Context, Effect, Layer, Random, Result, Schema, SchemaIssue, SchemaTransformation, Scope } from "effect"
 import { Rpc, RpcClient, type RpcClientError, RpcGroup, RpcSerialization, RpcServer } from "effect/rpc"
 import { SocketServer } from "effect/socket"
+import * as Assignment from "./Assignment.js"
 import type { ControllerShape } from "./Controller.js"
+import type * as ControllerState from "./ControllerState.js"
 import * as Codec from "./internal/batchCodec.js"
 import { PeerUnreachable } from "./Peers.js"
-import { TabletServer } from "./TabletServer.js"
+import { TabletServer, type TabletServerShape } from "./TabletServer.js"
 
 /**
  * The coordinator asked is not the controller (a standby, or one that resigned): ask the one that leads.
@@ -138,8 +143,82 @@ export class TabletServerRpcs extends RpcGroup.make(
   Rpc.make("EndOffsetForEpoch", { payload: EndOffsetRequest, success: EndOffsetResult, error: ReplicaError }),
   Rpc.make("Append", { payload: AppendOnWire, success: AppendResult, error: ReplicaError }),
   Rpc.make("Read", { payload: ReadRequest, success: ReadResultOnWire, error: ReplicaError }),
-  Rpc.make("ReplicaState", { payload: Schema.Struct({ tablet: TabletId }), success: ReplicaState, error: ReplicaError })
+  Rpc.make("ReplicaState", {
+    payload: Schema.Struct({ tablet: TabletId }),
+    success: ReplicaState,
+    error: ReplicaError
+  }),
+  Rpc.make("ReadLog", { payload: ReadRequest, success: ReadResultOnWire, error: ReplicaError })
 ) {}
+
+/**
+ * An operator's request to create a table: `buckets` tablets of `replicationFactor` replicas each (the cluster's
+ * `replicationFactor` when not given), assigned by the controller over the live servers.
+ *
+ * @since 0.1.0
+ */
+export const CreateTableRequest = Schema.Struct({
+  table: Schema.NonEmptyString,
+  buckets: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })),
+  replicationFactor: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 })))
+})
+
+/**
+ * The controller would not create the table (it exists, or the live servers cannot hold it); `detail` says why.
+ *
+ * @since 0.1.0
+ */
+export class CreateTableRefused extends Schema.TaggedError<CreateTableRefused>()("CreateTableRefused", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.detail
+  }
+}
+
+/**
+ * One tablet as clients see it: where its replicas are, who leads, under which epoch.
+ *
+ * @since 0.1.0
+ */
+export const TabletMetadata = Schema.Struct({
+  tablet: TabletId,
+  replicas: Schema.Array(ServerId),
+  state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet"]),
+  leader: Schema.NullOr(ServerId),
+  leaderEpoch: Epoch,
+  isr: Schema.Array(ServerId)
+})
+
+/**
+ * A registered tablet server as clients see it.
+ *
+ * @since 0.1.0
+ */
+export const ServerMetadata = Schema.Struct({
+  id: ServerId,
+  address: Schema.String,
+  rack: Schema.optional(Schema.String)
+})
+
+/**
+ * The cluster as the controller holds it: every tablet (or one table's) and the registered servers.
+ *
+ * @since 0.1.0
+ */
+export const Metadata = Schema.Struct({
+  coordinatorEpoch: Epoch,
+  tablets: Schema.Array(TabletMetadata),
+  servers: Schema.Array(ServerMetadata)
+})
+
+/**
+ * The metadata's type.
+ *
+ * @since 0.1.0
+ */
+export type Metadata = typeof Metadata.Type
 
 /**
  * What the controller serves.
@@ -151,6 +230,16 @@ export class ControllerRpcs extends RpcGroup.make(
   Rpc.make("ControlledShutdown", {
     payload: Schema.Struct({ server: ServerId }),
     success: Schema.Int,
+    error: NotController
+  }),
+  Rpc.make("CreateTable", {
+    payload: CreateTableRequest,
+    success: Schema.Array(TabletMetadata),
+    error: Schema.Union([NotController, CreateTableRefused])
+  }),
+  Rpc.make("Metadata", {
+    payload: Schema.Struct({ table: Schema.optional(Schema.String) }),
+    success: Metadata,
     error: NotController
   })
 ) {}
@@ -171,10 +260,21 @@ export interface Address {
  * @since 0.1.0
  */
 export const parseAddress = (text: string): Address | undefined => {
+  const parsed = parseListen(text)
+  return parsed === undefined || parsed.port === 0 ? undefined : parsed
+}
+
+/**
+ * `host:port` as an address to listen on (port 0: any free one), if it is one.
+ *
+ * @since 0.1.0
+ */
+export const parseListen = (text: string): Address | undefined => {
   const at = text.lastIndexOf(":")
-  const port = Number(text.slice(at + 1))
+  const digits = text.slice(at + 1)
+  const port = Number(digits)
   const host = text.slice(0, at).replace(/^\[(.*)\]$/, "$1")
-  return at > 0 && host.length > 0 && Number.isInteger(port) && port > 0 && port < 65_536 ? { host, port } : undefined
+  return at > 0 && host.length > 0 && /^\d{1,5}$/.test(digits) && port < 65_536 ? { host, port } : undefined
 }
 
 /**
@@ -250,29 +350,123 @@ export const serveTabletServer = (
       EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
       Append: (request) => server.append(request),
       Read: (request) => server.read(request),
-      ReplicaState: ({ tablet }) => server.replicaState(tablet)
+      ReplicaState: ({ tablet }) => server.replicaState(tablet),
+      ReadLog: (request) => readLog(server, request)
     })
   )
 
 /**
- * Serves the controller that `current` returns (`undefined` while this coordinator does not lead) on `listen`
- * until the scope closes; the address bound.
+ * A replica's log as this server holds it, whatever its role (an operator's or a checker's read, not a client's:
+ * records past the high watermark included).
+ */
+const readLog = (server: TabletServerShape, request: ReadRequest): Effect.Effect<ReadResult, ReplicaError> =>
+  Effect.flatMap(server.logOf(request.tablet), (log) => {
+    const key = tabletKey(request.tablet)
+    if (log === undefined) return Effect.fail(new ReplicaError({ reason: new UnknownTablet({ tablet: key }) }))
+    return Effect.all({
+      batches: log.read(request.offset, request.maxBytes),
+      highWatermark: log.highWatermark,
+      logStartOffset: log.logStartOffset,
+      logEndOffset: log.logEndOffset
+    }).pipe(
+      Effect.mapError((e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: key, detail: e.message }) }))
+    )
+  })
+
+/**
+ * What a coordinator's RPC endpoint answers from: the controller while this coordinator leads, and the registered
+ * servers (for metadata, and for assigning a new table's replicas).
+ *
+ * @since 0.1.0
+ */
+export interface ControllerEndpoint {
+  /** The controller, `undefined` while this coordinator does not lead. */
+  readonly current: Effect.Effect<ControllerShape | undefined>
+  /** The registered tablet servers. */
+  readonly servers: Effect.Effect<ReadonlyArray<typeof ServerMetadata.Type>>
+  /** Replicas per tablet when a request names none. */
+  readonly replicationFactor: number
+}
+
+/** The clients' view of the controller's tablets (one table's, when named). */
+const metadataOf = (
+  state: ControllerState.State,
+  servers: ReadonlyArray<typeof ServerMetadata.Type>,
+  table: string | undefined
+): Metadata => ({
+  coordinatorEpoch: state.coordinatorEpoch,
+  tablets: [...state.tablets.values()]
+    .filter((t) => table === undefined || t.tablet.table === table)
+    .map(tabletMetadata),
+  servers: servers.filter((s) => state.live.has(s.id))
+})
+
+const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type => ({
+  tablet: t.tablet,
+  replicas: t.replicas,
+  state: t.state,
+  leader: t.leaderAndIsr.leader,
+  leaderEpoch: t.leaderAndIsr.leaderEpoch,
+  isr: t.leaderAndIsr.isr
+})
+
+/**
+ * Creates a table on `controller`: its replicas assigned over the live registered servers (`Assignment`, leaders
+ * and replicas spread evenly, racks apart when the servers name racks), starting at a random server.
+ */
+const createTable = (
+  controller: ControllerShape,
+  endpoint: ControllerEndpoint,
+  request: typeof CreateTableRequest.Type
+): Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, NotController | CreateTableRefused> =>
+  Effect.gen(function* () {
+    const state = yield* controller.state
+    if ([...state.tablets.values()].some((t) => t.tablet.table === request.table)) {
+      return yield* new CreateTableRefused({ detail: `table ${request.table} exists` })
+    }
+    const servers = (yield* endpoint.servers).filter((s) => state.live.has(s.id) && !state.shuttingDown.has(s.id))
+    const assigned = Assignment.assign({
+      table: request.table,
+      buckets: request.buckets,
+      replicationFactor: request.replicationFactor ?? endpoint.replicationFactor,
+      servers,
+      existing: [...state.tablets.values()],
+      start: yield* Random.nextIntBetween(0, Math.max(1, servers.length) - 1)
+    })
+    if (Result.isFailure(assigned)) return yield* new CreateTableRefused({ detail: assigned.failure.detail })
+    const reply = yield* controller
+      .createTablets(assigned.success)
+      .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
+    if (reply._tag === "Created") return reply.tablets.map(tabletMetadata)
+    return yield* new CreateTableRefused({
+      detail: reply._tag === "CreateRefused" ? reply.detail : `unexpected answer ${reply._tag}`
+    })
+  })
+
+/**
+ * Serves `endpoint`'s controller on `listen` until the scope closes (a coordinator that does not lead answers
+ * `NotController`); the address bound.
  *
  * @since 0.1.0
  */
 export const serveController = (
   listen: Address,
-  current: Effect.Effect<ControllerShape | undefined>
+  endpoint: ControllerEndpoint
 ): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope> =>
   Effect.gen(function* () {
-    const controller = Effect.flatMap(current, (c) =>
+    const controller = Effect.flatMap(endpoint.current, (c) =>
       c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)
     )
     const resigned = (e: { readonly message: string }) => new NotController({ detail: e.message })
     const handlers = yield* ControllerRpcs.toHandlers({
       AdjustIsr: (request) => Effect.flatMap(controller, (c) => Effect.mapError(c.adjustIsr(request), resigned)),
       ControlledShutdown: ({ server }) =>
-        Effect.flatMap(controller, (c) => Effect.mapError(c.controlledShutdown(server), resigned))
+        Effect.flatMap(controller, (c) => Effect.mapError(c.controlledShutdown(server), resigned)),
+      CreateTable: (request) => Effect.flatMap(controller, (c) => createTable(c, endpoint, request)),
+      Metadata: ({ table }) =>
+        Effect.flatMap(controller, (c) =>
+          Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
+        )
     })
     return yield* serveGroup(ControllerRpcs, handlers, listen)
   })

@@ -159,7 +159,7 @@ describe("ReplicaRpc over TCP", () => {
         const asked: Array<AdjustIsrRequest> = []
         const bound = yield* serveController(
           { host: "127.0.0.1", port: 0 },
-          Effect.sync(() => leading)
+          { current: Effect.sync(() => leading), servers: Effect.succeed([]), replicationFactor: 3 }
         )
         const remote = yield* RemotePeers.make({
           locate: () => Effect.fail(new PeerUnreachable({ target: "servers", detail: "none in this test" })),

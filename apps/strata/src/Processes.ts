@@ -1,0 +1,137 @@
+/**
+ * The cluster's processes and an operator's commands, composed from `@strata/replica`'s layers over the
+ * coordination backend and store that the configuration names (`ServerConfig`):
+ *
+ * - `tabletServer`: a `TabletServerNode` on a LevelDB or RocksDB data directory, until interrupted (SIGINT or
+ *   SIGTERM: a controlled shutdown first);
+ * - `coordinator`: a `CoordinatorNode`, until interrupted;
+ * - `createTable` / `describe`: a `TabletClient`'s calls to the controller.
+ *
+ * @since 0.1.0
+ */
+import { CoordinatorNode, type ReplicaRpc, TabletClient, TabletServerNode } from "@strata/replica"
+import { Console, Effect, Layer, type Scope } from "effect"
+import * as ServerConfig from "./ServerConfig.js"
+
+/**
+ * Starts a process's parts and runs until interrupted. The parts' scope closes (a controlled shutdown, the logs)
+ * before the layers under it (the store, the coordination session) are released.
+ */
+const forever = <E, R, E2, R2>(start: Effect.Effect<unknown, E, R | Scope.Scope>, layers: Layer.Layer<R, E2, R2>) =>
+  Effect.scoped(Effect.andThen(start, Effect.never)).pipe(Effect.provide(layers))
+
+/**
+ * A tablet server process, until interrupted.
+ *
+ * @since 0.1.0
+ */
+export const tabletServer = (sources: ServerConfig.Sources) =>
+  Effect.gen(function* () {
+    const { settings, replication } = yield* ServerConfig.load(ServerConfig.TabletServerConfig, sources)
+    const layers = Layer.merge(
+      ServerConfig.coordinationLayer(settings.coordination),
+      ServerConfig.storeLayer(settings.store, settings.data)
+    )
+    return yield* forever(
+      Effect.gen(function* () {
+        const node = yield* TabletServerNode.make({
+          serverId: settings.id,
+          replication,
+          ...optional("namespace", settings.namespace),
+          ...optional("listen", settings.listen),
+          ...optional("advertise", settings.advertise),
+          ...optional("rack", settings.rack)
+        })
+        yield* Effect.logInfo(
+          `tablet server ${settings.id} ready at ${node.address} (${settings.store} store in ${settings.data}, registration epoch ${node.registrationEpoch})`
+        )
+      }),
+      layers
+    )
+  })
+
+/**
+ * A coordinator process, until interrupted.
+ *
+ * @since 0.1.0
+ */
+export const coordinator = (sources: ServerConfig.Sources) =>
+  Effect.gen(function* () {
+    const { settings, replication } = yield* ServerConfig.load(ServerConfig.CoordinatorConfig, sources)
+    return yield* forever(
+      Effect.gen(function* () {
+        const node = yield* CoordinatorNode.make({
+          serverId: settings.id,
+          replication,
+          ...optional("namespace", settings.namespace),
+          ...optional("listen", settings.listen),
+          ...optional("advertise", settings.advertise),
+          ...optional("rejoinBackoffMs", settings.rejoinBackoffMs)
+        })
+        yield* Effect.logInfo(`coordinator ${settings.id} ready at ${node.address}`)
+      }),
+      ServerConfig.coordinationLayer(settings.coordination)
+    )
+  })
+
+/** `{ [key]: value }`, or nothing when the value is not given. */
+const optional = <K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } =>
+  (value === undefined ? {} : { [key]: value }) as { [P in K]?: V }
+
+/** A client of the cluster the settings name, for one command. */
+const withClient = <A, E>(
+  sources: ServerConfig.Sources,
+  use: (client: TabletClient.TabletClientShape) => Effect.Effect<A, E>
+) =>
+  Effect.gen(function* () {
+    const { settings, replication } = yield* ServerConfig.load(ServerConfig.ClientConfig, sources)
+    return yield* Effect.scoped(
+      Effect.flatMap(
+        TabletClient.make({
+          replication,
+          deliveryTimeoutMs: 30_000,
+          ...optional("namespace", settings.namespace)
+        }),
+        use
+      )
+    ).pipe(Effect.provide(ServerConfig.coordinationLayer(settings.coordination)))
+  })
+
+/** A tablet's line in `strata tablets describe`. */
+const describeTablet = (t: typeof ReplicaRpc.TabletMetadata.Type): string =>
+  `${t.tablet.table}:${t.tablet.bucket}\t${t.state}\tleader ${t.leader ?? "none"}\tepoch ${t.leaderEpoch}\treplicas ${t.replicas.join(",")}\tisr ${t.isr.join(",")}`
+
+/**
+ * `strata tablets create`: a table of `buckets` tablets, assigned by the controller; prints each tablet.
+ *
+ * @since 0.1.0
+ */
+export const createTable = (
+  sources: ServerConfig.Sources,
+  table: string,
+  options: { readonly buckets: number; readonly replicationFactor?: number }
+) =>
+  withClient(sources, (client) =>
+    Effect.gen(function* () {
+      const tablets = yield* client.createTable(table, options)
+      for (const t of tablets) yield* Console.log(describeTablet(t))
+      yield* Console.log(`OK: created ${table} with ${tablets.length} tablets`)
+    })
+  )
+
+/**
+ * `strata tablets describe`: every tablet (or one table's) and the live servers, as the controller holds them.
+ *
+ * @since 0.1.0
+ */
+export const describe = (sources: ServerConfig.Sources, table: string | undefined) =>
+  withClient(sources, (client) =>
+    Effect.gen(function* () {
+      const metadata = yield* client.metadata(table)
+      yield* Console.log(`coordinator epoch ${metadata.coordinatorEpoch}`)
+      for (const s of metadata.servers) {
+        yield* Console.log(`server ${s.id}\t${s.address}${s.rack === undefined ? "" : `\track ${s.rack}`}`)
+      }
+      for (const t of metadata.tablets) yield* Console.log(describeTablet(t))
+    })
+  )

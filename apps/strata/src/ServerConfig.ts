@@ -1,0 +1,272 @@
+/**
+ * The configuration of the cluster's processes (`strata tablet-server`, `strata coordinator`, and the operator's
+ * `strata tablets ...`), read from a JSON file (`--config FILE`), then the environment (`STRATA_<KEY>`, e.g.
+ * `STRATA_MIN_INSYNC_REPLICAS=2`), then flags (`--set key=value`, and the named flags), each source overriding
+ * the one before. The merged settings are decoded by one Schema per process; a bad value's error names its key
+ * and the source it came from.
+ *
+ * The coordination backend is a URL: `zookeeper://host:port[,host:port...][/chroot]` or
+ * `etcd://host:port[,host:port...]` (`etcds://` for TLS endpoints).
+ *
+ * @since 0.1.0
+ */
+import { readFileSync } from "node:fs"
+import { type Coordination, type CoordinationError, OptionSchemas, type Store, type StoreError } from "@strata/core"
+import * as EtcdCoordination from "@strata/election/etcd"
+import * as ZooKeeperCoordination from "@strata/election/zookeeper"
+import * as LevelStore from "@strata/store-adapters/level"
+import * as RocksDbStore from "@strata/store-adapters/rocksdb"
+import { ReplicationConfig } from "@strata/replica"
+import { Data, Effect, type Layer, Schema } from "effect"
+
+/**
+ * A configuration that cannot be used: `key` names the setting, `source` where its value came from.
+ *
+ * @since 0.1.0
+ */
+export class InvalidConfig extends Data.TaggedError("InvalidConfig")<{
+  readonly key: string
+  readonly source: string
+  readonly detail: string
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.key} (from ${this.source}): ${this.detail}`
+  }
+}
+
+/** The replication settings every process of a cluster shares (`ReplicationConfig`'s keys). */
+const replicationKeys = [
+  "replicationFactor",
+  "minInsyncReplicas",
+  "sessionTimeoutMs",
+  "replicaLagTimeMaxMs",
+  "fetchMaxBytes",
+  "fetchMaxWaitMs",
+  "appendTimeoutMs",
+  "retryBackoffMs",
+  "uncleanLeaderElection",
+  "leaderElection"
+] as const
+
+/** Keys whose values are text: from the environment or a flag they are taken as written, not parsed. */
+const textKeys = new Set([
+  "coordination",
+  "namespace",
+  "listen",
+  "advertise",
+  "rack",
+  "store",
+  "data",
+  "leaderElection"
+])
+
+const CoordinationUrl = Schema.String.check(
+  Schema.makeFilter((url: string) =>
+    parseCoordination(url) === undefined
+      ? `expected zookeeper://host:port[,host:port...][/chroot] or etcd://host:port[,host:port...], got ${url}`
+      : undefined
+  )
+)
+
+/** Where coordination is, parsed from its URL. */
+type CoordinationTarget =
+  | { readonly _tag: "zookeeper"; readonly connectString: string; readonly root?: string }
+  | { readonly _tag: "etcd"; readonly endpoints: ReadonlyArray<string> }
+
+const hostPorts = (text: string): ReadonlyArray<string> | undefined => {
+  const list = text.split(",")
+  return list.every(
+    (hp) => /^[^\s:/,]+:\d{1,5}$/.test(hp) && Number(hp.split(":")[1]) > 0 && Number(hp.split(":")[1]) < 65_536
+  )
+    ? list
+    : undefined
+}
+
+/** A coordination URL's backend and servers, if it is one. */
+const parseCoordination = (url: string): CoordinationTarget | undefined => {
+  const match = /^(zookeeper|etcd|etcds):\/\/([^/]+)(\/.*)?$/.exec(url)
+  if (match === null) return undefined
+  const servers = hostPorts(match[2]!)
+  if (servers === undefined) return undefined
+  if (match[1] === "zookeeper") {
+    const root = match[3]
+    return root === undefined || root === "/"
+      ? { _tag: "zookeeper", connectString: servers.join(",") }
+      : { _tag: "zookeeper", connectString: servers.join(","), root }
+  }
+  if (match[3] !== undefined) return undefined
+  const scheme = match[1] === "etcds" ? "https" : "http"
+  return { _tag: "etcd", endpoints: servers.map((hp) => `${scheme}://${hp}`) }
+}
+
+/** The coordination layer a URL names (a URL the config's schema let through). */
+export const coordinationLayer = (url: string): Layer.Layer<Coordination, CoordinationError> => {
+  const target = parseCoordination(url)
+  if (target === undefined) throw new Error(`not a coordination URL: ${url}`)
+  return target._tag === "zookeeper"
+    ? ZooKeeperCoordination.layer(
+        target.root === undefined
+          ? { connectString: target.connectString }
+          : { connectString: target.connectString, root: target.root }
+      )
+    : EtcdCoordination.layer({ endpoints: target.endpoints })
+}
+
+/** The store layer of a server's data directory. */
+export const storeLayer = (store: "level" | "rocksdb", directory: string): Layer.Layer<Store, StoreError> =>
+  store === "level" ? LevelStore.layer({ directory }) : RocksDbStore.layer({ directory })
+
+const Int = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+
+/** What every process reads. */
+const common = {
+  /** The coordination service, as a URL. */
+  coordination: CoordinationUrl,
+  /** The cluster's coordination namespace (`/strata`). */
+  namespace: Schema.optional(Schema.String)
+}
+
+/** The settings of any process that listens. */
+const listening = {
+  ...common,
+  id: Int,
+  listen: Schema.optional(Schema.String),
+  advertise: Schema.optional(Schema.String)
+}
+
+/**
+ * `strata tablet-server`'s settings: `id`, `data` and `coordination` required.
+ *
+ * @since 0.1.0
+ */
+export const TabletServerConfig = Schema.Struct({
+  ...listening,
+  /** The server's data directory (its replicas' logs). */
+  data: Schema.NonEmptyString,
+  /** The store backend over the data directory (`rocksdb`, the default, or `level`). */
+  store: Schema.Literals(["rocksdb", "level"]).pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<"rocksdb">("rocksdb"))
+  ),
+  rack: Schema.optional(Schema.String)
+})
+
+/**
+ * `strata coordinator`'s settings: `id` and `coordination` required.
+ *
+ * @since 0.1.0
+ */
+export const CoordinatorConfig = Schema.Struct({ ...listening, rejoinBackoffMs: Schema.optional(Schema.Int) })
+
+/**
+ * The settings of an operator's command (`strata tablets ...`).
+ *
+ * @since 0.1.0
+ */
+export const ClientConfig = Schema.Struct(common)
+
+/** Where settings were given, for the error that names a bad one. */
+export interface Sources {
+  /** A JSON file (`--config`), if given. */
+  readonly file?: string | undefined
+  /** The environment (`STRATA_<KEY>`). */
+  readonly env: Readonly<Record<string, string | undefined>>
+  /** Settings from flags, by key (`--set key=value` and the named flags). */
+  readonly flags: Readonly<Record<string, string | undefined>>
+}
+
+/** `sessionTimeoutMs` → `STRATA_SESSION_TIMEOUT_MS`. */
+export const envName = (key: string): string => `STRATA_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`
+
+/** A value given as text (environment, flag) as the key wants it. */
+const fromText = (key: string, text: string): unknown => {
+  if (textKeys.has(key)) return text
+  if (text === "true" || text === "false") return text === "true"
+  const n = Number(text)
+  return text.trim() !== "" && Number.isFinite(n) ? n : text
+}
+
+/**
+ * The settings of `schema` (and the replication settings) merged from `sources`: the process's own settings, and
+ * `replication` for `ReplicationConfig`. A key no source may hold, a file that cannot be read, or a value the
+ * schema refuses fails with `InvalidConfig`.
+ *
+ * @since 0.1.0
+ */
+export const load = <T>(
+  schema: Schema.Decoder<T> & { readonly fields: Schema.Struct.Fields },
+  sources: Sources
+): Effect.Effect<{ readonly settings: T; readonly replication: ReplicationConfig.ReplicationConfig }, InvalidConfig> =>
+  Effect.gen(function* () {
+    const own = Object.keys(schema.fields)
+    const known = new Set<string>([...own, ...replicationKeys])
+    const merged: Record<string, unknown> = {}
+    const origin: Record<string, string> = {}
+    if (sources.file !== undefined) {
+      const file = sources.file
+      const parsed = yield* Effect.try({
+        try: () => JSON.parse(readFileSync(file, "utf8")) as unknown,
+        catch: (e) => new InvalidConfig({ key: "--config", source: file, detail: String(e) })
+      })
+      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+        return yield* new InvalidConfig({ key: "--config", source: file, detail: "expected a JSON object" })
+      }
+      for (const [key, value] of Object.entries(parsed)) {
+        if (!known.has(key)) {
+          return yield* new InvalidConfig({
+            key,
+            source: file,
+            detail: `unknown setting (known: ${[...known].join(", ")})`
+          })
+        }
+        merged[key] = value
+        origin[key] = file
+      }
+    }
+    for (const key of known) {
+      const text = sources.env[envName(key)]
+      if (text === undefined) continue
+      merged[key] = fromText(key, text)
+      origin[key] = `$${envName(key)}`
+    }
+    for (const [key, text] of Object.entries(sources.flags)) {
+      if (text === undefined) continue
+      if (!known.has(key)) {
+        return yield* new InvalidConfig({
+          key,
+          source: "--set",
+          detail: `unknown setting (known: ${[...known].join(", ")})`
+        })
+      }
+      merged[key] = fromText(key, text)
+      origin[key] = "flags"
+    }
+    const ownInput: Record<string, unknown> = {}
+    const replication: Record<string, unknown> = {}
+    for (const [key, value] of Object.entries(merged)) {
+      if ((replicationKeys as ReadonlyArray<string>).includes(key)) replication[key] = value
+      else ownInput[key] = value
+    }
+    const settings = yield* OptionSchemas.decodeOptions(schema, { exact: true })(ownInput).pipe(
+      Effect.mapError((bad) => {
+        const first = OptionSchemas.summary(bad)
+        const key = first.option.split(/[.[]/)[0]!
+        return new InvalidConfig({
+          key: first.option,
+          source: origin[key] ?? "defaults",
+          detail: first.value === "undefined" ? first.detail : `${first.value}: ${first.detail}`
+        })
+      })
+    )
+    const decoded = yield* ReplicationConfig.decode(replication).pipe(
+      Effect.mapError(
+        (e) =>
+          new InvalidConfig({
+            key: e.option,
+            source: origin[e.option] ?? "defaults",
+            detail: e.value === "unset" ? e.detail : `${e.value}: ${e.detail}`
+          })
+      )
+    )
+    return { settings, replication: decoded }
+  })

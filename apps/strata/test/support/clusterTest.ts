@@ -1,0 +1,102 @@
+/**
+ * What the cluster fault tests share: the bundled `strata` CLI, a client on the test's coordination, records with
+ * unique values, and a wait on the controller's metadata.
+ */
+import { mkdtemp } from "node:fs/promises"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath } from "node:url"
+import type { Coordination, TabletId, TabletRecord } from "@strata/core"
+import { type ReplicaRpc, TabletClient } from "@strata/replica"
+import { Duration, Effect, type Scope } from "effect"
+import { type NodeRunner, nodeRunner } from "../../../../scripts/test-support/nodeRunner.js"
+import type { Acked } from "./replicaChecker.js"
+
+/** The CLI bundled once (drivers that load files relative to their install stay external). */
+export const bundleCli = (): Promise<NodeRunner> =>
+  nodeRunner("strata", fileURLToPath(new URL("../../src/bin.ts", import.meta.url)), [
+    "classic-level",
+    "@nxtedition/rocksdb",
+    "etcd3",
+    "node-zookeeper-client",
+    "@platformatic/kafka"
+  ])
+
+/** A fresh directory for a cluster's data and logs. */
+export const freshDirectory = (label: string) => mkdtemp(join(tmpdir(), `strata-${label}-`))
+
+const encoder = new TextEncoder()
+
+/** A record whose value is `value`. */
+export const record = (value: string): TabletRecord => ({
+  key: null,
+  value: encoder.encode(value),
+  headers: [],
+  timestamp: 0
+})
+
+/** The settings the fault tests run the cluster with: failures noticed in seconds, not tens of seconds. */
+export const faultSettings = {
+  replicationFactor: 3,
+  minInsyncReplicas: 2,
+  sessionTimeoutMs: 4_000,
+  replicaLagTimeMaxMs: 12_000,
+  appendTimeoutMs: 8_000,
+  retryBackoffMs: 100
+} as const
+
+/** A client of the test's cluster. */
+export const client = (namespace: string, deliveryTimeoutMs = 60_000) =>
+  TabletClient.make({
+    namespace,
+    deliveryTimeoutMs,
+    requestTimeoutMs: 15_000,
+    replication: faultSettings
+  })
+
+/** Polls the controller's metadata of `table` until `ok` holds (every 200 ms, up to `timeoutMs`). */
+export const awaitMetadata = (
+  c: TabletClient.TabletClientShape,
+  table: string,
+  what: string,
+  ok: (metadata: ReplicaRpc.Metadata) => boolean,
+  timeoutMs = 120_000
+): Effect.Effect<ReplicaRpc.Metadata, Error> =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + timeoutMs
+    let last: ReplicaRpc.Metadata | undefined
+    while (Date.now() < deadline) {
+      const m = yield* Effect.option(c.metadata(table))
+      if (m._tag === "Some") {
+        last = m.value
+        if (ok(m.value)) return m.value
+      }
+      yield* Effect.sleep(Duration.millis(200))
+    }
+    return yield* Effect.fail(
+      new Error(`${what}: not within ${timeoutMs} ms; last metadata ${JSON.stringify(last?.tablets.slice(0, 12))}`)
+    )
+  })
+
+/** Sends one record to each tablet (acks=all); the acknowledged sends. */
+export const writeEach = (
+  c: TabletClient.TabletClientShape,
+  tablets: ReadonlyArray<TabletId>,
+  label: string
+): Effect.Effect<ReadonlyArray<Acked>, never, never> =>
+  Effect.map(
+    Effect.forEach(
+      tablets,
+      (tablet) => {
+        const value = `${label}:${tablet.bucket}`
+        return Effect.map(Effect.result(c.send(tablet, [record(value)])), (r): Acked | undefined =>
+          r._tag === "Success" ? { tablet, baseOffset: r.success.baseOffset, values: [value] } : undefined
+        )
+      },
+      { concurrency: "unbounded" }
+    ),
+    (all) => all.filter((a): a is Acked => a !== undefined)
+  )
+
+/** The scope's services a cluster test needs. */
+export type ClusterTestR = Coordination | Scope.Scope

@@ -1,0 +1,143 @@
+/**
+ * A coordinator as a process runs it: the election and coordinator lifecycle (`@strata/election`) on the
+ * `Coordination` in context, with the `Controller` as its leader-only service, and `ReplicaRpc`'s controller
+ * endpoint on a TCP address (the address the election's leader node announces). A standby answers `NotController`;
+ * tablet servers and clients find the leader through the election.
+ *
+ * @since 0.1.0
+ */
+import { Coordinator } from "@strata/election"
+import { type Coordination, type CoordinationError, Election, type ElectionError, OptionSchemas } from "@strata/core"
+import { Duration, Effect, Schema, type Scope } from "effect"
+import type { SocketServer } from "effect/socket"
+import * as ClusterDirectory from "./ClusterDirectory.js"
+import * as ClusterPaths from "./ClusterPaths.js"
+import * as Controller from "./Controller.js"
+import * as RemotePeers from "./RemotePeers.js"
+import * as ReplicaRpc from "./ReplicaRpc.js"
+import * as ReplicationConfig from "./ReplicationConfig.js"
+import { electionOf, listenAddress, NodeFields, requestTimeoutOf } from "./TabletServerNode.js"
+
+/**
+ * A coordinator process's options.
+ *
+ * @since 0.1.0
+ */
+export const CoordinatorNodeOptions = Schema.Struct({
+  ...NodeFields,
+  /** The pause before campaigning again after a leadership ended (1000 ms). */
+  rejoinBackoffMs: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(1000)))
+})
+
+/**
+ * The options' input.
+ *
+ * @since 0.1.0
+ */
+export type CoordinatorNodeOptions = typeof CoordinatorNodeOptions.Encoded
+
+/**
+ * A running coordinator process.
+ *
+ * @since 0.1.0
+ */
+export interface CoordinatorNode {
+  readonly coordinator: Coordinator.CoordinatorShape
+  /** The address its controller endpoint listens on (`host:port`). */
+  readonly address: string
+  /** Its controller while it leads. */
+  readonly controller: Effect.Effect<Controller.ControllerShape | undefined>
+  readonly directory: ClusterDirectory.ClusterDirectory
+}
+
+/**
+ * The `Controller` as a coordinator's leader service: started under each leadership with the cluster's settings,
+ * reaching the servers through `servers`, and told to `track` as it starts (`undefined` as it stops).
+ *
+ * @since 0.1.0
+ */
+export const controllerService = (options: {
+  readonly namespace: string
+  readonly config: ReplicationConfig.ReplicationConfig
+  readonly servers: Controller.TabletServersShape
+  /** Gives up the coordinator's leadership. */
+  readonly resign: Effect.Effect<void>
+  readonly track: (controller: Controller.ControllerShape | undefined) => Effect.Effect<void>
+}) =>
+  Coordinator.service("controller", (leadership) =>
+    Effect.acquireRelease(
+      Controller.make(leadership, {
+        namespace: options.namespace,
+        uncleanLeaderElection: options.config.uncleanLeaderElection,
+        leaderElection: options.config.leaderElection,
+        minInsyncReplicas: options.config.minInsyncReplicas,
+        retryBackoffMs: options.config.retryBackoffMs,
+        resign: options.resign
+      }).pipe(
+        Effect.provideService(Controller.TabletServers, options.servers),
+        Effect.tap((c) => options.track(c))
+      ),
+      () => options.track(undefined)
+    )
+  )
+
+/**
+ * Starts a coordinator process on the `Coordination` in context; it stops (resigning if it leads) with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  options: CoordinatorNodeOptions
+): Effect.Effect<
+  CoordinatorNode,
+  | ReplicationConfig.InvalidReplicaOptions
+  | CoordinationError
+  | ElectionError
+  | SocketServer.SocketServerError
+  | Coordinator.InvalidCoordinatorOptions,
+  Coordination | Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const o = yield* OptionSchemas.decodeOptions(CoordinatorNodeOptions, { exact: true })(options).pipe(
+      Effect.mapError(ReplicationConfig.invalidOptions)
+    )
+    const config = o.replication
+    const election = yield* electionOf(o.namespace, config)
+    const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
+      retryBackoffMs: config.retryBackoffMs
+    })
+    const remote = yield* RemotePeers.make({
+      locate: directory.locate,
+      controller: directory.controller,
+      requestTimeoutMs: requestTimeoutOf(config)
+    })
+    let mine: Controller.ControllerShape | undefined
+    const current = Effect.sync(() => mine)
+    const bound = yield* ReplicaRpc.serveController(listenAddress(o.listen), {
+      current,
+      servers: directory.servers,
+      replicationFactor: config.replicationFactor
+    })
+    const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
+    yield* Effect.logInfo(`coordinator ${o.serverId} listening on ${address}`)
+    const resign: { run: Effect.Effect<void> } = { run: Effect.void }
+    const coordinator = yield* Coordinator.make({
+      serverId: o.serverId,
+      address,
+      rejoinBackoff: Duration.millis(o.rejoinBackoffMs),
+      services: [
+        controllerService({
+          namespace: o.namespace,
+          config,
+          servers: remote.servers,
+          resign: Effect.suspend(() => resign.run),
+          track: (c) =>
+            Effect.sync(() => {
+              mine = c
+            })
+        })
+      ]
+    }).pipe(Effect.provideService(Election, election))
+    resign.run = coordinator.resign
+    return { coordinator, address, controller: current, directory }
+  })

@@ -1,0 +1,413 @@
+/**
+ * A client of a Strata cluster: a producer and a reader of its tablets. It finds the controller and the tablet
+ * servers through the `Coordination` in context (the election's leader node, the servers' registrations), asks
+ * the controller for the tablets' leaders, and sends each tablet's records to its leader over `ReplicaRpc`.
+ *
+ * The producer batches: records sent to one tablet within `lingerMs` of each other (up to `batchBytes`) go as one
+ * append, one append in flight per tablet so that they land in the order sent. It is idempotent: every append
+ * carries the client's producer id, the tablet's producer epoch and the sequence of its first record, so a retry
+ * of an append already written (after a lost answer, a timeout, a new leader) is answered with the offsets it was
+ * written at, never written twice. Retriable failures (`NotLeader`, `FencedEpoch`, `NotEnoughReplicas`, an
+ * unreachable server, …) are retried after `retryBackoffMs` and a metadata refresh until `deliveryTimeoutMs`.
+ * A send succeeds only when its records were acknowledged as `acks` asks; one whose outcome is unknown fails with
+ * `DeliveryUnknown`, and the tablet's next append starts a new producer epoch, so a late copy of the unknown one
+ * can never be written after it.
+ *
+ * Reads go to the leader and return records up to its high watermark.
+ *
+ * @since 0.1.0
+ */
+import {
+  type AppendResult,
+  type Coordination,
+  type CoordinationError,
+  type ElectionError,
+  OptionSchemas,
+  type ReadResult,
+  ReplicaAcks,
+  type ReplicaError,
+  type TabletId,
+  type TabletRecord,
+  tabletKey
+} from "@strata/core"
+import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Random, Schema, type Scope } from "effect"
+import * as ClusterDirectory from "./ClusterDirectory.js"
+import * as ClusterPaths from "./ClusterPaths.js"
+import { PeerUnreachable } from "./Peers.js"
+import * as RemotePeers from "./RemotePeers.js"
+import type { CreateTableRefused, Metadata, TabletMetadata } from "./ReplicaRpc.js"
+import * as ReplicationConfig from "./ReplicationConfig.js"
+import { electionOf } from "./TabletServerNode.js"
+
+const PositiveInt = OptionSchemas.PositiveInt
+
+/**
+ * The client's options.
+ *
+ * @since 0.1.0
+ */
+export const TabletClientOptions = Schema.Struct({
+  /** The cluster's coordination namespace (`/strata`). */
+  namespace: Schema.String.pipe(Schema.withDecodingDefaultKey(Effect.succeed("/strata"))),
+  /** Acknowledgement asked of every append: 0, 1 or `all` (the default). */
+  acks: ReplicaAcks.pipe(Schema.withDecodingDefaultKey(Effect.succeed<"all">("all"))),
+  /** How long records wait for others to the same tablet before they are sent (5 ms; 0: at once). */
+  lingerMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)).pipe(Schema.withDecodingDefaultKey(Effect.succeed(5))),
+  /** The most bytes of records one append carries (256 KiB; a single larger send goes alone). */
+  batchBytes: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(262_144))),
+  /** How long one call to a server may take (40 000 ms: above the cluster's append timeout). */
+  requestTimeoutMs: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(40_000))),
+  /** The pause before a failed call is retried (100 ms). */
+  retryBackoffMs: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(100))),
+  /** How long a send may take, retries included, before it fails (120 000 ms). */
+  deliveryTimeoutMs: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(120_000))),
+  /** The cluster's replication settings, for the election's session timeouts (`ReplicationConfig`). */
+  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
+})
+
+/**
+ * The options' input.
+ *
+ * @since 0.1.0
+ */
+export type TabletClientOptions = typeof TabletClientOptions.Encoded
+
+/**
+ * The tablet is not in the cluster's metadata.
+ *
+ * @since 0.1.0
+ */
+export class NoSuchTablet extends Data.TaggedError("NoSuchTablet")<{ readonly tablet: string }> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `no tablet ${this.tablet} in the cluster`
+  }
+}
+
+/**
+ * The records may or may not have been written: retries ran out (`deliveryTimeoutMs`) on a retriable failure,
+ * `last`.
+ *
+ * @since 0.1.0
+ */
+export class DeliveryUnknown extends Data.TaggedError("DeliveryUnknown")<{
+  readonly tablet: string
+  readonly last: string
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.tablet}: not acknowledged within the delivery timeout, outcome unknown (last: ${this.last})`
+  }
+}
+
+/**
+ * Why a client call failed: a tablet the cluster does not have, an outcome left unknown, a failure sending again
+ * cannot mend (the server's `ReplicaError`), a table that could not be created, or the client was closed.
+ *
+ * @since 0.1.0
+ */
+export class TabletClientError extends Data.TaggedError("TabletClientError")<{
+  readonly reason: NoSuchTablet | DeliveryUnknown | ReplicaError | CreateTableRefused | ClientClosed
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.reason.message
+  }
+}
+
+/**
+ * The client was closed before the send was answered.
+ *
+ * @since 0.1.0
+ */
+export class ClientClosed extends Data.TaggedError("ClientClosed")<{ readonly tablet: string }> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.tablet}: the client closed before the records were acknowledged`
+  }
+}
+
+/**
+ * Where a send's records were written.
+ *
+ * @since 0.1.0
+ */
+export interface Sent {
+  readonly baseOffset: number
+  readonly lastOffset: number
+}
+
+/**
+ * The client.
+ *
+ * @since 0.1.0
+ */
+export interface TabletClientShape {
+  /** Sends records to the tablet, batched with others to it; succeeds once acknowledged as `acks` asks. */
+  readonly send: (tablet: TabletId, records: ReadonlyArray<TabletRecord>) => Effect.Effect<Sent, TabletClientError>
+  /** Records of the tablet from `offset` (about `maxBytes`, at least one batch), up to the leader's high watermark. */
+  readonly read: (tablet: TabletId, offset: number, maxBytes?: number) => Effect.Effect<ReadResult, TabletClientError>
+  /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
+  readonly metadata: (table?: string) => Effect.Effect<Metadata, TabletClientError>
+  /** Creates a table: the controller assigns its replicas over the live servers. */
+  readonly createTable: (
+    table: string,
+    options: { readonly buckets: number; readonly replicationFactor?: number }
+  ) => Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, TabletClientError>
+  /** The cluster's calls, for operators and checkers (a replica's own log, say). */
+  readonly remote: RemotePeers.RemotePeers
+}
+
+/**
+ * The `TabletClient` service key.
+ *
+ * @since 0.1.0
+ */
+export class TabletClient extends Context.Service<TabletClient, TabletClientShape>()("@strata/replica/TabletClient") {}
+
+/** One send waiting in a tablet's queue. */
+interface Queued {
+  readonly records: ReadonlyArray<TabletRecord>
+  readonly bytes: number
+  readonly done: Deferred.Deferred<Sent, TabletClientError>
+}
+
+/** A tablet's producer side: its queue, its sender, and its place in the producer's sequence. */
+interface Lane {
+  readonly key: string
+  readonly tablet: TabletId
+  readonly queue: Array<Queued>
+  bytes: number
+  /** Completed when the queue gets its first send, or reaches `batchBytes`. */
+  wake: Deferred.Deferred<void>
+  epoch: number
+  sequence: number
+}
+
+/** Roughly what a record costs in an append. */
+const recordBytes = (r: TabletRecord): number =>
+  (r.key?.length ?? 0) + r.value.length + 24 + r.headers.reduce((n, h) => n + h.key.length + h.value.length + 8, 0)
+
+/** A failure worth sending again: the server's own verdict, or the call not reaching it. */
+const retriable = (e: ReplicaError | PeerUnreachable | NoSuchTablet): boolean =>
+  e._tag === "PeerUnreachable" || e._tag === "NoSuchTablet" || e.retryable
+
+/**
+ * A client on the `Coordination` in context; its connections close with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  options: TabletClientOptions = {}
+): Effect.Effect<
+  TabletClientShape,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
+  Coordination | Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
+      Effect.mapError(ReplicationConfig.invalidOptions)
+    )
+    const scope = yield* Effect.scope
+    const election = yield* electionOf(o.namespace, o.replication)
+    const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
+      retryBackoffMs: o.retryBackoffMs
+    })
+    const remote = yield* RemotePeers.make({
+      locate: directory.locate,
+      controller: directory.controller,
+      requestTimeoutMs: o.requestTimeoutMs
+    })
+    const producerId = yield* Random.nextIntBetween(0, 2 ** 31 - 1)
+    let closed = false
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+      })
+    )
+
+    // Metadata: the leaders as the controller last told them, asked again after a failure (at most once a backoff).
+    let leaders = new Map<string, typeof TabletMetadata.Type>()
+    let refreshedAt = Number.NEGATIVE_INFINITY
+    const refresh = Effect.gen(function* () {
+      const now = yield* Clock.currentTimeMillis
+      if (now - refreshedAt < o.retryBackoffMs) return
+      refreshedAt = now
+      const metadata = yield* remote.admin.metadata()
+      leaders = new Map(metadata.tablets.map((t) => [tabletKey(t.tablet), t]))
+    })
+    const leaderOf = (tablet: TabletId) =>
+      Effect.gen(function* () {
+        const key = tabletKey(tablet)
+        if (!leaders.has(key)) yield* refresh
+        const found = leaders.get(key)
+        if (found === undefined) return yield* new NoSuchTablet({ tablet: key })
+        if (found.leader === null) {
+          return yield* new PeerUnreachable({ target: `the leader of ${key}`, detail: "the tablet has no leader" })
+        }
+        return remote.server(found.leader)
+      })
+
+    /** Runs `call` on the tablet's leader, again after a refresh while it fails retriably, until `deadline`. */
+    const onLeader = <A>(
+      tablet: TabletId,
+      deadline: number,
+      call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaError | PeerUnreachable>
+    ): Effect.Effect<A, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
+      Effect.gen(function* () {
+        while (true) {
+          const attempt = yield* Effect.result(Effect.flatMap(leaderOf(tablet), call))
+          if (attempt._tag === "Success") return attempt.success
+          const e = attempt.failure
+          const now = yield* Clock.currentTimeMillis
+          if (!retriable(e)) return yield* e as ReplicaError
+          if (now >= deadline) {
+            if (e._tag === "NoSuchTablet") return yield* e
+            return yield* new DeliveryUnknown({ tablet: tabletKey(tablet), last: e.message })
+          }
+          yield* Effect.sleep(Duration.millis(Math.min(o.retryBackoffMs, deadline - now)))
+          yield* Effect.ignore(refresh)
+        }
+      })
+
+    const fail = (reason: TabletClientError["reason"]) => new TabletClientError({ reason })
+
+    // The producer: one lane per tablet, each with a sender fiber draining its queue one append at a time.
+    const lanes = new Map<string, Lane>()
+    const sendBatch = (lane: Lane, batch: ReadonlyArray<Queued>) =>
+      Effect.gen(function* () {
+        const records = batch.length === 1 ? batch[0]!.records : batch.flatMap((q) => q.records)
+        const deadline = (yield* Clock.currentTimeMillis) + o.deliveryTimeoutMs
+        const producer = { id: producerId, epoch: lane.epoch, sequence: lane.sequence }
+        const result = yield* Effect.result(
+          onLeader(lane.tablet, deadline, (server) =>
+            server.append({ tablet: lane.tablet, records, acks: o.acks, producer })
+          )
+        )
+        if (result._tag === "Failure") {
+          // Nothing of this append may be written after what comes next: the lane moves to a new producer epoch.
+          lane.epoch += 1
+          lane.sequence = 0
+          const error = fail(result.failure)
+          yield* Effect.forEach(batch, (q) => Deferred.fail(q.done, error), { discard: true })
+          return
+        }
+        lane.sequence += records.length
+        const written: AppendResult = result.success
+        let offset = written.baseOffset
+        for (const q of batch) {
+          yield* Deferred.succeed(q.done, { baseOffset: offset, lastOffset: offset + q.records.length - 1 })
+          offset += q.records.length
+        }
+      })
+    const drain = (lane: Lane): Effect.Effect<never> =>
+      Effect.gen(function* () {
+        while (true) {
+          yield* Deferred.await(lane.wake)
+          if (o.lingerMs > 0 && lane.bytes < o.batchBytes) {
+            yield* Effect.raceFirst(Effect.sleep(Duration.millis(o.lingerMs)), Deferred.await(lane.wake))
+          }
+          // Up to batchBytes of what is queued (always the first send, however large).
+          let bytes = 0
+          let n = 0
+          while (n < lane.queue.length && (n === 0 || bytes + lane.queue[n]!.bytes <= o.batchBytes)) {
+            bytes += lane.queue[n]!.bytes
+            n++
+          }
+          const batch = lane.queue.splice(0, n)
+          lane.bytes -= bytes
+          lane.wake = Deferred.makeUnsafe<void>()
+          if (lane.queue.length > 0) Deferred.doneUnsafe(lane.wake, Effect.void)
+          yield* sendBatch(lane, batch)
+        }
+      })
+    const laneOf = (tablet: TabletId) =>
+      Effect.gen(function* () {
+        const key = tabletKey(tablet)
+        const known = lanes.get(key)
+        if (known !== undefined) return known
+        const lane: Lane = {
+          key,
+          tablet: { table: tablet.table, bucket: tablet.bucket },
+          queue: [],
+          bytes: 0,
+          wake: Deferred.makeUnsafe<void>(),
+          epoch: 0,
+          sequence: 0
+        }
+        lanes.set(key, lane)
+        yield* Effect.forkIn(drain(lane), scope)
+        return lane
+      })
+
+    const send: TabletClientShape["send"] = (tablet, records) =>
+      Effect.gen(function* () {
+        if (closed) return yield* fail(new ClientClosed({ tablet: tabletKey(tablet) }))
+        const lane = yield* laneOf(tablet)
+        const done = yield* Deferred.make<Sent, TabletClientError>()
+        const bytes = records.reduce((n, r) => n + recordBytes(r), 0)
+        lane.queue.push({ records, bytes, done })
+        lane.bytes += bytes
+        if (lane.queue.length === 1 || lane.bytes >= o.batchBytes) Deferred.doneUnsafe(lane.wake, Effect.void)
+        return yield* Deferred.await(done)
+      })
+
+    const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + o.deliveryTimeoutMs)
+    return {
+      send,
+      read: (tablet, offset, maxBytes = 1_048_576) =>
+        Effect.flatMap(deadlineOf, (deadline) =>
+          onLeader(tablet, deadline, (server) => server.read({ tablet, offset, maxBytes }))
+        ).pipe(Effect.mapError(fail)),
+      metadata: (table) =>
+        Effect.flatMap(deadlineOf, (deadline) =>
+          retryUntil(deadline, o.retryBackoffMs, remote.admin.metadata(table), "the metadata")
+        ).pipe(Effect.mapError(fail)),
+      createTable: (table, create) =>
+        Effect.flatMap(deadlineOf, (deadline) =>
+          retryUntil(
+            deadline,
+            o.retryBackoffMs,
+            remote.admin.createTable({
+              table,
+              buckets: create.buckets,
+              ...(create.replicationFactor === undefined ? {} : { replicationFactor: create.replicationFactor })
+            }),
+            `creating ${table}`
+          )
+        ).pipe(Effect.mapError(fail)),
+      remote
+    }
+  })
+
+/** `call` again after the backoff while the controller cannot be reached, until `deadline`. */
+const retryUntil = <A, E>(
+  deadline: number,
+  backoffMs: number,
+  call: Effect.Effect<A, E | PeerUnreachable>,
+  what: string
+): Effect.Effect<A, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
+  Effect.gen(function* () {
+    while (true) {
+      const attempt = yield* Effect.result(call)
+      if (attempt._tag === "Success") return attempt.success
+      const e = attempt.failure
+      if (!(e instanceof PeerUnreachable)) return yield* Effect.fail(e as Exclude<E, PeerUnreachable>)
+      const now = yield* Clock.currentTimeMillis
+      if (now >= deadline) return yield* new DeliveryUnknown({ tablet: what, last: e.message })
+      yield* Effect.sleep(Duration.millis(Math.min(backoffMs, deadline - now)))
+    }
+  })
+
+/**
+ * The client as a layer on the `Coordination` in context.
+ *
+ * @since 0.1.0
+ */
+export const layer = (
+  options: TabletClientOptions = {}
+): Layer.Layer<
+  TabletClient,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
+  Coordination
+> => Layer.effect(TabletClient, make(options))

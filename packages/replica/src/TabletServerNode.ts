@@ -1,0 +1,208 @@
+/**
+ * A tablet server as a process runs it: the `TabletServer` on the `Store` in context, serving `ReplicaRpc` on a TCP
+ * address, registered under the cluster's namespace in the `Coordination` in context (`<ns>/servers/ids/<id>`,
+ * registered again whenever its session expires), finding its leaders and the controller through
+ * `ClusterDirectory`. Each start of a server on a store registers with a higher registration epoch than the last
+ * (kept in the store), so a watcher tells its lives apart.
+ *
+ * Closing the scope stops it: first a controlled shutdown (its leaderships move to other replicas while it still
+ * answers their fetches), then its registration, its listener and its logs.
+ *
+ * @since 0.1.0
+ */
+import { CoordinationElection } from "@strata/election"
+import {
+  Coordination,
+  type CoordinationError,
+  type ElectionError,
+  OptionSchemas,
+  ServerId,
+  Store,
+  type StoreError
+} from "@strata/core"
+import { Effect, Option, Schema, type Scope } from "effect"
+import type { SocketServer } from "effect/socket"
+import * as ClusterDirectory from "./ClusterDirectory.js"
+import * as ClusterPaths from "./ClusterPaths.js"
+import { Peers } from "./Peers.js"
+import * as RemotePeers from "./RemotePeers.js"
+import * as ReplicaRpc from "./ReplicaRpc.js"
+import * as ReplicationConfig from "./ReplicationConfig.js"
+import * as TabletServer from "./TabletServer.js"
+
+/** A `host:port` TCP address. */
+const AddressString = Schema.String.check(
+  Schema.makeFilter((a: string) =>
+    ReplicaRpc.parseAddress(a) === undefined ? `expected host:port (port 1–65535, or 0 for any), got ${a}` : undefined
+  )
+)
+/** A listen address: `host:port`, port 0 picking any free one. */
+const ListenString = Schema.String.check(
+  Schema.makeFilter((a: string) =>
+    ReplicaRpc.parseListen(a) === undefined
+      ? `expected host:port (port 0–65535; 0 picks a free one), got ${a}`
+      : undefined
+  )
+)
+/** A listen address the options' schema let through. */
+export const listenAddress = (listen: string): ReplicaRpc.Address => {
+  const parsed = ReplicaRpc.parseListen(listen)
+  if (parsed === undefined) throw new Error(`not a listen address: ${listen}`)
+  return parsed
+}
+/** An absolute coordination path. */
+const NamespaceString = Schema.String.check(
+  Schema.makeFilter((ns: string) =>
+    /^(\/[^/\s]+)+$/.test(ns) ? undefined : `expected an absolute path such as /strata, got ${ns}`
+  )
+)
+
+/**
+ * A process's options shared by tablet servers and coordinators.
+ *
+ * @since 0.1.0
+ */
+export const NodeFields = {
+  serverId: ServerId,
+  /** The cluster's coordination namespace (`/strata`). */
+  namespace: NamespaceString.pipe(Schema.withDecodingDefaultKey(Effect.succeed("/strata"))),
+  /** Where to listen, `host:port` (`127.0.0.1:0`: loopback, any free port). */
+  listen: ListenString.pipe(Schema.withDecodingDefaultKey(Effect.succeed("127.0.0.1:0"))),
+  /** The address others reach this process at, when not the one it listens on (a NAT, `0.0.0.0`). */
+  advertise: Schema.optional(AddressString),
+  /** The cluster's replication settings (`ReplicationConfig`; every key optional). */
+  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
+}
+
+/**
+ * A tablet server process's options.
+ *
+ * @since 0.1.0
+ */
+export const TabletServerNodeOptions = Schema.Struct({
+  ...NodeFields,
+  /** The rack (or zone) this server is in: a tablet's replicas are put on distinct racks. */
+  rack: Schema.optional(Schema.NonEmptyString),
+  /** Move this server's leaderships away before it stops (true); false stops it as a crash would. */
+  controlledShutdown: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(true)))
+})
+
+/**
+ * The options' input.
+ *
+ * @since 0.1.0
+ */
+export type TabletServerNodeOptions = typeof TabletServerNodeOptions.Encoded
+
+/**
+ * A running tablet server process.
+ *
+ * @since 0.1.0
+ */
+export interface TabletServerNode {
+  readonly server: TabletServer.TabletServerShape
+  /** The address it registered (`host:port`). */
+  readonly address: string
+  /** Its registration epoch at start (later ones, after a session expired, add one each). */
+  readonly registrationEpoch: number
+  /** The cluster as this server finds it, and its calls to other servers and the controller. */
+  readonly directory: ClusterDirectory.ClusterDirectory
+  readonly remote: RemotePeers.RemotePeers
+}
+
+/** Where a server keeps its own counters in its store (no tablet's store is named so). */
+const SERVER_STORE = { table: "strata.server", partition: 0 }
+const EPOCH_KEY = new TextEncoder().encode("registrationEpoch")
+
+/** One above the registration epoch of this store's last start (0 on a new store), stored before it is used. */
+const nextRegistrationEpoch = Effect.scoped(
+  Effect.gen(function* () {
+    const store = yield* (yield* Store).open(SERVER_STORE)
+    const last = yield* store.get(EPOCH_KEY)
+    const epoch = Option.isSome(last) ? Number(new TextDecoder().decode(last.value)) + 1 : 0
+    // A later start must never reuse it, even if this one dies before registering.
+    yield* store.put(EPOCH_KEY, new TextEncoder().encode(String(epoch)))
+    return epoch
+  })
+)
+
+/** The time a call between processes may take: above the longest wait a request may have. */
+export const requestTimeoutOf = (config: ReplicationConfig.ReplicationConfig): number =>
+  Math.max(config.appendTimeoutMs, config.fetchMaxWaitMs) + 5_000
+
+/** The election a process observes (or runs) for the cluster of `namespace`. */
+export const electionOf = (namespace: string, config: ReplicationConfig.ReplicationConfig) =>
+  CoordinationElection.make({
+    namespace: namespace.replace(/^\/+/, ""),
+    sessionTimeout: config.sessionTimeoutMs,
+    replicaLagTimeMax: config.replicaLagTimeMaxMs
+  })
+
+/**
+ * Starts a tablet server process on the `Coordination` and `Store` in context; it stops with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  options: TabletServerNodeOptions
+): Effect.Effect<
+  TabletServerNode,
+  | ReplicationConfig.InvalidReplicaOptions
+  | CoordinationError
+  | ElectionError
+  | StoreError
+  | SocketServer.SocketServerError,
+  Coordination | Store | Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const o = yield* OptionSchemas.decodeOptions(TabletServerNodeOptions, { exact: true })(options).pipe(
+      Effect.mapError(ReplicationConfig.invalidOptions)
+    )
+    const config = o.replication
+    const paths = ClusterPaths.make(o.namespace)
+    const coordination = yield* Coordination
+    const election = yield* electionOf(o.namespace, config)
+    const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
+    const remote = yield* RemotePeers.make({
+      locate: directory.locate,
+      controller: directory.controller,
+      requestTimeoutMs: requestTimeoutOf(config)
+    })
+    const server = yield* TabletServer.make({
+      serverId: o.serverId,
+      replication: config
+    }).pipe(Effect.provideService(Peers, remote.peers))
+    const bound = yield* ReplicaRpc.serveTabletServer(listenAddress(o.listen)).pipe(
+      Effect.provideService(TabletServer.TabletServer, server)
+    )
+    const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
+    const registrationEpoch = yield* nextRegistrationEpoch
+    yield* Effect.logInfo(`tablet server ${o.serverId} listening on ${address}`)
+    yield* Effect.forkScoped(
+      ClusterPaths.keepRegistered(coordination, paths, o.serverId, {
+        address,
+        ...(o.rack === undefined ? {} : { rack: o.rack }),
+        sessionTimeout: config.sessionTimeoutMs,
+        firstEpoch: registrationEpoch,
+        retryBackoffMs: config.retryBackoffMs,
+        onRegistered: (registration) =>
+          Effect.andThen(
+            server.registered(registration),
+            registration === undefined
+              ? Effect.logWarning(`tablet server ${o.serverId}: registration lost (session ended)`)
+              : Effect.logInfo(`tablet server ${o.serverId} registered at ${paths.server(o.serverId)}`)
+          )
+      })
+    )
+    if (o.controlledShutdown) {
+      // Added last, so run first: while it runs the server still answers its followers' fetches.
+      yield* Effect.addFinalizer(() =>
+        Effect.flatMap(server.controlledShutdown, (left) =>
+          left === 0
+            ? Effect.logInfo(`tablet server ${o.serverId}: controlled shutdown done`)
+            : Effect.logWarning(`tablet server ${o.serverId}: stopping while leading ${left} tablets`)
+        )
+      )
+    }
+    return { server, address, registrationEpoch, directory, remote }
+  })
