@@ -11,7 +11,7 @@
  *   distinct racks, whatever the racks' sizes: this rule comes before evenness;
  * - leaders, always: every server leads `⌊b/n⌋` or `⌈b/n⌉` of the new tablets;
  * - leaders and `existing`, without racks or with racks of different sizes: the `b mod n` servers leading one more
- *   are servers leading fewest in `existing` (ties: fewest existing replicas, then the rotation). So when the live
+ *   are servers leading fewest in `existing` (ties broken by replicas held, then the rotation). So when the live
  *   servers' existing leader counts are within one of each other, they still are with the new table (two tables of
  *   6 tablets on 4 servers lead 3 each), and tables assigned one after another stay within one. With racks all of
  *   one size the replica sets come first: no other choice of leaders among each tablet's replicas would give the

@@ -1,0 +1,86 @@
+import { rm } from "node:fs/promises"
+import { assert, describe, it } from "@effect/vitest"
+import * as EtcdCoordination from "@strata/election/etcd"
+import * as ZooKeeperCoordination from "@strata/election/zookeeper"
+import { Effect, type Layer } from "effect"
+import type { Coordination, CoordinationError } from "@strata/core"
+import { afterAll, beforeAll, inject } from "vitest"
+import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
+import { bundleCli, faultSettings, freshDirectory } from "./support/clusterTest.js"
+import * as Nemesis from "./support/nemesis.js"
+import * as ProcessCluster from "./support/processCluster.js"
+
+// `pnpm soak:replica` runs the ZooKeeper run for STRATA_NEMESIS_MS (and STRATA_NEMESIS_SEED replays a seed).
+const DURATION_MS = Number(process.env.STRATA_NEMESIS_MS ?? 150_000)
+const SEED = process.env.STRATA_NEMESIS_SEED === undefined ? undefined : Number(process.env.STRATA_NEMESIS_SEED)
+
+let runner: NodeRunner
+const directories: Array<string> = []
+beforeAll(async () => {
+  runner = await bundleCli()
+}, 120_000)
+afterAll(async () => {
+  await runner?.dispose()
+  for (const d of directories) await rm(d, { recursive: true, force: true })
+})
+
+const nemesis = (
+  backend: string,
+  coordination: string,
+  layer: Layer.Layer<Coordination, CoordinationError>,
+  durationMs: number,
+  minFaults: number
+) =>
+  Effect.gen(function* () {
+    const seed = SEED ?? Math.floor(Math.random() * 2 ** 31)
+    const directory = yield* Effect.promise(() => freshDirectory(`nemesis-${backend}`))
+    directories.push(directory)
+    const namespace = `/nemesis-${backend}-${seed}-${Date.now()}`
+    const cluster = ProcessCluster.make({ runner, coordination, namespace, directory, settings: faultSettings })
+    yield* Effect.addFinalizer(() => cluster.killAll)
+    console.log(`nemesis on ${backend}: seed ${seed} (replay: STRATA_NEMESIS_SEED=${seed}), ${durationMs} ms of faults`)
+    const result = yield* Effect.scoped(Nemesis.run(cluster, { namespace, seed, durationMs, tablets: 12 })).pipe(
+      Effect.tapError(() => Effect.sync(() => console.log(`seed ${seed} failed\n${cluster.logTails(40)}`))),
+      Effect.provide(layer)
+    )
+    const { report } = result
+    console.log(
+      `nemesis on ${backend}, seed ${seed}: ${result.faults.length} faults; sends ok ${result.sends.ok}, failed ${result.sends.failed}, unknown ${result.sends.unknown}; ${report.acked} acked records checked against ${report.records} held\n  ${result.faults.join("\n  ")}`
+    )
+    const context = `seed ${seed}`
+    assert.deepStrictEqual(report.lost, [], `acknowledged records lost (${context})`)
+    assert.deepStrictEqual(report.duplicates, [], `duplicates (${context})`)
+    assert.deepStrictEqual(report.divergent, [], `replicas diverge below the HW (${context})`)
+    assert.deepStrictEqual(report.epochConflicts, [], `two leaders of one epoch (${context})`)
+    assert.isTrue(result.liveAfter, `every tablet takes a write after the faults (${context})`)
+    assert.isAtLeast(result.faults.length, minFaults, context)
+    assert.isAtLeast(result.sends.ok, 100, `the producers made progress (${context})`)
+  }).pipe(Effect.scoped)
+
+describe("the nemesis on real processes", () => {
+  it.live(
+    "ZooKeeper: kill -9 and SIGSTOP of servers, leaders and coordinators lose no acknowledged record, duplicate none, and the cluster heals",
+    () =>
+      nemesis(
+        "zookeeper",
+        `zookeeper://${inject("zookeeper")}`,
+        ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }),
+        DURATION_MS,
+        Math.floor((DURATION_MS / 150_000) * 30)
+      ),
+    DURATION_MS + 300_000
+  )
+
+  it.live(
+    "etcd: the same faults, a shorter run",
+    () =>
+      nemesis(
+        "etcd",
+        `etcd://${inject("etcd")}`,
+        EtcdCoordination.layer({ endpoints: [`http://${inject("etcd")}`] }),
+        60_000,
+        8
+      ),
+    400_000
+  )
+})
