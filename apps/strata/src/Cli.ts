@@ -13,11 +13,20 @@
  * @since 0.1.0
  */
 import { join } from "node:path"
-import { Log, type LogError, Store, type StoreError } from "@strata/core"
+import {
+  Coordination,
+  type CoordinationError,
+  type ElectionError,
+  Log,
+  type LogError,
+  Store,
+  type StoreError
+} from "@strata/core"
+import { LocalCluster, type ReplicationConfig, StrataLog } from "@strata/replica"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { Cause, Console, Data, Effect, type Layer, Option, Runtime, Schema, Stdio } from "effect"
+import { Cause, Console, Data, Effect, Layer, Option, References, Runtime, Schema, Stdio } from "effect"
 import { Argument, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import * as Coordinators from "./Coordinators.js"
 import * as Demo from "./Demo.js"
@@ -139,6 +148,17 @@ const invalidBrokers = (brokers: string): string | undefined => {
   return undefined
 }
 
+/**
+ * The demo's Strata log: a cluster of three tablet servers and a coordinator in this process, talking over loopback
+ * TCP, on the embedded memory coordination; the topics are its tables.
+ */
+const strataLog = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
+  Layer.provideMerge(LocalCluster.layer({ servers: 3, transport: "tcp" })),
+  Layer.provide(Coordination.layerMemory()),
+  // The cluster's own progress lines would drown the demo's: only its warnings show.
+  Layer.provide(Layer.succeed(References.MinimumLogLevel, "Warn"))
+)
+
 /** The demo's store layers, of one worker run and of its restart. */
 const demoStores = (
   store: "memory" | "level" | "rocksdb",
@@ -157,17 +177,17 @@ const demoStores = (
 /** The demo's backends, from flags that may imply or contradict one another. */
 const demoBackends = (flags: {
   readonly store: Option.Option<"memory" | "level" | "rocksdb">
-  readonly log: Option.Option<"memory" | "kafka">
+  readonly log: Option.Option<"memory" | "kafka" | "strata">
   readonly brokers: Option.Option<string>
   readonly dataDir: Option.Option<string>
 }) =>
   Effect.gen(function* () {
     // --brokers is read by the Kafka log alone: it implies --log kafka, and contradicts --log memory.
     const log = Option.getOrElse(flags.log, () => (Option.isSome(flags.brokers) ? "kafka" : "memory"))
-    if (log === "memory" && Option.isSome(flags.brokers)) {
+    if (log !== "kafka" && Option.isSome(flags.brokers)) {
       return yield* Effect.fail(
         new UsageError({
-          detail: "--brokers is read only with --log kafka, and --log memory was given",
+          detail: `--brokers is read only with --log kafka, and --log ${log} was given`,
           hint: "drop --brokers, or use --log kafka"
         })
       )
@@ -185,8 +205,15 @@ const demoBackends = (flags: {
     const [first = "", ...rest] = Option.getOrElse(flags.brokers, () => "127.0.0.1:9092")
       .split(",")
       .map((b) => b.trim())
-    const logLayer: Layer.Layer<Log, LogError> =
-      log === "memory" ? Log.layerMemory() : KafkaLog.layer({ brokers: [first, ...rest] })
+    const logLayer: Layer.Layer<
+      Log,
+      | LogError
+      | LocalCluster.LocalClusterError
+      | ReplicationConfig.InvalidReplicaOptions
+      | CoordinationError
+      | ElectionError
+    > =
+      log === "memory" ? Log.layerMemory() : log === "kafka" ? KafkaLog.layer({ brokers: [first, ...rest] }) : strataLog
     const directory = Option.getOrElse(flags.dataDir, () => join(".strata-data", `demo-${store}`))
     return { store, directory, logLayer } as const
   })
@@ -213,8 +240,10 @@ const demo = Command.make(
       ),
       Flag.optional
     ),
-    log: Flag.Literals("log", ["memory", "kafka"]).pipe(
-      Flag.withDescription("Where the changelog lives: memory (the default), or kafka (the default with --brokers)"),
+    log: Flag.Literals("log", ["memory", "kafka", "strata"]).pipe(
+      Flag.withDescription(
+        "Where the source topic and the changelog live: memory (the default), kafka (the default with --brokers), or strata (a 3-server Strata cluster started on loopback, on memory coordination)"
+      ),
       Flag.optional
     ),
     brokers: Flag.String("brokers").pipe(

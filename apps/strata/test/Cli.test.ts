@@ -155,4 +155,54 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     expect(r.code).toBe(0)
     expect(r.stdout).toContain("--verbose")
   })
+  it("demo --log strata keeps the source topic and the changelog on a Strata cluster started on loopback", async () => {
+    const r = await strata(["demo", "--log", "strata", "--partitions", "3", "--text", "one two two three three three"])
+    expect(r.stderr).toBe("")
+    expect(r.code).toBe(0)
+    expect(r.stdout).toContain("on strata")
+    expect(r.stdout).toContain("OK: all 3 words restored from 6 changelog records")
+  })
+
+  it("a server's bad setting is one line naming the setting and where it came from", async () => {
+    const data = mkdtempSync(join(tmpdir(), "strata-cli-"))
+    try {
+      const zk = "zookeeper://127.0.0.1:1"
+      const badId = expectOneLineFailure(
+        await strata(["tablet-server", "--id", "x", "--coordination", zk, "--data", data])
+      )
+      expect(badId).toContain("id (from flags)")
+      const rule = expectOneLineFailure(
+        await strata([
+          "tablet-server",
+          "--id",
+          "1",
+          "--coordination",
+          zk,
+          "--data",
+          data,
+          "--set",
+          "minInsyncReplicas=5"
+        ])
+      )
+      expect(rule).toContain("minInsyncReplicas (from flags)")
+      expect(rule).toContain("at most replicationFactor")
+      const missing = expectOneLineFailure(await strata(["coordinator", "--id", "101"]))
+      expect(missing).toContain("coordination")
+      const url = expectOneLineFailure(await strata(["coordinator", "--id", "101", "--coordination", "zk://nowhere"]))
+      expect(url).toContain("zookeeper://host:port")
+      const unknown = expectOneLineFailure(
+        await strata(["coordinator", "--id", "101", "--coordination", zk, "--set", "minInsync=2"])
+      )
+      expect(unknown).toContain("minInsync (from --set): unknown setting")
+      const file = join(data, "server.json")
+      writeFileSync(file, JSON.stringify({ id: 1, coordination: zk, data, sessionTimeoutMs: 40_000 }))
+      const fromFile = expectOneLineFailure(await strata(["tablet-server", "--config", file]))
+      expect(fromFile).toContain(`replicaLagTimeMaxMs (from defaults)`)
+      expect(fromFile).toContain("must be above sessionTimeoutMs (40000)")
+      // Nothing was written to the data directory by a run refused before it started.
+      expect(readdirSync(data).sort()).toEqual(["server.json"])
+    } finally {
+      rmSync(data, { recursive: true, force: true })
+    }
+  })
 })

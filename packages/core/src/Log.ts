@@ -438,6 +438,21 @@ export class LogIoError extends Schema.TaggedError<LogIoError>()("LogIoError", {
   }
 }
 
+/**
+ * The backend does not offer the operation (its capabilities say so): `operation` names it, `backend` the log.
+ *
+ * @since 0.1.0
+ */
+export class Unsupported extends Schema.TaggedError<Unsupported>()("Unsupported", {
+  operation: Schema.String,
+  backend: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `the ${this.backend} log does not offer ${this.operation}`
+  }
+}
+
 /** Why a log operation failed. */
 export const LogErrorReason = Schema.Union([
   UnknownTopic,
@@ -450,7 +465,8 @@ export const LogErrorReason = Schema.Union([
   BrokerUnreachable,
   LogClosed,
   Fenced,
-  LogIoError
+  LogIoError,
+  Unsupported
 ])
 /** @see LogErrorReason */
 export type LogErrorReason = typeof LogErrorReason.Type

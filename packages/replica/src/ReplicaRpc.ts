@@ -40,7 +40,7 @@ import {
   tabletKey,
   UnknownTablet
 } from "@strata/core"
-import { type Context, Effect, Layer, Random, Result, Schema, SchemaIssue, SchemaTransformation, Scope } from "effect"
+import { type Context, Effect, Layer, Random, References, Result, Schema, SchemaIssue, SchemaTransformation, Scope } from "effect"
 import { Rpc, RpcClient, type RpcClientError, RpcGroup, RpcSerialization, RpcServer } from "effect/rpc"
 import { SocketServer } from "effect/socket"
 import * as Assignment from "./Assignment.js"
@@ -300,14 +300,17 @@ export const serveGroup = <R extends Rpc.Any>(
     const bound = socketServer.address
     // Built in this scope, not an inner one: the protocol's connection loop lives as long as the server.
     const serialization = yield* Layer.build(RpcSerialization.layerSchemaBinary())
+    // A peer that goes away mid-connection (a restart, a kill) is an everyday event here, not an error to report.
     const protocol = yield* RpcServer.makeProtocolSocketServer.pipe(
       Effect.provideService(SocketServer.SocketServer, socketServer),
-      Effect.provide(serialization)
+      Effect.provide(serialization),
+      Effect.provideService(References.UnhandledLogLevel, "Debug")
     )
     yield* Effect.forkScoped(
       RpcServer.make(group).pipe(
         Effect.provideService(RpcServer.Protocol, protocol),
         Effect.provide(handlers),
+        Effect.provideService(References.UnhandledLogLevel, "Debug"),
         Effect.catchCause((cause) => Effect.logError("rpc server stopped", cause))
       ) as Effect.Effect<void>
     )

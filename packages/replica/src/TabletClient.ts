@@ -107,7 +107,7 @@ export class DeliveryUnknown extends Data.TaggedError("DeliveryUnknown")<{
  * @since 0.1.0
  */
 export class TabletClientError extends Data.TaggedError("TabletClientError")<{
-  readonly reason: NoSuchTablet | DeliveryUnknown | ReplicaError | CreateTableRefused | ClientClosed
+  readonly reason: NoSuchTablet | DeliveryUnknown | ReplicaError | CreateTableRefused | ClientClosed | Abandoned
 }> {
   /** @since 0.1.0 */
   override get message(): string {
@@ -128,6 +128,18 @@ export class ClientClosed extends Data.TaggedError("ClientClosed")<{ readonly ta
 }
 
 /**
+ * The send was dropped unsent: its `abandon` check said an earlier send it depends on failed.
+ *
+ * @since 0.1.0
+ */
+export class Abandoned extends Data.TaggedError("Abandoned")<{ readonly tablet: string }> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.tablet}: dropped unsent after an earlier send failed`
+  }
+}
+
+/**
  * Where a send's records were written.
  *
  * @since 0.1.0
@@ -144,7 +156,22 @@ export interface Sent {
  */
 export interface TabletClientShape {
   /** Sends records to the tablet, batched with others to it; succeeds once acknowledged as `acks` asks. */
-  readonly send: (tablet: TabletId, records: ReadonlyArray<TabletRecord>) => Effect.Effect<Sent, TabletClientError>
+  readonly send: (
+    tablet: TabletId,
+    records: ReadonlyArray<TabletRecord>,
+    acks?: ReplicaAcks
+  ) => Effect.Effect<Sent, TabletClientError>
+  /**
+   * Queues records for the tablet at once and returns the wait for their acknowledgement: records queued one after
+   * another (with the same `acks`) are appended in that order.
+   */
+  readonly enqueue: (
+    tablet: TabletId,
+    records: ReadonlyArray<TabletRecord>,
+    acks?: ReplicaAcks,
+    /** Checked as the records are about to go: `true` drops them unsent (`Abandoned`). */
+    abandon?: () => boolean
+  ) => Effect.Effect<Effect.Effect<Sent, TabletClientError>>
   /** Records of the tablet from `offset` (about `maxBytes`, at least one batch), up to the leader's high watermark. */
   readonly read: (tablet: TabletId, offset: number, maxBytes?: number) => Effect.Effect<ReadResult, TabletClientError>
   /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
@@ -168,6 +195,8 @@ export class TabletClient extends Context.Service<TabletClient, TabletClientShap
 /** One send waiting in a tablet's queue. */
 interface Queued {
   readonly records: ReadonlyArray<TabletRecord>
+  readonly acks: ReplicaAcks
+  readonly abandon: (() => boolean) | undefined
   readonly bytes: number
   readonly done: Deferred.Deferred<Sent, TabletClientError>
 }
@@ -180,6 +209,8 @@ interface Lane {
   bytes: number
   /** Completed when the queue gets its first send, or reaches `batchBytes`. */
   wake: Deferred.Deferred<void>
+  /** Completed when the queue reaches `batchBytes` while the sender lingers. */
+  full: Deferred.Deferred<void>
   epoch: number
   sequence: number
 }
@@ -281,7 +312,7 @@ export const make = (
         const producer = { id: producerId, epoch: lane.epoch, sequence: lane.sequence }
         const result = yield* Effect.result(
           onLeader(lane.tablet, deadline, (server) =>
-            server.append({ tablet: lane.tablet, records, acks: o.acks, producer })
+            server.append({ tablet: lane.tablet, records, acks: batch[0]!.acks, producer })
           )
         )
         if (result._tag === "Failure") {
@@ -305,20 +336,37 @@ export const make = (
         while (true) {
           yield* Deferred.await(lane.wake)
           if (o.lingerMs > 0 && lane.bytes < o.batchBytes) {
-            yield* Effect.raceFirst(Effect.sleep(Duration.millis(o.lingerMs)), Deferred.await(lane.wake))
+            // Lingers for more sends, until the queue holds a full batch.
+            lane.full = Deferred.makeUnsafe<void>()
+            yield* Effect.raceFirst(Effect.sleep(Duration.millis(o.lingerMs)), Deferred.await(lane.full))
           }
           // Up to batchBytes of what is queued (always the first send, however large).
           let bytes = 0
           let n = 0
-          while (n < lane.queue.length && (n === 0 || bytes + lane.queue[n]!.bytes <= o.batchBytes)) {
+          // One append carries one acks: a send asking another ends the batch.
+          while (
+            n < lane.queue.length &&
+            (n === 0 || (bytes + lane.queue[n]!.bytes <= o.batchBytes && lane.queue[n]!.acks === lane.queue[0]!.acks))
+          ) {
             bytes += lane.queue[n]!.bytes
             n++
           }
-          const batch = lane.queue.splice(0, n)
+          const taken = lane.queue.splice(0, n)
           lane.bytes -= bytes
           lane.wake = Deferred.makeUnsafe<void>()
           if (lane.queue.length > 0) Deferred.doneUnsafe(lane.wake, Effect.void)
-          yield* sendBatch(lane, batch)
+          const batch = taken.filter((q) => q.abandon?.() !== true)
+          for (const q of taken) {
+            if (!batch.includes(q)) Deferred.doneUnsafe(q.done, Effect.fail(fail(new Abandoned({ tablet: lane.key }))))
+          }
+          if (batch.length === 0) continue
+          yield* sendBatch(lane, batch).pipe(
+            Effect.onInterrupt(() =>
+              Effect.forEach(batch, (q) => Deferred.fail(q.done, fail(new ClientClosed({ tablet: lane.key }))), {
+                discard: true
+              })
+            )
+          )
         }
       })
     const laneOf = (tablet: TabletId) =>
@@ -332,6 +380,7 @@ export const make = (
           queue: [],
           bytes: 0,
           wake: Deferred.makeUnsafe<void>(),
+          full: Deferred.makeUnsafe<void>(),
           epoch: 0,
           sequence: 0
         }
@@ -340,21 +389,31 @@ export const make = (
         return lane
       })
 
-    const send: TabletClientShape["send"] = (tablet, records) =>
+    const enqueue: TabletClientShape["enqueue"] = (tablet, records, acks = o.acks, abandon) =>
       Effect.gen(function* () {
-        if (closed) return yield* fail(new ClientClosed({ tablet: tabletKey(tablet) }))
+        if (closed) return Effect.fail(fail(new ClientClosed({ tablet: tabletKey(tablet) })))
         const lane = yield* laneOf(tablet)
         const done = yield* Deferred.make<Sent, TabletClientError>()
         const bytes = records.reduce((n, r) => n + recordBytes(r), 0)
-        lane.queue.push({ records, bytes, done })
+        lane.queue.push({ records, acks, abandon, bytes, done })
         lane.bytes += bytes
         if (lane.queue.length === 1 || lane.bytes >= o.batchBytes) Deferred.doneUnsafe(lane.wake, Effect.void)
-        return yield* Deferred.await(done)
+        if (lane.bytes >= o.batchBytes) Deferred.doneUnsafe(lane.full, Effect.void)
+        return Deferred.await(done)
       })
+    // A closing client fails what is still queued: no send waits for ever.
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach(
+        [...lanes.values()].flatMap((lane) => lane.queue.splice(0).map((q) => [lane, q] as const)),
+        ([lane, q]) => Deferred.fail(q.done, fail(new ClientClosed({ tablet: lane.key }))),
+        { discard: true }
+      )
+    )
 
     const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + o.deliveryTimeoutMs)
     return {
-      send,
+      send: (tablet, records, acks) => Effect.flatten(enqueue(tablet, records, acks)),
+      enqueue,
       read: (tablet, offset, maxBytes = 1_048_576) =>
         Effect.flatMap(deadlineOf, (deadline) =>
           onLeader(tablet, deadline, (server) => server.read({ tablet, offset, maxBytes }))

@@ -189,7 +189,7 @@ export const make = (
           Effect.andThen(
             server.registered(registration),
             registration === undefined
-              ? Effect.logWarning(`tablet server ${o.serverId}: registration lost (session ended)`)
+              ? Effect.logInfo(`tablet server ${o.serverId}: registration ended with its session`)
               : Effect.logInfo(`tablet server ${o.serverId} registered at ${paths.server(o.serverId)}`)
           )
       })

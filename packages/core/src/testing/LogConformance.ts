@@ -45,6 +45,16 @@ export interface SuiteOptions {
    * fault injection declares `false` and proves those behaviours in tests of its own.
    */
   readonly faults?: boolean
+  /**
+   * What the backend offers of the protocol (each `true` unless declared `false`, as a backend's own
+   * `capabilities` say). The tests of an operation not offered do not run; one test checks that each fails with
+   * `Unsupported` instead.
+   */
+  readonly capabilities?: {
+    readonly deleteRecords?: boolean
+    readonly transactions?: boolean
+    readonly groups?: boolean
+  }
 }
 
 interface Config {
@@ -273,6 +283,11 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
     rebalanceTimeout: Duration.fromInputUnsafe(options?.rebalanceTimeout ?? "30 seconds"),
     quietPeriod: Duration.fromInputUnsafe(options?.quietPeriod ?? "300 millis"),
     maxRecordBytes: options?.maxRecordBytes ?? 1024 * 1024
+  }
+  const caps = {
+    deleteRecords: options?.capabilities?.deleteRecords ?? true,
+    transactions: options?.capabilities?.transactions ?? true,
+    groups: options?.capabilities?.groups ?? true
   }
 
   describe(`Log conformance: ${name}`, () => {
@@ -704,60 +719,62 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         })
       )
 
-      it.effect("deleteRecords moves the log start; consumers start there and cannot seek below it", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(1)
-          const tp = { topic, partition: 0 }
-          yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, 0, `v${i}`)))
-          yield* log.deleteRecords(tp, 4)
-          assert.deepStrictEqual(yield* log.offsets([tp]), [{ topic, partition: 0, logStart: 4, highwater: 10 }])
-          // Deleting below the log start changes nothing; beyond the highwater is out of range.
-          yield* log.deleteRecords(tp, 2)
-          assert.deepStrictEqual(yield* log.offsets([tp]), [{ topic, partition: 0, logStart: 4, highwater: 10 }])
-          assert.strictEqual(yield* reasonTag(log.deleteRecords(tp, 11)), "OffsetOutOfRange")
-          assert.strictEqual(yield* reasonTag(log.deleteRecords({ topic, partition: 1 }, 0)), "UnknownPartition")
+      if (caps.deleteRecords) {
+        it.effect("deleteRecords moves the log start; consumers start there and cannot seek below it", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(1)
+            const tp = { topic, partition: 0 }
+            yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, 0, `v${i}`)))
+            yield* log.deleteRecords(tp, 4)
+            assert.deepStrictEqual(yield* log.offsets([tp]), [{ topic, partition: 0, logStart: 4, highwater: 10 }])
+            // Deleting below the log start changes nothing; beyond the highwater is out of range.
+            yield* log.deleteRecords(tp, 2)
+            assert.deepStrictEqual(yield* log.offsets([tp]), [{ topic, partition: 0, logStart: 4, highwater: 10 }])
+            assert.strictEqual(yield* reasonTag(log.deleteRecords(tp, 11)), "OffsetOutOfRange")
+            assert.strictEqual(yield* reasonTag(log.deleteRecords({ topic, partition: 1 }, 0)), "UnknownPartition")
 
-          const c = yield* log.consumer()
-          yield* c.assign([tp])
-          assert.strictEqual(yield* c.position(tp), 4)
-          const collector = yield* collect(c.batches, cfg)
-          const rs = yield* collector.records(6)
-          assert.deepStrictEqual(offsetsOf(rs), [4, 5, 6, 7, 8, 9])
-          assert.deepStrictEqual(valuesOf(rs), ["v4", "v5", "v6", "v7", "v8", "v9"])
+            const c = yield* log.consumer()
+            yield* c.assign([tp])
+            assert.strictEqual(yield* c.position(tp), 4)
+            const collector = yield* collect(c.batches, cfg)
+            const rs = yield* collector.records(6)
+            assert.deepStrictEqual(offsetsOf(rs), [4, 5, 6, 7, 8, 9])
+            assert.deepStrictEqual(valuesOf(rs), ["v4", "v5", "v6", "v7", "v8", "v9"])
 
-          const c2 = yield* log.consumer()
-          yield* c2.assign([tp])
-          yield* expectOutOfRange(c2, tp, 3, cfg)
-          const c3 = yield* log.consumer()
-          yield* c3.assign([tp])
-          yield* c3.seek(tp, 4)
+            const c2 = yield* log.consumer()
+            yield* c2.assign([tp])
+            yield* expectOutOfRange(c2, tp, 3, cfg)
+            const c3 = yield* log.consumer()
+            yield* c3.assign([tp])
+            yield* c3.seek(tp, 4)
 
-          // Deleting up to the highwater empties the partition; offsets keep counting.
-          yield* log.deleteRecords(tp, 10)
-          assert.deepStrictEqual(yield* log.offsets([tp]), [{ topic, partition: 0, logStart: 10, highwater: 10 }])
-          assert.strictEqual(yield* log.produce(rec(topic, 0, "v10")), 10)
-          assert.deepStrictEqual(offsetsOf(yield* collector.records(1)), [10])
-        })
-      )
+            // Deleting up to the highwater empties the partition; offsets keep counting.
+            yield* log.deleteRecords(tp, 10)
+            assert.deepStrictEqual(yield* log.offsets([tp]), [{ topic, partition: 0, logStart: 10, highwater: 10 }])
+            assert.strictEqual(yield* log.produce(rec(topic, 0, "v10")), 10)
+            assert.deepStrictEqual(offsetsOf(yield* collector.records(1)), [10])
+          })
+        )
 
-      it.effect("a consumer whose position fell below the log start fails with OffsetOutOfRange", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(1)
-          const tp = { topic, partition: 0 }
-          yield* log.produceBatch(Array.from({ length: 6 }, (_, i) => rec(topic, 0, `v${i}`)))
-          const c = yield* log.consumer()
-          yield* c.assign([tp])
-          yield* c.pause([tp])
-          yield* log.deleteRecords(tp, 3)
-          yield* c.resume([tp])
-          const collector = yield* collect(c.batches, cfg)
-          const error = yield* collector.failure
-          assert.strictEqual(error.reason._tag, "OffsetOutOfRange", "never a silent reset")
-          assert.deepStrictEqual(collector.batches, [])
-        })
-      )
+        it.effect("a consumer whose position fell below the log start fails with OffsetOutOfRange", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(1)
+            const tp = { topic, partition: 0 }
+            yield* log.produceBatch(Array.from({ length: 6 }, (_, i) => rec(topic, 0, `v${i}`)))
+            const c = yield* log.consumer()
+            yield* c.assign([tp])
+            yield* c.pause([tp])
+            yield* log.deleteRecords(tp, 3)
+            yield* c.resume([tp])
+            const collector = yield* collect(c.batches, cfg)
+            const error = yield* collector.failure
+            assert.strictEqual(error.reason._tag, "OffsetOutOfRange", "never a silent reset")
+            assert.deepStrictEqual(collector.batches, [])
+          })
+        )
+      }
 
       it.effect("pause stops delivery of a partition until resume", () =>
         Effect.gen(function* () {
@@ -957,384 +974,347 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         })
       )
 
-      // --- transactions ----------------------------------------------------------
+      if (caps.transactions && caps.groups) {
+        // --- transactions ----------------------------------------------------------
 
-      /** A lone member of a fresh group over a fresh source topic, once it holds the topic's partitions. */
-      const soleMember = (partitions: number) =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const source = yield* freshTopic(partitions)
-          const groupId = yield* uniqueName("g")
-          const member = yield* log.groupConsumer({ groupId, topics: [source] })
-          yield* eventually(
-            Effect.map(member.assignment, (a) => sameTps(a, tps(source, partitions))),
-            cfg.rebalanceTimeout,
-            "the member holds the source partitions"
-          )
-          return { source, member, groupId }
-        })
+        /** A lone member of a fresh group over a fresh source topic, once it holds the topic's partitions. */
+        const soleMember = (partitions: number) =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const source = yield* freshTopic(partitions)
+            const groupId = yield* uniqueName("g")
+            const member = yield* log.groupConsumer({ groupId, topics: [source] })
+            yield* eventually(
+              Effect.map(member.assignment, (a) => sameTps(a, tps(source, partitions))),
+              cfg.rebalanceTimeout,
+              "the member holds the source partitions"
+            )
+            return { source, member, groupId }
+          })
 
-      it.effect("a transaction's records and source offsets become visible together at commit", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const out = yield* freshTopic(2)
-          const { member, source } = yield* soleMember(1)
-          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
-          const reader = yield* log.consumer({ isolation: "read_committed" })
-          yield* reader.assign(tps(out, 2))
-          const collector = yield* collect(reader.batches, cfg)
-          const acked = yield* producer.send([rec(out, 0, "a"), rec(out, 1, "b"), rec(out, 0, "c")])
-          // Open: a read_committed reader sees none of it and the last stable offset has not moved.
-          assert.deepStrictEqual(yield* collector.quiet, [])
-          assert.deepStrictEqual(
-            (yield* log.offsets(tps(out, 2), { isolation: "read_committed" })).map((o) => o.highwater),
-            [0, 0]
-          )
-          assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [])
-          yield* producer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 7 }] })
-          assert.deepStrictEqual(yield* acked, [0, 0, 1])
-          const got = yield* collector.records(3)
-          assert.deepStrictEqual(valuesOf(got).sort(), ["a", "b", "c"])
-          assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [
-            { topic: source, partition: 0, offset: 7 }
-          ])
-          const stable = yield* log.offsets(tps(out, 2), { isolation: "read_committed" })
-          // Every committed record is below the last stable offset (Kafka's commit markers take offsets too).
-          assert.isAtLeast(stable[0]!.highwater, 2)
-          assert.isAtLeast(stable[1]!.highwater, 1)
-        })
-      )
+        it.effect("a transaction's records and source offsets become visible together at commit", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const out = yield* freshTopic(2)
+            const { member, source } = yield* soleMember(1)
+            const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+            const reader = yield* log.consumer({ isolation: "read_committed" })
+            yield* reader.assign(tps(out, 2))
+            const collector = yield* collect(reader.batches, cfg)
+            const acked = yield* producer.send([rec(out, 0, "a"), rec(out, 1, "b"), rec(out, 0, "c")])
+            // Open: a read_committed reader sees none of it and the last stable offset has not moved.
+            assert.deepStrictEqual(yield* collector.quiet, [])
+            assert.deepStrictEqual(
+              (yield* log.offsets(tps(out, 2), { isolation: "read_committed" })).map((o) => o.highwater),
+              [0, 0]
+            )
+            assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [])
+            yield* producer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 7 }] })
+            assert.deepStrictEqual(yield* acked, [0, 0, 1])
+            const got = yield* collector.records(3)
+            assert.deepStrictEqual(valuesOf(got).sort(), ["a", "b", "c"])
+            assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [
+              { topic: source, partition: 0, offset: 7 }
+            ])
+            const stable = yield* log.offsets(tps(out, 2), { isolation: "read_committed" })
+            // Every committed record is below the last stable offset (Kafka's commit markers take offsets too).
+            assert.isAtLeast(stable[0]!.highwater, 2)
+            assert.isAtLeast(stable[1]!.highwater, 1)
+          })
+        )
 
-      it.effect("an aborted transaction is never read at read_committed; the producer goes on after it", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const out = yield* freshTopic(1)
-          const { member, source } = yield* soleMember(1)
-          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
-          const aborted = yield* producer.send([rec(out, 0, "dropped-1"), rec(out, 0, "dropped-2")])
-          yield* producer.abort
-          yield* Effect.ignore(aborted)
-          yield* producer.send([rec(out, 0, "kept")])
-          yield* producer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 1 }] })
-          const committed = yield* log.consumer({ isolation: "read_committed" })
-          yield* committed.assign(tps(out, 1))
-          const collector = yield* collect(committed.batches, cfg)
-          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["kept"])
-          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
-        })
-      )
+        it.effect("an aborted transaction is never read at read_committed; the producer goes on after it", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const out = yield* freshTopic(1)
+            const { member, source } = yield* soleMember(1)
+            const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+            const aborted = yield* producer.send([rec(out, 0, "dropped-1"), rec(out, 0, "dropped-2")])
+            yield* producer.abort
+            yield* Effect.ignore(aborted)
+            yield* producer.send([rec(out, 0, "kept")])
+            yield* producer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 1 }] })
+            const committed = yield* log.consumer({ isolation: "read_committed" })
+            yield* committed.assign(tps(out, 1))
+            const collector = yield* collect(committed.batches, cfg)
+            assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["kept"])
+            assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+          })
+        )
 
-      it.effect("a newer producer with the same transactional id fences the older one", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const out = yield* freshTopic(1)
-          const { member, source } = yield* soleMember(1)
-          const transactionalId = yield* uniqueName("tx")
-          const older = yield* log.transactionalProducer({ transactionalId })
-          yield* older.send([rec(out, 0, "zombie")])
-          const newer = yield* log.transactionalProducer({ transactionalId })
-          const refused = yield* reasonTag(
-            older.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 1 }] })
-          )
-          assert.notStrictEqual(refused, "succeeded")
-          yield* newer.send([rec(out, 0, "fresh")])
-          yield* newer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 2 }] })
-          const c = yield* log.consumer({ isolation: "read_committed" })
-          yield* c.assign(tps(out, 1))
-          const collector = yield* collect(c.batches, cfg)
-          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["fresh"])
-          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
-          assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [
-            { topic: source, partition: 0, offset: 2 }
-          ])
-        })
-      )
+        it.effect("a newer producer with the same transactional id fences the older one", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const out = yield* freshTopic(1)
+            const { member, source } = yield* soleMember(1)
+            const transactionalId = yield* uniqueName("tx")
+            const older = yield* log.transactionalProducer({ transactionalId })
+            yield* older.send([rec(out, 0, "zombie")])
+            const newer = yield* log.transactionalProducer({ transactionalId })
+            const refused = yield* reasonTag(
+              older.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 1 }] })
+            )
+            assert.notStrictEqual(refused, "succeeded")
+            yield* newer.send([rec(out, 0, "fresh")])
+            yield* newer.commit({ group: member, offsets: [{ topic: source, partition: 0, offset: 2 }] })
+            const c = yield* log.consumer({ isolation: "read_committed" })
+            yield* c.assign(tps(out, 1))
+            const collector = yield* collect(c.batches, cfg)
+            assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["fresh"])
+            assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+            assert.deepStrictEqual(yield* member.committed([{ topic: source, partition: 0 }]), [
+              { topic: source, partition: 0, offset: 2 }
+            ])
+          })
+        )
 
-      it.effect("a transaction committing offsets for a member that left its group is refused", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const out = yield* freshTopic(1)
-          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
-          const left = yield* Effect.scoped(Effect.map(soleMember(1), ({ member, source }) => ({ member, source })))
-          yield* producer.send([rec(out, 0, "late")])
-          const refused = yield* reasonTag(
-            producer.commit({ group: left.member, offsets: [{ topic: left.source, partition: 0, offset: 1 }] })
-          )
-          assert.notStrictEqual(refused, "succeeded")
-          yield* producer.abort
-          const c = yield* log.consumer({ isolation: "read_committed" })
-          yield* c.assign(tps(out, 1))
-          const collector = yield* collect(c.batches, cfg)
-          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
-        })
-      )
+        it.effect("a transaction committing offsets for a member that left its group is refused", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const out = yield* freshTopic(1)
+            const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+            const left = yield* Effect.scoped(Effect.map(soleMember(1), ({ member, source }) => ({ member, source })))
+            yield* producer.send([rec(out, 0, "late")])
+            const refused = yield* reasonTag(
+              producer.commit({ group: left.member, offsets: [{ topic: left.source, partition: 0, offset: 1 }] })
+            )
+            assert.notStrictEqual(refused, "succeeded")
+            yield* producer.abort
+            const c = yield* log.consumer({ isolation: "read_committed" })
+            yield* c.assign(tps(out, 1))
+            const collector = yield* collect(c.batches, cfg)
+            assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+          })
+        )
 
-      it.effect("a transaction cannot commit offsets of a partition the group gave to another member", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const out = yield* freshTopic(1)
-          const { member, source, groupId } = yield* soleMember(2)
-          const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
-          yield* producer.send([rec(out, 0, "written-before-the-rebalance")])
-          // A second member joins: the group takes one of the first member's partitions away and gives it over.
-          const second = yield* log.groupConsumer({ groupId, topics: [source] })
-          yield* eventually(
-            Effect.zipWith(member.assignment, second.assignment, (a, b) => a.length === 1 && b.length === 1),
-            cfg.rebalanceTimeout,
-            "each member holds one partition"
-          )
-          const [given] = yield* second.assignment
-          const refused = yield* reasonTag(
-            producer.commit({
-              group: member,
-              offsets: [
-                { topic: source, partition: 0, offset: 5 },
-                { topic: source, partition: 1, offset: 5 }
+        it.effect("a transaction cannot commit offsets of a partition the group gave to another member", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const out = yield* freshTopic(1)
+            const { member, source, groupId } = yield* soleMember(2)
+            const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+            yield* producer.send([rec(out, 0, "written-before-the-rebalance")])
+            // A second member joins: the group takes one of the first member's partitions away and gives it over.
+            const second = yield* log.groupConsumer({ groupId, topics: [source] })
+            yield* eventually(
+              Effect.zipWith(member.assignment, second.assignment, (a, b) => a.length === 1 && b.length === 1),
+              cfg.rebalanceTimeout,
+              "each member holds one partition"
+            )
+            const [given] = yield* second.assignment
+            const refused = yield* reasonTag(
+              producer.commit({
+                group: member,
+                offsets: [
+                  { topic: source, partition: 0, offset: 5 },
+                  { topic: source, partition: 1, offset: 5 }
+                ]
+              })
+            )
+            assert.notStrictEqual(refused, "succeeded", "the old owner committed offsets of a partition it lost")
+            yield* producer.abort
+            assert.deepStrictEqual(yield* second.committed([given!]), [])
+            const c = yield* log.consumer({ isolation: "read_committed" })
+            yield* c.assign(tps(out, 1))
+            const collector = yield* collect(c.batches, cfg)
+            assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
+          })
+        )
+      }
+
+      if (caps.groups) {
+        // --- groups ---------------------------------------------------------------
+
+        it.effect("a lone group member gets every partition and reads from log start", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(3)
+            const groupId = yield* uniqueName("g")
+            yield* log.produceBatch(Array.from({ length: 12 }, (_, i) => rec(topic, i % 3, `v${i}`)))
+            const m = yield* log.groupConsumer({ groupId, topics: [topic] })
+            const events = yield* recordEvents(m)
+            const collector = yield* collect(m.batches, cfg)
+            const all = tps(topic, 3)
+            yield* eventually(
+              Effect.map(m.assignment, (a) => sameTps(a, all) && sameTps(events.held.values(), all)),
+              cfg.rebalanceTimeout,
+              "the member holds every partition"
+            )
+            assert.deepStrictEqual(events.problems, [])
+            assert.strictEqual(events.events[0]?._tag, "Assigned")
+            const got = byPartition(yield* collector.records(12))
+            for (let p = 0; p < 3; p++) assert.deepStrictEqual(offsetsOf(got.get(p)!), [0, 1, 2, 3])
+            assert.deepStrictEqual(valuesOf(got.get(1)!), ["v1", "v4", "v7", "v10"])
+            yield* log.produce(rec(topic, 2, "new"))
+            assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["new"])
+          })
+        )
+
+        it.effect("a group member seeks an assigned partition back and reads again from there", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(1)
+            const groupId = yield* uniqueName("g")
+            const tp = { topic, partition: 0 }
+            yield* log.produceBatch(Array.from({ length: 8 }, (_, i) => rec(topic, 0, `v${i}`)))
+            const m = yield* log.groupConsumer({ groupId, topics: [topic] })
+            yield* eventually(
+              Effect.map(m.assignment, (a) => sameTps(a, [tp])),
+              cfg.rebalanceTimeout,
+              "the member holds the partition"
+            )
+            const collector = yield* collect(m.batches, cfg)
+            assert.deepStrictEqual(offsetsOf(yield* collector.records(8)), [0, 1, 2, 3, 4, 5, 6, 7])
+            assert.strictEqual(yield* m.position(tp), 8)
+            yield* m.seek(tp, 3)
+            assert.deepStrictEqual(valuesOf(yield* collector.records(5)), ["v3", "v4", "v5", "v6", "v7"])
+            assert.strictEqual(yield* m.position(tp), 8)
+          })
+        )
+
+        it.effect("a second member splits the partitions disjointly; events replay to each assignment", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const partitions = 6
+            const topic = yield* freshTopic(partitions)
+            const groupId = yield* uniqueName("g")
+            const all = tps(topic, partitions)
+            const m1 = yield* log.groupConsumer({ groupId, topics: [topic] })
+            const e1 = yield* recordEvents(m1)
+            const c1 = yield* collect(m1.batches, cfg)
+            yield* eventually(
+              Effect.map(m1.assignment, (a) => sameTps(a, all)),
+              cfg.rebalanceTimeout,
+              "m1 holds all"
+            )
+            const m2 = yield* log.groupConsumer({ groupId, topics: [topic] })
+            const e2 = yield* recordEvents(m2)
+            const c2 = yield* collect(m2.batches, cfg)
+            yield* eventually(
+              Effect.gen(function* () {
+                const a1 = yield* m1.assignment
+                const a2 = yield* m2.assignment
+                const k1 = new Set(keysOf(a1))
+                return (
+                  a1.length > 0 &&
+                  a2.length > 0 &&
+                  a2.every((tp) => !k1.has(tpKey(tp))) &&
+                  sameTps([...a1, ...a2], all) &&
+                  sameTps(e1.held.values(), a1) &&
+                  sameTps(e2.held.values(), a2)
+                )
+              }),
+              cfg.rebalanceTimeout,
+              "the two members split the partitions and their events replay to their assignments"
+            )
+            assert.deepStrictEqual(e1.problems, [], "m1's events replay in order")
+            assert.deepStrictEqual(e2.problems, [], "m2's events replay in order")
+            assert.strictEqual(e1.events[0]?._tag, "Assigned")
+            const firstRevoke = e1.events.findIndex((e) => e._tag === "Revoked" && e.partitions.length > 0)
+            assert.isAbove(firstRevoke, 0, "m1 was told which partitions it lost")
+
+            // Each member now receives exactly the records of its own partitions.
+            const a1 = yield* m1.assignment
+            const a2 = yield* m2.assignment
+            yield* log.produceBatch(all.map((tp) => rec(topic, tp.partition, `p${tp.partition}`)))
+            const r1 = yield* c1.records(a1.length)
+            const r2 = yield* c2.records(a2.length)
+            assert.deepStrictEqual(r1.map((r) => r.partition).sort(), a1.map((tp) => tp.partition).sort())
+            assert.deepStrictEqual(r2.map((r) => r.partition).sort(), a2.map((tp) => tp.partition).sort())
+            assert.deepStrictEqual(yield* c1.quiet, [])
+          })
+        )
+
+        it.effect("commit and committed round-trip per group", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(3)
+            yield* log.produceBatch(Array.from({ length: 30 }, (_, i) => rec(topic, i % 3, `v${i}`)))
+            const groupId = yield* uniqueName("g")
+            const otherGroup = yield* uniqueName("g")
+            const m = yield* log.groupConsumer({ groupId, topics: [topic] })
+            yield* eventually(
+              Effect.map(m.assignment, (a) => a.length === 3),
+              cfg.rebalanceTimeout,
+              "m holds all"
+            )
+            assert.deepStrictEqual(yield* m.committed(tps(topic, 3)), [])
+            yield* m.commit([
+              { topic, partition: 0, offset: 5 },
+              { topic, partition: 1, offset: 7 }
+            ])
+            const got = yield* m.committed(tps(topic, 3))
+            assert.deepStrictEqual(sortTps(got).map(tpKey), [
+              tpKey({ topic, partition: 0 }),
+              tpKey({ topic, partition: 1 })
+            ])
+            assert.deepStrictEqual(
+              [...got].sort(tpCompare).map((o) => [o.partition, o.offset]),
+              [
+                [0, 5],
+                [1, 7]
               ]
-            })
-          )
-          assert.notStrictEqual(refused, "succeeded", "the old owner committed offsets of a partition it lost")
-          yield* producer.abort
-          assert.deepStrictEqual(yield* second.committed([given!]), [])
-          const c = yield* log.consumer({ isolation: "read_committed" })
-          yield* c.assign(tps(out, 1))
-          const collector = yield* collect(c.batches, cfg)
-          assert.deepStrictEqual(valuesOf(yield* collector.quiet), [])
-        })
-      )
+            )
+            // One partition asked alone, and partitions asked out of order, get their own offsets.
+            assert.deepStrictEqual(
+              (yield* m.committed([{ topic, partition: 1 }])).map((o) => [o.partition, o.offset]),
+              [[1, 7]]
+            )
+            assert.deepStrictEqual(
+              [
+                ...(yield* m.committed([
+                  { topic, partition: 2 },
+                  { topic, partition: 1 },
+                  { topic, partition: 0 }
+                ]))
+              ]
+                .sort(tpCompare)
+                .map((o) => [o.partition, o.offset]),
+              [
+                [0, 5],
+                [1, 7]
+              ]
+            )
+            yield* m.commit([{ topic, partition: 0, offset: 9 }])
+            const again = yield* m.committed([{ topic, partition: 0 }])
+            assert.deepStrictEqual(
+              again.map((o) => [o.topic, o.partition, o.offset]),
+              [[topic, 0, 9]]
+            )
+            const other = yield* log.groupConsumer({ groupId: otherGroup, topics: [topic] })
+            assert.deepStrictEqual(yield* other.committed(tps(topic, 3)), [], "another group has its own offsets")
+            const missing = yield* uniqueName("missing")
+            assert.strictEqual(yield* reasonTag(m.committed([{ topic: missing, partition: 0 }])), "UnknownTopic")
+          })
+        )
 
-      // --- groups ---------------------------------------------------------------
+        it.effect("a newly assigned partition starts at the group's committed offset, else at log start", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(2)
+            const groupId = yield* uniqueName("g")
+            yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, i % 2, `v${i}`)))
+            yield* Effect.scoped(
+              Effect.gen(function* () {
+                const first = yield* log.groupConsumer({ groupId, topics: [topic] })
+                yield* eventually(
+                  Effect.map(first.assignment, (a) => a.length === 2),
+                  cfg.rebalanceTimeout,
+                  "joined"
+                )
+                yield* first.commit([{ topic, partition: 0, offset: 3 }])
+              })
+            )
+            const m = yield* log.groupConsumer({ groupId, topics: [topic] })
+            const collector = yield* collect(m.batches, cfg)
+            const got = byPartition(yield* collector.records(2 + 5))
+            assert.deepStrictEqual(offsetsOf(got.get(0)!), [3, 4])
+            assert.deepStrictEqual(offsetsOf(got.get(1)!), [0, 1, 2, 3, 4])
+            assert.deepStrictEqual(yield* collector.quiet, [])
+          })
+        )
 
-      it.effect("a lone group member gets every partition and reads from log start", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(3)
-          const groupId = yield* uniqueName("g")
-          yield* log.produceBatch(Array.from({ length: 12 }, (_, i) => rec(topic, i % 3, `v${i}`)))
-          const m = yield* log.groupConsumer({ groupId, topics: [topic] })
-          const events = yield* recordEvents(m)
-          const collector = yield* collect(m.batches, cfg)
-          const all = tps(topic, 3)
-          yield* eventually(
-            Effect.map(m.assignment, (a) => sameTps(a, all) && sameTps(events.held.values(), all)),
-            cfg.rebalanceTimeout,
-            "the member holds every partition"
-          )
-          assert.deepStrictEqual(events.problems, [])
-          assert.strictEqual(events.events[0]?._tag, "Assigned")
-          const got = byPartition(yield* collector.records(12))
-          for (let p = 0; p < 3; p++) assert.deepStrictEqual(offsetsOf(got.get(p)!), [0, 1, 2, 3])
-          assert.deepStrictEqual(valuesOf(got.get(1)!), ["v1", "v4", "v7", "v10"])
-          yield* log.produce(rec(topic, 2, "new"))
-          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["new"])
-        })
-      )
-
-      it.effect("a group member seeks an assigned partition back and reads again from there", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(1)
-          const groupId = yield* uniqueName("g")
-          const tp = { topic, partition: 0 }
-          yield* log.produceBatch(Array.from({ length: 8 }, (_, i) => rec(topic, 0, `v${i}`)))
-          const m = yield* log.groupConsumer({ groupId, topics: [topic] })
-          yield* eventually(
-            Effect.map(m.assignment, (a) => sameTps(a, [tp])),
-            cfg.rebalanceTimeout,
-            "the member holds the partition"
-          )
-          const collector = yield* collect(m.batches, cfg)
-          assert.deepStrictEqual(offsetsOf(yield* collector.records(8)), [0, 1, 2, 3, 4, 5, 6, 7])
-          assert.strictEqual(yield* m.position(tp), 8)
-          yield* m.seek(tp, 3)
-          assert.deepStrictEqual(valuesOf(yield* collector.records(5)), ["v3", "v4", "v5", "v6", "v7"])
-          assert.strictEqual(yield* m.position(tp), 8)
-        })
-      )
-
-      it.effect("a second member splits the partitions disjointly; events replay to each assignment", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const partitions = 6
-          const topic = yield* freshTopic(partitions)
-          const groupId = yield* uniqueName("g")
-          const all = tps(topic, partitions)
-          const m1 = yield* log.groupConsumer({ groupId, topics: [topic] })
-          const e1 = yield* recordEvents(m1)
-          const c1 = yield* collect(m1.batches, cfg)
-          yield* eventually(
-            Effect.map(m1.assignment, (a) => sameTps(a, all)),
-            cfg.rebalanceTimeout,
-            "m1 holds all"
-          )
-          const m2 = yield* log.groupConsumer({ groupId, topics: [topic] })
-          const e2 = yield* recordEvents(m2)
-          const c2 = yield* collect(m2.batches, cfg)
-          yield* eventually(
-            Effect.gen(function* () {
-              const a1 = yield* m1.assignment
-              const a2 = yield* m2.assignment
-              const k1 = new Set(keysOf(a1))
-              return (
-                a1.length > 0 &&
-                a2.length > 0 &&
-                a2.every((tp) => !k1.has(tpKey(tp))) &&
-                sameTps([...a1, ...a2], all) &&
-                sameTps(e1.held.values(), a1) &&
-                sameTps(e2.held.values(), a2)
-              )
-            }),
-            cfg.rebalanceTimeout,
-            "the two members split the partitions and their events replay to their assignments"
-          )
-          assert.deepStrictEqual(e1.problems, [], "m1's events replay in order")
-          assert.deepStrictEqual(e2.problems, [], "m2's events replay in order")
-          assert.strictEqual(e1.events[0]?._tag, "Assigned")
-          const firstRevoke = e1.events.findIndex((e) => e._tag === "Revoked" && e.partitions.length > 0)
-          assert.isAbove(firstRevoke, 0, "m1 was told which partitions it lost")
-
-          // Each member now receives exactly the records of its own partitions.
-          const a1 = yield* m1.assignment
-          const a2 = yield* m2.assignment
-          yield* log.produceBatch(all.map((tp) => rec(topic, tp.partition, `p${tp.partition}`)))
-          const r1 = yield* c1.records(a1.length)
-          const r2 = yield* c2.records(a2.length)
-          assert.deepStrictEqual(r1.map((r) => r.partition).sort(), a1.map((tp) => tp.partition).sort())
-          assert.deepStrictEqual(r2.map((r) => r.partition).sort(), a2.map((tp) => tp.partition).sort())
-          assert.deepStrictEqual(yield* c1.quiet, [])
-        })
-      )
-
-      it.effect("commit and committed round-trip per group", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(3)
-          yield* log.produceBatch(Array.from({ length: 30 }, (_, i) => rec(topic, i % 3, `v${i}`)))
-          const groupId = yield* uniqueName("g")
-          const otherGroup = yield* uniqueName("g")
-          const m = yield* log.groupConsumer({ groupId, topics: [topic] })
-          yield* eventually(
-            Effect.map(m.assignment, (a) => a.length === 3),
-            cfg.rebalanceTimeout,
-            "m holds all"
-          )
-          assert.deepStrictEqual(yield* m.committed(tps(topic, 3)), [])
-          yield* m.commit([
-            { topic, partition: 0, offset: 5 },
-            { topic, partition: 1, offset: 7 }
-          ])
-          const got = yield* m.committed(tps(topic, 3))
-          assert.deepStrictEqual(sortTps(got).map(tpKey), [
-            tpKey({ topic, partition: 0 }),
-            tpKey({ topic, partition: 1 })
-          ])
-          assert.deepStrictEqual(
-            [...got].sort(tpCompare).map((o) => [o.partition, o.offset]),
-            [
-              [0, 5],
-              [1, 7]
-            ]
-          )
-          // One partition asked alone, and partitions asked out of order, get their own offsets.
-          assert.deepStrictEqual(
-            (yield* m.committed([{ topic, partition: 1 }])).map((o) => [o.partition, o.offset]),
-            [[1, 7]]
-          )
-          assert.deepStrictEqual(
-            [
-              ...(yield* m.committed([
-                { topic, partition: 2 },
-                { topic, partition: 1 },
-                { topic, partition: 0 }
-              ]))
-            ]
-              .sort(tpCompare)
-              .map((o) => [o.partition, o.offset]),
-            [
-              [0, 5],
-              [1, 7]
-            ]
-          )
-          yield* m.commit([{ topic, partition: 0, offset: 9 }])
-          const again = yield* m.committed([{ topic, partition: 0 }])
-          assert.deepStrictEqual(
-            again.map((o) => [o.topic, o.partition, o.offset]),
-            [[topic, 0, 9]]
-          )
-          const other = yield* log.groupConsumer({ groupId: otherGroup, topics: [topic] })
-          assert.deepStrictEqual(yield* other.committed(tps(topic, 3)), [], "another group has its own offsets")
-          const missing = yield* uniqueName("missing")
-          assert.strictEqual(yield* reasonTag(m.committed([{ topic: missing, partition: 0 }])), "UnknownTopic")
-        })
-      )
-
-      it.effect("a newly assigned partition starts at the group's committed offset, else at log start", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(2)
-          const groupId = yield* uniqueName("g")
-          yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, i % 2, `v${i}`)))
-          yield* Effect.scoped(
-            Effect.gen(function* () {
-              const first = yield* log.groupConsumer({ groupId, topics: [topic] })
-              yield* eventually(
-                Effect.map(first.assignment, (a) => a.length === 2),
-                cfg.rebalanceTimeout,
-                "joined"
-              )
-              yield* first.commit([{ topic, partition: 0, offset: 3 }])
-            })
-          )
-          const m = yield* log.groupConsumer({ groupId, topics: [topic] })
-          const collector = yield* collect(m.batches, cfg)
-          const got = byPartition(yield* collector.records(2 + 5))
-          assert.deepStrictEqual(offsetsOf(got.get(0)!), [3, 4])
-          assert.deepStrictEqual(offsetsOf(got.get(1)!), [0, 1, 2, 3, 4])
-          assert.deepStrictEqual(yield* collector.quiet, [])
-        })
-      )
-
-      it.effect("a member leaving gives its partitions back", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const partitions = 4
-          const topic = yield* freshTopic(partitions)
-          const groupId = yield* uniqueName("g")
-          const all = tps(topic, partitions)
-          const m1 = yield* log.groupConsumer({ groupId, topics: [topic] })
-          const e1 = yield* recordEvents(m1)
-          const c1 = yield* collect(m1.batches, cfg)
-          yield* Effect.scoped(
-            Effect.gen(function* () {
-              const m2 = yield* log.groupConsumer({ groupId, topics: [topic] })
-              yield* recordEvents(m2)
-              yield* collect(m2.batches, cfg)
-              yield* eventually(
-                Effect.gen(function* () {
-                  const a1 = yield* m1.assignment
-                  const a2 = yield* m2.assignment
-                  return a1.length > 0 && a2.length > 0 && sameTps([...a1, ...a2], all)
-                }),
-                cfg.rebalanceTimeout,
-                "the two members split the partitions"
-              )
-            })
-          )
-          yield* eventually(
-            Effect.map(m1.assignment, (a) => sameTps(a, all) && sameTps(e1.held.values(), all)),
-            cfg.rebalanceTimeout,
-            "m1 holds every partition again"
-          )
-          assert.deepStrictEqual(e1.problems, [])
-          yield* log.produceBatch(all.map((tp) => rec(topic, tp.partition, `p${tp.partition}`)))
-          const rs = yield* c1.records(partitions)
-          assert.deepStrictEqual(rs.map((r) => r.partition).sort(), [0, 1, 2, 3])
-        })
-      )
-
-      it.effect(
-        "membership names every member, itself included, with the partitions it holds; a leaver drops out",
-        () =>
+        it.effect("a member leaving gives its partitions back", () =>
           Effect.gen(function* () {
             const log = yield* Log
             const partitions = 4
@@ -1343,133 +1323,198 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
             const all = tps(topic, partitions)
             const m1 = yield* log.groupConsumer({ groupId, topics: [topic] })
             const e1 = yield* recordEvents(m1)
+            const c1 = yield* collect(m1.batches, cfg)
             yield* Effect.scoped(
               Effect.gen(function* () {
                 const m2 = yield* log.groupConsumer({ groupId, topics: [topic] })
-                const e2 = yield* recordEvents(m2)
+                yield* recordEvents(m2)
+                yield* collect(m2.batches, cfg)
                 yield* eventually(
                   Effect.gen(function* () {
                     const a1 = yield* m1.assignment
                     const a2 = yield* m2.assignment
-                    return (
-                      a1.length > 0 &&
-                      a2.length > 0 &&
-                      sameTps([...a1, ...a2], all) &&
-                      sameTps(e1.held.values(), a1) &&
-                      sameTps(e2.held.values(), a2)
-                    )
+                    return a1.length > 0 && a2.length > 0 && sameTps([...a1, ...a2], all)
                   }),
                   cfg.rebalanceTimeout,
-                  "the two members split the partitions and their events replay to their assignments"
+                  "the two members split the partitions"
                 )
-                // The group's view settles with the members' own (a coordinator may still be finishing the round).
-                let seen:
-                  | {
-                      v1: GroupMembership
-                      v2: GroupMembership
-                      a1: ReadonlyArray<TopicPartition>
-                      a2: ReadonlyArray<TopicPartition>
-                    }
-                  | undefined
-                yield* eventually(
-                  Effect.gen(function* () {
-                    const v1 = yield* m1.membership
-                    const v2 = yield* m2.membership
-                    const a1 = yield* m1.assignment
-                    const a2 = yield* m2.assignment
-                    seen = { v1, v2, a1, a2 }
-                    const agrees = (v: GroupMembership) =>
-                      v.members.length === 2 &&
-                      sameTps(v.members.find((m) => m.memberId === v1.memberId)?.partitions ?? [], a1) &&
-                      sameTps(v.members.find((m) => m.memberId === v2.memberId)?.partitions ?? [], a2)
-                    return agrees(v1) && agrees(v2)
-                  }),
-                  cfg.rebalanceTimeout,
-                  "both members' membership shows both members with their own assignments"
-                )
-                const { a1, a2, v1, v2 } = seen!
-                assert.notStrictEqual(v1.memberId, v2.memberId, "each member has its own id")
-                const ids = [v1.memberId, v2.memberId].sort()
-                for (const v of [v1, v2]) {
-                  assert.deepStrictEqual(
-                    v.members.map((m) => m.memberId),
-                    ids,
-                    "every member is named, sorted by id"
-                  )
-                  const held = v.members.flatMap((m) => m.partitions)
-                  assert.strictEqual(held.length, partitions, "every partition is held once")
-                  assert.isTrue(sameTps(held, all), "the members hold every partition")
-                }
-                assert.deepStrictEqual(
-                  keysOf(v1.members.find((m) => m.memberId === v1.memberId)!.partitions),
-                  keysOf(a1),
-                  "m1's entry is its own assignment"
-                )
-                assert.deepStrictEqual(
-                  keysOf(v2.members.find((m) => m.memberId === v2.memberId)!.partitions),
-                  keysOf(a2),
-                  "m2's entry is its own assignment"
-                )
-                assert.deepStrictEqual(v1.members, v2.members, "both members see the same group")
               })
             )
-            // m2 left: m1 eventually is the group's only member, holding every partition.
             yield* eventually(
-              Effect.gen(function* () {
-                const v = yield* m1.membership
-                return (
-                  v.members.length === 1 &&
-                  v.members[0]!.memberId === v.memberId &&
-                  sameTps(v.members[0]!.partitions, all)
-                )
-              }),
+              Effect.map(m1.assignment, (a) => sameTps(a, all) && sameTps(e1.held.values(), all)),
               cfg.rebalanceTimeout,
-              "m1's membership shows only itself, with every partition"
+              "m1 holds every partition again"
             )
+            assert.deepStrictEqual(e1.problems, [])
+            yield* log.produceBatch(all.map((tp) => rec(topic, tp.partition, `p${tp.partition}`)))
+            const rs = yield* c1.records(partitions)
+            assert.deepStrictEqual(rs.map((r) => r.partition).sort(), [0, 1, 2, 3])
           })
-      )
+        )
 
-      it.effect("a group member's pause stops delivery until resume", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(2)
-          const groupId = yield* uniqueName("g")
-          const m = yield* log.groupConsumer({ groupId, topics: [topic] })
-          yield* eventually(
-            Effect.map(m.assignment, (a) => a.length === 2),
-            cfg.rebalanceTimeout,
-            "m holds both"
-          )
-          const collector = yield* collect(m.batches, cfg)
-          yield* m.pause([{ topic, partition: 0 }])
-          yield* log.produceBatch([rec(topic, 0, "a"), rec(topic, 1, "b")])
-          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["b"])
-          assert.deepStrictEqual(yield* collector.quiet, [])
-          yield* m.resume([{ topic, partition: 0 }])
-          assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["a"])
-        })
-      )
+        it.effect(
+          "membership names every member, itself included, with the partitions it holds; a leaver drops out",
+          () =>
+            Effect.gen(function* () {
+              const log = yield* Log
+              const partitions = 4
+              const topic = yield* freshTopic(partitions)
+              const groupId = yield* uniqueName("g")
+              const all = tps(topic, partitions)
+              const m1 = yield* log.groupConsumer({ groupId, topics: [topic] })
+              const e1 = yield* recordEvents(m1)
+              yield* Effect.scoped(
+                Effect.gen(function* () {
+                  const m2 = yield* log.groupConsumer({ groupId, topics: [topic] })
+                  const e2 = yield* recordEvents(m2)
+                  yield* eventually(
+                    Effect.gen(function* () {
+                      const a1 = yield* m1.assignment
+                      const a2 = yield* m2.assignment
+                      return (
+                        a1.length > 0 &&
+                        a2.length > 0 &&
+                        sameTps([...a1, ...a2], all) &&
+                        sameTps(e1.held.values(), a1) &&
+                        sameTps(e2.held.values(), a2)
+                      )
+                    }),
+                    cfg.rebalanceTimeout,
+                    "the two members split the partitions and their events replay to their assignments"
+                  )
+                  // The group's view settles with the members' own (a coordinator may still be finishing the round).
+                  let seen:
+                    | {
+                        v1: GroupMembership
+                        v2: GroupMembership
+                        a1: ReadonlyArray<TopicPartition>
+                        a2: ReadonlyArray<TopicPartition>
+                      }
+                    | undefined
+                  yield* eventually(
+                    Effect.gen(function* () {
+                      const v1 = yield* m1.membership
+                      const v2 = yield* m2.membership
+                      const a1 = yield* m1.assignment
+                      const a2 = yield* m2.assignment
+                      seen = { v1, v2, a1, a2 }
+                      const agrees = (v: GroupMembership) =>
+                        v.members.length === 2 &&
+                        sameTps(v.members.find((m) => m.memberId === v1.memberId)?.partitions ?? [], a1) &&
+                        sameTps(v.members.find((m) => m.memberId === v2.memberId)?.partitions ?? [], a2)
+                      return agrees(v1) && agrees(v2)
+                    }),
+                    cfg.rebalanceTimeout,
+                    "both members' membership shows both members with their own assignments"
+                  )
+                  const { a1, a2, v1, v2 } = seen!
+                  assert.notStrictEqual(v1.memberId, v2.memberId, "each member has its own id")
+                  const ids = [v1.memberId, v2.memberId].sort()
+                  for (const v of [v1, v2]) {
+                    assert.deepStrictEqual(
+                      v.members.map((m) => m.memberId),
+                      ids,
+                      "every member is named, sorted by id"
+                    )
+                    const held = v.members.flatMap((m) => m.partitions)
+                    assert.strictEqual(held.length, partitions, "every partition is held once")
+                    assert.isTrue(sameTps(held, all), "the members hold every partition")
+                  }
+                  assert.deepStrictEqual(
+                    keysOf(v1.members.find((m) => m.memberId === v1.memberId)!.partitions),
+                    keysOf(a1),
+                    "m1's entry is its own assignment"
+                  )
+                  assert.deepStrictEqual(
+                    keysOf(v2.members.find((m) => m.memberId === v2.memberId)!.partitions),
+                    keysOf(a2),
+                    "m2's entry is its own assignment"
+                  )
+                  assert.deepStrictEqual(v1.members, v2.members, "both members see the same group")
+                })
+              )
+              // m2 left: m1 eventually is the group's only member, holding every partition.
+              yield* eventually(
+                Effect.gen(function* () {
+                  const v = yield* m1.membership
+                  return (
+                    v.members.length === 1 &&
+                    v.members[0]!.memberId === v.memberId &&
+                    sameTps(v.members[0]!.partitions, all)
+                  )
+                }),
+                cfg.rebalanceTimeout,
+                "m1's membership shows only itself, with every partition"
+              )
+            })
+        )
 
-      it.effect("a group member used after its scope closed fails with LogClosed", () =>
-        Effect.gen(function* () {
-          const log = yield* Log
-          const topic = yield* freshTopic(1)
-          const groupId = yield* uniqueName("g")
-          const m = yield* Effect.scoped(log.groupConsumer({ groupId, topics: [topic] }))
-          assert.strictEqual(yield* reasonTag(m.commit([{ topic, partition: 0, offset: 0 }])), "LogClosed")
-          assert.strictEqual(yield* reasonTag(m.membership), "LogClosed")
-          const head = yield* m.batches.pipe(Stream.runHead, Effect.exit, Effect.timeoutOption(cfg.timeout))
-          assert.isTrue(Option.isSome(head), "fetching from a closed member does not hang")
-          if (Option.isSome(head)) {
-            const exit = head.value
-            assert.isTrue(Exit.isFailure(exit), "fetching from a closed member fails")
-            if (Exit.isFailure(exit)) {
-              const error = Cause.findErrorOption(exit.cause)
-              assert.isTrue(Option.isSome(error) && error.value.reason._tag === "LogClosed")
+        it.effect("a group member's pause stops delivery until resume", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(2)
+            const groupId = yield* uniqueName("g")
+            const m = yield* log.groupConsumer({ groupId, topics: [topic] })
+            yield* eventually(
+              Effect.map(m.assignment, (a) => a.length === 2),
+              cfg.rebalanceTimeout,
+              "m holds both"
+            )
+            const collector = yield* collect(m.batches, cfg)
+            yield* m.pause([{ topic, partition: 0 }])
+            yield* log.produceBatch([rec(topic, 0, "a"), rec(topic, 1, "b")])
+            assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["b"])
+            assert.deepStrictEqual(yield* collector.quiet, [])
+            yield* m.resume([{ topic, partition: 0 }])
+            assert.deepStrictEqual(valuesOf(yield* collector.records(1)), ["a"])
+          })
+        )
+
+        it.effect("a group member used after its scope closed fails with LogClosed", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(1)
+            const groupId = yield* uniqueName("g")
+            const m = yield* Effect.scoped(log.groupConsumer({ groupId, topics: [topic] }))
+            assert.strictEqual(yield* reasonTag(m.commit([{ topic, partition: 0, offset: 0 }])), "LogClosed")
+            assert.strictEqual(yield* reasonTag(m.membership), "LogClosed")
+            const head = yield* m.batches.pipe(Stream.runHead, Effect.exit, Effect.timeoutOption(cfg.timeout))
+            assert.isTrue(Option.isSome(head), "fetching from a closed member does not hang")
+            if (Option.isSome(head)) {
+              const exit = head.value
+              assert.isTrue(Exit.isFailure(exit), "fetching from a closed member fails")
+              if (Exit.isFailure(exit)) {
+                const error = Cause.findErrorOption(exit.cause)
+                assert.isTrue(Option.isSome(error) && error.value.reason._tag === "LogClosed")
+              }
             }
-          }
-        })
-      )
+          })
+        )
+      }
+
+      // --- what the backend does not offer ------------------------------------------
+
+      if (!caps.deleteRecords || !caps.transactions || !caps.groups) {
+        it.effect("an operation the backend declares it does not offer fails with Unsupported naming it", () =>
+          Effect.gen(function* () {
+            const log = yield* Log
+            const topic = yield* freshTopic(1)
+            if (!caps.deleteRecords) {
+              assert.strictEqual(yield* reasonTag(log.deleteRecords({ topic, partition: 0 }, 0)), "Unsupported")
+            }
+            if (!caps.transactions) {
+              const tx = log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
+              assert.strictEqual(yield* reasonTag(Effect.scoped(tx)), "Unsupported")
+            }
+            if (!caps.groups) {
+              const member = log.groupConsumer({ groupId: yield* uniqueName("g"), topics: [topic] })
+              assert.strictEqual(yield* reasonTag(Effect.scoped(member)), "Unsupported")
+            }
+            // The log goes on: nothing was refused but what it does not offer.
+            assert.strictEqual(yield* log.produce(rec(topic, 0, "v")), 0)
+          })
+        )
+      }
     })
   })
 }

@@ -1,0 +1,275 @@
+/**
+ * Core's `Log` protocol on a Strata cluster's own tablets: a topic is a table, its partitions the table's tablets
+ * (created by the controller with the cluster's replication factor), a partition's offsets the tablet's. Records
+ * go through a `TabletClient` (batched, idempotent, acknowledged at the `acks` asked), and consumers read each
+ * assigned tablet from its leader up to the high watermark, so Tables and Recovery run unchanged on the cluster.
+ *
+ * Consumer groups live in the cluster's coordination (members, partition owners and committed offsets under
+ * `<ns>/groups/<group>`): a partition is announced `Assigned` only once its previous owner released it.
+ *
+ * What the cluster does not offer is declared in `capabilities`, and the operation fails with `Unsupported`:
+ * transactions, and `deleteRecords` (a tablet's log start does not move yet).
+ *
+ * A tombstone (a `null` value) travels as an empty value with the reserved header `strata.tombstone`, which a
+ * record of the caller's may not carry.
+ *
+ * @since 0.1.0
+ */
+import {
+  Coordination,
+  type CoordinationError,
+  type ElectionError,
+  InvalidRequest,
+  Log,
+  LogClosed,
+  type LogError,
+  type LogErrorReason,
+  LogIoError,
+  type LogRecord,
+  type LogShape,
+  OffsetOutOfRange,
+  OptionSchemas,
+  type ProducerRecord,
+  RecordTooLarge,
+  type TabletId,
+  type TabletRecord,
+  Topic,
+  TopicMismatch,
+  type TopicPartition,
+  UnknownPartition,
+  UnknownTopic,
+  Unsupported
+} from "@strata/core"
+import { Clock, Duration, Effect, Layer, Schema, type Scope } from "effect"
+import * as ReplicationConfig from "./ReplicationConfig.js"
+import { makeConsumer } from "./internal/strataConsumer.js"
+import { makeGroupConsumer } from "./internal/strataGroup.js"
+import {
+  checkPartition,
+  fromClient,
+  logError,
+  offsetsOf,
+  recordSize,
+  type Shared,
+  TOMBSTONE_HEADER,
+  toTablet
+} from "./internal/strataShared.js"
+import * as TabletClient from "./TabletClient.js"
+
+/**
+ * What the Strata log offers of the `Log` protocol (core's conformance suite runs what these allow, and checks the
+ * rest fails with `Unsupported`).
+ *
+ * @since 0.1.0
+ */
+export const capabilities = { transactions: false, groups: true, deleteRecords: false, faults: false } as const
+
+/**
+ * The log's options.
+ *
+ * @since 0.1.0
+ */
+export const StrataLogOptions = Schema.Struct({
+  /** The client's options (namespace, batching, timeouts; `TabletClient`). */
+  client: Schema.Unknown.pipe(Schema.withDecodingDefaultKey(Effect.succeed({}))),
+  /** The largest record accepted, key, value and headers together (1 MiB). */
+  maxRecordBytes: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(1_048_576))),
+  /** How often an idle consumer asks its leaders for new records (20 ms). */
+  pollIntervalMs: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(20)))
+})
+
+/**
+ * The options' input.
+ *
+ * @since 0.1.0
+ */
+export interface StrataLogOptions {
+  readonly client?: TabletClient.TabletClientOptions
+  readonly maxRecordBytes?: number
+  readonly pollIntervalMs?: number
+}
+
+const isTopic = Schema.is(Topic)
+
+/**
+ * The log on the `Coordination` in context; its client closes with the scope.
+ *
+ * @since 0.1.0
+ */
+export const make = (
+  options: StrataLogOptions = {}
+): Effect.Effect<
+  LogShape,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
+  Coordination | Scope.Scope
+> =>
+  Effect.gen(function* () {
+    const o = yield* OptionSchemas.decodeOptions(StrataLogOptions, { exact: true })(options).pipe(
+      Effect.mapError(ReplicationConfig.invalidOptions)
+    )
+    const client = yield* TabletClient.make(options.client ?? {})
+    const coordination = yield* Coordination
+    const namespace = options.client?.namespace ?? "/strata"
+    const shared: Shared = { client, partitions: new Map(), pollIntervalMs: o.pollIntervalMs, ends: new Map() }
+    const unsupported = (operation: string) => Effect.fail(logError(new Unsupported({ operation, backend: "strata" })))
+
+    /** Checks every record (appending nothing when one is bad) and queues them in order; the wait for offsets. */
+    const enqueue = (records: ReadonlyArray<ProducerRecord>, acks: 0 | 1 | "all", abandon?: () => boolean) =>
+      Effect.gen(function* () {
+        const tablets: Array<TabletId> = []
+        for (const r of records) {
+          const tablet = yield* checkPartition(shared, r)
+          const size = recordSize(r)
+          if (size > o.maxRecordBytes) {
+            return yield* logError(
+              new RecordTooLarge({ topic: r.topic, partition: r.partition, size, max: o.maxRecordBytes })
+            )
+          }
+          if ((r.headers ?? []).some((h) => h.key === TOMBSTONE_HEADER)) {
+            return yield* logError(new InvalidRequest({ detail: `the header ${TOMBSTONE_HEADER} is reserved` }))
+          }
+          tablets.push(tablet)
+        }
+        const now = yield* Clock.currentTimeMillis
+        const waits = yield* Effect.forEach(records, (r, i) =>
+          Effect.map(client.enqueue(tablets[i]!, [toTablet(r, now)], acks, abandon), (wait) =>
+            wait.pipe(
+              Effect.map((sent) => (acks === 0 ? -1 : sent.baseOffset)),
+              Effect.mapError(fromClient("producing", r))
+            )
+          )
+        )
+        return Effect.all(waits, { concurrency: "unbounded" })
+      })
+
+    const produceBatch: LogShape["produceBatch"] = (records, produceOptions) =>
+      Effect.flatten(enqueue(records, produceOptions?.acks ?? "all"))
+
+    return {
+      backend: "strata",
+      ensureTopic: (spec) =>
+        Effect.gen(function* () {
+          if (!isTopic(spec.topic) || spec.topic === "." || spec.topic === "..") {
+            return yield* logError(new InvalidRequest({ detail: `invalid topic name ${JSON.stringify(spec.topic)}` }))
+          }
+          if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > 100_000) {
+            return yield* logError(
+              new InvalidRequest({ detail: `invalid partition count ${spec.partitions} (1–100000)` })
+            )
+          }
+          const tp = { topic: spec.topic, partition: 0 }
+          const existing = yield* client
+            .metadata(spec.topic)
+            .pipe(Effect.mapError(fromClient("reading the metadata", tp)))
+          let count = existing.tablets.length
+          if (count === 0) {
+            const created = yield* Effect.result(
+              client.createTable(spec.topic, {
+                buckets: spec.partitions,
+                ...(spec.replicationFactor === undefined ? {} : { replicationFactor: spec.replicationFactor })
+              })
+            )
+            if (created._tag === "Success") count = created.success.length
+            else {
+              // Created meanwhile by another caller: what it holds decides.
+              const again = yield* client
+                .metadata(spec.topic)
+                .pipe(Effect.mapError(fromClient("reading the metadata", tp)))
+              if (again.tablets.length === 0) return yield* fromClient("creating the topic", tp)(created.failure)
+              count = again.tablets.length
+            }
+            // Every new tablet leads before the topic is used.
+            yield* awaitLeaders(client, spec.topic)
+          }
+          if (count !== spec.partitions) {
+            return yield* logError(
+              new TopicMismatch({ topic: spec.topic, expectedPartitions: spec.partitions, actualPartitions: count })
+            )
+          }
+          shared.partitions.set(spec.topic, count)
+        }),
+      produce: (record, produceOptions) => Effect.map(produceBatch([record], produceOptions), (offsets) => offsets[0]!),
+      produceBatch,
+      flush: Effect.void,
+      producer: (producerOptions) => makeProducer(enqueue, producerOptions?.acks ?? "all"),
+      transactionalProducer: () => unsupported("transactions"),
+      offsets: (list) => Effect.forEach(list, (tp) => offsetsOf(shared, tp), { concurrency: 16 }),
+      deleteRecords: () => unsupported("deleteRecords"),
+      consumer: (consumerOptions) => makeConsumer(shared, consumerOptions ?? {}),
+      groupConsumer: (groupOptions) => makeGroupConsumer(shared, coordination, namespace, groupOptions)
+    }
+  })
+
+/** Waits (up to 30 s) until every tablet of `table` has a leader. */
+const awaitLeaders = (client: TabletClient.TabletClientShape, table: string) =>
+  Effect.gen(function* () {
+    for (let i = 0; i < 300; i++) {
+      const m = yield* Effect.option(client.metadata(table))
+      if (m._tag === "Some" && m.value.tablets.every((t) => t.leader !== null)) return
+      yield* Effect.sleep(Duration.millis(100))
+    }
+  })
+
+/** A pipelined producer with a sticky first failure. */
+const makeProducer = (
+  enqueue: (
+    records: ReadonlyArray<ProducerRecord>,
+    acks: 0 | 1 | "all",
+    abandon: () => boolean
+  ) => Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError>,
+  acks: 0 | 1 | "all"
+) =>
+  Effect.gen(function* () {
+    let failure: LogError | undefined
+    const pending = new Set<Effect.Effect<unknown>>()
+    let closed = false
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        closed = true
+        return Effect.all([...pending], { concurrency: "unbounded", discard: true })
+      })
+    )
+    const send = (records: ReadonlyArray<ProducerRecord>) =>
+      Effect.gen(function* () {
+        if (closed) return yield* logError(new LogClosed({ what: "the producer" }))
+        if (failure !== undefined) return yield* failure
+        // Once a send failed, what is still queued behind it is dropped unsent.
+        const wait = yield* enqueue(records, acks, () => failure !== undefined)
+        const settled = yield* Effect.cached(
+          wait.pipe(
+            Effect.tapError((e) =>
+              Effect.sync(() => {
+                failure ??= e
+              })
+            )
+          )
+        )
+        const ignored = Effect.ignore(settled)
+        pending.add(ignored)
+        return Effect.ensuring(
+          Effect.suspend(() =>
+            failure !== undefined ? Effect.flatMap(Effect.ignore(settled), () => Effect.fail(failure!)) : settled
+          ),
+          Effect.sync(() => pending.delete(ignored))
+        )
+      })
+    return {
+      send,
+      flush: Effect.suspend(() =>
+        Effect.andThen(Effect.all([...pending], { concurrency: "unbounded", discard: true }), () =>
+          failure === undefined ? Effect.void : Effect.fail(failure)
+        )
+      ),
+      failure: Effect.sync(() => failure)
+    }
+  })
+
+/**
+ * The log as a layer on the `Coordination` in context.
+ *
+ * @since 0.1.0
+ */
+export const layer = (
+  options: StrataLogOptions = {}
+): Layer.Layer<Log, ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError, Coordination> =>
+  Layer.effect(Log, make(options))

@@ -1,0 +1,150 @@
+/**
+ * What the Strata log's producer side and its consumers share: the client, the topics' partition counts, how a
+ * client failure reads as the log's, and how records look on a tablet.
+ *
+ * @internal
+ */
+import {
+  InvalidRequest,
+  LogClosed,
+  LogError,
+  type LogErrorReason,
+  LogIoError,
+  type LogRecord,
+  OffsetOutOfRange,
+  type ProducerRecord,
+  type TabletId,
+  type TabletRecord,
+  type TopicPartition,
+  UnknownPartition,
+  UnknownTopic
+} from "@strata/core"
+import { Effect } from "effect"
+import type * as TabletClient from "../TabletClient.js"
+
+/** The header that marks a tombstone. */
+export const TOMBSTONE_HEADER = "strata.tombstone"
+
+export const logError = (reason: LogErrorReason) => new LogError({ reason })
+
+/** A client failure as the log's. */
+export const fromClient =
+  (operation: string, tp: TopicPartition) =>
+  (e: TabletClient.TabletClientError): LogError => {
+    const r = e.reason
+    switch (r._tag) {
+      case "NoSuchTablet":
+        return logError(new UnknownTopic({ topic: tp.topic }))
+      case "ClientClosed":
+        return logError(new LogClosed({ what: "the strata log" }))
+      case "Abandoned":
+        return logError(new LogIoError({ operation, detail: r.message, retryable: false }))
+      case "DeliveryUnknown":
+        return logError(new LogIoError({ operation, detail: r.message, retryable: true }))
+      case "CreateTableRefused":
+        return logError(new InvalidRequest({ detail: r.detail }))
+      case "ReplicaError": {
+        const reason = r.reason
+        if (reason._tag === "OffsetOutOfRange") {
+          return logError(
+            new OffsetOutOfRange({
+              topic: tp.topic,
+              partition: tp.partition,
+              offset: reason.offset,
+              logStart: reason.logStart,
+              highwater: reason.highwater
+            })
+          )
+        }
+        if (reason._tag === "InvalidRequest") return logError(new InvalidRequest({ detail: reason.message }))
+        return logError(new LogIoError({ operation, detail: r.message, retryable: r.retryable }))
+      }
+    }
+  }
+
+/** A record as a tablet holds it. */
+export const toTablet = (r: ProducerRecord, now: number): TabletRecord => {
+  const headers = r.headers ?? []
+  return r.value === null
+    ? {
+        key: r.key,
+        value: new Uint8Array(0),
+        headers: [...headers, { key: TOMBSTONE_HEADER, value: new Uint8Array(0) }],
+        timestamp: r.timestamp ?? now
+      }
+    : { key: r.key, value: r.value, headers, timestamp: r.timestamp ?? now }
+}
+
+/** A tablet's record as the log reads it. */
+export const fromTablet = (tp: TopicPartition, offset: number, r: TabletRecord): LogRecord => {
+  const tombstone = r.headers.some((h) => h.key === TOMBSTONE_HEADER)
+  return {
+    topic: tp.topic,
+    partition: tp.partition,
+    offset,
+    key: r.key,
+    value: tombstone ? null : r.value,
+    headers: tombstone ? r.headers.filter((h) => h.key !== TOMBSTONE_HEADER) : r.headers,
+    timestamp: r.timestamp
+  }
+}
+
+export const recordSize = (r: ProducerRecord): number =>
+  (r.key?.length ?? 0) +
+  (r.value?.length ?? 0) +
+  (r.headers ?? []).reduce((n, h) => n + h.key.length + h.value.length, 0)
+
+/** What every part of the log shares: the client, the topics' partition counts as last seen. */
+export interface Shared {
+  readonly client: TabletClient.TabletClientShape
+  readonly partitions: Map<string, number>
+  readonly pollIntervalMs: number
+  /** Each tablet's log end as last seen, where an offsets question starts. */
+  readonly ends: Map<string, number>
+}
+
+/** The partition count of `topic`, from the controller when not known; `UnknownTopic` when it has none. */
+export const partitionsOf = (shared: Shared, topic: string): Effect.Effect<number, LogError> =>
+  Effect.gen(function* () {
+    const known = shared.partitions.get(topic)
+    if (known !== undefined) return known
+    const metadata = yield* shared.client
+      .metadata(topic)
+      .pipe(Effect.mapError(fromClient("reading the metadata", { topic, partition: 0 })))
+    if (metadata.tablets.length === 0) return yield* logError(new UnknownTopic({ topic }))
+    shared.partitions.set(topic, metadata.tablets.length)
+    return metadata.tablets.length
+  })
+
+/** Checks that `tp` exists. */
+export const checkPartition = (shared: Shared, tp: TopicPartition): Effect.Effect<TabletId, LogError> =>
+  Effect.flatMap(partitionsOf(shared, tp.topic), (partitions) =>
+    Number.isInteger(tp.partition) && tp.partition >= 0 && tp.partition < partitions
+      ? Effect.succeed({ table: tp.topic, bucket: tp.partition })
+      : Effect.fail(logError(new UnknownPartition({ topic: tp.topic, partition: tp.partition, partitions })))
+  )
+
+/** A partition's log start and high watermark, from its leader. */
+export const offsetsOf = (shared: Shared, tp: TopicPartition) =>
+  Effect.gen(function* () {
+    const tablet = yield* checkPartition(shared, tp)
+    const key = `${tp.topic}:${tp.partition}`
+    // Asked at the log end last seen, the leader answers with its bounds and (almost always) no records.
+    const ask = (offset: number) => shared.client.read(tablet, offset, 1)
+    let page = yield* Effect.result(ask(shared.ends.get(key) ?? 0))
+    if (page._tag === "Failure") {
+      const r = page.failure.reason
+      if (r._tag !== "ReplicaError" || r.reason._tag !== "OffsetOutOfRange") {
+        return yield* fromClient("reading the offsets", tp)(page.failure)
+      }
+      page = yield* Effect.result(ask(r.reason.highwater))
+      if (page._tag === "Failure") return yield* fromClient("reading the offsets", tp)(page.failure)
+    }
+    shared.ends.set(key, page.success.logEndOffset)
+    return {
+      topic: tp.topic,
+      partition: tp.partition,
+      logStart: page.success.logStartOffset,
+      highwater: page.success.highWatermark
+    }
+  })
