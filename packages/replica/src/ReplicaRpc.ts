@@ -40,7 +40,18 @@ import {
   tabletKey,
   UnknownTablet
 } from "@strata/core"
-import { type Context, Effect, Layer, Random, References, Result, Schema, SchemaIssue, SchemaTransformation, Scope } from "effect"
+import {
+  type Context,
+  Effect,
+  Layer,
+  Random,
+  References,
+  Result,
+  Schema,
+  SchemaIssue,
+  SchemaTransformation,
+  Scope
+} from "effect"
 import { Rpc, RpcClient, type RpcClientError, RpcGroup, RpcSerialization, RpcServer } from "effect/rpc"
 import { SocketServer } from "effect/socket"
 import * as Assignment from "./Assignment.js"

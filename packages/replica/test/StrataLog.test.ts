@@ -6,7 +6,11 @@ import * as StrataLog from "../src/StrataLog.js"
 
 // Core's Log conformance on a cluster of three tablet servers talking over loopback TCP, as separate processes do,
 // with the capabilities the Strata log declares.
-const cluster = LocalCluster.layer({ servers: 3, transport: "tcp", replication: { sessionTimeoutMs: 2_000, replicaLagTimeMaxMs: 6_000 } })
+const cluster = LocalCluster.layer({
+  servers: 3,
+  transport: "tcp",
+  replication: { sessionTimeoutMs: 2_000, replicaLagTimeMaxMs: 6_000 }
+})
 const log = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
   Layer.provideMerge(cluster),
   Layer.provide(Coordination.layerMemory())

@@ -46,7 +46,9 @@ const ioError = (operation: string) => (e: CoordinationError) =>
 /** What each of `members` (sorted) is dealt of `partitions` (sorted). */
 export const deal = (partitions: ReadonlyArray<string>, members: ReadonlyArray<string>): Map<string, Array<string>> => {
   const out = new Map<string, Array<string>>(members.map((m) => [m, []]))
-  partitions.forEach((p, i) => out.get(members[i % members.length]!)!.push(p))
+  partitions.forEach((p, i) => {
+    out.get(members[i % members.length]!)!.push(p)
+  })
   return out
 }
 
