@@ -15,7 +15,8 @@ const benches: Record<string, () => Promise<BenchOutput & { readonly save: boole
   tables: async () => (await import("./tables.js")).run(),
   recovery: async () => (await import("./recovery.js")).run(),
   worker: async () => (await import("./worker.js")).run(),
-  rpc: async () => (await import("./rpc.js")).run()
+  rpc: async () => (await import("./rpc.js")).run(),
+  replica: async () => (await import("./replica.js")).run()
 }
 
 /** The command line as the user typed it, as far as it can be told, with what it ran. */

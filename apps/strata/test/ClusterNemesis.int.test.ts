@@ -8,7 +8,7 @@ import { afterAll, beforeAll, inject } from "vitest"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { bundleCli, faultSettings, freshDirectory } from "./support/clusterTest.js"
 import * as Nemesis from "./support/nemesis.js"
-import * as ProcessCluster from "./support/processCluster.js"
+import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 
 // `pnpm soak:replica` runs the ZooKeeper run for STRATA_NEMESIS_MS (and STRATA_NEMESIS_SEED replays a seed).
 const DURATION_MS = Number(process.env.STRATA_NEMESIS_MS ?? 150_000)

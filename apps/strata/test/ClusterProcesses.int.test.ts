@@ -6,7 +6,7 @@ import { Effect } from "effect"
 import { afterAll, beforeAll, inject } from "vitest"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { awaitMetadata, bundleCli, client, faultSettings, freshDirectory, writeEach } from "./support/clusterTest.js"
-import * as ProcessCluster from "./support/processCluster.js"
+import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 import * as Checker from "./support/replicaChecker.js"
 
 let runner: NodeRunner

@@ -12,7 +12,7 @@ import type { TabletClient } from "@strata/replica"
 import { Duration, Effect, Fiber } from "effect"
 import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import { awaitMetadata, client, faultSettings, record } from "./clusterTest.js"
-import type { ProcessCluster } from "./processCluster.js"
+import type { ProcessCluster } from "../../../../scripts/test-support/processCluster.js"
 import * as Checker from "./replicaChecker.js"
 
 /** What a run did and found. */

@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from "node:child_process"
 import { createWriteStream, mkdirSync, readFileSync, type WriteStream } from "node:fs"
 import { join } from "node:path"
 import { Effect } from "effect"
-import type { NodeRunner } from "../../../../scripts/test-support/nodeRunner.js"
+import type { NodeRunner } from "./nodeRunner.js"
 
 /** The two kinds of process. */
 export type Kind = "coordinator" | "tablet-server"
@@ -36,6 +36,8 @@ export interface ProcessCluster {
   readonly isPaused: (kind: Kind, id: number) => boolean
   /** The ids of `kind` that run (paused ones included). */
   readonly running: (kind: Kind) => ReadonlyArray<number>
+  /** The OS process id of a running process. */
+  readonly pid: (kind: Kind, id: number) => number | undefined
   /** The end of every process's log, for a failure's message. */
   readonly logTails: (lines: number) => string
   /** Kills every process. */
@@ -147,6 +149,7 @@ export const make = (options: ProcessClusterOptions): ProcessCluster => {
       r.child.kill("SIGCONT")
     },
     isRunning: (kind, id) => running.has(name(kind, id)),
+    pid: (kind, id) => running.get(name(kind, id))?.child.pid,
     isPaused: (kind, id) => running.get(name(kind, id))?.paused === true,
     running: (kind) =>
       [...running.keys()].filter((k) => k.startsWith(`${kind}-`)).map((k) => Number(k.slice(kind.length + 1))),

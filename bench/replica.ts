@@ -1,0 +1,582 @@
+// Strata's replicated tablets as processes, next to a 3-broker Kafka on the same machine (docs/ARCHITECTURE.md,
+// "Benchmarks"). Needs ZooKeeper (Strata's coordination) and the 3-broker Kafka of scripts/services:
+//   ./dev services up zookeeper kafka3 && pnpm bench:replica
+//
+// 1. produce: acks=all, RF 3, min ISR 2, 12 partitions/tablets, 3 servers/brokers on loopback, records of 100 B and
+//    1 KB (16-byte keys), RECORDS records each, in calls of BATCH records with IN_FLIGHT calls outstanding, record i to
+//    partition i % 12. Strata: 1 coordinator + 3 `strata tablet-server` processes on RocksDB, the client a
+//    `TabletClient` (idempotent, acks all, lingerMs 0). Kafka: 3 combined broker/controller JVMs, the client
+//    @platformatic/kafka's idempotent Producer (acks -1), the same records per call. Runs alternate (strata, kafka,
+//    then reversed); each figure is the median. Latency is per call (BATCH records), p50 and p99 over every call of
+//    every run. CPU: each side's server processes (from /proc, user + system) and the client process.
+// 2. failover: 200 tablets RF 3 over 3 servers; the server leading most is killed with SIGKILL, KILLS times (each
+//    time restarted and back in every ISR before the next): the time until every tablet took an acks=all write,
+//    median and p99, next to the session timeout (sessionTimeoutMs 4000).
+// 3. catch-up: one follower of 12 tablets killed, the others take appends for CATCHUP_SECONDS; it is restarted and
+//    the time until it is back in every ISR gives its catch-up rate, next to the leaders' append rate.
+//
+// Environment (the results file is written only with the defaults):
+//   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
+//   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094)
+import { readFileSync, readdirSync } from "node:fs"
+import { createRequire } from "node:module"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { mkdtempSync, rmSync } from "node:fs"
+import type { Coordination, TabletId, TabletRecord } from "../packages/core/src/index.js"
+import * as ZooKeeperCoordination from "../packages/election/src/ZooKeeperCoordination.js"
+import { TabletClient } from "../packages/replica/src/index.js"
+import { Context, Effect, Exit, Layer, Scope } from "effect"
+import { nodeRunner } from "../scripts/test-support/nodeRunner.js"
+import * as ProcessCluster from "../scripts/test-support/processCluster.js"
+import {
+  type BenchOutput,
+  collectGarbage,
+  envInt,
+  envString,
+  type Figure,
+  median,
+  progress,
+  randomBytes,
+  round3
+} from "./lib.js"
+
+type Platformatic = typeof import("../packages/kafka/node_modules/@platformatic/kafka/dist/index.js")
+
+const DEFAULTS = {
+  records: 200_000,
+  batch: 1000,
+  inFlight: 4,
+  runs: 2,
+  kills: 10,
+  catchupSeconds: 10,
+  zookeeper: "127.0.0.1:2181",
+  kafka3: "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+} as const
+const PARTITIONS = 12
+const KEY_BYTES = 16
+const SETTINGS = {
+  replicationFactor: 3,
+  minInsyncReplicas: 2,
+  sessionTimeoutMs: 4_000,
+  replicaLagTimeMaxMs: 12_000,
+  appendTimeoutMs: 10_000
+} as const
+
+interface Plan {
+  readonly records: number
+  readonly batch: number
+  readonly inFlight: number
+}
+
+/** One produce run's figures. */
+interface Run {
+  readonly seconds: number
+  readonly latenciesMs: ReadonlyArray<number>
+  /** CPU seconds of the servers, and of the client process. */
+  readonly serverCpu: number
+  readonly clientCpu: number
+}
+
+const percentile = (samples: ReadonlyArray<number>, p: number): number => {
+  if (samples.length === 0) return Number.NaN
+  const sorted = [...samples].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+}
+
+/** CPU seconds (user + system) a process used so far, from /proc (0 once it is gone). */
+const cpuOf = (pid: number): number => {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+    return (Number(fields[11]) + Number(fields[12])) / 100
+  } catch {
+    return 0
+  }
+}
+const cpuOfAll = (pids: ReadonlyArray<number>) => pids.reduce((n, pid) => n + cpuOf(pid), 0)
+const clientCpu = () => {
+  const u = process.cpuUsage()
+  return (u.user + u.system) / 1e6
+}
+
+/** The children of a process (the 3 JVMs under the kafka3 wrapper). */
+const childrenOf = (pid: number): Array<number> =>
+  readdirSync(`/proc/${pid}/task`).flatMap((task) => {
+    try {
+      return readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim().split(/\s+/).filter(Boolean).map(Number)
+    } catch {
+      return []
+    }
+  })
+
+/** Runs `send(start, end)` over every batch, `inFlight` at a time; the latency of each call. */
+const produceAll = async (plan: Plan, send: (start: number, end: number) => Promise<unknown>) => {
+  const latencies: Array<number> = []
+  let next = 0
+  const worker = async () => {
+    while (next < plan.records) {
+      const start = next
+      next = Math.min(plan.records, start + plan.batch)
+      const t = performance.now()
+      await send(start, next)
+      latencies.push(performance.now() - t)
+    }
+  }
+  await Promise.all(Array.from({ length: plan.inFlight }, worker))
+  return latencies
+}
+
+const keyOf = (i: number) => Buffer.from(`key-${String(i).padStart(12, "0")}`, "latin1")
+
+// ---------------------------------------------------------------------------
+// Strata
+// ---------------------------------------------------------------------------
+
+interface StrataSide {
+  readonly cluster: ProcessCluster.ProcessCluster
+  readonly namespace: string
+  readonly run: <A, E>(effect: Effect.Effect<A, E, Coordination | Scope.Scope>) => Promise<A>
+  readonly client: TabletClient.TabletClientShape
+  readonly close: () => Promise<void>
+}
+
+/** A cluster of `servers` tablet servers and one coordinator as processes, and a client of it. */
+const startStrata = async (label: string, servers: number, zookeeper: string): Promise<StrataSide> => {
+  const runner = await nodeRunner("strata", fileURLToPath(new URL("../apps/strata/src/bin.ts", import.meta.url)), [
+    "classic-level",
+    "@nxtedition/rocksdb",
+    "etcd3",
+    "node-zookeeper-client",
+    "@platformatic/kafka"
+  ])
+  const directory = mkdtempSync(join(tmpdir(), `strata-bench-${label}-`))
+  const namespace = `/bench-${label}-${process.pid}-${Date.now()}`
+  const cluster = ProcessCluster.make({
+    runner,
+    coordination: `zookeeper://${zookeeper}`,
+    namespace,
+    directory,
+    settings: SETTINGS
+  })
+  const scope = await Effect.runPromise(Scope.make())
+  const context = await Effect.runPromise(
+    Layer.buildWithScope(ZooKeeperCoordination.layer({ connectString: zookeeper }), scope)
+  )
+  const run = <A, E>(effect: Effect.Effect<A, E, Coordination | Scope.Scope>) =>
+    Effect.runPromise(effect.pipe(Effect.provide(Context.add(context, Scope.Scope, scope))) as Effect.Effect<A, E>)
+  await run(cluster.start("coordinator", 101))
+  for (let id = 1; id <= servers; id++) await run(cluster.start("tablet-server", id))
+  const client = await run(
+    TabletClient.make({
+      namespace,
+      lingerMs: 0,
+      deliveryTimeoutMs: 120_000,
+      requestTimeoutMs: 20_000,
+      replication: SETTINGS
+    })
+  )
+  return {
+    cluster,
+    namespace,
+    run,
+    client,
+    close: async () => {
+      await Effect.runPromise(cluster.killAll)
+      await Effect.runPromise(Scope.close(scope, Exit.void))
+      await runner.dispose()
+      rmSync(directory, { recursive: true, force: true })
+    }
+  }
+}
+
+/** Creates a table and waits until every tablet leads with its full ISR. */
+const createTable = async (side: StrataSide, table: string, buckets: number) => {
+  await side.run(side.client.createTable(table, { buckets }))
+  await awaitTable(side, table, (t) => t.leader !== null && t.isr.length === t.replicas.length)
+}
+
+const awaitTable = async (
+  side: StrataSide,
+  table: string,
+  ok: (t: {
+    readonly leader: number | null
+    readonly isr: ReadonlyArray<number>
+    readonly replicas: ReadonlyArray<number>
+  }) => boolean,
+  timeoutMs = 120_000
+) => {
+  const deadline = Date.now() + timeoutMs
+  while (Date.now() < deadline) {
+    const m = await side.run(Effect.option(side.client.metadata(table)))
+    if (m._tag === "Some" && m.value.tablets.length > 0 && m.value.tablets.every(ok)) return m.value
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  throw new Error(`${table}: not as expected within ${timeoutMs} ms`)
+}
+
+const strataProduce = async (side: StrataSide, plan: Plan, valueBytes: number, table: string): Promise<Run> => {
+  const values = randomBytes(valueBytes * 64, 0x5eed)
+  const tablets: Array<TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table, bucket }))
+  const servers = side.cluster.running("tablet-server").map((id) => side.cluster.pid("tablet-server", id)!)
+  const cpu0 = cpuOfAll(servers)
+  const client0 = clientCpu()
+  const t0 = performance.now()
+  const latencies = await produceAll(plan, (start, end) => {
+    const byTablet = new Map<number, Array<TabletRecord>>()
+    for (let i = start; i < end; i++) {
+      const p = i % PARTITIONS
+      let list = byTablet.get(p)
+      if (list === undefined) {
+        list = []
+        byTablet.set(p, list)
+      }
+      const v = (i % 64) * valueBytes
+      list.push({ key: keyOf(i), value: values.subarray(v, v + valueBytes), headers: [], timestamp: 0 })
+    }
+    return side.run(
+      Effect.all(
+        [...byTablet].map(([p, records]) => side.client.send(tablets[p]!, records)),
+        { concurrency: "unbounded" }
+      )
+    )
+  })
+  const seconds = (performance.now() - t0) / 1000
+  return { seconds, latenciesMs: latencies, serverCpu: cpuOfAll(servers) - cpu0, clientCpu: clientCpu() - client0 }
+}
+
+// ---------------------------------------------------------------------------
+// Kafka
+// ---------------------------------------------------------------------------
+
+const kafkaRequire = createRequire(new URL("../packages/kafka/package.json", import.meta.url))
+
+const kafkaPids = (): Array<number> => {
+  const wrapper = Number(readFileSync(join(process.cwd(), ".services", "kafka3", "pid"), "utf8").trim())
+  return childrenOf(wrapper)
+}
+
+const kafkaProduce = async (
+  pk: Platformatic,
+  brokers: ReadonlyArray<string>,
+  plan: Plan,
+  valueBytes: number
+): Promise<Run> => {
+  const topic = `strata-bench-replica-${process.pid}-${Date.now()}-${valueBytes}`
+  const admin = new pk.Admin({ clientId: "strata-bench-admin", bootstrapBrokers: [...brokers] })
+  await admin.createTopics({
+    topics: [topic],
+    partitions: PARTITIONS,
+    replicas: 3,
+    configs: [{ name: "min.insync.replicas", value: "2" }]
+  })
+  for (let attempt = 0; ; attempt++) {
+    const md = await admin.metadata({ topics: [topic], forceUpdate: true }).catch(() => undefined)
+    const info = md?.topics.get(topic)
+    if (info !== undefined && info.partitions.every((p) => p.leader >= 0 && p.isr.length === 3)) break
+    if (attempt > 300) throw new Error(`${topic}: not fully replicated after 30 s`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+  const values = randomBytes(valueBytes * 64, 0x5eed)
+  const producer = new pk.Producer({
+    clientId: "strata-bench-replica",
+    bootstrapBrokers: [...brokers],
+    idempotent: true,
+    acks: -1,
+    timeout: 30_000,
+    retries: 3
+  })
+  const servers = kafkaPids()
+  try {
+    // One small send first: the producer's metadata and its producer id are outside the timed part.
+    await producer.send({ messages: [{ topic, partition: 0, key: keyOf(0), value: values.subarray(0, valueBytes) }] })
+    const cpu0 = cpuOfAll(servers)
+    const client0 = clientCpu()
+    const t0 = performance.now()
+    const latencies = await produceAll(plan, (start, end) => {
+      const messages = new Array<{ topic: string; partition: number; key: Buffer; value: Buffer }>(end - start)
+      for (let i = start; i < end; i++) {
+        const v = (i % 64) * valueBytes
+        messages[i - start] = {
+          topic,
+          partition: i % PARTITIONS,
+          key: keyOf(i),
+          value: values.subarray(v, v + valueBytes)
+        }
+      }
+      return producer.send({ messages })
+    })
+    const seconds = (performance.now() - t0) / 1000
+    return { seconds, latenciesMs: latencies, serverCpu: cpuOfAll(servers) - cpu0, clientCpu: clientCpu() - client0 }
+  } finally {
+    await producer.close()
+    await admin.deleteTopics({ topics: [topic] }).catch(() => undefined)
+    await admin.close()
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The three parts
+// ---------------------------------------------------------------------------
+
+const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers: ReadonlyArray<string>) => {
+  const pk = (await import(pathToFileURL(kafkaRequire.resolve("@platformatic/kafka")).href)) as Platformatic
+  const strata = await startStrata("produce", 3, zookeeper)
+  const figures: Array<Figure> = []
+  const details: Record<string, unknown> = {}
+  try {
+    for (const valueBytes of [100, 1000]) {
+      const s: Array<Run> = []
+      const k: Array<Run> = []
+      for (let r = 0; r < runs; r++) {
+        const order = r % 2 === 0 ? ["strata", "kafka"] : ["kafka", "strata"]
+        for (const side of order) {
+          collectGarbage()
+          if (side === "strata") {
+            const table = `produce-${valueBytes}-${r}`
+            await createTable(strata, table, PARTITIONS)
+            s.push(await strataProduce(strata, plan, valueBytes, table))
+          } else {
+            k.push(await kafkaProduce(pk, brokers, plan, valueBytes))
+          }
+          const last = (side === "strata" ? s : k).at(-1)!
+          progress(
+            `produce ${valueBytes} B ${side}: ${Math.round(plan.records / last.seconds)} records/s, p99 ${round3(percentile(last.latenciesMs, 99))} ms, server CPU ${round3(last.serverCpu)} s, client CPU ${round3(last.clientCpu)} s`
+          )
+        }
+      }
+      const rate = (runs: ReadonlyArray<Run>) => median(runs.map((r) => plan.records / r.seconds))
+      const lat = (runs: ReadonlyArray<Run>, p: number) =>
+        percentile(
+          runs.flatMap((r) => r.latenciesMs),
+          p
+        )
+      const recordBytes = valueBytes + KEY_BYTES
+      const sr = rate(s)
+      const kr = rate(k)
+      figures.push(
+        {
+          bench: `replica.produce.${valueBytes}B.records_per_s`,
+          value: round3(sr),
+          unit: "records/s",
+          baseline: round3(kr),
+          ratio: round3(sr / kr)
+        },
+        {
+          bench: `replica.produce.${valueBytes}B.MB_per_s`,
+          value: round3((sr * recordBytes) / 1e6),
+          unit: "MB/s",
+          baseline: round3((kr * recordBytes) / 1e6),
+          ratio: round3(sr / kr)
+        },
+        {
+          bench: `replica.produce.${valueBytes}B.p50_ms`,
+          value: round3(lat(s, 50)),
+          unit: "ms per call",
+          baseline: round3(lat(k, 50)),
+          ratio: round3(lat(s, 50) / lat(k, 50))
+        },
+        {
+          bench: `replica.produce.${valueBytes}B.p99_ms`,
+          value: round3(lat(s, 99)),
+          unit: "ms per call",
+          baseline: round3(lat(k, 99)),
+          ratio: round3(lat(s, 99) / lat(k, 99))
+        },
+        {
+          bench: `replica.produce.${valueBytes}B.server_cpu_s_per_100k`,
+          value: round3((median(s.map((r) => r.serverCpu)) * 100_000) / plan.records),
+          unit: "CPU s per 100k records (3 servers)",
+          baseline: round3((median(k.map((r) => r.serverCpu)) * 100_000) / plan.records)
+        },
+        {
+          bench: `replica.produce.${valueBytes}B.client_cpu_s_per_100k`,
+          value: round3((median(s.map((r) => r.clientCpu)) * 100_000) / plan.records),
+          unit: "CPU s per 100k records (client)",
+          baseline: round3((median(k.map((r) => r.clientCpu)) * 100_000) / plan.records)
+        }
+      )
+      details[`produce${valueBytes}`] = {
+        strata: s.map((r) => ({
+          seconds: round3(r.seconds),
+          serverCpu: round3(r.serverCpu),
+          clientCpu: round3(r.clientCpu)
+        })),
+        kafka: k.map((r) => ({
+          seconds: round3(r.seconds),
+          serverCpu: round3(r.serverCpu),
+          clientCpu: round3(r.clientCpu)
+        }))
+      }
+    }
+  } finally {
+    await strata.close()
+  }
+  return { figures, details }
+}
+
+/** Sends one record to every tablet until each took one; the time when the last did. */
+const everyTabletWrites = async (side: StrataSide, tablets: ReadonlyArray<TabletId>, since: number) => {
+  const times = await side.run(
+    Effect.forEach(
+      tablets,
+      (tablet) =>
+        Effect.map(
+          side.client.send(tablet, [{ key: null, value: Buffer.from("probe"), headers: [], timestamp: 0 }]),
+          () => Date.now()
+        ),
+      { concurrency: "unbounded" }
+    )
+  )
+  return Math.max(...times) - since
+}
+
+const failoverPart = async (kills: number, zookeeper: string) => {
+  const side = await startStrata("failover", 3, zookeeper)
+  const tablets: Array<TabletId> = Array.from({ length: 200 }, (_, bucket) => ({ table: "failover", bucket }))
+  const writable: Array<number> = []
+  const led: Array<number> = []
+  const rejoined: Array<number> = []
+  try {
+    await createTable(side, "failover", 200)
+    await everyTabletWrites(side, tablets, Date.now())
+    for (let k = 0; k < kills; k++) {
+      const m = await side.run(side.client.metadata("failover"))
+      const leads = new Map<number, number>()
+      for (const t of m.tablets) if (t.leader !== null) leads.set(t.leader, (leads.get(t.leader) ?? 0) + 1)
+      const [victim, count] = [...leads].sort((a, b) => b[1] - a[1])[0]!
+      const t0 = Date.now()
+      await side.run(side.cluster.kill("tablet-server", victim))
+      const ms = await everyTabletWrites(side, tablets, t0)
+      writable.push(ms)
+      led.push(count)
+      const r0 = Date.now()
+      await side.run(side.cluster.start("tablet-server", victim))
+      await awaitTable(side, "failover", (t) => t.isr.length === t.replicas.length)
+      rejoined.push(Date.now() - r0)
+      progress(
+        `failover ${k + 1}/${kills}: server ${victim} led ${count}; every tablet writable after ${ms} ms; back in every ISR ${rejoined.at(-1)} ms after its restart`
+      )
+    }
+  } finally {
+    await side.close()
+  }
+  return {
+    figures: [
+      {
+        bench: "replica.failover.all_writable_ms.median",
+        value: round3(median(writable)),
+        unit: "ms",
+        baseline: SETTINGS.sessionTimeoutMs,
+        ratio: round3(median(writable) / SETTINGS.sessionTimeoutMs),
+        tabletsLedByVictim: round3(median(led))
+      },
+      {
+        bench: "replica.failover.all_writable_ms.p99",
+        value: round3(percentile(writable, 99)),
+        unit: "ms",
+        baseline: SETTINGS.sessionTimeoutMs,
+        ratio: round3(percentile(writable, 99) / SETTINGS.sessionTimeoutMs)
+      },
+      {
+        bench: "replica.failover.rejoin_ms.median",
+        value: round3(median(rejoined)),
+        unit: "ms (restart to back in every ISR)"
+      }
+    ] satisfies Array<Figure>,
+    details: { failover: { writableMs: writable, ledByVictim: led, rejoinMs: rejoined } }
+  }
+}
+
+const catchupPart = async (seconds: number, zookeeper: string) => {
+  const side = await startStrata("catchup", 3, zookeeper)
+  try {
+    await createTable(side, "catchup", PARTITIONS)
+    const tablets: Array<TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table: "catchup", bucket }))
+    await side.run(side.cluster.kill("tablet-server", 3))
+    await awaitTable(side, "catchup", (t) => !t.isr.includes(3) && t.leader !== null)
+    const values = randomBytes(100 * 64, 7)
+    let appended = 0
+    const t0 = performance.now()
+    const until = t0 + seconds * 1000
+    await Promise.all(
+      Array.from({ length: 4 }, async (_, w) => {
+        let i = w
+        while (performance.now() < until) {
+          const records: Array<TabletRecord> = Array.from({ length: 1000 }, (_, j) => ({
+            key: keyOf(i * 1000 + j),
+            value: values.subarray((j % 64) * 100, (j % 64) * 100 + 100),
+            headers: [],
+            timestamp: 0
+          }))
+          await side.run(side.client.send(tablets[i % PARTITIONS]!, records))
+          appended += records.length
+          i += 4
+        }
+      })
+    )
+    const appendRate = appended / ((performance.now() - t0) / 1000)
+    const r0 = performance.now()
+    await side.run(side.cluster.start("tablet-server", 3))
+    await awaitTable(side, "catchup", (t) => t.isr.includes(3), 600_000)
+    const catchupSeconds = (performance.now() - r0) / 1000
+    const catchupRate = appended / catchupSeconds
+    progress(
+      `catch-up: ${appended} records appended at ${Math.round(appendRate)}/s while server 3 was down; it caught up in ${round3(catchupSeconds)} s (${Math.round(catchupRate)} records/s, process start included)`
+    )
+    return {
+      figures: [
+        {
+          bench: "replica.catchup.records_per_s",
+          value: round3(catchupRate),
+          unit: "records/s (restart to back in every ISR)",
+          baseline: round3(appendRate),
+          ratio: round3(catchupRate / appendRate),
+          records: appended
+        }
+      ] satisfies Array<Figure>,
+      details: { catchup: { appended, appendRate: round3(appendRate), catchupSeconds: round3(catchupSeconds) } }
+    }
+  } finally {
+    await side.close()
+  }
+}
+
+export const run = async (): Promise<BenchOutput & { readonly save: boolean }> => {
+  const plan: Plan = {
+    records: envInt("BENCH_RECORDS", DEFAULTS.records),
+    batch: envInt("BENCH_BATCH", DEFAULTS.batch),
+    inFlight: envInt("BENCH_IN_FLIGHT", DEFAULTS.inFlight)
+  }
+  const runs = envInt("BENCH_RUNS", DEFAULTS.runs)
+  const kills = envInt("BENCH_KILLS", DEFAULTS.kills)
+  const catchupSeconds = envInt("BENCH_CATCHUP_SECONDS", DEFAULTS.catchupSeconds)
+  const zookeeper = envString("BENCH_ZOOKEEPER") ?? DEFAULTS.zookeeper
+  const brokers = (envString("BENCH_KAFKA3") ?? DEFAULTS.kafka3).split(",")
+  const save =
+    plan.records === DEFAULTS.records &&
+    plan.batch === DEFAULTS.batch &&
+    plan.inFlight === DEFAULTS.inFlight &&
+    runs === DEFAULTS.runs &&
+    kills === DEFAULTS.kills &&
+    catchupSeconds === DEFAULTS.catchupSeconds
+  const parts = (envString("BENCH_PARTS") ?? "produce,failover,catchup").split(",")
+  const figures: Array<Figure> = []
+  const details: Record<string, unknown> = { plan, settings: SETTINGS }
+  if (parts.includes("produce")) {
+    const p = await producePart(plan, runs, zookeeper, brokers)
+    figures.push(...p.figures)
+    Object.assign(details, p.details)
+  }
+  if (parts.includes("failover")) {
+    const f = await failoverPart(kills, zookeeper)
+    figures.push(...f.figures)
+    Object.assign(details, f.details)
+  }
+  if (parts.includes("catchup")) {
+    const c = await catchupPart(catchupSeconds, zookeeper)
+    figures.push(...c.figures)
+    Object.assign(details, c.details)
+  }
+  return { results: figures, details, save: save && parts.length === 3 }
+}
