@@ -16,12 +16,14 @@ const SEED = process.env.STRATA_NEMESIS_SEED === undefined ? undefined : Number(
 
 let runner: NodeRunner
 const directories: Array<string> = []
+/** The directories of failed runs: kept, with the processes' logs, for a look afterwards. */
+const failed = new Set<string>()
 beforeAll(async () => {
   runner = await bundleCli()
 }, 120_000)
 afterAll(async () => {
   await runner?.dispose()
-  for (const d of directories) await rm(d, { recursive: true, force: true })
+  for (const d of directories) if (!failed.has(d)) await rm(d, { recursive: true, force: true })
 })
 
 const nemesis = (
@@ -39,8 +41,18 @@ const nemesis = (
     const cluster = ProcessCluster.make({ runner, coordination, namespace, directory, settings: faultSettings })
     yield* Effect.addFinalizer(() => cluster.killAll)
     console.log(`nemesis on ${backend}: seed ${seed} (replay: STRATA_NEMESIS_SEED=${seed}), ${durationMs} ms of faults`)
+    // Bounded below the test's timeout, so that a run that wedges still reports its seed and the processes' logs.
     const result = yield* Effect.scoped(Nemesis.run(cluster, { namespace, seed, durationMs, tablets: 12 })).pipe(
-      Effect.tapError(() => Effect.sync(() => console.log(`seed ${seed} failed\n${cluster.logTails(40)}`))),
+      Effect.timeoutOrElse({
+        duration: durationMs + 240_000,
+        orElse: () => Effect.fail(new Error(`the run did not end within ${durationMs + 240_000} ms`))
+      }),
+      Effect.tapError((e) =>
+        Effect.sync(() => {
+          failed.add(directory)
+          console.log(`seed ${seed} failed (${String(e)}); logs kept in ${directory}\n${cluster.logTails(60)}`)
+        })
+      ),
       Effect.provide(layer)
     )
     const { report } = result
@@ -68,7 +80,7 @@ describe("the nemesis on real processes", () => {
         DURATION_MS,
         Math.floor((DURATION_MS / 150_000) * 30)
       ),
-    DURATION_MS + 300_000
+    DURATION_MS + 360_000
   )
 
   it.live(
@@ -81,6 +93,6 @@ describe("the nemesis on real processes", () => {
         60_000,
         8
       ),
-    400_000
+    460_000
   )
 })

@@ -74,15 +74,18 @@ export const make = (
       return yield* watchServers
     })
     yield* Effect.forkScoped(watchServers.pipe(Effect.retry(backoff), Effect.ignore))
+    // Followed for as long as the directory lives: a stream that fails or ends is subscribed to again.
     yield* Effect.forkScoped(
-      election.changes.pipe(
-        Stream.runForEach((info) =>
-          Effect.sync(() => {
-            leader = Option.isSome(info) ? info.value.address : undefined
-          })
-        ),
-        Effect.retry(backoff),
-        Effect.ignore
+      Effect.forever(
+        election.changes.pipe(
+          Stream.runForEach((info) =>
+            Effect.sync(() => {
+              leader = Option.isSome(info) ? info.value.address : undefined
+            })
+          ),
+          Effect.ignore,
+          Effect.andThen(Effect.sleep(options.retryBackoffMs))
+        )
       )
     )
 

@@ -198,16 +198,25 @@ export const make = (
         const sent = yield* leadership.guard.pipe(
           Effect.andThen(servers.leaderAndIsr(server, request)),
           Effect.as(true),
-          Effect.catch((e) =>
-            // A newer coordinator: this one's instructions are over. Another registration: the server is between
-            // lives, and the watch will tell.
-            e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch" && e.reason.resource === "coordinator"
-              ? Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), true)
-              : Effect.as(Effect.sleep(options.retryBackoffMs), false)
-          ),
+          Effect.catch((e) => {
+            // A newer coordinator: this one's instructions are over.
+            if (e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch" && e.reason.resource === "coordinator") {
+              return Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), true)
+            }
+            // Another registration: the server is between lives, or it registered again and the watch has not told
+            // (yet): its registration is read again.
+            const between = e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch"
+            return Effect.as(
+              Effect.andThen(
+                between ? recheck(server, registration) : Effect.void,
+                Effect.sleep(options.retryBackoffMs)
+              ),
+              false
+            )
+          }),
           // A defect of the transport must not end this server's deliveries.
           Effect.catchCause((cause) =>
-            Cause.hasInterruptsOnly(cause)
+            Cause.hasInterruptsOnly(cause) && closed
               ? Effect.failCause(cause)
               : Effect.logError(`delivering to server ${server}`, cause).pipe(
                   Effect.andThen(Effect.sleep(options.retryBackoffMs)),
@@ -223,6 +232,22 @@ export const make = (
         }
         yield* Deferred.succeed(box.wake, undefined)
       }).pipe(Effect.forever)
+
+    /**
+     * Reads `server`'s registration again after it refused instructions addressed to `addressed`: when it registered
+     * again (or left) without the watch telling, the machine hears it as the watch would have said it.
+     */
+    const recheck = (server: ServerId, addressed: number | undefined) =>
+      Effect.gen(function* () {
+        const stat = yield* session.exists(paths.server(server))
+        const now = stat._tag === "Some" ? stat.value.createdOrder : undefined
+        if (now === addressed || state.registrations.get(server) !== addressed) return
+        yield* Effect.logInfo(
+          `server ${server} refused instructions for registration ${addressed}: it is registered ${now === undefined ? "no more" : `as ${now}`}`
+        )
+        yield* Queue.offer(inbox, { _tag: "ServerDown", server })
+        if (now !== undefined) yield* Queue.offer(inbox, { _tag: "ServerUp", server, registration: now })
+      }).pipe(Effect.ignore)
 
     const outboxOf = (server: ServerId) =>
       Effect.gen(function* () {
@@ -295,6 +320,15 @@ export const make = (
       })
 
     const feed = (input: ControllerState.Input): Effect.Effect<void> =>
+      Effect.andThen(
+        input._tag === "ServerUp"
+          ? Effect.logInfo(`server ${input.server} registered (registration ${input.registration})`)
+          : input._tag === "ServerDown"
+            ? Effect.logInfo(`server ${input.server} left`)
+            : Effect.void,
+        feedStep(input)
+      )
+    const feedStep = (input: ControllerState.Input): Effect.Effect<void> =>
       Effect.suspend(() => {
         if (input._tag === "ServerDown") {
           const box = outboxes.get(input.server)

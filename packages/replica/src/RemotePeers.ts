@@ -16,7 +16,7 @@ import type {
   ServerId,
   TabletId
 } from "@strata/core"
-import { Deferred, Effect, Exit, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "./Controller.js"
 import { PeerUnreachable, type PeersShape } from "./Peers.js"
@@ -148,6 +148,13 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
         // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
         Effect.catchDefect((defect) =>
           Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
+        ),
+        // Nor a connection closed under the call (retired: the peer moved to another address), which ends the
+        // call as an interruption: the caller tries again, and finds the peer where it is now.
+        Effect.catchCause((cause) =>
+          Cause.hasInterruptsOnly(cause)
+            ? Effect.fail(new PeerUnreachable({ target, detail: "the connection closed during the call" }))
+            : Effect.failCause(cause)
         )
       ) as Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable>
     // Where each server was last found: a server found elsewhere retires its old address's connection.
@@ -163,6 +170,28 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
           }
           const client = yield* servers.get(address)
           return { client, target: `server ${id} (${address})` }
+        })
+      )
+    /**
+     * A call to server `id`, finding and connecting to it included, bounded as a whole: a connection that never
+     * completes (a peer gone mid-handshake) must not hold the caller past the timeout either.
+     */
+    const onServer = <A, E>(
+      id: ServerId,
+      call: (
+        client: Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>
+      ) => Effect.Effect<A, E | RpcClientError.RpcClientError>
+    ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
+      Effect.flatMap(server(id), ({ client, target }) => timed(target, call(client))).pipe(
+        Effect.timeoutOrElse({
+          duration: options.requestTimeoutMs + 1_000,
+          orElse: () =>
+            Effect.fail(
+              new PeerUnreachable({
+                target: `server ${id}`,
+                detail: `no connection within ${options.requestTimeoutMs} ms`
+              })
+            )
         })
       )
     const controller = Effect.flatMap(options.controller, (address) =>
@@ -184,13 +213,23 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
         timed(target, call(client)).pipe(
           Effect.mapError((e) => (e instanceof NotController ? new PeerUnreachable({ target, detail: e.message }) : e))
         )
+      ).pipe(
+        Effect.timeoutOrElse({
+          duration: options.requestTimeoutMs + 1_000,
+          orElse: () =>
+            Effect.fail(
+              new PeerUnreachable({
+                target: "the controller",
+                detail: `no connection within ${options.requestTimeoutMs} ms`
+              })
+            )
+        })
       ) as Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable>
 
     const peers: PeersShape = {
       leader: (id) => ({
-        fetch: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Fetch(request))),
-        endOffsetForEpoch: (request) =>
-          Effect.flatMap(server(id), ({ client, target }) => timed(target, client.EndOffsetForEpoch(request)))
+        fetch: (request) => onServer(id, (client) => client.Fetch(request)),
+        endOffsetForEpoch: (request) => onServer(id, (client) => client.EndOffsetForEpoch(request))
       }),
       controller: {
         adjustIsr: (request) => toController((c) => c.AdjustIsr(request)),
@@ -198,16 +237,14 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       }
     }
     const tabletServers: TabletServersShape = {
-      leaderAndIsr: (id, request) =>
-        Effect.flatMap(server(id), ({ client, target }) => timed(target, client.LeaderAndIsr(request))),
-      logEnd: (id, request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.LogEnd(request)))
+      leaderAndIsr: (id, request) => onServer(id, (client) => client.LeaderAndIsr(request)),
+      logEnd: (id, request) => onServer(id, (client) => client.LogEnd(request))
     }
     const calls = (id: ServerId): ServerCalls => ({
-      append: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Append(request))),
-      read: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.Read(request))),
-      replicaState: (tablet) =>
-        Effect.flatMap(server(id), ({ client, target }) => timed(target, client.ReplicaState({ tablet }))),
-      readLog: (request) => Effect.flatMap(server(id), ({ client, target }) => timed(target, client.ReadLog(request)))
+      append: (request) => onServer(id, (client) => client.Append(request)),
+      read: (request) => onServer(id, (client) => client.Read(request)),
+      replicaState: (tablet) => onServer(id, (client) => client.ReplicaState({ tablet })),
+      readLog: (request) => onServer(id, (client) => client.ReadLog(request))
     })
     const admin: AdminCalls = {
       createTable: (request) => toController((c) => c.CreateTable(request)),

@@ -215,6 +215,7 @@ const proposeIsr = (
   Effect.gen(function* () {
     const leader = h.leader
     if (leader === undefined) return
+    yield* Effect.logInfo(`server ${server.self}: ${h.key}: asking the controller for ISR [${isr.join(",")}]`)
     const reply = yield* server.peers.controller
       .adjustIsr({
         tablet: h.tablet,
@@ -235,7 +236,15 @@ const proposeIsr = (
       Effect.suspend(() => {
         if (h.role !== role) return Effect.void
         if (reply._tag === "IsrAdjusted") {
-          return isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version)
+          return Effect.andThen(
+            Effect.logInfo(
+              `server ${server.self}: ${h.key}: ISR now [${reply.leaderAndIsr.isr.join(",")}] (version ${reply.leaderAndIsr.version})`
+            ),
+            // Already known from a LeaderAndIsr (the same version or a later one), the change is not pending any more.
+            reply.leaderAndIsr.version <= h.version
+              ? stepLeader(server, h, { _tag: "IsrChangeRejected" })
+              : isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version)
+          )
         }
         // A stale version: the controller changed the ISR meanwhile; take its state, then propose again if need be.
         const r = reply.rejection
@@ -278,6 +287,9 @@ const runReplica = (
               ignoreMinIsr: server.unsafe.highWatermarkIgnoresMinIsr === true
             })
             if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
+            yield* Effect.logInfo(
+              `server ${server.self}: ${h.key}: leading under leader epoch ${command.leaderEpoch}, ISR [${command.isr.join(",")}]`
+            )
             // A leader alone in its ISR with a minimum of one commits what it has at once.
             yield* stepLeader(server, h, { _tag: "Appended", logEndOffset: yield* log.logEndOffset })
           })
@@ -285,6 +297,9 @@ const runReplica = (
           return Effect.gen(function* () {
             h.role++
             if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
+            yield* Effect.logInfo(
+              `server ${server.self}: ${h.key}: following server ${command.leader} under leader epoch ${command.leaderEpoch}`
+            )
             h.fetcher = yield* Effect.forkIn(
               follow(h, h.role, {
                 self: server.self,

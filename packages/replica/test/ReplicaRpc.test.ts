@@ -5,12 +5,19 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { type AdjustIsrRequest, ReplicaAcks, Store, TabletId, type TabletRecord } from "@strata/core"
-import { Context, Effect, Exit, Layer, Schema, Scope } from "effect"
+import { Cause, Context, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
 import { Peers, PeerUnreachable } from "../src/Peers.js"
 import * as RemotePeers from "../src/RemotePeers.js"
 import type { ControllerShape } from "../src/Controller.js"
-import { connectGroup, formatAddress, parseAddress, serveController, serveTabletServer } from "../src/ReplicaRpc.js"
+import {
+  connectGroup,
+  formatAddress,
+  parseAddress,
+  serveController,
+  serveTabletServer,
+  serveTabletServerWith
+} from "../src/ReplicaRpc.js"
 import * as TabletServer from "../src/TabletServer.js"
 
 const tablet = { table: "orders", bucket: 0 }
@@ -198,5 +205,57 @@ describe("ReplicaRpc over TCP", () => {
         assert.deepStrictEqual(asked, [request])
         assert.strictEqual(yield* remote.peers.controller.controlledShutdown(4), 40)
       }).pipe(Effect.scoped)
+  )
+})
+
+describe("a server found at another address", () => {
+  it.live("a call in flight on the connection it retires ends as PeerUnreachable, not as an interruption", () =>
+    Effect.gen(function* () {
+      const stuck = yield* serveTabletServerWith(
+        { host: "127.0.0.1", port: 0 },
+        {
+          LeaderAndIsr: () => Effect.never,
+          LogEnd: () => Effect.never,
+          Fetch: () => Effect.never,
+          EndOffsetForEpoch: () => Effect.never,
+          Append: () => Effect.never,
+          Read: () => Effect.never,
+          ReplicaState: () => Effect.succeed("OnlineReplica" as const),
+          ReadLog: () => Effect.never
+        }
+      )
+      const moved = yield* serveTabletServerWith(
+        { host: "127.0.0.1", port: 0 },
+        {
+          LeaderAndIsr: () => Effect.void,
+          LogEnd: () => Effect.never,
+          Fetch: () => Effect.never,
+          EndOffsetForEpoch: () => Effect.never,
+          Append: () => Effect.never,
+          Read: () => Effect.never,
+          ReplicaState: () => Effect.succeed("OnlineReplica" as const),
+          ReadLog: () => Effect.never
+        }
+      )
+      let at = formatAddress(stuck)
+      const remote = yield* RemotePeers.make({
+        locate: () => Effect.sync(() => at),
+        controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none here" })),
+        requestTimeoutMs: 20_000
+      })
+      const request = { coordinatorEpoch: 1, tablets: [] }
+      const inFlight = yield* Effect.forkChild(Effect.exit(remote.servers.leaderAndIsr(1, request)))
+      yield* Effect.sleep("200 millis")
+      // The server is found elsewhere: the next call retires the old connection.
+      at = formatAddress(moved)
+      yield* remote.servers.leaderAndIsr(1, request)
+      const first = yield* Fiber.join(inFlight)
+      assert.isTrue(Exit.isFailure(first))
+      if (Exit.isFailure(first)) {
+        assert.isFalse(Cause.hasInterruptsOnly(first.cause), "an interruption would end a caller's retry loop")
+        const e = Cause.findErrorOption(first.cause)
+        assert.isTrue(e._tag === "Some" && e.value instanceof PeerUnreachable, String(first.cause))
+      }
+    }).pipe(Effect.scoped)
   )
 })
