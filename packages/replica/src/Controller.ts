@@ -421,6 +421,14 @@ export const make = (
             reply._tag === "IsrAdjusted" || reply._tag === "IsrRejected"
               ? reply
               : { _tag: "IsrRejected", rejection: { _tag: "UnknownTablet" } }
+        ).pipe(
+          Effect.tap((reply) =>
+            reply._tag === "IsrRejected"
+              ? Effect.logInfo(
+                  `${tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}`
+                )
+              : Effect.void
+          )
         ),
       controlledShutdown: (server) =>
         Effect.map(

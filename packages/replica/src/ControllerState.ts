@@ -774,12 +774,7 @@ export const step = (state: State, input: Input): Step => {
       const rejection = validateIsr(state, input, t)
       if (rejection !== undefined || t === undefined) {
         const reply: Reply = { _tag: "IsrRejected", rejection: rejection ?? { _tag: "UnknownTablet" } }
-        const log: Command = {
-          _tag: "Log",
-          level: "info",
-          message: `${tabletKey(input.tablet)}: ISR change to [${input.isr.join(",")}] from server ${input.leader} (leader epoch ${input.leaderEpoch}, version ${input.version}) refused: ${reply.rejection._tag}`
-        }
-        return [state, [log, { _tag: "Reply", requestId: input.requestId, reply }]]
+        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
       }
       const c = changes(state)
       // The leader learns from the reply; the followers need not hear of it.
