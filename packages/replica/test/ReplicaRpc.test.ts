@@ -211,32 +211,19 @@ describe("ReplicaRpc over TCP", () => {
 describe("a server found at another address", () => {
   it.live("a call in flight on the connection it retires ends as PeerUnreachable, not as an interruption", () =>
     Effect.gen(function* () {
-      const stuck = yield* serveTabletServerWith(
-        { host: "127.0.0.1", port: 0 },
-        {
-          LeaderAndIsr: () => Effect.never,
-          LogEnd: () => Effect.never,
-          Fetch: () => Effect.never,
-          EndOffsetForEpoch: () => Effect.never,
-          Append: () => Effect.never,
-          Read: () => Effect.never,
-          ReplicaState: () => Effect.succeed("OnlineReplica" as const),
-          ReadLog: () => Effect.never
-        }
-      )
-      const moved = yield* serveTabletServerWith(
-        { host: "127.0.0.1", port: 0 },
-        {
-          LeaderAndIsr: () => Effect.void,
-          LogEnd: () => Effect.never,
-          Fetch: () => Effect.never,
-          EndOffsetForEpoch: () => Effect.never,
-          Append: () => Effect.never,
-          Read: () => Effect.never,
-          ReplicaState: () => Effect.succeed("OnlineReplica" as const),
-          ReadLog: () => Effect.never
-        }
-      )
+      // Two servers: one whose calls never end, one that answers LeaderAndIsr.
+      const handlers = (leaderAndIsr: Effect.Effect<void>) => ({
+        LeaderAndIsr: () => leaderAndIsr,
+        LogEnd: () => Effect.never,
+        Fetch: () => Effect.never,
+        EndOffsetForEpoch: () => Effect.never,
+        Append: () => Effect.never,
+        Read: () => Effect.never,
+        ReplicaState: () => Effect.succeed("OnlineReplica" as const),
+        ReadLog: () => Effect.never
+      })
+      const stuck = yield* serveTabletServerWith({ host: "127.0.0.1", port: 0 }, handlers(Effect.never))
+      const moved = yield* serveTabletServerWith({ host: "127.0.0.1", port: 0 }, handlers(Effect.void))
       let at = formatAddress(stuck)
       const remote = yield* RemotePeers.make({
         locate: () => Effect.sync(() => at),

@@ -28,7 +28,7 @@ import {
   type Session,
   type TopicPartition
 } from "@strata/core"
-import { Duration, Effect, Option, Queue, type Scope, Stream } from "effect"
+import { Duration, Effect, Option, Queue, Schedule, type Scope, Stream } from "effect"
 import { makeConsumer } from "./strataConsumer.js"
 import { checkPartition, partitionsOf, type Shared } from "./strataShared.js"
 
@@ -164,7 +164,8 @@ export const makeGroupConsumer = (
         yield* waiting ? Effect.raceFirst(watch.changed, Effect.sleep(Duration.millis(50))) : watch.changed
       }
     })
-    yield* Effect.forkScoped(loop.pipe(Effect.retry({ times: 10_000 }), Effect.ignore))
+    // A coordination failure (a lost connection, an expired session's watch) is waited out, never given up on.
+    yield* Effect.forkScoped(loop.pipe(Effect.retry(Schedule.spaced(Duration.millis(100))), Effect.ignore))
 
     return {
       events: Stream.fromQueue(events),
