@@ -1,6 +1,6 @@
 // Strata's replicated tablets as processes, next to a 3-broker Kafka on the same machine (docs/ARCHITECTURE.md,
 // "Benchmarks"). Needs ZooKeeper (Strata's coordination) and the 3-broker Kafka of scripts/services:
-//   ./dev services up zookeeper kafka3 && pnpm bench:replica
+//   ./dev services up zookeeper kafka3 && ./dev bench:replica
 //
 // 1. produce: acks=all, RF 3, min ISR 2, 12 partitions/tablets, 3 servers/brokers on loopback, records of 100 B and
 //    1 KB (16-byte keys), RECORDS records each, in calls of BATCH records with IN_FLIGHT calls outstanding, record i to

@@ -16,7 +16,7 @@ import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { ReplicationConfig } from "@strata/replica"
+import { ReplicaRpc, ReplicationConfig } from "@strata/replica"
 import { Data, Effect, type Layer, Schema } from "effect"
 
 /**
@@ -74,13 +74,10 @@ type CoordinationTarget =
   | { readonly _tag: "zookeeper"; readonly connectString: string; readonly root?: string }
   | { readonly _tag: "etcd"; readonly endpoints: ReadonlyArray<string> }
 
+/** `host:port[,host:port...]`, each as the cluster's own addresses are read, if it is that. */
 const hostPorts = (text: string): ReadonlyArray<string> | undefined => {
   const list = text.split(",")
-  return list.every(
-    (hp) => /^[^\s:/,]+:\d{1,5}$/.test(hp) && Number(hp.split(":")[1]) > 0 && Number(hp.split(":")[1]) < 65_536
-  )
-    ? list
-    : undefined
+  return list.every((hp) => ReplicaRpc.parseAddress(hp) !== undefined) ? list : undefined
 }
 
 /** A coordination URL's backend and servers, if it is one. */

@@ -10,7 +10,7 @@ import { bundleCli, faultSettings, freshDirectory } from "./support/clusterTest.
 import * as Nemesis from "./support/nemesis.js"
 import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 
-// `pnpm soak:replica` runs the ZooKeeper run for STRATA_NEMESIS_MS (and STRATA_NEMESIS_SEED replays a seed).
+// `./dev soak:replica` runs the ZooKeeper run for STRATA_NEMESIS_MS (and STRATA_NEMESIS_SEED replays a seed).
 const DURATION_MS = Number(process.env.STRATA_NEMESIS_MS ?? 150_000)
 const SEED = process.env.STRATA_NEMESIS_SEED === undefined ? undefined : Number(process.env.STRATA_NEMESIS_SEED)
 
