@@ -73,6 +73,7 @@ const rpcRun = Effect.gen(function* () {
     {
       LeaderAndIsr: () => Effect.void,
       LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
+      Holdings: () => Effect.succeed({ tablets: [] }),
       Fetch: () => Effect.succeed(fetched),
       EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
       Append: (r) =>

@@ -38,6 +38,8 @@ export interface ProcessCluster {
   readonly running: (kind: Kind) => ReadonlyArray<number>
   /** The OS process id of a running process. */
   readonly pid: (kind: Kind, id: number) => number | undefined
+  /** Everything a process has logged, over all its starts (empty before its first). */
+  readonly log: (kind: Kind, id: number) => string
   /** The end of every process's log, for a failure's message. */
   readonly logTails: (lines: number) => string
   /** Kills every process. */
@@ -123,6 +125,16 @@ export const make = (options: ProcessClusterOptions): ProcessCluster => {
       running.set(key, { child, exited, paused: false })
     })
 
+  const readLog = (key: string) => {
+    const file = logs.get(key)
+    if (file === undefined) return ""
+    try {
+      return readFileSync(file, "utf8")
+    } catch {
+      return ""
+    }
+  }
+
   const signal = (kind: Kind, id: number, sig: NodeJS.Signals) =>
     Effect.promise(async () => {
       const r = running.get(name(kind, id))
@@ -153,16 +165,9 @@ export const make = (options: ProcessClusterOptions): ProcessCluster => {
     isPaused: (kind, id) => running.get(name(kind, id))?.paused === true,
     running: (kind) =>
       [...running.keys()].filter((k) => k.startsWith(`${kind}-`)).map((k) => Number(k.slice(kind.length + 1))),
+    log: (kind, id) => readLog(name(kind, id)),
     logTails: (lines) =>
-      [...logs.entries()]
-        .map(([key, file]) => {
-          let text = ""
-          try {
-            text = readFileSync(file, "utf8")
-          } catch {}
-          return `==> ${key}\n${text.split("\n").slice(-lines).join("\n")}`
-        })
-        .join("\n"),
+      [...logs.keys()].map((key) => `==> ${key}\n${readLog(key).split("\n").slice(-lines).join("\n")}`).join("\n"),
     killAll: Effect.promise(async () => {
       const all = [...running.values()]
       for (const r of all) r.child.kill("SIGKILL")

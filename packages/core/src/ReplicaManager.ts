@@ -184,6 +184,37 @@ export const LogEndResult = Schema.Struct({
 export type LogEndResult = typeof LogEndResult.Type
 
 /**
+ * A new controller's question to a tablet server, under its coordinator epoch (fencing the previous controller's
+ * instructions from then on) and addressed to one registration of the server: which tablets do you hold, and under
+ * which leader epoch and tablet version? It then instructs the server only where the answer falls behind.
+ */
+export const HoldingsRequest = Schema.Struct({
+  coordinatorEpoch: Epoch,
+  registration: Schema.optional(Schema.Int)
+}).annotate({ identifier: "HoldingsRequest" })
+/** @see HoldingsRequest */
+export type HoldingsRequest = typeof HoldingsRequest.Type
+
+/**
+ * One replica a tablet server holds, as its last LeaderAndIsr left it: the leader epoch its machine took (`null`:
+ * none yet) and the tablet version it applied.
+ */
+export const Holding = Schema.Struct({
+  tablet: TabletId,
+  leaderEpoch: Schema.NullOr(Epoch),
+  version: Schema.Int
+}).annotate({ identifier: "Holding" })
+/** @see Holding */
+export type Holding = typeof Holding.Type
+
+/** A tablet server's answer to `HoldingsRequest`. */
+export const HoldingsResult = Schema.Struct({
+  tablets: Schema.Array(Holding)
+}).annotate({ identifier: "HoldingsResult" })
+/** @see HoldingsResult */
+export type HoldingsResult = typeof HoldingsResult.Type
+
+/**
  * A leader's request to change its tablet's ISR (`version`: the tablet version it knows). `registrations`: the
  * registrations its followers fetched under (KIP-903), so that a member added under a life that has ended is refused.
  */
@@ -242,6 +273,11 @@ export interface ReplicaManagerShape {
   readonly endOffsetForEpoch: (request: EndOffsetRequest) => Effect.Effect<EndOffsetResult, ReplicaError>
   /** This server's log of `tablet` as its store holds it (opening it if no instruction has yet). */
   readonly logEnd: (request: LogEndRequest) => Effect.Effect<LogEndResult, ReplicaError>
+  /**
+   * What this server holds, for a new controller that resumes (fenced and addressed as `leaderAndIsr` is; the
+   * coordinator epoch is taken as the newest from then on).
+   */
+  readonly holdings: (request: HoldingsRequest) => Effect.Effect<HoldingsResult, ReplicaError>
   /** The state of this server's replica of `tablet`. */
   readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError>
 }

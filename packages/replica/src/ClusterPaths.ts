@@ -1,8 +1,9 @@
 /**
  * Where a replicated cluster keeps its state in coordination, under one namespace: the live tablet servers'
  * ephemeral registrations (`<ns>/servers/ids/<id>`) and each tablet's assignment with its leader and ISR
- * (`<ns>/tablets/<table>:<bucket>`, JSON, written only by the controller, fenced by the coordinator epoch), and
- * how a tablet server registers.
+ * (`<ns>/tablets/<table>:<bucket>`, JSON, written only by the controller, fenced by the coordinator epoch), the
+ * journal of the latest tablet writes (`<ns>/tablet-changes`, written in the same atomic operation as the tablets it
+ * names, so a standby coordinator reads only what changed), and how a tablet server registers.
  *
  * @since 0.1.0
  */
@@ -20,6 +21,9 @@ import {
 import { Duration, Effect, Schedule, Schema, Stream } from "effect"
 import type * as ControllerState from "./ControllerState.js"
 
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
 /**
  * A cluster's paths.
  *
@@ -30,6 +34,8 @@ export interface ClusterPaths {
   readonly server: (id: ServerId) => string
   readonly tablets: string
   readonly tablet: (tablet: TabletId) => string
+  /** The journal of the latest tablet writes. */
+  readonly changes: string
 }
 
 /**
@@ -44,9 +50,104 @@ export const make = (namespace: string): ClusterPaths => {
     servers,
     server: (id) => CoordinationPaths.join(servers, String(id)),
     tablets,
-    tablet: (t) => CoordinationPaths.join(tablets, `${encodeURIComponent(t.table)}:${t.bucket}`)
+    tablet: (t) => CoordinationPaths.join(tablets, nodeName(t)),
+    changes: CoordinationPaths.join(namespace, "tablet-changes")
   }
 }
+
+/**
+ * A tablet's node name under `tablets`.
+ *
+ * @since 0.1.0
+ */
+export const nodeName = (t: TabletId): string => `${encodeURIComponent(t.table)}:${t.bucket}`
+
+/**
+ * The journal of tablet writes: every controller write of tablets sets it in the same atomic operation, with the
+ * next `seq` and the names (under `tablets`) of the tablets written. It keeps the latest writes, up to
+ * `journalLimit` names, so a reader that saw `seq` earlier reads only the tablets written since, or learns that it
+ * must read them all.
+ *
+ * @since 0.1.0
+ */
+export const Journal = Schema.Struct({
+  seq: Schema.Int,
+  recent: Schema.Array(Schema.Tuple([Schema.Int, Schema.Array(Schema.String)]))
+})
+
+/**
+ * The journal's type.
+ *
+ * @since 0.1.0
+ */
+export type Journal = typeof Journal.Type
+
+/**
+ * How many tablet names the journal keeps (its oldest entries go first).
+ *
+ * @since 0.1.0
+ */
+export const journalLimit = 1024
+
+/**
+ * An empty journal.
+ *
+ * @since 0.1.0
+ */
+export const emptyJournal: Journal = { seq: 0, recent: [] }
+
+/**
+ * The journal after one more write of the tablets `names`.
+ *
+ * @since 0.1.0
+ */
+export const journalAppend = (journal: Journal, names: ReadonlyArray<string>): Journal => {
+  const seq = journal.seq + 1
+  const recent: Array<readonly [number, ReadonlyArray<string>]> = [[seq, names]]
+  let kept = names.length
+  for (let i = journal.recent.length - 1; i >= 0; i--) {
+    const entry = journal.recent[i]!
+    if (kept + entry[1].length > journalLimit) break
+    kept += entry[1].length
+    recent.unshift(entry)
+  }
+  return { seq, recent }
+}
+
+/**
+ * The names of the tablets written after `seq`, or `undefined` when the journal no longer goes back that far (or
+ * `seq` is not one of its own): read every tablet then.
+ *
+ * @since 0.1.0
+ */
+export const journalSince = (journal: Journal, seq: number): ReadonlyArray<string> | undefined => {
+  if (seq === journal.seq) return []
+  if (seq > journal.seq) return undefined
+  const oldest = journal.recent[0]?.[0]
+  if (oldest === undefined || oldest > seq + 1) return undefined
+  const names = new Set<string>()
+  for (const [at, written] of journal.recent) if (at > seq) for (const n of written) names.add(n)
+  return [...names]
+}
+
+const JournalJson = Schema.fromJsonString(Journal)
+
+/**
+ * The journal's node data.
+ *
+ * @since 0.1.0
+ */
+export const encodeJournal = (journal: Journal): Uint8Array => encoder.encode(Schema.encodeSync(JournalJson)(journal))
+
+/**
+ * The journal's node data read back, or why it cannot be (naming the path).
+ *
+ * @since 0.1.0
+ */
+export const decodeJournal = (path: string, data: Uint8Array): Effect.Effect<Journal, CorruptClusterData> =>
+  Schema.decodeUnknownEffect(JournalJson)(decoder.decode(data)).pipe(
+    Effect.mapError((e) => new CorruptClusterData({ path, detail: e.message }))
+  )
 
 /**
  * A tablet as coordination stores it.
@@ -63,8 +164,6 @@ export const StoredTablet = Schema.Struct({
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)
-const encoder = new TextEncoder()
-const decoder = new TextDecoder()
 
 /**
  * A tablet's node data.

@@ -4,7 +4,9 @@
  * machine one input at a time: the start, servers coming and going, and requests (tablet creation, leaders' ISR
  * changes, controlled shutdowns). It runs each step's commands in order and decides nothing:
  *
- * - `Write`: an epoch-checked coordination write (`Leadership.fenced`); a failure is fed back as `WriteFailed`.
+ * - `Write`: an epoch-checked coordination write (`Leadership.fenced`), a step's consecutive writes batched (up to
+ *   `writeBatch` tablets an operation), each batch setting the tablet journal too; a failure is fed back as
+ *   `WriteFailed`.
  * - `Send`: queued for the server, and delivered (after `Leadership.guard`) until the server answers, leaves, or
  *   answers that a newer coordinator exists; later instructions for a tablet replace queued ones.
  * - `Reply`, `Log`; `Resign` runs the `resign` effect it was given (the coordinator steps down).
@@ -14,13 +16,15 @@
 import {
   Coordination,
   type CoordinationError,
+  type HoldingsRequest,
+  type HoldingsResult,
   type Leadership,
+  type Op,
   type LeaderAndIsrRequest,
   type LogEndRequest,
   type LogEndResult,
   type ReplicaError,
   type ServerId,
-  type Session,
   type TabletId,
   type TabletInstruction,
   tabletKey
@@ -28,6 +32,7 @@ import {
 import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as ControllerState from "./ControllerState.js"
+import * as ControllerView from "./ControllerView.js"
 import type { PeerUnreachable } from "./Peers.js"
 
 /**
@@ -46,6 +51,11 @@ export interface TabletServersShape {
     server: ServerId,
     request: LogEndRequest
   ) => Effect.Effect<LogEndResult, ReplicaError | PeerUnreachable>
+  /** Asks a server what it holds (a new controller, resuming: it instructs only where the server falls behind). */
+  readonly holdings: (
+    server: ServerId,
+    request: HoldingsRequest
+  ) => Effect.Effect<HoldingsResult, ReplicaError | PeerUnreachable>
 }
 
 /**
@@ -88,7 +98,15 @@ export interface ControllerOptions {
   readonly resign: Effect.Effect<void>
   /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
   readonly skipIsrEligibility?: boolean
+  /**
+   * The coordinator's warm view of the tablets (`ControllerView`), which a new controller catches up and starts
+   * from; without one it reads every tablet.
+   */
+  readonly view?: ControllerView.ControllerView
 }
+
+/** How many tablets one coordination write holds at most (etcd refuses transactions of over 128 operations). */
+const writeBatch = 50
 
 /**
  * A running controller.
@@ -107,6 +125,8 @@ export interface ControllerShape {
   readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, ControllerResigned>
   /** The machine's state now. */
   readonly state: Effect.Effect<ControllerState.State>
+  /** How it started: the tablets it started with, how many it read from coordination, whether it read them all. */
+  readonly resumed: { readonly tablets: number; readonly read: number; readonly full: boolean }
 }
 
 type Pending = Deferred.Deferred<ControllerState.Reply, ControllerResigned>
@@ -119,19 +139,6 @@ interface Outbox {
   /** The server's registration the instructions are for, when known. */
   registration: number | undefined
 }
-
-/** Reads every tablet from coordination. */
-const load = (coordination: Session, paths: ClusterPaths.ClusterPaths) =>
-  Effect.gen(function* () {
-    const names = yield* coordination.children(paths.tablets)
-    const tablets = yield* Effect.forEach(names, (name) => {
-      const path = `${paths.tablets}/${name}`
-      return Effect.flatMap(coordination.get(path), (node) =>
-        ClusterPaths.decodeTablet(path, node.data, node.stat.version)
-      )
-    })
-    return tablets
-  })
 
 /**
  * Runs the controller for `leadership` until the scope closes. The machine starts from what coordination holds.
@@ -151,8 +158,13 @@ export const make = (
     const scope = yield* Effect.scope
     const session = yield* (yield* Coordination).session()
     const servers = yield* TabletServers
-    for (const path of [paths.servers, paths.tablets]) {
-      yield* session.create(path, new Uint8Array(), { createParents: true }).pipe(
+    const created = [
+      [paths.servers, new Uint8Array()],
+      [paths.tablets, new Uint8Array()],
+      [paths.changes, ClusterPaths.encodeJournal(ClusterPaths.emptyJournal)]
+    ] as const
+    for (const [path, data] of created) {
+      yield* session.create(path, data, { createParents: true }).pipe(
         Effect.catchIf(
           (e) => e.reason._tag === "NodeExists",
           () => Effect.void
@@ -259,22 +271,46 @@ export const make = (
         return box
       })
 
+    /**
+     * Writes tablets in one fenced operation with the journal's next entry naming them; what failed, if it did.
+     */
+    const write = (batch: ReadonlyArray<Extract<ControllerState.Command, { _tag: "Write" }>>) =>
+      Effect.suspend(() => {
+        const ops = batch.map(({ tablet, expectedVersion }): Op => {
+          const path = paths.tablet(tablet.tablet)
+          const data = ClusterPaths.encodeTablet(tablet)
+          return expectedVersion === null
+            ? { _tag: "create", path, data }
+            : { _tag: "set", path, data, version: expectedVersion }
+        })
+        const next = ClusterPaths.journalAppend(
+          journal.journal,
+          batch.map((w) => ClusterPaths.nodeName(w.tablet.tablet))
+        )
+        const data = ClusterPaths.encodeJournal(next)
+        return leadership.fenced([...ops, { _tag: "set", path: paths.changes, data, version: journal.version }]).pipe(
+          Effect.as(undefined),
+          Effect.tap(() =>
+            Effect.sync(() => {
+              journal = { journal: next, version: journal.version + 1 }
+            })
+          ),
+          Effect.catch((e) => Effect.succeed(e.message))
+        )
+      })
+
     /** Runs one step's commands in order; a failed write is fed back at once and ends the step. */
     const run = (commands: ReadonlyArray<ControllerState.Command>): Effect.Effect<void> =>
       Effect.gen(function* () {
-        for (const command of commands) {
+        for (let i = 0; i < commands.length; i++) {
+          const command = commands[i]!
           switch (command._tag) {
             case "Write": {
-              const path = paths.tablet(command.tablet.tablet)
-              const data = ClusterPaths.encodeTablet(command.tablet)
-              const op =
-                command.expectedVersion === null
-                  ? { _tag: "create" as const, path, data }
-                  : { _tag: "set" as const, path, data, version: command.expectedVersion }
-              const failed = yield* leadership.fenced([op]).pipe(
-                Effect.as(undefined),
-                Effect.catch((e) => Effect.succeed(e.message))
-              )
+              const batch: Array<Extract<ControllerState.Command, { _tag: "Write" }>> = [command]
+              while (batch.length < writeBatch && commands[i + 1]?._tag === "Write") {
+                batch.push(commands[++i] as Extract<ControllerState.Command, { _tag: "Write" }>)
+              }
+              const failed = yield* write(batch)
               if (failed !== undefined) {
                 return yield* feed({ _tag: "WriteFailed", tablet: command.tablet.tablet, detail: failed })
               }
@@ -301,6 +337,34 @@ export const make = (
                 Effect.map((end): ControllerState.LogEnd | null => end),
                 Effect.catchCause(() => Effect.as(Effect.sleep(options.retryBackoffMs), null)),
                 Effect.flatMap((logEnd) => Queue.offer(inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))
+              )
+              yield* Effect.forkIn(answer, scope)
+              break
+            }
+            case "AskHoldings": {
+              // The answer comes back as an input; a failed question after the backoff, as no answer (the server is
+              // then told everything). A server that knows a newer coordinator is not told anything by this one.
+              const { server, registration, coordinatorEpoch } = command
+              const request = { coordinatorEpoch, ...(registration === undefined ? {} : { registration }) }
+              const answer = leadership.guard.pipe(
+                Effect.andThen(servers.holdings(server, request)),
+                Effect.map(
+                  (result): ControllerState.Input => ({
+                    _tag: "Holdings",
+                    server,
+                    ...(registration === undefined ? {} : { registration }),
+                    holdings: result.tablets
+                  })
+                ),
+                Effect.catchCause(() =>
+                  Effect.as(Effect.sleep(options.retryBackoffMs), {
+                    _tag: "Holdings",
+                    server,
+                    ...(registration === undefined ? {} : { registration }),
+                    holdings: null
+                  } satisfies ControllerState.Input)
+                ),
+                Effect.flatMap((input) => Queue.offer(inbox, input))
               )
               yield* Effect.forkIn(answer, scope)
               break
@@ -375,7 +439,19 @@ export const make = (
 
     const registered = yield* registrations(yield* session.children(paths.servers))
     const live = [...registered.keys()]
-    const tablets = yield* load(session, paths)
+    const view = options.view ?? (yield* ControllerView.make({ namespace: options.namespace }))
+    const synced = yield* view.sync(session)
+    if (synced.journal === undefined) {
+      return yield* new ClusterPaths.CorruptClusterData({
+        path: paths.changes,
+        detail: "the tablet journal is missing"
+      })
+    }
+    let journal = synced.journal
+    yield* Effect.logInfo(
+      `controller of coordinator epoch ${epoch}: ${synced.full ? "read all" : "caught up on"} ${synced.read} of ${synced.tablets.length} tablets (journal entry ${journal.journal.seq})`
+    )
+    const tablets = synced.tablets
     yield* feed({ _tag: "Started", coordinatorEpoch: epoch, live, tablets, registrations: [...registered] })
     yield* Effect.forkScoped(
       watchServers(registered).pipe(
@@ -435,6 +511,7 @@ export const make = (
           ask((requestId) => ({ _tag: "ControlledShutdown", requestId, server })),
           (reply) => (reply._tag === "ShutdownProgress" ? reply.remainingLeaders : 0)
         ),
-      state: Effect.sync(() => state)
+      state: Effect.sync(() => state),
+      resumed: { tablets: synced.tablets.length, read: synced.read, full: synced.full }
     }
   })

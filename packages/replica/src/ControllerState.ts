@@ -33,7 +33,7 @@
  * @since 0.1.0
  */
 import type * as Core from "@strata/core"
-import type { Epoch, LeaderAndIsr, ServerId, TabletId } from "@strata/core"
+import type { Epoch, Holding, LeaderAndIsr, ServerId, TabletId } from "@strata/core"
 import { tabletKey } from "@strata/core"
 
 /**
@@ -153,6 +153,8 @@ export type IsrRejection = Core.IsrRejection
  * - `ControlledShutdown`: a server asks to stop; leadership moves off it first.
  * - `WriteFailed`: a write of the previous step failed (fenced, or its outcome unknown).
  * - `LogEnd`: a candidate's answer to `AskLogEnd` (`null`: it could not be asked).
+ * - `Holdings`: a server's answer to `AskHoldings`, for the registration it was asked as (`null`: it could not be
+ *   asked).
  *
  * @since 0.1.0
  */
@@ -175,6 +177,12 @@ export type Input =
   | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & Core.AdjustIsrRequest)
   | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
   | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
+  | {
+      readonly _tag: "Holdings"
+      readonly server: ServerId
+      readonly registration?: number
+      readonly holdings: ReadonlyArray<Holding> | null
+    }
   | {
       readonly _tag: "LogEnd"
       readonly tablet: TabletId
@@ -230,6 +238,8 @@ export type AdjustIsrReply = Core.AdjustIsrReply
  * - `Reply`: answer request `requestId`.
  * - `AskLogEnd`: ask a candidate leader for its log end; the answer is fed back as `LogEnd` (after the backoff when
  *   it could not be asked).
+ * - `AskHoldings`: ask a server (as its registration, under the coordinator epoch) what it holds; the answer is fed
+ *   back as `Holdings` (`null` after the backoff when it could not be asked).
  * - `Log`: one greppable line.
  * - `Resign`: give up the controller (the coordinator steps down).
  *
@@ -246,6 +256,12 @@ export type Command =
     }
   | { readonly _tag: "Reply"; readonly requestId: number; readonly reply: Reply }
   | { readonly _tag: "AskLogEnd"; readonly server: ServerId; readonly tablet: TabletId; readonly round: number }
+  | {
+      readonly _tag: "AskHoldings"
+      readonly server: ServerId
+      readonly registration?: number
+      readonly coordinatorEpoch: Epoch
+    }
   | { readonly _tag: "Log"; readonly level: "info" | "warn"; readonly message: string }
   | { readonly _tag: "Resign"; readonly reason: string }
 
@@ -663,6 +679,28 @@ const refuseCreate = (
   return undefined
 }
 
+/** The question a new controller asks a live server about what it holds. */
+const askHoldings = (state: State, server: ServerId): Command => {
+  const registration = state.registrations.get(server)
+  return {
+    _tag: "AskHoldings",
+    server,
+    ...(registration === undefined ? {} : { registration }),
+    coordinatorEpoch: state.coordinatorEpoch
+  }
+}
+
+/**
+ * Whether `server`'s replica of `t`, as its holdings tell, missed an instruction: it is not there, holds another
+ * leader epoch, or leads with an older tablet version (a follower is not told of ISR changes).
+ */
+const fallsBehind = (t: Tablet, server: ServerId, holdings: ReadonlyMap<string, Holding>) => {
+  const held = holdings.get(tabletKey(t.tablet))
+  const lai = t.leaderAndIsr
+  if (held === undefined || held.leaderEpoch !== lai.leaderEpoch) return lai.leader !== null || held === undefined
+  return lai.leader === server && held.version < lai.version
+}
+
 const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: ServerId) =>
   [...tablets.values()].filter((t) => t.leaderAndIsr.leader === server).length
 
@@ -694,9 +732,9 @@ export const step = (state: State, input: Input): Step => {
         else if (leader === null || !started.live.has(leader)) reelect(started, c, t, leader ?? undefined)
         else dropFromIsr(started, c, t, (s) => !started.live.has(s) || newLife(started, t, s))
       }
-      // Every live server hears the state of its tablets under this coordinator's epoch.
-      const written = new Set(c.notify.map((t) => tabletKey(t.tablet)))
-      for (const t of c.tablets.values()) if (!written.has(tabletKey(t.tablet))) c.notify.push(t)
+      // Every live server hears what changed here; what it holds of the rest it is asked, and told only where it falls
+      // behind (a previous controller's instruction that never reached it).
+      for (const server of started.live) c.after.push(askHoldings(started, server))
       c.after.push({
         _tag: "Log",
         level: "info",
@@ -803,6 +841,15 @@ export const step = (state: State, input: Input): Step => {
     }
     case "LogEnd":
       return answered(state, input)
+    case "Holdings": {
+      const registration = state.registrations.get(input.server)
+      if (!state.live.has(input.server) || input.registration !== registration) return [state, []]
+      const held = input.holdings === null ? null : new Map(input.holdings.map((h) => [tabletKey(h.tablet), h]))
+      const behind = [...state.tablets.values()].filter(
+        (t) => t.replicas.includes(input.server) && (held === null || fallsBehind(t, input.server, held))
+      )
+      return [state, sends(state, behind, input.server)]
+    }
     case "WriteFailed":
       return [
         { ...state, resigned: true },

@@ -1,6 +1,7 @@
 /**
  * A coordinator as a process runs it: the election and coordinator lifecycle (`@strata/election`) on the
- * `Coordination` in context, with the `Controller` as its leader-only service, and `ReplicaRpc`'s controller
+ * `Coordination` in context, with the `Controller` as its leader-only service (starting from the coordinator's warm
+ * `ControllerView`), and `ReplicaRpc`'s controller
  * endpoint on a TCP address (the address the election's leader node announces). A standby answers `NotController`;
  * tablet servers and clients find the leader through the election.
  *
@@ -13,6 +14,7 @@ import type { SocketServer } from "effect/socket"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as Controller from "./Controller.js"
+import * as ControllerView from "./ControllerView.js"
 import * as RemotePeers from "./RemotePeers.js"
 import * as ReplicaRpc from "./ReplicaRpc.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
@@ -48,6 +50,8 @@ export interface CoordinatorNode {
   /** Its controller while it leads. */
   readonly controller: Effect.Effect<Controller.ControllerShape | undefined>
   readonly directory: ClusterDirectory.ClusterDirectory
+  /** Its warm view of the tablets. */
+  readonly view: ControllerView.ControllerView
 }
 
 /**
@@ -63,6 +67,8 @@ export const controllerService = (options: {
   /** Gives up the coordinator's leadership. */
   readonly resign: Effect.Effect<void>
   readonly track: (controller: Controller.ControllerShape | undefined) => Effect.Effect<void>
+  /** The coordinator's warm view of the tablets, which each of its controllers starts from. */
+  readonly view?: ControllerView.ControllerView
 }) =>
   Coordinator.service("controller", (leadership) =>
     Effect.acquireRelease(
@@ -72,7 +78,8 @@ export const controllerService = (options: {
         leaderElection: options.config.leaderElection,
         minInsyncReplicas: options.config.minInsyncReplicas,
         retryBackoffMs: options.config.retryBackoffMs,
-        resign: options.resign
+        resign: options.resign,
+        ...(options.view === undefined ? {} : { view: options.view })
       }).pipe(
         Effect.provideService(Controller.TabletServers, options.servers),
         Effect.tap((c) => options.track(c))
@@ -120,6 +127,11 @@ export const make = (
     })
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     yield* Effect.logInfo(`coordinator ${o.serverId} listening on ${address}`)
+    // Kept warm while this coordinator stands by: taking over reads only the tablets written since.
+    const view = yield* ControllerView.make({
+      namespace: o.namespace,
+      keepWarm: { retryBackoffMs: config.retryBackoffMs }
+    })
     const resign: { run: Effect.Effect<void> } = { run: Effect.void }
     const coordinator = yield* Coordinator.make({
       serverId: o.serverId,
@@ -134,10 +146,11 @@ export const make = (
           track: (c) =>
             Effect.sync(() => {
               mine = c
-            })
+            }),
+          view
         })
       ]
     }).pipe(Effect.provideService(Election, election))
     resign.run = coordinator.resign
-    return { coordinator, address, controller: current, directory }
+    return { coordinator, address, controller: current, directory, view }
   })

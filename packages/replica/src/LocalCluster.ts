@@ -36,6 +36,7 @@ import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import type * as Controller from "./Controller.js"
 import type * as ControllerState from "./ControllerState.js"
+import * as ControllerView from "./ControllerView.js"
 import * as CoordinatorNode from "./CoordinatorNode.js"
 import { Peers, PeerUnreachable, type PeersShape } from "./Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
@@ -185,6 +186,10 @@ export const make = (
       logEnd: (id, request) => {
         const r = running.get(id)
         return r === undefined ? unreachable(`server ${id}`) : r.server.logEnd(request)
+      },
+      holdings: (id, request) => {
+        const r = running.get(id)
+        return r === undefined ? unreachable(`server ${id}`) : r.server.holdings(request)
       }
     }
 
@@ -249,6 +254,7 @@ export const make = (
       }
       const resign: { run: Effect.Effect<void> } = { run: Effect.void }
       let mine: Controller.ControllerShape | undefined
+      const view = yield* ControllerView.make({ namespace, keepWarm: { retryBackoffMs: config.retryBackoffMs } })
       const coordinator = yield* Coordinator.make({
         serverId: id,
         address: `local:${id}`,
@@ -263,7 +269,8 @@ export const make = (
                 if (c !== undefined) controller = c
                 else if (controller === mine) controller = undefined
                 mine = c
-              })
+              }),
+            view
           })
         ]
       }).pipe(

@@ -238,7 +238,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     }
     const tabletServers: TabletServersShape = {
       leaderAndIsr: (id, request) => onServer(id, (client) => client.LeaderAndIsr(request)),
-      logEnd: (id, request) => onServer(id, (client) => client.LogEnd(request))
+      logEnd: (id, request) => onServer(id, (client) => client.LogEnd(request)),
+      holdings: (id, request) => onServer(id, (client) => client.Holdings(request))
     }
     const calls = (id: ServerId): ServerCalls => ({
       append: (request) => onServer(id, (client) => client.Append(request)),

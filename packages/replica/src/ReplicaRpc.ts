@@ -25,6 +25,8 @@ import {
   Epoch,
   FetchRequest,
   LeaderAndIsrRequest,
+  HoldingsRequest,
+  HoldingsResult,
   LogEndRequest,
   LogEndResult,
   Offset,
@@ -150,6 +152,7 @@ const ReadResultOnWire = Schema.Struct({ ...ReadResult.fields, batches: Schema.A
 export class TabletServerRpcs extends RpcGroup.make(
   Rpc.make("LeaderAndIsr", { payload: LeaderAndIsrRequest, error: ReplicaError }),
   Rpc.make("LogEnd", { payload: LogEndRequest, success: LogEndResult, error: ReplicaError }),
+  Rpc.make("Holdings", { payload: HoldingsRequest, success: HoldingsResult, error: ReplicaError }),
   Rpc.make("Fetch", { payload: FetchRequest, success: FetchResultOnWire, error: ReplicaError }),
   Rpc.make("EndOffsetForEpoch", { payload: EndOffsetRequest, success: EndOffsetResult, error: ReplicaError }),
   Rpc.make("Append", { payload: AppendOnWire, success: AppendResult, error: ReplicaError }),
@@ -360,6 +363,7 @@ export const serveTabletServer = (
     serveTabletServerWith(listen, {
       LeaderAndIsr: (request) => server.leaderAndIsr(request),
       LogEnd: (request) => server.logEnd(request),
+      Holdings: (request) => server.holdings(request),
       Fetch: (request) => server.fetch(request),
       EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
       Append: (request) => server.append(request),

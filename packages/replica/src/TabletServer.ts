@@ -627,30 +627,61 @@ const logEnd =
       )
     })
 
+/**
+ * Takes a controller's request: refused under a coordinator epoch below the highest seen, or when addressed to
+ * another registration (life) of this server; else its coordinator epoch is the highest seen from now on.
+ */
+const admitController = (
+  server: Server,
+  request: { readonly coordinatorEpoch: number; readonly registration?: number | undefined }
+) =>
+  Effect.suspend(() => {
+    if (request.coordinatorEpoch < server.coordinatorEpoch && server.unsafe.skipCoordinatorEpochCheck !== true) {
+      return fail(
+        new FencedEpoch({
+          resource: "coordinator",
+          current: server.coordinatorEpoch,
+          attempted: request.coordinatorEpoch
+        })
+      )
+    }
+    if (request.registration !== undefined && request.registration !== server.registration) {
+      // Meant for another life of this server (its last one, or its next, not registered yet).
+      return fail(
+        new FencedEpoch({
+          resource: `registration of server ${server.self}${server.registration === undefined ? " (not registered)" : ""}`,
+          current: server.registration ?? 0,
+          attempted: request.registration
+        })
+      )
+    }
+    server.coordinatorEpoch = Math.max(server.coordinatorEpoch, request.coordinatorEpoch)
+    return Effect.void
+  })
+
+const holdings =
+  (server: Server): ReplicaManagerShape["holdings"] =>
+  (request) =>
+    Effect.gen(function* () {
+      yield* admitController(server, request)
+      return {
+        // A replica in no role (its log not open, or closed after a failure) holds no epoch: it is instructed again.
+        tablets: [...server.hosted.values()].map((h) => ({
+          tablet: h.tablet,
+          leaderEpoch:
+            h.machine._tag === "LeaderReplica" || h.machine._tag === "FollowerReplica"
+              ? ReplicaState.lastLeaderEpoch(h.machine)
+              : null,
+          version: h.version
+        }))
+      }
+    })
+
 const leaderAndIsr =
   (server: Server): ReplicaManagerShape["leaderAndIsr"] =>
   (request: LeaderAndIsrRequest) =>
     Effect.gen(function* () {
-      if (request.coordinatorEpoch < server.coordinatorEpoch && server.unsafe.skipCoordinatorEpochCheck !== true) {
-        return yield* fail(
-          new FencedEpoch({
-            resource: "coordinator",
-            current: server.coordinatorEpoch,
-            attempted: request.coordinatorEpoch
-          })
-        )
-      }
-      if (request.registration !== undefined && request.registration !== server.registration) {
-        // Meant for another life of this server (its last one, or its next, not registered yet).
-        return yield* fail(
-          new FencedEpoch({
-            resource: `registration of server ${server.self}${server.registration === undefined ? " (not registered)" : ""}`,
-            current: server.registration ?? 0,
-            attempted: request.registration
-          })
-        )
-      }
-      server.coordinatorEpoch = Math.max(server.coordinatorEpoch, request.coordinatorEpoch)
+      yield* admitController(server, request)
       // One tablet's failure (its store, an instruction its machine refuses) does not hold up the others.
       yield* Effect.forEach(
         request.tablets,
@@ -727,6 +758,7 @@ export const make = (
       fetch: fetch(server),
       endOffsetForEpoch: endOffsetForEpoch(server),
       logEnd: logEnd(server),
+      holdings: holdings(server),
       replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
       coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
       registered: (registration) =>

@@ -372,7 +372,7 @@ describe("ControllerStateState.step", () => {
     assert.strictEqual(ControllerState.step(resigned, down(1))[0], resigned)
   })
 
-  it("Started: dead leaders are replaced, dead followers leave, every live server hears all its tablets", () => {
+  it("Started: dead leaders are replaced, dead followers leave, the changes are sent and every live server asked what it holds", () => {
     const stored = (
       bucket: number,
       replicas: ReadonlyArray<ServerId>,
@@ -413,11 +413,75 @@ describe("ControllerStateState.step", () => {
       writes(commands),
       [0, 1, 2, 4].map((bucket) => ({ bucket, expected: 9 }))
     )
-    assert.deepStrictEqual(sent(commands, 7), { 1: [0, 1, 3], 2: [0, 2, 3, 4] })
+    // The tablets it changed go out at once; t3, unchanged, only to a server whose holdings fall behind.
+    assert.deepStrictEqual(sent(commands, 7), { 1: [0, 1], 2: [0, 2, 4] })
+    assert.deepStrictEqual(
+      commands.flatMap((c) => (c._tag === "AskHoldings" ? [[c.server, c.coordinatorEpoch]] : [])),
+      [
+        [1, 7],
+        [2, 7]
+      ]
+    )
     assert.isTrue(
       logs(commands).some((l) => l.startsWith("info: ") && l.includes("7")),
       logs(commands).join("\n")
     )
+  })
+
+  it("Holdings: a resuming controller instructs a server only where what it holds falls behind", () => {
+    const stored = (bucket: number, replicas: ReadonlyArray<ServerId>, leader: ServerId): ControllerState.Tablet => ({
+      tablet: tid(bucket),
+      replicas,
+      state: "OnlineTablet",
+      leaderAndIsr: { leader, leaderEpoch: 4, isr: [...replicas], coordinatorEpoch: 6, version: 9 },
+      registrations: Object.fromEntries(replicas.map((s) => [String(s), 100 + s]))
+    })
+    const tablets = [stored(0, [1, 2], 1), stored(1, [2, 1], 2), stored(2, [1, 2], 1), stored(3, [2, 1], 2)]
+    const registrations = [[1, 101] as const, [2, 102] as const]
+    const [state, first] = ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false }),
+      started(7, [1, 2], tablets, registrations)
+    )
+    assert.deepStrictEqual(sent(first, 7), {}, "nothing changed: nothing sent before the answers")
+    assert.deepStrictEqual(
+      first.flatMap((c) => (c._tag === "AskHoldings" ? [[c.server, c.registration]] : [])),
+      [
+        [1, 101],
+        [2, 102]
+      ]
+    )
+    const holding = (bucket: number, leaderEpoch: number | null, version: number) => ({
+      tablet: tid(bucket),
+      leaderEpoch,
+      version
+    })
+    const holdings = (
+      server: ServerId,
+      list: ReadonlyArray<ReturnType<typeof holding>> | null,
+      registration = 100 + server
+    ): Input => ({
+      _tag: "Holdings",
+      server,
+      registration,
+      holdings: list
+    })
+    // Server 1: t0 current (it leads, version 9); t1 current as a follower even at an older version (followers hear no
+    // ISR changes); t2 a leader an ISR change behind; t3 missing.
+    const [, one] = ControllerState.step(state, holdings(1, [holding(0, 4, 9), holding(1, 4, 3), holding(2, 4, 8)]))
+    assert.deepStrictEqual(sent(one, 7), { 1: [2, 3] })
+    // Server 2: an older leader epoch of t0, a replica that never took a role (no epoch) for t1.
+    const [, two] = ControllerState.step(
+      state,
+      holdings(2, [holding(0, 3, 9), holding(1, null, -1), holding(2, 4, 9), holding(3, 4, 9)])
+    )
+    assert.deepStrictEqual(sent(two, 7), { 2: [0, 1] })
+    // Everything up to date: nothing; not asked (the question failed): everything it holds.
+    const all = [0, 1, 2, 3].map((b) => holding(b, 4, 9))
+    assert.deepStrictEqual(ControllerState.step(state, holdings(2, all))[1], [])
+    assert.deepStrictEqual(sent(ControllerState.step(state, holdings(2, null))[1], 7), { 2: [0, 1, 2, 3] })
+    // An answer of another registration (the server restarted since) or of a server gone is dropped.
+    assert.deepStrictEqual(ControllerState.step(state, holdings(2, null, 999))[1], [])
+    assert.deepStrictEqual(ControllerState.step(ControllerState.step(state, down(2))[0], holdings(2, null))[1], [])
   })
 
   it("a server in controlled shutdown is not elected, even as the last live member of an ISR", () => {
@@ -532,6 +596,8 @@ interface Tally {
   largest: number
   /** Answers of another round or from a server that is not a candidate. */
   staleAnswers: number
+  /** Holdings answers fed. */
+  holdings: number
 }
 const tally = (): Tally => ({
   leaderChanges: 0,
@@ -546,7 +612,8 @@ const tally = (): Tally => ({
   asks: 0,
   recoveries: 0,
   largest: 0,
-  staleAnswers: 0
+  staleAnswers: 0,
+  holdings: 0
 })
 
 /** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
@@ -645,6 +712,23 @@ const randomInput = (
       { isr: [...isr, 99] }
     ]
     return { ...plausible, ...r.pick(spoilt) }
+  }
+  if (roll < 0.985) {
+    // A server's holdings after a new controller asked: some tablets as the controller has them, some behind; or
+    // no answer; sometimes of another registration.
+    const holdings = [...state.tablets.values()].flatMap((t) => {
+      if (!t.replicas.includes(server) || r.chance(0.2)) return []
+      const lai = t.leaderAndIsr
+      const epoch = r.chance(0.7) ? lai.leaderEpoch : r.chance(0.5) ? null : lai.leaderEpoch - r.int(1, 2)
+      return [{ tablet: t.tablet, leaderEpoch: epoch, version: lai.version - (r.chance(0.7) ? 0 : r.int(1, 3)) }]
+    })
+    const registration = r.chance(0.9) ? state.registrations.get(server) : life(n, server)
+    return {
+      _tag: "Holdings",
+      server,
+      ...(registration === undefined ? {} : { registration }),
+      holdings: r.chance(0.15) ? null : holdings
+    }
   }
   // A new coordinator, with what coordination holds: the tablets, the servers registered now and their
   // registrations (one that was down, or restarted while no controller ran, registered anew).
@@ -815,6 +899,28 @@ const check = (
         if (ended.winner !== undefined && !written.has(k))
           return ["the furthest log leads", `${k}: no write, answers ${JSON.stringify([...answers])}`]
       }
+    }
+  }
+
+  if (input._tag === "Holdings") {
+    counts.holdings++
+    if (next !== before) return ["a Holdings answer changes no state", JSON.stringify(commands)]
+    const current = model.live.has(input.server) && model.lives.get(input.server) === input.registration
+    const told = new Set(commands.flatMap((c) => (c._tag === "Send" ? c.tablets.map((t) => tabletKey(t.tablet)) : [])))
+    for (const [k, t] of next.tablets) {
+      if (!current || !t.replicas.includes(input.server)) {
+        if (told.has(k)) return ["Holdings: told only its current replicas", k]
+        continue
+      }
+      const held = input.holdings?.find((h) => tabletKey(h.tablet) === k)
+      const lai = t.leaderAndIsr
+      const upToDate =
+        held !== undefined &&
+        held.leaderEpoch === lai.leaderEpoch &&
+        (lai.leader !== input.server || held.version >= lai.version)
+      const pointless = held !== undefined && lai.leader === null
+      const due = input.holdings === null || (!upToDate && !pointless)
+      if (due !== told.has(k)) return ["Holdings: told exactly where it falls behind", `${k}: due ${due}`]
     }
   }
 
@@ -1052,6 +1158,19 @@ describe("ControllerState seeded runs", () => {
     }
     const rule = "KIP-841: no ineligible ISR member added"
     const broken = failures(buggy, tally(), rule)
+    assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
+  })
+
+  it("a planted bug (a resuming controller takes any holding of the right epoch as current) is caught", () => {
+    const lenient: StepFn = (state, input) =>
+      ControllerState.step(
+        state,
+        input._tag === "Holdings" && input.holdings !== null
+          ? { ...input, holdings: input.holdings.map((h) => ({ ...h, version: Number.MAX_SAFE_INTEGER })) }
+          : input
+      )
+    const rule = "Holdings: told exactly where it falls behind"
+    const broken = failures(lenient, tally(), rule)
     assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
   })
 

@@ -185,6 +185,7 @@ describe("ReplicaRpc over TCP", () => {
         assert.include(standby.message, "this coordinator does not lead")
         leading = {
           coordinatorEpoch: 2,
+          resumed: { tablets: 0, read: 0, full: true },
           createTablets: () => Effect.die("unused"),
           adjustIsr: (r) =>
             Effect.sync(() => {
@@ -215,6 +216,7 @@ describe("a server found at another address", () => {
       const handlers = (leaderAndIsr: Effect.Effect<void>) => ({
         LeaderAndIsr: () => leaderAndIsr,
         LogEnd: () => Effect.never,
+        Holdings: () => Effect.never,
         Fetch: () => Effect.never,
         EndOffsetForEpoch: () => Effect.never,
         Append: () => Effect.never,

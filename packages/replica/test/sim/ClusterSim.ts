@@ -37,6 +37,7 @@ import { TestClock } from "effect/testing"
 import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ClusterPaths from "../../src/ClusterPaths.js"
 import * as Controller from "../../src/Controller.js"
+import * as ControllerView from "../../src/ControllerView.js"
 import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
 import * as ReplicaState from "../../src/ReplicaState.js"
 import * as TabletServer from "../../src/TabletServer.js"
@@ -455,6 +456,13 @@ const simulate = (
         return server === undefined
           ? Effect.fail(unreachable(target.name, "down"))
           : call(c.name, target.name, server.logEnd(request))
+      },
+      holdings: (id, request) => {
+        const target = byName.get(`s${id}`)!
+        const server = target.server
+        return server === undefined
+          ? Effect.fail(unreachable(target.name, "down"))
+          : call(c.name, target.name, server.holdings(request))
       }
     })
 
@@ -472,6 +480,8 @@ const simulate = (
             sessionTimeout: Duration.millis(sessionTimeoutMs),
             replicaLagTimeMax: Duration.millis(replication.replicaLagTimeMaxMs)
           })
+          // The coordinator's warm view: standing by, it follows the journal; a controller of its starts from it.
+          const view = yield* ControllerView.make({ namespace: NAMESPACE, keepWarm: { retryBackoffMs: 50 } })
           const coordinator = yield* Coordinator.make({
             serverId: p.id,
             address: p.name,
@@ -486,6 +496,7 @@ const simulate = (
                     leaderElection,
                     retryBackoffMs: 50,
                     resign: Effect.suspend(() => resign.run),
+                    view,
                     ...(variant.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
                   }).pipe(
                     Effect.provideService(Controller.TabletServers, serversFor(p)),
