@@ -427,9 +427,21 @@ const tabletsDescribe = Command.make(
   }, reporting("strata tablets describe"))
 ).pipe(Command.withDescription("Print the live servers and every tablet's state, leader, epoch, replicas and ISR"))
 
+const tabletsBalanceLeaders = Command.make(
+  "balance-leaders",
+  { ...clusterFlags },
+  Effect.fn(function* (f) {
+    yield* Processes.balanceLeaders(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }))
+  }, reporting("strata tablets balance-leaders"))
+).pipe(
+  Command.withDescription(
+    "Move leadership back to each tablet's preferred replica (its first) where that replica is in the ISR"
+  )
+)
+
 const tablets = Command.make("tablets").pipe(
-  Command.withDescription("Create and describe the cluster's tables"),
-  Command.withSubcommands([tabletsCreate, tabletsDescribe])
+  Command.withDescription("Create and describe the cluster's tables, and balance their leaders"),
+  Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsBalanceLeaders])
 )
 
 /** The root command. */

@@ -120,6 +120,20 @@ export const createTable = (
   )
 
 /**
+ * `strata tablets balance-leaders`: leadership back to preferred replicas now, as the controller also does every
+ * `leaderImbalanceCheckIntervalMs`.
+ *
+ * @since 0.1.0
+ */
+export const balanceLeaders = (sources: ServerConfig.Sources) =>
+  withClient(sources, (client) =>
+    Effect.gen(function* () {
+      const moved = yield* client.balanceLeaders
+      yield* Console.log(`OK: ${moved} tablets led by their preferred replica again`)
+    })
+  )
+
+/**
  * `strata tablets describe`: every tablet (or one table's) and the live servers, as the controller holds them.
  *
  * @since 0.1.0

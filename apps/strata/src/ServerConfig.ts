@@ -36,18 +36,7 @@ export class InvalidConfig extends Data.TaggedError("InvalidConfig")<{
 }
 
 /** The replication settings every process of a cluster shares (`ReplicationConfig`'s keys). */
-const replicationKeys = [
-  "replicationFactor",
-  "minInsyncReplicas",
-  "sessionTimeoutMs",
-  "replicaLagTimeMaxMs",
-  "fetchMaxBytes",
-  "fetchMaxWaitMs",
-  "appendTimeoutMs",
-  "retryBackoffMs",
-  "uncleanLeaderElection",
-  "leaderElection"
-] as const
+const replicationKeys: ReadonlyArray<string> = Object.keys(ReplicationConfig.ReplicationConfig.fields)
 
 /** Keys whose values are text: from the environment or a flag they are taken as written, not parsed. */
 const textKeys = new Set([
@@ -241,7 +230,7 @@ export const load = <T>(
     const ownInput: Record<string, unknown> = {}
     const replication: Record<string, unknown> = {}
     for (const [key, value] of Object.entries(merged)) {
-      if ((replicationKeys as ReadonlyArray<string>).includes(key)) replication[key] = value
+      if (replicationKeys.includes(key)) replication[key] = value
       else ownInput[key] = value
     }
     const settings = yield* OptionSchemas.decodeOptions(schema, { exact: true })(ownInput).pipe(

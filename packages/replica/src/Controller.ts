@@ -92,6 +92,12 @@ export interface ControllerOptions {
   readonly minInsyncReplicas: number
   /** How a leader is chosen among the live ISR members (`first-in-isr`, the default, or `largest-log-end`). */
   readonly leaderElection?: "first-in-isr" | "largest-log-end"
+  /** How often leadership moves back to preferred replicas (`BalanceLeaders`); 0 or unset: only when asked. */
+  readonly leaderImbalanceCheckIntervalMs?: number
+  /** The imbalance, in percent of a server's preferred tablets, above which they move back to it (10). */
+  readonly leaderImbalancePercent?: number
+  /** @internal A planted bug for the simulator: move leadership to a preferred replica outside the ISR. */
+  readonly preferOutsideIsr?: boolean
   /** The pause between deliveries of an unanswered LeaderAndIsr, and between questions to a candidate. */
   readonly retryBackoffMs: number
   /** Gives up the coordinator's leadership (the machine resigned). */
@@ -121,6 +127,8 @@ export interface ControllerShape {
   readonly adjustIsr: (
     request: ControllerState.AdjustIsrRequest
   ) => Effect.Effect<ControllerState.AdjustIsrReply, ControllerResigned>
+  /** Moves leadership back to preferred replicas now; the number of tablets moved. */
+  readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
   /** Moves leadership off `server`; the number of tablets it still leads. */
   readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, ControllerResigned>
   /** The machine's state now. */
@@ -175,7 +183,11 @@ export const make = (
       uncleanLeaderElection: options.uncleanLeaderElection,
       minInsyncReplicas: options.minInsyncReplicas,
       ...(options.leaderElection === undefined ? {} : { leaderElection: options.leaderElection }),
-      ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
+      ...(options.leaderImbalancePercent === undefined
+        ? {}
+        : { leaderImbalancePercent: options.leaderImbalancePercent }),
+      ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {}),
+      ...(options.preferOutsideIsr === true ? { preferOutsideIsr: true } : {})
     })
     const inbox = yield* Queue.unbounded<ControllerState.Input>()
     const replies = new Map<number, Pending>()
@@ -459,6 +471,12 @@ export const make = (
         Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
       )
     )
+    const interval = options.leaderImbalanceCheckIntervalMs ?? 0
+    if (interval > 0) {
+      yield* Effect.forkScoped(
+        Effect.sleep(interval).pipe(Effect.andThen(Queue.offer(inbox, { _tag: "BalanceLeaders" })), Effect.forever)
+      )
+    }
     // A defect in a step leaves the machine's state unknown: the controller resigns rather than go on without it.
     yield* Effect.forkScoped(
       Effect.forever(Effect.flatMap(Queue.take(inbox), feed)).pipe(
@@ -506,6 +524,10 @@ export const make = (
               : Effect.void
           )
         ),
+      balanceLeaders: Effect.map(
+        ask((requestId) => ({ _tag: "BalanceLeaders", requestId })),
+        (reply) => (reply._tag === "LeadersBalanced" ? reply.moved : 0)
+      ),
       controlledShutdown: (server) =>
         Effect.map(
           ask((requestId) => ({ _tag: "ControlledShutdown", requestId, server })),

@@ -82,8 +82,15 @@ export interface Options {
    * log goes furthest (asked first: fewer records that were not yet acknowledged are truncated away).
    */
   readonly leaderElection?: "first-in-isr" | "largest-log-end"
+  /**
+   * A server's share of its preferred tablets (it is their first replica) led elsewhere, in percent, above which
+   * `BalanceLeaders` moves them back to it (default 10).
+   */
+  readonly leaderImbalancePercent?: number
   /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
   readonly skipIsrEligibility?: boolean
+  /** @internal A planted bug for the simulator: move leadership to a preferred replica outside the ISR. */
+  readonly preferOutsideIsr?: boolean
 }
 
 /**
@@ -153,6 +160,9 @@ export type IsrRejection = Core.IsrRejection
  * - `ControlledShutdown`: a server asks to stop; leadership moves off it first.
  * - `WriteFailed`: a write of the previous step failed (fenced, or its outcome unknown).
  * - `LogEnd`: a candidate's answer to `AskLogEnd` (`null`: it could not be asked).
+ * - `BalanceLeaders`: the periodic check of preferred leaders (the shell's timer, or an operator's request): each live
+ *   server whose preferred tablets are led elsewhere above `leaderImbalancePercent` leads those it is in the ISR of
+ *   again (Kafka's preferred replica election).
  * - `Holdings`: a server's answer to `AskHoldings`, for the registration it was asked as (`null`: it could not be
  *   asked).
  *
@@ -177,6 +187,7 @@ export type Input =
   | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & Core.AdjustIsrRequest)
   | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
   | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
+  | { readonly _tag: "BalanceLeaders"; readonly requestId?: number }
   | {
       readonly _tag: "Holdings"
       readonly server: ServerId
@@ -212,6 +223,7 @@ export type Reply =
   | { readonly _tag: "CreateRefused"; readonly detail: string }
   | Core.AdjustIsrReply
   | { readonly _tag: "ShutdownProgress"; readonly remainingLeaders: number }
+  | { readonly _tag: "LeadersBalanced"; readonly moved: number }
 
 /**
  * A leader's ISR change request, as a tablet server sends it.
@@ -679,6 +691,40 @@ const refuseCreate = (
   return undefined
 }
 
+/**
+ * Moves leadership back to preferred replicas (the first in assignment order): for every live server whose preferred
+ * tablets are led elsewhere above the imbalance threshold, each such online tablet with no election pending whose ISR
+ * holds the server as the life it joined with, it leads under the next epoch, its ISR unchanged (an ISR member holds
+ * every acknowledged record). The number of tablets moved.
+ */
+const balanceLeaders = (state: State, c: Changes): number => {
+  const preferred = new Map<ServerId, Array<Tablet>>()
+  for (const t of state.tablets.values()) {
+    const first = t.replicas[0]
+    if (first === undefined) continue
+    const list = preferred.get(first) ?? []
+    list.push(t)
+    preferred.set(first, list)
+  }
+  const threshold = state.options.leaderImbalancePercent ?? 10
+  let moved = 0
+  for (const [server, tablets] of preferred) {
+    if (!electable(state, server)) continue
+    const elsewhere = tablets.filter((t) => t.leaderAndIsr.leader !== server)
+    if (elsewhere.length === 0 || (elsewhere.length * 100) / tablets.length <= threshold) continue
+    for (const t of elsewhere) {
+      const inIsr = t.leaderAndIsr.isr.includes(server) || state.options.preferOutsideIsr === true
+      if (t.state !== "OnlineTablet" || !inIsr || newLife(state, t, server) || c.elections.has(tabletKey(t.tablet))) {
+        continue
+      }
+      const isr = t.leaderAndIsr.isr.includes(server) ? t.leaderAndIsr.isr : [...t.leaderAndIsr.isr, server]
+      lead(state, c, t, { _tag: "Leader", leader: server, isr, unclean: false })
+      moved++
+    }
+  }
+  return moved
+}
+
 /** The question a new controller asks a live server about what it holds. */
 const askHoldings = (state: State, server: ServerId): Command => {
   const registration = state.registrations.get(server)
@@ -841,6 +887,16 @@ export const step = (state: State, input: Input): Step => {
     }
     case "LogEnd":
       return answered(state, input)
+    case "BalanceLeaders": {
+      const c = changes(state)
+      const moved = balanceLeaders(state, c)
+      if (moved > 0)
+        c.after.push({ _tag: "Log", level: "info", message: `${moved} tablets led by their preferred replica again` })
+      if (input.requestId !== undefined) {
+        c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "LeadersBalanced", moved } })
+      }
+      return finish(state, c)
+    }
     case "Holdings": {
       const registration = state.registrations.get(input.server)
       if (!state.live.has(input.server) || input.registration !== registration) return [state, []]

@@ -77,6 +77,8 @@ export const controllerService = (options: {
         uncleanLeaderElection: options.config.uncleanLeaderElection,
         leaderElection: options.config.leaderElection,
         minInsyncReplicas: options.config.minInsyncReplicas,
+        leaderImbalanceCheckIntervalMs: options.config.leaderImbalanceCheckIntervalMs,
+        leaderImbalancePercent: options.config.leaderImbalancePercent,
         retryBackoffMs: options.config.retryBackoffMs,
         resign: options.resign,
         ...(options.view === undefined ? {} : { view: options.view })

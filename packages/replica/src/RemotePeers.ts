@@ -70,6 +70,8 @@ export interface AdminCalls {
     request: typeof CreateTableRequest.Type
   ) => Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, CreateTableRefused | PeerUnreachable>
   readonly metadata: (table?: string) => Effect.Effect<Metadata, PeerUnreachable>
+  /** Moves leadership back to preferred replicas now; how many tablets moved. */
+  readonly balanceLeaders: Effect.Effect<number, PeerUnreachable>
 }
 
 /**
@@ -249,7 +251,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     })
     const admin: AdminCalls = {
       createTable: (request) => toController((c) => c.CreateTable(request)),
-      metadata: (table) => toController((c) => c.Metadata(table === undefined ? {} : { table }))
+      metadata: (table) => toController((c) => c.Metadata(table === undefined ? {} : { table })),
+      balanceLeaders: toController((c) => c.BalanceLeaders({}))
     }
     return { peers, servers: tabletServers, server: calls, admin }
   })

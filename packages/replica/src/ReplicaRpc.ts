@@ -255,7 +255,8 @@ export class ControllerRpcs extends RpcGroup.make(
     payload: Schema.Struct({ table: Schema.optional(Schema.String) }),
     success: Metadata,
     error: NotController
-  })
+  }),
+  Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController })
 ) {}
 
 /**
@@ -484,7 +485,8 @@ export const serveController = (
       Metadata: ({ table }) =>
         Effect.flatMap(controller, (c) =>
           Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
-        )
+        ),
+      BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned))
     })
     return yield* serveGroup(ControllerRpcs, handlers, listen)
   })

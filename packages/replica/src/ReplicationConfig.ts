@@ -41,7 +41,17 @@ export const ReplicationConfig = Schema.Struct({
    * default), or the one whose log goes furthest (`largest-log-end`: asked first, so fewer appends that were not
    * acknowledged to all are truncated away, at the price of a round trip before the tablet leads again).
    */
-  leaderElection: withDefault(Schema.Literals(["first-in-isr", "largest-log-end"]), "first-in-isr")
+  leaderElection: withDefault(Schema.Literals(["first-in-isr", "largest-log-end"]), "first-in-isr"),
+  /**
+   * How often the controller moves leadership back to preferred replicas (the first in assignment order) once they
+   * are in the ISR again (30 000 ms; 0: never). Failover leaves leaders where it put them: without this, a server
+   * that restarted leads nothing until its tablets fail over again.
+   */
+  leaderImbalanceCheckIntervalMs: withDefault(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)), 30_000),
+  /**
+   * A server's share of its preferred tablets led elsewhere, in percent, above which they move back to it (10).
+   */
+  leaderImbalancePercent: withDefault(Schema.Int.check(Schema.isBetween({ minimum: 0, maximum: 100 })), 10)
 }).check(
   Schema.makeFilter((c) => {
     const issues: Array<{ readonly path: ReadonlyArray<PropertyKey>; readonly issue: string }> = []

@@ -181,6 +181,8 @@ export interface TabletClientShape {
     table: string,
     options: { readonly buckets: number; readonly replicationFactor?: number }
   ) => Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, TabletClientError>
+  /** Moves leadership back to preferred replicas (those in the ISR) now; how many tablets moved. */
+  readonly balanceLeaders: Effect.Effect<number, TabletClientError>
   /** The cluster's calls, for operators and checkers (a replica's own log, say). */
   readonly remote: RemotePeers.RemotePeers
 }
@@ -435,6 +437,9 @@ export const make = (
             `creating ${table}`
           )
         ).pipe(Effect.mapError(fail)),
+      balanceLeaders: Effect.flatMap(deadlineOf, (deadline) =>
+        retryUntil(deadline, o.retryBackoffMs, remote.admin.balanceLeaders, "balancing leaders")
+      ).pipe(Effect.mapError(fail)),
       remote
     }
   })

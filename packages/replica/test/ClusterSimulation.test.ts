@@ -3,7 +3,7 @@
  *
  * - Replay one seed (prints its trace): `STRATA_SIM_SEED=N ./dev exec vitest run --project unit packages/replica/test/ClusterSimulation.test.ts`
  * - A planted bug: add `STRATA_SIM_VARIANT=truncate-to-hw` (or `hw-under-min-isr`, `skip-coordinator-epoch`,
- *   `isr-to-dead-server`).
+ *   `isr-to-dead-server`, `prefer-outside-isr`).
  * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
  * - The processes' info and warning lines in a replayed trace: `STRATA_SIM_LOG=info`.
  */
@@ -75,7 +75,8 @@ describe("deterministic simulation of a replicated cluster", () => {
     "truncate-to-hw": "is lost",
     "hw-under-min-isr": "fewer than",
     "skip-coordinator-epoch": "applied a LeaderAndIsr of coordinator epoch",
-    "isr-to-dead-server": "the ISR gained server"
+    "isr-to-dead-server": "the ISR gained server",
+    "prefer-outside-isr": "is lost"
   }
   // A planted bug is looked for until its first catch, over at least 3000 seeds: some show only on rare histories.
   const plantedRange = Array.from({ length: Math.max(seedCount, 3000) }, (_, i) => firstSeed + i)

@@ -186,6 +186,7 @@ describe("ReplicaRpc over TCP", () => {
         leading = {
           coordinatorEpoch: 2,
           resumed: { tablets: 0, read: 0, full: true },
+          balanceLeaders: Effect.die("unused"),
           createTablets: () => Effect.die("unused"),
           adjustIsr: (r) =>
             Effect.sync(() => {

@@ -49,6 +49,7 @@ export interface Variant {
   readonly name: string
   readonly server?: TabletServer.Unsafe
   readonly skipIsrEligibility?: boolean
+  readonly preferOutsideIsr?: boolean
 }
 
 /** The correct system. */
@@ -59,7 +60,8 @@ export const planted: ReadonlyArray<Variant> = [
   { name: "truncate-to-hw", server: { truncateToHighWatermark: true } },
   { name: "hw-under-min-isr", server: { highWatermarkIgnoresMinIsr: true } },
   { name: "skip-coordinator-epoch", server: { skipCoordinatorEpochCheck: true } },
-  { name: "isr-to-dead-server", skipIsrEligibility: true }
+  { name: "isr-to-dead-server", skipIsrEligibility: true },
+  { name: "prefer-outside-isr", preferOutsideIsr: true }
 ]
 
 /** The kinds of fault. */
@@ -497,7 +499,11 @@ const simulate = (
                     retryBackoffMs: 50,
                     resign: Effect.suspend(() => resign.run),
                     view,
-                    ...(variant.skipIsrEligibility === true ? { skipIsrEligibility: true } : {})
+                    // Leaders go back to preferred replicas often, so that the faults meet it.
+                    leaderImbalanceCheckIntervalMs: 1_000,
+                    leaderImbalancePercent: 0,
+                    ...(variant.skipIsrEligibility === true ? { skipIsrEligibility: true } : {}),
+                    ...(variant.preferOutsideIsr === true ? { preferOutsideIsr: true } : {})
                   }).pipe(
                     Effect.provideService(Controller.TabletServers, serversFor(p)),
                     Effect.tap((c) =>
@@ -833,16 +839,17 @@ const simulate = (
     yield* heal(config.steps, true)
     log("faults stop")
     producing = false
-    let settledAt: number | undefined
-    for (let waited = 0; waited < config.settleMs; waited += config.stepMs) {
-      yield* heal(config.steps, true)
-      yield* clock.adjust(Duration.millis(config.stepMs))
-      yield* sample
-      if (producerFibers.every((f) => f.pollUnsafe() !== undefined) && (yield* settled)) {
-        settledAt = waited
-        break
+    /** Steps the clock until the cluster settles (and the producers ended), within the settle bound. */
+    const settle = Effect.gen(function* () {
+      for (let waited = 0; waited < config.settleMs; waited += config.stepMs) {
+        yield* heal(config.steps, true)
+        yield* clock.adjust(Duration.millis(config.stepMs))
+        yield* sample
+        if (producerFibers.every((f) => f.pollUnsafe() !== undefined) && (yield* settled)) return waited
       }
-    }
+      return undefined
+    })
+    let settledAt = yield* settle
     void created
 
     // A final acks=all append to every tablet must succeed, within the settle bound.
@@ -866,6 +873,9 @@ const simulate = (
             `${tabletKey(tablet)}: the final acks=all append was not acknowledged: ${JSON.stringify(outcome)}`
           )
       }
+      // Leadership may move meanwhile (back to a preferred replica): a new leader's high watermark reaches what the
+      // old one acknowledged once its followers fetch again, so the replicas are judged once settled again.
+      settledAt = yield* settle
     }
 
     // --- judge --------------------------------------------------------------------------------------
