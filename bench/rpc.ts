@@ -76,8 +76,14 @@ const rpcRun = Effect.gen(function* () {
       Holdings: () => Effect.succeed({ tablets: [] }),
       Fetch: () => Effect.succeed(fetched),
       EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
+      // The records decoded as a tablet server decodes them.
       Append: (r) =>
-        Effect.succeed({ baseOffset: 0, lastOffset: r.records.length - 1, highWatermark: 0, duplicate: false }),
+        Effect.map(ReplicaRpc.decodeAppend(r), (a) => ({
+          baseOffset: 0,
+          lastOffset: a.records.length - 1,
+          highWatermark: 0,
+          duplicate: false
+        })),
       Read: () => Effect.die("unused"),
       ReadLog: () => Effect.die("unused"),
       ReplicaState: () => Effect.succeed("LeaderReplica" as const)

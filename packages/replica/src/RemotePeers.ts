@@ -26,6 +26,7 @@ import {
   type CreateTableRefused,
   type CreateTableRequest,
   connectGroup,
+  encodeAppend,
   type Metadata,
   NotController,
   TabletServerRpcs,
@@ -244,7 +245,7 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       holdings: (id, request) => onServer(id, (client) => client.Holdings(request))
     }
     const calls = (id: ServerId): ServerCalls => ({
-      append: (request) => onServer(id, (client) => client.Append(request)),
+      append: (request) => onServer(id, (client) => client.Append(encodeAppend(request))),
       read: (request) => onServer(id, (client) => client.Read(request)),
       replicaState: (tablet) => onServer(id, (client) => client.ReplicaState({ tablet })),
       readLog: (request) => onServer(id, (client) => client.ReadLog(request))

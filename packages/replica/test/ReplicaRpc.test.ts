@@ -4,8 +4,8 @@
  * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { type AdjustIsrRequest, ReplicaAcks, Store, TabletId, type TabletRecord } from "@strata/core"
-import { Cause, Context, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
+import { type AdjustIsrRequest, ReplicaAcks, ReplicaError, Store, TabletId, type TabletRecord } from "@strata/core"
+import { Cause, Context, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
 import { Peers, PeerUnreachable } from "../src/Peers.js"
 import * as RemotePeers from "../src/RemotePeers.js"
@@ -37,7 +37,7 @@ class Raw extends RpcGroup.make(
   Rpc.make("Append", {
     payload: Schema.Struct({ tablet: TabletId, acks: ReplicaAcks, records: Schema.Uint8Array }),
     success: Schema.Unknown,
-    error: Schema.Unknown
+    error: ReplicaError
   })
 ) {}
 
@@ -142,13 +142,21 @@ describe("ReplicaRpc over TCP", () => {
           unreplicated._tag === "ReplicaError" ? unreplicated.reason._tag : unreplicated._tag,
           "AppendTimedOut"
         )
-        // Bytes that are no batch: refused (as a failed call, in time), nothing written, the server still serving.
+        // Bytes that are no batch: refused as the client's InvalidRequest naming the tablet, nothing written, the server
+        // still serving.
         const raw = yield* connectGroup(Raw, root, addresses.get(1)!)
         const garbage = yield* Effect.exit(
           raw.Append({ tablet, acks: 1, records: Uint8Array.of(1, 2, 3) }).pipe(Effect.timeout("3 seconds"))
         )
         assert.isTrue(Exit.isFailure(garbage))
-        assert.include(String(garbage), "not a tablet batch")
+        const refused = Exit.isFailure(garbage) ? Cause.findErrorOption(garbage.cause) : Option.none()
+        assert.isTrue(
+          Option.isSome(refused) &&
+            refused.value instanceof ReplicaError &&
+            refused.value.reason._tag === "InvalidRequest" &&
+            refused.value.message.includes("orders/0: records: not a tablet batch"),
+          String(garbage)
+        )
         const after = yield* remote.server(1).read({ tablet, offset: 0, maxBytes: 10_000_000 })
         assert.deepStrictEqual(decoded(after.batches), values)
         addresses.set(3, "nonsense")
