@@ -10,10 +10,13 @@
 //    then reversed) after an untimed warm-up of each side; each figure is the median. Latency is per call (BATCH records), p50 and p99 over every call of
 //    every run. CPU: each side's server processes (from /proc, user + system) and the client process.
 // 2. failover: 200 tablets RF 3 over 3 servers; the server leading most is killed with SIGKILL, KILLS times (each
-//    time restarted and back in every ISR before the next): the time until every tablet took an acks=all write,
-//    median and p99, next to the session timeout (sessionTimeoutMs 4000).
+//    time restarted, back in every ISR and leading its preferred tablets again before the next): the time until
+//    every tablet took an acks=all write, median and p99, next to the session timeout (sessionTimeoutMs 4000); the
+//    time from the restart until leadership is back on the preferred replicas, next to the check interval.
 // 3. catch-up: one follower of 12 tablets killed, the others take appends for CATCHUP_SECONDS; it is restarted and
 //    the time until it is back in every ISR gives its catch-up rate, next to the leaders' append rate.
+// 4. takeover: 10 000 tablets in ZooKeeper, then 100 more written: a standby's warm view catches up (what a new
+//    controller reads before it acts), next to a cold read of every tablet (a controller without the view).
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
@@ -24,9 +27,10 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { mkdtempSync, rmSync } from "node:fs"
-import type { Coordination, TabletId, TabletRecord } from "../packages/core/src/index.js"
+import { Coordination, type TabletId, type TabletRecord } from "../packages/core/src/index.js"
 import * as ZooKeeperCoordination from "../packages/election/src/ZooKeeperCoordination.js"
-import { TabletClient } from "../packages/replica/src/index.js"
+import { Controller, ControllerView, TabletClient } from "../packages/replica/src/index.js"
+import { CoordinationElection } from "../packages/election/src/index.js"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { nodeRunner } from "../scripts/test-support/nodeRunner.js"
 import * as ProcessCluster from "../scripts/test-support/processCluster.js"
@@ -61,7 +65,9 @@ const SETTINGS = {
   minInsyncReplicas: 2,
   sessionTimeoutMs: 4_000,
   replicaLagTimeMaxMs: 12_000,
-  appendTimeoutMs: 10_000
+  appendTimeoutMs: 10_000,
+  // Leaders go back to their preferred replicas within a second of being back in the ISR.
+  leaderImbalanceCheckIntervalMs: 1_000
 } as const
 
 interface Plan {
@@ -442,6 +448,7 @@ const failoverPart = async (kills: number, zookeeper: string) => {
   const writable: Array<number> = []
   const led: Array<number> = []
   const rejoined: Array<number> = []
+  const balanced: Array<number> = []
   try {
     await createTable(side, "failover", 200)
     await everyTabletWrites(side, tablets, Date.now())
@@ -459,8 +466,11 @@ const failoverPart = async (kills: number, zookeeper: string) => {
       await side.run(side.cluster.start("tablet-server", victim))
       await awaitTable(side, "failover", (t) => t.isr.length === t.replicas.length)
       rejoined.push(Date.now() - r0)
+      // The controller's periodic check moves leadership back to the preferred replicas (the first of each).
+      await awaitTable(side, "failover", (t) => t.leader === t.replicas[0])
+      balanced.push(Date.now() - r0)
       progress(
-        `failover ${k + 1}/${kills}: server ${victim} led ${count}; every tablet writable after ${ms} ms; back in every ISR ${rejoined.at(-1)} ms after its restart`
+        `failover ${k + 1}/${kills}: server ${victim} led ${count}; every tablet writable after ${ms} ms; back in every ISR ${rejoined.at(-1)} ms and leading its preferred tablets ${balanced.at(-1)} ms after its restart`
       )
     }
   } finally {
@@ -487,9 +497,86 @@ const failoverPart = async (kills: number, zookeeper: string) => {
         bench: "replica.failover.rejoin_ms.median",
         value: round3(median(rejoined)),
         unit: "ms (restart to back in every ISR)"
+      },
+      {
+        bench: "replica.failover.leaders_back_ms.median",
+        value: round3(median(balanced)),
+        unit: "ms (restart to leading every tablet it is preferred for)",
+        baseline: SETTINGS.leaderImbalanceCheckIntervalMs,
+        ratio: round3(median(balanced) / SETTINGS.leaderImbalanceCheckIntervalMs)
       }
     ] satisfies Array<Figure>,
-    details: { failover: { writableMs: writable, ledByVictim: led, rejoinMs: rejoined } }
+    details: { failover: { writableMs: writable, ledByVictim: led, rejoinMs: rejoined, leadersBackMs: balanced } }
+  }
+}
+
+/** Tablet servers a takeover benchmark never reaches: its tablets have no live replica. */
+const unreached: Controller.TabletServersShape = {
+  leaderAndIsr: () => Effect.void,
+  logEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
+  holdings: () => Effect.succeed({ tablets: [] })
+}
+
+/**
+ * A standby's warm view against a cold read of every tablet, catching up on ZooKeeper after `changed` tablet writes
+ * among `tablets`: what a new controller pays before it can act, with and without the view.
+ */
+const takeoverPart = async (tablets: number, changed: number, zookeeper: string) => {
+  const namespace = `/bench-takeover-${Date.now()}`
+  const specs = (table: string, count: number) =>
+    Array.from({ length: count }, (_, bucket) => ({ tablet: { table, bucket }, replicas: [1, 2, 3] }))
+  const program = Effect.gen(function* () {
+    const election = yield* CoordinationElection.make({
+      namespace: namespace.slice(1),
+      sessionTimeout: "10 seconds",
+      replicaLagTimeMax: "30 seconds"
+    })
+    const warm = yield* ControllerView.make({ namespace, keepWarm: { retryBackoffMs: 100 } })
+    const leadership = yield* election.campaign({ serverId: 1, address: "bench" })
+    const controller = yield* Controller.make(leadership, {
+      namespace,
+      uncleanLeaderElection: false,
+      minInsyncReplicas: 1,
+      retryBackoffMs: 100,
+      resign: Effect.void
+    }).pipe(Effect.provideService(Controller.TabletServers, unreached))
+    for (let i = 0; i < tablets; i += 1000) {
+      yield* controller.createTablets(specs(`t${i}`, Math.min(1000, tablets - i)))
+    }
+    while ((yield* warm.stats).tablets < tablets) yield* Effect.sleep("50 millis")
+    yield* controller.createTablets(specs("late", changed))
+    const session = yield* (yield* Coordination).session()
+    const timed = <A, E>(self: Effect.Effect<A, E>) =>
+      Effect.gen(function* () {
+        const started = performance.now()
+        const result = yield* self
+        return { result, ms: performance.now() - started }
+      })
+    // The warm view first, right after the writes: its watch has had no time to read them yet.
+    const warmSync = yield* timed(warm.sync(session))
+    const cold = yield* ControllerView.make({ namespace })
+    const coldSync = yield* timed(cold.sync(session))
+    return { warmSync, coldSync }
+  })
+  const { warmSync, coldSync } = await Effect.runPromise(
+    Effect.scoped(program).pipe(Effect.provide(ZooKeeperCoordination.layer({ connectString: zookeeper })))
+  )
+  progress(
+    `takeover: ${tablets + changed} tablets; warm view read ${warmSync.result.read} in ${round3(warmSync.ms)} ms, a cold read ${coldSync.result.read} in ${round3(coldSync.ms)} ms`
+  )
+  return {
+    figures: [
+      {
+        bench: "replica.takeover.catch_up_ms",
+        value: round3(warmSync.ms),
+        unit: `ms (a standby's warm view after ${changed} tablet writes, ${tablets + changed} tablets)`,
+        baseline: round3(coldSync.ms),
+        ratio: round3(warmSync.ms / coldSync.ms),
+        tabletsRead: warmSync.result.read,
+        baselineTabletsRead: coldSync.result.read
+      }
+    ] satisfies Array<Figure>,
+    details: { takeover: { tablets: tablets + changed, changed } }
   }
 }
 
@@ -565,7 +652,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     runs === DEFAULTS.runs &&
     kills === DEFAULTS.kills &&
     catchupSeconds === DEFAULTS.catchupSeconds
-  const parts = (envString("BENCH_PARTS") ?? "produce,failover,catchup").split(",")
+  const parts = (envString("BENCH_PARTS") ?? "produce,failover,catchup,takeover").split(",")
   const figures: Array<Figure> = []
   const details: Record<string, unknown> = { plan, settings: SETTINGS }
   if (parts.includes("produce")) {
@@ -583,5 +670,10 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     figures.push(...c.figures)
     Object.assign(details, c.details)
   }
-  return { results: figures, details, save: save && parts.length === 3 }
+  if (parts.includes("takeover")) {
+    const t = await takeoverPart(10_000, 100, zookeeper)
+    figures.push(...t.figures)
+    Object.assign(details, t.details)
+  }
+  return { results: figures, details, save: save && parts.length === 4 }
 }
