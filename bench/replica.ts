@@ -514,7 +514,8 @@ const failoverPart = async (kills: number, zookeeper: string) => {
 const unreached: Controller.TabletServersShape = {
   leaderAndIsr: () => Effect.void,
   logEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
-  holdings: () => Effect.succeed({ tablets: [] })
+  holdings: () => Effect.succeed({ tablets: [] }),
+  stopReplica: () => Effect.void
 }
 
 /**

@@ -74,6 +74,7 @@ const rpcRun = Effect.gen(function* () {
       LeaderAndIsr: () => Effect.void,
       LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
       Holdings: () => Effect.succeed({ tablets: [] }),
+      StopReplica: () => Effect.void,
       Fetch: () => Effect.succeed(fetched),
       EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
       // The records decoded as a tablet server decodes them.

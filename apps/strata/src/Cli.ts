@@ -439,9 +439,20 @@ const tabletsBalanceLeaders = Command.make(
   )
 )
 
+const tabletsDelete = Command.make(
+  "delete",
+  {
+    ...clusterFlags,
+    table: Argument.String("table").pipe(Argument.withDescription("The table's name"))
+  },
+  Effect.fn(function* (f) {
+    yield* Processes.deleteTable(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), f.table)
+  }, reporting("strata tablets delete"))
+).pipe(Command.withDescription("Delete a table: its tablets stop, and every replica deletes its data"))
+
 const tablets = Command.make("tablets").pipe(
-  Command.withDescription("Create and describe the cluster's tables, and balance their leaders"),
-  Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsBalanceLeaders])
+  Command.withDescription("Create, describe and delete the cluster's tables, and balance their leaders"),
+  Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsDelete, tabletsBalanceLeaders])
 )
 
 /** The root command. */

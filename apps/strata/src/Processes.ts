@@ -120,6 +120,21 @@ export const createTable = (
   )
 
 /**
+ * `strata tablets delete`: a table's tablets lead no more and every replica deletes its data.
+ *
+ * @since 0.1.0
+ */
+export const deleteTable = (sources: ServerConfig.Sources, table: string) =>
+  withClient(sources, (client) =>
+    Effect.gen(function* () {
+      const tablets = yield* client.deleteTable(table)
+      yield* Console.log(
+        `OK: deleting ${table} (${tablets} tablets): each replica deletes its data, a server that is down when it is back`
+      )
+    })
+  )
+
+/**
  * `strata tablets balance-leaders`: leadership back to preferred replicas now, as the controller also does every
  * `leaderImbalanceCheckIntervalMs`.
  *

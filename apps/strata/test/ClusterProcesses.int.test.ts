@@ -2,10 +2,18 @@ import { rm } from "node:fs/promises"
 import { assert, describe, it } from "@effect/vitest"
 import { tabletKey } from "@strata/core"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import { afterAll, beforeAll, inject } from "vitest"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
-import { awaitMetadata, bundleCli, client, faultSettings, freshDirectory, writeEach } from "./support/clusterTest.js"
+import {
+  awaitMetadata,
+  bundleCli,
+  client,
+  faultSettings,
+  freshDirectory,
+  record,
+  writeEach
+} from "./support/clusterTest.js"
 import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 import * as Checker from "./support/replicaChecker.js"
 
@@ -148,5 +156,85 @@ describe("a cluster of real processes on ZooKeeper", () => {
         )
       }).pipe(Effect.scoped),
     300_000
+  )
+
+  it.live(
+    "deleting a table while a server is down: its tablets stop, the live replicas delete their data, the name stays taken until the server is back and has deleted its own, then a new table of that name starts empty",
+    () =>
+      Effect.gen(function* () {
+        const directory = yield* Effect.promise(() => freshDirectory("delete"))
+        directories.push(directory)
+        const namespace = `/delete-${Date.now()}`
+        const cluster = ProcessCluster.make({
+          runner,
+          coordination: `zookeeper://${inject("zookeeper")}`,
+          namespace,
+          directory,
+          settings: faultSettings
+        })
+        yield* Effect.addFinalizer(() => cluster.killAll)
+        const run = Effect.gen(function* () {
+          yield* cluster.start("coordinator", 101)
+          yield* Effect.forEach([1, 2, 3], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
+          const c = yield* client(namespace)
+          const created = yield* c.createTable("gone", { buckets: 6 })
+          const tablets = created.map((t) => t.tablet)
+          yield* awaitMetadata(c, "gone", "every tablet online with a full ISR", (m) =>
+            m.tablets.every((t) => t.leader !== null && t.isr.length === 3)
+          )
+          assert.strictEqual((yield* writeEach(c, tablets, "before")).length, 6)
+
+          yield* cluster.kill("tablet-server", 3)
+          assert.strictEqual(yield* c.deleteTable("gone"), 6)
+          const again = yield* Effect.flip(c.createTable("gone", { buckets: 2 }))
+          assert.include(again.message, "is being deleted")
+          const missing = yield* Effect.flip(c.deleteTable("never"))
+          assert.include(missing.message, "no table never")
+          const deleting = yield* awaitMetadata(c, "gone", "every tablet deleting", (m) =>
+            m.tablets.every((t) => t.state === "DeletingTablet" && t.leader === null)
+          )
+          assert.strictEqual(deleting.tablets.length, 6, "server 3 has not deleted its replicas: the tablets stay")
+          // The live servers deleted theirs: they host them no more, and a write finds no leader.
+          for (const id of [1, 2]) {
+            const gone = yield* Effect.flip(
+              c.remote.server(id).readLog({ tablet: tablets[0]!, offset: 0, maxBytes: 1024 })
+            )
+            assert.include(gone.message, "gone/0", `server ${id}`)
+          }
+
+          yield* cluster.start("tablet-server", 3)
+          yield* awaitMetadata(
+            c,
+            "gone",
+            "the table gone once server 3 deleted its replicas",
+            (m) => m.tablets.length === 0
+          )
+          // What server 3 kept on disk while it was down is gone too.
+          for (const id of [1, 2, 3]) {
+            assert.deepStrictEqual(yield* c.remote.servers.logEnd(id, { tablet: tablets[1]! }), {
+              lastEpoch: null,
+              logEndOffset: 0
+            })
+          }
+          // The name is free: a new table of it starts empty.
+          const fresh = yield* c.createTable("gone", { buckets: 2 })
+          yield* awaitMetadata(
+            c,
+            "gone",
+            "the new table online",
+            (m) => m.tablets.length === 2 && m.tablets.every((t) => t.leader !== null && t.isr.length === 3)
+          )
+          for (const t of fresh) {
+            const sent = yield* Effect.result(c.send(t.tablet, [record(`new:${t.tablet.bucket}`)]))
+            assert.isTrue(Result.isSuccess(sent), Result.isFailure(sent) ? sent.failure.message : "")
+            if (Result.isSuccess(sent)) assert.strictEqual(sent.success.baseOffset, 0)
+          }
+        })
+        yield* Effect.scoped(run).pipe(
+          Effect.tapError(() => Effect.logError(cluster.logTails(30))),
+          Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }))
+        )
+      }).pipe(Effect.scoped),
+    180_000
   )
 })

@@ -77,6 +77,19 @@ export const LeaderAndIsrRequest = Schema.Struct({
 /** @see LeaderAndIsrRequest */
 export type LeaderAndIsrRequest = typeof LeaderAndIsrRequest.Type
 
+/**
+ * The coordinator's instruction to delete this server's replicas of `tablets` (their table was deleted): each stops
+ * its role and its data is dropped, whether or not the server hosts it now (a replica left on disk by an earlier run
+ * goes too). Fenced and addressed as `LeaderAndIsrRequest` is.
+ */
+export const StopReplicaRequest = Schema.Struct({
+  coordinatorEpoch: Epoch,
+  registration: Schema.optional(Schema.Int),
+  tablets: Schema.Array(TabletId)
+}).annotate({ identifier: "StopReplicaRequest" })
+/** @see StopReplicaRequest */
+export type StopReplicaRequest = typeof StopReplicaRequest.Type
+
 /** How many in-sync replicas must hold a record before an append returns (0: none, not even the leader's ack). */
 export const ReplicaAcks = Schema.Union([Schema.Literal(0), Schema.Literal(1), Schema.Literal("all")])
 /** @see ReplicaAcks */
@@ -273,6 +286,8 @@ export interface ReplicaManagerShape {
   readonly endOffsetForEpoch: (request: EndOffsetRequest) => Effect.Effect<EndOffsetResult, ReplicaError>
   /** This server's log of `tablet` as its store holds it (opening it if no instruction has yet). */
   readonly logEnd: (request: LogEndRequest) => Effect.Effect<LogEndResult, ReplicaError>
+  /** Deletes this server's replicas of the request's tablets (fenced as `leaderAndIsr` is). */
+  readonly stopReplica: (request: StopReplicaRequest) => Effect.Effect<void, ReplicaError>
   /**
    * What this server holds, for a new controller that resumes (fenced and addressed as `leaderAndIsr` is; the
    * coordinator epoch is taken as the newest from then on).

@@ -157,10 +157,11 @@ export const decodeJournal = (path: string, data: Uint8Array): Effect.Effect<Jou
 export const StoredTablet = Schema.Struct({
   tablet: TabletId,
   replicas: Schema.Array(ServerId),
-  state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet"]),
+  state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet", "DeletingTablet"]),
   leaderAndIsr: LeaderAndIsr,
   registrations: Schema.optional(Schema.Record(Schema.String, Schema.Int)),
-  eligible: Schema.optional(Schema.Array(ServerId))
+  eligible: Schema.optional(Schema.Array(ServerId)),
+  deleted: Schema.optional(Schema.Array(ServerId))
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)

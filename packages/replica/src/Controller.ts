@@ -25,6 +25,7 @@ import {
   type LogEndResult,
   type ReplicaError,
   type ServerId,
+  type StopReplicaRequest,
   type TabletId,
   type TabletInstruction,
   tabletKey
@@ -56,6 +57,11 @@ export interface TabletServersShape {
     server: ServerId,
     request: HoldingsRequest
   ) => Effect.Effect<HoldingsResult, ReplicaError | PeerUnreachable>
+  /** Tells a server to delete its replicas of some tablets (their table was deleted). */
+  readonly stopReplica: (
+    server: ServerId,
+    request: StopReplicaRequest
+  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
 }
 
 /**
@@ -114,6 +120,14 @@ export interface ControllerOptions {
 /** How many tablets one coordination write holds at most (etcd refuses transactions of over 128 operations). */
 const writeBatch = 50
 
+/** A command that writes coordination: a tablet's new state, or its removal. */
+type Writing = Extract<ControllerState.Command, { readonly _tag: "Write" | "Remove" }>
+
+const isWriting = (c: ControllerState.Command | undefined): c is Writing => c?._tag === "Write" || c?._tag === "Remove"
+
+/** The tablet a writing command is about. */
+const idOf = (w: Writing): TabletId => (w._tag === "Remove" ? w.tablet : w.tablet.tablet)
+
 /**
  * A running controller.
  *
@@ -127,6 +141,11 @@ export interface ControllerShape {
   readonly adjustIsr: (
     request: ControllerState.AdjustIsrRequest
   ) => Effect.Effect<ControllerState.AdjustIsrReply, ControllerResigned>
+  /**
+   * Deletes tablets: they lead no more, and each replica deletes itself (a server that is down when it is back);
+   * their nodes go once every replica has. The number of these tablets the controller knows.
+   */
+  readonly deleteTablets: (tablets: ReadonlyArray<TabletId>) => Effect.Effect<number, ControllerResigned>
   /** Moves leadership back to preferred replicas now; the number of tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
   /** Moves leadership off `server`; the number of tablets it still leads. */
@@ -139,9 +158,14 @@ export interface ControllerShape {
 
 type Pending = Deferred.Deferred<ControllerState.Reply, ControllerResigned>
 
+/** What one server is to hear of one tablet: its latest instruction, or that its replica is to be deleted. */
+type Queued =
+  | { readonly _tag: "Instruct"; readonly instruction: TabletInstruction }
+  | { readonly _tag: "Delete"; readonly tablet: TabletId }
+
 /** One server's queued instructions, latest per tablet. */
 interface Outbox {
-  readonly pending: Map<string, TabletInstruction>
+  readonly pending: Map<string, Queued>
   wake: Deferred.Deferred<void>
   live: boolean
   /** The server's registration the instructions are for, when known. */
@@ -209,23 +233,32 @@ export const make = (
       })
     )
 
-    /** Delivers one server's queued instructions until it answers, leaves, or a newer coordinator exists. */
+    /**
+     * Delivers one server's queued instructions (LeaderAndIsr, then StopReplica: one server's requests go one at a
+     * time, so a deletion is never overtaken by an older instruction) until it answers, leaves, or a newer coordinator
+     * exists. A deletion answered is fed back as `ReplicaStopped`.
+     */
     const deliver = (server: ServerId, box: Outbox): Effect.Effect<never> =>
       Effect.gen(function* () {
         yield* Deferred.await(box.wake)
         box.wake = Deferred.makeUnsafe()
-        const tablets = [...box.pending.values()]
+        const queued = [...box.pending.values()]
         box.pending.clear()
-        if (!box.live || tablets.length === 0) return
+        if (!box.live || queued.length === 0) return
         const registration = box.registration
-        const request = { coordinatorEpoch: epoch, ...(registration === undefined ? {} : { registration }), tablets }
-        const sent = yield* leadership.guard.pipe(
-          Effect.andThen(servers.leaderAndIsr(server, request)),
-          Effect.as(true),
+        const addressed = { coordinatorEpoch: epoch, ...(registration === undefined ? {} : { registration }) }
+        const tablets = queued.flatMap((q) => (q._tag === "Instruct" ? [q.instruction] : []))
+        const deletions = queued.flatMap((q) => (q._tag === "Delete" ? [q.tablet] : []))
+        const outcome = yield* leadership.guard.pipe(
+          Effect.andThen(tablets.length === 0 ? Effect.void : servers.leaderAndIsr(server, { ...addressed, tablets })),
+          Effect.andThen(
+            deletions.length === 0 ? Effect.void : servers.stopReplica(server, { ...addressed, tablets: deletions })
+          ),
+          Effect.as<"delivered" | "over" | "again">("delivered"),
           Effect.catch((e) => {
             // A newer coordinator: this one's instructions are over.
             if (e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch" && e.reason.resource === "coordinator") {
-              return Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), true)
+              return Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), "over")
             }
             // Another registration: the server is between lives, or it registered again and the watch has not told
             // (yet): its registration is read again.
@@ -235,7 +268,7 @@ export const make = (
                 between ? recheck(server, registration) : Effect.void,
                 Effect.sleep(options.retryBackoffMs)
               ),
-              false
+              "again" as const
             )
           }),
           // A defect of the transport must not end this server's deliveries.
@@ -244,15 +277,23 @@ export const make = (
               ? Effect.failCause(cause)
               : Effect.logError(`delivering to server ${server}`, cause).pipe(
                   Effect.andThen(Effect.sleep(options.retryBackoffMs)),
-                  Effect.as(false)
+                  Effect.as("again" as const)
                 )
           )
         )
-        if (sent || !box.live) return
-        // Not delivered: put back what no later instruction replaced, and go again.
-        for (const t of tablets) {
-          const key = tabletKey(t.tablet)
-          if (!box.pending.has(key)) box.pending.set(key, t)
+        if (outcome === "delivered" && deletions.length > 0) {
+          yield* Queue.offer(inbox, {
+            _tag: "ReplicaStopped",
+            server,
+            ...(registration === undefined ? {} : { registration }),
+            tablets: deletions
+          })
+        }
+        if (outcome !== "again" || !box.live) return
+        // Not delivered: put back what nothing later replaced, and go again.
+        for (const q of queued) {
+          const key = tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet)
+          if (!box.pending.has(key)) box.pending.set(key, q)
         }
         yield* Deferred.succeed(box.wake, undefined)
       }).pipe(Effect.forever)
@@ -286,18 +327,19 @@ export const make = (
     /**
      * Writes tablets in one fenced operation with the journal's next entry naming them; what failed, if it did.
      */
-    const write = (batch: ReadonlyArray<Extract<ControllerState.Command, { _tag: "Write" }>>) =>
+    const write = (batch: ReadonlyArray<Writing>) =>
       Effect.suspend(() => {
-        const ops = batch.map(({ tablet, expectedVersion }): Op => {
-          const path = paths.tablet(tablet.tablet)
-          const data = ClusterPaths.encodeTablet(tablet)
-          return expectedVersion === null
+        const ops = batch.map((w): Op => {
+          if (w._tag === "Remove") return { _tag: "delete", path: paths.tablet(w.tablet), version: w.expectedVersion }
+          const path = paths.tablet(w.tablet.tablet)
+          const data = ClusterPaths.encodeTablet(w.tablet)
+          return w.expectedVersion === null
             ? { _tag: "create", path, data }
-            : { _tag: "set", path, data, version: expectedVersion }
+            : { _tag: "set", path, data, version: w.expectedVersion }
         })
         const next = ClusterPaths.journalAppend(
           journal.journal,
-          batch.map((w) => ClusterPaths.nodeName(w.tablet.tablet))
+          batch.map((w) => ClusterPaths.nodeName(idOf(w)))
         )
         const data = ClusterPaths.encodeJournal(next)
         return leadership.fenced([...ops, { _tag: "set", path: paths.changes, data, version: journal.version }]).pipe(
@@ -317,22 +359,29 @@ export const make = (
         for (let i = 0; i < commands.length; i++) {
           const command = commands[i]!
           switch (command._tag) {
-            case "Write": {
-              const batch: Array<Extract<ControllerState.Command, { _tag: "Write" }>> = [command]
-              while (batch.length < writeBatch && commands[i + 1]?._tag === "Write") {
-                batch.push(commands[++i] as Extract<ControllerState.Command, { _tag: "Write" }>)
-              }
+            case "Write":
+            case "Remove": {
+              const batch: Array<Writing> = [command]
+              while (batch.length < writeBatch && isWriting(commands[i + 1])) batch.push(commands[++i] as Writing)
               const failed = yield* write(batch)
-              if (failed !== undefined) {
-                return yield* feed({ _tag: "WriteFailed", tablet: command.tablet.tablet, detail: failed })
-              }
+              if (failed !== undefined)
+                return yield* feed({ _tag: "WriteFailed", tablet: idOf(command), detail: failed })
               break
             }
             case "Send": {
               const box = yield* outboxOf(command.server)
               box.live = true
               box.registration = command.registration
-              for (const t of command.tablets) box.pending.set(tabletKey(t.tablet), t)
+              for (const t of command.tablets)
+                box.pending.set(tabletKey(t.tablet), { _tag: "Instruct", instruction: t })
+              yield* Deferred.succeed(box.wake, undefined)
+              break
+            }
+            case "StopReplica": {
+              const box = yield* outboxOf(command.server)
+              box.live = true
+              box.registration = command.registration
+              for (const tablet of command.tablets) box.pending.set(tabletKey(tablet), { _tag: "Delete", tablet })
               yield* Deferred.succeed(box.wake, undefined)
               break
             }
@@ -523,6 +572,11 @@ export const make = (
                 )
               : Effect.void
           )
+        ),
+      deleteTablets: (tablets) =>
+        Effect.map(
+          ask((requestId) => ({ _tag: "DeleteTablets", requestId, tablets })),
+          (reply) => (reply._tag === "Deleting" ? reply.tablets : 0)
         ),
       balanceLeaders: Effect.map(
         ask((requestId) => ({ _tag: "BalanceLeaders", requestId })),

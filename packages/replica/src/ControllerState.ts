@@ -24,7 +24,13 @@
  * | OfflineTablet | a replica came up, unclean election enabled | OnlineTablet |
  * | OnlineTablet | its leader died, candidates to ask | OfflineTablet |
  * | OfflineTablet | the last candidate answered | OnlineTablet |
+ * | OnlineTablet | deleted | DeletingTablet |
+ * | OfflineTablet | deleted | DeletingTablet |
  * <!-- /transitions -->
+ *
+ * A deleting tablet has no leader and takes no instruction; each replica is told to delete itself (StopReplica), a
+ * server that is down when it comes back, and once every replica has, the tablet's node is removed (a table's name
+ * is taken until then).
  *
  * Every leader change bumps the leader epoch; every write bumps the tablet's version (its compare-and-set version
  * in coordination), which an ISR change request must name. A replica's controller-side state follows its server:
@@ -41,7 +47,7 @@ import { tabletKey } from "@strata/core"
  *
  * @since 0.1.0
  */
-export type TabletState = "NewTablet" | "OnlineTablet" | "OfflineTablet"
+export type TabletState = "NewTablet" | "OnlineTablet" | "OfflineTablet" | "DeletingTablet"
 
 /**
  * A tablet as the controller holds it (and as coordination stores it).
@@ -65,6 +71,8 @@ export interface Tablet {
    * ISR member is the life it was.
    */
   readonly eligible?: ReadonlyArray<ServerId> | undefined
+  /** A deleting tablet's replicas that have deleted themselves. */
+  readonly deleted?: ReadonlyArray<ServerId> | undefined
 }
 
 /**
@@ -160,6 +168,8 @@ export type IsrRejection = Core.IsrRejection
  * - `ControlledShutdown`: a server asks to stop; leadership moves off it first.
  * - `WriteFailed`: a write of the previous step failed (fenced, or its outcome unknown).
  * - `LogEnd`: a candidate's answer to `AskLogEnd` (`null`: it could not be asked).
+ * - `DeleteTablets`: tablets to delete (their table is); unknown ones are passed over.
+ * - `ReplicaStopped`: a server, as the registration it was addressed as, deleted its replicas of these tablets.
  * - `BalanceLeaders`: the periodic check of preferred leaders (the shell's timer, or an operator's request): each live
  *   server whose preferred tablets are led elsewhere above `leaderImbalancePercent` leads those it is in the ISR of
  *   again (Kafka's preferred replica election).
@@ -188,6 +198,13 @@ export type Input =
   | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
   | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
   | { readonly _tag: "BalanceLeaders"; readonly requestId?: number }
+  | { readonly _tag: "DeleteTablets"; readonly requestId: number; readonly tablets: ReadonlyArray<TabletId> }
+  | {
+      readonly _tag: "ReplicaStopped"
+      readonly server: ServerId
+      readonly registration?: number
+      readonly tablets: ReadonlyArray<TabletId>
+    }
   | {
       readonly _tag: "Holdings"
       readonly server: ServerId
@@ -224,6 +241,7 @@ export type Reply =
   | Core.AdjustIsrReply
   | { readonly _tag: "ShutdownProgress"; readonly remainingLeaders: number }
   | { readonly _tag: "LeadersBalanced"; readonly moved: number }
+  | { readonly _tag: "Deleting"; readonly tablets: number }
 
 /**
  * A leader's ISR change request, as a tablet server sends it.
@@ -247,6 +265,9 @@ export type AdjustIsrReply = Core.AdjustIsrReply
  * - `Send`: a LeaderAndIsr request to one server, carrying the coordinator epoch and the server's registration
  *   when known (so that another life of the server refuses it) (delivered until the server
  *   answers or leaves).
+ * - `StopReplica`: tell one server (as its registration, under the coordinator epoch) to delete its replicas of these
+ *   tablets, delivered until it answers (fed back as `ReplicaStopped`) or leaves.
+ * - `Remove`: delete the tablet's node (fenced, at `expectedVersion`), every replica having deleted itself.
  * - `Reply`: answer request `requestId`.
  * - `AskLogEnd`: ask a candidate leader for its log end; the answer is fed back as `LogEnd` (after the backoff when
  *   it could not be asked).
@@ -266,6 +287,14 @@ export type Command =
       readonly coordinatorEpoch: Epoch
       readonly tablets: ReadonlyArray<TabletInstruction>
     }
+  | {
+      readonly _tag: "StopReplica"
+      readonly server: ServerId
+      readonly registration?: number
+      readonly coordinatorEpoch: Epoch
+      readonly tablets: ReadonlyArray<TabletId>
+    }
+  | { readonly _tag: "Remove"; readonly tablet: TabletId; readonly expectedVersion: number }
   | { readonly _tag: "Reply"; readonly requestId: number; readonly reply: Reply }
   | { readonly _tag: "AskLogEnd"; readonly server: ServerId; readonly tablet: TabletId; readonly round: number }
   | {
@@ -320,6 +349,8 @@ interface Changes {
   /** Tablets whose new state every live replica must hear. */
   readonly notify: Array<Tablet>
   readonly after: Array<Command>
+  /** Tablets deleted for good: their nodes go, after the writes. */
+  readonly removes: Array<Command>
   readonly elections: Map<string, Election>
   nextRound: number
   unclean: number
@@ -330,6 +361,7 @@ const changes = (state: State): Changes => ({
   writes: [],
   notify: [],
   after: [],
+  removes: [],
   elections: new Map(state.elections),
   nextRound: state.nextRound,
   unclean: 0
@@ -388,6 +420,7 @@ const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: ServerId): A
   const latest = new Map(tablets.map((t) => [tabletKey(t.tablet), t]))
   const by = new Map<ServerId, Array<TabletInstruction>>()
   for (const t of latest.values()) {
+    if (t.state === "DeletingTablet") continue
     for (const r of t.replicas) {
       if (!state.live.has(r) || (only !== undefined && r !== only)) continue
       const list = by.get(r) ?? []
@@ -427,7 +460,7 @@ const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): S
     nextRound: c.nextRound,
     uncleanElections: state.uncleanElections + c.unclean
   }
-  return [next, [...c.writes, ...sends(next, c.notify), ...extra, ...c.after]]
+  return [next, [...c.writes, ...c.removes, ...sends(next, c.notify), ...extra, ...c.after]]
 }
 
 const electable = (state: State, server: ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
@@ -626,7 +659,7 @@ const dropFromIsr = (state: State, c: Changes, t: Tablet, out: (server: ServerId
  */
 const moveOff = (state: State, c: Changes, server: ServerId, clean: boolean) => {
   for (const t of state.tablets.values()) {
-    if (!t.replicas.includes(server)) continue
+    if (!t.replicas.includes(server) || t.state === "DeletingTablet") continue
     if (t.leaderAndIsr.leader === server) {
       // A stopping server keeps a tablet only another unclean election could take from it.
       const chosen = clean ? elect(state, t, server) : undefined
@@ -725,6 +758,24 @@ const balanceLeaders = (state: State, c: Changes): number => {
   return moved
 }
 
+/** The StopReplica `server` gets for the deleting tablets it has not yet deleted its replica of, if any. */
+const stopReplicas = (state: State, server: ServerId): Array<Command> => {
+  const tablets = [...state.tablets.values()].flatMap((t) =>
+    t.state === "DeletingTablet" && t.replicas.includes(server) && !(t.deleted ?? []).includes(server) ? [t.tablet] : []
+  )
+  if (tablets.length === 0) return []
+  const registration = state.registrations.get(server)
+  return [
+    {
+      _tag: "StopReplica",
+      server,
+      ...(registration === undefined ? {} : { registration }),
+      coordinatorEpoch: state.coordinatorEpoch,
+      tablets
+    }
+  ]
+}
+
 /** The question a new controller asks a live server about what it holds. */
 const askHoldings = (state: State, server: ServerId): Command => {
   const registration = state.registrations.get(server)
@@ -770,6 +821,7 @@ export const step = (state: State, input: Input): Step => {
       }
       const c = changes(started)
       for (const t of started.tablets.values()) {
+        if (t.state === "DeletingTablet") continue
         const leader = t.leaderAndIsr.leader
         // A leader registered again since it was elected (restarted while no controller ran) is not the leader
         // it was: another ISR member takes over when there is one.
@@ -780,7 +832,7 @@ export const step = (state: State, input: Input): Step => {
       }
       // Every live server hears what changed here; what it holds of the rest it is asked, and told only where it falls
       // behind (a previous controller's instruction that never reached it).
-      for (const server of started.live) c.after.push(askHoldings(started, server))
+      for (const server of started.live) c.after.push(askHoldings(started, server), ...stopReplicas(started, server))
       c.after.push({
         _tag: "Log",
         level: "info",
@@ -796,15 +848,16 @@ export const step = (state: State, input: Input): Step => {
       const c = changes(up)
       const unchanged: Array<Tablet> = []
       for (const t of up.tablets.values()) {
-        if (!t.replicas.includes(input.server)) continue
+        if (!t.replicas.includes(input.server) || t.state === "DeletingTablet") continue
         if (t.state === "OfflineTablet") reelect(up, c, t, undefined)
         else if (t.leaderAndIsr.leader !== input.server && newLife(up, t, input.server)) {
           dropFromIsr(up, c, t, (s) => s === input.server)
         }
         if (c.tablets.get(tabletKey(t.tablet)) === t) unchanged.push(t)
       }
-      // Every live replica hears what changed; the returning server also hears every other tablet it holds.
-      return finish(up, c, sends(up, unchanged, input.server))
+      // Every live replica hears what changed; the returning server also hears every other tablet it holds, and
+      // deletes its replicas of the tablets being deleted.
+      return finish(up, c, [...sends(up, unchanged, input.server), ...stopReplicas(up, input.server)])
     }
     case "ServerDown": {
       if (!state.live.has(input.server)) return [state, []]
@@ -887,6 +940,56 @@ export const step = (state: State, input: Input): Step => {
     }
     case "LogEnd":
       return answered(state, input)
+    case "DeleteTablets": {
+      const c = changes(state)
+      let deleting = 0
+      for (const id of input.tablets) {
+        const t = c.tablets.get(tabletKey(id))
+        if (t === undefined) continue
+        deleting++
+        if (t.state === "DeletingTablet") continue
+        c.elections.delete(tabletKey(id))
+        put(
+          state,
+          c,
+          t,
+          {
+            ...t,
+            state: "DeletingTablet",
+            deleted: [],
+            // Its leader, if it had one, leads no more: the epoch moves on, as when it goes offline.
+            leaderAndIsr: {
+              ...t.leaderAndIsr,
+              leader: null,
+              leaderEpoch: t.leaderAndIsr.leaderEpoch + (t.leaderAndIsr.leader === null ? 0 : 1)
+            }
+          },
+          { notify: false }
+        )
+      }
+      const next = finish(state, c)
+      const stops = [...next[0].live].flatMap((server) => stopReplicas(next[0], server))
+      const reply: Reply = { _tag: "Deleting", tablets: deleting }
+      return [next[0], [...next[1], ...stops, { _tag: "Reply", requestId: input.requestId, reply }]]
+    }
+    case "ReplicaStopped": {
+      if (!state.live.has(input.server) || input.registration !== state.registrations.get(input.server)) {
+        return [state, []]
+      }
+      const c = changes(state)
+      for (const id of input.tablets) {
+        const t = c.tablets.get(tabletKey(id))
+        if (t?.state !== "DeletingTablet" || !t.replicas.includes(input.server)) continue
+        if (t.deleted?.includes(input.server)) continue
+        const deleted = [...(t.deleted ?? []), input.server]
+        if (t.replicas.every((r) => deleted.includes(r))) {
+          c.tablets.delete(tabletKey(id))
+          c.removes.push({ _tag: "Remove", tablet: id, expectedVersion: t.leaderAndIsr.version })
+          c.after.push({ _tag: "Log", level: "info", message: `${tabletKey(id)}: deleted` })
+        } else put(state, c, t, { ...t, deleted }, { notify: false })
+      }
+      return finish(state, c)
+    }
     case "BalanceLeaders": {
       const c = changes(state)
       const moved = balanceLeaders(state, c)
@@ -902,7 +1005,10 @@ export const step = (state: State, input: Input): Step => {
       if (!state.live.has(input.server) || input.registration !== registration) return [state, []]
       const held = input.holdings === null ? null : new Map(input.holdings.map((h) => [tabletKey(h.tablet), h]))
       const behind = [...state.tablets.values()].filter(
-        (t) => t.replicas.includes(input.server) && (held === null || fallsBehind(t, input.server, held))
+        (t) =>
+          t.replicas.includes(input.server) &&
+          t.state !== "DeletingTablet" &&
+          (held === null || fallsBehind(t, input.server, held))
       )
       return [state, sends(state, behind, input.server)]
     }

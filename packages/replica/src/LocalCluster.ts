@@ -190,6 +190,10 @@ export const make = (
       holdings: (id, request) => {
         const r = running.get(id)
         return r === undefined ? unreachable(`server ${id}`) : r.server.holdings(request)
+      },
+      stopReplica: (id, request) => {
+        const r = running.get(id)
+        return r === undefined ? unreachable(`server ${id}`) : r.server.stopReplica(request)
       }
     }
 

@@ -25,6 +25,7 @@ import {
   ControllerRpcs,
   type CreateTableRefused,
   type CreateTableRequest,
+  type DeleteTableRefused,
   connectGroup,
   encodeAppend,
   type Metadata,
@@ -73,6 +74,8 @@ export interface AdminCalls {
   readonly metadata: (table?: string) => Effect.Effect<Metadata, PeerUnreachable>
   /** Moves leadership back to preferred replicas now; how many tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, PeerUnreachable>
+  /** Deletes a table: how many tablets it had. */
+  readonly deleteTable: (table: string) => Effect.Effect<number, DeleteTableRefused | PeerUnreachable>
 }
 
 /**
@@ -242,7 +245,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     const tabletServers: TabletServersShape = {
       leaderAndIsr: (id, request) => onServer(id, (client) => client.LeaderAndIsr(request)),
       logEnd: (id, request) => onServer(id, (client) => client.LogEnd(request)),
-      holdings: (id, request) => onServer(id, (client) => client.Holdings(request))
+      holdings: (id, request) => onServer(id, (client) => client.Holdings(request)),
+      stopReplica: (id, request) => onServer(id, (client) => client.StopReplica(request))
     }
     const calls = (id: ServerId): ServerCalls => ({
       append: (request) => onServer(id, (client) => client.Append(encodeAppend(request))),
@@ -253,7 +257,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     const admin: AdminCalls = {
       createTable: (request) => toController((c) => c.CreateTable(request)),
       metadata: (table) => toController((c) => c.Metadata(table === undefined ? {} : { table })),
-      balanceLeaders: toController((c) => c.BalanceLeaders({}))
+      balanceLeaders: toController((c) => c.BalanceLeaders({})),
+      deleteTable: (table) => toController((c) => c.DeleteTable({ table }))
     }
     return { peers, servers: tabletServers, server: calls, admin }
   })

@@ -37,6 +37,7 @@ import {
   ReplicaState,
   ReplicaStorageFailed,
   ServerId,
+  StopReplicaRequest,
   type TabletBatch,
   TabletId,
   tabletKey,
@@ -165,6 +166,7 @@ export class TabletServerRpcs extends RpcGroup.make(
   Rpc.make("LeaderAndIsr", { payload: LeaderAndIsrRequest, error: ReplicaError }),
   Rpc.make("LogEnd", { payload: LogEndRequest, success: LogEndResult, error: ReplicaError }),
   Rpc.make("Holdings", { payload: HoldingsRequest, success: HoldingsResult, error: ReplicaError }),
+  Rpc.make("StopReplica", { payload: StopReplicaRequest, error: ReplicaError }),
   Rpc.make("Fetch", { payload: FetchRequest, success: FetchResultOnWire, error: ReplicaError }),
   Rpc.make("EndOffsetForEpoch", { payload: EndOffsetRequest, success: EndOffsetResult, error: ReplicaError }),
   Rpc.make("Append", { payload: AppendOnWire, success: AppendResult, error: ReplicaError }),
@@ -211,7 +213,7 @@ export class CreateTableRefused extends Schema.TaggedError<CreateTableRefused>()
 export const TabletMetadata = Schema.Struct({
   tablet: TabletId,
   replicas: Schema.Array(ServerId),
-  state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet"]),
+  state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet", "DeletingTablet"]),
   leader: Schema.NullOr(ServerId),
   leaderEpoch: Epoch,
   isr: Schema.Array(ServerId)
@@ -247,6 +249,20 @@ export const Metadata = Schema.Struct({
 export type Metadata = typeof Metadata.Type
 
 /**
+ * A table cannot be deleted as asked (there is none of that name).
+ *
+ * @since 0.1.0
+ */
+export class DeleteTableRefused extends Schema.TaggedError<DeleteTableRefused>()("DeleteTableRefused", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.detail
+  }
+}
+
+/**
  * What the controller serves.
  *
  * @since 0.1.0
@@ -268,7 +284,12 @@ export class ControllerRpcs extends RpcGroup.make(
     success: Metadata,
     error: NotController
   }),
-  Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController })
+  Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
+  Rpc.make("DeleteTable", {
+    payload: Schema.Struct({ table: Schema.NonEmptyString }),
+    success: Schema.Int,
+    error: Schema.Union([NotController, DeleteTableRefused])
+  })
 ) {}
 
 /**
@@ -377,6 +398,7 @@ export const serveTabletServer = (
       LeaderAndIsr: (request) => server.leaderAndIsr(request),
       LogEnd: (request) => server.logEnd(request),
       Holdings: (request) => server.holdings(request),
+      StopReplica: (request) => server.stopReplica(request),
       Fetch: (request) => server.fetch(request),
       EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
       Append: (request) => Effect.flatMap(decodeAppend(request), server.append),
@@ -452,8 +474,14 @@ const createTable = (
 ): Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, NotController | CreateTableRefused> =>
   Effect.gen(function* () {
     const state = yield* controller.state
-    if ([...state.tablets.values()].some((t) => t.tablet.table === request.table)) {
-      return yield* new CreateTableRefused({ detail: `table ${request.table} exists` })
+    const same = [...state.tablets.values()].filter((t) => t.tablet.table === request.table)
+    if (same.length > 0) {
+      const deleting = same.every((t) => t.state === "DeletingTablet")
+      return yield* new CreateTableRefused({
+        detail: deleting
+          ? `table ${request.table} is being deleted (each of its replicas deletes itself, a server that is down when it is back)`
+          : `table ${request.table} exists`
+      })
     }
     const servers = (yield* endpoint.servers).filter((s) => state.live.has(s.id) && !state.shuttingDown.has(s.id))
     const assigned = Assignment.assign({
@@ -472,6 +500,20 @@ const createTable = (
     return yield* new CreateTableRefused({
       detail: reply._tag === "CreateRefused" ? reply.detail : `unexpected answer ${reply._tag}`
     })
+  })
+
+/** Deletes every tablet of `table`; how many there are. */
+const deleteTable = (
+  controller: ControllerShape,
+  table: string
+): Effect.Effect<number, NotController | DeleteTableRefused> =>
+  Effect.gen(function* () {
+    const state = yield* controller.state
+    const tablets = [...state.tablets.values()].filter((t) => t.tablet.table === table).map((t) => t.tablet)
+    if (tablets.length === 0) return yield* new DeleteTableRefused({ detail: `no table ${table}` })
+    return yield* controller
+      .deleteTablets(tablets)
+      .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
   })
 
 /**
@@ -498,7 +540,8 @@ export const serveController = (
         Effect.flatMap(controller, (c) =>
           Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
         ),
-      BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned))
+      BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
+      DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
     })
     return yield* serveGroup(ControllerRpcs, handlers, listen)
   })

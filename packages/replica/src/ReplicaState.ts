@@ -12,6 +12,7 @@
  * |---|---|---|---|
  * | NewReplica | Loaded | OnlineReplica | — |
  * | NewReplica | Offline | OfflineReplica | CloseLog |
+ * | NewReplica | Delete | ReplicaDeleted | CloseLog, DeleteLog |
  * | OnlineReplica | LeaderAndIsr(leader = self) | LeaderReplica | BecomeLeader |
  * | OnlineReplica | LeaderAndIsr(leader = other) | FollowerReplica | BecomeFollower |
  * | OnlineReplica | Offline | OfflineReplica | CloseLog |
@@ -19,15 +20,19 @@
  * | LeaderReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopLeading, BecomeLeader |
  * | LeaderReplica | LeaderAndIsr(epoch > own, leader = other) | FollowerReplica | StopLeading, BecomeFollower |
  * | LeaderReplica | Offline | OfflineReplica | StopLeading, CloseLog |
+ * | LeaderReplica | Delete | ReplicaDeleted | StopLeading, CloseLog, DeleteLog |
  * | FollowerReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopFetching, BecomeLeader |
  * | FollowerReplica | LeaderAndIsr(epoch > own, leader = other) | FollowerReplica | StopFetching, BecomeFollower |
  * | FollowerReplica | Offline | OfflineReplica | StopFetching, CloseLog |
+ * | FollowerReplica | Delete | ReplicaDeleted | StopFetching, CloseLog, DeleteLog |
  * | OfflineReplica | Reopen | NewReplica | OpenLog |
+ * | OfflineReplica | Delete | ReplicaDeleted | DeleteLog |
  * <!-- /transitions -->
  *
  * Everything else is illegal: a LeaderAndIsr whose leader epoch is not above the replica's, or that names a leader
  * outside its own replica list; a role before the log is loaded; any event once deleted. An Offline replica comes
- * back through `Reopen` (its log opened again) and `Loaded`, so it is Online again before it takes a role.
+ * back through `Reopen` (its log opened again) and `Loaded`, so it is Online again before it takes a role. A replica
+ * in any state but deleted can be deleted (its table was): its role ends, its log closes, its data goes.
  *
  * @since 0.1.0
  */
@@ -219,6 +224,7 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
       if (event._tag === "Offline") {
         return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "CloseLog" }])
       }
+      if (event._tag === "Delete") return ok({ _tag: "ReplicaDeleted" }, [{ _tag: "CloseLog" }, { _tag: "DeleteLog" }])
       return illegal(replica, state, event)
     case "OnlineReplica":
       switch (event._tag) {
@@ -245,11 +251,14 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
             : illegal(replica, state, event)
         case "Offline":
           return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.leaderEpoch }, [stop, { _tag: "CloseLog" }])
+        case "Delete":
+          return ok({ _tag: "ReplicaDeleted" }, [stop, { _tag: "CloseLog" }, { _tag: "DeleteLog" }])
         default:
           return illegal(replica, state, event)
       }
     }
     case "OfflineReplica":
+      if (event._tag === "Delete") return ok({ _tag: "ReplicaDeleted" }, [{ _tag: "DeleteLog" }])
       return event._tag === "Reopen"
         ? ok({ _tag: "NewReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "OpenLog" }])
         : illegal(replica, state, event)

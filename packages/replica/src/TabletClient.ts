@@ -35,7 +35,7 @@ import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import { PeerUnreachable } from "./Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
-import type { CreateTableRefused, Metadata, TabletMetadata } from "./ReplicaRpc.js"
+import type { CreateTableRefused, DeleteTableRefused, Metadata, TabletMetadata } from "./ReplicaRpc.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
 import { electionOf } from "./TabletServerNode.js"
 
@@ -107,7 +107,14 @@ export class DeliveryUnknown extends Data.TaggedError("DeliveryUnknown")<{
  * @since 0.1.0
  */
 export class TabletClientError extends Data.TaggedError("TabletClientError")<{
-  readonly reason: NoSuchTablet | DeliveryUnknown | ReplicaError | CreateTableRefused | ClientClosed | Abandoned
+  readonly reason:
+    | NoSuchTablet
+    | DeliveryUnknown
+    | ReplicaError
+    | CreateTableRefused
+    | DeleteTableRefused
+    | ClientClosed
+    | Abandoned
 }> {
   /** @since 0.1.0 */
   override get message(): string {
@@ -181,6 +188,11 @@ export interface TabletClientShape {
     table: string,
     options: { readonly buckets: number; readonly replicationFactor?: number }
   ) => Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, TabletClientError>
+  /**
+   * Deletes a table: its tablets lead no more and each replica deletes its data (a server that is down when it is
+   * back); the name is free again once every replica has. How many tablets it had.
+   */
+  readonly deleteTable: (table: string) => Effect.Effect<number, TabletClientError>
   /** Moves leadership back to preferred replicas (those in the ISR) now; how many tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, TabletClientError>
   /** The cluster's calls, for operators and checkers (a replica's own log, say). */
@@ -311,12 +323,23 @@ export const make = (
       Effect.gen(function* () {
         const records = batch.length === 1 ? batch[0]!.records : batch.flatMap((q) => q.records)
         const deadline = (yield* Clock.currentTimeMillis) + o.deliveryTimeoutMs
-        const producer = { id: producerId, epoch: lane.epoch, sequence: lane.sequence }
-        const result = yield* Effect.result(
-          onLeader(lane.tablet, deadline, (server) =>
-            server.append({ tablet: lane.tablet, records, acks: batch[0]!.acks, producer })
+        const attempt = Effect.suspend(() => {
+          const producer = { id: producerId, epoch: lane.epoch, sequence: lane.sequence }
+          return Effect.result(
+            onLeader(lane.tablet, deadline, (server) =>
+              server.append({ tablet: lane.tablet, records, acks: batch[0]!.acks, producer })
+            )
           )
-        )
+        })
+        let result = yield* attempt
+        // The tablet knows nothing of this producer although the lane wrote to it before: the tablet was deleted and
+        // created again (or lost every record of the producer). Nothing of this append is there, so it goes again
+        // as the start of a new producer epoch (KIP-360).
+        if (result._tag === "Failure" && unknownProducer(result.failure) && lane.sequence > 0) {
+          lane.epoch += 1
+          lane.sequence = 0
+          result = yield* attempt
+        }
         if (result._tag === "Failure") {
           // Nothing of this append may be written after what comes next: the lane moves to a new producer epoch.
           lane.epoch += 1
@@ -437,12 +460,20 @@ export const make = (
             `creating ${table}`
           )
         ).pipe(Effect.mapError(fail)),
+      deleteTable: (table) =>
+        Effect.flatMap(deadlineOf, (deadline) =>
+          retryUntil(deadline, o.retryBackoffMs, remote.admin.deleteTable(table), `deleting ${table}`)
+        ).pipe(Effect.mapError(fail)),
       balanceLeaders: Effect.flatMap(deadlineOf, (deadline) =>
         retryUntil(deadline, o.retryBackoffMs, remote.admin.balanceLeaders, "balancing leaders")
       ).pipe(Effect.mapError(fail)),
       remote
     }
   })
+
+/** Whether a tablet refused an append for not knowing its producer. */
+const unknownProducer = (e: ReplicaError | NoSuchTablet | DeliveryUnknown) =>
+  e._tag === "ReplicaError" && e.reason._tag === "ProducerRefused" && e.reason.kind === "UnknownProducer"
 
 /** `call` again after the backoff while the controller cannot be reached, until `deadline`. */
 const retryUntil = <A, E>(

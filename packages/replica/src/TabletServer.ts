@@ -333,17 +333,21 @@ const runReplica = (
             return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
           })
         case "DeleteLog":
-          return server.store
-            .drop(storeIdOf(h.tablet))
-            .pipe(
-              Effect.mapError(
-                (e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: h.key, detail: e.message }) })
-              )
-            )
+          return dropLog(server, h.tablet)
       }
     },
     { discard: true }
   )
+
+/** Drops the store partition of `tablet`'s log (closed first: an open one is locked). */
+const dropLog = (server: Server, tablet: TabletId): Effect.Effect<void, ReplicaError> =>
+  server.store
+    .drop(storeIdOf(tablet))
+    .pipe(
+      Effect.mapError(
+        (e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: tabletKey(tablet), detail: e.message }) })
+      )
+    )
 
 /** Opens the replica's log, then feeds the machine `Loaded`. */
 const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaError> =>
@@ -659,6 +663,33 @@ const admitController = (
     return Effect.void
   })
 
+/**
+ * Deletes this server's replica of `tablet`: a hosted one through its machine (its role ends, its log closes, its
+ * data goes), and the store partition in any case: a replica left on disk by an earlier run is not hosted.
+ */
+const deleteReplica = (server: Server, tablet: TabletId) =>
+  Effect.gen(function* () {
+    const key = tabletKey(tablet)
+    const h = server.hosted.get(key)
+    if (h !== undefined) {
+      yield* Hosted.locked(
+        h,
+        h.machine._tag === "ReplicaDeleted" ? Effect.void : stepReplica(server, h, { _tag: "Delete" }, undefined)
+      )
+      if (server.hosted.get(key) === h) server.hosted.delete(key)
+      yield* Hosted.signal(h)
+    } else yield* dropLog(server, tablet)
+    yield* Effect.logInfo(`server ${server.self}: ${key}: replica deleted`)
+  })
+
+const stopReplica =
+  (server: Server): ReplicaManagerShape["stopReplica"] =>
+  (request) =>
+    Effect.andThen(
+      admitController(server, request),
+      Effect.forEach(request.tablets, (tablet) => deleteReplica(server, tablet), { discard: true })
+    )
+
 const holdings =
   (server: Server): ReplicaManagerShape["holdings"] =>
   (request) =>
@@ -759,6 +790,7 @@ export const make = (
       endOffsetForEpoch: endOffsetForEpoch(server),
       logEnd: logEnd(server),
       holdings: holdings(server),
+      stopReplica: stopReplica(server),
       replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
       coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
       registered: (registration) =>

@@ -30,6 +30,17 @@ const started = (
   tablets,
   ...(registrations === undefined ? {} : { registrations })
 })
+const deleteTablets = (...buckets: ReadonlyArray<number>): Extract<Input, { _tag: "DeleteTablets" }> => ({
+  _tag: "DeleteTablets",
+  requestId: 6,
+  tablets: buckets.map(tid)
+})
+const stopped = (server: ServerId, buckets: ReadonlyArray<number>, registration?: number): Input => ({
+  _tag: "ReplicaStopped",
+  server,
+  ...(registration === undefined ? {} : { registration }),
+  tablets: buckets.map(tid)
+})
 const create = (
   ...specs: ReadonlyArray<readonly [number, ReadonlyArray<ServerId>]>
 ): Extract<Input, { _tag: "CreateTablets" }> => ({
@@ -524,7 +535,9 @@ const scenarios: Record<string, () => readonly [State, Input]> = {
     const { state } = run(bootWith(largest, [1, 2, 3]), create([0, [1, 2, 3]]), down(1))
     const { state: one } = run(state, logEnd(state, 2, { lastEpoch: 0, logEndOffset: 5 }))
     return [one, logEnd(one, 3, { lastEpoch: 0, logEndOffset: 9 })]
-  }
+  },
+  "OnlineTablet | deleted": () => [run(boot([1, 2]), create([0, [1, 2]])).state, deleteTablets(0)],
+  "OfflineTablet | deleted": () => [run(boot([1, 2]), create([0, [1]]), down(1)).state, deleteTablets(0)]
 }
 
 const rows = documentedRows(new URL("../src/ControllerState.ts", import.meta.url)).map((line) => {
@@ -533,6 +546,88 @@ const rows = documentedRows(new URL("../src/ControllerState.ts", import.meta.url
     .slice(1, -1)
     .map((cell) => cell.trim())
   return { line, from, event, to, scenario: `${from} | ${event}` }
+})
+
+describe("ControllerState table deletion", () => {
+  /** The buckets each server is told to delete, over all the StopReplica commands. */
+  const stops = (commands: ReadonlyArray<Command>) => {
+    const by: Record<number, Array<number>> = {}
+    for (const c of commands) {
+      if (c._tag !== "StopReplica") continue
+      by[c.server] = [...(by[c.server] ?? []), ...c.tablets.map((t) => t.bucket)].sort()
+    }
+    return by
+  }
+  const removed = (commands: ReadonlyArray<Command>) =>
+    commands.flatMap((c) => (c._tag === "Remove" ? [[c.tablet.bucket, c.expectedVersion]] : []))
+
+  it("deleting tablets: no leader, every live replica told to delete itself, the nodes removed once all have", () => {
+    const { state: created } = run(boot([1, 2, 3]), create([0, [1, 2, 3]], [1, [2, 3, 1]]))
+    const { state, commands } = run(created, deleteTablets(0, 1, 9))
+    assert.deepStrictEqual(reply(commands), { _tag: "Deleting", tablets: 2 })
+    for (const b of [0, 1]) {
+      assert.strictEqual(tablet(state, b).state, "DeletingTablet")
+      assert.isNull(lai(state, b).leader)
+      assert.strictEqual(lai(state, b).leaderEpoch, lai(created, b).leaderEpoch + 1)
+    }
+    assert.deepStrictEqual(writes(commands), [
+      { bucket: 0, expected: 0 },
+      { bucket: 1, expected: 0 }
+    ])
+    assert.deepStrictEqual(sent(commands), {}, "no LeaderAndIsr for a deleting tablet")
+    assert.deepStrictEqual(stops(commands), { 1: [0, 1], 2: [0, 1], 3: [0, 1] })
+    // Asked again: nothing new is written.
+    assert.deepStrictEqual(writes(run(state, deleteTablets(0)).commands), [])
+
+    const { state: two } = run(state, stopped(1, [0, 1]), stopped(2, [0, 1]))
+    assert.deepStrictEqual(tablet(two, 0).deleted, [1, 2])
+    const last = run(two, stopped(3, [0, 1]))
+    assert.deepStrictEqual(removed(last.commands), [
+      [0, 3],
+      [1, 3]
+    ])
+    assert.isFalse(last.state.tablets.has(key(0)))
+    assert.isFalse(last.state.tablets.has(key(1)))
+    assert.deepStrictEqual(writes(last.commands), [])
+  })
+
+  it("a server down during the deletion is told when it is back; its answer is needed; a stale answer is dropped", () => {
+    const { state } = run(
+      boot([1, 2, 3]),
+      { _tag: "ServerUp", server: 4, registration: 40 },
+      create([0, [1, 4]]),
+      down(4),
+      deleteTablets(0)
+    )
+    const { state: one, commands } = run(state, stopped(1, [0]))
+    assert.deepStrictEqual(removed(commands), [], "server 4 still holds its replica")
+    // The answer of a server that is not live, or of another registration, changes nothing.
+    assert.strictEqual(ControllerState.step(one, stopped(4, [0], 40))[0], one)
+    const back = run(one, { _tag: "ServerUp", server: 4, registration: 41 })
+    assert.deepStrictEqual(stops(back.commands), { 4: [0] })
+    assert.deepStrictEqual(sent(back.commands), {})
+    assert.strictEqual(ControllerState.step(back.state, stopped(4, [0], 40))[0], back.state)
+    const done = run(back.state, stopped(4, [0], 41))
+    assert.deepStrictEqual(removed(done.commands).length, 1)
+    assert.isFalse(done.state.tablets.has(key(0)))
+  })
+
+  it("a deleting tablet is never elected, takes no ISR change, and a new controller resumes its deletion", () => {
+    const { state } = run(boot([1, 2, 3]), create([0, [1, 2, 3]]), deleteTablets(0))
+    const moved = run(state, down(1), up(1), { _tag: "BalanceLeaders" })
+    assert.isNull(lai(moved.state, 0).leader)
+    assert.deepStrictEqual(writes(moved.commands), [])
+    const rejected = reply(run(state, adjust(state, 0, [1, 2])).commands)
+    assert.strictEqual(rejected?._tag, "IsrRejected")
+    const { state: partly } = run(state, stopped(2, [0]))
+    const resumed = run(
+      ControllerState.make({ uncleanLeaderElection: false }),
+      started(3, [1, 2, 3], [tablet(partly, 0)])
+    )
+    assert.deepStrictEqual(stops(resumed.commands), { 1: [0], 3: [0] })
+    assert.deepStrictEqual(sent(resumed.commands, 3), {})
+    assert.deepStrictEqual(writes(resumed.commands), [])
+  })
 })
 
 describe("ControllerState preferred leaders", () => {
@@ -630,7 +725,10 @@ describe("ControllerState transition table", () => {
       const [after] = ControllerState.step(before, event)
       const now = tablet(after, 0)
       assert.strictEqual(now.state, row.to)
-      if (was !== undefined) assert.notStrictEqual(now.leaderAndIsr.leader, was.leaderAndIsr.leader, "a new leader")
+      if (row.to === "DeletingTablet") assert.isNull(now.leaderAndIsr.leader, "a deleting tablet has no leader")
+      else if (was !== undefined) {
+        assert.notStrictEqual(now.leaderAndIsr.leader, was.leaderAndIsr.leader, "a new leader")
+      }
     })
   }
 })
@@ -678,6 +776,9 @@ interface Tally {
   holdings: number
   /** Tablets moved back to their preferred replica. */
   balanced: number
+  /** Deleting tablets after a DeleteTablets; tablets removed for good. */
+  deleting: number
+  removed: number
 }
 const tally = (): Tally => ({
   leaderChanges: 0,
@@ -694,7 +795,9 @@ const tally = (): Tally => ({
   largest: 0,
   staleAnswers: 0,
   holdings: 0,
-  balanced: 0
+  balanced: 0,
+  deleting: 0,
+  removed: 0
 })
 
 /** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
@@ -735,6 +838,21 @@ const randomInput = (
   n: number
 ): Input => {
   if (state.elections.size > 0 && r.chance(0.7)) return answer(r, state, servers)
+  // A replica of a deleting tablet answers that it deleted itself (sometimes as another life, or a stranger).
+  const deleting = [...state.tablets.values()].filter((t) => t.state === "DeletingTablet")
+  if (deleting.length > 0 && r.chance(0.25)) {
+    const t = r.pick(deleting)
+    const server = r.chance(0.9) ? r.pick(t.replicas) : r.pick(servers)
+    const registration = r.chance(0.9) ? state.registrations.get(server) : life(n, server)
+    return {
+      _tag: "ReplicaStopped",
+      server,
+      ...(registration === undefined ? {} : { registration }),
+      tablets: [t.tablet, ...(r.chance(0.3) ? [r.pick([...state.tablets.values()]).tablet] : [])]
+    }
+  }
+  if (r.chance(0.015))
+    return { ...deleteTablets(...Array.from({ length: r.int(1, 2) }, () => r.int(0, buckets))), requestId: n }
   const roll = r.next()
   const server = r.pick(servers)
   // A server coming up is usually a new life; sometimes the shell does not know its registration.
@@ -919,6 +1037,7 @@ const check = (
         if (t === undefined || !t.replicas.includes(c.server))
           return ["send to a replica", `${c.server} for ${tabletKey(ins.tablet)}`]
         if (!isDeepStrictEqual(ins.leaderAndIsr, t.leaderAndIsr)) return ["send the latest", tabletKey(ins.tablet)]
+        if (t.state === "DeletingTablet") return ["no instruction for a deleting tablet", tabletKey(ins.tablet)]
       }
     }
     if (c._tag === "AskLogEnd") {
@@ -1017,8 +1136,8 @@ const check = (
     const current = model.live.has(input.server) && model.lives.get(input.server) === input.registration
     const told = new Set(commands.flatMap((c) => (c._tag === "Send" ? c.tablets.map((t) => tabletKey(t.tablet)) : [])))
     for (const [k, t] of next.tablets) {
-      if (!current || !t.replicas.includes(input.server)) {
-        if (told.has(k)) return ["Holdings: told only its current replicas", k]
+      if (!current || !t.replicas.includes(input.server) || t.state === "DeletingTablet") {
+        if (told.has(k)) return ["Holdings: told only its current replicas, none being deleted", k]
         continue
       }
       const held = input.holdings?.find((h) => tabletKey(h.tablet) === k)
@@ -1033,7 +1152,39 @@ const check = (
     }
   }
 
-  for (const k of previous.keys()) if (!next.tablets.has(k)) return ["tablets stay", k]
+  // Deletion: a deleting tablet stays deleting with no leader until every replica said it deleted itself (a live one,
+  // as its current registration), and its node goes then, with nothing else.
+  const removes = commands.flatMap((c) => (c._tag === "Remove" ? [tabletKey(c.tablet)] : []))
+  for (const k of previous.keys()) {
+    const p = previous.get(k)!
+    const gone = !next.tablets.has(k)
+    if (gone !== removes.includes(k)) return ["a tablet leaves the state exactly when its node is removed", k]
+    if (!gone) {
+      const t = next.tablets.get(k)!
+      if (p.state === "DeletingTablet" && t.state !== "DeletingTablet") return ["deleting stays deleting", k]
+      if (t.state === "DeletingTablet" && t.leaderAndIsr.leader !== null) return ["a deleting tablet has no leader", k]
+      continue
+    }
+    const answered =
+      input._tag === "ReplicaStopped" &&
+      model.live.has(input.server) &&
+      model.lives.get(input.server) === input.registration &&
+      input.tablets.some((id) => tabletKey(id) === k)
+    const all = p.replicas.every((s) => (p.deleted ?? []).includes(s) || (answered && s === input.server))
+    if (p.state !== "DeletingTablet" || !answered || !all) return ["removed only once every replica deleted itself", k]
+    counts.removed++
+  }
+  for (const c of commands) {
+    if (c._tag !== "StopReplica") continue
+    if (!model.live.has(c.server)) return ["StopReplica to a live server", `${c.server}`]
+    for (const id of c.tablets) {
+      const t = next.tablets.get(tabletKey(id))
+      if (t?.state !== "DeletingTablet" || !t.replicas.includes(c.server) || (t.deleted ?? []).includes(c.server))
+        return ["StopReplica for a replica still to delete", `${c.server}: ${tabletKey(id)}`]
+    }
+  }
+  if (input._tag === "DeleteTablets")
+    counts.deleting += [...next.tablets.values()].filter((t) => t.state === "DeletingTablet").length
   for (const [k, t] of next.tablets) {
     const p = previous.get(k)
     if (!written.has(k)) {
@@ -1256,7 +1407,8 @@ describe("ControllerState seeded runs", () => {
   it("the runs are not vacuous: leaders change, tablets go offline, ISR changes are accepted and rejected, elections ask", () => {
     const { counts } = cleanRuns()
     // A preferred replica back in the ISR of a tablet led elsewhere needs a longer history: fewer of those.
-    const least: Partial<Record<keyof Tally, number>> = { balanced: 50 }
+    // A deletion ends only once every replica answered: fewer of those too.
+    const least: Partial<Record<keyof Tally, number>> = { balanced: 50, removed: 30 }
     for (const [name, n] of Object.entries(counts))
       assert.isAbove(n, least[name as keyof Tally] ?? 100, `${name}: ${JSON.stringify(counts)}`)
   })
@@ -1292,6 +1444,22 @@ describe("ControllerState seeded runs", () => {
       ControllerState.step({ ...state, options: { ...state.options, preferOutsideIsr: true } }, input)
     const rule = "BalanceLeaders: an online tablet's preferred replica, in its ISR as the same life, leads"
     const broken = failures(outside, tally(), rule)
+    assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
+  })
+
+  it("a planted bug (a tablet removed on its first replica's answer) is caught", () => {
+    const hasty: StepFn = (state, input) => {
+      if (input._tag !== "ReplicaStopped") return ControllerState.step(state, input)
+      const tablets = new Map(state.tablets)
+      for (const id of input.tablets) {
+        const t = tablets.get(tabletKey(id))
+        if (t?.state === "DeletingTablet")
+          tablets.set(tabletKey(id), { ...t, deleted: t.replicas.filter((s) => s !== input.server) })
+      }
+      return ControllerState.step({ ...state, tablets }, input)
+    }
+    const rule = "removed only once every replica deleted itself"
+    const broken = failures(hasty, tally(), rule)
     assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
   })
 

@@ -18,7 +18,8 @@ const namespace = "/view"
 const nobody: Controller.TabletServersShape = {
   leaderAndIsr: () => Effect.void,
   logEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
-  holdings: () => Effect.succeed({ tablets: [] })
+  holdings: () => Effect.succeed({ tablets: [] }),
+  stopReplica: () => Effect.void
 }
 
 const specs = (table: string, count: number) =>

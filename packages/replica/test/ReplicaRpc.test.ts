@@ -195,6 +195,7 @@ describe("ReplicaRpc over TCP", () => {
           coordinatorEpoch: 2,
           resumed: { tablets: 0, read: 0, full: true },
           balanceLeaders: Effect.die("unused"),
+          deleteTablets: () => Effect.die("unused"),
           createTablets: () => Effect.die("unused"),
           adjustIsr: (r) =>
             Effect.sync(() => {
@@ -226,6 +227,7 @@ describe("a server found at another address", () => {
         LeaderAndIsr: () => leaderAndIsr,
         LogEnd: () => Effect.never,
         Holdings: () => Effect.never,
+        StopReplica: () => Effect.never,
         Fetch: () => Effect.never,
         EndOffsetForEpoch: () => Effect.never,
         Append: () => Effect.never,

@@ -1,6 +1,7 @@
 /**
  * A tablet server's answers to the controller: instructions addressed to another life of the server are refused
- * (KIP-380), and `logEnd` tells a candidate's log end, opening the log when no instruction has yet.
+ * (KIP-380), `logEnd` tells a candidate's log end, opening the log when no instruction has yet, `holdings` tells what
+ * it holds, and `stopReplica` deletes a replica's data whether or not it is hosted now.
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -79,5 +80,47 @@ describe("TabletServer", () => {
         logEndOffset: 0
       })
     }).pipe(Effect.scoped)
+  )
+
+  it.live(
+    "stopReplica deletes a leading replica and one left on disk by an earlier run; holdings tell what is held",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* make(replication)
+        const server = yield* servers.start(1)
+        const other = { table: "t", bucket: 1 }
+        yield* server.leaderAndIsr({
+          coordinatorEpoch: 1,
+          tablets: [instruction(2), { ...instruction(4), tablet: other }]
+        })
+        yield* server.append({ tablet, records: records("v", 0, 5), acks: 1 })
+        yield* server.append({ tablet: other, records: records("w", 0, 3), acks: 1 })
+        assert.deepStrictEqual(
+          (yield* server.holdings({ coordinatorEpoch: 2 })).tablets.map((h) => [
+            h.tablet.bucket,
+            h.leaderEpoch,
+            h.version
+          ]),
+          [
+            [0, 2, 2],
+            [1, 4, 4]
+          ]
+        )
+        // A controller of an older epoch than the last seen (2) is refused, and nothing is deleted.
+        const stale = yield* Effect.flip(server.stopReplica({ coordinatorEpoch: 1, tablets: [tablet] }))
+        assert.strictEqual(stale.reason._tag, "FencedEpoch")
+        yield* server.stopReplica({ coordinatorEpoch: 2, tablets: [tablet] })
+        assert.deepStrictEqual(yield* server.tablets, [other])
+        assert.strictEqual((yield* Effect.flip(server.replicaState(tablet))).reason._tag, "UnknownTablet")
+        // Asked again (its answer was lost): nothing left to do, no error.
+        yield* server.stopReplica({ coordinatorEpoch: 2, tablets: [tablet] })
+        // After a restart the other replica is on disk but not hosted: deleted all the same.
+        yield* servers.stop(1)
+        const again = yield* servers.start(1)
+        assert.deepStrictEqual((yield* again.holdings({ coordinatorEpoch: 2 })).tablets, [])
+        yield* again.stopReplica({ coordinatorEpoch: 2, tablets: [other] })
+        assert.deepStrictEqual(yield* again.logEnd({ tablet: other }), { lastEpoch: null, logEndOffset: 0 })
+        assert.deepStrictEqual(yield* again.logEnd({ tablet }), { lastEpoch: null, logEndOffset: 0 })
+      }).pipe(Effect.scoped)
   )
 })

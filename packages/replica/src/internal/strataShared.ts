@@ -42,6 +42,7 @@ export const fromClient =
       case "DeliveryUnknown":
         return logError(new LogIoError({ operation, detail: r.message, retryable: true }))
       case "CreateTableRefused":
+      case "DeleteTableRefused":
         return logError(new InvalidRequest({ detail: r.detail }))
       case "ReplicaError": {
         const reason = r.reason

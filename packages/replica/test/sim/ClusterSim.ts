@@ -465,6 +465,13 @@ const simulate = (
         return server === undefined
           ? Effect.fail(unreachable(target.name, "down"))
           : call(c.name, target.name, server.holdings(request))
+      },
+      stopReplica: (id, request) => {
+        const target = byName.get(`s${id}`)!
+        const server = target.server
+        return server === undefined
+          ? Effect.fail(unreachable(target.name, "down"))
+          : call(c.name, target.name, server.stopReplica(request))
       }
     })
 
