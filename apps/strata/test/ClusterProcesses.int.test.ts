@@ -1,8 +1,8 @@
 import { rm } from "node:fs/promises"
 import { assert, describe, it } from "@effect/vitest"
-import { tabletKey } from "@strata/core"
+import { type Coordination, tabletKey } from "@strata/core"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
-import { Effect, Result } from "effect"
+import { Effect, Result, type Scope } from "effect"
 import { afterAll, beforeAll, inject } from "vitest"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import {
@@ -39,6 +39,35 @@ const waitFor = async <A>(what: string, find: () => A | undefined): Promise<A> =
   }
   throw new Error(`timed out waiting for ${what}`)
 }
+/**
+ * Runs `body` against a process cluster on the test's ZooKeeper, in a fresh directory and namespace named after
+ * `label`; every process is killed afterwards, and a failure prints the end of each process's log.
+ */
+const onZooKeeper = <A, E>(
+  label: string,
+  body: (
+    cluster: ProcessCluster.ProcessCluster,
+    namespace: string
+  ) => Effect.Effect<A, E, ZooKeeperCoordination.ZooKeeperCoordination | Coordination | Scope.Scope>
+) =>
+  Effect.gen(function* () {
+    const directory = yield* Effect.promise(() => freshDirectory(label))
+    directories.push(directory)
+    const namespace = `/${label}-${Date.now()}`
+    const cluster = ProcessCluster.make({
+      runner,
+      coordination: `zookeeper://${inject("zookeeper")}`,
+      namespace,
+      directory,
+      settings: faultSettings
+    })
+    yield* Effect.addFinalizer(() => cluster.killAll)
+    return yield* Effect.scoped(body(cluster, namespace)).pipe(
+      Effect.tapError(() => Effect.logError(cluster.logTails(30))),
+      Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }))
+    )
+  }).pipe(Effect.scoped)
+
 const SERVERS = [1, 2, 3, 4, 5]
 const COORDINATORS = [101, 102, 103]
 
@@ -46,19 +75,8 @@ describe("a cluster of real processes on ZooKeeper", () => {
   it.live(
     "the seed's operation 2: kill -9 the server leading most tablets; every tablet leads again and takes acks=all writes, ISRs shrink, the server comes back into every ISR, nothing acknowledged is lost",
     () =>
-      Effect.gen(function* () {
-        const directory = yield* Effect.promise(() => freshDirectory("op2"))
-        directories.push(directory)
-        const namespace = `/op2-${Date.now()}`
-        const cluster = ProcessCluster.make({
-          runner,
-          coordination: `zookeeper://${inject("zookeeper")}`,
-          namespace,
-          directory,
-          settings: faultSettings
-        })
-        yield* Effect.addFinalizer(() => cluster.killAll)
-        const run = Effect.gen(function* () {
+      onZooKeeper("op2", (cluster, namespace) =>
+        Effect.gen(function* () {
           yield* Effect.forEach(COORDINATORS, (id) => cluster.start("coordinator", id), { concurrency: "unbounded" })
           yield* Effect.forEach(SERVERS, (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
           const c = yield* client(namespace)
@@ -150,30 +168,15 @@ describe("a cluster of real processes on ZooKeeper", () => {
             assert.isAtLeast(page.logEndOffset, 2, `${tabletKey(t.tablet)} on the restarted server`)
           }
         })
-        yield* Effect.scoped(run).pipe(
-          Effect.tapError(() => Effect.logError(cluster.logTails(30))),
-          Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }))
-        )
-      }).pipe(Effect.scoped),
+      ),
     300_000
   )
 
   it.live(
     "deleting a table while a server is down: its tablets stop, the live replicas delete their data, the name stays taken until the server is back and has deleted its own, then a new table of that name starts empty",
     () =>
-      Effect.gen(function* () {
-        const directory = yield* Effect.promise(() => freshDirectory("delete"))
-        directories.push(directory)
-        const namespace = `/delete-${Date.now()}`
-        const cluster = ProcessCluster.make({
-          runner,
-          coordination: `zookeeper://${inject("zookeeper")}`,
-          namespace,
-          directory,
-          settings: faultSettings
-        })
-        yield* Effect.addFinalizer(() => cluster.killAll)
-        const run = Effect.gen(function* () {
+      onZooKeeper("delete", (cluster, namespace) =>
+        Effect.gen(function* () {
           yield* cluster.start("coordinator", 101)
           yield* Effect.forEach([1, 2, 3], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
           const c = yield* client(namespace)
@@ -230,11 +233,7 @@ describe("a cluster of real processes on ZooKeeper", () => {
             if (Result.isSuccess(sent)) assert.strictEqual(sent.success.baseOffset, 0)
           }
         })
-        yield* Effect.scoped(run).pipe(
-          Effect.tapError(() => Effect.logError(cluster.logTails(30))),
-          Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }))
-        )
-      }).pipe(Effect.scoped),
+      ),
     180_000
   )
 })

@@ -178,23 +178,19 @@ export const make = (
       }
     }
     const tcp = options.transport === "tcp"
+    /** A call to running server `id` (unreachable when it is not running). */
+    const onRunning = <A>(
+      id: ServerId,
+      f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaError>
+    ) => {
+      const r = running.get(id)
+      return r === undefined ? unreachable(`server ${id}`) : f(r.server)
+    }
     const direct: Controller.TabletServersShape = {
-      leaderAndIsr: (id, request) => {
-        const r = running.get(id)
-        return r === undefined ? unreachable(`server ${id}`) : r.server.leaderAndIsr(request)
-      },
-      logEnd: (id, request) => {
-        const r = running.get(id)
-        return r === undefined ? unreachable(`server ${id}`) : r.server.logEnd(request)
-      },
-      holdings: (id, request) => {
-        const r = running.get(id)
-        return r === undefined ? unreachable(`server ${id}`) : r.server.holdings(request)
-      },
-      stopReplica: (id, request) => {
-        const r = running.get(id)
-        return r === undefined ? unreachable(`server ${id}`) : r.server.stopReplica(request)
-      }
+      leaderAndIsr: (id, request) => onRunning(id, (server) => server.leaderAndIsr(request)),
+      logEnd: (id, request) => onRunning(id, (server) => server.logEnd(request)),
+      holdings: (id, request) => onRunning(id, (server) => server.holdings(request)),
+      stopReplica: (id, request) => onRunning(id, (server) => server.stopReplica(request))
     }
 
     const startServer = (id: ServerId) =>

@@ -452,28 +452,20 @@ const simulate = (
           ? Effect.fail(unreachable(target.name, "down"))
           : call(c.name, target.name, inbox(request))
       },
-      logEnd: (id, request) => {
-        const target = byName.get(`s${id}`)!
-        const server = target.server
-        return server === undefined
-          ? Effect.fail(unreachable(target.name, "down"))
-          : call(c.name, target.name, server.logEnd(request))
-      },
-      holdings: (id, request) => {
-        const target = byName.get(`s${id}`)!
-        const server = target.server
-        return server === undefined
-          ? Effect.fail(unreachable(target.name, "down"))
-          : call(c.name, target.name, server.holdings(request))
-      },
-      stopReplica: (id, request) => {
-        const target = byName.get(`s${id}`)!
-        const server = target.server
-        return server === undefined
-          ? Effect.fail(unreachable(target.name, "down"))
-          : call(c.name, target.name, server.stopReplica(request))
-      }
+      logEnd: (id, request) => onServer(c, id, (server) => server.logEnd(request)),
+      holdings: (id, request) => onServer(c, id, (server) => server.holdings(request)),
+      stopReplica: (id, request) => onServer(c, id, (server) => server.stopReplica(request))
     })
+    /** A call from coordinator `c` to server `id` over the simulated network (unreachable while it is down). */
+    const onServer = <A>(
+      c: Proc,
+      id: number,
+      f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaError>
+    ) => {
+      const target = byName.get(`s${id}`)!
+      const server = target.server
+      return server === undefined ? Effect.fail(unreachable(target.name, "down")) : call(c.name, target.name, f(server))
+    }
 
     const startCoordinator = (p: Proc) =>
       Effect.gen(function* () {
