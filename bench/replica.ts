@@ -66,8 +66,9 @@ const SETTINGS = {
   sessionTimeoutMs: 4_000,
   replicaLagTimeMaxMs: 12_000,
   appendTimeoutMs: 10_000,
-  // Leaders go back to their preferred replicas within a second of being back in the ISR.
-  leaderImbalanceCheckIntervalMs: 1_000
+  // Leaders go back to their preferred replicas within a second of being back in the ISR, every one of them.
+  leaderImbalanceCheckIntervalMs: 1_000,
+  leaderImbalancePercent: 0
 } as const
 
 interface Plan {
@@ -191,7 +192,7 @@ const startStrata = async (label: string, servers: number, zookeeper: string): P
       await Effect.runPromise(cluster.killAll)
       await Effect.runPromise(Scope.close(scope, Exit.void))
       await runner.dispose()
-      rmSync(directory, { recursive: true, force: true })
+      if (process.env.BENCH_KEEP === undefined) rmSync(directory, { recursive: true, force: true })
     }
   }
 }

@@ -50,6 +50,7 @@ import {
   Random,
   References,
   Result,
+  Schedule,
   Schema,
   SchemaIssue,
   SchemaTransformation,
@@ -546,6 +547,9 @@ export const serveController = (
     return yield* serveGroup(ControllerRpcs, handlers, listen)
   })
 
+/** How often a lost connection is opened again: from 100 ms, doubling, at most every second. */
+const reconnectPolicy = Schedule.min([Schedule.exponential(100, 2), Schedule.spaced(1000)])
+
 /**
  * A client of an RPC group, its errors including the transport's.
  *
@@ -567,7 +571,10 @@ export const connectGroup = <R extends Rpc.Any>(
   if (parsed === undefined) {
     return Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
   }
-  const protocol = RpcClient.layerProtocolSocket({ retryTransientErrors: true }).pipe(
+  // A connection that cannot be opened (the server is down) fails the calls waiting on it at once, and every call
+  // after it until a reconnection, tried again and again in the background, succeeds: a caller learns a peer is gone
+  // in a round trip, not after its request timeout.
+  const protocol = RpcClient.layerProtocolSocket({ retryTransientErrors: false, retryPolicy: reconnectPolicy }).pipe(
     Layer.provide(NodeSocket.layerNet({ host: parsed.host, port: parsed.port })),
     Layer.provide(RpcSerialization.layerSchemaBinary())
   )
