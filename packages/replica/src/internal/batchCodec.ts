@@ -114,12 +114,65 @@ export const encodeOffset = (offset: number): Uint8Array => {
 export const decodeOffset = (bytes: Uint8Array): number | undefined =>
   bytes.length === 8 ? Number(new DataView(bytes.buffer, bytes.byteOffset, 8).getBigUint64(0)) : undefined
 
+/**
+ * The encoded records of the record arrays this module decoded or encoded: a batch's records travel from the wire
+ * to the store and from the store to the wire as they are, so encoding them again (under another epoch or producer
+ * stamp) is one copy of their bytes behind a new header, not a pass over every record. Record arrays are never
+ * changed once made, so the bytes stay theirs.
+ */
+const encodedRecords = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
+
+/** The whole batch each decoded record array came in: encoded again under the same header, it is those bytes. */
+const decodedFrom = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
+
+/** Whether `bytes` starts with the header `epoch`, `count`, `producer` would be written as. */
+const sameHeader = (bytes: Uint8Array, epoch: number, count: number, producer: Producer | undefined) => {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  if (view.getUint32(0) !== epoch || view.getUint32(4) !== count) return false
+  if (producer === undefined) return view.getUint8(8) === 0
+  return (
+    view.getUint8(8) === 1 &&
+    view.getFloat64(9) === producer.id &&
+    view.getUint32(17) === producer.epoch &&
+    view.getUint32(21) === producer.sequence
+  )
+}
+
+/** Bytes to fill completely: not zeroed first. */
+const uninitialized = (size: number): Uint8Array => Buffer.allocUnsafe(size)
+
+/** A batch's header: epoch, record count, producer flag and stamp. */
+const writeHeader = (view: DataView, epoch: number, count: number, producer: Producer | undefined): number => {
+  view.setUint32(0, epoch)
+  view.setUint32(4, count)
+  if (producer === undefined) {
+    view.setUint8(8, 0)
+    return 9
+  }
+  view.setUint8(8, 1)
+  view.setFloat64(9, producer.id)
+  view.setUint32(17, producer.epoch)
+  view.setUint32(21, producer.sequence)
+  return 25
+}
+
 /** The bytes a batch takes in the store. */
 export const encodeBatch = (
   epoch: number,
   records: ReadonlyArray<TabletRecord>,
   producer?: Producer | undefined
 ): Uint8Array => {
+  const whole = decodedFrom.get(records)
+  if (whole !== undefined && sameHeader(whole, epoch, records.length, producer)) return whole
+  const known = encodedRecords.get(records)
+  if (known !== undefined) {
+    const out = uninitialized((producer === undefined ? 9 : 25) + known.length)
+    out.set(
+      known,
+      writeHeader(new DataView(out.buffer, out.byteOffset, out.byteLength), epoch, records.length, producer)
+    )
+    return out
+  }
   const headerKeys = records.map((r) => r.headers.map((h) => encoder.encode(h.key)))
   let size = producer === undefined ? 9 : 25
   records.forEach((r, i) => {
@@ -128,18 +181,10 @@ export const encodeBatch = (
       size += 2 + headerKeys[i]![j]!.length + 4 + h.value.length
     })
   })
-  const out = new Uint8Array(size)
-  const view = new DataView(out.buffer)
-  view.setUint32(0, epoch)
-  view.setUint32(4, records.length)
-  let at = 9
-  if (producer !== undefined) {
-    view.setUint8(8, 1)
-    view.setFloat64(9, producer.id)
-    view.setUint32(17, producer.epoch)
-    view.setUint32(21, producer.sequence)
-    at = 25
-  }
+  const out = uninitialized(size)
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
+  const header = writeHeader(view, epoch, records.length, producer)
+  let at = header
   const bytes = (b: Uint8Array) => {
     out.set(b, at)
     at += b.length
@@ -165,6 +210,7 @@ export const encodeBatch = (
       bytes(h.value)
     })
   })
+  encodedRecords.set(records, out.subarray(header))
   return out
 }
 
@@ -187,7 +233,9 @@ const reader = (bytes: Uint8Array, baseOffset: number) => {
     u32: () => take(4, (i) => view.getUint32(i)),
     i32: () => take(4, (i) => view.getInt32(i)),
     f64: () => take(8, (i) => view.getFloat64(i)),
-    bytes: (n: number) => take(n, (i) => bytes.slice(i, i + n)),
+    // Views, not copies: a decoded batch's bytes are its own (fresh from the wire or the store) and never changed.
+    bytes: (n: number) => take(n, (i) => bytes.subarray(i, i + n)),
+    at: () => at,
     left: () => bytes.length - at
   }
 }
@@ -201,6 +249,7 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
     const stamped = r.u8()
     if (stamped > 1) return `batch at ${baseOffset} has producer flag ${stamped}`
     const producer = stamped === 1 ? { id: r.f64(), epoch: r.u32(), sequence: r.u32() } : undefined
+    const header = r.at()
     const records: Array<TabletRecord> = []
     for (let i = 0; i < count; i++) {
       const timestamp = r.f64()
@@ -215,6 +264,8 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
       records.push({ key, value, headers, timestamp })
     }
     if (r.left() !== 0) return `batch at ${baseOffset} has ${r.left()} bytes past its last record`
+    encodedRecords.set(records, bytes.subarray(header))
+    decodedFrom.set(records, bytes)
     return producer === undefined ? { baseOffset, epoch, records } : { baseOffset, epoch, records, producer }
   } catch (e) {
     return e instanceof Error ? e.message : String(e)
