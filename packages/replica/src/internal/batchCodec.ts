@@ -173,97 +173,127 @@ export const encodeBatch = (
     )
     return out
   }
-  const headerKeys = records.map((r) => r.headers.map((h) => encoder.encode(h.key)))
+  // Header keys are the only part that needs encoding first (most records have none).
+  let headerKeys: Map<number, ReadonlyArray<Uint8Array>> | undefined
   let size = producer === undefined ? 9 : 25
-  records.forEach((r, i) => {
-    size += 8 + 4 + (r.key?.length ?? 0) + 4 + r.value.length + 2
-    r.headers.forEach((h, j) => {
-      size += 2 + headerKeys[i]![j]!.length + 4 + h.value.length
-    })
-  })
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i]!
+    size += 18 + (r.key === null ? 0 : r.key.length) + r.value.length
+    if (r.headers.length === 0) continue
+    const keys = r.headers.map((h) => encoder.encode(h.key))
+    headerKeys ??= new Map()
+    headerKeys.set(i, keys)
+    for (let j = 0; j < keys.length; j++) size += 6 + keys[j]!.length + r.headers[j]!.value.length
+  }
   const out = uninitialized(size)
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
   const header = writeHeader(view, epoch, records.length, producer)
   let at = header
-  const bytes = (b: Uint8Array) => {
-    out.set(b, at)
-    at += b.length
-  }
-  records.forEach((r, i) => {
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i]!
     view.setFloat64(at, r.timestamp)
-    at += 8
-    view.setInt32(at, r.key === null ? -1 : r.key.length)
-    at += 4
-    if (r.key !== null) bytes(r.key)
+    if (r.key === null) {
+      view.setInt32(at + 8, -1)
+      at += 12
+    } else {
+      view.setInt32(at + 8, r.key.length)
+      out.set(r.key, at + 12)
+      at += 12 + r.key.length
+    }
     view.setUint32(at, r.value.length)
-    at += 4
-    bytes(r.value)
+    out.set(r.value, at + 4)
+    at += 4 + r.value.length
     view.setUint16(at, r.headers.length)
     at += 2
-    r.headers.forEach((h, j) => {
-      const k = headerKeys[i]![j]!
+    const keys = headerKeys?.get(i)
+    for (let j = 0; j < r.headers.length; j++) {
+      const k = keys![j]!
+      const v = r.headers[j]!.value
       view.setUint16(at, k.length)
-      at += 2
-      bytes(k)
-      view.setUint32(at, h.value.length)
-      at += 4
-      bytes(h.value)
-    })
-  })
+      out.set(k, at + 2)
+      at += 2 + k.length
+      view.setUint32(at, v.length)
+      out.set(v, at + 4)
+      at += 4 + v.length
+    }
+  }
   encodedRecords.set(records, out.subarray(header))
   return out
 }
 
-/** Reads numbers and byte strings in order, throwing when the bytes end early. */
-const reader = (bytes: Uint8Array, baseOffset: number) => {
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
-  let at = 0
-  const need = (n: number) => {
-    if (at + n > bytes.length) throw new Error(`batch at ${baseOffset} ends early (byte ${at} of ${bytes.length})`)
-  }
-  const take = <A>(n: number, read: (at: number) => A): A => {
-    need(n)
-    const a = read(at)
-    at += n
-    return a
-  }
-  return {
-    u8: () => take(1, (i) => view.getUint8(i)),
-    u16: () => take(2, (i) => view.getUint16(i)),
-    u32: () => take(4, (i) => view.getUint32(i)),
-    i32: () => take(4, (i) => view.getInt32(i)),
-    f64: () => take(8, (i) => view.getFloat64(i)),
-    // Views, not copies: a decoded batch's bytes are its own (fresh from the wire or the store) and never changed.
-    bytes: (n: number) => take(n, (i) => bytes.subarray(i, i + n)),
-    at: () => at,
-    left: () => bytes.length - at
-  }
-}
+/** The headers of a record that has none: one array for all of them (records are never changed). */
+const noHeaders: ReadonlyArray<{ readonly key: string; readonly value: Uint8Array }> = Object.freeze([])
 
-/** A stored batch back, or why it cannot be read. */
+/**
+ * A stored batch back, or why it cannot be read. Its values, keys and header values are views of `bytes` (fresh from
+ * the wire or the store, and never changed), not copies.
+ */
 export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | string => {
   try {
-    const r = reader(bytes, baseOffset)
-    const epoch = r.u32()
-    const count = r.u32()
-    const stamped = r.u8()
-    if (stamped > 1) return `batch at ${baseOffset} has producer flag ${stamped}`
-    const producer = stamped === 1 ? { id: r.f64(), epoch: r.u32(), sequence: r.u32() } : undefined
-    const header = r.at()
-    const records: Array<TabletRecord> = []
-    for (let i = 0; i < count; i++) {
-      const timestamp = r.f64()
-      const keyLength = r.i32()
-      const key = keyLength < 0 ? null : r.bytes(keyLength)
-      const value = r.bytes(r.u32())
-      const headers: Array<{ key: string; value: Uint8Array }> = []
-      for (let h = r.u16(); h > 0; h--) {
-        const k = decoder.decode(r.bytes(r.u16()))
-        headers.push({ key: k, value: r.bytes(r.u32()) })
-      }
-      records.push({ key, value, headers, timestamp })
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+    const length = bytes.length
+    let at = 0
+    const need = (n: number) => {
+      if (at + n > length) throw new Error(`batch at ${baseOffset} ends early (byte ${at} of ${length})`)
     }
-    if (r.left() !== 0) return `batch at ${baseOffset} has ${r.left()} bytes past its last record`
+    need(9)
+    const epoch = view.getUint32(0)
+    const count = view.getUint32(4)
+    const stamped = view.getUint8(8)
+    at = 9
+    if (stamped > 1) return `batch at ${baseOffset} has producer flag ${stamped}`
+    let producer: Producer | undefined
+    if (stamped === 1) {
+      need(16)
+      producer = { id: view.getFloat64(9), epoch: view.getUint32(17), sequence: view.getUint32(21) }
+      at = 25
+    }
+    const header = at
+    // A record takes at least 18 bytes: a count beyond that is corrupt, and must not size an array.
+    if (count > (length - at) / 18) return `batch at ${baseOffset} claims ${count} records in ${length} bytes`
+    const records: Array<TabletRecord> = new Array(count)
+    for (let i = 0; i < count; i++) {
+      need(12)
+      const timestamp = view.getFloat64(at)
+      const keyLength = view.getInt32(at + 8)
+      at += 12
+      let key: Uint8Array | null = null
+      if (keyLength >= 0) {
+        need(keyLength)
+        key = bytes.subarray(at, at + keyLength)
+        at += keyLength
+      }
+      need(4)
+      const valueLength = view.getUint32(at)
+      at += 4
+      need(valueLength)
+      const value = bytes.subarray(at, at + valueLength)
+      at += valueLength
+      need(2)
+      const headerCount = view.getUint16(at)
+      at += 2
+      let headers = noHeaders
+      if (headerCount > 0) {
+        const list: Array<{ key: string; value: Uint8Array }> = []
+        for (let h = 0; h < headerCount; h++) {
+          need(2)
+          const keyBytes = view.getUint16(at)
+          at += 2
+          need(keyBytes)
+          const k = decoder.decode(bytes.subarray(at, at + keyBytes))
+          at += keyBytes
+          need(4)
+          const valueBytes = view.getUint32(at)
+          at += 4
+          need(valueBytes)
+          list.push({ key: k, value: bytes.subarray(at, at + valueBytes) })
+          at += valueBytes
+        }
+        headers = list
+      }
+      records[i] = { key, value, headers, timestamp }
+    }
+    if (at !== length) return `batch at ${baseOffset} has ${length - at} bytes past its last record`
     encodedRecords.set(records, bytes.subarray(header))
     decodedFrom.set(records, bytes)
     return producer === undefined ? { baseOffset, epoch, records } : { baseOffset, epoch, records, producer }
