@@ -174,6 +174,9 @@ const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =
   })
 
 /** Records `skip`..`last` of a batch, its producer stamp's sequence moved along with them. */
+/** The most a log's tail of recent batches holds, in encoded bytes (at least its newest batch). */
+const tailMaxBytes = 4 * 1024 * 1024
+
 const sliced = (b: Codec.Batch, skip: number, last: number): Codec.Batch => {
   const cut = { baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip, last) }
   return b.producer === undefined ? cut : { ...cut, producer: { ...b.producer, sequence: b.producer.sequence + skip } }
@@ -223,6 +226,26 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       }
       return ops
     }
+    /**
+     * The batches appended last, above the high watermark, as they were written: the followers in the ISR fetch from
+     * at least the high watermark, so their fetches are answered from here without reading the store. Entries leave
+     * once the high watermark passes them, and the oldest beyond `tailMaxBytes`; a truncation or a moved log start
+     * empties it.
+     */
+    let tail: Array<{ readonly batch: Codec.Batch; readonly size: number }> = []
+    let tailBytes = 0
+    const trimTail = (below: number) => {
+      let drop = 0
+      while (
+        drop < tail.length - 1 &&
+        (tail[drop]!.batch.baseOffset + tail[drop]!.batch.records.length <= below || tailBytes > tailMaxBytes)
+      ) {
+        tailBytes -= tail[drop]!.size
+        drop++
+      }
+      if (drop > 0) tail = tail.slice(drop)
+    }
+
     /** Makes `next` the log's state, writing `ops` and every field, epoch and producer entry that changed, at once. */
     const commit = (ops: ReadonlyArray<StoreOp>, next: Loaded) =>
       write([
@@ -230,7 +253,17 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
         ...epochOps(state.epochs, next.epochs),
         ...producerOps(state.producers, next.producers),
         ...fields(next)
-      ]).pipe(Effect.tap(() => Effect.sync(() => Object.assign(state, next))))
+      ]).pipe(
+        Effect.tap(() =>
+          Effect.sync(() => {
+            if (next.end < state.end || next.start !== state.start) {
+              tail = []
+              tailBytes = 0
+            }
+            Object.assign(state, next)
+          })
+        )
+      )
 
     /** Writes batches at the log end with their epochs, fields, epoch and producer entries in one atomic write. */
     const appendAt = (batches: ReadonlyArray<Codec.Batch>) =>
@@ -239,6 +272,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
         let end = state.end
         let producers: Map<number, ProducerState.Entry> | undefined
         const ops: Array<StoreOp> = []
+        const written: Array<{ readonly batch: Codec.Batch; readonly size: number }> = []
         for (const b of batches) {
           if (b.baseOffset !== end) return Effect.fail(error({ _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
           const latest = LeaderEpochCache.latest(epochs)
@@ -247,7 +281,9 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           }
           if (b.records.length === 0) continue
           epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
-          ops.push(put(Codec.batchKey(b.baseOffset), Codec.encodeBatch(b.epoch, b.records, b.producer)))
+          const bytes = Codec.encodeBatch(b.epoch, b.records, b.producer)
+          ops.push(put(Codec.batchKey(b.baseOffset), bytes))
+          written.push({ batch: b, size: bytes.length })
           if (b.producer !== undefined) {
             producers ??= new Map(state.producers)
             const id = b.producer.id
@@ -255,7 +291,26 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           }
           end += b.records.length
         }
-        return commit(ops, { ...state, end, epochs, producers: producers ?? state.producers })
+        return commit(ops, { ...state, end, epochs, producers: producers ?? state.producers }).pipe(
+          Effect.tap(() =>
+            Effect.sync(() => {
+              // Contiguous with what the tail holds (or the tail starts here).
+              const last = tail.at(-1)
+              if (
+                last !== undefined &&
+                last.batch.baseOffset + last.batch.records.length !== written[0]?.batch.baseOffset
+              ) {
+                tail = []
+                tailBytes = 0
+              }
+              for (const w of written) {
+                tail.push(w)
+                tailBytes += w.size
+              }
+              trimTail(state.hw)
+            })
+          )
+        )
       })
 
     /** Every stored batch from the one holding `from` on (or the last ones, reversed, when `reverse`). */
@@ -285,19 +340,26 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           if (from === state.end) return []
           const out: Array<Codec.Batch> = []
           let bytes = 0
+          const take = (b: Codec.Batch, size: number) => {
+            const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
+            const last = Math.min(b.records.length, state.end - b.baseOffset)
+            if (skip >= last) return
+            out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
+            bytes += size
+          }
+          const first = tail[0]
+          if (first !== undefined && from >= first.batch.baseOffset) {
+            for (const { batch, size } of tail) {
+              if (out.length > 0 && bytes >= maxBytes) break
+              if (batch.baseOffset + batch.records.length > from) take(batch, size)
+            }
+            return out
+          }
           yield* batchesFrom(from).pipe(
             Stream.mapError(storeFailed),
             Stream.mapEffect(([k, v]) => Effect.map(decode(k, v), (b) => [b, v.length] as const)),
             Stream.takeWhile(() => out.length === 0 || bytes < maxBytes),
-            Stream.runForEach(([b, size]) =>
-              Effect.sync(() => {
-                const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
-                const last = Math.min(b.records.length, state.end - b.baseOffset)
-                if (skip >= last) return
-                out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
-                bytes += size
-              })
-            )
+            Stream.runForEach(([b, size]) => Effect.sync(() => take(b, size)))
           )
           return out
         })
@@ -471,6 +533,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
               Effect.tap(() =>
                 Effect.sync(() => {
                   state.hw = next
+                  trimTail(next)
                 })
               )
             )

@@ -235,6 +235,60 @@ for (const [backend, layer] of stores) {
       )
     )
 
+    it.effect("reads of the open log (its recent batches kept in memory) match the log, through every change", () =>
+      onStore(
+        Effect.gen(function* () {
+          const id = { table: "tablet-tail", partition: 0 }
+          const a = yield* open(id)
+          // What each offset must read as: `offset@epoch:value`.
+          const model = new Map<number, string>()
+          let seed = 7
+          const next = () => {
+            seed = (seed * 1_103_515_245 + 12_345) % 2_147_483_648
+            return seed / 2_147_483_648
+          }
+          let epoch = 1
+          let value = 0
+          const check = (log: TabletLog.TabletLog, label: string) =>
+            Effect.gen(function* () {
+              const first = yield* log.logStartOffset
+              const last = yield* log.logEndOffset
+              for (let o = first; o < last; o++) {
+                const seen = texts(yield* log.read(o, 1 + Math.floor(next() * 300)))
+                const want = Array.from({ length: seen.length }, (_, i) => model.get(o + i))
+                assert.isAbove(seen.length, 0, `${label}: read from ${o}`)
+                assert.deepStrictEqual(seen, want, `${label}: read from ${o}`)
+              }
+            })
+          for (let step = 0; step < 80; step++) {
+            const roll = next()
+            const end = yield* a.log.logEndOffset
+            const start = yield* a.log.logStartOffset
+            if (roll < 0.55) {
+              const batch = records(value, value + Math.floor(next() * 4))
+              yield* a.log.append(epoch, batch)
+              batch.forEach((r, i) => model.set(end + i, `${end + i}@${epoch}:${new TextDecoder().decode(r.value)}`))
+              value += batch.length
+            } else if (roll < 0.7) {
+              yield* a.log.checkpointHighWatermark(start + Math.floor(next() * (end - start + 1)))
+            } else if (roll < 0.8 && end > start) {
+              const to = end - 1 - Math.floor(next() * Math.min(3, end - start))
+              yield* a.log.truncateTo(to)
+              for (let o = to; o < end; o++) model.delete(o)
+            } else if (roll < 0.85 && end > start) {
+              yield* a.log.deleteBefore(start + 1)
+            } else epoch++
+            yield* check(a.log, `step ${step}`)
+          }
+          // The same log opened again reads the store: the same answers.
+          yield* a.close
+          const b = yield* open(id)
+          yield* check(b.log, "reopened")
+          yield* b.close
+        })
+      )
+    )
+
     it.effect("unreadable stored data is a typed error naming the tablet, never a wrong log", () =>
       onStore(
         Effect.gen(function* () {
@@ -244,11 +298,14 @@ for (const [backend, layer] of stores) {
           yield* a.store.write([
             put(new Uint8Array([1, 0, 0, 0, 0, 0, 0, 0, 0]), new Uint8Array([0, 0, 0, 1, 0, 0, 0, 9]))
           ])
-          const error = yield* Effect.flip(a.log.read(0, 100))
+          // The open log answers reads of its latest batches from what it wrote; opened again, it reads the store.
+          yield* a.close
+          const b = yield* open(id)
+          const error = yield* Effect.flip(b.log.read(0, 100))
           assert.strictEqual(error.reason._tag, "Corrupt")
           assert.include(error.message, "orders/0")
-          yield* a.store.write([put(new Uint8Array([2, ...enc.encode("end")]), new Uint8Array([1, 2, 3]))])
-          yield* a.close
+          yield* b.store.write([put(new Uint8Array([2, ...enc.encode("end")]), new Uint8Array([1, 2, 3]))])
+          yield* b.close
           const reopened = yield* Effect.flip(open(id))
           assert.strictEqual(reopened._tag, "TabletLogError")
         })

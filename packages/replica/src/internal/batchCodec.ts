@@ -122,8 +122,11 @@ export const decodeOffset = (bytes: Uint8Array): number | undefined =>
  */
 const encodedRecords = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
 
-/** The whole batch each decoded record array came in: encoded again under the same header, it is those bytes. */
-const decodedFrom = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
+/**
+ * The whole batch each record array was last decoded from or encoded into: encoded again under the same header, it
+ * is those bytes.
+ */
+const wholeBatch = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
 
 /** Whether `bytes` starts with the header `epoch`, `count`, `producer` would be written as. */
 const sameHeader = (bytes: Uint8Array, epoch: number, count: number, producer: Producer | undefined) => {
@@ -162,7 +165,7 @@ export const encodeBatch = (
   records: ReadonlyArray<TabletRecord>,
   producer?: Producer | undefined
 ): Uint8Array => {
-  const whole = decodedFrom.get(records)
+  const whole = wholeBatch.get(records)
   if (whole !== undefined && sameHeader(whole, epoch, records.length, producer)) return whole
   const known = encodedRecords.get(records)
   if (known !== undefined) {
@@ -171,6 +174,7 @@ export const encodeBatch = (
       known,
       writeHeader(new DataView(out.buffer, out.byteOffset, out.byteLength), epoch, records.length, producer)
     )
+    wholeBatch.set(records, out)
     return out
   }
   // Header keys are the only part that needs encoding first (most records have none).
@@ -218,6 +222,7 @@ export const encodeBatch = (
     }
   }
   encodedRecords.set(records, out.subarray(header))
+  wholeBatch.set(records, out)
   return out
 }
 
@@ -295,7 +300,7 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
     }
     if (at !== length) return `batch at ${baseOffset} has ${length - at} bytes past its last record`
     encodedRecords.set(records, bytes.subarray(header))
-    decodedFrom.set(records, bytes)
+    wholeBatch.set(records, bytes)
     return producer === undefined ? { baseOffset, epoch, records } : { baseOffset, epoch, records, producer }
   } catch (e) {
     return e instanceof Error ? e.message : String(e)
