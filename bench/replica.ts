@@ -21,7 +21,8 @@
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
-//   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094)
+//   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094), BENCH_PARTS
+//   (produce,failover,catchup,takeover), BENCH_KEEP (set: keep the processes' data and logs)
 import { readFileSync, readdirSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
@@ -193,7 +194,8 @@ const startStrata = async (label: string, servers: number, zookeeper: string): P
       await Effect.runPromise(cluster.killAll)
       await Effect.runPromise(Scope.close(scope, Exit.void))
       await runner.dispose()
-      if (process.env.BENCH_KEEP === undefined) rmSync(directory, { recursive: true, force: true })
+      // BENCH_KEEP keeps the processes' data and logs, to look into a run.
+      if (envString("BENCH_KEEP") === undefined) rmSync(directory, { recursive: true, force: true })
     }
   }
 }

@@ -267,7 +267,9 @@ for (const [backend, layer] of stores) {
             if (roll < 0.55) {
               const batch = records(value, value + Math.floor(next() * 4))
               yield* a.log.append(epoch, batch)
-              batch.forEach((r, i) => model.set(end + i, `${end + i}@${epoch}:${new TextDecoder().decode(r.value)}`))
+              for (const [i, r] of batch.entries()) {
+                model.set(end + i, `${end + i}@${epoch}:${new TextDecoder().decode(r.value)}`)
+              }
               value += batch.length
             } else if (roll < 0.7) {
               yield* a.log.checkpointHighWatermark(start + Math.floor(next() * (end - start + 1)))
