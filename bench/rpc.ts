@@ -7,13 +7,17 @@
 //   The handlers do no work: what is measured is the transport, encoding and decoding.
 // - Schema per record (`.schemaPerRecord`): the same calls with core's `AppendRequest` / `FetchResult` Schemas on
 //   the wire, a Schema pass per record: what the batch encoding replaced.
+// - Data link (`.dataLink`): `DataLink`, the lean framing tablet servers use for appends and follower fetches,
+//   called through `RemotePeers` as the servers call it (the records are decoded as a server decodes them).
 // - Baseline: `node:net` with a hand-written framing (u32 length, then per record u32 length and its bytes), the
 //   same records, answered the same way: the leanest a dedicated framing could be.
 // All keep INFLIGHT requests outstanding. Repetitions interleave (rpc, per record, plain, then the other way
 // round, ...); each figure is the median of its repetitions.
 //
+// Each record size runs every side; 1 KB records in a third of the calls.
+//
 // Environment (the results file is written only with the defaults):
-//   BENCH_BATCHES (3000), BENCH_BATCH (100), BENCH_RECORD_BYTES (100), BENCH_INFLIGHT (4), BENCH_RUNS (3)
+//   BENCH_BATCHES (3000), BENCH_BATCH (100), BENCH_RECORD_BYTES (100,1000), BENCH_INFLIGHT (4), BENCH_RUNS (3)
 import * as Net from "node:net"
 import { Effect, Exit, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
@@ -25,30 +29,54 @@ import {
   FetchResult as FetchResultSchema,
   type TabletRecord
 } from "../packages/core/src/index.js"
-import { RemotePeers, ReplicaRpc } from "../packages/replica/src/index.js"
-import { type BenchOutput, collectGarbage, envInt, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
+import { DataLink, RemotePeers, ReplicaRpc } from "../packages/replica/src/index.js"
+import {
+  type BenchOutput,
+  collectGarbage,
+  envInt,
+  envString,
+  type Figure,
+  median,
+  progress,
+  randomBytes,
+  round3
+} from "./lib.js"
 
 const BATCHES = envInt("BENCH_BATCHES", 3000)
 const BATCH = envInt("BENCH_BATCH", 100)
-const RECORD_BYTES = envInt("BENCH_RECORD_BYTES", 100)
+const RECORD_SIZES = (envString("BENCH_RECORD_BYTES") ?? "100,1000").split(",").map(Number)
 const INFLIGHT = envInt("BENCH_INFLIGHT", 4)
 const RUNS = envInt("BENCH_RUNS", 3)
-const defaults = BATCHES === 3000 && BATCH === 100 && RECORD_BYTES === 100 && INFLIGHT === 4 && RUNS === 3
+const defaults =
+  BATCHES === 3000 && BATCH === 100 && envString("BENCH_RECORD_BYTES") === undefined && INFLIGHT === 4 && RUNS === 3
 
 const tablet = { table: "bench", bucket: 0 }
-const records: Array<TabletRecord> = Array.from({ length: BATCH }, (_, i) => ({
-  key: null,
-  value: new Uint8Array(randomBytes(RECORD_BYTES, i + 1)),
-  headers: [],
-  timestamp: 1_700_000_000_000 + i
-}))
-const fetched: FetchResult = {
-  _tag: "Batches",
-  leaderEpoch: 0,
-  batches: [{ baseOffset: 0, epoch: 0, records }],
-  highWatermark: BATCH,
-  logStartOffset: 0
+/** What one size's runs send: the records of a call, a fetch's answer, and how many calls. */
+interface Load {
+  readonly records: ReadonlyArray<TabletRecord>
+  readonly fetched: FetchResult
+  readonly batches: number
 }
+const loadOf = (recordBytes: number): Load => {
+  const records: Array<TabletRecord> = Array.from({ length: BATCH }, (_, i) => ({
+    key: null,
+    value: new Uint8Array(randomBytes(recordBytes, i + 1)),
+    headers: [],
+    timestamp: 1_700_000_000_000 + i
+  }))
+  return {
+    records,
+    fetched: {
+      _tag: "Batches",
+      leaderEpoch: 0,
+      batches: [{ baseOffset: 0, epoch: 0, records }],
+      highWatermark: BATCH,
+      logStartOffset: 0
+    },
+    batches: recordBytes >= 1000 ? Math.ceil(BATCHES / 3) : BATCHES
+  }
+}
+const fetchRequest = { tablet, follower: 2, leaderEpoch: 0, offset: 0, maxBytes: 1_048_576 }
 
 /** Runs `count` calls of `call` with `INFLIGHT` outstanding; the seconds it took. */
 const timed = (count: number, call: (i: number) => Effect.Effect<unknown, unknown>) =>
@@ -66,45 +94,69 @@ const timed = (count: number, call: (i: number) => Effect.Effect<unknown, unknow
   })
 
 /** The RPC side: a server with no-op handlers, a client, and the seconds each path took. */
-const rpcRun = Effect.gen(function* () {
-  const scope = yield* Scope.make()
-  const bound = yield* ReplicaRpc.serveTabletServerWith(
-    { host: "127.0.0.1", port: 0 },
-    {
-      LeaderAndIsr: () => Effect.void,
-      LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
-      Holdings: () => Effect.succeed({ tablets: [] }),
-      StopReplica: () => Effect.void,
-      Fetch: () => Effect.succeed(fetched),
-      EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
-      // The records decoded as a tablet server decodes them.
-      Append: (r) =>
-        Effect.map(ReplicaRpc.decodeAppend(r), (a) => ({
-          baseOffset: 0,
-          lastOffset: a.records.length - 1,
-          highWatermark: 0,
-          duplicate: false
-        })),
-      Read: () => Effect.die("unused"),
-      ReadLog: () => Effect.die("unused"),
-      ReplicaState: () => Effect.succeed("LeaderReplica" as const)
-    }
-  ).pipe(Scope.provide(scope), Effect.orDie)
-  const address = ReplicaRpc.formatAddress(bound)
-  const remote = yield* RemotePeers.make({
-    locate: () => Effect.succeed(address),
-    controller: Effect.die("unused"),
-    requestTimeoutMs: 30_000
-  }).pipe(Scope.provide(scope))
-  const server = remote.server(1)
-  const leader = remote.peers.leader(1)
-  const produce = yield* timed(BATCHES, () => server.append({ tablet, records, acks: 1 }))
-  const fetch = yield* timed(BATCHES, () =>
-    leader.fetch({ tablet, follower: 2, leaderEpoch: 0, offset: 0, maxBytes: 1_048_576 })
-  )
-  yield* Scope.close(scope, Exit.void)
-  return { produce, fetch }
-})
+const rpcRun = ({ records, fetched, batches }: Load) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const bound = yield* ReplicaRpc.serveTabletServerWith(
+      { host: "127.0.0.1", port: 0 },
+      {
+        LeaderAndIsr: () => Effect.void,
+        LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
+        Holdings: () => Effect.succeed({ tablets: [] }),
+        StopReplica: () => Effect.void,
+        Fetch: () => Effect.succeed(fetched),
+        EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
+        // The records decoded as a tablet server decodes them.
+        Append: (r) =>
+          Effect.map(ReplicaRpc.decodeAppend(r), (a) => ({
+            baseOffset: 0,
+            lastOffset: a.records.length - 1,
+            highWatermark: 0,
+            duplicate: false
+          })),
+        Read: () => Effect.die("unused"),
+        ReadLog: () => Effect.die("unused"),
+        ReplicaState: () => Effect.succeed("LeaderReplica" as const)
+      }
+    ).pipe(Scope.provide(scope), Effect.orDie)
+    const address = ReplicaRpc.formatAddress(bound)
+    const remote = yield* RemotePeers.make({
+      locate: () => Effect.succeed(address),
+      controller: Effect.die("unused"),
+      requestTimeoutMs: 30_000
+    }).pipe(Scope.provide(scope))
+    const server = remote.server(1)
+    const leader = remote.peers.leader(1)
+    const produce = yield* timed(batches, () => server.append({ tablet, records, acks: 1 }))
+    const fetch = yield* timed(batches, () => leader.fetch(fetchRequest))
+    yield* Scope.close(scope, Exit.void)
+    return { produce, fetch }
+  })
+
+/** The data link side: `DataLink` served with no-op handlers, called through `RemotePeers` as servers call it. */
+const linkRun = ({ records, fetched, batches }: Load) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const bound = yield* DataLink.serve(
+      { host: "127.0.0.1", port: 0 },
+      {
+        append: (a) =>
+          Effect.succeed({ baseOffset: 0, lastOffset: a.records.length - 1, highWatermark: 0, duplicate: false }),
+        fetch: () => Effect.succeed(fetched)
+      }
+    ).pipe(Scope.provide(scope), Effect.orDie)
+    const address = ReplicaRpc.formatAddress(bound)
+    const remote = yield* RemotePeers.make({
+      locate: () => Effect.succeed("127.0.0.1:1"),
+      locateData: () => Effect.succeed(address),
+      controller: Effect.die("unused"),
+      requestTimeoutMs: 30_000
+    }).pipe(Scope.provide(scope))
+    const produce = yield* timed(batches, () => remote.server(1).append({ tablet, records, acks: 1 }))
+    const fetch = yield* timed(batches, () => remote.peers.leader(1).fetch(fetchRequest))
+    yield* Scope.close(scope, Exit.void)
+    return { produce, fetch }
+  })
 
 /** The same calls with a Schema pass per record (core's own Schemas on the wire), for the comparison. */
 class PerRecord extends RpcGroup.make(
@@ -113,25 +165,24 @@ class PerRecord extends RpcGroup.make(
 ) {}
 
 /** The per-record side, served and called the same way. */
-const perRecordRun = Effect.gen(function* () {
-  const scope = yield* Scope.make()
-  const handlers = yield* PerRecord.toHandlers({
-    Append: (r) =>
-      Effect.succeed({ baseOffset: 0, lastOffset: r.records.length - 1, highWatermark: 0, duplicate: false }),
-    Fetch: () => Effect.succeed(fetched)
+const perRecordRun = ({ records, fetched, batches }: Load) =>
+  Effect.gen(function* () {
+    const scope = yield* Scope.make()
+    const handlers = yield* PerRecord.toHandlers({
+      Append: (r) =>
+        Effect.succeed({ baseOffset: 0, lastOffset: r.records.length - 1, highWatermark: 0, duplicate: false }),
+      Fetch: () => Effect.succeed(fetched)
+    })
+    const bound = yield* ReplicaRpc.serveGroup(PerRecord, handlers, { host: "127.0.0.1", port: 0 }).pipe(
+      Scope.provide(scope),
+      Effect.orDie
+    )
+    const client = yield* ReplicaRpc.connectGroup(PerRecord, scope, ReplicaRpc.formatAddress(bound)).pipe(Effect.orDie)
+    const produce = yield* timed(batches, () => client.Append({ tablet, records, acks: 1 }))
+    const fetch = yield* timed(batches, () => client.Fetch(fetchRequest))
+    yield* Scope.close(scope, Exit.void)
+    return { produce, fetch }
   })
-  const bound = yield* ReplicaRpc.serveGroup(PerRecord, handlers, { host: "127.0.0.1", port: 0 }).pipe(
-    Scope.provide(scope),
-    Effect.orDie
-  )
-  const client = yield* ReplicaRpc.connectGroup(PerRecord, scope, ReplicaRpc.formatAddress(bound)).pipe(Effect.orDie)
-  const produce = yield* timed(BATCHES, () => client.Append({ tablet, records, acks: 1 }))
-  const fetch = yield* timed(BATCHES, () =>
-    client.Fetch({ tablet, follower: 2, leaderEpoch: 0, offset: 0, maxBytes: 1_048_576 })
-  )
-  yield* Scope.close(scope, Exit.void)
-  return { produce, fetch }
-})
 
 /** Frames: u32 length, then the body. A produce body: u32 count, then per record u32 length and its bytes. */
 const encodeRecords = (rs: ReadonlyArray<TabletRecord>): Buffer => {
@@ -176,7 +227,7 @@ const frames = (socket: Net.Socket, onFrame: (body: Buffer) => void) => {
 }
 
 /** The plain side: a `node:net` server answering produce (tag 1) with an 8-byte ack and fetch (tag 2) with records. */
-const plainRun = async (): Promise<{ produce: number; fetch: number }> => {
+const plainRun = async ({ records, batches }: Load): Promise<{ produce: number; fetch: number }> => {
   const fetchAnswer = encodeRecords(records)
   const ack = Buffer.from([0, 0, 0, 4, 0, 0, 0, 0])
   const server = Net.createServer((socket) => {
@@ -209,7 +260,7 @@ const plainRun = async (): Promise<{ produce: number; fetch: number }> => {
     const started = performance.now()
     let next = 0
     const lane = async () => {
-      while (next < BATCHES) {
+      while (next < batches) {
         next++
         onAnswer(await request(tag, body))
       }
@@ -224,49 +275,52 @@ const plainRun = async (): Promise<{ produce: number; fetch: number }> => {
   return { produce, fetch }
 }
 
-/** The figures: records/s on each path, RPC against the plain socket. */
+/** Seconds of each path of each side. */
+type Seconds = { readonly produce: number; readonly fetch: number }
+
+/** The figures: records/s on each path and record size, RPC and the data link against the plain socket. */
 export const run = async (): Promise<BenchOutput & { readonly save: boolean }> => {
-  const rpc: Array<{ produce: number; fetch: number }> = []
-  const perRecord: Array<{ produce: number; fetch: number }> = []
-  const plain: Array<{ produce: number; fetch: number }> = []
-  for (let i = 0; i < RUNS; i++) {
-    const order = ["rpc", "perRecord", "plain"]
-    for (const side of i % 2 === 0 ? order : order.reverse()) {
-      collectGarbage()
-      progress(`rpc: run ${i + 1}/${RUNS}, ${side}`)
-      if (side === "rpc") rpc.push(await Effect.runPromise(Effect.scoped(rpcRun)))
-      else if (side === "perRecord") perRecord.push(await Effect.runPromise(perRecordRun))
-      else plain.push(await plainRun())
-    }
-  }
-  const total = BATCHES * BATCH
   const figures: Array<Figure> = []
-  for (const path of ["produce", "fetch"] as const) {
-    const value = total / median(rpc.map((r) => r[path]))
-    const baseline = total / median(plain.map((r) => r[path]))
-    const schemaPerRecord = total / median(perRecord.map((r) => r[path]))
-    figures.push({
-      bench: `rpc.${path}.schemaPerRecord`,
-      value: round3(schemaPerRecord),
-      unit: "records/s",
-      baseline: round3(baseline),
-      ratio: round3(schemaPerRecord / baseline),
-      usPerRecord: round3(1e6 / schemaPerRecord),
-      baselineUsPerRecord: round3(1e6 / baseline)
-    })
-    figures.push({
-      bench: `rpc.${path}`,
-      value: round3(value),
-      unit: "records/s",
-      baseline: round3(baseline),
-      ratio: round3(value / baseline),
-      usPerRecord: round3(1e6 / value),
-      baselineUsPerRecord: round3(1e6 / baseline),
-      records: total,
-      batch: BATCH,
-      recordBytes: RECORD_BYTES,
-      inflight: INFLIGHT
-    })
+  for (const recordBytes of RECORD_SIZES) {
+    const load = loadOf(recordBytes)
+    const sides: Record<string, Array<Seconds>> = { rpc: [], link: [], perRecord: [], plain: [] }
+    for (let i = 0; i < RUNS; i++) {
+      const order = ["rpc", "link", "perRecord", "plain"]
+      for (const side of i % 2 === 0 ? order : order.reverse()) {
+        collectGarbage()
+        progress(`rpc: ${recordBytes} B records, run ${i + 1}/${RUNS}, ${side}`)
+        sides[side]!.push(
+          side === "rpc"
+            ? await Effect.runPromise(rpcRun(load))
+            : side === "link"
+              ? await Effect.runPromise(linkRun(load))
+              : side === "perRecord"
+                ? await Effect.runPromise(perRecordRun(load))
+                : await plainRun(load)
+        )
+      }
+    }
+    const total = load.batches * BATCH
+    for (const path of ["produce", "fetch"] as const) {
+      const rate = (side: string) => total / median(sides[side]!.map((r) => r[path]))
+      const baseline = rate("plain")
+      const figure = (name: string, side: string, extra: Record<string, number> = {}) => {
+        const value = rate(side)
+        figures.push({
+          bench: `rpc.${path}.${recordBytes}B${name}`,
+          value: round3(value),
+          unit: "records/s",
+          baseline: round3(baseline),
+          ratio: round3(value / baseline),
+          usPerRecord: round3(1e6 / value),
+          baselineUsPerRecord: round3(1e6 / baseline),
+          ...extra
+        })
+      }
+      figure(".schemaPerRecord", "perRecord")
+      figure("", "rpc", { records: total, batch: BATCH, recordBytes, inflight: INFLIGHT })
+      figure(".dataLink", "link", { timesRpc: round3(rate("link") / rate("rpc")) })
+    }
   }
   return { results: figures, save: defaults }
 }

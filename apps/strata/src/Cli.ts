@@ -346,7 +346,15 @@ const tabletServer = Command.make(
     ...processFlags,
     data: setting("data", "The data directory of this server's replicas (STRATA_DATA)"),
     store: setting("store", "The store over the data directory: rocksdb (the default) or level"),
-    rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks")
+    rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks"),
+    "data-listen": setting(
+      "data-listen",
+      "Where the data link (appends and follower fetches) listens, host:port (default: the listen host, any free port; --set dataLink=false turns it off)"
+    ),
+    "data-advertise": setting(
+      "data-advertise",
+      "The host:port others reach the data link at, when not where it listens"
+    )
   },
   Effect.fn(function* (f) {
     yield* Processes.tabletServer(
@@ -358,7 +366,9 @@ const tabletServer = Command.make(
         advertise: f.advertise,
         data: f.data,
         store: f.store,
-        rack: f.rack
+        rack: f.rack,
+        dataListen: f["data-listen"],
+        dataAdvertise: f["data-advertise"]
       })
     )
   }, reporting("strata tablet-server"))

@@ -40,6 +40,9 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
           ...optional("namespace", settings.namespace),
           ...optional("listen", settings.listen),
           ...optional("advertise", settings.advertise),
+          ...optional("dataListen", settings.dataListen),
+          ...optional("dataAdvertise", settings.dataAdvertise),
+          ...optional("dataLink", settings.dataLink),
           ...optional("rack", settings.rack)
         })
         yield* Effect.logInfo(

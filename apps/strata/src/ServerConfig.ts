@@ -44,6 +44,8 @@ const textKeys = new Set([
   "namespace",
   "listen",
   "advertise",
+  "dataListen",
+  "dataAdvertise",
   "rack",
   "store",
   "data",
@@ -134,7 +136,13 @@ export const TabletServerConfig = Schema.Struct({
   store: Schema.Literals(["rocksdb", "level"]).pipe(
     Schema.withDecodingDefaultKey(Effect.succeed<"rocksdb">("rocksdb"))
   ),
-  rack: Schema.optional(Schema.String)
+  rack: Schema.optional(Schema.String),
+  /** Where the data link (appends and follower fetches) listens, `host:port`; default the listen host, any port. */
+  dataListen: Schema.optional(Schema.String),
+  /** The `host:port` others reach the data link at, when not the one it listens on. */
+  dataAdvertise: Schema.optional(Schema.String),
+  /** Serve the data link (default true); false takes appends and fetches through the RPC. */
+  dataLink: Schema.optional(Schema.Boolean)
 })
 
 /**

@@ -19,6 +19,8 @@ import { PeerUnreachable } from "./Peers.js"
 export interface ClusterDirectory {
   /** The `host:port` tablet server `id` registered. */
   readonly locate: (id: ServerId) => Effect.Effect<string, PeerUnreachable>
+  /** The `host:port` of server `id`'s data link, `undefined` when it registered none. */
+  readonly locateData: (id: ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` of the coordinator that leads (its controller). */
   readonly controller: Effect.Effect<string, PeerUnreachable>
   /** Every registered server: its id, address and rack. */
@@ -33,6 +35,7 @@ export interface ClusterDirectory {
 export interface RegisteredServer {
   readonly id: ServerId
   readonly address: string
+  readonly dataAddress?: string
   readonly rack?: string
 }
 
@@ -66,8 +69,13 @@ export const make = (
         if (Option.isNone(node)) continue
         const registration = decodeRegistration(decoder.decode(node.value.data))
         if (Option.isNone(registration)) continue
-        const { address, rack } = registration.value
-        next.set(id, rack === undefined ? { id, address } : { id, address, rack })
+        const { address, dataAddress, rack } = registration.value
+        next.set(id, {
+          id,
+          address,
+          ...(dataAddress === undefined ? {} : { dataAddress }),
+          ...(rack === undefined ? {} : { rack })
+        })
       }
       servers = next
       yield* watch.changed
@@ -89,14 +97,16 @@ export const make = (
       )
     )
 
+    const registered = (id: ServerId) =>
+      Effect.suspend(() => {
+        const found = servers.get(id)
+        return found === undefined
+          ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "not registered" }))
+          : Effect.succeed(found)
+      })
     return {
-      locate: (id) =>
-        Effect.suspend(() => {
-          const found = servers.get(id)
-          return found === undefined
-            ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "not registered" }))
-            : Effect.succeed(found.address)
-        }),
+      locate: (id) => Effect.map(registered(id), (found) => found.address),
+      locateData: (id) => Effect.map(registered(id), (found) => found.dataAddress),
       controller: Effect.suspend(() =>
         leader === undefined
           ? Effect.fail(new PeerUnreachable({ target: "the controller", detail: "no coordinator leads" }))

@@ -211,6 +211,8 @@ export class CorruptClusterData extends Schema.TaggedError<CorruptClusterData>()
  */
 export const Registration = Schema.Struct({
   address: Schema.String,
+  /** Where the server's data link listens (appends and fetches); without it, they go through the RPC. */
+  dataAddress: Schema.optional(Schema.String),
   rack: Schema.optional(Schema.String),
   /** Grows with every registration of the same id (a restart), so a watcher tells two lives apart. */
   registrationEpoch: Epoch
@@ -260,6 +262,7 @@ export const keepRegistered = (
   id: ServerId,
   options: {
     readonly address: string
+    readonly dataAddress?: string
     readonly rack?: string
     readonly sessionTimeout: Duration.Input
     /** The first registration's epoch; each later one adds one. */
@@ -277,6 +280,7 @@ export const keepRegistered = (
       const registration = {
         address: options.address,
         registrationEpoch: epoch++,
+        ...(options.dataAddress === undefined ? {} : { dataAddress: options.dataAddress }),
         ...(options.rack === undefined ? {} : { rack: options.rack })
       }
       yield* Effect.scoped(

@@ -286,6 +286,7 @@ export const make = (
       const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
       remote = yield* RemotePeers.make({
         locate: directory.locate,
+        locateData: directory.locateData,
         controller: directory.controller,
         requestTimeoutMs: TabletServerNode.requestTimeoutOf(config)
       })

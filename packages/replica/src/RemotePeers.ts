@@ -19,6 +19,7 @@ import type {
 import { Cause, Deferred, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "./Controller.js"
+import * as DataLink from "./DataLink.js"
 import { PeerUnreachable, type PeersShape } from "./Peers.js"
 import {
   type Client,
@@ -30,6 +31,7 @@ import {
   encodeAppend,
   type Metadata,
   NotController,
+  parseAddress,
   TabletServerRpcs,
   type TabletMetadata
 } from "./ReplicaRpc.js"
@@ -42,6 +44,11 @@ import {
 export interface RemotePeersOptions {
   /** The `host:port` a tablet server listens on (from its registration, say). */
   readonly locate: (server: ServerId) => Effect.Effect<string, PeerUnreachable>
+  /**
+   * The `host:port` of a tablet server's data link, `undefined` when it has none: appends and follower fetches go
+   * there when it has one, else through the RPC (always, without this option).
+   */
+  readonly locateData?: (server: ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` the controller listens on now. */
   readonly controller: Effect.Effect<string, PeerUnreachable>
   /** The longest a call may take, connecting included (above a follower's fetch wait). */
@@ -125,6 +132,35 @@ const clients = <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, scope: Scope.Sc
 }
 
 /**
+ * Data link clients, one per address, each in a scope of its own inside `scope` (`retire` closes one).
+ */
+const dataLinks = (scope: Scope.Scope) => {
+  const open = new Map<string, { readonly client: DataLink.DataLinkClient; readonly scope: Scope.Closeable }>()
+  const retire = (address: string) =>
+    Effect.suspend(() => {
+      const entry = open.get(address)
+      open.delete(address)
+      return entry === undefined ? Effect.void : Scope.close(entry.scope, Exit.void)
+    })
+  const get = (address: string): Effect.Effect<DataLink.DataLinkClient, PeerUnreachable> =>
+    Effect.suspend(() => {
+      const known = open.get(address)
+      if (known !== undefined) return Effect.succeed(known.client)
+      const parsed = parseAddress(address)
+      if (parsed === undefined) {
+        return Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
+      }
+      return Effect.gen(function* () {
+        const entryScope = yield* Scope.fork(scope)
+        const client = yield* DataLink.connect(parsed).pipe(Scope.provide(entryScope))
+        open.set(address, { client, scope: entryScope })
+        return client
+      })
+    })
+  return { get, retire }
+}
+
+/**
  * Peers over TCP, their connections closed with the scope.
  *
  * @since 0.1.0
@@ -135,6 +171,7 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
     const servers = clients(TabletServerRpcs, scope)
     const controllers = clients(ControllerRpcs, scope)
+    const links = dataLinks(scope)
     /** A call that ends in time; a transport failure is `PeerUnreachable`. */
     const timed = <A, E>(
       target: string,
@@ -200,6 +237,31 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
             )
         })
       )
+    // Where each server's data link was last found, retired as `located` is.
+    const linked = new Map<ServerId, string>()
+    const locateData = options.locateData
+    /**
+     * A call on server `id`'s data link when it registered one, else `otherwise` (through the RPC); bounded as a
+     * whole as `onServer` is.
+     */
+    const onLink = <A>(
+      id: ServerId,
+      call: (link: DataLink.DataLinkClient) => Effect.Effect<A, ReplicaError | PeerUnreachable>,
+      otherwise: Effect.Effect<A, ReplicaError | PeerUnreachable>
+    ): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
+      locateData === undefined
+        ? otherwise
+        : Effect.flatMap(locateData(id), (address) => {
+            if (address === undefined) return otherwise
+            return Effect.gen(function* () {
+              const before = linked.get(id)
+              linked.set(id, address)
+              if (before !== undefined && before !== address && ![...linked.values()].includes(before)) {
+                yield* links.retire(before)
+              }
+              return yield* timed(`server ${id} (${address})`, call(yield* links.get(address)))
+            })
+          })
     const controller = Effect.flatMap(options.controller, (address) =>
       Effect.gen(function* () {
         const before = controllerAt
@@ -234,7 +296,12 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
 
     const peers: PeersShape = {
       leader: (id) => ({
-        fetch: (request) => onServer(id, (client) => client.Fetch(request)),
+        fetch: (request) =>
+          onLink(
+            id,
+            (link) => link.fetch(request),
+            onServer(id, (client) => client.Fetch(request))
+          ),
         endOffsetForEpoch: (request) => onServer(id, (client) => client.EndOffsetForEpoch(request))
       }),
       controller: {
@@ -249,7 +316,12 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       stopReplica: (id, request) => onServer(id, (client) => client.StopReplica(request))
     }
     const calls = (id: ServerId): ServerCalls => ({
-      append: (request) => onServer(id, (client) => client.Append(encodeAppend(request))),
+      append: (request) =>
+        onLink(
+          id,
+          (link) => link.append(request),
+          onServer(id, (client) => client.Append(encodeAppend(request)))
+        ),
       read: (request) => onServer(id, (client) => client.Read(request)),
       replicaState: (tablet) => onServer(id, (client) => client.ReplicaState({ tablet })),
       readLog: (request) => onServer(id, (client) => client.ReadLog(request))

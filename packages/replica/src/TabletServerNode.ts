@@ -24,6 +24,7 @@ import { Effect, Option, Schema, type Scope } from "effect"
 import type { SocketServer } from "effect/socket"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
+import * as DataLink from "./DataLink.js"
 import { Peers } from "./Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
 import * as ReplicaRpc from "./ReplicaRpc.js"
@@ -83,6 +84,15 @@ export const TabletServerNodeOptions = Schema.Struct({
   ...NodeFields,
   /** The rack (or zone) this server is in: a tablet's replicas are put on distinct racks. */
   rack: Schema.optional(Schema.NonEmptyString),
+  /**
+   * Where the data link listens (appends and follower fetches on their own framing, see `DataLink`), `host:port`;
+   * by default the listen address's host, any free port.
+   */
+  dataListen: Schema.optional(ListenString),
+  /** The address others reach the data link at, when not the one it listens on. */
+  dataAdvertise: Schema.optional(AddressString),
+  /** Serve the data link (true, the default); false sends appends and fetches to this server through the RPC. */
+  dataLink: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(true))),
   /** Move this server's leaderships away before it stops (true); false stops it as a crash would. */
   controlledShutdown: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(true)))
 })
@@ -126,6 +136,22 @@ const nextRegistrationEpoch = Effect.scoped(
   })
 )
 
+/** Serves `server`'s appends and fetches on a data link until the scope closes; the address it registers. */
+const serveDataLink = (
+  server: TabletServer.TabletServerShape,
+  o: { readonly listen: string; readonly dataListen?: string | undefined; readonly dataAdvertise?: string | undefined }
+) =>
+  Effect.map(
+    DataLink.serve(
+      listenAddress(o.dataListen ?? `${ReplicaRpc.formatAddress({ ...listenAddress(o.listen), port: 0 })}`),
+      {
+        append: server.append,
+        fetch: server.fetch
+      }
+    ),
+    (bound) => o.dataAdvertise ?? ReplicaRpc.formatAddress(bound)
+  )
+
 /** The time a call between processes may take: above the longest wait a request may have. */
 export const requestTimeoutOf = (config: ReplicationConfig.ReplicationConfig): number =>
   Math.max(config.appendTimeoutMs, config.fetchMaxWaitMs) + 5_000
@@ -165,6 +191,7 @@ export const make = (
     const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
     const remote = yield* RemotePeers.make({
       locate: directory.locate,
+      locateData: directory.locateData,
       controller: directory.controller,
       requestTimeoutMs: requestTimeoutOf(config)
     })
@@ -176,11 +203,15 @@ export const make = (
       Effect.provideService(TabletServer.TabletServer, server)
     )
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
+    const dataAddress = o.dataLink ? yield* serveDataLink(server, o) : undefined
     const registrationEpoch = yield* nextRegistrationEpoch
-    yield* Effect.logInfo(`tablet server ${o.serverId} listening on ${address}`)
+    yield* Effect.logInfo(
+      `tablet server ${o.serverId} listening on ${address}${dataAddress === undefined ? "" : `, data link on ${dataAddress}`}`
+    )
     yield* Effect.forkScoped(
       ClusterPaths.keepRegistered(coordination, paths, o.serverId, {
         address,
+        ...(dataAddress === undefined ? {} : { dataAddress }),
         ...(o.rack === undefined ? {} : { rack: o.rack }),
         sessionTimeout: config.sessionTimeoutMs,
         firstEpoch: registrationEpoch,

@@ -1,0 +1,404 @@
+/**
+ * The produce and fetch paths on a lean framing of their own, beside `ReplicaRpc` for everything else. A request or
+ * answer is one frame: a small JSON header, checked by the same Schemas the RPC uses, and the records as raw bytes
+ * in the tablet log's batch encoding, written to the socket as they are and read back as views of what arrived. The
+ * RPC's binary serialization copies a batch into an output buffer to send it and out of the input buffer to decode
+ * it, a fresh allocation each time; on the produce path those copies, and the garbage collections they set off,
+ * cost more than the RPC's framing itself (see `./dev bench:rpc` and the replica benchmark).
+ *
+ * A tablet server listens on a second port and registers its address as `dataAddress`; `RemotePeers` sends appends
+ * and follower fetches there when a server has one, and through the RPC when it has not.
+ *
+ * @since 0.1.0
+ */
+import * as Net from "node:net"
+import {
+  AppendRequest,
+  AppendResult,
+  Epoch,
+  FetchRequest,
+  type FetchResult,
+  InvalidRequest,
+  Offset,
+  ReplicaError,
+  type TabletBatch,
+  tabletKey
+} from "@strata/core"
+import { Cause, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
+import { SocketServer } from "effect/socket"
+import * as Codec from "./internal/batchCodec.js"
+import { type Frame, FrameReader, head } from "./internal/frames.js"
+import { PeerUnreachable } from "./Peers.js"
+import type { Address } from "./ReplicaRpc.js"
+
+/** Frame kinds. Requests: append, fetch. Answers: their results, a `ReplicaError`, or a failure of the server. */
+const Kind = { Append: 1, Fetch: 2, Appended: 65, Fetched: 66, Refused: 126, Failed: 127 } as const
+
+/** The largest frame either side accepts by default: 64 MiB. */
+const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+/** An append's header: the request but its records (the frame's payload). */
+const AppendHeader = Schema.fromJsonString(
+  Schema.Struct({
+    tablet: AppendRequest.fields.tablet,
+    acks: AppendRequest.fields.acks,
+    producer: AppendRequest.fields.producer
+  })
+)
+const FetchHeader = Schema.fromJsonString(FetchRequest)
+const AppendedHeader = Schema.fromJsonString(AppendResult)
+/** A fetch's answer: the batches' base offsets and sizes (their bytes follow in the payload, in order). */
+const FetchedHeader = Schema.fromJsonString(
+  Schema.Union([
+    Schema.TaggedStruct("Batches", {
+      leaderEpoch: Epoch,
+      batches: Schema.Array(
+        Schema.Struct({ baseOffset: Offset, bytes: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) })
+      ),
+      highWatermark: Offset,
+      logStartOffset: Offset
+    }),
+    Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset })
+  ])
+)
+const RefusedHeader = Schema.fromJsonString(ReplicaError)
+const FailedHeader = Schema.fromJsonString(Schema.Struct({ detail: Schema.String }))
+
+const encodeAppendHeader = Schema.encodeSync(AppendHeader)
+const decodeAppendHeader = Schema.decodeUnknownExit(AppendHeader)
+const encodeFetchHeader = Schema.encodeSync(FetchHeader)
+const decodeFetchHeader = Schema.decodeUnknownExit(FetchHeader)
+const encodeAppended = Schema.encodeSync(AppendedHeader)
+const decodeAppended = Schema.decodeUnknownExit(AppendedHeader)
+const encodeFetched = Schema.encodeSync(FetchedHeader)
+const decodeFetched = Schema.decodeUnknownExit(FetchedHeader)
+const encodeRefused = Schema.encodeSync(RefusedHeader)
+const decodeRefused = Schema.decodeUnknownExit(RefusedHeader)
+const encodeFailed = Schema.encodeSync(FailedHeader)
+const decodeFailed = Schema.decodeUnknownExit(FailedHeader)
+
+/**
+ * What a data link's server answers from: a tablet server's appends and fetches.
+ *
+ * @since 0.1.0
+ */
+export interface DataLinkHandlers {
+  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError>
+  readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError>
+}
+
+/**
+ * The limits of a link's end.
+ *
+ * @since 0.1.0
+ */
+export interface DataLinkOptions {
+  /** The largest frame accepted (default 64 MiB); a larger one closes the connection. */
+  readonly maxFrameBytes?: number
+}
+
+/**
+ * A client of one server's data link: appends and fetches, each failing with the server's `ReplicaError`, or
+ * `PeerUnreachable` when the connection could not be opened, closed before the answer, or the answer is not one.
+ * Calls are not bounded in time here: the caller bounds them.
+ *
+ * @since 0.1.0
+ */
+export interface DataLinkClient {
+  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | PeerUnreachable>
+  readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError | PeerUnreachable>
+  /** Closes the connection, failing the calls waiting on it. */
+  readonly close: Effect.Effect<void>
+}
+
+/** Writes a frame's parts in one go (one `writev`), unless the socket is gone. */
+const send = (socket: Net.Socket, parts: ReadonlyArray<Uint8Array>): void => {
+  if (socket.destroyed || !socket.writable) return
+  socket.cork()
+  for (const part of parts) socket.write(part)
+  socket.uncork()
+}
+
+/** An answer frame: its prelude and header, then the payload's parts. */
+const answer = (kind: number, id: number, header: string, payload: ReadonlyArray<Uint8Array> = []) => {
+  let bytes = 0
+  for (const part of payload) bytes += part.length
+  return [head(kind, id, header, bytes), ...payload]
+}
+
+const invalid = (detail: string) => new ReplicaError({ reason: new InvalidRequest({ detail }) })
+
+/** The request a frame carries, or the `ReplicaError` naming what is wrong with it. */
+const requestOf = (
+  frame: Frame
+):
+  | { readonly _tag: "Append"; readonly request: AppendRequest }
+  | { readonly _tag: "Fetch"; readonly request: FetchRequest }
+  | ReplicaError => {
+  if (frame.kind === Kind.Append) {
+    const header = decodeAppendHeader(frame.header)
+    if (Exit.isFailure(header)) return invalid(`append: ${Cause.pretty(header.cause)}`)
+    const batch = Codec.decodeBatch(0, frame.payload)
+    if (typeof batch === "string") {
+      return invalid(`${tabletKey(header.value.tablet)}: records: not a tablet batch: ${batch}`)
+    }
+    const { producer, ...rest } = header.value
+    return {
+      _tag: "Append",
+      request: { ...rest, ...(producer === undefined ? {} : { producer }), records: batch.records }
+    }
+  }
+  if (frame.kind === Kind.Fetch) {
+    const header = decodeFetchHeader(frame.header)
+    return Exit.isFailure(header)
+      ? invalid(`fetch: ${Cause.pretty(header.cause)}`)
+      : { _tag: "Fetch", request: header.value }
+  }
+  return invalid(`no request of kind ${frame.kind}`)
+}
+
+/** The answer frames of a handled request. */
+const answerOf = <A>(id: number, exit: Exit.Exit<A, ReplicaError>, ok: (a: A) => Array<Uint8Array>) => {
+  if (Exit.isSuccess(exit)) return ok(exit.value)
+  const failure = exit.cause.reasons.find(Cause.isFailReason)
+  if (failure !== undefined) return answer(Kind.Refused, id, encodeRefused(failure.error))
+  return answer(Kind.Failed, id, encodeFailed({ detail: Cause.pretty(exit.cause) }))
+}
+
+const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended, id, encodeAppended(result))
+
+const fetched = (id: number) => (result: FetchResult) => {
+  if (result._tag === "OutOfRange") return answer(Kind.Fetched, id, encodeFetched(result))
+  const bytes = result.batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
+  const header = encodeFetched({
+    _tag: "Batches",
+    leaderEpoch: result.leaderEpoch,
+    highWatermark: result.highWatermark,
+    logStartOffset: result.logStartOffset,
+    batches: result.batches.map((b, i) => ({ baseOffset: b.baseOffset, bytes: bytes[i]!.length }))
+  })
+  return answer(Kind.Fetched, id, header, bytes)
+}
+
+/** Answers one connection's frames with `handlers`, each request in a fiber of `run`, answers in any order. */
+const serveConnection = (
+  socket: Net.Socket,
+  handlers: DataLinkHandlers,
+  run: <A>(effect: Effect.Effect<A>) => unknown,
+  maxFrameBytes: number
+) => {
+  const reader = new FrameReader(maxFrameBytes)
+  socket.on("error", () => socket.destroy())
+  socket.on("data", (chunk: Buffer) => {
+    const frames = reader.push(chunk)
+    if (typeof frames === "string") {
+      // The stream is beyond repair: say why, then close it.
+      send(socket, answer(Kind.Failed, 0, encodeFailed({ detail: `not a data link frame: ${frames}` })))
+      socket.end()
+      socket.destroySoon()
+      return
+    }
+    for (const frame of frames) {
+      const request = requestOf(frame)
+      if (request instanceof ReplicaError) {
+        send(socket, answer(Kind.Refused, frame.id, encodeRefused(request)))
+      } else if (request._tag === "Append") {
+        run(
+          Effect.map(Effect.exit(handlers.append(request.request)), (exit) =>
+            send(socket, answerOf(frame.id, exit, appended(frame.id)))
+          )
+        )
+      } else {
+        run(
+          Effect.map(Effect.exit(handlers.fetch(request.request)), (exit) =>
+            send(socket, answerOf(frame.id, exit, fetched(frame.id)))
+          )
+        )
+      }
+    }
+  })
+}
+
+/**
+ * Serves `handlers` on a TCP listener at `listen` (port 0: any free one) until the scope closes; the address bound.
+ *
+ * @since 0.1.0
+ */
+export const serve = (
+  listen: Address,
+  handlers: DataLinkHandlers,
+  options: DataLinkOptions = {}
+): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const run = yield* FiberSet.makeRuntime<never>()
+    const sockets = new Set<Net.Socket>()
+    const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+    const server = Net.createServer({ noDelay: true }, (socket) => {
+      sockets.add(socket)
+      socket.on("close", () => sockets.delete(socket))
+      serveConnection(socket, handlers, run, maxFrameBytes)
+    })
+    yield* Effect.callback<void, SocketServer.SocketServerError>((resume) => {
+      server.once("error", (cause) =>
+        resume(
+          Effect.fail(new SocketServer.SocketServerError({ reason: new SocketServer.SocketServerOpenError({ cause }) }))
+        )
+      )
+      server.listen(listen.port, listen.host, () => resume(Effect.void))
+    })
+    yield* Effect.addFinalizer(() =>
+      Effect.callback<void>((resume) => {
+        for (const socket of sockets) socket.destroy()
+        server.close(() => resume(Effect.void))
+      })
+    )
+    const bound = server.address()
+    return typeof bound === "object" && bound !== null ? { host: listen.host, port: bound.port } : listen
+  })
+
+/** A connection of a client: its socket, and the calls waiting for their answers. */
+interface Connection {
+  readonly socket: Net.Socket
+  readonly waiting: Map<number, (frame: Frame | PeerUnreachable) => void>
+}
+
+/** A call's answer frame as its result, or why it is not one. */
+const resultOf = <A>(
+  target: string,
+  frame: Frame,
+  kind: number,
+  decode: (frame: Frame) => Exit.Exit<A, unknown>
+): Effect.Effect<A, ReplicaError | PeerUnreachable> => {
+  const bad = (why: string) => Effect.fail(new PeerUnreachable({ target, detail: `the answer is not one: ${why}` }))
+  if (frame.kind === kind) {
+    const decoded = decode(frame)
+    return Exit.isSuccess(decoded) ? Effect.succeed(decoded.value) : bad(String(Cause.squash(decoded.cause)))
+  }
+  if (frame.kind === Kind.Refused) {
+    const error = decodeRefused(frame.header)
+    return Exit.isSuccess(error) ? Effect.fail(error.value) : bad(Cause.pretty(error.cause))
+  }
+  if (frame.kind === Kind.Failed) {
+    const failed = decodeFailed(frame.header)
+    return Effect.fail(
+      new PeerUnreachable({
+        target,
+        detail: Exit.isSuccess(failed) ? `the call failed: ${failed.value.detail}` : frame.header
+      })
+    )
+  }
+  return bad(`an answer of kind ${frame.kind}`)
+}
+
+/** A fetch answer's batches, views of its payload. */
+const decodeFetchedFrame = (frame: Frame): Exit.Exit<FetchResult, unknown> => {
+  const header = decodeFetched(frame.header)
+  if (Exit.isFailure(header) || header.value._tag === "OutOfRange") return header as Exit.Exit<FetchResult, unknown>
+  const batches: Array<TabletBatch> = []
+  let at = 0
+  for (const { baseOffset, bytes } of header.value.batches) {
+    if (at + bytes > frame.payload.length) return Exit.fail(`batch at ${baseOffset} overruns the answer`)
+    const batch = Codec.decodeBatch(baseOffset, frame.payload.subarray(at, at + bytes))
+    if (typeof batch === "string") return Exit.fail(`batch at ${baseOffset}: ${batch}`)
+    batches.push(batch)
+    at += bytes
+  }
+  const { leaderEpoch, highWatermark, logStartOffset } = header.value
+  return Exit.succeed({ _tag: "Batches", leaderEpoch, highWatermark, logStartOffset, batches })
+}
+
+/**
+ * A client of the data link at `address` (`host:port`). It connects on its first call, and again on the first call
+ * after its connection closed; the connection closes with the scope.
+ *
+ * @since 0.1.0
+ */
+export const connect = (
+  address: Address,
+  options: DataLinkOptions = {}
+): Effect.Effect<DataLinkClient, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const target = `data link ${address.host}:${address.port}`
+    const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+    let current: Connection | undefined
+    let nextId = 1
+    let closed = false
+    const open = (): Connection => {
+      const socket = Net.connect({ host: address.host, port: address.port, noDelay: true })
+      const connection: Connection = { socket, waiting: new Map() }
+      const reader = new FrameReader(maxFrameBytes)
+      const end = (detail: string) => {
+        if (current === connection) current = undefined
+        socket.destroy()
+        const waiting = [...connection.waiting.values()]
+        connection.waiting.clear()
+        for (const resume of waiting) resume(new PeerUnreachable({ target, detail }))
+      }
+      socket.on("data", (chunk: Buffer) => {
+        const frames = reader.push(chunk)
+        if (typeof frames === "string") return end(`the answer is not a frame: ${frames}`)
+        for (const frame of frames) {
+          const resume = connection.waiting.get(frame.id)
+          connection.waiting.delete(frame.id)
+          resume?.(frame)
+        }
+      })
+      let error: string | undefined
+      socket.on("error", (e) => {
+        error = e.message
+      })
+      socket.on("close", () => end(error ?? "the connection closed"))
+      return connection
+    }
+    const call = <A>(
+      kind: number,
+      header: string,
+      payload: ReadonlyArray<Uint8Array>,
+      answerKind: number,
+      decode: (frame: Frame) => Exit.Exit<A, unknown>
+    ): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
+      Effect.flatten(
+        Effect.callback<Effect.Effect<A, ReplicaError | PeerUnreachable>>((resume) => {
+          if (closed)
+            return resume(Effect.succeed(Effect.fail(new PeerUnreachable({ target, detail: "the client closed" }))))
+          current ??= open()
+          const connection = current
+          const id = nextId
+          nextId = nextId >= 0xffff_ffff ? 1 : nextId + 1
+          connection.waiting.set(id, (outcome) =>
+            resume(
+              Effect.succeed(
+                outcome instanceof PeerUnreachable
+                  ? Effect.fail(outcome)
+                  : resultOf(target, outcome, answerKind, decode)
+              )
+            )
+          )
+          let bytes = 0
+          for (const part of payload) bytes += part.length
+          // Written even while connecting: the socket holds it until the connection is open.
+          connection.socket.cork()
+          connection.socket.write(head(kind, id, header, bytes))
+          for (const part of payload) connection.socket.write(part)
+          connection.socket.uncork()
+          return Effect.sync(() => connection.waiting.delete(id))
+        })
+      )
+    const close = Effect.sync(() => {
+      closed = true
+      current?.socket.destroy()
+    })
+    yield* Effect.addFinalizer(() => close)
+    return {
+      append: (request) =>
+        call(
+          Kind.Append,
+          encodeAppendHeader({ tablet: request.tablet, acks: request.acks, producer: request.producer }),
+          [Codec.encodeBatch(0, request.records)],
+          Kind.Appended,
+          (frame) => decodeAppended(frame.header)
+        ),
+      fetch: (request) => call(Kind.Fetch, encodeFetchHeader(request), [], Kind.Fetched, decodeFetchedFrame),
+      close
+    }
+  })
