@@ -7,7 +7,7 @@
 //    partition i % 12. Strata: 1 coordinator + 3 `strata tablet-server` processes on RocksDB, the client a
 //    `TabletClient` (idempotent, acks all, lingerMs 0). Kafka: 3 combined broker/controller JVMs, the client
 //    @platformatic/kafka's idempotent Producer (acks -1), the same records per call. Runs alternate (strata, kafka,
-//    then reversed) after an untimed warm-up of each side (whole runs until two in a row agree within 10%: Kafka's
+//    then reversed) after an untimed warm-up of each side (at least 6 whole runs, until two in a row agree within 10%: Kafka's
 //    JVMs take millions of records to reach their pace); each figure is the median. Latency is per call (BATCH records), p50 and p99 over every call of
 //    every run. CPU: each side's server processes (from /proc, user + system) and the client process.
 // 2. failover: 200 tablets RF 3 over 3 servers; the server leading most is killed with SIGKILL, KILLS times (each
@@ -339,14 +339,15 @@ const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers:
       const s: Array<Run> = []
       const k: Array<Run> = []
       // Untimed warm-up of each side (the JVMs' JIT above all, which takes millions of records to settle): whole
-      // runs until two in a row are within 10% of each other, at least 3 and at most 12.
+      // runs until two in a row are within 10% of each other, at least 6 (a cold 3-broker Kafka's first runs can agree
+      // with each other at a third of its pace) and at most 15.
       await createTable(strata, `warmup-${valueBytes}`, PARTITIONS)
       const warm = async (label: string, once: () => Promise<Run>) => {
         const rates: Array<number> = []
-        while (rates.length < 12) {
+        while (rates.length < 15) {
           rates.push(plan.records / (await once()).seconds)
           const [a, b] = rates.slice(-2)
-          if (rates.length >= 3 && a !== undefined && b !== undefined && Math.abs(a - b) <= 0.1 * Math.max(a, b)) break
+          if (rates.length >= 6 && a !== undefined && b !== undefined && Math.abs(a - b) <= 0.1 * Math.max(a, b)) break
         }
         progress(`warm-up ${valueBytes} B ${label}: ${rates.map((r) => Math.round(r)).join(", ")} records/s`)
       }

@@ -43,8 +43,9 @@ export const RocksDbStoreOptions = Schema.Struct({
    * Write batches on a worker thread (default true). The binding writes synchronously on the thread that calls it
    * (~0.5 µs per record); with the worker, the JavaScript thread only copies a batch's keys and values into one
    * buffer: a restore of 1M records ran ~10% faster, with a third less CPU on the JavaScript thread. A lone stream
-   * of awaited writes pays a thread round trip per batch instead. Reads never leave the calling thread. False
-   * writes on the calling thread.
+   * of awaited writes pays a thread round trip per batch instead. Writes that arrive while the worker writes go to
+   * it together as one batch when it is free (a group commit; each stays atomic). Reads never leave the calling
+   * thread. False writes on the calling thread.
    */
   writerThread: Schema.optional(Schema.Boolean),
   /**

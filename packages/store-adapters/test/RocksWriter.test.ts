@@ -66,6 +66,30 @@ describe("RocksDB writer thread", () => {
     await db.close()
   })
 
+  it("writes that gather while the worker writes land together; one whose fill throws adds nothing", async () => {
+    const db = await open("group")
+    const writer = await startRocksWriter(db.handle, binding)
+    // The first is posted at once; the rest gather behind it.
+    const first = writer.write((b) => b._put(key("first"), Buffer.alloc(2 * 1024 * 1024, 1)), { sync: false })
+    const before = writer.write((b) => b._put(key("before"), Buffer.from("b")), { sync: false })
+    expect(() =>
+      writer.write(
+        (b) => {
+          b._put(key("partial"), Buffer.from("p"))
+          throw new Error("fill failed")
+        },
+        { sync: false }
+      )
+    ).toThrow(/fill failed/)
+    const after = writer.write((b) => b._put(key("after"), Buffer.from("a")), { sync: true })
+    await Promise.all([first, before, after])
+    expect((await db.get(key("before"))).toString()).toBe("b")
+    expect((await db.get(key("after"))).toString()).toBe("a")
+    await expect(db.get(key("partial"))).rejects.toMatchObject({ code: "LEVEL_NOT_FOUND" })
+    await writer.close()
+    await db.close()
+  })
+
   it("close lets the writes already posted land, then refuses new ones", async () => {
     const db = await open("close")
     const writer = await startRocksWriter(db.handle, binding)
