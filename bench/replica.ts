@@ -9,7 +9,8 @@
 //    @platformatic/kafka's idempotent Producer (acks -1), the same records per call. Runs alternate (strata, kafka,
 //    then reversed) after an untimed warm-up of each side (at least 6 whole runs, until two in a row agree within 10%: Kafka's
 //    JVMs take millions of records to reach their pace); each figure is the median. Latency is per call (BATCH records), p50 and p99 over every call of
-//    every run. CPU: each side's server processes (from /proc, user + system) and the client process.
+//    every run. CPU: each side's server processes (from /proc, user + system) and the client process. Before each run,
+//    `sync` writes the dirty page cache out, so no run pays for writing back the other side's data.
 // 2. failover: 200 tablets RF 3 over 3 servers; the server leading most is killed with SIGKILL, KILLS times (each
 //    time restarted, back in every ISR and leading its preferred tablets again before the next): the time until
 //    every tablet took an acks=all write, median and p99, next to the session timeout (sessionTimeoutMs 4000); the
@@ -23,6 +24,7 @@
 //   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
 //   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094), BENCH_PARTS
 //   (produce,failover,catchup,takeover), BENCH_KEEP (set: keep the processes' data and logs)
+import { execFileSync } from "node:child_process"
 import { readFileSync, readdirSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
@@ -78,6 +80,12 @@ interface Plan {
   readonly batch: number
   readonly inFlight: number
 }
+
+/**
+ * Writes the page cache's dirty pages out before a timed run: the two sides share one disk, and a run must not pay
+ * for writing back what the other side's last run left.
+ */
+const settleDisk = () => execFileSync("sync")
 
 /** One produce run's figures. */
 interface Run {
@@ -345,6 +353,7 @@ const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers:
       const warm = async (label: string, once: () => Promise<Run>) => {
         const rates: Array<number> = []
         while (rates.length < 15) {
+          settleDisk()
           rates.push(plan.records / (await once()).seconds)
           const [a, b] = rates.slice(-2)
           if (rates.length >= 6 && a !== undefined && b !== undefined && Math.abs(a - b) <= 0.1 * Math.max(a, b)) break
@@ -357,6 +366,7 @@ const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers:
         const order = r % 2 === 0 ? ["strata", "kafka"] : ["kafka", "strata"]
         for (const side of order) {
           collectGarbage()
+          settleDisk()
           if (side === "strata") {
             const table = `produce-${valueBytes}-${r}`
             await createTable(strata, table, PARTITIONS)

@@ -37,18 +37,24 @@ const Kind = { Append: 1, Fetch: 2, Appended: 65, Fetched: 66, Refused: 126, Fai
 /** The largest frame either side accepts by default: 64 MiB. */
 const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 
+/** A header's JSON text to and from its value, by `schema`. */
+const jsonHeader = <T, E>(schema: Schema.Codec<T, E>) => {
+  const json: Schema.Codec<T, string> = Schema.fromJsonString(schema)
+  return { encode: Schema.encodeSync(json), decode: Schema.decodeUnknownExit(json) }
+}
+
 /** An append's header: the request but its records (the frame's payload). */
-const AppendHeader = Schema.fromJsonString(
+const AppendHeader = jsonHeader(
   Schema.Struct({
     tablet: AppendRequest.fields.tablet,
     acks: AppendRequest.fields.acks,
     producer: AppendRequest.fields.producer
   })
 )
-const FetchHeader = Schema.fromJsonString(FetchRequest)
-const AppendedHeader = Schema.fromJsonString(AppendResult)
+const FetchHeader = jsonHeader(FetchRequest)
+const AppendedHeader = jsonHeader(AppendResult)
 /** A fetch's answer: the batches' base offsets and sizes (their bytes follow in the payload, in order). */
-const FetchedHeader = Schema.fromJsonString(
+const FetchedHeader = jsonHeader(
   Schema.Union([
     Schema.TaggedStruct("Batches", {
       leaderEpoch: Epoch,
@@ -61,21 +67,8 @@ const FetchedHeader = Schema.fromJsonString(
     Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset })
   ])
 )
-const RefusedHeader = Schema.fromJsonString(ReplicaError)
-const FailedHeader = Schema.fromJsonString(Schema.Struct({ detail: Schema.String }))
-
-const encodeAppendHeader = Schema.encodeSync(AppendHeader)
-const decodeAppendHeader = Schema.decodeUnknownExit(AppendHeader)
-const encodeFetchHeader = Schema.encodeSync(FetchHeader)
-const decodeFetchHeader = Schema.decodeUnknownExit(FetchHeader)
-const encodeAppended = Schema.encodeSync(AppendedHeader)
-const decodeAppended = Schema.decodeUnknownExit(AppendedHeader)
-const encodeFetched = Schema.encodeSync(FetchedHeader)
-const decodeFetched = Schema.decodeUnknownExit(FetchedHeader)
-const encodeRefused = Schema.encodeSync(RefusedHeader)
-const decodeRefused = Schema.decodeUnknownExit(RefusedHeader)
-const encodeFailed = Schema.encodeSync(FailedHeader)
-const decodeFailed = Schema.decodeUnknownExit(FailedHeader)
+const RefusedHeader = jsonHeader(ReplicaError)
+const FailedHeader = jsonHeader(Schema.Struct({ detail: Schema.String }))
 
 /**
  * What a data link's server answers from: a tablet server's appends and fetches.
@@ -136,7 +129,7 @@ const requestOf = (
   | { readonly _tag: "Fetch"; readonly request: FetchRequest }
   | ReplicaError => {
   if (frame.kind === Kind.Append) {
-    const header = decodeAppendHeader(frame.header)
+    const header = AppendHeader.decode(frame.header)
     if (Exit.isFailure(header)) return invalid(`append: ${Cause.pretty(header.cause)}`)
     const batch = Codec.decodeBatch(0, frame.payload)
     if (typeof batch === "string") {
@@ -149,7 +142,7 @@ const requestOf = (
     }
   }
   if (frame.kind === Kind.Fetch) {
-    const header = decodeFetchHeader(frame.header)
+    const header = FetchHeader.decode(frame.header)
     return Exit.isFailure(header)
       ? invalid(`fetch: ${Cause.pretty(header.cause)}`)
       : { _tag: "Fetch", request: header.value }
@@ -161,16 +154,16 @@ const requestOf = (
 const answerOf = <A>(id: number, exit: Exit.Exit<A, ReplicaError>, ok: (a: A) => Array<Uint8Array>) => {
   if (Exit.isSuccess(exit)) return ok(exit.value)
   const failure = exit.cause.reasons.find(Cause.isFailReason)
-  if (failure !== undefined) return answer(Kind.Refused, id, encodeRefused(failure.error))
-  return answer(Kind.Failed, id, encodeFailed({ detail: Cause.pretty(exit.cause) }))
+  if (failure !== undefined) return answer(Kind.Refused, id, RefusedHeader.encode(failure.error))
+  return answer(Kind.Failed, id, FailedHeader.encode({ detail: Cause.pretty(exit.cause) }))
 }
 
-const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended, id, encodeAppended(result))
+const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended, id, AppendedHeader.encode(result))
 
 const fetched = (id: number) => (result: FetchResult) => {
-  if (result._tag === "OutOfRange") return answer(Kind.Fetched, id, encodeFetched(result))
+  if (result._tag === "OutOfRange") return answer(Kind.Fetched, id, FetchedHeader.encode(result))
   const bytes = result.batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
-  const header = encodeFetched({
+  const header = FetchedHeader.encode({
     _tag: "Batches",
     leaderEpoch: result.leaderEpoch,
     highWatermark: result.highWatermark,
@@ -193,7 +186,7 @@ const serveConnection = (
     const frames = reader.push(chunk)
     if (typeof frames === "string") {
       // The stream is beyond repair: say why, then close it.
-      send(socket, answer(Kind.Failed, 0, encodeFailed({ detail: `not a data link frame: ${frames}` })))
+      send(socket, answer(Kind.Failed, 0, FailedHeader.encode({ detail: `not a data link frame: ${frames}` })))
       socket.end()
       socket.destroySoon()
       return
@@ -201,7 +194,7 @@ const serveConnection = (
     for (const frame of frames) {
       const request = requestOf(frame)
       if (request instanceof ReplicaError) {
-        send(socket, answer(Kind.Refused, frame.id, encodeRefused(request)))
+        send(socket, answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
       } else if (request._tag === "Append") {
         run(
           Effect.map(Effect.exit(handlers.append(request.request)), (exit) =>
@@ -275,11 +268,11 @@ const resultOf = <A>(
     return Exit.isSuccess(decoded) ? Effect.succeed(decoded.value) : bad(String(Cause.squash(decoded.cause)))
   }
   if (frame.kind === Kind.Refused) {
-    const error = decodeRefused(frame.header)
+    const error = RefusedHeader.decode(frame.header)
     return Exit.isSuccess(error) ? Effect.fail(error.value) : bad(Cause.pretty(error.cause))
   }
   if (frame.kind === Kind.Failed) {
-    const failed = decodeFailed(frame.header)
+    const failed = FailedHeader.decode(frame.header)
     return Effect.fail(
       new PeerUnreachable({
         target,
@@ -292,7 +285,7 @@ const resultOf = <A>(
 
 /** A fetch answer's batches, views of its payload. */
 const decodeFetchedFrame = (frame: Frame): Exit.Exit<FetchResult, unknown> => {
-  const header = decodeFetched(frame.header)
+  const header = FetchedHeader.decode(frame.header)
   if (Exit.isFailure(header) || header.value._tag === "OutOfRange") return header as Exit.Exit<FetchResult, unknown>
   const batches: Array<TabletBatch> = []
   let at = 0
@@ -393,12 +386,12 @@ export const connect = (
       append: (request) =>
         call(
           Kind.Append,
-          encodeAppendHeader({ tablet: request.tablet, acks: request.acks, producer: request.producer }),
+          AppendHeader.encode({ tablet: request.tablet, acks: request.acks, producer: request.producer }),
           [Codec.encodeBatch(0, request.records)],
           Kind.Appended,
-          (frame) => decodeAppended(frame.header)
+          (frame) => AppendedHeader.decode(frame.header)
         ),
-      fetch: (request) => call(Kind.Fetch, encodeFetchHeader(request), [], Kind.Fetched, decodeFetchedFrame),
+      fetch: (request) => call(Kind.Fetch, FetchHeader.encode(request), [], Kind.Fetched, decodeFetchedFrame),
       close
     }
   })
