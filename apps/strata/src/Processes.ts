@@ -162,7 +162,8 @@ export const describe = (sources: ServerConfig.Sources, table: string | undefine
       const metadata = yield* client.metadata(table)
       yield* Console.log(`coordinator epoch ${metadata.coordinatorEpoch}`)
       for (const s of metadata.servers) {
-        yield* Console.log(`server ${s.id}\t${s.address}${s.rack === undefined ? "" : `\track ${s.rack}`}`)
+        const data = s.dataAddress === undefined ? "" : `\tdata link ${s.dataAddress}`
+        yield* Console.log(`server ${s.id}\t${s.address}${data}${s.rack === undefined ? "" : `\track ${s.rack}`}`)
       }
       for (const t of metadata.tablets) yield* Console.log(describeTablet(t))
     })

@@ -91,6 +91,11 @@ describe("a cluster of real processes on ZooKeeper", () => {
 
           // The server leading the most tablets.
           const metadata = yield* c.metadata("op2")
+          // Every server serves its data link (appends and these fetches go there), on a port of its own.
+          for (const s of metadata.servers) {
+            assert.match(s.dataAddress ?? "", /^127\.0\.0\.1:\d+$/, `server ${s.id}'s data link`)
+            assert.notStrictEqual(s.dataAddress, s.address)
+          }
           const leads = new Map<number, number>()
           for (const t of metadata.tablets) if (t.leader !== null) leads.set(t.leader, (leads.get(t.leader) ?? 0) + 1)
           const [victim, led] = [...leads.entries()].sort((a, b) => b[1] - a[1])[0]!

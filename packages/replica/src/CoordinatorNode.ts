@@ -10,7 +10,6 @@
 import { Coordinator } from "@strata/election"
 import { type Coordination, type CoordinationError, Election, type ElectionError, OptionSchemas } from "@strata/core"
 import { Duration, Effect, Schema, type Scope } from "effect"
-import type { SocketServer } from "effect/socket"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as Controller from "./Controller.js"
@@ -102,7 +101,7 @@ export const make = (
   | ReplicationConfig.InvalidReplicaOptions
   | CoordinationError
   | ElectionError
-  | SocketServer.SocketServerError
+  | ReplicaRpc.ListenFailed
   | Coordinator.InvalidCoordinatorOptions,
   Coordination | Scope.Scope
 > =>

@@ -25,11 +25,10 @@ import {
   tabletKey
 } from "@strata/core"
 import { Cause, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
-import { SocketServer } from "effect/socket"
 import * as Codec from "./internal/batchCodec.js"
 import { type Frame, FrameReader, head } from "./internal/frames.js"
 import { PeerUnreachable } from "./Peers.js"
-import type { Address } from "./ReplicaRpc.js"
+import { type Address, type ListenFailed, listenFailed } from "./ReplicaRpc.js"
 
 /** Frame kinds. Requests: append, fetch. Answers: their results, a `ReplicaError`, or a failure of the server. */
 const Kind = { Append: 1, Fetch: 2, Appended: 65, Fetched: 66, Refused: 126, Failed: 127 } as const
@@ -221,7 +220,7 @@ export const serve = (
   listen: Address,
   handlers: DataLinkHandlers,
   options: DataLinkOptions = {}
-): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope> =>
+): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
   Effect.gen(function* () {
     const run = yield* FiberSet.makeRuntime<never>()
     const sockets = new Set<Net.Socket>()
@@ -231,12 +230,8 @@ export const serve = (
       socket.on("close", () => sockets.delete(socket))
       serveConnection(socket, handlers, run, maxFrameBytes)
     })
-    yield* Effect.callback<void, SocketServer.SocketServerError>((resume) => {
-      server.once("error", (cause) =>
-        resume(
-          Effect.fail(new SocketServer.SocketServerError({ reason: new SocketServer.SocketServerOpenError({ cause }) }))
-        )
-      )
+    yield* Effect.callback<void, ListenFailed>((resume) => {
+      server.once("error", (cause) => resume(Effect.fail(listenFailed("data link", listen, cause))))
       server.listen(listen.port, listen.host, () => resume(Effect.void))
     })
     yield* Effect.addFinalizer(() =>

@@ -79,6 +79,36 @@ export class NotController extends Schema.TaggedError<NotController>()("NotContr
   }
 }
 
+/**
+ * A process could not listen where it was asked (the port is taken, the address is not this host's): `service` says
+ * which listener, `detail` what the system said.
+ *
+ * @since 0.1.0
+ */
+export class ListenFailed extends Schema.TaggedError<ListenFailed>()("ListenFailed", {
+  service: Schema.String,
+  address: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `the ${this.service} cannot listen on ${this.address}: ${this.detail}`
+  }
+}
+
+/** `ListenFailed` from a socket server's failure to open. */
+export const listenFailed = (service: string, listen: Address, cause: unknown): ListenFailed =>
+  new ListenFailed({
+    service,
+    address: formatAddress(listen),
+    detail:
+      cause instanceof SocketServer.SocketServerError && cause.reason._tag === "SocketServerOpenError"
+        ? String(cause.reason.cause instanceof Error ? cause.reason.cause.message : cause.reason.cause)
+        : cause instanceof Error
+          ? cause.message
+          : String(cause)
+  })
+
 /** Why bytes are not a batch, as a Schema issue. */
 const notABatch = (why: string) => new SchemaIssue.InvalidValue({ message: `not a tablet batch: ${why}` })
 
@@ -228,6 +258,8 @@ export const TabletMetadata = Schema.Struct({
 export const ServerMetadata = Schema.Struct({
   id: ServerId,
   address: Schema.String,
+  /** Where its data link listens, when it serves one. */
+  dataAddress: Schema.optional(Schema.String),
   rack: Schema.optional(Schema.String)
 })
 
@@ -343,9 +375,11 @@ export const serveGroup = <R extends Rpc.Any>(
   group: RpcGroup.RpcGroup<R>,
   handlers: Context.Context<Rpc.ToHandler<R>>,
   listen: Address
-): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope> =>
+): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
   Effect.gen(function* () {
-    const socketServer = yield* NodeSocketServer.make({ host: listen.host, port: listen.port })
+    const socketServer = yield* NodeSocketServer.make({ host: listen.host, port: listen.port }).pipe(
+      Effect.mapError((e) => listenFailed("RPC", listen, e))
+    )
     const bound = socketServer.address
     // Built in this scope, not an inner one: the protocol's connection loop lives as long as the server.
     const serialization = yield* Layer.build(RpcSerialization.layerSchemaBinary())
@@ -382,7 +416,7 @@ export type TabletServerHandlers = RpcGroup.HandlersFrom<RpcGroup.Rpcs<typeof Ta
 export const serveTabletServerWith = (
   listen: Address,
   handlers: TabletServerHandlers
-): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope> =>
+): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
   Effect.flatMap(TabletServerRpcs.toHandlers(handlers), (context) => serveGroup(TabletServerRpcs, context, listen))
 
 /**
@@ -391,9 +425,7 @@ export const serveTabletServerWith = (
  *
  * @since 0.1.0
  */
-export const serveTabletServer = (
-  listen: Address
-): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope | TabletServer> =>
+export const serveTabletServer = (listen: Address): Effect.Effect<Address, ListenFailed, Scope.Scope | TabletServer> =>
   Effect.flatMap(TabletServer, (server) =>
     serveTabletServerWith(listen, {
       LeaderAndIsr: (request) => server.leaderAndIsr(request),
@@ -526,7 +558,7 @@ const deleteTable = (
 export const serveController = (
   listen: Address,
   endpoint: ControllerEndpoint
-): Effect.Effect<Address, SocketServer.SocketServerError, Scope.Scope> =>
+): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
   Effect.gen(function* () {
     const controller = Effect.flatMap(endpoint.current, (c) =>
       c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)

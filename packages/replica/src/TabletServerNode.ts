@@ -21,7 +21,6 @@ import {
   type StoreError
 } from "@strata/core"
 import { Effect, Option, Schema, type Scope } from "effect"
-import type { SocketServer } from "effect/socket"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as DataLink from "./DataLink.js"
@@ -34,7 +33,7 @@ import * as TabletServer from "./TabletServer.js"
 /** A `host:port` TCP address. */
 const AddressString = Schema.String.check(
   Schema.makeFilter((a: string) =>
-    ReplicaRpc.parseAddress(a) === undefined ? `expected host:port (port 1–65535, or 0 for any), got ${a}` : undefined
+    ReplicaRpc.parseAddress(a) === undefined ? `expected host:port (port 1–65535), got ${a}` : undefined
   )
 )
 /** A listen address: `host:port`, port 0 picking any free one. */
@@ -173,11 +172,7 @@ export const make = (
   options: TabletServerNodeOptions
 ): Effect.Effect<
   TabletServerNode,
-  | ReplicationConfig.InvalidReplicaOptions
-  | CoordinationError
-  | ElectionError
-  | StoreError
-  | SocketServer.SocketServerError,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | StoreError | ReplicaRpc.ListenFailed,
   Coordination | Store | Scope.Scope
 > =>
   Effect.gen(function* () {

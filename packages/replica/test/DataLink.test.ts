@@ -19,7 +19,7 @@ import * as DataLink from "../src/DataLink.js"
 import * as Frames from "../src/internal/frames.js"
 import { PeerUnreachable } from "../src/Peers.js"
 import * as RemotePeers from "../src/RemotePeers.js"
-import { formatAddress, serveTabletServerWith } from "../src/ReplicaRpc.js"
+import { formatAddress, ListenFailed, serveController, serveTabletServerWith } from "../src/ReplicaRpc.js"
 
 const tablet = { table: "orders", bucket: 3 }
 const bytes = (s: string) => new TextEncoder().encode(s)
@@ -221,6 +221,27 @@ describe("DataLink", () => {
       assert.strictEqual(again.port, address.port)
       assert.strictEqual((yield* client.fetch(fetchRequest))._tag, "OutOfRange")
     })
+  )
+
+  it.live(
+    "a port already taken is ListenFailed naming the listener and the address, for the data link and the RPC",
+    () =>
+      Effect.gen(function* () {
+        const { handlers } = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
+        const taken = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers)
+        const link = yield* Effect.flip(DataLink.serve(taken, handlers))
+        assert.instanceOf(link, ListenFailed)
+        assert.match(link.message, new RegExp(`the data link cannot listen on 127.0.0.1:${taken.port}: .*EADDRINUSE`))
+        const rpc = yield* Effect.flip(
+          serveController(taken, {
+            current: Effect.succeed(undefined),
+            servers: Effect.succeed([]),
+            replicationFactor: 3
+          })
+        )
+        assert.instanceOf(rpc, ListenFailed)
+        assert.match(rpc.message, new RegExp(`the RPC cannot listen on 127.0.0.1:${taken.port}: .*EADDRINUSE`))
+      })
   )
 
   it.live("RemotePeers appends through a server's data link when it registered one, else through the RPC", () =>
