@@ -85,7 +85,10 @@ export interface DataLinkHandlers {
  * @since 0.1.0
  */
 export interface DataLinkOptions {
-  /** The largest frame accepted (default 64 MiB); a larger one closes the connection. */
+  /**
+   * The largest frame accepted (default 64 MiB); a larger one closes the connection. A server also closes a
+   * connection whose peer leaves more than twice this in answers unread.
+   */
   readonly maxFrameBytes?: number
 }
 
@@ -103,12 +106,17 @@ export interface DataLinkClient {
   readonly close: Effect.Effect<void>
 }
 
-/** Writes a frame's parts in one go (one `writev`), unless the socket is gone. */
-const send = (socket: Net.Socket, parts: ReadonlyArray<Uint8Array>): void => {
+/**
+ * Writes a frame's parts in one go (one `writev`), unless the socket is gone. A peer that leaves more than
+ * `maxUnsent` bytes of answers unread is cut off (its calls fail when the connection closes) rather than held in
+ * memory.
+ */
+const send = (socket: Net.Socket, parts: ReadonlyArray<Uint8Array>, maxUnsent: number): void => {
   if (socket.destroyed || !socket.writable) return
   socket.cork()
   for (const part of parts) socket.write(part)
   socket.uncork()
+  if (socket.writableLength > maxUnsent) socket.destroy()
 }
 
 /** An answer frame: its prelude and header, then the payload's parts. */
@@ -180,12 +188,13 @@ const serveConnection = (
   maxFrameBytes: number
 ) => {
   const reader = new FrameReader(maxFrameBytes)
+  const reply = (parts: ReadonlyArray<Uint8Array>) => send(socket, parts, 2 * maxFrameBytes)
   socket.on("error", () => socket.destroy())
   socket.on("data", (chunk: Buffer) => {
     const frames = reader.push(chunk)
     if (typeof frames === "string") {
       // The stream is beyond repair: say why, then close it.
-      send(socket, answer(Kind.Failed, 0, FailedHeader.encode({ detail: `not a data link frame: ${frames}` })))
+      reply(answer(Kind.Failed, 0, FailedHeader.encode({ detail: `not a data link frame: ${frames}` })))
       socket.end()
       socket.destroySoon()
       return
@@ -193,17 +202,17 @@ const serveConnection = (
     for (const frame of frames) {
       const request = requestOf(frame)
       if (request instanceof ReplicaError) {
-        send(socket, answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
+        reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
       } else if (request._tag === "Append") {
         run(
           Effect.map(Effect.exit(handlers.append(request.request)), (exit) =>
-            send(socket, answerOf(frame.id, exit, appended(frame.id)))
+            reply(answerOf(frame.id, exit, appended(frame.id)))
           )
         )
       } else {
         run(
           Effect.map(Effect.exit(handlers.fetch(request.request)), (exit) =>
-            send(socket, answerOf(frame.id, exit, fetched(frame.id)))
+            reply(answerOf(frame.id, exit, fetched(frame.id)))
           )
         )
       }

@@ -200,6 +200,49 @@ describe("DataLink", () => {
     })
   )
 
+  it.live("a peer that leaves its answers unread is cut off, not held in memory", () =>
+    Effect.gen(function* () {
+      const records = Array.from({ length: 30 }, (_, i) => ({ ...record(i), value: new Uint8Array(1000).fill(i) }))
+      const { handlers } = recording({
+        _tag: "Batches",
+        leaderEpoch: 1,
+        batches: [{ baseOffset: 0, epoch: 1, records }],
+        highWatermark: 30,
+        logStartOffset: 0
+      })
+      const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers, { maxFrameBytes: 1 << 16 })
+      // 1000 fetches, about 30 MB of answers, left unread for a second: more than the kernel's buffers and the
+      // limit. Read then, the connection ends before the last answer.
+      const outcome = yield* Effect.callback<{ readonly closed: boolean; readonly answers: number }>((resume) => {
+        const socket = Net.connect({ host: "127.0.0.1", port: address.port })
+        const reader = new Frames.FrameReader(1 << 20)
+        let answers = 0
+        socket.pause()
+        socket.on("data", (chunk: Buffer) => {
+          const frames = reader.push(chunk)
+          if (typeof frames !== "string") answers += frames.length
+        })
+        socket.on("error", () => {})
+        socket.on("close", () => resume(Effect.succeed({ closed: true, answers })))
+        const request = JSON.stringify(fetchRequest)
+        for (let id = 1; id <= 1000; id++) socket.write(Frames.head(2, id, request, 0))
+        const reading = setTimeout(() => socket.resume(), 1_000)
+        const giveUp = setTimeout(() => {
+          socket.destroy()
+          resume(Effect.succeed({ closed: false, answers }))
+        }, 15_000)
+        return Effect.sync(() => {
+          clearTimeout(reading)
+          clearTimeout(giveUp)
+        })
+      })
+      assert.isTrue(outcome.closed, "the server closed the connection")
+      assert.isBelow(outcome.answers, 1000)
+      const client = yield* DataLink.connect(address)
+      assert.strictEqual((yield* client.fetch(fetchRequest))._tag, "Batches")
+    })
+  )
+
   it.live("a server that stops or is not there: PeerUnreachable, and the next call reconnects", () =>
     Effect.gen(function* () {
       const { handlers } = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
