@@ -631,13 +631,16 @@ export const make = (
         let state: SessionState = "connected"
         PubSub.publishUnsafe(states, "connected")
         const watches = new Set<(error: CoordinationError) => void>()
+        /** What an operation or watch of the session meets once it ended. */
+        const endedError = (final: "expired" | "closed") =>
+          coordinationError(
+            final === "expired" ? new SessionExpired({ session: id }) : new SessionClosed({ session: id })
+          )
         const end = (final: "expired" | "closed") => {
           if (isFinal(state)) return
           state = final
           PubSub.publishUnsafe(states, final)
-          const error = coordinationError(
-            final === "expired" ? new SessionExpired({ session: id }) : new SessionClosed({ session: id })
-          )
+          const error = endedError(final)
           for (const w of [...watches]) w(error)
           watches.clear()
           sessions.delete(id)
@@ -688,13 +691,11 @@ export const make = (
 
         const guard = <A>(self: Effect.Effect<A, CoordinationError>): Effect.Effect<A, CoordinationError> =>
           Effect.suspend(() =>
-            state === "expired"
-              ? Effect.fail(coordinationError(new SessionExpired({ session: id })))
-              : state === "closed"
-                ? Effect.fail(coordinationError(new SessionClosed({ session: id })))
-                : state === "suspended"
-                  ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${id} is disconnected` })))
-                  : self
+            state === "expired" || state === "closed"
+              ? Effect.fail(endedError(state))
+              : state === "suspended"
+                ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${id} is disconnected` })))
+                : self
           )
 
         const watchOn = (
@@ -717,6 +718,11 @@ export const make = (
               for (const w of watchers) w.cancel().catch(() => undefined)
             }
             const onEnd = (error: CoordinationError) => finish(Exit.fail(error))
+            // The session may have ended while the watch's read was under way: its end has passed, so say it now.
+            if (state === "expired" || state === "closed") {
+              onEnd(endedError(state))
+              return Deferred.await(deferred)
+            }
             watches.add(onEnd)
             for (const spec of specs) {
               const builder = client.watch().startRevision(String(revision + 1))

@@ -1,4 +1,7 @@
 /**
+ * A watch whose session ends while the watch's own read is under way must end too (the session's end has passed,
+ * and nothing would tell it later).
+ *
  * An etcd watch the server cancels: the watcher's stream drops, it reconnects from its last revision, and etcd
  * refuses that revision because it was compacted meanwhile (a long-waiting standby after a compaction). The watch
  * must fail with a retryable lost connection, so its reader reads again; it must not throw from the client's
@@ -6,7 +9,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination } from "@strata/core"
-import { Effect, Exit, Option } from "effect"
+import { Effect, Exit, Fiber, Option, Scope } from "effect"
 import { Etcd3 } from "etcd3"
 import { inject } from "vitest"
 import { startProxy } from "../../../scripts/test-support/tcpProxy.js"
@@ -48,6 +51,43 @@ describe("EtcdCoordination watches", () => {
             assert.isTrue(error.error.retryable)
             assert.include(error.error.message, "watch")
           }
+        }
+      }).pipe(Effect.scoped),
+    60_000
+  )
+
+  it.live(
+    "a watch whose session closes while its read is under way ends with the session",
+    () =>
+      Effect.gen(function* () {
+        const proxy = yield* Effect.acquireRelease(
+          Effect.promise(() => startProxy(inject("etcd"))),
+          (p) => Effect.promise(() => p.close())
+        )
+        const root = `/strata-watch-test/${Date.now().toString(36)}-closed`
+        const outcome = yield* Effect.gen(function* () {
+          const coordination = yield* Coordination
+          const sessionScope = yield* Scope.make()
+          const s = yield* coordination.session({ timeout: "10 seconds" }).pipe(Scope.provide(sessionScope))
+          yield* s.create("/watched", new Uint8Array(0))
+          // The watch's read cannot be answered while the proxy holds every byte.
+          proxy.stall()
+          const watching = yield* Effect.forkChild(Effect.flatMap(s.watchNode("/watched"), (watch) => watch.changed))
+          yield* Effect.yieldNow
+          assert.isUndefined(watching.pollUnsafe(), "the watch is still reading")
+          // The session ends (its end says so at once; its lease's revoke waits for the proxy), then the read is
+          // answered.
+          const closing = yield* Effect.forkChild(Scope.close(sessionScope, Exit.void))
+          yield* Effect.yieldNow
+          proxy.resume()
+          yield* Fiber.join(closing)
+          return yield* Fiber.await(watching).pipe(Effect.timeout("20 seconds"))
+        }).pipe(Effect.provide(EtcdCoordination.layer({ endpoints: [`http://${proxy.address}`], root })), Effect.scoped)
+        assert.isTrue(Exit.isFailure(outcome), "the watch ended")
+        if (Exit.isFailure(outcome)) {
+          const error = outcome.cause.reasons.find((r) => r._tag === "Fail")
+          assert.isDefined(error, "with a failure")
+          if (error?._tag === "Fail") assert.strictEqual(error.error.reason._tag, "SessionClosed", error.error.message)
         }
       }).pipe(Effect.scoped),
     60_000

@@ -16,10 +16,11 @@ import type {
   ServerId,
   TabletId
 } from "@strata/core"
-import { Cause, Deferred, Effect, Exit, Scope } from "effect"
+import { Cause, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "./Controller.js"
 import * as DataLink from "./DataLink.js"
+import * as ConnectionPool from "./internal/connectionPool.js"
 import { PeerUnreachable, type PeersShape } from "./Peers.js"
 import {
   type Client,
@@ -98,67 +99,18 @@ export interface ServerCalls {
   readonly readLog: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
 }
 
-/**
- * Clients of `group`, one per address (callers arriving together share one), each in a scope of its own inside
- * `scope`: `retire` closes the connection to an address no longer in use (a server that moved to another port),
- * which would otherwise go on reconnecting for ever.
- */
-const clients = <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, scope: Scope.Scope) => {
-  const open = new Map<
-    string,
-    { readonly client: Deferred.Deferred<Client<R>, PeerUnreachable>; readonly scope: Scope.Closeable }
-  >()
-  const retire = (address: string) =>
-    Effect.suspend(() => {
-      const entry = open.get(address)
-      open.delete(address)
-      return entry === undefined ? Effect.void : Scope.close(entry.scope, Exit.void)
-    })
-  const get = (address: string): Effect.Effect<Client<R>, PeerUnreachable> =>
-    Effect.suspend(() => {
-      const known = open.get(address)
-      if (known !== undefined) return Deferred.await(known.client)
-      return Effect.gen(function* () {
-        const entry = { client: Deferred.makeUnsafe<Client<R>, PeerUnreachable>(), scope: yield* Scope.fork(scope) }
-        open.set(address, entry)
-        const made = yield* Effect.exit(connectGroup(group, entry.scope, address))
-        // A failed connection is not kept: the next call tries again.
-        if (Exit.isFailure(made) && open.get(address) === entry) yield* retire(address)
-        yield* Deferred.done(entry.client, made)
-        return yield* Deferred.await(entry.client)
-      })
-    })
-  return { get, retire }
-}
+/** Clients of `group` over the RPC protocol, pooled. */
+const clients = <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, scope: Scope.Scope) =>
+  ConnectionPool.make<Client<R>>(scope, (address, entryScope) => connectGroup(group, entryScope, address))
 
-/**
- * Data link clients, one per address, each in a scope of its own inside `scope` (`retire` closes one).
- */
-const dataLinks = (scope: Scope.Scope) => {
-  const open = new Map<string, { readonly client: DataLink.DataLinkClient; readonly scope: Scope.Closeable }>()
-  const retire = (address: string) =>
-    Effect.suspend(() => {
-      const entry = open.get(address)
-      open.delete(address)
-      return entry === undefined ? Effect.void : Scope.close(entry.scope, Exit.void)
-    })
-  const get = (address: string): Effect.Effect<DataLink.DataLinkClient, PeerUnreachable> =>
-    Effect.suspend(() => {
-      const known = open.get(address)
-      if (known !== undefined) return Effect.succeed(known.client)
-      const parsed = parseAddress(address)
-      if (parsed === undefined) {
-        return Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
-      }
-      return Effect.gen(function* () {
-        const entryScope = yield* Scope.fork(scope)
-        const client = yield* DataLink.connect(parsed).pipe(Scope.provide(entryScope))
-        open.set(address, { client, scope: entryScope })
-        return client
-      })
-    })
-  return { get, retire }
-}
+/** Data link clients, pooled. */
+const dataLinks = (scope: Scope.Scope) =>
+  ConnectionPool.make<DataLink.DataLinkClient>(scope, (address, entryScope) => {
+    const parsed = parseAddress(address)
+    return parsed === undefined
+      ? Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
+      : DataLink.connect(parsed).pipe(Scope.provide(entryScope))
+  })
 
 /**
  * Peers over TCP, their connections closed with the scope.

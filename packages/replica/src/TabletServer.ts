@@ -216,21 +216,19 @@ const proposeIsr = (
     const leader = h.leader
     if (leader === undefined) return
     yield* Effect.logInfo(`server ${server.self}: ${h.key}: asking the controller for ISR [${isr.join(",")}]`)
-    const reply = yield* server.peers.controller
-      .adjustIsr({
+    const reply = yield* Hosted.retryTelling(
+      server.peers.controller.adjustIsr({
         tablet: h.tablet,
         leader: server.self,
         leaderEpoch: leader.leaderEpoch,
         version: h.version,
         isr,
         ...(registrations.length === 0 ? {} : { registrations })
-      })
-      .pipe(
-        Effect.retry({
-          schedule: Schedule.spaced(server.config.retryBackoffMs),
-          while: () => h.role === role
-        })
-      )
+      }),
+      server.config.retryBackoffMs,
+      `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]`,
+      () => h.role === role
+    )
     yield* Hosted.locked(
       h,
       Effect.suspend(() => {

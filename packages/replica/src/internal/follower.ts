@@ -7,11 +7,11 @@
  * @internal
  */
 import type { ServerId } from "@strata/core"
-import { Cause, Data, Effect, Exit, Option, Schedule } from "effect"
+import { Cause, Data, Effect, Exit, Option } from "effect"
 import * as FollowerState from "../FollowerState.js"
 import type { LeaderCalls } from "../Peers.js"
 import type { TabletLog } from "../TabletLog.js"
-import { type Hosted, locked, signal } from "./hosted.js"
+import { type Hosted, locked, retryTelling, signal } from "./hosted.js"
 
 /** What the loop needs from its server. */
 export interface FollowerContext {
@@ -67,8 +67,12 @@ const run = (
   ctx: FollowerContext,
   command: FollowerState.Command
 ): Effect.Effect<FollowerState.Input | undefined, unknown> => {
-  const retrying = <A, E>(request: Effect.Effect<A, E>) =>
-    request.pipe(Effect.retry(Schedule.spaced(ctx.retryBackoffMs)))
+  const retrying = <A, E extends { readonly message: string }>(request: Effect.Effect<A, E>) =>
+    retryTelling(
+      request,
+      ctx.retryBackoffMs,
+      `server ${ctx.self}: ${h.key}: ${command._tag} from server ${ctx.leaderId}`
+    )
   switch (command._tag) {
     case "AskEndOffset":
       return retrying(

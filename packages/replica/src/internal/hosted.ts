@@ -14,7 +14,7 @@ import {
   type TabletInstruction,
   tabletKey
 } from "@strata/core"
-import { Deferred, Effect, type Fiber, type Scope, Semaphore } from "effect"
+import { Deferred, Effect, type Fiber, Schedule, type Scope, Semaphore } from "effect"
 import type * as LeaderState from "../LeaderState.js"
 import * as ReplicaState from "../ReplicaState.js"
 import type { TabletLog } from "../TabletLog.js"
@@ -119,4 +119,25 @@ export const classify = (h: Hosted, self: ServerId, instruction: TabletInstructi
   if (last === null || lai.leaderEpoch > last) return "Step"
   if (lai.leaderEpoch === last && lai.leader === self && lai.version > h.version) return "IsrUpdate"
   return "Stale"
+}
+
+/**
+ * Retries `request` every `backoffMs` while `go()` holds, saying why it failed on the first failure and every 50th
+ * after it (a request that cannot get through is seen in the log, not a line each backoff).
+ */
+export const retryTelling = <A, E extends { readonly message: string }>(
+  request: Effect.Effect<A, E>,
+  backoffMs: number,
+  what: string,
+  go: () => boolean = () => true
+): Effect.Effect<A, E> => {
+  let failures = 0
+  return request.pipe(
+    Effect.tapError((e) =>
+      ++failures === 1 || failures % 50 === 0
+        ? Effect.logWarning(`${what} failed (${failures} ${failures === 1 ? "try" : "tries"}): ${e.message}`)
+        : Effect.void
+    ),
+    Effect.retry({ schedule: Schedule.spaced(backoffMs), while: go })
+  )
 }
