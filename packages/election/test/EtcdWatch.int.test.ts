@@ -15,15 +15,18 @@ import { inject } from "vitest"
 import { startProxy } from "../../../scripts/test-support/tcpProxy.js"
 import * as EtcdCoordination from "../src/EtcdCoordination.js"
 
+/** A proxy to the test's etcd, closed with the scope. */
+const etcdProxy = Effect.acquireRelease(
+  Effect.promise(() => startProxy(inject("etcd"))),
+  (p) => Effect.promise(() => p.close())
+)
+
 describe("EtcdCoordination watches", () => {
   it.live(
     "a watch etcd cancels after a compaction fails with a retryable lost connection",
     () =>
       Effect.gen(function* () {
-        const proxy = yield* Effect.acquireRelease(
-          Effect.promise(() => startProxy(inject("etcd"))),
-          (p) => Effect.promise(() => p.close())
-        )
+        const proxy = yield* etcdProxy
         const direct = yield* Effect.acquireRelease(
           Effect.sync(() => new Etcd3({ hosts: [`http://${inject("etcd")}`] })),
           (c) => Effect.sync(() => c.close())
@@ -60,10 +63,7 @@ describe("EtcdCoordination watches", () => {
     "a watch whose session closes while its read is under way ends with the session",
     () =>
       Effect.gen(function* () {
-        const proxy = yield* Effect.acquireRelease(
-          Effect.promise(() => startProxy(inject("etcd"))),
-          (p) => Effect.promise(() => p.close())
-        )
+        const proxy = yield* etcdProxy
         const root = `/strata-watch-test/${Date.now().toString(36)}-closed`
         const outcome = yield* Effect.gen(function* () {
           const coordination = yield* Coordination
