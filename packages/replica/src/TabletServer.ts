@@ -226,7 +226,7 @@ const proposeIsr = (
         ...(registrations.length === 0 ? {} : { registrations })
       }),
       server.config.retryBackoffMs,
-      `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]`,
+      () => `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]`,
       () => h.role === role
     )
     yield* Hosted.locked(

@@ -71,7 +71,7 @@ const run = (
     retryTelling(
       request,
       ctx.retryBackoffMs,
-      `server ${ctx.self}: ${h.key}: ${command._tag} from server ${ctx.leaderId}`
+      () => `server ${ctx.self}: ${h.key}: ${command._tag} from server ${ctx.leaderId}`
     )
   switch (command._tag) {
     case "AskEndOffset":

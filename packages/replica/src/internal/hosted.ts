@@ -122,20 +122,20 @@ export const classify = (h: Hosted, self: ServerId, instruction: TabletInstructi
 }
 
 /**
- * Retries `request` every `backoffMs` while `go()` holds, saying why it failed on the first failure and every 50th
+ * Retries `request` every `backoffMs` while `go()` holds, saying why it failed (`what()`: what was asked, built only then) on the first failure and every 50th
  * after it (a request that cannot get through is seen in the log, not a line each backoff).
  */
 export const retryTelling = <A, E extends { readonly message: string }>(
   request: Effect.Effect<A, E>,
   backoffMs: number,
-  what: string,
+  what: () => string,
   go: () => boolean = () => true
 ): Effect.Effect<A, E> => {
   let failures = 0
   return request.pipe(
     Effect.tapError((e) =>
       ++failures === 1 || failures % 50 === 0
-        ? Effect.logWarning(`${what} failed (${failures} ${failures === 1 ? "try" : "tries"}): ${e.message}`)
+        ? Effect.logWarning(`${what()} failed (${failures} ${failures === 1 ? "try" : "tries"}): ${e.message}`)
         : Effect.void
     ),
     Effect.retry({ schedule: Schedule.spaced(backoffMs), while: go })
