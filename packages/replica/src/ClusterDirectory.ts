@@ -6,8 +6,15 @@
  *
  * @since 0.1.0
  */
-import { Coordination, type CoordinationError, type ElectionShape, type ServerId } from "@strata/core"
-import { Effect, Option, Schedule, Schema, type Scope, Stream } from "effect"
+import {
+  Coordination,
+  type CoordinationError,
+  type ElectionShape,
+  type Node,
+  type ServerId,
+  type Session
+} from "@strata/core"
+import { Effect, Exit, Option, Schema, Scope, Stream } from "effect"
 import * as ClusterPaths from "./ClusterPaths.js"
 import { PeerUnreachable } from "./Peers.js"
 
@@ -55,33 +62,56 @@ export const make = (
   Effect.gen(function* () {
     let servers = new Map<ServerId, RegisteredServer>()
     let leader: string | undefined
-    const session = yield* (yield* Coordination).session()
-    const backoff = Schedule.spaced(options.retryBackoffMs)
+    const coordination = yield* Coordination
 
-    /** Every registration now, then again whenever the set changes. */
-    const watchServers: Effect.Effect<never, unknown> = Effect.gen(function* () {
-      const watch = yield* session.watchChildren(paths.servers)
-      const next = new Map<ServerId, RegisteredServer>()
-      for (const name of watch.value) {
-        const id = ClusterPaths.serverIdOf(name)
-        if (id === undefined) continue
-        const node = yield* Effect.option(session.get(paths.server(id)))
-        if (Option.isNone(node)) continue
-        const registration = decodeRegistration(decoder.decode(node.value.data))
-        if (Option.isNone(registration)) continue
-        const { address, dataAddress, rack } = registration.value
-        next.set(id, {
-          id,
-          address,
-          ...(dataAddress === undefined ? {} : { dataAddress }),
-          ...(rack === undefined ? {} : { rack })
-        })
-      }
-      servers = next
-      yield* watch.changed
-      return yield* watchServers
-    })
-    yield* Effect.forkScoped(watchServers.pipe(Effect.retry(backoff), Effect.ignore))
+    /** Every registration on `session` now, then again whenever the set changes, until the session fails. */
+    const followServers = (session: Session): Effect.Effect<never, CoordinationError> =>
+      Effect.gen(function* () {
+        while (true) {
+          const watch = yield* session.watchChildren(paths.servers)
+          const next = new Map<ServerId, RegisteredServer>()
+          for (const name of watch.value) {
+            const id = ClusterPaths.serverIdOf(name)
+            if (id === undefined) continue
+            // A server gone since the listing is left out; any other failure ends this session's watch, so no
+            // server is left out of the directory because a read failed.
+            const node = yield* session.get(paths.server(id)).pipe(
+              Effect.map(Option.some),
+              Effect.catchIf(
+                (e) => e.reason._tag === "NoNode",
+                () => Effect.succeed(Option.none<Node>())
+              )
+            )
+            if (Option.isNone(node)) continue
+            const registration = decodeRegistration(decoder.decode(node.value.data))
+            if (Option.isNone(registration)) continue
+            const { address, dataAddress, rack } = registration.value
+            next.set(id, {
+              id,
+              address,
+              ...(dataAddress === undefined ? {} : { dataAddress }),
+              ...(rack === undefined ? {} : { rack })
+            })
+          }
+          servers = next
+          yield* watch.changed
+        }
+      })
+    // The first session is opened here (a cluster out of reach fails `make`); a session that ends (expired while the
+    // process was paused, say) is replaced by a new one, and the registrations are read again through it.
+    const firstScope = yield* Scope.fork(yield* Effect.scope)
+    const first = yield* coordination.session().pipe(Scope.provide(firstScope))
+    const again = Effect.sleep(options.retryBackoffMs)
+    const renewed = Effect.forever(
+      Effect.scoped(Effect.flatMap(coordination.session(), followServers)).pipe(Effect.catch(() => again))
+    )
+    yield* Effect.forkScoped(
+      followServers(first).pipe(
+        Effect.ensuring(Scope.close(firstScope, Exit.void)),
+        Effect.catch(() => again),
+        Effect.andThen(renewed)
+      )
+    )
     // Followed for as long as the directory lives: a stream that fails or ends is subscribed to again.
     yield* Effect.forkScoped(
       Effect.forever(

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { CoordinationElection } from "@strata/election"
-import { Coordination } from "@strata/core"
+import { Coordination, CoordinationFaults, type Session } from "@strata/core"
 import { Effect, Exit, Scope } from "effect"
 import * as ClusterDirectory from "../src/ClusterDirectory.js"
 import * as ClusterPaths from "../src/ClusterPaths.js"
@@ -40,6 +40,39 @@ describe("ClusterDirectory", () => {
         Effect.map(Effect.option(directory.locate(1)), (a) => a._tag === "Some" && a.value === "127.0.0.1:7002")
       )
       assert.strictEqual(yield* directory.locate(1), "127.0.0.1:7002")
+    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+  )
+
+  it.live("a directory whose session ends opens another and goes on finding servers", () =>
+    Effect.gen(function* () {
+      const coordination = yield* Coordination
+      const faults = yield* CoordinationFaults
+      const paths = ClusterPaths.make("/dir")
+      const election = yield* CoordinationElection.make({
+        namespace: "dir",
+        sessionTimeout: "2 seconds",
+        replicaLagTimeMax: "6 seconds"
+      })
+      // The directory's own sessions, to end them.
+      const opened: Array<Session> = []
+      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: 10 }).pipe(
+        Effect.provideService(Coordination, {
+          ...coordination,
+          session: (options) => Effect.tap(coordination.session(options), (s) => Effect.sync(() => opened.push(s)))
+        })
+      )
+      const servers = yield* coordination.session()
+      yield* ClusterPaths.register(servers, paths, 1, { address: "127.0.0.1:7001", registrationEpoch: 1 })
+      yield* eventually(Effect.map(Effect.option(directory.locate(1)), (a) => a._tag === "Some"))
+
+      // Its session expires (a process paused past its timeout); a server registers after that.
+      assert.strictEqual(opened.length, 1)
+      yield* faults.expire(opened[0]!)
+      yield* ClusterPaths.register(servers, paths, 2, { address: "127.0.0.1:7002", registrationEpoch: 1 })
+      yield* eventually(Effect.map(Effect.option(directory.locate(2)), (a) => a._tag === "Some"))
+      assert.strictEqual(yield* directory.locate(2), "127.0.0.1:7002")
+      assert.strictEqual(yield* directory.locate(1), "127.0.0.1:7001")
+      assert.isAbove(opened.length, 1, "a new session")
     }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
   )
 })
