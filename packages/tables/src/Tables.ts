@@ -240,7 +240,10 @@ export interface TableHandle<K, V> {
     f: (current: Option.Option<V>) => V,
     options?: PartitionOption
   ) => Effect.Effect<V, TableError>
-  /** Every entry of a partition, in key-byte order (including the worker's uncommitted writes). */
+  /**
+   * Every entry of a partition, in key-byte order (including the worker's uncommitted writes), as of one moment: a
+   * commit running meanwhile waits for the store scan, so its values are read from either the buffer or the store.
+   */
   readonly entries: (partition: number) => Effect.Effect<ReadonlyArray<readonly [K, V]>, TableError>
   /** `entries` as a stream. */
   readonly scan: (partition: number) => Stream.Stream<readonly [K, V], TableError>

@@ -517,6 +517,75 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     }).pipe(env)
   )
 
+  for (const read of ["entries", "scan"] as const) {
+    it.effect(`${read} sees every value when a commit moves the buffer into the store during its store scan`, () =>
+      Effect.gen(function* () {
+        const store = yield* Store
+        const scanned = yield* Deferred.make<void>()
+        const gate = yield* Deferred.make<void>()
+        let holdScans = false
+        // A store whose scans, once `holdScans` is on, take their snapshot, say so, then wait for the gate.
+        const heldScans = Store.of({
+          ...store,
+          open: (id) =>
+            Effect.map(store.open(id), (s) => ({
+              ...s,
+              scan: (range) =>
+                Stream.unwrap(
+                  Effect.gen(function* () {
+                    if (!holdScans) return s.scan(range)
+                    const snapshot = yield* Stream.runCollect(s.scan(range))
+                    yield* Deferred.succeed(scanned, undefined)
+                    yield* Deferred.await(gate)
+                    return Stream.fromIterable(snapshot)
+                  })
+                )
+            }))
+        })
+        const tables = yield* manager().pipe(Effect.provideService(Store, heldScans))
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        const source = { topic: "words", partition: 0 }
+        yield* tables.manager.onPartitionsAssigned([source])
+        yield* tables.manager.waitUntilRecoveryCompleted
+        // "a" is in the store, "b" and "c" only in the write buffer.
+        yield* tables.process({ ...source, offset: 0 }, table.set("a", 1))
+        yield* tables.manager.onCommit([{ ...source, offset: 1 }])
+        yield* tables.process({ ...source, offset: 1 }, table.set("b", 2))
+        yield* tables.process({ ...source, offset: 2 }, table.set("c", 3))
+        holdScans = true
+        const reading = yield* Effect.forkChild(
+          read === "entries" ? table.entries(0) : Stream.runCollect(table.scan(0))
+        )
+        // The read's store snapshot holds "a" only.
+        yield* Deferred.await(scanned)
+        holdScans = false
+        // A commit while the read is between its store scan and its buffer read: it runs as far as it can.
+        const commit = yield* Effect.forkChild(tables.manager.onCommit([{ ...source, offset: 3 }]))
+        for (let i = 0; i < 100 && commit.pollUnsafe() === undefined; i++) yield* Effect.yieldNow
+        yield* Deferred.succeed(gate, undefined)
+        assert.deepStrictEqual(
+          [...(yield* Fiber.join(reading))],
+          [
+            ["a", 1],
+            ["b", 2],
+            ["c", 3]
+          ]
+        )
+        yield* Fiber.join(commit)
+        assert.deepStrictEqual(
+          yield* table.entries(0),
+          [
+            ["a", 1],
+            ["b", 2],
+            ["c", 3]
+          ],
+          "the commit moved the buffer into the store"
+        )
+      }).pipe(env)
+    )
+  }
+
   it.effect("writes made outside any source record are persisted by the next commit", () =>
     env(
       Effect.gen(function* () {

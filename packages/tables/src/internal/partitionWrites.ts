@@ -4,8 +4,9 @@
  *
  * A write is buffered and its changelog records handed to the producer in one step, without waiting for the ack;
  * a flush waits for every ack, then writes the buffer, the highest changelog offset and the source offsets in one
- * atomic store batch. Writers hold one permit of the partition's lock while they buffer and send; a flush holds
- * them all, so it never persists an offset ahead of a change, nor loses a change buffered meanwhile.
+ * atomic store batch. Writers hold one permit of the partition's lock while they buffer and send, and so does a
+ * scan while it reads the store and then the buffer; a flush holds them all, so it never persists an offset ahead
+ * of a change, nor loses a change buffered meanwhile, and a scan sees the buffer either before or after a flush.
  *
  * @internal
  */
@@ -89,7 +90,7 @@ export const make = (
   standby
 })
 
-/** Runs `effect` holding one permit: many writers at once, no flush meanwhile. */
+/** Runs `effect` holding one permit: many writers and readers at once, no flush meanwhile. */
 export const shared = <A, E, R>(w: PartitionWrites, effect: Effect.Effect<A, E, R>) =>
   Semaphore.withPermits(w.lock, 1)(effect)
 

@@ -194,12 +194,17 @@ export const make = <K, V>(table: Registered, codecs: Codecs<K, V>, deps: Handle
       Effect.gen(function* () {
         const w = yield* partitionOf(partition)
         const merged = new Map<string, Change>()
-        const stored = yield* Stream.runCollect(w.store.scan()).pipe(Effect.mapError(storeFailed(name)))
-        for (const [k, v] of stored) {
-          const id = PartitionWrites.keyId(k)
-          merged.set(id, { key: k, value: v, id })
-        }
-        for (const [id, change] of w.dirty) merged.set(id, change)
+        // The store scan and the buffer read share one permit: no flush moves the buffer into the store between them.
+        yield* PartitionWrites.shared(
+          w,
+          Effect.map(Stream.runCollect(w.store.scan()), (stored) => {
+            for (const [k, v] of stored) {
+              const id = PartitionWrites.keyId(k)
+              merged.set(id, { key: k, value: v, id })
+            }
+            for (const [id, change] of w.dirty) merged.set(id, change)
+          })
+        ).pipe(Effect.mapError(storeFailed(name)))
         const collector = yield* CurrentCollector
         if (collector !== undefined) {
           for (const c of collector.writes) {
