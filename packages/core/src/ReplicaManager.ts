@@ -143,14 +143,21 @@ export const FetchRequest = Schema.Struct({
   registration: Schema.optional(Schema.Int),
   leaderEpoch: Epoch,
   offset: Offset,
+  /**
+   * The epoch of the last batch in the follower's log (omitted when it holds none): the leader answers `Diverging`
+   * when its own log does not hold that epoch up to `offset` (KIP-320 / KIP-595).
+   */
+  lastFetchedEpoch: Schema.optional(Epoch),
   maxBytes: Count
 }).annotate({ identifier: "FetchRequest" })
 /** @see FetchRequest */
 export type FetchRequest = typeof FetchRequest.Type
 
 /**
- * The leader's answer to a fetch: batches from the offset (with its HW), or `OutOfRange` when the offset is not in
- * its log (below its start: the follower starts over there; past its end: the follower finds where they agree).
+ * The leader's answer to a fetch: batches from the offset (with its HW), `OutOfRange` when the offset is not in its
+ * log (below its start: the follower starts over there; past its end: the follower finds where they agree), or
+ * `Diverging` when the follower's last fetched epoch ends in the leader's log at `endOffset`, before the fetch
+ * offset (`epoch`: the largest epoch the leader has at or below it): the follower truncates there first.
  */
 export const FetchResult = Schema.Union([
   Schema.TaggedStruct("Batches", {
@@ -159,7 +166,8 @@ export const FetchResult = Schema.Union([
     highWatermark: Offset,
     logStartOffset: Offset
   }),
-  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset })
+  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset }),
+  Schema.TaggedStruct("Diverging", { leaderEpoch: Epoch, epoch: Schema.NullOr(Epoch), endOffset: Offset })
 ]).annotate({ identifier: "FetchResult" })
 /** @see FetchResult */
 export type FetchResult = typeof FetchResult.Type

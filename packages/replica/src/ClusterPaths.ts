@@ -36,6 +36,8 @@ export interface ClusterPaths {
   readonly tablet: (tablet: TabletId) => string
   /** The journal of the latest tablet writes. */
   readonly changes: string
+  /** The next idempotent-producer id no one has been given (`ProducerIds`). */
+  readonly producerIds: string
 }
 
 /**
@@ -51,7 +53,8 @@ export const make = (namespace: string): ClusterPaths => {
     server: (id) => CoordinationPaths.join(servers, String(id)),
     tablets,
     tablet: (t) => CoordinationPaths.join(tablets, nodeName(t)),
-    changes: CoordinationPaths.join(namespace, "tablet-changes")
+    changes: CoordinationPaths.join(namespace, "tablet-changes"),
+    producerIds: CoordinationPaths.join(namespace, "producer-ids")
   }
 }
 

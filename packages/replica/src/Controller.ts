@@ -34,6 +34,7 @@ import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } f
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as ControllerState from "./ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
+import * as ProducerIds from "./ProducerIds.js"
 import type { PeerUnreachable } from "./Peers.js"
 
 /**
@@ -150,6 +151,8 @@ export interface ControllerShape {
   readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
   /** Moves leadership off `server`; the number of tablets it still leads. */
   readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, ControllerResigned>
+  /** A producer id no producer of the cluster has had (Kafka's InitProducerId). */
+  readonly initProducerId: Effect.Effect<number, ControllerResigned | CoordinationError>
   /** The machine's state now. */
   readonly state: Effect.Effect<ControllerState.State>
   /** How it started: the tablets it started with, how many it read from coordination, whether it read them all. */
@@ -189,6 +192,8 @@ export const make = (
     const paths = ClusterPaths.make(options.namespace)
     const scope = yield* Effect.scope
     const session = yield* (yield* Coordination).session()
+    // The blocks of ids this controller hands out; its successor reserves its own.
+    const producerIds = yield* ProducerIds.make({ path: paths.producerIds }).pipe(Effect.orDie)
     const servers = yield* TabletServers
     const created = [
       [paths.servers, new Uint8Array()],
@@ -587,6 +592,7 @@ export const make = (
           ask((requestId) => ({ _tag: "ControlledShutdown", requestId, server })),
           (reply) => (reply._tag === "ShutdownProgress" ? reply.remainingLeaders : 0)
         ),
+      initProducerId: producerIds.next(session),
       state: Effect.sync(() => state),
       resumed: { tablets: synced.tablets.length, read: synced.read, full: synced.full }
     }

@@ -63,7 +63,8 @@ const FetchedHeader = jsonHeader(
       highWatermark: Offset,
       logStartOffset: Offset
     }),
-    Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset })
+    Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset }),
+    Schema.TaggedStruct("Diverging", { leaderEpoch: Epoch, epoch: Schema.NullOr(Epoch), endOffset: Offset })
   ])
 )
 const RefusedHeader = jsonHeader(ReplicaError)
@@ -168,7 +169,7 @@ const answerOf = <A>(id: number, exit: Exit.Exit<A, ReplicaError>, ok: (a: A) =>
 const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended, id, AppendedHeader.encode(result))
 
 const fetched = (id: number) => (result: FetchResult) => {
-  if (result._tag === "OutOfRange") return answer(Kind.Fetched, id, FetchedHeader.encode(result))
+  if (result._tag !== "Batches") return answer(Kind.Fetched, id, FetchedHeader.encode(result))
   const bytes = result.batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
   const header = FetchedHeader.encode({
     _tag: "Batches",
@@ -290,7 +291,7 @@ const resultOf = <A>(
 /** A fetch answer's batches, views of its payload. */
 const decodeFetchedFrame = (frame: Frame): Exit.Exit<FetchResult, unknown> => {
   const header = FetchedHeader.decode(frame.header)
-  if (Exit.isFailure(header) || header.value._tag === "OutOfRange") return header as Exit.Exit<FetchResult, unknown>
+  if (Exit.isFailure(header) || header.value._tag !== "Batches") return header as Exit.Exit<FetchResult, unknown>
   const batches: Array<TabletBatch> = []
   let at = 0
   for (const { baseOffset, bytes } of header.value.batches) {

@@ -1,7 +1,8 @@
 /**
- * A tablet follower's fetch protocol as a pure function (KIP-101 / KIP-279): on becoming follower, and whenever a
- * fetch answer says the logs diverge, ask the leader where this replica's latest epoch ends, truncate the divergent
- * suffix (`LeaderEpochCache.divergence`, in rounds), then fetch from the log end. Never truncate to the local high
+ * A tablet follower's fetch protocol as a pure function (KIP-101 / KIP-279 / KIP-320): on becoming follower, ask the
+ * leader where this replica's latest epoch ends, truncate the divergent suffix (`LeaderEpochCache.divergence`, in
+ * rounds), then fetch from the log end. Every fetch names the epoch of the log's last batch, and a leader whose log
+ * does not hold it up to the fetch offset answers `Diverging`: the follower truncates from that answer the same way. Never truncate to the local high
  * watermark; refuse answers from a leader epoch other than the one this follower follows.
  *
  * `step(state, input)` returns the next state and the commands the follower's shell runs against its `TabletLog`
@@ -56,6 +57,15 @@ export type Input =
     }
   /** The leader has no records at the fetched offset: its log starts at `logStartOffset`, past this one's end. */
   | { readonly _tag: "OutOfRange"; readonly leaderEpoch: Epoch; readonly logStartOffset: number }
+  /**
+   * The leader's log does not hold the fetch's last fetched epoch up to the fetch offset: `answer` is where the
+   * largest epoch it has at or below it ends (`undefined`: it has none), as an end-offset question would answer.
+   */
+  | {
+      readonly _tag: "Diverging"
+      readonly leaderEpoch: Epoch
+      readonly answer: { readonly epoch: Epoch; readonly endOffset: number } | undefined
+    }
 
 /**
  * What the shell runs, in order.
@@ -65,7 +75,8 @@ export type Input =
  * - `ResetTo`: empty the local log and start it at `offset` (the leader's log starts past this one).
  * - `Append`: append the leader's batches as they are.
  * - `CheckpointHighWatermark`: the follower's HW moved.
- * - `Fetch`: fetch from `offset` under the followed leader epoch (then feed `Fetched` or `OutOfRange`).
+ * - `Fetch`: fetch from `offset` under the followed leader epoch, naming the epoch of the log's last batch (then
+ *   feed `Fetched`, `OutOfRange` or `Diverging`).
  *
  * @since 0.1.0
  */
@@ -75,7 +86,7 @@ export type Command =
   | { readonly _tag: "ResetTo"; readonly offset: number }
   | { readonly _tag: "Append"; readonly batches: ReadonlyArray<Batch> }
   | { readonly _tag: "CheckpointHighWatermark"; readonly highWatermark: number }
-  | { readonly _tag: "Fetch"; readonly offset: number }
+  | { readonly _tag: "Fetch"; readonly offset: number; readonly lastFetchedEpoch: Epoch | undefined }
 
 /**
  * The outcome of one step.
@@ -87,8 +98,15 @@ export type Step = readonly [State, ReadonlyArray<Command>]
 /** The follower starts fetching from its log end: no truncation needed. */
 const fetchFrom = (state: State, commands: Array<Command>): Step => [
   { ...state, phase: { _tag: "Fetching", offset: state.logEndOffset } },
-  [...commands, { _tag: "Fetch", offset: state.logEndOffset }]
+  [...commands, fetchCommand(state.logEndOffset, state.epochs)]
 ]
+
+/** A fetch from `offset` of a log whose epochs are `epochs`. */
+const fetchCommand = (offset: number, epochs: LeaderEpochCache.LeaderEpochCache): Command => ({
+  _tag: "Fetch",
+  offset,
+  lastFetchedEpoch: LeaderEpochCache.latest(epochs)?.epoch
+})
 
 /** Asks where the follower's latest epoch ends on the leader, or fetches when it has none. */
 const startTruncation = (state: State, commands: Array<Command>): Step => {
@@ -136,6 +154,32 @@ const truncated = (state: State, offset: number): State => ({
 })
 
 /**
+ * Where the leader says an epoch of this log ends (`answer`): ask about an earlier epoch, or truncate where the logs
+ * agree and fetch from there.
+ */
+const resolve = (state: State, answer: { readonly epoch: Epoch; readonly endOffset: number } | undefined): Step => {
+  const next = LeaderEpochCache.divergence(state.epochs, state.logEndOffset, answer)
+  switch (next._tag) {
+    case "AskAgain":
+      return [
+        { ...state, phase: { _tag: "Truncating", asked: next.epoch } },
+        [{ _tag: "AskEndOffset", epoch: next.epoch }]
+      ]
+    case "Truncate": {
+      const commands: Array<Command> =
+        next.offset < state.logEndOffset ? [{ _tag: "Truncate", offset: next.offset }] : []
+      return fetchFrom(truncated(state, next.offset), commands)
+    }
+    case "Everything": {
+      // Nothing here is provably the leader's: keep nothing, and fetch from this log's start.
+      const commands: Array<Command> =
+        state.logStartOffset < state.logEndOffset ? [{ _tag: "Truncate", offset: state.logStartOffset }] : []
+      return fetchFrom(truncated(state, state.logStartOffset), commands)
+    }
+  }
+}
+
+/**
  * One step of the follower. Answers under another leader epoch than the followed one are dropped (a stale leader,
  * or one that moved on: the coordinator's next LeaderAndIsr will say).
  *
@@ -144,29 +188,10 @@ const truncated = (state: State, offset: number): State => ({
 export const step = (state: State, input: Input): Step => {
   if (input.leaderEpoch !== state.leaderEpoch) return [state, []]
   switch (input._tag) {
-    case "EndOffsetAnswered": {
-      if (state.phase._tag !== "Truncating") return [state, []]
-      const next = LeaderEpochCache.divergence(state.epochs, state.logEndOffset, input.answer)
-      switch (next._tag) {
-        case "AskAgain":
-          return [
-            { ...state, phase: { _tag: "Truncating", asked: next.epoch } },
-            [{ _tag: "AskEndOffset", epoch: next.epoch }]
-          ]
-        case "Truncate": {
-          const commands: Array<Command> =
-            next.offset < state.logEndOffset ? [{ _tag: "Truncate", offset: next.offset }] : []
-          return fetchFrom(truncated(state, next.offset), commands)
-        }
-        case "Everything": {
-          // Nothing here is provably the leader's: keep nothing, and fetch from this log's start.
-          const commands: Array<Command> =
-            state.logStartOffset < state.logEndOffset ? [{ _tag: "Truncate", offset: state.logStartOffset }] : []
-          return fetchFrom(truncated(state, state.logStartOffset), commands)
-        }
-      }
-      return [state, []]
-    }
+    case "EndOffsetAnswered":
+      return state.phase._tag === "Truncating" ? resolve(state, input.answer) : [state, []]
+    case "Diverging":
+      return state.phase._tag === "Fetching" ? resolve(state, input.answer) : [state, []]
     case "Fetched": {
       if (state.phase._tag !== "Fetching") return [state, []]
       const batches = input.batches.filter((b) => b.baseOffset + b.records.length > state.logEndOffset)
@@ -184,7 +209,7 @@ export const step = (state: State, input: Input): Step => {
       const commands: Array<Command> = []
       if (batches.length > 0) commands.push({ _tag: "Append", batches })
       if (hw !== state.highWatermark) commands.push({ _tag: "CheckpointHighWatermark", highWatermark: hw })
-      commands.push({ _tag: "Fetch", offset: end })
+      commands.push(fetchCommand(end, epochs))
       return [
         { ...state, logEndOffset: end, epochs, highWatermark: hw, phase: { _tag: "Fetching", offset: end } },
         commands

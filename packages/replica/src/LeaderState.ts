@@ -7,8 +7,11 @@
  *   does not advance while the committed ISR is smaller than `minInsyncReplicas`.
  * - A follower leaves the ISR when it has not caught up (fetched at the leader's log end) for `lagTimeMaxMs`,
  *   checked on `Tick`; it joins when its LEO reaches the HW and it has caught up within the current leader epoch.
- * - One ISR change is pending at a time; the controller commits or rejects it (a rejected expansion names a server
- *   the controller knows dead or shutting down, KIP-841).
+ * - One ISR change is pending at a time, proposed against the tablet version the leader knows; the controller
+ *   commits or rejects it (a rejected expansion names a server the controller knows dead or shutting down, KIP-841).
+ *   Each proposal has an identity, and an answer clears the pending change only when it answers that proposal (an
+ *   answer to an earlier one, late or retried, changes nothing: Kafka's in-flight AlterPartition check); a committed
+ *   ISR is taken only under a version above the one known.
  *
  * `step(state, input)` returns the next state and the commands the leader's shell runs: checkpoint the advanced
  * HW (completing the appends waiting for it), propose an ISR change to the controller.
@@ -37,8 +40,18 @@ export interface Follower {
  * @since 0.1.0
  */
 export type PendingChange =
-  | { readonly _tag: "Expand"; readonly server: ServerId; readonly isr: ReadonlyArray<ServerId> }
-  | { readonly _tag: "Shrink"; readonly removed: ReadonlyArray<ServerId>; readonly isr: ReadonlyArray<ServerId> }
+  | {
+      readonly _tag: "Expand"
+      readonly proposal: number
+      readonly server: ServerId
+      readonly isr: ReadonlyArray<ServerId>
+    }
+  | {
+      readonly _tag: "Shrink"
+      readonly proposal: number
+      readonly removed: ReadonlyArray<ServerId>
+      readonly isr: ReadonlyArray<ServerId>
+    }
 
 /**
  * The leader's state for one tablet and one leader epoch.
@@ -54,7 +67,11 @@ export interface State {
   readonly lagTimeMaxMs: number
   /** The committed ISR (the leader included). */
   readonly isr: ReadonlyArray<ServerId>
+  /** The tablet version the committed ISR is at: the version the next proposal is made against. */
+  readonly version: number
   readonly pending: PendingChange | undefined
+  /** The identity of the last proposal made under this leader epoch. */
+  readonly lastProposal: number
   readonly logEndOffset: number
   readonly highWatermark: number
   /** The leader's log end when this epoch began: a follower must reach it to have caught up in this epoch. */
@@ -62,6 +79,8 @@ export interface State {
   readonly followers: ReadonlyMap<ServerId, Follower>
   /** A planted bug for the simulator: the HW advances under the minimum ISR. */
   readonly ignoreMinIsr?: boolean
+  /** A planted bug for the simulator: any ISR answer clears the pending change, whichever proposal it answers. */
+  readonly anyAnswerClearsPending?: boolean
 }
 
 /**
@@ -79,8 +98,15 @@ export type Input =
       readonly registration?: number | undefined
     }
   | { readonly _tag: "Tick"; readonly nowMs: number }
-  | { readonly _tag: "IsrChangeCommitted"; readonly isr: ReadonlyArray<ServerId> }
-  | { readonly _tag: "IsrChangeRejected" }
+  /** The controller committed `isr` at `version` (its answer to `proposal`, or a LeaderAndIsr). */
+  | {
+      readonly _tag: "IsrChangeCommitted"
+      readonly isr: ReadonlyArray<ServerId>
+      readonly version: number
+      readonly proposal?: number | undefined
+    }
+  /** The controller refused `proposal`. */
+  | { readonly _tag: "IsrChangeRejected"; readonly proposal: number }
 
 /**
  * What the shell runs.
@@ -91,10 +117,16 @@ export type Command =
   | { readonly _tag: "AdvanceHighWatermark"; readonly highWatermark: number }
   | {
       readonly _tag: "ProposeIsr"
+      /** The proposal's identity: its answer is fed back with it. */
+      readonly proposal: number
+      /** The tablet version it is made against. */
+      readonly version: number
       readonly isr: ReadonlyArray<ServerId>
       /** The registrations the followers in `isr` fetched under, where known: the controller checks them. */
       readonly registrations: ReadonlyArray<readonly [ServerId, number]>
     }
+  /** A committed ISR of `size` is below the minimum: the appends waiting for the HW fail. */
+  | { readonly _tag: "IsrBelowMinimum"; readonly size: number }
 
 /**
  * The outcome of one step.
@@ -114,6 +146,8 @@ export const become = (options: {
   readonly leaderEpoch: Epoch
   readonly replicas: ReadonlyArray<ServerId>
   readonly isr: ReadonlyArray<ServerId>
+  /** The tablet version of the LeaderAndIsr that made it leader. */
+  readonly version: number
   readonly minInsyncReplicas: number
   readonly lagTimeMaxMs: number
   readonly logEndOffset: number
@@ -121,15 +155,20 @@ export const become = (options: {
   readonly nowMs: number
   /** @internal A planted bug for the simulator. */
   readonly ignoreMinIsr?: boolean
+  /** @internal A planted bug for the simulator. */
+  readonly anyAnswerClearsPending?: boolean
 }): State => ({
   ...(options.ignoreMinIsr === true ? { ignoreMinIsr: true } : {}),
+  ...(options.anyAnswerClearsPending === true ? { anyAnswerClearsPending: true } : {}),
   self: options.self,
   leaderEpoch: options.leaderEpoch,
   replicas: options.replicas,
   minInsyncReplicas: options.minInsyncReplicas,
   lagTimeMaxMs: options.lagTimeMaxMs,
   isr: options.isr,
+  version: options.version,
   pending: undefined,
+  lastProposal: 0,
   logEndOffset: options.logEndOffset,
   highWatermark: Math.min(options.highWatermark, options.logEndOffset),
   epochStartOffset: options.logEndOffset,
@@ -165,7 +204,6 @@ const withHighWatermark = (state: State, commands: Array<Command>): Step => {
   ]
 }
 
-/** Proposes adding `server` when it qualifies and nothing is pending. */
 /** The registrations the followers among `isr` last fetched under. */
 const registrationsOf = (state: State, isr: ReadonlyArray<ServerId>): Array<readonly [ServerId, number]> =>
   isr.flatMap((s) => {
@@ -173,16 +211,41 @@ const registrationsOf = (state: State, isr: ReadonlyArray<ServerId>): Array<read
     return r === undefined ? [] : [[s, r] as const]
   })
 
+/** Makes `change` the pending change (under the next proposal identity) and proposes its ISR. */
+const propose = (
+  state: State,
+  change:
+    | Omit<Extract<PendingChange, { _tag: "Expand" }>, "proposal">
+    | Omit<Extract<PendingChange, { _tag: "Shrink" }>, "proposal">,
+  commands: Array<Command>
+): Step => {
+  const proposal = state.lastProposal + 1
+  return [
+    { ...state, pending: { ...change, proposal }, lastProposal: proposal },
+    [
+      ...commands,
+      {
+        _tag: "ProposeIsr",
+        proposal,
+        version: state.version,
+        isr: change.isr,
+        registrations: registrationsOf(state, change.isr)
+      }
+    ]
+  ]
+}
+
+/** Proposes adding `server` when it qualifies and nothing is pending. */
 const maybeExpand = (state: State, server: ServerId, commands: Array<Command>): Step => {
   const f = state.followers.get(server)
   if (state.pending !== undefined || state.isr.includes(server) || f === undefined) return [state, commands]
   if (f.logEndOffset < state.highWatermark || f.logEndOffset < state.epochStartOffset) return [state, commands]
-  const isr = [...state.isr, server]
-  return [
-    { ...state, pending: { _tag: "Expand", server, isr } },
-    [...commands, { _tag: "ProposeIsr", isr, registrations: registrationsOf(state, isr) }]
-  ]
+  return propose(state, { _tag: "Expand", server, isr: [...state.isr, server] }, commands)
 }
+
+/** Whether an answer to `proposal` settles the pending change. */
+const answersPending = (state: State, proposal: number | undefined) =>
+  state.pending !== undefined && (state.pending.proposal === proposal || state.anyAnswerClearsPending === true)
 
 /**
  * One step of the leader's state. Pure: time is the input's `nowMs`.
@@ -212,15 +275,23 @@ export const step = (state: State, input: Input): Step => {
         (s) => s !== state.self && input.nowMs - (state.followers.get(s)?.lastCaughtUpMs ?? 0) > state.lagTimeMaxMs
       )
       if (removed.length === 0) return [state, []]
-      const isr = state.isr.filter((s) => !removed.includes(s))
-      return [
-        { ...state, pending: { _tag: "Shrink", removed, isr } },
-        [{ _tag: "ProposeIsr", isr, registrations: registrationsOf(state, isr) }]
-      ]
+      return propose(state, { _tag: "Shrink", removed, isr: state.isr.filter((s) => !removed.includes(s)) }, [])
     }
-    case "IsrChangeCommitted":
-      return withHighWatermark({ ...state, isr: input.isr, pending: undefined }, [])
+    case "IsrChangeCommitted": {
+      // Known already (this version or a later one): a pending change against a later version stays pending.
+      if (input.version <= state.version) {
+        return answersPending(state, input.proposal) ? [{ ...state, pending: undefined }, []] : [state, []]
+      }
+      // Any pending change was made against an older version: the controller refuses it, so it is settled too.
+      const [next, commands] = withHighWatermark(
+        { ...state, isr: input.isr, version: input.version, pending: undefined },
+        []
+      )
+      return input.isr.length < state.minInsyncReplicas
+        ? [next, [...commands, { _tag: "IsrBelowMinimum", size: input.isr.length }]]
+        : [next, commands]
+    }
     case "IsrChangeRejected":
-      return [{ ...state, pending: undefined }, []]
+      return answersPending(state, input.proposal) ? [{ ...state, pending: undefined }, []] : [state, []]
   }
 }

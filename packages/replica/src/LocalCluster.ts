@@ -6,10 +6,11 @@
  * listens on a port of its own and registers that address; `ClusterDirectory` finds them). Servers can be stopped
  * (their session ends, as a crash that the coordination service noticed) and started again on the same store.
  *
- * Its client side is a small idempotent producer: each append is stamped with the cluster's producer id and the
- * tablet's next sequence, routed to the leader the controller last wrote, and retried (after `NotLeader`,
+ * Its client side is a small idempotent producer: each append is stamped with a producer id the controller allocated
+ * and the tablet's next sequence, routed to the leader the controller last wrote, and retried (after `NotLeader`,
  * `NotEnoughReplicas`, a timeout) until the leader answers; a retry of a batch already written is answered with
- * its offsets, never written twice.
+ * its offsets, never written twice. Appends to one tablet go one at a time; after a failed one the tablet's next
+ * append starts a new producer epoch, so a failure leaves no gap in the sequence.
  *
  * @since 0.1.0
  */
@@ -31,13 +32,14 @@ import {
   type TabletRecord,
   tabletKey
 } from "@strata/core"
-import { Context, Data, Effect, Exit, Layer, Random, Schedule, Scope } from "effect"
+import { Context, Data, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import type * as Controller from "./Controller.js"
 import type * as ControllerState from "./ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
 import * as CoordinatorNode from "./CoordinatorNode.js"
+import * as LocalProducer from "./internal/localProducer.js"
 import { Peers, PeerUnreachable, type PeersShape } from "./Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
@@ -332,10 +334,13 @@ export const make = (
         })
       })
 
-    const producerId = yield* Random.nextIntBetween(0, 2 ** 31)
-    const sequences = new Map<string, number>()
     const retrying = Schedule.spaced(config.retryBackoffMs)
     const retryable = (e: ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
+    const producer = yield* LocalProducer.make(
+      Effect.flatMap(current, (c) =>
+        c.initProducerId.pipe(Effect.mapError((e) => new LocalClusterError({ detail: `no producer id: ${e.message}` })))
+      ).pipe(Effect.retry({ schedule: retrying, times: 600 }))
+    )
 
     return {
       createTable: (table, o) =>
@@ -352,16 +357,15 @@ export const make = (
           return reply.tablets
         }),
       append: (t, records, acks = "all") =>
-        Effect.gen(function* () {
-          const key = tabletKey(t)
-          const sequence = sequences.get(key) ?? 0
-          sequences.set(key, sequence + records.length)
-          const producer = { id: producerId, epoch: 0, sequence }
-          const result = yield* Effect.flatMap(leaderOf(t), (server) =>
-            server.append({ tablet: t, records, acks, producer })
-          ).pipe(Effect.retry({ schedule: retrying, times: 600, while: retryable }))
-          return { baseOffset: result.baseOffset, lastOffset: result.lastOffset }
-        }),
+        producer.append(
+          tabletKey(t),
+          (stamp) =>
+            Effect.flatMap(leaderOf(t), (server) => server.append({ tablet: t, records, acks, producer: stamp })).pipe(
+              Effect.retry({ schedule: retrying, times: 600, while: retryable }),
+              Effect.map((result) => ({ baseOffset: result.baseOffset, lastOffset: result.lastOffset }))
+            ),
+          records.length
+        ),
       read: (t) =>
         Effect.gen(function* () {
           const out: Array<TabletBatch> = []

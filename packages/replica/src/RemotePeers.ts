@@ -82,6 +82,8 @@ export interface AdminCalls {
   readonly metadata: (table?: string) => Effect.Effect<Metadata, PeerUnreachable>
   /** Moves leadership back to preferred replicas now; how many tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, PeerUnreachable>
+  /** A producer id no producer of the cluster has had. */
+  readonly initProducerId: Effect.Effect<number, PeerUnreachable>
   /** Deletes a table: how many tablets it had. */
   readonly deleteTable: (table: string) => Effect.Effect<number, DeleteTableRefused | PeerUnreachable>
 }
@@ -282,6 +284,7 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       createTable: (request) => toController((c) => c.CreateTable(request)),
       metadata: (table) => toController((c) => c.Metadata(table === undefined ? {} : { table })),
       balanceLeaders: toController((c) => c.BalanceLeaders({})),
+      initProducerId: toController((c) => c.InitProducerId({})),
       deleteTable: (table) => toController((c) => c.DeleteTable({ table }))
     }
     return { peers, servers: tabletServers, server: calls, admin }

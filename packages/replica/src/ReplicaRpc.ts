@@ -182,7 +182,8 @@ const FetchResultOnWire = Schema.Union([
     highWatermark: Offset,
     logStartOffset: Offset
   }),
-  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset })
+  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset }),
+  Schema.TaggedStruct("Diverging", { leaderEpoch: Epoch, epoch: Schema.NullOr(Epoch), endOffset: Offset })
 ])
 
 /** `ReadResult`, its batches encoded as the log stores them. */
@@ -318,6 +319,7 @@ export class ControllerRpcs extends RpcGroup.make(
     error: NotController
   }),
   Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
+  Rpc.make("InitProducerId", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
   Rpc.make("DeleteTable", {
     payload: Schema.Struct({ table: Schema.NonEmptyString }),
     success: Schema.Int,
@@ -574,6 +576,7 @@ export const serveController = (
           Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
         ),
       BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
+      InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
       DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
     })
     return yield* serveGroup(ControllerRpcs, handlers, listen)

@@ -30,7 +30,7 @@ import {
   type TabletRecord,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Random, Schema, type Scope } from "effect"
+import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import { PeerUnreachable } from "./Peers.js"
@@ -101,8 +101,24 @@ export class DeliveryUnknown extends Data.TaggedError("DeliveryUnknown")<{
 }
 
 /**
- * Why a client call failed: a tablet the cluster does not have, an outcome left unknown, a failure sending again
- * cannot mend (the server's `ReplicaError`), a table that could not be created, or the client was closed.
+ * The records were not sent: the controller gave no producer id within the delivery timeout (`last`: why).
+ *
+ * @since 0.1.0
+ */
+export class NoProducerId extends Data.TaggedError("NoProducerId")<{
+  readonly tablet: string
+  readonly last: string
+}> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.tablet}: not sent, no producer id from the controller within the delivery timeout (last: ${this.last})`
+  }
+}
+
+/**
+ * Why a client call failed: a tablet the cluster does not have, an outcome left unknown, no producer id, a failure
+ * sending again cannot mend (the server's `ReplicaError`), a table that could not be created, or the client was
+ * closed.
  *
  * @since 0.1.0
  */
@@ -110,6 +126,7 @@ export class TabletClientError extends Data.TaggedError("TabletClientError")<{
   readonly reason:
     | NoSuchTablet
     | DeliveryUnknown
+    | NoProducerId
     | ReplicaError
     | CreateTableRefused
     | DeleteTableRefused
@@ -264,7 +281,6 @@ export const make = (
       controller: directory.controller,
       requestTimeoutMs: o.requestTimeoutMs
     })
-    const producerId = yield* Random.nextIntBetween(0, 2 ** 31 - 1)
     let closed = false
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
@@ -318,14 +334,44 @@ export const make = (
 
     const fail = (reason: TabletClientError["reason"]) => new TabletClientError({ reason })
 
+    // The producer id, asked of the controller on the first send: unique in the cluster (Kafka's InitProducerId),
+    // so no tablet takes this producer's first batches for another's retries.
+    let producerId: number | undefined
+    const idLock = Semaphore.makeUnsafe(1)
+    const askProducerId = (tablet: string, deadline: number): Effect.Effect<number, NoProducerId> =>
+      Effect.gen(function* () {
+        while (producerId === undefined) {
+          const asked = yield* Effect.result(remote.admin.initProducerId)
+          if (asked._tag === "Success") producerId = asked.success
+          else {
+            const now = yield* Clock.currentTimeMillis
+            if (now >= deadline) return yield* new NoProducerId({ tablet, last: asked.failure.message })
+            yield* Effect.sleep(Duration.millis(Math.min(o.retryBackoffMs, deadline - now)))
+          }
+        }
+        return producerId
+      })
+    const producerIdFor = (tablet: string, deadline: number) =>
+      Effect.suspend(() =>
+        producerId !== undefined
+          ? Effect.succeed(producerId)
+          : Semaphore.withPermit(idLock, askProducerId(tablet, deadline))
+      )
+
     // The producer: one lane per tablet, each with a sender fiber draining its queue one append at a time.
     const lanes = new Map<string, Lane>()
     const sendBatch = (lane: Lane, batch: ReadonlyArray<Queued>) =>
       Effect.gen(function* () {
         const records = batch.length === 1 ? batch[0]!.records : batch.flatMap((q) => q.records)
         const deadline = (yield* Clock.currentTimeMillis) + o.deliveryTimeoutMs
+        const id = yield* Effect.result(producerIdFor(lane.key, deadline))
+        if (id._tag === "Failure") {
+          const error = fail(id.failure)
+          yield* Effect.forEach(batch, (q) => Deferred.fail(q.done, error), { discard: true })
+          return
+        }
         const attempt = Effect.suspend(() => {
-          const producer = { id: producerId, epoch: lane.epoch, sequence: lane.sequence }
+          const producer = { id: id.success, epoch: lane.epoch, sequence: lane.sequence }
           return Effect.result(
             onLeader(lane.tablet, deadline, (server) =>
               server.append({ tablet: lane.tablet, records, acks: batch[0]!.acks, producer })

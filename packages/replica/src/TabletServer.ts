@@ -100,7 +100,13 @@ export interface TabletServerShape extends ReplicaManagerShape {
 export interface ReplicaView {
   readonly tablet: TabletId
   readonly machine: ReplicaState.State
-  readonly leader?: { readonly leaderEpoch: number; readonly highWatermark: number; readonly logEndOffset: number }
+  readonly leader?: {
+    readonly leaderEpoch: number
+    readonly highWatermark: number
+    readonly logEndOffset: number
+    /** The committed ISR as the leader knows it. */
+    readonly isr: ReadonlyArray<ServerId>
+  }
 }
 
 /**
@@ -115,6 +121,10 @@ export interface Unsafe {
   readonly truncateToHighWatermark?: boolean
   /** A leader advances its high watermark while its ISR is below the minimum. */
   readonly highWatermarkIgnoresMinIsr?: boolean
+  /** A leader's ISR answers clear its pending change whichever proposal they answer. */
+  readonly answersIgnoreProposal?: boolean
+  /** A long-polled fetch is answered after the wait without checking that the replica still leads in its epoch. */
+  readonly skipFetchRevalidation?: boolean
 }
 
 /**
@@ -172,9 +182,9 @@ const runLeader = (
             yield* Hosted.signal(h)
           })
         case "ProposeIsr":
-          return Effect.asVoid(
-            Effect.forkIn(proposeIsr(server, h, h.role, command.isr, command.registrations), server.scope)
-          )
+          return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, h.role, command), server.scope))
+        case "IsrBelowMinimum":
+          return Hosted.failWaiters(h, Hosted.tooFewAfterAppend(h, command.size, server.config.minInsyncReplicas))
       }
     },
     { discard: true }
@@ -189,39 +199,37 @@ const stepLeader = (server: Server, h: Hosted.Hosted, input: LeaderState.Input):
     return runLeader(server, h, commands)
   })
 
-/** The ISR the controller committed: the leader takes it, and the waiting appends fail if it is below the minimum. */
+/** The ISR the controller committed at `version` (answering `proposal`, or in a LeaderAndIsr): the leader steps it. */
 const isrCommitted = (
   server: Server,
   h: Hosted.Hosted,
   isr: ReadonlyArray<ServerId>,
-  version: number
+  version: number,
+  proposal?: number
 ): Effect.Effect<void> =>
-  Effect.gen(function* () {
-    if (version <= h.version) return
-    h.version = version
-    yield* stepLeader(server, h, { _tag: "IsrChangeCommitted", isr })
-    const min = server.config.minInsyncReplicas
-    if (isr.length < min) yield* Hosted.failWaiters(h, Hosted.tooFewAfterAppend(h, isr.length, min))
+  Effect.suspend(() => {
+    h.version = Math.max(h.version, version)
+    return stepLeader(server, h, { _tag: "IsrChangeCommitted", isr, version, proposal })
   })
 
-/** Asks the controller for an ISR change until it answers, unless the role ends first. */
+/** Asks the controller for an ISR change until it answers, unless the role ends first; feeds back its answer. */
 const proposeIsr = (
   server: Server,
   h: Hosted.Hosted,
   role: number,
-  isr: ReadonlyArray<ServerId>,
-  registrations: ReadonlyArray<readonly [ServerId, number]>
+  command: Extract<LeaderState.Command, { _tag: "ProposeIsr" }>
 ): Effect.Effect<void> =>
   Effect.gen(function* () {
     const leader = h.leader
     if (leader === undefined) return
+    const { isr, proposal, registrations } = command
     yield* Effect.logInfo(`server ${server.self}: ${h.key}: asking the controller for ISR [${isr.join(",")}]`)
     const reply = yield* Hosted.retryTelling(
       server.peers.controller.adjustIsr({
         tablet: h.tablet,
         leader: server.self,
         leaderEpoch: leader.leaderEpoch,
-        version: h.version,
+        version: command.version,
         isr,
         ...(registrations.length === 0 ? {} : { registrations })
       }),
@@ -238,10 +246,7 @@ const proposeIsr = (
             Effect.logInfo(
               `server ${server.self}: ${h.key}: ISR now [${reply.leaderAndIsr.isr.join(",")}] (version ${reply.leaderAndIsr.version})`
             ),
-            // Already known from a LeaderAndIsr (the same version or a later one), the change is not pending any more.
-            reply.leaderAndIsr.version <= h.version
-              ? stepLeader(server, h, { _tag: "IsrChangeRejected" })
-              : isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version)
+            isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version, proposal)
           )
         }
         // A stale version: the controller changed the ISR meanwhile; take its state, then propose again if need be.
@@ -250,7 +255,7 @@ const proposeIsr = (
           r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch === h.leader?.leaderEpoch
             ? isrCommitted(server, h, r.leaderAndIsr.isr, r.leaderAndIsr.version)
             : Effect.void
-        return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected" }))
+        return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected", proposal }))
       })
     )
   }).pipe(Effect.ignore)
@@ -277,12 +282,14 @@ const runReplica = (
               leaderEpoch: command.leaderEpoch,
               replicas: h.replicas,
               isr: command.isr,
+              version: instruction?.leaderAndIsr.version ?? h.version,
               minInsyncReplicas: server.config.minInsyncReplicas,
               lagTimeMaxMs: server.config.replicaLagTimeMaxMs,
               logEndOffset: yield* log.logEndOffset,
               highWatermark: yield* log.highWatermark,
               nowMs: yield* Clock.currentTimeMillis,
-              ignoreMinIsr: server.unsafe.highWatermarkIgnoresMinIsr === true
+              ignoreMinIsr: server.unsafe.highWatermarkIgnoresMinIsr === true,
+              anyAnswerClearsPending: server.unsafe.answersIgnoreProposal === true
             })
             if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
             yield* Effect.logInfo(
@@ -559,6 +566,26 @@ const read =
       return { batches: cut, ...bounds }
     })
 
+/**
+ * Whether a follower whose last batch has `lastFetchedEpoch` and which fetches from `offset` diverges from this log:
+ * the log must hold that epoch up to `offset` (KIP-320). Answers where that epoch (or the largest below it) ends.
+ */
+const divergence = (log: TabletLog.TabletLog, offset: number, lastFetchedEpoch: number | undefined) =>
+  Effect.gen(function* () {
+    if (lastFetchedEpoch === undefined) return undefined
+    const answer = yield* log.endOffsetForEpoch(lastFetchedEpoch)
+    if (answer !== undefined && answer.epoch === lastFetchedEpoch && answer.endOffset >= offset) return undefined
+    return { epoch: answer?.epoch ?? null, endOffset: answer?.endOffset ?? (yield* log.logStartOffset) }
+  })
+
+/** Fails `NotLeader` unless the replica still leads in the role and epoch a fetch was admitted under. */
+const stillLeading = (h: Hosted.Hosted, role: number, epoch: number, unsafe: Unsafe) =>
+  Effect.suspend(() =>
+    unsafe.skipFetchRevalidation === true || (h.role === role && h.leader?.leaderEpoch === epoch)
+      ? Effect.void
+      : Effect.fail(Hosted.notLeader(h))
+  )
+
 const fetch =
   (server: Server): ReplicaManagerShape["fetch"] =>
   (request) =>
@@ -571,7 +598,12 @@ const fetch =
           const { leader, log } = yield* leading(h, request.leaderEpoch)
           const start = yield* log.logStartOffset
           const end = yield* log.logEndOffset
-          if (request.offset < start || request.offset > end) return { _tag: "OutOfRange" as const, start, log }
+          if (request.offset < start) return { _tag: "OutOfRange" as const, start }
+          const diverging = yield* divergence(log, request.offset, request.lastFetchedEpoch).pipe(
+            Effect.mapError(storageFailed(h))
+          )
+          if (diverging !== undefined) return { _tag: "Diverging" as const, ...diverging }
+          if (request.offset > end) return { _tag: "OutOfRange" as const, start }
           yield* stepLeader(server, h, {
             _tag: "FollowerFetched",
             server: request.follower,
@@ -579,17 +611,29 @@ const fetch =
             nowMs,
             registration: request.registration
           })
-          return { _tag: "InRange" as const, end, changed: h.changed, log, epoch: leader.leaderEpoch }
+          return { _tag: "InRange" as const, end, changed: h.changed, log, role: h.role, epoch: leader.leaderEpoch }
         })
       )
       if (seen._tag === "OutOfRange") {
         return { _tag: "OutOfRange" as const, leaderEpoch: request.leaderEpoch, logStartOffset: seen.start }
       }
-      // Caught up: wait for an append (or a HW move) up to fetchMaxWaitMs before answering.
+      if (seen._tag === "Diverging") {
+        return {
+          _tag: "Diverging" as const,
+          leaderEpoch: request.leaderEpoch,
+          epoch: seen.epoch,
+          endOffset: seen.endOffset
+        }
+      }
+      // Caught up: wait for an append (or a HW move) up to fetchMaxWaitMs before answering. The replica may stop
+      // leading meanwhile (and truncate, and copy another leader's records): the answer is given only if it leads in
+      // the same role and epoch before and after the read.
       if (request.offset === seen.end) {
         yield* Deferred.await(seen.changed).pipe(Effect.timeoutOption(server.config.fetchMaxWaitMs))
+        yield* stillLeading(h, seen.role, seen.epoch, server.unsafe)
       }
       const batches = yield* seen.log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
+      yield* stillLeading(h, seen.role, seen.epoch, server.unsafe)
       return {
         _tag: "Batches" as const,
         leaderEpoch: seen.epoch,
@@ -806,7 +850,12 @@ export const make = (
             ? view
             : {
                 ...view,
-                leader: { leaderEpoch: l.leaderEpoch, highWatermark: l.highWatermark, logEndOffset: l.logEndOffset }
+                leader: {
+                  leaderEpoch: l.leaderEpoch,
+                  highWatermark: l.highWatermark,
+                  logEndOffset: l.logEndOffset,
+                  isr: l.isr
+                }
               }
         })
       )

@@ -28,7 +28,7 @@ const batchesFrom = (log: Log, offset: number): ReadonlyArray<Batch> => {
  * (answering from the leader's log, applying the commands to the follower's). Returns the follower's log and the
  * lowest offset any truncation went to.
  */
-const follow = (leader: Log, start: Log, leaderEpoch: number) => {
+const follow = (leader: Log, start: Log, leaderEpoch: number, options: { readonly fetchFirst?: boolean } = {}) => {
   let log = [...start]
   let lowest = log.length
   let [state, commands] = FollowerState.become({
@@ -39,6 +39,12 @@ const follow = (leader: Log, start: Log, leaderEpoch: number) => {
     epochs: cacheOf(log),
     highWatermark: 0
   })
+  if (options.fetchFirst === true) {
+    // A follower that believes its log agrees with the leader's (as one whose old leader answered a long poll with
+    // another leader's records would): only the fetch's last fetched epoch can bring it back in line.
+    state = { ...state, phase: { _tag: "Fetching", offset: log.length } }
+    commands = [{ _tag: "Fetch", offset: log.length, lastFetchedEpoch: LeaderEpochCache.latest(cacheOf(log))?.epoch }]
+  }
   for (let rounds = 0; rounds < 100; rounds++) {
     let input: FollowerState.Input | undefined
     for (const c of commands) {
@@ -57,10 +63,23 @@ const follow = (leader: Log, start: Log, leaderEpoch: number) => {
             answer: LeaderEpochCache.endOffsetFor(cacheOf(leader), c.epoch, leader.length)
           }
           break
-        case "Fetch":
+        case "Fetch": {
+          // The leader's check (TabletServer.fetch): its log must hold the last fetched epoch up to the offset.
+          const held =
+            c.lastFetchedEpoch === undefined
+              ? undefined
+              : LeaderEpochCache.endOffsetFor(cacheOf(leader), c.lastFetchedEpoch, leader.length)
+          if (
+            c.lastFetchedEpoch !== undefined &&
+            (held === undefined || held.epoch < c.lastFetchedEpoch || held.endOffset < c.offset)
+          ) {
+            input = { _tag: "Diverging", leaderEpoch, answer: held }
+            break
+          }
           if (c.offset === leader.length) return { log, lowest, state }
           input = { _tag: "Fetched", leaderEpoch, batches: batchesFrom(leader, c.offset), highWatermark: leader.length }
           break
+        }
       }
     }
     if (input === undefined) throw new Error("the follower stopped without fetching")
@@ -85,6 +104,22 @@ describe("FollowerState", () => {
       }
     }
     assert.isAbove(truncated, 500)
+  })
+
+  it("over 5000 random histories a follower that fetches before asking is brought in line by Diverging answers", () => {
+    let diverged = 0
+    for (let seed = 1; seed <= 5000; seed++) {
+      const { logs, leader, epoch } = history(seed)
+      for (let r = 0; r < logs.length; r++) {
+        if (r === leader) continue
+        const shared = commonPrefix(logs[leader]!, logs[r]!)
+        const result = follow(logs[leader]!, logs[r]!, epoch, { fetchFirst: true })
+        assert.deepStrictEqual(result.log, logs[leader], `seed=${seed} replica ${r}`)
+        assert.strictEqual(result.lowest, shared, `seed=${seed} replica ${r}: truncated below what it shared`)
+        if (shared < logs[r]!.length) diverged++
+      }
+    }
+    assert.isAbove(diverged, 500)
   })
 
   it("answers from another leader epoch are dropped", () => {
@@ -112,7 +147,7 @@ describe("FollowerState", () => {
     const [reset, commands] = FollowerState.step(state, { _tag: "OutOfRange", leaderEpoch: 6, logStartOffset: 40 })
     assert.deepStrictEqual(commands, [
       { _tag: "ResetTo", offset: 40 },
-      { _tag: "Fetch", offset: 40 }
+      { _tag: "Fetch", offset: 40, lastFetchedEpoch: undefined }
     ])
     const batch: Batch = {
       baseOffset: 40,

@@ -8,6 +8,7 @@ const start = (overrides: Partial<Parameters<typeof LeaderState.become>[0]> = {}
     leaderEpoch: 3,
     replicas: [1, 2, 3],
     isr: [1, 2, 3],
+    version: 0,
     minInsyncReplicas: 2,
     lagTimeMaxMs: 30_000,
     logEndOffset: 10,
@@ -45,7 +46,7 @@ describe("LeaderState", () => {
   it("below minInsyncReplicas the HW does not advance, even when every remaining member has the records", () => {
     const { state, commands } = run(start({ isr: [1, 2], replicas: [1, 2, 3], minInsyncReplicas: 2 }), [
       { _tag: "Tick", nowMs: 40_000 }, // 2 never fetched: it leaves the ISR
-      { _tag: "IsrChangeCommitted", isr: [1] },
+      { _tag: "IsrChangeCommitted", isr: [1], version: 1, proposal: 1 },
       { _tag: "Appended", logEndOffset: 20 }
     ])
     assert.deepStrictEqual(state.isr, [1])
@@ -63,12 +64,12 @@ describe("LeaderState", () => {
     ])
     assert.deepStrictEqual(
       commands.filter((c) => c._tag === "ProposeIsr"),
-      [{ _tag: "ProposeIsr", isr: [1, 2], registrations: [] }]
+      [{ _tag: "ProposeIsr", proposal: 1, version: 0, isr: [1, 2], registrations: [] }]
     )
-    assert.deepStrictEqual(state.pending, { _tag: "Shrink", removed: [3], isr: [1, 2] })
+    assert.deepStrictEqual(state.pending, { _tag: "Shrink", proposal: 1, removed: [3], isr: [1, 2] })
     // Until committed, 3 still counts for the HW: it stays at 10 although 1 and 2 hold 12.
     assert.strictEqual(state.highWatermark, 10)
-    const [after, hw] = LeaderState.step(state, { _tag: "IsrChangeCommitted", isr: [1, 2] })
+    const [after, hw] = LeaderState.step(state, { _tag: "IsrChangeCommitted", isr: [1, 2], version: 1, proposal: 1 })
     assert.strictEqual(after.highWatermark, 12)
     assert.deepStrictEqual(hw, [{ _tag: "AdvanceHighWatermark", highWatermark: 12 }])
   })
@@ -78,12 +79,16 @@ describe("LeaderState", () => {
     const early = run(s, [{ _tag: "FollowerFetched", server: 3, fetchOffset: 19, nowMs: 5 }])
     assert.isUndefined(early.state.pending, "below the HW and the epoch's start: not yet")
     const joined = run(early.state, [{ _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 6 }])
-    assert.deepStrictEqual(joined.commands, [{ _tag: "ProposeIsr", isr: [1, 2, 3], registrations: [] }])
+    assert.deepStrictEqual(joined.commands, [
+      { _tag: "ProposeIsr", proposal: 1, version: 0, isr: [1, 2, 3], registrations: [] }
+    ])
     const rejected = run(joined.state, [
-      { _tag: "IsrChangeRejected" },
+      { _tag: "IsrChangeRejected", proposal: 1 },
       { _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 7 }
     ])
-    assert.deepStrictEqual(rejected.commands, [{ _tag: "ProposeIsr", isr: [1, 2, 3], registrations: [] }])
+    assert.deepStrictEqual(rejected.commands, [
+      { _tag: "ProposeIsr", proposal: 2, version: 0, isr: [1, 2, 3], registrations: [] }
+    ])
   })
 
   it("a proposal names the registrations its followers last fetched under (KIP-903)", () => {
@@ -95,6 +100,8 @@ describe("LeaderState", () => {
     assert.deepStrictEqual(commands, [
       {
         _tag: "ProposeIsr",
+        proposal: 1,
+        version: 0,
         isr: [1, 2, 3],
         registrations: [
           [2, 40],
@@ -113,6 +120,54 @@ describe("LeaderState", () => {
     const [after] = LeaderState.step(kept, { _tag: "FollowerFetched", server: 2, fetchOffset: 20, nowMs: 6 })
     assert.strictEqual(after.followers.get(2)?.registration, 40)
   })
+
+  it("an answer to an earlier proposal (late, or retried) leaves the pending one pending", () => {
+    // P1 (expand 3, against version 0) is committed at version 1 but its answer is slow; the controller then drops 3
+    // itself (version 2); 3 fetches again and the leader proposes P2 against version 2.
+    const s = start({ isr: [1, 2], logEndOffset: 20, highWatermark: 20 })
+    const p2 = run(s, [
+      { _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 5 },
+      { _tag: "IsrChangeCommitted", isr: [1, 2], version: 2 },
+      { _tag: "FollowerFetched", server: 3, fetchOffset: 20, nowMs: 6 },
+      { _tag: "Appended", logEndOffset: 25 },
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 25, nowMs: 7 }
+    ])
+    assert.deepStrictEqual(p2.state.pending, { _tag: "Expand", proposal: 2, server: 3, isr: [1, 2, 3] })
+    assert.deepStrictEqual(p2.commands.at(-1), {
+      _tag: "ProposeIsr",
+      proposal: 2,
+      version: 2,
+      isr: [1, 2, 3],
+      registrations: []
+    })
+    // P1's answers, late: neither its commit (version 1, older than known) nor a rejection of it clears P2, so the HW
+    // still counts 3 (at 20) and does not pass it.
+    const late = run(p2.state, [
+      { _tag: "IsrChangeCommitted", isr: [1, 2, 3], version: 1, proposal: 1 },
+      { _tag: "IsrChangeRejected", proposal: 1 },
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 25, nowMs: 8 }
+    ])
+    assert.deepStrictEqual(late.state.pending, p2.state.pending)
+    assert.strictEqual(late.state.highWatermark, 20)
+    // The planted bug clears it, and the HW passes what 3 holds.
+    const planted = run({ ...p2.state, anyAnswerClearsPending: true }, [
+      { _tag: "IsrChangeCommitted", isr: [1, 2, 3], version: 1, proposal: 1 },
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 25, nowMs: 8 }
+    ])
+    assert.isUndefined(planted.state.pending)
+    assert.strictEqual(planted.state.highWatermark, 25)
+  })
+
+  it("a committed ISR below the minimum fails the waiting appends; an older version is not taken", () => {
+    const s = start({ minInsyncReplicas: 2 })
+    const { state, commands } = run(s, [
+      { _tag: "IsrChangeCommitted", isr: [1], version: 3 },
+      { _tag: "IsrChangeCommitted", isr: [1, 2, 3], version: 2 }
+    ])
+    assert.deepStrictEqual(state.isr, [1])
+    assert.strictEqual(state.version, 3)
+    assert.deepStrictEqual(commands, [{ _tag: "IsrBelowMinimum", size: 1 }])
+  })
 })
 
 // ---------------------------------------------------------------------------
@@ -121,7 +176,23 @@ describe("LeaderState", () => {
 
 type StepFn = typeof LeaderState.step
 
-/** Drives a leader with random appends, fetches, ticks and controller answers; returns the first broken rule. */
+/** A proposal on its way to the controller, or a controller answer / LeaderAndIsr on its way back. */
+type InFlight =
+  | {
+      readonly _tag: "Proposal"
+      readonly proposal: number
+      readonly version: number
+      readonly isr: ReadonlyArray<number>
+    }
+  | { readonly _tag: "Answer"; readonly input: LeaderState.Input }
+
+/**
+ * Drives a leader with random appends, fetches and ticks against a model controller that commits a proposal only
+ * against its current version (and otherwise answers with its state, as `InvalidVersion` does), drops ISR members
+ * itself, and delivers its answers and LeaderAndIsr updates late, out of order and sometimes twice. Returns the
+ * first broken rule. The rules: the HW only moves forward, within the leader's log, over at least
+ * `minInsyncReplicas` copies; and every member of the controller's committed ISR holds everything below the HW.
+ */
 const drive = (seed: number, step: StepFn = LeaderState.step): string | undefined => {
   const next = prng(seed)
   const int = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1))
@@ -132,58 +203,100 @@ const drive = (seed: number, step: StepFn = LeaderState.step): string | undefine
     leaderEpoch: 1,
     replicas,
     isr: replicas,
+    version: 0,
     minInsyncReplicas: minIsr,
     lagTimeMaxMs: 1000,
     logEndOffset: 0,
     highWatermark: 0,
     nowMs: 0
   })
+  // The controller's committed state, and what is on the wire between it and the leader.
+  let controller = { isr: replicas as ReadonlyArray<number>, version: 0 }
+  const wire: Array<InFlight> = []
   // What each replica really holds (its log end), independent of what the leader believes.
   const held = new Map<number, number>(replicas.map((r) => [r, 0]))
+  const deliverLater = (input: LeaderState.Input) => {
+    wire.push({ _tag: "Answer", input })
+    if (next() < 0.1) wire.push({ _tag: "Answer", input }) // a retried request answered twice
+  }
   let now = 0
   for (let n = 0; n < 400; n++) {
     now += int(0, 300)
     const roll = next()
-    let input: LeaderState.Input
-    if (roll < 0.3) {
+    let input: LeaderState.Input | undefined
+    if (roll < 0.25) {
       held.set(1, held.get(1)! + int(1, 5))
       input = { _tag: "Appended", logEndOffset: held.get(1)! }
-    } else if (roll < 0.75) {
+    } else if (roll < 0.6) {
       const f = replicas[int(1, replicas.length - 1)]
       if (f === undefined) continue
       // A follower fetches from its own log end, after copying some of what the leader has.
       held.set(f, int(held.get(f)!, held.get(1)!))
       input = { _tag: "FollowerFetched", server: f, fetchOffset: held.get(f)!, nowMs: now }
-    } else if (roll < 0.9) input = { _tag: "Tick", nowMs: now }
-    else if (state.pending !== undefined) {
-      input = next() < 0.8 ? { _tag: "IsrChangeCommitted", isr: state.pending.isr } : { _tag: "IsrChangeRejected" }
-    } else continue
-    const before = state
-    const [after, commands] = step(state, input)
-    for (const c of commands) {
-      if (c._tag === "AdvanceHighWatermark") {
-        if (c.highWatermark <= before.highWatermark)
-          return `step ${n}: HW went from ${before.highWatermark} to ${c.highWatermark}`
-        if (c.highWatermark > held.get(1)!) return `step ${n}: HW ${c.highWatermark} above the leader's log end`
-        const holders = replicas.filter((r) => held.get(r)! >= c.highWatermark).length
-        if (holders < minIsr)
-          return `step ${n}: HW ${c.highWatermark} with only ${holders} replicas holding it (min ${minIsr})`
+    } else if (roll < 0.7) input = { _tag: "Tick", nowMs: now }
+    else if (roll < 0.85 && wire.length > 0) {
+      // The wire delivers one message, not necessarily the oldest.
+      const [m] = wire.splice(int(0, wire.length - 1), 1)
+      if (m === undefined) continue
+      if (m._tag === "Answer") input = m.input
+      else if (m.version === controller.version) {
+        controller = { isr: m.isr, version: controller.version + 1 }
+        deliverLater({ _tag: "IsrChangeCommitted", ...controller, proposal: m.proposal })
+      } else {
+        deliverLater({ _tag: "IsrChangeCommitted", ...controller })
+        deliverLater({ _tag: "IsrChangeRejected", proposal: m.proposal })
       }
-      if (c._tag === "ProposeIsr" && before.pending !== undefined) return `step ${n}: a second pending ISR change`
+    } else if (roll < 0.9 && controller.isr.length > 1) {
+      // The controller drops a follower itself (it died, or is stopping) and tells the leader.
+      const dropped = controller.isr.filter((r) => r !== 1)[int(0, controller.isr.length - 2)]
+      controller = { isr: controller.isr.filter((r) => r !== dropped), version: controller.version + 1 }
+      deliverLater({ _tag: "IsrChangeCommitted", ...controller })
     }
-    if (after.highWatermark < before.highWatermark) return `step ${n}: HW went back`
-    if (!after.isr.includes(1)) return `step ${n}: the leader left its own ISR`
-    state = after
+    if (input !== undefined) {
+      const before = state
+      const [after, commands] = step(state, input)
+      for (const c of commands) {
+        if (c._tag === "AdvanceHighWatermark") {
+          if (c.highWatermark <= before.highWatermark)
+            return `step ${n}: HW went from ${before.highWatermark} to ${c.highWatermark}`
+          if (c.highWatermark > held.get(1)!) return `step ${n}: HW ${c.highWatermark} above the leader's log end`
+          const holders = replicas.filter((r) => held.get(r)! >= c.highWatermark).length
+          if (holders < minIsr)
+            return `step ${n}: HW ${c.highWatermark} with only ${holders} replicas holding it (min ${minIsr})`
+        }
+        if (c._tag === "ProposeIsr") {
+          if (before.pending !== undefined) return `step ${n}: a second pending ISR change`
+          wire.push({ _tag: "Proposal", proposal: c.proposal, version: c.version, isr: c.isr })
+        }
+      }
+      if (after.highWatermark < before.highWatermark) return `step ${n}: HW went back`
+      if (!after.isr.includes(1)) return `step ${n}: the leader left its own ISR`
+      state = after
+    }
+    const short = controller.isr.find((r) => held.get(r)! < state.highWatermark)
+    if (short !== undefined) {
+      return `step ${n}: ISR member ${short} (version ${controller.version}) holds ${held.get(short)} < HW ${state.highWatermark}`
+    }
   }
   return undefined
 }
 
 describe("LeaderState seeded runs", () => {
-  it("2000 seeded runs: the HW only moves forward, within the leader's log, over at least minInsyncReplicas copies", () => {
+  it("2000 seeded runs against a late, reordering controller: the HW is held by every ISR member and minISR copies", () => {
+    const seen = { committed: 0, stale: 0 }
     for (let seed = 1; seed <= 2000; seed++) {
-      const failure = drive(seed)
+      const failure = drive(seed, (state, input) => {
+        if (input._tag === "IsrChangeCommitted") {
+          if (input.version > state.version) seen.committed++
+          else seen.stale++
+        }
+        return LeaderState.step(state, input)
+      })
       assert.isUndefined(failure, `seed=${seed}: ${failure}`)
     }
+    // The runs commit changes and deliver late answers, or they prove nothing about them.
+    assert.isAbove(seen.committed, 2000)
+    assert.isAbove(seen.stale, 2000)
   })
 
   it("a planted bug (the HW advancing under minInsyncReplicas) is caught", () => {
@@ -194,6 +307,15 @@ describe("LeaderState seeded runs", () => {
     const caught = Array.from({ length: 2000 }, (_, i) => drive(i + 1, buggy)).filter((f) => f !== undefined)
     assert.isTrue(
       caught.some((f) => f.includes("replicas holding it")),
+      JSON.stringify(caught.slice(0, 2))
+    )
+  })
+
+  it("a planted bug (any ISR answer clears the pending change) is caught by an ISR member below the HW", () => {
+    const buggy: StepFn = (state, input) => LeaderState.step({ ...state, anyAnswerClearsPending: true }, input)
+    const caught = Array.from({ length: 2000 }, (_, i) => drive(i + 1, buggy)).filter((f) => f !== undefined)
+    assert.isTrue(
+      caught.some((f) => f.includes("holds") && f.includes("< HW")),
       JSON.stringify(caught.slice(0, 2))
     )
   })

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination } from "@strata/core"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 import * as LocalCluster from "../src/LocalCluster.js"
 
 const enc = new TextEncoder()
@@ -51,6 +51,47 @@ describe("LocalCluster", () => {
       30_000
     )
   }
+
+  for (const transport of ["direct", "tcp"] as const) {
+    it.live(`concurrent appends to one tablet are each written once (${transport})`, () =>
+      Effect.gen(function* () {
+        const cluster = yield* LocalCluster.make({ servers: 3, replication, transport })
+        const tablet = { table: "orders", bucket: 0 }
+        yield* cluster.createTable("orders", { buckets: 1 })
+        const first = yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 3)
+        yield* cluster.append(tablet, records(0, 3))
+        // The leader stops while they are in flight: each is retried on the next leader, in no particular order.
+        const appends = yield* Effect.forkChild(
+          Effect.all(
+            Array.from({ length: 19 }, (_, i) => cluster.append(tablet, records(3 + i * 3, 3))),
+            { concurrency: "unbounded" }
+          )
+        )
+        yield* cluster.stopServer(first.leaderAndIsr.leader!)
+        yield* Fiber.join(appends)
+        const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+        assert.deepStrictEqual([...values].sort(), Array.from({ length: 60 }, (_, i) => `r${i}`).sort())
+      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    )
+  }
+
+  it.live("an append that failed leaves no gap: the tablet's next append is written", () =>
+    Effect.gen(function* () {
+      const cluster = yield* LocalCluster.make({ servers: 3, replication })
+      const tablet = { table: "orders", bucket: 0 }
+      yield* cluster.createTable("orders", { buckets: 1 })
+      yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 3)
+      yield* cluster.append(tablet, records(0, 2))
+      for (const id of [1, 2, 3]) yield* cluster.stopServer(id)
+      // No server runs: the append cannot be written, and its caller gives up on it.
+      const failed = yield* Effect.exit(cluster.append(tablet, records(2, 2)).pipe(Effect.timeout("300 millis")))
+      assert.strictEqual(failed._tag, "Failure")
+      for (const id of [1, 2, 3]) yield* cluster.startServer(id)
+      yield* cluster.append(tablet, records(4, 2))
+      const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
+      assert.deepStrictEqual(values, ["r0", "r1", "r4", "r5"])
+    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+  )
 
   it.live(
     "largest-log-end: after the leader's loss the live ISR members are asked, and the one whose log goes furthest leads",

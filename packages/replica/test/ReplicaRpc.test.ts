@@ -195,6 +195,7 @@ describe("ReplicaRpc over TCP", () => {
           coordinatorEpoch: 2,
           resumed: { tablets: 0, read: 0, full: true },
           balanceLeaders: Effect.die("unused"),
+          initProducerId: Effect.die("unused"),
           deleteTablets: () => Effect.die("unused"),
           createTablets: () => Effect.die("unused"),
           adjustIsr: (r) =>

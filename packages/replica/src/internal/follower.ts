@@ -90,16 +90,24 @@ const run = (
             ...(registration === undefined ? {} : { registration }),
             leaderEpoch: ctx.leaderEpoch,
             offset: command.offset,
+            ...(command.lastFetchedEpoch === undefined ? {} : { lastFetchedEpoch: command.lastFetchedEpoch }),
             maxBytes: ctx.fetchMaxBytes
           })
         })
       ).pipe(
-        Effect.map(
-          (r): FollowerState.Input =>
-            r._tag === "OutOfRange"
-              ? { _tag: "OutOfRange", leaderEpoch: r.leaderEpoch, logStartOffset: r.logStartOffset }
-              : { _tag: "Fetched", leaderEpoch: r.leaderEpoch, batches: r.batches, highWatermark: r.highWatermark }
-        )
+        Effect.map((r): FollowerState.Input => {
+          switch (r._tag) {
+            case "OutOfRange":
+              return { _tag: "OutOfRange", leaderEpoch: r.leaderEpoch, logStartOffset: r.logStartOffset }
+            case "Diverging":
+              return {
+                _tag: "Diverging",
+                leaderEpoch: r.leaderEpoch,
+                answer: r.epoch === null ? undefined : { epoch: r.epoch, endOffset: r.endOffset }
+              }
+          }
+          return { _tag: "Fetched", leaderEpoch: r.leaderEpoch, batches: r.batches, highWatermark: r.highWatermark }
+        })
       )
     case "Truncate":
       return Effect.as(

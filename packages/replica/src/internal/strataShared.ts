@@ -40,6 +40,7 @@ export const fromClient =
       case "Abandoned":
         return logError(new LogIoError({ operation, detail: r.message, retryable: false }))
       case "DeliveryUnknown":
+      case "NoProducerId":
         return logError(new LogIoError({ operation, detail: r.message, retryable: true }))
       case "CreateTableRefused":
       case "DeleteTableRefused":

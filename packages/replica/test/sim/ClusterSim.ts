@@ -61,7 +61,9 @@ export const planted: ReadonlyArray<Variant> = [
   { name: "hw-under-min-isr", server: { highWatermarkIgnoresMinIsr: true } },
   { name: "skip-coordinator-epoch", server: { skipCoordinatorEpochCheck: true } },
   { name: "isr-to-dead-server", skipIsrEligibility: true },
-  { name: "prefer-outside-isr", preferOutsideIsr: true }
+  { name: "prefer-outside-isr", preferOutsideIsr: true },
+  { name: "demoted-long-poll", server: { skipFetchRevalidation: true } },
+  { name: "stale-isr-answer", server: { answersIgnoreProposal: true } }
 ]
 
 /** The kinds of fault. */

@@ -36,6 +36,10 @@ export interface Links {
   readonly cut: Set<string>
   /** Rewrites the HW in answers to a follower's fetches (a message that carried an older one). */
   readonly staleHighWatermark: Map<ServerId, number>
+  /** Every fetch sent, in order (`from`: the follower, `to`: the server asked), whether it got through or not. */
+  readonly fetches: Array<{ readonly from: ServerId; readonly to: ServerId; readonly offset: number }>
+  /** Answers the leaders' ISR proposals when set (the test as the controller); unset, the controller is unreachable. */
+  adjustIsr: PeersShape["controller"]["adjustIsr"] | undefined
 }
 
 /** A running test cluster. */
@@ -71,7 +75,7 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
     const root = yield* Effect.scope
     const running = new Map<ServerId, { server: TabletServer.TabletServerShape; scope: Scope.Closeable }>()
     const stores = new Map<ServerId, Context.Context<Store>>()
-    const links: Links = { cut: new Set(), staleHighWatermark: new Map() }
+    const links: Links = { cut: new Set(), staleHighWatermark: new Map(), fetches: [], adjustIsr: undefined }
     const down = (target: string) => Effect.fail(new PeerUnreachable({ target, detail: "cut or down" }))
     const peersOf = (self: ServerId): PeersShape => ({
       leader: (id) => {
@@ -87,7 +91,9 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
           Effect.flatMap(answer, (a) => (cut(fetch) ? down(`server ${id}`) : Effect.succeed(a)))
         return {
           fetch: (request) =>
-            Effect.flatMap(reach(true), (s) => answered(true, s.fetch(request))).pipe(
+            Effect.sync(() => links.fetches.push({ from: self, to: id, offset: request.offset })).pipe(
+              Effect.andThen(reach(true)),
+              Effect.flatMap((s) => answered(true, s.fetch(request))),
               Effect.map((answer) => {
                 const stale = links.staleHighWatermark.get(self)
                 return stale === undefined || answer._tag !== "Batches"
@@ -100,8 +106,11 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
         }
       },
       controller: {
-        // No controller: ISR changes are the test's, through `instruct`.
-        adjustIsr: () => Effect.fail(new PeerUnreachable({ target: "controller", detail: "none in this harness" })),
+        // No controller unless the test plays it: ISR changes are the test's, through `instruct`.
+        adjustIsr: (request) =>
+          links.adjustIsr === undefined
+            ? Effect.fail(new PeerUnreachable({ target: "controller", detail: "none in this harness" }))
+            : links.adjustIsr(request),
         controlledShutdown: () => Effect.succeed(0)
       }
     })
