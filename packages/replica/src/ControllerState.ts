@@ -139,7 +139,7 @@ export interface LogEnd {
  * An election waiting for its candidates' log ends.
  *
  * - `recovery`: no ISR member is the life it was (each restarted, perhaps losing what it had not flushed), so the
- *   best log among the ISR and eligible members leads: every one of them must answer.
+ *   best log among the ISR and eligible members and every other live replica leads: every one of them must answer.
  * - `largest`: the `largest-log-end` option among live ISR members; one that cannot answer is passed over.
  *
  * @since 0.1.0
@@ -508,9 +508,12 @@ const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | un
   }
   const candidates = t.replicas.filter((r) => t.leaderAndIsr.isr.includes(r) || (t.eligible ?? []).includes(r))
   if (candidates.length > 0 && candidates.every((r) => electable(state, r))) {
-    const only = candidates.length === 1 ? candidates[0] : undefined
+    // Each of them restarted and may have lost what it had not flushed, while a replica outside them may still hold
+    // it: every live replica is asked too, and the furthest log leads.
+    const asked = t.replicas.filter((r) => candidates.includes(r) || (r !== gone && electable(state, r)))
+    const only = asked.length === 1 ? asked[0] : undefined
     return only === undefined
-      ? { _tag: "Ask", kind: "recovery", candidates }
+      ? { _tag: "Ask", kind: "recovery", candidates: asked }
       : { _tag: "Leader", leader: only, isr: [only], unclean: false, eligible: [] }
   }
   if (!state.options.uncleanLeaderElection) return undefined

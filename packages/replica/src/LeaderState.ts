@@ -28,8 +28,15 @@ import type { Epoch, ServerId } from "@strata/core"
 export interface Follower {
   /** Its log end: the offset of its last fetch. */
   readonly logEndOffset: number
-  /** The last time it fetched at (or past) the leader's log end, in ms on the shell's Clock. */
+  /**
+   * The last time it was caught up, in ms on the shell's Clock: a fetch at (or past) the leader's log end, or the
+   * time of its previous fetch when this one reaches the log end the leader had then (Kafka's
+   * `lastFetchLeaderLogEndOffset`), so a follower that fetches steadily under load is never one append short.
+   */
   readonly lastCaughtUpMs: number
+  /** When its previous fetch came, and the leader's log end then. */
+  readonly lastFetchMs: number
+  readonly lastFetchLeaderLogEndOffset: number
   /** The registration its last fetch named (KIP-903), if any. */
   readonly registration?: number | undefined
 }
@@ -175,7 +182,18 @@ export const become = (options: {
   followers: new Map(
     options.replicas
       .filter((r) => r !== options.self)
-      .map((r) => [r, { logEndOffset: 0, lastCaughtUpMs: options.isr.includes(r) ? options.nowMs : 0 }] as const)
+      .map((r) => {
+        const since = options.isr.includes(r) ? options.nowMs : 0
+        return [
+          r,
+          {
+            logEndOffset: 0,
+            lastCaughtUpMs: since,
+            lastFetchMs: since,
+            lastFetchLeaderLogEndOffset: options.isr.includes(r) ? options.logEndOffset : Number.POSITIVE_INFINITY
+          }
+        ] as const
+      })
   )
 })
 
@@ -259,11 +277,18 @@ export const step = (state: State, input: Input): Step => {
     case "FollowerFetched": {
       const before = state.followers.get(input.server)
       if (before === undefined) return [state, []]
-      const caughtUp = input.fetchOffset >= state.logEndOffset
+      const lastCaughtUpMs =
+        input.fetchOffset >= state.logEndOffset
+          ? input.nowMs
+          : input.fetchOffset >= before.lastFetchLeaderLogEndOffset
+            ? Math.max(before.lastCaughtUpMs, before.lastFetchMs)
+            : before.lastCaughtUpMs
       const followers = new Map(state.followers)
       followers.set(input.server, {
         logEndOffset: Math.min(input.fetchOffset, state.logEndOffset),
-        lastCaughtUpMs: caughtUp ? input.nowMs : before.lastCaughtUpMs,
+        lastCaughtUpMs,
+        lastFetchMs: input.nowMs,
+        lastFetchLeaderLogEndOffset: state.logEndOffset,
         registration: input.registration ?? before.registration
       })
       const [next, commands] = withHighWatermark({ ...state, followers }, [])

@@ -34,6 +34,12 @@ export const ReplicationConfig = Schema.Struct({
   appendTimeoutMs: withDefault(PositiveInt, 30_000),
   /** The pause before a failed fetch or ISR request is sent again (100 ms). */
   retryBackoffMs: withDefault(PositiveInt, 100),
+  /**
+   * How long a tablet remembers an idempotent producer that has stopped appending to it (86 400 000 ms, a day, as
+   * Kafka's `producer.id.expiration.ms`); checked with the followers' lag. A producer back after that starts a new
+   * producer epoch.
+   */
+  producerIdExpirationMs: withDefault(PositiveInt, 86_400_000),
   /** Elect a replica outside the ISR when no ISR member is live; it may lose acknowledged records (false). */
   uncleanLeaderElection: withDefault(Schema.Boolean, false),
   /**

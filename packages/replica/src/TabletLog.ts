@@ -14,7 +14,7 @@
  * @since 0.1.0
  */
 import { del, type PartitionStore, put, type StoreError, type StoreOp, type TabletId, tabletKey } from "@strata/core"
-import { Data, Effect, Option, Semaphore, Stream } from "effect"
+import { Clock, Data, Effect, Option, Semaphore, Stream } from "effect"
 import * as Codec from "./internal/batchCodec.js"
 import * as LeaderEpochCache from "./LeaderEpochCache.js"
 import * as ProducerState from "./ProducerState.js"
@@ -88,8 +88,14 @@ export interface TabletLog {
   /** The high watermark last checkpointed. */
   readonly highWatermark: Effect.Effect<number>
   readonly epochs: Effect.Effect<LeaderEpochCache.LeaderEpochCache>
-  /** What the log knows of each idempotent producer. */
+  /** What the log knows of each idempotent producer (a copy). */
   readonly producers: Effect.Effect<ReadonlyMap<number, ProducerState.Entry>>
+  /**
+   * Forgets every producer that has not appended for `idleMs` (since the log opened, for one it loaded), as Kafka
+   * expires producer ids after `producer.id.expiration.ms`; how many went. A forgotten producer's next batch is
+   * refused `UnknownProducer` unless it starts a producer epoch.
+   */
+  readonly expireProducers: (idleMs: number) => Effect.Effect<number, TabletLogError>
   /**
    * Appends records written under `epoch` at the log end, as one batch (a leader); with a producer stamp, checked
    * against the producer's entry first (`ProducerRefused` when refused, the earlier offsets for a retry).
@@ -123,13 +129,22 @@ export interface TabletLog {
   readonly checkpointHighWatermark: (hw: number) => Effect.Effect<void, TabletLogError>
 }
 
-interface Loaded {
+interface Fields {
   start: number
   end: number
   hw: number
   epochs: LeaderEpochCache.LeaderEpochCache
-  producers: ReadonlyMap<number, ProducerState.Entry>
 }
+
+interface Loaded extends Fields {
+  /** Each producer's entry: changed in place, only after the write that changes it in the store. */
+  readonly producers: Map<number, ProducerState.Entry>
+}
+
+/** Producer entries a write changes: the new entry, or `undefined` where the entry goes. */
+type ProducerChanges = ReadonlyMap<number, ProducerState.Entry | undefined>
+
+const noChanges: ProducerChanges = new Map()
 
 /** Reads the log's fields and epoch cache from the store, checking they agree with the batches. */
 const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =>
@@ -197,7 +212,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
     const lock = Semaphore.makeUnsafe(1)
     const alone = <A, E>(self: Effect.Effect<A, E>) => Semaphore.withPermit(lock, self)
     const write = (ops: ReadonlyArray<StoreOp>) => store.write(ops).pipe(Effect.mapError(storeFailed))
-    const fields = (s: Loaded): Array<StoreOp> => [
+    const fields = (s: Fields): Array<StoreOp> => [
       put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
       put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
       put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
@@ -214,18 +229,23 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       }
       return ops
     }
-    /** The store ops that make the producer entries `next` where they were `prev`. */
-    const producerOps = (
-      prev: ReadonlyMap<number, ProducerState.Entry>,
-      next: ReadonlyMap<number, ProducerState.Entry>
-    ) => {
+    /** The store ops of producer entry changes (as many as there are changes, whatever the producer count). */
+    const producerOps = (changes: ProducerChanges) => {
       const ops: Array<StoreOp> = []
-      for (const id of prev.keys()) if (!next.has(id)) ops.push(del(Codec.producerKey(id)))
-      for (const [id, entry] of next) {
-        if (prev.get(id) !== entry) ops.push(put(Codec.producerKey(id), Codec.encodeProducer(entry)))
+      for (const [id, entry] of changes) {
+        ops.push(
+          entry === undefined ? del(Codec.producerKey(id)) : put(Codec.producerKey(id), Codec.encodeProducer(entry))
+        )
       }
       return ops
     }
+    /** When each producer last appended here (since the log opened: an entry loaded is as of the opening). */
+    const openedAt = yield* Clock.currentTimeMillis
+    const lastAppend = new Map<number, number>()
+    const touch = (ids: Iterable<number>) =>
+      Effect.map(Clock.currentTimeMillis, (now) => {
+        for (const id of ids) lastAppend.set(id, now)
+      })
     /**
      * The batches appended last, above the high watermark, as they were written: the followers in the ISR fetch from
      * at least the high watermark, so their fetches are answered from here without reading the store. Entries leave
@@ -246,21 +266,28 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       if (drop > 0) tail = tail.slice(drop)
     }
 
-    /** Makes `next` the log's state, writing `ops` and every field, epoch and producer entry that changed, at once. */
-    const commit = (ops: ReadonlyArray<StoreOp>, next: Loaded) =>
-      write([
-        ...ops,
-        ...epochOps(state.epochs, next.epochs),
-        ...producerOps(state.producers, next.producers),
-        ...fields(next)
-      ]).pipe(
+    /**
+     * Makes `next` the log's fields, writing `ops`, every field and epoch that changed and the producer `changes`, at
+     * once; the state changes only once the write succeeded.
+     */
+    const commit = (ops: ReadonlyArray<StoreOp>, next: Fields, changes: ProducerChanges = noChanges) =>
+      write([...ops, ...epochOps(state.epochs, next.epochs), ...producerOps(changes), ...fields(next)]).pipe(
         Effect.tap(() =>
           Effect.sync(() => {
             if (next.end < state.end || next.start !== state.start) {
               tail = []
               tailBytes = 0
             }
-            Object.assign(state, next)
+            state.start = next.start
+            state.end = next.end
+            state.hw = next.hw
+            state.epochs = next.epochs
+            for (const [id, entry] of changes) {
+              if (entry === undefined) {
+                state.producers.delete(id)
+                lastAppend.delete(id)
+              } else state.producers.set(id, entry)
+            }
           })
         )
       )
@@ -270,7 +297,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       Effect.suspend(() => {
         let epochs = state.epochs
         let end = state.end
-        let producers: Map<number, ProducerState.Entry> | undefined
+        const producers = new Map<number, ProducerState.Entry>()
         const ops: Array<StoreOp> = []
         const written: Array<{ readonly batch: Codec.Batch; readonly size: number }> = []
         for (const b of batches) {
@@ -285,13 +312,14 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           ops.push(put(Codec.batchKey(b.baseOffset), bytes))
           written.push({ batch: b, size: bytes.length })
           if (b.producer !== undefined) {
-            producers ??= new Map(state.producers)
             const id = b.producer.id
-            producers.set(id, ProducerState.record(producers.get(id), b.producer, b.records.length, b.baseOffset))
+            const entry = producers.get(id) ?? state.producers.get(id)
+            producers.set(id, ProducerState.record(entry, b.producer, b.records.length, b.baseOffset))
           }
           end += b.records.length
         }
-        return commit(ops, { ...state, end, epochs, producers: producers ?? state.producers }).pipe(
+        return commit(ops, { start: state.start, hw: state.hw, end, epochs }, producers).pipe(
+          Effect.tap(() => (producers.size === 0 ? Effect.void : touch(producers.keys()))),
           Effect.tap(() =>
             Effect.sync(() => {
               // Contiguous with what the tail holds (or the tail starts here).
@@ -390,22 +418,20 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       })
 
     /**
-     * The producer entries once the log ends at `end`: each entry loses its batches past it, and a producer left
+     * The producer entry changes once the log ends at `end`: each entry loses its batches past it, and a producer left
      * with none gets its latest batches before `end` back from the log (none there: its entry goes).
      */
     const producersBefore = (end: number) =>
       Effect.gen(function* () {
-        const next = new Map(state.producers)
+        const changes = new Map<number, ProducerState.Entry | undefined>()
         const lost = new Set<number>()
         for (const [id, entry] of state.producers) {
           if (entry.batches.every((b) => b.lastOffset < end)) continue
           const kept = ProducerState.truncateFromEnd(entry, end)
-          if (kept === undefined) {
-            next.delete(id)
-            lost.add(id)
-          } else next.set(id, kept)
+          changes.set(id, kept)
+          if (kept === undefined) lost.add(id)
         }
-        if (lost.size === 0 || end <= state.start) return next
+        if (lost.size === 0 || end <= state.start) return changes
         // Newest first: a producer's entry is its latest producer epoch's batches, at most RECENT_BATCHES of them.
         const found = new Map<number, Array<Codec.Batch>>()
         const done = new Set<number>()
@@ -430,9 +456,9 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
         for (const [id, batches] of found) {
           let entry: ProducerState.Entry | undefined
           for (const b of batches) entry = ProducerState.record(entry, b.producer!, b.records.length, b.baseOffset)
-          if (entry !== undefined) next.set(id, entry)
+          changes.set(id, entry)
         }
-        return next
+        return changes
       })
 
     const truncateTo: TabletLog["truncateTo"] = (offset) =>
@@ -444,8 +470,8 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
           }
           const { ops, end } = yield* cutFrom(offset)
           const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, end)
-          const producers = yield* producersBefore(end)
-          yield* commit(ops, { start: state.start, end, hw: Math.min(state.hw, end), epochs, producers })
+          const changes = yield* producersBefore(end)
+          yield* commit(ops, { start: state.start, end, hw: Math.min(state.hw, end), epochs }, changes)
         })
       )
 
@@ -467,7 +493,12 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
             )
           )
           const epochs = LeaderEpochCache.truncateFromStart(state.epochs, offset)
-          yield* commit(ops, { ...state, start: offset, hw: Math.max(state.hw, offset), epochs })
+          // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
+          const changes = new Map<number, undefined>()
+          for (const [id, entry] of state.producers) {
+            if (entry.batches.every((b) => b.lastOffset < offset)) changes.set(id, undefined)
+          }
+          yield* commit(ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), epochs }, changes)
         })
       )
 
@@ -479,13 +510,9 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
             Stream.mapError(storeFailed),
             Stream.runForEach(([k]) => Effect.sync(() => ops.push(del(k))))
           )
-          yield* commit(ops, {
-            start: offset,
-            end: offset,
-            hw: offset,
-            epochs: LeaderEpochCache.empty,
-            producers: new Map()
-          })
+          const changes = new Map<number, undefined>()
+          for (const id of state.producers.keys()) changes.set(id, undefined)
+          yield* commit(ops, { start: offset, end: offset, hw: offset, epochs: LeaderEpochCache.empty }, changes)
         })
       )
 
@@ -495,7 +522,19 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
       logEndOffset: Effect.sync(() => state.end),
       highWatermark: Effect.sync(() => state.hw),
       epochs: Effect.sync(() => state.epochs),
-      producers: Effect.sync(() => state.producers),
+      producers: Effect.sync(() => new Map(state.producers)),
+      expireProducers: (idleMs) =>
+        alone(
+          Effect.gen(function* () {
+            const now = yield* Clock.currentTimeMillis
+            const changes = new Map<number, undefined>()
+            for (const id of state.producers.keys()) {
+              if (now - (lastAppend.get(id) ?? openedAt) >= idleMs) changes.set(id, undefined)
+            }
+            if (changes.size > 0) yield* commit([], state, changes)
+            return changes.size
+          })
+        ),
       append: (epoch, records, producer) =>
         alone(
           Effect.suspend(() => {

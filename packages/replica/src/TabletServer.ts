@@ -775,13 +775,25 @@ const controlledShutdown = (server: Server): Effect.Effect<number> =>
     Effect.catch((e) => Effect.succeed(typeof e === "number" ? e : -1))
   )
 
-/** Every leader checks its followers' lag, every half of `replicaLagTimeMaxMs`. */
+/**
+ * Every half of `replicaLagTimeMaxMs`: every leader checks its followers' lag, and every log forgets the producers
+ * idle for `producerIdExpirationMs`.
+ */
 const tick = (server: Server) =>
   Effect.gen(function* () {
     const nowMs = yield* Clock.currentTimeMillis
     yield* Effect.forEach(
       [...server.hosted.values()],
-      (h) => Hosted.locked(h, stepLeader(server, h, { _tag: "Tick", nowMs })),
+      (h) =>
+        Hosted.locked(h, stepLeader(server, h, { _tag: "Tick", nowMs })).pipe(
+          Effect.andThen(
+            Effect.suspend(() =>
+              h.log === undefined
+                ? Effect.void
+                : Effect.ignore(h.log.expireProducers(server.config.producerIdExpirationMs))
+            )
+          )
+        ),
       { discard: true }
     )
   }).pipe(Effect.repeat(Schedule.spaced(Math.floor(server.config.replicaLagTimeMaxMs / 2))))

@@ -1243,7 +1243,9 @@ const check = (
     if (elected && now.leader !== null) {
       if (model.stopping.has(now.leader))
         return ["a stopping server is not electable", `${k}: ${now.leader} elected, ISR was ${was.isr}`]
-      if (!unclean && !candidates.includes(now.leader))
+      // A recovery (every ISR member a new life, perhaps without what it had not flushed) may take any live replica.
+      const recovery = was.isr.length > 0 && was.isr.every(renewed)
+      if (!unclean && !recovery && !candidates.includes(now.leader))
         return ["clean election from the ISR (or the eligible)", `${k}: ${now.leader} not in ${candidates}`]
       // Unasked, a new life leads only as the one candidate there is (its log is the best there is).
       const asked = ended?.k === k && ended.winner === now.leader
@@ -1525,11 +1527,30 @@ describe("ControllerState registrations (KIP-903)", () => {
     assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.leaderEpoch, t.leaderAndIsr.isr], [1, 4, [1, 2]])
   })
 
-  it("when the only ISR member is a new life, it leads, recorded as the life it is now", () => {
-    const [state] = startWith({ 1: 50, 2: 60 }, stored(1, [1], { "1": 10 }))
-    const t = state.tablets.get("orders/0")!
-    assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.isr, t.state], [1, [1], "OnlineTablet"])
-    assert.deepStrictEqual(t.registrations, { "1": 50 })
+  it("when the only ISR member is a new life, every live replica is asked; the furthest leads, as its life now", () => {
+    const [asking, commands] = startWith({ 1: 50, 2: 60 }, stored(1, [1], { "1": 10 }))
+    // Server 1 may have lost what it had not flushed; server 2, outside the ISR, may hold it still.
+    const asks = commands.flatMap((c) => (c._tag === "AskLogEnd" ? [[c.server, c.round] as const] : []))
+    assert.deepStrictEqual(
+      asks.map(([server]) => server),
+      [1, 2]
+    )
+    assert.strictEqual(asking.tablets.get("orders/0")!.state, "OfflineTablet")
+    const answer = (state: ControllerState.State, server: ServerId, logEndOffset: number) =>
+      ControllerState.step(state, {
+        _tag: "LogEnd",
+        tablet: t0,
+        round: asks[0]![1],
+        server,
+        logEnd: { lastEpoch: 4, logEndOffset }
+      })[0]
+    const further = (one: number, two: number) => answer(answer(asking, 1, one), 2, two).tablets.get("orders/0")!
+    const byTwo = further(10, 12)
+    assert.deepStrictEqual([byTwo.leaderAndIsr.leader, byTwo.leaderAndIsr.isr, byTwo.state], [2, [2], "OnlineTablet"])
+    assert.deepStrictEqual(byTwo.registrations, { "2": 60 })
+    const byOne = further(12, 10)
+    assert.deepStrictEqual([byOne.leaderAndIsr.leader, byOne.leaderAndIsr.isr, byOne.state], [1, [1], "OnlineTablet"])
+    assert.deepStrictEqual(byOne.registrations, { "1": 50 })
   })
 
   it("an expansion naming a registration its server no longer has is refused; the current one is recorded", () => {

@@ -54,6 +54,34 @@ describe("LeaderState", () => {
     assert.isFalse(commands.some((c) => c._tag === "AdvanceHighWatermark"))
   })
 
+  it("a follower that fetches steadily, always one append behind the log end, stays in the ISR", () => {
+    // Every fetch reaches the log end the leader had at the follower's previous fetch; an append lands between them.
+    const inputs: Array<LeaderState.Input> = [{ _tag: "FollowerFetched", server: 3, fetchOffset: 10, nowMs: 0 }]
+    for (let i = 1; i <= 100; i++) {
+      inputs.push({ _tag: "Appended", logEndOffset: 10 + i })
+      inputs.push({ _tag: "FollowerFetched", server: 2, fetchOffset: 10 + i - 1, nowMs: i * 1_000 })
+      inputs.push({ _tag: "FollowerFetched", server: 3, fetchOffset: 10 + i, nowMs: i * 1_000 })
+      inputs.push({ _tag: "Tick", nowMs: i * 1_000 + 500 })
+    }
+    const { state, commands } = run(start(), inputs)
+    assert.deepStrictEqual(state.isr, [1, 2, 3])
+    assert.isFalse(commands.some((c) => c._tag === "ProposeIsr"))
+    // One that stops reaching it (always two appends behind from now on) leaves after lagTimeMaxMs.
+    const behind: Array<LeaderState.Input> = []
+    for (let i = 101; i <= 140; i++) {
+      behind.push({ _tag: "Appended", logEndOffset: 10 + 2 * i })
+      behind.push({ _tag: "FollowerFetched", server: 2, fetchOffset: 10 + 2 * i - 4, nowMs: i * 1_000 })
+      behind.push({ _tag: "FollowerFetched", server: 3, fetchOffset: 10 + 2 * i, nowMs: i * 1_000 })
+      behind.push({ _tag: "Tick", nowMs: i * 1_000 + 500 })
+    }
+    const later = run(state, behind)
+    const proposals = later.commands.filter((c) => c._tag === "ProposeIsr")
+    assert.deepStrictEqual(
+      proposals.map((c) => c.isr),
+      [[1, 3]]
+    )
+  })
+
   it("a lagging follower leaves the ISR after lagTimeMaxMs; one change is pending at a time", () => {
     const s = start()
     const { state, commands } = run(s, [

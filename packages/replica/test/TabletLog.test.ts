@@ -6,6 +6,7 @@ import { put, Store } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Exit, type Layer, Scope } from "effect"
+import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
 import * as TabletLog from "../src/TabletLog.js"
@@ -231,6 +232,52 @@ for (const [backend, layer] of stores) {
           assert.strictEqual((yield* follower.log.producers).size, 0)
           yield* leader.close
           yield* follower.close
+        })
+      )
+    )
+
+    it.effect(
+      "a producer whose batches all fall below the log start is forgotten; one with a batch above it is kept",
+      () =>
+        onStore(
+          Effect.gen(function* () {
+            const { log, store, close } = yield* open()
+            yield* log.append(1, records(0, 1), { id: 1, epoch: 0, sequence: 0 })
+            yield* log.append(1, records(2, 3), { id: 2, epoch: 0, sequence: 0 })
+            yield* log.append(1, records(4, 5), { id: 1, epoch: 0, sequence: 2 })
+            yield* log.deleteBefore(4)
+            assert.deepStrictEqual([...(yield* log.producers).keys()], [1])
+            // And so after a reopen: the entry left the store in the same write.
+            const reopened = yield* TabletLog.make(store, tablet)
+            assert.deepStrictEqual([...(yield* reopened.producers).keys()], [1])
+            yield* close
+          })
+        )
+    )
+
+    it.effect("a producer idle for the expiration time is forgotten, in the store too; an active one is kept", () =>
+      onStore(
+        Effect.gen(function* () {
+          const { log, store, close } = yield* open()
+          yield* log.append(1, records(0, 1), { id: 1, epoch: 0, sequence: 0 })
+          yield* log.append(1, records(2, 3), { id: 2, epoch: 0, sequence: 0 })
+          yield* TestClock.adjust("60 seconds")
+          yield* log.append(1, records(4, 5), { id: 2, epoch: 0, sequence: 2 })
+          assert.strictEqual(yield* log.expireProducers(60_000), 1)
+          assert.deepStrictEqual([...(yield* log.producers).keys()], [2])
+          const reopened = yield* TabletLog.make(store, tablet)
+          assert.deepStrictEqual([...(yield* reopened.producers).keys()], [2])
+          // Producer 1 is back: its next batch does not start an epoch, so it is told it is unknown.
+          const refused = yield* Effect.flip(log.append(1, records(6, 6), { id: 1, epoch: 0, sequence: 2 }))
+          assert.strictEqual(
+            refused.reason._tag === "ProducerRefused" && refused.reason.verdict._tag,
+            "UnknownProducer"
+          )
+          // A loaded entry counts as seen when the log opened.
+          assert.strictEqual(yield* reopened.expireProducers(60_000), 0)
+          yield* TestClock.adjust("60 seconds")
+          assert.strictEqual(yield* reopened.expireProducers(60_000), 1)
+          yield* close
         })
       )
     )

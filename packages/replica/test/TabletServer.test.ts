@@ -4,7 +4,7 @@
  * it holds, and `stopReplica` deletes a replica's data whether or not it is hosted now.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Deferred, Effect, Fiber } from "effect"
 import { make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }
@@ -46,6 +46,60 @@ describe("TabletServer", () => {
       )
       assert.strictEqual(ended.reason._tag, "FencedEpoch")
     }).pipe(Effect.scoped)
+  )
+
+  it.live("a LeaderAndIsr interrupted while it opens the log leaves the replica able to take the next one", () =>
+    Effect.gen(function* () {
+      const servers = yield* make(replication)
+      const server = yield* servers.start(1)
+      const hold = { server: 1, reached: yield* Deferred.make<void>(), release: yield* Deferred.make<void>() }
+      servers.links.storeHold = hold
+      // Its caller gives up (Effect RPC interrupts a handler whose client timed out or went away) with the partition
+      // open and the log half-loaded.
+      const handler = yield* Effect.forkChild(server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [instruction(0)] }))
+      yield* Deferred.await(hold.reached)
+      const interrupted = yield* Effect.forkChild(Fiber.interrupt(handler))
+      yield* Deferred.succeed(hold.release, undefined)
+      yield* Fiber.join(interrupted)
+      yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [instruction(1)] })
+      assert.strictEqual(yield* server.replicaState(tablet), "LeaderReplica")
+      assert.strictEqual((yield* server.replicas)[0]?.leader?.leaderEpoch, 1)
+      yield* server.append({ tablet, records: records("v", 0, 2), acks: 1 })
+      assert.deepStrictEqual(yield* server.logEnd({ tablet }), { lastEpoch: 1, logEndOffset: 2 })
+    }).pipe(Effect.scoped)
+  )
+
+  it.live("a LeaderAndIsr interrupted at any point leaves the replica in its old role or its new one, whole", () =>
+    Effect.gen(function* () {
+      const follower = (leaderEpoch: number) => ({
+        tablet,
+        replicas: [1, 2],
+        leaderAndIsr: { leader: 2, leaderEpoch, isr: [1, 2], coordinatorEpoch: 1, version: leaderEpoch }
+      })
+      const leader = (leaderEpoch: number) => ({
+        tablet,
+        replicas: [1, 2],
+        leaderAndIsr: { leader: 1, leaderEpoch, isr: [1, 2], coordinatorEpoch: 1, version: leaderEpoch }
+      })
+      for (let steps = 0; steps < 60; steps++) {
+        yield* Effect.gen(function* () {
+          const servers = yield* make(replication)
+          const server = yield* servers.start(1)
+          yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [follower(1)] })
+          const handler = yield* Effect.forkChild(server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [leader(2)] }))
+          for (let i = 0; i < steps; i++) yield* Effect.yieldNow
+          yield* Fiber.interrupt(handler)
+          const state = yield* server.replicaState(tablet)
+          const view = (yield* server.replicas)[0]
+          // Leading means leader state in the epoch led; anything else means none.
+          assert.strictEqual(view?.leader !== undefined, state === "LeaderReplica", `after ${steps} steps: ${state}`)
+          // And the next instruction applies whatever happened.
+          yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [leader(3)] })
+          assert.strictEqual(yield* server.replicaState(tablet), "LeaderReplica", `after ${steps} steps`)
+          assert.strictEqual((yield* server.replicas)[0]?.leader?.leaderEpoch, 3, `after ${steps} steps`)
+        }).pipe(Effect.scoped)
+      }
+    })
   )
 
   it.live("logEnd opens a log no instruction has opened, and reports its latest epoch and log end", () =>

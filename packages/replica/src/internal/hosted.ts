@@ -62,9 +62,13 @@ export const make = (tablet: TabletId): Hosted => ({
   changed: Deferred.makeUnsafe<void>()
 })
 
-/** Runs `self` holding the replica's lock. */
+/**
+ * Runs `self` holding the replica's lock, uninterruptibly: a handler interrupted as its caller times out or goes away
+ * (Effect RPC interrupts it) waits for the lock interruptibly, but once it holds it, it changes the replica whole or
+ * not at all (no log left open with its store locked, no role half taken).
+ */
 export const locked = <A, E, R>(h: Hosted, self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Semaphore.withPermit(h.lock, self)
+  Semaphore.withPermit(h.lock, Effect.uninterruptible(self))
 
 /** Wakes the fetches waiting on the replica. */
 export const signal = (h: Hosted): Effect.Effect<void> =>

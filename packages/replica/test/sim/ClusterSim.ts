@@ -210,7 +210,8 @@ const simulate = (
       minInsyncReplicas: 1,
       sessionTimeoutMs,
       replicaLagTimeMaxMs: shape?.replicaLagTimeMaxMs ?? sessionTimeoutMs * rng.int(2, 4),
-      fetchMaxWaitMs: 50,
+      // Long polls as long as a leader change: a poll admitted under one epoch may wake in the next.
+      fetchMaxWaitMs: rng.pick([50, 200, 400]),
       retryBackoffMs: 50,
       appendTimeoutMs: 2_000
     }
@@ -229,7 +230,7 @@ const simulate = (
         : (shape.leaderElection ?? "first-in-isr")
     let lostWrites = 0
     log(
-      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance} election=${leaderElection}`
+      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms poll=${replication.fetchMaxWaitMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance} election=${leaderElection}`
     )
 
     const auditor = yield* base.session({ timeout: "1 hour" })

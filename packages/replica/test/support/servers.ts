@@ -10,7 +10,7 @@ import {
   type TabletId,
   type TabletRecord
 } from "@strata/core"
-import { Context, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
 import * as TabletServer from "../../src/TabletServer.js"
 
@@ -40,6 +40,18 @@ export interface Links {
   readonly fetches: Array<{ readonly from: ServerId; readonly to: ServerId; readonly offset: number }>
   /** Answers the leaders' ISR proposals when set (the test as the controller); unset, the controller is unreachable. */
   adjustIsr: PeersShape["controller"]["adjustIsr"] | undefined
+  /**
+   * When set, server `server`'s next read of an open store partition says so (`reached`) and waits for `release`:
+   * a handler held there, its partition open, can be interrupted.
+   */
+  storeHold: StoreHold | undefined
+}
+
+/** A hold on a server's store reads (`Links.storeHold`). */
+export interface StoreHold {
+  readonly server: ServerId
+  readonly reached: Deferred.Deferred<void>
+  readonly release: Deferred.Deferred<void>
 }
 
 /** A running test cluster. */
@@ -75,7 +87,31 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
     const root = yield* Effect.scope
     const running = new Map<ServerId, { server: TabletServer.TabletServerShape; scope: Scope.Closeable }>()
     const stores = new Map<ServerId, Context.Context<Store>>()
-    const links: Links = { cut: new Set(), staleHighWatermark: new Map(), fetches: [], adjustIsr: undefined }
+    const links: Links = {
+      cut: new Set(),
+      staleHighWatermark: new Map(),
+      fetches: [],
+      adjustIsr: undefined,
+      storeHold: undefined
+    }
+    /** Server `id`'s store, its partitions' reads held while `links.storeHold` names it. */
+    const held = (id: ServerId, store: Context.Context<Store>): Context.Context<Store> => {
+      const inner = Context.get(store, Store)
+      const hold = Effect.suspend(() => {
+        const h = links.storeHold
+        if (h === undefined || h.server !== id) return Effect.void
+        links.storeHold = undefined
+        return Effect.andThen(Deferred.succeed(h.reached, undefined), Deferred.await(h.release))
+      })
+      return Context.make(
+        Store,
+        Store.of({
+          ...inner,
+          open: (storeId) =>
+            Effect.map(inner.open(storeId), (p) => ({ ...p, get: (key) => Effect.andThen(hold, p.get(key)) }))
+        })
+      )
+    }
     const down = (target: string) => Effect.fail(new PeerUnreachable({ target, detail: "cut or down" }))
     const peersOf = (self: ServerId): PeersShape => ({
       leader: (id) => {
@@ -128,7 +164,7 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
           const server = yield* TabletServer.make(
             { serverId: id, ...(replication === undefined ? {} : { replication }) },
             unsafe
-          ).pipe(Effect.provide(Context.add(store, Peers, peersOf(id))), Scope.provide(scope), Effect.orDie)
+          ).pipe(Effect.provide(Context.add(held(id, store), Peers, peersOf(id))), Scope.provide(scope), Effect.orDie)
           running.set(id, { server, scope })
           return server
         }),
