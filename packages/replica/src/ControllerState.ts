@@ -392,10 +392,16 @@ const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet,
       : (state.registrations.get(s) ?? before?.registrations?.[String(s)])
     if (life !== undefined) registrations[String(s)] = life
   }
+  // An eligible member keeps the life it left the ISR as: one that restarted since may have lost what it held.
+  const eligible = options.eligible ?? eligibleAfter(state, before, next)
+  for (const s of eligible) {
+    const life = before?.registrations?.[String(s)]
+    if (life !== undefined && registrations[String(s)] === undefined) registrations[String(s)] = life
+  }
   const stored: Tablet = {
     ...next,
     registrations,
-    eligible: options.eligible ?? eligibleAfter(state, before, next),
+    eligible,
     leaderAndIsr: {
       ...next.leaderAndIsr,
       coordinatorEpoch: state.coordinatorEpoch,
@@ -489,8 +495,10 @@ type Choice =
  *
  * - a live ISR member that is the life it was and not stopping: the first in assignment order, or with the
  *   `largest-log-end` option the one whose log goes furthest (asked first when there are several);
- * - else, when every ISR and eligible member is live, the one among them whose log goes furthest (asked first when
- *   there are several): each is a new life and may have lost what it had not flushed;
+ * - else a live eligible member (KIP-966) that is the life it was;
+ * - else, when every ISR and eligible member is live, the one whose log goes furthest among them and every other live
+ *   replica (asked first when there are several): each of them is a new life and may have lost what it had not
+ *   flushed;
  * - else (unclean election enabled) the first live replica that is not stopping.
  *
  * `undefined`: none; the tablet goes Offline, keeping its ISR, until its candidates return.
@@ -506,6 +514,10 @@ const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | un
     }
     return { _tag: "Leader", leader: first, isr: isr.filter((s) => state.live.has(s) || s === first), unclean: false }
   }
+  // KIP-966: an eligible member left the ISR while it was below its minimum, so the HW has not moved past it; one
+  // that is live and the life it was holds every acknowledged record.
+  const fromElr = t.replicas.find((r) => (t.eligible ?? []).includes(r) && !out(r) && electable(state, r))
+  if (fromElr !== undefined) return { _tag: "Leader", leader: fromElr, isr: [fromElr], unclean: false }
   const candidates = t.replicas.filter((r) => t.leaderAndIsr.isr.includes(r) || (t.eligible ?? []).includes(r))
   if (candidates.length > 0 && candidates.every((r) => electable(state, r))) {
     // Each of them restarted and may have lost what it had not flushed, while a replica outside them may still hold

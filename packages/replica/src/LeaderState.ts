@@ -84,6 +84,12 @@ export interface State {
   /** The leader's log end when this epoch began: a follower must reach it to have caught up in this epoch. */
   readonly epochStartOffset: number
   readonly followers: ReadonlyMap<ServerId, Follower>
+  /**
+   * Followers the controller refused to add as ineligible (dead, stopping, registered again: KIP-841), with the
+   * registration they fetched under and when: not proposed again until they fetch under another registration or
+   * `lagTimeMaxMs` has passed.
+   */
+  readonly refused: ReadonlyMap<ServerId, { readonly registration: number | undefined; readonly atMs: number }>
   /** A planted bug for the simulator: the HW advances under the minimum ISR. */
   readonly ignoreMinIsr?: boolean
   /** A planted bug for the simulator: any ISR answer clears the pending change, whichever proposal it answers. */
@@ -112,8 +118,12 @@ export type Input =
       readonly version: number
       readonly proposal?: number | undefined
     }
-  /** The controller refused `proposal`. */
-  | { readonly _tag: "IsrChangeRejected"; readonly proposal: number }
+  /** The controller refused `proposal`; `ineligible`: the server it named as not eligible to join, at `nowMs`. */
+  | {
+      readonly _tag: "IsrChangeRejected"
+      readonly proposal: number
+      readonly ineligible?: { readonly server: ServerId; readonly nowMs: number } | undefined
+    }
 
 /**
  * What the shell runs.
@@ -176,6 +186,7 @@ export const become = (options: {
   version: options.version,
   pending: undefined,
   lastProposal: 0,
+  refused: new Map(),
   logEndOffset: options.logEndOffset,
   highWatermark: Math.min(options.highWatermark, options.logEndOffset),
   epochStartOffset: options.logEndOffset,
@@ -254,10 +265,14 @@ const propose = (
 }
 
 /** Proposes adding `server` when it qualifies and nothing is pending. */
-const maybeExpand = (state: State, server: ServerId, commands: Array<Command>): Step => {
+const maybeExpand = (state: State, server: ServerId, nowMs: number, commands: Array<Command>): Step => {
   const f = state.followers.get(server)
   if (state.pending !== undefined || state.isr.includes(server) || f === undefined) return [state, commands]
   if (f.logEndOffset < state.highWatermark || f.logEndOffset < state.epochStartOffset) return [state, commands]
+  const refused = state.refused.get(server)
+  if (refused !== undefined && refused.registration === f.registration && nowMs - refused.atMs < state.lagTimeMaxMs) {
+    return [state, commands]
+  }
   return propose(state, { _tag: "Expand", server, isr: [...state.isr, server] }, commands)
 }
 
@@ -277,6 +292,14 @@ export const step = (state: State, input: Input): Step => {
     case "FollowerFetched": {
       const before = state.followers.get(input.server)
       if (before === undefined) return [state, []]
+      // A fetch under a registration older than one already seen comes from an ended life of the server (KIP-903).
+      if (
+        input.registration !== undefined &&
+        before.registration !== undefined &&
+        input.registration < before.registration
+      ) {
+        return [state, []]
+      }
       const lastCaughtUpMs =
         input.fetchOffset >= state.logEndOffset
           ? input.nowMs
@@ -292,7 +315,7 @@ export const step = (state: State, input: Input): Step => {
         registration: input.registration ?? before.registration
       })
       const [next, commands] = withHighWatermark({ ...state, followers }, [])
-      return maybeExpand(next, input.server, [...commands])
+      return maybeExpand(next, input.server, input.nowMs, [...commands])
     }
     case "Tick": {
       if (state.pending !== undefined) return [state, []]
@@ -316,7 +339,15 @@ export const step = (state: State, input: Input): Step => {
         ? [next, [...commands, { _tag: "IsrBelowMinimum", size: input.isr.length }]]
         : [next, commands]
     }
-    case "IsrChangeRejected":
-      return answersPending(state, input.proposal) ? [{ ...state, pending: undefined }, []] : [state, []]
+    case "IsrChangeRejected": {
+      if (!answersPending(state, input.proposal)) return [state, []]
+      const ineligible = input.ineligible
+      if (ineligible === undefined) return [{ ...state, pending: undefined }, []]
+      const refused = new Map(state.refused).set(ineligible.server, {
+        registration: state.followers.get(ineligible.server)?.registration,
+        atMs: ineligible.nowMs
+      })
+      return [{ ...state, pending: undefined, refused }, []]
+    }
   }
 }

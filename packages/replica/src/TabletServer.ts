@@ -237,6 +237,7 @@ const proposeIsr = (
       () => `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]`,
       () => h.role === role
     )
+    const answeredAt = yield* Clock.currentTimeMillis
     yield* Hosted.locked(
       h,
       Effect.suspend(() => {
@@ -255,7 +256,8 @@ const proposeIsr = (
           r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch === h.leader?.leaderEpoch
             ? isrCommitted(server, h, r.leaderAndIsr.isr, r.leaderAndIsr.version)
             : Effect.void
-        return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected", proposal }))
+        const ineligible = r._tag === "IneligibleReplica" ? { server: r.server, nowMs: answeredAt } : undefined
+        return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected", proposal, ineligible }))
       })
     )
   }).pipe(Effect.ignore)
@@ -656,10 +658,15 @@ const endOffsetForEpoch =
       return { leaderEpoch: leader.leaderEpoch, answer: answer ?? null }
     })
 
+/**
+ * A replica's latest epoch and log end, its log opened if it is not (a restart before any instruction). A tablet this
+ * server does not host and has no data of (never assigned here, or deleted) is answered empty and left uncreated.
+ */
 const logEnd =
   (server: Server): ReplicaManagerShape["logEnd"] =>
   (request) =>
     Effect.gen(function* () {
+      const hosted = server.hosted.has(tabletKey(request.tablet))
       const h = hostedOrNew(server, request.tablet)
       return yield* Hosted.locked(
         h,
@@ -668,7 +675,15 @@ const logEnd =
           const log = h.log
           if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
           const epochs = yield* log.epochs
-          return { lastEpoch: LeaderEpochCache.latest(epochs)?.epoch ?? null, logEndOffset: yield* log.logEndOffset }
+          const answer = {
+            lastEpoch: LeaderEpochCache.latest(epochs)?.epoch ?? null,
+            logEndOffset: yield* log.logEndOffset
+          }
+          if (!hosted && answer.lastEpoch === null && answer.logEndOffset === 0 && h.machine._tag === "OnlineReplica") {
+            yield* stepReplica(server, h, { _tag: "Delete" }, undefined)
+            if (server.hosted.get(h.key) === h) server.hosted.delete(h.key)
+          }
+          return answer
         })
       )
     })

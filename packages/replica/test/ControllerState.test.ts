@@ -252,6 +252,34 @@ describe("ControllerStateState.step", () => {
     assert.match(warned[0]!, /^warn: .*unclean/)
   })
 
+  it("KIP-966: when the last ISR member dies, a live eligible member leads; a restarted one does not", () => {
+    const booted = ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false, minInsyncReplicas: 2 }),
+      started(
+        1,
+        [1, 2, 3],
+        [],
+        [
+          [1, 10],
+          [2, 11],
+          [3, 12]
+        ]
+      )
+    )[0]
+    const s0 = run(booted, create([0, [1, 2]]))
+    // 2 leaves the ISR while it is at its minimum: the HW stops, so 2 holds everything acknowledged.
+    const shrunk = run(s0.state, adjust(s0.state, 0, [1])).state
+    assert.deepStrictEqual(tablet(shrunk, 0).eligible, [2])
+    const failedOver = run(shrunk, down(1)).state
+    assert.deepStrictEqual(
+      [lai(failedOver, 0).leader, lai(failedOver, 0).isr, tablet(failedOver, 0).state],
+      [2, [2], "OnlineTablet"]
+    )
+    // Restarted since it left (a new registration), it may have lost what it had not flushed: not elected alone.
+    const restarted = run(shrunk, down(2), { _tag: "ServerUp", server: 2, registration: 77 }, down(1)).state
+    assert.deepStrictEqual([lai(restarted, 0).leader, tablet(restarted, 0).state], [null, "OfflineTablet"])
+  })
+
   it("AdjustIsr: a stale or malformed request is rejected without a write; KIP-841 guards additions", () => {
     const s0 = run(boot([1, 2, 3, 4]), create([0, [1, 2, 3, 5]])).state
     const shrunk = run(s0, adjust(s0, 0, [1]))

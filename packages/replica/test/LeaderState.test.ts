@@ -54,6 +54,48 @@ describe("LeaderState", () => {
     assert.isFalse(commands.some((c) => c._tag === "AdvanceHighWatermark"))
   })
 
+  it("a follower refused as ineligible is not proposed again on every fetch; a new life of it is", () => {
+    const inputs: Array<LeaderState.Input> = [
+      { _tag: "FollowerFetched", server: 3, fetchOffset: 10, nowMs: 1, registration: 5 },
+      { _tag: "IsrChangeRejected", proposal: 1, ineligible: { server: 3, nowMs: 2 } }
+    ]
+    for (let i = 0; i < 50; i++) {
+      inputs.push({ _tag: "FollowerFetched", server: 3, fetchOffset: 10, nowMs: 3 + i, registration: 5 })
+    }
+    const s = start({ isr: [1, 2] })
+    const refused = run(s, inputs)
+    assert.deepStrictEqual(
+      refused.commands.filter((c) => c._tag === "ProposeIsr").map((c) => c.isr),
+      [[1, 2, 3]],
+      "proposed once"
+    )
+    // A new registration (it restarted), or lagTimeMaxMs later: proposed again.
+    const renewed = run(refused.state, [
+      { _tag: "FollowerFetched", server: 3, fetchOffset: 10, nowMs: 60, registration: 6 }
+    ])
+    assert.strictEqual(renewed.commands.filter((c) => c._tag === "ProposeIsr").length, 1)
+    const later = run(refused.state, [
+      { _tag: "FollowerFetched", server: 3, fetchOffset: 10, nowMs: 30_002, registration: 5 }
+    ])
+    assert.strictEqual(later.commands.filter((c) => c._tag === "ProposeIsr").length, 1)
+  })
+
+  it("a fetch from an ended life of a follower (an older registration) changes nothing", () => {
+    const { state, commands } = run(start({ isr: [1, 2], replicas: [1, 2] }), [
+      { _tag: "Appended", logEndOffset: 20 },
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 12, nowMs: 1, registration: 8 },
+      // The process that registered as 7 before it lost its session, still running: its log end is not server 2's.
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 20, nowMs: 2, registration: 7 }
+    ])
+    assert.strictEqual(state.highWatermark, 12)
+    assert.strictEqual(state.followers.get(2)?.logEndOffset, 12)
+    assert.strictEqual(state.followers.get(2)?.registration, 8)
+    assert.deepStrictEqual(
+      commands.map((c) => (c._tag === "AdvanceHighWatermark" ? c.highWatermark : -1)),
+      [12]
+    )
+  })
+
   it("a follower that fetches steadily, always one append behind the log end, stays in the ISR", () => {
     // Every fetch reaches the log end the leader had at the follower's previous fetch; an append lands between them.
     const inputs: Array<LeaderState.Input> = [{ _tag: "FollowerFetched", server: 3, fetchOffset: 10, nowMs: 0 }]

@@ -106,9 +106,9 @@ describe("TabletServer", () => {
     Effect.gen(function* () {
       const servers = yield* make(replication)
       const server = yield* servers.start(1)
+      // Nothing here of the tablet: answered empty, and nothing is created for it.
       assert.deepStrictEqual(yield* server.logEnd({ tablet }), { lastEpoch: null, logEndOffset: 0 })
-      assert.strictEqual(yield* server.replicaState(tablet), "OnlineReplica")
-      // Instructions still apply to the replica it opened.
+      assert.deepStrictEqual(yield* server.tablets, [])
       yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [instruction(3)] })
       yield* server.append({ tablet, records: records("v", 0, 5), acks: 1 })
       assert.deepStrictEqual(yield* server.logEnd({ tablet }), { lastEpoch: 3, logEndOffset: 5 })
@@ -116,6 +116,14 @@ describe("TabletServer", () => {
       yield* servers.stop(1)
       const again = yield* servers.start(1)
       assert.deepStrictEqual(yield* again.logEnd({ tablet }), { lastEpoch: 3, logEndOffset: 5 })
+      assert.strictEqual(yield* again.replicaState(tablet), "OnlineReplica")
+      // Instructions still apply to the replica it opened.
+      yield* again.leaderAndIsr({ coordinatorEpoch: 1, tablets: [instruction(4)] })
+      assert.strictEqual(yield* again.replicaState(tablet), "LeaderReplica")
+      // Deleted, it is not created again by a late question.
+      yield* again.stopReplica({ coordinatorEpoch: 1, tablets: [tablet] })
+      assert.deepStrictEqual(yield* again.logEnd({ tablet }), { lastEpoch: null, logEndOffset: 0 })
+      assert.deepStrictEqual(yield* again.tablets, [])
     }).pipe(Effect.scoped)
   )
 
