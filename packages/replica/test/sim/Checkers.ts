@@ -4,7 +4,15 @@
  */
 import type { TabletBatch } from "@strata/core"
 import { tabletKey } from "@strata/core"
+import type { LeaderEpochCache } from "../../src/LeaderEpochCache.js"
 import type { ReplicaView } from "../../src/TabletServer.js"
+
+/** The epoch that wrote `offset` in a log with this epoch cache (`undefined` before its first epoch). */
+const epochAt = (epochs: LeaderEpochCache, offset: number): number | undefined => {
+  let found: number | undefined
+  for (const e of epochs) if (e.startOffset <= offset) found = e.epoch
+  return found
+}
 
 /** How an append ended for its producer. */
 export type Outcome =
@@ -61,15 +69,17 @@ export const recorder = (minIsr: number) => {
   const highWatermarks = new Map<string, number>()
   const applied = new Map<string, number>()
   const coordinatorEpochs = new Set<number>()
-  /** Each server's log end per tablet, as last sampled (a stopped server's log keeps what it had). */
-  const logEnds = new Map<string, Map<string, number>>()
+  /** What the consumer was given: per tablet, the value at each offset read, and when it was first read. */
+  const reads = new Map<string, Map<number, { readonly value: string; readonly at: number }>>()
+  /** Each server's log end and epochs per tablet, as last sampled (a stopped server's log keeps what it had). */
+  const logEnds = new Map<string, Map<string, { readonly end: number; readonly epochs: LeaderEpochCache }>>()
   const violations = limited()
 
   return {
-    /** A replica's log end, sampled. */
-    logEnd: (server: string, tablet: string, end: number) => {
-      const ends = logEnds.get(tablet) ?? new Map<string, number>()
-      ends.set(server, end)
+    /** A replica's log end and epoch cache, sampled. */
+    logEnd: (server: string, tablet: string, end: number, epochs: LeaderEpochCache) => {
+      const ends = logEnds.get(tablet) ?? new Map<string, { readonly end: number; readonly epochs: LeaderEpochCache }>()
+      ends.set(server, { end, epochs })
       logEnds.set(tablet, ends)
     },
 
@@ -77,8 +87,25 @@ export const recorder = (minIsr: number) => {
       appends.push({ tablet, values, outcome })
     },
 
-    /** A replica sampled after a step: one leader per (tablet, epoch); a leader's HW only forward, within its log. */
-    replica: (server: string, incarnation: number, view: ReplicaView, at: number) => {
+    /** A record a consumer was given; read again, it must be the same record. */
+    read: (tablet: string, offset: number, value: string, at: number) => {
+      const seen = reads.get(tablet) ?? new Map<number, { readonly value: string; readonly at: number }>()
+      reads.set(tablet, seen)
+      const before = seen.get(offset)
+      if (before === undefined) seen.set(offset, { value, at })
+      else if (before.value !== value) {
+        violations.add(
+          "read",
+          `t=${at} ${tablet}: a consumer read ${value} at offset ${offset}, where it read ${before.value} at t=${before.at}`
+        )
+      }
+    },
+
+    /**
+     * A replica sampled after a step (`epochs`: its log's epoch cache): one leader per (tablet, epoch); a leader's HW
+     * only forward, within its log, and held by `minIsr` replicas.
+     */
+    replica: (server: string, incarnation: number, view: ReplicaView, at: number, epochs: LeaderEpochCache) => {
       const l = view.leader
       if (view.machine._tag !== "LeaderReplica" || l === undefined) return
       const key = `${tabletKey(view.tablet)}@${l.leaderEpoch}`
@@ -91,8 +118,12 @@ export const recorder = (minIsr: number) => {
       }
       const hwKey = `${server}.${incarnation}|${key}`
       const before = highWatermarks.get(hwKey)
-      // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold (checked as it advances).
-      const holders = [...(logEnds.get(tabletKey(view.tablet))?.values() ?? [])].filter((e) => e >= l.highWatermark)
+      // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold (checked as it advances): a
+      // holder's log reaches the HW and its record below it was written in the same epoch as the leader's.
+      const last = l.highWatermark - 1
+      const holders = [...(logEnds.get(tabletKey(view.tablet))?.values() ?? [])].filter(
+        (e) => e.end >= l.highWatermark && (last < 0 || epochAt(e.epochs, last) === epochAt(epochs, last))
+      )
       if (before !== undefined && l.highWatermark > before && holders.length < minIsr) {
         violations.add(
           "min-isr",
@@ -141,8 +172,23 @@ export const recorder = (minIsr: number) => {
       const out = limited()
       for (const t of tablets) {
         const leader = t.replicas.find((r) => r.server === t.leader)
-        if (leader === undefined) continue
+        if (leader === undefined) {
+          // Nothing to judge against is itself a failure when something was acknowledged.
+          if (appends.some((a) => a.tablet === t.tablet && a.outcome._tag === "Acked")) {
+            out.add("lost", `${t.tablet}: no leader at the end: every acknowledged record is lost to its readers`)
+          }
+          continue
+        }
         const log = flatten(leader.batches)
+        for (const [offset, r] of reads.get(t.tablet) ?? []) {
+          const at = log.get(offset)
+          if (at === undefined || offset >= leader.hw || at.value !== r.value) {
+            out.add(
+              "read",
+              `${t.tablet}: a consumer read ${r.value} at offset ${offset} (t=${r.at}), which is not committed there at the end (the leader has ${at?.value ?? "nothing"}, HW ${leader.hw})`
+            )
+          }
+        }
         const counts = new Map<string, number>()
         for (const { value } of log.values()) counts.set(value, (counts.get(value) ?? 0) + 1)
         for (const [value, n] of counts) if (n > 1) out.add("dup", `${t.tablet}: ${value} is in the log ${n} times`)
@@ -166,10 +212,18 @@ export const recorder = (minIsr: number) => {
             const la = flatten(a.batches)
             const lb = flatten(b.batches)
             const upTo = Math.min(a.hw, b.hw)
-            for (let o = 0; o < upTo; o++) {
+            // Below both HWs both hold every offset from where both logs start.
+            const from = Math.max(a.batches[0]?.baseOffset ?? upTo, b.batches[0]?.baseOffset ?? upTo)
+            for (let o = from; o < upTo; o++) {
               const x = la.get(o)
               const y = lb.get(o)
-              if (x === undefined || y === undefined) continue
+              if (x === undefined || y === undefined) {
+                out.add(
+                  "prefix",
+                  `${t.tablet}: ${x === undefined ? a.server : b.server} has no record at offset ${o}, below the HWs of ${a.server} and ${b.server} (${a.hw}, ${b.hw})`
+                )
+                break
+              }
               if (x.value !== y.value || x.epoch !== y.epoch) {
                 out.add(
                   "prefix",
@@ -188,6 +242,7 @@ export const recorder = (minIsr: number) => {
       acked: appends.filter((a) => a.outcome._tag === "Acked").length,
       failed: appends.filter((a) => a.outcome._tag === "Failed").length,
       unknown: appends.filter((a) => a.outcome._tag === "Unknown").length,
+      reads: [...reads.values()].reduce((n, m) => n + m.size, 0),
       leaderChanges: leaders.size,
       coordinatorEpochs: coordinatorEpochs.size
     })

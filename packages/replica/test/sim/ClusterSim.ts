@@ -50,6 +50,8 @@ export interface Variant {
   readonly server?: TabletServer.Unsafe
   readonly skipIsrEligibility?: boolean
   readonly preferOutsideIsr?: boolean
+  /** Producers draw their ids at random from a small range instead of asking the controller for one. */
+  readonly randomProducerIds?: boolean
 }
 
 /** The correct system. */
@@ -63,21 +65,36 @@ export const planted: ReadonlyArray<Variant> = [
   { name: "isr-to-dead-server", skipIsrEligibility: true },
   { name: "prefer-outside-isr", preferOutsideIsr: true },
   { name: "demoted-long-poll", server: { skipFetchRevalidation: true } },
-  { name: "stale-isr-answer", server: { answersIgnoreProposal: true } }
+  { name: "stale-isr-answer", server: { answersIgnoreProposal: true } },
+  { name: "random-producer-id", randomProducerIds: true }
 ]
 
 /** The kinds of fault. */
-export type FaultKind = "crash" | "power" | "stop" | "pause" | "expire" | "isolate" | "cut" | "shutdown"
+export type FaultKind =
+  | "crash"
+  | "power"
+  | "stop"
+  | "pause"
+  | "expire"
+  | "isolate"
+  | "cut"
+  | "oneway"
+  | "slow"
+  | "coordination"
+  | "shutdown"
 
 const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
-  ["crash", 18],
-  ["power", 10],
-  ["stop", 8],
-  ["pause", 18],
-  ["expire", 12],
-  ["isolate", 14],
-  ["cut", 12],
-  ["shutdown", 8]
+  ["crash", 15],
+  ["power", 9],
+  ["stop", 7],
+  ["pause", 14],
+  ["expire", 10],
+  ["isolate", 10],
+  ["cut", 9],
+  ["oneway", 8],
+  ["slow", 8],
+  ["coordination", 5],
+  ["shutdown", 5]
 ]
 
 /** Who a scripted fault strikes: a process, the leader of a tablet when it strikes, or everyone of a kind. */
@@ -132,6 +149,8 @@ export interface Stats {
   readonly acked: number
   readonly failed: number
   readonly unknown: number
+  /** Records a consumer was given. */
+  readonly reads: number
   readonly faults: Record<string, number>
   readonly leaderChanges: number
   readonly coordinatorEpochs: number
@@ -262,18 +281,23 @@ const simulate = (
     // --- the network ----------------------------------------------------------------------------
     const cuts = new Set<string>()
     const link = (a: string, b: string) => (a < b ? `${a}|${b}` : `${b}|${a}`)
+    /** Links cut one way only (`from>to`): from's requests to `to` are lost, and to's answers to from's. */
+    const oneWay = new Set<string>()
+    /** Processes whose every call, in and out, is slow. */
+    const slow = new Set<string>()
     let faultsOn = true
     const reachable = (from: string, to: string) => {
       const a = byName.get(from)
       const b = byName.get(to)
       const up = (p: Proc | undefined) => p === undefined || (p.scope !== undefined && !p.paused)
-      return up(a) && up(b) && !cuts.has(link(from, to))
+      return up(a) && up(b) && !cuts.has(link(from, to)) && !oneWay.has(`${from}>${to}`)
     }
     const unreachable = (to: string, detail: string) => new PeerUnreachable({ target: to, detail })
     /**
      * A call from `from` to `to`: delayed both ways (so reordered), maybe lost before or after `to` ran it, maybe
      * duplicated. The request travels on its own: once sent it arrives even if the sender dies meanwhile, as a
-     * packet in flight does; the caller gives up only on its answer.
+     * packet in flight does. Sometimes the caller gives up after a timeout, and the handler is interrupted wherever
+     * it is, as Effect RPC interrupts a handler whose client timed out or went away.
      */
     const call = <A, E>(
       from: string,
@@ -281,7 +305,9 @@ const simulate = (
       request: Effect.Effect<A, E>
     ): Effect.Effect<A, E | PeerUnreachable> =>
       Effect.gen(function* () {
-        const delay = () => (faultsOn && rng.chance(0.1) ? rng.int(20, 400) : rng.int(0, 10))
+        const delay = () =>
+          (faultsOn && rng.chance(0.1) ? rng.int(20, 400) : rng.int(0, 10)) +
+          (faultsOn && (slow.has(from) || slow.has(to)) ? rng.int(50, 400) : 0)
         const packet = Effect.gen(function* () {
           yield* Effect.sleep(Duration.millis(delay()))
           if (!reachable(from, to)) return yield* Effect.fail(unreachable(to, "no route"))
@@ -290,6 +316,14 @@ const simulate = (
           return yield* request
         })
         const arrived = yield* Effect.forkIn(packet, root)
+        const timeoutMs = faultsOn && rng.chance(0.05) ? rng.int(1, 300) : undefined
+        if (timeoutMs !== undefined) {
+          const answered = yield* Fiber.await(arrived).pipe(Effect.timeoutOption(Duration.millis(timeoutMs)))
+          if (answered._tag === "None") {
+            yield* Effect.forkIn(Fiber.interrupt(arrived), root)
+            return yield* Effect.fail(unreachable(to, "timed out"))
+          }
+        }
         const answer = yield* Fiber.join(arrived)
         yield* Effect.sleep(Duration.millis(delay()))
         if (!reachable(to, from)) return yield* Effect.fail(unreachable(to, "answer lost (no route)"))
@@ -541,7 +575,7 @@ const simulate = (
         if (p.server === undefined) return
         for (const view of yield* p.server.replicas) {
           const tl = yield* p.server.logOf(view.tablet)
-          if (tl !== undefined) record.logEnd(p.name, tabletKey(view.tablet), yield* tl.logEndOffset)
+          if (tl !== undefined) record.logEnd(p.name, tabletKey(view.tablet), yield* tl.logEndOffset, yield* tl.epochs)
         }
       })
 
@@ -635,21 +669,75 @@ const simulate = (
     const producers = shape?.producers ?? rng.int(1, 3)
     const producerFibers: Array<Fiber.Fiber<void>> = []
     let producing = true
+    /** A producer id as a client gets one: from the controller (Kafka's InitProducerId), or drawn (planted). */
+    const producerId = Effect.gen(function* () {
+      if (variant.randomProducerIds === true) return rng.int(0, 3)
+      while (true) {
+        const c = controllerNow()
+        if (c !== undefined) {
+          const id = yield* Effect.option(
+            call(
+              "client",
+              c.name,
+              c.controller!.initProducerId.pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
+            )
+          )
+          if (id._tag === "Some") return id.value
+        }
+        yield* Effect.sleep(Duration.millis(50))
+      }
+    })
     for (let n = 0; n < producers; n++) {
-      const producerId = 1000 + n
-      const send = producer(producerId)
       let next = 0
       const loop = Effect.gen(function* () {
         while (producing) {
-          const tablet = rng.pick(tablets)
-          const values = Array.from({ length: rng.int(1, 4) }, () => `p${producerId}-${next++}`)
-          const outcome: Checkers.Outcome = yield* send(tablet, values, () => producing)
-          record.append(tabletKey(tablet), values, outcome)
-          yield* Effect.sleep(Duration.millis(rng.int(10, 80)))
+          // A client's life: a producer id, some batches, then it stops and another starts with a new id.
+          const id = yield* producerId
+          const send = producer(id)
+          for (let batches = rng.int(3, 30); batches > 0 && producing; batches--) {
+            const tablet = rng.pick(tablets)
+            const values = Array.from({ length: rng.int(1, 4) }, () => `p${n}.${id}-${next++}`)
+            const outcome: Checkers.Outcome = yield* send(tablet, values, () => producing)
+            record.append(tabletKey(tablet), values, outcome)
+            yield* Effect.sleep(Duration.millis(rng.int(10, 80)))
+          }
         }
       })
       producerFibers.push(yield* Effect.forkIn(loop, root))
     }
+
+    // A consumer: reads each tablet from its leader, as far as the leader's HW, from where it got to; every record it
+    // is given is recorded, and must be in the final log at its offset (nothing above a HW reaches a consumer).
+    const readFrom = new Map<string, number>()
+    const reader = Effect.gen(function* () {
+      while (producing) {
+        yield* Effect.sleep(Duration.millis(rng.int(20, 120)))
+        const tablet = rng.pick(tablets)
+        const key = tabletKey(tablet)
+        const meta = yield* readTablet(tablet)
+        const leader = meta?.leaderAndIsr.leader
+        const target = leader === null || leader === undefined ? undefined : byName.get(`s${leader}`)
+        const server = target?.server
+        if (target === undefined || server === undefined) continue
+        const offset = readFrom.get(key) ?? 0
+        const exit = yield* Effect.exit(
+          call("client", target.name, server.read({ tablet, offset, maxBytes: rng.pick([1, 200, 100_000]) }))
+        )
+        if (Exit.isFailure(exit)) {
+          const error = Cause.findErrorOption(exit.cause)
+          const e = error._tag === "Some" ? (error.value as ReplicaError | PeerUnreachable) : undefined
+          if (e?._tag === "ReplicaError" && e.reason._tag === "OffsetOutOfRange") readFrom.set(key, 0)
+          continue
+        }
+        for (const b of exit.value.batches) {
+          b.records.forEach((r, i) => {
+            if (b.baseOffset + i >= offset) record.read(key, b.baseOffset + i, new TextDecoder().decode(r.value), now())
+          })
+          readFrom.set(key, Math.max(readFrom.get(key) ?? 0, b.baseOffset + b.records.length))
+        }
+      }
+    })
+    producerFibers.push(yield* Effect.forkIn(reader, root))
 
     // --- the faults -------------------------------------------------------------------------------
     const created = yield* Effect.forkIn(
@@ -674,7 +762,10 @@ const simulate = (
       for (const p of servers) yield* sampleLogEnds(p)
       for (const p of servers) {
         if (p.server === undefined) continue
-        for (const view of yield* p.server.replicas) record.replica(p.name, p.incarnation, view, now())
+        for (const view of yield* p.server.replicas) {
+          const tl = yield* p.server.logOf(view.tablet)
+          record.replica(p.name, p.incarnation, view, now(), tl === undefined ? [] : yield* tl.epochs)
+        }
       }
     })
 
@@ -717,6 +808,44 @@ const simulate = (
             log(`FAULT cut ${p.name}|${q.name} until step ${back}`)
             cuts.add(link(p.name, q.name))
             linkCuts.push({ key: link(p.name, q.name), until: back })
+            return
+          }
+          case "oneway": {
+            const q = rng.pick(procs.filter((x) => x !== p))
+            log(`FAULT cut ${p.name}>${q.name} one way until step ${back}`)
+            oneWay.add(`${p.name}>${q.name}`)
+            timed.push({ until: back, end: Effect.sync(() => oneWay.delete(`${p.name}>${q.name}`)) })
+            return
+          }
+          case "slow":
+            log(`FAULT ${p.name} slow until step ${back}`)
+            slow.add(p.name)
+            timed.push({ until: back, end: Effect.sync(() => slow.delete(p.name)) })
+            return
+          case "coordination": {
+            // Cut off from the coordination service only: its sessions disconnect and its operations wait, while it
+            // runs on and reaches its peers.
+            log(`FAULT ${p.name} cut off from coordination until step ${back}`)
+            yield* p.gate.close
+            yield* Effect.forEach([...p.sessions], (s) => Effect.ignore(faults.disconnect!(s)), { discard: true })
+            const gate = p.gate
+            const sessions = [...p.sessions]
+            timed.push({
+              until: back,
+              end: Effect.suspend(() =>
+                p.paused
+                  ? Effect.void
+                  : Effect.andThen(
+                      gate.open,
+                      // Only sessions its running incarnation still has: a crashed one's are left to expire.
+                      Effect.forEach(
+                        sessions.filter((s) => p.sessions.has(s)),
+                        (s) => Effect.ignore(faults.reconnect!(s)),
+                        { discard: true }
+                      )
+                    )
+              )
+            })
             return
           }
           case "shutdown": {
@@ -767,6 +896,8 @@ const simulate = (
       })
     const isolations: Array<{ name: string; until: number }> = []
     const linkCuts: Array<{ key: string; until: number }> = []
+    /** Faults that end by themselves at a step. */
+    const timed: Array<{ until: number; end: Effect.Effect<void> }> = []
 
     const heal = (step: number, all: boolean) =>
       Effect.gen(function* () {
@@ -790,6 +921,12 @@ const simulate = (
           if (!all && c.until > step) continue
           linkCuts.splice(i, 1)
           cuts.delete(c.key)
+        }
+        for (let i = timed.length - 1; i >= 0; i--) {
+          const t = timed[i]!
+          if (!all && t.until > step) continue
+          timed.splice(i, 1)
+          yield* t.end
         }
         if (all) cuts.clear()
       })
@@ -857,11 +994,10 @@ const simulate = (
     // A final acks=all append to every tablet must succeed, within the settle bound.
     const probes: Array<string> = []
     if (settledAt !== undefined) {
-      const probe = producer(999)
       for (const tablet of tablets) {
         const value = `probe-${tabletKey(tablet)}`
         const fiber = yield* Effect.forkIn(
-          probe(tablet, [value], () => true),
+          Effect.flatMap(producerId, (id) => producer(id)(tablet, [value], () => true)),
           root
         )
         for (let i = 0; i < 100 && fiber.pollUnsafe() === undefined; i++) {
