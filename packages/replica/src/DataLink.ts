@@ -20,21 +20,31 @@ import {
   type FetchResult,
   InvalidRequest,
   Offset,
+  OptionSchemas,
   ReplicaError,
   type TabletBatch,
+  type TabletId,
   tabletKey
 } from "@strata/core"
 import { Cause, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
 import * as Codec from "./internal/batchCodec.js"
-import { type Frame, FrameReader, head } from "./internal/frames.js"
+import {
+  ANSWER_RESERVE,
+  DEFAULT_MAX_FRAME_BYTES,
+  type Frame,
+  FrameReader,
+  fetchBytesWithin,
+  head,
+  isSkipped,
+  PRELUDE
+} from "./internal/frames.js"
 import { PeerUnreachable } from "./Peers.js"
 import { type Address, type ListenFailed, listenFailed } from "./ReplicaRpc.js"
+import { type InvalidReplicaOptions, invalidOptions } from "./ReplicationConfig.js"
 
 /** Frame kinds. Requests: append, fetch. Answers: their results, a `ReplicaError`, or a failure of the server. */
 const Kind = { Append: 1, Fetch: 2, Appended: 65, Fetched: 66, Refused: 126, Failed: 127 } as const
-
-/** The largest frame either side accepts by default: 64 MiB. */
-const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+const answerKinds: ReadonlySet<number> = new Set([Kind.Appended, Kind.Fetched, Kind.Refused, Kind.Failed])
 
 /** A header's JSON text to and from its value, by `schema`. */
 const jsonHeader = <T, E>(schema: Schema.Codec<T, E>) => {
@@ -50,7 +60,13 @@ const AppendHeader = jsonHeader(
     producer: AppendRequest.fields.producer
   })
 )
-const FetchHeader = jsonHeader(FetchRequest)
+/**
+ * A fetch's header: the request, and the largest answer frame the client reads (its frame limit; a client of before
+ * names none, and the server's own limit bounds the answer).
+ */
+const FetchHeader = jsonHeader(
+  Schema.Struct({ ...FetchRequest.fields, maxAnswerBytes: Schema.optional(OptionSchemas.PositiveInt) })
+)
 const AppendedHeader = jsonHeader(AppendResult)
 /** A fetch's answer: the batches' base offsets and sizes (their bytes follow in the payload, in order). */
 const FetchedHeader = jsonHeader(
@@ -87,11 +103,49 @@ export interface DataLinkHandlers {
  */
 export interface DataLinkOptions {
   /**
-   * The largest frame accepted (default 64 MiB); a larger one closes the connection. A server also closes a
-   * connection whose peer leaves more than twice this in answers unread.
+   * The largest frame accepted (default 64 MiB; above 1 024 bytes, what an answer's header needs). A larger request
+   * is refused (its bytes passed over), a larger answer fails its call alone: the connection goes on for the others.
+   * A server bounds each fetch's answer by its own limit and the client's, leaving the batches past it for the next
+   * fetch. A server also closes a connection whose peer leaves more than twice this in answers unread.
    */
   readonly maxFrameBytes?: number
+  /**
+   * The most a follower's fetch asks for (`ReplicationConfig`'s `fetchMaxBytes`), when known: checked against
+   * `maxFrameBytes`, as its answer must fit in one frame.
+   */
+  readonly fetchMaxBytes?: number
 }
+
+const LinkOptions = Schema.Struct({
+  maxFrameBytes: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(DEFAULT_MAX_FRAME_BYTES))),
+  fetchMaxBytes: Schema.optional(OptionSchemas.PositiveInt)
+}).check(
+  Schema.makeFilter((o) => {
+    const issues: Array<{ readonly path: ReadonlyArray<PropertyKey>; readonly issue: string }> = []
+    if (o.maxFrameBytes <= ANSWER_RESERVE) {
+      issues.push({
+        path: ["maxFrameBytes"],
+        issue: `${o.maxFrameBytes} must be above ${ANSWER_RESERVE}: a fetch's answer needs that much of a frame besides its batches`
+      })
+    } else if (o.fetchMaxBytes !== undefined && o.fetchMaxBytes > fetchBytesWithin(o.maxFrameBytes)) {
+      issues.push({
+        path: ["fetchMaxBytes"],
+        issue: `${o.fetchMaxBytes} must be at most ${fetchBytesWithin(o.maxFrameBytes)}, maxFrameBytes (${o.maxFrameBytes}) less ${ANSWER_RESERVE} for an answer's header: a fetch's answer must fit in one frame`
+      })
+    }
+    return issues
+  })
+)
+
+/**
+ * A link's options, checked: `maxFrameBytes` (its default filled in) and `fetchMaxBytes` against it.
+ *
+ * @since 0.1.0
+ */
+export const decodeOptions = (
+  options: DataLinkOptions
+): Effect.Effect<typeof LinkOptions.Type, InvalidReplicaOptions> =>
+  OptionSchemas.decodeOptions(LinkOptions, { exact: true })(options).pipe(Effect.mapError(invalidOptions))
 
 /**
  * A client of one server's data link: appends and fetches, each failing with the server's `ReplicaError`, or
@@ -134,7 +188,7 @@ const requestOf = (
   frame: Frame
 ):
   | { readonly _tag: "Append"; readonly request: AppendRequest }
-  | { readonly _tag: "Fetch"; readonly request: FetchRequest }
+  | { readonly _tag: "Fetch"; readonly request: FetchRequest; readonly maxAnswerBytes: number | undefined }
   | ReplicaError => {
   if (frame.kind === Kind.Append) {
     const header = AppendHeader.decode(frame.header)
@@ -151,9 +205,9 @@ const requestOf = (
   }
   if (frame.kind === Kind.Fetch) {
     const header = FetchHeader.decode(frame.header)
-    return Exit.isFailure(header)
-      ? invalid(`fetch: ${Cause.pretty(header.cause)}`)
-      : { _tag: "Fetch", request: header.value }
+    if (Exit.isFailure(header)) return invalid(`fetch: ${Cause.pretty(header.cause)}`)
+    const { maxAnswerBytes, ...request } = header.value
+    return { _tag: "Fetch", request, maxAnswerBytes }
   }
   return invalid(`no request of kind ${frame.kind}`)
 }
@@ -168,17 +222,53 @@ const answerOf = <A>(id: number, exit: Exit.Exit<A, ReplicaError>, ok: (a: A) =>
 
 const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended, id, AppendedHeader.encode(result))
 
-const fetched = (id: number) => (result: FetchResult) => {
+/**
+ * A fetch's answer in a frame of at most `limit` bytes: the batches past what fits are left for the next fetch. A
+ * first batch that does not fit alone is refused, naming its size and the limit: the follower's fetch fails (and is
+ * told why) rather than the connection, which goes on for the other tablets. Its records are not split across
+ * answers: an idempotent producer's batch must stay whole on every replica (a new leader recognises a retry by the
+ * batch's sequences, and truncation takes such a batch whole), and a single record may be larger than the limit.
+ */
+const fetched = (id: number, tablet: TabletId, limit: number) => (result: FetchResult) => {
   if (result._tag !== "Batches") return answer(Kind.Fetched, id, FetchedHeader.encode(result))
   const bytes = result.batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
-  const header = FetchedHeader.encode({
-    _tag: "Batches",
-    leaderEpoch: result.leaderEpoch,
-    highWatermark: result.highWatermark,
-    logStartOffset: result.logStartOffset,
-    batches: result.batches.map((b, i) => ({ baseOffset: b.baseOffset, bytes: bytes[i]!.length }))
-  })
-  return answer(Kind.Fetched, id, header, bytes)
+  let payload = 0
+  for (const b of bytes) payload += b.length
+  let count = bytes.length
+  for (;;) {
+    const header = FetchedHeader.encode({
+      _tag: "Batches",
+      leaderEpoch: result.leaderEpoch,
+      highWatermark: result.highWatermark,
+      logStartOffset: result.logStartOffset,
+      batches: result.batches.slice(0, count).map((b, i) => ({ baseOffset: b.baseOffset, bytes: bytes[i]!.length }))
+    })
+    const frameBytes = PRELUDE - 4 + Buffer.byteLength(header) + payload
+    if (frameBytes <= limit)
+      return answer(Kind.Fetched, id, header, count === bytes.length ? bytes : bytes.slice(0, count))
+    if (count <= 1) {
+      const what =
+        count === 0
+          ? `an answer of ${frameBytes} bytes`
+          : `the batch at offset ${result.batches[0]!.baseOffset} is ${bytes[0]!.length} bytes: its answer, ${frameBytes} bytes,`
+      return answer(
+        Kind.Refused,
+        id,
+        RefusedHeader.encode(
+          invalid(`${tabletKey(tablet)}: ${what} is over the data link's frame limit of ${limit} bytes`)
+        )
+      )
+    }
+    // Leave out the last batches whose bytes and header entries (`{"baseOffset":…,"bytes":…},`) make up for the
+    // excess; the frame is measured again.
+    let over = frameBytes - limit
+    while (count > 1 && over > 0) {
+      count--
+      const size = bytes[count]!.length
+      over -= size + 25 + String(result.batches[count]!.baseOffset).length + String(size).length
+      payload -= size
+    }
+  }
 }
 
 /** Answers one connection's frames with `handlers`, each request in a fiber of `run`, answers in any order. */
@@ -188,7 +278,8 @@ const serveConnection = (
   run: <A>(effect: Effect.Effect<A>) => unknown,
   maxFrameBytes: number
 ) => {
-  const reader = new FrameReader(maxFrameBytes)
+  // A request over the limit is passed over (and refused): the requests after it are served.
+  const reader = new FrameReader(maxFrameBytes, (kind) => kind === Kind.Append || kind === Kind.Fetch)
   const reply = (parts: ReadonlyArray<Uint8Array>) => send(socket, parts, 2 * maxFrameBytes)
   socket.on("error", () => socket.destroy())
   socket.on("data", (chunk: Buffer) => {
@@ -201,6 +292,11 @@ const serveConnection = (
       return
     }
     for (const frame of frames) {
+      if (isSkipped(frame)) {
+        const detail = `a request of ${frame.skipped} bytes is over the data link's frame limit of ${maxFrameBytes} bytes`
+        reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(invalid(detail))))
+        continue
+      }
       const request = requestOf(frame)
       if (request instanceof ReplicaError) {
         reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
@@ -211,9 +307,14 @@ const serveConnection = (
           )
         )
       } else {
+        // The answer must fit the smaller of this end's frame limit and the client's: the read is bounded by it.
+        const limit = Math.min(maxFrameBytes, request.maxAnswerBytes ?? maxFrameBytes)
+        const within = Math.max(1, fetchBytesWithin(limit))
+        const asked = request.request
+        const bounded = asked.maxBytes <= within ? asked : { ...asked, maxBytes: within }
         run(
-          Effect.map(Effect.exit(handlers.fetch(request.request)), (exit) =>
-            reply(answerOf(frame.id, exit, fetched(frame.id)))
+          Effect.map(Effect.exit(handlers.fetch(bounded)), (exit) =>
+            reply(answerOf(frame.id, exit, fetched(frame.id, asked.tablet, limit)))
           )
         )
       }
@@ -223,6 +324,7 @@ const serveConnection = (
 
 /**
  * Serves `handlers` on a TCP listener at `listen` (port 0: any free one) until the scope closes; the address bound.
+ * Options that cannot work (see `decodeOptions`) are refused before it listens.
  *
  * @since 0.1.0
  */
@@ -230,11 +332,11 @@ export const serve = (
   listen: Address,
   handlers: DataLinkHandlers,
   options: DataLinkOptions = {}
-): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
+): Effect.Effect<Address, ListenFailed | InvalidReplicaOptions, Scope.Scope> =>
   Effect.gen(function* () {
+    const { maxFrameBytes } = yield* decodeOptions(options)
     const run = yield* FiberSet.makeRuntime<never>()
     const sockets = new Set<Net.Socket>()
-    const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
     const server = Net.createServer({ noDelay: true }, (socket) => {
       sockets.add(socket)
       socket.on("close", () => sockets.delete(socket))
@@ -307,7 +409,8 @@ const decodeFetchedFrame = (frame: Frame): Exit.Exit<FetchResult, unknown> => {
 
 /**
  * A client of the data link at `address` (`host:port`). It connects on its first call, and again on the first call
- * after its connection closed; the connection closes with the scope.
+ * after its connection closed; the connection closes with the scope. Its options are the code's, not a user's:
+ * options that cannot work (see `decodeOptions`) are a defect.
  *
  * @since 0.1.0
  */
@@ -317,14 +420,19 @@ export const connect = (
 ): Effect.Effect<DataLinkClient, never, Scope.Scope> =>
   Effect.gen(function* () {
     const target = `data link ${address.host}:${address.port}`
-    const maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+    const { maxFrameBytes } = yield* Effect.orDie(decodeOptions(options))
     let current: Connection | undefined
     let nextId = 1
     let closed = false
     const open = (): Connection => {
       const socket = Net.connect({ host: address.host, port: address.port, noDelay: true })
       const connection: Connection = { socket, waiting: new Map() }
-      const reader = new FrameReader(maxFrameBytes)
+      // An answer over the limit to a call made here (waiting, or given up since) is passed over, failing its own
+      // call: the calls after it get theirs. Anything else over the limit is no answer: the stream is beyond repair.
+      const reader = new FrameReader(
+        maxFrameBytes,
+        (kind, id) => answerKinds.has(kind) && id !== 0 && (id < nextId || connection.waiting.has(id))
+      )
       const end = (detail: string) => {
         if (current === connection) current = undefined
         socket.destroy()
@@ -338,7 +446,14 @@ export const connect = (
         for (const frame of frames) {
           const resume = connection.waiting.get(frame.id)
           connection.waiting.delete(frame.id)
-          resume?.(frame)
+          resume?.(
+            isSkipped(frame)
+              ? new PeerUnreachable({
+                  target,
+                  detail: `the answer is not one: a frame of ${frame.skipped} bytes is over the limit of ${maxFrameBytes}`
+                })
+              : frame
+          )
         }
       })
       let error: string | undefined
@@ -396,7 +511,14 @@ export const connect = (
           Kind.Appended,
           (frame) => AppendedHeader.decode(frame.header)
         ),
-      fetch: (request) => call(Kind.Fetch, FetchHeader.encode(request), [], Kind.Fetched, decodeFetchedFrame),
+      fetch: (request) =>
+        call(
+          Kind.Fetch,
+          FetchHeader.encode({ ...request, maxAnswerBytes: maxFrameBytes }),
+          [],
+          Kind.Fetched,
+          decodeFetchedFrame
+        ),
       close
     }
   })

@@ -7,6 +7,7 @@
  */
 import { OptionSchemas } from "@strata/core"
 import { Effect, Schema } from "effect"
+import { ANSWER_RESERVE, DEFAULT_MAX_FRAME_BYTES, fetchBytesWithin } from "./internal/frames.js"
 
 const PositiveInt = OptionSchemas.PositiveInt
 const withDefault = <A extends number | boolean | string>(schema: Schema.Codec<A, A>, value: A) =>
@@ -71,6 +72,12 @@ export const ReplicationConfig = Schema.Struct({
       issues.push({
         path: ["replicaLagTimeMaxMs"],
         issue: `${c.replicaLagTimeMaxMs} must be above sessionTimeoutMs (${c.sessionTimeoutMs}): a leader would drop its followers from the ISR before a dead leader's session ends`
+      })
+    }
+    if (c.fetchMaxBytes > fetchBytesWithin(DEFAULT_MAX_FRAME_BYTES)) {
+      issues.push({
+        path: ["fetchMaxBytes"],
+        issue: `${c.fetchMaxBytes} must be at most ${fetchBytesWithin(DEFAULT_MAX_FRAME_BYTES)}: a fetch is answered in one frame of the data link, whose frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes leaves that much for its batches (${ANSWER_RESERVE} go to the answer's header)`
       })
     }
     if (c.fetchMaxWaitMs * 2 >= c.replicaLagTimeMaxMs) {

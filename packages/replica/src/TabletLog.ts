@@ -63,6 +63,14 @@ export class TabletLogError extends Data.TaggedError("TabletLogError")<{
 }
 
 /**
+ * Whether a log error is its storage failing (the store's error, or data it cannot read), not a refused request.
+ *
+ * @since 0.1.0
+ */
+export const isStorageFailure = (e: TabletLogError): boolean =>
+  e.reason._tag === "StoreFailed" || e.reason._tag === "Corrupt"
+
+/**
  * Where an append was written: `duplicate` when it was a retry of a batch already in the log (then nothing was
  * written, and the offsets are that batch's).
  *
@@ -108,8 +116,9 @@ export interface TabletLog {
   /** Appends a leader's batches as they are (a follower): the first must start at the log end. */
   readonly appendBatches: (batches: ReadonlyArray<Codec.Batch>) => Effect.Effect<void, TabletLogError>
   /**
-   * Batches from the one holding `from`, about `maxBytes` of them (at least one batch), records before `from` cut
-   * off. `from` equal to the log end reads nothing.
+   * Batches from the one holding `from`, whole batches while they fit in `maxBytes` (the first one whatever its size:
+   * a read never goes past `maxBytes` but by a first batch larger than it), records before `from` cut off. `from`
+   * equal to the log end reads nothing.
    */
   readonly read: (from: number, maxBytes: number) => Effect.Effect<ReadonlyArray<Codec.Batch>, TabletLogError>
   /** Where `epoch` ends in this log (KIP-279; `undefined` when it has no epoch at or below it). */
@@ -366,28 +375,36 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
             )
           }
           if (from === state.end) return []
+          // Whole batches while they fit in `maxBytes` (their sizes as stored), the first one whatever its size (as
+          // Kafka does): a read never goes past `maxBytes` but by a first batch larger than it.
           const out: Array<Codec.Batch> = []
           let bytes = 0
-          const take = (b: Codec.Batch, size: number) => {
+          let taken = 0
+          const fits = (size: number) => {
+            if (taken > 0 && bytes + size > maxBytes) return false
+            taken++
+            bytes += size
+            return true
+          }
+          const take = (b: Codec.Batch) => {
             const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
             const last = Math.min(b.records.length, state.end - b.baseOffset)
-            if (skip >= last) return
-            out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
-            bytes += size
+            if (skip < last) out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
           }
           const first = tail[0]
           if (first !== undefined && from >= first.batch.baseOffset) {
             for (const { batch, size } of tail) {
-              if (out.length > 0 && bytes >= maxBytes) break
-              if (batch.baseOffset + batch.records.length > from) take(batch, size)
+              if (batch.baseOffset + batch.records.length <= from) continue
+              if (!fits(size)) break
+              take(batch)
             }
             return out
           }
+          // Sized before they are decoded, each as it comes (not by the chunk the store hands them out in).
           yield* batchesFrom(from).pipe(
             Stream.mapError(storeFailed),
-            Stream.mapEffect(([k, v]) => Effect.map(decode(k, v), (b) => [b, v.length] as const)),
-            Stream.takeWhile(() => out.length === 0 || bytes < maxBytes),
-            Stream.runForEach(([b, size]) => Effect.sync(() => take(b, size)))
+            Stream.takeWhile(([, v]) => fits(v.length)),
+            Stream.runForEach(([k, v]) => Effect.map(decode(k, v), take))
           )
           return out
         })

@@ -12,14 +12,18 @@ import {
   type FetchResult,
   NotLeader,
   ReplicaError,
+  Store,
   type TabletRecord
 } from "@strata/core"
-import { Effect, Exit, Fiber, Random, Scope } from "effect"
+import { Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
 import * as DataLink from "../src/DataLink.js"
+import * as Codec from "../src/internal/batchCodec.js"
 import * as Frames from "../src/internal/frames.js"
 import { PeerUnreachable } from "../src/Peers.js"
 import * as RemotePeers from "../src/RemotePeers.js"
 import { formatAddress, ListenFailed, serveController, serveTabletServerWith } from "../src/ReplicaRpc.js"
+import { InvalidReplicaOptions } from "../src/ReplicationConfig.js"
+import * as TabletLog from "../src/TabletLog.js"
 
 const tablet = { table: "orders", bucket: 3 }
 const bytes = (s: string) => new TextEncoder().encode(s)
@@ -72,11 +76,72 @@ const raw = (port: number, data: ReadonlyArray<Uint8Array>) =>
     return Effect.sync(() => clearTimeout(timer))
   })
 
+/** A frame read whole (not one over the reader's limit, passed over). */
+const isFrame = (f: Frames.Frame | Frames.Skipped): f is Frames.Frame => !Frames.isSkipped(f)
+
 const framesOf = (received: Uint8Array) => {
   const frames = new Frames.FrameReader(1 << 20).push(received)
   if (typeof frames === "string") throw new Error(frames)
-  return frames
+  return frames.filter(isFrame)
 }
+
+/**
+ * Sends `data` on a raw connection to `port` and collects the frames that come back, until `answers` of them came or
+ * the server closed the connection.
+ */
+const exchange = (port: number, data: ReadonlyArray<Uint8Array>, answers: number) =>
+  Effect.callback<{ readonly frames: ReadonlyArray<Frames.Frame>; readonly closed: boolean }>((resume) => {
+    const socket = Net.connect({ host: "127.0.0.1", port })
+    const reader = new Frames.FrameReader(1 << 20)
+    const frames: Array<Frames.Frame> = []
+    socket.on("data", (chunk: Buffer) => {
+      const got = reader.push(chunk)
+      if (typeof got === "string") return resume(Effect.die(new Error(got)))
+      for (const f of got) if (isFrame(f)) frames.push(f)
+      if (frames.length >= answers) {
+        socket.destroy()
+        resume(Effect.succeed({ frames, closed: false }))
+      }
+    })
+    socket.on("error", () => {})
+    socket.on("close", () => resume(Effect.succeed({ frames, closed: true })))
+    for (const part of data) socket.write(part)
+    return Effect.sync(() => socket.destroy())
+  })
+
+/**
+ * A leader's fetch handler on a tablet log: what it reads from `offset`, at most the `maxBytes` it is asked (kept in
+ * `asked`, with how many batches it read).
+ */
+const fetchingFrom = (
+  log: TabletLog.TabletLog,
+  asked: Array<{ readonly maxBytes: number; readonly read: number }>
+): DataLink.DataLinkHandlers => ({
+  append: () => Effect.die("unused"),
+  fetch: (request) =>
+    Effect.gen(function* () {
+      const batches = yield* Effect.orDie(log.read(request.offset, request.maxBytes))
+      asked.push({ maxBytes: request.maxBytes, read: batches.length })
+      const end = yield* log.logEndOffset
+      return { _tag: "Batches", leaderEpoch: request.leaderEpoch, batches, highWatermark: end, logStartOffset: 0 }
+    })
+})
+
+/** A tablet log on the memory store, with `batches` appended (each one batch). */
+const logOf = (batches: ReadonlyArray<ReadonlyArray<TabletRecord>>) =>
+  Effect.gen(function* () {
+    const store = yield* (yield* Store).open({ table: "data-link", partition: 0 })
+    const log = yield* Effect.orDie(TabletLog.make(store, tablet))
+    for (const records of batches) yield* Effect.orDie(log.append(1, records))
+    return log
+  }).pipe(Effect.provide(Store.layerMemory()))
+
+const sized = (i: number, bytes: number): TabletRecord => ({
+  key: null,
+  value: new Uint8Array(bytes).fill(i % 251),
+  headers: [],
+  timestamp: 0
+})
 
 describe("DataLink", () => {
   it.effect("the frame reader cuts any chunking of a stream into the same frames", () =>
@@ -96,7 +161,7 @@ describe("DataLink", () => {
           const size = yield* Random.nextIntBetween(1, round < 10 ? 3 : 700)
           const frames = reader.push(stream.subarray(at, at + size))
           assert.isTrue(typeof frames !== "string")
-          if (typeof frames !== "string") got.push(...frames)
+          if (typeof frames !== "string") got.push(...frames.filter(isFrame))
           at += size
         }
         assert.deepStrictEqual(
@@ -107,6 +172,40 @@ describe("DataLink", () => {
       const reader = new Frames.FrameReader(100)
       const over = reader.push(Frames.head(1, 1, "{}", 200))
       assert.match(String(over), /over the limit of 100/)
+
+      // Frames over the limit that may be passed over: reported in their place, their bytes dropped, the stream
+      // still cut right after them, however it is chunked; one that may not is the end of the stream.
+      const mixed = Array.from({ length: 30 }, (_, i) => ({
+        kind: 7,
+        id: i + 1,
+        header: `{"i":${i}}`,
+        payload: bytes("q".repeat(i % 3 === 0 ? 500 + i : i))
+      }))
+      const mixedStream = Buffer.concat(
+        mixed.flatMap((f) => [Frames.head(f.kind, f.id, f.header, f.payload.length), f.payload])
+      )
+      const expected = mixed.map((f) =>
+        f.payload.length > 300
+          ? { kind: f.kind, id: f.id, skipped: Frames.PRELUDE - 4 + f.header.length + f.payload.length }
+          : { kind: f.kind, id: f.id, header: f.header, payload: [...f.payload] }
+      )
+      for (let round = 0; round < 50; round++) {
+        const skipping = new Frames.FrameReader(300, (kind, id) => kind === 7 && id > 0)
+        const got: Array<unknown> = []
+        let at = 0
+        while (at < mixedStream.length) {
+          const size = yield* Random.nextIntBetween(1, round < 10 ? 15 : 900)
+          const frames = skipping.push(mixedStream.subarray(at, at + size))
+          assert.isTrue(typeof frames !== "string", String(frames))
+          if (typeof frames !== "string") {
+            for (const f of frames) got.push(Frames.isSkipped(f) ? f : { ...f, payload: [...f.payload] })
+          }
+          at += size
+        }
+        assert.deepStrictEqual(got, expected)
+      }
+      const refusing = new Frames.FrameReader(100, (kind) => kind === 7)
+      assert.match(String(refusing.push(Frames.head(1, 1, "{}", 200))), /over the limit of 100/)
     }).pipe(Random.withSeed(20))
   )
 
@@ -188,13 +287,183 @@ describe("DataLink", () => {
       assert.match(answers[2]!.header, /fetch/)
       assert.match(answers[3]!.header, /no request of kind 9/)
 
-      // A frame over the limit: the server says why and closes that connection.
-      const over = framesOf(yield* raw(address.port, [Frames.head(1, 9, header, 1 << 20)]))
-      assert.strictEqual(over.length, 1)
-      assert.match(over[0]!.header, /over the limit/)
+      // A request over the limit: refused by name, its bytes passed over, and the connection serves the next one.
+      const over = yield* exchange(
+        address.port,
+        [
+          Frames.head(1, 9, header, 1 << 20),
+          new Uint8Array(1 << 20),
+          Frames.head(2, 10, JSON.stringify(fetchRequest), 0)
+        ],
+        2
+      )
+      assert.deepStrictEqual(
+        over.frames.map((f) => [f.id, f.kind]),
+        [
+          [9, 126],
+          [10, 66]
+        ]
+      )
+      assert.match(
+        over.frames[0]!.header,
+        /a request of 1048\d+ bytes is over the data link.s frame limit of 65536 bytes/
+      )
       assert.strictEqual(appends.length, 0)
+      // Bytes that are no frames at all: the server says why and closes that connection.
+      const garbage = framesOf(yield* raw(address.port, [Uint8Array.of(0, 0, 0, 2, 0, 0)]))
+      assert.strictEqual(garbage.length, 1)
+      assert.match(garbage[0]!.header, /not a data link frame/)
 
       // The server still serves.
+      const client = yield* DataLink.connect(address)
+      assert.strictEqual((yield* client.fetch(fetchRequest))._tag, "OutOfRange")
+    })
+  )
+
+  it.live("a fetch's answer fits the frame limit: the leader reads no more than fits, the follower pages on", () =>
+    Effect.gen(function* () {
+      // 3000 batches of one byte each (their answer's header weighs more than they do), then 100 of 1 000 bytes:
+      // together far above the 64 KiB frames, and asked for with a 1 MiB fetch.
+      const log = yield* logOf([
+        ...Array.from({ length: 3000 }, (_, i) => [sized(i, 1)]),
+        ...Array.from({ length: 100 }, (_, i) => [sized(i, 1000)])
+      ])
+      const asked: Array<{ readonly maxBytes: number; readonly read: number }> = []
+      const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, fetchingFrom(log, asked), {
+        maxFrameBytes: 1 << 16
+      })
+      const client = yield* DataLink.connect(address, { maxFrameBytes: 1 << 16 })
+      let offset = 0
+      const answers: Array<number> = []
+      while (offset < 3100) {
+        const got = yield* client.fetch({ ...fetchRequest, offset, maxBytes: 1 << 20 })
+        assert.strictEqual(got._tag, "Batches")
+        if (got._tag !== "Batches") break
+        assert.isAbove(got.batches.length, 0)
+        for (const b of got.batches) {
+          assert.strictEqual(b.baseOffset, offset)
+          assert.strictEqual(b.records[0]!.value.length, offset < 3000 ? 1 : 1000)
+          offset += b.records.length
+        }
+        answers.push(got.batches.length)
+      }
+      assert.strictEqual(offset, 3100)
+      // As many batches as fit each time: a handful of answers, not one per batch.
+      assert.isBelow(answers.length, 10)
+      for (const { maxBytes } of asked) assert.isAtMost(maxBytes, 1 << 16, "the leader's read is bounded by the frame")
+      // The first answers' headers alone would have been over the frame: they carried fewer batches than were read.
+      assert.isBelow(answers[0]!, asked[0]!.read)
+    })
+  )
+
+  it.live("a batch over the frame limit is refused by name; other tablets' calls on the connection go on", () =>
+    Effect.gen(function* () {
+      const big = { baseOffset: 0, epoch: 1, records: [sized(0, 100_000)] }
+      const bigBytes = Codec.encodeBatch(1, big.records).length
+      const arrived = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const handlers: DataLink.DataLinkHandlers = {
+        append: () => Effect.die("unused"),
+        fetch: (request) =>
+          request.tablet.bucket === 1
+            ? Effect.succeed({
+                _tag: "Batches",
+                leaderEpoch: 1,
+                batches: [big],
+                highWatermark: 1,
+                logStartOffset: 0
+              })
+            : Effect.as(Effect.andThen(Deferred.succeed(arrived, undefined), Deferred.await(release)), {
+                _tag: "OutOfRange",
+                leaderEpoch: 1,
+                logStartOffset: 0
+              } as const)
+      }
+      // The server's frames are as small as the client's (64 KiB), then larger (1 MiB): the client's limit counts.
+      for (const serverMax of [1 << 16, 1 << 20]) {
+        const scope = yield* Scope.make()
+        const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers, {
+          maxFrameBytes: serverMax
+        }).pipe(Scope.provide(scope))
+        const client = yield* DataLink.connect(address, { maxFrameBytes: 1 << 16 }).pipe(Scope.provide(scope))
+        // Another tablet's fetch is under way on the same connection.
+        const other = yield* Effect.forkChild(client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 2 } }))
+        yield* Deferred.await(arrived)
+        const refused = yield* Effect.flip(client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 1 } }))
+        assert.instanceOf(refused, ReplicaError, `server frames of ${serverMax}: ${refused.message}`)
+        assert.include(refused.message, `the batch at offset 0 is ${bigBytes} bytes`)
+        assert.include(refused.message, "frame limit of 65536 bytes")
+        yield* Deferred.succeed(release, undefined)
+        assert.strictEqual((yield* Fiber.join(other))._tag, "OutOfRange")
+        // And the connection serves the next call.
+        assert.strictEqual(
+          (yield* client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 2 } }))._tag,
+          "OutOfRange"
+        )
+        yield* Scope.close(scope, Exit.void)
+      }
+    })
+  )
+
+  it.live("an answer over the client's limit (a server of before) fails its call alone, not the connection", () =>
+    Effect.gen(function* () {
+      // A server that answers bucket 1 with 200 000 bytes, then bucket 2 as it should, once both were asked.
+      const server = Net.createServer((socket) => {
+        const reader = new Frames.FrameReader(1 << 20)
+        const asked = new Map<number, number>()
+        socket.on("error", () => {})
+        socket.on("data", (chunk: Buffer) => {
+          const frames = reader.push(chunk)
+          if (typeof frames === "string") return socket.destroy()
+          for (const f of frames) {
+            if (isFrame(f)) asked.set(JSON.parse(f.header).tablet.bucket, f.id)
+          }
+          if (asked.size < 2) return
+          socket.write(Frames.head(66, asked.get(1)!, "{}", 200_000))
+          socket.write(new Uint8Array(200_000))
+          const answer = JSON.stringify({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
+          socket.write(Frames.head(66, asked.get(2)!, answer, 0))
+        })
+      })
+      yield* Effect.acquireRelease(
+        Effect.callback<void>((resume) => {
+          server.listen(0, "127.0.0.1", () => resume(Effect.void))
+        }),
+        () => Effect.sync(() => server.close())
+      )
+      const port = (server.address() as Net.AddressInfo).port
+      const client = yield* DataLink.connect({ host: "127.0.0.1", port }, { maxFrameBytes: 1 << 16 })
+      const [over, other] = yield* Effect.all(
+        [
+          Effect.flip(client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 1 } })),
+          client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 2 } })
+        ],
+        { concurrency: "unbounded" }
+      )
+      assert.instanceOf(over, PeerUnreachable)
+      assert.match(over.message, /a frame of 200\d+ bytes is over the limit of 65536/)
+      assert.strictEqual(other._tag, "OutOfRange")
+    })
+  )
+
+  it.live("link options are checked: a fetchMaxBytes over what a frame carries is refused, naming both", () =>
+    Effect.gen(function* () {
+      const { handlers } = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
+      const refused = yield* Effect.flip(
+        DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers, { maxFrameBytes: 1 << 16, fetchMaxBytes: 1 << 20 })
+      )
+      assert.instanceOf(refused, InvalidReplicaOptions)
+      assert.strictEqual(refused.option, "fetchMaxBytes")
+      assert.strictEqual(refused.value, "1048576")
+      assert.include(refused.message, "maxFrameBytes (65536)")
+      const tiny = yield* Effect.flip(DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers, { maxFrameBytes: 100 }))
+      assert.instanceOf(tiny, InvalidReplicaOptions)
+      assert.strictEqual(tiny.option, "maxFrameBytes")
+      // At the bound, it serves.
+      const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers, {
+        maxFrameBytes: 1 << 16,
+        fetchMaxBytes: (1 << 16) - 1024
+      })
       const client = yield* DataLink.connect(address)
       assert.strictEqual((yield* client.fetch(fetchRequest))._tag, "OutOfRange")
     })

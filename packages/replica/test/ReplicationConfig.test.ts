@@ -43,4 +43,17 @@ describe("ReplicationConfig", () => {
       assert.strictEqual(election.value, '"longest"')
     })
   )
+
+  it.effect("a fetchMaxBytes no data link frame can carry is refused, naming both values", () =>
+    Effect.gen(function* () {
+      // The data link's frames are at most 64 MiB (67 108 864 bytes); an answer needs 1 024 of them for its header.
+      const over = yield* refused({ fetchMaxBytes: 64 * 1024 * 1024 })
+      assert.strictEqual(over.option, "fetchMaxBytes")
+      assert.strictEqual(over.value, "67108864")
+      assert.include(over.message, "must be at most 67107840")
+      assert.include(over.message, "frame limit of 67108864 bytes")
+      const most = yield* ReplicationConfig.decode({ fetchMaxBytes: 67_107_840 })
+      assert.strictEqual(most.fetchMaxBytes, 67_107_840)
+    })
+  )
 })

@@ -8,6 +8,7 @@ import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Exit, type Layer, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
+import * as Codec from "../src/internal/batchCodec.js"
 import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
 import * as TabletLog from "../src/TabletLog.js"
 
@@ -333,6 +334,43 @@ for (const [backend, layer] of stores) {
           yield* a.close
           const b = yield* open(id)
           yield* check(b.log, "reopened")
+          yield* b.close
+        })
+      )
+    )
+
+    it.effect("a read goes past maxBytes only by a first batch larger than it, from memory and from the store", () =>
+      onStore(
+        Effect.gen(function* () {
+          const id = { table: "tablet-bounded", partition: 0 }
+          const a = yield* open(id)
+          // 40 batches of one record each, every one `size` bytes as stored.
+          const batch = (i: number) => [{ ...record(String(i).padStart(2, "0")), value: new Uint8Array(200).fill(i) }]
+          for (let i = 0; i < 40; i++) yield* a.log.append(1, batch(i))
+          const size = Codec.encodeBatch(1, batch(0)).length
+          const bounded = (log: TabletLog.TabletLog, where: string) =>
+            Effect.gen(function* () {
+              for (const [from, maxBytes, count] of [
+                [0, 1, 1],
+                [0, size, 1],
+                [0, size + 1, 1],
+                [0, Math.floor(3.5 * size), 3],
+                [10, 10 * size, 10],
+                [35, 100 * size, 5]
+              ] as const) {
+                const got = yield* log.read(from, maxBytes)
+                assert.strictEqual(got.length, count, `${where}: read(${from}, ${maxBytes}) of ${size}-byte batches`)
+                assert.strictEqual(got[0]!.baseOffset, from)
+              }
+            })
+          // The open log reads its recent batches from memory (nothing is below the high watermark yet).
+          yield* bounded(a.log, "from memory")
+          // Past the high watermark they are read from the store.
+          yield* a.log.checkpointHighWatermark(40)
+          yield* bounded(a.log, "from the store")
+          yield* a.close
+          const b = yield* open(id)
+          yield* bounded(b.log, "reopened")
           yield* b.close
         })
       )

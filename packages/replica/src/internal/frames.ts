@@ -7,6 +7,18 @@
 /** Bytes before a frame's header: length, kind, id, header length. */
 export const PRELUDE = 13
 
+/** The largest frame either side of a data link accepts by default: 64 MiB. */
+export const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+/**
+ * What a fetch's answer frame holds besides its batches, at the least: its prelude and the header naming a few
+ * batches. An answer of more batches has a larger header: the leader then leaves the last ones for the next fetch.
+ */
+export const ANSWER_RESERVE = 1024
+
+/** The most bytes of batches a fetch may ask for when its answer must fit in a frame of `maxFrameBytes`. */
+export const fetchBytesWithin = (maxFrameBytes: number): number => maxFrameBytes - ANSWER_RESERVE
+
 /** A frame taken off the wire: its kind, request id, header text and payload (a view of the bytes read). */
 export interface Frame {
   readonly kind: number
@@ -34,47 +46,96 @@ export const head = (kind: number, id: number, header: string, payloadBytes: num
 }
 
 /**
+ * A frame over the reader's limit that it passed over: its kind, request id and length (of what follows the length
+ * field). Its bytes were dropped as they arrived, never held.
+ */
+export interface Skipped {
+  readonly kind: number
+  readonly id: number
+  readonly skipped: number
+}
+
+/** Whether the reader passed over `frame`. */
+export const isSkipped = (frame: Frame | Skipped): frame is Skipped => "skipped" in frame
+
+/**
  * Cuts a stream of chunks into frames of at most `maxFrameBytes` bytes each. `push` returns the frames a chunk
- * completed, or a string saying why the stream is not frames (the connection is then beyond repair).
+ * completed, or a string saying why the stream is not frames (the connection is then beyond repair). A larger frame
+ * is beyond repair too, unless `skippable` says its kind and id are those of a frame that may be passed over: then
+ * its bytes are dropped as they come, and `push` returns it as `Skipped` (so that the stream, still in step, goes on
+ * for the frames after it).
  */
 export class FrameReader {
   private chunks: Array<Uint8Array> = []
   private buffered = 0
+  /** Bytes of a skipped frame still to come, to drop. */
+  private skipping = 0
 
-  constructor(private readonly maxFrameBytes: number) {}
+  constructor(
+    private readonly maxFrameBytes: number,
+    private readonly skippable?: (kind: number, id: number) => boolean
+  ) {}
 
-  push(chunk: Uint8Array): Array<Frame> | string {
+  push(chunk: Uint8Array): Array<Frame | Skipped> | string {
+    if (this.skipping > 0) {
+      const drop = Math.min(this.skipping, chunk.length)
+      this.skipping -= drop
+      if (drop === chunk.length) return []
+      chunk = chunk.subarray(drop)
+    }
     this.chunks.push(chunk)
     this.buffered += chunk.length
-    const frames: Array<Frame> = []
+    const frames: Array<Frame | Skipped> = []
     for (;;) {
       if (this.buffered < 4) return frames
-      const length = this.peekLength()
+      const length = this.peekUint32(0)
       if (length < PRELUDE - 4) return `a frame of ${length} bytes is shorter than its prelude`
-      if (length > this.maxFrameBytes) return `a frame of ${length} bytes is over the limit of ${this.maxFrameBytes}`
+      if (length > this.maxFrameBytes) {
+        const over = `a frame of ${length} bytes is over the limit of ${this.maxFrameBytes}`
+        if (this.skippable === undefined) return over
+        if (this.buffered < PRELUDE) return frames
+        const kind = this.peek(4, 1)[0]!
+        const id = this.peekUint32(5)
+        if (!this.skippable(kind, id)) return over
+        const here = Math.min(this.buffered, 4 + length)
+        this.take(here, false)
+        this.skipping = 4 + length - here
+        frames.push({ kind, id, skipped: length })
+        continue
+      }
       if (this.buffered < 4 + length) return frames
-      const bytes = this.take(4 + length)
+      const bytes = this.take(4 + length, true)
       const frame = parse(bytes)
       if (typeof frame === "string") return frame
       frames.push(frame)
     }
   }
 
-  /** The u32 at the front of the buffered bytes. */
-  private peekLength(): number {
-    const first = this.chunks[0]!
-    if (first.length >= 4) return new DataView(first.buffer, first.byteOffset, 4).getUint32(0)
-    let n = 0
-    let i = 0
-    for (const chunk of this.chunks) {
-      for (let j = 0; j < chunk.length && i < 4; j++, i++) n = n * 256 + chunk[j]!
-      if (i === 4) break
-    }
-    return n
+  /** The u32 at `at` in the buffered bytes (at least `at + 4` of them). */
+  private peekUint32(at: number): number {
+    const bytes = this.peek(at, 4)
+    return new DataView(bytes.buffer, bytes.byteOffset, 4).getUint32(0)
   }
 
-  /** The next `n` buffered bytes: a view when one chunk holds them, else one copy. */
-  private take(n: number): Uint8Array {
+  /** Buffered bytes `at`..`at + n` (there are that many): a view when one chunk holds them, else a copy. */
+  private peek(at: number, n: number): Uint8Array {
+    const first = this.chunks[0]!
+    if (first.length >= at + n) return first.subarray(at, at + n)
+    const out = new Uint8Array(n)
+    let skip = at
+    let i = 0
+    for (const chunk of this.chunks) {
+      for (let j = 0; j < chunk.length && i < n; j++) {
+        if (skip > 0) skip--
+        else out[i++] = chunk[j]!
+      }
+      if (i === n) break
+    }
+    return out
+  }
+
+  /** Takes the next `n` buffered bytes: a view when one chunk holds them, else one copy (none when not `keep`). */
+  private take(n: number, keep: boolean): Uint8Array {
     this.buffered -= n
     const first = this.chunks[0]!
     if (first.length >= n) {
@@ -82,17 +143,17 @@ export class FrameReader {
       else this.chunks[0] = first.subarray(n)
       return first.subarray(0, n)
     }
-    const out = new Uint8Array(n)
+    const out = keep ? new Uint8Array(n) : undefined
     let at = 0
     while (at < n) {
       const chunk = this.chunks[0]!
       const part = Math.min(chunk.length, n - at)
-      out.set(part === chunk.length ? chunk : chunk.subarray(0, part), at)
+      out?.set(part === chunk.length ? chunk : chunk.subarray(0, part), at)
       at += part
       if (part === chunk.length) this.chunks.shift()
       else this.chunks[0] = chunk.subarray(part)
     }
-    return out
+    return out ?? first.subarray(0, 0)
   }
 }
 
