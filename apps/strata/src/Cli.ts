@@ -58,10 +58,24 @@ export class Reported extends Data.TaggedError("Reported")<{ readonly line: stri
   }
 }
 
-/** What to do about a failure, when the CLI knows. */
-const hintOf = (error: unknown): string | undefined => {
-  if (typeof error !== "object" || error === null || !("_tag" in error) || !("reason" in error)) return undefined
+/** Failures whose message is all there is to say: reported without pointing at `--verbose`. */
+const complete = new Set(["InvalidTableName", "NoSuchTable", "DuplicateServerId"])
+
+/** What to do about a failure of `command`, when the CLI knows. */
+const hintOf = (command: string, error: unknown): string | undefined => {
+  if (typeof error !== "object" || error === null || !("_tag" in error)) return undefined
+  switch (error._tag) {
+    case "DuplicateServerId":
+      return "another tablet server runs with that id: stop it, or give this one another --id"
+    case "NoSuchTable":
+      return "strata tablets describe lists every table"
+    case "InvalidTableName":
+      return "pick another name"
+  }
+  if (!("reason" in error)) return undefined
   const reason = (error as { readonly reason: { readonly _tag?: unknown } }).reason._tag
+  // The demo names its store's directory --data-dir, a tablet server --data.
+  const dataFlag = command === "strata demo" ? "--data-dir" : "--data"
   switch (error._tag) {
     case "LogError":
       return reason === "BrokerUnreachable"
@@ -71,8 +85,8 @@ const hintOf = (error: unknown): string | undefined => {
           : undefined
     case "StoreError":
       return reason === "StoreLocked"
-        ? "another process holds that directory: stop it or pick another --data-dir"
-        : "check --data-dir (a directory this process can create and write, used by one process at a time)"
+        ? `another process holds that directory: stop it or pick another ${dataFlag}`
+        : `check ${dataFlag} (a directory this process can create and write, used by one process at a time)`
     case "InvalidConfig":
       return "fix that setting (in --config's file, the STRATA_ environment, or the flags)"
     case "CoordinationError":
@@ -94,7 +108,11 @@ const reportLine = (command: string, cause: Cause.Cause<unknown>): string => {
     const message = (error instanceof Error ? error.message : String(error)).replace(/\.\s*$/, "")
     // A usage error is all there is to say; any other failure has a cause worth --verbose.
     if (error instanceof UsageError) return oneLine(`${command}: ${message}; ${error.hint}`)
-    const hint = hintOf(error)
+    const hint = hintOf(command, error)
+    const tag = typeof error === "object" && error !== null && "_tag" in error ? error._tag : undefined
+    if (typeof tag === "string" && complete.has(tag)) {
+      return oneLine(hint === undefined ? `${command}: ${message}` : `${command}: ${message}; ${hint}`)
+    }
     return oneLine(
       hint === undefined
         ? `${command}: ${message} (--verbose shows the full cause)`

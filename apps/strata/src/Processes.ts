@@ -3,14 +3,15 @@
  * coordination backend and store that the configuration names (`ServerConfig`):
  *
  * - `tabletServer`: a `TabletServerNode` on a LevelDB or RocksDB data directory, until interrupted (SIGINT or
- *   SIGTERM: a controlled shutdown first);
+ *   SIGTERM: a controlled shutdown first), or until its id turns out to be another running server's
+ *   (`DuplicateServerId`: it never acted for that id);
  * - `coordinator`: a `CoordinatorNode`, until interrupted;
  * - `createTable` / `describe`: a `TabletClient`'s calls to the controller.
  *
  * @since 0.1.0
  */
-import { CoordinatorNode, type ReplicaRpc, TabletClient, TabletServerNode } from "@strata/replica"
-import { Console, Effect, Layer, type Scope } from "effect"
+import { ClusterPaths, CoordinatorNode, type ReplicaRpc, TabletClient, TabletServerNode } from "@strata/replica"
+import { Console, Data, Effect, Layer, type Scope } from "effect"
 import * as ServerConfig from "./ServerConfig.js"
 
 /**
@@ -48,6 +49,8 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
         yield* Effect.logInfo(
           `tablet server ${settings.id} ready at ${node.address} (${settings.store} store in ${settings.data}, registration epoch ${node.registrationEpoch})`
         )
+        // Until interrupted, or until another server holds the id when this one registers again.
+        return yield* node.held
       }),
       layers
     )
@@ -81,6 +84,18 @@ export const coordinator = (sources: ServerConfig.Sources) =>
 const optional = <K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } =>
   (value === undefined ? {} : { [key]: value }) as { [P in K]?: V }
 
+/**
+ * `strata tablets describe TABLE` of a table the cluster does not have.
+ *
+ * @since 0.1.0
+ */
+export class NoSuchTable extends Data.TaggedError("NoSuchTable")<{ readonly table: string }> {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `no table ${this.table} in the cluster`
+  }
+}
+
 /** A client of the cluster the settings name, for one command. */
 const withClient = <A, E>(
   sources: ServerConfig.Sources,
@@ -110,6 +125,18 @@ const describeTablet = (t: typeof ReplicaRpc.TabletMetadata.Type): string =>
  * @since 0.1.0
  */
 export const createTable = (
+  sources: ServerConfig.Sources,
+  table: string,
+  options: { readonly buckets: number; readonly replicationFactor?: number }
+) =>
+  Effect.gen(function* () {
+    // Refused before anything is read or sent (the controller refuses it too).
+    const invalid = ClusterPaths.invalidTableName(table)
+    if (invalid !== undefined) return yield* invalid
+    return yield* createTableOf(sources, table, options)
+  })
+
+const createTableOf = (
   sources: ServerConfig.Sources,
   table: string,
   options: { readonly buckets: number; readonly replicationFactor?: number }
@@ -152,7 +179,8 @@ export const balanceLeaders = (sources: ServerConfig.Sources) =>
   )
 
 /**
- * `strata tablets describe`: every tablet (or one table's) and the live servers, as the controller holds them.
+ * `strata tablets describe`: every tablet (or one table's) and the live servers, as the controller holds them; a
+ * table the cluster does not have fails with `NoSuchTable`, printing nothing.
  *
  * @since 0.1.0
  */
@@ -160,6 +188,7 @@ export const describe = (sources: ServerConfig.Sources, table: string | undefine
   withClient(sources, (client) =>
     Effect.gen(function* () {
       const metadata = yield* client.metadata(table)
+      if (table !== undefined && metadata.tablets.length === 0) return yield* new NoSuchTable({ table })
       yield* Console.log(`coordinator epoch ${metadata.coordinatorEpoch}`)
       for (const s of metadata.servers) {
         const data = s.dataAddress === undefined ? "" : `\tdata link ${s.dataAddress}`

@@ -11,13 +11,21 @@
  * @since 0.1.0
  */
 import { readFileSync } from "node:fs"
-import { type Coordination, type CoordinationError, OptionSchemas, type Store, type StoreError } from "@strata/core"
+import {
+  Coordination,
+  CoordinationError,
+  CoordinationUnreachable,
+  OptionSchemas,
+  type Store,
+  type StoreError
+} from "@strata/core"
 import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { ReplicaRpc, ReplicationConfig } from "@strata/replica"
-import { Data, Effect, type Layer, Schema } from "effect"
+import { Data, Effect, Layer, Schema } from "effect"
+import * as ZooKeeperProbe from "./ZooKeeperProbe.js"
 
 /**
  * A configuration that cannot be used: `key` names the setting, `source` where its value came from.
@@ -88,17 +96,73 @@ const parseCoordination = (url: string): CoordinationTarget | undefined => {
   return { _tag: "etcd", endpoints: servers.map((hp) => `${scheme}://${hp}`) }
 }
 
+/**
+ * No ZooKeeper session could be opened where something answered, and what answered is not ZooKeeper (a Kafka
+ * broker's port, say): the message says so instead of "cannot reach".
+ *
+ * @since 0.1.0
+ */
+export class NotZooKeeper extends CoordinationUnreachable {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.detail
+  }
+}
+
+/**
+ * `error` again, or, when it is an unreachable ZooKeeper and what answers at its addresses is not ZooKeeper, the
+ * error saying so (each address asked once with ZooKeeper's handshake).
+ */
+const explainUnreachable = (
+  connectString: string,
+  error: CoordinationError
+): Effect.Effect<never, CoordinationError> =>
+  error.reason._tag !== "CoordinationUnreachable" || error.reason instanceof NotZooKeeper
+    ? Effect.fail(error)
+    : Effect.flatMap(
+        Effect.forEach(
+          connectString.split(","),
+          (hp) => Effect.map(ZooKeeperProbe.probe(hp), (a) => [hp, a] as const),
+          {
+            concurrency: "unbounded"
+          }
+        ),
+        (answers) => {
+          const others = answers.filter(([, a]) => a._tag === "NotZooKeeper")
+          if (others.length === 0 || answers.some(([, a]) => a._tag === "ZooKeeper")) return Effect.fail(error)
+          const what = others
+            .map(([hp, a]) => `${hp}${others.length > 1 ? ` (${a._tag === "NotZooKeeper" ? a.detail : ""})` : ""}`)
+            .join(", ")
+          const how = others.length === 1 && others[0]![1]._tag === "NotZooKeeper" ? `: ${others[0]![1].detail}` : ""
+          const silent = answers.filter(([, a]) => a._tag === "NoConnection").map(([hp]) => hp)
+          return Effect.fail(
+            new CoordinationError({
+              reason: new NotZooKeeper({
+                address: connectString,
+                detail: `something answered at ${what}, but it is not ZooKeeper${how}; no ZooKeeper session was established${silent.length === 0 ? "" : ` (nothing answered at ${silent.join(", ")})`}`
+              })
+            })
+          )
+        }
+      )
+
 /** The coordination layer a URL names (a URL the config's schema let through). */
 export const coordinationLayer = (url: string): Layer.Layer<Coordination, CoordinationError> => {
   const target = parseCoordination(url)
   if (target === undefined) throw new Error(`not a coordination URL: ${url}`)
-  return target._tag === "zookeeper"
-    ? ZooKeeperCoordination.layer(
-        target.root === undefined
-          ? { connectString: target.connectString }
-          : { connectString: target.connectString, root: target.root }
-      )
-    : EtcdCoordination.layer({ endpoints: target.endpoints })
+  if (target._tag === "etcd") return EtcdCoordination.layer({ endpoints: target.endpoints })
+  const { connectString } = target
+  return Layer.effect(Coordination)(
+    Effect.map(
+      ZooKeeperCoordination.make(
+        target.root === undefined ? { connectString } : { connectString, root: target.root }
+      ).pipe(Effect.catch((e) => explainUnreachable(connectString, e))),
+      (zk) => ({
+        backend: zk.backend,
+        session: (options) => Effect.catch(zk.session(options), (e) => explainUnreachable(connectString, e))
+      })
+    )
+  )
 }
 
 /** The store layer of a server's data directory. */

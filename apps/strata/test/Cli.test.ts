@@ -3,6 +3,8 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
+import * as RocksDbStore from "@strata/store-adapters/rocksdb"
+import { Effect, Layer } from "effect"
 import { describe, expect, it } from "vitest"
 
 const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
@@ -203,6 +205,40 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
       expect(readdirSync(data).sort()).toEqual(["server.json"])
     } finally {
       rmSync(data, { recursive: true, force: true })
+    }
+  })
+
+  it("a tablet server on a data directory another process holds says to pick another --data (its flag)", async () => {
+    const data = mkdtempSync(join(tmpdir(), "strata-cli-"))
+    try {
+      // This process holds the directory's store while the server starts on it.
+      const r = await Effect.runPromise(
+        Effect.scoped(
+          Effect.andThen(
+            Layer.build(RocksDbStore.layer({ directory: data })),
+            Effect.promise(() =>
+              strata(["tablet-server", "--id", "1", "--coordination", "zookeeper://127.0.0.1:1", "--data", data])
+            )
+          )
+        )
+      )
+      const line = expectOneLineFailure(r)
+      expect(line).toContain("is locked")
+      expect(line).toContain("pick another --data ")
+      expect(line).not.toContain("--data-dir")
+    } finally {
+      rmSync(data, { recursive: true, force: true })
+    }
+  })
+
+  it("tablets create refuses a table name that is not [A-Za-z0-9._-]+, naming it and the rule, before it connects", async () => {
+    for (const name of ["..", "a/b"]) {
+      const r = await strata(["tablets", "create", name, "--tablets", "1", "--coordination", "zookeeper://127.0.0.1:1"])
+      const line = expectOneLineFailure(r)
+      expect(line).toContain(`invalid table name ${JSON.stringify(name)}`)
+      expect(line).toContain("[A-Za-z0-9._-]")
+      expect(line).not.toContain("cannot reach")
+      expect(r.stdout).toBe("")
     }
   })
 })

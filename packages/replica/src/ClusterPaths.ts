@@ -18,7 +18,7 @@ import {
   type Session,
   TabletId
 } from "@strata/core"
-import { Duration, Effect, Schedule, Schema, Stream } from "effect"
+import { Clock, Duration, Effect, Schema, Stream } from "effect"
 import type * as ControllerState from "./ControllerState.js"
 
 const encoder = new TextEncoder()
@@ -208,6 +208,44 @@ export class CorruptClusterData extends Schema.TaggedError<CorruptClusterData>()
 }
 
 /**
+ * The longest table name (Kafka's topic names have the same bound).
+ *
+ * @since 0.1.0
+ */
+export const maxTableNameLength = 249
+
+/**
+ * What a table name must be.
+ *
+ * @since 0.1.0
+ */
+export const tableNameRule = `1 to ${maxTableNameLength} of [A-Za-z0-9._-], and not "." or ".."`
+
+/**
+ * A table name that is not `[A-Za-z0-9._-]+` (1 to `maxTableNameLength` of them), or is `.` or `..`.
+ *
+ * @since 0.1.0
+ */
+export class InvalidTableName extends Schema.TaggedError<InvalidTableName>()("InvalidTableName", {
+  table: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `invalid table name ${JSON.stringify(this.table)}: a table name is ${tableNameRule}`
+  }
+}
+
+/**
+ * Why `table` cannot name a table, if it cannot.
+ *
+ * @since 0.1.0
+ */
+export const invalidTableName = (table: string): InvalidTableName | undefined =>
+  /^[A-Za-z0-9._-]+$/.test(table) && table.length <= maxTableNameLength && table !== "." && table !== ".."
+    ? undefined
+    : new InvalidTableName({ table })
+
+/**
  * What a tablet server announces in its registration.
  *
  * @since 0.1.0
@@ -253,9 +291,39 @@ export const register = (
 }
 
 /**
+ * Another registration of server `id` outlived the wait: another live server runs with the same id (`holder`: the
+ * address in its registration, when it could be read).
+ *
+ * @since 0.1.0
+ */
+export class DuplicateServerId extends Schema.TaggedError<DuplicateServerId>()("DuplicateServerId", {
+  serverId: ServerId,
+  holder: Schema.optional(Schema.String),
+  waitedMs: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `server id ${this.serverId} is registered by another server${this.holder === undefined ? "" : ` at ${this.holder}`}: its registration did not end within ${this.waitedMs} ms`
+  }
+}
+
+/** The address in server `id`'s registration, if it can be read. */
+const holderOf = (session: Session, paths: ClusterPaths, id: ServerId): Effect.Effect<string | undefined> =>
+  session.get(paths.server(id)).pipe(
+    Effect.flatMap((node) =>
+      Schema.decodeUnknownEffect(Schema.fromJsonString(Registration))(decoder.decode(node.data))
+    ),
+    Effect.map((r): string | undefined => r.address),
+    Effect.orElseSucceed(() => undefined)
+  )
+
+/**
  * Keeps tablet server `id` registered for as long as it runs: a session, the registration, and when the session
  * ends (it expired: the server was paused or cut off past its timeout), a new session and a new registration with a
- * higher registration epoch. A registration still held by the server's previous, dying session is waited out.
+ * higher registration epoch. A registration still held by another session (the server's previous, dying life) is
+ * waited out: for ever, or with `holderWaitTimeouts` for that many of the session's (negotiated) timeouts, after
+ * which it is another live server with the same id and this fails with `DuplicateServerId`, having told no
+ * registration for that session.
  *
  * @since 0.1.0
  */
@@ -271,14 +339,19 @@ export const keepRegistered = (
     /** The first registration's epoch; each later one adds one. */
     readonly firstEpoch: number
     readonly retryBackoffMs: number
+    /**
+     * How long another session's registration of `id` is waited out, in the session's timeouts (a previous life's
+     * ends within about one); unset, for as long as it takes.
+     */
+    readonly holderWaitTimeouts?: number
     /** Told each registration as it is made (its creation order), and `undefined` when its session ends. */
     readonly onRegistered?: (registration: number | undefined) => Effect.Effect<void>
   }
-): Effect.Effect<never> =>
+): Effect.Effect<never, DuplicateServerId> =>
   Effect.gen(function* () {
     let epoch = options.firstEpoch
     const told = (registration: number | undefined) => options.onRegistered?.(registration) ?? Effect.void
-    const backoff = Schedule.spaced(Duration.millis(options.retryBackoffMs))
+    const backoff = Duration.millis(options.retryBackoffMs)
     while (true) {
       const registration = {
         address: options.address,
@@ -289,22 +362,42 @@ export const keepRegistered = (
       yield* Effect.scoped(
         Effect.gen(function* () {
           const session = yield* coordination.session({ timeout: options.sessionTimeout })
+          const limitMs =
+            options.holderWaitTimeouts === undefined
+              ? undefined
+              : Math.ceil(options.holderWaitTimeouts * Duration.toMillis(session.timeout))
           // Another session's registration (this server's previous life) goes when that session expires; a lost
           // connection may come back. Anything else ends this session's attempt.
-          let warned = false
-          const order = yield* register(session, paths, id, registration).pipe(
-            Effect.tapError((e) => {
-              if (e.reason._tag !== "NodeExists" || warned) return Effect.void
-              warned = true
-              return Effect.logWarning(
-                `server id ${id} is registered by another session: waiting for it to end (this server's previous life, or another server started with id ${id})`
-              )
-            }),
-            Effect.retry({
-              schedule: backoff,
-              while: (e) => e.reason._tag === "NodeExists" || e.reason._tag === "ConnectionLoss"
-            })
-          )
+          let heldSince: number | undefined
+          let order: number | undefined
+          while (order === undefined) {
+            const attempt = yield* Effect.result(register(session, paths, id, registration))
+            if (attempt._tag === "Success") {
+              order = attempt.success
+              break
+            }
+            const e = attempt.failure
+            if (e.reason._tag === "NodeExists") {
+              const now = yield* Clock.currentTimeMillis
+              if (heldSince === undefined) {
+                heldSince = now
+                const holder = yield* holderOf(session, paths, id)
+                yield* Effect.logWarning(
+                  `server id ${id} is registered by another session${holder === undefined ? "" : ` (at ${holder})`}: waiting ${limitMs === undefined ? "" : `up to ${limitMs} ms `}for it to end (this server's previous life, or another server started with id ${id})`
+                )
+              } else if (limitMs !== undefined && now - heldSince >= limitMs) {
+                const holder = yield* holderOf(session, paths, id)
+                return yield* new DuplicateServerId({
+                  serverId: id,
+                  waitedMs: now - heldSince,
+                  ...(holder === undefined ? {} : { holder })
+                })
+              }
+            } else if (e.reason._tag !== "ConnectionLoss") {
+              return yield* e
+            }
+            yield* Effect.sleep(backoff)
+          }
           yield* told(order)
           yield* session.changes.pipe(
             Stream.filter((state) => state === "expired" || state === "closed"),
@@ -312,7 +405,7 @@ export const keepRegistered = (
           )
         })
       ).pipe(
-        Effect.catch(() => Effect.sleep(Duration.millis(options.retryBackoffMs))),
+        Effect.catchTag("CoordinationError", () => Effect.sleep(backoff)),
         Effect.ensuring(told(undefined))
       )
     }

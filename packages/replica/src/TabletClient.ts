@@ -35,7 +35,7 @@ import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import { PeerUnreachable } from "./Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
-import type { CreateTableRefused, DeleteTableRefused, Metadata, TabletMetadata } from "./ReplicaRpc.js"
+import { CreateTableRefused, type DeleteTableRefused, type Metadata, type TabletMetadata } from "./ReplicaRpc.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
 import { electionOf } from "./TabletServerNode.js"
 
@@ -200,7 +200,10 @@ export interface TabletClientShape {
   readonly read: (tablet: TabletId, offset: number, maxBytes?: number) => Effect.Effect<ReadResult, TabletClientError>
   /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
   readonly metadata: (table?: string) => Effect.Effect<Metadata, TabletClientError>
-  /** Creates a table: the controller assigns its replicas over the live servers. */
+  /**
+   * Creates a table: the controller assigns its replicas over the live servers. A name that is not
+   * `[A-Za-z0-9._-]+` (or is `.`, `..`, or longer than 249) is refused before it is sent (`CreateTableRefused`).
+   */
   readonly createTable: (
     table: string,
     options: { readonly buckets: number; readonly replicationFactor?: number }
@@ -494,8 +497,11 @@ export const make = (
         Effect.flatMap(deadlineOf, (deadline) =>
           retryUntil(deadline, o.retryBackoffMs, remote.admin.metadata(table), "the metadata")
         ).pipe(Effect.mapError(fail)),
-      createTable: (table, create) =>
-        Effect.flatMap(deadlineOf, (deadline) =>
+      createTable: (table, create) => {
+        // Refused here before it is sent, as the controller refuses it: `ClusterPaths.InvalidTableName`'s message.
+        const invalid = ClusterPaths.invalidTableName(table)
+        if (invalid !== undefined) return Effect.fail(fail(new CreateTableRefused({ detail: invalid.message })))
+        return Effect.flatMap(deadlineOf, (deadline) =>
           retryUntil(
             deadline,
             o.retryBackoffMs,
@@ -506,7 +512,8 @@ export const make = (
             }),
             `creating ${table}`
           )
-        ).pipe(Effect.mapError(fail)),
+        ).pipe(Effect.mapError(fail))
+      },
       deleteTable: (table) =>
         Effect.flatMap(deadlineOf, (deadline) =>
           retryUntil(deadline, o.retryBackoffMs, remote.admin.deleteTable(table), `deleting ${table}`)

@@ -5,8 +5,12 @@
  * `ClusterDirectory`. Each start of a server on a store registers with a higher registration epoch than the last
  * (kept in the store), so a watcher tells its lives apart.
  *
+ * It starts only once registered: while another session holds its id (its previous life, until that session
+ * expires) it waits, and does nothing for the id — no controller instruction is taken, no controlled shutdown is
+ * asked — and after two session timeouts it fails with `DuplicateServerId` (another live server has that id).
+ *
  * Closing the scope stops it: first a controlled shutdown (its leaderships move to other replicas while it still
- * answers their fetches), then its registration, its listener and its logs.
+ * answers their fetches) if it is registered, then its registration, its listener and its logs.
  *
  * @since 0.1.0
  */
@@ -15,12 +19,14 @@ import {
   Coordination,
   type CoordinationError,
   type ElectionError,
+  FencedEpoch,
   OptionSchemas,
+  ReplicaError,
   ServerId,
   Store,
   type StoreError
 } from "@strata/core"
-import { Effect, Option, Schema, type Scope } from "effect"
+import { Deferred, Effect, Fiber, Option, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "./ClusterPaths.js"
 import * as DataLink from "./DataLink.js"
@@ -117,7 +123,20 @@ export interface TabletServerNode {
   /** The cluster as this server finds it, and its calls to other servers and the controller. */
   readonly directory: ClusterDirectory.ClusterDirectory
   readonly remote: RemotePeers.RemotePeers
+  /**
+   * Runs while the server keeps its id: fails with `DuplicateServerId` when, registering again after its session
+   * ended, it found the id held by another live server (it no longer acts for the id then).
+   */
+  readonly held: Effect.Effect<never, ClusterPaths.DuplicateServerId>
 }
+
+/**
+ * How long another session's registration of a server's id is waited out, in session timeouts: the registration of
+ * the server's previous life goes within about one.
+ *
+ * @since 0.1.0
+ */
+export const holderWaitTimeouts = 2
 
 /** Where a server keeps its own counters in its store (no tablet's store is named so). */
 const SERVER_STORE = { table: "strata.server", partition: 0 }
@@ -172,7 +191,12 @@ export const make = (
   options: TabletServerNodeOptions
 ): Effect.Effect<
   TabletServerNode,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | StoreError | ReplicaRpc.ListenFailed,
+  | ReplicationConfig.InvalidReplicaOptions
+  | CoordinationError
+  | ElectionError
+  | StoreError
+  | ReplicaRpc.ListenFailed
+  | ClusterPaths.DuplicateServerId,
   Coordination | Store | Scope.Scope
 > =>
   Effect.gen(function* () {
@@ -194,8 +218,31 @@ export const make = (
       serverId: o.serverId,
       replication: config
     }).pipe(Effect.provideService(Peers, remote.peers))
+    // This process's registration now (`undefined`: none, or not yet): until it has one, it takes no instruction
+    // addressed to server `serverId` (another process may be that server).
+    let current: number | undefined
+    const unregistered = (request: { readonly registration?: number | undefined }) =>
+      new ReplicaError({
+        reason: new FencedEpoch({
+          resource: `registration of server ${o.serverId} (not registered)`,
+          current: 0,
+          attempted: request.registration ?? 0
+        })
+      })
+    const whenRegistered =
+      <Q extends { readonly registration?: number | undefined }, A>(
+        f: (request: Q) => Effect.Effect<A, ReplicaError>
+      ) =>
+      (request: Q): Effect.Effect<A, ReplicaError> =>
+        Effect.suspend(() => (current === undefined ? Effect.fail(unregistered(request)) : f(request)))
+    const served: TabletServer.TabletServerShape = {
+      ...server,
+      leaderAndIsr: whenRegistered(server.leaderAndIsr),
+      stopReplica: whenRegistered(server.stopReplica),
+      holdings: whenRegistered(server.holdings)
+    }
     const bound = yield* ReplicaRpc.serveTabletServer(listenAddress(o.listen)).pipe(
-      Effect.provideService(TabletServer.TabletServer, server)
+      Effect.provideService(TabletServer.TabletServer, served)
     )
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     const dataAddress = o.dataLink ? yield* serveDataLink(server, o) : undefined
@@ -203,7 +250,8 @@ export const make = (
     yield* Effect.logInfo(
       `tablet server ${o.serverId} listening on ${address}${dataAddress === undefined ? "" : `, data link on ${dataAddress}`}`
     )
-    yield* Effect.forkScoped(
+    const first = yield* Deferred.make<void, ClusterPaths.DuplicateServerId>()
+    const keeping = yield* Effect.forkScoped(
       ClusterPaths.keepRegistered(coordination, paths, o.serverId, {
         address,
         ...(dataAddress === undefined ? {} : { dataAddress }),
@@ -211,24 +259,49 @@ export const make = (
         sessionTimeout: config.sessionTimeoutMs,
         firstEpoch: registrationEpoch,
         retryBackoffMs: config.retryBackoffMs,
+        holderWaitTimeouts,
         onRegistered: (registration) =>
-          Effect.andThen(
-            server.registered(registration),
-            registration === undefined
-              ? Effect.logInfo(`tablet server ${o.serverId}: registration ended with its session`)
-              : Effect.logInfo(`tablet server ${o.serverId} registered at ${paths.server(o.serverId)}`)
-          )
-      })
+          registration === undefined
+            ? Effect.suspend(() => {
+                const had = current !== undefined
+                current = undefined
+                return Effect.andThen(
+                  server.registered(undefined),
+                  had ? Effect.logInfo(`tablet server ${o.serverId}: registration ended with its session`) : Effect.void
+                )
+              })
+            : server.registered(registration).pipe(
+                Effect.andThen(
+                  Effect.sync(() => {
+                    current = registration
+                  })
+                ),
+                Effect.andThen(Effect.logInfo(`tablet server ${o.serverId} registered at ${paths.server(o.serverId)}`)),
+                Effect.andThen(Deferred.succeed(first, undefined))
+              )
+      }).pipe(Effect.tapError((e) => Deferred.fail(first, e)))
     )
+    // Nothing is done for the id before this process holds it.
+    yield* Deferred.await(first)
     if (o.controlledShutdown) {
       // Added last, so run first: while it runs the server still answers its followers' fetches.
       yield* Effect.addFinalizer(() =>
-        Effect.flatMap(server.controlledShutdown, (left) =>
-          left === 0
-            ? Effect.logInfo(`tablet server ${o.serverId}: controlled shutdown done`)
-            : Effect.logWarning(`tablet server ${o.serverId}: stopping while leading ${left} tablets`)
+        Effect.suspend(() =>
+          current === undefined
+            ? Effect.logInfo(
+                `tablet server ${o.serverId}: no controlled shutdown, it is not registered (its session ended)`
+              )
+            : Effect.flatMap(server.controlledShutdown, (left) =>
+                left === 0
+                  ? Effect.logInfo(`tablet server ${o.serverId}: controlled shutdown done`)
+                  : left < 0
+                    ? Effect.logWarning(
+                        `tablet server ${o.serverId}: controlled shutdown could not reach the controller; stopping with its leaderships where they are (they move once its registration ends)`
+                      )
+                    : Effect.logWarning(`tablet server ${o.serverId}: stopping while leading ${left} tablets`)
+              )
         )
       )
     }
-    return { server, address, registrationEpoch, directory, remote }
+    return { server, address, registrationEpoch, directory, remote, held: Fiber.join(keeping) }
   })

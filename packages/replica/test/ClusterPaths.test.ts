@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination, CoordinationFaults, type CoordinationShape, type Session } from "@strata/core"
-import { Effect, Fiber } from "effect"
+import { Array as Arr, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import * as ClusterPaths from "../src/ClusterPaths.js"
 import type * as ControllerState from "../src/ControllerState.js"
 import { eventually } from "./support/servers.js"
@@ -78,6 +78,83 @@ describe("ClusterPaths", () => {
         const taken = yield* auditor.get(paths.server(7))
         assert.include(new TextDecoder().decode(taken.data), '"address":"b"')
         assert.strictEqual(second[0], taken.stat.createdOrder)
+      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+  )
+
+  it.live(
+    "keepRegistered with holderWaitTimeouts fails with DuplicateServerId naming the id and the holder's address when another live session keeps the id past the wait; it never tells a registration",
+    () =>
+      Effect.gen(function* () {
+        const coordination = yield* Coordination
+        const paths = ClusterPaths.make("/dup")
+        // Server 7, alive: its session stays.
+        const holder = yield* coordination.session()
+        yield* ClusterPaths.register(holder, paths, 7, { address: "127.0.0.1:7007", registrationEpoch: 3 })
+        const told: Array<number | undefined> = []
+        const error = yield* Effect.flip(
+          ClusterPaths.keepRegistered(coordination, paths, 7, {
+            address: "127.0.0.1:7008",
+            sessionTimeout: "200 millis",
+            firstEpoch: 0,
+            retryBackoffMs: 10,
+            holderWaitTimeouts: 2,
+            onRegistered: (r) => Effect.sync(() => told.push(r))
+          }).pipe(
+            // A bound on the test only: the wait must end by itself well before.
+            Effect.timeoutOrElse({
+              duration: "10 seconds",
+              orElse: () => Effect.fail(new Error("keepRegistered still waits for the id after 10 s"))
+            })
+          )
+        )
+        assert.instanceOf(error, ClusterPaths.DuplicateServerId, error.message)
+        assert.include(error.message, "server id 7")
+        assert.include(error.message, "127.0.0.1:7007")
+        assert.deepStrictEqual(
+          told.filter((r) => r !== undefined),
+          []
+        )
+        // The holder's registration is untouched.
+        const node = yield* holder.get(paths.server(7))
+        assert.include(new TextDecoder().decode(node.data), '"address":"127.0.0.1:7007"')
+      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+  )
+
+  it.live(
+    "keepRegistered with holderWaitTimeouts waits out a registration that ends within the wait (a previous life)",
+    () =>
+      Effect.gen(function* () {
+        const coordination = yield* Coordination
+        const paths = ClusterPaths.make("/prev")
+        const previous = yield* Scope.make()
+        const session = yield* Scope.provide(coordination.session(), previous)
+        yield* ClusterPaths.register(session, paths, 7, { address: "127.0.0.1:7007", registrationEpoch: 3 })
+        const warnings: Array<string> = []
+        const told: Array<number | undefined> = []
+        yield* Effect.forkScoped(
+          ClusterPaths.keepRegistered(coordination, paths, 7, {
+            address: "127.0.0.1:7008",
+            sessionTimeout: "2 seconds",
+            firstEpoch: 4,
+            retryBackoffMs: 10,
+            holderWaitTimeouts: 5,
+            onRegistered: (r) => Effect.sync(() => told.push(r))
+          }).pipe(
+            Effect.provide(
+              Logger.layer([Logger.make((o) => warnings.push(Arr.ensure(o.message).map(String).join(" ")))])
+            )
+          )
+        )
+        // It found the id held, and says whose it is; then the previous life's session ends.
+        yield* eventually(Effect.sync(() => warnings.some((w) => w.includes("is registered by another session"))))
+        assert.include(warnings.join("\n"), "127.0.0.1:7007")
+        assert.deepStrictEqual(told, [])
+        yield* Scope.close(previous, Exit.void)
+        yield* eventually(Effect.sync(() => told.length === 1))
+        const auditor = yield* coordination.session()
+        const taken = yield* auditor.get(paths.server(7))
+        assert.include(new TextDecoder().decode(taken.data), '"address":"127.0.0.1:7008"')
+        assert.strictEqual(told[0], taken.stat.createdOrder)
       }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
   )
 })
