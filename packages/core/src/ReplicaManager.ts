@@ -262,7 +262,7 @@ export const IsrRejection = Schema.Union([
   Schema.TaggedStruct("InvalidIsr", { detail: Schema.String }),
   Schema.TaggedStruct("IneligibleReplica", {
     server: ServerId,
-    why: Schema.Literals(["offline", "shutting down", "registered again"])
+    why: Schema.Literals(["offline", "shutting down", "registered again", "its storage failed"])
   })
 ]).annotate({ identifier: "IsrRejection" })
 /** @see IsrRejection */
@@ -412,6 +412,8 @@ export class ReplicaError extends Schema.TaggedError<ReplicaError>()("ReplicaErr
       case "NotLeader":
       case "FencedEpoch":
       case "UnknownTablet":
+      // The replica's storage failed: it goes offline and leadership moves; the retry finds the new leader.
+      case "ReplicaStorageFailed":
         return true
       default:
         return false

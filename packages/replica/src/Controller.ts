@@ -35,7 +35,7 @@ import * as ClusterPaths from "./ClusterPaths.js"
 import * as ControllerState from "./ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
 import * as ProducerIds from "./ProducerIds.js"
-import type { PeerUnreachable } from "./Peers.js"
+import type { PeerUnreachable, ReplicaStorageReport } from "./Peers.js"
 
 /**
  * How the controller reaches tablet servers. Each call ends within the transport's timeout (`PeerUnreachable`
@@ -151,6 +151,8 @@ export interface ControllerShape {
   readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
   /** Moves leadership off `server`; the number of tablets it still leads. */
   readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, ControllerResigned>
+  /** Takes a server's report that its replicas of some tablets failed their storage, or work again. */
+  readonly replicaStorage: (report: ReplicaStorageReport) => Effect.Effect<void, ControllerResigned>
   /** A producer id no producer of the cluster has had (Kafka's InitProducerId). */
   readonly initProducerId: Effect.Effect<number, ControllerResigned | CoordinationError>
   /** The machine's state now. */
@@ -561,7 +563,14 @@ export const make = (
 
     return {
       coordinatorEpoch: epoch,
-      createTablets: (specs) => ask((requestId) => ({ _tag: "CreateTablets", requestId, tablets: specs })),
+      // Every client's tables come through here: a name coordination paths and stores cannot hold is refused.
+      createTablets: (specs) =>
+        Effect.suspend(() => {
+          const bad = specs.map((s) => ClusterPaths.invalidTableName(s.tablet.table)).find((e) => e !== undefined)
+          return bad === undefined
+            ? ask((requestId) => ({ _tag: "CreateTablets", requestId, tablets: specs }))
+            : Effect.succeed<ControllerState.Reply>({ _tag: "CreateRefused", detail: bad.message })
+        }),
       adjustIsr: (request) =>
         Effect.map(
           ask((requestId) => ({ _tag: "AdjustIsr", requestId, ...request })),
@@ -573,7 +582,7 @@ export const make = (
           Effect.tap((reply) =>
             reply._tag === "IsrRejected"
               ? Effect.logInfo(
-                  `${tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}`
+                  `${tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}${reply.rejection._tag === "IneligibleReplica" ? ` (server ${reply.rejection.server} is ineligible: ${reply.rejection.why})` : ""}`
                 )
               : Effect.void
           )
@@ -591,6 +600,20 @@ export const make = (
         Effect.map(
           ask((requestId) => ({ _tag: "ControlledShutdown", requestId, server })),
           (reply) => (reply._tag === "ShutdownProgress" ? reply.remainingLeaders : 0)
+        ),
+      replicaStorage: (report) =>
+        Effect.suspend(() =>
+          state.resigned || closed
+            ? Effect.fail(new ControllerResigned({ coordinatorEpoch: epoch }))
+            : Effect.asVoid(
+                Queue.offer(inbox, {
+                  _tag: "ReplicaStorage",
+                  server: report.server,
+                  ...(report.registration === undefined ? {} : { registration: report.registration }),
+                  tablets: report.tablets,
+                  failed: report.failed
+                })
+              )
         ),
       initProducerId: producerIds.next(session),
       state: Effect.sync(() => state),

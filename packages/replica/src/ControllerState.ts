@@ -123,6 +123,11 @@ export interface State {
   readonly nextRound: number
   /** Set once the controller gave up (a write failed): it ignores every input after. */
   readonly resigned: boolean
+  /**
+   * The replicas whose storage failed, as their servers reported (tablet keys by server): not elected, not added to
+   * an ISR, until the server reports them working again or registers again.
+   */
+  readonly storageFailed: ReadonlyMap<ServerId, ReadonlySet<string>>
 }
 
 /**
@@ -189,6 +194,14 @@ export type Input =
     }
   | { readonly _tag: "ServerUp"; readonly server: ServerId; readonly registration?: number }
   | { readonly _tag: "ServerDown"; readonly server: ServerId }
+  | {
+      readonly _tag: "ReplicaStorage"
+      readonly server: ServerId
+      readonly registration?: number
+      readonly tablets: ReadonlyArray<TabletId>
+      /** `true`: their storage failed and they are offline; `false`: it takes writes again. */
+      readonly failed: boolean
+    }
   | {
       readonly _tag: "CreateTablets"
       readonly requestId: number
@@ -323,6 +336,7 @@ export const make = (options: Options): State => ({
   options,
   live: new Set(),
   registrations: new Map(),
+  storageFailed: new Map(),
   shuttingDown: new Set(),
   tablets: new Map(),
   uncleanElections: 0,
@@ -471,6 +485,14 @@ const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): S
 
 const electable = (state: State, server: ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
 
+/** Whether `server`'s replica of `t` reported its storage failed. */
+const storageFailedOn = (state: State, server: ServerId, t: Tablet) =>
+  state.storageFailed.get(server)?.has(tabletKey(t.tablet)) === true
+
+/** Whether `server` may lead `t` or join its ISR: live, not stopping, its replica's storage working. */
+const usable = (state: State, t: Tablet, server: ServerId) =>
+  electable(state, server) && !storageFailedOn(state, server, t)
+
 /** Whether ISR member `s` of `t` registered again since it was written into the ISR (a new life). */
 const newLife = (state: State, t: Tablet, s: ServerId) => {
   const recorded = t.registrations?.[String(s)]
@@ -506,7 +528,7 @@ type Choice =
 const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | undefined => {
   const out = (s: ServerId) => s === gone || newLife(state, t, s)
   const isr = t.leaderAndIsr.isr.filter((s) => !out(s))
-  const inIsr = t.replicas.filter((r) => isr.includes(r) && electable(state, r))
+  const inIsr = t.replicas.filter((r) => isr.includes(r) && usable(state, t, r))
   const first = inIsr[0]
   if (first !== undefined) {
     if (state.options.leaderElection === "largest-log-end" && inIsr.length > 1) {
@@ -516,20 +538,20 @@ const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | un
   }
   // KIP-966: an eligible member left the ISR while it was below its minimum, so the HW has not moved past it; one
   // that is live and the life it was holds every acknowledged record.
-  const fromElr = t.replicas.find((r) => (t.eligible ?? []).includes(r) && !out(r) && electable(state, r))
+  const fromElr = t.replicas.find((r) => (t.eligible ?? []).includes(r) && !out(r) && usable(state, t, r))
   if (fromElr !== undefined) return { _tag: "Leader", leader: fromElr, isr: [fromElr], unclean: false }
   const candidates = t.replicas.filter((r) => t.leaderAndIsr.isr.includes(r) || (t.eligible ?? []).includes(r))
-  if (candidates.length > 0 && candidates.every((r) => electable(state, r))) {
+  if (candidates.length > 0 && candidates.every((r) => usable(state, t, r))) {
     // Each of them restarted and may have lost what it had not flushed, while a replica outside them may still hold
     // it: every live replica is asked too, and the furthest log leads.
-    const asked = t.replicas.filter((r) => candidates.includes(r) || (r !== gone && electable(state, r)))
+    const asked = t.replicas.filter((r) => candidates.includes(r) || (r !== gone && usable(state, t, r)))
     const only = asked.length === 1 ? asked[0] : undefined
     return only === undefined
       ? { _tag: "Ask", kind: "recovery", candidates: asked }
       : { _tag: "Leader", leader: only, isr: [only], unclean: false, eligible: [] }
   }
   if (!state.options.uncleanLeaderElection) return undefined
-  const any = t.replicas.find((r) => r !== gone && electable(state, r))
+  const any = t.replicas.find((r) => r !== gone && usable(state, t, r))
   return any === undefined ? undefined : { _tag: "Leader", leader: any, isr: [any], unclean: true, eligible: [] }
 }
 
@@ -628,8 +650,8 @@ const answered = (state: State, input: Extract<Input, { _tag: "LogEnd" }>): Step
     return finish(state, c)
   }
   c.elections.delete(key)
-  const winner = furthest(t, answers) ?? e.candidates.find((s) => electable(state, s))
-  if (winner === undefined || !electable(state, winner)) {
+  const winner = furthest(t, answers) ?? e.candidates.find((s) => usable(state, t, s))
+  if (winner === undefined || !usable(state, t, winner)) {
     reelect(state, c, t, undefined)
     return finish(state, c)
   }
@@ -703,6 +725,7 @@ const validateIsr = (
     if (current.isr.includes(s) || state.options.skipIsrEligibility === true) continue
     if (!state.live.has(s)) return { _tag: "IneligibleReplica", server: s, why: "offline" }
     if (state.shuttingDown.has(s)) return { _tag: "IneligibleReplica", server: s, why: "shutting down" }
+    if (storageFailedOn(state, s, t)) return { _tag: "IneligibleReplica", server: s, why: "its storage failed" }
     const fetchedAs = input.registrations?.find(([id]) => id === s)?.[1]
     const registered = state.registrations.get(s)
     if (fetchedAs !== undefined && registered !== undefined && fetchedAs !== registered) {
@@ -762,7 +785,13 @@ const balanceLeaders = (state: State, c: Changes): number => {
     if (elsewhere.length === 0 || (elsewhere.length * 100) / tablets.length <= threshold) continue
     for (const t of elsewhere) {
       const inIsr = t.leaderAndIsr.isr.includes(server) || state.options.preferOutsideIsr === true
-      if (t.state !== "OnlineTablet" || !inIsr || newLife(state, t, server) || c.elections.has(tabletKey(t.tablet))) {
+      if (
+        t.state !== "OnlineTablet" ||
+        !inIsr ||
+        newLife(state, t, server) ||
+        storageFailedOn(state, server, t) ||
+        c.elections.has(tabletKey(t.tablet))
+      ) {
         continue
       }
       const isr = t.leaderAndIsr.isr.includes(server) ? t.leaderAndIsr.isr : [...t.leaderAndIsr.isr, server]
@@ -817,6 +846,49 @@ const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: ServerId
   [...tablets.values()].filter((t) => t.leaderAndIsr.leader === server).length
 
 /**
+ * A server's report that its replicas of some tablets failed their storage (or work again). Failed: each leaves the
+ * tablets' ISRs and, where it leads, leadership moves (Kafka's handling of a failed log directory); working again:
+ * each tablet's leader leads on under the next leader epoch, so the replica, which takes a role only under an epoch
+ * it has not seen, follows again and may rejoin the ISR. A report from another life of the server is dropped.
+ */
+const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStorage" }>): Step => {
+  const registered = state.registrations.get(input.server)
+  if (!state.live.has(input.server) || (input.registration !== undefined && input.registration !== registered)) {
+    return [state, []]
+  }
+  const marks = new Set(state.storageFailed.get(input.server) ?? [])
+  for (const id of input.tablets) {
+    if (input.failed) marks.add(tabletKey(id))
+    else marks.delete(tabletKey(id))
+  }
+  const storageFailed = new Map(state.storageFailed)
+  if (marks.size === 0) storageFailed.delete(input.server)
+  else storageFailed.set(input.server, marks)
+  const next: State = { ...state, storageFailed }
+  const c = changes(next)
+  for (const id of input.tablets) {
+    const t = c.tablets.get(tabletKey(id))
+    if (t === undefined || !t.replicas.includes(input.server) || t.state === "DeletingTablet") continue
+    if (!input.failed) {
+      // A replica takes a role only under a new leader epoch: the tablet's leader leads on under the next one, and
+      // every replica (this one too) hears it.
+      const leader = t.leaderAndIsr.leader
+      if (t.state === "OfflineTablet" || leader === null) reelect(next, c, t, undefined)
+      else lead(next, c, t, { _tag: "Leader", leader, isr: t.leaderAndIsr.isr, unclean: false })
+      continue
+    }
+    if (t.leaderAndIsr.leader === input.server) reelect(next, c, t, input.server)
+    else if (t.state !== "OfflineTablet") dropFromIsr(next, c, t, (s) => s === input.server)
+  }
+  c.after.push({
+    _tag: "Log",
+    level: input.failed ? "warn" : "info",
+    message: `server ${input.server}: the storage of ${input.tablets.map(tabletKey).join(", ")} ${input.failed ? "failed: offline there" : "works again"}`
+  })
+  return finish(next, c)
+}
+
+/**
  * One step of the controller. Pure: every decision is here, the shell only runs the commands.
  *
  * @since 0.1.0
@@ -859,7 +931,10 @@ export const step = (state: State, input: Input): Step => {
       if (state.live.has(input.server)) return [state, []]
       const registrations = new Map(state.registrations)
       if (input.registration !== undefined) registrations.set(input.server, input.registration)
-      const up: State = { ...state, live: new Set([...state.live, input.server]), registrations }
+      // A new life of the server: its storage is judged again (it reports what still fails).
+      const storageFailed = new Map(state.storageFailed)
+      storageFailed.delete(input.server)
+      const up: State = { ...state, live: new Set([...state.live, input.server]), registrations, storageFailed }
       const c = changes(up)
       const unchanged: Array<Tablet> = []
       for (const t of up.tablets.values()) {
@@ -886,6 +961,8 @@ export const step = (state: State, input: Input): Step => {
       candidateGone(down, c, input.server)
       return finish(down, c)
     }
+    case "ReplicaStorage":
+      return replicaStorage(state, input)
     case "CreateTablets": {
       const refused = refuseCreate(state, input.tablets)
       if (refused !== undefined) {

@@ -176,6 +176,12 @@ export const make = (
             ? unreachable("the controller")
             : controller
                 .controlledShutdown(server)
+                .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message }))),
+        replicaStorage: (report) =>
+          controller === undefined
+            ? unreachable("the controller")
+            : controller
+                .replicaStorage(report)
                 .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message })))
       }
     }

@@ -6,7 +6,15 @@
  *
  * @since 0.1.0
  */
-import type { EndOffsetRequest, EndOffsetResult, FetchRequest, FetchResult, ReplicaError, ServerId } from "@strata/core"
+import type {
+  EndOffsetRequest,
+  EndOffsetResult,
+  FetchRequest,
+  FetchResult,
+  ReplicaError,
+  ServerId,
+  TabletId
+} from "@strata/core"
 import { Context, Data, type Effect } from "effect"
 import type * as ControllerState from "./ControllerState.js"
 
@@ -48,6 +56,21 @@ export interface ControllerCalls {
     request: ControllerState.AdjustIsrRequest
   ) => Effect.Effect<ControllerState.AdjustIsrReply, PeerUnreachable>
   readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, PeerUnreachable>
+  /** Tells the controller this server's replicas of `tablets` failed their storage (`failed`) or work again. */
+  readonly replicaStorage: (request: ReplicaStorageReport) => Effect.Effect<void, PeerUnreachable>
+}
+
+/**
+ * A tablet server's report on its replicas' storage, as the controller takes it.
+ *
+ * @since 0.1.0
+ */
+export interface ReplicaStorageReport {
+  readonly server: ServerId
+  /** The registration (life) of the server that reports. */
+  readonly registration?: number | undefined
+  readonly tablets: ReadonlyArray<TabletId>
+  readonly failed: boolean
 }
 
 /**

@@ -260,7 +260,16 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       }),
       controller: {
         adjustIsr: (request) => toController((c) => c.AdjustIsr(request)),
-        controlledShutdown: (id) => toController((c) => c.ControlledShutdown({ server: id }))
+        controlledShutdown: (id) => toController((c) => c.ControlledShutdown({ server: id })),
+        replicaStorage: (report) =>
+          toController((c) =>
+            c.ReplicaStorage({
+              server: report.server,
+              ...(report.registration === undefined ? {} : { registration: report.registration }),
+              tablets: report.tablets,
+              failed: report.failed
+            })
+          )
       }
     }
     const tabletServers: TabletServersShape = {

@@ -319,6 +319,15 @@ export class ControllerRpcs extends RpcGroup.make(
     error: NotController
   }),
   Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
+  Rpc.make("ReplicaStorage", {
+    payload: Schema.Struct({
+      server: ServerId,
+      registration: Schema.optional(Schema.Int),
+      tablets: Schema.Array(TabletId),
+      failed: Schema.Boolean
+    }),
+    error: NotController
+  }),
   Rpc.make("InitProducerId", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
   Rpc.make("DeleteTable", {
     payload: Schema.Struct({ table: Schema.NonEmptyString }),
@@ -577,6 +586,8 @@ export const serveController = (
         ),
       BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
       InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
+      ReplicaStorage: (report) =>
+        Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
       DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
     })
     return yield* serveGroup(ControllerRpcs, handlers, listen)

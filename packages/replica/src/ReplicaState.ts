@@ -5,7 +5,9 @@
  * `step(state, event)` returns the next state and the commands the tablet server's shell must execute, or an
  * `IllegalStateTransition` naming the tablet, the state and the event. No I/O: assignment and loading are two
  * separate asynchronous steps (the shell opens the tablet's log after `Assign`'s `OpenLog`, then feeds `Loaded`),
- * and a role changes only through a LeaderAndIsr whose leader epoch is higher than any this replica has seen.
+ * and a role changes only through a LeaderAndIsr whose leader epoch is higher than any this replica has seen — but
+ * a replica with no role (its store failed and works again) may follow under the epoch it had seen, as a replica
+ * new to the epoch does: following is safe under any epoch its leader still leads, leading is not.
  *
  * <!-- transitions -->
  * | from | event | to | commands |
@@ -15,6 +17,7 @@
  * | NewReplica | Delete | ReplicaDeleted | CloseLog, DeleteLog |
  * | OnlineReplica | LeaderAndIsr(leader = self) | LeaderReplica | BecomeLeader |
  * | OnlineReplica | LeaderAndIsr(leader = other) | FollowerReplica | BecomeFollower |
+ * | OnlineReplica | LeaderAndIsr(epoch = own) | FollowerReplica | BecomeFollower |
  * | OnlineReplica | Offline | OfflineReplica | CloseLog |
  * | OnlineReplica | Delete | ReplicaDeleted | CloseLog, DeleteLog |
  * | LeaderReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopLeading, BecomeLeader |
@@ -205,9 +208,19 @@ const takeRole = (
         [...stop, { _tag: "BecomeFollower", leaderEpoch: event.leaderEpoch, leader: event.leader }]
       ]
 
-/** Whether a LeaderAndIsr can apply to a replica that last saw `last`: a higher epoch, a leader among the replicas. */
-const admissible = (replica: Replica, event: Extract<Event, { _tag: "LeaderAndIsr" }>, last: Epoch | null) =>
-  (last === null || event.leaderEpoch > last) &&
+/**
+ * Whether a LeaderAndIsr can apply to a replica that last saw `last`: a higher epoch (or, `follow`ing from no role,
+ * the epoch it had seen), a leader among the replicas.
+ */
+const admissible = (
+  replica: Replica,
+  event: Extract<Event, { _tag: "LeaderAndIsr" }>,
+  last: Epoch | null,
+  follow = false
+) =>
+  (last === null ||
+    event.leaderEpoch > last ||
+    (follow && event.leaderEpoch === last && event.leader !== replica.self)) &&
   event.replicas.includes(replica.self) &&
   event.replicas.includes(event.leader)
 
@@ -229,7 +242,7 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
     case "OnlineReplica":
       switch (event._tag) {
         case "LeaderAndIsr":
-          return admissible(replica, event, state.lastLeaderEpoch)
+          return admissible(replica, event, state.lastLeaderEpoch, true)
             ? Result.succeed(takeRole(replica, event, []))
             : illegal(replica, state, event)
         case "Offline":

@@ -172,11 +172,11 @@ const runLeader = (
       switch (command._tag) {
         case "AdvanceHighWatermark":
           return Effect.gen(function* () {
-            // The checkpoint only shortens a restart's catch-up; the leader's HW moves on without it.
+            // The checkpoint only shortens a restart's catch-up, but a store that fails it takes no writes: the
+            // replica goes offline.
             if (h.log !== undefined) {
-              yield* h.log
-                .checkpointHighWatermark(command.highWatermark)
-                .pipe(Effect.catch((e) => Effect.logWarning(`server ${server.self}: ${e.message}`)))
+              const checkpointed = yield* Effect.result(h.log.checkpointHighWatermark(command.highWatermark))
+              if (checkpointed._tag === "Failure") return yield* logFailed(server, h, checkpointed.failure)
             }
             yield* Hosted.release(h, command.highWatermark)
             yield* Hosted.signal(h)
@@ -188,6 +188,104 @@ const runLeader = (
       }
     },
     { discard: true }
+  )
+
+/**
+ * A log operation failed: its storage (the replica goes offline, `storageOffline`), or anything else (logged).
+ * Under the replica's lock.
+ */
+const logFailed = (server: Server, h: Hosted.Hosted, e: TabletLog.TabletLogError): Effect.Effect<void> =>
+  TabletLog.isStorageFailure(e)
+    ? storageOffline(server, h, e.message)
+    : Effect.logWarning(`server ${server.self}: ${h.key}: ${e.message}`)
+
+/**
+ * The replica's store failed (full, failing, unreadable): the replica goes offline — it stops leading or following
+ * and its log closes — and the server tells the controller, which moves its leadership and takes it out of the ISR
+ * (Kafka's handling of a failed log directory). A fiber then tries the store again, backing off, until it takes a
+ * write, and tells the controller it works again. Under the replica's lock.
+ */
+const storageOffline = (server: Server, h: Hosted.Hosted, detail: string): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const m = h.machine._tag
+    if (m === "OfflineReplica" || m === "ReplicaDeleted" || m === "NewReplica") return
+    const { table, partition } = storeIdOf(h.tablet)
+    yield* Effect.logWarning(
+      `server ${server.self}: ${h.key}: its ${server.store.backend} store (partition ${table}/${partition}) failed: ${detail}; the replica is offline until its store takes writes again`
+    )
+    yield* Effect.ignore(stepReplica(server, h, { _tag: "Offline" }, undefined))
+    if (h.resuming === undefined && !server.closed) {
+      h.resuming = yield* Effect.forkIn(resumeStorage(server, h), server.scope)
+    }
+  })
+
+/** Tells the controller the replica's storage failed (or works again), until it is heard or that is moot. */
+const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still: () => boolean) =>
+  Hosted.retryTelling(
+    Effect.suspend(() =>
+      server.peers.controller.replicaStorage({
+        server: server.self,
+        registration: server.registration,
+        tablets: [h.tablet],
+        failed
+      })
+    ),
+    server.config.retryBackoffMs,
+    () => `server ${server.self}: ${h.key}: telling the controller its storage ${failed ? "failed" : "works again"}`,
+    still
+  ).pipe(Effect.ignore)
+
+/** The longest pause between two tries of a failed store. */
+const storageRetryMaxMs = 30_000
+
+/**
+ * Reports the failure, then tries the store again after a backoff that doubles (up to 30 s): the log is opened again
+ * and must take a write (its HW checkpoint). Once it does, the replica is online (instructions give it a role) and
+ * the controller hears so. An instruction may open the log again meanwhile: the store must still take the write.
+ * Ends when the replica is deleted.
+ */
+const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    yield* reportStorage(server, h, true, () => h.machine._tag === "OfflineReplica")
+    let delay = server.config.retryBackoffMs
+    while (true) {
+      yield* Effect.sleep(delay)
+      delay = Math.min(delay * 2, storageRetryMaxMs)
+      const outcome = yield* Hosted.locked(
+        h,
+        Effect.gen(function* () {
+          if (h.machine._tag === "ReplicaDeleted") return "deleted"
+          // Offline still, or opened again meanwhile by an instruction: either way the store must take a write.
+          const tried = yield* Effect.result(
+            Effect.gen(function* () {
+              if (h.machine._tag === "OfflineReplica") yield* stepReplica(server, h, { _tag: "Reopen" }, undefined)
+              const log = h.log
+              if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
+              yield* log.checkpointHighWatermark(yield* log.highWatermark).pipe(Effect.mapError(storageFailed(h)))
+            })
+          )
+          if (tried._tag === "Success") return "back"
+          // The try moved the machine on (Reopen) before it failed.
+          const now = h.machine as ReplicaState.State
+          if (now._tag !== "OfflineReplica" && now._tag !== "ReplicaDeleted") {
+            yield* Effect.ignore(stepReplica(server, h, { _tag: "Offline" }, undefined))
+          }
+          return "failing"
+        })
+      )
+      if (outcome === "failing") continue
+      if (outcome === "back") {
+        yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
+        yield* reportStorage(server, h, false, () => h.machine._tag !== "ReplicaDeleted")
+      }
+      break
+    }
+  }).pipe(
+    Effect.ensuring(
+      Effect.sync(() => {
+        h.resuming = undefined
+      })
+    )
   )
 
 /** Steps the leader machine (if it still leads) and runs its commands. */
@@ -316,7 +414,18 @@ const runReplica = (
                 leaderEpoch: command.leaderEpoch,
                 fetchMaxBytes: server.config.fetchMaxBytes,
                 retryBackoffMs: server.config.retryBackoffMs,
-                truncateToHighWatermark: server.unsafe.truncateToHighWatermark === true
+                truncateToHighWatermark: server.unsafe.truncateToHighWatermark === true,
+                // The follower's own store failed: offline (from outside the follower, which that stops).
+                storageFailed: (role, detail) =>
+                  Effect.asVoid(
+                    Effect.forkIn(
+                      Hosted.locked(
+                        h,
+                        Effect.suspend(() => (h.role === role ? storageOffline(server, h, detail) : Effect.void))
+                      ),
+                      server.scope
+                    )
+                  )
               }),
               server.scope
             )
@@ -443,6 +552,25 @@ const apply = (server: Server, instruction: TabletInstruction) =>
           case "IsrUpdate":
             return yield* isrCommitted(server, hosted, lai.isr, lai.version)
           case "Stale":
+            // Told to lead again the epoch it lost going offline: it leads only under a new one, which the
+            // controller gives on hearing that its store works again (that report may have been lost).
+            if (
+              hosted.machine._tag === "OnlineReplica" &&
+              lai.leader === server.self &&
+              lai.leaderEpoch === hosted.machine.lastLeaderEpoch &&
+              hosted.resuming === undefined
+            ) {
+              hosted.resuming = yield* Effect.forkIn(
+                reportStorage(server, hosted, false, () => hosted.machine._tag === "OnlineReplica").pipe(
+                  Effect.ensuring(
+                    Effect.sync(() => {
+                      hosted.resuming = undefined
+                    })
+                  )
+                ),
+                server.scope
+              )
+            }
             return
         }
       })
@@ -499,9 +627,12 @@ const append =
           if (request.acks === "all" && leader.isr.length < min) {
             return yield* fail(new NotEnoughReplicas({ tablet: h.key, isr: leader.isr.length, minIsr: min }))
           }
-          const written = yield* log
-            .append(leader.leaderEpoch, request.records, request.producer)
-            .pipe(Effect.mapError((e) => appendError(h, e)))
+          const written = yield* log.append(leader.leaderEpoch, request.records, request.producer).pipe(
+            Effect.tapError((e) =>
+              TabletLog.isStorageFailure(e) ? storageOffline(server, h, e.message) : Effect.void
+            ),
+            Effect.mapError((e) => appendError(h, e))
+          )
           if (written.duplicate !== true) {
             yield* stepLeader(server, h, { _tag: "Appended", logEndOffset: written.lastOffset + 1 })
             yield* Hosted.signal(h)
@@ -805,7 +936,9 @@ const tick = (server: Server) =>
             Effect.suspend(() =>
               h.log === undefined
                 ? Effect.void
-                : Effect.ignore(h.log.expireProducers(server.config.producerIdExpirationMs))
+                : h.log
+                    .expireProducers(server.config.producerIdExpirationMs)
+                    .pipe(Effect.catch((e) => Hosted.locked(h, logFailed(server, h, e))))
             )
           )
         ),

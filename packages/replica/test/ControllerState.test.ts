@@ -252,6 +252,41 @@ describe("ControllerStateState.step", () => {
     assert.match(warned[0]!, /^warn: .*unclean/)
   })
 
+  it("a replica whose storage failed loses leadership and its ISR place, is not preferred or added, until it works", () => {
+    const s0 = run(boot([1, 2, 3]), create([0, [1, 2, 3]])).state
+    assert.strictEqual(lai(s0, 0).leader, 1)
+    const storage = (server: number, failed: boolean): Input => ({
+      _tag: "ReplicaStorage",
+      server,
+      tablets: [tid(0)],
+      failed
+    })
+    const failed = run(s0, storage(1, true))
+    assert.deepStrictEqual([lai(failed.state, 0).leader, lai(failed.state, 0).isr], [2, [2, 3]])
+    assert.strictEqual(lai(failed.state, 0).leaderEpoch, lai(s0, 0).leaderEpoch + 1)
+    // The preferred leader is 1, but it cannot write: balancing leaves the tablet where it is.
+    const balanced = run(failed.state, { _tag: "BalanceLeaders", requestId: 4 })
+    assert.strictEqual(lai(balanced.state, 0).leader, 2)
+    // Its leader asks to add it back: refused, saying why.
+    const back = run(failed.state, adjust(failed.state, 0, [2, 3, 1]))
+    assert.deepStrictEqual(reply(back.commands), {
+      _tag: "IsrRejected",
+      rejection: { _tag: "IneligibleReplica", server: 1, why: "its storage failed" }
+    })
+    // It works again: the leader leads on under a new epoch, which every replica hears; 1 may rejoin.
+    const works = run(failed.state, storage(1, false))
+    assert.deepStrictEqual(sent(works.commands), { 1: [0], 2: [0], 3: [0] })
+    assert.deepStrictEqual(
+      [lai(works.state, 0).leader, lai(works.state, 0).leaderEpoch],
+      [2, lai(failed.state, 0).leaderEpoch + 1]
+    )
+    const rejoined = run(works.state, adjust(works.state, 0, [2, 3, 1]))
+    assert.deepStrictEqual(lai(rejoined.state, 0).isr, [2, 3, 1])
+    // A follower's failure takes it out of the ISR only.
+    const follower = run(s0, storage(3, true))
+    assert.deepStrictEqual([lai(follower.state, 0).leader, lai(follower.state, 0).isr], [1, [1, 2]])
+  })
+
   it("KIP-966: when the last ISR member dies, a live eligible member leads; a restarted one does not", () => {
     const booted = ControllerState.step(
       ControllerState.make({ uncleanLeaderElection: false, minInsyncReplicas: 2 }),

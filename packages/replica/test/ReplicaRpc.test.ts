@@ -196,6 +196,7 @@ describe("ReplicaRpc over TCP", () => {
           resumed: { tablets: 0, read: 0, full: true },
           balanceLeaders: Effect.die("unused"),
           initProducerId: Effect.die("unused"),
+          replicaStorage: () => Effect.die("unused"),
           deleteTablets: () => Effect.die("unused"),
           createTablets: () => Effect.die("unused"),
           adjustIsr: (r) =>

@@ -85,7 +85,10 @@ describe("ReplicaState.step", () => {
     const [reopened, open] = Result.getOrThrow(ReplicaState.step(replica, offline, { _tag: "Reopen" }))
     assert.deepStrictEqual(open, [{ _tag: "OpenLog" }])
     const [online] = Result.getOrThrow(ReplicaState.step(replica, reopened, { _tag: "Loaded" }))
-    assert.isTrue(Result.isFailure(ReplicaState.step(replica, online, lai(2, 7))), "epoch 7 was already seen")
+    assert.isTrue(Result.isFailure(ReplicaState.step(replica, online, lai(1, 7))), "it led epoch 7: not again")
+    // Following under the epoch it had seen is safe (its leader fences it if it no longer leads).
+    const [follower] = Result.getOrThrow(ReplicaState.step(replica, online, lai(2, 7)))
+    assert.deepStrictEqual(follower, { _tag: "FollowerReplica", leaderEpoch: 7, leader: 2 })
     assert.isTrue(Result.isSuccess(ReplicaState.step(replica, online, lai(2, 8))))
   })
 })
@@ -137,7 +140,13 @@ const walk = (seed: number, length: number, step: StepFn = ReplicaState.step): s
         case "BecomeLeader":
         case "BecomeFollower":
           if (role !== undefined) return `step ${n}: a new role while ${role}`
-          if (c.leaderEpoch <= highest) return `step ${n}: a role under epoch ${c.leaderEpoch} after ${highest}`
+          // A role only under a new epoch, except following again, from no role, under the epoch last seen.
+          if (
+            c.leaderEpoch < highest ||
+            (c.leaderEpoch === highest && (c._tag === "BecomeLeader" || state._tag !== "OnlineReplica"))
+          ) {
+            return `step ${n}: a role under epoch ${c.leaderEpoch} after ${highest}`
+          }
           highest = c.leaderEpoch
           role = c._tag === "BecomeLeader" ? "leading" : "fetching"
           break

@@ -5,7 +5,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber } from "effect"
-import { make, records } from "./support/servers.js"
+import { eventually, make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }
 const replication = { minInsyncReplicas: 1, fetchMaxWaitMs: 20, retryBackoffMs: 10, replicaLagTimeMaxMs: 60_000 }
@@ -100,6 +100,42 @@ describe("TabletServer", () => {
         }).pipe(Effect.scoped)
       }
     })
+  )
+
+  it.live("a replica whose store fails goes offline, tells the controller, and comes back once writes succeed", () =>
+    Effect.gen(function* () {
+      const servers = yield* make({ ...replication, replicaLagTimeMaxMs: 60_000 })
+      const [L, F] = [1, 2]
+      for (const id of [L, F]) yield* servers.start(id)
+      const both = { leader: L, leaderEpoch: 1, isr: [L, F] }
+      yield* servers.instruct([L, F], tablet, [L, F], both)
+      yield* servers.server(L).append({ tablet, records: records("a", 0, 3), acks: 1 })
+      yield* eventually(Effect.map(servers.logValues(F, tablet), (v) => v.length === 3))
+      const reports = (server: number, failed: boolean) =>
+        servers.links.storageReports.filter((r) => r.server === server && r.failed === failed).length
+      // The leader's disk fills: the append is refused (retryably), the replica goes offline and says so.
+      servers.links.failingStores.add(L)
+      const refused = yield* Effect.flip(servers.server(L).append({ tablet, records: records("a", 3, 4), acks: 1 }))
+      assert.strictEqual(refused.reason._tag, "ReplicaStorageFailed")
+      assert.isTrue(refused.retryable)
+      assert.strictEqual(yield* servers.server(L).replicaState(tablet), "OfflineReplica")
+      yield* eventually(Effect.sync(() => reports(L, true) > 0))
+      // The other's disk fills too: it fails the first write of its leadership (its HW checkpoint).
+      servers.links.failingStores.add(F)
+      yield* servers.instruct([F], tablet, [L, F], { leader: F, leaderEpoch: 2, isr: [F] })
+      yield* eventually(Effect.sync(() => reports(F, true) > 0))
+      assert.strictEqual(yield* servers.server(F).replicaState(tablet), "OfflineReplica")
+      const refusedToo = yield* Effect.flip(servers.server(F).append({ tablet, records: records("f", 3, 4), acks: 1 }))
+      assert.isTrue(refusedToo.retryable, refusedToo.message)
+      // Space again: each tries its store again, finds it takes writes, and says so; nothing it held is lost.
+      servers.links.failingStores.clear()
+      yield* eventually(Effect.sync(() => reports(L, false) > 0 && reports(F, false) > 0))
+      assert.strictEqual(yield* servers.server(L).replicaState(tablet), "OnlineReplica")
+      yield* servers.instruct([L, F], tablet, [L, F], { leader: F, leaderEpoch: 3, isr: [F, L] })
+      yield* servers.server(F).append({ tablet, records: records("f", 3, 5), acks: 1 })
+      yield* eventually(Effect.map(servers.logValues(L, tablet), (v) => v.length === 5))
+      assert.deepStrictEqual(yield* servers.logValues(L, tablet), ["a0", "a1", "a2", "f3", "f4"])
+    }).pipe(Effect.scoped)
   )
 
   it.live("logEnd opens a log no instruction has opened, and reports its latest epoch and log end", () =>

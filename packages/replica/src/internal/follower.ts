@@ -10,7 +10,7 @@ import type { ServerId } from "@strata/core"
 import { Cause, Data, Effect, Exit, Option } from "effect"
 import * as FollowerState from "../FollowerState.js"
 import type { LeaderCalls } from "../Peers.js"
-import type { TabletLog } from "../TabletLog.js"
+import { isStorageFailure, type TabletLog, TabletLogError } from "../TabletLog.js"
 import { type Hosted, locked, retryTelling, signal } from "./hosted.js"
 
 /** What the loop needs from its server. */
@@ -25,6 +25,8 @@ export interface FollowerContext {
   readonly retryBackoffMs: number
   /** A planted bug for the simulator: truncate to the local HW on becoming follower (Fluss's behaviour). */
   readonly truncateToHighWatermark: boolean
+  /** The replica's own store failed in role `role`: the server takes it offline (which ends this loop). */
+  readonly storageFailed: (role: number, detail: string) => Effect.Effect<void>
 }
 
 /** The replica's role moved on: this loop is over. */
@@ -146,22 +148,40 @@ const life = (h: Hosted, role: number, ctx: FollowerContext) =>
     }
   })
 
+/** The longest pause before a follower that keeps failing starts over. */
+const restartMaxMs = 10_000
+
 /**
- * Follows the leader for role `role` of the replica until interrupted. A failed log operation (the store failed,
- * or the log and the machine disagree) is logged and the machine starts over from the log after the backoff.
+ * Follows the leader for role `role` of the replica until interrupted. When its own store fails, the replica goes
+ * offline (`storageFailed`) and the loop ends. Any other failed log operation (the log and the machine disagree)
+ * is logged in one line and the machine starts over from the log, after a backoff that doubles while it keeps
+ * failing.
  */
 export const follow = (h: Hosted, role: number, ctx: FollowerContext): Effect.Effect<void> =>
   Effect.gen(function* () {
+    let backoff = ctx.retryBackoffMs
+    let failures = 0
     while (true) {
       const exit = yield* Effect.exit(life(h, role, ctx))
       if (Exit.isFailure(exit)) {
         if (Cause.hasInterrupts(exit.cause)) return yield* Effect.interrupt
         const error = Cause.findErrorOption(exit.cause)
         if (Option.isSome(error) && error.value instanceof RoleEnded) return
-        yield* Effect.logWarning(
-          `${h.key}: the follower of server ${ctx.leaderId} starts over: ${Cause.pretty(exit.cause)}`
-        )
+        const e = Option.getOrUndefined(error)
+        if (e instanceof TabletLogError && isStorageFailure(e)) return yield* ctx.storageFailed(role, e.message)
+        failures++
+        if (failures === 1 || failures % 20 === 0) {
+          const why = e instanceof Error ? e.message : Cause.pretty(exit.cause)
+          yield* Effect.logWarning(
+            `${h.key}: the follower of server ${ctx.leaderId} starts over (${failures} ${failures === 1 ? "time" : "times"}): ${why}`
+          )
+        }
+        yield* Effect.sleep(backoff)
+        backoff = Math.min(backoff * 2, restartMaxMs)
+        continue
       }
+      failures = 0
+      backoff = ctx.retryBackoffMs
       yield* Effect.sleep(ctx.retryBackoffMs)
     }
   })

@@ -41,6 +41,8 @@ export interface Hosted {
   /** Bumped on every role change: the results of an older role's requests are dropped. */
   role: number
   fetcher: Fiber.Fiber<unknown, unknown> | undefined
+  /** While its storage has failed: the fiber that reports it and tries the store again. */
+  resuming: Fiber.Fiber<unknown, unknown> | undefined
   /** Completed (and replaced) whenever the log end or the high watermark moves: waiting fetches wake up. */
   changed: Deferred.Deferred<void>
 }
@@ -59,6 +61,7 @@ export const make = (tablet: TabletId): Hosted => ({
   waiters: [],
   role: 0,
   fetcher: undefined,
+  resuming: undefined,
   changed: Deferred.makeUnsafe<void>()
 })
 
@@ -121,6 +124,8 @@ export const classify = (h: Hosted, self: ServerId, instruction: TabletInstructi
   const lai = instruction.leaderAndIsr
   if (lai.leader === null) return "Stale"
   if (last === null || lai.leaderEpoch > last) return "Step"
+  // No role (its store failed and works again): it follows again under the epoch it had seen.
+  if (lai.leaderEpoch === last && lai.leader !== self && h.machine._tag === "OnlineReplica") return "Step"
   if (lai.leaderEpoch === last && lai.leader === self && lai.version > h.version) return "IsrUpdate"
   return "Stale"
 }

@@ -81,6 +81,7 @@ export type FaultKind =
   | "oneway"
   | "slow"
   | "coordination"
+  | "disk"
   | "shutdown"
 
 const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
@@ -94,6 +95,7 @@ const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
   ["oneway", 8],
   ["slow", 8],
   ["coordination", 5],
+  ["disk", 6],
   ["shutdown", 5]
 ]
 
@@ -224,13 +226,15 @@ const simulate = (
     const serverCount = shape?.servers ?? rng.int(3, 7)
     const coordinatorCount = shape?.coordinators ?? rng.int(1, 3)
     const sessionTimeoutMs = shape?.sessionTimeoutMs ?? 100 * rng.int(5, 12)
+    const replicaLagTimeMaxMs = shape?.replicaLagTimeMaxMs ?? sessionTimeoutMs * rng.int(2, 4)
     const replication = {
       replicationFactor: shape?.replicationFactor ?? Math.min(serverCount, rng.int(2, 3)),
       minInsyncReplicas: 1,
       sessionTimeoutMs,
-      replicaLagTimeMaxMs: shape?.replicaLagTimeMaxMs ?? sessionTimeoutMs * rng.int(2, 4),
-      // Long polls as long as a leader change: a poll admitted under one epoch may wake in the next.
-      fetchMaxWaitMs: rng.pick([50, 200, 400]),
+      replicaLagTimeMaxMs,
+      // Long polls as long as a leader change (up to the longest the lag time allows): a poll admitted under one
+      // epoch may wake in the next.
+      fetchMaxWaitMs: rng.pick([50, 200, 400, Math.floor(replicaLagTimeMaxMs / 2) - 1]),
       retryBackoffMs: 50,
       appendTimeoutMs: 2_000
     }
@@ -426,6 +430,16 @@ const simulate = (
               p.name,
               c.name,
               c.controller!.controlledShutdown(server).pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
+            )
+          }),
+        replicaStorage: (report) =>
+          Effect.gen(function* () {
+            const c = controllerNow()
+            if (c === undefined) return yield* Effect.fail(unreachable("controller", "none"))
+            return yield* call(
+              p.name,
+              c.name,
+              c.controller!.replicaStorage(report).pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
             )
           })
       }
@@ -815,6 +829,20 @@ const simulate = (
             log(`FAULT cut ${p.name}>${q.name} one way until step ${back}`)
             oneWay.add(`${p.name}>${q.name}`)
             timed.push({ until: back, end: Effect.sync(() => oneWay.delete(`${p.name}>${q.name}`)) })
+            return
+          }
+          case "disk": {
+            // Its disk fills (or fails): every write of its store fails until then.
+            const store = stores.get(p.id)
+            if (p.kind !== "server" || store === undefined) return
+            log(`FAULT ${p.name}'s disk is full until step ${back}`)
+            store.failing = true
+            timed.push({
+              until: back,
+              end: Effect.sync(() => {
+                store.failing = false
+              })
+            })
             return
           }
           case "slow":

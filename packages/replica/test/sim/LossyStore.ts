@@ -1,9 +1,18 @@
 /**
  * A memory `Store` that can lose what it has not flushed, as a machine that loses power does: every write keeps
  * the values it replaced until `flush`; `loseUnflushed` puts them back, newest first, so each partition returns to
- * what it held at its last flush. Used by the cluster simulator for crashes that lose unflushed writes.
+ * what it held at its last flush. Used by the cluster simulator for crashes that lose unflushed writes, and, with
+ * `failing` set, for a disk that is full or failing.
  */
-import { type PartitionStore, Store, type StoreId, type StoreOp, type StoreShape } from "@strata/core"
+import {
+  type PartitionStore,
+  Store,
+  StoreError,
+  type StoreId,
+  StoreIoError,
+  type StoreOp,
+  type StoreShape
+} from "@strata/core"
 import { Context, Effect, Layer, Option, type Scope, Stream } from "effect"
 
 /** The replaced values of one write, to put back. */
@@ -21,6 +30,8 @@ export interface LossyStore {
   readonly dirty: () => boolean
   /** Puts back every value replaced since the last flush; run only while no partition is open. */
   readonly loseUnflushed: Effect.Effect<number>
+  /** While set, every write fails as on a full disk (nothing of it is written). */
+  failing: boolean
 }
 
 /** A lossy memory store living in `scope`. */
@@ -42,6 +53,13 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
         Effect.map(inner.open(id), (ps) => {
           const write = (ops: ReadonlyArray<StoreOp>, options?: Parameters<typeof ps.write>[1]) =>
             Effect.gen(function* () {
+              if (self.failing) {
+                return yield* Effect.fail(
+                  new StoreError({
+                    reason: new StoreIoError({ operation: "write", detail: "No space left on device" })
+                  })
+                )
+              }
               if (options?.offsets !== undefined && options.offsets.length > 0) {
                 return yield* Effect.die(new Error("LossyStore does not model persisted offsets"))
               }
@@ -91,12 +109,14 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
       return lost
     })
 
-    return {
+    const self: LossyStore = {
       context: Context.make(Store, shape),
       flush: () => {
         undo = []
       },
       dirty: () => undo.length > 0,
-      loseUnflushed
+      loseUnflushed,
+      failing: false
     }
+    return self
   })

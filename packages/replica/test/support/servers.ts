@@ -6,12 +6,14 @@ import {
   type LeaderAndIsr,
   type ServerId,
   Store,
+  StoreError,
+  StoreIoError,
   type TabletBatch,
   type TabletId,
   type TabletRecord
 } from "@strata/core"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
-import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
+import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/Peers.js"
 import * as TabletServer from "../../src/TabletServer.js"
 
 const encoder = new TextEncoder()
@@ -45,6 +47,10 @@ export interface Links {
    * a handler held there, its partition open, can be interrupted.
    */
   storeHold: StoreHold | undefined
+  /** Every storage report the servers sent the controller. */
+  readonly storageReports: Array<ReplicaStorageReport>
+  /** Server ids whose store fails every write (as a full disk does) while they are in it. */
+  readonly failingStores: Set<ServerId>
 }
 
 /** A hold on a server's store reads (`Links.storeHold`). */
@@ -92,7 +98,9 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
       staleHighWatermark: new Map(),
       fetches: [],
       adjustIsr: undefined,
-      storeHold: undefined
+      storeHold: undefined,
+      storageReports: [],
+      failingStores: new Set()
     }
     /** Server `id`'s store, its partitions' reads held while `links.storeHold` names it. */
     const held = (id: ServerId, store: Context.Context<Store>): Context.Context<Store> => {
@@ -108,7 +116,18 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
         Store.of({
           ...inner,
           open: (storeId) =>
-            Effect.map(inner.open(storeId), (p) => ({ ...p, get: (key) => Effect.andThen(hold, p.get(key)) }))
+            Effect.map(inner.open(storeId), (p) => ({
+              ...p,
+              get: (key) => Effect.andThen(hold, p.get(key)),
+              write: (ops, options) =>
+                links.failingStores.has(id)
+                  ? Effect.fail(
+                      new StoreError({
+                        reason: new StoreIoError({ operation: "write", detail: "No space left on device" })
+                      })
+                    )
+                  : p.write(ops, options)
+            }))
         })
       )
     }
@@ -147,7 +166,8 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
           links.adjustIsr === undefined
             ? Effect.fail(new PeerUnreachable({ target: "controller", detail: "none in this harness" }))
             : links.adjustIsr(request),
-        controlledShutdown: () => Effect.succeed(0)
+        controlledShutdown: () => Effect.succeed(0),
+        replicaStorage: (report) => Effect.sync(() => links.storageReports.push(report))
       }
     })
     let version = 0
