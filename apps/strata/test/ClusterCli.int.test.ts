@@ -12,8 +12,8 @@ import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import { Effect } from "effect"
 import { afterAll, beforeAll, inject } from "vitest"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
-import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
-import { awaitMetadata, bundleCli, client, faultSettings, freshDirectory } from "./support/clusterTest.js"
+import type * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
+import { awaitMetadata, bundleCli, client, faultSettings, zooKeeperCluster } from "./support/clusterTest.js"
 
 let runner: NodeRunner
 const directories: Array<string> = []
@@ -95,17 +95,7 @@ const withCluster = <A, E, R>(
   body: (cluster: ProcessCluster.ProcessCluster, namespace: string, directory: string) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function* () {
-    const directory = yield* Effect.promise(() => freshDirectory(label))
-    directories.push(directory)
-    const namespace = `/${label}-${Date.now()}`
-    const cluster = ProcessCluster.make({
-      runner,
-      coordination: `zookeeper://${inject("zookeeper")}`,
-      namespace,
-      directory,
-      settings: faultSettings
-    })
-    yield* Effect.addFinalizer(() => cluster.killAll)
+    const { cluster, namespace, directory } = yield* zooKeeperCluster(runner, label, directories)
     return yield* body(cluster, namespace, directory).pipe(Effect.tapError(() => Effect.logError(cluster.logTails(30))))
   }).pipe(Effect.scoped, Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") })))
 

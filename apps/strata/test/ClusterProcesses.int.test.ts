@@ -10,11 +10,11 @@ import {
   bundleCli,
   client,
   faultSettings,
-  freshDirectory,
   record,
-  writeEach
+  writeEach,
+  zooKeeperCluster
 } from "./support/clusterTest.js"
-import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
+import type * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 import * as Checker from "./support/replicaChecker.js"
 
 let runner: NodeRunner
@@ -51,17 +51,7 @@ const onZooKeeper = <A, E>(
   ) => Effect.Effect<A, E, ZooKeeperCoordination.ZooKeeperCoordination | Coordination | Scope.Scope>
 ) =>
   Effect.gen(function* () {
-    const directory = yield* Effect.promise(() => freshDirectory(label))
-    directories.push(directory)
-    const namespace = `/${label}-${Date.now()}`
-    const cluster = ProcessCluster.make({
-      runner,
-      coordination: `zookeeper://${inject("zookeeper")}`,
-      namespace,
-      directory,
-      settings: faultSettings
-    })
-    yield* Effect.addFinalizer(() => cluster.killAll)
+    const { cluster, namespace } = yield* zooKeeperCluster(runner, label, directories)
     return yield* Effect.scoped(body(cluster, namespace)).pipe(
       Effect.tapError(() => Effect.logError(cluster.logTails(30))),
       Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }))

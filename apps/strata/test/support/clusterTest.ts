@@ -9,7 +9,9 @@ import { fileURLToPath } from "node:url"
 import type { Coordination, TabletId, TabletRecord } from "@strata/core"
 import { type ReplicaRpc, TabletClient } from "@strata/replica"
 import { Duration, Effect, type Scope } from "effect"
+import { inject } from "vitest"
 import { type NodeRunner, nodeRunner } from "../../../../scripts/test-support/nodeRunner.js"
+import * as ProcessCluster from "../../../../scripts/test-support/processCluster.js"
 import type { Acked } from "./replicaChecker.js"
 
 /** The CLI bundled once (drivers that load files relative to their install stay external). */
@@ -100,3 +102,23 @@ export const writeEach = (
 
 /** The scope's services a cluster test needs. */
 export type ClusterTestR = Coordination | Scope.Scope
+
+/**
+ * A process cluster on the test's ZooKeeper in a fresh directory (noted in `directories`, for removal) and a
+ * namespace named after `label`; every process is killed as the scope closes.
+ */
+export const zooKeeperCluster = (runner: NodeRunner, label: string, directories: Array<string>) =>
+  Effect.gen(function* () {
+    const directory = yield* Effect.promise(() => freshDirectory(label))
+    directories.push(directory)
+    const namespace = `/${label}-${Date.now()}`
+    const cluster = ProcessCluster.make({
+      runner,
+      coordination: `zookeeper://${inject("zookeeper")}`,
+      namespace,
+      directory,
+      settings: faultSettings
+    })
+    yield* Effect.addFinalizer(() => cluster.killAll)
+    return { cluster, namespace, directory }
+  })

@@ -393,6 +393,16 @@ const simulate = (
       }
       return best
     }
+    /** A call from `p` to the controller now, over the simulated network. */
+    const onController = <A>(
+      p: Proc,
+      f: (controller: Controller.ControllerShape) => Effect.Effect<A, { readonly message: string }>
+    ): Effect.Effect<A, PeerUnreachable> =>
+      Effect.suspend(() => {
+        const c = controllerNow()
+        if (c === undefined) return Effect.fail(unreachable("controller", "none"))
+        return call(p.name, c.name, f(c.controller!).pipe(Effect.mapError((e) => unreachable(c.name, e.message))))
+      })
     const peersOf = (p: Proc): PeersShape => ({
       leader: (id) => {
         const target = byName.get(`s${id}`)!
@@ -429,26 +439,8 @@ const simulate = (
             }
             return reply
           }),
-        controlledShutdown: (server) =>
-          Effect.gen(function* () {
-            const c = controllerNow()
-            if (c === undefined) return yield* Effect.fail(unreachable("controller", "none"))
-            return yield* call(
-              p.name,
-              c.name,
-              c.controller!.controlledShutdown(server).pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
-            )
-          }),
-        replicaStorage: (report) =>
-          Effect.gen(function* () {
-            const c = controllerNow()
-            if (c === undefined) return yield* Effect.fail(unreachable("controller", "none"))
-            return yield* call(
-              p.name,
-              c.name,
-              c.controller!.replicaStorage(report).pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
-            )
-          })
+        controlledShutdown: (server) => onController(p, (c) => c.controlledShutdown(server)),
+        replicaStorage: (report) => onController(p, (c) => c.replicaStorage(report))
       }
     })
 
