@@ -902,6 +902,7 @@ export const step = (state: State, input: Input): Step => {
         coordinatorEpoch: input.coordinatorEpoch,
         live: new Set(input.live),
         registrations: new Map(input.registrations ?? []),
+        storageFailed: new Map(),
         shuttingDown: new Set(),
         tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])),
         elections: new Map()

@@ -815,6 +815,8 @@ interface Model {
   readonly min: number
   /** The answers each election took, by `tablet#round`: the latest of each candidate. */
   readonly answers: Map<string, Map<ServerId, LogEnd | null>>
+  /** The replicas (`server tablet`) whose storage their server reported failed, and has not reported working. */
+  storageFailed: Set<string>
 }
 
 interface Tally {
@@ -918,6 +920,20 @@ const randomInput = (
     return { ...deleteTablets(...Array.from({ length: r.int(1, 2) }, () => r.int(0, buckets))), requestId: n }
   const roll = r.next()
   const server = r.pick(servers)
+  if (r.chance(0.02)) {
+    // A server's report on a replica's storage (usually one it holds; sometimes as another life).
+    const all = [...state.tablets.values()]
+    const t = all.length > 0 && r.chance(0.9) ? r.pick(all) : undefined
+    const about = t !== undefined && r.chance(0.8) ? r.pick(t.replicas) : server
+    const registration = r.chance(0.9) ? state.registrations.get(about) : life(n, about)
+    return {
+      _tag: "ReplicaStorage",
+      server: about,
+      ...(registration === undefined ? {} : { registration }),
+      tablets: [t?.tablet ?? tid(buckets)],
+      failed: r.chance(0.4)
+    }
+  }
   // A server coming up is usually a new life; sometimes the shell does not know its registration.
   if (roll < 0.2) {
     // Mostly one that is down: it comes back.
@@ -1014,6 +1030,17 @@ const follow = (model: Model, before: State, input: Input) => {
   if (input._tag === "ServerUp" && !model.live.has(input.server)) {
     model.live.add(input.server)
     if (input.registration !== undefined) model.lives.set(input.server, input.registration)
+    for (const f of [...model.storageFailed]) if (f.startsWith(`${input.server} `)) model.storageFailed.delete(f)
+  }
+  if (
+    input._tag === "ReplicaStorage" &&
+    model.live.has(input.server) &&
+    (input.registration === undefined || input.registration === model.lives.get(input.server))
+  ) {
+    for (const t of input.tablets) {
+      if (input.failed) model.storageFailed.add(`${input.server} ${tabletKey(t)}`)
+      else model.storageFailed.delete(`${input.server} ${tabletKey(t)}`)
+    }
   }
   if (input._tag === "ServerDown") {
     model.live.delete(input.server)
@@ -1021,6 +1048,7 @@ const follow = (model: Model, before: State, input: Input) => {
   }
   if (input._tag === "ControlledShutdown" && model.live.has(input.server)) model.stopping.add(input.server)
   if (input._tag === "Started") {
+    model.storageFailed = new Set()
     model.live = new Set(input.live)
     model.stopping = new Set()
     model.lives = new Map(input.registrations ?? [])
@@ -1158,7 +1186,9 @@ const check = (
           return ["an answer before the last waits", `${k}: ${JSON.stringify(commands)}`]
       } else {
         const winner = furthestOf(t, answers) ?? e.candidates.find(electable)
-        ended = { k, e, winner: winner !== undefined && electable(winner) ? winner : undefined }
+        // One whose storage failed does not lead, however far its log goes.
+        const usable = (s: ServerId) => electable(s) && !model.storageFailed.has(`${s} ${k}`)
+        ended = { k, e, winner: winner !== undefined && usable(winner) ? winner : undefined }
         if (next.elections.get(k)?.round === e.round) return ["the last answer ends the election", k]
         if (ended.winner !== undefined && !written.has(k))
           return ["the furthest log leads", `${k}: no write, answers ${JSON.stringify([...answers])}`]
@@ -1291,7 +1321,9 @@ const check = (
     const changed = now.leader !== was.leader
     // A leader elected again as a new life of itself (a restart while no controller ran) takes a new epoch too.
     const elected = now.leader !== null && (changed || renewed(now.leader))
-    if (now.leaderEpoch !== was.leaderEpoch + (changed || elected ? 1 : 0))
+    // A replica whose storage works again takes a role only under a new epoch: its tablet's leader leads on under one.
+    const bumped = input._tag === "ReplicaStorage" && !input.failed && input.tablets.some((id) => tabletKey(id) === k)
+    if (now.leaderEpoch !== was.leaderEpoch + (changed || elected || (bumped && now.leader !== null) ? 1 : 0))
       return [
         "epoch + 1 on a new leader (or a new life of it) only",
         `${k}: ${was.leader}@${was.leaderEpoch} → ${now.leader}@${now.leaderEpoch}`
@@ -1306,6 +1338,8 @@ const check = (
     if (elected && now.leader !== null) {
       if (model.stopping.has(now.leader))
         return ["a stopping server is not electable", `${k}: ${now.leader} elected, ISR was ${was.isr}`]
+      if (model.storageFailed.has(`${now.leader} ${k}`))
+        return ["a replica whose storage failed is not electable", `${k}: ${now.leader} elected`]
       // A recovery (every ISR member a new life, perhaps without what it had not flushed) may take any live replica.
       const recovery = was.isr.length > 0 && was.isr.every(renewed)
       if (!unclean && !recovery && !candidates.includes(now.leader))
@@ -1358,6 +1392,9 @@ const check = (
       return ["a member leaving an ISR below the minimum stays eligible", `${k}: ${eligible}, from ${mayStay}`]
     const gained = isr.find((s) => !was.isr.includes(s) && !electable.includes(s))
     if (gained !== undefined) return ["KIP-841: no ineligible ISR member added", `${k}: ${gained} joined ${was.isr}`]
+    const failedJoined = isr.find((s) => !was.isr.includes(s) && model.storageFailed.has(`${s} ${k}`))
+    if (failedJoined !== undefined)
+      return ["no replica whose storage failed joins an ISR", `${k}: ${failedJoined} joined ${was.isr}`]
   }
   // A leader is the life it was elected as: a restart since takes the leadership from it.
   for (const [k, t] of next.tablets) {
@@ -1410,7 +1447,8 @@ const drive = (seed: number, step: StepFn = ControllerState.step, counts = tally
     epoch: 1,
     unclean: r.chance(0.5),
     min,
-    answers: new Map()
+    answers: new Map(),
+    storageFailed: new Set()
   }
   const options: ControllerState.Options = {
     uncleanLeaderElection: model.unclean,
