@@ -198,6 +198,14 @@ const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =
   })
 
 /** Records `skip`..`last` of a batch, its producer stamp's sequence moved along with them. */
+/**
+ * The most batches a truncation reads back to find the older batches of producers whose recent ones it cut: the
+ * scan runs under the log's lock, so its cost is bounded whatever the log's length.
+ *
+ * @since 0.1.0
+ */
+export const PRODUCER_SCAN_BATCHES = 10_000
+
 /** The most a log's tail of recent batches holds, in encoded bytes (at least its newest batch). */
 const tailMaxBytes = 4 * 1024 * 1024
 
@@ -436,7 +444,8 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
 
     /**
      * The producer entry changes once the log ends at `end`: each entry loses its batches past it, and a producer left
-     * with none gets its latest batches before `end` back from the log (none there: its entry goes).
+     * with none gets its latest batches before `end` back from the log, looking back at most
+     * `PRODUCER_SCAN_BATCHES` batches (none found: its entry goes).
      */
     const producersBefore = (end: number) =>
       Effect.gen(function* () {
@@ -455,6 +464,9 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
         yield* store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(end), reverse: true }).pipe(
           Stream.mapError(storeFailed),
           Stream.takeWhile(() => done.size < lost.size),
+          // Bounded: a producer not found within the latest batches is forgotten (its next batch that does not start
+          // a producer epoch is refused `UnknownProducer`, as Kafka's producer state beyond its snapshots is).
+          Stream.take(PRODUCER_SCAN_BATCHES),
           Stream.runForEach(([k, v]) =>
             Effect.map(decode(k, v), (b) => {
               const p = b.producer

@@ -5,7 +5,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { put, Store } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { Effect, Exit, type Layer, Scope } from "effect"
+import { Effect, Exit, type Layer, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import * as Codec from "../src/internal/batchCodec.js"
@@ -251,6 +251,36 @@ for (const [backend, layer] of stores) {
             // And so after a reopen: the entry left the store in the same write.
             const reopened = yield* TabletLog.make(store, tablet)
             assert.deepStrictEqual([...(yield* reopened.producers).keys()], [1])
+            yield* close
+          })
+        )
+    )
+
+    it.effect(
+      "a truncation reads back at most PRODUCER_SCAN_BATCHES batches for a producer whose recent ones it cut",
+      () =>
+        onStore(
+          Effect.gen(function* () {
+            const { store, close } = yield* open()
+            let read = 0
+            const counted = {
+              ...store,
+              scan: (range?: Parameters<typeof store.scan>[0]) =>
+                store.scan(range).pipe(Stream.tap(() => Effect.sync(() => read++)))
+            }
+            const log = yield* TabletLog.make(counted, tablet)
+            // Producer 7's first batch, then more batches than the bound from others, then six more of 7's (its
+            // entry's recent batches are those six).
+            yield* log.append(1, records(0, 0), { id: 7, epoch: 0, sequence: 0 })
+            for (let i = 0; i < TabletLog.PRODUCER_SCAN_BATCHES + 5; i++) yield* log.append(1, records(1, 1))
+            const end = yield* log.logEndOffset
+            for (let i = 1; i <= 6; i++) yield* log.append(1, records(2, 2), { id: 7, epoch: 0, sequence: i })
+            read = 0
+            yield* log.truncateTo(end)
+            // Its older batch is beyond the bound: the producer is forgotten rather than the whole log read.
+            // (Besides the six batches it cuts, which it reads too.)
+            assert.isAtMost(read, TabletLog.PRODUCER_SCAN_BATCHES + 7)
+            assert.isFalse((yield* log.producers).has(7))
             yield* close
           })
         )
