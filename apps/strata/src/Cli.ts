@@ -22,7 +22,7 @@ import {
   Store,
   type StoreError
 } from "@strata/core"
-import { LocalCluster, type ReplicationConfig, StrataLog } from "@strata/replica"
+import { LocalCluster, ReplicaRpc, type ReplicationConfig, StrataLog } from "@strata/replica"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
@@ -422,8 +422,8 @@ const tabletsCreate = Command.make(
     ...clusterFlags,
     table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
     tablets: Flag.Int("tablets").pipe(
-      Flag.withDescription("How many tablets (buckets), 1–100000"),
-      Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })))
+      Flag.withDescription(`How many tablets (buckets), 1–${ReplicaRpc.MAX_TABLETS_PER_TABLE}`),
+      Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: ReplicaRpc.MAX_TABLETS_PER_TABLE })))
     ),
     rf: Flag.Int("rf").pipe(
       Flag.withDescription("Replicas per tablet (default: the cluster's replicationFactor, 3)"),

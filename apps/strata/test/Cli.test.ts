@@ -231,6 +231,22 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     }
   })
 
+  it("tablets create refuses more tablets than a table may have (what a cluster was measured to do), before it connects", async () => {
+    const r = await strata([
+      "tablets",
+      "create",
+      "big",
+      "--tablets",
+      "100000",
+      "--coordination",
+      "zookeeper://127.0.0.1:1"
+    ])
+    const line = expectOneLineFailure(r)
+    expect(line).toContain("32768")
+    expect(line).not.toContain("cannot reach")
+    expect(r.stdout).toBe("")
+  })
+
   it("tablets create refuses a table name that is not [A-Za-z0-9._-]+, naming it and the rule, before it connects", async () => {
     for (const name of ["..", "a/b"]) {
       const r = await strata(["tablets", "create", name, "--tablets", "1", "--coordination", "zookeeper://127.0.0.1:1"])

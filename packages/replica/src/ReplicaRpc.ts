@@ -212,6 +212,15 @@ export class TabletServerRpcs extends RpcGroup.make(
 ) {}
 
 /**
+ * The most tablets one table may have: what a cluster was seen to do. Measured on a 2-core machine with three tablet
+ * servers, two coordinators and one ZooKeeper: 30 000 tablets created in 22 s and all in full ISRs within 40 s, and
+ * deleted in 20 s, the controller's leadership never lapsing; a 100 000-tablet create outran it (issue 32).
+ *
+ * @since 0.1.0
+ */
+export const MAX_TABLETS_PER_TABLE = 32_768
+
+/**
  * An operator's request to create a table: `buckets` tablets of `replicationFactor` replicas each (the cluster's
  * `replicationFactor` when not given), assigned by the controller over the live servers.
  *
@@ -219,7 +228,7 @@ export class TabletServerRpcs extends RpcGroup.make(
  */
 export const CreateTableRequest = Schema.Struct({
   table: Schema.NonEmptyString,
-  buckets: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 100_000 })),
+  buckets: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: MAX_TABLETS_PER_TABLE })),
   replicationFactor: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 })))
 })
 

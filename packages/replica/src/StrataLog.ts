@@ -41,6 +41,7 @@ import {
   Unsupported
 } from "@strata/core"
 import { Clock, Duration, Effect, Layer, Schema, type Scope } from "effect"
+import * as ReplicaRpc from "./ReplicaRpc.js"
 import * as ReplicationConfig from "./ReplicationConfig.js"
 import { makeConsumer } from "./internal/strataConsumer.js"
 import { makeGroupConsumer } from "./internal/strataGroup.js"
@@ -152,9 +153,15 @@ export const make = (
           if (!isTopic(spec.topic) || spec.topic === "." || spec.topic === "..") {
             return yield* logError(new InvalidRequest({ detail: `invalid topic name ${JSON.stringify(spec.topic)}` }))
           }
-          if (!Number.isInteger(spec.partitions) || spec.partitions < 1 || spec.partitions > 100_000) {
+          if (
+            !Number.isInteger(spec.partitions) ||
+            spec.partitions < 1 ||
+            spec.partitions > ReplicaRpc.MAX_TABLETS_PER_TABLE
+          ) {
             return yield* logError(
-              new InvalidRequest({ detail: `invalid partition count ${spec.partitions} (1–100000)` })
+              new InvalidRequest({
+                detail: `invalid partition count ${spec.partitions} (1–${ReplicaRpc.MAX_TABLETS_PER_TABLE})`
+              })
             )
           }
           const tp = { topic: spec.topic, partition: 0 }
