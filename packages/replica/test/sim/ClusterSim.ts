@@ -106,6 +106,8 @@ const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
   ["shutdown", 5]
 ]
 
+const faultWeightTotal = faultWeights.reduce((n, [, w]) => n + w, 0)
+
 /** Who a scripted fault strikes: a process, the leader of a tablet when it strikes, or everyone of a kind. */
 export type Target = string | { readonly leaderOf: number } | "all-servers" | "all"
 
@@ -886,6 +888,8 @@ const simulate = (
               Effect.gen(function* () {
                 const remaining = yield* server.controlledShutdown
                 log(`${p.name} leads ${remaining} tablets as it stops`)
+                // A process takes its time to stop once its leaderships moved: its replicas follow meanwhile.
+                yield* Effect.sleep(Duration.millis(rng.int(0, 2_000)))
                 if (p.server === server) yield* down(p, false, false)
                 p.stopping = false
               }),
@@ -899,7 +903,7 @@ const simulate = (
     /** A random fault, drawn from the seed. */
     const fault = (step: number) => {
       const p = rng.pick(procs)
-      let roll = rng.int(1, 100)
+      let roll = rng.int(1, faultWeightTotal)
       let kind: FaultKind = "crash"
       for (const [k, weight] of faultWeights) {
         if (roll <= weight) {
