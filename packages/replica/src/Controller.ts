@@ -611,7 +611,8 @@ export const make = (
                   server: report.server,
                   ...(report.registration === undefined ? {} : { registration: report.registration }),
                   tablets: report.tablets,
-                  failed: report.failed
+                  failed: report.failed,
+                  sequence: report.sequence
                 })
               )
         ),

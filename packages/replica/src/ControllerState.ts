@@ -128,6 +128,11 @@ export interface State {
    * an ISR, until the server reports them working again or registers again.
    */
   readonly storageFailed: ReadonlyMap<ServerId, ReadonlySet<string>>
+  /**
+   * The sequence of the latest storage report taken for each replica (by `server tablet`): an older one arriving late
+   * is dropped.
+   */
+  readonly storageReported: ReadonlyMap<string, number>
 }
 
 /**
@@ -201,6 +206,8 @@ export type Input =
       readonly tablets: ReadonlyArray<TabletId>
       /** `true`: their storage failed and they are offline; `false`: it takes writes again. */
       readonly failed: boolean
+      /** The report's place among the server's reports (each new report takes the next). */
+      readonly sequence?: number
     }
   | {
       readonly _tag: "CreateTablets"
@@ -337,6 +344,7 @@ export const make = (options: Options): State => ({
   live: new Set(),
   registrations: new Map(),
   storageFailed: new Map(),
+  storageReported: new Map(),
   shuttingDown: new Set(),
   tablets: new Map(),
   uncleanElections: 0,
@@ -849,24 +857,36 @@ const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: ServerId
  * A server's report that its replicas of some tablets failed their storage (or work again). Failed: each leaves the
  * tablets' ISRs and, where it leads, leadership moves (Kafka's handling of a failed log directory); working again:
  * each tablet's leader leads on under the next leader epoch, so the replica, which takes a role only under an epoch
- * it has not seen, follows again and may rejoin the ISR. A report from another life of the server is dropped.
+ * it has not seen, follows again and may rejoin the ISR. A report from another life of the server, or older than one
+ * taken (a late or repeated copy: it would undo what came after it), is dropped.
  */
 const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStorage" }>): Step => {
   const registered = state.registrations.get(input.server)
   if (!state.live.has(input.server) || (input.registration !== undefined && input.registration !== registered)) {
     return [state, []]
   }
+  const sequence = input.sequence
+  const storageReported = new Map(state.storageReported)
+  const tablets = input.tablets.filter((id) => {
+    if (sequence === undefined) return true
+    const replica = `${input.server} ${tabletKey(id)}`
+    const taken = storageReported.get(replica)
+    if (taken !== undefined && sequence <= taken) return false
+    storageReported.set(replica, sequence)
+    return true
+  })
+  if (tablets.length === 0) return [state, []]
   const marks = new Set(state.storageFailed.get(input.server) ?? [])
-  for (const id of input.tablets) {
+  for (const id of tablets) {
     if (input.failed) marks.add(tabletKey(id))
     else marks.delete(tabletKey(id))
   }
   const storageFailed = new Map(state.storageFailed)
   if (marks.size === 0) storageFailed.delete(input.server)
   else storageFailed.set(input.server, marks)
-  const next: State = { ...state, storageFailed }
+  const next: State = { ...state, storageFailed, storageReported }
   const c = changes(next)
-  for (const id of input.tablets) {
+  for (const id of tablets) {
     const t = c.tablets.get(tabletKey(id))
     if (t === undefined || !t.replicas.includes(input.server) || t.state === "DeletingTablet") continue
     if (!input.failed) {
@@ -883,7 +903,7 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
   c.after.push({
     _tag: "Log",
     level: input.failed ? "warn" : "info",
-    message: `server ${input.server}: the storage of ${input.tablets.map(tabletKey).join(", ")} ${input.failed ? "failed: offline there" : "works again"}`
+    message: `server ${input.server}: the storage of ${tablets.map(tabletKey).join(", ")} ${input.failed ? "failed: offline there" : "works again"}`
   })
   return finish(next, c)
 }
@@ -903,6 +923,7 @@ export const step = (state: State, input: Input): Step => {
         live: new Set(input.live),
         registrations: new Map(input.registrations ?? []),
         storageFailed: new Map(),
+        storageReported: new Map(),
         shuttingDown: new Set(),
         tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])),
         elections: new Map()
@@ -935,7 +956,16 @@ export const step = (state: State, input: Input): Step => {
       // A new life of the server: its storage is judged again (it reports what still fails).
       const storageFailed = new Map(state.storageFailed)
       storageFailed.delete(input.server)
-      const up: State = { ...state, live: new Set([...state.live, input.server]), registrations, storageFailed }
+      const storageReported = new Map(
+        [...state.storageReported].filter(([replica]) => !replica.startsWith(`${input.server} `))
+      )
+      const up: State = {
+        ...state,
+        live: new Set([...state.live, input.server]),
+        registrations,
+        storageFailed,
+        storageReported
+      }
       const c = changes(up)
       const unchanged: Array<Tablet> = []
       for (const t of up.tablets.values()) {

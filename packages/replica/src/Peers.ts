@@ -71,6 +71,8 @@ export interface ReplicaStorageReport {
   readonly registration?: number | undefined
   readonly tablets: ReadonlyArray<TabletId>
   readonly failed: boolean
+  /** Its place among the server's reports: the controller drops one older than a report it took. */
+  readonly sequence: number
 }
 
 /**

@@ -267,7 +267,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
               server: report.server,
               ...(report.registration === undefined ? {} : { registration: report.registration }),
               tablets: report.tablets,
-              failed: report.failed
+              failed: report.failed,
+              sequence: report.sequence
             })
           )
       }

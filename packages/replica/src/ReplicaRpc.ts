@@ -333,7 +333,8 @@ export class ControllerRpcs extends RpcGroup.make(
       server: ServerId,
       registration: Schema.optional(Schema.Int),
       tablets: Schema.Array(TabletId),
-      failed: Schema.Boolean
+      failed: Schema.Boolean,
+      sequence: Schema.Int
     }),
     error: NotController
   }),

@@ -149,6 +149,8 @@ interface Server {
   readonly unsafe: Unsafe
   coordinatorEpoch: number
   registration: number | undefined
+  /** The sequence of the last storage report this server made. */
+  storageReports: number
   /** Set as the server stops: no log opens after. */
   closed: boolean
 }
@@ -219,21 +221,28 @@ const storageOffline = (server: Server, h: Hosted.Hosted, detail: string): Effec
     }
   })
 
-/** Tells the controller the replica's storage failed (or works again), until it is heard or that is moot. */
+/**
+ * Tells the controller the replica's storage failed (or works again), until it is heard or that is moot. Each report
+ * takes the server's next sequence (its retries keep it), so a late copy of an earlier one cannot undo it.
+ */
 const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still: () => boolean) =>
-  Hosted.retryTelling(
-    Effect.suspend(() =>
-      server.peers.controller.replicaStorage({
-        server: server.self,
-        registration: server.registration,
-        tablets: [h.tablet],
-        failed
-      })
-    ),
-    server.config.retryBackoffMs,
-    () => `server ${server.self}: ${h.key}: telling the controller its storage ${failed ? "failed" : "works again"}`,
-    still
-  ).pipe(Effect.ignore)
+  Effect.suspend(() => {
+    const sequence = ++server.storageReports
+    return Hosted.retryTelling(
+      Effect.suspend(() =>
+        server.peers.controller.replicaStorage({
+          server: server.self,
+          registration: server.registration,
+          tablets: [h.tablet],
+          failed,
+          sequence
+        })
+      ),
+      server.config.retryBackoffMs,
+      () => `server ${server.self}: ${h.key}: telling the controller its storage ${failed ? "failed" : "works again"}`,
+      still
+    ).pipe(Effect.ignore)
+  })
 
 /** The longest pause between two tries of a failed store. */
 const storageRetryMaxMs = 30_000
@@ -970,6 +979,7 @@ export const make = (
       unsafe,
       coordinatorEpoch: 0,
       registration: undefined,
+      storageReports: 0,
       closed: false
     }
     yield* Effect.addFinalizer(() =>

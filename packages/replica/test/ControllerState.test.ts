@@ -287,6 +287,25 @@ describe("ControllerStateState.step", () => {
     assert.deepStrictEqual([lai(follower.state, 0).leader, lai(follower.state, 0).isr], [1, [1, 2]])
   })
 
+  it("a storage report older than one taken (a late or repeated copy) is dropped: it cannot undo a recovery", () => {
+    const s0 = run(boot([1, 2, 3]), create([0, [1, 2, 3]])).state
+    const report = (failed: boolean, sequence: number): Input => ({
+      _tag: "ReplicaStorage",
+      server: 3,
+      tablets: [tid(0)],
+      failed,
+      sequence
+    })
+    const failed = run(s0, report(true, 1)).state
+    const works = run(failed, report(false, 2)).state
+    const late = ControllerState.step(works, report(true, 1))
+    assert.strictEqual(late[0], works)
+    assert.deepStrictEqual(late[1], [])
+    // So its leader may add it back.
+    const rejoined = run(works, adjust(works, 0, [1, 2, 3]))
+    assert.deepStrictEqual(lai(rejoined.state, 0).isr, [1, 2, 3])
+  })
+
   it("KIP-966: when the last ISR member dies, a live eligible member leads; a restarted one does not", () => {
     const booted = ControllerState.step(
       ControllerState.make({ uncleanLeaderElection: false, minInsyncReplicas: 2 }),
