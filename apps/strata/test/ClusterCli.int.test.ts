@@ -5,25 +5,15 @@
  * else answers says so.
  */
 import { spawn } from "node:child_process"
-import { rm } from "node:fs/promises"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import { Effect } from "effect"
-import { afterAll, beforeAll, inject } from "vitest"
-import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
+import { inject } from "vitest"
 import type * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
-import { awaitMetadata, bundleCli, client, faultSettings, zooKeeperCluster } from "./support/clusterTest.js"
+import { awaitMetadata, cliProcesses, client, faultSettings, zooKeeperCluster } from "./support/clusterTest.js"
 
-let runner: NodeRunner
-const directories: Array<string> = []
-beforeAll(async () => {
-  runner = await bundleCli()
-}, 120_000)
-afterAll(async () => {
-  await runner?.dispose()
-  for (const d of directories) await rm(d, { recursive: true, force: true })
-})
+const processes = cliProcesses()
 
 const envName = (key: string): string => `STRATA_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`
 
@@ -48,7 +38,7 @@ interface Run {
 
 /** Runs the CLI with `args` in `env`. */
 const cli = (args: ReadonlyArray<string>, env: Record<string, string>): Run => {
-  const child = spawn(process.execPath, runner.argv(args), { env, stdio: ["ignore", "pipe", "pipe"] })
+  const child = spawn(process.execPath, processes.runner().argv(args), { env, stdio: ["ignore", "pipe", "pipe"] })
   let stdout = ""
   let stderr = ""
   child.stdout.on("data", (c: Buffer) => {
@@ -95,7 +85,7 @@ const withCluster = <A, E, R>(
   body: (cluster: ProcessCluster.ProcessCluster, namespace: string, directory: string) => Effect.Effect<A, E, R>
 ) =>
   Effect.gen(function* () {
-    const { cluster, namespace, directory } = yield* zooKeeperCluster(runner, label, directories)
+    const { cluster, namespace, directory } = yield* zooKeeperCluster(processes, label)
     return yield* body(cluster, namespace, directory).pipe(Effect.tapError(() => Effect.logError(cluster.logTails(30))))
   }).pipe(Effect.scoped, Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") })))
 

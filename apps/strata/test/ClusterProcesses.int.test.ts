@@ -1,31 +1,21 @@
-import { rm } from "node:fs/promises"
 import { assert, describe, it } from "@effect/vitest"
 import { type Coordination, tabletKey } from "@strata/core"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import { Effect, Result, type Scope } from "effect"
-import { afterAll, beforeAll, inject } from "vitest"
-import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
+import { inject } from "vitest"
 import {
   awaitMetadata,
-  bundleCli,
   client,
   faultSettings,
   record,
   writeEach,
+  cliProcesses,
   zooKeeperCluster
 } from "./support/clusterTest.js"
 import type * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 import * as Checker from "./support/replicaChecker.js"
 
-let runner: NodeRunner
-const directories: Array<string> = []
-beforeAll(async () => {
-  runner = await bundleCli()
-}, 120_000)
-afterAll(async () => {
-  await runner?.dispose()
-  for (const d of directories) await rm(d, { recursive: true, force: true })
-})
+const processes = cliProcesses()
 
 const TABLETS = 200
 
@@ -51,7 +41,7 @@ const onZooKeeper = <A, E>(
   ) => Effect.Effect<A, E, ZooKeeperCoordination.ZooKeeperCoordination | Coordination | Scope.Scope>
 ) =>
   Effect.gen(function* () {
-    const { cluster, namespace } = yield* zooKeeperCluster(runner, label, directories)
+    const { cluster, namespace } = yield* zooKeeperCluster(processes, label)
     return yield* Effect.scoped(body(cluster, namespace)).pipe(
       Effect.tapError(() => Effect.logError(cluster.logTails(30))),
       Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }))

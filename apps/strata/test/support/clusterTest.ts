@@ -2,14 +2,14 @@
  * What the cluster fault tests share: the bundled `strata` CLI, a client on the test's coordination, records with
  * unique values, and a wait on the controller's metadata.
  */
-import { mkdtemp } from "node:fs/promises"
+import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import type { Coordination, TabletId, TabletRecord } from "@strata/core"
 import { type ReplicaRpc, TabletClient } from "@strata/replica"
 import { Duration, Effect, type Scope } from "effect"
-import { inject } from "vitest"
+import { afterAll, beforeAll, inject } from "vitest"
 import { type NodeRunner, nodeRunner } from "../../../../scripts/test-support/nodeRunner.js"
 import * as ProcessCluster from "../../../../scripts/test-support/processCluster.js"
 import type { Acked } from "./replicaChecker.js"
@@ -103,14 +103,43 @@ export const writeEach = (
 /** The scope's services a cluster test needs. */
 export type ClusterTestR = Coordination | Scope.Scope
 
+/** A test file's bundled CLI and the directories its clusters used (see `cliProcesses`). */
+export interface CliProcesses {
+  /** The bundled CLI (once the file's `beforeAll` ran). */
+  readonly runner: () => NodeRunner
+  /** Directories to remove after the file's tests. */
+  readonly directories: Array<string>
+}
+
+/** Bundles the CLI before a test file's tests, and disposes of it and removes their directories after them. */
+export const cliProcesses = (): CliProcesses => {
+  let runner: NodeRunner | undefined
+  const directories: Array<string> = []
+  beforeAll(async () => {
+    runner = await bundleCli()
+  }, 120_000)
+  afterAll(async () => {
+    await runner?.dispose()
+    for (const d of directories) await rm(d, { recursive: true, force: true })
+  })
+  return {
+    runner: () => {
+      if (runner === undefined) throw new Error("the CLI is not bundled yet (cliProcesses runs it in beforeAll)")
+      return runner
+    },
+    directories
+  }
+}
+
 /**
- * A process cluster on the test's ZooKeeper in a fresh directory (noted in `directories`, for removal) and a
- * namespace named after `label`; every process is killed as the scope closes.
+ * A process cluster on the test's ZooKeeper in a fresh directory (removed after the file's tests) and a namespace
+ * named after `label`; every process is killed as the scope closes.
  */
-export const zooKeeperCluster = (runner: NodeRunner, label: string, directories: Array<string>) =>
+export const zooKeeperCluster = (processes: CliProcesses, label: string) =>
   Effect.gen(function* () {
+    const runner = processes.runner()
     const directory = yield* Effect.promise(() => freshDirectory(label))
-    directories.push(directory)
+    processes.directories.push(directory)
     const namespace = `/${label}-${Date.now()}`
     const cluster = ProcessCluster.make({
       runner,
