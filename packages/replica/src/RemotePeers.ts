@@ -1,8 +1,9 @@
 /**
  * The client side of `ReplicaRpc`: `Peers` (how a tablet server reaches its leaders and the controller) and
- * `TabletServers` (how the controller reaches the servers) over TCP. One connection per address, opened on first
- * use and kept (it reconnects by itself); every call ends within `requestTimeoutMs`, failing with
- * `PeerUnreachable` then, as it does when the target cannot be located or reached, or its answer does not decode.
+ * `TabletServers` (how the controller reaches the servers) over TCP, or the `Transport` provided. One connection per
+ * address, opened on first use and kept (it reconnects by itself); every call ends within `requestTimeoutMs`,
+ * failing with `PeerUnreachable` then, as it does when the target cannot be located or reached, or its answer does
+ * not decode.
  *
  * @since 0.1.0
  */
@@ -16,7 +17,7 @@ import type {
   ServerId,
   TabletId
 } from "@strata/core"
-import { Cause, Effect, Exit, Scope } from "effect"
+import { Cause, Context, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "./Controller.js"
 import * as DataLink from "./DataLink.js"
@@ -57,7 +58,7 @@ export interface RemotePeersOptions {
 }
 
 /**
- * The cluster's peers over TCP.
+ * The cluster's peers, reached through the `Transport` in context (TCP unless provided).
  *
  * @since 0.1.0
  */
@@ -101,21 +102,47 @@ export interface ServerCalls {
   readonly readLog: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
 }
 
-/** Clients of `group` over the RPC protocol, pooled. */
-const clients = <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, scope: Scope.Scope) =>
-  ConnectionPool.make<Client<R>>(scope, (address, entryScope) => connectGroup(group, entryScope, address))
+/**
+ * How `RemotePeers` opens a connection to an address: an RPC client of a group, a data link client. Each lives in the
+ * scope given. TCP unless another is provided (an in-memory network, in a simulation).
+ *
+ * @since 0.1.0
+ */
+export interface TransportShape {
+  readonly rpc: <R extends Rpc.Any>(
+    group: RpcGroup.RpcGroup<R>,
+    address: string,
+    scope: Scope.Scope
+  ) => Effect.Effect<Client<R>, PeerUnreachable>
+  readonly dataLink: (address: string, scope: Scope.Scope) => Effect.Effect<DataLink.DataLinkClient, PeerUnreachable>
+}
 
-/** Data link clients, pooled. */
-const dataLinks = (scope: Scope.Scope) =>
-  ConnectionPool.make<DataLink.DataLinkClient>(scope, (address, entryScope) => {
+/**
+ * The TCP transport: `ReplicaRpc`'s protocol over sockets, the data link's own framing.
+ *
+ * @since 0.1.0
+ */
+export const tcp: TransportShape = {
+  rpc: (group, address, scope) => connectGroup(group, scope, address),
+  dataLink: (address, scope) => {
     const parsed = parseAddress(address)
     return parsed === undefined
       ? Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
-      : DataLink.connect(parsed).pipe(Scope.provide(entryScope))
-  })
+      : DataLink.connect(parsed).pipe(Scope.provide(scope))
+  }
+}
 
 /**
- * Peers over TCP, their connections closed with the scope.
+ * The transport `RemotePeers` connects with (`tcp` unless provided).
+ *
+ * @since 0.1.0
+ */
+export const Transport = Context.Reference<TransportShape>("@strata/replica/RemotePeers/Transport", {
+  defaultValue: () => tcp
+})
+
+/**
+ * Peers over the `Transport` in context (TCP unless provided), their connections closed with the scope.
  *
  * @since 0.1.0
  */
@@ -123,9 +150,15 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
   Effect.gen(function* () {
     const scope = yield* Scope.fork(yield* Effect.scope, "parallel")
     yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
-    const servers = clients(TabletServerRpcs, scope)
-    const controllers = clients(ControllerRpcs, scope)
-    const links = dataLinks(scope)
+    const transport = yield* Transport
+    const servers = ConnectionPool.make<Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>>(scope, (address, entryScope) =>
+      transport.rpc(TabletServerRpcs, address, entryScope)
+    )
+    const controllers = ConnectionPool.make<Client<RpcGroup.Rpcs<typeof ControllerRpcs>>>(
+      scope,
+      (address, entryScope) => transport.rpc(ControllerRpcs, address, entryScope)
+    )
+    const links = ConnectionPool.make<DataLink.DataLinkClient>(scope, transport.dataLink)
     /** A call that ends in time; a transport failure is `PeerUnreachable`. */
     const timed = <A, E>(
       target: string,

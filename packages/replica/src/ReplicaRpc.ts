@@ -447,20 +447,25 @@ export const serveTabletServerWith = (
  * @since 0.1.0
  */
 export const serveTabletServer = (listen: Address): Effect.Effect<Address, ListenFailed, Scope.Scope | TabletServer> =>
-  Effect.flatMap(TabletServer, (server) =>
-    serveTabletServerWith(listen, {
-      LeaderAndIsr: (request) => server.leaderAndIsr(request),
-      LogEnd: (request) => server.logEnd(request),
-      Holdings: (request) => server.holdings(request),
-      StopReplica: (request) => server.stopReplica(request),
-      Fetch: (request) => server.fetch(request),
-      EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
-      Append: (request) => Effect.flatMap(decodeAppend(request), server.append),
-      Read: (request) => server.read(request),
-      ReplicaState: ({ tablet }) => server.replicaState(tablet),
-      ReadLog: (request) => readLog(server, request)
-    })
-  )
+  Effect.flatMap(TabletServer, (server) => serveTabletServerWith(listen, tabletServerHandlers(server)))
+
+/**
+ * `TabletServerRpcs` answered by `server` (what `serveTabletServer` serves; an in-memory network serves them too).
+ *
+ * @since 0.1.0
+ */
+export const tabletServerHandlers = (server: TabletServerShape): TabletServerHandlers => ({
+  LeaderAndIsr: (request) => server.leaderAndIsr(request),
+  LogEnd: (request) => server.logEnd(request),
+  Holdings: (request) => server.holdings(request),
+  StopReplica: (request) => server.stopReplica(request),
+  Fetch: (request) => server.fetch(request),
+  EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
+  Append: (request) => Effect.flatMap(decodeAppend(request), server.append),
+  Read: (request) => server.read(request),
+  ReplicaState: ({ tablet }) => server.replicaState(tablet),
+  ReadLog: (request) => readLog(server, request)
+})
 
 /**
  * A replica's log as this server holds it, whatever its role (an operator's or a checker's read, not a client's:
@@ -580,28 +585,42 @@ export const serveController = (
   listen: Address,
   endpoint: ControllerEndpoint
 ): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
-  Effect.gen(function* () {
-    const controller = Effect.flatMap(endpoint.current, (c) =>
-      c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)
-    )
-    const resigned = (e: { readonly message: string }) => new NotController({ detail: e.message })
-    const handlers = yield* ControllerRpcs.toHandlers({
-      AdjustIsr: (request) => Effect.flatMap(controller, (c) => Effect.mapError(c.adjustIsr(request), resigned)),
-      ControlledShutdown: ({ server }) =>
-        Effect.flatMap(controller, (c) => Effect.mapError(c.controlledShutdown(server), resigned)),
-      CreateTable: (request) => Effect.flatMap(controller, (c) => createTable(c, endpoint, request)),
-      Metadata: ({ table }) =>
-        Effect.flatMap(controller, (c) =>
-          Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
-        ),
-      BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
-      InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
-      ReplicaStorage: (report) =>
-        Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
-      DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
-    })
-    return yield* serveGroup(ControllerRpcs, handlers, listen)
-  })
+  Effect.flatMap(ControllerRpcs.toHandlers(controllerHandlers(endpoint)), (handlers) =>
+    serveGroup(ControllerRpcs, handlers, listen)
+  )
+
+/**
+ * The handlers of `ControllerRpcs`.
+ *
+ * @since 0.1.0
+ */
+export type ControllerHandlers = RpcGroup.HandlersFrom<RpcGroup.Rpcs<typeof ControllerRpcs>>
+
+/**
+ * `ControllerRpcs` answered from `endpoint` (what `serveController` serves; an in-memory network serves them too).
+ *
+ * @since 0.1.0
+ */
+export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHandlers => {
+  const controller = Effect.flatMap(endpoint.current, (c) =>
+    c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)
+  )
+  const resigned = (e: { readonly message: string }) => new NotController({ detail: e.message })
+  return {
+    AdjustIsr: (request) => Effect.flatMap(controller, (c) => Effect.mapError(c.adjustIsr(request), resigned)),
+    ControlledShutdown: ({ server }) =>
+      Effect.flatMap(controller, (c) => Effect.mapError(c.controlledShutdown(server), resigned)),
+    CreateTable: (request) => Effect.flatMap(controller, (c) => createTable(c, endpoint, request)),
+    Metadata: ({ table }) =>
+      Effect.flatMap(controller, (c) =>
+        Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
+      ),
+    BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
+    InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
+    ReplicaStorage: (report) => Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
+    DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
+  }
+}
 
 /** How often a lost connection is opened again: from 100 ms, doubling, at most every second. */
 const reconnectPolicy = Schedule.min([Schedule.exponential(100, 2), Schedule.spaced(1000)])

@@ -32,17 +32,22 @@ import {
   type TabletId,
   tabletKey
 } from "@strata/core"
-import { Cause, Context, Duration, Effect, Exit, Fiber, Latch, Logger, References, Scope } from "effect"
+import { Context, Duration, Effect, Exit, Fiber, Latch, Logger, References, Scope } from "effect"
+import * as EffectResult from "effect/Result"
 import { TestClock } from "effect/testing"
 import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ClusterPaths from "../../src/ClusterPaths.js"
 import * as Controller from "../../src/Controller.js"
 import * as ControllerView from "../../src/ControllerView.js"
 import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
+import * as RemotePeers from "../../src/RemotePeers.js"
+import * as ReplicaRpc from "../../src/ReplicaRpc.js"
 import * as ReplicaState from "../../src/ReplicaState.js"
+import * as TabletClient from "../../src/TabletClient.js"
 import * as TabletServer from "../../src/TabletServer.js"
 import * as Checkers from "./Checkers.js"
 import * as LossyStore from "./LossyStore.js"
+import * as MemoryTransport from "./MemoryTransport.js"
 
 /** Which safety checks are deliberately broken in a run. */
 export interface Variant {
@@ -183,6 +188,7 @@ export interface Result {
 const NAMESPACE = "/sim"
 const paths = ClusterPaths.make(NAMESPACE)
 const encoder = new TextEncoder()
+const decoder = new TextDecoder()
 
 /** One simulated process: a tablet server or a coordinator. */
 interface Proc {
@@ -337,7 +343,10 @@ const simulate = (
             return yield* Effect.fail(unreachable(to, "timed out"))
           }
         }
-        const answer = yield* Fiber.join(arrived)
+        // A caller that gives up (its own timeout, its client closing) interrupts the handler, wherever it is.
+        const answer = yield* Fiber.join(arrived).pipe(
+          Effect.onInterrupt(() => Effect.asVoid(Effect.forkIn(Fiber.interrupt(arrived), root)))
+        )
         yield* Effect.sleep(Duration.millis(delay()))
         if (!reachable(to, from)) return yield* Effect.fail(unreachable(to, "answer lost (no route)"))
         if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "answer lost"))
@@ -638,120 +647,120 @@ const simulate = (
     for (const p of procs) yield* start(p)
 
     // --- the workload ---------------------------------------------------------------------------
-    /** An idempotent producer: its stamps per tablet, and a new producer epoch after a refusal. */
-    const producer = (producerId: number) => {
-      const epochs = new Map<string, number>()
-      const sequences = new Map<string, number>()
-      /** One batch: routed to the leader coordination names, retried as a client does, until `keepGoing` is false. */
-      return (tablet: TabletId, values: ReadonlyArray<string>, keepGoing: () => boolean) =>
-        Effect.gen(function* () {
-          const key = tabletKey(tablet)
-          const records = values.map((v) => ({ key: null, value: encoder.encode(v), headers: [], timestamp: 0 }))
-          const stamp = { id: producerId, epoch: epochs.get(key) ?? 0, sequence: sequences.get(key) ?? 0 }
-          sequences.set(key, stamp.sequence + values.length)
-          let unsure = false
-          for (let attempt = 0; attempt < 30 && keepGoing(); attempt++) {
-            const meta = yield* readTablet(tablet)
-            const leader = meta?.leaderAndIsr.leader
-            const target = leader === null || leader === undefined ? undefined : byName.get(`s${leader}`)
-            const server = target?.server
-            if (target === undefined || server === undefined) {
-              yield* Effect.sleep(Duration.millis(50))
-              continue
-            }
-            const exit = yield* Effect.exit(
-              call("client", target.name, server.append({ tablet, records, acks: "all", producer: stamp }))
-            )
-            if (Exit.isSuccess(exit)) return { _tag: "Acked", baseOffset: exit.value.baseOffset } as const
-            const error = Cause.findErrorOption(exit.cause)
-            const e = error._tag === "Some" ? (error.value as ReplicaError | PeerUnreachable) : undefined
-            if (e?._tag === "ReplicaError" && e.reason._tag === "ProducerRefused") {
-              // Out of order or unknown: this batch is given up, and the producer starts a new producer epoch.
-              epochs.set(key, stamp.epoch + 1)
-              sequences.set(key, 0)
-              return unsure ? ({ _tag: "Unknown" } as const) : ({ _tag: "Failed", why: e.message } as const)
-            }
-            if (e === undefined || e._tag === "PeerUnreachable" || e.retryable) {
-              unsure = true
-              yield* Effect.sleep(Duration.millis(50))
-              continue
-            }
-            return unsure ? ({ _tag: "Unknown" } as const) : ({ _tag: "Failed", why: e.message } as const)
-          }
-          return { _tag: "Unknown" } as const
-        })
+    // Clients are the real `TabletClient`: its directory on its own coordination session, its `RemotePeers` over Effect
+    // RPC's in-memory client and server (`MemoryTransport`), every call crossing the simulated network.
+    const clientProc: Proc = { ...proc("server", 0), name: "client" }
+    const endpointOf = (c: Proc): ReplicaRpc.ControllerEndpoint => ({
+      current: Effect.sync(() => c.controller),
+      servers: Effect.map(registeredServers, (ids) => [...ids].map((id) => ({ id, address: `s${id}` }))),
+      replicationFactor: rf
+    })
+    const transport = MemoryTransport.make({
+      route: (address, request) => call("client", address, request),
+      server: (address) => {
+        const server = byName.get(address)?.server
+        return server === undefined ? undefined : ReplicaRpc.tabletServerHandlers(server)
+      },
+      coordinator: (address) => {
+        const c = byName.get(address)
+        if (c?.kind !== "coordinator" || c.scope === undefined) return undefined
+        const handlers = ReplicaRpc.controllerHandlers(endpointOf(c))
+        // Planted: ids drawn at random from a small range instead of the controller's blocks.
+        return variant.randomProducerIds === true
+          ? { ...handlers, InitProducerId: () => Effect.succeed(rng.int(0, 3)) }
+          : handlers
+      }
+    })
+    const lingerMs = rng.pick([0, 5])
+    /** A client, closed with the scope. */
+    const makeClient = (deliveryTimeoutMs: number) =>
+      TabletClient.make({
+        namespace: NAMESPACE,
+        lingerMs,
+        retryBackoffMs: 50,
+        requestTimeoutMs: replication.appendTimeoutMs + 1_000,
+        deliveryTimeoutMs,
+        replication: config0
+      }).pipe(
+        Effect.provideService(Coordination, coordinationOf(clientProc)),
+        Effect.provideService(RemotePeers.Transport, transport),
+        Effect.provideService(Logger.CurrentLoggers, new Set([traceLogger(clientProc)])),
+        Effect.orDie
+      )
+    /** What a send's answer says of its records. */
+    const outcomeOf = (
+      result: EffectResult.Result<TabletClient.Sent, TabletClient.TabletClientError>
+    ): Checkers.Outcome => {
+      if (EffectResult.isSuccess(result)) return { _tag: "Acked", baseOffset: result.success.baseOffset }
+      const reason = result.failure.reason
+      return reason._tag === "DeliveryUnknown" || reason._tag === "ClientClosed"
+        ? { _tag: "Unknown" }
+        : { _tag: "Failed", why: reason.message }
     }
+    const records = (values: ReadonlyArray<string>) =>
+      values.map((v) => ({ key: null, value: encoder.encode(v), headers: [], timestamp: 0 }))
+
     const producers = shape?.producers ?? rng.int(1, 3)
     const producerFibers: Array<Fiber.Fiber<void>> = []
     let producing = true
-    /** A producer id as a client gets one: from the controller (Kafka's InitProducerId), or drawn (planted). */
-    const producerId = Effect.gen(function* () {
-      if (variant.randomProducerIds === true) return rng.int(0, 3)
-      while (true) {
-        const c = controllerNow()
-        if (c !== undefined) {
-          const id = yield* Effect.option(
-            call(
-              "client",
-              c.name,
-              c.controller!.initProducerId.pipe(Effect.mapError((e) => unreachable(c.name, e.message)))
-            )
-          )
-          if (id._tag === "Some") return id.value
-        }
-        yield* Effect.sleep(Duration.millis(50))
-      }
-    })
+    const deliveryTimeoutMs = rng.pick([1_000, 3_000, 8_000])
     for (let n = 0; n < producers; n++) {
       let next = 0
       const loop = Effect.gen(function* () {
         while (producing) {
-          // A client's life: a producer id, some batches, then it stops and another starts with a new id.
-          const id = yield* producerId
-          const send = producer(id)
-          for (let batches = rng.int(3, 30); batches > 0 && producing; batches--) {
-            const tablet = rng.pick(tablets)
-            const values = Array.from({ length: rng.int(1, 4) }, () => `p${n}.${id}-${next++}`)
-            const outcome: Checkers.Outcome = yield* send(tablet, values, () => producing)
-            record.append(tabletKey(tablet), values, outcome)
-            yield* Effect.sleep(Duration.millis(rng.int(10, 80)))
-          }
+          // A client's life: a producer id from the controller on its first send, some sends (a few at once, which
+          // it batches per tablet), then it closes and another starts.
+          yield* Effect.scoped(
+            Effect.gen(function* () {
+              const client = yield* makeClient(deliveryTimeoutMs)
+              for (let rounds = rng.int(3, 30); rounds > 0 && producing; rounds--) {
+                const sends = yield* Effect.forEach(Array.from({ length: rng.int(1, 3) }), () =>
+                  Effect.gen(function* () {
+                    const tablet = rng.pick(tablets)
+                    const values = Array.from({ length: rng.int(1, 4) }, () => `p${n}-${next++}`)
+                    return { tablet, values, done: yield* client.enqueue(tablet, records(values)) }
+                  })
+                )
+                for (const { tablet, values, done } of sends) {
+                  const outcome = outcomeOf(yield* Effect.result(done))
+                  if (outcome._tag === "Failed") log(`client: a send to ${tabletKey(tablet)} failed: ${outcome.why}`)
+                  record.append(tabletKey(tablet), values, outcome)
+                }
+                yield* Effect.sleep(Duration.millis(rng.int(10, 80)))
+              }
+            })
+          )
         }
       })
       producerFibers.push(yield* Effect.forkIn(loop, root))
     }
 
-    // A consumer: reads each tablet from its leader, as far as the leader's HW, from where it got to; every record it
-    // is given is recorded, and must be in the final log at its offset (nothing above a HW reaches a consumer).
+    // A consumer, through a client of its own: reads each tablet from where it got to; every record it is given is
+    // recorded, and must be in the final log at its offset (nothing above a HW reaches a consumer).
     const readFrom = new Map<string, number>()
-    const reader = Effect.gen(function* () {
-      while (producing) {
-        yield* Effect.sleep(Duration.millis(rng.int(20, 120)))
-        const tablet = rng.pick(tablets)
-        const key = tabletKey(tablet)
-        const meta = yield* readTablet(tablet)
-        const leader = meta?.leaderAndIsr.leader
-        const target = leader === null || leader === undefined ? undefined : byName.get(`s${leader}`)
-        const server = target?.server
-        if (target === undefined || server === undefined) continue
-        const offset = readFrom.get(key) ?? 0
-        const exit = yield* Effect.exit(
-          call("client", target.name, server.read({ tablet, offset, maxBytes: rng.pick([1, 200, 100_000]) }))
-        )
-        if (Exit.isFailure(exit)) {
-          const error = Cause.findErrorOption(exit.cause)
-          const e = error._tag === "Some" ? (error.value as ReplicaError | PeerUnreachable) : undefined
-          if (e?._tag === "ReplicaError" && e.reason._tag === "OffsetOutOfRange") readFrom.set(key, 0)
-          continue
+    const reader = Effect.scoped(
+      Effect.gen(function* () {
+        const client = yield* makeClient(1_000)
+        while (producing) {
+          yield* Effect.sleep(Duration.millis(rng.int(20, 120)))
+          const tablet = rng.pick(tablets)
+          const key = tabletKey(tablet)
+          const offset = readFrom.get(key) ?? 0
+          const read = yield* Effect.result(client.read(tablet, offset, rng.pick([1, 200, 100_000])))
+          if (EffectResult.isFailure(read)) {
+            const reason = read.failure.reason
+            if (reason._tag === "ReplicaError" && reason.reason._tag === "OffsetOutOfRange") readFrom.set(key, 0)
+            continue
+          }
+          for (const b of read.success.batches) {
+            b.records.forEach((r, i) => {
+              if (b.baseOffset + i >= offset) record.read(key, b.baseOffset + i, decoder.decode(r.value), now())
+            })
+            readFrom.set(key, Math.max(readFrom.get(key) ?? 0, b.baseOffset + b.records.length))
+          }
         }
-        for (const b of exit.value.batches) {
-          b.records.forEach((r, i) => {
-            if (b.baseOffset + i >= offset) record.read(key, b.baseOffset + i, new TextDecoder().decode(r.value), now())
-          })
-          readFrom.set(key, Math.max(readFrom.get(key) ?? 0, b.baseOffset + b.records.length))
-        }
-      }
-    })
+      })
+    )
     producerFibers.push(yield* Effect.forkIn(reader, root))
 
     // --- the faults -------------------------------------------------------------------------------
@@ -1028,10 +1037,14 @@ const simulate = (
       for (const tablet of tablets) {
         const value = `probe-${tabletKey(tablet)}`
         const fiber = yield* Effect.forkIn(
-          Effect.flatMap(producerId, (id) => producer(id)(tablet, [value], () => true)),
+          Effect.scoped(
+            Effect.flatMap(makeClient(100 * config.stepMs), (client) =>
+              Effect.map(Effect.result(client.send(tablet, records([value]))), outcomeOf)
+            )
+          ),
           root
         )
-        for (let i = 0; i < 100 && fiber.pollUnsafe() === undefined; i++) {
+        for (let i = 0; i < 110 && fiber.pollUnsafe() === undefined; i++) {
           yield* clock.adjust(Duration.millis(config.stepMs))
         }
         const exit = fiber.pollUnsafe()

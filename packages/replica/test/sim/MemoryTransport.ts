@@ -1,0 +1,68 @@
+/**
+ * `RemotePeers.Transport` over the simulator's network: an address names a simulated process (`s1`, `c101`), and a
+ * connection to it is Effect RPC's own client and server machinery in memory (`RpcTest`: requests, answers and
+ * interrupts travel as they do over a socket, without serialization), answered by the handlers the real listeners
+ * serve (`ReplicaRpc.tabletServerHandlers`, `ReplicaRpc.controllerHandlers`). Each call crosses the network as
+ * `route` carries it — delayed, lost, cut off, timed out — and reaches the target's incarnation running at that
+ * moment. There is no data link: appends and reads go through the RPC.
+ */
+import { Effect, Scope } from "effect"
+import type { Rpc, RpcGroup } from "effect/rpc"
+import { RpcTest } from "effect/rpc"
+import { PeerUnreachable } from "../../src/Peers.js"
+import type * as RemotePeers from "../../src/RemotePeers.js"
+import * as ReplicaRpc from "../../src/ReplicaRpc.js"
+
+/** What the transport reaches: the processes behind the addresses, and the network between. */
+export interface Network {
+  /** Carries a call from the client to the process at `address` (the simulator's faults apply). */
+  readonly route: <A, E>(address: string, call: Effect.Effect<A, E>) => Effect.Effect<A, E | PeerUnreachable>
+  /** The tablet server running at `address` now, if one does. */
+  readonly server: (address: string) => ReplicaRpc.TabletServerHandlers | undefined
+  /** The coordinator running at `address` now, if one does. */
+  readonly coordinator: (address: string) => ReplicaRpc.ControllerHandlers | undefined
+}
+
+type AnyHandlers = Record<string, (payload: unknown, options: unknown) => Effect.Effect<unknown, unknown>>
+
+/**
+ * Handlers for `group` that find the process at `address` at each call and carry the call over the network: a
+ * process that is down answers `PeerUnreachable`, as the connection's failure does over TCP.
+ */
+const routed = <R extends Rpc.Any>(
+  group: RpcGroup.RpcGroup<R>,
+  address: string,
+  current: () => AnyHandlers | undefined,
+  network: Network
+): AnyHandlers => {
+  const handlers: AnyHandlers = {}
+  for (const tag of group.requests.keys()) {
+    handlers[tag] = (payload, options) =>
+      Effect.suspend(() => {
+        const target = current()
+        if (target === undefined) {
+          return Effect.fail(new PeerUnreachable({ target: address, detail: "nothing runs there" }))
+        }
+        return network.route(address, target[tag]!(payload, options))
+      })
+  }
+  return handlers
+}
+
+/** A transport for `RemotePeers` on `network`. */
+export const make = (network: Network): RemotePeers.TransportShape => ({
+  rpc: <R extends Rpc.Any>(group: RpcGroup.RpcGroup<R>, address: string, scope: Scope.Scope) => {
+    const current =
+      (group as unknown) === ReplicaRpc.TabletServerRpcs
+        ? () => network.server(address) as AnyHandlers | undefined
+        : () => network.coordinator(address) as AnyHandlers | undefined
+    const handlers = routed(group, address, current, network) as unknown as RpcGroup.HandlersFrom<R>
+    // The client and its in-memory server live as long as the connection's scope.
+    return group.toHandlers(handlers).pipe(
+      Effect.flatMap((context) => RpcTest.makeClient(group).pipe(Effect.provide(context))),
+      Scope.provide(scope)
+    ) as unknown as Effect.Effect<ReplicaRpc.Client<R>, PeerUnreachable>
+  },
+  dataLink: (address) =>
+    Effect.fail(new PeerUnreachable({ target: address, detail: "the simulated network has no data link" }))
+})
