@@ -11,7 +11,8 @@
  *   commits or rejects it (a rejected expansion names a server the controller knows dead or shutting down, KIP-841).
  *   Each proposal has an identity, and an answer clears the pending change only when it answers that proposal (an
  *   answer to an earlier one, late or retried, changes nothing: Kafka's in-flight AlterPartition check); a committed
- *   ISR is taken only under a version above the one known.
+ *   ISR is taken only under a version above the one known. A refusal saying the leadership is over leaves the change
+ *   pending: an earlier try of it may have been committed, and the next leader may already count on it.
  *
  * `step(state, input)` returns the next state and the commands the leader's shell runs: checkpoint the advanced
  * HW (completing the appends waiting for it), propose an ISR change to the controller.
@@ -124,6 +125,13 @@ export type Input =
       readonly proposal: number
       readonly ineligible?: { readonly server: ServerId; readonly nowMs: number } | undefined
     }
+  /**
+   * The controller refused `proposal` because this leadership is over (a later leader epoch, another leader, the
+   * tablet gone). An earlier try of the same proposal may have been committed before the leader changed, so the
+   * change stays pending: the HW keeps counting its maximal ISR and nothing more is proposed until the next
+   * LeaderAndIsr ends this state (Kafka keeps an AlterPartition in flight on FENCED_LEADER_EPOCH).
+   */
+  | { readonly _tag: "IsrChangeFenced"; readonly proposal: number }
 
 /**
  * What the shell runs.
@@ -349,5 +357,7 @@ export const step = (state: State, input: Input): Step => {
       })
       return [{ ...state, pending: undefined, refused }, []]
     }
+    case "IsrChangeFenced":
+      return [state, []]
   }
 }

@@ -363,6 +363,20 @@ const proposeIsr = (
           r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch === h.leader?.leaderEpoch
             ? isrCommitted(server, h, r.leaderAndIsr.isr, r.leaderAndIsr.version)
             : Effect.void
+        // The leadership is over: an earlier try may have been committed, so the change stays pending.
+        const fenced =
+          r._tag === "FencedLeaderEpoch" ||
+          r._tag === "NotLeader" ||
+          r._tag === "UnknownTablet" ||
+          (r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch !== h.leader?.leaderEpoch)
+        if (fenced) {
+          return Effect.andThen(
+            Effect.logInfo(
+              `server ${server.self}: ${h.key}: ISR [${isr.join(",")}] refused (${r._tag}): this leadership is over; the change stays pending until the next LeaderAndIsr`
+            ),
+            stepLeader(server, h, { _tag: "IsrChangeFenced", proposal })
+          )
+        }
         const ineligible = r._tag === "IneligibleReplica" ? { server: r.server, nowMs: answeredAt } : undefined
         return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected", proposal, ineligible }))
       })

@@ -15,7 +15,12 @@ import * as Sim from "./sim/ClusterSim.js"
 
 const firstSeed = envInt("STRATA_SIM_FIRST_SEED", 1)
 const seedCount = envInt("STRATA_SIM_SEEDS", 1000)
-const range = Array.from({ length: seedCount }, (_, i) => firstSeed + i)
+/** Seeds beyond the range that once failed the correct system, run with it (2027: a fenced ISR answer cleared a committed expansion). */
+const regressions = [2027]
+const range = [
+  ...Array.from({ length: seedCount }, (_, i) => firstSeed + i),
+  ...regressions.filter((s) => s < firstSeed || s >= firstSeed + seedCount)
+]
 const replaySeed = process.env.STRATA_SIM_SEED === undefined ? undefined : envInt("STRATA_SIM_SEED", 0)
 const variants = [Sim.correct, ...Sim.planted, ...Sim.hunted]
 // The planted bugs not yet found within the CI's seeds are looked for only when asked.

@@ -161,6 +161,30 @@ describe("LeaderState", () => {
     ])
   })
 
+  it("an expansion refused because the leadership is over stays pending: the leader alone acknowledges nothing (simulator seed 2027)", () => {
+    // ISR [1], minimum 1: 2 caught up and 1 proposed [1,2]; an earlier try was committed and the controller has since
+    // made 2 leader (epoch 4), so the retry is fenced. 2 leads without the records 1 takes from now on.
+    const s = start({ isr: [1], replicas: [1, 2], minInsyncReplicas: 1, logEndOffset: 20, highWatermark: 20 })
+    const proposed = run(s, [{ _tag: "FollowerFetched", server: 2, fetchOffset: 20, nowMs: 5 }])
+    assert.deepStrictEqual(
+      proposed.commands.map((c) => c._tag),
+      ["ProposeIsr"]
+    )
+    const fenced = run(proposed.state, [
+      { _tag: "IsrChangeFenced", proposal: 1 },
+      { _tag: "Appended", logEndOffset: 25 },
+      { _tag: "Tick", nowMs: 60_000 }
+    ])
+    assert.strictEqual(fenced.state.highWatermark, 20, "2 still counts: the records above 20 are not acknowledged")
+    assert.deepStrictEqual(fenced.commands, [], "nothing advanced, nothing proposed again")
+    // What a plain refusal does instead (the controller refused the change itself): 1 alone commits.
+    const refused = run(proposed.state, [
+      { _tag: "IsrChangeRejected", proposal: 1 },
+      { _tag: "Appended", logEndOffset: 25 }
+    ])
+    assert.strictEqual(refused.state.highWatermark, 25)
+  })
+
   it("a proposal names the registrations its followers last fetched under (KIP-903)", () => {
     const s = start({ isr: [1, 2], logEndOffset: 20, highWatermark: 20 })
     const { commands } = run(s, [
