@@ -26,6 +26,20 @@ afterAll(async () => {
   for (const d of directories) if (!failed.has(d)) await rm(d, { recursive: true, force: true })
 })
 
+/** How many faults of each kind a run drew. */
+const faultCounts = (faults: ReadonlyArray<string>): string => {
+  const kinds: Array<readonly [string, RegExp]> = [
+    ["kill -9", /kill -9/],
+    ["SIGSTOP", /SIGSTOP/],
+    ["isolated", /cut off from peers/],
+    ["data link cut", /data link cut/],
+    ["coordination cut", /cut off from coordination/],
+    ["connections reset", /reset every connection/],
+    ["impostor", /impostor/]
+  ]
+  return kinds.map(([name, pattern]) => `${name} ${faults.filter((f) => pattern.test(f)).length}`).join(", ")
+}
+
 const nemesis = (
   backend: string,
   coordination: string,
@@ -38,7 +52,15 @@ const nemesis = (
     const directory = yield* Effect.promise(() => freshDirectory(`nemesis-${backend}`))
     directories.push(directory)
     const namespace = `/nemesis-${backend}-${seed}-${Date.now()}`
-    const cluster = ProcessCluster.make({ runner, coordination, namespace, directory, settings: faultSettings })
+    // Every tablet server behind proxies of its own, for the network faults.
+    const cluster = ProcessCluster.make({
+      runner,
+      coordination,
+      namespace,
+      directory,
+      settings: faultSettings,
+      proxied: true
+    })
     yield* Effect.addFinalizer(() => cluster.killAll)
     console.log(`nemesis on ${backend}: seed ${seed} (replay: STRATA_NEMESIS_SEED=${seed}), ${durationMs} ms of faults`)
     // Bounded below the test's timeout, so that a run that wedges still reports its seed and the processes' logs.
@@ -57,9 +79,14 @@ const nemesis = (
     )
     const { report } = result
     console.log(
-      `nemesis on ${backend}, seed ${seed}: ${result.faults.length} faults; sends ok ${result.sends.ok}, failed ${result.sends.failed}, unknown ${result.sends.unknown}; ${report.acked} acked records checked against ${report.records} held\n  ${result.faults.join("\n  ")}`
+      `nemesis on ${backend}, seed ${seed}: ${result.faults.length} faults (${faultCounts(result.faults)}); sends ok ${result.sends.ok}, failed ${result.sends.failed}, unknown ${result.sends.unknown}; ${report.acked} acked records checked against ${report.records} held\n  ${result.faults.join("\n  ")}\n  impostors:\n  ${result.impostors.join("\n  ")}`
     )
     const context = `seed ${seed}`
+    if (result.anomalies.length > 0) {
+      failed.add(directory)
+      console.log(`seed ${seed}: logs kept in ${directory}`)
+    }
+    assert.deepStrictEqual(result.anomalies, [], `what the faults' own checks found (${context})`)
     assert.deepStrictEqual(report.lost, [], `acknowledged records lost (${context})`)
     assert.deepStrictEqual(report.duplicates, [], `duplicates (${context})`)
     assert.deepStrictEqual(report.divergent, [], `replicas diverge below the HW (${context})`)
@@ -71,7 +98,7 @@ const nemesis = (
 
 describe("the nemesis on real processes", () => {
   it.live(
-    "ZooKeeper: kill -9 and SIGSTOP of servers, leaders and coordinators lose no acknowledged record, duplicate none, and the cluster heals",
+    "ZooKeeper: kill -9 and SIGSTOP of servers, leaders and coordinators, network cuts (a server isolated, its data link alone, its coordination alone), reset connections and impostors of a server id lose no acknowledged record, duplicate none, and the cluster heals",
     () =>
       nemesis(
         "zookeeper",

@@ -133,9 +133,13 @@ export const cliProcesses = (): CliProcesses => {
 
 /**
  * A process cluster on the test's ZooKeeper in a fresh directory (removed after the file's tests) and a namespace
- * named after `label`; every process is killed as the scope closes.
+ * named after `label`, with `faultSettings` and `settings` over them; every process is killed as the scope closes.
  */
-export const zooKeeperCluster = (processes: CliProcesses, label: string) =>
+export const zooKeeperCluster = (
+  processes: CliProcesses,
+  label: string,
+  settings: Readonly<Record<string, string | number | boolean>> = {}
+) =>
   Effect.gen(function* () {
     const runner = processes.runner()
     const directory = yield* Effect.promise(() => freshDirectory(label))
@@ -146,7 +150,7 @@ export const zooKeeperCluster = (processes: CliProcesses, label: string) =>
       coordination: `zookeeper://${inject("zookeeper")}`,
       namespace,
       directory,
-      settings: faultSettings
+      settings: { ...faultSettings, ...settings }
     })
     yield* Effect.addFinalizer(() => cluster.killAll)
     return { cluster, namespace, directory }
