@@ -248,7 +248,8 @@ const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still:
 const storageRetryMaxMs = 30_000
 
 /**
- * Reports the failure, then tries the store again after a backoff that doubles (up to 30 s): the log is opened again
+ * Reports the failure, then tries the store again after a backoff that doubles (up to 30 s; a store that fails again
+ * within 30 s of coming back starts from its last pause, doubled): the log is opened again
  * and must take a write (its HW checkpoint). Once it does, the replica is online (instructions give it a role) and
  * the controller hears so. An instruction may open the log again meanwhile: the store must still take the write.
  * Ends when the replica is deleted.
@@ -256,10 +257,14 @@ const storageRetryMaxMs = 30_000
 const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
   Effect.gen(function* () {
     yield* reportStorage(server, h, true, () => h.machine._tag === "OfflineReplica")
-    let delay = server.config.retryBackoffMs
+    const failedAt = yield* Clock.currentTimeMillis
+    const back = h.storageBack
+    let delay =
+      back !== undefined && failedAt - back.at < storageRetryMaxMs
+        ? Math.min(back.delay * 2, storageRetryMaxMs)
+        : server.config.retryBackoffMs
     while (true) {
       yield* Effect.sleep(delay)
-      delay = Math.min(delay * 2, storageRetryMaxMs)
       const outcome = yield* Hosted.locked(
         h,
         Effect.gen(function* () {
@@ -282,8 +287,12 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
           return "failing"
         })
       )
-      if (outcome === "failing") continue
+      if (outcome === "failing") {
+        delay = Math.min(delay * 2, storageRetryMaxMs)
+        continue
+      }
       if (outcome === "back") {
+        h.storageBack = { at: yield* Clock.currentTimeMillis, delay }
         yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
         yield* reportStorage(server, h, false, () => h.machine._tag !== "ReplicaDeleted")
       }

@@ -43,6 +43,11 @@ export interface Hosted {
   fetcher: Fiber.Fiber<unknown, unknown> | undefined
   /** While its storage has failed: the fiber that reports it and tries the store again. */
   resuming: Fiber.Fiber<unknown, unknown> | undefined
+  /**
+   * When its store last came back, and the pause before the try that worked: a store failing again soon after
+   * (a disk that fills again) resumes from that pause, doubled, not from the first.
+   */
+  storageBack: { readonly at: number; readonly delay: number } | undefined
   /** Completed (and replaced) whenever the log end or the high watermark moves: waiting fetches wake up. */
   changed: Deferred.Deferred<void>
 }
@@ -62,6 +67,7 @@ export const make = (tablet: TabletId): Hosted => ({
   role: 0,
   fetcher: undefined,
   resuming: undefined,
+  storageBack: undefined,
   changed: Deferred.makeUnsafe<void>()
 })
 

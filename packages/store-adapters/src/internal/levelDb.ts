@@ -37,6 +37,7 @@ import {
   type StoreError
 } from "@strata/core"
 import { Effect, Option, type Scope, Stream } from "effect"
+import { reopeningDb } from "./reopeningDb.js"
 import * as StoreDirectory from "./storeDirectory.js"
 
 /**
@@ -278,8 +279,12 @@ const prepare = (backend: Backend): Effect.Effect<OpenMode, StoreError> =>
 export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Scope.Scope> =>
   Effect.gen(function* () {
     const mode = yield* prepare(backend)
+    // After a failed write the database is opened again (`reopeningDb.ts`): it exists by then, so never created.
     const db = yield* Effect.acquireRelease(
-      Effect.tryPromise({ try: () => backend.open(mode), catch: (cause) => openError(backend, cause) }),
+      Effect.tryPromise({
+        try: () => backend.open(mode).then((first) => reopeningDb(first, () => backend.open({ create: false }))),
+        catch: (cause) => openError(backend, cause)
+      }),
       (db) => Effect.promise(() => db.close().catch(() => undefined))
     )
     const open = new Set<string>()
