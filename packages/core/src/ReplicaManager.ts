@@ -189,9 +189,16 @@ export const EndOffsetResult = Schema.Struct({
 /** @see EndOffsetResult */
 export type EndOffsetResult = typeof EndOffsetResult.Type
 
-/** The controller's question to a candidate leader: how far does your log of `tablet` go? */
+/**
+ * The controller's question to a candidate leader: how far does your log of `tablet` go? The controller asks while the
+ * tablet is offline under `fence.leaderEpoch`, fenced as `leaderAndIsr` is by `fence.coordinatorEpoch`: the replica
+ * first ends any role it has under an older leader epoch, so the log end it answers cannot grow under that epoch
+ * afterwards (a leader whose session ended while it ran would otherwise go on acknowledging records the election
+ * does not see). Without `fence` the question only looks (tools, tests).
+ */
 export const LogEndRequest = Schema.Struct({
-  tablet: TabletId
+  tablet: TabletId,
+  fence: Schema.optional(Schema.Struct({ leaderEpoch: Epoch, coordinatorEpoch: Epoch }))
 }).annotate({ identifier: "LogEndRequest" })
 /** @see LogEndRequest */
 export type LogEndRequest = typeof LogEndRequest.Type
@@ -292,7 +299,10 @@ export interface ReplicaManagerShape {
   readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError>
   /** Answers a follower's end-offset question on the leader. */
   readonly endOffsetForEpoch: (request: EndOffsetRequest) => Effect.Effect<EndOffsetResult, ReplicaError>
-  /** This server's log of `tablet` as its store holds it (opening it if no instruction has yet). */
+  /**
+   * This server's log of `tablet` as its store holds it (opening it if no instruction has yet); with a fence, after
+   * ending any role under a leader epoch older than the fence's.
+   */
   readonly logEnd: (request: LogEndRequest) => Effect.Effect<LogEndResult, ReplicaError>
   /** Deletes this server's replicas of the request's tablets (fenced as `leaderAndIsr` is). */
   readonly stopReplica: (request: StopReplicaRequest) => Effect.Effect<void, ReplicaError>

@@ -400,8 +400,9 @@ export const make = (
             }
             case "AskLogEnd": {
               // The answer comes back as an input; a failed question after the backoff, as no answer.
-              const { server, tablet, round } = command
-              const answer = servers.logEnd(server, { tablet }).pipe(
+              const { server, tablet, round, leaderEpoch, coordinatorEpoch } = command
+              const answer = leadership.guard.pipe(
+                Effect.andThen(servers.logEnd(server, { tablet, fence: { leaderEpoch, coordinatorEpoch } })),
                 Effect.map((end): ControllerState.LogEnd | null => end),
                 Effect.catchCause(() => Effect.as(Effect.sleep(options.retryBackoffMs), null)),
                 Effect.flatMap((logEnd) => Queue.offer(inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))

@@ -289,8 +289,9 @@ export type AdjustIsrReply = Core.AdjustIsrReply
  *   tablets, delivered until it answers (fed back as `ReplicaStopped`) or leaves.
  * - `Remove`: delete the tablet's node (fenced, at `expectedVersion`), every replica having deleted itself.
  * - `Reply`: answer request `requestId`.
- * - `AskLogEnd`: ask a candidate leader for its log end; the answer is fed back as `LogEnd` (after the backoff when
- *   it could not be asked).
+ * - `AskLogEnd`: ask a candidate leader for its log end, under the coordinator epoch and the leader epoch the tablet
+ *   is offline at (the candidate ends any role under an older one first, so its answer stays true); the answer is
+ *   fed back as `LogEnd` (after the backoff when it could not be asked).
  * - `AskHoldings`: ask a server (as its registration, under the coordinator epoch) what it holds; the answer is fed
  *   back as `Holdings` (`null` after the backoff when it could not be asked).
  * - `Log`: one greppable line.
@@ -316,7 +317,14 @@ export type Command =
     }
   | { readonly _tag: "Remove"; readonly tablet: TabletId; readonly expectedVersion: number }
   | { readonly _tag: "Reply"; readonly requestId: number; readonly reply: Reply }
-  | { readonly _tag: "AskLogEnd"; readonly server: ServerId; readonly tablet: TabletId; readonly round: number }
+  | {
+      readonly _tag: "AskLogEnd"
+      readonly server: ServerId
+      readonly tablet: TabletId
+      readonly round: number
+      readonly leaderEpoch: Epoch
+      readonly coordinatorEpoch: Epoch
+    }
   | {
       readonly _tag: "AskHoldings"
       readonly server: ServerId
@@ -621,8 +629,19 @@ const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined
   if (sameElection(c.elections.get(key), chosen.kind, chosen.candidates)) return
   const round = c.nextRound++
   c.elections.set(key, { round, kind: chosen.kind, candidates: chosen.candidates, answers: new Map() })
-  for (const server of chosen.candidates) c.after.push({ _tag: "AskLogEnd", server, tablet: t.tablet, round })
+  const offline = c.tablets.get(key) ?? t
+  for (const server of chosen.candidates) c.after.push(askLogEnd(state, offline, server, round))
 }
+
+/** The question to `server` for offline tablet `t`'s election `round`. */
+const askLogEnd = (state: State, t: Tablet, server: ServerId, round: number): Command => ({
+  _tag: "AskLogEnd",
+  server,
+  tablet: t.tablet,
+  round,
+  leaderEpoch: t.leaderAndIsr.leaderEpoch,
+  coordinatorEpoch: state.coordinatorEpoch
+})
 
 /** The answer that goes furthest: the later epoch, then the longer log, then the earlier in assignment order. */
 const furthest = (t: Tablet, answers: ReadonlyMap<ServerId, LogEnd | null>): ServerId | undefined => {
@@ -648,9 +667,7 @@ const answered = (state: State, input: Extract<Input, { _tag: "LogEnd" }>): Step
     return [state, []]
   }
   // A recovery needs every candidate's answer: ask again (the shell waits its backoff before it feeds a failure).
-  if (input.logEnd === null && e.kind === "recovery") {
-    return [state, [{ _tag: "AskLogEnd", server: input.server, tablet: input.tablet, round: e.round }]]
-  }
+  if (input.logEnd === null && e.kind === "recovery") return [state, [askLogEnd(state, t, input.server, e.round)]]
   const answers = new Map(e.answers).set(input.server, input.logEnd)
   const c = changes(state)
   if (answers.size < e.candidates.length) {

@@ -7,29 +7,43 @@
  * separate asynchronous steps (the shell opens the tablet's log after `Assign`'s `OpenLog`, then feeds `Loaded`),
  * and a role changes only through a LeaderAndIsr whose leader epoch is higher than any this replica has seen — but
  * a replica with no role (its store failed and works again) may follow under the epoch it had seen, as a replica
- * new to the epoch does: following is safe under any epoch its leader still leads, leading is not.
+ * new to the epoch does: following is safe under any epoch its leader still leads, leading is not. A `Fence` (the
+ * tablet offline under a newer epoch, or the controller asking this replica's log end to elect a leader) ends a role
+ * under an older epoch and raises the epoch the replica has seen, so that its log cannot grow under the old epoch.
  *
  * <!-- transitions -->
  * | from | event | to | commands |
  * |---|---|---|---|
  * | NewReplica | Loaded | OnlineReplica | — |
+ * | NewReplica | Fence(epoch > own) | NewReplica | — |
+ * | NewReplica | Fence(epoch = own) | NewReplica | — |
  * | NewReplica | Offline | OfflineReplica | CloseLog |
  * | NewReplica | Delete | ReplicaDeleted | CloseLog, DeleteLog |
  * | OnlineReplica | LeaderAndIsr(leader = self) | LeaderReplica | BecomeLeader |
  * | OnlineReplica | LeaderAndIsr(leader = other) | FollowerReplica | BecomeFollower |
  * | OnlineReplica | LeaderAndIsr(epoch = own) | FollowerReplica | BecomeFollower |
+ * | OnlineReplica | Fence(epoch > own) | OnlineReplica | — |
+ * | OnlineReplica | Fence(epoch = own) | OnlineReplica | — |
  * | OnlineReplica | Offline | OfflineReplica | CloseLog |
  * | OnlineReplica | Delete | ReplicaDeleted | CloseLog, DeleteLog |
  * | LeaderReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopLeading, BecomeLeader |
  * | LeaderReplica | LeaderAndIsr(epoch > own, leader = other) | FollowerReplica | StopLeading, BecomeFollower |
+ * | LeaderReplica | Fence(epoch > own) | OnlineReplica | StopLeading |
+ * | LeaderReplica | Fence(epoch = own) | LeaderReplica | — |
  * | LeaderReplica | Offline | OfflineReplica | StopLeading, CloseLog |
  * | LeaderReplica | Delete | ReplicaDeleted | StopLeading, CloseLog, DeleteLog |
  * | FollowerReplica | LeaderAndIsr(epoch > own, leader = self) | LeaderReplica | StopFetching, BecomeLeader |
  * | FollowerReplica | LeaderAndIsr(epoch > own, leader = other) | FollowerReplica | StopFetching, BecomeFollower |
+ * | FollowerReplica | Fence(epoch > own) | OnlineReplica | StopFetching |
+ * | FollowerReplica | Fence(epoch = own) | FollowerReplica | — |
  * | FollowerReplica | Offline | OfflineReplica | StopFetching, CloseLog |
  * | FollowerReplica | Delete | ReplicaDeleted | StopFetching, CloseLog, DeleteLog |
+ * | OfflineReplica | Fence(epoch > own) | OfflineReplica | — |
+ * | OfflineReplica | Fence(epoch = own) | OfflineReplica | — |
  * | OfflineReplica | Reopen | NewReplica | OpenLog |
  * | OfflineReplica | Delete | ReplicaDeleted | DeleteLog |
+ * | ReplicaDeleted | Fence(epoch > own) | ReplicaDeleted | — |
+ * | ReplicaDeleted | Fence(epoch = own) | ReplicaDeleted | — |
  * <!-- /transitions -->
  *
  * Everything else is illegal: a LeaderAndIsr whose leader epoch is not above the replica's, or that names a leader
@@ -89,9 +103,10 @@ export const lastLeaderEpoch = (state: State): Epoch | null => {
 // ---------------------------------------------------------------------------
 
 /**
- * What the shell feeds: `Loaded` once the log is open, the coordinator's `LeaderAndIsr` for this tablet, `Offline`
- * when the replica can no longer serve (its store failed, the server is stopping it), `Reopen` to open it again,
- * `Delete` from the coordinator's stop-replica-with-delete.
+ * What the shell feeds: `Loaded` once the log is open, the coordinator's `LeaderAndIsr` for this tablet, `Fence`
+ * when the controller has taken the tablet offline under `leaderEpoch` (with no leader) or asks this replica's log end
+ * to elect one, `Offline` when the replica can no longer serve (its store failed, the server is stopping it), `Reopen`
+ * to open it again, `Delete` from the coordinator's stop-replica-with-delete.
  *
  * @since 0.1.0
  */
@@ -104,6 +119,7 @@ export type Event =
       readonly isr: ReadonlyArray<ServerId>
       readonly replicas: ReadonlyArray<ServerId>
     }
+  | { readonly _tag: "Fence"; readonly leaderEpoch: Epoch }
   | { readonly _tag: "Offline" }
   | { readonly _tag: "Reopen" }
   | { readonly _tag: "Delete" }
@@ -169,8 +185,19 @@ export const describeState = (state: State): string => {
  *
  * @since 0.1.0
  */
-export const describeEvent = (event: Event): string =>
-  event._tag === "LeaderAndIsr" ? `LeaderAndIsr(leader ${event.leader}, epoch ${event.leaderEpoch})` : event._tag
+export const describeEvent = (event: Event): string => {
+  switch (event._tag) {
+    case "LeaderAndIsr":
+      return `LeaderAndIsr(leader ${event.leader}, epoch ${event.leaderEpoch})`
+    case "Fence":
+      return `Fence(epoch ${event.leaderEpoch})`
+    default:
+      return event._tag
+  }
+}
+
+/** The later of a replica's last leader epoch and a fence's. */
+const laterEpoch = (last: Epoch | null, fence: Epoch): Epoch => (last === null || fence > last ? fence : last)
 
 /** The machine's context: which replica it tracks. */
 export interface Replica {
@@ -238,6 +265,9 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
         return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "CloseLog" }])
       }
       if (event._tag === "Delete") return ok({ _tag: "ReplicaDeleted" }, [{ _tag: "CloseLog" }, { _tag: "DeleteLog" }])
+      if (event._tag === "Fence") {
+        return ok({ _tag: "NewReplica", lastLeaderEpoch: laterEpoch(state.lastLeaderEpoch, event.leaderEpoch) }, [])
+      }
       return illegal(replica, state, event)
     case "OnlineReplica":
       switch (event._tag) {
@@ -245,6 +275,11 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
           return admissible(replica, event, state.lastLeaderEpoch, true)
             ? Result.succeed(takeRole(replica, event, []))
             : illegal(replica, state, event)
+        case "Fence":
+          return ok(
+            { _tag: "OnlineReplica", lastLeaderEpoch: laterEpoch(state.lastLeaderEpoch, event.leaderEpoch) },
+            []
+          )
         case "Offline":
           return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "CloseLog" }])
         case "Delete":
@@ -262,6 +297,12 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
           return admissible(replica, event, state.leaderEpoch)
             ? Result.succeed(takeRole(replica, event, [stop]))
             : illegal(replica, state, event)
+        case "Fence":
+          // A role under an older epoch ends: nothing more is appended, acknowledged or copied under it. A fence
+          // at or below the role's epoch is stale.
+          return event.leaderEpoch > state.leaderEpoch
+            ? ok({ _tag: "OnlineReplica", lastLeaderEpoch: event.leaderEpoch }, [stop])
+            : ok(state, [])
         case "Offline":
           return ok({ _tag: "OfflineReplica", lastLeaderEpoch: state.leaderEpoch }, [stop, { _tag: "CloseLog" }])
         case "Delete":
@@ -272,10 +313,13 @@ export const step = (replica: Replica, state: State, event: Event): Result.Resul
     }
     case "OfflineReplica":
       if (event._tag === "Delete") return ok({ _tag: "ReplicaDeleted" }, [{ _tag: "DeleteLog" }])
+      if (event._tag === "Fence") {
+        return ok({ _tag: "OfflineReplica", lastLeaderEpoch: laterEpoch(state.lastLeaderEpoch, event.leaderEpoch) }, [])
+      }
       return event._tag === "Reopen"
         ? ok({ _tag: "NewReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [{ _tag: "OpenLog" }])
         : illegal(replica, state, event)
     case "ReplicaDeleted":
-      return illegal(replica, state, event)
+      return event._tag === "Fence" ? ok(state, []) : illegal(replica, state, event)
   }
 }

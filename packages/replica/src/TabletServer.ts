@@ -583,6 +583,8 @@ const apply = (server: Server, instruction: TabletInstruction) =>
             )
           case "IsrUpdate":
             return yield* isrCommitted(server, hosted, lai.isr, lai.version)
+          case "Fence":
+            return yield* stepReplica(server, hosted, { _tag: "Fence", leaderEpoch: lai.leaderEpoch }, instruction)
           case "Stale":
             // Told to lead again the epoch it lost going offline: it leads only under a new one, which the
             // controller gives on hearing that its store works again (that report may have been lost).
@@ -829,12 +831,17 @@ const logEnd =
   (server: Server): ReplicaManagerShape["logEnd"] =>
   (request) =>
     Effect.gen(function* () {
+      const fence = request.fence
+      if (fence !== undefined) yield* admitController(server, fence)
       const hosted = server.hosted.has(tabletKey(request.tablet))
       const h = hostedOrNew(server, request.tablet)
       return yield* Hosted.locked(
         h,
         Effect.gen(function* () {
           yield* ensureOpen(server, h)
+          // The answer must stay true: no role under an older epoch may append, acknowledge or copy past it.
+          if (fence !== undefined)
+            yield* stepReplica(server, h, { _tag: "Fence", leaderEpoch: fence.leaderEpoch }, undefined)
           const log = h.log
           if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
           const epochs = yield* log.epochs

@@ -15,8 +15,12 @@ import * as Sim from "./sim/ClusterSim.js"
 
 const firstSeed = envInt("STRATA_SIM_FIRST_SEED", 1)
 const seedCount = envInt("STRATA_SIM_SEEDS", 1000)
-/** Seeds beyond the range that once failed the correct system, run with it (2027: a fenced ISR answer cleared a committed expansion). */
-const regressions = [2027]
+/**
+ * Seeds beyond the range that once failed the correct system, run with it (2027: a fenced ISR answer cleared a
+ * committed expansion; 1657: a leader whose session ended went on acknowledging after a recovery election asked its
+ * log end).
+ */
+const regressions = [1657, 2027]
 const range = [
   ...Array.from({ length: seedCount }, (_, i) => firstSeed + i),
   ...regressions.filter((s) => s < firstSeed || s >= firstSeed + seedCount)

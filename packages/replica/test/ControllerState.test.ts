@@ -1155,6 +1155,14 @@ const check = (
       const e = next.elections.get(tabletKey(c.tablet))
       if (!model.live.has(c.server) || e === undefined || e.round !== c.round || !e.candidates.includes(c.server))
         return ["AskLogEnd: a live candidate of the pending round", `${JSON.stringify(c)}, ${JSON.stringify(e)}`]
+      // The candidate is fenced at the epoch the tablet is offline at, so its answer cannot grow afterwards.
+      const t = next.tablets.get(tabletKey(c.tablet))
+      if (
+        t?.state !== "OfflineTablet" ||
+        c.leaderEpoch !== t.leaderAndIsr.leaderEpoch ||
+        c.coordinatorEpoch !== model.epoch
+      )
+        return ["AskLogEnd: under the offline epoch and the coordinator epoch", `${JSON.stringify(c)}`]
     }
   }
   if (lastWrite > firstSend) return ["writes before sends", commands.map((c) => c._tag).join(",")]
@@ -1195,7 +1203,14 @@ const check = (
       if (next !== before || commands.length > 0)
         return ["a stale or stranger's answer changes nothing", JSON.stringify(commands)]
     } else if (input.logEnd === null && e.kind === "recovery") {
-      const again: Command = { _tag: "AskLogEnd", server: input.server, tablet: input.tablet, round: e.round }
+      const again: Command = {
+        _tag: "AskLogEnd",
+        server: input.server,
+        tablet: input.tablet,
+        round: e.round,
+        leaderEpoch: t.leaderAndIsr.leaderEpoch,
+        coordinatorEpoch: before.coordinatorEpoch
+      }
       if (next !== before || !isDeepStrictEqual(commands, [again]))
         return ["a recovery asks an unanswered candidate again", JSON.stringify(commands)]
     } else {
@@ -1771,7 +1786,18 @@ describe("ControllerState eligible leader replicas and recovery (KIP-966)", () =
     const { state } = run(pair(), down(1), down(2), life(2, 21), life(1, 11))
     const round = state.elections.get(key(0))!.round
     const [again, retry] = ControllerState.step(state, logEnd(state, 1, null))
-    assert.deepStrictEqual(retry, [{ _tag: "AskLogEnd", server: 1, tablet: tid(0), round }])
+    const offline = state.tablets.get(key(0))!
+    assert.strictEqual(offline.state, "OfflineTablet")
+    assert.deepStrictEqual(retry, [
+      {
+        _tag: "AskLogEnd",
+        server: 1,
+        tablet: tid(0),
+        round,
+        leaderEpoch: offline.leaderAndIsr.leaderEpoch,
+        coordinatorEpoch: state.coordinatorEpoch
+      }
+    ])
     assert.strictEqual(again, state)
     const stale: Input = {
       _tag: "LogEnd",

@@ -31,6 +31,8 @@ const events: ReadonlyArray<readonly [string, ReplicaState.Event]> = [
   ["LeaderAndIsr(epoch > own, leader = other)", lai(2, 5)],
   ["LeaderAndIsr(epoch = own)", lai(2, 4)],
   ["LeaderAndIsr(leader not a replica)", lai(9, 5)],
+  ["Fence(epoch > own)", { _tag: "Fence", leaderEpoch: 5 }],
+  ["Fence(epoch = own)", { _tag: "Fence", leaderEpoch: 4 }],
   ["Offline", { _tag: "Offline" }],
   ["Reopen", { _tag: "Reopen" }],
   ["Delete", { _tag: "Delete" }]
@@ -101,7 +103,8 @@ const randomEvent = (next: () => number): ReplicaState.Event => {
   const roll = next()
   const epoch = Math.floor(next() * 10)
   if (roll < 0.15) return { _tag: "Loaded" }
-  if (roll < 0.7) return lai(1 + Math.floor(next() * 4), epoch)
+  if (roll < 0.6) return lai(1 + Math.floor(next() * 4), epoch)
+  if (roll < 0.7) return { _tag: "Fence", leaderEpoch: epoch }
   if (roll < 0.85) return { _tag: "Offline" }
   if (roll < 0.97) return { _tag: "Reopen" }
   return { _tag: "Delete" }
@@ -124,8 +127,15 @@ const walk = (seed: number, length: number, step: StepFn = ReplicaState.step): s
       if (!(result.failure instanceof IllegalStateTransition)) return `step ${n}: not an IllegalStateTransition`
       continue
     }
-    if (state._tag === "ReplicaDeleted") return `step ${n}: a deleted replica accepted ${event._tag}`
+    if (state._tag === "ReplicaDeleted" && (event._tag !== "Fence" || result.success[1].length > 0))
+      return `step ${n}: a deleted replica accepted ${event._tag}`
     const [after, commands] = result.success
+    if (event._tag === "Fence") {
+      // Fenced: no role under an epoch below the fence's, and none under an older epoch goes on.
+      if (role !== undefined && highest < event.leaderEpoch && !commands.some((c) => c._tag.startsWith("Stop")))
+        return `step ${n}: a role under epoch ${highest} went on after a fence at ${event.leaderEpoch}`
+      highest = Math.max(highest, event.leaderEpoch)
+    }
     for (const c of commands) {
       switch (c._tag) {
         case "OpenLog":

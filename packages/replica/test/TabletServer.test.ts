@@ -163,6 +163,56 @@ describe("TabletServer", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.live(
+    "a log-end question under a newer epoch ends the leadership first: nothing is acknowledged past the answer",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* make(replication)
+        const server = yield* servers.start(1)
+        // Leading epoch 1 with ISR [1,2] and a minimum of one: an acks=all append waits for server 2, which never
+        // fetches (its session ended; the controller took the tablet offline and asks for log ends to elect).
+        const pair = {
+          tablet,
+          replicas: [1, 2],
+          leaderAndIsr: { leader: 1, leaderEpoch: 1, isr: [1, 2], coordinatorEpoch: 1, version: 1 }
+        }
+        yield* server.leaderAndIsr({ coordinatorEpoch: 1, tablets: [pair] })
+        yield* server.append({ tablet, records: records("v", 0, 3), acks: 1 })
+        const waiting = yield* Effect.forkChild(server.append({ tablet, records: records("w", 0, 2), acks: "all" }))
+        yield* eventually(Effect.map(server.logEnd({ tablet }), (end) => end.logEndOffset === 5))
+        // A controller older than the last seen is refused and changes nothing.
+        yield* server.holdings({ coordinatorEpoch: 2 })
+        const stale = yield* Effect.flip(server.logEnd({ tablet, fence: { leaderEpoch: 2, coordinatorEpoch: 1 } }))
+        assert.strictEqual(stale.reason._tag, "FencedEpoch")
+        assert.strictEqual(yield* server.replicaState(tablet), "LeaderReplica")
+        const answer = yield* server.logEnd({ tablet, fence: { leaderEpoch: 2, coordinatorEpoch: 2 } })
+        assert.deepStrictEqual(answer, { lastEpoch: 1, logEndOffset: 5 })
+        // The waiting append is refused, not acknowledged later; a new one is refused; the log stays as answered.
+        const refused = yield* Fiber.join(waiting).pipe(Effect.timeout("5 seconds"), Effect.flip)
+        assert.strictEqual(refused._tag === "ReplicaError" ? refused.reason._tag : refused._tag, "NotLeader")
+        assert.strictEqual(yield* server.replicaState(tablet), "OnlineReplica")
+        const late = yield* Effect.flip(server.append({ tablet, records: records("x", 0, 1), acks: 1 }))
+        assert.strictEqual(late.reason._tag, "NotLeader")
+        assert.deepStrictEqual(yield* server.logEnd({ tablet }), answer)
+        // The next leader epoch applies as usual.
+        yield* server.leaderAndIsr({
+          coordinatorEpoch: 2,
+          tablets: [{ ...pair, leaderAndIsr: { ...pair.leaderAndIsr, leaderEpoch: 3, isr: [1], version: 3 } }]
+        })
+        assert.strictEqual(yield* server.replicaState(tablet), "LeaderReplica")
+        // A tablet taken offline (no leader) under a newer epoch ends the role the same way.
+        yield* server.leaderAndIsr({
+          coordinatorEpoch: 2,
+          tablets: [{ ...pair, leaderAndIsr: { ...pair.leaderAndIsr, leader: null, leaderEpoch: 4, version: 4 } }]
+        })
+        assert.strictEqual(yield* server.replicaState(tablet), "OnlineReplica")
+        assert.strictEqual(
+          (yield* Effect.flip(server.append({ tablet, records: records("y", 0, 1), acks: 1 }))).reason._tag,
+          "NotLeader"
+        )
+      }).pipe(Effect.scoped)
+  )
+
   it.live("a request reaching a stopped server fails and leaves no log open behind it", () =>
     Effect.gen(function* () {
       const servers = yield* make(replication)

@@ -123,12 +123,18 @@ export const notLeader = (h: Hosted): ReplicaError =>
  * - `Step`: a higher leader epoch (or the first): the replica machine takes it.
  * - `IsrUpdate`: this replica leads the instruction's epoch and the tablet version is newer: the controller changed
  *   the ISR (a member died or is stopping).
+ * - `Fence`: the tablet is offline (no leader) under a newer epoch: any role under an older one ends.
  * - `Stale`: nothing new (a repeat, an older epoch or version).
  */
-export const classify = (h: Hosted, self: ServerId, instruction: TabletInstruction): "Step" | "IsrUpdate" | "Stale" => {
+export const classify = (
+  h: Hosted,
+  self: ServerId,
+  instruction: TabletInstruction
+): "Step" | "IsrUpdate" | "Fence" | "Stale" => {
   const last = ReplicaState.lastLeaderEpoch(h.machine)
   const lai = instruction.leaderAndIsr
-  if (lai.leader === null) return "Stale"
+  // Offline under a newer epoch: any role under an older one ends.
+  if (lai.leader === null) return last === null || lai.leaderEpoch > last ? "Fence" : "Stale"
   if (last === null || lai.leaderEpoch > last) return "Step"
   // No role (its store failed and works again): it follows again under the epoch it had seen.
   if (lai.leaderEpoch === last && lai.leader !== self && h.machine._tag === "OnlineReplica") return "Step"
