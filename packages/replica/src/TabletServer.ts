@@ -125,6 +125,10 @@ export interface Unsafe {
   readonly answersIgnoreProposal?: boolean
   /** A long-polled fetch is answered after the wait without checking that the replica still leads in its epoch. */
   readonly skipFetchRevalidation?: boolean
+  /** A controller's log-end question and an offline LeaderAndIsr leave a role under an older epoch running. */
+  readonly unfencedLogEnd?: boolean
+  /** An ISR change refused because the leadership is over is taken as not committed (its change dropped). */
+  readonly fencedRefusalRejects?: boolean
 }
 
 /**
@@ -294,14 +298,30 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
       if (outcome === "back") {
         h.storageBack = { at: yield* Clock.currentTimeMillis, delay }
         yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
-        yield* reportStorage(server, h, false, () => h.machine._tag !== "ReplicaDeleted")
+        // Told until heard, unless it fails again meanwhile (then that is told instead, below).
+        yield* reportStorage(
+          server,
+          h,
+          false,
+          () => h.machine._tag !== "ReplicaDeleted" && h.machine._tag !== "OfflineReplica"
+        )
       }
       break
     }
   }).pipe(
     Effect.ensuring(
-      Effect.sync(() => {
+      // A store that failed again while this ran (its report of coming back still unheard) is tried again from the
+      // start: nothing else would, and the replica would stay offline.
+      Effect.suspend(() => {
         h.resuming = undefined
+        if (h.machine._tag !== "OfflineReplica" || server.closed) return Effect.void
+        return Effect.asVoid(
+          Effect.tap(Effect.forkIn(resumeStorage(server, h), server.scope), (fiber) =>
+            Effect.sync(() => {
+              h.resuming = fiber
+            })
+          )
+        )
       })
     )
   )
@@ -378,7 +398,7 @@ const proposeIsr = (
           r._tag === "NotLeader" ||
           r._tag === "UnknownTablet" ||
           (r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch !== h.leader?.leaderEpoch)
-        if (fenced) {
+        if (fenced && server.unsafe.fencedRefusalRejects !== true) {
           return Effect.andThen(
             Effect.logInfo(
               `server ${server.self}: ${h.key}: ISR [${isr.join(",")}] refused (${r._tag}): this leadership is over; the change stays pending until the next LeaderAndIsr`
@@ -584,6 +604,7 @@ const apply = (server: Server, instruction: TabletInstruction) =>
           case "IsrUpdate":
             return yield* isrCommitted(server, hosted, lai.isr, lai.version)
           case "Fence":
+            if (server.unsafe.unfencedLogEnd === true) return
             return yield* stepReplica(server, hosted, { _tag: "Fence", leaderEpoch: lai.leaderEpoch }, instruction)
           case "Stale":
             // Told to lead again the epoch it lost going offline: it leads only under a new one, which the
@@ -840,8 +861,9 @@ const logEnd =
         Effect.gen(function* () {
           yield* ensureOpen(server, h)
           // The answer must stay true: no role under an older epoch may append, acknowledge or copy past it.
-          if (fence !== undefined)
+          if (fence !== undefined && server.unsafe.unfencedLogEnd !== true) {
             yield* stepReplica(server, h, { _tag: "Fence", leaderEpoch: fence.leaderEpoch }, undefined)
+          }
           const log = h.log
           if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
           const epochs = yield* log.epochs

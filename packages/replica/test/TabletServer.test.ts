@@ -163,6 +163,43 @@ describe("TabletServer", () => {
     }).pipe(Effect.scoped)
   )
 
+  it.live("a store that fails again while its recovery is still being reported is tried again, not left offline", () =>
+    Effect.gen(function* () {
+      const servers = yield* make({ ...replication, replicaLagTimeMaxMs: 60_000 })
+      const server = yield* servers.start(1)
+      const tries = (failed: boolean) => servers.links.storageTries.filter((r) => r.failed === failed).length
+      yield* servers.instruct([1], tablet, [1], { leader: 1, leaderEpoch: 1, isr: [1] })
+      servers.links.failingStores.add(1)
+      yield* Effect.flip(server.append({ tablet, records: records("a", 0, 1), acks: 1 }))
+      yield* eventually(Effect.sync(() => tries(true) > 0))
+      // The store takes writes again, but the controller does not hear so (the answers are lost, retried)...
+      servers.links.storageUnheard = true
+      servers.links.failingStores.clear()
+      yield* eventually(Effect.sync(() => tries(false) > 0))
+      assert.strictEqual(yield* server.replicaState(tablet), "OnlineReplica")
+      // ...and it fails again before that is heard: leading again, its first append fails.
+      servers.links.failingStores.add(1)
+      yield* servers.instruct([1], tablet, [1], { leader: 1, leaderEpoch: 2, isr: [1] })
+      yield* Effect.flip(server.append({ tablet, records: records("a", 0, 1), acks: 1 }))
+      assert.strictEqual(yield* server.replicaState(tablet), "OfflineReplica")
+      const failedBefore = tries(true)
+      servers.links.storageUnheard = false
+      servers.links.failingStores.clear()
+      // The new failure is told, the store tried again, and its coming back told: the replica is online again.
+      const recovered = Effect.map(
+        server.replicaState(tablet),
+        (state) =>
+          state === "OnlineReplica" &&
+          tries(true) > failedBefore &&
+          servers.links.storageReports.at(-1)?.failed === false
+      )
+      yield* eventually(recovered).pipe(Effect.timeout("10 seconds"), Effect.ignore)
+      assert.isAbove(tries(true), failedBefore, "the second failure was never reported")
+      assert.strictEqual(yield* server.replicaState(tablet), "OnlineReplica")
+      assert.isFalse(servers.links.storageReports.at(-1)?.failed)
+    }).pipe(Effect.scoped)
+  )
+
   it.live(
     "a log-end question under a newer epoch ends the leadership first: nothing is acknowledged past the answer",
     () =>

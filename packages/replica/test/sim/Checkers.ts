@@ -73,6 +73,8 @@ export const recorder = (minIsr: number) => {
   const reads = new Map<string, Map<number, { readonly value: string; readonly at: number }>>()
   /** Each server's log end and epochs per tablet, as last sampled (a stopped server's log keeps what it had). */
   const logEnds = new Map<string, Map<string, { readonly end: number; readonly epochs: LeaderEpochCache }>>()
+  /** Per tablet, the running servers whose log was closed (offline) when last sampled: how far it reaches, unknown. */
+  const closed = new Map<string, Set<string>>()
   const violations = limited()
 
   return {
@@ -81,6 +83,17 @@ export const recorder = (minIsr: number) => {
       const ends = logEnds.get(tablet) ?? new Map<string, { readonly end: number; readonly epochs: LeaderEpochCache }>()
       ends.set(server, { end, epochs })
       logEnds.set(tablet, ends)
+      closed.get(tablet)?.delete(server)
+    },
+
+    /**
+     * A running server's replica whose log is closed (offline after a store failure): it may have copied more since
+     * its last sample, so it is neither counted nor ruled out as a holder until its log is read again.
+     */
+    logClosed: (server: string, tablet: string) => {
+      const set = closed.get(tablet) ?? new Set<string>()
+      set.add(server)
+      closed.set(tablet, set)
     },
 
     append: (tablet: string, values: ReadonlyArray<string>, outcome: Outcome) => {
@@ -121,10 +134,12 @@ export const recorder = (minIsr: number) => {
       // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold (checked as it advances): a
       // holder's log reaches the HW and its record below it was written in the same epoch as the leader's.
       const last = l.highWatermark - 1
-      const holders = [...(logEnds.get(tabletKey(view.tablet))?.values() ?? [])].filter(
-        (e) => e.end >= l.highWatermark && (last < 0 || epochAt(e.epochs, last) === epochAt(epochs, last))
+      const unknown = closed.get(tabletKey(view.tablet)) ?? new Set<string>()
+      const holders = [...(logEnds.get(tabletKey(view.tablet)) ?? [])].filter(
+        ([s, e]) =>
+          !unknown.has(s) && e.end >= l.highWatermark && (last < 0 || epochAt(e.epochs, last) === epochAt(epochs, last))
       )
-      if (before !== undefined && l.highWatermark > before && holders.length < minIsr) {
+      if (before !== undefined && l.highWatermark > before && holders.length + unknown.size < minIsr) {
         violations.add(
           "min-isr",
           `t=${at} ${server}: ${key} HW ${l.highWatermark} is held by ${holders.length} replicas, fewer than ${minIsr}`
@@ -134,6 +149,40 @@ export const recorder = (minIsr: number) => {
         violations.add("hw", `t=${at} ${server}: ${key} HW went back from ${before} to ${l.highWatermark}`)
       }
       highWatermarks.set(hwKey, l.highWatermark)
+    },
+
+    /**
+     * A tablet's committed ISR members (each the life it joined as) against its leader's HW: each holds every offset
+     * below it, written in the same epoch as the leader's record there (so the same record: one leader per epoch).
+     * Any of them may be elected cleanly next; one that does not hold the leader's log would lose what was
+     * acknowledged.
+     */
+    isrHolds: (
+      tablet: string,
+      leader: string,
+      hw: number,
+      leaderEpochs: LeaderEpochCache,
+      members: ReadonlyArray<{ readonly server: string; readonly end: number; readonly epochs: LeaderEpochCache }>,
+      at: number
+    ) => {
+      for (const m of members) {
+        if (m.end < hw) {
+          violations.add(
+            "isr-holds",
+            `t=${at} ${tablet}: ISR member ${m.server} has no record at offset ${m.end}, below the HW ${hw} of its leader ${leader}`
+          )
+          continue
+        }
+        // The epoch at an offset changes only where a cache entry starts: comparing there compares every offset.
+        const starts = [...leaderEpochs, ...m.epochs].map((e) => e.startOffset).filter((o) => o < hw)
+        const differs = starts.sort((a, b) => a - b).find((o) => epochAt(m.epochs, o) !== epochAt(leaderEpochs, o))
+        if (differs !== undefined) {
+          violations.add(
+            "isr-holds",
+            `t=${at} ${tablet}: ISR member ${m.server} and its leader ${leader} differ at offset ${differs} below the HW ${hw} (epoch ${epochAt(m.epochs, differs)} vs ${epochAt(leaderEpochs, differs)})`
+          )
+        }
+      }
     },
 
     /** A LeaderAndIsr a tablet server applied: never below the highest coordinator epoch it applied before. */

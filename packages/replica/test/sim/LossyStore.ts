@@ -1,8 +1,9 @@
 /**
  * A memory `Store` that can lose what it has not flushed, as a machine that loses power does: every write keeps
  * the values it replaced until `flush`; `loseUnflushed` puts them back, newest first, so each partition returns to
- * what it held at its last flush. Used by the cluster simulator for crashes that lose unflushed writes, and, with
- * `failing` set, for a disk that is full or failing.
+ * what it held at its last flush. Used by the cluster simulator for crashes that lose unflushed writes, with
+ * `failing` set for a disk that is full or failing, with `failSome` for one that fails some writes, and with
+ * `slowMs` for a slow one.
  */
 import {
   type PartitionStore,
@@ -13,7 +14,7 @@ import {
   type StoreOp,
   type StoreShape
 } from "@strata/core"
-import { Context, Effect, Layer, Option, type Scope, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, type Scope, Stream } from "effect"
 
 /** The replaced values of one write, to put back. */
 interface Undo {
@@ -32,6 +33,10 @@ export interface LossyStore {
   readonly loseUnflushed: Effect.Effect<number>
   /** While set, every write fails as on a full disk (nothing of it is written). */
   failing: boolean
+  /** While set, a write fails (nothing of it written) when this answers true: a disk failing some operations. */
+  failSome: (() => boolean) | undefined
+  /** While above 0, every write waits this long first: a slow disk. */
+  slowMs: number
 }
 
 /** A lossy memory store living in `scope`. */
@@ -53,12 +58,10 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
         Effect.map(inner.open(id), (ps) => {
           const write = (ops: ReadonlyArray<StoreOp>, options?: Parameters<typeof ps.write>[1]) =>
             Effect.gen(function* () {
-              if (self.failing) {
-                return yield* Effect.fail(
-                  new StoreError({
-                    reason: new StoreIoError({ operation: "write", detail: "No space left on device" })
-                  })
-                )
+              if (self.slowMs > 0) yield* Effect.sleep(Duration.millis(self.slowMs))
+              if (self.failing || self.failSome?.() === true) {
+                const detail = self.failing ? "No space left on device" : "Input/output error"
+                return yield* Effect.fail(new StoreError({ reason: new StoreIoError({ operation: "write", detail }) }))
               }
               if (options?.offsets !== undefined && options.offsets.length > 0) {
                 return yield* Effect.die(new Error("LossyStore does not model persisted offsets"))
@@ -116,7 +119,9 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
       },
       dirty: () => undo.length > 0,
       loseUnflushed,
-      failing: false
+      failing: false,
+      failSome: undefined,
+      slowMs: 0
     }
     return self
   })

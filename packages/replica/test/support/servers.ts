@@ -47,8 +47,12 @@ export interface Links {
    * a handler held there, its partition open, can be interrupted.
    */
   storeHold: StoreHold | undefined
-  /** Every storage report the servers sent the controller. */
+  /** Every storage report the controller heard. */
   readonly storageReports: Array<ReplicaStorageReport>
+  /** While set, storage reports are sent but not heard (their answers lost); each try is in `storageTries`. */
+  storageUnheard: boolean
+  /** Every storage report sent, heard or not. */
+  readonly storageTries: Array<ReplicaStorageReport>
   /** Server ids whose store fails every write (as a full disk does) while they are in it. */
   readonly failingStores: Set<ServerId>
 }
@@ -100,6 +104,8 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
       adjustIsr: undefined,
       storeHold: undefined,
       storageReports: [],
+      storageUnheard: false,
+      storageTries: [],
       failingStores: new Set()
     }
     /** Server `id`'s store, its partitions' reads held while `links.storeHold` names it. */
@@ -167,7 +173,13 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
             ? Effect.fail(new PeerUnreachable({ target: "controller", detail: "none in this harness" }))
             : links.adjustIsr(request),
         controlledShutdown: () => Effect.succeed(0),
-        replicaStorage: (report) => Effect.sync(() => links.storageReports.push(report))
+        replicaStorage: (report) =>
+          Effect.suspend(() => {
+            links.storageTries.push(report)
+            if (links.storageUnheard) return Effect.fail(new PeerUnreachable({ target: "controller", detail: "lost" }))
+            links.storageReports.push(report)
+            return Effect.void
+          })
       }
     })
     let version = 0
