@@ -115,8 +115,6 @@ export interface ReplicaView {
  * @internal
  */
 export interface Unsafe {
-  /** Apply LeaderAndIsr requests whatever their coordinator epoch. */
-  readonly skipCoordinatorEpochCheck?: boolean
   /** A new follower truncates to its high watermark instead of asking its leader (Fluss's behaviour). */
   readonly truncateToHighWatermark?: boolean
   /** A leader advances its high watermark while its ISR is below the minimum. */
@@ -889,7 +887,7 @@ const admitController = (
   request: { readonly coordinatorEpoch: number; readonly registration?: number | undefined }
 ) =>
   Effect.suspend(() => {
-    if (request.coordinatorEpoch < server.coordinatorEpoch && server.unsafe.skipCoordinatorEpochCheck !== true) {
+    if (request.coordinatorEpoch < server.coordinatorEpoch) {
       return fail(
         new FencedEpoch({
           resource: "coordinator",

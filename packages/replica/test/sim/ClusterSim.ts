@@ -13,9 +13,11 @@
  * process, cutting one link, and per call: delay (so reordering), loss before or after the target ran it, and
  * duplication. Half the seeds draw only a few fault kinds (swarm testing), and half of those send some records
  * acks=1; half the seeds also transfer a leadership under lag (a follower behind, another deaf to the controllers,
- * the leader shut down), and half draw storage and clock faults (a slow disk, a disk failing some writes, a wall
- * clock jump, power lost on two servers at once with a minimum ISR of 3). Then the faults stop, everything heals,
- * and the run must settle.
+ * the leader shut down), half draw storage and clock faults (a slow disk, a disk failing some writes, a wall
+ * clock jump, power lost on two servers at once with a minimum ISR of 3), and half churn an ISR (the leader's ISR
+ * answers each held until its next proposal, a follower whose sessions expire again and again and that stalls,
+ * loses power, or is added just as its leader is partitioned from the controllers with the clients). Then the faults
+ * stop, everything heals, and the run must settle.
  *
  * Checked (`Checkers.ts`): no acknowledged write lost, no record twice; the prefix property across replicas, and
  * after every step across a tablet's committed ISR (each member holds its leader's log below the HW); at
@@ -68,31 +70,20 @@ export interface Variant {
 /** The correct system. */
 export const correct: Variant = { name: "correct" }
 
-/** The planted bugs some seed within the CI's seeds catches by a loss, divergence or liveness property. */
+/**
+ * The planted bugs some seed within the CI's seeds catches by a loss, divergence or liveness property (the ISR check,
+ * a divergence between a member an election may choose and its leader, included).
+ */
 export const planted: ReadonlyArray<Variant> = [
   { name: "truncate-to-hw", server: { truncateToHighWatermark: true } },
   { name: "hw-under-min-isr", server: { highWatermarkIgnoresMinIsr: true } },
   { name: "prefer-outside-isr", preferOutsideIsr: true },
   { name: "random-producer-id", randomProducerIds: true },
   { name: "demoted-long-poll", server: { skipFetchRevalidation: true } },
-  { name: "unfenced-log-end", server: { unfencedLogEnd: true } }
-]
-
-/**
- * Planted bugs those properties do not find within 3000 seeds (docs/ARCHITECTURE.md, "Cluster simulation"), looked
- * for only when asked (`STRATA_SIM_HUNT=1`); each is caught by a unit or scenario test of its own check.
- * `skip-coordinator-epoch`: a deposed controller can only deliver states committed before they were sent, which
- * leader epochs and tablet versions drop where stale. `isr-to-dead-server`: mostly costs availability; it loses data
- * only if a follower restarts (losing unflushed writes) while its expansion waits on an unreachable controller.
- * `fenced-refusal-rejects` and `stale-isr-answer` undo fixes of losses whose histories are rare: the first was found
- * once by an earlier version of this simulator (seed 2027); the second clears a pending change in about one seed in
- * 150, and the window in which the HW then passes the member being added has not yet met a sample.
- */
-export const hunted: ReadonlyArray<Variant> = [
-  { name: "skip-coordinator-epoch", server: { skipCoordinatorEpochCheck: true } },
+  { name: "unfenced-log-end", server: { unfencedLogEnd: true } },
+  { name: "stale-isr-answer", server: { answersIgnoreProposal: true } },
   { name: "isr-to-dead-server", skipIsrEligibility: true },
-  { name: "fenced-refusal-rejects", server: { fencedRefusalRejects: true } },
-  { name: "stale-isr-answer", server: { answersIgnoreProposal: true } }
+  { name: "fenced-refusal-rejects", server: { fencedRefusalRejects: true } }
 ]
 
 /** The kinds of fault. */
@@ -311,6 +302,9 @@ const simulate = (
     // Half the seeds also transfer leaderships under lag, drawn by a generator of their own.
     const transferring = seeded(mix32(seed ^ 0x7a11))
     const transfers = config.script === undefined && transferring.chance(0.5) ? transferring : undefined
+    // Half the seeds also churn an ISR (late answers, a flapping follower), drawn by a generator of their own.
+    const churnDraws = seeded(mix32(seed ^ 0x15c4))
+    const churning = config.script === undefined && churnDraws.chance(0.5) ? churnDraws : undefined
     const faultWeightTotal = drawn.kinds.reduce((n, [, w]) => n + w, 0)
     const leaderElection =
       shape === undefined
@@ -318,7 +312,7 @@ const simulate = (
         : (shape.leaderElection ?? "first-in-isr")
     let lostWrites = 0
     log(
-      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms poll=${replication.fetchMaxWaitMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance} election=${leaderElection}${drawn.swarm ? ` faults=${drawn.kinds.map(([k]) => k).join(",")}${drawn.acksOne ? " acks=1 too" : ""}` : ""}${transfers === undefined ? "" : " transfers"}${extras === undefined ? "" : " disk-and-clock"}`
+      `seed=${seed} servers=${serverCount} coordinators=${coordinatorCount} session=${sessionTimeoutMs}ms poll=${replication.fetchMaxWaitMs}ms rf=${rf} minIsr=${minIsr} tablets=${tablets.length} flush=${flushChance} election=${leaderElection}${drawn.swarm ? ` faults=${drawn.kinds.map(([k]) => k).join(",")}${drawn.acksOne ? " acks=1 too" : ""}` : ""}${transfers === undefined ? "" : " transfers"}${churning === undefined ? "" : " churn"}${extras === undefined ? "" : " disk-and-clock"}`
     )
 
     const auditor = yield* base.session({ timeout: "1 hour" })
@@ -356,6 +350,11 @@ const simulate = (
     const oneWay = new Set<string>()
     /** Processes whose every call, in and out, is slow. */
     const slow = new Set<string>()
+    /**
+     * Servers the controllers' own connections to are cut (Kafka's controller-to-broker channel): the controllers'
+     * requests to them are lost, while their requests to a controller, and its answers, pass.
+     */
+    const unheard = new Set<string>()
     let faultsOn = true
     const reachable = (from: string, to: string) => {
       const a = byName.get(from)
@@ -420,6 +419,118 @@ const simulate = (
           return yield* Effect.fail(unreachable(to, "answer lost (no route)"))
         if (faultsOn && rng.chance(0.01)) return yield* Effect.fail(unreachable(to, "answer lost"))
         return answer
+      })
+
+    /**
+     * ISR churn aimed at one tablet (`churnFault`): until `untilMs`, each answer to its leader's ISR proposals is held
+     * until the leader's next proposal has gone out (reordered across it), and `follower`, flapping, stalls as it is
+     * added — paused for a moment, or its power lost with its expansion arriving once it registered again.
+     */
+    interface Churn {
+      readonly tablet: string
+      readonly leader: string
+      readonly follower: number
+      readonly untilMs: number
+      readonly stall: "pause" | "power" | "lost"
+      readonly draws: Prng
+      /** How many proposals the leader sent for the tablet under the churn. */
+      sent: number
+    }
+    const churns = new Map<string, Churn>()
+    const churnLedBy = (p: Proc, tablet: TabletId): Churn | undefined => {
+      const churn = churns.get(tabletKey(tablet))
+      return churn !== undefined && churn.leader === p.name && faultsOn && now() < churn.untilMs ? churn : undefined
+    }
+    /** Holds the answer to proposal `proposal` until the leader sent a later one (or the churn ends). */
+    const heldUntilNext = (churn: Churn, proposal: number, tablet: TabletId) =>
+      Effect.gen(function* () {
+        let held = false
+        while (churn.sent === proposal && faultsOn && now() < churn.untilMs) {
+          held = true
+          yield* Effect.sleep(Duration.millis(5))
+        }
+        if (held && churn.sent > proposal)
+          log(
+            `${churn.leader}: the answer to its ISR proposal ${proposal} of ${tabletKey(tablet)} arrives after its proposal ${churn.sent}`
+          )
+      })
+    /**
+     * The leader whose expansion was just committed loses the answer, and at once its sessions and those of the
+     * ISR's other members expire while the controllers' connections to them are cut until the churn ends (their own
+     * requests to a controller still pass), and the clients reach neither controllers nor coordination, so they keep
+     * sending to the leaders they knew. The leader retries the expansion, which the controller, having elected
+     * another replica meanwhile, refuses as from a leadership that is over (issue 32's fenced-refusal history,
+     * simulator seed 2027).
+     */
+    const deafen = (churn: Churn, isr: ReadonlyArray<number>) =>
+      Effect.gen(function* () {
+        const cutOff = isr
+          .filter((s) => s !== churn.follower)
+          .flatMap((s) => byName.get(`s${s}`) ?? [])
+          .filter((q) => q.scope !== undefined)
+        if (!cutOff.some((q) => q.name === churn.leader)) return
+        log(
+          `FAULT ${churn.leader} loses the answer to its expansion of ${churn.tablet}; ${cutOff.map((q) => q.name).join(", ")} cut off from the controllers until t=${churn.untilMs}, their sessions expired`
+        )
+        const deafened = coordinators.map((c) => `client>${c.name}`)
+        for (const cut of deafened) oneWay.add(cut)
+        for (const q of cutOff) unheard.add(q.name)
+        for (const q of cutOff)
+          yield* Effect.forEach([...q.sessions], (s) => Effect.ignore(faults.expire(s)), { discard: true })
+        // The clients are on their side: cut off from the controllers and coordination, they keep the leaders they knew.
+        yield* clientProc.gate.close
+        yield* Effect.forEach([...clientProc.sessions], (s) => Effect.ignore(faults.disconnect!(s)), { discard: true })
+        timed.push({
+          until: Math.ceil(churn.untilMs / config.stepMs),
+          end: Effect.gen(function* () {
+            for (const cut of deafened) oneWay.delete(cut)
+            for (const q of cutOff) unheard.delete(q.name)
+            yield* clientProc.gate.open
+            yield* Effect.forEach([...clientProc.sessions], (s) => Effect.ignore(faults.reconnect!(s)), {
+              discard: true
+            })
+          })
+        })
+      })
+    /**
+     * The follower being added stalls: paused for up to half a session (its fetches held), or its power lost (with a
+     * minimum ISR of 2 or more its unflushed writes too, every other server flushed first) while the expansion
+     * travels, which arrives once the follower registered again (or three seconds passed).
+     */
+    const stallJoining = (churn: Churn) =>
+      Effect.gen(function* () {
+        const y = byName.get(`s${churn.follower}`)
+        if (y === undefined || y.scope === undefined || y.paused || y.backAt !== undefined || y.stopping) return
+        if (churn.stall === "lost") return
+        if (churn.stall === "pause") {
+          const ms = churn.draws.int(20, Math.floor(sessionTimeoutMs / 2))
+          log(`FAULT ${y.name} stalls ${ms} ms as ${churn.leader} adds it to the ISR of ${churn.tablet}`)
+          yield* pause(y)
+          yield* Effect.forkIn(
+            Effect.andThen(
+              Effect.sleep(Duration.millis(ms)),
+              Effect.suspend(() => (y.paused && y.backAt === undefined ? resume(y) : Effect.void))
+            ),
+            root
+          )
+          return
+        }
+        // As a power loss: unflushed writes are lost only where an acknowledged record has a flushed copy elsewhere.
+        const lose = minIsr >= 2
+        log(
+          `FAULT power loss of ${y.name} as ${churn.leader} adds it to the ISR of ${churn.tablet}${lose ? ", unflushed writes lost" : ""}`
+        )
+        if (lose) for (const [id, store] of stores) if (id !== y.id) store.flush()
+        // The process comes back whatever becomes of the proposal that waits for it.
+        const offMs = churn.draws.int(0, 200)
+        const cycle = Effect.gen(function* () {
+          yield* down(y, true, lose)
+          yield* Effect.sleep(Duration.millis(offMs))
+          yield* start(y)
+          for (let waited = 0; waited < 3_000 && y.registration === undefined; waited += 10)
+            yield* Effect.sleep(Duration.millis(10))
+        })
+        yield* Fiber.join(yield* Effect.forkIn(cycle, root))
       })
 
     /** The wall clock process `p` reads: the simulation's, off by its offset; sleeping is the simulation's. */
@@ -523,9 +634,17 @@ const simulate = (
       controller: {
         adjustIsr: (request) =>
           Effect.gen(function* () {
+            // Under ISR churn the request is numbered, and the follower being added may stall as it goes.
+            const churn = churnLedBy(p, request.tablet)
+            const proposal = churn === undefined ? 0 : ++churn.sent
+            const before = yield* readTablet(request.tablet)
+            const joining =
+              churn !== undefined &&
+              request.isr.includes(churn.follower) &&
+              !before?.leaderAndIsr.isr.includes(churn.follower)
+            if (churn !== undefined && joining) yield* stallJoining(churn)
             const c = controllerNow()
             if (c === undefined) return yield* Effect.fail(unreachable("controller", "none"))
-            const before = yield* readTablet(request.tablet)
             const registered = yield* registeredServers
             const reply = yield* call(
               p.name,
@@ -541,6 +660,11 @@ const simulate = (
               const either = new Set([...registered, ...after])
               record.isrChange(tabletKey(request.tablet), before.leaderAndIsr.isr, reply.leaderAndIsr.isr, either)
             }
+            if (churn !== undefined && joining && churn.stall === "lost" && reply._tag === "IsrAdjusted") {
+              yield* deafen(churn, before?.leaderAndIsr.isr ?? [])
+              return yield* Effect.fail(unreachable(c.name, "answer lost"))
+            }
+            if (churn !== undefined) yield* heldUntilNext(churn, proposal, request.tablet)
             return reply
           }),
         controlledShutdown: (server) => onController(p, (c) => c.controlledShutdown(server)),
@@ -610,6 +734,7 @@ const simulate = (
       leaderAndIsr: (id, request) => {
         const target = byName.get(`s${id}`)!
         const inbox = target.serverInbox
+        if (unheard.has(target.name)) return Effect.fail(unreachable(target.name, "the controller's connection is cut"))
         return inbox === undefined || target.scope === undefined
           ? Effect.fail(unreachable(target.name, "down"))
           : call(c.name, target.name, inbox(request))
@@ -626,6 +751,7 @@ const simulate = (
     ) => {
       const target = byName.get(`s${id}`)!
       const server = target.server
+      if (unheard.has(target.name)) return Effect.fail(unreachable(target.name, "the controller's connection is cut"))
       return server === undefined ? Effect.fail(unreachable(target.name, "down")) : call(c.name, target.name, f(server))
     }
 
@@ -1105,6 +1231,55 @@ const simulate = (
       })
 
     /**
+     * ISR churn aimed at one tablet (a nemesis that targets ISR changes): for 1–3 s its leader's ISR answers come
+     * late, each after the leader's next proposal (a late answer must not settle a later proposal: issue 32's second
+     * defect), while one follower flaps — its sessions expire up to three times, each drop from the ISR followed by
+     * its return — and stalls whenever it is being added.
+     */
+    const churnFault = (ch: Prng) =>
+      Effect.gen(function* () {
+        const tablet = ch.pick(tablets)
+        const key = tabletKey(tablet)
+        const meta = yield* readTablet(tablet)
+        const lai = meta?.leaderAndIsr
+        if (meta === undefined || lai === undefined || lai.leader === null || churns.has(key)) return
+        const leader = byName.get(`s${lai.leader}`)
+        const usable = (q: Proc | undefined) =>
+          q?.server !== undefined && !q.paused && q.backAt === undefined && !q.stopping
+        const followers = meta.replicas.filter((s) => s !== lai.leader && usable(byName.get(`s${s}`)))
+        if (!usable(leader) || followers.length === 0) return
+        const y = byName.get(`s${ch.pick(followers)}`)!
+        const churn: Churn = {
+          tablet: key,
+          leader: leader!.name,
+          follower: y.id,
+          untilMs: now() + ch.int(1_000, 3_000),
+          stall: ch.pick(["pause", "power", "lost"] as const),
+          draws: ch,
+          sent: 0
+        }
+        churns.set(key, churn)
+        count("churn")
+        log(
+          `FAULT ISR churn of ${key} led by ${churn.leader}: ${y.name} flaps and ${{ pause: "stalls as it is added", power: "loses power as it is added", lost: "is added as its leader is cut off" }[churn.stall]}, answers late until t=${churn.untilMs}`
+        )
+        yield* Effect.forkIn(
+          Effect.gen(function* () {
+            for (let flap = 0; flap < 3 && faultsOn && now() < churn.untilMs; flap++) {
+              if (y.scope !== undefined && !y.paused) {
+                log(`FAULT expire the sessions of ${y.name} (ISR churn)`)
+                yield* Effect.forEach([...y.sessions], (s) => Effect.ignore(faults.expire(s)), { discard: true })
+              }
+              yield* Effect.sleep(Duration.millis(ch.int(200, 1_000)))
+            }
+            yield* Effect.sleep(Duration.millis(Math.max(0, churn.untilMs - now())))
+            churns.delete(key)
+          }),
+          root
+        )
+      })
+
+    /**
      * A storage or clock fault (`extras` draws which, whom and how long): a slow disk (every write of a server's
      * store waits 20–200 ms), a disk failing one write in five, a process's wall clock jumping up to three lag times
      * either way (back where it was at the end), or, with a minimum ISR of 3, power lost on two servers at once (every
@@ -1244,6 +1419,7 @@ const simulate = (
       if (config.script === undefined && step > 5 && rng.chance(config.faultChance)) yield* fault(step)
       if (transfers !== undefined && step > 5 && transfers.chance(0.04)) yield* transfer(step, transfers)
       if (extras !== undefined && step > 5 && extras.chance(0.06)) yield* extraFault(step, extras)
+      if (churning !== undefined && step > 5 && churning.chance(0.05)) yield* churnFault(churning)
       yield* heal(step, false)
       // Each server's writes become durable at a time of its own.
       for (const p of servers) if (rng.chance(flushChance)) stores.get(p.id)?.flush()
