@@ -10,7 +10,7 @@
 //   BENCH_PRODUCERS (1000,20000), BENCH_APPENDS (2000), BENCH_RUNS (3)
 import { Effect } from "effect"
 import { Store } from "../packages/core/src/index.js"
-import * as TabletLog from "../packages/replica/src/TabletLog.js"
+import * as TabletLog from "../packages/replica/src/server/TabletLog.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, round3 } from "./lib.js"
 
 const record = { key: null, value: new Uint8Array(100), headers: [], timestamp: 0 }

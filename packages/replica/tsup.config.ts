@@ -1,3 +1,3 @@
 import { packageConfig } from "../../tsup.shared.js"
 
-export default packageConfig()
+export default packageConfig(["src/index.ts", "src/log/index.ts"])

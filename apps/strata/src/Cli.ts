@@ -22,7 +22,8 @@ import {
   Store,
   type StoreError
 } from "@strata/core"
-import { LocalCluster, ReplicaRpc, type ReplicationConfig, StrataLog } from "@strata/replica"
+import { LocalCluster, ReplicaRpc, type ReplicationConfig } from "@strata/replica"
+import { StrataLog } from "@strata/replica/log"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"

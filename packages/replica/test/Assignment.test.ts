@@ -2,7 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import type { ServerId } from "@strata/core"
 import { Result } from "effect"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
-import * as Assignment from "../src/Assignment.js"
+import * as Assignment from "../src/machines/Assignment.js"
 
 type Request = Assignment.AssignmentRequest
 type Layout = ReadonlyArray<Assignment.TabletAssignment>

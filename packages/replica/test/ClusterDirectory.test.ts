@@ -2,8 +2,8 @@ import { assert, describe, it } from "@effect/vitest"
 import { CoordinationElection } from "@strata/election"
 import { Coordination, CoordinationFaults, type Session } from "@strata/core"
 import { Effect, Exit, Scope } from "effect"
-import * as ClusterDirectory from "../src/ClusterDirectory.js"
-import * as ClusterPaths from "../src/ClusterPaths.js"
+import * as ClusterDirectory from "../src/client/ClusterDirectory.js"
+import * as ClusterPaths from "../src/wire/ClusterPaths.js"
 import { eventually } from "./support/servers.js"
 
 describe("ClusterDirectory", () => {

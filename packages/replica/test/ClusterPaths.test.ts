@@ -1,8 +1,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination, CoordinationFaults, type CoordinationShape, type Session } from "@strata/core"
 import { Array as Arr, Effect, Exit, Fiber, Logger, Scope } from "effect"
-import * as ClusterPaths from "../src/ClusterPaths.js"
-import type * as ControllerState from "../src/ControllerState.js"
+import * as ClusterPaths from "../src/wire/ClusterPaths.js"
+import type * as ControllerState from "../src/machines/ControllerState.js"
 import { eventually } from "./support/servers.js"
 
 const tablet: ControllerState.Tablet = {

@@ -5,8 +5,8 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
-import * as ConnectionPool from "../src/internal/connectionPool.js"
-import { PeerUnreachable } from "../src/Peers.js"
+import * as ConnectionPool from "../src/client/internal/connectionPool.js"
+import { PeerUnreachable } from "../src/wire/Peers.js"
 
 /** A pool whose connections wait for `gate` before they are made (`started` once one is under way); counts attempts and closes. */
 const gated = Effect.gen(function* () {

@@ -4,7 +4,7 @@ import type { ServerId, TabletId } from "@strata/core"
 import { tabletKey } from "@strata/core"
 import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
-import * as ControllerState from "../src/ControllerState.js"
+import * as ControllerState from "../src/machines/ControllerState.js"
 
 type State = ControllerState.State
 type Input = ControllerState.Input

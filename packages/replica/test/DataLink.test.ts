@@ -16,14 +16,15 @@ import {
   type TabletRecord
 } from "@strata/core"
 import { Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
-import * as DataLink from "../src/DataLink.js"
-import * as Codec from "../src/internal/batchCodec.js"
-import * as Frames from "../src/internal/frames.js"
-import { PeerUnreachable } from "../src/Peers.js"
-import * as RemotePeers from "../src/RemotePeers.js"
-import { formatAddress, ListenFailed, serveController, serveTabletServerWith } from "../src/ReplicaRpc.js"
-import { InvalidReplicaOptions } from "../src/ReplicationConfig.js"
-import * as TabletLog from "../src/TabletLog.js"
+import * as DataLink from "../src/wire/DataLink.js"
+import * as Codec from "../src/wire/internal/batchCodec.js"
+import * as Frames from "../src/wire/internal/frames.js"
+import { PeerUnreachable } from "../src/wire/Peers.js"
+import * as RemotePeers from "../src/client/RemotePeers.js"
+import { formatAddress, ListenFailed, serveTabletServerWith } from "../src/wire/ReplicaRpc.js"
+import { serveController } from "../src/server/ControllerRpc.js"
+import { InvalidReplicaOptions } from "../src/wire/ReplicationConfig.js"
+import * as TabletLog from "../src/server/TabletLog.js"
 
 const tablet = { table: "orders", bucket: 3 }
 const bytes = (s: string) => new TextEncoder().encode(s)

@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
-import type { Batch } from "../src/internal/batchCodec.js"
-import * as FollowerState from "../src/FollowerState.js"
-import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
+import type { Batch } from "../src/wire/internal/batchCodec.js"
+import * as FollowerState from "../src/machines/FollowerState.js"
+import * as LeaderEpochCache from "../src/machines/LeaderEpochCache.js"
 import { cacheOf, commonPrefix, history, type Log } from "./support/histories.js"
 
 /** A leader's batches from `offset`, one batch per epoch run (records carry their offset as the value). */

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
+import * as LeaderEpochCache from "../src/machines/LeaderEpochCache.js"
 import { cacheOf, commonPrefix, history, type Log } from "./support/histories.js"
 
 /** Runs a follower's truncation against a leader to the end, as the follower logic will: ask, then truncate. */

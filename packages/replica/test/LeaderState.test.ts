@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { prng } from "../../../scripts/test-support/prng.js"
-import * as LeaderState from "../src/LeaderState.js"
+import * as LeaderState from "../src/machines/LeaderState.js"
 
 const start = (overrides: Partial<Parameters<typeof LeaderState.become>[0]> = {}) =>
   LeaderState.become({

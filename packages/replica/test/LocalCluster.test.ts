@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination } from "@strata/core"
 import { Effect, Fiber } from "effect"
-import * as LocalCluster from "../src/LocalCluster.js"
+import * as LocalCluster from "../src/node/LocalCluster.js"
 
 const enc = new TextEncoder()
 const dec = new TextDecoder()

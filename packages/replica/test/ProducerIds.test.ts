@@ -1,7 +1,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Coordination } from "@strata/core"
 import { Effect, Exit } from "effect"
-import * as ProducerIds from "../src/ProducerIds.js"
+import * as ProducerIds from "../src/server/ProducerIds.js"
 
 const encoder = new TextEncoder()
 

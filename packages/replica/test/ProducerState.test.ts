@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { seeded } from "../../../scripts/test-support/prng.js"
-import * as ProducerState from "../src/ProducerState.js"
+import * as ProducerState from "../src/machines/ProducerState.js"
 
 const p = (sequence: number, epoch = 0, id = 7): ProducerState.Producer => ({ id, epoch, sequence })
 

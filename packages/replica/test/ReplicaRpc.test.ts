@@ -7,18 +7,13 @@ import { assert, describe, it } from "@effect/vitest"
 import { type AdjustIsrRequest, ReplicaAcks, ReplicaError, Store, TabletId, type TabletRecord } from "@strata/core"
 import { Cause, Context, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
-import { Peers, PeerUnreachable } from "../src/Peers.js"
-import * as RemotePeers from "../src/RemotePeers.js"
-import type { ControllerShape } from "../src/Controller.js"
-import {
-  connectGroup,
-  formatAddress,
-  parseAddress,
-  serveController,
-  serveTabletServer,
-  serveTabletServerWith
-} from "../src/ReplicaRpc.js"
-import * as TabletServer from "../src/TabletServer.js"
+import { Peers, PeerUnreachable } from "../src/wire/Peers.js"
+import * as RemotePeers from "../src/client/RemotePeers.js"
+import type { ControllerShape } from "../src/server/Controller.js"
+import { connectGroup, formatAddress, parseAddress, serveTabletServerWith } from "../src/wire/ReplicaRpc.js"
+import { serveController } from "../src/server/ControllerRpc.js"
+import { serveTabletServer } from "../src/server/TabletServerRpc.js"
+import * as TabletServer from "../src/server/TabletServer.js"
 
 const tablet = { table: "orders", bucket: 0 }
 const replication = {

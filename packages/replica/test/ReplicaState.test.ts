@@ -3,7 +3,7 @@ import { IllegalStateTransition } from "@strata/core"
 import { Result } from "effect"
 import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { prng } from "../../../scripts/test-support/prng.js"
-import * as ReplicaState from "../src/ReplicaState.js"
+import * as ReplicaState from "../src/machines/ReplicaState.js"
 
 const replica: ReplicaState.Replica = { tablet: { table: "orders", bucket: 3 }, self: 1 }
 const replicas = [1, 2, 3]

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as ReplicationConfig from "../src/ReplicationConfig.js"
+import * as ReplicationConfig from "../src/wire/ReplicationConfig.js"
 
 const refused = (input: unknown) => Effect.flip(ReplicationConfig.decode(input))
 

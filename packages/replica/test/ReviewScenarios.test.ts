@@ -5,9 +5,9 @@
 import { assert, describe, it } from "@effect/vitest"
 import { type AdjustIsrReply, type AdjustIsrRequest, Coordination } from "@strata/core"
 import { Deferred, Effect, Random } from "effect"
-import * as LocalCluster from "../src/LocalCluster.js"
-import * as TabletClient from "../src/TabletClient.js"
-import type * as TabletServer from "../src/TabletServer.js"
+import * as LocalCluster from "../src/node/LocalCluster.js"
+import * as TabletClient from "../src/client/TabletClient.js"
+import type * as TabletServer from "../src/server/TabletServer.js"
 import { eventually, make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }

@@ -11,8 +11,8 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import * as ReplicationConfig from "../src/ReplicationConfig.js"
-import type * as TabletServer from "../src/TabletServer.js"
+import * as ReplicationConfig from "../src/wire/ReplicationConfig.js"
+import type * as TabletServer from "../src/server/TabletServer.js"
 import * as Sim from "./sim/ClusterSim.js"
 import { eventually, make, records } from "./support/servers.js"
 

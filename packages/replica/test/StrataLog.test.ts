@@ -1,8 +1,8 @@
 import { Coordination } from "@strata/core"
 import { LogConformance } from "@strata/core/testing"
 import { Layer } from "effect"
-import * as LocalCluster from "../src/LocalCluster.js"
-import * as StrataLog from "../src/StrataLog.js"
+import * as LocalCluster from "../src/node/LocalCluster.js"
+import * as StrataLog from "../src/log/StrataLog.js"
 
 // Core's Log conformance on a cluster of three tablet servers talking over loopback TCP, as separate processes do,
 // with the capabilities the Strata log declares.

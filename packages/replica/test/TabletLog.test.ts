@@ -8,9 +8,9 @@ import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Exit, type Layer, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
-import * as Codec from "../src/internal/batchCodec.js"
-import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
-import * as TabletLog from "../src/TabletLog.js"
+import * as Codec from "../src/wire/internal/batchCodec.js"
+import * as LeaderEpochCache from "../src/machines/LeaderEpochCache.js"
+import * as TabletLog from "../src/server/TabletLog.js"
 
 const tablet = { table: "orders", bucket: 0 }
 const enc = new TextEncoder()

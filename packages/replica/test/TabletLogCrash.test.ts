@@ -49,9 +49,9 @@ import {
   tempDirectory
 } from "../../../scripts/test-support/killRounds.js"
 import { prng } from "../../../scripts/test-support/prng.js"
-import * as Codec from "../src/internal/batchCodec.js"
-import * as LeaderEpochCache from "../src/LeaderEpochCache.js"
-import * as TabletLog from "../src/TabletLog.js"
+import * as Codec from "../src/wire/internal/batchCodec.js"
+import * as LeaderEpochCache from "../src/machines/LeaderEpochCache.js"
+import * as TabletLog from "../src/server/TabletLog.js"
 import {
   epochOf,
   initial,

@@ -28,9 +28,9 @@ import {
   type StoreAdapter
 } from "../../../../scripts/test-support/crashChild.js"
 import { below, mix32, prng } from "../../../../scripts/test-support/prng.js"
-import * as Codec from "../../src/internal/batchCodec.js"
-import * as LeaderEpochCache from "../../src/LeaderEpochCache.js"
-import * as TabletLog from "../../src/TabletLog.js"
+import * as Codec from "../../src/wire/internal/batchCodec.js"
+import * as LeaderEpochCache from "../../src/machines/LeaderEpochCache.js"
+import * as TabletLog from "../../src/server/TabletLog.js"
 
 /** The partition store the log lives in, and the tablet it is the log of. */
 export const STORE_ID = { table: "tablet-crash", partition: 0 } as const

@@ -4,8 +4,8 @@
  */
 import type { TabletBatch } from "@strata/core"
 import { tabletKey } from "@strata/core"
-import type { LeaderEpochCache } from "../../src/LeaderEpochCache.js"
-import type { ReplicaView } from "../../src/TabletServer.js"
+import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
+import type { ReplicaView } from "../../src/server/TabletServer.js"
 
 /** The epoch that wrote `offset` in a log with this epoch cache (`undefined` before its first epoch). */
 const epochAt = (epochs: LeaderEpochCache, offset: number): number | undefined => {

@@ -43,19 +43,20 @@ import { Clock, Context, Duration, Effect, Exit, Fiber, Latch, Logger, Reference
 import * as EffectResult from "effect/Result"
 import { TestClock } from "effect/testing"
 import { mix32, type Prng, seeded } from "../../../../scripts/test-support/prng.js"
-import * as ClusterPaths from "../../src/ClusterPaths.js"
-import * as Controller from "../../src/Controller.js"
-import type { LeaderEpochCache } from "../../src/LeaderEpochCache.js"
-import * as ControllerView from "../../src/ControllerView.js"
-import { Peers, PeerUnreachable, type PeersShape } from "../../src/Peers.js"
-import * as RemotePeers from "../../src/RemotePeers.js"
-import * as ReplicaRpc from "../../src/ReplicaRpc.js"
-import * as ReplicaState from "../../src/ReplicaState.js"
-import * as TabletClient from "../../src/TabletClient.js"
-import * as TabletServer from "../../src/TabletServer.js"
+import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
+import * as Controller from "../../src/server/Controller.js"
+import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
+import * as ControllerView from "../../src/server/ControllerView.js"
+import { Peers, PeerUnreachable, type PeersShape } from "../../src/wire/Peers.js"
+import * as RemotePeers from "../../src/client/RemotePeers.js"
+import * as ReplicaState from "../../src/machines/ReplicaState.js"
+import * as TabletClient from "../../src/client/TabletClient.js"
+import * as TabletServer from "../../src/server/TabletServer.js"
 import * as Checkers from "./Checkers.js"
 import * as LossyStore from "./LossyStore.js"
 import * as MemoryTransport from "./MemoryTransport.js"
+import * as ControllerRpc from "../../src/server/ControllerRpc.js"
+import * as TabletServerRpc from "../../src/server/TabletServerRpc.js"
 
 /** Which safety checks are deliberately broken in a run. */
 export interface Variant {
@@ -880,7 +881,7 @@ const simulate = (
     // Clients are the real `TabletClient`: its directory on its own coordination session, its `RemotePeers` over Effect
     // RPC's in-memory client and server (`MemoryTransport`), every call crossing the simulated network.
     const clientProc: Proc = { ...proc("server", 0), name: "client" }
-    const endpointOf = (c: Proc): ReplicaRpc.ControllerEndpoint => ({
+    const endpointOf = (c: Proc): ControllerRpc.ControllerEndpoint => ({
       current: Effect.sync(() => c.controller),
       servers: Effect.map(registeredServers, (ids) => [...ids].map((id) => ({ id, address: `s${id}` }))),
       replicationFactor: rf
@@ -889,12 +890,12 @@ const simulate = (
       route: (address, request) => call("client", address, request),
       server: (address) => {
         const server = byName.get(address)?.server
-        return server === undefined ? undefined : ReplicaRpc.tabletServerHandlers(server)
+        return server === undefined ? undefined : TabletServerRpc.tabletServerHandlers(server)
       },
       coordinator: (address) => {
         const c = byName.get(address)
         if (c?.kind !== "coordinator" || c.scope === undefined) return undefined
-        const handlers = ReplicaRpc.controllerHandlers(endpointOf(c))
+        const handlers = ControllerRpc.controllerHandlers(endpointOf(c))
         // Planted: ids drawn at random from a small range instead of the controller's blocks.
         return variant.randomProducerIds === true
           ? { ...handlers, InitProducerId: () => Effect.succeed(rng.int(0, 3)) }

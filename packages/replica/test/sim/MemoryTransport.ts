@@ -2,16 +2,16 @@
  * `RemotePeers.Transport` over the simulator's network: an address names a simulated process (`s1`, `c101`), and a
  * connection to it is Effect RPC's own client and server machinery in memory (`RpcTest`: requests, answers and
  * interrupts travel as they do over a socket, without serialization), answered by the handlers the real listeners
- * serve (`ReplicaRpc.tabletServerHandlers`, `ReplicaRpc.controllerHandlers`). Each call crosses the network as
+ * serve (`TabletServerRpc.tabletServerHandlers`, `ControllerRpc.controllerHandlers`). Each call crosses the network as
  * `route` carries it — delayed, lost, cut off, timed out — and reaches the target's incarnation running at that
  * moment. There is no data link: appends and reads go through the RPC.
  */
 import { Effect, Scope } from "effect"
 import type { Rpc, RpcGroup } from "effect/rpc"
 import { RpcTest } from "effect/rpc"
-import { PeerUnreachable } from "../../src/Peers.js"
-import type * as RemotePeers from "../../src/RemotePeers.js"
-import * as ReplicaRpc from "../../src/ReplicaRpc.js"
+import { PeerUnreachable } from "../../src/wire/Peers.js"
+import type * as RemotePeers from "../../src/client/RemotePeers.js"
+import * as ReplicaRpc from "../../src/wire/ReplicaRpc.js"
 
 /** What the transport reaches: the processes behind the addresses, and the network between. */
 export interface Network {

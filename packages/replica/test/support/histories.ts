@@ -3,7 +3,7 @@
  * record is identified by its offset and its epoch).
  */
 import { prng } from "../../../../scripts/test-support/prng.js"
-import * as LeaderEpochCache from "../../src/LeaderEpochCache.js"
+import * as LeaderEpochCache from "../../src/machines/LeaderEpochCache.js"
 
 /** A log as the epoch of each record. */
 export type Log = Array<number>

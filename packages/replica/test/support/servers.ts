@@ -13,8 +13,8 @@ import {
   type TabletRecord
 } from "@strata/core"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
-import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/Peers.js"
-import * as TabletServer from "../../src/TabletServer.js"
+import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/wire/Peers.js"
+import * as TabletServer from "../../src/server/TabletServer.js"
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()

@@ -15,11 +15,11 @@
  */
 import { del, type PartitionStore, put, type StoreError, type StoreOp, type TabletId, tabletKey } from "@strata/core"
 import { Clock, Data, Effect, Option, Semaphore, Stream } from "effect"
-import * as Codec from "./internal/batchCodec.js"
-import * as LeaderEpochCache from "./LeaderEpochCache.js"
-import * as ProducerState from "./ProducerState.js"
+import * as Codec from "../wire/internal/batchCodec.js"
+import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
+import * as ProducerState from "../machines/ProducerState.js"
 
-export type { Batch, TabletRecord } from "./internal/batchCodec.js"
+export type { Batch, TabletRecord } from "../wire/internal/batchCodec.js"
 
 /**
  * Why a tablet log operation failed.

@@ -36,12 +36,12 @@ import {
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Result, Schedule, Schema, Scope } from "effect"
 import { follow } from "./internal/follower.js"
 import * as Hosted from "./internal/hosted.js"
-import * as LeaderEpochCache from "./LeaderEpochCache.js"
-import * as LeaderState from "./LeaderState.js"
-import * as ProducerState from "./ProducerState.js"
-import { Peers, type PeersShape } from "./Peers.js"
-import * as ReplicaState from "./ReplicaState.js"
-import * as ReplicationConfig from "./ReplicationConfig.js"
+import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
+import * as LeaderState from "../machines/LeaderState.js"
+import * as ProducerState from "../machines/ProducerState.js"
+import { Peers, type PeersShape } from "../wire/Peers.js"
+import * as ReplicaState from "../machines/ReplicaState.js"
+import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import * as TabletLog from "./TabletLog.js"
 
 // ---------------------------------------------------------------------------

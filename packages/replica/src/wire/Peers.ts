@@ -11,12 +11,18 @@ import type {
   EndOffsetResult,
   FetchRequest,
   FetchResult,
+  HoldingsRequest,
+  HoldingsResult,
+  LeaderAndIsrRequest,
+  LogEndRequest,
+  LogEndResult,
   ReplicaError,
   ServerId,
+  StopReplicaRequest,
   TabletId
 } from "@strata/core"
 import { Context, Data, type Effect } from "effect"
-import type * as ControllerState from "./ControllerState.js"
+import type * as ControllerState from "../machines/ControllerState.js"
 
 /**
  * A call found nobody to answer it: the target is down, partitioned away, not the controller, or did not answer in
@@ -91,3 +97,40 @@ export interface PeersShape {
  * @since 0.1.0
  */
 export class Peers extends Context.Service<Peers, PeersShape>()("@strata/replica/Peers") {}
+
+/**
+ * How the controller reaches tablet servers. Each call ends within the transport's timeout (`PeerUnreachable`
+ * then): the controller retries, and must not wait forever on a server that went away.
+ *
+ * @since 0.1.0
+ */
+export interface TabletServersShape {
+  readonly leaderAndIsr: (
+    server: ServerId,
+    request: LeaderAndIsrRequest
+  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
+  /** Asks a server how far its log of a tablet goes (a candidate leader, before an election decides). */
+  readonly logEnd: (
+    server: ServerId,
+    request: LogEndRequest
+  ) => Effect.Effect<LogEndResult, ReplicaError | PeerUnreachable>
+  /** Asks a server what it holds (a new controller, resuming: it instructs only where the server falls behind). */
+  readonly holdings: (
+    server: ServerId,
+    request: HoldingsRequest
+  ) => Effect.Effect<HoldingsResult, ReplicaError | PeerUnreachable>
+  /** Tells a server to delete its replicas of some tablets (their table was deleted). */
+  readonly stopReplica: (
+    server: ServerId,
+    request: StopReplicaRequest
+  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
+}
+
+/**
+ * The `TabletServers` service key: the controller's channel to the tablet servers.
+ *
+ * @since 0.1.0
+ */
+export class TabletServers extends Context.Service<TabletServers, TabletServersShape>()(
+  "@strata/replica/TabletServers"
+) {}

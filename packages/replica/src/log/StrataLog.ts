@@ -23,26 +23,18 @@ import {
   Log,
   LogClosed,
   type LogError,
-  type LogErrorReason,
-  LogIoError,
-  type LogRecord,
   type LogShape,
-  OffsetOutOfRange,
   OptionSchemas,
   type ProducerRecord,
   RecordTooLarge,
   type TabletId,
-  type TabletRecord,
   Topic,
   TopicMismatch,
-  type TopicPartition,
-  UnknownPartition,
-  UnknownTopic,
   Unsupported
 } from "@strata/core"
 import { Clock, Duration, Effect, Layer, Schema, type Scope } from "effect"
-import * as ReplicaRpc from "./ReplicaRpc.js"
-import * as ReplicationConfig from "./ReplicationConfig.js"
+import * as ReplicaRpc from "../wire/ReplicaRpc.js"
+import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import { makeConsumer } from "./internal/strataConsumer.js"
 import { makeGroupConsumer } from "./internal/strataGroup.js"
 import {
@@ -55,7 +47,7 @@ import {
   TOMBSTONE_HEADER,
   toTablet
 } from "./internal/strataShared.js"
-import * as TabletClient from "./TabletClient.js"
+import * as TabletClient from "../client/TabletClient.js"
 
 /**
  * What the Strata log offers of the `Log` protocol (core's conformance suite runs what these allow, and checks the

@@ -20,7 +20,7 @@ import {
   UnknownTopic
 } from "@strata/core"
 import { Effect } from "effect"
-import type * as TabletClient from "../TabletClient.js"
+import type * as TabletClient from "../../client/TabletClient.js"
 
 /** The header that marks a tombstone. */
 export const TOMBSTONE_HEADER = "strata.tombstone"

@@ -13,7 +13,7 @@
  * @internal
  */
 import type * as core from "@strata/core"
-import type { Entry, Producer } from "../ProducerState.js"
+import type { Entry, Producer } from "../../machines/ProducerState.js"
 
 /** One record of a tablet. */
 export type TabletRecord = core.TabletRecord

@@ -16,63 +16,26 @@
 import {
   Coordination,
   type CoordinationError,
-  type HoldingsRequest,
-  type HoldingsResult,
   type Leadership,
   type Op,
-  type LeaderAndIsrRequest,
-  type LogEndRequest,
-  type LogEndResult,
-  type ReplicaError,
   type ServerId,
-  type StopReplicaRequest,
   type TabletId,
   type TabletInstruction,
   tabletKey
 } from "@strata/core"
-import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
-import * as ClusterPaths from "./ClusterPaths.js"
-import * as ControllerState from "./ControllerState.js"
+import { Cause, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
+import * as ClusterPaths from "../wire/ClusterPaths.js"
+import * as ControllerState from "../machines/ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
 import * as ProducerIds from "./ProducerIds.js"
-import type { PeerUnreachable, ReplicaStorageReport } from "./Peers.js"
+import { type ReplicaStorageReport, TabletServers } from "../wire/Peers.js"
 
 /**
- * How the controller reaches tablet servers. Each call ends within the transport's timeout (`PeerUnreachable`
- * then): the controller retries, and must not wait forever on a server that went away.
+ * The controller's channel to the tablet servers (declared with the other peer calls, in `Peers`).
  *
  * @since 0.1.0
  */
-export interface TabletServersShape {
-  readonly leaderAndIsr: (
-    server: ServerId,
-    request: LeaderAndIsrRequest
-  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
-  /** Asks a server how far its log of a tablet goes (a candidate leader, before an election decides). */
-  readonly logEnd: (
-    server: ServerId,
-    request: LogEndRequest
-  ) => Effect.Effect<LogEndResult, ReplicaError | PeerUnreachable>
-  /** Asks a server what it holds (a new controller, resuming: it instructs only where the server falls behind). */
-  readonly holdings: (
-    server: ServerId,
-    request: HoldingsRequest
-  ) => Effect.Effect<HoldingsResult, ReplicaError | PeerUnreachable>
-  /** Tells a server to delete its replicas of some tablets (their table was deleted). */
-  readonly stopReplica: (
-    server: ServerId,
-    request: StopReplicaRequest
-  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
-}
-
-/**
- * The `TabletServers` service key: the controller's channel to the tablet servers.
- *
- * @since 0.1.0
- */
-export class TabletServers extends Context.Service<TabletServers, TabletServersShape>()(
-  "@strata/replica/TabletServers"
-) {}
+export { TabletServers, type TabletServersShape } from "../wire/Peers.js"
 
 /**
  * The controller resigned (a write of its failed: a newer coordinator exists, or the outcome was unknown): ask the

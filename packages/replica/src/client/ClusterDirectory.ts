@@ -15,8 +15,8 @@ import {
   type Session
 } from "@strata/core"
 import { Effect, Exit, Option, Schema, Scope, Stream } from "effect"
-import * as ClusterPaths from "./ClusterPaths.js"
-import { PeerUnreachable } from "./Peers.js"
+import * as ClusterPaths from "../wire/ClusterPaths.js"
+import { PeerUnreachable } from "../wire/Peers.js"
 
 /**
  * Lookups of the cluster's addresses.

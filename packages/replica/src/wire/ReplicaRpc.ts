@@ -9,8 +9,9 @@
  * - `ControllerRpcs`, served by the coordinator that leads: leaders' `AdjustIsr` and servers' `ControlledShutdown`;
  *   a coordinator that is not the controller answers `NotController`.
  *
- * `serveTabletServer` / `serveController` listen on a TCP address and answer from the service in context;
- * `RemotePeers` is the client side.
+ * This module is the wire: the groups, their Schemas and the TCP transport (`serveGroup`, `connectGroup`).
+ * `TabletServerRpc` and `ControllerRpc` answer them from a tablet server and a controller; `RemotePeers` is the
+ * client side.
  *
  * @since 0.1.0
  */
@@ -35,21 +36,17 @@ import {
   ReadResult,
   ReplicaError,
   ReplicaState,
-  ReplicaStorageFailed,
   ServerId,
   StopReplicaRequest,
   type TabletBatch,
   TabletId,
-  tabletKey,
-  UnknownTablet
+  tabletKey
 } from "@strata/core"
 import {
   type Context,
   Effect,
   Layer,
-  Random,
   References,
-  Result,
   Schedule,
   Schema,
   SchemaIssue,
@@ -58,12 +55,8 @@ import {
 } from "effect"
 import { Rpc, RpcClient, type RpcClientError, RpcGroup, RpcSerialization, RpcServer } from "effect/rpc"
 import { SocketServer } from "effect/socket"
-import * as Assignment from "./Assignment.js"
-import type { ControllerShape } from "./Controller.js"
-import type * as ControllerState from "./ControllerState.js"
 import * as Codec from "./internal/batchCodec.js"
 import { PeerUnreachable } from "./Peers.js"
-import { TabletServer, type TabletServerShape } from "./TabletServer.js"
 
 /**
  * The coordinator asked is not the controller (a standby, or one that resigned): ask the one that leads.
@@ -441,186 +434,11 @@ export const serveTabletServerWith = (
   Effect.flatMap(TabletServerRpcs.toHandlers(handlers), (context) => serveGroup(TabletServerRpcs, context, listen))
 
 /**
- * Serves the `TabletServer` in context on `listen` (port 0: any free port) until the scope closes; the address
- * bound.
- *
- * @since 0.1.0
- */
-export const serveTabletServer = (listen: Address): Effect.Effect<Address, ListenFailed, Scope.Scope | TabletServer> =>
-  Effect.flatMap(TabletServer, (server) => serveTabletServerWith(listen, tabletServerHandlers(server)))
-
-/**
- * `TabletServerRpcs` answered by `server` (what `serveTabletServer` serves; an in-memory network serves them too).
- *
- * @since 0.1.0
- */
-export const tabletServerHandlers = (server: TabletServerShape): TabletServerHandlers => ({
-  LeaderAndIsr: (request) => server.leaderAndIsr(request),
-  LogEnd: (request) => server.logEnd(request),
-  Holdings: (request) => server.holdings(request),
-  StopReplica: (request) => server.stopReplica(request),
-  Fetch: (request) => server.fetch(request),
-  EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
-  Append: (request) => Effect.flatMap(decodeAppend(request), server.append),
-  Read: (request) => server.read(request),
-  ReplicaState: ({ tablet }) => server.replicaState(tablet),
-  ReadLog: (request) => readLog(server, request)
-})
-
-/**
- * A replica's log as this server holds it, whatever its role (an operator's or a checker's read, not a client's:
- * records past the high watermark included).
- */
-const readLog = (server: TabletServerShape, request: ReadRequest): Effect.Effect<ReadResult, ReplicaError> =>
-  Effect.flatMap(server.logOf(request.tablet), (log) => {
-    const key = tabletKey(request.tablet)
-    if (log === undefined) return Effect.fail(new ReplicaError({ reason: new UnknownTablet({ tablet: key }) }))
-    return Effect.all({
-      batches: log.read(request.offset, request.maxBytes),
-      highWatermark: log.highWatermark,
-      logStartOffset: log.logStartOffset,
-      logEndOffset: log.logEndOffset
-    }).pipe(
-      Effect.mapError((e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: key, detail: e.message }) }))
-    )
-  })
-
-/**
- * What a coordinator's RPC endpoint answers from: the controller while this coordinator leads, and the registered
- * servers (for metadata, and for assigning a new table's replicas).
- *
- * @since 0.1.0
- */
-export interface ControllerEndpoint {
-  /** The controller, `undefined` while this coordinator does not lead. */
-  readonly current: Effect.Effect<ControllerShape | undefined>
-  /** The registered tablet servers. */
-  readonly servers: Effect.Effect<ReadonlyArray<typeof ServerMetadata.Type>>
-  /** Replicas per tablet when a request names none. */
-  readonly replicationFactor: number
-}
-
-/** The clients' view of the controller's tablets (one table's, when named). */
-const metadataOf = (
-  state: ControllerState.State,
-  servers: ReadonlyArray<typeof ServerMetadata.Type>,
-  table: string | undefined
-): Metadata => ({
-  coordinatorEpoch: state.coordinatorEpoch,
-  tablets: [...state.tablets.values()]
-    .filter((t) => table === undefined || t.tablet.table === table)
-    .map(tabletMetadata),
-  servers: servers.filter((s) => state.live.has(s.id))
-})
-
-const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type => ({
-  tablet: t.tablet,
-  replicas: t.replicas,
-  state: t.state,
-  leader: t.leaderAndIsr.leader,
-  leaderEpoch: t.leaderAndIsr.leaderEpoch,
-  isr: t.leaderAndIsr.isr
-})
-
-/**
- * Creates a table on `controller`: its replicas assigned over the live registered servers (`Assignment`, leaders
- * and replicas spread evenly, racks apart when the servers name racks), starting at a random server.
- */
-const createTable = (
-  controller: ControllerShape,
-  endpoint: ControllerEndpoint,
-  request: typeof CreateTableRequest.Type
-): Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, NotController | CreateTableRefused> =>
-  Effect.gen(function* () {
-    const state = yield* controller.state
-    const same = [...state.tablets.values()].filter((t) => t.tablet.table === request.table)
-    if (same.length > 0) {
-      const deleting = same.every((t) => t.state === "DeletingTablet")
-      return yield* new CreateTableRefused({
-        detail: deleting
-          ? `table ${request.table} is being deleted (each of its replicas deletes itself, a server that is down when it is back)`
-          : `table ${request.table} exists`
-      })
-    }
-    const servers = (yield* endpoint.servers).filter((s) => state.live.has(s.id) && !state.shuttingDown.has(s.id))
-    const assigned = Assignment.assign({
-      table: request.table,
-      buckets: request.buckets,
-      replicationFactor: request.replicationFactor ?? endpoint.replicationFactor,
-      servers,
-      existing: [...state.tablets.values()],
-      start: yield* Random.nextIntBetween(0, Math.max(1, servers.length) - 1)
-    })
-    if (Result.isFailure(assigned)) return yield* new CreateTableRefused({ detail: assigned.failure.detail })
-    const reply = yield* controller
-      .createTablets(assigned.success)
-      .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
-    if (reply._tag === "Created") return reply.tablets.map(tabletMetadata)
-    return yield* new CreateTableRefused({
-      detail: reply._tag === "CreateRefused" ? reply.detail : `unexpected answer ${reply._tag}`
-    })
-  })
-
-/** Deletes every tablet of `table`; how many there are. */
-const deleteTable = (
-  controller: ControllerShape,
-  table: string
-): Effect.Effect<number, NotController | DeleteTableRefused> =>
-  Effect.gen(function* () {
-    const state = yield* controller.state
-    const tablets = [...state.tablets.values()].filter((t) => t.tablet.table === table).map((t) => t.tablet)
-    if (tablets.length === 0) return yield* new DeleteTableRefused({ detail: `no table ${table}` })
-    return yield* controller
-      .deleteTablets(tablets)
-      .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
-  })
-
-/**
- * Serves `endpoint`'s controller on `listen` until the scope closes (a coordinator that does not lead answers
- * `NotController`); the address bound.
- *
- * @since 0.1.0
- */
-export const serveController = (
-  listen: Address,
-  endpoint: ControllerEndpoint
-): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
-  Effect.flatMap(ControllerRpcs.toHandlers(controllerHandlers(endpoint)), (handlers) =>
-    serveGroup(ControllerRpcs, handlers, listen)
-  )
-
-/**
  * The handlers of `ControllerRpcs`.
  *
  * @since 0.1.0
  */
 export type ControllerHandlers = RpcGroup.HandlersFrom<RpcGroup.Rpcs<typeof ControllerRpcs>>
-
-/**
- * `ControllerRpcs` answered from `endpoint` (what `serveController` serves; an in-memory network serves them too).
- *
- * @since 0.1.0
- */
-export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHandlers => {
-  const controller = Effect.flatMap(endpoint.current, (c) =>
-    c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)
-  )
-  const resigned = (e: { readonly message: string }) => new NotController({ detail: e.message })
-  return {
-    AdjustIsr: (request) => Effect.flatMap(controller, (c) => Effect.mapError(c.adjustIsr(request), resigned)),
-    ControlledShutdown: ({ server }) =>
-      Effect.flatMap(controller, (c) => Effect.mapError(c.controlledShutdown(server), resigned)),
-    CreateTable: (request) => Effect.flatMap(controller, (c) => createTable(c, endpoint, request)),
-    Metadata: ({ table }) =>
-      Effect.flatMap(controller, (c) =>
-        Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
-      ),
-    BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
-    InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
-    ReplicaStorage: (report) => Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
-    DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
-  }
-}
 
 /** How often a lost connection is opened again: from 100 ms, doubling, at most every second. */
 const reconnectPolicy = Schedule.min([Schedule.exponential(100, 2), Schedule.spaced(1000)])

@@ -15,8 +15,8 @@ import {
   tabletKey
 } from "@strata/core"
 import { Deferred, Effect, type Fiber, Schedule, type Scope, Semaphore } from "effect"
-import type * as LeaderState from "../LeaderState.js"
-import * as ReplicaState from "../ReplicaState.js"
+import type * as LeaderState from "../../machines/LeaderState.js"
+import * as ReplicaState from "../../machines/ReplicaState.js"
 import type { TabletLog } from "../TabletLog.js"
 
 /** An acks=all append waiting for the high watermark to pass `lastOffset`. */

@@ -1,20 +1,3 @@
-/**
- * A tablet server as a process runs it: the `TabletServer` on the `Store` in context, serving `ReplicaRpc` on a TCP
- * address, registered under the cluster's namespace in the `Coordination` in context (`<ns>/servers/ids/<id>`,
- * registered again whenever its session expires), finding its leaders and the controller through
- * `ClusterDirectory`. Each start of a server on a store registers with a higher registration epoch than the last
- * (kept in the store), so a watcher tells its lives apart.
- *
- * It starts only once registered: while another session holds its id (its previous life, until that session
- * expires) it waits, and does nothing for the id — no controller instruction is taken, no controlled shutdown is
- * asked — and after two session timeouts it fails with `DuplicateServerId` (another live server has that id).
- *
- * Closing the scope stops it: first a controlled shutdown (its leaderships move to other replicas while it still
- * answers their fetches) if it is registered, then its registration, its listener and its logs.
- *
- * @since 0.1.0
- */
-import { CoordinationElection } from "@strata/election"
 import {
   Coordination,
   type CoordinationError,
@@ -27,14 +10,15 @@ import {
   type StoreError
 } from "@strata/core"
 import { Deferred, Effect, Fiber, Option, Schema, type Scope } from "effect"
-import * as ClusterDirectory from "./ClusterDirectory.js"
-import * as ClusterPaths from "./ClusterPaths.js"
-import * as DataLink from "./DataLink.js"
-import { Peers } from "./Peers.js"
-import * as RemotePeers from "./RemotePeers.js"
-import * as ReplicaRpc from "./ReplicaRpc.js"
-import * as ReplicationConfig from "./ReplicationConfig.js"
-import * as TabletServer from "./TabletServer.js"
+import * as ClusterDirectory from "../client/ClusterDirectory.js"
+import * as ClusterPaths from "../wire/ClusterPaths.js"
+import * as DataLink from "../wire/DataLink.js"
+import { Peers } from "../wire/Peers.js"
+import * as RemotePeers from "../client/RemotePeers.js"
+import * as ReplicaRpc from "../wire/ReplicaRpc.js"
+import * as ReplicationConfig from "../wire/ReplicationConfig.js"
+import * as TabletServer from "../server/TabletServer.js"
+import * as TabletServerRpc from "../server/TabletServerRpc.js"
 
 /** A `host:port` TCP address. */
 const AddressString = Schema.String.check(
@@ -174,14 +158,6 @@ const serveDataLink = (
 export const requestTimeoutOf = (config: ReplicationConfig.ReplicationConfig): number =>
   Math.max(config.appendTimeoutMs, config.fetchMaxWaitMs) + 5_000
 
-/** The election a process observes (or runs) for the cluster of `namespace`. */
-export const electionOf = (namespace: string, config: ReplicationConfig.ReplicationConfig) =>
-  CoordinationElection.make({
-    namespace: namespace.replace(/^\/+/, ""),
-    sessionTimeout: config.sessionTimeoutMs,
-    replicaLagTimeMax: config.replicaLagTimeMaxMs
-  })
-
 /**
  * Starts a tablet server process on the `Coordination` and `Store` in context; it stops with the scope.
  *
@@ -206,7 +182,7 @@ export const make = (
     const config = o.replication
     const paths = ClusterPaths.make(o.namespace)
     const coordination = yield* Coordination
-    const election = yield* electionOf(o.namespace, config)
+    const election = yield* ClusterPaths.electionOf(o.namespace, config)
     const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
     const remote = yield* RemotePeers.make({
       locate: directory.locate,
@@ -241,7 +217,7 @@ export const make = (
       stopReplica: whenRegistered(server.stopReplica),
       holdings: whenRegistered(server.holdings)
     }
-    const bound = yield* ReplicaRpc.serveTabletServer(listenAddress(o.listen)).pipe(
+    const bound = yield* TabletServerRpc.serveTabletServer(listenAddress(o.listen)).pipe(
       Effect.provideService(TabletServer.TabletServer, served)
     )
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)

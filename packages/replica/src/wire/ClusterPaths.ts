@@ -7,6 +7,7 @@
  *
  * @since 0.1.0
  */
+import { CoordinationElection } from "@strata/election"
 import {
   CoordinationError,
   CoordinationPaths,
@@ -19,7 +20,8 @@ import {
   TabletId
 } from "@strata/core"
 import { Clock, Duration, Effect, Schema, Stream } from "effect"
-import type * as ControllerState from "./ControllerState.js"
+import type * as ControllerState from "../machines/ControllerState.js"
+import type * as ReplicationConfig from "./ReplicationConfig.js"
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -420,3 +422,16 @@ export const serverIdOf = (name: string): ServerId | undefined => {
   const n = Number(name)
   return Number.isSafeInteger(n) && n >= 0 && String(n) === name ? n : undefined
 }
+
+/**
+ * The election a process observes (or runs) for the cluster of `namespace`: the coordinators' election, on the
+ * cluster's session timeout and lag time.
+ *
+ * @since 0.1.0
+ */
+export const electionOf = (namespace: string, config: ReplicationConfig.ReplicationConfig) =>
+  CoordinationElection.make({
+    namespace: namespace.replace(/^\/+/, ""),
+    sessionTimeout: config.sessionTimeoutMs,
+    replicaLagTimeMax: config.replicaLagTimeMaxMs
+  })

@@ -8,8 +8,8 @@
  */
 import type { ServerId } from "@strata/core"
 import { Cause, Data, Effect, Exit, Option } from "effect"
-import * as FollowerState from "../FollowerState.js"
-import type { LeaderCalls } from "../Peers.js"
+import * as FollowerState from "../../machines/FollowerState.js"
+import type { LeaderCalls } from "../../wire/Peers.js"
 import { isStorageFailure, type TabletLog, TabletLogError } from "../TabletLog.js"
 import { type Hosted, locked, retryTelling, signal } from "./hosted.js"
 

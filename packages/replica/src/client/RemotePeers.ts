@@ -19,10 +19,10 @@ import type {
 } from "@strata/core"
 import { Cause, Context, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
-import type { TabletServersShape } from "./Controller.js"
-import * as DataLink from "./DataLink.js"
+import type { TabletServersShape } from "../wire/Peers.js"
+import * as DataLink from "../wire/DataLink.js"
 import * as ConnectionPool from "./internal/connectionPool.js"
-import { PeerUnreachable, type PeersShape } from "./Peers.js"
+import { PeerUnreachable, type PeersShape } from "../wire/Peers.js"
 import {
   type Client,
   ControllerRpcs,
@@ -36,7 +36,7 @@ import {
   parseAddress,
   TabletServerRpcs,
   type TabletMetadata
-} from "./ReplicaRpc.js"
+} from "../wire/ReplicaRpc.js"
 
 /**
  * Where the peers are, and how long a call may take.

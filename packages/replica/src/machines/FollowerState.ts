@@ -10,8 +10,7 @@
  *
  * @since 0.1.0
  */
-import type { Epoch, ServerId } from "@strata/core"
-import type { Batch } from "./internal/batchCodec.js"
+import type { Epoch, ServerId, TabletBatch as Batch } from "@strata/core"
 import * as LeaderEpochCache from "./LeaderEpochCache.js"
 
 /**

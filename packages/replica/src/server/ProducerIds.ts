@@ -9,7 +9,7 @@
  */
 import { type CoordinationError, OptionSchemas, type Session } from "@strata/core"
 import { Effect, Schema, Semaphore } from "effect"
-import * as ReplicationConfig from "./ReplicationConfig.js"
+import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()

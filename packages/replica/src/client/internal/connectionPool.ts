@@ -1,6 +1,6 @@
 /** Connections by address for RemotePeers: one per address, shared, made on first use and retired on demand. */
 import { Deferred, Effect, Exit, Scope } from "effect"
-import type { PeerUnreachable } from "../Peers.js"
+import type { PeerUnreachable } from "../../wire/Peers.js"
 
 /** A pool of connections by address: `get` one (made on first use), `retire` one. */
 export interface ConnectionPool<C> {

@@ -32,12 +32,11 @@ import {
 } from "@strata/core"
 import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
-import * as ClusterPaths from "./ClusterPaths.js"
-import { PeerUnreachable } from "./Peers.js"
+import * as ClusterPaths from "../wire/ClusterPaths.js"
+import { PeerUnreachable } from "../wire/Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
-import { CreateTableRefused, type DeleteTableRefused, type Metadata, type TabletMetadata } from "./ReplicaRpc.js"
-import * as ReplicationConfig from "./ReplicationConfig.js"
-import { electionOf } from "./TabletServerNode.js"
+import { CreateTableRefused, type DeleteTableRefused, type Metadata, type TabletMetadata } from "../wire/ReplicaRpc.js"
+import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
 const PositiveInt = OptionSchemas.PositiveInt
 
@@ -274,7 +273,7 @@ export const make = (
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
     const scope = yield* Effect.scope
-    const election = yield* electionOf(o.namespace, o.replication)
+    const election = yield* ClusterPaths.electionOf(o.namespace, o.replication)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
       retryBackoffMs: o.retryBackoffMs
     })

@@ -13,8 +13,8 @@
  */
 import { Coordination, type CoordinationError, type Node, type Session } from "@strata/core"
 import { Duration, Effect, Option, type Scope, Semaphore } from "effect"
-import * as ClusterPaths from "./ClusterPaths.js"
-import type * as ControllerState from "./ControllerState.js"
+import * as ClusterPaths from "../wire/ClusterPaths.js"
+import type * as ControllerState from "../machines/ControllerState.js"
 
 /**
  * What a `sync` found.

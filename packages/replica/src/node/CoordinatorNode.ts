@@ -10,14 +10,15 @@
 import { Coordinator } from "@strata/election"
 import { type Coordination, type CoordinationError, Election, type ElectionError, OptionSchemas } from "@strata/core"
 import { Duration, Effect, Schema, type Scope } from "effect"
-import * as ClusterDirectory from "./ClusterDirectory.js"
-import * as ClusterPaths from "./ClusterPaths.js"
-import * as Controller from "./Controller.js"
-import * as ControllerView from "./ControllerView.js"
-import * as RemotePeers from "./RemotePeers.js"
-import * as ReplicaRpc from "./ReplicaRpc.js"
-import * as ReplicationConfig from "./ReplicationConfig.js"
-import { electionOf, listenAddress, NodeFields, requestTimeoutOf } from "./TabletServerNode.js"
+import * as ClusterDirectory from "../client/ClusterDirectory.js"
+import * as ClusterPaths from "../wire/ClusterPaths.js"
+import * as Controller from "../server/Controller.js"
+import * as ControllerView from "../server/ControllerView.js"
+import * as RemotePeers from "../client/RemotePeers.js"
+import * as ReplicaRpc from "../wire/ReplicaRpc.js"
+import * as ReplicationConfig from "../wire/ReplicationConfig.js"
+import { listenAddress, NodeFields, requestTimeoutOf } from "./TabletServerNode.js"
+import * as ControllerRpc from "../server/ControllerRpc.js"
 
 /**
  * A coordinator process's options.
@@ -110,7 +111,7 @@ export const make = (
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
     const config = o.replication
-    const election = yield* electionOf(o.namespace, config)
+    const election = yield* ClusterPaths.electionOf(o.namespace, config)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
       retryBackoffMs: config.retryBackoffMs
     })
@@ -121,7 +122,7 @@ export const make = (
     })
     let mine: Controller.ControllerShape | undefined
     const current = Effect.sync(() => mine)
-    const bound = yield* ReplicaRpc.serveController(listenAddress(o.listen), {
+    const bound = yield* ControllerRpc.serveController(listenAddress(o.listen), {
       current,
       servers: directory.servers,
       replicationFactor: config.replicationFactor

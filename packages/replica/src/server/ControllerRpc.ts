@@ -1,0 +1,154 @@
+/**
+ * The controller's side of `ReplicaRpc.ControllerRpcs`, served by every coordinator: each request answered by the
+ * controller while the coordinator leads, `NotController` while it does not.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Random, Result, type Scope } from "effect"
+import * as Assignment from "../machines/Assignment.js"
+import type * as ControllerState from "../machines/ControllerState.js"
+import {
+  type Address,
+  type ControllerHandlers,
+  ControllerRpcs,
+  type CreateTableRequest,
+  CreateTableRefused,
+  DeleteTableRefused,
+  type ListenFailed,
+  type Metadata,
+  NotController,
+  type ServerMetadata,
+  serveGroup,
+  type TabletMetadata
+} from "../wire/ReplicaRpc.js"
+import type { ControllerShape } from "./Controller.js"
+
+/**
+ * What a coordinator's RPC endpoint answers from: the controller while this coordinator leads, and the registered
+ * servers (for metadata, and for assigning a new table's replicas).
+ *
+ * @since 0.1.0
+ */
+export interface ControllerEndpoint {
+  /** The controller, `undefined` while this coordinator does not lead. */
+  readonly current: Effect.Effect<ControllerShape | undefined>
+  /** The registered tablet servers. */
+  readonly servers: Effect.Effect<ReadonlyArray<typeof ServerMetadata.Type>>
+  /** Replicas per tablet when a request names none. */
+  readonly replicationFactor: number
+}
+
+/** The clients' view of the controller's tablets (one table's, when named). */
+const metadataOf = (
+  state: ControllerState.State,
+  servers: ReadonlyArray<typeof ServerMetadata.Type>,
+  table: string | undefined
+): Metadata => ({
+  coordinatorEpoch: state.coordinatorEpoch,
+  tablets: [...state.tablets.values()]
+    .filter((t) => table === undefined || t.tablet.table === table)
+    .map(tabletMetadata),
+  servers: servers.filter((s) => state.live.has(s.id))
+})
+
+const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type => ({
+  tablet: t.tablet,
+  replicas: t.replicas,
+  state: t.state,
+  leader: t.leaderAndIsr.leader,
+  leaderEpoch: t.leaderAndIsr.leaderEpoch,
+  isr: t.leaderAndIsr.isr
+})
+
+/**
+ * Creates a table on `controller`: its replicas assigned over the live registered servers (`Assignment`, leaders
+ * and replicas spread evenly, racks apart when the servers name racks), starting at a random server.
+ */
+const createTable = (
+  controller: ControllerShape,
+  endpoint: ControllerEndpoint,
+  request: typeof CreateTableRequest.Type
+): Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, NotController | CreateTableRefused> =>
+  Effect.gen(function* () {
+    const state = yield* controller.state
+    const same = [...state.tablets.values()].filter((t) => t.tablet.table === request.table)
+    if (same.length > 0) {
+      const deleting = same.every((t) => t.state === "DeletingTablet")
+      return yield* new CreateTableRefused({
+        detail: deleting
+          ? `table ${request.table} is being deleted (each of its replicas deletes itself, a server that is down when it is back)`
+          : `table ${request.table} exists`
+      })
+    }
+    const servers = (yield* endpoint.servers).filter((s) => state.live.has(s.id) && !state.shuttingDown.has(s.id))
+    const assigned = Assignment.assign({
+      table: request.table,
+      buckets: request.buckets,
+      replicationFactor: request.replicationFactor ?? endpoint.replicationFactor,
+      servers,
+      existing: [...state.tablets.values()],
+      start: yield* Random.nextIntBetween(0, Math.max(1, servers.length) - 1)
+    })
+    if (Result.isFailure(assigned)) return yield* new CreateTableRefused({ detail: assigned.failure.detail })
+    const reply = yield* controller
+      .createTablets(assigned.success)
+      .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
+    if (reply._tag === "Created") return reply.tablets.map(tabletMetadata)
+    return yield* new CreateTableRefused({
+      detail: reply._tag === "CreateRefused" ? reply.detail : `unexpected answer ${reply._tag}`
+    })
+  })
+
+/** Deletes every tablet of `table`; how many there are. */
+const deleteTable = (
+  controller: ControllerShape,
+  table: string
+): Effect.Effect<number, NotController | DeleteTableRefused> =>
+  Effect.gen(function* () {
+    const state = yield* controller.state
+    const tablets = [...state.tablets.values()].filter((t) => t.tablet.table === table).map((t) => t.tablet)
+    if (tablets.length === 0) return yield* new DeleteTableRefused({ detail: `no table ${table}` })
+    return yield* controller
+      .deleteTablets(tablets)
+      .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
+  })
+
+/**
+ * Serves `endpoint`'s controller on `listen` until the scope closes (a coordinator that does not lead answers
+ * `NotController`); the address bound.
+ *
+ * @since 0.1.0
+ */
+export const serveController = (
+  listen: Address,
+  endpoint: ControllerEndpoint
+): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
+  Effect.flatMap(ControllerRpcs.toHandlers(controllerHandlers(endpoint)), (handlers) =>
+    serveGroup(ControllerRpcs, handlers, listen)
+  )
+
+/**
+ * `ControllerRpcs` answered from `endpoint` (what `serveController` serves; an in-memory network serves them too).
+ *
+ * @since 0.1.0
+ */
+export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHandlers => {
+  const controller = Effect.flatMap(endpoint.current, (c) =>
+    c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)
+  )
+  const resigned = (e: { readonly message: string }) => new NotController({ detail: e.message })
+  return {
+    AdjustIsr: (request) => Effect.flatMap(controller, (c) => Effect.mapError(c.adjustIsr(request), resigned)),
+    ControlledShutdown: ({ server }) =>
+      Effect.flatMap(controller, (c) => Effect.mapError(c.controlledShutdown(server), resigned)),
+    CreateTable: (request) => Effect.flatMap(controller, (c) => createTable(c, endpoint, request)),
+    Metadata: ({ table }) =>
+      Effect.flatMap(controller, (c) =>
+        Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
+      ),
+    BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
+    InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
+    ReplicaStorage: (report) => Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
+    DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
+  }
+}

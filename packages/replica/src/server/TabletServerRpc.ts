@@ -1,0 +1,67 @@
+/**
+ * A tablet server's side of `ReplicaRpc.TabletServerRpcs`: each request answered by the `TabletServer`.
+ *
+ * @since 0.1.0
+ */
+import {
+  type ReadRequest,
+  type ReadResult,
+  ReplicaError,
+  ReplicaStorageFailed,
+  tabletKey,
+  UnknownTablet
+} from "@strata/core"
+import { Effect, type Scope } from "effect"
+import {
+  type Address,
+  decodeAppend,
+  type ListenFailed,
+  serveTabletServerWith,
+  type TabletServerHandlers
+} from "../wire/ReplicaRpc.js"
+import { TabletServer, type TabletServerShape } from "./TabletServer.js"
+
+/**
+ * Serves the `TabletServer` in context on `listen` (port 0: any free port) until the scope closes; the address
+ * bound.
+ *
+ * @since 0.1.0
+ */
+export const serveTabletServer = (listen: Address): Effect.Effect<Address, ListenFailed, Scope.Scope | TabletServer> =>
+  Effect.flatMap(TabletServer, (server) => serveTabletServerWith(listen, tabletServerHandlers(server)))
+
+/**
+ * `TabletServerRpcs` answered by `server` (what `serveTabletServer` serves; an in-memory network serves them too).
+ *
+ * @since 0.1.0
+ */
+export const tabletServerHandlers = (server: TabletServerShape): TabletServerHandlers => ({
+  LeaderAndIsr: (request) => server.leaderAndIsr(request),
+  LogEnd: (request) => server.logEnd(request),
+  Holdings: (request) => server.holdings(request),
+  StopReplica: (request) => server.stopReplica(request),
+  Fetch: (request) => server.fetch(request),
+  EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
+  Append: (request) => Effect.flatMap(decodeAppend(request), server.append),
+  Read: (request) => server.read(request),
+  ReplicaState: ({ tablet }) => server.replicaState(tablet),
+  ReadLog: (request) => readLog(server, request)
+})
+
+/**
+ * A replica's log as this server holds it, whatever its role (an operator's or a checker's read, not a client's:
+ * records past the high watermark included).
+ */
+const readLog = (server: TabletServerShape, request: ReadRequest): Effect.Effect<ReadResult, ReplicaError> =>
+  Effect.flatMap(server.logOf(request.tablet), (log) => {
+    const key = tabletKey(request.tablet)
+    if (log === undefined) return Effect.fail(new ReplicaError({ reason: new UnknownTablet({ tablet: key }) }))
+    return Effect.all({
+      batches: log.read(request.offset, request.maxBytes),
+      highWatermark: log.highWatermark,
+      logStartOffset: log.logStartOffset,
+      logEndOffset: log.logEndOffset
+    }).pipe(
+      Effect.mapError((e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: key, detail: e.message }) }))
+    )
+  })
