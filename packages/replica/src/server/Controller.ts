@@ -19,6 +19,7 @@ import {
   type Leadership,
   type Op,
   type ServerId,
+  type Session,
   type TabletId,
   type TabletInstruction,
   tabletKey
@@ -28,7 +29,7 @@ import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as ControllerState from "../machines/ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
 import * as ProducerIds from "./ProducerIds.js"
-import { type ReplicaStorageReport, TabletServers } from "../wire/Peers.js"
+import { type ReplicaStorageReport, TabletServers, type TabletServersShape } from "../wire/Peers.js"
 
 /**
  * The controller's channel to the tablet servers (declared with the other peer calls, in `Peers`).
@@ -140,6 +141,28 @@ interface Outbox {
   registration: number | undefined
 }
 
+/** A running controller: what its shell's functions share. Only `feed` changes `state`. */
+interface Running {
+  readonly leadership: Leadership
+  readonly options: ControllerOptions
+  readonly epoch: number
+  readonly paths: ClusterPaths.ClusterPaths
+  readonly session: Session
+  readonly scope: Scope.Scope
+  readonly servers: TabletServersShape
+  readonly producerIds: ProducerIds.ProducerIds
+  /** The machine's inputs, taken one at a time. */
+  readonly inbox: Queue.Queue<ControllerState.Input>
+  /** Requests waiting for the machine's reply, by request id. */
+  readonly replies: Map<number, Pending>
+  readonly outboxes: Map<ServerId, Outbox>
+  state: ControllerState.State
+  /** The tablet journal as last written, and its node's version. */
+  journal: { readonly journal: ClusterPaths.Journal; readonly version: number }
+  nextRequest: number
+  closed: boolean
+}
+
 /**
  * Runs the controller for `leadership` until the scope closes. The machine starts from what coordination holds.
  *
@@ -155,322 +178,9 @@ export const make = (
 > =>
   Effect.gen(function* () {
     const paths = ClusterPaths.make(options.namespace)
-    const scope = yield* Effect.scope
     const session = yield* (yield* Coordination).session()
-    // The blocks of ids this controller hands out; its successor reserves its own.
-    const producerIds = yield* ProducerIds.make({ path: paths.producerIds }).pipe(Effect.orDie)
-    const servers = yield* TabletServers
-    const created = [
-      [paths.servers, new Uint8Array()],
-      [paths.tablets, new Uint8Array()],
-      [paths.changes, ClusterPaths.encodeJournal(ClusterPaths.emptyJournal)]
-    ] as const
-    for (const [path, data] of created) {
-      yield* session.create(path, data, { createParents: true }).pipe(
-        Effect.catchIf(
-          (e) => e.reason._tag === "NodeExists",
-          () => Effect.void
-        )
-      )
-    }
-    let state = ControllerState.make({
-      uncleanLeaderElection: options.uncleanLeaderElection,
-      minInsyncReplicas: options.minInsyncReplicas,
-      ...(options.leaderElection === undefined ? {} : { leaderElection: options.leaderElection }),
-      ...(options.leaderImbalancePercent === undefined
-        ? {}
-        : { leaderImbalancePercent: options.leaderImbalancePercent }),
-      ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {}),
-      ...(options.preferOutsideIsr === true ? { preferOutsideIsr: true } : {})
-    })
-    const inbox = yield* Queue.unbounded<ControllerState.Input>()
-    const replies = new Map<number, Pending>()
-    const outboxes = new Map<ServerId, Outbox>()
-    let nextRequest = 0
-    let closed = false
-    const epoch = leadership.epoch
-    /** Fails every request still waiting: this controller will not answer them. */
-    const abandon = Effect.suspend(() => {
-      const waiting = [...replies.values()]
-      replies.clear()
-      const resigned = new ControllerResigned({ coordinatorEpoch: epoch })
-      return Effect.forEach(waiting, (reply) => Deferred.fail(reply, resigned), { discard: true })
-    })
-    yield* Effect.addFinalizer(() =>
-      Effect.suspend(() => {
-        closed = true
-        return abandon
-      })
-    )
-
-    /**
-     * Delivers one server's queued instructions (LeaderAndIsr, then StopReplica: one server's requests go one at a
-     * time, so a deletion is never overtaken by an older instruction) until it answers, leaves, or a newer coordinator
-     * exists. A deletion answered is fed back as `ReplicaStopped`.
-     */
-    const deliver = (server: ServerId, box: Outbox): Effect.Effect<never> =>
-      Effect.gen(function* () {
-        yield* Deferred.await(box.wake)
-        box.wake = Deferred.makeUnsafe()
-        const queued = [...box.pending.values()]
-        box.pending.clear()
-        if (!box.live || queued.length === 0) return
-        const registration = box.registration
-        const addressed = { coordinatorEpoch: epoch, ...(registration === undefined ? {} : { registration }) }
-        const tablets = queued.flatMap((q) => (q._tag === "Instruct" ? [q.instruction] : []))
-        const deletions = queued.flatMap((q) => (q._tag === "Delete" ? [q.tablet] : []))
-        const outcome = yield* leadership.guard.pipe(
-          Effect.andThen(tablets.length === 0 ? Effect.void : servers.leaderAndIsr(server, { ...addressed, tablets })),
-          Effect.andThen(
-            deletions.length === 0 ? Effect.void : servers.stopReplica(server, { ...addressed, tablets: deletions })
-          ),
-          Effect.as<"delivered" | "over" | "again">("delivered"),
-          Effect.catch((e) => {
-            // A newer coordinator: this one's instructions are over.
-            if (e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch" && e.reason.resource === "coordinator") {
-              return Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), "over")
-            }
-            // Another registration: the server is between lives, or it registered again and the watch has not told
-            // (yet): its registration is read again.
-            const between = e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch"
-            return Effect.as(
-              Effect.andThen(
-                between ? recheck(server, registration) : Effect.void,
-                Effect.sleep(options.retryBackoffMs)
-              ),
-              "again" as const
-            )
-          }),
-          // A defect of the transport must not end this server's deliveries.
-          Effect.catchCause((cause) =>
-            Cause.hasInterruptsOnly(cause) && closed
-              ? Effect.failCause(cause)
-              : Effect.logError(`delivering to server ${server}`, cause).pipe(
-                  Effect.andThen(Effect.sleep(options.retryBackoffMs)),
-                  Effect.as("again" as const)
-                )
-          )
-        )
-        if (outcome === "delivered" && deletions.length > 0) {
-          yield* Queue.offer(inbox, {
-            _tag: "ReplicaStopped",
-            server,
-            ...(registration === undefined ? {} : { registration }),
-            tablets: deletions
-          })
-        }
-        if (outcome !== "again" || !box.live) return
-        // Not delivered: put back what nothing later replaced, and go again.
-        for (const q of queued) {
-          const key = tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet)
-          if (!box.pending.has(key)) box.pending.set(key, q)
-        }
-        yield* Deferred.succeed(box.wake, undefined)
-      }).pipe(Effect.forever)
-
-    /**
-     * Reads `server`'s registration again after it refused instructions addressed to `addressed`: when it registered
-     * again (or left) without the watch telling, the machine hears it as the watch would have said it.
-     */
-    const recheck = (server: ServerId, addressed: number | undefined) =>
-      Effect.gen(function* () {
-        const stat = yield* session.exists(paths.server(server))
-        const now = stat._tag === "Some" ? stat.value.createdOrder : undefined
-        if (now === addressed || state.registrations.get(server) !== addressed) return
-        yield* Effect.logInfo(
-          `server ${server} refused instructions for registration ${addressed}: it is registered ${now === undefined ? "no more" : `as ${now}`}`
-        )
-        yield* Queue.offer(inbox, { _tag: "ServerDown", server })
-        if (now !== undefined) yield* Queue.offer(inbox, { _tag: "ServerUp", server, registration: now })
-      }).pipe(Effect.ignore)
-
-    const outboxOf = (server: ServerId) =>
-      Effect.gen(function* () {
-        const known = outboxes.get(server)
-        if (known !== undefined) return known
-        const box: Outbox = { pending: new Map(), wake: Deferred.makeUnsafe(), live: true, registration: undefined }
-        outboxes.set(server, box)
-        yield* Effect.forkIn(deliver(server, box), scope)
-        return box
-      })
-
-    /**
-     * Writes tablets in one fenced operation with the journal's next entry naming them; what failed, if it did.
-     */
-    const write = (batch: ReadonlyArray<Writing>) =>
-      Effect.suspend(() => {
-        const ops = batch.map((w): Op => {
-          if (w._tag === "Remove") return { _tag: "delete", path: paths.tablet(w.tablet), version: w.expectedVersion }
-          const path = paths.tablet(w.tablet.tablet)
-          const data = ClusterPaths.encodeTablet(w.tablet)
-          return w.expectedVersion === null
-            ? { _tag: "create", path, data }
-            : { _tag: "set", path, data, version: w.expectedVersion }
-        })
-        const next = ClusterPaths.journalAppend(
-          journal.journal,
-          batch.map((w) => ClusterPaths.nodeName(idOf(w)))
-        )
-        const data = ClusterPaths.encodeJournal(next)
-        return leadership.fenced([...ops, { _tag: "set", path: paths.changes, data, version: journal.version }]).pipe(
-          Effect.as(undefined),
-          Effect.tap(() =>
-            Effect.sync(() => {
-              journal = { journal: next, version: journal.version + 1 }
-            })
-          ),
-          Effect.catch((e) => Effect.succeed(e.message))
-        )
-      })
-
-    /** Runs one step's commands in order; a failed write is fed back at once and ends the step. */
-    const run = (commands: ReadonlyArray<ControllerState.Command>): Effect.Effect<void> =>
-      Effect.gen(function* () {
-        for (let i = 0; i < commands.length; i++) {
-          const command = commands[i]!
-          switch (command._tag) {
-            case "Write":
-            case "Remove": {
-              const batch: Array<Writing> = [command]
-              while (batch.length < writeBatch && isWriting(commands[i + 1])) batch.push(commands[++i] as Writing)
-              const failed = yield* write(batch)
-              if (failed !== undefined)
-                return yield* feed({ _tag: "WriteFailed", tablet: idOf(command), detail: failed })
-              break
-            }
-            case "Send": {
-              const box = yield* outboxOf(command.server)
-              box.live = true
-              box.registration = command.registration
-              for (const t of command.tablets)
-                box.pending.set(tabletKey(t.tablet), { _tag: "Instruct", instruction: t })
-              yield* Deferred.succeed(box.wake, undefined)
-              break
-            }
-            case "StopReplica": {
-              const box = yield* outboxOf(command.server)
-              box.live = true
-              box.registration = command.registration
-              for (const tablet of command.tablets) box.pending.set(tabletKey(tablet), { _tag: "Delete", tablet })
-              yield* Deferred.succeed(box.wake, undefined)
-              break
-            }
-            case "Reply": {
-              const reply = replies.get(command.requestId)
-              replies.delete(command.requestId)
-              if (reply !== undefined) yield* Deferred.succeed(reply, command.reply)
-              break
-            }
-            case "AskLogEnd": {
-              // The answer comes back as an input; a failed question after the backoff, as no answer.
-              const { server, tablet, round, leaderEpoch, coordinatorEpoch } = command
-              const answer = leadership.guard.pipe(
-                Effect.andThen(servers.logEnd(server, { tablet, fence: { leaderEpoch, coordinatorEpoch } })),
-                Effect.map((end): ControllerState.LogEnd | null => end),
-                Effect.catchCause(() => Effect.as(Effect.sleep(options.retryBackoffMs), null)),
-                Effect.flatMap((logEnd) => Queue.offer(inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))
-              )
-              yield* Effect.forkIn(answer, scope)
-              break
-            }
-            case "AskHoldings": {
-              // The answer comes back as an input; a failed question after the backoff, as no answer (the server is
-              // then told everything). A server that knows a newer coordinator is not told anything by this one.
-              const { server, registration, coordinatorEpoch } = command
-              const request = { coordinatorEpoch, ...(registration === undefined ? {} : { registration }) }
-              const answer = leadership.guard.pipe(
-                Effect.andThen(servers.holdings(server, request)),
-                Effect.map(
-                  (result): ControllerState.Input => ({
-                    _tag: "Holdings",
-                    server,
-                    ...(registration === undefined ? {} : { registration }),
-                    holdings: result.tablets
-                  })
-                ),
-                Effect.catchCause(() =>
-                  Effect.as(Effect.sleep(options.retryBackoffMs), {
-                    _tag: "Holdings",
-                    server,
-                    ...(registration === undefined ? {} : { registration }),
-                    holdings: null
-                  } satisfies ControllerState.Input)
-                ),
-                Effect.flatMap((input) => Queue.offer(inbox, input))
-              )
-              yield* Effect.forkIn(answer, scope)
-              break
-            }
-            case "Log":
-              yield* command.level === "warn" ? Effect.logWarning(command.message) : Effect.logInfo(command.message)
-              break
-            case "Resign": {
-              yield* Effect.logWarning(`controller resigns: ${command.reason}`)
-              for (const box of outboxes.values()) box.live = false
-              yield* abandon
-              yield* options.resign
-              break
-            }
-          }
-        }
-      })
-
-    const feed = (input: ControllerState.Input): Effect.Effect<void> =>
-      Effect.andThen(
-        input._tag === "ServerUp"
-          ? Effect.logInfo(`server ${input.server} registered (registration ${input.registration})`)
-          : input._tag === "ServerDown"
-            ? Effect.logInfo(`server ${input.server} left`)
-            : Effect.void,
-        feedStep(input)
-      )
-    const feedStep = (input: ControllerState.Input): Effect.Effect<void> =>
-      Effect.suspend(() => {
-        if (input._tag === "ServerDown") {
-          const box = outboxes.get(input.server)
-          if (box !== undefined) {
-            box.live = false
-            box.pending.clear()
-          }
-        }
-        const [next, commands] = ControllerState.step(state, input)
-        state = next
-        return run(commands)
-      })
-
-    /**
-     * The registered servers, each with the creation order of its registration: a server registered again (a
-     * restart, an expired session) is a new life even when the watch never saw it missing.
-     */
-    const registrations = (names: ReadonlyArray<string>) =>
-      Effect.gen(function* () {
-        const out = new Map<ServerId, number>()
-        for (const name of names) {
-          const id = ClusterPaths.serverIdOf(name)
-          if (id === undefined) continue
-          const stat = yield* session.exists(paths.server(id))
-          if (stat._tag === "Some") out.set(id, stat.value.createdOrder)
-        }
-        return out
-      })
-    // Live servers: a watch on the registrations, turned into ServerUp / ServerDown inputs (a new life of a server
-    // is both: it leaves the ISRs it was in, whatever its log lost, and hears its tablets again).
-    const watchServers = (known: ReadonlyMap<ServerId, number>): Effect.Effect<void, CoordinationError> =>
-      Effect.gen(function* () {
-        const watch = yield* session.watchChildren(paths.servers)
-        const now = yield* registrations(watch.value)
-        for (const [s, order] of known) {
-          if (now.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerDown", server: s })
-        }
-        for (const [s, order] of now) {
-          if (known.get(s) !== order) yield* Queue.offer(inbox, { _tag: "ServerUp", server: s, registration: order })
-        }
-        yield* watch.changed
-        return yield* watchServers(now)
-      })
-
-    const registered = yield* registrations(yield* session.children(paths.servers))
-    const live = [...registered.keys()]
+    yield* createRoots(session, paths)
+    const registered = yield* registrations(session, paths, yield* session.children(paths.servers))
     const view = options.view ?? (yield* ControllerView.make({ namespace: options.namespace }))
     const synced = yield* view.sync(session)
     if (synced.journal === undefined) {
@@ -479,109 +189,477 @@ export const make = (
         detail: "the tablet journal is missing"
       })
     }
-    let journal = synced.journal
-    yield* Effect.logInfo(
-      `controller of coordinator epoch ${epoch}: ${synced.full ? "read all" : "caught up on"} ${synced.read} of ${synced.tablets.length} tablets (journal entry ${journal.journal.seq})`
+    const c: Running = {
+      leadership,
+      options,
+      epoch: leadership.epoch,
+      paths,
+      session,
+      scope: yield* Effect.scope,
+      servers: yield* TabletServers,
+      // The blocks of ids this controller hands out; its successor reserves its own.
+      producerIds: yield* ProducerIds.make({ path: paths.producerIds }).pipe(Effect.orDie),
+      inbox: yield* Queue.unbounded<ControllerState.Input>(),
+      replies: new Map(),
+      outboxes: new Map(),
+      state: ControllerState.make({
+        uncleanLeaderElection: options.uncleanLeaderElection,
+        minInsyncReplicas: options.minInsyncReplicas,
+        ...(options.leaderElection === undefined ? {} : { leaderElection: options.leaderElection }),
+        ...(options.leaderImbalancePercent === undefined
+          ? {}
+          : { leaderImbalancePercent: options.leaderImbalancePercent }),
+        ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {}),
+        ...(options.preferOutsideIsr === true ? { preferOutsideIsr: true } : {})
+      }),
+      journal: synced.journal,
+      nextRequest: 0,
+      closed: false
+    }
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        c.closed = true
+        return abandon(c)
+      })
     )
-    const tablets = synced.tablets
-    yield* feed({ _tag: "Started", coordinatorEpoch: epoch, live, tablets, registrations: [...registered] })
+    yield* Effect.logInfo(
+      `controller of coordinator epoch ${c.epoch}: ${synced.full ? "read all" : "caught up on"} ${synced.read} of ${synced.tablets.length} tablets (journal entry ${c.journal.journal.seq})`
+    )
+    yield* start(c, registered, synced.tablets)
+    return shapeOf(c, { tablets: synced.tablets.length, read: synced.read, full: synced.full })
+  })
+
+/** Creates the cluster's root nodes where they are missing: the registrations, the tablets and their journal. */
+const createRoots = (session: Session, paths: ClusterPaths.ClusterPaths) =>
+  Effect.forEach(
+    [
+      [paths.servers, new Uint8Array()],
+      [paths.tablets, new Uint8Array()],
+      [paths.changes, ClusterPaths.encodeJournal(ClusterPaths.emptyJournal)]
+    ] as const,
+    ([path, data]) =>
+      session.create(path, data, { createParents: true }).pipe(
+        Effect.catchIf(
+          (e) => e.reason._tag === "NodeExists",
+          () => Effect.void
+        )
+      ),
+    { discard: true }
+  )
+
+/**
+ * Feeds the machine its start (the live servers and the tablets it resumes from), then runs: the server watch, the
+ * leader-imbalance timer, and the loop taking one input at a time. A defect in a step leaves the machine's state
+ * unknown: the controller resigns rather than go on without it.
+ */
+const start = (c: Running, registered: ReadonlyMap<ServerId, number>, tablets: ReadonlyArray<ControllerState.Tablet>) =>
+  Effect.gen(function* () {
+    yield* feed(c, {
+      _tag: "Started",
+      coordinatorEpoch: c.epoch,
+      live: [...registered.keys()],
+      tablets,
+      registrations: [...registered]
+    })
     yield* Effect.forkScoped(
-      watchServers(registered).pipe(
-        Effect.retry(Schedule.spaced(options.retryBackoffMs)),
+      watchServers(c, registered).pipe(
+        Effect.retry(Schedule.spaced(c.options.retryBackoffMs)),
         Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
       )
     )
-    const interval = options.leaderImbalanceCheckIntervalMs ?? 0
+    const interval = c.options.leaderImbalanceCheckIntervalMs ?? 0
     if (interval > 0) {
       yield* Effect.forkScoped(
-        Effect.sleep(interval).pipe(Effect.andThen(Queue.offer(inbox, { _tag: "BalanceLeaders" })), Effect.forever)
+        Effect.sleep(interval).pipe(Effect.andThen(Queue.offer(c.inbox, { _tag: "BalanceLeaders" })), Effect.forever)
       )
     }
-    // A defect in a step leaves the machine's state unknown: the controller resigns rather than go on without it.
     yield* Effect.forkScoped(
-      Effect.forever(Effect.flatMap(Queue.take(inbox), feed)).pipe(
+      Effect.forever(Effect.flatMap(Queue.take(c.inbox), (input) => feed(c, input))).pipe(
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause)
             ? Effect.failCause(cause)
             : Effect.logError("controller: a step failed", cause).pipe(
                 Effect.andThen(
                   Effect.suspend(() => {
-                    state = { ...state, resigned: true }
-                    return run([{ _tag: "Resign", reason: `a step failed: ${Cause.pretty(cause)}` }])
+                    c.state = { ...c.state, resigned: true }
+                    return run(c, [{ _tag: "Resign", reason: `a step failed: ${Cause.pretty(cause)}` }])
                   })
                 )
               )
         )
       )
     )
+  })
 
-    const ask = (input: (requestId: number) => ControllerState.Input) =>
-      Effect.gen(function* () {
-        if (state.resigned || closed) return yield* new ControllerResigned({ coordinatorEpoch: epoch })
-        const requestId = nextRequest++
-        const reply: Pending = yield* Deferred.make<ControllerState.Reply, ControllerResigned>()
-        replies.set(requestId, reply)
-        yield* Queue.offer(inbox, input(requestId))
-        return yield* Deferred.await(reply)
-      })
+/** Fails every request still waiting: this controller will not answer them. */
+const abandon = (c: Running) =>
+  Effect.suspend(() => {
+    const waiting = [...c.replies.values()]
+    c.replies.clear()
+    const resigned = new ControllerResigned({ coordinatorEpoch: c.epoch })
+    return Effect.forEach(waiting, (reply) => Deferred.fail(reply, resigned), { discard: true })
+  })
 
-    return {
-      coordinatorEpoch: epoch,
-      // Every client's tables come through here: a name coordination paths and stores cannot hold is refused.
-      createTablets: (specs) =>
-        Effect.suspend(() => {
-          const bad = specs.map((s) => ClusterPaths.invalidTableName(s.tablet.table)).find((e) => e !== undefined)
-          return bad === undefined
-            ? ask((requestId) => ({ _tag: "CreateTablets", requestId, tablets: specs }))
-            : Effect.succeed<ControllerState.Reply>({ _tag: "CreateRefused", detail: bad.message })
-        }),
-      adjustIsr: (request) =>
-        Effect.map(
-          ask((requestId) => ({ _tag: "AdjustIsr", requestId, ...request })),
-          (reply): ControllerState.AdjustIsrReply =>
-            reply._tag === "IsrAdjusted" || reply._tag === "IsrRejected"
-              ? reply
-              : { _tag: "IsrRejected", rejection: { _tag: "UnknownTablet" } }
-        ).pipe(
-          Effect.tap((reply) =>
-            reply._tag === "IsrRejected"
-              ? Effect.logInfo(
-                  `${tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}${reply.rejection._tag === "IneligibleReplica" ? ` (server ${reply.rejection.server} is ineligible: ${reply.rejection.why})` : ""}`
-                )
-              : Effect.void
+/** Steps the machine with `input` and runs its commands (a server that left stops hearing what was queued). */
+const feed = (c: Running, input: ControllerState.Input): Effect.Effect<void> =>
+  Effect.andThen(
+    input._tag === "ServerUp"
+      ? Effect.logInfo(`server ${input.server} registered (registration ${input.registration})`)
+      : input._tag === "ServerDown"
+        ? Effect.logInfo(`server ${input.server} left`)
+        : Effect.void,
+    Effect.suspend(() => {
+      if (input._tag === "ServerDown") {
+        const box = c.outboxes.get(input.server)
+        if (box !== undefined) {
+          box.live = false
+          box.pending.clear()
+        }
+      }
+      const [next, commands] = ControllerState.step(c.state, input)
+      c.state = next
+      return run(c, commands)
+    })
+  )
+
+/** Runs one step's commands in order; a failed write is fed back at once and ends the step. */
+const run = (c: Running, commands: ReadonlyArray<ControllerState.Command>): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    for (let i = 0; i < commands.length; i++) {
+      const command = commands[i]!
+      switch (command._tag) {
+        case "Write":
+        case "Remove": {
+          const batch: Array<Writing> = [command]
+          while (batch.length < writeBatch && isWriting(commands[i + 1])) batch.push(commands[++i] as Writing)
+          const failed = yield* write(c, batch)
+          if (failed !== undefined)
+            return yield* feed(c, { _tag: "WriteFailed", tablet: idOf(command), detail: failed })
+          break
+        }
+        case "Send":
+          yield* enqueue(
+            c,
+            command.server,
+            command.registration,
+            command.tablets.map((t) => ({ _tag: "Instruct", instruction: t }))
           )
-        ),
-      deleteTablets: (tablets) =>
-        Effect.map(
-          ask((requestId) => ({ _tag: "DeleteTablets", requestId, tablets })),
-          (reply) => (reply._tag === "Deleting" ? reply.tablets : 0)
-        ),
-      balanceLeaders: Effect.map(
-        ask((requestId) => ({ _tag: "BalanceLeaders", requestId })),
-        (reply) => (reply._tag === "LeadersBalanced" ? reply.moved : 0)
-      ),
-      controlledShutdown: (server) =>
-        Effect.map(
-          ask((requestId) => ({ _tag: "ControlledShutdown", requestId, server })),
-          (reply) => (reply._tag === "ShutdownProgress" ? reply.remainingLeaders : 0)
-        ),
-      replicaStorage: (report) =>
-        Effect.suspend(() =>
-          state.resigned || closed
-            ? Effect.fail(new ControllerResigned({ coordinatorEpoch: epoch }))
-            : Effect.asVoid(
-                Queue.offer(inbox, {
-                  _tag: "ReplicaStorage",
-                  server: report.server,
-                  ...(report.registration === undefined ? {} : { registration: report.registration }),
-                  tablets: report.tablets,
-                  failed: report.failed,
-                  sequence: report.sequence
-                })
-              )
-        ),
-      initProducerId: producerIds.next(session),
-      state: Effect.sync(() => state),
-      resumed: { tablets: synced.tablets.length, read: synced.read, full: synced.full }
+          break
+        case "StopReplica":
+          yield* enqueue(
+            c,
+            command.server,
+            command.registration,
+            command.tablets.map((tablet) => ({ _tag: "Delete", tablet }))
+          )
+          break
+        case "Reply": {
+          const reply = c.replies.get(command.requestId)
+          c.replies.delete(command.requestId)
+          if (reply !== undefined) yield* Deferred.succeed(reply, command.reply)
+          break
+        }
+        case "AskLogEnd":
+          yield* Effect.forkIn(askLogEnd(c, command), c.scope)
+          break
+        case "AskHoldings":
+          yield* Effect.forkIn(askHoldings(c, command), c.scope)
+          break
+        case "Log":
+          yield* command.level === "warn" ? Effect.logWarning(command.message) : Effect.logInfo(command.message)
+          break
+        case "Resign": {
+          yield* Effect.logWarning(`controller resigns: ${command.reason}`)
+          for (const box of c.outboxes.values()) box.live = false
+          yield* abandon(c)
+          yield* c.options.resign
+          break
+        }
+      }
     }
   })
+
+/**
+ * Writes tablets in one fenced operation with the journal's next entry naming them; what failed, if it did.
+ */
+const write = (c: Running, batch: ReadonlyArray<Writing>) =>
+  Effect.suspend(() => {
+    const ops = batch.map((w): Op => {
+      if (w._tag === "Remove") return { _tag: "delete", path: c.paths.tablet(w.tablet), version: w.expectedVersion }
+      const path = c.paths.tablet(w.tablet.tablet)
+      const data = ClusterPaths.encodeTablet(w.tablet)
+      return w.expectedVersion === null
+        ? { _tag: "create", path, data }
+        : { _tag: "set", path, data, version: w.expectedVersion }
+    })
+    const next = ClusterPaths.journalAppend(
+      c.journal.journal,
+      batch.map((w) => ClusterPaths.nodeName(idOf(w)))
+    )
+    const data = ClusterPaths.encodeJournal(next)
+    return c.leadership.fenced([...ops, { _tag: "set", path: c.paths.changes, data, version: c.journal.version }]).pipe(
+      Effect.as(undefined),
+      Effect.tap(() =>
+        Effect.sync(() => {
+          c.journal = { journal: next, version: c.journal.version + 1 }
+        })
+      ),
+      Effect.catch((e) => Effect.succeed(e.message))
+    )
+  })
+
+/** Queues what `server` (as `registration`) is to hear, latest per tablet, and wakes its delivery. */
+const enqueue = (c: Running, server: ServerId, registration: number | undefined, queued: ReadonlyArray<Queued>) =>
+  Effect.gen(function* () {
+    const box = yield* outboxOf(c, server)
+    box.live = true
+    box.registration = registration
+    for (const q of queued) box.pending.set(tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet), q)
+    yield* Deferred.succeed(box.wake, undefined)
+  })
+
+/** `server`'s outbox, made (with its delivery running) on first use. */
+const outboxOf = (c: Running, server: ServerId) =>
+  Effect.gen(function* () {
+    const known = c.outboxes.get(server)
+    if (known !== undefined) return known
+    const box: Outbox = { pending: new Map(), wake: Deferred.makeUnsafe(), live: true, registration: undefined }
+    c.outboxes.set(server, box)
+    yield* Effect.forkIn(deliver(c, server, box), c.scope)
+    return box
+  })
+
+/**
+ * Delivers one server's queued instructions (LeaderAndIsr, then StopReplica: one server's requests go one at a
+ * time, so a deletion is never overtaken by an older instruction) until it answers, leaves, or a newer coordinator
+ * exists. A deletion answered is fed back as `ReplicaStopped`.
+ */
+const deliver = (c: Running, server: ServerId, box: Outbox): Effect.Effect<never> =>
+  Effect.gen(function* () {
+    yield* Deferred.await(box.wake)
+    box.wake = Deferred.makeUnsafe()
+    const queued = [...box.pending.values()]
+    box.pending.clear()
+    if (!box.live || queued.length === 0) return
+    const registration = box.registration
+    const tablets = queued.flatMap((q) => (q._tag === "Instruct" ? [q.instruction] : []))
+    const deletions = queued.flatMap((q) => (q._tag === "Delete" ? [q.tablet] : []))
+    const outcome = yield* send(c, server, registration, tablets, deletions)
+    if (outcome === "delivered" && deletions.length > 0) {
+      yield* Queue.offer(c.inbox, {
+        _tag: "ReplicaStopped",
+        server,
+        ...(registration === undefined ? {} : { registration }),
+        tablets: deletions
+      })
+    }
+    if (outcome !== "again" || !box.live) return
+    // Not delivered: put back what nothing later replaced, and go again.
+    for (const q of queued) {
+      const key = tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet)
+      if (!box.pending.has(key)) box.pending.set(key, q)
+    }
+    yield* Deferred.succeed(box.wake, undefined)
+  }).pipe(Effect.forever)
+
+/**
+ * Sends `server` its instructions and deletions once (after `Leadership.guard`): `delivered`, `over` when it knows a
+ * newer coordinator, `again` after a backoff when it did not take them (its registration read again when it
+ * answered for another life).
+ */
+const send = (
+  c: Running,
+  server: ServerId,
+  registration: number | undefined,
+  tablets: ReadonlyArray<TabletInstruction>,
+  deletions: ReadonlyArray<TabletId>
+): Effect.Effect<"delivered" | "over" | "again"> => {
+  const addressed = { coordinatorEpoch: c.epoch, ...(registration === undefined ? {} : { registration }) }
+  return c.leadership.guard.pipe(
+    Effect.andThen(tablets.length === 0 ? Effect.void : c.servers.leaderAndIsr(server, { ...addressed, tablets })),
+    Effect.andThen(
+      deletions.length === 0 ? Effect.void : c.servers.stopReplica(server, { ...addressed, tablets: deletions })
+    ),
+    Effect.as<"delivered" | "over" | "again">("delivered"),
+    Effect.catch((e) => {
+      // A newer coordinator: this one's instructions are over.
+      if (e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch" && e.reason.resource === "coordinator") {
+        return Effect.as(Effect.logWarning(`server ${server} knows a newer coordinator: ${e.message}`), "over" as const)
+      }
+      // Another registration: the server is between lives, or it registered again and the watch has not told
+      // (yet): its registration is read again.
+      const between = e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch"
+      return Effect.as(
+        Effect.andThen(
+          between ? recheck(c, server, registration) : Effect.void,
+          Effect.sleep(c.options.retryBackoffMs)
+        ),
+        "again" as const
+      )
+    }),
+    // A defect of the transport must not end this server's deliveries.
+    Effect.catchCause((cause) =>
+      Cause.hasInterruptsOnly(cause) && c.closed
+        ? Effect.failCause(cause)
+        : Effect.logError(`delivering to server ${server}`, cause).pipe(
+            Effect.andThen(Effect.sleep(c.options.retryBackoffMs)),
+            Effect.as("again" as const)
+          )
+    )
+  )
+}
+
+/**
+ * Reads `server`'s registration again after it refused instructions addressed to `addressed`: when it registered
+ * again (or left) without the watch telling, the machine hears it as the watch would have said it.
+ */
+const recheck = (c: Running, server: ServerId, addressed: number | undefined) =>
+  Effect.gen(function* () {
+    const stat = yield* c.session.exists(c.paths.server(server))
+    const now = stat._tag === "Some" ? stat.value.createdOrder : undefined
+    if (now === addressed || c.state.registrations.get(server) !== addressed) return
+    yield* Effect.logInfo(
+      `server ${server} refused instructions for registration ${addressed}: it is registered ${now === undefined ? "no more" : `as ${now}`}`
+    )
+    yield* Queue.offer(c.inbox, { _tag: "ServerDown", server })
+    if (now !== undefined) yield* Queue.offer(c.inbox, { _tag: "ServerUp", server, registration: now })
+  }).pipe(Effect.ignore)
+
+/** Asks a candidate its log end under the offline epoch; the answer comes back as an input (none after a backoff). */
+const askLogEnd = (c: Running, command: Extract<ControllerState.Command, { readonly _tag: "AskLogEnd" }>) => {
+  const { server, tablet, round, leaderEpoch, coordinatorEpoch } = command
+  return c.leadership.guard.pipe(
+    Effect.andThen(c.servers.logEnd(server, { tablet, fence: { leaderEpoch, coordinatorEpoch } })),
+    Effect.map((end): ControllerState.LogEnd | null => end),
+    Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoffMs), null)),
+    Effect.flatMap((logEnd) => Queue.offer(c.inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))
+  )
+}
+
+/**
+ * Asks a server what it holds; the answer comes back as an input, a failed question after the backoff as no answer
+ * (the server is then told everything). A server that knows a newer coordinator is not told anything by this one.
+ */
+const askHoldings = (c: Running, command: Extract<ControllerState.Command, { readonly _tag: "AskHoldings" }>) => {
+  const { server, registration, coordinatorEpoch } = command
+  const request = { coordinatorEpoch, ...(registration === undefined ? {} : { registration }) }
+  const holdings = (tablets: Extract<ControllerState.Input, { readonly _tag: "Holdings" }>["holdings"]) =>
+    ({
+      _tag: "Holdings",
+      server,
+      ...(registration === undefined ? {} : { registration }),
+      holdings: tablets
+    }) satisfies ControllerState.Input
+  return c.leadership.guard.pipe(
+    Effect.andThen(c.servers.holdings(server, request)),
+    Effect.map((result) => holdings(result.tablets)),
+    Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoffMs), holdings(null))),
+    Effect.flatMap((input) => Queue.offer(c.inbox, input))
+  )
+}
+
+/**
+ * The registered servers, each with the creation order of its registration: a server registered again (a
+ * restart, an expired session) is a new life even when the watch never saw it missing.
+ */
+const registrations = (session: Session, paths: ClusterPaths.ClusterPaths, names: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    const out = new Map<ServerId, number>()
+    for (const name of names) {
+      const id = ClusterPaths.serverIdOf(name)
+      if (id === undefined) continue
+      const stat = yield* session.exists(paths.server(id))
+      if (stat._tag === "Some") out.set(id, stat.value.createdOrder)
+    }
+    return out
+  })
+
+/**
+ * Live servers: a watch on the registrations, turned into ServerUp / ServerDown inputs (a new life of a server is
+ * both: it leaves the ISRs it was in, whatever its log lost, and hears its tablets again).
+ */
+const watchServers = (c: Running, known: ReadonlyMap<ServerId, number>): Effect.Effect<void, CoordinationError> =>
+  Effect.gen(function* () {
+    const watch = yield* c.session.watchChildren(c.paths.servers)
+    const now = yield* registrations(c.session, c.paths, watch.value)
+    for (const [s, order] of known) {
+      if (now.get(s) !== order) yield* Queue.offer(c.inbox, { _tag: "ServerDown", server: s })
+    }
+    for (const [s, order] of now) {
+      if (known.get(s) !== order) yield* Queue.offer(c.inbox, { _tag: "ServerUp", server: s, registration: order })
+    }
+    yield* watch.changed
+    return yield* watchServers(c, now)
+  })
+
+/** Puts a request to the machine and waits for its reply (refused once the controller resigned or closed). */
+const ask = (c: Running, input: (requestId: number) => ControllerState.Input) =>
+  Effect.gen(function* () {
+    if (c.state.resigned || c.closed) return yield* new ControllerResigned({ coordinatorEpoch: c.epoch })
+    const requestId = c.nextRequest++
+    const reply: Pending = yield* Deferred.make<ControllerState.Reply, ControllerResigned>()
+    c.replies.set(requestId, reply)
+    yield* Queue.offer(c.inbox, input(requestId))
+    return yield* Deferred.await(reply)
+  })
+
+/** The running controller as its users see it. */
+const shapeOf = (c: Running, resumed: ControllerShape["resumed"]): ControllerShape => ({
+  coordinatorEpoch: c.epoch,
+  // Every client's tables come through here: a name coordination paths and stores cannot hold is refused.
+  createTablets: (specs) =>
+    Effect.suspend(() => {
+      const bad = specs.map((s) => ClusterPaths.invalidTableName(s.tablet.table)).find((e) => e !== undefined)
+      return bad === undefined
+        ? ask(c, (requestId) => ({ _tag: "CreateTablets", requestId, tablets: specs }))
+        : Effect.succeed<ControllerState.Reply>({ _tag: "CreateRefused", detail: bad.message })
+    }),
+  adjustIsr: (request) =>
+    Effect.map(
+      ask(c, (requestId) => ({ _tag: "AdjustIsr", requestId, ...request })),
+      (reply): ControllerState.AdjustIsrReply =>
+        reply._tag === "IsrAdjusted" || reply._tag === "IsrRejected"
+          ? reply
+          : { _tag: "IsrRejected", rejection: { _tag: "UnknownTablet" } }
+    ).pipe(
+      Effect.tap((reply) =>
+        reply._tag === "IsrRejected"
+          ? Effect.logInfo(
+              `${tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}${reply.rejection._tag === "IneligibleReplica" ? ` (server ${reply.rejection.server} is ineligible: ${reply.rejection.why})` : ""}`
+            )
+          : Effect.void
+      )
+    ),
+  deleteTablets: (tablets) =>
+    Effect.map(
+      ask(c, (requestId) => ({ _tag: "DeleteTablets", requestId, tablets })),
+      (reply) => (reply._tag === "Deleting" ? reply.tablets : 0)
+    ),
+  balanceLeaders: Effect.map(
+    ask(c, (requestId) => ({ _tag: "BalanceLeaders", requestId })),
+    (reply) => (reply._tag === "LeadersBalanced" ? reply.moved : 0)
+  ),
+  controlledShutdown: (server) =>
+    Effect.map(
+      ask(c, (requestId) => ({ _tag: "ControlledShutdown", requestId, server })),
+      (reply) => (reply._tag === "ShutdownProgress" ? reply.remainingLeaders : 0)
+    ),
+  replicaStorage: (report) =>
+    Effect.suspend(() =>
+      c.state.resigned || c.closed
+        ? Effect.fail(new ControllerResigned({ coordinatorEpoch: c.epoch }))
+        : Effect.asVoid(
+            Queue.offer(c.inbox, {
+              _tag: "ReplicaStorage",
+              server: report.server,
+              ...(report.registration === undefined ? {} : { registration: report.registration }),
+              tablets: report.tablets,
+              failed: report.failed,
+              sequence: report.sequence
+            })
+          )
+    ),
+  initProducerId: c.producerIds.next(c.session),
+  state: Effect.sync(() => c.state),
+  resumed
+})
