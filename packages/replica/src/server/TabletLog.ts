@@ -197,7 +197,6 @@ const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =
     return loaded
   })
 
-/** Records `skip`..`last` of a batch, its producer stamp's sequence moved along with them. */
 /**
  * The most batches a truncation reads back to find the older batches of producers whose recent ones it cut: the
  * scan runs under the log's lock, so its cost is bounded whatever the log's length.
@@ -209,9 +208,37 @@ export const PRODUCER_SCAN_BATCHES = 10_000
 /** The most a log's tail of recent batches holds, in encoded bytes (at least its newest batch). */
 const tailMaxBytes = 4 * 1024 * 1024
 
+/** Records `skip`..`last` of a batch, its producer stamp's sequence moved along with them. */
 const sliced = (b: Codec.Batch, skip: number, last: number): Codec.Batch => {
   const cut = { baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip, last) }
   return b.producer === undefined ? cut : { ...cut, producer: { ...b.producer, sequence: b.producer.sequence + skip } }
+}
+
+/** A batch of the tail, with its encoded size. */
+interface TailEntry {
+  readonly batch: Codec.Batch
+  readonly size: number
+}
+
+/** An open log: what its functions share. `state` and the tail change only under `lock`, after a write succeeded. */
+interface Opened {
+  readonly tablet: TabletId
+  readonly name: string
+  readonly store: PartitionStore
+  readonly lock: Semaphore.Semaphore
+  readonly state: Loaded
+  /** When the log opened, in ms: a producer entry loaded is as of then. */
+  readonly openedAt: number
+  /** When each producer last appended here (since the log opened). */
+  readonly lastAppend: Map<number, number>
+  /**
+   * The batches appended last, above the high watermark, as they were written: the followers in the ISR fetch from
+   * at least the high watermark, so their fetches are answered from here without reading the store. Entries leave
+   * once the high watermark passes them, and the oldest beyond `tailMaxBytes`; a truncation or a moved log start
+   * empties it.
+   */
+  tail: Array<TailEntry>
+  tailBytes: number
 }
 
 /**
@@ -222,391 +249,414 @@ const sliced = (b: Codec.Batch, skip: number, last: number): Codec.Batch => {
 export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<TabletLog, TabletLogError> =>
   Effect.gen(function* () {
     const name = tabletKey(tablet)
-    const error = (reason: TabletLogError["reason"]) => new TabletLogError({ tablet: name, reason })
-    const storeFailed = (cause: StoreError) => error({ _tag: "StoreFailed", cause })
-    const corrupt = (detail: string) => error({ _tag: "Corrupt", detail })
-    const state = yield* load(store, corrupt).pipe(Effect.catchTag("StoreError", (e) => Effect.fail(storeFailed(e))))
-    const lock = Semaphore.makeUnsafe(1)
-    const alone = <A, E>(self: Effect.Effect<A, E>) => Semaphore.withPermit(lock, self)
-    const write = (ops: ReadonlyArray<StoreOp>) => store.write(ops).pipe(Effect.mapError(storeFailed))
-    const fields = (s: Fields): Array<StoreOp> => [
-      put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
-      put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
-      put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
-    ]
-    /** The store ops that make the epoch cache `next` where it was `prev`. */
-    const epochOps = (prev: LeaderEpochCache.LeaderEpochCache, next: LeaderEpochCache.LeaderEpochCache) => {
-      const ops: Array<StoreOp> = []
-      for (const e of prev) if (!next.some((n) => n.epoch === e.epoch)) ops.push(del(Codec.epochKey(e.epoch)))
-      for (const e of next) {
-        const was = prev.find((p) => p.epoch === e.epoch)
-        if (was === undefined || was.startOffset !== e.startOffset) {
-          ops.push(put(Codec.epochKey(e.epoch), Codec.encodeOffset(e.startOffset)))
-        }
-      }
-      return ops
-    }
-    /** The store ops of producer entry changes (as many as there are changes, whatever the producer count). */
-    const producerOps = (changes: ProducerChanges) => {
-      const ops: Array<StoreOp> = []
-      for (const [id, entry] of changes) {
-        ops.push(
-          entry === undefined ? del(Codec.producerKey(id)) : put(Codec.producerKey(id), Codec.encodeProducer(entry))
-        )
-      }
-      return ops
-    }
-    /** When each producer last appended here (since the log opened: an entry loaded is as of the opening). */
-    const openedAt = yield* Clock.currentTimeMillis
-    const lastAppend = new Map<number, number>()
-    const touch = (ids: Iterable<number>) =>
-      Effect.map(Clock.currentTimeMillis, (now) => {
-        for (const id of ids) lastAppend.set(id, now)
-      })
-    /**
-     * The batches appended last, above the high watermark, as they were written: the followers in the ISR fetch from
-     * at least the high watermark, so their fetches are answered from here without reading the store. Entries leave
-     * once the high watermark passes them, and the oldest beyond `tailMaxBytes`; a truncation or a moved log start
-     * empties it.
-     */
-    let tail: Array<{ readonly batch: Codec.Batch; readonly size: number }> = []
-    let tailBytes = 0
-    const trimTail = (below: number) => {
-      let drop = 0
-      while (
-        drop < tail.length - 1 &&
-        (tail[drop]!.batch.baseOffset + tail[drop]!.batch.records.length <= below || tailBytes > tailMaxBytes)
-      ) {
-        tailBytes -= tail[drop]!.size
-        drop++
-      }
-      if (drop > 0) tail = tail.slice(drop)
-    }
-
-    /**
-     * Makes `next` the log's fields, writing `ops`, every field and epoch that changed and the producer `changes`, at
-     * once; the state changes only once the write succeeded.
-     */
-    const commit = (ops: ReadonlyArray<StoreOp>, next: Fields, changes: ProducerChanges = noChanges) =>
-      write([...ops, ...epochOps(state.epochs, next.epochs), ...producerOps(changes), ...fields(next)]).pipe(
-        Effect.tap(() =>
-          Effect.sync(() => {
-            if (next.end < state.end || next.start !== state.start) {
-              tail = []
-              tailBytes = 0
-            }
-            state.start = next.start
-            state.end = next.end
-            state.hw = next.hw
-            state.epochs = next.epochs
-            for (const [id, entry] of changes) {
-              if (entry === undefined) {
-                state.producers.delete(id)
-                lastAppend.delete(id)
-              } else state.producers.set(id, entry)
-            }
-          })
-        )
+    const state = yield* load(
+      store,
+      (detail) => new TabletLogError({ tablet: name, reason: { _tag: "Corrupt", detail } })
+    ).pipe(
+      Effect.catchTag("StoreError", (cause) =>
+        Effect.fail(new TabletLogError({ tablet: name, reason: { _tag: "StoreFailed", cause } }))
       )
-
-    /** Writes batches at the log end with their epochs, fields, epoch and producer entries in one atomic write. */
-    const appendAt = (batches: ReadonlyArray<Codec.Batch>) =>
-      Effect.suspend(() => {
-        let epochs = state.epochs
-        let end = state.end
-        const producers = new Map<number, ProducerState.Entry>()
-        const ops: Array<StoreOp> = []
-        const written: Array<{ readonly batch: Codec.Batch; readonly size: number }> = []
-        for (const b of batches) {
-          if (b.baseOffset !== end) return Effect.fail(error({ _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
-          const latest = LeaderEpochCache.latest(epochs)
-          if (latest !== undefined && b.epoch < latest.epoch) {
-            return Effect.fail(error({ _tag: "StaleEpoch", epoch: b.epoch, latest: latest.epoch }))
-          }
-          if (b.records.length === 0) continue
-          epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
-          const bytes = Codec.encodeBatch(b.epoch, b.records, b.producer)
-          ops.push(put(Codec.batchKey(b.baseOffset), bytes))
-          written.push({ batch: b, size: bytes.length })
-          if (b.producer !== undefined) {
-            const id = b.producer.id
-            const entry = producers.get(id) ?? state.producers.get(id)
-            producers.set(id, ProducerState.record(entry, b.producer, b.records.length, b.baseOffset))
-          }
-          end += b.records.length
-        }
-        return commit(ops, { start: state.start, hw: state.hw, end, epochs }, producers).pipe(
-          Effect.tap(() => (producers.size === 0 ? Effect.void : touch(producers.keys()))),
-          Effect.tap(() =>
-            Effect.sync(() => {
-              // Contiguous with what the tail holds (or the tail starts here).
-              const last = tail.at(-1)
-              if (
-                last !== undefined &&
-                last.batch.baseOffset + last.batch.records.length !== written[0]?.batch.baseOffset
-              ) {
-                tail = []
-                tailBytes = 0
-              }
-              for (const w of written) {
-                tail.push(w)
-                tailBytes += w.size
-              }
-              trimTail(state.hw)
-            })
-          )
-        )
-      })
-
-    /** Every stored batch from the one holding `from` on (or the last ones, reversed, when `reverse`). */
-    const batchesFrom = (from: number) =>
-      Effect.gen(function* () {
-        // The batch holding `from` starts at or before it: the last batch key at or below it.
-        const before = yield* Stream.runCollect(
-          store.scan({ gte: Codec.BATCHES.gte, lte: Codec.batchKey(from), reverse: true, limit: 1 })
-        )
-        const first = before[0] === undefined ? from : Codec.offsetOfBatchKey(before[0][0])
-        return store.scan({ gte: Codec.batchKey(first), lt: Codec.BATCHES.lt })
-      }).pipe(Stream.unwrap)
-
-    const decode = (key: Uint8Array, value: Uint8Array) => {
-      const b = Codec.decodeBatch(Codec.offsetOfBatchKey(key), value)
-      return typeof b === "string" ? Effect.fail(corrupt(b)) : Effect.succeed(b)
-    }
-
-    const read: TabletLog["read"] = (from, maxBytes) =>
-      alone(
-        Effect.gen(function* () {
-          if (from < state.start || from > state.end) {
-            return yield* Effect.fail(
-              error({ _tag: "OffsetOutOfRange", offset: from, start: state.start, end: state.end })
-            )
-          }
-          if (from === state.end) return []
-          // Whole batches while they fit in `maxBytes` (their sizes as stored), the first one whatever its size (as
-          // Kafka does): a read never goes past `maxBytes` but by a first batch larger than it.
-          const out: Array<Codec.Batch> = []
-          let bytes = 0
-          let taken = 0
-          const fits = (size: number) => {
-            if (taken > 0 && bytes + size > maxBytes) return false
-            taken++
-            bytes += size
-            return true
-          }
-          const take = (b: Codec.Batch) => {
-            const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
-            const last = Math.min(b.records.length, state.end - b.baseOffset)
-            if (skip < last) out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
-          }
-          const first = tail[0]
-          if (first !== undefined && from >= first.batch.baseOffset) {
-            for (const { batch, size } of tail) {
-              if (batch.baseOffset + batch.records.length <= from) continue
-              if (!fits(size)) break
-              take(batch)
-            }
-            return out
-          }
-          // Sized before they are decoded, each as it comes (not by the chunk the store hands them out in).
-          yield* batchesFrom(from).pipe(
-            Stream.mapError(storeFailed),
-            Stream.takeWhile(([, v]) => fits(v.length)),
-            Stream.runForEach(([k, v]) => Effect.map(decode(k, v), take))
-          )
-          return out
-        })
-      )
-
-    /**
-     * The batches at or past `offset`, to cut: delete each, and write back the part of one straddling it (unless a
-     * producer stamped it: then it goes whole, and the log ends at its base offset).
-     */
-    const cutFrom = (offset: number) =>
-      Effect.gen(function* () {
-        const ops: Array<StoreOp> = []
-        let end = offset
-        yield* batchesFrom(offset).pipe(
-          Stream.mapError(storeFailed),
-          Stream.runForEach(([k, v]) =>
-            Effect.gen(function* () {
-              const b = yield* decode(k, v)
-              ops.push(del(k))
-              const kept = offset - b.baseOffset
-              if (kept <= 0) return
-              if (b.producer === undefined) ops.push(put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
-              else end = b.baseOffset
-            })
-          )
-        )
-        return { ops, end }
-      })
-
-    /**
-     * The producer entry changes once the log ends at `end`: each entry loses its batches past it, and a producer left
-     * with none gets its latest batches before `end` back from the log, looking back at most
-     * `PRODUCER_SCAN_BATCHES` batches (none found: its entry goes).
-     */
-    const producersBefore = (end: number) =>
-      Effect.gen(function* () {
-        const changes = new Map<number, ProducerState.Entry | undefined>()
-        const lost = new Set<number>()
-        for (const [id, entry] of state.producers) {
-          if (entry.batches.every((b) => b.lastOffset < end)) continue
-          const kept = ProducerState.truncateFromEnd(entry, end)
-          changes.set(id, kept)
-          if (kept === undefined) lost.add(id)
-        }
-        if (lost.size === 0 || end <= state.start) return changes
-        // Newest first: a producer's entry is its latest producer epoch's batches, at most RECENT_BATCHES of them.
-        const found = new Map<number, Array<Codec.Batch>>()
-        const done = new Set<number>()
-        yield* store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(end), reverse: true }).pipe(
-          Stream.mapError(storeFailed),
-          Stream.takeWhile(() => done.size < lost.size),
-          // Bounded: a producer not found within the latest batches is forgotten (its next batch that does not start
-          // a producer epoch is refused `UnknownProducer`, as Kafka's producer state beyond its snapshots is).
-          Stream.take(PRODUCER_SCAN_BATCHES),
-          Stream.runForEach(([k, v]) =>
-            Effect.map(decode(k, v), (b) => {
-              const p = b.producer
-              if (p === undefined || !lost.has(p.id) || done.has(p.id)) return
-              const seen = found.get(p.id) ?? []
-              if (seen.length > 0 && seen[0]!.producer!.epoch !== p.epoch) {
-                done.add(p.id)
-                return
-              }
-              seen.unshift(b)
-              found.set(p.id, seen)
-              if (seen.length === ProducerState.RECENT_BATCHES) done.add(p.id)
-            })
-          )
-        )
-        for (const [id, batches] of found) {
-          let entry: ProducerState.Entry | undefined
-          for (const b of batches) entry = ProducerState.record(entry, b.producer!, b.records.length, b.baseOffset)
-          changes.set(id, entry)
-        }
-        return changes
-      })
-
-    const truncateTo: TabletLog["truncateTo"] = (offset) =>
-      alone(
-        Effect.gen(function* () {
-          if (offset >= state.end) return
-          if (offset < state.start) {
-            return yield* Effect.fail(error({ _tag: "OffsetOutOfRange", offset, start: state.start, end: state.end }))
-          }
-          const { ops, end } = yield* cutFrom(offset)
-          const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, end)
-          const changes = yield* producersBefore(end)
-          yield* commit(ops, { start: state.start, end, hw: Math.min(state.hw, end), epochs }, changes)
-        })
-      )
-
-    const deleteBefore: TabletLog["deleteBefore"] = (offset) =>
-      alone(
-        Effect.gen(function* () {
-          if (offset <= state.start) return
-          if (offset > state.end) {
-            return yield* Effect.fail(error({ _tag: "OffsetOutOfRange", offset, start: state.start, end: state.end }))
-          }
-          // Whole batches below `offset` go; the one holding it stays (read from `offset` on).
-          const ops: Array<StoreOp> = []
-          yield* store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(offset) }).pipe(
-            Stream.mapError(storeFailed),
-            Stream.runForEach(([k, v]) =>
-              Effect.map(decode(k, v), (b) => {
-                if (b.baseOffset + b.records.length <= offset) ops.push(del(k))
-              })
-            )
-          )
-          const epochs = LeaderEpochCache.truncateFromStart(state.epochs, offset)
-          // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
-          const changes = new Map<number, undefined>()
-          for (const [id, entry] of state.producers) {
-            if (entry.batches.every((b) => b.lastOffset < offset)) changes.set(id, undefined)
-          }
-          yield* commit(ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), epochs }, changes)
-        })
-      )
-
-    const resetTo: TabletLog["resetTo"] = (offset) =>
-      alone(
-        Effect.gen(function* () {
-          const ops: Array<StoreOp> = []
-          yield* store.scan(Codec.BATCHES).pipe(
-            Stream.mapError(storeFailed),
-            Stream.runForEach(([k]) => Effect.sync(() => ops.push(del(k))))
-          )
-          const changes = new Map<number, undefined>()
-          for (const id of state.producers.keys()) changes.set(id, undefined)
-          yield* commit(ops, { start: offset, end: offset, hw: offset, epochs: LeaderEpochCache.empty }, changes)
-        })
-      )
-
-    const log: TabletLog = {
+    )
+    const o: Opened = {
       tablet,
-      logStartOffset: Effect.sync(() => state.start),
-      logEndOffset: Effect.sync(() => state.end),
-      highWatermark: Effect.sync(() => state.hw),
-      epochs: Effect.sync(() => state.epochs),
-      producers: Effect.sync(() => new Map(state.producers)),
-      expireProducers: (idleMs) =>
-        alone(
-          Effect.gen(function* () {
-            const now = yield* Clock.currentTimeMillis
-            const changes = new Map<number, undefined>()
-            for (const id of state.producers.keys()) {
-              if (now - (lastAppend.get(id) ?? openedAt) >= idleMs) changes.set(id, undefined)
-            }
-            if (changes.size > 0) yield* commit([], state, changes)
-            return changes.size
-          })
-        ),
-      append: (epoch, records, producer) =>
-        alone(
-          Effect.suspend(() => {
-            const baseOffset = state.end
-            if (producer !== undefined) {
-              const verdict = ProducerState.check(state.producers.get(producer.id), producer, records.length)
-              if (verdict._tag === "Duplicate") {
-                return Effect.succeed<Appended>({
-                  baseOffset: verdict.baseOffset,
-                  lastOffset: verdict.lastOffset,
-                  duplicate: true
-                })
-              }
-              if (verdict._tag !== "Append") {
-                return Effect.fail(error({ _tag: "ProducerRefused", producer: producer.id, verdict }))
-              }
-            }
-            return Effect.as(appendAt([{ baseOffset, epoch, records, producer }]), {
-              baseOffset,
-              lastOffset: baseOffset + records.length - 1
-            })
-          })
-        ),
-      appendBatches: (batches) => alone(appendAt(batches)),
-      read,
-      endOffsetForEpoch: (epoch) => Effect.sync(() => LeaderEpochCache.endOffsetFor(state.epochs, epoch, state.end)),
-      truncateTo,
-      deleteBefore,
-      resetTo,
-      checkpointHighWatermark: (hw) =>
-        alone(
-          Effect.suspend(() => {
-            const next = Math.min(Math.max(hw, state.start), state.end)
-            return write([put(Codec.fieldKey("hw"), Codec.encodeOffset(next))]).pipe(
-              Effect.tap(() =>
-                Effect.sync(() => {
-                  state.hw = next
-                  trimTail(next)
-                })
-              )
-            )
-          })
-        )
+      name,
+      store,
+      lock: Semaphore.makeUnsafe(1),
+      state,
+      openedAt: yield* Clock.currentTimeMillis,
+      lastAppend: new Map(),
+      tail: [],
+      tailBytes: 0
     }
-    return log
+    return {
+      tablet,
+      logStartOffset: Effect.sync(() => o.state.start),
+      logEndOffset: Effect.sync(() => o.state.end),
+      highWatermark: Effect.sync(() => o.state.hw),
+      epochs: Effect.sync(() => o.state.epochs),
+      producers: Effect.sync(() => new Map(o.state.producers)),
+      expireProducers: (idleMs) => alone(o, expireProducers(o, idleMs)),
+      append: (epoch, records, producer) => alone(o, append(o, epoch, records, producer)),
+      appendBatches: (batches) => alone(o, appendAt(o, batches)),
+      read: (from, maxBytes) => alone(o, read(o, from, maxBytes)),
+      endOffsetForEpoch: (epoch) =>
+        Effect.sync(() => LeaderEpochCache.endOffsetFor(o.state.epochs, epoch, o.state.end)),
+      truncateTo: (offset) => alone(o, truncateTo(o, offset)),
+      deleteBefore: (offset) => alone(o, deleteBefore(o, offset)),
+      resetTo: (offset) => alone(o, resetTo(o, offset)),
+      checkpointHighWatermark: (hw) => alone(o, checkpointHighWatermark(o, hw))
+    }
+  })
+
+const error = (o: Opened, reason: TabletLogError["reason"]) => new TabletLogError({ tablet: o.name, reason })
+const storeFailed = (o: Opened) => (cause: StoreError) => error(o, { _tag: "StoreFailed", cause })
+const corrupt = (o: Opened, detail: string) => error(o, { _tag: "Corrupt", detail })
+const outOfRange = (o: Opened, offset: number) =>
+  error(o, { _tag: "OffsetOutOfRange", offset, start: o.state.start, end: o.state.end })
+
+/** Runs `self` holding the log's lock: one change or read at a time. */
+const alone = <A, E>(o: Opened, self: Effect.Effect<A, E>) => Semaphore.withPermit(o.lock, self)
+
+const write = (o: Opened, ops: ReadonlyArray<StoreOp>) => o.store.write(ops).pipe(Effect.mapError(storeFailed(o)))
+
+/** The store ops of the log's fields. */
+const fieldOps = (s: Fields): Array<StoreOp> => [
+  put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
+  put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
+  put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
+]
+
+/** The store ops that make the epoch cache `next` where it was `prev`. */
+const epochOps = (prev: LeaderEpochCache.LeaderEpochCache, next: LeaderEpochCache.LeaderEpochCache) => {
+  const ops: Array<StoreOp> = []
+  for (const e of prev) if (!next.some((n) => n.epoch === e.epoch)) ops.push(del(Codec.epochKey(e.epoch)))
+  for (const e of next) {
+    const was = prev.find((p) => p.epoch === e.epoch)
+    if (was === undefined || was.startOffset !== e.startOffset) {
+      ops.push(put(Codec.epochKey(e.epoch), Codec.encodeOffset(e.startOffset)))
+    }
+  }
+  return ops
+}
+
+/** The store ops of producer entry changes (as many as there are changes, whatever the producer count). */
+const producerOps = (changes: ProducerChanges) => {
+  const ops: Array<StoreOp> = []
+  for (const [id, entry] of changes) {
+    ops.push(entry === undefined ? del(Codec.producerKey(id)) : put(Codec.producerKey(id), Codec.encodeProducer(entry)))
+  }
+  return ops
+}
+
+/** Notes that producers `ids` appended now. */
+const touch = (o: Opened, ids: Iterable<number>) =>
+  Effect.map(Clock.currentTimeMillis, (now) => {
+    for (const id of ids) o.lastAppend.set(id, now)
+  })
+
+/** Drops the tail's batches wholly below `below`, and its oldest beyond `tailMaxBytes` (keeping the newest). */
+const trimTail = (o: Opened, below: number) => {
+  let drop = 0
+  while (
+    drop < o.tail.length - 1 &&
+    (o.tail[drop]!.batch.baseOffset + o.tail[drop]!.batch.records.length <= below || o.tailBytes > tailMaxBytes)
+  ) {
+    o.tailBytes -= o.tail[drop]!.size
+    drop++
+  }
+  if (drop > 0) o.tail = o.tail.slice(drop)
+}
+
+const clearTail = (o: Opened) => {
+  o.tail = []
+  o.tailBytes = 0
+}
+
+/**
+ * Makes `next` the log's fields, writing `ops`, every field and epoch that changed and the producer `changes`, at
+ * once; the state changes only once the write succeeded.
+ */
+const commit = (o: Opened, ops: ReadonlyArray<StoreOp>, next: Fields, changes: ProducerChanges = noChanges) =>
+  write(o, [...ops, ...epochOps(o.state.epochs, next.epochs), ...producerOps(changes), ...fieldOps(next)]).pipe(
+    Effect.tap(() =>
+      Effect.sync(() => {
+        const state = o.state
+        if (next.end < state.end || next.start !== state.start) clearTail(o)
+        state.start = next.start
+        state.end = next.end
+        state.hw = next.hw
+        state.epochs = next.epochs
+        for (const [id, entry] of changes) {
+          if (entry === undefined) {
+            state.producers.delete(id)
+            o.lastAppend.delete(id)
+          } else state.producers.set(id, entry)
+        }
+      })
+    )
+  )
+
+/** Appends `records` at the log end under `epoch`; a producer's retry of a batch it wrote is answered as before. */
+const append = (
+  o: Opened,
+  epoch: number,
+  records: ReadonlyArray<Codec.TabletRecord>,
+  producer: Parameters<TabletLog["append"]>[2]
+): Effect.Effect<Appended, TabletLogError> =>
+  Effect.suspend(() => {
+    const baseOffset = o.state.end
+    if (producer !== undefined) {
+      const verdict = ProducerState.check(o.state.producers.get(producer.id), producer, records.length)
+      if (verdict._tag === "Duplicate") {
+        return Effect.succeed<Appended>({
+          baseOffset: verdict.baseOffset,
+          lastOffset: verdict.lastOffset,
+          duplicate: true
+        })
+      }
+      if (verdict._tag !== "Append") {
+        return Effect.fail(error(o, { _tag: "ProducerRefused", producer: producer.id, verdict }))
+      }
+    }
+    return Effect.as(appendAt(o, [{ baseOffset, epoch, records, producer }]), {
+      baseOffset,
+      lastOffset: baseOffset + records.length - 1
+    })
+  })
+
+/** Writes batches at the log end with their epochs, fields, epoch and producer entries in one atomic write. */
+const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
+  Effect.suspend(() => {
+    const state = o.state
+    let epochs = state.epochs
+    let end = state.end
+    const producers = new Map<number, ProducerState.Entry>()
+    const ops: Array<StoreOp> = []
+    const written: Array<TailEntry> = []
+    for (const b of batches) {
+      if (b.baseOffset !== end) return Effect.fail(error(o, { _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
+      const latest = LeaderEpochCache.latest(epochs)
+      if (latest !== undefined && b.epoch < latest.epoch) {
+        return Effect.fail(error(o, { _tag: "StaleEpoch", epoch: b.epoch, latest: latest.epoch }))
+      }
+      if (b.records.length === 0) continue
+      epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
+      const bytes = Codec.encodeBatch(b.epoch, b.records, b.producer)
+      ops.push(put(Codec.batchKey(b.baseOffset), bytes))
+      written.push({ batch: b, size: bytes.length })
+      if (b.producer !== undefined) {
+        const id = b.producer.id
+        const entry = producers.get(id) ?? state.producers.get(id)
+        producers.set(id, ProducerState.record(entry, b.producer, b.records.length, b.baseOffset))
+      }
+      end += b.records.length
+    }
+    return commit(o, ops, { start: state.start, hw: state.hw, end, epochs }, producers).pipe(
+      Effect.tap(() => (producers.size === 0 ? Effect.void : touch(o, producers.keys()))),
+      Effect.tap(() => Effect.sync(() => addToTail(o, written)))
+    )
+  })
+
+/** Adds batches just written to the tail (emptied first unless they follow what it holds), then trims it. */
+const addToTail = (o: Opened, written: ReadonlyArray<TailEntry>) => {
+  const last = o.tail.at(-1)
+  if (last !== undefined && last.batch.baseOffset + last.batch.records.length !== written[0]?.batch.baseOffset) {
+    clearTail(o)
+  }
+  for (const w of written) {
+    o.tail.push(w)
+    o.tailBytes += w.size
+  }
+  trimTail(o, o.state.hw)
+}
+
+/** Every stored batch from the one holding `from` on. */
+const batchesFrom = (o: Opened, from: number) =>
+  Effect.gen(function* () {
+    // The batch holding `from` starts at or before it: the last batch key at or below it.
+    const before = yield* Stream.runCollect(
+      o.store.scan({ gte: Codec.BATCHES.gte, lte: Codec.batchKey(from), reverse: true, limit: 1 })
+    )
+    const first = before[0] === undefined ? from : Codec.offsetOfBatchKey(before[0][0])
+    return o.store.scan({ gte: Codec.batchKey(first), lt: Codec.BATCHES.lt })
+  }).pipe(Stream.unwrap)
+
+const decode = (o: Opened, key: Uint8Array, value: Uint8Array) => {
+  const b = Codec.decodeBatch(Codec.offsetOfBatchKey(key), value)
+  return typeof b === "string" ? Effect.fail(corrupt(o, b)) : Effect.succeed(b)
+}
+
+/**
+ * Whole batches from `from` while they fit in `maxBytes` (their sizes as stored), the first one whatever its size
+ * (as Kafka does): a read never goes past `maxBytes` but by a first batch larger than it. From the tail when it
+ * holds `from`, else from the store.
+ */
+const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Codec.Batch>, TabletLogError> =>
+  Effect.gen(function* () {
+    const state = o.state
+    if (from < state.start || from > state.end) return yield* Effect.fail(outOfRange(o, from))
+    if (from === state.end) return []
+    const out: Array<Codec.Batch> = []
+    let bytes = 0
+    let taken = 0
+    const fits = (size: number) => {
+      if (taken > 0 && bytes + size > maxBytes) return false
+      taken++
+      bytes += size
+      return true
+    }
+    const take = (b: Codec.Batch) => {
+      const skip = Math.max(0, Math.max(from, state.start) - b.baseOffset)
+      const last = Math.min(b.records.length, state.end - b.baseOffset)
+      if (skip < last) out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
+    }
+    const first = o.tail[0]
+    if (first !== undefined && from >= first.batch.baseOffset) {
+      for (const { batch, size } of o.tail) {
+        if (batch.baseOffset + batch.records.length <= from) continue
+        if (!fits(size)) break
+        take(batch)
+      }
+      return out
+    }
+    // Sized before they are decoded, each as it comes (not by the chunk the store hands them out in).
+    yield* batchesFrom(o, from).pipe(
+      Stream.mapError(storeFailed(o)),
+      Stream.takeWhile(([, v]) => fits(v.length)),
+      Stream.runForEach(([k, v]) => Effect.map(decode(o, k, v), take))
+    )
+    return out
+  })
+
+/**
+ * The batches at or past `offset`, to cut: delete each, and write back the part of one straddling it (unless a
+ * producer stamped it: then it goes whole, and the log ends at its base offset).
+ */
+const cutFrom = (o: Opened, offset: number) =>
+  Effect.gen(function* () {
+    const ops: Array<StoreOp> = []
+    let end = offset
+    yield* batchesFrom(o, offset).pipe(
+      Stream.mapError(storeFailed(o)),
+      Stream.runForEach(([k, v]) =>
+        Effect.gen(function* () {
+          const b = yield* decode(o, k, v)
+          ops.push(del(k))
+          const kept = offset - b.baseOffset
+          if (kept <= 0) return
+          if (b.producer === undefined) ops.push(put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
+          else end = b.baseOffset
+        })
+      )
+    )
+    return { ops, end }
+  })
+
+/**
+ * The producer entry changes once the log ends at `end`: each entry loses its batches past it, and a producer left
+ * with none gets its latest batches before `end` back from the log, looking back at most `PRODUCER_SCAN_BATCHES`
+ * batches (none found: its entry goes).
+ */
+const producersBefore = (o: Opened, end: number) =>
+  Effect.gen(function* () {
+    const changes = new Map<number, ProducerState.Entry | undefined>()
+    const lost = new Set<number>()
+    for (const [id, entry] of o.state.producers) {
+      if (entry.batches.every((b) => b.lastOffset < end)) continue
+      const kept = ProducerState.truncateFromEnd(entry, end)
+      changes.set(id, kept)
+      if (kept === undefined) lost.add(id)
+    }
+    if (lost.size === 0 || end <= o.state.start) return changes
+    const found = yield* latestBatchesOf(o, lost, end)
+    for (const [id, batches] of found) {
+      let entry: ProducerState.Entry | undefined
+      for (const b of batches) entry = ProducerState.record(entry, b.producer!, b.records.length, b.baseOffset)
+      changes.set(id, entry)
+    }
+    return changes
+  })
+
+/**
+ * The latest batches below `end` of each producer of `lost` (its latest producer epoch's, at most `RECENT_BATCHES`,
+ * oldest first), newest first from the log, within `PRODUCER_SCAN_BATCHES` batches: a producer not found within
+ * them is forgotten (its next batch that does not start a producer epoch is refused `UnknownProducer`, as Kafka's
+ * producer state beyond its snapshots is).
+ */
+const latestBatchesOf = (o: Opened, lost: ReadonlySet<number>, end: number) =>
+  Effect.gen(function* () {
+    const found = new Map<number, Array<Codec.Batch>>()
+    const done = new Set<number>()
+    yield* o.store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(end), reverse: true }).pipe(
+      Stream.mapError(storeFailed(o)),
+      Stream.takeWhile(() => done.size < lost.size),
+      Stream.take(PRODUCER_SCAN_BATCHES),
+      Stream.runForEach(([k, v]) =>
+        Effect.map(decode(o, k, v), (b) => {
+          const p = b.producer
+          if (p === undefined || !lost.has(p.id) || done.has(p.id)) return
+          const seen = found.get(p.id) ?? []
+          if (seen.length > 0 && seen[0]!.producer!.epoch !== p.epoch) {
+            done.add(p.id)
+            return
+          }
+          seen.unshift(b)
+          found.set(p.id, seen)
+          if (seen.length === ProducerState.RECENT_BATCHES) done.add(p.id)
+        })
+      )
+    )
+    return found
+  })
+
+const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
+  Effect.gen(function* () {
+    const state = o.state
+    if (offset >= state.end) return
+    if (offset < state.start) return yield* Effect.fail(outOfRange(o, offset))
+    const { ops, end } = yield* cutFrom(o, offset)
+    const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, end)
+    const changes = yield* producersBefore(o, end)
+    yield* commit(o, ops, { start: state.start, end, hw: Math.min(state.hw, end), epochs }, changes)
+  })
+
+const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
+  Effect.gen(function* () {
+    const state = o.state
+    if (offset <= state.start) return
+    if (offset > state.end) return yield* Effect.fail(outOfRange(o, offset))
+    // Whole batches below `offset` go; the one holding it stays (read from `offset` on).
+    const ops: Array<StoreOp> = []
+    yield* o.store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(offset) }).pipe(
+      Stream.mapError(storeFailed(o)),
+      Stream.runForEach(([k, v]) =>
+        Effect.map(decode(o, k, v), (b) => {
+          if (b.baseOffset + b.records.length <= offset) ops.push(del(k))
+        })
+      )
+    )
+    const epochs = LeaderEpochCache.truncateFromStart(state.epochs, offset)
+    // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
+    const changes = new Map<number, undefined>()
+    for (const [id, entry] of state.producers) {
+      if (entry.batches.every((b) => b.lastOffset < offset)) changes.set(id, undefined)
+    }
+    yield* commit(o, ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), epochs }, changes)
+  })
+
+const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
+  Effect.gen(function* () {
+    const ops: Array<StoreOp> = []
+    yield* o.store.scan(Codec.BATCHES).pipe(
+      Stream.mapError(storeFailed(o)),
+      Stream.runForEach(([k]) => Effect.sync(() => ops.push(del(k))))
+    )
+    const changes = new Map<number, undefined>()
+    for (const id of o.state.producers.keys()) changes.set(id, undefined)
+    yield* commit(o, ops, { start: offset, end: offset, hw: offset, epochs: LeaderEpochCache.empty }, changes)
+  })
+
+/** Drops the producers idle for `idleMs` (an entry loaded counts from the opening); how many. */
+const expireProducers = (o: Opened, idleMs: number): Effect.Effect<number, TabletLogError> =>
+  Effect.gen(function* () {
+    const now = yield* Clock.currentTimeMillis
+    const changes = new Map<number, undefined>()
+    for (const id of o.state.producers.keys()) {
+      if (now - (o.lastAppend.get(id) ?? o.openedAt) >= idleMs) changes.set(id, undefined)
+    }
+    if (changes.size > 0) yield* commit(o, [], o.state, changes)
+    return changes.size
+  })
+
+const checkpointHighWatermark = (o: Opened, hw: number): Effect.Effect<void, TabletLogError> =>
+  Effect.suspend(() => {
+    const next = Math.min(Math.max(hw, o.state.start), o.state.end)
+    return write(o, [put(Codec.fieldKey("hw"), Codec.encodeOffset(next))]).pipe(
+      Effect.tap(() =>
+        Effect.sync(() => {
+          o.state.hw = next
+          trimTail(o, next)
+        })
+      )
+    )
   })
