@@ -622,7 +622,7 @@ const scenarios: Record<string, () => readonly [State, Input]> = {
   "OfflineTablet | deleted": () => [run(boot([1, 2]), create([0, [1]]), down(1)).state, deleteTablets(0)]
 }
 
-const rows = documentedRows(new URL("../src/ControllerState.ts", import.meta.url)).map((line) => {
+const rows = documentedRows(new URL("../src/machines/ControllerState.ts", import.meta.url)).map((line) => {
   const [from = "", event = "", to = ""] = line
     .split("|")
     .slice(1, -1)

@@ -54,7 +54,7 @@ describe("ReplicaState.step", () => {
         rows.push(`| ${from} | ${shown} | ${next._tag} | ${describeCommands(commands)} |`)
       }
     }
-    const documented = documentedRows(new URL("../src/ReplicaState.ts", import.meta.url))
+    const documented = documentedRows(new URL("../src/machines/ReplicaState.ts", import.meta.url))
     assert.isAbove(documented.length, 10)
     assert.deepStrictEqual(documented, rows, `the table should read:\n${rows.join("\n")}`)
   })

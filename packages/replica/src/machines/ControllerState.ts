@@ -578,7 +578,9 @@ const sameElection = (e: Election | undefined, kind: Election["kind"], candidate
   e.candidates.length === candidates.length &&
   e.candidates.every((s, i) => candidates[i] === s)
 
-/** `t` goes (or stays) Offline; the epoch still moves on, so that the old leader's followers stop taking its answers. */
+/**
+ * `t` goes (or stays) Offline; the epoch still moves on, so that the old leader's followers stop taking its answers.
+ */
 const takeOffline = (state: State, c: Changes, t: Tablet, why: string) => {
   if (t.state === "OfflineTablet") return
   put(state, c, t, {
@@ -933,229 +935,282 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
 export const step = (state: State, input: Input): Step => {
   if (state.resigned) return [state, []]
   switch (input._tag) {
-    case "Started": {
-      const started: State = {
-        ...state,
-        coordinatorEpoch: input.coordinatorEpoch,
-        live: new Set(input.live),
-        registrations: new Map(input.registrations ?? []),
-        storageFailed: new Map(),
-        storageReported: new Map(),
-        shuttingDown: new Set(),
-        tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])),
-        elections: new Map()
-      }
-      const c = changes(started)
-      for (const t of started.tablets.values()) {
-        if (t.state === "DeletingTablet") continue
-        const leader = t.leaderAndIsr.leader
-        // A leader registered again since it was elected (restarted while no controller ran) is not the leader
-        // it was: another ISR member takes over when there is one.
-        const renewed = leader !== null && started.live.has(leader) && newLife(started, t, leader)
-        if (renewed) reelect(started, c, t, undefined)
-        else if (leader === null || !started.live.has(leader)) reelect(started, c, t, leader ?? undefined)
-        else dropFromIsr(started, c, t, (s) => !started.live.has(s) || newLife(started, t, s))
-      }
-      // Every live server hears what changed here; what it holds of the rest it is asked, and told only where it falls
-      // behind (a previous controller's instruction that never reached it).
-      for (const server of started.live) c.after.push(askHoldings(started, server), ...stopReplicas(started, server))
-      c.after.push({
-        _tag: "Log",
-        level: "info",
-        message: `controller started with coordinator epoch ${input.coordinatorEpoch}: ${started.tablets.size} tablets, ${started.live.size} live servers`
-      })
-      return finish(started, c)
-    }
-    case "ServerUp": {
-      if (state.live.has(input.server)) return [state, []]
-      const registrations = new Map(state.registrations)
-      if (input.registration !== undefined) registrations.set(input.server, input.registration)
-      // A new life of the server: its storage is judged again (it reports what still fails).
-      const storageFailed = new Map(state.storageFailed)
-      storageFailed.delete(input.server)
-      const storageReported = new Map(
-        [...state.storageReported].filter(([replica]) => !replica.startsWith(`${input.server} `))
-      )
-      const up: State = {
-        ...state,
-        live: new Set([...state.live, input.server]),
-        registrations,
-        storageFailed,
-        storageReported
-      }
-      const c = changes(up)
-      const unchanged: Array<Tablet> = []
-      for (const t of up.tablets.values()) {
-        if (!t.replicas.includes(input.server) || t.state === "DeletingTablet") continue
-        if (t.state === "OfflineTablet") reelect(up, c, t, undefined)
-        else if (t.leaderAndIsr.leader !== input.server && newLife(up, t, input.server)) {
-          dropFromIsr(up, c, t, (s) => s === input.server)
-        }
-        if (c.tablets.get(tabletKey(t.tablet)) === t) unchanged.push(t)
-      }
-      // Every live replica hears what changed; the returning server also hears every other tablet it holds, and
-      // deletes its replicas of the tablets being deleted.
-      return finish(up, c, [...sends(up, unchanged, input.server), ...stopReplicas(up, input.server)])
-    }
-    case "ServerDown": {
-      if (!state.live.has(input.server)) return [state, []]
-      const live = new Set(state.live)
-      live.delete(input.server)
-      const shuttingDown = new Set(state.shuttingDown)
-      shuttingDown.delete(input.server)
-      const down: State = { ...state, live, shuttingDown }
-      const c = changes(down)
-      moveOff(down, c, input.server, false)
-      candidateGone(down, c, input.server)
-      return finish(down, c)
-    }
+    case "Started":
+      return start(state, input)
+    case "ServerUp":
+      return serverUp(state, input)
+    case "ServerDown":
+      return serverDown(state, input)
     case "ReplicaStorage":
       return replicaStorage(state, input)
-    case "CreateTablets": {
-      const refused = refuseCreate(state, input.tablets)
-      if (refused !== undefined) {
-        const reply: Reply = { _tag: "CreateRefused", detail: refused }
-        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
-      }
-      const c = changes(state)
-      const created: Array<Tablet> = []
-      for (const spec of input.tablets) {
-        if (c.tablets.has(tabletKey(spec.tablet))) continue
-        const live = spec.replicas.filter((r) => electable(state, r))
-        const leader = live[0] ?? null
-        created.push(
-          put(state, c, undefined, {
-            tablet: spec.tablet,
-            replicas: spec.replicas,
-            state: leader === null ? "OfflineTablet" : "OnlineTablet",
-            leaderAndIsr: {
-              leader,
-              leaderEpoch: 0,
-              isr: leader === null ? [...spec.replicas] : live,
-              coordinatorEpoch: state.coordinatorEpoch,
-              version: 0
-            }
-          })
-        )
-      }
-      c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "Created", tablets: created } })
-      return finish(state, c)
-    }
-    case "AdjustIsr": {
-      const t = state.tablets.get(tabletKey(input.tablet))
-      // A retry of a change already committed (its answer was lost): answer it again, write nothing.
-      if (t !== undefined && isRepeat(input, t.leaderAndIsr)) {
-        const reply: Reply = { _tag: "IsrAdjusted", leaderAndIsr: t.leaderAndIsr }
-        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
-      }
-      const rejection = validateIsr(state, input, t)
-      if (rejection !== undefined || t === undefined) {
-        const reply: Reply = { _tag: "IsrRejected", rejection: rejection ?? { _tag: "UnknownTablet" } }
-        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
-      }
-      const c = changes(state)
-      // The leader learns from the reply; the followers need not hear of it.
-      const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } }, { notify: false })
-      c.after.push({
-        _tag: "Reply",
-        requestId: input.requestId,
-        reply: { _tag: "IsrAdjusted", leaderAndIsr: stored.leaderAndIsr }
-      })
-      return finish(state, c)
-    }
-    case "ControlledShutdown": {
-      if (!state.live.has(input.server)) {
-        const reply: Reply = { _tag: "ShutdownProgress", remainingLeaders: 0 }
-        return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
-      }
-      const stopping: State = { ...state, shuttingDown: new Set([...state.shuttingDown, input.server]) }
-      const c = changes(stopping)
-      moveOff(stopping, c, input.server, true)
-      c.after.push({
-        _tag: "Reply",
-        requestId: input.requestId,
-        reply: { _tag: "ShutdownProgress", remainingLeaders: remainingLeaders(c.tablets, input.server) }
-      })
-      return finish(stopping, c)
-    }
+    case "CreateTablets":
+      return createTablets(state, input)
+    case "AdjustIsr":
+      return adjustIsr(state, input)
+    case "ControlledShutdown":
+      return controlledShutdown(state, input)
     case "LogEnd":
       return answered(state, input)
-    case "DeleteTablets": {
-      const c = changes(state)
-      let deleting = 0
-      for (const id of input.tablets) {
-        const t = c.tablets.get(tabletKey(id))
-        if (t === undefined) continue
-        deleting++
-        if (t.state === "DeletingTablet") continue
-        c.elections.delete(tabletKey(id))
-        put(
-          state,
-          c,
-          t,
-          {
-            ...t,
-            state: "DeletingTablet",
-            deleted: [],
-            // Its leader, if it had one, leads no more: the epoch moves on, as when it goes offline.
-            leaderAndIsr: {
-              ...t.leaderAndIsr,
-              leader: null,
-              leaderEpoch: t.leaderAndIsr.leaderEpoch + (t.leaderAndIsr.leader === null ? 0 : 1)
-            }
-          },
-          { notify: false }
-        )
-      }
-      const next = finish(state, c)
-      const stops = [...next[0].live].flatMap((server) => stopReplicas(next[0], server))
-      const reply: Reply = { _tag: "Deleting", tablets: deleting }
-      return [next[0], [...next[1], ...stops, { _tag: "Reply", requestId: input.requestId, reply }]]
-    }
-    case "ReplicaStopped": {
-      if (!state.live.has(input.server) || input.registration !== state.registrations.get(input.server)) {
-        return [state, []]
-      }
-      const c = changes(state)
-      for (const id of input.tablets) {
-        const t = c.tablets.get(tabletKey(id))
-        if (t?.state !== "DeletingTablet" || !t.replicas.includes(input.server)) continue
-        if (t.deleted?.includes(input.server)) continue
-        const deleted = [...(t.deleted ?? []), input.server]
-        if (t.replicas.every((r) => deleted.includes(r))) {
-          c.tablets.delete(tabletKey(id))
-          c.removes.push({ _tag: "Remove", tablet: id, expectedVersion: t.leaderAndIsr.version })
-          c.after.push({ _tag: "Log", level: "info", message: `${tabletKey(id)}: deleted` })
-        } else put(state, c, t, { ...t, deleted }, { notify: false })
-      }
-      return finish(state, c)
-    }
-    case "BalanceLeaders": {
-      const c = changes(state)
-      const moved = balanceLeaders(state, c)
-      if (moved > 0)
-        c.after.push({ _tag: "Log", level: "info", message: `${moved} tablets led by their preferred replica again` })
-      if (input.requestId !== undefined) {
-        c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "LeadersBalanced", moved } })
-      }
-      return finish(state, c)
-    }
-    case "Holdings": {
-      const registration = state.registrations.get(input.server)
-      if (!state.live.has(input.server) || input.registration !== registration) return [state, []]
-      const held = input.holdings === null ? null : new Map(input.holdings.map((h) => [tabletKey(h.tablet), h]))
-      const behind = [...state.tablets.values()].filter(
-        (t) =>
-          t.replicas.includes(input.server) &&
-          t.state !== "DeletingTablet" &&
-          (held === null || fallsBehind(t, input.server, held))
-      )
-      return [state, sends(state, behind, input.server)]
-    }
+    case "DeleteTablets":
+      return deleteTablets(state, input)
+    case "ReplicaStopped":
+      return replicaStopped(state, input)
+    case "BalanceLeaders":
+      return balanceLeadersStep(state, input)
+    case "Holdings":
+      return holdings(state, input)
     case "WriteFailed":
-      return [
-        { ...state, resigned: true },
-        [{ _tag: "Resign", reason: `writing ${tabletKey(input.tablet)} failed: ${input.detail}` }]
-      ]
+      return writeFailed(state, input)
   }
+}
+
+/**
+ * The controller starts: its machine takes the live servers and the tablets, re-elects where a leader is gone or
+ * registered again, drops gone members, and asks every live server what it holds.
+ */
+const start = (state: State, input: Extract<Input, { readonly _tag: "Started" }>): Step => {
+  const started: State = {
+    ...state,
+    coordinatorEpoch: input.coordinatorEpoch,
+    live: new Set(input.live),
+    registrations: new Map(input.registrations ?? []),
+    storageFailed: new Map(),
+    storageReported: new Map(),
+    shuttingDown: new Set(),
+    tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])),
+    elections: new Map()
+  }
+  const c = changes(started)
+  for (const t of started.tablets.values()) {
+    if (t.state === "DeletingTablet") continue
+    const leader = t.leaderAndIsr.leader
+    // A leader registered again since it was elected (restarted while no controller ran) is not the leader
+    // it was: another ISR member takes over when there is one.
+    const renewed = leader !== null && started.live.has(leader) && newLife(started, t, leader)
+    if (renewed) reelect(started, c, t, undefined)
+    else if (leader === null || !started.live.has(leader)) reelect(started, c, t, leader ?? undefined)
+    else dropFromIsr(started, c, t, (s) => !started.live.has(s) || newLife(started, t, s))
+  }
+  // Every live server hears what changed here; what it holds of the rest it is asked, and told only where it falls
+  // behind (a previous controller's instruction that never reached it).
+  for (const server of started.live) c.after.push(askHoldings(started, server), ...stopReplicas(started, server))
+  c.after.push({
+    _tag: "Log",
+    level: "info",
+    message: `controller started with coordinator epoch ${input.coordinatorEpoch}: ${started.tablets.size} tablets, ${started.live.size} live servers`
+  })
+  return finish(started, c)
+}
+
+/**
+ * A server registered (again): its storage is judged anew, offline tablets it holds elect, a new life leaves the ISRs
+ * it was in, and it hears every tablet it holds.
+ */
+const serverUp = (state: State, input: Extract<Input, { readonly _tag: "ServerUp" }>): Step => {
+  if (state.live.has(input.server)) return [state, []]
+  const registrations = new Map(state.registrations)
+  if (input.registration !== undefined) registrations.set(input.server, input.registration)
+  // A new life of the server: its storage is judged again (it reports what still fails).
+  const storageFailed = new Map(state.storageFailed)
+  storageFailed.delete(input.server)
+  const storageReported = new Map(
+    [...state.storageReported].filter(([replica]) => !replica.startsWith(`${input.server} `))
+  )
+  const up: State = {
+    ...state,
+    live: new Set([...state.live, input.server]),
+    registrations,
+    storageFailed,
+    storageReported
+  }
+  const c = changes(up)
+  const unchanged: Array<Tablet> = []
+  for (const t of up.tablets.values()) {
+    if (!t.replicas.includes(input.server) || t.state === "DeletingTablet") continue
+    if (t.state === "OfflineTablet") reelect(up, c, t, undefined)
+    else if (t.leaderAndIsr.leader !== input.server && newLife(up, t, input.server)) {
+      dropFromIsr(up, c, t, (s) => s === input.server)
+    }
+    if (c.tablets.get(tabletKey(t.tablet)) === t) unchanged.push(t)
+  }
+  // Every live replica hears what changed; the returning server also hears every other tablet it holds, and
+  // deletes its replicas of the tablets being deleted.
+  return finish(up, c, [...sends(up, unchanged, input.server), ...stopReplicas(up, input.server)])
+}
+
+/** A server left: its leaderships move, it leaves the ISRs, and an election asking it stops waiting for it. */
+const serverDown = (state: State, input: Extract<Input, { readonly _tag: "ServerDown" }>): Step => {
+  if (!state.live.has(input.server)) return [state, []]
+  const live = new Set(state.live)
+  live.delete(input.server)
+  const shuttingDown = new Set(state.shuttingDown)
+  shuttingDown.delete(input.server)
+  const down: State = { ...state, live, shuttingDown }
+  const c = changes(down)
+  moveOff(down, c, input.server, false)
+  candidateGone(down, c, input.server)
+  return finish(down, c)
+}
+
+/** Creates tablets (each led by its first live replica), unless the request is refused whole. */
+const createTablets = (state: State, input: Extract<Input, { readonly _tag: "CreateTablets" }>): Step => {
+  const refused = refuseCreate(state, input.tablets)
+  if (refused !== undefined) {
+    const reply: Reply = { _tag: "CreateRefused", detail: refused }
+    return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+  }
+  const c = changes(state)
+  const created: Array<Tablet> = []
+  for (const spec of input.tablets) {
+    if (c.tablets.has(tabletKey(spec.tablet))) continue
+    const live = spec.replicas.filter((r) => electable(state, r))
+    const leader = live[0] ?? null
+    created.push(
+      put(state, c, undefined, {
+        tablet: spec.tablet,
+        replicas: spec.replicas,
+        state: leader === null ? "OfflineTablet" : "OnlineTablet",
+        leaderAndIsr: {
+          leader,
+          leaderEpoch: 0,
+          isr: leader === null ? [...spec.replicas] : live,
+          coordinatorEpoch: state.coordinatorEpoch,
+          version: 0
+        }
+      })
+    )
+  }
+  c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "Created", tablets: created } })
+  return finish(state, c)
+}
+
+/** A leader's ISR change: committed, answered again when it repeats a committed one, or rejected. */
+const adjustIsr = (state: State, input: Extract<Input, { readonly _tag: "AdjustIsr" }>): Step => {
+  const t = state.tablets.get(tabletKey(input.tablet))
+  // A retry of a change already committed (its answer was lost): answer it again, write nothing.
+  if (t !== undefined && isRepeat(input, t.leaderAndIsr)) {
+    const reply: Reply = { _tag: "IsrAdjusted", leaderAndIsr: t.leaderAndIsr }
+    return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+  }
+  const rejection = validateIsr(state, input, t)
+  if (rejection !== undefined || t === undefined) {
+    const reply: Reply = { _tag: "IsrRejected", rejection: rejection ?? { _tag: "UnknownTablet" } }
+    return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+  }
+  const c = changes(state)
+  // The leader learns from the reply; the followers need not hear of it.
+  const stored = put(state, c, t, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: input.isr } }, { notify: false })
+  c.after.push({
+    _tag: "Reply",
+    requestId: input.requestId,
+    reply: { _tag: "IsrAdjusted", leaderAndIsr: stored.leaderAndIsr }
+  })
+  return finish(state, c)
+}
+
+/** A server is stopping: its leaderships move off it; the reply says how many it still leads. */
+const controlledShutdown = (state: State, input: Extract<Input, { readonly _tag: "ControlledShutdown" }>): Step => {
+  if (!state.live.has(input.server)) {
+    const reply: Reply = { _tag: "ShutdownProgress", remainingLeaders: 0 }
+    return [state, [{ _tag: "Reply", requestId: input.requestId, reply }]]
+  }
+  const stopping: State = { ...state, shuttingDown: new Set([...state.shuttingDown, input.server]) }
+  const c = changes(stopping)
+  moveOff(stopping, c, input.server, true)
+  c.after.push({
+    _tag: "Reply",
+    requestId: input.requestId,
+    reply: { _tag: "ShutdownProgress", remainingLeaders: remainingLeaders(c.tablets, input.server) }
+  })
+  return finish(stopping, c)
+}
+
+/** Deletes tablets: they lead no more, and every live replica is told to delete itself. */
+const deleteTablets = (state: State, input: Extract<Input, { readonly _tag: "DeleteTablets" }>): Step => {
+  const c = changes(state)
+  let deleting = 0
+  for (const id of input.tablets) {
+    const t = c.tablets.get(tabletKey(id))
+    if (t === undefined) continue
+    deleting++
+    if (t.state === "DeletingTablet") continue
+    c.elections.delete(tabletKey(id))
+    put(
+      state,
+      c,
+      t,
+      {
+        ...t,
+        state: "DeletingTablet",
+        deleted: [],
+        // Its leader, if it had one, leads no more: the epoch moves on, as when it goes offline.
+        leaderAndIsr: {
+          ...t.leaderAndIsr,
+          leader: null,
+          leaderEpoch: t.leaderAndIsr.leaderEpoch + (t.leaderAndIsr.leader === null ? 0 : 1)
+        }
+      },
+      { notify: false }
+    )
+  }
+  const next = finish(state, c)
+  const stops = [...next[0].live].flatMap((server) => stopReplicas(next[0], server))
+  const reply: Reply = { _tag: "Deleting", tablets: deleting }
+  return [next[0], [...next[1], ...stops, { _tag: "Reply", requestId: input.requestId, reply }]]
+}
+
+/** A server deleted its replicas: a tablet every replica of which is deleted goes. */
+const replicaStopped = (state: State, input: Extract<Input, { readonly _tag: "ReplicaStopped" }>): Step => {
+  if (!state.live.has(input.server) || input.registration !== state.registrations.get(input.server)) {
+    return [state, []]
+  }
+  const c = changes(state)
+  for (const id of input.tablets) {
+    const t = c.tablets.get(tabletKey(id))
+    if (t?.state !== "DeletingTablet" || !t.replicas.includes(input.server)) continue
+    if (t.deleted?.includes(input.server)) continue
+    const deleted = [...(t.deleted ?? []), input.server]
+    if (t.replicas.every((r) => deleted.includes(r))) {
+      c.tablets.delete(tabletKey(id))
+      c.removes.push({ _tag: "Remove", tablet: id, expectedVersion: t.leaderAndIsr.version })
+      c.after.push({ _tag: "Log", level: "info", message: `${tabletKey(id)}: deleted` })
+    } else put(state, c, t, { ...t, deleted }, { notify: false })
+  }
+  return finish(state, c)
+}
+
+/** Moves leaderships back to preferred replicas. */
+const balanceLeadersStep = (state: State, input: Extract<Input, { readonly _tag: "BalanceLeaders" }>): Step => {
+  const c = changes(state)
+  const moved = balanceLeaders(state, c)
+  if (moved > 0)
+    c.after.push({ _tag: "Log", level: "info", message: `${moved} tablets led by their preferred replica again` })
+  if (input.requestId !== undefined) {
+    c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "LeadersBalanced", moved } })
+  }
+  return finish(state, c)
+}
+
+/**
+ * A server's answer to what it holds: it is told every tablet where it falls behind (everything without an answer).
+ */
+const holdings = (state: State, input: Extract<Input, { readonly _tag: "Holdings" }>): Step => {
+  const registration = state.registrations.get(input.server)
+  if (!state.live.has(input.server) || input.registration !== registration) return [state, []]
+  const held = input.holdings === null ? null : new Map(input.holdings.map((h) => [tabletKey(h.tablet), h]))
+  const behind = [...state.tablets.values()].filter(
+    (t) =>
+      t.replicas.includes(input.server) &&
+      t.state !== "DeletingTablet" &&
+      (held === null || fallsBehind(t, input.server, held))
+  )
+  return [state, sends(state, behind, input.server)]
+}
+
+/** WriteFailed */
+const writeFailed = (state: State, input: Extract<Input, { readonly _tag: "WriteFailed" }>): Step => {
+  return [
+    { ...state, resigned: true },
+    [{ _tag: "Resign", reason: `writing ${tabletKey(input.tablet)} failed: ${input.detail}` }]
+  ]
 }
