@@ -256,6 +256,25 @@ const recordBytes = (r: TabletRecord): number =>
 const retriable = (e: ReplicaError | PeerUnreachable | NoSuchTablet): boolean =>
   e._tag === "PeerUnreachable" || e._tag === "NoSuchTablet" || e.retryable
 
+/** A running client: what its functions share. */
+interface Client {
+  readonly o: typeof TabletClientOptions.Type
+  readonly scope: Scope.Scope
+  readonly remote: RemotePeers.RemotePeers
+  /** The leaders as the controller last told them, asked again after a failure (at most once a backoff). */
+  leaders: Map<string, typeof TabletMetadata.Type>
+  refreshedAt: number
+  /**
+   * The producer id, asked of the controller on the first send: unique in the cluster (Kafka's InitProducerId), so
+   * no tablet takes this producer's first batches for another's retries.
+   */
+  producerId: number | undefined
+  readonly idLock: Semaphore.Semaphore
+  /** The producer: one lane per tablet, each with a sender fiber draining its queue one append at a time. */
+  readonly lanes: Map<string, Lane>
+  closed: boolean
+}
+
 /**
  * A client on the `Coordination` in context; its connections close with the scope.
  *
@@ -272,256 +291,275 @@ export const make = (
     const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
-    const scope = yield* Effect.scope
     const election = yield* ClusterPaths.electionOf(o.namespace, o.replication)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
       retryBackoffMs: o.retryBackoffMs
     })
-    const remote = yield* RemotePeers.make({
-      locate: directory.locate,
-      locateData: directory.locateData,
-      controller: directory.controller,
-      requestTimeoutMs: o.requestTimeoutMs
-    })
-    let closed = false
-    yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
-        closed = true
-      })
-    )
-
-    // Metadata: the leaders as the controller last told them, asked again after a failure (at most once a backoff).
-    let leaders = new Map<string, typeof TabletMetadata.Type>()
-    let refreshedAt = Number.NEGATIVE_INFINITY
-    const refresh = Effect.gen(function* () {
-      const now = yield* Clock.currentTimeMillis
-      if (now - refreshedAt < o.retryBackoffMs) return
-      refreshedAt = now
-      const metadata = yield* remote.admin.metadata()
-      leaders = new Map(metadata.tablets.map((t) => [tabletKey(t.tablet), t]))
-    })
-    const leaderOf = (tablet: TabletId) =>
-      Effect.gen(function* () {
-        const key = tabletKey(tablet)
-        if (!leaders.has(key)) yield* refresh
-        const found = leaders.get(key)
-        if (found === undefined) return yield* new NoSuchTablet({ tablet: key })
-        if (found.leader === null) {
-          return yield* new PeerUnreachable({ target: `the leader of ${key}`, detail: "the tablet has no leader" })
-        }
-        return remote.server(found.leader)
-      })
-
-    /** Runs `call` on the tablet's leader, again after a refresh while it fails retriably, until `deadline`. */
-    const onLeader = <A>(
-      tablet: TabletId,
-      deadline: number,
-      call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaError | PeerUnreachable>
-    ): Effect.Effect<A, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
-      Effect.gen(function* () {
-        while (true) {
-          const attempt = yield* Effect.result(Effect.flatMap(leaderOf(tablet), call))
-          if (attempt._tag === "Success") return attempt.success
-          const e = attempt.failure
-          const now = yield* Clock.currentTimeMillis
-          if (!retriable(e)) return yield* e as ReplicaError
-          if (now >= deadline) {
-            if (e._tag === "NoSuchTablet") return yield* e
-            return yield* new DeliveryUnknown({ tablet: tabletKey(tablet), last: e.message })
-          }
-          yield* Effect.sleep(Duration.millis(Math.min(o.retryBackoffMs, deadline - now)))
-          yield* Effect.ignore(refresh)
-        }
-      })
-
-    const fail = (reason: TabletClientError["reason"]) => new TabletClientError({ reason })
-
-    // The producer id, asked of the controller on the first send: unique in the cluster (Kafka's InitProducerId),
-    // so no tablet takes this producer's first batches for another's retries.
-    let producerId: number | undefined
-    const idLock = Semaphore.makeUnsafe(1)
-    const askProducerId = (tablet: string, deadline: number): Effect.Effect<number, NoProducerId> =>
-      Effect.gen(function* () {
-        while (producerId === undefined) {
-          const asked = yield* Effect.result(remote.admin.initProducerId)
-          if (asked._tag === "Success") producerId = asked.success
-          else {
-            const now = yield* Clock.currentTimeMillis
-            if (now >= deadline) return yield* new NoProducerId({ tablet, last: asked.failure.message })
-            yield* Effect.sleep(Duration.millis(Math.min(o.retryBackoffMs, deadline - now)))
-          }
-        }
-        return producerId
-      })
-    const producerIdFor = (tablet: string, deadline: number) =>
-      Effect.suspend(() =>
-        producerId !== undefined
-          ? Effect.succeed(producerId)
-          : Semaphore.withPermit(idLock, askProducerId(tablet, deadline))
-      )
-
-    // The producer: one lane per tablet, each with a sender fiber draining its queue one append at a time.
-    const lanes = new Map<string, Lane>()
-    const sendBatch = (lane: Lane, batch: ReadonlyArray<Queued>) =>
-      Effect.gen(function* () {
-        const records = batch.length === 1 ? batch[0]!.records : batch.flatMap((q) => q.records)
-        const deadline = (yield* Clock.currentTimeMillis) + o.deliveryTimeoutMs
-        const id = yield* Effect.result(producerIdFor(lane.key, deadline))
-        if (id._tag === "Failure") {
-          const error = fail(id.failure)
-          yield* Effect.forEach(batch, (q) => Deferred.fail(q.done, error), { discard: true })
-          return
-        }
-        const attempt = Effect.suspend(() => {
-          const producer = { id: id.success, epoch: lane.epoch, sequence: lane.sequence }
-          return Effect.result(
-            onLeader(lane.tablet, deadline, (server) =>
-              server.append({ tablet: lane.tablet, records, acks: batch[0]!.acks, producer })
-            )
-          )
-        })
-        let result = yield* attempt
-        // The tablet knows nothing of this producer although the lane wrote to it before: the tablet was deleted and
-        // created again (or lost every record of the producer). Nothing of this append is there, so it goes again
-        // as the start of a new producer epoch (KIP-360).
-        if (result._tag === "Failure" && unknownProducer(result.failure) && lane.sequence > 0) {
-          lane.epoch += 1
-          lane.sequence = 0
-          result = yield* attempt
-        }
-        if (result._tag === "Failure") {
-          // Nothing of this append may be written after what comes next: the lane moves to a new producer epoch.
-          lane.epoch += 1
-          lane.sequence = 0
-          const error = fail(result.failure)
-          yield* Effect.forEach(batch, (q) => Deferred.fail(q.done, error), { discard: true })
-          return
-        }
-        lane.sequence += records.length
-        const written: AppendResult = result.success
-        let offset = written.baseOffset
-        for (const q of batch) {
-          yield* Deferred.succeed(q.done, { baseOffset: offset, lastOffset: offset + q.records.length - 1 })
-          offset += q.records.length
-        }
-      })
-    const drain = (lane: Lane): Effect.Effect<never> =>
-      Effect.gen(function* () {
-        while (true) {
-          yield* Deferred.await(lane.wake)
-          if (o.lingerMs > 0 && lane.bytes < o.batchBytes) {
-            // Lingers for more sends, until the queue holds a full batch.
-            lane.full = Deferred.makeUnsafe<void>()
-            yield* Effect.raceFirst(Effect.sleep(Duration.millis(o.lingerMs)), Deferred.await(lane.full))
-          }
-          // Up to batchBytes of what is queued (always the first send, however large).
-          let bytes = 0
-          let n = 0
-          // One append carries one acks: a send asking another ends the batch.
-          while (
-            n < lane.queue.length &&
-            (n === 0 || (bytes + lane.queue[n]!.bytes <= o.batchBytes && lane.queue[n]!.acks === lane.queue[0]!.acks))
-          ) {
-            bytes += lane.queue[n]!.bytes
-            n++
-          }
-          const taken = lane.queue.splice(0, n)
-          lane.bytes -= bytes
-          lane.wake = Deferred.makeUnsafe<void>()
-          if (lane.queue.length > 0) Deferred.doneUnsafe(lane.wake, Effect.void)
-          const batch = taken.filter((q) => q.abandon?.() !== true)
-          for (const q of taken) {
-            if (!batch.includes(q)) Deferred.doneUnsafe(q.done, Effect.fail(fail(new Abandoned({ tablet: lane.key }))))
-          }
-          if (batch.length === 0) continue
-          yield* sendBatch(lane, batch).pipe(
-            Effect.onInterrupt(() =>
-              Effect.forEach(batch, (q) => Deferred.fail(q.done, fail(new ClientClosed({ tablet: lane.key }))), {
-                discard: true
-              })
-            )
-          )
-        }
-      })
-    const laneOf = (tablet: TabletId) =>
-      Effect.gen(function* () {
-        const key = tabletKey(tablet)
-        const known = lanes.get(key)
-        if (known !== undefined) return known
-        const lane: Lane = {
-          key,
-          tablet: { table: tablet.table, bucket: tablet.bucket },
-          queue: [],
-          bytes: 0,
-          wake: Deferred.makeUnsafe<void>(),
-          full: Deferred.makeUnsafe<void>(),
-          epoch: 0,
-          sequence: 0
-        }
-        lanes.set(key, lane)
-        yield* Effect.forkIn(drain(lane), scope)
-        return lane
-      })
-
-    const enqueue: TabletClientShape["enqueue"] = (tablet, records, acks = o.acks, abandon) =>
-      Effect.gen(function* () {
-        if (closed) return Effect.fail(fail(new ClientClosed({ tablet: tabletKey(tablet) })))
-        const lane = yield* laneOf(tablet)
-        const done = yield* Deferred.make<Sent, TabletClientError>()
-        const bytes = records.reduce((n, r) => n + recordBytes(r), 0)
-        lane.queue.push({ records, acks, abandon, bytes, done })
-        lane.bytes += bytes
-        if (lane.queue.length === 1 || lane.bytes >= o.batchBytes) Deferred.doneUnsafe(lane.wake, Effect.void)
-        if (lane.bytes >= o.batchBytes) Deferred.doneUnsafe(lane.full, Effect.void)
-        return Deferred.await(done)
-      })
+    const c: Client = {
+      o,
+      scope: yield* Effect.scope,
+      remote: yield* RemotePeers.make({
+        locate: directory.locate,
+        locateData: directory.locateData,
+        controller: directory.controller,
+        requestTimeoutMs: o.requestTimeoutMs
+      }),
+      leaders: new Map(),
+      refreshedAt: Number.NEGATIVE_INFINITY,
+      producerId: undefined,
+      idLock: Semaphore.makeUnsafe(1),
+      lanes: new Map(),
+      closed: false
+    }
     // A closing client fails what is still queued: no send waits for ever.
     yield* Effect.addFinalizer(() =>
-      Effect.forEach(
-        [...lanes.values()].flatMap((lane) => lane.queue.splice(0).map((q) => [lane, q] as const)),
-        ([lane, q]) => Deferred.fail(q.done, fail(new ClientClosed({ tablet: lane.key }))),
-        { discard: true }
-      )
+      Effect.suspend(() => {
+        c.closed = true
+        return Effect.forEach(
+          [...c.lanes.values()].flatMap((lane) => lane.queue.splice(0).map((q) => [lane, q] as const)),
+          ([lane, q]) => Deferred.fail(q.done, fail(new ClientClosed({ tablet: lane.key }))),
+          { discard: true }
+        )
+      })
     )
+    return shapeOf(c)
+  })
 
-    const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + o.deliveryTimeoutMs)
-    return {
-      send: (tablet, records, acks) => Effect.flatten(enqueue(tablet, records, acks)),
-      enqueue,
-      read: (tablet, offset, maxBytes = 1_048_576) =>
-        Effect.flatMap(deadlineOf, (deadline) =>
-          onLeader(tablet, deadline, (server) => server.read({ tablet, offset, maxBytes }))
-        ).pipe(Effect.mapError(fail)),
-      metadata: (table) =>
-        Effect.flatMap(deadlineOf, (deadline) =>
-          retryUntil(deadline, o.retryBackoffMs, remote.admin.metadata(table), "the metadata")
-        ).pipe(Effect.mapError(fail)),
-      createTable: (table, create) => {
-        // Refused here before it is sent, as the controller refuses it: `ClusterPaths.InvalidTableName`'s message.
-        const invalid = ClusterPaths.invalidTableName(table)
-        if (invalid !== undefined) return Effect.fail(fail(new CreateTableRefused({ detail: invalid.message })))
-        return Effect.flatMap(deadlineOf, (deadline) =>
-          retryUntil(
-            deadline,
-            o.retryBackoffMs,
-            remote.admin.createTable({
-              table,
-              buckets: create.buckets,
-              ...(create.replicationFactor === undefined ? {} : { replicationFactor: create.replicationFactor })
-            }),
-            `creating ${table}`
-          )
-        ).pipe(Effect.mapError(fail))
-      },
-      deleteTable: (table) =>
-        Effect.flatMap(deadlineOf, (deadline) =>
-          retryUntil(deadline, o.retryBackoffMs, remote.admin.deleteTable(table), `deleting ${table}`)
-        ).pipe(Effect.mapError(fail)),
-      balanceLeaders: Effect.flatMap(deadlineOf, (deadline) =>
-        retryUntil(deadline, o.retryBackoffMs, remote.admin.balanceLeaders, "balancing leaders")
+const fail = (reason: TabletClientError["reason"]) => new TabletClientError({ reason })
+
+/** The client as its users see it. */
+const shapeOf = (c: Client): TabletClientShape => {
+  const { o, remote } = c
+  const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + o.deliveryTimeoutMs)
+  const admin = <A, E extends TabletClientError["reason"]>(what: string, call: Effect.Effect<A, E | PeerUnreachable>) =>
+    Effect.flatMap(deadlineOf, (deadline) => retryUntil(deadline, o.retryBackoffMs, call, what)).pipe(
+      Effect.mapError(fail)
+    )
+  const enqueueOn: TabletClientShape["enqueue"] = (tablet, records, acks, abandon) =>
+    enqueue(c, tablet, records, acks, abandon)
+  return {
+    send: (tablet, records, acks) => Effect.flatten(enqueueOn(tablet, records, acks)),
+    enqueue: enqueueOn,
+    read: (tablet, offset, maxBytes = 1_048_576) =>
+      Effect.flatMap(deadlineOf, (deadline) =>
+        onLeader(c, tablet, deadline, (server) => server.read({ tablet, offset, maxBytes }))
       ).pipe(Effect.mapError(fail)),
-      remote
+    metadata: (table) => admin("the metadata", remote.admin.metadata(table)),
+    createTable: (table, create) => {
+      // Refused here before it is sent, as the controller refuses it: `ClusterPaths.InvalidTableName`'s message.
+      const invalid = ClusterPaths.invalidTableName(table)
+      if (invalid !== undefined) return Effect.fail(fail(new CreateTableRefused({ detail: invalid.message })))
+      return admin(
+        `creating ${table}`,
+        remote.admin.createTable({
+          table,
+          buckets: create.buckets,
+          ...(create.replicationFactor === undefined ? {} : { replicationFactor: create.replicationFactor })
+        })
+      )
+    },
+    deleteTable: (table) => admin(`deleting ${table}`, remote.admin.deleteTable(table)),
+    balanceLeaders: admin("balancing leaders", remote.admin.balanceLeaders),
+    remote
+  }
+}
+
+/** Asks the controller for the leaders again, at most once a backoff. */
+const refresh = (c: Client) =>
+  Effect.gen(function* () {
+    const now = yield* Clock.currentTimeMillis
+    if (now - c.refreshedAt < c.o.retryBackoffMs) return
+    c.refreshedAt = now
+    const metadata = yield* c.remote.admin.metadata()
+    c.leaders = new Map(metadata.tablets.map((t) => [tabletKey(t.tablet), t]))
+  })
+
+const leaderOf = (c: Client, tablet: TabletId) =>
+  Effect.gen(function* () {
+    const key = tabletKey(tablet)
+    if (!c.leaders.has(key)) yield* refresh(c)
+    const found = c.leaders.get(key)
+    if (found === undefined) return yield* new NoSuchTablet({ tablet: key })
+    if (found.leader === null) {
+      return yield* new PeerUnreachable({ target: `the leader of ${key}`, detail: "the tablet has no leader" })
     }
+    return c.remote.server(found.leader)
+  })
+
+/** Runs `call` on the tablet's leader, again after a refresh while it fails retriably, until `deadline`. */
+const onLeader = <A>(
+  c: Client,
+  tablet: TabletId,
+  deadline: number,
+  call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaError | PeerUnreachable>
+): Effect.Effect<A, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
+  Effect.gen(function* () {
+    while (true) {
+      const attempt = yield* Effect.result(Effect.flatMap(leaderOf(c, tablet), call))
+      if (attempt._tag === "Success") return attempt.success
+      const e = attempt.failure
+      const now = yield* Clock.currentTimeMillis
+      if (!retriable(e)) return yield* e as ReplicaError
+      if (now >= deadline) {
+        if (e._tag === "NoSuchTablet") return yield* e
+        return yield* new DeliveryUnknown({ tablet: tabletKey(tablet), last: e.message })
+      }
+      yield* Effect.sleep(Duration.millis(Math.min(c.o.retryBackoffMs, deadline - now)))
+      yield* Effect.ignore(refresh(c))
+    }
+  })
+
+/** The client's producer id: asked of the controller once (one question at a time), until `deadline`. */
+const producerIdFor = (c: Client, tablet: string, deadline: number): Effect.Effect<number, NoProducerId> =>
+  Effect.suspend(() =>
+    c.producerId !== undefined
+      ? Effect.succeed(c.producerId)
+      : Semaphore.withPermit(
+          c.idLock,
+          Effect.gen(function* () {
+            while (c.producerId === undefined) {
+              const asked = yield* Effect.result(c.remote.admin.initProducerId)
+              if (asked._tag === "Success") c.producerId = asked.success
+              else {
+                const now = yield* Clock.currentTimeMillis
+                if (now >= deadline) return yield* new NoProducerId({ tablet, last: asked.failure.message })
+                yield* Effect.sleep(Duration.millis(Math.min(c.o.retryBackoffMs, deadline - now)))
+              }
+            }
+            return c.producerId
+          })
+        )
+  )
+
+/** Appends one batch of queued sends as the lane's producer, completing each send with its offsets or the failure. */
+const sendBatch = (c: Client, lane: Lane, batch: ReadonlyArray<Queued>) =>
+  Effect.gen(function* () {
+    const records = batch.length === 1 ? batch[0]!.records : batch.flatMap((q) => q.records)
+    const deadline = (yield* Clock.currentTimeMillis) + c.o.deliveryTimeoutMs
+    const id = yield* Effect.result(producerIdFor(c, lane.key, deadline))
+    if (id._tag === "Failure") {
+      const error = fail(id.failure)
+      yield* Effect.forEach(batch, (q) => Deferred.fail(q.done, error), { discard: true })
+      return
+    }
+    const attempt = Effect.suspend(() => {
+      const producer = { id: id.success, epoch: lane.epoch, sequence: lane.sequence }
+      return Effect.result(
+        onLeader(c, lane.tablet, deadline, (server) =>
+          server.append({ tablet: lane.tablet, records, acks: batch[0]!.acks, producer })
+        )
+      )
+    })
+    let result = yield* attempt
+    // The tablet knows nothing of this producer although the lane wrote to it before: the tablet was deleted and
+    // created again (or lost every record of the producer). Nothing of this append is there, so it goes again as
+    // the start of a new producer epoch (KIP-360).
+    if (result._tag === "Failure" && unknownProducer(result.failure) && lane.sequence > 0) {
+      lane.epoch += 1
+      lane.sequence = 0
+      result = yield* attempt
+    }
+    if (result._tag === "Failure") {
+      // Nothing of this append may be written after what comes next: the lane moves to a new producer epoch.
+      lane.epoch += 1
+      lane.sequence = 0
+      const error = fail(result.failure)
+      yield* Effect.forEach(batch, (q) => Deferred.fail(q.done, error), { discard: true })
+      return
+    }
+    lane.sequence += records.length
+    const written: AppendResult = result.success
+    let offset = written.baseOffset
+    for (const q of batch) {
+      yield* Deferred.succeed(q.done, { baseOffset: offset, lastOffset: offset + q.records.length - 1 })
+      offset += q.records.length
+    }
+  })
+
+/**
+ * Takes the next batch off the lane's queue: up to `batchBytes` (always the first send, however large), of one
+ * acks (a send asking another ends the batch). Sends whose caller abandoned them are failed `Abandoned`, not sent.
+ */
+const takeBatch = (c: Client, lane: Lane): ReadonlyArray<Queued> => {
+  let bytes = 0
+  let n = 0
+  while (
+    n < lane.queue.length &&
+    (n === 0 || (bytes + lane.queue[n]!.bytes <= c.o.batchBytes && lane.queue[n]!.acks === lane.queue[0]!.acks))
+  ) {
+    bytes += lane.queue[n]!.bytes
+    n++
+  }
+  const taken = lane.queue.splice(0, n)
+  lane.bytes -= bytes
+  lane.wake = Deferred.makeUnsafe<void>()
+  if (lane.queue.length > 0) Deferred.doneUnsafe(lane.wake, Effect.void)
+  const batch = taken.filter((q) => q.abandon?.() !== true)
+  for (const q of taken) {
+    if (!batch.includes(q)) Deferred.doneUnsafe(q.done, Effect.fail(fail(new Abandoned({ tablet: lane.key }))))
+  }
+  return batch
+}
+
+/** A lane's sender: waits for sends, lingers for more (until a full batch), and sends one batch at a time. */
+const drain = (c: Client, lane: Lane): Effect.Effect<never> =>
+  Effect.gen(function* () {
+    while (true) {
+      yield* Deferred.await(lane.wake)
+      if (c.o.lingerMs > 0 && lane.bytes < c.o.batchBytes) {
+        lane.full = Deferred.makeUnsafe<void>()
+        yield* Effect.raceFirst(Effect.sleep(Duration.millis(c.o.lingerMs)), Deferred.await(lane.full))
+      }
+      const batch = takeBatch(c, lane)
+      if (batch.length === 0) continue
+      yield* sendBatch(c, lane, batch).pipe(
+        Effect.onInterrupt(() =>
+          Effect.forEach(batch, (q) => Deferred.fail(q.done, fail(new ClientClosed({ tablet: lane.key }))), {
+            discard: true
+          })
+        )
+      )
+    }
+  })
+
+/** The tablet's lane, made (with its sender running) on first use. */
+const laneOf = (c: Client, tablet: TabletId) =>
+  Effect.gen(function* () {
+    const key = tabletKey(tablet)
+    const known = c.lanes.get(key)
+    if (known !== undefined) return known
+    const lane: Lane = {
+      key,
+      tablet: { table: tablet.table, bucket: tablet.bucket },
+      queue: [],
+      bytes: 0,
+      wake: Deferred.makeUnsafe<void>(),
+      full: Deferred.makeUnsafe<void>(),
+      epoch: 0,
+      sequence: 0
+    }
+    c.lanes.set(key, lane)
+    yield* Effect.forkIn(drain(c, lane), c.scope)
+    return lane
+  })
+
+const enqueue = (
+  c: Client,
+  tablet: TabletId,
+  records: ReadonlyArray<TabletRecord>,
+  acks: ReplicaAcks = c.o.acks,
+  abandon?: () => boolean
+): Effect.Effect<Effect.Effect<Sent, TabletClientError>> =>
+  Effect.gen(function* () {
+    if (c.closed) return Effect.fail(fail(new ClientClosed({ tablet: tabletKey(tablet) })))
+    const lane = yield* laneOf(c, tablet)
+    const done = yield* Deferred.make<Sent, TabletClientError>()
+    const bytes = records.reduce((n, r) => n + recordBytes(r), 0)
+    lane.queue.push({ records, acks, abandon, bytes, done })
+    lane.bytes += bytes
+    if (lane.queue.length === 1 || lane.bytes >= c.o.batchBytes) Deferred.doneUnsafe(lane.wake, Effect.void)
+    if (lane.bytes >= c.o.batchBytes) Deferred.doneUnsafe(lane.full, Effect.void)
+    return Deferred.await(done)
   })
 
 /** Whether a tablet refused an append for not knowing its producer. */
