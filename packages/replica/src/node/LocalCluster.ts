@@ -131,6 +131,26 @@ interface Running {
 
 const unreachable = (target: string) => Effect.fail(new PeerUnreachable({ target, detail: "not running" }))
 
+/** A cluster in one process: what its functions share. */
+interface Cluster {
+  readonly options: LocalClusterOptions
+  readonly config: ReplicationConfig.ReplicationConfig
+  readonly namespace: string
+  readonly paths: ClusterPaths.ClusterPaths
+  readonly coordination: Coordination["Service"]
+  readonly scope: Scope.Scope
+  readonly tcp: boolean
+  /** The running servers, by id; each server's store outlives its stops. */
+  readonly running: Map<ServerId, Running>
+  readonly stores: Map<ServerId, Context.Context<Store>>
+  /** Each coordinator's controller while it leads. */
+  readonly leading: Array<Effect.Effect<Controller.ControllerShape | undefined>>
+  /** The controller now, for the servers' direct calls (in one process). */
+  controller: Controller.ControllerShape | undefined
+  /** The client's view of the cluster over TCP: calls go where the servers and the controller registered. */
+  remote: RemotePeers.RemotePeers | undefined
+}
+
 /**
  * Starts the cluster on the `Coordination` in context; it stops with the scope.
  *
@@ -144,258 +164,271 @@ export const make = (
   Coordination | Scope.Scope
 > =>
   Effect.gen(function* () {
-    const config = yield* ReplicationConfig.decode(options.replication ?? {})
     const namespace = options.namespace ?? "/strata"
-    const paths = ClusterPaths.make(namespace)
-    const coordination = yield* Coordination
-    const scope = yield* Effect.scope
-    const running = new Map<ServerId, Running>()
-    const stores = new Map<ServerId, Context.Context<Store>>()
-    let controller: Controller.ControllerShape | undefined
-
-    const directPeers: PeersShape = {
-      leader: (id) => ({
-        fetch: (request) => {
-          const r = running.get(id)
-          return r === undefined ? unreachable(`server ${id}`) : r.server.fetch(request)
-        },
-        endOffsetForEpoch: (request) => {
-          const r = running.get(id)
-          return r === undefined ? unreachable(`server ${id}`) : r.server.endOffsetForEpoch(request)
-        }
-      }),
-      controller: {
-        adjustIsr: (request) =>
-          controller === undefined
-            ? unreachable("the controller")
-            : controller
-                .adjustIsr(request)
-                .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message }))),
-        controlledShutdown: (server) =>
-          controller === undefined
-            ? unreachable("the controller")
-            : controller
-                .controlledShutdown(server)
-                .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message }))),
-        replicaStorage: (report) =>
-          controller === undefined
-            ? unreachable("the controller")
-            : controller
-                .replicaStorage(report)
-                .pipe(Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message })))
-      }
+    const k: Cluster = {
+      options,
+      config: yield* ReplicationConfig.decode(options.replication ?? {}),
+      namespace,
+      paths: ClusterPaths.make(namespace),
+      coordination: yield* Coordination,
+      scope: yield* Effect.scope,
+      tcp: options.transport === "tcp",
+      running: new Map(),
+      stores: new Map(),
+      leading: [],
+      controller: undefined,
+      remote: undefined
     }
-    const tcp = options.transport === "tcp"
-    /** A call to running server `id` (unreachable when it is not running). */
-    const onRunning = <A>(
-      id: ServerId,
-      f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaError>
-    ) => {
-      const r = running.get(id)
-      return r === undefined ? unreachable(`server ${id}`) : f(r.server)
-    }
-    const direct: Controller.TabletServersShape = {
-      leaderAndIsr: (id, request) => onRunning(id, (server) => server.leaderAndIsr(request)),
-      logEnd: (id, request) => onRunning(id, (server) => server.logEnd(request)),
-      holdings: (id, request) => onRunning(id, (server) => server.holdings(request)),
-      stopReplica: (id, request) => onRunning(id, (server) => server.stopReplica(request))
-    }
-
-    const startServer = (id: ServerId) =>
-      Effect.gen(function* () {
-        if (running.has(id)) return
-        let store = stores.get(id)
-        if (store === undefined) {
-          store = yield* Layer.buildWithScope(Store.layerMemory(), scope)
-          stores.set(id, store)
-        }
-        const serverScope = yield* Scope.fork(scope, "sequential")
-        if (tcp) {
-          // As a process runs it: listening on loopback, registered, finding the others through coordination.
-          const node = yield* TabletServerNode.make({
-            serverId: id,
-            namespace,
-            replication: options.replication ?? {},
-            controlledShutdown: false
-          }).pipe(Effect.provide(Context.add(store, Coordination, coordination)), Scope.provide(serverScope))
-          running.set(id, { server: node.server, scope: serverScope })
-          return
-        }
-        const server = yield* TabletServer.make({ serverId: id, replication: options.replication ?? {} }).pipe(
-          Effect.provide(Context.add(store, Peers, directPeers)),
-          Scope.provide(serverScope)
-        )
-        running.set(id, { server, scope: serverScope })
-        const session = yield* Scope.provide(coordination.session(), serverScope)
-        const registration = yield* ClusterPaths.register(session, paths, id, {
-          address: `local:${id}`,
-          registrationEpoch: 0
-        })
-        yield* server.registered(registration)
-      }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
-
-    const stopServer = (id: ServerId) =>
-      Effect.suspend(() => {
-        const r = running.get(id)
-        running.delete(id)
-        return r === undefined ? Effect.void : Scope.close(r.scope, Exit.void)
-      })
-
     // Coordinators: each runs the election, and the controller while it leads; over TCP each is a coordinator
     // process's parts.
-    const leading: Array<Effect.Effect<Controller.ControllerShape | undefined>> = []
     const election = yield* CoordinationElection.make({
       namespace: namespace.replace(/^\/+/, ""),
-      sessionTimeout: config.sessionTimeoutMs,
-      replicaLagTimeMax: config.replicaLagTimeMaxMs
+      sessionTimeout: k.config.sessionTimeoutMs,
+      replicaLagTimeMax: k.config.replicaLagTimeMaxMs
     }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `the election: ${e.message}` })))
-    for (let i = 0; i < (options.coordinators ?? 1); i++) {
-      const id = 101 + i
-      if (tcp) {
-        const node = yield* CoordinatorNode.make({
-          serverId: id,
-          namespace,
-          replication: options.replication ?? {}
-        }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting coordinator ${id}: ${e.message}` })))
-        leading.push(node.controller)
-        continue
-      }
-      const resign: { run: Effect.Effect<void> } = { run: Effect.void }
-      let mine: Controller.ControllerShape | undefined
-      const view = yield* ControllerView.make({ namespace, keepWarm: { retryBackoffMs: config.retryBackoffMs } })
-      const coordinator = yield* Coordinator.make({
-        serverId: id,
-        address: `local:${id}`,
-        services: [
-          CoordinatorNode.controllerService({
-            namespace,
-            config,
-            servers: direct,
-            resign: Effect.suspend(() => resign.run),
-            track: (c) =>
-              Effect.sync(() => {
-                if (c !== undefined) controller = c
-                else if (controller === mine) controller = undefined
-                mine = c
-              }),
-            view
-          })
-        ]
-      }).pipe(
-        Effect.provideService(Election, election),
-        Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
-      )
-      resign.run = coordinator.resign
-      leading.push(Effect.sync(() => mine))
-    }
-    // The client's view of the cluster over TCP: calls go to the servers and the controller where they registered.
-    let remote: RemotePeers.RemotePeers | undefined
-    if (tcp) {
-      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
-      remote = yield* RemotePeers.make({
+    for (let i = 0; i < (options.coordinators ?? 1); i++) yield* startCoordinator(k, 101 + i, election)
+    if (k.tcp) {
+      const directory = yield* ClusterDirectory.make(k.paths, election, { retryBackoffMs: k.config.retryBackoffMs })
+      k.remote = yield* RemotePeers.make({
         locate: directory.locate,
         locateData: directory.locateData,
         controller: directory.controller,
-        requestTimeoutMs: TabletServerNode.requestTimeoutOf(config)
+        requestTimeoutMs: TabletServerNode.requestTimeoutOf(k.config)
       })
     }
-    for (let id = 1; id <= options.servers; id++) yield* startServer(id)
-
-    const current = Effect.flatMap(Effect.all(leading), (found) => {
-      const c = found.find((c) => c !== undefined)
-      return c === undefined ? Effect.fail(new LocalClusterError({ detail: "no controller (yet)" })) : Effect.succeed(c)
-    }).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
-
-    const tablet = (t: TabletId) =>
-      Effect.flatMap(current, (c) =>
-        Effect.flatMap(c.state, (s) => {
-          const found = s.tablets.get(tabletKey(t))
-          return found === undefined
-            ? Effect.fail(new LocalClusterError({ detail: `no tablet ${tabletKey(t)}` }))
-            : Effect.succeed(found)
-        })
-      )
-
-    const serverOf = (id: ServerId | null) =>
-      Effect.suspend(() => {
-        const r = id === null ? undefined : running.get(id)
-        return r === undefined
-          ? Effect.fail(new LocalClusterError({ detail: `server ${id} is not running` }))
-          : Effect.succeed(r.server)
-      })
-
-    /** The leader's calls, made directly or over TCP (where an unreachable leader is retried as a stale one is). */
-    const leaderOf = (t: TabletId) =>
-      Effect.flatMap(tablet(t), (found): Effect.Effect<LeaderCalls, LocalClusterError> => {
-        const id = found.leaderAndIsr.leader
-        if (remote === undefined || id === null) return serverOf(id)
-        const calls = remote.server(id)
-        const reached = <A, E>(call: Effect.Effect<A, E | PeerUnreachable>) =>
-          Effect.mapError(call, (e) =>
-            e instanceof PeerUnreachable ? new LocalClusterError({ detail: e.message }) : e
-          ) as Effect.Effect<A, Exclude<E, PeerUnreachable> | LocalClusterError>
-        return Effect.succeed({
-          append: (request) => reached(calls.append(request)),
-          read: (request) => reached(calls.read(request))
-        })
-      })
-
-    const retrying = Schedule.spaced(config.retryBackoffMs)
-    const retryable = (e: ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
+    for (let id = 1; id <= options.servers; id++) yield* startServer(k, id)
     const producer = yield* LocalProducer.make(
-      Effect.flatMap(current, (c) =>
+      Effect.flatMap(current(k), (c) =>
         c.initProducerId.pipe(Effect.mapError((e) => new LocalClusterError({ detail: `no producer id: ${e.message}` })))
-      ).pipe(Effect.retry({ schedule: retrying, times: 600 }))
+      ).pipe(Effect.retry({ schedule: Schedule.spaced(k.config.retryBackoffMs), times: 600 }))
     )
-
-    return {
-      createTable: (table, o) =>
-        Effect.gen(function* () {
-          const rf = o.replicationFactor ?? config.replicationFactor
-          const specs = Array.from({ length: o.buckets }, (_, bucket) => ({
-            tablet: { table, bucket },
-            replicas: Array.from({ length: rf }, (_, r) => ((bucket + r) % options.servers) + 1)
-          }))
-          const reply = yield* Effect.flatMap(current, (c) => c.createTablets(specs)).pipe(
-            Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
-          )
-          if (reply._tag !== "Created") return yield* new LocalClusterError({ detail: JSON.stringify(reply) })
-          return reply.tablets
-        }),
-      append: (t, records, acks = "all") =>
-        producer.append(
-          tabletKey(t),
-          (stamp) =>
-            Effect.flatMap(leaderOf(t), (server) => server.append({ tablet: t, records, acks, producer: stamp })).pipe(
-              Effect.retry({ schedule: retrying, times: 600, while: retryable }),
-              Effect.map((result) => ({ baseOffset: result.baseOffset, lastOffset: result.lastOffset }))
-            ),
-          records.length
-        ),
-      read: (t) =>
-        Effect.gen(function* () {
-          const out: Array<TabletBatch> = []
-          let offset = 0
-          while (true) {
-            const page = yield* Effect.flatMap(leaderOf(t), (server) =>
-              server.read({ tablet: t, offset, maxBytes: 1_048_576 })
-            ).pipe(Effect.retry({ schedule: retrying, times: 600, while: retryable }))
-            if (page.batches.length === 0) return out
-            out.push(...page.batches)
-            const last = page.batches.at(-1)!
-            offset = last.baseOffset + last.records.length
-          }
-        }),
-      tablet,
-      stopServer,
-      startServer,
-      server: (id) => serverOf(id),
-      awaitTablet: (t, check) =>
-        Effect.flatMap(tablet(t), (found) =>
-          check(found) ? Effect.succeed(found) : Effect.fail(new LocalClusterError({ detail: "not yet" }))
-        ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 3000 }))
-    }
+    return shapeOf(k, producer)
   })
+
+/** A coordinator: over TCP a coordinator process's parts, else the election with the controller as its service. */
+const startCoordinator = (k: Cluster, id: number, election: Election["Service"]) =>
+  Effect.gen(function* () {
+    if (k.tcp) {
+      const node = yield* CoordinatorNode.make({
+        serverId: id,
+        namespace: k.namespace,
+        replication: k.options.replication ?? {}
+      }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting coordinator ${id}: ${e.message}` })))
+      k.leading.push(node.controller)
+      return
+    }
+    const resign: { run: Effect.Effect<void> } = { run: Effect.void }
+    let mine: Controller.ControllerShape | undefined
+    const view = yield* ControllerView.make({
+      namespace: k.namespace,
+      keepWarm: { retryBackoffMs: k.config.retryBackoffMs }
+    })
+    const coordinator = yield* Coordinator.make({
+      serverId: id,
+      address: `local:${id}`,
+      services: [
+        CoordinatorNode.controllerService({
+          namespace: k.namespace,
+          config: k.config,
+          servers: directServers(k),
+          resign: Effect.suspend(() => resign.run),
+          track: (c) =>
+            Effect.sync(() => {
+              if (c !== undefined) k.controller = c
+              else if (k.controller === mine) k.controller = undefined
+              mine = c
+            }),
+          view
+        })
+      ]
+    }).pipe(
+      Effect.provideService(Election, election),
+      Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
+    )
+    resign.run = coordinator.resign
+    k.leading.push(Effect.sync(() => mine))
+  })
+
+/** The controller as the servers reach it in one process (unreachable while there is none). */
+const onController = <A, E extends { readonly message: string }>(
+  k: Cluster,
+  f: (controller: Controller.ControllerShape) => Effect.Effect<A, E>
+) =>
+  Effect.suspend(() =>
+    k.controller === undefined
+      ? unreachable("the controller")
+      : f(k.controller).pipe(
+          Effect.mapError((e) => new PeerUnreachable({ target: "the controller", detail: e.message }))
+        )
+  )
+
+/** A call to running server `id` (unreachable when it is not running). */
+const onRunning = <A>(
+  k: Cluster,
+  id: ServerId,
+  f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaError>
+): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
+  Effect.suspend((): Effect.Effect<A, ReplicaError | PeerUnreachable> => {
+    const r = k.running.get(id)
+    return r === undefined ? unreachable(`server ${id}`) : f(r.server)
+  })
+
+/** The servers' calls to one another and to the controller, in one process. */
+const directPeers = (k: Cluster): PeersShape => ({
+  leader: (id) => ({
+    fetch: (request) => onRunning(k, id, (server) => server.fetch(request)),
+    endOffsetForEpoch: (request) => onRunning(k, id, (server) => server.endOffsetForEpoch(request))
+  }),
+  controller: {
+    adjustIsr: (request) => onController(k, (c) => c.adjustIsr(request)),
+    controlledShutdown: (server) => onController(k, (c) => c.controlledShutdown(server)),
+    replicaStorage: (report) => onController(k, (c) => c.replicaStorage(report))
+  }
+})
+
+/** The controller's calls to the servers, in one process. */
+const directServers = (k: Cluster): Controller.TabletServersShape => ({
+  leaderAndIsr: (id, request) => onRunning(k, id, (server) => server.leaderAndIsr(request)),
+  logEnd: (id, request) => onRunning(k, id, (server) => server.logEnd(request)),
+  holdings: (id, request) => onRunning(k, id, (server) => server.holdings(request)),
+  stopReplica: (id, request) => onRunning(k, id, (server) => server.stopReplica(request))
+})
+
+/** Starts server `id` on its store (made on its first start): over TCP as a process runs it, else in process. */
+const startServer = (k: Cluster, id: ServerId) =>
+  Effect.gen(function* () {
+    if (k.running.has(id)) return
+    let store = k.stores.get(id)
+    if (store === undefined) {
+      store = yield* Layer.buildWithScope(Store.layerMemory(), k.scope)
+      k.stores.set(id, store)
+    }
+    const serverScope = yield* Scope.fork(k.scope, "sequential")
+    if (k.tcp) {
+      // As a process runs it: listening on loopback, registered, finding the others through coordination.
+      const node = yield* TabletServerNode.make({
+        serverId: id,
+        namespace: k.namespace,
+        replication: k.options.replication ?? {},
+        controlledShutdown: false
+      }).pipe(Effect.provide(Context.add(store, Coordination, k.coordination)), Scope.provide(serverScope))
+      k.running.set(id, { server: node.server, scope: serverScope })
+      return
+    }
+    const server = yield* TabletServer.make({ serverId: id, replication: k.options.replication ?? {} }).pipe(
+      Effect.provide(Context.add(store, Peers, directPeers(k))),
+      Scope.provide(serverScope)
+    )
+    k.running.set(id, { server, scope: serverScope })
+    const session = yield* Scope.provide(k.coordination.session(), serverScope)
+    const registration = yield* ClusterPaths.register(session, k.paths, id, {
+      address: `local:${id}`,
+      registrationEpoch: 0
+    })
+    yield* server.registered(registration)
+  }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
+
+const stopServer = (k: Cluster, id: ServerId) =>
+  Effect.suspend(() => {
+    const r = k.running.get(id)
+    k.running.delete(id)
+    return r === undefined ? Effect.void : Scope.close(r.scope, Exit.void)
+  })
+
+/** The controller now (waited for while there is none). */
+const current = (k: Cluster) =>
+  Effect.flatMap(Effect.all(k.leading), (found) => {
+    const c = found.find((c) => c !== undefined)
+    return c === undefined ? Effect.fail(new LocalClusterError({ detail: "no controller (yet)" })) : Effect.succeed(c)
+  }).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
+
+const tabletOf = (k: Cluster, t: TabletId) =>
+  Effect.flatMap(current(k), (c) =>
+    Effect.flatMap(c.state, (s) => {
+      const found = s.tablets.get(tabletKey(t))
+      return found === undefined
+        ? Effect.fail(new LocalClusterError({ detail: `no tablet ${tabletKey(t)}` }))
+        : Effect.succeed(found)
+    })
+  )
+
+const serverOf = (k: Cluster, id: ServerId | null) =>
+  Effect.suspend(() => {
+    const r = id === null ? undefined : k.running.get(id)
+    return r === undefined
+      ? Effect.fail(new LocalClusterError({ detail: `server ${id} is not running` }))
+      : Effect.succeed(r.server)
+  })
+
+/** The leader's calls, made directly or over TCP (where an unreachable leader is retried as a stale one is). */
+const leaderOf = (k: Cluster, t: TabletId) =>
+  Effect.flatMap(tabletOf(k, t), (found): Effect.Effect<LeaderCalls, LocalClusterError> => {
+    const id = found.leaderAndIsr.leader
+    if (k.remote === undefined || id === null) return serverOf(k, id)
+    const calls = k.remote.server(id)
+    const reached = <A, E>(call: Effect.Effect<A, E | PeerUnreachable>) =>
+      Effect.mapError(call, (e) =>
+        e instanceof PeerUnreachable ? new LocalClusterError({ detail: e.message }) : e
+      ) as Effect.Effect<A, Exclude<E, PeerUnreachable> | LocalClusterError>
+    return Effect.succeed({
+      append: (request) => reached(calls.append(request)),
+      read: (request) => reached(calls.read(request))
+    })
+  })
+
+const retryable = (e: ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
+
+/** The cluster as its users see it. */
+const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterError>): LocalCluster => {
+  const retrying = Schedule.spaced(k.config.retryBackoffMs)
+  return {
+    createTable: (table, o) =>
+      Effect.gen(function* () {
+        const rf = o.replicationFactor ?? k.config.replicationFactor
+        const specs = Array.from({ length: o.buckets }, (_, bucket) => ({
+          tablet: { table, bucket },
+          replicas: Array.from({ length: rf }, (_, r) => ((bucket + r) % k.options.servers) + 1)
+        }))
+        const reply = yield* Effect.flatMap(current(k), (c) => c.createTablets(specs)).pipe(
+          Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
+        )
+        if (reply._tag !== "Created") return yield* new LocalClusterError({ detail: JSON.stringify(reply) })
+        return reply.tablets
+      }),
+    append: (t, records, acks = "all") =>
+      producer.append(
+        tabletKey(t),
+        (stamp) =>
+          Effect.flatMap(leaderOf(k, t), (server) => server.append({ tablet: t, records, acks, producer: stamp })).pipe(
+            Effect.retry({ schedule: retrying, times: 600, while: retryable }),
+            Effect.map((result) => ({ baseOffset: result.baseOffset, lastOffset: result.lastOffset }))
+          ),
+        records.length
+      ),
+    read: (t) =>
+      Effect.gen(function* () {
+        const out: Array<TabletBatch> = []
+        let offset = 0
+        while (true) {
+          const page = yield* Effect.flatMap(leaderOf(k, t), (server) =>
+            server.read({ tablet: t, offset, maxBytes: 1_048_576 })
+          ).pipe(Effect.retry({ schedule: retrying, times: 600, while: retryable }))
+          if (page.batches.length === 0) return out
+          out.push(...page.batches)
+          const last = page.batches.at(-1)!
+          offset = last.baseOffset + last.records.length
+        }
+      }),
+    tablet: (t) => tabletOf(k, t),
+    stopServer: (id) => stopServer(k, id),
+    startServer: (id) => startServer(k, id),
+    server: (id) => serverOf(k, id),
+    awaitTablet: (t, check) =>
+      Effect.flatMap(tabletOf(k, t), (found) =>
+        check(found) ? Effect.succeed(found) : Effect.fail(new LocalClusterError({ detail: "not yet" }))
+      ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 3000 }))
+  }
+}
 
 /**
  * The cluster as a layer on the `Coordination` in context.
