@@ -164,6 +164,39 @@ export const formatStats = (stats: RecoveryStats): string => {
   ].join("\n")
 }
 
+/** A recovery: what its functions share. `progress` and the rest change as runs start and records are applied. */
+interface Recovery {
+  readonly source: ChangelogSource
+  readonly target: RestoreTarget
+  readonly delay: Duration.Duration
+  readonly bufferSize: number
+  readonly standbyBufferSize: number
+  readonly statsInterval: Duration.Duration
+  readonly eventTimeoutMs: number
+  readonly flushTimeoutMs: number
+  readonly wipe: boolean
+  readonly scope: Scope.Scope
+  readonly events: PubSub.PubSub<RecoveryEvent>
+  active: ReadonlyArray<TopicPartition>
+  standby: ReadonlyArray<TopicPartition>
+  progress: Map<string, Progress>
+  /**
+   * Actives restored to their highwater and still assigned: a later run does not restore them again (their tables
+   * hold writes newer than the changelog's committed records, which a second restore would overwrite).
+   */
+  readonly caughtUp: Set<string>
+  completed: Deferred.Deferred<void, RecoveryError>
+  /** Per active partition, completed when it caught up in the current run. */
+  readiness: Map<string, Deferred.Deferred<void, RecoveryError>>
+  running: Fiber.Fiber<void> | undefined
+  /** Moving average of the apply rate, records per millisecond (undefined until the first batch). */
+  rate: number | undefined
+  lastFlushAt: number
+  readonly stalled: Set<string>
+  /** Partitions whose restore failed, and why: set aside until assigned again. */
+  readonly failures: Map<string, RecoveryErrorReason>
+}
+
 /** Builds the recovery; its background restore runs in the scope. */
 export const make = (
   source: ChangelogSource,
@@ -177,480 +210,509 @@ export const make = (
         return new InvalidRecoveryOptions({ detail: `${option} = ${value}: ${detail}` })
       })
     )
-    const delay = Duration.fromInputUnsafe(options.recoveryDelay ?? 0)
-    const bufferSize = options.recoveryBufferSize ?? 1000
-    const standbyBufferSize = options.standbyBufferSize ?? 1000
-    const statsInterval = Duration.fromInputUnsafe(options.statsInterval ?? "5 seconds")
-    const eventTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.eventTimeout ?? "30 seconds"))
-    const flushTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout ?? "120 seconds"))
-    const wipe = options.onInconsistency === "wipe"
-    const scope = yield* Effect.scope
-    const events = yield* PubSub.unbounded<RecoveryEvent>()
-
-    let active: ReadonlyArray<TopicPartition> = []
-    let standby: ReadonlyArray<TopicPartition> = []
-    let progress = new Map<string, Progress>()
-    /**
-     * Actives restored to their highwater and still assigned: a later run does not restore them again (their tables
-     * hold writes newer than the changelog's committed records, which a second restore would overwrite).
-     */
-    const caughtUp = new Set<string>()
-    let completed = yield* Deferred.make<void, RecoveryError>()
+    const completed = yield* Deferred.make<void, RecoveryError>()
     yield* Deferred.succeed(completed, undefined)
-    /** Per active partition, completed when it caught up in the current run. */
-    let readiness = new Map<string, Deferred.Deferred<void, RecoveryError>>()
-    let running: Fiber.Fiber<void> | undefined
-    /** Moving average of the apply rate, records per millisecond (undefined until the first batch). */
-    let rate: number | undefined
-    let lastFlushAt = 0
-    const stalled = new Set<string>()
-    /** Partitions whose restore failed, and why: set aside until assigned again. */
-    const failures = new Map<string, RecoveryErrorReason>()
+    const r: Recovery = {
+      source,
+      target,
+      delay: Duration.fromInputUnsafe(options.recoveryDelay ?? 0),
+      bufferSize: options.recoveryBufferSize ?? 1000,
+      standbyBufferSize: options.standbyBufferSize ?? 1000,
+      statsInterval: Duration.fromInputUnsafe(options.statsInterval ?? "5 seconds"),
+      eventTimeoutMs: Duration.toMillis(Duration.fromInputUnsafe(options.eventTimeout ?? "30 seconds")),
+      flushTimeoutMs: Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout ?? "120 seconds")),
+      wipe: options.onInconsistency === "wipe",
+      scope: yield* Effect.scope,
+      events: yield* PubSub.unbounded<RecoveryEvent>(),
+      active: [],
+      standby: [],
+      progress: new Map(),
+      caughtUp: new Set(),
+      completed,
+      readiness: new Map(),
+      running: undefined,
+      rate: undefined,
+      lastFlushAt: 0,
+      stalled: new Set(),
+      failures: new Map()
+    }
+    yield* Effect.addFinalizer(() => (r.running === undefined ? Effect.void : Fiber.interrupt(r.running)))
+    return shapeOf(r)
+  })
 
-    const publish = (event: RecoveryEvent) => PubSub.publish(events, event)
+const publish = (r: Recovery, event: RecoveryEvent) => PubSub.publish(r.events, event)
 
-    const statsNow = (): RecoveryStats => {
-      const partitions: Array<PartitionProgress> = [...progress.values()].map((p) => ({
-        topic: p.tp.topic,
-        partition: p.tp.partition,
-        highwater: p.highwater,
-        offset: p.offset,
-        remaining: Math.max(0, p.highwater - p.offset),
-        standby: p.standby
-      }))
-      const remaining = partitions.filter((p) => !p.standby).reduce((n, p) => n + p.remaining, 0)
-      return {
-        partitions,
-        remaining,
-        etaMs: rate === undefined || rate <= 0 ? undefined : Math.round(remaining / rate)
+const statsNow = (r: Recovery): RecoveryStats => {
+  const partitions: Array<PartitionProgress> = [...r.progress.values()].map((p) => ({
+    topic: p.tp.topic,
+    partition: p.tp.partition,
+    highwater: p.highwater,
+    offset: p.offset,
+    remaining: Math.max(0, p.highwater - p.offset),
+    standby: p.standby
+  }))
+  const remaining = partitions.filter((p) => !p.standby).reduce((n, p) => n + p.remaining, 0)
+  return {
+    partitions,
+    remaining,
+    etaMs: r.rate === undefined || r.rate <= 0 ? undefined : Math.round(remaining / r.rate)
+  }
+}
+
+/** Sets a partition aside: it stops, its waiters fail with the reason, and the target marks it unusable. */
+const failPartition = (r: Recovery, tp: TopicPartition, reason: RecoveryErrorReason) =>
+  Effect.gen(function* () {
+    const key = tpKey(tp)
+    r.failures.set(key, reason)
+    r.progress.delete(key)
+    yield* r.source.pause([tp])
+    yield* r.target.failed(tp, reason)
+    const waiting = r.readiness.get(key)
+    if (waiting !== undefined) yield* Deferred.fail(waiting, new RecoveryError({ reason }))
+    yield* Effect.logError(`recovery of ${key} failed: ${reason.message}`)
+    yield* publish(r, { _tag: "PartitionFailed", topic: tp.topic, partition: tp.partition, reason })
+  })
+
+/**
+ * The highwater of `tp` once it is past `persisted`, or as it stays: a broker can answer with a high watermark that
+ * lags a write it already acknowledged (a new connection, right after the produce), while a changelog that was
+ * recreated or truncated stays below. Read again for up to a second before judging the store ahead of it.
+ */
+const settledHighwater = (r: Recovery, tp: TopicPartition, persisted: number, first: number) =>
+  Effect.gen(function* () {
+    let highwater = first
+    for (let attempt = 0; attempt < 10 && persisted >= highwater; attempt++) {
+      yield* Effect.sleep("100 millis")
+      const [o] = yield* r.source.offsets([tp]).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+      if (o !== undefined) highwater = o.highwater
+    }
+    return highwater
+  })
+
+/**
+ * Reads offsets and the persisted position of `tps`, checks consistency and seeks; returns their progress. A
+ * partition that cannot be restored is set aside (`failPartition`); one set aside before and fine now is usable
+ * again.
+ */
+const prepare = (r: Recovery, tps: ReadonlyArray<TopicPartition>, isStandby: boolean, now: number) =>
+  Effect.gen(function* () {
+    if (tps.length === 0) return [] as Array<Progress>
+    const offsets = yield* r.source.offsets(tps).pipe(Effect.mapError((e) => restoreFailed(tps[0]!, e.message)))
+    const out: Array<Progress> = []
+    for (const o of offsets) {
+      const tp = { topic: o.topic, partition: o.partition }
+      const persisted = yield* Effect.result(r.target.persistedOffset(tp))
+      if (persisted._tag === "Failure") {
+        yield* failPartition(r, tp, persisted.failure)
+        continue
+      }
+      let from = Option.match(persisted.success, { onNone: () => 0, onSome: (p) => p + 1 })
+      const highwater =
+        Option.isSome(persisted.success) && persisted.success.value >= o.highwater
+          ? yield* settledHighwater(r, tp, persisted.success.value, o.highwater)
+          : o.highwater
+      if (Option.isSome(persisted.success) && persisted.success.value >= highwater) {
+        if (!r.wipe) {
+          yield* failPartition(
+            r,
+            tp,
+            new ConsistencyError({
+              topic: o.topic,
+              partition: o.partition,
+              persisted: persisted.success.value,
+              highwater
+            })
+          )
+          continue
+        }
+        yield* Effect.logWarning(
+          `${tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${highwater}; wiping the store and restoring it`
+        )
+        yield* r.target.wipe(tp).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        from = 0
+      }
+      const start = Math.max(from, o.logStart)
+      yield* r.source.seek(tp, start).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
+      if (r.failures.delete(tpKey(tp))) yield* r.target.failed(tp, undefined)
+      out.push({
+        tp,
+        standby: isStandby,
+        highwater,
+        offset: start,
+        ready: !isStandby && start >= highwater,
+        lastEventAt: now
+      })
+    }
+    return out
+  })
+
+const markReady = (r: Recovery, p: Progress) =>
+  Effect.gen(function* () {
+    p.ready = true
+    if (!p.standby) r.caughtUp.add(tpKey(p.tp))
+    yield* r.source.pause([p.tp])
+    const waiting = r.readiness.get(tpKey(p.tp))
+    if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
+    yield* publish(r, { _tag: "PartitionReady", topic: p.tp.topic, partition: p.tp.partition })
+  })
+
+/** Applies one partition's records (in offset order) and advances its progress. */
+const applyRecords = (r: Recovery, p: Progress, records: ReadonlyArray<LogRecord>, now: number) =>
+  Effect.gen(function* () {
+    // Records come in offset order: when the first and last are wanted, all are (the usual case, no copy).
+    const wanted = (rec: LogRecord) => rec.offset >= p.offset && (p.standby || rec.offset < p.highwater)
+    const fresh =
+      records.length > 0 && wanted(records[0]!) && wanted(records[records.length - 1]!)
+        ? records
+        : records.filter(wanted)
+    p.lastEventAt = now
+    r.stalled.delete(tpKey(p.tp))
+    if (fresh.length === 0) return
+    const startedAt = yield* Clock.currentTimeMillis
+    const applied = yield* r.target.apply(p.tp, fresh)
+    for (const skipped of applied.skipped) {
+      yield* Effect.logWarning(
+        `recovery of ${tpKey(p.tp)}: offset ${skipped.offset} set aside (dead-lettered): ${skipped.detail}`
+      )
+      yield* publish(r, { _tag: "RecordSkipped", topic: p.tp.topic, partition: p.tp.partition, ...skipped })
+    }
+    if (applied.skipped.length > 0) {
+      yield* Metric.update(Metric.withAttributes(metrics.recordsSkipped, { topic: p.tp.topic }), applied.skipped.length)
+    }
+    const endedAt = yield* Clock.currentTimeMillis
+    r.lastFlushAt = endedAt
+    const sample = fresh.length / Math.max(1, endedAt - startedAt)
+    r.rate = r.rate === undefined ? sample : 0.8 * r.rate + 0.2 * sample
+    p.offset = fresh[fresh.length - 1]!.offset + 1
+    if (p.standby && p.offset > p.highwater) p.highwater = p.offset
+    yield* Metric.update(Metric.withAttributes(metrics.recordsApplied, { topic: p.tp.topic }), fresh.length)
+    yield* publish(r, {
+      _tag: "BatchApplied",
+      topic: p.tp.topic,
+      partition: p.tp.partition,
+      records: fresh.length,
+      offset: p.offset,
+      standby: p.standby
+    })
+  })
+
+/** Reports a partition waiting too long, saying what it waits for. */
+const checkStalls = (r: Recovery, now: number) =>
+  Effect.gen(function* () {
+    const restoring = [...r.progress.values()].filter((p) => !p.standby && !p.ready)
+    if (restoring.length === 0) return
+    const report = (p: Progress, kind: StallKind, forMs: number) =>
+      Effect.gen(function* () {
+        const key = `${tpKey(p.tp)}:${kind}`
+        if (r.stalled.has(key)) return
+        r.stalled.add(key)
+        yield* Effect.logWarning(
+          `recovery of ${tpKey(p.tp)} stalled (${kind}) for ${forMs} ms at offset ${p.offset} of ${p.highwater}`
+        )
+        yield* publish(r, { _tag: "Stalled", kind, topic: p.tp.topic, partition: p.tp.partition, forMs })
+      })
+    for (const p of restoring) {
+      const quiet = now - p.lastEventAt
+      if (quiet < r.eventTimeoutMs) continue
+      const fetching = yield* r.source.fetching(p.tp)
+      const position = yield* r.source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
+      const kind: StallKind = !fetching ? "paused" : position >= p.highwater ? "only-markers-left" : "no-fetch"
+      yield* report(p, kind, quiet)
+    }
+    if (now - r.lastFlushAt >= r.flushTimeoutMs) yield* report(restoring[0]!, "no-flush", now - r.lastFlushAt)
+  })
+
+/** Actives whose consumer position passed the highwater without a record (markers, compacted tail) are ready. */
+const checkPositions = (r: Recovery) =>
+  Effect.gen(function* () {
+    for (const p of r.progress.values()) {
+      if (p.standby || p.ready) continue
+      const position = yield* r.source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
+      if (position >= p.highwater) {
+        p.offset = Math.max(p.offset, p.highwater)
+        yield* markReady(r, p)
       }
     }
+  })
 
-    /** Sets a partition aside: it stops, its waiters fail with the reason, and the target marks it unusable. */
-    const failPartition = (tp: TopicPartition, reason: RecoveryErrorReason) =>
+/**
+ * One run: after the delay and a flush, prepares the actives (those caught up in an earlier run kept) and the
+ * standbys, restores the actives to their highwater, completes `done` (or fails it with a partition's reason), then
+ * keeps the standbys tailing their changelogs.
+ */
+const restore = (
+  r: Recovery,
+  actives: ReadonlyArray<TopicPartition>,
+  standbys: ReadonlyArray<TopicPartition>,
+  done: Deferred.Deferred<void, RecoveryError>
+) =>
+  Effect.gen(function* () {
+    if (Duration.isGreaterThan(r.delay, Duration.zero)) yield* Effect.sleep(r.delay)
+    yield* r.target.flush.pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+    yield* publish(r, { _tag: "Started", active: actives, standby: standbys })
+    const now = yield* Clock.currentTimeMillis
+    r.lastFlushAt = now
+    const kept = actives.flatMap((tp) => {
+      const earlier = r.progress.get(tpKey(tp))
+      return r.caughtUp.has(tpKey(tp)) && earlier !== undefined && !earlier.standby ? [earlier] : []
+    })
+    const keptKeys = new Set(kept.map((p) => tpKey(p.tp)))
+    const fresh = actives.filter((tp) => !keptKeys.has(tpKey(tp)))
+    const prepared = [...kept, ...(yield* prepare(r, fresh, false, now)), ...(yield* prepare(r, standbys, true, now))]
+    r.progress = new Map(prepared.map((p) => [tpKey(p.tp), p]))
+    for (const p of prepared) if (p.ready) yield* markReady(r, p)
+    const restoring = prepared.filter((p) => !p.ready && !p.standby)
+    if (restoring.length > 0) yield* r.source.resume(restoring.map((p) => p.tp))
+    const initial = statsNow(r)
+    yield* Metric.update(metrics.remaining, initial.remaining)
+    if (initial.remaining > 0) yield* Effect.logInfo(`recovery starting\n${formatStats(initial)}`)
+    yield* publish(r, { _tag: "Progress", stats: initial })
+    const ticker = yield* Effect.forkScoped(tick(r))
+    yield* applyPhase(r, actives, false)
+    yield* Fiber.interrupt(ticker)
+    yield* publish(r, { _tag: "Progress", stats: statsNow(r) })
+    // Every other partition is restored; one set aside fails the run with its reason.
+    const failed = actives.flatMap((tp) => {
+      const reason = r.failures.get(tpKey(tp))
+      return reason === undefined ? [] : [reason]
+    })
+    if (failed.length > 0) {
+      yield* Deferred.fail(done, new RecoveryError({ reason: failed[0]! }))
+    } else {
+      yield* publish(r, { _tag: "Completed" })
+      yield* Effect.logInfo("Worker ready")
+      yield* Deferred.succeed(done, undefined)
+    }
+    // Standbys keep tailing their changelogs for as long as they are assigned.
+    const tailing = [...r.progress.values()].filter((p) => p.standby)
+    if (tailing.length > 0) {
+      yield* r.source.resume(tailing.map((p) => p.tp))
+      yield* applyPhase(r, actives, true)
+    }
+  }).pipe(
+    Effect.scoped,
+    Effect.catch((error) =>
       Effect.gen(function* () {
-        const key = tpKey(tp)
-        failures.set(key, reason)
-        progress.delete(key)
-        yield* source.pause([tp])
-        yield* target.failed(tp, reason)
-        const waiting = readiness.get(key)
-        if (waiting !== undefined) yield* Deferred.fail(waiting, new RecoveryError({ reason }))
-        yield* Effect.logError(`recovery of ${key} failed: ${reason.message}`)
-        yield* publish({ _tag: "PartitionFailed", topic: tp.topic, partition: tp.partition, reason })
+        for (const waiting of r.readiness.values()) yield* Deferred.fail(waiting, error)
+        yield* Deferred.fail(done, error)
       })
+    ),
+    Effect.annotateLogs({ component: "recovery" })
+  )
 
-    /**
-     * The highwater of `tp` once it is past `persisted`, or as it stays: a broker can answer with a high watermark
-     * that lags a write it already acknowledged (a new connection, right after the produce), while a changelog that
-     * was recreated or truncated stays below. Read again for up to a second before judging the store ahead of it.
-     */
-    const settledHighwater = (tp: TopicPartition, persisted: number, first: number) =>
-      Effect.gen(function* () {
-        let highwater = first
-        for (let attempt = 0; attempt < 10 && persisted >= highwater; attempt++) {
-          yield* Effect.sleep("100 millis")
-          const [o] = yield* source.offsets([tp]).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-          if (o !== undefined) highwater = o.highwater
-        }
-        return highwater
-      })
+/** Progress, stalls and the consumer positions, on a timer beside the apply loop. */
+const tick = (r: Recovery): Effect.Effect<never> =>
+  Effect.gen(function* () {
+    while (true) {
+      yield* Effect.sleep(r.statsInterval)
+      const stats = statsNow(r)
+      yield* Metric.update(metrics.remaining, stats.remaining)
+      if (stats.remaining > 0) yield* Effect.logInfo(`recovery progress\n${formatStats(stats)}`)
+      yield* publish(r, { _tag: "Progress", stats })
+      yield* checkStalls(r, yield* Clock.currentTimeMillis)
+    }
+  })
 
-    /**
-     * Reads offsets and the persisted position of `tps`, checks consistency and seeks; returns their progress. A
-     * partition that cannot be restored is set aside (`failPartition`); one set aside before and fine now is usable
-     * again.
-     */
-    const prepare = (tps: ReadonlyArray<TopicPartition>, isStandby: boolean, now: number) =>
-      Effect.gen(function* () {
-        if (tps.length === 0) return [] as Array<Progress>
-        const offsets = yield* source.offsets(tps).pipe(Effect.mapError((e) => restoreFailed(tps[0]!, e.message)))
-        const out: Array<Progress> = []
-        for (const o of offsets) {
-          const tp = { topic: o.topic, partition: o.partition }
-          const persisted = yield* Effect.result(target.persistedOffset(tp))
-          if (persisted._tag === "Failure") {
-            yield* failPartition(tp, persisted.failure)
-            continue
-          }
-          let from = Option.match(persisted.success, { onNone: () => 0, onSome: (p) => p + 1 })
-          const highwater =
-            Option.isSome(persisted.success) && persisted.success.value >= o.highwater
-              ? yield* settledHighwater(tp, persisted.success.value, o.highwater)
-              : o.highwater
-          if (Option.isSome(persisted.success) && persisted.success.value >= highwater) {
-            if (!wipe) {
-              yield* failPartition(
-                tp,
-                new ConsistencyError({
-                  topic: o.topic,
-                  partition: o.partition,
-                  persisted: persisted.success.value,
-                  highwater
+/** Batches in flight in an apply phase: each one's fiber, and the partitions it brings to their highwater. */
+interface InFlight {
+  readonly fiber: Fiber.Fiber<void, RecoveryError>
+  readonly finishing: Set<string>
+}
+
+/**
+ * Takes records and applies them until every active is ready (or, for the standbys' phase, for as long as the run
+ * lasts). Batches are applied while the next one is taken and prepared: a store writing off the main thread
+ * (LevelDB) writes one batch while the next is built. At most `IN_FLIGHT` batches are in flight, so memory stays
+ * bounded by `IN_FLIGHT + 1` buffers; a partition's batches are applied in order because each waits for that
+ * partition's batch before it.
+ */
+const applyPhase = (r: Recovery, actives: ReadonlyArray<TopicPartition>, standbyPhase: boolean) =>
+  Effect.gen(function* () {
+    const poll = Duration.millis(Math.max(50, Math.min(1000, Duration.toMillis(r.statsInterval) / 5)))
+    const inflight: Array<InFlight> = []
+    /** Per partition, completed when its last batch handed over is applied. */
+    const tails = new Map<string, Deferred.Deferred<void, RecoveryError>>()
+    const settleOldest = Effect.suspend(() => {
+      const f = inflight.shift()
+      return f === undefined ? Effect.void : Fiber.join(f.fiber)
+    })
+    while (true) {
+      const pending = [...r.progress.values()].filter((p) => (standbyPhase ? p.standby : !p.standby && !p.ready))
+      if (!standbyPhase && pending.length === 0) {
+        if (inflight.length === 0) return
+        yield* settleOldest
+        continue
+      }
+      // Take only while records are still to come once the batches in flight land; otherwise wait for them.
+      if (
+        inflight.length > 0 &&
+        !standbyPhase &&
+        pending.every((p) => inflight.some((f) => f.finishing.has(tpKey(p.tp))))
+      ) {
+        yield* settleOldest
+        continue
+      }
+      const taken = yield* r.source.take(standbyPhase ? r.standbyBufferSize : r.bufferSize).pipe(
+        Effect.timeoutOption(poll),
+        Effect.mapError((e) => restoreFailed(pending[0]?.tp ?? actives[0]!, e.message))
+      )
+      const at = yield* Clock.currentTimeMillis
+      if (Option.isNone(taken)) {
+        while (inflight.length > 0) yield* settleOldest
+        if (!standbyPhase) yield* checkPositions(r)
+        continue
+      }
+      const byPartition = groupByPartition(taken.value)
+      // The partitions this batch brings to their highwater.
+      const finishing = new Set<string>()
+      for (const [key, list] of byPartition) {
+        const p = r.progress.get(key)
+        if (p !== undefined && !p.standby && list[list.length - 1]!.offset + 1 >= p.highwater) finishing.add(key)
+      }
+      if (inflight.length >= IN_FLIGHT) yield* settleOldest
+      inflight.push({ fiber: yield* applyBatch(r, byPartition, tails, at), finishing })
+    }
+  })
+
+/** Groups records by partition along runs of consecutive records of one partition (chunks arrive whole). */
+const groupByPartition = (records: Iterable<LogRecord>): Map<string, Array<LogRecord>> => {
+  const byPartition = new Map<string, Array<LogRecord>>()
+  let run: Array<LogRecord> | undefined
+  let runTopic = ""
+  let runPartition = -1
+  for (const rec of records) {
+    if (run === undefined || rec.partition !== runPartition || rec.topic !== runTopic) {
+      runTopic = rec.topic
+      runPartition = rec.partition
+      const key = tpKey(rec)
+      run = byPartition.get(key)
+      if (run === undefined) {
+        run = []
+        byPartition.set(key, run)
+      }
+    }
+    run.push(rec)
+  }
+  return byPartition
+}
+
+/**
+ * Applies one taken batch in a fiber of its own: its partitions side by side (their stores write independently),
+ * each after that partition's batch before it (`tails`).
+ */
+const applyBatch = (
+  r: Recovery,
+  byPartition: ReadonlyMap<string, Array<LogRecord>>,
+  tails: Map<string, Deferred.Deferred<void, RecoveryError>>,
+  at: number
+) =>
+  Effect.gen(function* () {
+    const steps: Array<
+      readonly [
+        string,
+        Array<LogRecord>,
+        Deferred.Deferred<void, RecoveryError> | undefined,
+        Deferred.Deferred<void, RecoveryError>
+      ]
+    > = []
+    for (const [key, list] of byPartition) {
+      const done = yield* Deferred.make<void, RecoveryError>()
+      steps.push([key, list, tails.get(key), done])
+      tails.set(key, done)
+    }
+    return yield* Effect.forEach(
+      steps,
+      ([key, list, before, done]) =>
+        Effect.gen(function* () {
+          if (before !== undefined) yield* Deferred.await(before)
+          const p = r.progress.get(key)
+          // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
+          if (p === undefined || (p.ready && !p.standby)) return
+          const applied = yield* Effect.result(applyRecords(r, p, list, at))
+          if (applied._tag === "Failure") return yield* failPartition(r, p.tp, applied.failure)
+          if (!p.standby && p.offset >= p.highwater) yield* markReady(r, p)
+        }).pipe(
+          Effect.onExit((exit) =>
+            Deferred.done(done, exit).pipe(
+              Effect.andThen(
+                Effect.sync(() => {
+                  if (tails.get(key) === done) tails.delete(key)
                 })
               )
-              continue
-            }
-            yield* Effect.logWarning(
-              `${tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${highwater}; wiping the store and restoring it`
             )
-            yield* target.wipe(tp).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
-            from = 0
-          }
-          const start = Math.max(from, o.logStart)
-          yield* source.seek(tp, start).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-          if (failures.delete(tpKey(tp))) yield* target.failed(tp, undefined)
-          out.push({
-            tp,
-            standby: isStandby,
-            highwater,
-            offset: start,
-            ready: !isStandby && start >= highwater,
-            lastEventAt: now
-          })
-        }
-        return out
-      })
-
-    const markReady = (p: Progress) =>
-      Effect.gen(function* () {
-        p.ready = true
-        if (!p.standby) caughtUp.add(tpKey(p.tp))
-        yield* source.pause([p.tp])
-        const waiting = readiness.get(tpKey(p.tp))
-        if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
-        yield* publish({ _tag: "PartitionReady", topic: p.tp.topic, partition: p.tp.partition })
-      })
-
-    /** Applies one partition's records (in offset order) and advances its progress. */
-    const applyRecords = (p: Progress, records: ReadonlyArray<LogRecord>, now: number) =>
-      Effect.gen(function* () {
-        // Records come in offset order: when the first and last are wanted, all are (the usual case, no copy).
-        const wanted = (r: LogRecord) => r.offset >= p.offset && (p.standby || r.offset < p.highwater)
-        const fresh =
-          records.length > 0 && wanted(records[0]!) && wanted(records[records.length - 1]!)
-            ? records
-            : records.filter(wanted)
-        p.lastEventAt = now
-        stalled.delete(tpKey(p.tp))
-        if (fresh.length === 0) return
-        const startedAt = yield* Clock.currentTimeMillis
-        const applied = yield* target.apply(p.tp, fresh)
-        for (const skipped of applied.skipped) {
-          yield* Effect.logWarning(
-            `recovery of ${tpKey(p.tp)}: offset ${skipped.offset} set aside (dead-lettered): ${skipped.detail}`
           )
-          yield* publish({ _tag: "RecordSkipped", topic: p.tp.topic, partition: p.tp.partition, ...skipped })
-        }
-        if (applied.skipped.length > 0) {
-          yield* Metric.update(
-            Metric.withAttributes(metrics.recordsSkipped, { topic: p.tp.topic }),
-            applied.skipped.length
-          )
-        }
-        const endedAt = yield* Clock.currentTimeMillis
-        lastFlushAt = endedAt
-        const sample = fresh.length / Math.max(1, endedAt - startedAt)
-        rate = rate === undefined ? sample : 0.8 * rate + 0.2 * sample
-        p.offset = fresh[fresh.length - 1]!.offset + 1
-        if (p.standby && p.offset > p.highwater) p.highwater = p.offset
-        yield* Metric.update(Metric.withAttributes(metrics.recordsApplied, { topic: p.tp.topic }), fresh.length)
-        yield* publish({
-          _tag: "BatchApplied",
-          topic: p.tp.topic,
-          partition: p.tp.partition,
-          records: fresh.length,
-          offset: p.offset,
-          standby: p.standby
-        })
-      })
-
-    /** Reports a partition waiting too long, saying what it waits for. */
-    const checkStalls = (now: number) =>
-      Effect.gen(function* () {
-        const restoring = [...progress.values()].filter((p) => !p.standby && !p.ready)
-        if (restoring.length === 0) return
-        const report = (p: Progress, kind: StallKind, forMs: number) =>
-          Effect.gen(function* () {
-            const key = `${tpKey(p.tp)}:${kind}`
-            if (stalled.has(key)) return
-            stalled.add(key)
-            yield* Effect.logWarning(
-              `recovery of ${tpKey(p.tp)} stalled (${kind}) for ${forMs} ms at offset ${p.offset} of ${p.highwater}`
-            )
-            yield* publish({ _tag: "Stalled", kind, topic: p.tp.topic, partition: p.tp.partition, forMs })
-          })
-        for (const p of restoring) {
-          const quiet = now - p.lastEventAt
-          if (quiet < eventTimeoutMs) continue
-          const fetching = yield* source.fetching(p.tp)
-          const position = yield* source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
-          const kind: StallKind = !fetching ? "paused" : position >= p.highwater ? "only-markers-left" : "no-fetch"
-          yield* report(p, kind, quiet)
-        }
-        if (now - lastFlushAt >= flushTimeoutMs) yield* report(restoring[0]!, "no-flush", now - lastFlushAt)
-      })
-
-    /** Actives whose consumer position passed the highwater without a record (markers, compacted tail) are ready. */
-    const checkPositions = Effect.gen(function* () {
-      for (const p of progress.values()) {
-        if (p.standby || p.ready) continue
-        const position = yield* source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
-        if (position >= p.highwater) {
-          p.offset = Math.max(p.offset, p.highwater)
-          yield* markReady(p)
-        }
-      }
-    })
-
-    const restore = (
-      actives: ReadonlyArray<TopicPartition>,
-      standbys: ReadonlyArray<TopicPartition>,
-      done: Deferred.Deferred<void, RecoveryError>
-    ) =>
-      Effect.gen(function* () {
-        if (Duration.isGreaterThan(delay, Duration.zero)) yield* Effect.sleep(delay)
-        yield* target.flush.pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
-        yield* publish({ _tag: "Started", active: actives, standby: standbys })
-        const now = yield* Clock.currentTimeMillis
-        lastFlushAt = now
-        const kept = actives.flatMap((tp) => {
-          const earlier = progress.get(tpKey(tp))
-          return caughtUp.has(tpKey(tp)) && earlier !== undefined && !earlier.standby ? [earlier] : []
-        })
-        const keptKeys = new Set(kept.map((p) => tpKey(p.tp)))
-        const fresh = actives.filter((tp) => !keptKeys.has(tpKey(tp)))
-        const prepared = [...kept, ...(yield* prepare(fresh, false, now)), ...(yield* prepare(standbys, true, now))]
-        progress = new Map(prepared.map((p) => [tpKey(p.tp), p]))
-        for (const p of prepared) if (p.ready) yield* markReady(p)
-        const restoring = prepared.filter((p) => !p.ready && !p.standby)
-        if (restoring.length > 0) yield* source.resume(restoring.map((p) => p.tp))
-        const initial = statsNow()
-        yield* Metric.update(metrics.remaining, initial.remaining)
-        if (initial.remaining > 0) yield* Effect.logInfo(`recovery starting\n${formatStats(initial)}`)
-        yield* publish({ _tag: "Progress", stats: initial })
-        // Progress, stalls and the consumer positions, on a timer beside the apply loop.
-        const ticker = yield* Effect.gen(function* () {
-          while (true) {
-            yield* Effect.sleep(statsInterval)
-            const stats = statsNow()
-            yield* Metric.update(metrics.remaining, stats.remaining)
-            if (stats.remaining > 0) yield* Effect.logInfo(`recovery progress\n${formatStats(stats)}`)
-            yield* publish({ _tag: "Progress", stats })
-            yield* checkStalls(yield* Clock.currentTimeMillis)
-          }
-        }).pipe(Effect.forkScoped)
-
-        const poll = Duration.millis(Math.max(50, Math.min(1000, Duration.toMillis(statsInterval) / 5)))
-        const applyPhase = (standbyPhase: boolean) =>
-          Effect.gen(function* () {
-            // Batches being applied while the next one is taken and prepared: a store writing off the main thread
-            // (LevelDB) writes one batch while the next is built. At most `IN_FLIGHT` batches are in flight, so memory
-            // stays bounded by `IN_FLIGHT + 1` buffers; a partition's batches are applied in order because each
-            // waits for that partition's batch before it.
-            const inflight: Array<{
-              readonly fiber: Fiber.Fiber<void, RecoveryError>
-              readonly finishing: Set<string>
-            }> = []
-            /** Per partition, completed when its last batch handed over is applied. */
-            const tails = new Map<string, Deferred.Deferred<void, RecoveryError>>()
-            const settleOldest = Effect.suspend(() => {
-              const f = inflight.shift()
-              return f === undefined ? Effect.void : Fiber.join(f.fiber)
-            })
-            while (true) {
-              const pending = [...progress.values()].filter((p) => (standbyPhase ? p.standby : !p.standby && !p.ready))
-              if (!standbyPhase && pending.length === 0) {
-                if (inflight.length === 0) return
-                yield* settleOldest
-                continue
-              }
-              // Take only while records are still to come once the batches in flight land; otherwise wait for them.
-              if (
-                inflight.length > 0 &&
-                !standbyPhase &&
-                pending.every((p) => inflight.some((f) => f.finishing.has(tpKey(p.tp))))
-              ) {
-                yield* settleOldest
-                continue
-              }
-              const taken = yield* source.take(standbyPhase ? standbyBufferSize : bufferSize).pipe(
-                Effect.timeoutOption(poll),
-                Effect.mapError((e) => restoreFailed(pending[0]?.tp ?? actives[0]!, e.message))
-              )
-              const at = yield* Clock.currentTimeMillis
-              if (Option.isNone(taken)) {
-                while (inflight.length > 0) yield* settleOldest
-                if (!standbyPhase) yield* checkPositions
-                continue
-              }
-              // Group by partition along runs of consecutive records of one partition (chunks arrive whole).
-              const byPartition = new Map<string, Array<LogRecord>>()
-              let run: Array<LogRecord> | undefined
-              let runTopic = ""
-              let runPartition = -1
-              for (const r of taken.value) {
-                if (run === undefined || r.partition !== runPartition || r.topic !== runTopic) {
-                  runTopic = r.topic
-                  runPartition = r.partition
-                  const key = tpKey(r)
-                  run = byPartition.get(key)
-                  if (run === undefined) {
-                    run = []
-                    byPartition.set(key, run)
-                  }
-                }
-                run.push(r)
-              }
-              // The partitions this batch brings to their highwater.
-              const finishing = new Set<string>()
-              for (const [key, list] of byPartition) {
-                const p = progress.get(key)
-                if (p !== undefined && !p.standby && list[list.length - 1]!.offset + 1 >= p.highwater)
-                  finishing.add(key)
-              }
-              if (inflight.length >= IN_FLIGHT) yield* settleOldest
-              // Partitions are applied side by side: their stores write independently.
-              const steps: Array<
-                readonly [
-                  string,
-                  Array<LogRecord>,
-                  Deferred.Deferred<void, RecoveryError> | undefined,
-                  Deferred.Deferred<void, RecoveryError>
-                ]
-              > = []
-              for (const [key, list] of byPartition) {
-                const done = yield* Deferred.make<void, RecoveryError>()
-                steps.push([key, list, tails.get(key), done])
-                tails.set(key, done)
-              }
-              const fiber = yield* Effect.forEach(
-                steps,
-                ([key, list, before, done]) =>
-                  Effect.gen(function* () {
-                    if (before !== undefined) yield* Deferred.await(before)
-                    const p = progress.get(key)
-                    // Records of partitions not restored here (fetched before a pause or a revoke) are skipped.
-                    if (p === undefined || (p.ready && !p.standby)) return
-                    const applied = yield* Effect.result(applyRecords(p, list, at))
-                    if (applied._tag === "Failure") return yield* failPartition(p.tp, applied.failure)
-                    if (!p.standby && p.offset >= p.highwater) yield* markReady(p)
-                  }).pipe(
-                    Effect.onExit((exit) =>
-                      Deferred.done(done, exit).pipe(
-                        Effect.andThen(
-                          Effect.sync(() => {
-                            if (tails.get(key) === done) tails.delete(key)
-                          })
-                        )
-                      )
-                    )
-                  ),
-                { concurrency: "unbounded", discard: true }
-              ).pipe(
-                Effect.andThen(Effect.suspend(() => Metric.update(metrics.remaining, statsNow().remaining))),
-                Effect.forkScoped
-              )
-              inflight.push({ fiber, finishing })
-            }
-          })
-
-        yield* applyPhase(false)
-        yield* Fiber.interrupt(ticker)
-        const finished = statsNow()
-        yield* publish({ _tag: "Progress", stats: finished })
-        // Every other partition is restored; one set aside fails the run with its reason.
-        const failed = actives.flatMap((tp) => {
-          const reason = failures.get(tpKey(tp))
-          return reason === undefined ? [] : [reason]
-        })
-        if (failed.length > 0) {
-          yield* Deferred.fail(done, new RecoveryError({ reason: failed[0]! }))
-        } else {
-          yield* publish({ _tag: "Completed" })
-          yield* Effect.logInfo("Worker ready")
-          yield* Deferred.succeed(done, undefined)
-        }
-        // Standbys keep tailing their changelogs for as long as they are assigned.
-        const tailing = [...progress.values()].filter((p) => p.standby)
-        if (tailing.length > 0) {
-          yield* source.resume(tailing.map((p) => p.tp))
-          yield* applyPhase(true)
-        }
-      }).pipe(
-        Effect.scoped,
-        Effect.catch((error) =>
-          Effect.gen(function* () {
-            for (const waiting of readiness.values()) yield* Deferred.fail(waiting, error)
-            yield* Deferred.fail(done, error)
-          })
         ),
-        Effect.annotateLogs({ component: "recovery" })
-      )
-
-    const restart = Effect.gen(function* () {
-      if (running !== undefined) {
-        yield* Fiber.interrupt(running)
-        // Suspended: everything is paused until the new run seeks and resumes what it restores.
-        yield* source.pause([...progress.values()].map((p) => p.tp))
-      }
-      const done = yield* Deferred.make<void, RecoveryError>()
-      // Waiters of an earlier, interrupted run follow the new one.
-      if (!(yield* Deferred.isDone(completed))) yield* Deferred.completeWith(completed, Deferred.await(done))
-      completed = done
-      const previous = readiness
-      readiness = new Map()
-      for (const tp of active) {
-        const waiting = yield* Deferred.make<void, RecoveryError>()
-        readiness.set(tpKey(tp), waiting)
-        const earlier = previous.get(tpKey(tp))
-        if (earlier !== undefined && !(yield* Deferred.isDone(earlier))) {
-          yield* Deferred.completeWith(earlier, Deferred.await(waiting))
-        }
-      }
-      running = yield* restore(active, standby, done).pipe(Effect.asVoid, Effect.forkIn(scope))
-    })
-    yield* Effect.addFinalizer(() => (running === undefined ? Effect.void : Fiber.interrupt(running)))
-
-    const without = (tps: ReadonlyArray<TopicPartition>, gone: ReadonlySet<string>) =>
-      tps.filter((tp) => !gone.has(tpKey(tp)))
-
-    return {
-      assign: (assignment) =>
-        Effect.suspend(() => {
-          const promoted = new Set(assignment.active.map(tpKey))
-          const known = new Set(active.map(tpKey))
-          active = [...active, ...assignment.active.filter((tp) => !known.has(tpKey(tp)))]
-          // A standby promoted to active leaves the standbys; it replays only its lag from its persisted offset.
-          const keptStandby = without(standby, promoted)
-          const knownStandby = new Set([...keptStandby.map(tpKey), ...active.map(tpKey)])
-          standby = [...keptStandby, ...assignment.standby.filter((tp) => !knownStandby.has(tpKey(tp)))]
-          return restart
-        }),
-      revoke: (tps) =>
-        Effect.suspend(() => {
-          const gone = new Set(tps.map(tpKey))
-          for (const key of gone) {
-            caughtUp.delete(key)
-            failures.delete(key)
-          }
-          active = without(active, gone)
-          standby = without(standby, gone)
-          return Effect.andThen(source.pause(tps), restart)
-        }),
-      stats: Effect.sync(statsNow),
-      events: Stream.fromPubSub(events),
-      waitUntilCompleted: Effect.suspend(() => Deferred.await(completed)),
-      waitUntilReady: (tps) =>
-        Effect.suspend(() =>
-          Effect.forEach(
-            tps,
-            (tp) => {
-              const waiting = readiness.get(tpKey(tp))
-              return waiting === undefined ? Effect.void : Deferred.await(waiting)
-            },
-            { discard: true }
-          )
-        )
-    } satisfies RecoveryShape
+      { concurrency: "unbounded", discard: true }
+    ).pipe(
+      Effect.andThen(Effect.suspend(() => Metric.update(metrics.remaining, statsNow(r).remaining))),
+      Effect.forkScoped
+    )
   })
+
+/** Starts a new run for the current assignment, interrupting the one before; its waiters follow the new run. */
+const restart = (r: Recovery) =>
+  Effect.gen(function* () {
+    if (r.running !== undefined) {
+      yield* Fiber.interrupt(r.running)
+      // Suspended: everything is paused until the new run seeks and resumes what it restores.
+      yield* r.source.pause([...r.progress.values()].map((p) => p.tp))
+    }
+    const done = yield* Deferred.make<void, RecoveryError>()
+    // Waiters of an earlier, interrupted run follow the new one.
+    if (!(yield* Deferred.isDone(r.completed))) yield* Deferred.completeWith(r.completed, Deferred.await(done))
+    r.completed = done
+    const previous = r.readiness
+    r.readiness = new Map()
+    for (const tp of r.active) {
+      const waiting = yield* Deferred.make<void, RecoveryError>()
+      r.readiness.set(tpKey(tp), waiting)
+      const earlier = previous.get(tpKey(tp))
+      if (earlier !== undefined && !(yield* Deferred.isDone(earlier))) {
+        yield* Deferred.completeWith(earlier, Deferred.await(waiting))
+      }
+    }
+    r.running = yield* restore(r, r.active, r.standby, done).pipe(Effect.asVoid, Effect.forkIn(r.scope))
+  })
+
+const without = (tps: ReadonlyArray<TopicPartition>, gone: ReadonlySet<string>) =>
+  tps.filter((tp) => !gone.has(tpKey(tp)))
+
+/** The recovery as the table manager sees it. */
+const shapeOf = (r: Recovery): RecoveryShape => ({
+  assign: (assignment) =>
+    Effect.suspend(() => {
+      const promoted = new Set(assignment.active.map(tpKey))
+      const known = new Set(r.active.map(tpKey))
+      r.active = [...r.active, ...assignment.active.filter((tp) => !known.has(tpKey(tp)))]
+      // A standby promoted to active leaves the standbys; it replays only its lag from its persisted offset.
+      const keptStandby = without(r.standby, promoted)
+      const knownStandby = new Set([...keptStandby.map(tpKey), ...r.active.map(tpKey)])
+      r.standby = [...keptStandby, ...assignment.standby.filter((tp) => !knownStandby.has(tpKey(tp)))]
+      return restart(r)
+    }),
+  revoke: (tps) =>
+    Effect.suspend(() => {
+      const gone = new Set(tps.map(tpKey))
+      for (const key of gone) {
+        r.caughtUp.delete(key)
+        r.failures.delete(key)
+      }
+      r.active = without(r.active, gone)
+      r.standby = without(r.standby, gone)
+      return Effect.andThen(r.source.pause(tps), restart(r))
+    }),
+  stats: Effect.sync(() => statsNow(r)),
+  events: Stream.fromPubSub(r.events),
+  waitUntilCompleted: Effect.suspend(() => Deferred.await(r.completed)),
+  waitUntilReady: (tps) =>
+    Effect.suspend(() =>
+      Effect.forEach(
+        tps,
+        (tp) => {
+          const waiting = r.readiness.get(tpKey(tp))
+          return waiting === undefined ? Effect.void : Deferred.await(waiting)
+        },
+        { discard: true }
+      )
+    )
+})
