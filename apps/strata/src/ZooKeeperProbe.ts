@@ -8,6 +8,7 @@
  * @since 0.1.0
  */
 import { connect } from "node:net"
+import { HostPort } from "@strata/core"
 import { Effect } from "effect"
 
 /**
@@ -56,8 +57,12 @@ const isConnectResponse = (length: number, body: Buffer): boolean =>
  */
 export const probe = (hostPort: string, timeoutMs = 3_000): Effect.Effect<Answer> =>
   Effect.callback<Answer>((resume) => {
-    const colon = hostPort.lastIndexOf(":")
-    const socket = connect({ host: hostPort.slice(0, colon), port: Number(hostPort.slice(colon + 1)) })
+    const target = HostPort.parse(hostPort)
+    if (target === undefined) {
+      resume(Effect.succeed({ _tag: "NoConnection", detail: `${hostPort}: ${HostPort.invalid(hostPort)}` }))
+      return
+    }
+    const socket = connect(target)
     let connected = false
     let received = Buffer.alloc(0)
     let settled = false

@@ -6,6 +6,7 @@
  */
 export * from "./Coordination.js"
 export * as CoordinationPaths from "./CoordinationPaths.js"
+export * as HostPort from "./HostPort.js"
 export * from "./Election.js"
 export * from "./Errors.js"
 export * from "./Log.js"

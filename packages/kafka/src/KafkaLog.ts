@@ -41,6 +41,7 @@ import {
   type GroupConsumer,
   type GroupConsumerOptions,
   type GroupEvent,
+  HostPort,
   type TopicPartitionOffset,
   logError,
   NotAssigned,
@@ -92,17 +93,16 @@ import {
 
 const { PositiveInt } = OptionSchemas
 
-/** `host:port`, the host a name, an IPv4 address or a bracketed IPv6 address. */
-const BROKER_ADDRESS = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?):(\d{1,5})$/
-
-/** A broker address: a host and a port from 1 to 65535. */
+/**
+ * A broker address: `host:port` as core's `HostPort` reads it (a host name, an IPv4 or [IPv6] address, a port from 1
+ * to 65535).
+ */
 export const BrokerAddress = Schema.String.check(
-  Schema.makeFilter((address: string) => {
-    const port = BROKER_ADDRESS.exec(address)?.[1]
-    return port !== undefined && Number(port) >= 1 && Number(port) <= 65535
+  Schema.makeFilter((address: string) =>
+    HostPort.invalid(address) === undefined
       ? undefined
       : `expected host:port (a host name, an IPv4 or [IPv6] address, and a port from 1 to 65535), got ${JSON.stringify(address)}`
-  })
+  )
 )
 
 /** Options of the Kafka log, validated when it starts. */

@@ -4,16 +4,11 @@
  *
  * @internal
  */
-import { CoordinationPaths } from "@strata/core"
+import { CoordinationPaths, HostPort } from "@strata/core"
 import { Schema } from "effect"
 
-/** Why `host:port` is not an address with a port in 1–65535, if it is not. */
-export const invalidHostPort = (address: string): string | undefined => {
-  const match = /^([^\s:,/]+):(\d{1,5})$/.exec(address)
-  if (match === null) return "expected host:port"
-  const port = Number(match[2])
-  return port >= 1 && port <= 65535 ? undefined : `port ${port} is outside 1–65535`
-}
+/** Why `host:port` is not an address with a port in 1–65535, if it is not (core's `HostPort`). */
+export const invalidHostPort = (address: string): string | undefined => HostPort.invalid(address)
 
 /** Why `path` is not a coordination path (absolute, no empty or relative segment, no trailing slash), if it is not. */
 export const invalidAbsolutePath = (path: string): string | undefined => {

@@ -8,6 +8,7 @@
  * @internal
  */
 import * as net from "node:net"
+import { HostPort } from "@strata/core"
 import { Data, Effect } from "effect"
 
 /** The address answered, but not as a Kafka broker. */
@@ -21,13 +22,6 @@ const API_VERSIONS = 18
 const UNSUPPORTED_VERSION = 35
 /** An ApiVersions answer is a few hundred bytes; anything claiming more than this is not one. */
 const MAX_ANSWER_BYTES = 64 * 1024
-
-/** Host and port of a validated `host:port` or `[v6]:port` address. */
-export const hostPort = (address: string): { readonly host: string; readonly port: number } => {
-  const at = address.lastIndexOf(":")
-  const host = address.slice(0, at)
-  return { host: host.startsWith("[") ? host.slice(1, -1) : host, port: Number(address.slice(at + 1)) }
-}
 
 /** An ApiVersions v0 request: size, api key, version, correlation id, client id; no body. */
 export const apiVersionsRequest = (correlationId: number, clientId: string): Buffer => {
@@ -79,7 +73,12 @@ const preview = (bytes: Buffer): string =>
 export const probe = (address: string, clientId: string, timeoutMs: number): Effect.Effect<void, NotKafka | NoBroker> =>
   Effect.callback<void, NotKafka | NoBroker>((resume) => {
     const correlationId = ++probes & 0x7fffffff || 1
-    const { host, port } = hostPort(address)
+    const target = HostPort.parse(address)
+    if (target === undefined) {
+      resume(Effect.fail(new NoBroker({ detail: `${address}: ${HostPort.invalid(address)}` })))
+      return
+    }
+    const { host, port } = target
     let answered = Buffer.alloc(0)
     let done = false
     const socket = net.createConnection({ host, port })

@@ -24,6 +24,7 @@ import {
   EndOffsetRequest,
   EndOffsetResult,
   Epoch,
+  HostPort,
   FetchRequest,
   InvalidRequest,
   LeaderAndIsrRequest,
@@ -354,31 +355,21 @@ export interface Address {
  *
  * @since 0.1.0
  */
-export const parseAddress = (text: string): Address | undefined => {
-  const parsed = parseListen(text)
-  return parsed === undefined || parsed.port === 0 ? undefined : parsed
-}
+export const parseAddress = (text: string): Address | undefined => HostPort.parse(text)
 
 /**
  * `host:port` as an address to listen on (port 0: any free one), if it is one.
  *
  * @since 0.1.0
  */
-export const parseListen = (text: string): Address | undefined => {
-  const at = text.lastIndexOf(":")
-  const digits = text.slice(at + 1)
-  const port = Number(digits)
-  const host = text.slice(0, at).replace(/^\[(.*)\]$/, "$1")
-  return at > 0 && host.length > 0 && /^\d{1,5}$/.test(digits) && port < 65_536 ? { host, port } : undefined
-}
+export const parseListen = (text: string): Address | undefined => HostPort.parse(text, { listen: true })
 
 /**
  * An `Address` as `host:port`.
  *
  * @since 0.1.0
  */
-export const formatAddress = (address: Address): string =>
-  address.host.includes(":") ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`
+export const formatAddress = (address: Address): string => HostPort.format(address)
 
 /**
  * Serves `group` with `handlers` on a TCP listener at `listen` until the scope closes; the address it is bound to.
