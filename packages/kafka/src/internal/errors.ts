@@ -55,7 +55,7 @@ export const toLogError = (
 ): LogError => {
   const ids = apiIds(cause)
   if (isTooLarge(cause)) {
-    // Produce maps this itself, with the sizes (see KafkaLog's `sendVia`); nothing else sends records.
+    // Produce maps this itself, with the sizes (see kafkaProducer's `sendVia`); nothing else sends records.
     return logError(new InvalidRequest({ detail: `${operation}: the broker refused a record batch as too large` }))
   }
   if (ids.has("UNKNOWN_TOPIC_OR_PARTITION") || ids.has("UNKNOWN_TOPIC_ID") || /Unknown topic/i.test(text(cause))) {
