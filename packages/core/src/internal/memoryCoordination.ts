@@ -6,14 +6,13 @@
  * liveness runs on Effect's Clock: a connected session is always heard from; a
  * disconnected one is expired by the "server" once its timeout has passed.
  */
-import { invalidPath, join, nameOf, parentOf } from "../CoordinationPaths.js"
 import type { Duration as DurationNs, Scope } from "effect"
 import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, PubSub, Stream } from "effect"
 import type {
+  CoordinationError,
   CoordinationErrorReason,
   CoordinationFaultsShape,
   CoordinationShape,
-  CreateMode,
   CreateOptions,
   Node,
   Op,
@@ -26,20 +25,26 @@ import type {
   WatchEvent
 } from "../Coordination.js"
 import {
-  BadVersion,
   ConnectionLoss,
   Coordination,
-  coordinationError,
   CoordinationFaults,
-  InvalidPath,
-  NoChildrenForEphemerals,
-  NodeExists,
+  coordinationError,
   NoNode,
-  NotEmpty,
   SessionClosed,
   SessionExpired
 } from "../Coordination.js"
-import type { CoordinationError } from "../Coordination.js"
+import type { NodeRec } from "./memoryCoordinationTree.js"
+import {
+  applyOp,
+  Fail,
+  fail,
+  makeTree,
+  nodeOf,
+  sortedChildren,
+  statOf,
+  Tx,
+  validatePath
+} from "./memoryCoordinationTree.js"
 
 /** Options of the in-memory coordination service. */
 export interface MemoryCoordinationOptions {
@@ -48,182 +53,10 @@ export interface MemoryCoordinationOptions {
 }
 
 // ---------------------------------------------------------------------------
-// The tree
+// State
 // ---------------------------------------------------------------------------
 
-interface NodeRec {
-  readonly data: Uint8Array
-  readonly version: number
-  readonly childrenVersion: number
-  readonly ephemeralOwner: string | null
-  readonly createdOrder: number
-  readonly modifiedOrder: number
-  /** Names of the children. */
-  readonly children: ReadonlySet<string>
-}
-
-/** A failure inside a synchronous step; turned into a `CoordinationError` at the edge. */
-class Fail {
-  constructor(readonly reason: CoordinationErrorReason) {}
-}
-
-const fail = (reason: CoordinationErrorReason): never => {
-  throw new Fail(reason)
-}
-
-const pad10 = (n: number): string => n.toString().padStart(10, "0")
-
-const isSequential = (mode: CreateMode): boolean => mode === "persistent-sequential" || mode === "ephemeral-sequential"
-
-const isEphemeral = (mode: CreateMode): boolean => mode === "ephemeral" || mode === "ephemeral-sequential"
-
-/** Throws (as the module's other checks do) when a path is invalid. */
-const validatePath = (path: string, sequential = false): void => {
-  const reason = invalidPath(path, sequential)
-  if (reason !== undefined) fail(reason)
-}
-
-const statOf = (rec: NodeRec): Stat => ({
-  version: rec.version,
-  childrenVersion: rec.childrenVersion,
-  ephemeralOwner: rec.ephemeralOwner,
-  createdOrder: rec.createdOrder,
-  modifiedOrder: rec.modifiedOrder
-})
-
-const nodeOf = (rec: NodeRec): Node => ({ data: rec.data.slice(), stat: statOf(rec) })
-
-const sortedChildren = (rec: NodeRec): ReadonlyArray<string> => Array.from(rec.children).sort()
-
-/**
- * One write transaction: changes are staged on top of the tree and applied by
- * `commit` only if every operation succeeded; all its writes share one order
- * number (like a zxid / etcd revision).
- */
-class Tx {
-  readonly writes = new Map<string, NodeRec | undefined>()
-  readonly events: Array<WatchEvent> = []
-  constructor(
-    readonly tree: Map<string, NodeRec>,
-    readonly order: number
-  ) {}
-
-  get(path: string): NodeRec | undefined {
-    return this.writes.has(path) ? this.writes.get(path) : this.tree.get(path)
-  }
-
-  require(path: string, reported: string = path): NodeRec {
-    const rec = this.get(path)
-    return rec === undefined ? fail(new NoNode({ path: reported })) : rec
-  }
-
-  checkVersion(path: string, rec: NodeRec, version: number | undefined): void {
-    if (version !== undefined && rec.version !== version) fail(new BadVersion({ path, expected: version }))
-  }
-
-  check(path: string, version: number): void {
-    validatePath(path)
-    this.checkVersion(path, this.require(path), version)
-  }
-
-  create(path: string, data: Uint8Array, mode: CreateMode, owner: string, createParents: boolean): string {
-    const sequential = isSequential(mode)
-    validatePath(path, sequential)
-    if (!sequential && path === "/") return fail(new NodeExists({ path }))
-    const parentPath = parentOf(path)
-    let parent = this.get(parentPath)
-    if (parent === undefined) {
-      if (!createParents) return fail(new NoNode({ path }))
-      parent = this.createAncestors(parentPath)
-    }
-    const name = sequential ? nameOf(path) + pad10(parent.childrenVersion) : nameOf(path)
-    const actual = join(parentPath, name)
-    if (this.get(actual) !== undefined) return fail(new NodeExists({ path: actual }))
-    if (parent.ephemeralOwner !== null) return fail(new NoChildrenForEphemerals({ path: parentPath }))
-    this.addChild(parentPath, parent, name, {
-      data: data.slice(),
-      version: 0,
-      childrenVersion: 0,
-      ephemeralOwner: isEphemeral(mode) ? owner : null,
-      createdOrder: this.order,
-      modifiedOrder: this.order,
-      children: new Set()
-    })
-    return actual
-  }
-
-  /** Creates the missing ancestors of a node (and `path` itself) as persistent nodes with empty data. */
-  private createAncestors(path: string): NodeRec {
-    const existing = this.get(path)
-    if (existing !== undefined) return existing
-    const parentPath = parentOf(path)
-    const parent = this.createAncestors(parentPath)
-    if (parent.ephemeralOwner !== null) return fail(new NoChildrenForEphemerals({ path: parentPath }))
-    const rec: NodeRec = {
-      data: new Uint8Array(0),
-      version: 0,
-      childrenVersion: 0,
-      ephemeralOwner: null,
-      createdOrder: this.order,
-      modifiedOrder: this.order,
-      children: new Set()
-    }
-    this.addChild(parentPath, parent, nameOf(path), rec)
-    return rec
-  }
-
-  private addChild(parentPath: string, parent: NodeRec, name: string, rec: NodeRec): void {
-    const path = join(parentPath, name)
-    const children = new Set(parent.children)
-    children.add(name)
-    this.writes.set(parentPath, { ...parent, childrenVersion: parent.childrenVersion + 1, children })
-    this.writes.set(path, rec)
-    this.events.push({ _tag: "NodeCreated", path }, { _tag: "NodeChildrenChanged", path: parentPath })
-  }
-
-  set(path: string, data: Uint8Array, version: number | undefined): Stat {
-    validatePath(path)
-    const rec = this.require(path)
-    this.checkVersion(path, rec, version)
-    const next: NodeRec = { ...rec, data: data.slice(), version: rec.version + 1, modifiedOrder: this.order }
-    this.writes.set(path, next)
-    this.events.push({ _tag: "NodeDataChanged", path })
-    return statOf(next)
-  }
-
-  delete(path: string, version: number | undefined): void {
-    validatePath(path)
-    if (path === "/") fail(new InvalidPath({ path, detail: "the root cannot be deleted" }))
-    const rec = this.require(path)
-    this.checkVersion(path, rec, version)
-    if (rec.children.size > 0) fail(new NotEmpty({ path }))
-    const parentPath = parentOf(path)
-    const parent = this.require(parentPath)
-    const children = new Set(parent.children)
-    children.delete(nameOf(path))
-    this.writes.set(parentPath, { ...parent, childrenVersion: parent.childrenVersion + 1, children })
-    this.writes.set(path, undefined)
-    this.events.push({ _tag: "NodeDeleted", path }, { _tag: "NodeChildrenChanged", path: parentPath })
-  }
-}
-
-/** Applies one operation of a `multi` to a transaction. */
-const applyOp = (tx: Tx, o: Op, owner: string): OpResult => {
-  if (o._tag === "check") {
-    tx.check(o.path, o.version)
-    return { _tag: "check" }
-  }
-  if (o._tag === "create")
-    return { _tag: "create", path: tx.create(o.path, o.data, o.mode ?? "persistent", owner, false) }
-  if (o._tag === "set") return { _tag: "set", stat: tx.set(o.path, o.data, o.version) }
-  tx.delete(o.path, o.version)
-  return { _tag: "delete" }
-}
-
-// ---------------------------------------------------------------------------
-// Sessions and watches
-// ---------------------------------------------------------------------------
-
+/** A registered one-shot watch. */
 interface WatchRec {
   readonly session: SessionRec
   readonly kind: "node" | "children"
@@ -231,6 +64,7 @@ interface WatchRec {
   readonly deferred: Deferred.Deferred<WatchEvent, CoordinationError>
 }
 
+/** One session as the service tracks it. */
 interface SessionRec {
   readonly id: string
   readonly timeout: DurationNs.Duration
@@ -245,331 +79,372 @@ interface SessionRec {
   expiryTimer: Fiber.Fiber<void> | undefined
 }
 
+/** Everything one in-memory coordination service holds. */
+interface State {
+  /** The layer's scope: expiry timers of disconnected sessions run in it. */
+  readonly layerScope: Scope.Scope
+  readonly defaultTimeout: DurationNs.Duration
+  readonly tree: Map<string, NodeRec>
+  /** The order number of the last committed write. */
+  order: number
+  sessionCounter: number
+  readonly nodeWatches: Map<string, Set<WatchRec>>
+  readonly childWatches: Map<string, Set<WatchRec>>
+  readonly records: WeakMap<Session, SessionRec>
+  /** Side effects that resume other fibers, run by `flush` once the tree is consistent. */
+  outbox: Array<() => void>
+}
+
+/** Whether a session can no longer change state. */
 const isFinal = (state: SessionState): boolean => state === "expired" || state === "closed"
 
+/** The error a session's operations and watches fail with once it ended. */
 const endReason = (session: SessionRec): CoordinationErrorReason =>
   session.state === "closed" ? new SessionClosed({ session: session.id }) : new SessionExpired({ session: session.id })
+
+/** Runs the queued side effects, including those they queue. */
+const flush = (s: State): void => {
+  while (s.outbox.length > 0) {
+    const batch = s.outbox
+    s.outbox = []
+    for (const k of batch) k()
+  }
+}
+
+/** Runs a synchronous step, mapping `Fail` to a `CoordinationError`. */
+const step = <A>(
+  s: State,
+  f: () => A,
+  opIndex?: (failure: Fail) => number | undefined
+): Effect.Effect<A, CoordinationError> =>
+  Effect.suspend(() => {
+    try {
+      const a = f()
+      flush(s)
+      return Effect.succeed(a)
+    } catch (e) {
+      flush(s)
+      if (e instanceof Fail) return Effect.fail(coordinationError(e.reason, opIndex?.(e)))
+      throw e
+    }
+  })
+
+/** Sets a session's state; subscribers hear of it at the next flush. */
+const publishState = (s: State, session: SessionRec, state: SessionState): void => {
+  session.state = state
+  s.outbox.push(() => {
+    PubSub.publishUnsafe(session.states, state)
+  })
+}
+
+// ---------------------------------------------------------------------------
+// Watches and commits
+// ---------------------------------------------------------------------------
+
+/** The watch table of a kind of watch. */
+const tableOf = (s: State, kind: WatchRec["kind"]) => (kind === "node" ? s.nodeWatches : s.childWatches)
+
+/** Removes a watch from its table and its session. */
+const unregister = (s: State, watch: WatchRec): void => {
+  const table = tableOf(s, watch.kind)
+  const set = table.get(watch.path)
+  if (set !== undefined) {
+    set.delete(watch)
+    if (set.size === 0) table.delete(watch.path)
+  }
+  watch.session.watches.delete(watch)
+}
+
+/** Completes a fired watch at the next flush, or keeps it for reconnect while its session is suspended. */
+const deliver = (s: State, watch: WatchRec, event: WatchEvent): void => {
+  if (watch.session.state === "suspended") watch.session.undelivered.push([watch, event])
+  else s.outbox.push(() => Deferred.doneUnsafe(watch.deferred, Exit.succeed(event)))
+}
+
+/** Fires (and unregisters) the watches of `table` on the event's path. */
+const trigger = (s: State, table: Map<string, Set<WatchRec>>, event: WatchEvent): void => {
+  const set = table.get(event.path)
+  if (set === undefined) return
+  for (const watch of Array.from(set)) {
+    unregister(s, watch)
+    deliver(s, watch, event)
+  }
+}
+
+/** Applies a staged transaction and fires the watches it triggers, each at most once. */
+const commit = (s: State, tx: Tx): void => {
+  if (tx.writes.size === 0) return
+  s.order = tx.order
+  for (const [path, rec] of tx.writes) {
+    if (rec === undefined) s.tree.delete(path)
+    else s.tree.set(path, rec)
+  }
+  for (const event of tx.events) {
+    if (event._tag === "NodeChildrenChanged") trigger(s, s.childWatches, event)
+    else {
+      trigger(s, s.nodeWatches, event)
+      if (event._tag === "NodeDeleted") trigger(s, s.childWatches, event)
+    }
+  }
+}
+
+/** Runs `f` on a new transaction and commits it (a `Fail` thrown by `f` commits nothing). */
+const transact = <A>(s: State, f: (tx: Tx) => A): A => {
+  const tx = new Tx(s.tree, s.order + 1)
+  const a = f(tx)
+  commit(s, tx)
+  return a
+}
+
+/** Registers a one-shot watch of `path` for the session; `value` is what the read saw. */
+const makeWatch = <A>(s: State, session: SessionRec, kind: WatchRec["kind"], path: string, value: A): Watch<A> => {
+  const deferred = Deferred.makeUnsafe<WatchEvent, CoordinationError>()
+  const watch: WatchRec = { session, kind, path, deferred }
+  const table = tableOf(s, kind)
+  let set = table.get(path)
+  if (set === undefined) {
+    set = new Set()
+    table.set(path, set)
+  }
+  set.add(watch)
+  session.watches.add(watch)
+  return { value, changed: Deferred.await(deferred) }
+}
+
+// ---------------------------------------------------------------------------
+// Session lifecycle
+// ---------------------------------------------------------------------------
+
+/** Throws unless the session is connected. */
+const ensureLive = (session: SessionRec) => {
+  switch (session.state) {
+    case "connected":
+      return
+    case "suspended":
+      return fail(new ConnectionLoss({ detail: `session ${session.id} is disconnected` }))
+    case "expired":
+      return fail(new SessionExpired({ session: session.id }))
+    case "closed":
+      return fail(new SessionClosed({ session: session.id }))
+  }
+}
+
+/** Ends a session (expiry or close): fails its watches, deletes its ephemeral nodes; returns its expiry timer. */
+const end = (s: State, session: SessionRec, state: "expired" | "closed"): Fiber.Fiber<void> | undefined => {
+  if (isFinal(session.state)) return undefined
+  const timer = session.expiryTimer
+  session.expiryTimer = undefined
+  publishState(s, session, state)
+  const failure = Exit.fail(coordinationError(endReason(session)))
+  for (const watch of Array.from(session.watches)) {
+    unregister(s, watch)
+    s.outbox.push(() => Deferred.doneUnsafe(watch.deferred, failure))
+  }
+  for (const [watch] of session.undelivered.splice(0)) {
+    s.outbox.push(() => Deferred.doneUnsafe(watch.deferred, failure))
+  }
+  const owned: Array<string> = []
+  for (const [path, rec] of s.tree) if (rec.ephemeralOwner === session.id) owned.push(path)
+  owned.sort()
+  transact(s, (tx) => {
+    for (const path of owned) tx.delete(path, undefined)
+  })
+  return timer
+}
+
+/** Stops an expiry timer, if there is one. */
+const interruptTimer = (timer: Fiber.Fiber<void> | undefined) =>
+  timer === undefined ? Effect.void : Fiber.interrupt(timer)
+
+/** Ends a session, then stops its expiry timer. */
+const endEffect = (s: State, session: SessionRec, state: "expired" | "closed") =>
+  Effect.suspend(() => {
+    const timer = end(s, session, state)
+    flush(s)
+    return interruptTimer(timer)
+  })
+
+/** `CoordinationFaults.disconnect`: suspends a connected session and lets the "server" expire it after its timeout. */
+const disconnect = (s: State, rec: SessionRec): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (rec.state !== "connected") return Effect.void
+    publishState(s, rec, "suspended")
+    flush(s)
+    const generation = ++rec.disconnects
+    const expireLater = Effect.sleep(rec.timeout).pipe(
+      Effect.andThen(
+        Effect.sync(() => {
+          if (rec.state !== "suspended" || rec.disconnects !== generation) return
+          rec.expiryTimer = undefined
+          end(s, rec, "expired")
+          flush(s)
+        })
+      )
+    )
+    return Effect.forkIn(expireLater, s.layerScope).pipe(
+      Effect.tap((fiber) =>
+        Effect.sync(() => {
+          if (rec.state === "suspended" && rec.disconnects === generation) rec.expiryTimer = fiber
+        })
+      ),
+      Effect.asVoid
+    )
+  })
+
+/** `CoordinationFaults.reconnect`: a suspended session is connected again and gets the watches that fired meanwhile. */
+const reconnect = (s: State, rec: SessionRec): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    if (rec.state !== "suspended") return Effect.void
+    const timer = rec.expiryTimer
+    rec.expiryTimer = undefined
+    rec.disconnects++
+    publishState(s, rec, "connected")
+    for (const [watch, event] of rec.undelivered.splice(0)) deliver(s, watch, event)
+    flush(s)
+    return interruptTimer(timer)
+  })
+
+// ---------------------------------------------------------------------------
+// Session operations
+// ---------------------------------------------------------------------------
+
+/** A step of a connected session. */
+const op = <A>(s: State, rec: SessionRec, f: () => A): Effect.Effect<A, CoordinationError> =>
+  step(s, () => {
+    ensureLive(rec)
+    return f()
+  })
+
+/** A node as the tree holds it now, after checking its path. */
+const read = (s: State, path: string): NodeRec | undefined => {
+  validatePath(path)
+  return s.tree.get(path)
+}
+
+/** `Session.multi`: every operation applies, or none; a failure reports the index of the operation that failed. */
+const multi = (
+  s: State,
+  rec: SessionRec,
+  ops: ReadonlyArray<Op>
+): Effect.Effect<ReadonlyArray<OpResult>, CoordinationError> => {
+  let index: number | undefined
+  return step(
+    s,
+    () => {
+      index = undefined
+      ensureLive(rec)
+      return transact(s, (tx) =>
+        ops.map((o, i): OpResult => {
+          index = i
+          return applyOp(tx, o, rec.id)
+        })
+      )
+    },
+    () => index
+  )
+}
+
+/** The `Session` of a session record. */
+const makeSession = (s: State, rec: SessionRec): Session => ({
+  id: rec.id,
+  timeout: rec.timeout,
+  state: Effect.sync(() => rec.state),
+  changes: Stream.fromPubSub(rec.states).pipe(Stream.takeUntil(isFinal)),
+  ping: op(s, rec, () => undefined),
+  create: (path: string, data: Uint8Array, options?: CreateOptions) =>
+    op(s, rec, () =>
+      transact(s, (tx) => tx.create(path, data, options?.mode ?? "persistent", rec.id, options?.createParents ?? false))
+    ),
+  get: (path: string) =>
+    op(s, rec, () => {
+      const node = read(s, path)
+      return node === undefined ? fail(new NoNode({ path })) : nodeOf(node)
+    }),
+  exists: (path: string) =>
+    op(s, rec, () => {
+      const node = read(s, path)
+      return node === undefined ? Option.none<Stat>() : Option.some(statOf(node))
+    }),
+  set: (path: string, data: Uint8Array, version?: number) =>
+    op(s, rec, () => transact(s, (tx) => tx.set(path, data, version))),
+  delete: (path: string, version?: number) => op(s, rec, () => transact(s, (tx) => tx.delete(path, version))),
+  children: (path: string) =>
+    op(s, rec, () => {
+      const node = read(s, path)
+      return node === undefined ? fail(new NoNode({ path })) : sortedChildren(node)
+    }),
+  multi: (ops: ReadonlyArray<Op>) => multi(s, rec, ops),
+  watchNode: (path: string) =>
+    op(s, rec, () => {
+      const node = read(s, path)
+      return makeWatch(s, rec, "node", path, node === undefined ? Option.none<Node>() : Option.some(nodeOf(node)))
+    }),
+  watchChildren: (path: string) =>
+    op(s, rec, () => {
+      const node = read(s, path)
+      if (node === undefined) return fail(new NoNode({ path }))
+      return makeWatch(s, rec, "children", path, sortedChildren(node))
+    })
+})
+
+/** `Coordination.session`: a new connected session, closed with its scope. */
+const session = (s: State, sessionOptions?: SessionOptions): Effect.Effect<Session, CoordinationError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.gen(function* () {
+      const states = yield* PubSub.unbounded<SessionState>({ replay: 1 })
+      s.sessionCounter++
+      const rec: SessionRec = {
+        id: `0x${s.sessionCounter.toString(16).padStart(16, "0")}`,
+        timeout:
+          sessionOptions?.timeout === undefined ? s.defaultTimeout : Duration.fromInputUnsafe(sessionOptions.timeout),
+        state: "connected",
+        states,
+        watches: new Set(),
+        undelivered: [],
+        disconnects: 0,
+        expiryTimer: undefined
+      }
+      PubSub.publishUnsafe(states, "connected")
+      const made = makeSession(s, rec)
+      s.records.set(made, rec)
+      return made
+    }),
+    (made) => {
+      const rec = s.records.get(made)
+      return rec === undefined ? Effect.void : endEffect(s, rec, "closed")
+    }
+  )
+
+/** The record of a session this service made (a defect for any other session). */
+const lookup = (s: State, session: Session): Effect.Effect<SessionRec> =>
+  Effect.suspend(() => {
+    const rec = s.records.get(session)
+    return rec === undefined
+      ? Effect.die(new Error(`session ${session.id} does not belong to this memory coordination service`))
+      : Effect.succeed(rec)
+  })
 
 /** Builds the in-memory coordination layer. */
 export const layer = (options?: MemoryCoordinationOptions): Layer.Layer<Coordination | CoordinationFaults> =>
   Layer.effectContext(
     Effect.gen(function* () {
-      const layerScope: Scope.Scope = yield* Effect.scope
-      const defaultTimeout = Duration.fromInputUnsafe(options?.defaultSessionTimeout ?? "10 seconds")
-
-      const tree = new Map<string, NodeRec>()
-      tree.set("/", {
-        data: new Uint8Array(0),
-        version: 0,
-        childrenVersion: 0,
-        ephemeralOwner: null,
-        createdOrder: 0,
-        modifiedOrder: 0,
-        children: new Set()
-      })
-      let order = 0
-      let sessionCounter = 0
-      const nodeWatches = new Map<string, Set<WatchRec>>()
-      const childWatches = new Map<string, Set<WatchRec>>()
-      const records = new WeakMap<Session, SessionRec>()
-
-      // Side effects that resume other fibers run after the tree is consistent.
-      let outbox: Array<() => void> = []
-      const flush = () => {
-        while (outbox.length > 0) {
-          const batch = outbox
-          outbox = []
-          for (const k of batch) k()
-        }
+      const s: State = {
+        layerScope: yield* Effect.scope,
+        defaultTimeout: Duration.fromInputUnsafe(options?.defaultSessionTimeout ?? "10 seconds"),
+        tree: makeTree(),
+        order: 0,
+        sessionCounter: 0,
+        nodeWatches: new Map(),
+        childWatches: new Map(),
+        records: new WeakMap(),
+        outbox: []
       }
-
-      /** Runs a synchronous step, mapping `Fail` to a `CoordinationError`. */
-      const step = <A>(
-        f: () => A,
-        opIndex?: (failure: Fail) => number | undefined
-      ): Effect.Effect<A, CoordinationError> =>
-        Effect.suspend(() => {
-          try {
-            const a = f()
-            flush()
-            return Effect.succeed(a)
-          } catch (e) {
-            flush()
-            if (e instanceof Fail) return Effect.fail(coordinationError(e.reason, opIndex?.(e)))
-            throw e
-          }
-        })
-
-      const publishState = (session: SessionRec, state: SessionState) => {
-        session.state = state
-        outbox.push(() => {
-          PubSub.publishUnsafe(session.states, state)
-        })
-      }
-
-      const tableOf = (kind: WatchRec["kind"]) => (kind === "node" ? nodeWatches : childWatches)
-
-      const unregister = (watch: WatchRec) => {
-        const table = tableOf(watch.kind)
-        const set = table.get(watch.path)
-        if (set !== undefined) {
-          set.delete(watch)
-          if (set.size === 0) table.delete(watch.path)
-        }
-        watch.session.watches.delete(watch)
-      }
-
-      const deliver = (watch: WatchRec, event: WatchEvent) => {
-        if (watch.session.state === "suspended") watch.session.undelivered.push([watch, event])
-        else outbox.push(() => Deferred.doneUnsafe(watch.deferred, Exit.succeed(event)))
-      }
-
-      const trigger = (table: Map<string, Set<WatchRec>>, event: WatchEvent) => {
-        const set = table.get(event.path)
-        if (set === undefined) return
-        for (const watch of Array.from(set)) {
-          unregister(watch)
-          deliver(watch, event)
-        }
-      }
-
-      /** Applies a staged transaction and fires the watches it triggers, each at most once. */
-      const commit = (tx: Tx) => {
-        if (tx.writes.size === 0) return
-        order = tx.order
-        for (const [path, rec] of tx.writes) {
-          if (rec === undefined) tree.delete(path)
-          else tree.set(path, rec)
-        }
-        for (const event of tx.events) {
-          if (event._tag === "NodeChildrenChanged") trigger(childWatches, event)
-          else {
-            trigger(nodeWatches, event)
-            if (event._tag === "NodeDeleted") trigger(childWatches, event)
-          }
-        }
-      }
-
-      const transact = <A>(f: (tx: Tx) => A): A => {
-        const tx = new Tx(tree, order + 1)
-        const a = f(tx)
-        commit(tx)
-        return a
-      }
-
-      const ensureLive = (session: SessionRec) => {
-        switch (session.state) {
-          case "connected":
-            return
-          case "suspended":
-            return fail(new ConnectionLoss({ detail: `session ${session.id} is disconnected` }))
-          case "expired":
-            return fail(new SessionExpired({ session: session.id }))
-          case "closed":
-            return fail(new SessionClosed({ session: session.id }))
-        }
-      }
-
-      /** Ends a session (expiry or close): fails its watches, deletes its ephemeral nodes. */
-      const end = (session: SessionRec, state: "expired" | "closed"): Fiber.Fiber<void> | undefined => {
-        if (isFinal(session.state)) return undefined
-        const timer = session.expiryTimer
-        session.expiryTimer = undefined
-        publishState(session, state)
-        const failure = Exit.fail(coordinationError(endReason(session)))
-        for (const watch of Array.from(session.watches)) {
-          unregister(watch)
-          outbox.push(() => Deferred.doneUnsafe(watch.deferred, failure))
-        }
-        for (const [watch] of session.undelivered.splice(0)) {
-          outbox.push(() => Deferred.doneUnsafe(watch.deferred, failure))
-        }
-        const owned: Array<string> = []
-        for (const [path, rec] of tree) if (rec.ephemeralOwner === session.id) owned.push(path)
-        owned.sort()
-        transact((tx) => {
-          for (const path of owned) tx.delete(path, undefined)
-        })
-        return timer
-      }
-
-      const interruptTimer = (timer: Fiber.Fiber<void> | undefined) =>
-        timer === undefined ? Effect.void : Fiber.interrupt(timer)
-
-      const endEffect = (session: SessionRec, state: "expired" | "closed") =>
-        Effect.suspend(() => {
-          const timer = end(session, state)
-          flush()
-          return interruptTimer(timer)
-        })
-
-      const makeWatch = <A>(session: SessionRec, kind: WatchRec["kind"], path: string, value: A): Watch<A> => {
-        const deferred = Deferred.makeUnsafe<WatchEvent, CoordinationError>()
-        const watch: WatchRec = { session, kind, path, deferred }
-        const table = tableOf(kind)
-        let set = table.get(path)
-        if (set === undefined) {
-          set = new Set()
-          table.set(path, set)
-        }
-        set.add(watch)
-        session.watches.add(watch)
-        return { value, changed: Deferred.await(deferred) }
-      }
-
-      const makeSession = (rec: SessionRec): Session => {
-        const op = <A>(f: () => A) =>
-          step(() => {
-            ensureLive(rec)
-            return f()
-          })
-        return {
-          id: rec.id,
-          timeout: rec.timeout,
-          state: Effect.sync(() => rec.state),
-          changes: Stream.fromPubSub(rec.states).pipe(Stream.takeUntil(isFinal)),
-          ping: op(() => undefined),
-          create: (path: string, data: Uint8Array, options?: CreateOptions) =>
-            op(() =>
-              transact((tx) =>
-                tx.create(path, data, options?.mode ?? "persistent", rec.id, options?.createParents ?? false)
-              )
-            ),
-          get: (path: string) =>
-            op(() => {
-              validatePath(path)
-              const node = tree.get(path)
-              return node === undefined ? fail(new NoNode({ path })) : nodeOf(node)
-            }),
-          exists: (path: string) =>
-            op(() => {
-              validatePath(path)
-              const node = tree.get(path)
-              return node === undefined ? Option.none<Stat>() : Option.some(statOf(node))
-            }),
-          set: (path: string, data: Uint8Array, version?: number) =>
-            op(() => transact((tx) => tx.set(path, data, version))),
-          delete: (path: string, version?: number) => op(() => transact((tx) => tx.delete(path, version))),
-          children: (path: string) =>
-            op(() => {
-              validatePath(path)
-              const node = tree.get(path)
-              return node === undefined ? fail(new NoNode({ path })) : sortedChildren(node)
-            }),
-          multi: (ops: ReadonlyArray<Op>) => {
-            let index: number | undefined
-            return step(
-              () => {
-                index = undefined
-                ensureLive(rec)
-                return transact((tx) =>
-                  ops.map((o, i): OpResult => {
-                    index = i
-                    return applyOp(tx, o, rec.id)
-                  })
-                )
-              },
-              () => index
-            )
-          },
-          watchNode: (path: string) =>
-            op(() => {
-              validatePath(path)
-              const node = tree.get(path)
-              return makeWatch(rec, "node", path, node === undefined ? Option.none<Node>() : Option.some(nodeOf(node)))
-            }),
-          watchChildren: (path: string) =>
-            op(() => {
-              validatePath(path)
-              const node = tree.get(path)
-              if (node === undefined) return fail(new NoNode({ path }))
-              return makeWatch(rec, "children", path, sortedChildren(node))
-            })
-        }
-      }
-
-      const session = (sessionOptions?: SessionOptions): Effect.Effect<Session, CoordinationError, Scope.Scope> =>
-        Effect.acquireRelease(
-          Effect.gen(function* () {
-            const states = yield* PubSub.unbounded<SessionState>({ replay: 1 })
-            sessionCounter++
-            const rec: SessionRec = {
-              id: `0x${sessionCounter.toString(16).padStart(16, "0")}`,
-              timeout:
-                sessionOptions?.timeout === undefined
-                  ? defaultTimeout
-                  : Duration.fromInputUnsafe(sessionOptions.timeout),
-              state: "connected",
-              states,
-              watches: new Set(),
-              undelivered: [],
-              disconnects: 0,
-              expiryTimer: undefined
-            }
-            PubSub.publishUnsafe(states, "connected")
-            const s = makeSession(rec)
-            records.set(s, rec)
-            return s
-          }),
-          (s) => {
-            const rec = records.get(s)
-            return rec === undefined ? Effect.void : endEffect(rec, "closed")
-          }
-        )
-
-      const lookup = (s: Session): Effect.Effect<SessionRec> =>
-        Effect.suspend(() => {
-          const rec = records.get(s)
-          return rec === undefined
-            ? Effect.die(new Error(`session ${s.id} does not belong to this memory coordination service`))
-            : Effect.succeed(rec)
-        })
-
       const faults: CoordinationFaultsShape = {
-        expire: (s) => Effect.flatMap(lookup(s), (rec) => endEffect(rec, "expired")),
-        disconnect: (s) =>
-          Effect.flatMap(lookup(s), (rec) =>
-            Effect.suspend(() => {
-              if (rec.state !== "connected") return Effect.void
-              publishState(rec, "suspended")
-              flush()
-              const generation = ++rec.disconnects
-              const expireLater = Effect.sleep(rec.timeout).pipe(
-                Effect.andThen(
-                  Effect.sync(() => {
-                    if (rec.state !== "suspended" || rec.disconnects !== generation) return
-                    rec.expiryTimer = undefined
-                    end(rec, "expired")
-                    flush()
-                  })
-                )
-              )
-              return Effect.forkIn(expireLater, layerScope).pipe(
-                Effect.tap((fiber) =>
-                  Effect.sync(() => {
-                    if (rec.state === "suspended" && rec.disconnects === generation) rec.expiryTimer = fiber
-                  })
-                ),
-                Effect.asVoid
-              )
-            })
-          ),
-        reconnect: (s) =>
-          Effect.flatMap(lookup(s), (rec) =>
-            Effect.suspend(() => {
-              if (rec.state !== "suspended") return Effect.void
-              const timer = rec.expiryTimer
-              rec.expiryTimer = undefined
-              rec.disconnects++
-              publishState(rec, "connected")
-              for (const [watch, event] of rec.undelivered.splice(0)) deliver(watch, event)
-              flush()
-              return interruptTimer(timer)
-            })
-          )
+        expire: (session) => Effect.flatMap(lookup(s, session), (rec) => endEffect(s, rec, "expired")),
+        disconnect: (session) => Effect.flatMap(lookup(s, session), (rec) => disconnect(s, rec)),
+        reconnect: (session) => Effect.flatMap(lookup(s, session), (rec) => reconnect(s, rec))
       }
-
-      const coordination: CoordinationShape = { backend: "memory", session }
+      const coordination: CoordinationShape = { backend: "memory", session: (o) => session(s, o) }
       return Context.make(Coordination, coordination).pipe(Context.add(CoordinationFaults, faults))
     })
   )
