@@ -10,6 +10,7 @@ import {
   Coordination,
   CoordinationPaths,
   type CoordinationError,
+  type CoordinationShape,
   ElectionError,
   type ElectionShape,
   InvalidElectionOptions,
@@ -17,24 +18,13 @@ import {
   type Leadership,
   type Node,
   type Session,
+  type SessionOptions,
   OptionSchemas
 } from "@strata/core"
-import {
-  Clock,
-  Duration,
-  Effect,
-  Exit,
-  Metric,
-  Option,
-  Result,
-  Schedule,
-  Schema,
-  Scope,
-  Semaphore,
-  Stream
-} from "effect"
+import { Clock, Duration, Effect, Exit, Metric, Option, Result, Schema, Scope, Stream } from "effect"
 import * as Campaign from "./campaign.js"
 import * as Won from "./leadership.js"
+import * as Observer from "./observer.js"
 
 const { DurationInput, decodeOptions, summary } = OptionSchemas
 
@@ -130,6 +120,136 @@ export const pathsOf = (namespace: string): Campaign.Paths => {
 
 const DEFAULT_REPLICA_LAG_TIME_MAX = Duration.seconds(30)
 
+/** The election's metrics with its namespace's attributes. */
+const labelled = (attributes: Record<string, string>) => ({
+  electionsTotal: Metric.withAttributes(metrics.electionsTotal, attributes),
+  electionDurationMs: Metric.withAttributes(metrics.electionDurationMs, attributes),
+  fencedWritesRejected: Metric.withAttributes(metrics.fencedWritesRejected, attributes),
+  candidateWakeups: Metric.withAttributes(metrics.candidateWakeups, attributes)
+})
+
+/** An election: what its functions share. */
+interface Election {
+  readonly coordination: CoordinationShape
+  readonly paths: Campaign.Paths
+  readonly unsafe: Unsafe
+  readonly sessionOptions: SessionOptions
+  readonly metrics: ReturnType<typeof labelled>
+  readonly observer: Observer.Observer
+  /** Every epoch any read of this election saw: a campaign's bump goes past all of them. */
+  readonly epochs: Campaign.EpochsSeen
+  readonly requestTimeout: Duration.Duration
+  /** Taken off the session timeout for a leadership's local deadline. */
+  readonly margin: Duration.Duration
+  /** A spell of lost connections is waited out for up to two session timeouts; an ended session is not. */
+  readonly reconnectBudget: Duration.Duration
+}
+
+/** The election error for an option `make` refuses. */
+const invalid = (option: string, detail: string) =>
+  new ElectionError({ reason: new InvalidElectionOptions({ option, detail }) })
+
+/** The leader node through the observer, `None` when there is none. */
+const readLeader = (e: Election): Effect.Effect<Option.Option<Node>, CoordinationError> =>
+  Observer.withObserver(e.observer, (s) =>
+    s.exists(e.paths.leader).pipe(
+      Effect.flatMap((stat) =>
+        Option.isNone(stat) ? Effect.succeed(Option.none<Node>()) : Effect.map(s.get(e.paths.leader), Option.some)
+      ),
+      Effect.catchTag("CoordinationError", (err) =>
+        err.reason._tag === "NoNode" ? Effect.succeed(Option.none<Node>()) : Effect.fail(err)
+      )
+    )
+  )
+
+/** The current leader, as `ElectionShape.leader`. */
+const leader = (e: Election): ElectionShape["leader"] =>
+  readLeader(e).pipe(Effect.map(parseLeader), Effect.mapError(Won.failed))
+
+/** Each new leader (or its absence), as `ElectionShape.changes`: the leader node watched through the observer. */
+const changes = (e: Election): ElectionShape["changes"] =>
+  Stream.unwrap(
+    Effect.sync(() => {
+      let pending: Effect.Effect<unknown, CoordinationError> | undefined
+      return Stream.fromEffectRepeat(
+        Effect.gen(function* () {
+          // A watch ending with its session is not a change: re-read through the reopened observer.
+          if (pending !== undefined) {
+            yield* pending.pipe(
+              Effect.catchTag("CoordinationError", (err) => (Won.sessionGone(err) ? Effect.void : Effect.fail(err)))
+            )
+          }
+          const watch = yield* Observer.withObserver(e.observer, (s) => s.watchNode(e.paths.leader))
+          pending = watch.changed
+          return parseLeader(watch.value)
+        }).pipe(Effect.mapError(Won.failed))
+      ).pipe(
+        Stream.changesWith(
+          Option.makeEquivalence(
+            (a: LeaderInfo, b: LeaderInfo) =>
+              a.serverId === b.serverId && a.epoch === b.epoch && a.address === b.address
+          )
+        )
+      )
+    })
+  )
+
+/** The current epoch, read through the observer (`None` when unknown or unreadable). */
+const currentEpoch = (e: Election): Effect.Effect<Option.Option<number>> =>
+  Observer.withObserver(e.observer, (s) => s.get(e.paths.epoch)).pipe(
+    Effect.map((n) => Result.getSuccess(Campaign.parseEpoch(e.paths.epoch, n.data))),
+    Effect.tap((epoch) => Effect.sync(() => Option.map(epoch, (ep) => Campaign.see(e.epochs, ep)))),
+    Effect.orElseSucceed(() => Option.none<number>())
+  )
+
+/** Registers, waits to be the lowest candidate, fences; then the leadership, in `scope`. */
+const campaignIn = (e: Election, candidate: Candidate, session: Session) =>
+  Effect.gen(function* () {
+    const ctx: Campaign.Context = {
+      session,
+      paths: e.paths,
+      candidate,
+      epochs: e.epochs,
+      unsafe: e.unsafe,
+      wakeup: Metric.update(e.metrics.candidateWakeups, 1)
+    }
+    const state = { ours: undefined as string | undefined, vacantSince: undefined as number | undefined }
+    yield* Campaign.retryLostConnections(Campaign.register(ctx), e.reconnectBudget)
+    const won = yield* Campaign.retryLostConnections(Campaign.elect(ctx, state), e.reconnectBudget)
+    // An election is measured only when a previous leader existed (epoch 0 means none ever did).
+    const wonAt = yield* Clock.currentTimeMillis
+    const took =
+      won.previous > 0 && state.vacantSince !== undefined ? Math.max(0, wonAt - state.vacantSince) : undefined
+    yield* Metric.update(e.metrics.electionsTotal, 1)
+    if (took !== undefined) yield* Metric.update(e.metrics.electionDurationMs, took)
+    yield* Effect.logDebug(`won the coordinator election with epoch ${won.epoch}`)
+    return yield* Won.make({
+      ctx,
+      won,
+      electionDurationMs: took,
+      marginMs: Duration.toMillis(e.margin),
+      requestTimeout: e.requestTimeout,
+      currentEpoch: currentEpoch(e),
+      rejectedWrite: Metric.update(e.metrics.fencedWritesRejected, 1)
+    })
+  }).pipe(Effect.catchTag("CoordinationError", (err) => Effect.fail(Won.failed(err))))
+
+/**
+ * A campaign opens its own session in a child of the caller's scope: a campaign that fails (or is interrupted)
+ * closes it, so its registration and candidate node go with it and a retry starts clean.
+ */
+const campaign = (e: Election, candidate: Candidate): Effect.Effect<Leadership, ElectionError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const child = yield* Scope.fork(yield* Effect.scope, "sequential")
+    return yield* Effect.gen(function* () {
+      const session = yield* e.coordination.session(e.sessionOptions).pipe(Effect.mapError(Won.failed))
+      return yield* campaignIn(e, candidate, session)
+    }).pipe(
+      Scope.provide(child),
+      Effect.onError((cause) => Scope.close(child, Exit.failCause(cause)))
+    )
+  })
+
 /**
  * Builds the election. Opens one long-lived observer session in the scope (for
  * `leader`, `changes` and epoch reads), reopened when it expires; every
@@ -140,8 +260,6 @@ export const make = (
   unsafe: Unsafe = {}
 ): Effect.Effect<ElectionShape, ElectionError, Coordination | Scope.Scope> =>
   Effect.gen(function* () {
-    const invalid = (option: string, detail: string) =>
-      new ElectionError({ reason: new InvalidElectionOptions({ option, detail }) })
     const o = yield* decodeOptions(Options)(options).pipe(
       Effect.mapError((bad) => {
         const first = summary(bad)
@@ -150,134 +268,20 @@ export const make = (
     )
     const coordination = yield* Coordination
     const paths = pathsOf(o.namespace)
-    const attributes = { namespace: paths.base.slice(1, -"/coordinators".length) }
-    const electionsTotal = Metric.withAttributes(metrics.electionsTotal, attributes)
-    const electionDurationMs = Metric.withAttributes(metrics.electionDurationMs, attributes)
-    const fencedWritesRejected = Metric.withAttributes(metrics.fencedWritesRejected, attributes)
-    const candidateWakeups = Metric.withAttributes(metrics.candidateWakeups, attributes)
     const sessionOptions = o.sessionTimeout === undefined ? {} : { timeout: o.sessionTimeout }
     const replicaLagTimeMax =
       o.replicaLagTimeMax === undefined ? DEFAULT_REPLICA_LAG_TIME_MAX : Duration.fromInputUnsafe(o.replicaLagTimeMax)
-
-    // The observer session: replaced (under a lock) when it ends, each in a child scope of the election's.
-    const scope = yield* Effect.scope
-    const openObserver = Effect.gen(function* () {
-      const child = yield* Scope.fork(scope, "sequential")
-      const session = yield* coordination.session(sessionOptions).pipe(
-        Scope.provide(child),
-        Effect.onError((cause) => Scope.close(child, Exit.failCause(cause)))
-      )
-      return { session, scope: child }
-    })
-    let observer = yield* openObserver.pipe(Effect.mapError(Won.failed))
+    const observer = yield* Observer.make(coordination, sessionOptions).pipe(Effect.mapError(Won.failed))
     // The negotiated session timeout is the coordinator's liveness timeout: validate it now, at layer build.
-    if (Duration.isGreaterThanOrEqualTo(observer.session.timeout, replicaLagTimeMax)) {
+    const sessionTimeout = observer.current.session.timeout
+    if (Duration.isGreaterThanOrEqualTo(sessionTimeout, replicaLagTimeMax)) {
       return yield* Effect.fail(
         invalid(
           "sessionTimeout",
-          `the session (liveness) timeout ${Duration.format(observer.session.timeout)} must be shorter than replicaLagTimeMax ${Duration.format(replicaLagTimeMax)}`
+          `the session (liveness) timeout ${Duration.format(sessionTimeout)} must be shorter than replicaLagTimeMax ${Duration.format(replicaLagTimeMax)}`
         )
       )
     }
-    const observerLock = Semaphore.makeUnsafe(1)
-    /** Reopens the observer if `stale` is still the current one. */
-    const reopen = (stale: Session) =>
-      Semaphore.withPermit(
-        observerLock,
-        Effect.suspend(() => {
-          if (observer.session !== stale) return Effect.void
-          const old = observer
-          return openObserver.pipe(
-            Effect.tap((fresh) => {
-              observer = fresh
-              return Scope.close(old.scope, Exit.void)
-            }),
-            Effect.asVoid
-          )
-        })
-      )
-    // A lost connection settles within about a session timeout: reconnected, or the session expired.
-    const connectionRetries = Math.ceil((Duration.toMillis(observer.session.timeout) * 1.5) / 100)
-    /**
-     * Runs `f` on the observer; when the observer's session ended, reopens it and runs `f` once more. A lost
-     * connection is retried until it settles (after a pause the client first reports a lost connection, then
-     * the expiry).
-     */
-    const withObserver = <A>(f: (session: Session) => Effect.Effect<A, CoordinationError>) =>
-      Effect.suspend(() => {
-        const session = observer.session
-        return f(session).pipe(
-          Effect.catchTag("CoordinationError", (e) =>
-            Effect.gen(function* () {
-              // A lost connection on a session the client already knows ended is an ended session: reopen now.
-              const state = e.reason._tag === "ConnectionLoss" ? yield* session.state : "connected"
-              if (Won.sessionGone(e) || state === "expired" || state === "closed") {
-                yield* reopen(session)
-                return yield* f(observer.session)
-              }
-              return yield* Effect.fail(e)
-            })
-          )
-        )
-      }).pipe(
-        Effect.retry({
-          while: (e: CoordinationError) => e.reason._tag === "ConnectionLoss",
-          times: connectionRetries,
-          schedule: Schedule.spaced("100 millis")
-        })
-      )
-
-    const readLeader = withObserver((s) =>
-      s.exists(paths.leader).pipe(
-        Effect.flatMap((stat) =>
-          Option.isNone(stat) ? Effect.succeed(Option.none<Node>()) : Effect.map(s.get(paths.leader), Option.some)
-        ),
-        Effect.catchTag("CoordinationError", (e) =>
-          e.reason._tag === "NoNode" ? Effect.succeed(Option.none<Node>()) : Effect.fail(e)
-        )
-      )
-    )
-    const leader: ElectionShape["leader"] = readLeader.pipe(Effect.map(parseLeader), Effect.mapError(Won.failed))
-
-    const changes: ElectionShape["changes"] = Stream.unwrap(
-      Effect.sync(() => {
-        let pending: Effect.Effect<unknown, CoordinationError> | undefined
-        return Stream.fromEffectRepeat(
-          Effect.gen(function* () {
-            // A watch ending with its session is not a change: re-read through the reopened observer.
-            if (pending !== undefined) {
-              yield* pending.pipe(
-                Effect.catchTag("CoordinationError", (e) => (Won.sessionGone(e) ? Effect.void : Effect.fail(e)))
-              )
-            }
-            const watch = yield* withObserver((s) => s.watchNode(paths.leader))
-            pending = watch.changed
-            return parseLeader(watch.value)
-          }).pipe(Effect.mapError(Won.failed))
-        ).pipe(
-          Stream.changesWith(
-            Option.makeEquivalence(
-              (a: LeaderInfo, b: LeaderInfo) =>
-                a.serverId === b.serverId && a.epoch === b.epoch && a.address === b.address
-            )
-          )
-        )
-      })
-    )
-
-    /** The current epoch, read through the observer (`None` when unknown). */
-    /** Every epoch any read of this election saw: a campaign's bump goes past all of them. */
-    const epochs: Campaign.EpochsSeen = { highest: 0 }
-
-    /** The current epoch, read through the observer (`None` when unknown or unreadable). */
-    const currentEpoch = withObserver((s) => s.get(paths.epoch)).pipe(
-      Effect.map((n) => Result.getSuccess(Campaign.parseEpoch(paths.epoch, n.data))),
-      Effect.tap((epoch) => Effect.sync(() => Option.map(epoch, (e) => Campaign.see(epochs, e)))),
-      Effect.orElseSucceed(() => Option.none<number>())
-    )
-
-    const sessionTimeout = observer.session.timeout
-    const requestTimeout = o.requestTimeout === undefined ? sessionTimeout : Duration.fromInputUnsafe(o.requestTimeout)
     const margin =
       o.leadershipMargin === undefined
         ? Duration.times(sessionTimeout, 0.1)
@@ -290,56 +294,21 @@ export const make = (
         )
       )
     }
-    /** A spell of lost connections is waited out for up to two session timeouts; an ended session is not. */
-    const reconnectBudget = Duration.times(sessionTimeout, 2)
-
-    /** Registers, waits to be the lowest candidate, fences; then the leadership, in `scope`. */
-    const campaignIn = (candidate: Candidate, session: Session) =>
-      Effect.gen(function* () {
-        const ctx: Campaign.Context = {
-          session,
-          paths,
-          candidate,
-          epochs,
-          unsafe,
-          wakeup: Metric.update(candidateWakeups, 1)
-        }
-        const state = { ours: undefined as string | undefined, vacantSince: undefined as number | undefined }
-        yield* Campaign.retryLostConnections(Campaign.register(ctx), reconnectBudget)
-        const won = yield* Campaign.retryLostConnections(Campaign.elect(ctx, state), reconnectBudget)
-        // An election is measured only when a previous leader existed (epoch 0 means none ever did).
-        const wonAt = yield* Clock.currentTimeMillis
-        const took =
-          won.previous > 0 && state.vacantSince !== undefined ? Math.max(0, wonAt - state.vacantSince) : undefined
-        yield* Metric.update(electionsTotal, 1)
-        if (took !== undefined) yield* Metric.update(electionDurationMs, took)
-        yield* Effect.logDebug(`won the coordinator election with epoch ${won.epoch}`)
-        return yield* Won.make({
-          ctx,
-          won,
-          electionDurationMs: took,
-          marginMs: Duration.toMillis(margin),
-          requestTimeout,
-          currentEpoch,
-          rejectedWrite: Metric.update(fencedWritesRejected, 1)
-        })
-      }).pipe(Effect.catchTag("CoordinationError", (e) => Effect.fail(Won.failed(e))))
-
-    /**
-     * A campaign opens its own session in a child of the caller's scope: a campaign that fails (or is interrupted)
-     * closes it, so its registration and candidate node go with it and a retry starts clean.
-     */
-    const campaign = (candidate: Candidate): Effect.Effect<Leadership, ElectionError, Scope.Scope> =>
-      Effect.gen(function* () {
-        const child = yield* Scope.fork(yield* Effect.scope, "sequential")
-        return yield* Effect.gen(function* () {
-          const session = yield* coordination.session(sessionOptions).pipe(Effect.mapError(Won.failed))
-          return yield* campaignIn(candidate, session)
-        }).pipe(
-          Scope.provide(child),
-          Effect.onError((cause) => Scope.close(child, Exit.failCause(cause)))
-        )
-      })
-
-    return { leader, changes, campaign } satisfies ElectionShape
+    const e: Election = {
+      coordination,
+      paths,
+      unsafe,
+      sessionOptions,
+      metrics: labelled({ namespace: paths.base.slice(1, -"/coordinators".length) }),
+      observer,
+      epochs: { highest: 0 },
+      requestTimeout: o.requestTimeout === undefined ? sessionTimeout : Duration.fromInputUnsafe(o.requestTimeout),
+      margin,
+      reconnectBudget: Duration.times(sessionTimeout, 2)
+    }
+    return {
+      leader: leader(e),
+      changes: changes(e),
+      campaign: (candidate) => campaign(e, candidate)
+    } satisfies ElectionShape
   })

@@ -1,8 +1,12 @@
 /**
- * What the simulator records and the pure checkers that judge a run. Each
- * checker takes plain records and returns the violations it found, one line
- * each; an empty array means the property held.
+ * What the simulator records and the pure checkers that judge a run: safety
+ * (one leader per epoch, no stale epoch accepted, no act past a deadline, a
+ * fenced log in epoch and term order, no process dead by itself) and liveness
+ * (a live leader once the faults are over). Each checker takes plain records
+ * and returns the violations it found, one line each; an empty array means the
+ * property held.
  */
+import { Cause, Exit } from "effect"
 
 /** A won leadership: the leader node registered by one campaign session (a term). */
 export interface Win {
@@ -160,3 +164,40 @@ export const checkDeadlines = (
   }
   return violations
 }
+
+/** A process as the run ended: its id and, when its incarnation ended by itself, how. */
+export interface ProcessEnd {
+  readonly process: number
+  /** Set when the process's fiber is over although nothing killed it (its shell died). */
+  readonly exit: Exit.Exit<unknown, unknown> | undefined
+}
+
+/** No process died by itself: an incarnation ends only when a fault kills it. */
+export const checkProcesses = (ends: ReadonlyArray<ProcessEnd>): Array<string> => {
+  const violations: Array<string> = []
+  for (const { process, exit } of ends) {
+    if (exit !== undefined)
+      violations.push(`p${process} died: ${Cause.pretty(Exit.isFailure(exit) ? exit.cause : Cause.empty)}`)
+  }
+  return violations
+}
+
+/** A process running and unpaused at the end, and whether it believes it leads. */
+export interface LiveProcess {
+  readonly id: number
+  readonly leads: boolean
+}
+
+/** Whether no live process leads (there are live ones, but no leader node or none of them believes it leads). */
+export const isLeaderless = (live: ReadonlyArray<LiveProcess>, leaderRegistered: boolean): boolean =>
+  live.length > 0 && (!leaderRegistered || !live.some((p) => p.leads))
+
+/** Liveness: `settledMs` after the last fault, with every fault over, a live process leads. */
+export const checkLiveness = (
+  live: ReadonlyArray<LiveProcess>,
+  leaderRegistered: boolean,
+  settledMs: number
+): Array<string> =>
+  isLeaderless(live, leaderRegistered)
+    ? [`no live process leads ${settledMs} ms after the last fault (live: ${live.map((p) => `p${p.id}`).join(", ")})`]
+    : []

@@ -1,0 +1,98 @@
+/**
+ * node-zookeeper-client's clients as the ZooKeeper backend opens and closes
+ * them, and the driver's error codes.
+ *
+ * @internal
+ */
+import { type CoordinationError, CoordinationUnreachable, coordinationError } from "@strata/core"
+import { Effect } from "effect"
+import zookeeper, { type Client } from "node-zookeeper-client"
+
+/** The driver's error codes the backend tells apart. */
+export const Codes = {
+  CONNECTION_LOSS: -4,
+  BAD_ARGUMENTS: -8,
+  NO_NODE: -101,
+  BAD_VERSION: -103,
+  NO_CHILDREN_FOR_EPHEMERALS: -108,
+  NODE_EXISTS: -110,
+  NOT_EMPTY: -111,
+  SESSION_EXPIRED: -112,
+  RUNTIME_INCONSISTENCY: -2
+} as const
+
+/** The driver's error code of `error`, if it has one. */
+export const codeOf = (error: unknown): number | undefined =>
+  typeof error === "object" && error !== null && "getCode" in error && typeof error.getCode === "function"
+    ? (error.getCode() as number)
+    : undefined
+
+/** Opens a client and waits until it is connected (or fails within `connectTimeoutMs`). */
+export const connect = (
+  connectString: string,
+  options: { readonly sessionTimeout: number; readonly sessionId?: Buffer; readonly sessionPassword?: Buffer },
+  connectTimeoutMs: number
+): Effect.Effect<Client, CoordinationError> =>
+  Effect.callback<Client, CoordinationError>((resume) => {
+    const client = zookeeper.createClient(connectString, { ...options, spinDelay: 100, retries: 0 })
+    let settled = false
+    const finish = (effect: Effect.Effect<Client, CoordinationError>) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      client.removeListener("state", onState)
+      resume(effect)
+    }
+    const onState = (state: unknown) => {
+      if (state === zookeeper.State.SYNC_CONNECTED || state === zookeeper.State.CONNECTED_READ_ONLY) {
+        finish(Effect.succeed(client))
+      } else if (state === zookeeper.State.EXPIRED || state === zookeeper.State.AUTH_FAILED) {
+        client.close()
+        finish(
+          Effect.fail(
+            coordinationError(
+              new CoordinationUnreachable({ address: connectString, detail: `session ${String(state)}` })
+            )
+          )
+        )
+      }
+    }
+    const timer = setTimeout(() => {
+      client.close()
+      finish(
+        Effect.fail(
+          coordinationError(
+            new CoordinationUnreachable({
+              address: connectString,
+              detail: `not connected after ${connectTimeoutMs} ms`
+            })
+          )
+        )
+      )
+    }, connectTimeoutMs)
+    client.on("state", onState)
+    client.connect()
+    return Effect.sync(() => {
+      if (!settled) {
+        settled = true
+        clearTimeout(timer)
+        client.close()
+      }
+    })
+  })
+
+/** Closes a client and waits (briefly) for the server to end its session. */
+export const closeClient = (client: Client): Effect.Effect<void> =>
+  Effect.callback<void>((resume) => {
+    const timer = setTimeout(() => resume(Effect.void), 2000)
+    client.once("disconnected", () => {
+      clearTimeout(timer)
+      resume(Effect.void)
+    })
+    try {
+      client.close()
+    } catch {
+      clearTimeout(timer)
+      resume(Effect.void)
+    }
+  })

@@ -1,0 +1,484 @@
+/**
+ * A ZooKeeper session: one node-zookeeper-client client, its state, its
+ * operations and one-shot watches, and the read timeout the client lacks.
+ *
+ * @internal
+ */
+import {
+  BadVersion,
+  ConnectionLoss,
+  type CoordinationError,
+  type CoordinationErrorReason,
+  type CreateMode,
+  type CreateOptions,
+  coordinationError,
+  InvalidPath,
+  NoChildrenForEphemerals,
+  NodeExists,
+  NoNode,
+  type Node,
+  NotEmpty,
+  type Op,
+  type OpResult,
+  type Session,
+  type SessionState,
+  SessionClosed,
+  SessionExpired,
+  type Stat,
+  type Watch,
+  type WatchEvent
+} from "@strata/core"
+import { Deferred, Duration, Effect, Exit, Option, PubSub, type Scope, Stream } from "effect"
+import zookeeper, {
+  type Client,
+  type Event as ZkEvent,
+  type Stat as ZkStat,
+  type Transaction,
+  type TransactionResult
+} from "node-zookeeper-client"
+import { Codes, closeClient, codeOf, connect } from "./zookeeperClient.js"
+import { bufferOf, bytesOf, invalidPath, parentOf, sessionIdOf, statOf } from "./zookeeperPaths.js"
+
+/** Whether a session state is one a session never leaves. */
+export const isFinal = (state: SessionState): boolean => state === "expired" || state === "closed"
+
+/** A session: its client, its state as the client last reported it, and the watches its end fails. */
+export interface SessionRec {
+  readonly client: Client
+  readonly id: string
+  state: SessionState
+  readonly states: PubSub.PubSub<SessionState>
+  readonly watches: Set<Deferred.Deferred<WatchEvent, CoordinationError>>
+}
+
+/** Why the session can no longer be used, once it ended. */
+export const endReason = (rec: SessionRec): CoordinationErrorReason | undefined =>
+  rec.state === "closed"
+    ? new SessionClosed({ session: rec.id })
+    : rec.state === "expired"
+      ? new SessionExpired({ session: rec.id })
+      : undefined
+
+/** Read through a function, so narrowing does not assume the state cannot change meanwhile. */
+export const isExpired = (rec: SessionRec): boolean => rec.state === "expired"
+
+/** Moves the session to `state` (a final state stays) and fails its pending watches when it ends. */
+export const setState = (rec: SessionRec, state: SessionState): void => {
+  if (isFinal(rec.state) || rec.state === state) return
+  rec.state = state
+  PubSub.publishUnsafe(rec.states, state)
+  const reason = endReason(rec)
+  if (reason !== undefined) {
+    const failure = Exit.fail(coordinationError(reason))
+    for (const deferred of rec.watches) Deferred.doneUnsafe(deferred, failure)
+    rec.watches.clear()
+  }
+}
+
+/** Context of a failing call, used to build the reason. */
+interface Target {
+  readonly path: string
+  readonly version?: number | undefined
+}
+
+const reasonOf = (
+  rec: SessionRec,
+  code: number | undefined,
+  target: Target,
+  error: unknown
+): CoordinationErrorReason => {
+  switch (code) {
+    case Codes.NO_NODE:
+      return new NoNode({ path: target.path })
+    case Codes.NODE_EXISTS:
+      return new NodeExists({ path: target.path })
+    case Codes.BAD_VERSION:
+      return new BadVersion({ path: target.path, expected: target.version ?? -1 })
+    case Codes.NOT_EMPTY:
+      return new NotEmpty({ path: target.path })
+    case Codes.NO_CHILDREN_FOR_EPHEMERALS:
+      return new NoChildrenForEphemerals({ path: target.path })
+    case Codes.BAD_ARGUMENTS:
+      return new InvalidPath({ path: target.path, detail: "rejected by the server" })
+    case Codes.SESSION_EXPIRED:
+      setState(rec, "expired")
+      return new SessionExpired({ session: rec.id })
+    default:
+      return (
+        endReason(rec) ??
+        new ConnectionLoss({ detail: error instanceof Error ? error.message : `ZooKeeper error ${String(code)}` })
+      )
+  }
+}
+
+/** Why a call cannot go out now: the session ended, or the client knows its connection is down. */
+const unusable = (rec: SessionRec): CoordinationError | undefined => {
+  const ended = endReason(rec)
+  if (ended !== undefined) return coordinationError(ended)
+  return rec.state === "suspended"
+    ? coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` }))
+    : undefined
+}
+
+/**
+ * Runs one driver call, after checking the session is still usable. While the client knows its connection is
+ * down, a call fails at once with a retryable lost connection instead of queueing behind the reconnect.
+ */
+const call = <A>(
+  rec: SessionRec,
+  target: Target,
+  run: (done: (error: unknown, value?: A) => void) => void
+): Effect.Effect<A, CoordinationError> =>
+  Effect.suspend(() => {
+    const refused = unusable(rec)
+    if (refused !== undefined) return Effect.fail(refused)
+    return Effect.callback<A, CoordinationError>((resume) => {
+      try {
+        run((error, value) => {
+          if (error !== null && error !== undefined) {
+            resume(Effect.fail(coordinationError(reasonOf(rec, codeOf(error), target, error))))
+          } else resume(Effect.succeed(value as A))
+        })
+      } catch (error) {
+        resume(Effect.fail(coordinationError(reasonOf(rec, codeOf(error), target, error))))
+      }
+    })
+  })
+
+const validate = (path: string, sequential = false): Effect.Effect<void, CoordinationError> => {
+  const reason = invalidPath(path, sequential)
+  return reason === undefined ? Effect.void : Effect.fail(coordinationError(reason))
+}
+
+const zkMode = (mode: CreateMode): number => {
+  switch (mode) {
+    case "persistent":
+      return zookeeper.CreateMode.PERSISTENT
+    case "ephemeral":
+      return zookeeper.CreateMode.EPHEMERAL
+    case "persistent-sequential":
+      return zookeeper.CreateMode.PERSISTENT_SEQUENTIAL
+    case "ephemeral-sequential":
+      return zookeeper.CreateMode.EPHEMERAL_SEQUENTIAL
+  }
+}
+
+const isSequential = (mode: CreateMode): boolean => mode === "persistent-sequential" || mode === "ephemeral-sequential"
+
+const eventOf = (event: ZkEvent): WatchEvent => {
+  const path = event.getPath()
+  switch (event.getType()) {
+    case 1:
+      return { _tag: "NodeCreated", path }
+    case 2:
+      return { _tag: "NodeDeleted", path }
+    case 3:
+      return { _tag: "NodeDataChanged", path }
+    default:
+      return { _tag: "NodeChildrenChanged", path }
+  }
+}
+
+/** A deferred completed by a one-shot watcher; it is tracked only once its read is accepted. */
+const makeWatcher = (rec: SessionRec) => {
+  const deferred = Deferred.makeUnsafe<WatchEvent, CoordinationError>()
+  const watcher = (event: ZkEvent) => {
+    rec.watches.delete(deferred)
+    Deferred.doneUnsafe(deferred, Exit.succeed(eventOf(event)))
+  }
+  return { deferred, watcher } as const
+}
+
+const track = (
+  rec: SessionRec,
+  deferred: Deferred.Deferred<WatchEvent, CoordinationError>
+): Effect.Effect<WatchEvent, CoordinationError> => {
+  const ended = endReason(rec)
+  if (ended !== undefined) Deferred.doneUnsafe(deferred, Exit.fail(coordinationError(ended)))
+  else if (!Deferred.isDoneUnsafe(deferred)) rec.watches.add(deferred)
+  return Deferred.await(deferred)
+}
+
+// ---------------------------------------------------------------------------
+// Operations
+// ---------------------------------------------------------------------------
+
+const createOne = (rec: SessionRec, path: string, data: Uint8Array, mode: CreateMode) =>
+  call<string>(rec, { path }, (done) => rec.client.create(path, bufferOf(data), zkMode(mode), done))
+
+/** Creates the missing ancestors of `path`, persistent and empty (one created meanwhile is fine). */
+const ensureParents = (rec: SessionRec, path: string): Effect.Effect<void, CoordinationError> => {
+  const parent = parentOf(path)
+  if (parent === "/") return Effect.void
+  return createOne(rec, parent, new Uint8Array(0), "persistent").pipe(
+    Effect.asVoid,
+    Effect.catchIf(
+      (e: CoordinationError) => e.reason._tag === "NodeExists",
+      () => Effect.void
+    ),
+    Effect.catchIf(
+      (e: CoordinationError) => e.reason._tag === "NoNode",
+      () =>
+        Effect.andThen(ensureParents(rec, parent), createOne(rec, parent, new Uint8Array(0), "persistent")).pipe(
+          Effect.asVoid,
+          Effect.catchIf(
+            (e: CoordinationError) => e.reason._tag === "NodeExists",
+            () => Effect.void
+          )
+        )
+    )
+  )
+}
+
+const create = (rec: SessionRec, path: string, data: Uint8Array, options?: CreateOptions) => {
+  const mode = options?.mode ?? "persistent"
+  const copy = data.slice()
+  return Effect.andThen(
+    validate(path, isSequential(mode)),
+    options?.createParents === true
+      ? createOne(rec, path, copy, mode).pipe(
+          Effect.catchIf(
+            (e: CoordinationError) => e.reason._tag === "NoNode",
+            () => Effect.andThen(ensureParents(rec, path), createOne(rec, path, copy, mode))
+          )
+        )
+      : createOne(rec, path, copy, mode)
+  )
+}
+
+const getRaw = (rec: SessionRec, path: string) =>
+  call<readonly [Buffer | null, ZkStat]>(rec, { path }, (done) =>
+    rec.client.getData(path, (error, data, stat) => done(error, [data, stat] as const))
+  )
+
+const get = (rec: SessionRec, path: string): Effect.Effect<Node, CoordinationError> =>
+  Effect.andThen(
+    validate(path),
+    Effect.map(getRaw(rec, path), ([data, stat]) => ({ data: bytesOf(data), stat: statOf(stat) }))
+  )
+
+const exists = (rec: SessionRec, path: string): Effect.Effect<Option.Option<Stat>, CoordinationError> =>
+  Effect.andThen(
+    validate(path),
+    Effect.map(
+      call<ZkStat | null>(rec, { path }, (done) => rec.client.exists(path, done)),
+      (stat) => (stat === null || stat === undefined ? Option.none() : Option.some(statOf(stat)))
+    )
+  )
+
+const set = (rec: SessionRec, path: string, data: Uint8Array, version?: number) =>
+  Effect.andThen(
+    validate(path),
+    Effect.map(
+      call<ZkStat>(rec, { path, version }, (done) => rec.client.setData(path, bufferOf(data), version ?? -1, done)),
+      statOf
+    )
+  )
+
+const remove = (rec: SessionRec, path: string, version?: number) =>
+  Effect.andThen(
+    validate(path),
+    call<void>(rec, { path, version }, (done) => rec.client.remove(path, version ?? -1, (error) => done(error)))
+  )
+
+const children = (rec: SessionRec, path: string) =>
+  Effect.andThen(
+    validate(path),
+    Effect.map(
+      call<Array<string>>(rec, { path }, (done) => rec.client.getChildren(path, done)),
+      (names): ReadonlyArray<string> => [...names].sort()
+    )
+  )
+
+/** Queues `ops` on a transaction. */
+const queue = (tx: Transaction, ops: ReadonlyArray<Op>): void => {
+  /** node-zookeeper-client 1.1.3 replaces a version of 0 by -1 (`version || -1`): restore the real one. */
+  const pinVersion = (version: number | undefined) => {
+    const queued = tx.ops[tx.ops.length - 1]
+    if (queued !== undefined && version !== undefined) queued.version = version
+  }
+  for (const o of ops) {
+    switch (o._tag) {
+      case "check":
+        tx.check(o.path, o.version)
+        pinVersion(o.version)
+        break
+      case "create":
+        tx.create(o.path, bufferOf(o.data), zkMode(o.mode ?? "persistent"))
+        break
+      case "set":
+        tx.setData(o.path, bufferOf(o.data), o.version ?? -1)
+        pinVersion(o.version)
+        break
+      case "delete":
+        tx.remove(o.path, o.version ?? -1)
+        pinVersion(o.version)
+        break
+    }
+  }
+}
+
+/** The results of a committed transaction, one per op. */
+const resultsOf = (ops: ReadonlyArray<Op>, results: Array<TransactionResult>): ReadonlyArray<OpResult> =>
+  ops.map((o, i): OpResult => {
+    const r = results[i]
+    if (o._tag === "create") return { _tag: "create", path: r?.path ?? o.path }
+    if (o._tag === "set" && r?.stat !== undefined) return { _tag: "set", stat: statOf(r.stat) }
+    return o._tag === "check" ? { _tag: "check" } : { _tag: "delete" }
+  })
+
+/** Why a transaction failed, with the index of the op that failed it when the server names one. */
+const failureOf = (
+  rec: SessionRec,
+  ops: ReadonlyArray<Op>,
+  error: unknown,
+  results: Array<TransactionResult> | undefined
+): CoordinationError => {
+  const index =
+    results === undefined
+      ? -1
+      : results.findIndex((r) => r.err !== undefined && r.err !== 0 && r.err !== Codes.RUNTIME_INCONSISTENCY)
+  const failed = index >= 0 ? ops[index]! : undefined
+  const version = failed === undefined ? undefined : "version" in failed ? failed.version : undefined
+  const reason = reasonOf(rec, codeOf(error), { path: failed?.path ?? "", version }, error)
+  return coordinationError(reason, index >= 0 ? index : undefined)
+}
+
+const multi = (rec: SessionRec, ops: ReadonlyArray<Op>): Effect.Effect<ReadonlyArray<OpResult>, CoordinationError> =>
+  Effect.gen(function* () {
+    for (const [i, o] of ops.entries()) {
+      const reason = invalidPath(o.path, o._tag === "create" && isSequential(o.mode ?? "persistent"))
+      if (reason !== undefined) return yield* Effect.fail(coordinationError(reason, i))
+    }
+    if (ops.length === 0) return []
+    const refused = unusable(rec)
+    if (refused !== undefined) return yield* Effect.fail(refused)
+    return yield* Effect.callback<ReadonlyArray<OpResult>, CoordinationError>((resume) => {
+      const tx = rec.client.transaction()
+      queue(tx, ops)
+      tx.commit((error, results) => {
+        if (error === null || error === undefined) resume(Effect.succeed(resultsOf(ops, results)))
+        else resume(Effect.fail(failureOf(rec, ops, error, results)))
+      })
+    })
+  })
+
+const watchNode = (rec: SessionRec, path: string): Effect.Effect<Watch<Option.Option<Node>>, CoordinationError> =>
+  Effect.andThen(
+    validate(path),
+    Effect.gen(function* () {
+      while (true) {
+        const data = makeWatcher(rec)
+        const read = yield* call<readonly [Buffer | null, ZkStat] | undefined>(rec, { path }, (done) =>
+          rec.client.getData(path, data.watcher, (error, bytes, stat) => {
+            if (codeOf(error) === Codes.NO_NODE) done(null, undefined)
+            else done(error, [bytes, stat] as const)
+          })
+        )
+        if (read !== undefined) {
+          const node: Node = { data: bytesOf(read[0]), stat: statOf(read[1]) }
+          return { value: Option.some(node), changed: track(rec, data.deferred) }
+        }
+        const existence = makeWatcher(rec)
+        const stat = yield* call<ZkStat | null>(rec, { path }, (done) =>
+          rec.client.exists(path, existence.watcher, done)
+        )
+        if (stat === null || stat === undefined) {
+          return { value: Option.none<Node>(), changed: track(rec, existence.deferred) }
+        }
+        // created between the two reads: read again
+      }
+    })
+  )
+
+const watchChildren = (rec: SessionRec, path: string): Effect.Effect<Watch<ReadonlyArray<string>>, CoordinationError> =>
+  Effect.andThen(
+    validate(path),
+    Effect.suspend(() => {
+      const w = makeWatcher(rec)
+      return Effect.map(
+        call<Array<string>>(rec, { path }, (done) => rec.client.getChildren(path, w.watcher, done)),
+        (names) => ({ value: [...names].sort() as ReadonlyArray<string>, changed: track(rec, w.deferred) })
+      )
+    })
+  )
+
+/** The `Session` of a record. */
+export const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => ({
+  id: rec.id,
+  timeout,
+  state: Effect.sync(() => rec.state),
+  changes: Stream.fromPubSub(rec.states).pipe(Stream.takeUntil(isFinal)),
+  // A round trip on the session's connection: the server answers only for a live session.
+  ping: Effect.asVoid(call<ZkStat | null>(rec, { path: "/" }, (done) => rec.client.exists("/", done))),
+  create: (path, data, options) => create(rec, path, data, options),
+  get: (path) => get(rec, path),
+  exists: (path) => exists(rec, path),
+  set: (path, data, version) => set(rec, path, data, version),
+  delete: (path, version) => remove(rec, path, version),
+  children: (path) => children(rec, path),
+  multi: (ops) => multi(rec, ops),
+  watchNode: (path) => watchNode(rec, path),
+  watchChildren: (path) => watchChildren(rec, path)
+})
+
+/**
+ * Opens a session's client in the scope, following the client's state; closing the scope closes it (and waits
+ * for the server to end the session, unless it expired).
+ */
+export const open = (
+  connectString: string,
+  sessionTimeout: number,
+  connectTimeoutMs: number
+): Effect.Effect<SessionRec, CoordinationError, Scope.Scope> =>
+  Effect.acquireRelease(
+    Effect.gen(function* () {
+      const client = yield* connect(connectString, { sessionTimeout }, connectTimeoutMs)
+      const states = yield* PubSub.unbounded<SessionState>({ replay: 1 })
+      const rec: SessionRec = {
+        client,
+        id: sessionIdOf(client.getSessionId()),
+        state: "connected",
+        states,
+        watches: new Set()
+      }
+      PubSub.publishUnsafe(states, "connected")
+      client.on("state", (state: unknown) => {
+        if (state === zookeeper.State.SYNC_CONNECTED || state === zookeeper.State.CONNECTED_READ_ONLY) {
+          setState(rec, "connected")
+        } else if (state === zookeeper.State.DISCONNECTED) setState(rec, "suspended")
+        else if (state === zookeeper.State.EXPIRED) setState(rec, "expired")
+      })
+      return rec
+    }),
+    (rec) =>
+      Effect.suspend(() => {
+        const wasExpired = rec.state === "expired"
+        setState(rec, "closed")
+        return wasExpired ? Effect.sync(() => rec.client.close()) : closeClient(rec.client)
+      })
+  )
+
+/**
+ * The read timeout the client lacks (node-zookeeper-client pings but never gives up on a silent connection, so a
+ * partitioned client would believe itself connected until TCP gives up, minutes later): a request every sixth of
+ * the session timeout, and when one gets no answer within a third of it, the session is suspended and the
+ * connection reset. The client so notices a silent connection within half the session timeout and has the other
+ * half to reconnect (to another server, if it has one) before the server expires the session.
+ */
+export const readTimeout = (rec: SessionRec, s: Session): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const timeoutMs = Duration.toMillis(s.timeout)
+    while (endReason(rec) === undefined) {
+      yield* Effect.sleep(Duration.millis(Math.max(1, Math.floor(timeoutMs / 6))))
+      if (rec.state !== "connected") continue
+      const answered = yield* s.ping.pipe(
+        Effect.timeoutOption(Duration.millis(Math.max(1, Math.floor(timeoutMs / 3)))),
+        Effect.option
+      )
+      if (Option.isSome(answered) && Option.isNone(answered.value) && rec.state === "connected") {
+        setState(rec, "suspended")
+        rec.client.connectionManager?.socket?.destroy()
+      }
+    }
+  })
