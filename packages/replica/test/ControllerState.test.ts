@@ -5,6 +5,7 @@ import { tabletKey } from "@strata/core"
 import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import * as ControllerState from "../src/machines/ControllerState.js"
+import * as Mutants from "./support/mutants.js"
 
 type State = ControllerState.State
 type Input = ControllerState.Input
@@ -1577,8 +1578,7 @@ describe("ControllerState seeded runs", () => {
   })
 
   it("a planted bug (leadership moved to a preferred replica outside the ISR) is caught", () => {
-    const outside: StepFn = (state, input) =>
-      ControllerState.step({ ...state, options: { ...state.options, preferOutsideIsr: true } }, input)
+    const outside: StepFn = Mutants.preferOutsideIsr(ControllerState.step)
     const rule = "BalanceLeaders: an online tablet's preferred replica, in its ISR as the same life, leads"
     const broken = failures(outside, tally(), rule)
     assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))

@@ -17,10 +17,20 @@ const start = (overrides: Partial<Parameters<typeof LeaderState.become>[0]> = {}
     ...overrides
   })
 
-const run = (state: LeaderState.State, inputs: ReadonlyArray<LeaderState.Input>) => {
+/** A planted bug: any ISR answer clears the pending change, whichever proposal it answers. */
+const anyAnswerClearsPending: typeof LeaderState.step = (state, input) =>
+  (input._tag === "IsrChangeCommitted" || input._tag === "IsrChangeRejected") && state.pending !== undefined
+    ? LeaderState.step(state, { ...input, proposal: state.pending.proposal })
+    : LeaderState.step(state, input)
+
+const run = (
+  state: LeaderState.State,
+  inputs: ReadonlyArray<LeaderState.Input>,
+  step: typeof LeaderState.step = LeaderState.step
+) => {
   const commands: Array<LeaderState.Command> = []
   for (const input of inputs) {
-    const [next, emitted] = LeaderState.step(state, input)
+    const [next, emitted] = step(state, input)
     state = next
     commands.push(...emitted)
   }
@@ -244,10 +254,14 @@ describe("LeaderState", () => {
     assert.deepStrictEqual(late.state.pending, p2.state.pending)
     assert.strictEqual(late.state.highWatermark, 20)
     // The planted bug clears it, and the HW passes what 3 holds.
-    const planted = run({ ...p2.state, anyAnswerClearsPending: true }, [
-      { _tag: "IsrChangeCommitted", isr: [1, 2, 3], version: 1, proposal: 1 },
-      { _tag: "FollowerFetched", server: 2, fetchOffset: 25, nowMs: 8 }
-    ])
+    const planted = run(
+      p2.state,
+      [
+        { _tag: "IsrChangeCommitted", isr: [1, 2, 3], version: 1, proposal: 1 },
+        { _tag: "FollowerFetched", server: 2, fetchOffset: 25, nowMs: 8 }
+      ],
+      anyAnswerClearsPending
+    )
     assert.isUndefined(planted.state.pending)
     assert.strictEqual(planted.state.highWatermark, 25)
   })
@@ -406,7 +420,7 @@ describe("LeaderState seeded runs", () => {
   })
 
   it("a planted bug (any ISR answer clears the pending change) is caught by an ISR member below the HW", () => {
-    const buggy: StepFn = (state, input) => LeaderState.step({ ...state, anyAnswerClearsPending: true }, input)
+    const buggy: StepFn = anyAnswerClearsPending
     const caught = Array.from({ length: 2000 }, (_, i) => drive(i + 1, buggy)).filter((f) => f !== undefined)
     assert.isTrue(
       caught.some((f) => f.includes("holds") && f.includes("< HW")),

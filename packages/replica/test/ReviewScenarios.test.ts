@@ -8,6 +8,7 @@ import { Deferred, Effect, Random } from "effect"
 import * as LocalCluster from "../src/node/LocalCluster.js"
 import * as TabletClient from "../src/client/TabletClient.js"
 import type * as TabletServer from "../src/server/TabletServer.js"
+import * as Mutants from "./support/mutants.js"
 import { eventually, make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }
@@ -21,11 +22,11 @@ describe("review scenarios", () => {
    * wakes F's poll. Answered, F would append M's [8,10) after L's stale [5,8), and the end-offset exchange of epoch 2
    * would find nothing to truncate: F and M diverge. L must refuse the woken poll (it no longer leads epoch 1).
    */
-  const demotedLongPoll = (unsafe: TabletServer.Unsafe) =>
+  const demotedLongPoll = (machines: TabletServer.MachinesShape) =>
     Effect.gen(function* () {
       const servers = yield* make(replication)
       const [L, F, M] = [1, 2, 3]
-      for (const id of [L, F, M]) yield* servers.start(id, unsafe)
+      for (const id of [L, F, M]) yield* servers.start(id, machines)
       const fetchesOf = (from: number, to: number, offset?: number) =>
         servers.links.fetches.filter(
           (f) => f.from === from && f.to === to && (offset === undefined || f.offset === offset)
@@ -53,7 +54,7 @@ describe("review scenarios", () => {
 
   it.live("defect 1: a long poll woken after its leader was demoted is refused; F ends with M's log", () =>
     Effect.gen(function* () {
-      const { f, m } = yield* demotedLongPoll({})
+      const { f, m } = yield* demotedLongPoll(Mutants.production)
       assert.deepStrictEqual(m, ["a0", "a1", "a2", "a3", "a4", "m5", "m6", "m7", "m8", "m9"])
       assert.deepStrictEqual(f, m)
     })
@@ -61,7 +62,7 @@ describe("review scenarios", () => {
 
   it.live("defect 1, planted (answering the woken poll unchecked): F diverges from its leader", () =>
     Effect.gen(function* () {
-      const { f, m } = yield* demotedLongPoll({ skipFetchRevalidation: true })
+      const { f, m } = yield* demotedLongPoll(Mutants.machinesWith(Mutants.skipFetchRevalidation))
       assert.notDeepEqual(f, m)
       assert.deepStrictEqual(f.slice(5, 8), ["a5", "a6", "a7"])
     })
@@ -105,11 +106,11 @@ describe("review scenarios", () => {
    * (version 13). Every ISR member must hold everything below the HW: a leader whose stale answer cleared P2 has
    * advanced its HW to 7 over [L,M] and now has F, at 3, in its ISR.
    */
-  const staleIsrAnswer = (unsafe: TabletServer.Unsafe) =>
+  const staleIsrAnswer = (machines: TabletServer.MachinesShape) =>
     Effect.gen(function* () {
       const servers = yield* make({ ...replication, minInsyncReplicas: 2, fetchMaxWaitMs: 20 })
       const [L, F, M] = [1, 2, 3]
-      for (const id of [L, F, M]) yield* servers.start(id, unsafe)
+      for (const id of [L, F, M]) yield* servers.start(id, machines)
       const proposals: Array<{ request: AdjustIsrRequest; answer: Deferred.Deferred<AdjustIsrReply> }> = []
       servers.links.adjustIsr = (request) =>
         Effect.suspend(() => {
@@ -151,7 +152,7 @@ describe("review scenarios", () => {
 
   it.live("defect 2: a late answer to an earlier ISR proposal leaves the pending one pending", () =>
     Effect.gen(function* () {
-      const { highWatermark, isr, fHolds } = yield* staleIsrAnswer({})
+      const { highWatermark, isr, fHolds } = yield* staleIsrAnswer(Mutants.production)
       assert.deepStrictEqual(isr, [1, 3, 2])
       assert.isAtMost(highWatermark, fHolds, "every ISR member holds everything below the HW")
     })
@@ -159,7 +160,7 @@ describe("review scenarios", () => {
 
   it.live("defect 2, planted (any answer clears the pending change): an ISR member holds less than the HW", () =>
     Effect.gen(function* () {
-      const { highWatermark, fHolds } = yield* staleIsrAnswer({ answersIgnoreProposal: true })
+      const { highWatermark, fHolds } = yield* staleIsrAnswer(Mutants.machinesWith(Mutants.answersIgnoreProposal))
       assert.isAbove(highWatermark, fHolds)
     })
   )

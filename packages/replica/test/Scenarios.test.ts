@@ -13,6 +13,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as ReplicationConfig from "../src/wire/ReplicationConfig.js"
 import type * as TabletServer from "../src/server/TabletServer.js"
+import * as Mutants from "./support/mutants.js"
 import * as Sim from "./sim/ClusterSim.js"
 import { eventually, make, records } from "./support/servers.js"
 
@@ -60,11 +61,11 @@ describe("named scenarios", () => {
    * epoch 1 ends (50) and keeps its 50 records; its fetches from B then fail and B dies too; C leads epoch 3. The
    * acknowledged 0–49 must all be on C. Truncating to the HW instead (the planted bug) cuts them to 10.
    */
-  const fluss674 = (unsafe: TabletServer.Unsafe) =>
+  const fluss674 = (machines: TabletServer.MachinesShape) =>
     Effect.gen(function* () {
       const servers = yield* make({ ...replication, minInsyncReplicas: 2 })
       const [A, B, C] = [1, 2, 3]
-      for (const id of [A, B, C]) yield* servers.start(id, unsafe)
+      for (const id of [A, B, C]) yield* servers.start(id, machines)
       servers.links.staleHighWatermark.set(B, 10)
       servers.links.staleHighWatermark.set(C, 10)
       yield* servers.instruct([A, B, C], tablet, [A, B, C], { leader: A, leaderEpoch: 1, isr: [A, B, C] })
@@ -98,9 +99,9 @@ describe("named scenarios", () => {
 
   it.live("Fluss #674: the new leader's HW is below the old leader's, and nothing acknowledged is truncated away", () =>
     Effect.gen(function* () {
-      assert.deepStrictEqual(yield* fluss674({}), range("r", 0, 50))
+      assert.deepStrictEqual(yield* fluss674(Mutants.production), range("r", 0, 50))
       // The planted bug (Fluss's truncation to the HW) loses acknowledged records in the same scenario.
-      assert.deepStrictEqual(yield* fluss674({ truncateToHighWatermark: true }), range("r", 0, 10))
+      assert.deepStrictEqual(yield* fluss674(Mutants.machinesWith(Mutants.truncateToHighWatermark)), range("r", 0, 10))
     })
   )
 

@@ -95,10 +95,6 @@ export interface Options {
    * `BalanceLeaders` moves them back to it (default 10).
    */
   readonly leaderImbalancePercent?: number
-  /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
-  readonly skipIsrEligibility?: boolean
-  /** @internal A planted bug for the simulator: move leadership to a preferred replica outside the ISR. */
-  readonly preferOutsideIsr?: boolean
 }
 
 /**
@@ -749,7 +745,7 @@ const validateIsr = (
   if (stranger !== undefined) return { _tag: "InvalidIsr", detail: `server ${stranger} holds no replica` }
   if (new Set(input.isr).size !== input.isr.length) return { _tag: "InvalidIsr", detail: "a server twice" }
   for (const s of input.isr) {
-    if (current.isr.includes(s) || state.options.skipIsrEligibility === true) continue
+    if (current.isr.includes(s)) continue
     if (!state.live.has(s)) return { _tag: "IneligibleReplica", server: s, why: "offline" }
     if (state.shuttingDown.has(s)) return { _tag: "IneligibleReplica", server: s, why: "shutting down" }
     if (storageFailedOn(state, s, t)) return { _tag: "IneligibleReplica", server: s, why: "its storage failed" }
@@ -811,7 +807,7 @@ const balanceLeaders = (state: State, c: Changes): number => {
     const elsewhere = tablets.filter((t) => t.leaderAndIsr.leader !== server)
     if (elsewhere.length === 0 || (elsewhere.length * 100) / tablets.length <= threshold) continue
     for (const t of elsewhere) {
-      const inIsr = t.leaderAndIsr.isr.includes(server) || state.options.preferOutsideIsr === true
+      const inIsr = t.leaderAndIsr.isr.includes(server)
       if (
         t.state !== "OnlineTablet" ||
         !inIsr ||
@@ -928,11 +924,18 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
 }
 
 /**
+ * The machine as the shell runs it: production's {@link step}; the simulators run mutants of it.
+ *
+ * @since 0.1.0
+ */
+export type StepFunction = (state: State, input: Input) => Step
+
+/**
  * One step of the controller. Pure: every decision is here, the shell only runs the commands.
  *
  * @since 0.1.0
  */
-export const step = (state: State, input: Input): Step => {
+export const step: StepFunction = (state, input) => {
   if (state.resigned) return [state, []]
   switch (input._tag) {
     case "Started":

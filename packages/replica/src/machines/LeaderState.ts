@@ -91,10 +91,6 @@ export interface State {
    * `lagTimeMaxMs` has passed.
    */
   readonly refused: ReadonlyMap<ServerId, { readonly registration: number | undefined; readonly atMs: number }>
-  /** A planted bug for the simulator: the HW advances under the minimum ISR. */
-  readonly ignoreMinIsr?: boolean
-  /** A planted bug for the simulator: any ISR answer clears the pending change, whichever proposal it answers. */
-  readonly anyAnswerClearsPending?: boolean
 }
 
 /**
@@ -178,13 +174,7 @@ export const become = (options: {
   readonly logEndOffset: number
   readonly highWatermark: number
   readonly nowMs: number
-  /** @internal A planted bug for the simulator. */
-  readonly ignoreMinIsr?: boolean
-  /** @internal A planted bug for the simulator. */
-  readonly anyAnswerClearsPending?: boolean
 }): State => ({
-  ...(options.ignoreMinIsr === true ? { ignoreMinIsr: true } : {}),
-  ...(options.anyAnswerClearsPending === true ? { anyAnswerClearsPending: true } : {}),
   self: options.self,
   leaderEpoch: options.leaderEpoch,
   replicas: options.replicas,
@@ -232,7 +222,7 @@ const logEndOf = (state: State, server: ServerId): number =>
 
 /** The HW the state allows, and the command to checkpoint it when it moved. */
 const withHighWatermark = (state: State, commands: Array<Command>): Step => {
-  if (state.isr.length < state.minInsyncReplicas && state.ignoreMinIsr !== true) return [state, commands]
+  if (state.isr.length < state.minInsyncReplicas) return [state, commands]
   const candidate = Math.min(...maximalIsr(state).map((s) => logEndOf(state, s)), state.logEndOffset)
   if (candidate <= state.highWatermark) return [state, commands]
   return [
@@ -286,7 +276,7 @@ const maybeExpand = (state: State, server: ServerId, nowMs: number, commands: Ar
 
 /** Whether an answer to `proposal` settles the pending change. */
 const answersPending = (state: State, proposal: number | undefined) =>
-  state.pending !== undefined && (state.pending.proposal === proposal || state.anyAnswerClearsPending === true)
+  state.pending !== undefined && state.pending.proposal === proposal
 
 /**
  * One step of the leader's state. Pure: time is the input's `nowMs`.

@@ -24,7 +24,7 @@ import {
   type TabletInstruction,
   tabletKey
 } from "@strata/core"
-import { Cause, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
+import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as ControllerState from "../machines/ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
@@ -37,6 +37,16 @@ import { type ReplicaStorageReport, TabletServers, type TabletServersShape } fro
  * @since 0.1.0
  */
 export { TabletServers, type TabletServersShape } from "../wire/Peers.js"
+
+/**
+ * The controller machine's step in context: production's `ControllerState.step` unless provided (the simulators
+ * provide mutants of it, planted bugs they must catch).
+ *
+ * @since 0.1.0
+ */
+export const Machine = Context.Reference<ControllerState.StepFunction>("@strata/replica/Controller/Machine", {
+  defaultValue: () => ControllerState.step
+})
 
 /**
  * The controller resigned (a write of its failed: a newer coordinator exists, or the outcome was unknown): ask the
@@ -67,14 +77,10 @@ export interface ControllerOptions {
   readonly leaderImbalanceCheckIntervalMs?: number
   /** The imbalance, in percent of a server's preferred tablets, above which they move back to it (10). */
   readonly leaderImbalancePercent?: number
-  /** @internal A planted bug for the simulator: move leadership to a preferred replica outside the ISR. */
-  readonly preferOutsideIsr?: boolean
   /** The pause between deliveries of an unanswered LeaderAndIsr, and between questions to a candidate. */
   readonly retryBackoffMs: number
   /** Gives up the coordinator's leadership (the machine resigned). */
   readonly resign: Effect.Effect<void>
-  /** @internal A planted bug for the simulator: accept ISR expansions to dead or stopping servers. */
-  readonly skipIsrEligibility?: boolean
   /**
    * The coordinator's warm view of the tablets (`ControllerView`), which a new controller catches up and starts
    * from; without one it reads every tablet.
@@ -151,6 +157,8 @@ interface Running {
   readonly scope: Scope.Scope
   readonly servers: TabletServersShape
   readonly producerIds: ProducerIds.ProducerIds
+  /** The machine's step (production's unless the context provides a mutant). */
+  readonly machine: ControllerState.StepFunction
   /** The machine's inputs, taken one at a time. */
   readonly inbox: Queue.Queue<ControllerState.Input>
   /** Requests waiting for the machine's reply, by request id. */
@@ -199,6 +207,7 @@ export const make = (
       servers: yield* TabletServers,
       // The blocks of ids this controller hands out; its successor reserves its own.
       producerIds: yield* ProducerIds.make({ path: paths.producerIds }).pipe(Effect.orDie),
+      machine: yield* Machine,
       inbox: yield* Queue.unbounded<ControllerState.Input>(),
       replies: new Map(),
       outboxes: new Map(),
@@ -208,9 +217,7 @@ export const make = (
         ...(options.leaderElection === undefined ? {} : { leaderElection: options.leaderElection }),
         ...(options.leaderImbalancePercent === undefined
           ? {}
-          : { leaderImbalancePercent: options.leaderImbalancePercent }),
-        ...(options.skipIsrEligibility === true ? { skipIsrEligibility: true } : {}),
-        ...(options.preferOutsideIsr === true ? { preferOutsideIsr: true } : {})
+          : { leaderImbalancePercent: options.leaderImbalancePercent })
       }),
       journal: synced.journal,
       nextRequest: 0,
@@ -316,7 +323,7 @@ const feed = (c: Running, input: ControllerState.Input): Effect.Effect<void> =>
           box.pending.clear()
         }
       }
-      const [next, commands] = ControllerState.step(c.state, input)
+      const [next, commands] = c.machine(c.state, input)
       c.state = next
       return run(c, commands)
     })

@@ -12,11 +12,12 @@
  */
 import {
   AppendTimedOut,
+  type AppendRequest,
   type AppendResult,
+  type FetchRequest,
   FencedEpoch,
   InvalidRequest,
   type LeaderAndIsrRequest,
-  NotEnoughReplicas,
   OffsetOutOfRange,
   OptionSchemas,
   ProducerRefused,
@@ -34,10 +35,11 @@ import {
   tabletKey
 } from "@strata/core"
 import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Result, Schedule, Schema, Scope } from "effect"
+import * as FollowerState from "../machines/FollowerState.js"
+import * as Replica from "../machines/Replica.js"
 import { follow } from "./internal/follower.js"
 import * as Hosted from "./internal/hosted.js"
 import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
-import * as LeaderState from "../machines/LeaderState.js"
 import * as ProducerState from "../machines/ProducerState.js"
 import { Peers, type PeersShape } from "../wire/Peers.js"
 import * as ReplicaState from "../machines/ReplicaState.js"
@@ -110,24 +112,24 @@ export interface ReplicaView {
 }
 
 /**
- * Safety checks a broken variant may switch off: for the simulator's planted bugs only.
+ * The machines a tablet server runs: the replica machine's step and the follower machine's start. Production runs
+ * `Replica.step` and `FollowerState.become`; the simulators provide mutants of them (planted bugs they must catch).
  *
- * @internal
+ * @since 0.1.0
  */
-export interface Unsafe {
-  /** A new follower truncates to its high watermark instead of asking its leader (Fluss's behaviour). */
-  readonly truncateToHighWatermark?: boolean
-  /** A leader advances its high watermark while its ISR is below the minimum. */
-  readonly highWatermarkIgnoresMinIsr?: boolean
-  /** A leader's ISR answers clear its pending change whichever proposal they answer. */
-  readonly answersIgnoreProposal?: boolean
-  /** A long-polled fetch is answered after the wait without checking that the replica still leads in its epoch. */
-  readonly skipFetchRevalidation?: boolean
-  /** A controller's log-end question and an offline LeaderAndIsr leave a role under an older epoch running. */
-  readonly unfencedLogEnd?: boolean
-  /** An ISR change refused because the leadership is over is taken as not committed (its change dropped). */
-  readonly fencedRefusalRejects?: boolean
+export interface MachinesShape {
+  readonly replica: Replica.StepFunction
+  readonly becomeFollower: typeof FollowerState.become
 }
+
+/**
+ * The machines in context (production's unless provided).
+ *
+ * @since 0.1.0
+ */
+export const Machines = Context.Reference<MachinesShape>("@strata/replica/TabletServer/Machines", {
+  defaultValue: () => ({ replica: Replica.step, becomeFollower: FollowerState.become })
+})
 
 /**
  * The `TabletServer` service key.
@@ -148,7 +150,7 @@ interface Server {
   readonly store: StoreShape
   readonly scope: Scope.Scope
   readonly hosted: Map<string, Hosted.Hosted>
-  readonly unsafe: Unsafe
+  readonly machines: MachinesShape
   coordinatorEpoch: number
   registration: number | undefined
   /** The sequence of the last storage report this server made. */
@@ -164,63 +166,197 @@ const storageFailed = (h: Hosted.Hosted) => (e: TabletLog.TabletLogError) =>
 /** The store partition a tablet's log lives in. */
 export const storeIdOf = (tablet: TabletId) => ({ table: `tablet.${tablet.table}`, partition: tablet.bucket })
 
-/** Runs the leader machine's commands: checkpoint the HW (releasing the appends it covers), propose an ISR. */
-const runLeader = (
-  server: Server,
-  h: Hosted.Hosted,
-  commands: ReadonlyArray<LeaderState.Command>
-): Effect.Effect<void> =>
-  Effect.forEach(
-    commands,
-    (command) => {
-      switch (command._tag) {
-        case "AdvanceHighWatermark":
-          return Effect.gen(function* () {
-            // The checkpoint only shortens a restart's catch-up, but a store that fails it takes no writes: the
-            // replica goes offline.
-            if (h.log !== undefined) {
-              const checkpointed = yield* Effect.result(h.log.checkpointHighWatermark(command.highWatermark))
-              if (checkpointed._tag === "Failure") return yield* logFailed(server, h, checkpointed.failure)
-            }
-            yield* Hosted.release(h, command.highWatermark)
-            yield* Hosted.signal(h)
-          })
-        case "ProposeIsr":
-          return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, h.role, command), server.scope))
-        case "IsrBelowMinimum":
-          return Hosted.failWaiters(h, Hosted.tooFewAfterAppend(h, command.size, server.config.minInsyncReplicas))
-      }
-    },
-    { discard: true }
-  )
+// ---------------------------------------------------------------------------
+// Running the replica machine
+// ---------------------------------------------------------------------------
 
 /**
- * A log operation failed: its storage (the replica goes offline, `storageOffline`), or anything else (logged).
+ * Feeds the replica machine one input and runs the commands of its `Ready`, in order; returns its answer. The
+ * caller holds the replica's lock.
+ */
+const feed = (
+  server: Server,
+  h: Hosted.Hosted,
+  input: Replica.Input
+): Effect.Effect<Replica.Answer | undefined, ReplicaError> =>
+  Effect.suspend(() => {
+    const [next, ready] = server.machines.replica(h.state, input)
+    h.state = next
+    return ready.commands.length === 0
+      ? Effect.succeed(ready.answer)
+      : Effect.as(run(server, h, ready.commands), ready.answer)
+  })
+
+/** Feeds an input whose refusal is the request's error; the answer otherwise. */
+const feedOrFail = (server: Server, h: Hosted.Hosted, input: Replica.Input) =>
+  Effect.flatMap(feed(server, h, input), (answer) =>
+    answer?._tag === "Refused" ? fail(answer.reason) : Effect.succeed(answer)
+  )
+
+/** Feeds an input that only moves the leader's state: a failure of its commands is logged. */
+const feedLogged = (server: Server, h: Hosted.Hosted, input: Replica.Input): Effect.Effect<void> =>
+  feed(server, h, input).pipe(
+    Effect.asVoid,
+    Effect.catch((e) => Effect.logWarning(`server ${server.self}: ${h.key}: ${e.message}`))
+  )
+
+/** Asks the machine a leader's question (it changes nothing): admitted, or the request's error. */
+const admitted = (server: Server, h: Hosted.Hosted, input: Extract<Replica.Input, { _tag: "Lead" | "Recheck" }>) =>
+  Effect.suspend(() => {
+    const answer = server.machines.replica(h.state, input)[1].answer
+    if (answer?._tag === "Refused") return fail(answer.reason)
+    const log = h.log
+    if (answer?._tag !== "Admitted" || log === undefined) return fail(Replica.notLeader(h.state))
+    return Effect.succeed({ ...answer, log })
+  })
+
+/** Runs the machine's commands in order. */
+const run = (server: Server, h: Hosted.Hosted, commands: ReadonlyArray<Replica.Command>) =>
+  Effect.forEach(commands, (command) => runCommand(server, h, command), { discard: true })
+
+const runCommand = (server: Server, h: Hosted.Hosted, command: Replica.Command): Effect.Effect<void, ReplicaError> => {
+  switch (command._tag) {
+    case "OpenLog":
+      return openLog(server, h)
+    case "CloseLog":
+      return Effect.suspend(() => {
+        const scope = h.logScope
+        h.log = undefined
+        h.logScope = undefined
+        return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
+      })
+    case "DeleteLog":
+      return dropLog(server, h.tablet)
+    case "StartFollowing":
+      return startFollowing(server, h, command)
+    case "StopFollowing":
+      return Effect.suspend(() => {
+        const fiber = h.fetcher
+        h.fetcher = undefined
+        return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
+      })
+    case "Checkpoint":
+      return checkpoint(server, h, command.highWatermark)
+    case "Complete":
+      return Effect.forEach(command.tickets, (t) => settle(h, t, Exit.succeed(command.highWatermark)), {
+        discard: true
+      })
+    case "Fail": {
+      const error = new ReplicaError({ reason: command.reason })
+      return Effect.forEach(command.tickets, (t) => settle(h, t, Exit.fail(error)), { discard: true })
+    }
+    case "Wake":
+      return Hosted.signal(h)
+    case "ProposeIsr":
+      return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, command), server.scope))
+    case "StoreFailed":
+      return Effect.suspend(() => {
+        const { table, partition } = storeIdOf(h.tablet)
+        return Effect.logWarning(
+          `server ${server.self}: ${h.key}: its ${server.store.backend} store (partition ${table}/${partition}) failed: ${command.detail}; the replica is offline until its store takes writes again`
+        )
+      })
+    case "ResumeStorage":
+      return Effect.suspend(() =>
+        h.resuming !== undefined || server.closed
+          ? Effect.void
+          : Effect.asVoid(
+              Effect.tap(Effect.forkIn(resumeStorage(server, h), server.scope), (fiber) =>
+                Effect.sync(() => {
+                  h.resuming = fiber
+                })
+              )
+            )
+      )
+    case "ReportStorageBack":
+      return Effect.suspend(() =>
+        h.resuming !== undefined
+          ? Effect.void
+          : Effect.asVoid(
+              Effect.tap(
+                Effect.forkIn(
+                  reportStorage(server, h, false, () => h.state.lifecycle._tag === "OnlineReplica").pipe(
+                    Effect.ensuring(
+                      Effect.sync(() => {
+                        h.resuming = undefined
+                      })
+                    )
+                  ),
+                  server.scope
+                ),
+                (fiber) =>
+                  Effect.sync(() => {
+                    h.resuming = fiber
+                  })
+              )
+            )
+      )
+    case "Log": {
+      const line = `server ${server.self}: ${command.message}`
+      return command.level === "Info" ? Effect.logInfo(line) : Effect.logWarning(line)
+    }
+  }
+}
+
+/** Completes the waiting append of `ticket`, if its caller still waits. */
+const settle = (h: Hosted.Hosted, ticket: number, exit: Exit.Exit<number, ReplicaError>) =>
+  Effect.suspend(() => {
+    const done = h.tickets.get(ticket)
+    if (done === undefined) return Effect.void
+    h.tickets.delete(ticket)
+    return Deferred.done(done, exit)
+  })
+
+/**
+ * Checkpoints the high watermark, then feeds `Checkpointed` (releasing the appends it covers). The checkpoint only
+ * shortens a restart's catch-up, but a store that fails it takes no writes: the replica goes offline.
+ */
+const checkpoint = (server: Server, h: Hosted.Hosted, highWatermark: number): Effect.Effect<void, ReplicaError> =>
+  Effect.gen(function* () {
+    if (h.log !== undefined) {
+      const checkpointed = yield* Effect.result(h.log.checkpointHighWatermark(highWatermark))
+      if (checkpointed._tag === "Failure") return yield* logFailed(server, h, checkpointed.failure)
+    }
+    yield* feed(server, h, { _tag: "Checkpointed", highWatermark })
+  })
+
+/**
+ * A log operation failed: its storage (the replica goes offline, `StorageFailed`), or anything else (logged).
  * Under the replica's lock.
  */
 const logFailed = (server: Server, h: Hosted.Hosted, e: TabletLog.TabletLogError): Effect.Effect<void> =>
   TabletLog.isStorageFailure(e)
-    ? storageOffline(server, h, e.message)
+    ? feedLogged(server, h, { _tag: "StorageFailed", detail: e.message })
     : Effect.logWarning(`server ${server.self}: ${h.key}: ${e.message}`)
 
-/**
- * The replica's store failed (full, failing, unreadable): the replica goes offline — it stops leading or following
- * and its log closes — and the server tells the controller, which moves its leadership and takes it out of the ISR
- * (Kafka's handling of a failed log directory). A fiber then tries the store again, backing off, until it takes a
- * write, and tells the controller it works again. Under the replica's lock.
- */
-const storageOffline = (server: Server, h: Hosted.Hosted, detail: string): Effect.Effect<void> =>
+/** Starts the fetch loop of a follower's generation. */
+const startFollowing = (
+  server: Server,
+  h: Hosted.Hosted,
+  command: Extract<Replica.Command, { _tag: "StartFollowing" }>
+): Effect.Effect<void> =>
   Effect.gen(function* () {
-    const m = h.machine._tag
-    if (m === "OfflineReplica" || m === "ReplicaDeleted" || m === "NewReplica") return
-    const { table, partition } = storeIdOf(h.tablet)
-    yield* Effect.logWarning(
-      `server ${server.self}: ${h.key}: its ${server.store.backend} store (partition ${table}/${partition}) failed: ${detail}; the replica is offline until its store takes writes again`
+    h.fetcher = yield* Effect.forkIn(
+      follow(h, command.generation, {
+        self: server.self,
+        registration: () => server.registration,
+        leader: server.peers.leader(command.leader),
+        leaderId: command.leader,
+        leaderEpoch: command.leaderEpoch,
+        fetchMaxBytes: server.config.fetchMaxBytes,
+        retryBackoffMs: server.config.retryBackoffMs,
+        become: server.machines.becomeFollower,
+        // The follower's own store failed: offline (from outside the follower, which that stops).
+        storageFailed: (generation, detail) =>
+          Effect.asVoid(
+            Effect.forkIn(
+              Hosted.locked(h, feedLogged(server, h, { _tag: "StorageFailed", detail, generation })),
+              server.scope
+            )
+          )
+      }),
+      server.scope
     )
-    yield* Effect.ignore(stepReplica(server, h, { _tag: "Offline" }, undefined))
-    if (h.resuming === undefined && !server.closed) {
-      h.resuming = yield* Effect.forkIn(resumeStorage(server, h), server.scope)
-    }
   })
 
 /**
@@ -249,6 +385,26 @@ const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still:
 /** The longest pause between two tries of a failed store. */
 const storageRetryMaxMs = 30_000
 
+/** One try of a failed store, under the replica's lock: the log opened again must take a write. */
+const tryStore = (server: Server, h: Hosted.Hosted) =>
+  Effect.gen(function* () {
+    if (h.state.lifecycle._tag === "ReplicaDeleted") return "deleted" as const
+    // Offline still, or opened again meanwhile by an instruction: either way the store must take a write.
+    const tried = yield* Effect.result(
+      Effect.gen(function* () {
+        yield* feedOrFail(server, h, { _tag: "Open" })
+        const log = h.log
+        if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
+        yield* log.checkpointHighWatermark(yield* log.highWatermark).pipe(Effect.mapError(storageFailed(h)))
+      })
+    )
+    if (tried._tag === "Success") return "back" as const
+    // The try moved the machine on (Reopen) before it failed.
+    const now = (h.state.lifecycle as ReplicaState.State)._tag
+    if (now !== "OfflineReplica" && now !== "ReplicaDeleted") yield* Effect.ignore(feed(server, h, { _tag: "Offline" }))
+    return "failing" as const
+  })
+
 /**
  * Reports the failure, then tries the store again after a backoff that doubles (up to 30 s; a store that fails again
  * within 30 s of coming back starts from its last pause, doubled): the log is opened again
@@ -258,7 +414,7 @@ const storageRetryMaxMs = 30_000
  */
 const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
   Effect.gen(function* () {
-    yield* reportStorage(server, h, true, () => h.machine._tag === "OfflineReplica")
+    yield* reportStorage(server, h, true, () => h.state.lifecycle._tag === "OfflineReplica")
     const failedAt = yield* Clock.currentTimeMillis
     const back = h.storageBack
     let delay =
@@ -267,28 +423,7 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
         : server.config.retryBackoffMs
     while (true) {
       yield* Effect.sleep(delay)
-      const outcome = yield* Hosted.locked(
-        h,
-        Effect.gen(function* () {
-          if (h.machine._tag === "ReplicaDeleted") return "deleted"
-          // Offline still, or opened again meanwhile by an instruction: either way the store must take a write.
-          const tried = yield* Effect.result(
-            Effect.gen(function* () {
-              if (h.machine._tag === "OfflineReplica") yield* stepReplica(server, h, { _tag: "Reopen" }, undefined)
-              const log = h.log
-              if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
-              yield* log.checkpointHighWatermark(yield* log.highWatermark).pipe(Effect.mapError(storageFailed(h)))
-            })
-          )
-          if (tried._tag === "Success") return "back"
-          // The try moved the machine on (Reopen) before it failed.
-          const now = h.machine as ReplicaState.State
-          if (now._tag !== "OfflineReplica" && now._tag !== "ReplicaDeleted") {
-            yield* Effect.ignore(stepReplica(server, h, { _tag: "Offline" }, undefined))
-          }
-          return "failing"
-        })
-      )
+      const outcome = yield* Hosted.locked(h, tryStore(server, h))
       if (outcome === "failing") {
         delay = Math.min(delay * 2, storageRetryMaxMs)
         continue
@@ -297,12 +432,10 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
         h.storageBack = { at: yield* Clock.currentTimeMillis, delay }
         yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
         // Told until heard, unless it fails again meanwhile (then that is told instead, below).
-        yield* reportStorage(
-          server,
-          h,
-          false,
-          () => h.machine._tag !== "ReplicaDeleted" && h.machine._tag !== "OfflineReplica"
-        )
+        yield* reportStorage(server, h, false, () => {
+          const m = h.state.lifecycle._tag
+          return m !== "ReplicaDeleted" && m !== "OfflineReplica"
+        })
       }
       break
     }
@@ -312,7 +445,7 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
       // start: nothing else would, and the replica would stay offline.
       Effect.suspend(() => {
         h.resuming = undefined
-        if (h.machine._tag !== "OfflineReplica" || server.closed) return Effect.void
+        if (h.state.lifecycle._tag !== "OfflineReplica" || server.closed) return Effect.void
         return Effect.asVoid(
           Effect.tap(Effect.forkIn(resumeStorage(server, h), server.scope), (fiber) =>
             Effect.sync(() => {
@@ -324,186 +457,33 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
     )
   )
 
-/** Steps the leader machine (if it still leads) and runs its commands. */
-const stepLeader = (server: Server, h: Hosted.Hosted, input: LeaderState.Input): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    if (h.leader === undefined) return Effect.void
-    const [next, commands] = LeaderState.step(h.leader, input)
-    h.leader = next
-    return runLeader(server, h, commands)
-  })
-
-/** The ISR the controller committed at `version` (answering `proposal`, or in a LeaderAndIsr): the leader steps it. */
-const isrCommitted = (
-  server: Server,
-  h: Hosted.Hosted,
-  isr: ReadonlyArray<ServerId>,
-  version: number,
-  proposal?: number
-): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    h.version = Math.max(h.version, version)
-    return stepLeader(server, h, { _tag: "IsrChangeCommitted", isr, version, proposal })
-  })
-
-/** Asks the controller for an ISR change until it answers, unless the role ends first; feeds back its answer. */
+/** Asks the controller for an ISR change until it answers, unless the generation ends first; feeds back its answer. */
 const proposeIsr = (
   server: Server,
   h: Hosted.Hosted,
-  role: number,
-  command: Extract<LeaderState.Command, { _tag: "ProposeIsr" }>
+  command: Extract<Replica.Command, { _tag: "ProposeIsr" }>
 ): Effect.Effect<void> =>
   Effect.gen(function* () {
-    const leader = h.leader
-    if (leader === undefined) return
-    const { isr, proposal, registrations } = command
+    const { generation, isr, proposal, registrations } = command
+    // Offline (or moved on) before the request left: there is no leader to answer.
+    if (h.state.generation !== generation || h.state.leader === undefined) return
     yield* Effect.logInfo(`server ${server.self}: ${h.key}: asking the controller for ISR [${isr.join(",")}]`)
     const reply = yield* Hosted.retryTelling(
       server.peers.controller.adjustIsr({
         tablet: h.tablet,
         leader: server.self,
-        leaderEpoch: leader.leaderEpoch,
+        leaderEpoch: command.leaderEpoch,
         version: command.version,
         isr,
         ...(registrations.length === 0 ? {} : { registrations })
       }),
       server.config.retryBackoffMs,
       () => `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]`,
-      () => h.role === role
+      () => h.state.generation === generation
     )
-    const answeredAt = yield* Clock.currentTimeMillis
-    yield* Hosted.locked(
-      h,
-      Effect.suspend(() => {
-        if (h.role !== role) return Effect.void
-        if (reply._tag === "IsrAdjusted") {
-          return Effect.andThen(
-            Effect.logInfo(
-              `server ${server.self}: ${h.key}: ISR now [${reply.leaderAndIsr.isr.join(",")}] (version ${reply.leaderAndIsr.version})`
-            ),
-            isrCommitted(server, h, reply.leaderAndIsr.isr, reply.leaderAndIsr.version, proposal)
-          )
-        }
-        // A stale version: the controller changed the ISR meanwhile; take its state, then propose again if need be.
-        const r = reply.rejection
-        const adopt =
-          r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch === h.leader?.leaderEpoch
-            ? isrCommitted(server, h, r.leaderAndIsr.isr, r.leaderAndIsr.version)
-            : Effect.void
-        // The leadership is over: an earlier try may have been committed, so the change stays pending.
-        const fenced =
-          r._tag === "FencedLeaderEpoch" ||
-          r._tag === "NotLeader" ||
-          r._tag === "UnknownTablet" ||
-          (r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch !== h.leader?.leaderEpoch)
-        if (fenced && server.unsafe.fencedRefusalRejects !== true) {
-          return Effect.andThen(
-            Effect.logInfo(
-              `server ${server.self}: ${h.key}: ISR [${isr.join(",")}] refused (${r._tag}): this leadership is over; the change stays pending until the next LeaderAndIsr`
-            ),
-            stepLeader(server, h, { _tag: "IsrChangeFenced", proposal })
-          )
-        }
-        const ineligible = r._tag === "IneligibleReplica" ? { server: r.server, nowMs: answeredAt } : undefined
-        return Effect.andThen(adopt, stepLeader(server, h, { _tag: "IsrChangeRejected", proposal, ineligible }))
-      })
-    )
+    const nowMs = yield* Clock.currentTimeMillis
+    yield* Hosted.locked(h, feedLogged(server, h, { _tag: "IsrAnswer", generation, proposal, reply, nowMs }))
   }).pipe(Effect.ignore)
-
-/** Runs the replica machine's commands, in order. */
-const runReplica = (
-  server: Server,
-  h: Hosted.Hosted,
-  instruction: TabletInstruction | undefined,
-  commands: ReadonlyArray<ReplicaState.Command>
-): Effect.Effect<void, ReplicaError> =>
-  Effect.forEach(
-    commands,
-    (command): Effect.Effect<void, ReplicaError> => {
-      switch (command._tag) {
-        case "OpenLog":
-          return openLog(server, h)
-        case "BecomeLeader":
-          return Effect.gen(function* () {
-            h.role++
-            const log = h.log!
-            h.leader = LeaderState.become({
-              self: server.self,
-              leaderEpoch: command.leaderEpoch,
-              replicas: h.replicas,
-              isr: command.isr,
-              version: instruction?.leaderAndIsr.version ?? h.version,
-              minInsyncReplicas: server.config.minInsyncReplicas,
-              lagTimeMaxMs: server.config.replicaLagTimeMaxMs,
-              logEndOffset: yield* log.logEndOffset,
-              highWatermark: yield* log.highWatermark,
-              nowMs: yield* Clock.currentTimeMillis,
-              ignoreMinIsr: server.unsafe.highWatermarkIgnoresMinIsr === true,
-              anyAnswerClearsPending: server.unsafe.answersIgnoreProposal === true
-            })
-            if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
-            yield* Effect.logInfo(
-              `server ${server.self}: ${h.key}: leading under leader epoch ${command.leaderEpoch}, ISR [${command.isr.join(",")}]`
-            )
-            // A leader alone in its ISR with a minimum of one commits what it has at once.
-            yield* stepLeader(server, h, { _tag: "Appended", logEndOffset: yield* log.logEndOffset })
-          })
-        case "BecomeFollower":
-          return Effect.gen(function* () {
-            h.role++
-            if (instruction !== undefined) h.version = instruction.leaderAndIsr.version
-            yield* Effect.logInfo(
-              `server ${server.self}: ${h.key}: following server ${command.leader} under leader epoch ${command.leaderEpoch}`
-            )
-            h.fetcher = yield* Effect.forkIn(
-              follow(h, h.role, {
-                self: server.self,
-                registration: () => server.registration,
-                leader: server.peers.leader(command.leader),
-                leaderId: command.leader,
-                leaderEpoch: command.leaderEpoch,
-                fetchMaxBytes: server.config.fetchMaxBytes,
-                retryBackoffMs: server.config.retryBackoffMs,
-                truncateToHighWatermark: server.unsafe.truncateToHighWatermark === true,
-                // The follower's own store failed: offline (from outside the follower, which that stops).
-                storageFailed: (role, detail) =>
-                  Effect.asVoid(
-                    Effect.forkIn(
-                      Hosted.locked(
-                        h,
-                        Effect.suspend(() => (h.role === role ? storageOffline(server, h, detail) : Effect.void))
-                      ),
-                      server.scope
-                    )
-                  )
-              }),
-              server.scope
-            )
-          })
-        case "StopLeading":
-          return Effect.suspend(() => {
-            h.leader = undefined
-            return Hosted.failWaiters(h, Hosted.notLeader(h))
-          })
-        case "StopFetching":
-          return Effect.suspend(() => {
-            const fiber = h.fetcher
-            h.fetcher = undefined
-            return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
-          })
-        case "CloseLog":
-          return Effect.suspend(() => {
-            const scope = h.logScope
-            h.log = undefined
-            h.logScope = undefined
-            return scope === undefined ? Effect.void : Scope.close(scope, Exit.void)
-          })
-        case "DeleteLog":
-          return dropLog(server, h.tablet)
-      }
-    },
-    { discard: true }
-  )
 
 /** Drops the store partition of `tablet`'s log (closed first: an open one is locked). */
 const dropLog = (server: Server, tablet: TabletId): Effect.Effect<void, ReplicaError> =>
@@ -539,93 +519,42 @@ const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaE
     }
     h.log = opened.value
     h.logScope = scope
-    yield* stepReplica(server, h, { _tag: "Loaded" }, undefined)
+    yield* feedOrFail(server, h, { _tag: "Loaded" })
   })
 
-/** Steps the replica machine and runs its commands; an illegal event fails with the machine's error. */
-const stepReplica = (
-  server: Server,
-  h: Hosted.Hosted,
-  event: ReplicaState.Event,
-  instruction: TabletInstruction | undefined
-): Effect.Effect<void, ReplicaError> =>
-  Effect.suspend(() => {
-    const stepped = ReplicaState.step({ tablet: h.tablet, self: server.self }, h.machine, event)
-    if (Result.isFailure(stepped)) return fail(stepped.failure)
-    const [next, commands] = stepped.success
-    h.machine = next
-    return runReplica(server, h, instruction, commands)
-  })
+// ---------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------
 
-/** Applies one tablet's instruction: a new replica is opened first; an instruction with nothing new is dropped. */
 /** The replica of `tablet`, hosted here from now on if it was not. */
 const hostedOrNew = (server: Server, tablet: TabletId) => {
   const key = tabletKey(tablet)
   let h = server.hosted.get(key)
   if (h === undefined) {
-    h = Hosted.make(tablet)
+    h = Hosted.make(tablet, server.self, {
+      minInsyncReplicas: server.config.minInsyncReplicas,
+      lagTimeMaxMs: server.config.replicaLagTimeMaxMs
+    })
     server.hosted.set(key, h)
   }
   return h
 }
 
-/** Opens the replica's log if it is not open (new, or offline after a storage failure); under its lock. */
-const ensureOpen = (server: Server, h: Hosted.Hosted) =>
-  Effect.gen(function* () {
-    if (h.machine._tag === "NewReplica") yield* openLog(server, h)
-    if (h.machine._tag === "OfflineReplica") yield* stepReplica(server, h, { _tag: "Reopen" }, undefined)
-  })
-
+/** Applies one tablet's instruction: a new replica's log is opened first. */
 const apply = (server: Server, instruction: TabletInstruction) =>
   Effect.gen(function* () {
-    const hosted = hostedOrNew(server, instruction.tablet)
+    const h = hostedOrNew(server, instruction.tablet)
     yield* Hosted.locked(
-      hosted,
+      h,
       Effect.gen(function* () {
-        hosted.replicas = instruction.replicas
-        yield* ensureOpen(server, hosted)
-        const lai = instruction.leaderAndIsr
-        switch (Hosted.classify(hosted, server.self, instruction)) {
-          case "Step":
-            return yield* stepReplica(
-              server,
-              hosted,
-              {
-                _tag: "LeaderAndIsr",
-                leader: lai.leader!,
-                leaderEpoch: lai.leaderEpoch,
-                isr: lai.isr,
-                replicas: instruction.replicas
-              },
-              instruction
-            )
-          case "IsrUpdate":
-            return yield* isrCommitted(server, hosted, lai.isr, lai.version)
-          case "Fence":
-            if (server.unsafe.unfencedLogEnd === true) return
-            return yield* stepReplica(server, hosted, { _tag: "Fence", leaderEpoch: lai.leaderEpoch }, instruction)
-          case "Stale":
-            // Told to lead again the epoch it lost going offline: it leads only under a new one, which the
-            // controller gives on hearing that its store works again (that report may have been lost).
-            if (
-              hosted.machine._tag === "OnlineReplica" &&
-              lai.leader === server.self &&
-              lai.leaderEpoch === hosted.machine.lastLeaderEpoch &&
-              hosted.resuming === undefined
-            ) {
-              hosted.resuming = yield* Effect.forkIn(
-                reportStorage(server, hosted, false, () => hosted.machine._tag === "OnlineReplica").pipe(
-                  Effect.ensuring(
-                    Effect.sync(() => {
-                      hosted.resuming = undefined
-                    })
-                  )
-                ),
-                server.scope
-              )
-            }
-            return
-        }
+        yield* feedOrFail(server, h, { _tag: "Open" })
+        const log = h.log
+        const bounds =
+          log === undefined
+            ? { logEndOffset: 0, highWatermark: 0 }
+            : { logEndOffset: yield* log.logEndOffset, highWatermark: yield* log.highWatermark }
+        const nowMs = yield* Clock.currentTimeMillis
+        yield* feedOrFail(server, h, { _tag: "Instruction", instruction, log: bounds, nowMs })
       })
     )
   })
@@ -636,21 +565,6 @@ const hostedOf = (server: Server, tablet: TabletId) =>
     const h = server.hosted.get(tabletKey(tablet))
     return h === undefined ? fail(new UnknownTablet({ tablet: tabletKey(tablet) })) : Effect.succeed(h)
   })
-
-/** The replica's log and leader state when it leads `epoch` (any epoch when omitted), or the error to answer. */
-const leading = (h: Hosted.Hosted, epoch?: number) => {
-  const leader = h.leader
-  const log = h.log
-  if (leader === undefined || log === undefined || h.machine._tag !== "LeaderReplica") {
-    return Effect.fail(Hosted.notLeader(h))
-  }
-  if (epoch !== undefined && epoch < leader.leaderEpoch) {
-    return fail(new FencedEpoch({ resource: h.key, current: leader.leaderEpoch, attempted: epoch }))
-  }
-  // A follower ahead of this leader's epoch knows of a newer leader: this one is not it.
-  if (epoch !== undefined && epoch > leader.leaderEpoch) return Effect.fail(Hosted.notLeader(h))
-  return Effect.succeed({ leader, log })
-}
 
 /** The append's error for a refused producer stamp or a failed log. */
 const appendError = (h: Hosted.Hosted, e: TabletLog.TabletLogError) => {
@@ -666,52 +580,65 @@ const appendError = (h: Hosted.Hosted, e: TabletLog.TabletLogError) => {
   })
 }
 
+/** Writes an append the machine admitted and feeds it back: acknowledged now, or a ticket to wait on. */
+const persist = (server: Server, h: Hosted.Hosted, request: AppendRequest) =>
+  Effect.gen(function* () {
+    const proposed = yield* feedOrFail(server, h, { _tag: "Propose", acks: request.acks })
+    const log = h.log
+    if (proposed?._tag !== "Persist" || log === undefined) return yield* fail(Replica.notLeader(h.state))
+    const written = yield* log.append(proposed.leaderEpoch, request.records, request.producer).pipe(
+      Effect.tapError((e) =>
+        TabletLog.isStorageFailure(e)
+          ? feedLogged(server, h, { _tag: "StorageFailed", detail: e.message })
+          : Effect.void
+      ),
+      Effect.mapError((e) => appendError(h, e))
+    )
+    const duplicate = written.duplicate === true
+    const answer = yield* feedOrFail(server, h, {
+      _tag: "Persisted",
+      acks: request.acks,
+      lastOffset: written.lastOffset,
+      duplicate
+    })
+    const result = (highWatermark: number): AppendResult => ({
+      baseOffset: written.baseOffset,
+      lastOffset: written.lastOffset,
+      highWatermark,
+      duplicate
+    })
+    if (answer?._tag !== "Wait") return { result: result(answer?._tag === "Done" ? answer.highWatermark : 0) }
+    const done = Deferred.makeUnsafe<number, ReplicaError>()
+    h.tickets.set(answer.ticket, done)
+    return { result: result(answer.highWatermark), ticket: answer.ticket, done }
+  })
+
 const append =
   (server: Server): ReplicaManagerShape["append"] =>
   (request) =>
     Effect.gen(function* () {
       if (request.records.length === 0) return yield* fail(new InvalidRequest({ detail: "an append of no records" }))
       const h = yield* hostedOf(server, request.tablet)
-      const min = server.config.minInsyncReplicas
-      const outcome = yield* Hosted.locked(
-        h,
-        Effect.gen(function* () {
-          const { leader, log } = yield* leading(h)
-          if (request.acks === "all" && leader.isr.length < min) {
-            return yield* fail(new NotEnoughReplicas({ tablet: h.key, isr: leader.isr.length, minIsr: min }))
-          }
-          const written = yield* log.append(leader.leaderEpoch, request.records, request.producer).pipe(
-            Effect.tapError((e) =>
-              TabletLog.isStorageFailure(e) ? storageOffline(server, h, e.message) : Effect.void
-            ),
-            Effect.mapError((e) => appendError(h, e))
-          )
-          if (written.duplicate !== true) {
-            yield* stepLeader(server, h, { _tag: "Appended", logEndOffset: written.lastOffset + 1 })
-            yield* Hosted.signal(h)
-          }
-          const hw = h.leader?.highWatermark ?? 0
-          const result: AppendResult = {
-            baseOffset: written.baseOffset,
-            lastOffset: written.lastOffset,
-            highWatermark: hw,
-            duplicate: written.duplicate === true
-          }
-          if (request.acks !== "all" || hw > written.lastOffset) return { result, waiter: undefined }
-          const waiter: Hosted.Waiter = { lastOffset: written.lastOffset, done: Deferred.makeUnsafe() }
-          h.waiters.push(waiter)
-          return { result, waiter }
-        })
-      )
-      if (outcome.waiter === undefined) return outcome.result
+      const outcome = yield* Hosted.locked(h, persist(server, h, request))
+      if (outcome.done === undefined) return outcome.result
+      const { ticket, done } = outcome
       const timeoutMs = server.config.appendTimeoutMs
-      const hw = yield* Deferred.await(outcome.waiter.done).pipe(
+      const hw = yield* Deferred.await(done).pipe(
         Effect.timeoutOption(timeoutMs),
         Effect.flatMap(
           Option.match({
             onNone: () => fail(new AppendTimedOut({ tablet: h.key, lastOffset: outcome.result.lastOffset, timeoutMs })),
             onSome: Effect.succeed
           })
+        ),
+        // A caller that stops waiting (timed out, interrupted) gives its ticket back.
+        Effect.onExit((exit) =>
+          Exit.isSuccess(exit) || !h.tickets.has(ticket)
+            ? Effect.void
+            : Effect.andThen(
+                Effect.sync(() => h.tickets.delete(ticket)),
+                Hosted.locked(h, feedLogged(server, h, { _tag: "Abandon", ticket }))
+              )
         )
       )
       return { ...outcome.result, highWatermark: hw }
@@ -722,11 +649,8 @@ const read =
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
-      const { leader, log } = yield* Hosted.locked(
-        h,
-        Effect.suspend(() => leading(h))
-      )
-      const hw = leader.highWatermark
+      const { highWatermark, log } = yield* Hosted.locked(h, admitted(server, h, { _tag: "Lead" }))
+      const hw = highWatermark ?? (yield* log.highWatermark)
       const start = yield* log.logStartOffset
       const end = yield* log.logEndOffset
       const limit = request.uncommitted === true ? end : hw
@@ -764,13 +688,30 @@ const divergence = (log: TabletLog.TabletLog, offset: number, lastFetchedEpoch: 
     return { epoch: answer?.epoch ?? null, endOffset: answer?.endOffset ?? (yield* log.logStartOffset) }
   })
 
-/** Fails `NotLeader` unless the replica still leads in the role and epoch a fetch was admitted under. */
-const stillLeading = (h: Hosted.Hosted, role: number, epoch: number, unsafe: Unsafe) =>
-  Effect.suspend(() =>
-    unsafe.skipFetchRevalidation === true || (h.role === role && h.leader?.leaderEpoch === epoch)
-      ? Effect.void
-      : Effect.fail(Hosted.notLeader(h))
-  )
+/** A follower's fetch as the leader first sees it: out of range, diverging, or in range (its progress taken). */
+const admitFetch = (server: Server, h: Hosted.Hosted, request: FetchRequest, nowMs: number) =>
+  Effect.gen(function* () {
+    const { generation, leaderEpoch, log } = yield* admitted(server, h, {
+      _tag: "Lead",
+      leaderEpoch: request.leaderEpoch
+    })
+    const start = yield* log.logStartOffset
+    const end = yield* log.logEndOffset
+    if (request.offset < start) return { _tag: "OutOfRange" as const, start }
+    const diverging = yield* divergence(log, request.offset, request.lastFetchedEpoch).pipe(
+      Effect.mapError(storageFailed(h))
+    )
+    if (diverging !== undefined) return { _tag: "Diverging" as const, ...diverging }
+    if (request.offset > end) return { _tag: "OutOfRange" as const, start }
+    yield* feedLogged(server, h, {
+      _tag: "FollowerFetched",
+      server: request.follower,
+      fetchOffset: request.offset,
+      nowMs,
+      registration: request.registration
+    })
+    return { _tag: "InRange" as const, end, changed: h.changed, log, generation, leaderEpoch }
+  })
 
 const fetch =
   (server: Server): ReplicaManagerShape["fetch"] =>
@@ -778,28 +719,7 @@ const fetch =
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
       const nowMs = yield* Clock.currentTimeMillis
-      const seen = yield* Hosted.locked(
-        h,
-        Effect.gen(function* () {
-          const { leader, log } = yield* leading(h, request.leaderEpoch)
-          const start = yield* log.logStartOffset
-          const end = yield* log.logEndOffset
-          if (request.offset < start) return { _tag: "OutOfRange" as const, start }
-          const diverging = yield* divergence(log, request.offset, request.lastFetchedEpoch).pipe(
-            Effect.mapError(storageFailed(h))
-          )
-          if (diverging !== undefined) return { _tag: "Diverging" as const, ...diverging }
-          if (request.offset > end) return { _tag: "OutOfRange" as const, start }
-          yield* stepLeader(server, h, {
-            _tag: "FollowerFetched",
-            server: request.follower,
-            fetchOffset: request.offset,
-            nowMs,
-            registration: request.registration
-          })
-          return { _tag: "InRange" as const, end, changed: h.changed, log, role: h.role, epoch: leader.leaderEpoch }
-        })
-      )
+      const seen = yield* Hosted.locked(h, admitFetch(server, h, request, nowMs))
       if (seen._tag === "OutOfRange") {
         return { _tag: "OutOfRange" as const, leaderEpoch: request.leaderEpoch, logStartOffset: seen.start }
       }
@@ -813,18 +733,19 @@ const fetch =
       }
       // Caught up: wait for an append (or a HW move) up to fetchMaxWaitMs before answering. The replica may stop
       // leading meanwhile (and truncate, and copy another leader's records): the answer is given only if it leads in
-      // the same role and epoch before and after the read.
+      // the same generation and epoch before and after the read.
+      const recheck = { _tag: "Recheck", generation: seen.generation, leaderEpoch: seen.leaderEpoch } as const
       if (request.offset === seen.end) {
         yield* Deferred.await(seen.changed).pipe(Effect.timeoutOption(server.config.fetchMaxWaitMs))
-        yield* stillLeading(h, seen.role, seen.epoch, server.unsafe)
+        yield* admitted(server, h, recheck)
       }
       const batches = yield* seen.log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
-      yield* stillLeading(h, seen.role, seen.epoch, server.unsafe)
+      const after = yield* admitted(server, h, recheck)
       return {
         _tag: "Batches" as const,
-        leaderEpoch: seen.epoch,
+        leaderEpoch: seen.leaderEpoch,
         batches,
-        highWatermark: h.leader?.leaderEpoch === seen.epoch ? h.leader.highWatermark : yield* seen.log.highWatermark,
+        highWatermark: after.highWatermark ?? (yield* seen.log.highWatermark),
         logStartOffset: yield* seen.log.logStartOffset
       }
     })
@@ -834,12 +755,12 @@ const endOffsetForEpoch =
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
-      const { leader, log } = yield* Hosted.locked(
+      const { leaderEpoch, log } = yield* Hosted.locked(
         h,
-        Effect.suspend(() => leading(h, request.leaderEpoch))
+        admitted(server, h, { _tag: "Lead", leaderEpoch: request.leaderEpoch })
       )
       const answer = yield* log.endOffsetForEpoch(request.epoch)
-      return { leaderEpoch: leader.leaderEpoch, answer: answer ?? null }
+      return { leaderEpoch, answer: answer ?? null }
     })
 
 /**
@@ -857,11 +778,9 @@ const logEnd =
       return yield* Hosted.locked(
         h,
         Effect.gen(function* () {
-          yield* ensureOpen(server, h)
+          yield* feedOrFail(server, h, { _tag: "Open" })
           // The answer must stay true: no role under an older epoch may append, acknowledge or copy past it.
-          if (fence !== undefined && server.unsafe.unfencedLogEnd !== true) {
-            yield* stepReplica(server, h, { _tag: "Fence", leaderEpoch: fence.leaderEpoch }, undefined)
-          }
+          if (fence !== undefined) yield* feedOrFail(server, h, { _tag: "Fence", leaderEpoch: fence.leaderEpoch })
           const log = h.log
           if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
           const epochs = yield* log.epochs
@@ -869,8 +788,13 @@ const logEnd =
             lastEpoch: LeaderEpochCache.latest(epochs)?.epoch ?? null,
             logEndOffset: yield* log.logEndOffset
           }
-          if (!hosted && answer.lastEpoch === null && answer.logEndOffset === 0 && h.machine._tag === "OnlineReplica") {
-            yield* stepReplica(server, h, { _tag: "Delete" }, undefined)
+          if (
+            !hosted &&
+            answer.lastEpoch === null &&
+            answer.logEndOffset === 0 &&
+            h.state.lifecycle._tag === "OnlineReplica"
+          ) {
+            yield* feedOrFail(server, h, { _tag: "Delete" })
             if (server.hosted.get(h.key) === h) server.hosted.delete(h.key)
           }
           return answer
@@ -919,10 +843,7 @@ const deleteReplica = (server: Server, tablet: TabletId) =>
     const key = tabletKey(tablet)
     const h = server.hosted.get(key)
     if (h !== undefined) {
-      yield* Hosted.locked(
-        h,
-        h.machine._tag === "ReplicaDeleted" ? Effect.void : stepReplica(server, h, { _tag: "Delete" }, undefined)
-      )
+      yield* Hosted.locked(h, feedOrFail(server, h, { _tag: "Delete" }))
       if (server.hosted.get(key) === h) server.hosted.delete(key)
       yield* Hosted.signal(h)
     } else yield* dropLog(server, tablet)
@@ -944,13 +865,13 @@ const holdings =
       yield* admitController(server, request)
       return {
         // A replica in no role (its log not open, or closed after a failure) holds no epoch: it is instructed again.
-        tablets: [...server.hosted.values()].map((h) => ({
-          tablet: h.tablet,
+        tablets: [...server.hosted.values()].map(({ state }) => ({
+          tablet: state.tablet,
           leaderEpoch:
-            h.machine._tag === "LeaderReplica" || h.machine._tag === "FollowerReplica"
-              ? ReplicaState.lastLeaderEpoch(h.machine)
+            state.lifecycle._tag === "LeaderReplica" || state.lifecycle._tag === "FollowerReplica"
+              ? ReplicaState.lastLeaderEpoch(state.lifecycle)
               : null,
-          version: h.version
+          version: state.version
         }))
       }
     })
@@ -990,7 +911,7 @@ const tick = (server: Server) =>
     yield* Effect.forEach(
       [...server.hosted.values()],
       (h) =>
-        Hosted.locked(h, stepLeader(server, h, { _tag: "Tick", nowMs })).pipe(
+        Hosted.locked(h, feedLogged(server, h, { _tag: "Tick", nowMs })).pipe(
           Effect.andThen(
             Effect.suspend(() =>
               h.log === undefined
@@ -1011,8 +932,7 @@ const tick = (server: Server) =>
  * @since 0.1.0
  */
 export const make = (
-  options: TabletServerOptions,
-  unsafe: Unsafe = {}
+  options: TabletServerOptions
 ): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store | Peers> =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerOptions, { exact: true })(options).pipe(
@@ -1026,7 +946,7 @@ export const make = (
       store: yield* Store,
       scope,
       hosted: new Map(),
-      unsafe,
+      machines: yield* Machines,
       coordinatorEpoch: 0,
       registration: undefined,
       storageReports: 0,
@@ -1053,7 +973,7 @@ export const make = (
       logEnd: logEnd(server),
       holdings: holdings(server),
       stopReplica: stopReplica(server),
-      replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.machine._tag),
+      replicaState: (tablet) => Effect.map(hostedOf(server, tablet), (h) => h.state.lifecycle._tag),
       coordinatorEpoch: Effect.sync(() => server.coordinatorEpoch),
       registered: (registration) =>
         Effect.sync(() => {
@@ -1063,9 +983,9 @@ export const make = (
       logOf: (tablet) => Effect.sync(() => server.hosted.get(tabletKey(tablet))?.log),
       tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),
       replicas: Effect.sync(() =>
-        [...server.hosted.values()].map((h): ReplicaView => {
-          const view = { tablet: h.tablet, machine: h.machine }
-          const l = h.leader
+        [...server.hosted.values()].map(({ state }): ReplicaView => {
+          const view = { tablet: state.tablet, machine: state.lifecycle }
+          const l = state.leader
           return l === undefined
             ? view
             : {

@@ -55,15 +55,18 @@ import * as TabletServer from "../../src/server/TabletServer.js"
 import * as Checkers from "./Checkers.js"
 import * as LossyStore from "./LossyStore.js"
 import * as MemoryTransport from "./MemoryTransport.js"
+import * as Mutants from "../support/mutants.js"
+import * as ControllerState from "../../src/machines/ControllerState.js"
 import * as ControllerRpc from "../../src/server/ControllerRpc.js"
 import * as TabletServerRpc from "../../src/server/TabletServerRpc.js"
 
 /** Which safety checks are deliberately broken in a run. */
 export interface Variant {
   readonly name: string
-  readonly server?: TabletServer.Unsafe
-  readonly skipIsrEligibility?: boolean
-  readonly preferOutsideIsr?: boolean
+  /** The tablet servers' machines with planted bugs (production's when omitted). */
+  readonly machines?: TabletServer.MachinesShape
+  /** The controller's machine with a planted bug (production's when omitted). */
+  readonly controller?: ControllerState.StepFunction
   /** Producers draw their ids at random from a small range instead of asking the controller for one. */
   readonly randomProducerIds?: boolean
 }
@@ -76,15 +79,15 @@ export const correct: Variant = { name: "correct" }
  * a divergence between a member an election may choose and its leader, included).
  */
 export const planted: ReadonlyArray<Variant> = [
-  { name: "truncate-to-hw", server: { truncateToHighWatermark: true } },
-  { name: "hw-under-min-isr", server: { highWatermarkIgnoresMinIsr: true } },
-  { name: "prefer-outside-isr", preferOutsideIsr: true },
+  { name: "truncate-to-hw", machines: Mutants.machinesWith(Mutants.truncateToHighWatermark) },
+  { name: "hw-under-min-isr", machines: Mutants.machinesWith(Mutants.highWatermarkIgnoresMinIsr) },
+  { name: "prefer-outside-isr", controller: Mutants.preferOutsideIsr(ControllerState.step) },
   { name: "random-producer-id", randomProducerIds: true },
-  { name: "demoted-long-poll", server: { skipFetchRevalidation: true } },
-  { name: "unfenced-log-end", server: { unfencedLogEnd: true } },
-  { name: "stale-isr-answer", server: { answersIgnoreProposal: true } },
-  { name: "isr-to-dead-server", skipIsrEligibility: true },
-  { name: "fenced-refusal-rejects", server: { fencedRefusalRejects: true } }
+  { name: "demoted-long-poll", machines: Mutants.machinesWith(Mutants.skipFetchRevalidation) },
+  { name: "unfenced-log-end", machines: Mutants.machinesWith(Mutants.unfencedLogEnd) },
+  { name: "stale-isr-answer", machines: Mutants.machinesWith(Mutants.answersIgnoreProposal) },
+  { name: "isr-to-dead-server", controller: Mutants.skipIsrEligibility(ControllerState.step) },
+  { name: "fenced-refusal-rejects", machines: Mutants.machinesWith(Mutants.fencedRefusalRejects) }
 ]
 
 /** The kinds of fault. */
@@ -698,8 +701,9 @@ const simulate = (
         p.crashed = false
         p.incarnation++
         const incarnation = p.incarnation
-        const server = yield* TabletServer.make({ serverId: p.id, replication: config0 }, variant.server).pipe(
+        const server = yield* TabletServer.make({ serverId: p.id, replication: config0 }).pipe(
           Effect.provide(Context.add(store.context, Peers, peersOf(p))),
+          Effect.provideService(TabletServer.Machines, variant.machines ?? Mutants.production),
           Effect.provideService(Clock.Clock, clockOf(p)),
           Effect.provideService(Logger.CurrentLoggers, new Set([traceLogger(p)])),
           Scope.provide(scope),
@@ -789,10 +793,9 @@ const simulate = (
                     view,
                     // Leaders go back to preferred replicas often, so that the faults meet it.
                     leaderImbalanceCheckIntervalMs: 1_000,
-                    leaderImbalancePercent: 0,
-                    ...(variant.skipIsrEligibility === true ? { skipIsrEligibility: true } : {}),
-                    ...(variant.preferOutsideIsr === true ? { preferOutsideIsr: true } : {})
+                    leaderImbalancePercent: 0
                   }).pipe(
+                    Effect.provideService(Controller.Machine, variant.controller ?? ControllerState.step),
                     Effect.provideService(Controller.TabletServers, serversFor(p)),
                     Effect.tap((c) =>
                       Effect.sync(() => {

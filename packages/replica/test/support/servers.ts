@@ -14,6 +14,7 @@ import {
 } from "@strata/core"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/wire/Peers.js"
+import * as Mutants from "./mutants.js"
 import * as TabletServer from "../../src/server/TabletServer.js"
 
 const encoder = new TextEncoder()
@@ -67,7 +68,7 @@ export interface StoreHold {
 /** A running test cluster. */
 export interface Servers {
   readonly links: Links
-  readonly start: (id: ServerId, unsafe?: TabletServer.Unsafe) => Effect.Effect<TabletServer.TabletServerShape>
+  readonly start: (id: ServerId, machines?: TabletServer.MachinesShape) => Effect.Effect<TabletServer.TabletServerShape>
   readonly stop: (id: ServerId) => Effect.Effect<void>
   readonly server: (id: ServerId) => TabletServer.TabletServerShape
   /** Sends one tablet's LeaderAndIsr to the servers named. */
@@ -185,7 +186,7 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
     let version = 0
     const servers: Servers = {
       links,
-      start: (id, unsafe) =>
+      start: (id, machines) =>
         Effect.gen(function* () {
           let store = stores.get(id)
           if (store === undefined) {
@@ -193,10 +194,15 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
             stores.set(id, store)
           }
           const scope = yield* Scope.fork(root, "sequential")
-          const server = yield* TabletServer.make(
-            { serverId: id, ...(replication === undefined ? {} : { replication }) },
-            unsafe
-          ).pipe(Effect.provide(Context.add(held(id, store), Peers, peersOf(id))), Scope.provide(scope), Effect.orDie)
+          const server = yield* TabletServer.make({
+            serverId: id,
+            ...(replication === undefined ? {} : { replication })
+          }).pipe(
+            Effect.provide(Context.add(held(id, store), Peers, peersOf(id))),
+            Effect.provideService(TabletServer.Machines, machines ?? Mutants.production),
+            Scope.provide(scope),
+            Effect.orDie
+          )
           running.set(id, { server, scope })
           return server
         }),

@@ -23,35 +23,34 @@ export interface FollowerContext {
   readonly leaderEpoch: number
   readonly fetchMaxBytes: number
   readonly retryBackoffMs: number
-  /** A planted bug for the simulator: truncate to the local HW on becoming follower (Fluss's behaviour). */
-  readonly truncateToHighWatermark: boolean
-  /** The replica's own store failed in role `role`: the server takes it offline (which ends this loop). */
-  readonly storageFailed: (role: number, detail: string) => Effect.Effect<void>
+  /** The follower machine's start (`FollowerState.become`, or a simulator's mutant of it). */
+  readonly become: typeof FollowerState.become
+  /** The replica's own store failed in generation `generation`: the server takes it offline (which ends this loop). */
+  readonly storageFailed: (generation: number, detail: string) => Effect.Effect<void>
 }
 
 /** The replica's role moved on: this loop is over. */
 class RoleEnded extends Data.TaggedError("RoleEnded") {}
 
-/** Runs `self` on the replica's log under its lock, if the role is still `role`. */
+/** Runs `self` on the replica's log under its lock, if the replica is still in generation `generation`. */
 const onLog = <A, E>(
   h: Hosted,
-  role: number,
+  generation: number,
   self: (log: TabletLog) => Effect.Effect<A, E>
 ): Effect.Effect<A, E | RoleEnded> =>
   locked(
     h,
     Effect.suspend(
       (): Effect.Effect<A, E | RoleEnded> =>
-        h.role !== role || h.log === undefined ? Effect.fail(new RoleEnded()) : self(h.log)
+        h.state.generation !== generation || h.log === undefined ? Effect.fail(new RoleEnded()) : self(h.log)
     )
   )
 
 /** The machine as the log stands now. */
-const start = (h: Hosted, role: number, ctx: FollowerContext) =>
-  onLog(h, role, (log) =>
+const start = (h: Hosted, generation: number, ctx: FollowerContext) =>
+  onLog(h, generation, (log) =>
     Effect.gen(function* () {
-      if (ctx.truncateToHighWatermark) yield* log.truncateTo(yield* log.highWatermark)
-      return FollowerState.become({
+      return ctx.become({
         leader: ctx.leaderId,
         leaderEpoch: ctx.leaderEpoch,
         logStartOffset: yield* log.logStartOffset,
@@ -65,7 +64,7 @@ const start = (h: Hosted, role: number, ctx: FollowerContext) =>
 /** Runs one command; a request's answer is the machine's next input. */
 const run = (
   h: Hosted,
-  role: number,
+  generation: number,
   ctx: FollowerContext,
   command: FollowerState.Command
 ): Effect.Effect<FollowerState.Input | undefined, unknown> => {
@@ -113,35 +112,35 @@ const run = (
       )
     case "Truncate":
       return Effect.as(
-        onLog(h, role, (log) => log.truncateTo(command.offset)),
+        onLog(h, generation, (log) => log.truncateTo(command.offset)),
         undefined
       )
     case "ResetTo":
       return Effect.as(
-        onLog(h, role, (log) => log.resetTo(command.offset)),
+        onLog(h, generation, (log) => log.resetTo(command.offset)),
         undefined
       )
     case "Append":
       return Effect.as(
-        onLog(h, role, (log) => Effect.andThen(log.appendBatches(command.batches), signal(h))),
+        onLog(h, generation, (log) => Effect.andThen(log.appendBatches(command.batches), signal(h))),
         undefined
       )
     case "CheckpointHighWatermark":
       return Effect.as(
-        onLog(h, role, (log) => log.checkpointHighWatermark(command.highWatermark)),
+        onLog(h, generation, (log) => log.checkpointHighWatermark(command.highWatermark)),
         undefined
       )
   }
 }
 
 /** One life of the machine: from the log as it is, until a log operation fails. */
-const life = (h: Hosted, role: number, ctx: FollowerContext) =>
+const life = (h: Hosted, generation: number, ctx: FollowerContext) =>
   Effect.gen(function* () {
-    let [state, commands] = yield* start(h, role, ctx)
+    let [state, commands] = yield* start(h, generation, ctx)
     while (commands.length > 0) {
       let next: FollowerState.Input | undefined
       for (const command of commands) {
-        next = (yield* run(h, role, ctx, command)) ?? next
+        next = (yield* run(h, generation, ctx, command)) ?? next
       }
       if (next === undefined) return
       ;[state, commands] = FollowerState.step(state, next)
@@ -152,23 +151,23 @@ const life = (h: Hosted, role: number, ctx: FollowerContext) =>
 const restartMaxMs = 10_000
 
 /**
- * Follows the leader for role `role` of the replica until interrupted. When its own store fails, the replica goes
+ * Follows the leader for generation `generation` of the replica until interrupted. When its own store fails, the replica goes
  * offline (`storageFailed`) and the loop ends. Any other failed log operation (the log and the machine disagree)
  * is logged in one line and the machine starts over from the log, after a backoff that doubles while it keeps
  * failing.
  */
-export const follow = (h: Hosted, role: number, ctx: FollowerContext): Effect.Effect<void> =>
+export const follow = (h: Hosted, generation: number, ctx: FollowerContext): Effect.Effect<void> =>
   Effect.gen(function* () {
     let backoff = ctx.retryBackoffMs
     let failures = 0
     while (true) {
-      const exit = yield* Effect.exit(life(h, role, ctx))
+      const exit = yield* Effect.exit(life(h, generation, ctx))
       if (Exit.isFailure(exit)) {
         if (Cause.hasInterrupts(exit.cause)) return yield* Effect.interrupt
         const error = Cause.findErrorOption(exit.cause)
         if (Option.isSome(error) && error.value instanceof RoleEnded) return
         const e = Option.getOrUndefined(error)
-        if (e instanceof TabletLogError && isStorageFailure(e)) return yield* ctx.storageFailed(role, e.message)
+        if (e instanceof TabletLogError && isStorageFailure(e)) return yield* ctx.storageFailed(generation, e.message)
         failures++
         if (failures === 1 || failures % 20 === 0) {
           const why = e instanceof Error ? e.message : Cause.pretty(exit.cause)

@@ -1,45 +1,24 @@
 /**
- * One replica as its tablet server holds it: the replica machine's state, the open log, the leader's state while it
- * leads, the appends waiting for the high watermark, and the role generation that makes the answers of an ended role
- * stale. Every change happens under the replica's lock.
+ * One replica as its tablet server holds it: the replica machine's state (`Replica`) and the resources the shell
+ * runs its commands on — the open log, the fetch loop, the store's retry, the appends waiting for the high watermark
+ * and the fetches waiting for the log to move. Every change happens under the replica's lock.
  *
  * @internal
  */
-import {
-  NotEnoughReplicasAfterAppend,
-  NotLeader,
-  ReplicaError,
-  type ServerId,
-  type TabletId,
-  type TabletInstruction,
-  tabletKey
-} from "@strata/core"
+import type { ReplicaError, ServerId, TabletId } from "@strata/core"
 import { Deferred, Effect, type Fiber, Schedule, type Scope, Semaphore } from "effect"
-import type * as LeaderState from "../../machines/LeaderState.js"
-import * as ReplicaState from "../../machines/ReplicaState.js"
+import * as Replica from "../../machines/Replica.js"
 import type { TabletLog } from "../TabletLog.js"
-
-/** An acks=all append waiting for the high watermark to pass `lastOffset`. */
-export interface Waiter {
-  readonly lastOffset: number
-  readonly done: Deferred.Deferred<number, ReplicaError>
-}
 
 /** A hosted replica. */
 export interface Hosted {
   readonly tablet: TabletId
   readonly key: string
   readonly lock: Semaphore.Semaphore
-  replicas: ReadonlyArray<ServerId>
-  machine: ReplicaState.State
-  /** The tablet version (the coordinator's compare-and-set version) last applied here. */
-  version: number
+  /** The replica machine. */
+  state: Replica.State
   log: TabletLog | undefined
   logScope: Scope.Closeable | undefined
-  leader: LeaderState.State | undefined
-  waiters: Array<Waiter>
-  /** Bumped on every role change: the results of an older role's requests are dropped. */
-  role: number
   fetcher: Fiber.Fiber<unknown, unknown> | undefined
   /** While its storage has failed: the fiber that reports it and tries the store again. */
   resuming: Fiber.Fiber<unknown, unknown> | undefined
@@ -50,26 +29,27 @@ export interface Hosted {
   storageBack: { readonly at: number; readonly delay: number } | undefined
   /** Completed (and replaced) whenever the log end or the high watermark moves: waiting fetches wake up. */
   changed: Deferred.Deferred<void>
+  /** The waiting appends, by the machine's ticket: completed with the high watermark that passed them. */
+  readonly tickets: Map<number, Deferred.Deferred<number, ReplicaError>>
 }
 
-/** A replica just assigned here, its log not yet open. */
-export const make = (tablet: TabletId): Hosted => ({
-  tablet,
-  key: tabletKey(tablet),
-  lock: Semaphore.makeUnsafe(1),
-  replicas: [],
-  machine: ReplicaState.initial,
-  version: -1,
-  log: undefined,
-  logScope: undefined,
-  leader: undefined,
-  waiters: [],
-  role: 0,
-  fetcher: undefined,
-  resuming: undefined,
-  storageBack: undefined,
-  changed: Deferred.makeUnsafe<void>()
-})
+/** A replica of `tablet` just assigned to `self`, its log not yet open. */
+export const make = (tablet: TabletId, self: ServerId, config: Replica.Config): Hosted => {
+  const state = Replica.make(tablet, self, config)
+  return {
+    tablet,
+    key: state.key,
+    lock: Semaphore.makeUnsafe(1),
+    state,
+    log: undefined,
+    logScope: undefined,
+    fetcher: undefined,
+    resuming: undefined,
+    storageBack: undefined,
+    changed: Deferred.makeUnsafe<void>(),
+    tickets: new Map()
+  }
+}
 
 /**
  * Runs `self` holding the replica's lock, uninterruptibly: a handler interrupted as its caller times out or goes away
@@ -87,64 +67,10 @@ export const signal = (h: Hosted): Effect.Effect<void> =>
     return Deferred.succeed(changed, undefined)
   })
 
-/** Completes the waiters the high watermark `hw` has passed. */
-export const release = (h: Hosted, hw: number): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    const done = h.waiters.filter((w) => w.lastOffset < hw)
-    if (done.length === 0) return Effect.void
-    h.waiters = h.waiters.filter((w) => w.lastOffset >= hw)
-    return Effect.forEach(done, (w) => Deferred.succeed(w.done, hw), { discard: true })
-  })
-
-/** Fails every waiter with `error`. */
-export const failWaiters = (h: Hosted, error: ReplicaError): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    const all = h.waiters
-    h.waiters = []
-    return Effect.forEach(all, (w) => Deferred.fail(w.done, error), { discard: true })
-  })
-
-/** The waiters' error once the ISR is below the minimum: written, but not replicated as asked. */
-export const tooFewAfterAppend = (h: Hosted, isr: number, minIsr: number): ReplicaError =>
-  new ReplicaError({ reason: new NotEnoughReplicasAfterAppend({ tablet: h.key, isr, minIsr }) })
-
-/** The error of a request this replica cannot serve as leader. */
-export const notLeader = (h: Hosted): ReplicaError =>
-  new ReplicaError({
-    reason: new NotLeader({
-      resource: h.key,
-      leader: h.machine._tag === "FollowerReplica" ? h.machine.leader : null
-    })
-  })
-
 /**
- * What a LeaderAndIsr instruction is to a replica in this state.
- *
- * - `Step`: a higher leader epoch (or the first): the replica machine takes it.
- * - `IsrUpdate`: this replica leads the instruction's epoch and the tablet version is newer: the controller changed
- *   the ISR (a member died or is stopping).
- * - `Fence`: the tablet is offline (no leader) under a newer epoch: any role under an older one ends.
- * - `Stale`: nothing new (a repeat, an older epoch or version).
- */
-export const classify = (
-  h: Hosted,
-  self: ServerId,
-  instruction: TabletInstruction
-): "Step" | "IsrUpdate" | "Fence" | "Stale" => {
-  const last = ReplicaState.lastLeaderEpoch(h.machine)
-  const lai = instruction.leaderAndIsr
-  // Offline under a newer epoch: any role under an older one ends.
-  if (lai.leader === null) return last === null || lai.leaderEpoch > last ? "Fence" : "Stale"
-  if (last === null || lai.leaderEpoch > last) return "Step"
-  // No role (its store failed and works again): it follows again under the epoch it had seen.
-  if (lai.leaderEpoch === last && lai.leader !== self && h.machine._tag === "OnlineReplica") return "Step"
-  if (lai.leaderEpoch === last && lai.leader === self && lai.version > h.version) return "IsrUpdate"
-  return "Stale"
-}
-
-/**
- * Retries `request` every `backoffMs` while `go()` holds, saying why it failed (`what()`: what was asked, built only then) on the first failure and every 50th
- * after it (a request that cannot get through is seen in the log, not a line each backoff).
+ * Retries `request` every `backoffMs` while `go()` holds, saying why it failed (`what()`: what was asked, built only
+ * then) on the first failure and every 50th after it (a request that cannot get through is seen in the log, not a
+ * line each backoff).
  */
 export const retryTelling = <A, E extends { readonly message: string }>(
   request: Effect.Effect<A, E>,

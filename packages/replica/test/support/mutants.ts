@@ -1,0 +1,158 @@
+/**
+ * Planted bugs as mutants of the tablet server's machines: each wraps production's `Replica.step` (or the follower
+ * machine's start) and breaks one safety rule, so the scenarios and the simulator can show that they catch it.
+ * Production code carries none of them.
+ */
+import type * as ControllerState from "../../src/machines/ControllerState.js"
+import * as FollowerState from "../../src/machines/FollowerState.js"
+import * as LeaderEpochCache from "../../src/machines/LeaderEpochCache.js"
+import * as Replica from "../../src/machines/Replica.js"
+import type { MachinesShape } from "../../src/server/TabletServer.js"
+
+/** A mutant: one planted bug, applied to the machines it breaks. */
+export type Mutant = (machines: MachinesShape) => MachinesShape
+
+/** Production's machines. */
+export const production: MachinesShape = { replica: Replica.step, becomeFollower: FollowerState.become }
+
+/** Production's machines with `mutants` applied. */
+export const machinesWith = (...mutants: ReadonlyArray<Mutant>): MachinesShape =>
+  mutants.reduce((machines, mutant) => mutant(machines), production)
+
+/** A new follower truncates to its high watermark instead of asking its leader (Fluss's behaviour, Fluss #674). */
+export const truncateToHighWatermark: Mutant = (m) => ({
+  ...m,
+  becomeFollower: (options) => {
+    const hw = options.highWatermark
+    const [state, commands] = m.becomeFollower({
+      ...options,
+      logEndOffset: Math.min(options.logEndOffset, hw),
+      epochs: LeaderEpochCache.truncateFromEnd(options.epochs, hw)
+    })
+    return [state, [{ _tag: "Truncate", offset: hw }, ...commands]]
+  }
+})
+
+/** A leader advances its high watermark while its ISR is below the minimum. */
+export const highWatermarkIgnoresMinIsr: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) => {
+    const leader = state.leader
+    if (leader === undefined) return m.replica(state, input)
+    const [next, ready] = m.replica({ ...state, leader: { ...leader, minInsyncReplicas: 0 } }, input)
+    return [
+      next.leader === undefined
+        ? next
+        : { ...next, leader: { ...next.leader, minInsyncReplicas: leader.minInsyncReplicas } },
+      ready
+    ]
+  }
+})
+
+/** A leader's ISR answers clear its pending change whichever proposal they answer (the review's defect 2). */
+export const answersIgnoreProposal: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) => {
+    const pending = state.leader?.pending
+    return input._tag === "IsrAnswer" && pending !== undefined
+      ? m.replica(state, { ...input, proposal: pending.proposal })
+      : m.replica(state, input)
+  }
+})
+
+/**
+ * A long-polled fetch is answered after the wait without checking that the replica still leads in its generation and
+ * epoch (the review's defect 1).
+ */
+export const skipFetchRevalidation: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) =>
+    input._tag === "Recheck"
+      ? [
+          state,
+          {
+            commands: [],
+            answer: {
+              _tag: "Admitted",
+              generation: input.generation,
+              leaderEpoch: input.leaderEpoch,
+              highWatermark: state.leader?.leaderEpoch === input.leaderEpoch ? state.leader.highWatermark : undefined
+            }
+          }
+        ]
+      : m.replica(state, input)
+})
+
+/** A controller's log-end question and an offline LeaderAndIsr leave a role under an older epoch running. */
+export const unfencedLogEnd: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) =>
+    input._tag === "Fence" || (input._tag === "Instruction" && input.instruction.leaderAndIsr.leader === null)
+      ? [state, { commands: [] }]
+      : m.replica(state, input)
+})
+
+/** An ISR change refused because the leadership is over is taken as not committed (its change dropped). */
+export const fencedRefusalRejects: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) => {
+    if (input._tag !== "IsrAnswer" || input.reply._tag !== "IsrRejected") return m.replica(state, input)
+    const r = input.reply.rejection
+    const fenced =
+      r._tag === "FencedLeaderEpoch" ||
+      r._tag === "NotLeader" ||
+      r._tag === "UnknownTablet" ||
+      (r._tag === "InvalidVersion" && r.leaderAndIsr.leaderEpoch !== state.leader?.leaderEpoch)
+    return fenced
+      ? m.replica(state, {
+          ...input,
+          reply: { _tag: "IsrRejected", rejection: { _tag: "InvalidIsr", detail: r._tag } }
+        })
+      : m.replica(state, input)
+  }
+})
+
+/** A mutant of the controller machine: one planted bug. */
+export type ControllerMutant = (step: ControllerState.StepFunction) => ControllerState.StepFunction
+
+/**
+ * The controller accepts ISR expansions to dead, stopping or re-registered servers, and to replicas whose storage
+ * failed (KIP-841's eligibility check skipped): the expansion is judged as if every server it names were eligible.
+ */
+export const skipIsrEligibility: ControllerMutant = (step) => (state, input) => {
+  if (input._tag !== "AdjustIsr") return step(state, input)
+  const named = new Set(input.isr)
+  const eligible: ControllerState.State = {
+    ...state,
+    live: new Set([...state.live, ...named]),
+    shuttingDown: new Set([...state.shuttingDown].filter((s) => !named.has(s))),
+    storageFailed: new Map([...state.storageFailed].filter(([s]) => !named.has(s)))
+  }
+  const { registrations: _, ...unchecked } = input
+  const [next, commands] = step(eligible, unchecked)
+  return [{ ...next, live: state.live, shuttingDown: state.shuttingDown, storageFailed: state.storageFailed }, commands]
+}
+
+/**
+ * The controller moves leadership back to a preferred replica that is outside the ISR: the balance is judged as if
+ * every tablet's preferred replica were in its ISR (those it moves lead with it added, the others keep their ISR).
+ */
+export const preferOutsideIsr: ControllerMutant = (step) => (state, input) => {
+  if (input._tag !== "BalanceLeaders") return step(state, input)
+  const faked = new Map<string, ControllerState.Tablet>()
+  const tablets = new Map(
+    [...state.tablets].map(([key, t]) => {
+      const preferred = t.replicas[0]
+      if (preferred === undefined || t.leaderAndIsr.isr.includes(preferred)) return [key, t] as const
+      const f = { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr: [...t.leaderAndIsr.isr, preferred] } }
+      faked.set(key, f)
+      return [key, f] as const
+    })
+  )
+  const [next, commands] = step({ ...state, tablets }, input)
+  // The tablets it did not move keep their real ISR.
+  const restored = new Map(
+    [...next.tablets].map(([key, t]) => [key, faked.get(key) === t ? state.tablets.get(key)! : t] as const)
+  )
+  return [{ ...next, tablets: restored }, commands]
+}
