@@ -210,6 +210,21 @@ describe("DataLink", () => {
     }).pipe(Random.withSeed(20))
   )
 
+  it("a frame of another framing version ends the stream, naming both versions", () => {
+    const frame = Frames.head(1, 1, "{}", 0)
+    frame[4] = Frames.VERSION + 1
+    assert.strictEqual(
+      new Frames.FrameReader(1000).push(frame),
+      `a frame of data link version ${Frames.VERSION + 1}, where this side speaks version ${Frames.VERSION}`
+    )
+    // Over the limit too: the version is read before the frame may be passed over.
+    const big = Frames.head(7, 2, "{}", 5000)
+    big[4] = 0
+    assert.match(String(new Frames.FrameReader(100, () => true).push(big)), /data link version 0/)
+    const current = new Frames.FrameReader(1000).push(Frames.head(1, 3, "{}", 0))
+    assert.deepStrictEqual(current, [{ kind: 1, id: 3, header: "{}", payload: new Uint8Array(0) }])
+  })
+
   it.live("appends and fetches cross as sent; errors as themselves; answers in any order", () =>
     Effect.gen(function* () {
       const records = Array.from({ length: 120 }, (_, i) => record(i))

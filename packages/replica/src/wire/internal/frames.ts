@@ -1,11 +1,15 @@
 /**
- * The data link's framing: a frame is a u32 length (of what follows it), a kind byte, a u32 request id, a u32
- * header length, a JSON header, and a payload of raw bytes (a batch as the tablet log stores it). A reader cuts a
- * byte stream into frames, copying only a frame that arrived in more than one chunk.
+ * The data link's framing: a frame is a u32 length (of what follows it), a version byte, a kind byte, a u32 request
+ * id, a u32 header length, a JSON header, and a payload of raw bytes (a batch as the tablet log stores it). A reader
+ * cuts a byte stream into frames, copying only a frame that arrived in more than one chunk; a frame of another
+ * version ends the stream (the two sides do not speak the same framing).
  */
 
-/** Bytes before a frame's header: length, kind, id, header length. */
-export const PRELUDE = 13
+/** The framing's version, the second field of every frame. */
+export const VERSION = 1
+
+/** Bytes before a frame's header: length, version, kind, id, header length. */
+export const PRELUDE = 14
 
 /** The largest frame either side of a data link accepts by default: 64 MiB. */
 export const DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -38,9 +42,10 @@ export const head = (kind: number, id: number, header: string, payloadBytes: num
   const out = new Uint8Array(PRELUDE + text.length)
   const view = new DataView(out.buffer)
   view.setUint32(0, PRELUDE - 4 + text.length + payloadBytes)
-  view.setUint8(4, kind)
-  view.setUint32(5, id)
-  view.setUint32(9, text.length)
+  view.setUint8(4, VERSION)
+  view.setUint8(5, kind)
+  view.setUint32(6, id)
+  view.setUint32(10, text.length)
   out.set(text, PRELUDE)
   return out
 }
@@ -94,8 +99,10 @@ export class FrameReader {
         const over = `a frame of ${length} bytes is over the limit of ${this.maxFrameBytes}`
         if (this.skippable === undefined) return over
         if (this.buffered < PRELUDE) return frames
-        const kind = this.peek(4, 1)[0]!
-        const id = this.peekUint32(5)
+        const version = this.peek(4, 1)[0]!
+        if (version !== VERSION) return unknownVersion(version)
+        const kind = this.peek(5, 1)[0]!
+        const id = this.peekUint32(6)
         if (!this.skippable(kind, id)) return over
         const here = Math.min(this.buffered, 4 + length)
         this.take(here, false)
@@ -157,12 +164,18 @@ export class FrameReader {
   }
 }
 
+/** Why a frame of `version` ends the stream. */
+const unknownVersion = (version: number) =>
+  `a frame of data link version ${version}, where this side speaks version ${VERSION}`
+
 /** A whole frame's bytes (its length included) as a `Frame`, or why they are not one. */
 const parse = (bytes: Uint8Array): Frame | string => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.length)
-  const kind = view.getUint8(4)
-  const id = view.getUint32(5)
-  const headerBytes = view.getUint32(9)
+  const version = view.getUint8(4)
+  if (version !== VERSION) return unknownVersion(version)
+  const kind = view.getUint8(5)
+  const id = view.getUint32(6)
+  const headerBytes = view.getUint32(10)
   if (PRELUDE + headerBytes > bytes.length) return `frame ${id}: a header of ${headerBytes} bytes overruns the frame`
   let header: string
   try {
