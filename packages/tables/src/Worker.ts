@@ -9,9 +9,16 @@
  * record was refused) the worker rewinds: the tables forget what is not in a store and restore again, and every
  * partition resumes from what the stores and changelogs hold.
  *
+ * What to do is decided by a pure machine (`internal/workerState.ts`): one inbox, drained by one fiber, feeds it
+ * the group's events, restored partitions, the lanes' progress, timer ticks, commit requests and the close; this
+ * module runs the commands each step returns and decides nothing. Records never go through the inbox: the group's
+ * batches go straight to their partition's lane (a bounded queue and the fiber processing it), which reports once
+ * per batch.
+ *
  * @since 0.1.0
  */
 import {
+  type GroupConsumer,
   type LogError,
   type LogRecord,
   type LogShape,
@@ -25,6 +32,7 @@ import {
 import {
   Cause,
   Clock,
+  type Context,
   Data,
   Deferred,
   Duration,
@@ -34,14 +42,14 @@ import {
   Metric,
   Option,
   Queue,
+  Result,
   Schema,
   type Scope,
-  Semaphore,
   Stream
 } from "effect"
-import { place } from "./internal/standbys.js"
+import * as WorkerState from "./internal/workerState.js"
 import { TableError } from "./Table.js"
-import { Tables } from "./Tables.js"
+import { Tables, type TablesShape } from "./Tables.js"
 
 // ---------------------------------------------------------------------------
 // Agents and options
@@ -162,28 +170,55 @@ const metrics = {
   })
 }
 
-/** One assigned source partition and its processing fiber. */
-interface Running {
+/** One partition's lane: its fetched batches, processed in order by its fiber. */
+interface Lane {
+  /** The machine's id of the lane: its reports name it. */
+  readonly id: number
   readonly tp: TopicPartition
+  readonly batches: Queue.Queue<ReadonlyArray<LogRecord>, Cause.Done>
   /** Next offset to process; records below it are skipped. */
   next: number
-  /** The offset committed last (to commit only what moved). */
-  committed: number
-  ready: boolean
-  readonly batches: Queue.Queue<ReadonlyArray<LogRecord>, Cause.Done>
-  fiber: Fiber.Fiber<void, WorkerError> | undefined
-  /** Completed when the partition is revoked: a start still waiting for its tables gives up. */
-  readonly gone: Deferred.Deferred<void>
+  fiber: Fiber.Fiber<void> | undefined
 }
 
-/**
- * Starts a worker in the scope, on the `Tables` manager and `Log` in context: the manager is started, the group
- * joined, and the agents run until the scope closes (which stops processing, commits, and leaves the group).
- */
-export const make = <E, R>(
-  options: WorkerOptions,
-  agents: ReadonlyArray<Agent<E, R>>
-): Effect.Effect<WorkerShape, WorkerError, Tables | Log | Scope.Scope | R> =>
+type Event = WorkerState.Event<WorkerError>
+type Command = WorkerState.Command<WorkerError>
+
+/** A running worker: what its shell's functions share. Only `feed` changes `state`. */
+interface Running<E, R> {
+  readonly groupId: string
+  readonly tables: TablesShape
+  readonly log: LogShape
+  readonly group: GroupConsumer
+  readonly context: Context.Context<R>
+  /** Per topic, its agents, and those of them that run per record. */
+  readonly agentsOf: ReadonlyMap<string, ReadonlyArray<Agent<E, R>>>
+  readonly recordAgentsOf: ReadonlyMap<string, ReadonlyArray<Agent<E, R>>>
+  readonly hasRecordAgents: boolean
+  readonly hasBatchAgents: boolean
+  /** Fetched batches a lane holds before the fetcher waits. */
+  readonly partitionBuffer: number
+  readonly scope: Scope.Scope
+  /** The machine's events, taken one at a time. */
+  readonly inbox: Queue.Queue<Event>
+  readonly failed: Deferred.Deferred<never, WorkerError>
+  /** The lanes running, by `tpKey`: the group's batches go to them. */
+  readonly lanes: Map<string, Lane>
+  /** Restore waits in flight, by `tpKey`. */
+  readonly waits: Map<string, Fiber.Fiber<void>>
+  timer: Fiber.Fiber<void> | undefined
+  /** Commit requests waiting for the machine's reply, by request id. */
+  readonly replies: Map<number, Deferred.Deferred<void, WorkerError>>
+  nextRequest: number
+  /** Completed when the close is done (or the machine stopped). */
+  readonly closing: Deferred.Deferred<void>
+  state: WorkerState.State
+  /** The inbox's fiber ended: nothing is decided any more. */
+  stopped: boolean
+}
+
+/** Checks the options and the agents; the decoded options. */
+const validate = <E, R>(options: WorkerOptions, agents: ReadonlyArray<Agent<E, R>>) =>
   Effect.gen(function* () {
     const o = yield* Schema.decodeUnknownEffect(WorkerOptions)(options, { errors: "all" }).pipe(
       Effect.mapError((issue) => new InvalidWorkerOptions({ detail: issue.message }))
@@ -195,16 +230,27 @@ export const make = <E, R>(
           new InvalidWorkerOptions({ detail: `agent ${a.name} needs exactly one of process and processBatch` })
         )
       }
-      if (a.topics.length === 0)
+      if (a.topics.length === 0) {
         return yield* Effect.fail(new InvalidWorkerOptions({ detail: `agent ${a.name}: no topics` }))
+      }
     }
+    return o
+  })
+
+/**
+ * Starts a worker in the scope, on the `Tables` manager and `Log` in context: the manager is started, the group
+ * joined, and the agents run until the scope closes (which stops processing, commits, and leaves the group).
+ */
+export const make = <E, R>(
+  options: WorkerOptions,
+  agents: ReadonlyArray<Agent<E, R>>
+): Effect.Effect<WorkerShape, WorkerError, Tables | Log | Scope.Scope | R> =>
+  Effect.gen(function* () {
+    const o = yield* validate(options, agents)
     const tables = yield* Tables
     const log: LogShape = yield* Log
-    const context = yield* Effect.context<R>()
-    const commitInterval = Duration.millis(o.commitIntervalMs ?? 1000)
     const topics = [...new Set(agents.flatMap((a) => a.topics))]
     const agentsOf = new Map(topics.map((t) => [t, agents.filter((a) => a.topics.includes(t))] as const))
-
     yield* tables.start
     const exactlyOnce = tables.processingGuarantee === "exactly_once"
     const group = yield* log.groupConsumer({
@@ -214,409 +260,459 @@ export const make = <E, R>(
       isolation: exactlyOnce ? "read_committed" : "read_uncommitted",
       ...(o.maxBatchRecords === undefined ? {} : { maxBatchRecords: o.maxBatchRecords })
     })
-
-    const failed = yield* Deferred.make<never, WorkerError>()
-    const running = new Map<string, Running>()
-    /** Commits, rewinds and rebalances take turns. */
-    const turn = Semaphore.makeUnsafe(1)
-    let recordsProcessed = 0
-    let commits = 0
-    let lastCommitMs = 0
-    let rewinds = 0
-
-    // --- processing ---------------------------------------------------------
-
-    /** Per topic, the record agents' `process`: run in turn for each record. */
-    const recordAgentsOf = new Map(
-      topics.map((t) => [t, (agentsOf.get(t) ?? []).filter((a) => a.process !== undefined)] as const)
-    )
-
-    /**
-     * Runs the record agents over a batch of one partition as one `processBatch`. A failure is tagged with the agent
-     * and the record it failed on (tracked as the batch goes, not wrapped per record).
-     */
-    const runRecords = (records: ReadonlyArray<LogRecord>) => {
-      const list = recordAgentsOf.get(records[0]!.topic) ?? []
-      // The agent and record being run, for the error (two variables: no object per record).
-      let atAgent: Agent<E, R> | undefined
-      let atRecord: LogRecord | undefined
-      const one =
-        list.length === 1
-          ? (record: LogRecord) => {
-              atAgent = list[0]!
-              atRecord = record
-              return list[0]!.process!(record)
-            }
-          : (record: LogRecord) =>
-              Effect.forEach(
-                list,
-                (a) =>
-                  Effect.suspend(() => {
-                    atAgent = a
-                    atRecord = record
-                    return a.process!(record)
-                  }),
-                { discard: true }
-              )
-      return tables.processBatch(records, one).pipe(
-        Effect.mapError((cause): TableError | AgentFailed => {
-          if (cause instanceof TableError) return cause
-          const record = atRecord ?? records[0]!
-          return new AgentFailed({
-            agent: atAgent?.name ?? "(none)",
-            topic: record.topic,
-            partition: record.partition,
-            offset: record.offset,
-            cause
-          })
-        })
-      )
-    }
-
-    const runBatch = (records: ReadonlyArray<LogRecord>) =>
-      Effect.forEach(
-        agentsOf.get(records[0]!.topic) ?? [],
-        (a) =>
-          a.processBatch === undefined
-            ? Effect.void
-            : a.processBatch(records).pipe(
-                Effect.mapError((cause) => {
-                  const last = records[records.length - 1]!
-                  return new AgentFailed({
-                    agent: a.name,
-                    topic: last.topic,
-                    partition: last.partition,
-                    offset: last.offset,
-                    cause
-                  })
-                })
-              ),
-        { discard: true }
-      )
-
-    const newBuffer = Queue.bounded<ReadonlyArray<LogRecord>, Cause.Done>(o.partitionBuffer ?? 4)
-
-    const hasBatchAgents = agents.some((a) => a.processBatch !== undefined)
-    const hasRecordAgents = agents.some((a) => a.process !== undefined)
-
-    /** Processes one partition's batches in order until its queue ends. */
-    const partitionLoop = (r: Running): Effect.Effect<void, WorkerError> =>
-      Effect.gen(function* () {
-        while (true) {
-          const taken = yield* Effect.exit(Queue.take(r.batches))
-          if (Exit.isFailure(taken)) return
-          const fresh = taken.value.filter((record) => record.offset >= r.next)
-          if (fresh.length === 0) continue
-          if (hasRecordAgents) {
-            // One record after the other, each seeing the writes before it; the batch's writes go out in one send.
-            yield* runRecords(fresh).pipe(Effect.provideContext(context))
-            r.next = fresh[fresh.length - 1]!.offset + 1
-          }
-          if (hasBatchAgents) {
-            const last = fresh[fresh.length - 1]!
-            yield* tables.process(last, runBatch(fresh)).pipe(Effect.provideContext(context))
-            r.next = last.offset + 1
-          }
-          recordsProcessed += fresh.length
-          yield* Metric.update(metrics.records, fresh.length)
-        }
-      }).pipe(
-        // A table error while processing (a write refused by the changelog, say) stops the partition's records until
-        // the next commit fails and rewinds; it names the record it stopped at. Its batches are taken and dropped
-        // until then (the rewind seeks it again): a full buffer nobody takes from would hold up every partition's.
-        Effect.catchTag("TableError", (e) =>
-          e.reason._tag === "ChangelogFailed"
-            ? Effect.andThen(
-                Effect.logWarning(`worker: ${r.tp.topic}/${r.tp.partition}@${r.next} waits for a rewind: ${e.message}`),
-                Effect.ignore(Effect.forever(Queue.take(r.batches)))
-              )
-            : Effect.fail(
-                new AgentFailed({
-                  agent: "(tables)",
-                  topic: r.tp.topic,
-                  partition: r.tp.partition,
-                  offset: r.next,
-                  cause: e
-                })
-              )
-        )
-      )
-
-    /** Stops a partition's fiber once the batches it has are processed. */
-    const drain = (r: Running) =>
-      Effect.gen(function* () {
-        yield* Queue.end(r.batches)
-        if (r.fiber !== undefined) yield* Effect.ignore(Fiber.join(r.fiber))
-        r.fiber = undefined
-        // What the fiber left (it stopped early) goes: an offer waiting for room in this buffer is let go.
-        yield* Effect.ignore(Queue.clear(r.batches))
-      })
-
-    /** The group's committed offset of a partition, else its log start. */
-    const committedOrStart = (tp: TopicPartition) =>
-      Effect.gen(function* () {
-        const [committed] = yield* group.committed([tp])
-        if (committed !== undefined) return committed.offset
-        const [bounds] = yield* log.offsets([tp])
-        return bounds?.logStart ?? 0
-      })
-
-    /** Whether the partition's tables are restored (false: it was revoked first). */
-    const restored = (r: Running) =>
-      Effect.raceFirst(Effect.as(tables.waitUntilReady([r.tp]), true), Effect.as(Deferred.await(r.gone), false))
-
-    /**
-     * Positions a restored partition where its tables say to resume and starts its fiber (the caller holds the
-     * turn). A partition revoked meanwhile (gone from `running`, or unassigned from the consumer before its
-     * revocation reached the worker) is left alone: its revocation cleans up.
-     */
-    const begin = (r: Running) =>
-      Effect.gen(function* () {
-        if (running.get(tpKey(r.tp)) !== r) return
-        const resume = yield* tables.resumeOffset(r.tp).pipe(Effect.orDie)
-        // Resume from where the tables or the group say, whichever is further (the group's offset is ahead when the
-        // last records wrote nothing, and with exactly_once when a crash came between the transaction and the
-        // stores), else from the log start. Never from the consumer's position: batches fetched before the partition
-        // was ready were dropped, so the position may be past records nobody processed.
-        const base = yield* committedOrStart(r.tp)
-        const from = Option.isSome(resume) ? Math.max(resume.value, base) : base
-        yield* Effect.logInfo(
-          `worker: ${r.tp.topic}/${r.tp.partition} starts at ${from} (tables ${Option.getOrElse(resume, () => -1)}, group ${base})`
-        )
-        yield* group.seek(r.tp, from)
-        r.next = from
-        r.committed = from
-        r.ready = true
-        r.fiber = yield* Effect.forkDetach(partitionLoop(r).pipe(Effect.tapError((e) => Deferred.fail(failed, e))))
-        yield* group.resume([r.tp])
-      }).pipe(
-        Effect.catchIf(
-          (e) => e._tag === "LogError" && e.reason._tag === "NotAssigned",
-          () => Effect.logDebug(`worker: ${r.tp.topic}/${r.tp.partition} was revoked before it started`)
-        )
-      )
-
-    /** Waits for the partition's tables (holding nothing), then starts it in turn. */
-    const startPartition = (r: Running) =>
-      Effect.flatMap(restored(r), (ready) => (ready ? Semaphore.withPermit(turn, begin(r)) : Effect.void))
-
-    const assigned = (tps: ReadonlyArray<TopicPartition>) =>
-      Effect.gen(function* () {
-        yield* group.pause(tps)
-        for (const tp of tps) {
-          running.set(tpKey(tp), {
-            tp,
-            next: 0,
-            committed: 0,
-            ready: false,
-            batches: yield* newBuffer,
-            fiber: undefined,
-            gone: yield* Deferred.make<void>()
-          })
-        }
-        yield* tables.assign({ active: tps })
-        // A standby assigned active here was promoted by that assign: it replays only its lag.
-        for (const tp of tps) standbys.delete(tpKey(tp))
-        yield* Effect.forEach(tps, (tp) => Effect.forkDetach(startAndReport(running.get(tpKey(tp))!)), {
-          discard: true
-        })
-        yield* placeStandbys
-      })
-
-    const startAndReport = (r: Running) => startPartition(r).pipe(Effect.tapError((e) => Deferred.fail(failed, e)))
-
-    const revoked = (tps: ReadonlyArray<TopicPartition>) =>
-      Effect.gen(function* () {
-        const lost = tps.flatMap((tp) => {
-          const r = running.get(tpKey(tp))
-          return r === undefined ? [] : [r]
-        })
-        // Finish the batch in hand, persist what was processed, then let the partitions go. Batches fetched but not
-        // started are dropped: the group has given the partitions to another member already.
-        for (const r of lost) yield* Deferred.succeed(r.gone, undefined)
-        for (const r of lost) yield* Effect.ignore(Queue.clear(r.batches))
-        for (const r of lost) yield* drain(r)
-        // With exactly_once one transaction holds every partition's writes: all of them commit (or rewind) now.
-        yield* commitOrRewind(exactlyOnce ? [...running.values()] : lost)
-        for (const r of lost) running.delete(tpKey(r.tp))
-        yield* tables.manager.onPartitionsRevoked(tps)
-        yield* placeStandbys
-      })
-
-    // --- commits ------------------------------------------------------------
-
-    /** Commits these partitions through the tables (see `Tables.commit`: stores and group, or the transaction). */
-    const commitNow = (list: ReadonlyArray<Running>) =>
-      Effect.gen(function* () {
-        const started = yield* Clock.currentTimeMillis
-        const offsets = list
-          .filter((r) => r.ready && r.next > r.committed)
-          .map((r) => ({ topic: r.tp.topic, partition: r.tp.partition, offset: r.next }))
-        yield* tables.commit(group, offsets)
-        for (const o of offsets) {
-          const r = running.get(tpKey(o))
-          if (r !== undefined) r.committed = o.offset
-        }
-        commits++
-        lastCommitMs = (yield* Clock.currentTimeMillis) - started
-        yield* Metric.update(metrics.commitDuration, lastCommitMs)
-      })
-
-    /** After a failed commit: every partition stops, the tables restore again, and processing resumes from them. */
-    const rewind = Effect.gen(function* () {
-      rewinds++
-      yield* Metric.update(metrics.rewinds, 1)
-      const all = [...running.values()]
-      yield* group.pause(all.map((r) => r.tp))
-      for (const r of all) {
-        yield* drain(r)
-        r.ready = false
-      }
-      yield* tables.rewind
-      for (const r of all) {
-        // A partition being revoked is not started again: its revocation lets it go.
-        if (yield* Deferred.isDone(r.gone)) continue
-        const fresh: Running = { ...r, batches: yield* newBuffer, fiber: undefined }
-        running.set(tpKey(r.tp), fresh)
-        // The turn is held here (a commit rewinds): wait for the tables, then start.
-        if (yield* restored(fresh)) yield* begin(fresh)
-      }
-    })
-
-    /** Commits these partitions; a failed commit rewinds (the caller holds the turn). */
-    const commitOrRewind = (list: ReadonlyArray<Running>) =>
-      commitNow(list).pipe(
-        Effect.catch((e) =>
-          e._tag === "TableManagerError" && e.reason._tag === "CommitFailed"
-            ? Effect.andThen(Effect.logWarning(`worker: ${e.message}; rewinding`), rewind)
-            : Effect.fail(e)
-        )
-      )
-
-    /** Set by the finalizer once it holds the turn: a commit after it fails with `WorkerClosed`. */
-    let closed = false
-    const commit: WorkerShape["commit"] = Semaphore.withPermit(
-      turn,
-      Effect.suspend(
-        (): Effect.Effect<void, WorkerError> =>
-          closed ? Effect.fail(new WorkerClosed({ groupId: o.groupId })) : commitOrRewind([...running.values()])
-      )
-    )
-
-    // --- standbys ------------------------------------------------------------
-
-    const standbyReplicas = o.standbyReplicas ?? 1
-    /** The source partitions held here as standbys (never one in `running`). */
-    const standbys = new Map<string, TopicPartition>()
-    const sortedStandbys = () => [...standbys.values()].sort(tpCompare)
-
-    /**
-     * Places this member's standbys from the group's membership (the caller holds the turn): new ones are opened and
-     * tail their changelogs, ones no longer placed here are closed. Nothing changes while the group's view of this
-     * member differs from the partitions the worker handled (a rebalance in flight), nor when the read fails: the
-     * next event or tick places them again.
-     */
-    const placeStandbys: Effect.Effect<void, TableManagerError> =
-      standbyReplicas === 0
-        ? Effect.void
-        : Effect.gen(function* () {
-            const membership = yield* Effect.catch(group.membership, (e) =>
-              Effect.as(Effect.logWarning(`worker: reading the group's membership failed: ${e.message}`), undefined)
-            )
-            if (membership === undefined) return
-            const own = membership.members.find((m) => m.memberId === membership.memberId)
-            if (
-              own === undefined ||
-              own.partitions.length !== running.size ||
-              !own.partitions.every((tp) => running.has(tpKey(tp))) ||
-              membership.members.every((m) => m.partitions.length === 0)
-            ) {
-              return
-            }
-            const wanted = new Map<string, TopicPartition>()
-            for (const tp of place(membership, standbyReplicas)) if (!running.has(tpKey(tp))) wanted.set(tpKey(tp), tp)
-            const added = [...wanted].filter(([k]) => !standbys.has(k)).map(([, tp]) => tp)
-            const removed = [...standbys].filter(([k]) => !wanted.has(k)).map(([, tp]) => tp)
-            if (removed.length > 0) {
-              yield* tables.manager.onPartitionsRevoked(removed)
-              for (const tp of removed) standbys.delete(tpKey(tp))
-            }
-            if (added.length > 0) {
-              yield* tables.assign({ active: [], standby: added })
-              for (const tp of added) standbys.set(tpKey(tp), tp)
-            }
-          })
-
-    // A membership change that brings this member no event (another member joined or left without moving its
-    // partitions) is followed on a timer.
-    if (standbyReplicas > 0) {
-      yield* Effect.sleep(commitInterval).pipe(
-        Effect.andThen(Semaphore.withPermit(turn, placeStandbys)),
-        Effect.forever,
-        Effect.tapError((e) => Deferred.fail(failed, e)),
-        Effect.forkScoped
-      )
-    }
-
-    // --- the loops ----------------------------------------------------------
-
-    yield* group.events.pipe(
-      Stream.runForEach((event) =>
-        Semaphore.withPermit(turn, event._tag === "Assigned" ? assigned(event.partitions) : revoked(event.partitions))
+    const w: Running<E, R> = {
+      groupId: o.groupId,
+      tables,
+      log,
+      group,
+      context: yield* Effect.context<R>(),
+      agentsOf,
+      recordAgentsOf: new Map(
+        topics.map((t) => [t, (agentsOf.get(t) ?? []).filter((a) => a.process !== undefined)] as const)
       ),
-      Effect.tapError((e) => Deferred.fail(failed, e)),
+      hasRecordAgents: agents.some((a) => a.process !== undefined),
+      hasBatchAgents: agents.some((a) => a.processBatch !== undefined),
+      partitionBuffer: o.partitionBuffer ?? 4,
+      scope: yield* Effect.scope,
+      inbox: yield* Queue.unbounded<Event>(),
+      failed: yield* Deferred.make<never, WorkerError>(),
+      lanes: new Map(),
+      waits: new Map(),
+      timer: undefined,
+      replies: new Map(),
+      nextRequest: 0,
+      closing: yield* Deferred.make<void>(),
+      state: WorkerState.make({
+        commitIntervalMs: o.commitIntervalMs ?? 1000,
+        standbyReplicas: o.standbyReplicas ?? 1,
+        exactlyOnce
+      }),
+      stopped: false
+    }
+    yield* start(w)
+    return shapeOf(w)
+  })
+
+/**
+ * Runs the worker: the inbox's fiber, then the group's events and batches; on shutdown the close stops taking
+ * records, finishes what each partition took and commits once more.
+ */
+const start = <E, R>(w: Running<E, R>) =>
+  Effect.gen(function* () {
+    yield* Effect.forkScoped(runInbox(w))
+    yield* Queue.offer(w.inbox, { _tag: "Started", now: yield* Clock.currentTimeMillis })
+    const failed = (error: LogError) => Queue.offer(w.inbox, { _tag: "Failed", error })
+    yield* w.group.events.pipe(
+      Stream.runForEach((event) =>
+        Queue.offer(w.inbox, { _tag: event._tag === "Assigned" ? "Assigned" : "Revoked", tps: event.partitions })
+      ),
+      Effect.catch(failed),
       Effect.forkScoped
     )
-
-    yield* group.batches.pipe(
+    yield* w.group.batches.pipe(
       Stream.runForEach((batch) =>
         Effect.suspend(() => {
-          const r = running.get(tpKey(batch))
+          const lane = w.lanes.get(tpKey(batch))
           // A batch of a partition not (yet) processed here: dropped; the partition is sought when it starts.
-          if (r === undefined || !r.ready || batch.records.length === 0) return Effect.void
-          return Queue.offer(r.batches, batch.records)
+          if (lane === undefined || batch.records.length === 0) return Effect.void
+          return Queue.offer(lane.batches, batch.records)
         })
       ),
-      Effect.tapError((e) => Deferred.fail(failed, e)),
+      Effect.catch(failed),
       Effect.forkScoped
     )
-
-    yield* Effect.sleep(commitInterval).pipe(
-      Effect.andThen(commit),
-      Effect.forever,
-      // Closing: the finalizer made the last commit.
-      Effect.catchTag("WorkerClosed", () => Effect.void),
-      Effect.tapError((e) => Deferred.fail(failed, e)),
-      Effect.forkScoped
-    )
-
-    // On shutdown: stop taking records, finish what each partition took, commit once more.
     yield* Effect.addFinalizer(() =>
-      Semaphore.withPermit(
-        turn,
-        Effect.gen(function* () {
-          closed = true
-          const all = [...running.values()]
-          for (const r of all) yield* drain(r)
-          yield* commitNow(all)
-        })
-      ).pipe(Effect.catchCause((cause) => Effect.logWarning(`worker: the last commit failed: ${Cause.pretty(cause)}`)))
+      Effect.suspend(() =>
+        w.stopped ? Effect.void : Effect.andThen(Queue.offer(w.inbox, { _tag: "Close" }), Deferred.await(w.closing))
+      )
     )
-
-    const shape: WorkerShape = {
-      commit,
-      metrics: Effect.gen(function* () {
-        const ready = [...running.values()].filter((r) => r.ready)
-        const highwaters = ready.length === 0 ? [] : yield* log.offsets(ready.map((r) => r.tp))
-        const lag = highwaters.map((h) => ({
-          topic: h.topic,
-          partition: h.partition,
-          offset: Math.max(0, h.highwater - (running.get(tpKey(h))?.next ?? h.highwater))
-        }))
-        return { recordsProcessed, commits, lastCommitMs, rewinds, lag, standbys: sortedStandbys() }
-      }),
-      processing: Effect.sync(() => [...running.values()].filter((r) => r.ready).map((r) => r.tp)),
-      join: Deferred.await(failed)
-    }
-    return shape
   })
+
+/**
+ * Takes the inbox's events one at a time. A defect leaves the machine's state unknown: the worker fails with it,
+ * and whatever waits for the machine is let go.
+ */
+const runInbox = <E, R>(w: Running<E, R>): Effect.Effect<void> =>
+  Effect.forever(Effect.flatMap(Queue.take(w.inbox), (event) => feed(w, event))).pipe(
+    Effect.catchCause((cause) =>
+      Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Deferred.failCause(w.failed, cause)
+    ),
+    Effect.ensuring(abandon(w))
+  )
+
+/** The machine stopped: commit requests fail, the close is done, and the lanes end once their batches are done. */
+const abandon = <E, R>(w: Running<E, R>) =>
+  Effect.gen(function* () {
+    w.stopped = true
+    const waiting = [...w.replies.values()]
+    w.replies.clear()
+    for (const reply of waiting) yield* Deferred.fail(reply, new WorkerClosed({ groupId: w.groupId }))
+    for (const lane of w.lanes.values()) yield* Queue.end(lane.batches)
+    yield* Deferred.succeed(w.closing, undefined)
+  })
+
+/** Steps the machine with `event` and runs its commands; a command's report is stepped next. */
+const feed = <E, R>(w: Running<E, R>, event: Event): Effect.Effect<void> =>
+  Effect.suspend(() => {
+    const [next, commands] = WorkerState.step(w.state, event)
+    w.state = next
+    if (commands.length === 0) return Effect.void
+    return Effect.flatMap(runAll(w, commands), (report) => (report === undefined ? Effect.void : feed(w, report)))
+  })
+
+/** Runs one step's commands in order, up to the first that reports back (which ends the step). */
+const runAll = <E, R>(w: Running<E, R>, commands: ReadonlyArray<Command>) =>
+  Effect.gen(function* () {
+    for (const command of commands) {
+      const report = yield* run(w, command)
+      if (report !== undefined) return report
+    }
+    return undefined
+  })
+
+/** Runs one command; what it reports back, if anything. */
+const run = <E, R>(w: Running<E, R>, c: Command): Effect.Effect<Event | undefined> => {
+  switch (c._tag) {
+    case "Pause":
+      return silent(w.group.pause(c.tps))
+    case "AssignTables":
+      return failureOf(w.tables.assign({ active: c.tps }))
+    case "AwaitReady":
+      return silent(awaitReady(w, c.tp, c.wait))
+    case "CancelWaits":
+      return silent(cancelWaits(w, c.tps))
+    case "ReadPositions":
+      return readPositions(w, c.tp, c.wait)
+    case "StartLane":
+      return startLane(w, c.tp, c.lane, c.from)
+    case "Drain":
+      return drain(w, c)
+    case "Commit":
+      return commit(w, c.offsets, c.purpose)
+    case "RewindTables":
+      return silent(w.tables.rewind)
+    case "RevokeTables":
+      return failureOf(w.tables.manager.onPartitionsRevoked(c.tps))
+    case "AssignStandbys":
+      return failureOf(w.tables.assign({ active: [], standby: c.tps }))
+    case "ReadMembership":
+      return Effect.match(w.group.membership, {
+        onSuccess: (membership): Event => ({ _tag: "Membership", membership }),
+        onFailure: (error): Event => ({ _tag: "MembershipFailed", error })
+      })
+    case "SetTimer":
+      return silent(setTimer(w, c.delayMs))
+    case "Reply":
+      return silent(reply(w, c.request, c.outcome))
+    case "Settle":
+      return silent(Queue.offer(w.inbox, { _tag: "Settled" }))
+    case "Closed":
+      return silent(Deferred.succeed(w.closing, undefined))
+    case "Fail":
+      return silent(Deferred.fail(w.failed, c.error))
+    case "Log":
+      return silent(
+        c.level === "warn"
+          ? Effect.logWarning(c.message)
+          : c.level === "info"
+            ? Effect.logInfo(c.message)
+            : Effect.logDebug(c.message)
+      )
+    case "Metric":
+      return silent(
+        c.metric === "rewinds"
+          ? Metric.update(metrics.rewinds, c.value)
+          : Metric.update(metrics.commitDuration, c.value)
+      )
+  }
+}
+
+/** A command that reports nothing. */
+const silent = <A>(effect: Effect.Effect<A>): Effect.Effect<Event | undefined> => Effect.as(effect, undefined)
+
+/** A command that reports only its failure (as `Failed`). */
+const failureOf = <A>(effect: Effect.Effect<A, WorkerError>): Effect.Effect<Event | undefined> =>
+  Effect.match(effect, { onSuccess: () => undefined, onFailure: (error): Event => ({ _tag: "Failed", error }) })
+
+/** Waits in the background for a partition's tables (replacing a wait for it), then feeds how it ended. */
+const awaitReady = <E, R>(w: Running<E, R>, tp: TopicPartition, wait: number) =>
+  Effect.gen(function* () {
+    yield* cancelWaits(w, [tp])
+    const fiber = yield* w.tables.waitUntilReady([tp]).pipe(
+      Effect.matchEffect({
+        onSuccess: () => Queue.offer(w.inbox, { _tag: "Ready", tp, wait }),
+        onFailure: (error) => Queue.offer(w.inbox, { _tag: "ReadyFailed", tp, wait, error })
+      }),
+      Effect.asVoid,
+      Effect.forkIn(w.scope)
+    )
+    w.waits.set(tpKey(tp), fiber)
+  })
+
+const cancelWaits = <E, R>(w: Running<E, R>, tps: ReadonlyArray<TopicPartition>) =>
+  Effect.forEach(
+    tps,
+    (tp) => {
+      const fiber = w.waits.get(tpKey(tp))
+      w.waits.delete(tpKey(tp))
+      return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
+    },
+    { discard: true }
+  )
+
+/** Reads where the tables say to resume a partition, the group's committed offset and the log start. */
+const readPositions = <E, R>(w: Running<E, R>, tp: TopicPartition, wait: number): Effect.Effect<Event> =>
+  Effect.gen(function* () {
+    const resume = yield* w.tables.resumeOffset(tp).pipe(Effect.orDie)
+    const [committed] = yield* w.group.committed([tp])
+    const [bounds] = yield* w.log.offsets([tp])
+    return {
+      _tag: "Positions",
+      tp,
+      wait,
+      resume: Option.getOrUndefined(resume),
+      committed: committed?.offset,
+      logStart: bounds?.logStart
+    } as const
+  }).pipe(Effect.catch((error) => Effect.succeed<Event>({ _tag: "StartFailed", tp, error })))
+
+/** Seeks a partition to `from`, starts its lane there and resumes it in the group. */
+const startLane = <E, R>(w: Running<E, R>, tp: TopicPartition, id: number, from: number) =>
+  Effect.gen(function* () {
+    yield* w.group.seek(tp, from)
+    const lane: Lane = {
+      id,
+      tp,
+      batches: yield* Queue.bounded<ReadonlyArray<LogRecord>, Cause.Done>(w.partitionBuffer),
+      next: from,
+      fiber: undefined
+    }
+    w.lanes.set(tpKey(tp), lane)
+    lane.fiber = yield* Effect.forkDetach(runLane(w, lane))
+    yield* w.group.resume([tp])
+    return undefined
+  }).pipe(Effect.catch((error) => Effect.succeed<Event>({ _tag: "StartFailed", tp, error })))
+
+/** Ends lanes (their queued batches dropped first with `discard`), waits for them, and reports where they stopped. */
+const drain = <E, R>(w: Running<E, R>, c: Extract<Command, { readonly _tag: "Drain" }>): Effect.Effect<Event> =>
+  Effect.gen(function* () {
+    const lanes: Array<Lane> = []
+    for (const tp of c.tps) {
+      const lane = w.lanes.get(tpKey(tp))
+      if (lane === undefined) continue
+      w.lanes.delete(tpKey(tp))
+      lanes.push(lane)
+    }
+    if (c.discard) for (const lane of lanes) yield* Effect.ignore(Queue.clear(lane.batches))
+    for (const lane of lanes) yield* Queue.end(lane.batches)
+    for (const lane of lanes) if (lane.fiber !== undefined) yield* Effect.ignore(Fiber.join(lane.fiber))
+    // What a lane left (it stopped early) goes: an offer waiting for room in its buffer is let go.
+    for (const lane of lanes) yield* Effect.ignore(Queue.clear(lane.batches))
+    return {
+      _tag: "Drained",
+      lanes: lanes.map((lane) => ({ tp: lane.tp, lane: lane.id, next: lane.next })),
+      purpose: c.purpose
+    } as const
+  })
+
+/** Commits through the tables (see `Tables.commit`), timed. */
+const commit = <E, R>(
+  w: Running<E, R>,
+  offsets: ReadonlyArray<TopicPartitionOffset>,
+  purpose: WorkerState.CommitPurpose
+): Effect.Effect<Event> =>
+  Effect.gen(function* () {
+    const startedAt = yield* Clock.currentTimeMillis
+    const result = yield* Effect.result(w.tables.commit(w.group, offsets))
+    const at = yield* Clock.currentTimeMillis
+    return Result.isSuccess(result)
+      ? ({ _tag: "Committed", offsets, startedAt, at, purpose } as const)
+      : ({ _tag: "CommitFailed", error: result.failure, at, purpose } as const)
+  })
+
+/** The next `Tick` comes after `delayMs`, replacing the pending one. */
+const setTimer = <E, R>(w: Running<E, R>, delayMs: number) =>
+  Effect.gen(function* () {
+    if (w.timer !== undefined) yield* Fiber.interrupt(w.timer)
+    w.timer = yield* Effect.sleep(Duration.millis(delayMs)).pipe(
+      Effect.andThen(Clock.currentTimeMillis),
+      Effect.flatMap((now) => Queue.offer(w.inbox, { _tag: "Tick", now })),
+      Effect.asVoid,
+      Effect.forkIn(w.scope)
+    )
+  })
+
+/** Ends a commit request. */
+const reply = <E, R>(w: Running<E, R>, request: number, outcome: WorkerState.Outcome<WorkerError>) =>
+  Effect.suspend(() => {
+    const waiting = w.replies.get(request)
+    w.replies.delete(request)
+    if (waiting === undefined) return Effect.void
+    switch (outcome._tag) {
+      case "Done":
+        return Deferred.succeed(waiting, undefined)
+      case "Closed":
+        return Deferred.fail(waiting, new WorkerClosed({ groupId: w.groupId }))
+      case "Failed":
+        return Deferred.fail(waiting, outcome.error)
+    }
+  })
+
+// ---------------------------------------------------------------------------
+// Lanes
+// ---------------------------------------------------------------------------
+
+/**
+ * Runs the record agents over a batch of one partition as one `processBatch`. A failure is tagged with the agent
+ * and the record it failed on (tracked as the batch goes, not wrapped per record).
+ */
+const runRecords = <E, R>(w: Running<E, R>, records: ReadonlyArray<LogRecord>) => {
+  const list = w.recordAgentsOf.get(records[0]!.topic) ?? []
+  // The agent and record being run, for the error (two variables: no object per record).
+  let atAgent: Agent<E, R> | undefined
+  let atRecord: LogRecord | undefined
+  const one =
+    list.length === 1
+      ? (record: LogRecord) => {
+          atAgent = list[0]!
+          atRecord = record
+          return list[0]!.process!(record)
+        }
+      : (record: LogRecord) =>
+          Effect.forEach(
+            list,
+            (a) =>
+              Effect.suspend(() => {
+                atAgent = a
+                atRecord = record
+                return a.process!(record)
+              }),
+            { discard: true }
+          )
+  return w.tables.processBatch(records, one).pipe(
+    Effect.mapError((cause): TableError | AgentFailed => {
+      if (cause instanceof TableError) return cause
+      const record = atRecord ?? records[0]!
+      return new AgentFailed({
+        agent: atAgent?.name ?? "(none)",
+        topic: record.topic,
+        partition: record.partition,
+        offset: record.offset,
+        cause
+      })
+    })
+  )
+}
+
+/** Runs the batch agents over a batch of one partition; a failure names the agent and the batch's last record. */
+const runBatch = <E, R>(w: Running<E, R>, records: ReadonlyArray<LogRecord>) =>
+  Effect.forEach(
+    w.agentsOf.get(records[0]!.topic) ?? [],
+    (a) =>
+      a.processBatch === undefined
+        ? Effect.void
+        : a.processBatch(records).pipe(
+            Effect.mapError((cause) => {
+              const last = records[records.length - 1]!
+              return new AgentFailed({
+                agent: a.name,
+                topic: last.topic,
+                partition: last.partition,
+                offset: last.offset,
+                cause
+              })
+            })
+          ),
+    { discard: true }
+  )
+
+/**
+ * Processes one partition's batches in order until its queue ends, reporting each batch (`Processed`). A table error
+ * while processing (a write refused by the changelog, say) stops the partition's records until the next commit fails
+ * and rewinds; it names the record it stopped at. Its batches are taken and dropped until then (the rewind seeks it
+ * again): a full buffer nobody takes from would hold up every partition's. Any other failure is reported
+ * (`LaneFailed`): the worker fails.
+ */
+const runLane = <E, R>(w: Running<E, R>, lane: Lane): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    while (true) {
+      const taken = yield* Effect.exit(Queue.take(lane.batches))
+      if (Exit.isFailure(taken)) return
+      const fresh = taken.value.filter((record) => record.offset >= lane.next)
+      if (fresh.length === 0) continue
+      const last = fresh[fresh.length - 1]!
+      if (w.hasRecordAgents) {
+        // One record after the other, each seeing the writes before it; the batch's writes go out in one send.
+        yield* runRecords(w, fresh).pipe(Effect.provideContext(w.context))
+        lane.next = last.offset + 1
+      }
+      if (w.hasBatchAgents) {
+        yield* w.tables.process(last, runBatch(w, fresh)).pipe(Effect.provideContext(w.context))
+        lane.next = last.offset + 1
+      }
+      yield* Metric.update(metrics.records, fresh.length)
+      yield* Queue.offer(w.inbox, {
+        _tag: "Processed",
+        tp: lane.tp,
+        lane: lane.id,
+        next: lane.next,
+        records: fresh.length
+      })
+    }
+  }).pipe(
+    Effect.catchTag("TableError", (e) =>
+      e.reason._tag === "ChangelogFailed"
+        ? Effect.andThen(
+            Effect.logWarning(
+              `worker: ${lane.tp.topic}/${lane.tp.partition}@${lane.next} waits for a rewind: ${e.message}`
+            ),
+            Effect.ignore(Effect.forever(Queue.take(lane.batches)))
+          )
+        : Effect.fail(
+            new AgentFailed({
+              agent: "(tables)",
+              topic: lane.tp.topic,
+              partition: lane.tp.partition,
+              offset: lane.next,
+              cause: e
+            })
+          )
+    ),
+    Effect.catch((error) => Queue.offer(w.inbox, { _tag: "LaneFailed", tp: lane.tp, lane: lane.id, error })),
+    Effect.asVoid
+  )
+
+// ---------------------------------------------------------------------------
+// The worker as its users see it
+// ---------------------------------------------------------------------------
+
+/** The running worker as its users see it: commit requests go to the machine, the rest reads its state. */
+const shapeOf = <E, R>(w: Running<E, R>): WorkerShape => ({
+  commit: Effect.suspend(() => {
+    if (w.stopped || w.state.closed) return Effect.fail(new WorkerClosed({ groupId: w.groupId }))
+    const request = w.nextRequest++
+    const done = Deferred.makeUnsafe<void, WorkerError>()
+    w.replies.set(request, done)
+    return Effect.andThen(Queue.offer(w.inbox, { _tag: "CommitRequested", request }), Deferred.await(done))
+  }),
+  metrics: Effect.gen(function* () {
+    const ready = [...w.state.partitions.values()].filter((p) => p.ready)
+    const highwaters = ready.length === 0 ? [] : yield* w.log.offsets(ready.map((p) => p.tp))
+    const s = w.state
+    const lag = highwaters.map((h) => ({
+      topic: h.topic,
+      partition: h.partition,
+      offset: Math.max(0, h.highwater - (s.partitions.get(tpKey(h))?.next ?? h.highwater))
+    }))
+    return {
+      recordsProcessed: s.recordsProcessed,
+      commits: s.commits,
+      lastCommitMs: s.lastCommitMs,
+      rewinds: s.rewinds,
+      lag,
+      standbys: [...s.standbys.values()].sort(tpCompare)
+    }
+  }),
+  processing: Effect.sync(() => [...w.state.partitions.values()].filter((p) => p.ready).map((p) => p.tp)),
+  join: Deferred.await(w.failed)
+})
