@@ -5,6 +5,7 @@
  */
 import type { CoordinationError } from "@strata/core"
 import { Effect } from "effect"
+import { pickWeighted } from "../../../../scripts/test-support/sim/FaultPick.js"
 import * as Clock from "./Clock.js"
 import type * as Prng from "./Prng.js"
 import * as Process from "./Process.js"
@@ -19,14 +20,8 @@ const faultKinds: ReadonlyArray<readonly [FaultKind, number]> = [
   ["blip", 15]
 ]
 
-const drawFault = (rng: Prng.Prng): FaultKind => {
-  let roll = rng.int(1, 100)
-  for (const [kind, weight] of faultKinds) {
-    if (roll <= weight) return kind
-    roll -= weight
-  }
-  return "pause"
-}
+/** Draws the kind of the next fault. */
+const drawFault = (rng: Prng.Prng): FaultKind => pickWeighted(rng, faultKinds)
 
 /** A running, unpaused process: the leader with probability 0.6 when there is one. */
 const target = (w: World): Proc | undefined => {

@@ -1,0 +1,115 @@
+/**
+ * What the run observes of the cluster for the checkers: the tablets and registered servers as coordination holds
+ * them (read by the auditor's session), every server's replicas and logs sampled after each step, a tablet's
+ * committed ISR against its leader's HW, and the final logs the run is judged by.
+ */
+import { type TabletId, tabletKey } from "@strata/core"
+import { Effect } from "effect"
+import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
+import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
+import * as Checkers from "./Checkers.js"
+import { now, paths, type Proc, type World } from "./World.js"
+
+/** The tablet's node in coordination, `undefined` while it has none (or it cannot be read). */
+export const readTablet = (w: World, t: TabletId) =>
+  w.auditor.get(paths.tablet(t)).pipe(
+    Effect.flatMap((node) => ClusterPaths.decodeTablet(paths.tablet(t), node.data, node.stat.version)),
+    Effect.option,
+    Effect.map((o) => (o._tag === "Some" ? o.value : undefined))
+  )
+
+/** The ids of the servers registered now (none if coordination cannot be read). */
+export const registeredServers = (w: World): Effect.Effect<Set<number>> =>
+  w.auditor.children(paths.servers).pipe(
+    Effect.map((names) => new Set(names.flatMap((n) => ClusterPaths.serverIdOf(n) ?? []))),
+    Effect.orElseSucceed(() => new Set<number>())
+  )
+
+/** Records how far each of a server's logs reaches. */
+export const sampleLogEnds = (w: World, p: Proc) =>
+  Effect.gen(function* () {
+    if (p.server === undefined) return
+    for (const view of yield* p.server.replicas) {
+      const tl = yield* p.server.logOf(view.tablet)
+      if (tl !== undefined)
+        Checkers.logEnd(w.record, p.name, tabletKey(view.tablet), yield* tl.logEndOffset, yield* tl.epochs)
+      else Checkers.logClosed(w.record, p.name, tabletKey(view.tablet))
+    }
+  })
+
+/** After a step: every server's log ends, then every replica, then every tablet's committed ISR. */
+export const sample = (w: World) =>
+  Effect.gen(function* () {
+    for (const p of w.servers) yield* sampleLogEnds(w, p)
+    for (const p of w.servers) {
+      if (p.server === undefined) continue
+      for (const view of yield* p.server.replicas) {
+        const tl = yield* p.server.logOf(view.tablet)
+        Checkers.replica(w.record, p.name, p.incarnation, view, now(w), tl === undefined ? [] : yield* tl.epochs)
+      }
+    }
+    for (const tablet of w.cluster.tablets) yield* sampleIsr(w, tablet)
+  })
+
+/**
+ * The tablet's committed ISR against its leader's HW: every member that is the life it joined as (running, with
+ * the registration the tablet records for it) holds the leader's log below the HW, the same epoch at every
+ * offset — any of them may be elected cleanly next.
+ */
+export const sampleIsr = (w: World, tablet: TabletId) =>
+  Effect.gen(function* () {
+    const meta = yield* readTablet(w, tablet)
+    const lai = meta?.leaderAndIsr
+    if (meta === undefined || lai === undefined || lai.leader === null) return
+    const leader = w.byName.get(`s${lai.leader}`)?.server
+    if (leader === undefined) return
+    const view = (yield* leader.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+    if (view?.machine._tag !== "LeaderReplica" || view.leader?.leaderEpoch !== lai.leaderEpoch) return
+    const leaderLog = yield* leader.logOf(tablet)
+    if (leaderLog === undefined) return
+    const members: Array<{ readonly server: string; readonly end: number; readonly epochs: LeaderEpochCache }> = []
+    for (const s of lai.isr) {
+      const m = w.byName.get(`s${s}`)
+      if (s === lai.leader || m?.server === undefined || m.registration === undefined) continue
+      if (m.registration !== meta.registrations?.[String(s)]) continue
+      const log = yield* m.server.logOf(tablet)
+      if (log === undefined) continue
+      members.push({ server: m.name, end: yield* log.logEndOffset, epochs: yield* log.epochs })
+    }
+    Checkers.isrHolds(
+      w.record,
+      tabletKey(tablet),
+      `s${lai.leader}`,
+      view.leader.highWatermark,
+      yield* leaderLog.epochs,
+      members,
+      now(w)
+    )
+  })
+
+/** Every tablet at the end: its leader by coordination, its node, and every running server's log of it. */
+export const finalLogs = (w: World) =>
+  Effect.forEach(w.cluster.tablets, (tablet) =>
+    Effect.gen(function* () {
+      const meta = yield* readTablet(w, tablet)
+      const replicas = yield* Effect.forEach(w.servers, (p) =>
+        Effect.gen(function* () {
+          const log = p.server === undefined ? undefined : yield* p.server.logOf(tablet)
+          if (log === undefined) return undefined
+          const view = (yield* p.server!.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+          const hw = view?.leader?.highWatermark ?? (yield* log.highWatermark)
+          return {
+            server: p.name,
+            hw,
+            batches: yield* log.read(yield* log.logStartOffset, Number.MAX_SAFE_INTEGER).pipe(Effect.orDie)
+          }
+        })
+      )
+      return {
+        tablet: tabletKey(tablet),
+        leader: meta?.leaderAndIsr.leader === null || meta === undefined ? undefined : `s${meta.leaderAndIsr.leader}`,
+        meta,
+        replicas: replicas.flatMap((r) => (r === undefined ? [] : [r]))
+      }
+    })
+  )

@@ -1,0 +1,272 @@
+/**
+ * The shapes of a cluster simulation run: its variant (the planted bugs), configuration, fault kinds, scripted
+ * faults, counts and result, and the cluster a seed draws (its size, timeouts, replication, tablets and which fault
+ * families it runs).
+ */
+import type { TabletId } from "@strata/core"
+import { mix32, type Prng, seeded } from "../../../../scripts/test-support/prng.js"
+import * as ControllerState from "../../src/machines/ControllerState.js"
+import type * as TabletServer from "../../src/server/TabletServer.js"
+import * as Mutants from "../support/mutants.js"
+
+/** Which safety checks are deliberately broken in a run. */
+export interface Variant {
+  readonly name: string
+  /** The tablet servers' machines with planted bugs (production's when omitted). */
+  readonly machines?: TabletServer.MachinesShape
+  /** The controller's machine with a planted bug (production's when omitted). */
+  readonly controller?: ControllerState.StepFunction
+  /** Producers draw their ids at random from a small range instead of asking the controller for one. */
+  readonly randomProducerIds?: boolean
+}
+
+/** The correct system. */
+export const correct: Variant = { name: "correct" }
+
+/**
+ * The planted bugs some seed within the CI's seeds catches by a loss, divergence or liveness property (the ISR check,
+ * a divergence between a member an election may choose and its leader, included).
+ */
+export const planted: ReadonlyArray<Variant> = [
+  { name: "truncate-to-hw", machines: Mutants.machinesWith(Mutants.truncateToHighWatermark) },
+  { name: "hw-under-min-isr", machines: Mutants.machinesWith(Mutants.highWatermarkIgnoresMinIsr) },
+  { name: "prefer-outside-isr", controller: Mutants.preferOutsideIsr(ControllerState.step) },
+  { name: "random-producer-id", randomProducerIds: true },
+  { name: "demoted-long-poll", machines: Mutants.machinesWith(Mutants.skipFetchRevalidation) },
+  { name: "unfenced-log-end", machines: Mutants.machinesWith(Mutants.unfencedLogEnd) },
+  { name: "stale-isr-answer", machines: Mutants.machinesWith(Mutants.answersIgnoreProposal) },
+  { name: "isr-to-dead-server", controller: Mutants.skipIsrEligibility(ControllerState.step) },
+  { name: "fenced-refusal-rejects", machines: Mutants.machinesWith(Mutants.fencedRefusalRejects) }
+]
+
+/** The kinds of fault. */
+export type FaultKind =
+  | "crash"
+  | "power"
+  | "stop"
+  | "pause"
+  | "expire"
+  | "isolate"
+  | "cut"
+  | "oneway"
+  | "slow"
+  | "coordination"
+  | "disk"
+  | "shutdown"
+
+const faultWeights: ReadonlyArray<readonly [FaultKind, number]> = [
+  ["crash", 15],
+  ["power", 9],
+  ["stop", 7],
+  ["pause", 14],
+  ["expire", 10],
+  ["isolate", 10],
+  ["cut", 9],
+  ["oneway", 8],
+  ["slow", 8],
+  ["coordination", 5],
+  ["disk", 6],
+  ["shutdown", 5]
+]
+
+/** The fault kinds a seed draws from, and whether it is a swarm seed that also sends some records acks=1. */
+export interface FaultMix {
+  readonly kinds: ReadonlyArray<readonly [FaultKind, number]>
+  readonly swarm: boolean
+  readonly acksOne: boolean
+}
+
+/**
+ * The faults a seed draws from. Half the seeds draw from every kind; the other half (swarm testing) from a few kinds
+ * only, chosen by a generator of their own, so that rare combinations (a lagging replica, a slow process and a
+ * leadership move at once) come up far more often than when every kind dilutes the others. Seeds of the first half
+ * keep the histories they had before swarms.
+ */
+const faultsOf = (seed: number): FaultMix => {
+  const swarm = seeded(mix32(seed ^ 0x5a7f))
+  if (!swarm.chance(0.5)) return { kinds: faultWeights, swarm: false, acksOne: false }
+  const kinds = faultWeights.filter(() => swarm.chance(0.35))
+  return { kinds: kinds.length > 0 ? kinds : [swarm.pick(faultWeights)], swarm: true, acksOne: swarm.chance(0.5) }
+}
+
+/** Who a scripted fault strikes: a process, the leader of a tablet when it strikes, or everyone of a kind. */
+export type Target = string | { readonly leaderOf: number } | "all-servers" | "all"
+
+/** A fault at a chosen step (scenario tests), lasting until step `until`. */
+export interface Planned {
+  readonly step: number
+  readonly fault: FaultKind
+  readonly target: Target
+  readonly until: number
+}
+
+/** The cluster's shape, when a scenario fixes it instead of the seed. */
+export interface Shape {
+  readonly servers: number
+  readonly coordinators: number
+  readonly tablets: number
+  readonly replicationFactor: number
+  readonly minInsyncReplicas: number
+  readonly sessionTimeoutMs: number
+  readonly replicaLagTimeMaxMs: number
+  readonly producers: number
+  /** How the controller elects (`first-in-isr` unless given). */
+  readonly leaderElection?: "first-in-isr" | "largest-log-end"
+}
+
+/** The shape of a run, in virtual milliseconds. */
+export interface Config {
+  readonly steps: number
+  readonly stepMs: number
+  readonly faultChance: number
+  /** How long the cluster may take to settle once the faults stop. */
+  readonly settleMs: number
+  /** A fixed shape instead of the seed's. */
+  readonly shape?: Shape
+  /** Faults at chosen steps instead of random ones. */
+  readonly script?: ReadonlyArray<Planned>
+  /** The processes' log lines from this level on go into the trace (default: errors; `STRATA_SIM_LOG=info`). */
+  readonly logLevel?: "Error" | "Warn" | "Info"
+  /** The chance a server flushes its writes in a step, instead of the seed's (0.05, 0.2 or 0.5). */
+  readonly flushChance?: number
+}
+
+/** About 8 virtual seconds of faults, then up to 30 s to settle. */
+export const defaultConfig: Config = { steps: 80, stepMs: 100, faultChance: 0.15, settleMs: 30_000 }
+
+/** Counts of what happened, to show a run exercised the system. */
+export interface Stats {
+  readonly servers: number
+  readonly coordinators: number
+  readonly acked: number
+  readonly failed: number
+  readonly unknown: number
+  /** Records a consumer was given. */
+  readonly reads: number
+  readonly faults: Record<string, number>
+  readonly leaderChanges: number
+  readonly coordinatorEpochs: number
+  /** The longest run of steps in which some created tablet had no leader in coordination. */
+  readonly longestLeaderless: number
+  /** Writes lost by power losses (each undone store write counts once). */
+  readonly lostWrites: number
+}
+
+/** The outcome of one seed. */
+export interface Result {
+  readonly seed: number
+  readonly variant: string
+  readonly violations: ReadonlyArray<string>
+  readonly trace: ReadonlyArray<string>
+  readonly stats: Stats
+}
+
+/** The replication settings every server, controller and client of a run gets. */
+export interface Replication {
+  readonly replicationFactor: number
+  readonly minInsyncReplicas: number
+  readonly sessionTimeoutMs: number
+  readonly replicaLagTimeMaxMs: number
+  readonly fetchMaxWaitMs: number
+  readonly retryBackoffMs: number
+  readonly appendTimeoutMs: number
+}
+
+/** The cluster a seed draws (or a scenario's shape fixes), and the fault families it runs. */
+export interface Cluster {
+  readonly serverCount: number
+  readonly coordinatorCount: number
+  readonly sessionTimeoutMs: number
+  readonly replicaLagTimeMaxMs: number
+  /** The replication every server, controller and client runs with. */
+  readonly replication: Replication
+  readonly rf: number
+  readonly minIsr: number
+  readonly tablets: ReadonlyArray<TabletId>
+  readonly flushChance: number
+  readonly leaderElection: "first-in-isr" | "largest-log-end"
+  /** The process and network faults the seed draws from. */
+  readonly faultMix: FaultMix
+  /** The leadership-transfer family's own generator, when the seed runs it. */
+  readonly transfers: Prng | undefined
+  /** The storage-and-clock family's own generator, when the seed runs it. */
+  readonly extras: Prng | undefined
+  /** The ISR-churn family's own generator, when the seed runs it. */
+  readonly churning: Prng | undefined
+}
+
+/**
+ * Draws the cluster from the seed's main generator `rng`, in a fixed order (3–7 servers, 1–3 coordinators, the
+ * session and lag timeouts, the replication factor, the long-poll wait, the minimum ISR, 1–3 tablets, the flush
+ * chance, the election rule); each fault family that half the seeds run draws from a generator of its own.
+ */
+export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster => {
+  const shape = config.shape
+  const serverCount = shape?.servers ?? rng.int(3, 7)
+  const coordinatorCount = shape?.coordinators ?? rng.int(1, 3)
+  const sessionTimeoutMs = shape?.sessionTimeoutMs ?? 100 * rng.int(5, 12)
+  const replicaLagTimeMaxMs = shape?.replicaLagTimeMaxMs ?? sessionTimeoutMs * rng.int(2, 4)
+  const replicationFactor = shape?.replicationFactor ?? Math.min(serverCount, rng.int(2, 3))
+  // Long polls as long as a leader change (up to the longest the lag time allows): a poll admitted under one
+  // epoch may wake in the next.
+  const fetchMaxWaitMs = rng.pick([50, 200, 400, Math.floor(replicaLagTimeMaxMs / 2) - 1])
+  const rf = replicationFactor
+  // Half the seeds also draw storage and clock faults, by a generator of their own: a slow disk, a disk that fails
+  // some writes, a wall clock that jumps, and, with a minimum ISR of 3 (which some of them take), power lost on two
+  // servers at once.
+  const extraDraws = seeded(mix32(seed ^ 0x3c9e))
+  const extras = shape === undefined && config.script === undefined && extraDraws.chance(0.5) ? extraDraws : undefined
+  const minIsr =
+    shape?.minInsyncReplicas ??
+    ((drawn) => (extras !== undefined && rf >= 3 && extras.chance(0.4) ? 3 : drawn))(
+      rng.chance(0.7) ? Math.min(2, rf) : 1
+    )
+  const replication: Replication = {
+    replicationFactor,
+    minInsyncReplicas: minIsr,
+    sessionTimeoutMs,
+    replicaLagTimeMaxMs,
+    fetchMaxWaitMs,
+    retryBackoffMs: 50,
+    appendTimeoutMs: 2_000
+  }
+  const tablets: Array<TabletId> = Array.from({ length: shape?.tablets ?? rng.int(1, 3) }, (_, bucket) => ({
+    table: "t",
+    bucket
+  }))
+  const flushChance = config.flushChance ?? rng.pick([0.05, 0.2, 0.5])
+  const faultMix = faultsOf(seed)
+  // Half the seeds also transfer leaderships under lag, drawn by a generator of their own.
+  const transferring = seeded(mix32(seed ^ 0x7a11))
+  const transfers = config.script === undefined && transferring.chance(0.5) ? transferring : undefined
+  // Half the seeds also churn an ISR (late answers, a flapping follower), drawn by a generator of their own.
+  const churnDraws = seeded(mix32(seed ^ 0x15c4))
+  const churning = config.script === undefined && churnDraws.chance(0.5) ? churnDraws : undefined
+  const leaderElection =
+    shape === undefined
+      ? rng.pick(["first-in-isr", "largest-log-end"] as const)
+      : (shape.leaderElection ?? "first-in-isr")
+  return {
+    serverCount,
+    coordinatorCount,
+    sessionTimeoutMs,
+    replicaLagTimeMaxMs,
+    replication,
+    rf,
+    minIsr,
+    tablets,
+    flushChance,
+    leaderElection,
+    faultMix,
+    transfers,
+    extras,
+    churning
+  }
+}
+
+/** The run's first trace line: the seed and what it drew. */
+export const describeCluster = (seed: number, c: Cluster): string => {
+  const mix = c.faultMix
+  const swarm = mix.swarm ? ` faults=${mix.kinds.map(([k]) => k).join(",")}${mix.acksOne ? " acks=1 too" : ""}` : ""
+  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWaitMs}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.extras === undefined ? "" : " disk-and-clock"}`
+}

@@ -1,0 +1,54 @@
+/**
+ * The end of the faults and the liveness bound: every fault ends, the producers stop, and the clock steps until the
+ * cluster settles — every process running, every tablet led by a live leader in that role with every replica in
+ * its ISR and its HW at its log end — within the settle bound.
+ */
+import { tabletKey } from "@strata/core"
+import { Effect } from "effect"
+import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
+import * as Audit from "./Audit.js"
+import * as Faults from "./Faults.js"
+import * as Workload from "./Workload.js"
+import { log, type World } from "./World.js"
+
+/** Every tablet has a live leader, in that role, with every replica in its ISR and its HW at its log end. */
+const settled = (w: World) =>
+  Effect.gen(function* () {
+    if (w.procs.some((p) => p.scope === undefined || p.paused || p.stopping)) return false
+    for (const tablet of w.cluster.tablets) {
+      const meta = yield* Audit.readTablet(w, tablet)
+      if (meta === undefined || meta.leaderAndIsr.leader === null) return false
+      if (meta.leaderAndIsr.isr.length !== meta.replicas.length) return false
+      const leader = w.byName.get(`s${meta.leaderAndIsr.leader}`)?.server
+      if (leader === undefined) return false
+      const view = (yield* leader.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+      if (view?.leader?.leaderEpoch !== meta.leaderAndIsr.leaderEpoch) return false
+      if (view.leader.highWatermark !== view.leader.logEndOffset) return false
+    }
+    return true
+  })
+
+/** The faults stop: every one ends now, and the producers and the consumer finish. */
+export const stopFaults = (w: World, wl: Workload.Workload) =>
+  Effect.gen(function* () {
+    w.faultsOn = false
+    yield* Faults.heal(w, w.config.steps, true)
+    log(w, "faults stop")
+    wl.producing = false
+  })
+
+/**
+ * Steps the clock until the cluster settles and the producers ended, within the settle bound: how long it took,
+ * or `undefined` if it did not.
+ */
+export const settle = (w: World, wl: Workload.Workload) =>
+  Effect.gen(function* () {
+    const { config } = w
+    for (let waited = 0; waited < config.settleMs; waited += config.stepMs) {
+      yield* Faults.heal(w, config.steps, true)
+      yield* Clock.tick(w.clock)
+      yield* Audit.sample(w)
+      if (Workload.ended(wl) && (yield* settled(w))) return waited
+    }
+    return undefined
+  })

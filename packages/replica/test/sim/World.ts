@@ -1,0 +1,143 @@
+/**
+ * `World`, the state record every part of the cluster simulator shares (the seed's generator, the virtual clock,
+ * the cluster drawn, its processes and stores, the network, the faults in force and what the run records for the
+ * checkers), and `Proc`, one simulated tablet server or coordinator.
+ */
+import type {
+  CoordinationFaultsShape,
+  CoordinationShape,
+  LeaderAndIsrRequest,
+  ReplicaError,
+  Session
+} from "@strata/core"
+import { type Effect, type Fiber, Latch, type Scope } from "effect"
+import type { Prng } from "../../../../scripts/test-support/prng.js"
+import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
+import type * as Controller from "../../src/server/Controller.js"
+import type * as TabletServer from "../../src/server/TabletServer.js"
+import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
+import type { PeersShape } from "../../src/wire/Peers.js"
+import type * as Checkers from "./Checkers.js"
+import type { Cluster, Config, Variant } from "./Config.js"
+import type { Churn } from "./IsrChurn.js"
+import type * as LossyStore from "./LossyStore.js"
+import type * as Network from "./Network.js"
+
+/** The coordination namespace of the simulated cluster. */
+export const NAMESPACE = "/sim"
+/** The cluster's nodes in coordination. */
+export const paths = ClusterPaths.make(NAMESPACE)
+
+/** One simulated process: a tablet server or a coordinator. */
+export interface Proc {
+  readonly name: string
+  readonly kind: "server" | "coordinator"
+  readonly id: number
+  /** The running incarnation's scope, `undefined` while down. */
+  scope: Scope.Closeable | undefined
+  incarnation: number
+  crashed: boolean
+  paused: boolean
+  /** Its live sessions, so faults can cut or expire them. */
+  readonly sessions: Set<Session>
+  server: TabletServer.TabletServerShape | undefined
+  /** The running incarnation's registration (the creation order of its node), once it has one and while it lasts. */
+  registration: number | undefined
+  /** How far its wall clock is off the simulation's (a clock that jumped); its timers are unaffected. */
+  clockOffsetMs: number
+  /** The server's LeaderAndIsr as the controller reaches it (recorded for the coordinator-epoch check). */
+  serverInbox: ((request: LeaderAndIsrRequest) => Effect.Effect<void, ReplicaError>) | undefined
+  controller: Controller.ControllerShape | undefined
+  /** The step at which a downed or paused process comes back. */
+  backAt: number | undefined
+  /** In a controlled shutdown that has not stopped it yet. */
+  stopping: boolean
+  /** Closed while paused: every coordination operation of the process waits on it. */
+  readonly gate: Latch.Latch
+}
+
+/** A process that has not started: `s<id>` for a tablet server, `c<id>` for a coordinator. */
+export const makeProc = (kind: Proc["kind"], id: number): Proc => ({
+  name: kind === "server" ? `s${id}` : `c${id}`,
+  kind,
+  id,
+  scope: undefined,
+  incarnation: 0,
+  registration: undefined,
+  clockOffsetMs: 0,
+  crashed: false,
+  paused: false,
+  sessions: new Set(),
+  server: undefined,
+  serverInbox: undefined,
+  controller: undefined,
+  backAt: undefined,
+  stopping: false,
+  gate: Latch.makeUnsafe(true)
+})
+
+/** A fault that ends by itself at a step. */
+export interface Timed {
+  readonly until: number
+  readonly end: Effect.Effect<void>
+}
+
+/**
+ * How a process reaches the others (`Peers.ts`), given to the process starter so that starting a server (whose
+ * peers may stall or restart servers under ISR churn) needs no import back.
+ */
+export interface Wiring {
+  readonly peers: (p: Proc) => PeersShape
+  readonly servers: (c: Proc) => Controller.TabletServersShape
+}
+
+/** One run: its shape as drawn from the seed, its parts, and what it records for the checkers. */
+export interface World {
+  readonly seed: number
+  readonly variant: Variant
+  readonly config: Config
+  /** The seed's main generator (the fault families have their own, in `cluster`). */
+  readonly rng: Prng
+  /** The run's scope: processes, packets and fault endings are forked in it. */
+  readonly root: Scope.Scope
+  /** The memory coordination every process shares, and its faults. */
+  readonly base: CoordinationShape
+  readonly faults: CoordinationFaultsShape
+  readonly clock: Clock.VirtualClock
+  readonly cluster: Cluster
+  readonly record: Checkers.Recorder
+  /** A session outside every process, never faulted, that reads the cluster's nodes. */
+  readonly auditor: Session
+  readonly procs: ReadonlyArray<Proc>
+  readonly servers: ReadonlyArray<Proc>
+  readonly coordinators: ReadonlyArray<Proc>
+  readonly byName: ReadonlyMap<string, Proc>
+  /** The clients' side of the network (no process of the cluster): faults can cut it off from coordination. */
+  readonly clientProc: Proc
+  /** Each server's store, kept across its restarts. */
+  readonly stores: Map<number, LossyStore.LossyStore>
+  /** A downed server's closing (and, after a crash that loses unflushed writes, its loss), awaited by its start. */
+  readonly closing: Map<number, Fiber.Fiber<void>>
+  readonly network: Network.Network
+  readonly wiring: Wiring
+  /** Off once the faults stop. */
+  faultsOn: boolean
+  /** The ISR churns in force, by tablet. */
+  readonly churns: Map<string, Churn>
+  /** Faults that end by themselves at a step. */
+  readonly timed: Array<Timed>
+  readonly faultCounts: Record<string, number>
+  /** Writes lost by power losses. */
+  lostWrites: number
+}
+
+/** The virtual time in milliseconds. */
+export const now = (w: World): number => Clock.now(w.clock)
+
+/** Adds a line to the run's trace, stamped with the virtual time. */
+export const log = (w: World, line: string): void => Clock.log(w.clock, line)
+
+/** Counts one fault of `kind`. */
+export const count = (w: World, kind: string): void => {
+  w.faultCounts[kind] = (w.faultCounts[kind] ?? 0) + 1
+}
