@@ -13,7 +13,8 @@ import {
   NotLeader,
   ReplicaError,
   Store,
-  type TabletRecord
+  type TabletRecord,
+  MemoryStore
 } from "@strata/core"
 import { Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
 import * as DataLink from "../src/wire/DataLink.js"
@@ -135,7 +136,7 @@ const logOf = (batches: ReadonlyArray<ReadonlyArray<TabletRecord>>) =>
     const log = yield* Effect.orDie(TabletLog.make(store, tablet))
     for (const records of batches) yield* Effect.orDie(log.append(1, records))
     return log
-  }).pipe(Effect.provide(Store.layerMemory()))
+  }).pipe(Effect.provide(MemoryStore.layer()))
 
 const sized = (i: number, bytes: number): TabletRecord => ({
   key: null,

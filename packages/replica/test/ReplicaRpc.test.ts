@@ -4,7 +4,14 @@
  * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { type AdjustIsrRequest, ReplicaAcks, ReplicaError, Store, TabletId, type TabletRecord } from "@strata/core"
+import {
+  type AdjustIsrRequest,
+  ReplicaAcks,
+  ReplicaError,
+  TabletId,
+  type TabletRecord,
+  MemoryStore
+} from "@strata/core"
 import { Cause, Context, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
 import { Peers, PeerUnreachable } from "../src/wire/Peers.js"
@@ -64,7 +71,7 @@ describe("ReplicaRpc over TCP", () => {
         })
         const start = (id: number) =>
           Effect.gen(function* () {
-            const store = yield* Layer.buildWithScope(Store.layerMemory(), root)
+            const store = yield* Layer.buildWithScope(MemoryStore.layer(), root)
             const scope = yield* Scope.fork(root, "sequential")
             const server = yield* TabletServer.make({ serverId: id, replication }).pipe(
               Effect.provide(Context.add(store, Peers, remote.peers)),

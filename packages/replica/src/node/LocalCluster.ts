@@ -26,11 +26,12 @@ import {
   Election,
   type ReplicaError,
   type ServerId,
-  Store,
+  type Store,
   type TabletBatch,
   type TabletId,
   type TabletRecord,
-  tabletKey
+  tabletKey,
+  MemoryStore
 } from "@strata/core"
 import { Context, Data, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
@@ -300,7 +301,7 @@ const startServer = (k: Cluster, id: ServerId) =>
     if (k.running.has(id)) return
     let store = k.stores.get(id)
     if (store === undefined) {
-      store = yield* Layer.buildWithScope(Store.layerMemory(), k.scope)
+      store = yield* Layer.buildWithScope(MemoryStore.layer(), k.scope)
       k.stores.set(id, store)
     }
     const serverScope = yield* Scope.fork(k.scope, "sequential")

@@ -37,7 +37,8 @@ import {
   type ReplicaError,
   type Session,
   type TabletId,
-  tabletKey
+  tabletKey,
+  MemoryCoordination
 } from "@strata/core"
 import { Clock, Context, Duration, Effect, Exit, Fiber, Latch, Logger, References, Scope } from "effect"
 import * as EffectResult from "effect/Result"
@@ -1577,7 +1578,7 @@ const simulate = (
 /** Runs one seed on a fresh memory coordination and `TestClock`, logs below warnings silenced. */
 export const run = (seed: number, variant: Variant = correct, config: Config = defaultConfig): Effect.Effect<Result> =>
   Effect.scoped(simulate(seed, variant, config)).pipe(
-    Effect.provide(Coordination.layerMemory()),
+    Effect.provide(MemoryCoordination.layer()),
     Effect.provide(TestClock.layer()),
     Effect.provideService(
       References.MinimumLogLevel,
