@@ -34,7 +34,7 @@ import {
   UnknownTablet,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Result, Schedule, Schema, Scope } from "effect"
+import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
 import * as FollowerState from "../machines/FollowerState.js"
 import * as Replica from "../machines/Replica.js"
 import { follow } from "./internal/follower.js"
