@@ -370,7 +370,7 @@ const tabletServer = Command.make(
     rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks"),
     "data-listen": setting(
       "data-listen",
-      "Where the data link (appends and follower fetches) listens, host:port (default: the listen host, any free port; --set dataLink=false turns it off)"
+      "Where the data link (appends and follower fetches) listens, host:port (default: the listen host, any free port)"
     ),
     "data-advertise": setting(
       "data-advertise",

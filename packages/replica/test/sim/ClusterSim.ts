@@ -720,6 +720,7 @@ const simulate = (
         yield* Effect.forkIn(
           ClusterPaths.keepRegistered(coordinationOf(p), paths, p.id, {
             address: p.name,
+            dataAddress: p.name,
             sessionTimeout: Duration.millis(sessionTimeoutMs),
             firstEpoch: incarnation * 1000,
             retryBackoffMs: 50,
@@ -895,6 +896,10 @@ const simulate = (
       server: (address) => {
         const server = byName.get(address)?.server
         return server === undefined ? undefined : TabletServerRpc.tabletServerHandlers(server)
+      },
+      link: (address) => {
+        const server = byName.get(address)?.server
+        return server === undefined ? undefined : { append: server.append, fetch: server.fetch }
       },
       coordinator: (address) => {
         const c = byName.get(address)
