@@ -130,4 +130,21 @@ describe("LocalCluster", () => {
       }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
     30_000
   )
+
+  it.live("a failed operation names its reason: an unknown tablet, a stopped server, a refused creation", () =>
+    Effect.gen(function* () {
+      const cluster = yield* LocalCluster.make({ servers: 3, replication })
+      const unknown = yield* Effect.flip(cluster.tablet({ table: "nothing", bucket: 0 }))
+      assert.strictEqual(unknown.reason._tag, "TabletNotFound")
+      assert.include(unknown.message, "no tablet")
+      yield* cluster.stopServer(2)
+      const stopped = yield* Effect.flip(cluster.server(2))
+      assert.deepStrictEqual(stopped.reason, new LocalCluster.ServerNotRunning({ server: 2 }))
+      assert.strictEqual(stopped.message, "server 2 is not running")
+      // Four replicas over three servers: one server would hold two of a tablet's replicas.
+      const refused = yield* Effect.flip(cluster.createTable("orders", { buckets: 1, replicationFactor: 4 }))
+      assert.strictEqual(refused.reason._tag, "CreateTableRefused")
+      assert.include(refused.message, "a server holds two of its replicas")
+    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+  )
 })

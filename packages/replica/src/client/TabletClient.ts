@@ -25,17 +25,17 @@ import {
   OptionSchemas,
   type ReadResult,
   ReplicaAcks,
-  type ReplicaError,
+  ReplicaError,
   type TabletId,
   type TabletRecord,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Data, Deferred, Duration, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
+import { Clock, Context, Deferred, Duration, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
-import { CreateTableRefused, type DeleteTableRefused, type Metadata, type TabletMetadata } from "../wire/ReplicaRpc.js"
+import { CreateTableRefused, DeleteTableRefused, type Metadata, type TabletMetadata } from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
 const PositiveInt = OptionSchemas.PositiveInt
@@ -76,7 +76,7 @@ export type TabletClientOptions = typeof TabletClientOptions.Encoded
  *
  * @since 0.1.0
  */
-export class NoSuchTablet extends Data.TaggedError("NoSuchTablet")<{ readonly tablet: string }> {
+export class NoSuchTablet extends Schema.TaggedError<NoSuchTablet>()("NoSuchTablet", { tablet: Schema.String }) {
   /** @since 0.1.0 */
   override get message(): string {
     return `no tablet ${this.tablet} in the cluster`
@@ -89,10 +89,10 @@ export class NoSuchTablet extends Data.TaggedError("NoSuchTablet")<{ readonly ta
  *
  * @since 0.1.0
  */
-export class DeliveryUnknown extends Data.TaggedError("DeliveryUnknown")<{
-  readonly tablet: string
-  readonly last: string
-}> {
+export class DeliveryUnknown extends Schema.TaggedError<DeliveryUnknown>()("DeliveryUnknown", {
+  tablet: Schema.String,
+  last: Schema.String
+}) {
   /** @since 0.1.0 */
   override get message(): string {
     return `${this.tablet}: not acknowledged within the delivery timeout, outcome unknown (last: ${this.last})`
@@ -104,37 +104,13 @@ export class DeliveryUnknown extends Data.TaggedError("DeliveryUnknown")<{
  *
  * @since 0.1.0
  */
-export class NoProducerId extends Data.TaggedError("NoProducerId")<{
-  readonly tablet: string
-  readonly last: string
-}> {
+export class NoProducerId extends Schema.TaggedError<NoProducerId>()("NoProducerId", {
+  tablet: Schema.String,
+  last: Schema.String
+}) {
   /** @since 0.1.0 */
   override get message(): string {
     return `${this.tablet}: not sent, no producer id from the controller within the delivery timeout (last: ${this.last})`
-  }
-}
-
-/**
- * Why a client call failed: a tablet the cluster does not have, an outcome left unknown, no producer id, a failure
- * sending again cannot mend (the server's `ReplicaError`), a table that could not be created, or the client was
- * closed.
- *
- * @since 0.1.0
- */
-export class TabletClientError extends Data.TaggedError("TabletClientError")<{
-  readonly reason:
-    | NoSuchTablet
-    | DeliveryUnknown
-    | NoProducerId
-    | ReplicaError
-    | CreateTableRefused
-    | DeleteTableRefused
-    | ClientClosed
-    | Abandoned
-}> {
-  /** @since 0.1.0 */
-  override get message(): string {
-    return this.reason.message
   }
 }
 
@@ -143,7 +119,7 @@ export class TabletClientError extends Data.TaggedError("TabletClientError")<{
  *
  * @since 0.1.0
  */
-export class ClientClosed extends Data.TaggedError("ClientClosed")<{ readonly tablet: string }> {
+export class ClientClosed extends Schema.TaggedError<ClientClosed>()("ClientClosed", { tablet: Schema.String }) {
   /** @since 0.1.0 */
   override get message(): string {
     return `${this.tablet}: the client closed before the records were acknowledged`
@@ -155,10 +131,48 @@ export class ClientClosed extends Data.TaggedError("ClientClosed")<{ readonly ta
  *
  * @since 0.1.0
  */
-export class Abandoned extends Data.TaggedError("Abandoned")<{ readonly tablet: string }> {
+export class Abandoned extends Schema.TaggedError<Abandoned>()("Abandoned", { tablet: Schema.String }) {
   /** @since 0.1.0 */
   override get message(): string {
     return `${this.tablet}: dropped unsent after an earlier send failed`
+  }
+}
+
+/**
+ * Why a client call failed: a tablet the cluster does not have, an outcome left unknown, no producer id, a failure
+ * sending again cannot mend (the server's `ReplicaError`), a table that could not be created or deleted, the client
+ * was closed, or the send was abandoned.
+ *
+ * @since 0.1.0
+ */
+export const TabletClientErrorReason = Schema.Union([
+  NoSuchTablet,
+  DeliveryUnknown,
+  NoProducerId,
+  ReplicaError,
+  CreateTableRefused,
+  DeleteTableRefused,
+  ClientClosed,
+  Abandoned
+])
+
+/**
+ * @since 0.1.0
+ * @see TabletClientErrorReason
+ */
+export type TabletClientErrorReason = typeof TabletClientErrorReason.Type
+
+/**
+ * The error of every client call; `reason` says why.
+ *
+ * @since 0.1.0
+ */
+export class TabletClientError extends Schema.TaggedError<TabletClientError>()("TabletClientError", {
+  reason: TabletClientErrorReason
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.reason.message
   }
 }
 
@@ -325,13 +339,14 @@ export const make = (
     return shapeOf(c)
   })
 
-const fail = (reason: TabletClientError["reason"]) => new TabletClientError({ reason })
+/** A client failure for `reason`. */
+const fail = (reason: TabletClientErrorReason) => new TabletClientError({ reason })
 
 /** The client as its users see it. */
 const shapeOf = (c: Client): TabletClientShape => {
   const { o, remote } = c
   const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + o.deliveryTimeoutMs)
-  const admin = <A, E extends TabletClientError["reason"]>(what: string, call: Effect.Effect<A, E | PeerUnreachable>) =>
+  const admin = <A, E extends TabletClientErrorReason>(what: string, call: Effect.Effect<A, E | PeerUnreachable>) =>
     Effect.flatMap(deadlineOf, (deadline) => retryUntil(deadline, o.retryBackoffMs, call, what)).pipe(
       Effect.mapError(fail)
     )

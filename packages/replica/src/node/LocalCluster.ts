@@ -24,6 +24,7 @@ import {
   type ReadResult,
   type ReplicaAcks,
   Election,
+  ElectionError,
   type ReplicaError,
   type ServerId,
   type Store,
@@ -33,7 +34,7 @@ import {
   tabletKey,
   MemoryStore
 } from "@strata/core"
-import { Context, Data, Effect, Exit, Layer, Schedule, Scope } from "effect"
+import { Context, Effect, Exit, Layer, Schedule, Schema, Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import type * as Controller from "../server/Controller.js"
@@ -43,6 +44,7 @@ import * as CoordinatorNode from "./CoordinatorNode.js"
 import * as LocalProducer from "./internal/localProducer.js"
 import { Peers, PeerUnreachable, type PeersShape } from "../wire/Peers.js"
 import * as RemotePeers from "../client/RemotePeers.js"
+import { CreateTableRefused } from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import * as TabletServer from "../server/TabletServer.js"
 import * as TabletServerNode from "./TabletServerNode.js"
@@ -65,16 +67,153 @@ export interface LocalClusterOptions {
 }
 
 /**
- * An operation on the cluster failed.
+ * The cluster's election could not be set up.
  *
  * @since 0.1.0
  */
-export class LocalClusterError extends Data.TaggedError("LocalClusterError")<{ readonly detail: string }> {
+export class ElectionFailed extends Schema.TaggedError<ElectionFailed>()("ElectionFailed", { cause: ElectionError }) {
   /** @since 0.1.0 */
   override get message(): string {
-    return this.detail
+    return `the election: ${this.cause.message}`
   }
 }
+
+/**
+ * The controller gave the cluster's producer no producer id (`detail`: why), however often it was asked.
+ *
+ * @since 0.1.0
+ */
+export class ProducerIdUnavailable extends Schema.TaggedError<ProducerIdUnavailable>()("ProducerIdUnavailable", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `no producer id: ${this.detail}`
+  }
+}
+
+/**
+ * A part of the cluster (tablet server or coordinator `id`) failed to start; `detail` says why.
+ *
+ * @since 0.1.0
+ */
+export class StartFailed extends Schema.TaggedError<StartFailed>()("StartFailed", {
+  part: Schema.Literals(["server", "coordinator"]),
+  id: Schema.Int,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `starting ${this.part} ${this.id}: ${this.detail}`
+  }
+}
+
+/**
+ * No coordinator led, however long the call waited for one.
+ *
+ * @since 0.1.0
+ */
+export class NoController extends Schema.TaggedError<NoController>()("NoController", {}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return "no controller (yet)"
+  }
+}
+
+/**
+ * The controller asked resigned (its coordinator lost the election) before it answered.
+ *
+ * @since 0.1.0
+ */
+export class ControllerResigned extends Schema.TaggedError<ControllerResigned>()("ControllerResigned", {
+  coordinatorEpoch: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `the controller of coordinator epoch ${this.coordinatorEpoch} resigned`
+  }
+}
+
+/**
+ * The controller holds no tablet `tablet`.
+ *
+ * @since 0.1.0
+ */
+export class TabletNotFound extends Schema.TaggedError<TabletNotFound>()("TabletNotFound", { tablet: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `no tablet ${this.tablet}`
+  }
+}
+
+/**
+ * Tablet server `server` is not running (never started, or stopped).
+ *
+ * @since 0.1.0
+ */
+export class ServerNotRunning extends Schema.TaggedError<ServerNotRunning>()("ServerNotRunning", {
+  server: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `server ${this.server} is not running`
+  }
+}
+
+/**
+ * The controller's view of `tablet` did not come to satisfy an `awaitTablet` check in time.
+ *
+ * @since 0.1.0
+ */
+export class NotSettled extends Schema.TaggedError<NotSettled>()("NotSettled", { tablet: Schema.String }) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `${this.tablet}: not yet as awaited`
+  }
+}
+
+/**
+ * Why a cluster operation failed: the election could not be set up, no producer id, a part failed to start, no
+ * controller (or it resigned), no such tablet, a server not running, a leader unreachable (over TCP, or a tablet
+ * without one), a table's creation refused (the controller's reason), or a tablet not settled as awaited.
+ *
+ * @since 0.1.0
+ */
+export const LocalClusterErrorReason = Schema.Union([
+  ElectionFailed,
+  ProducerIdUnavailable,
+  StartFailed,
+  NoController,
+  ControllerResigned,
+  TabletNotFound,
+  ServerNotRunning,
+  PeerUnreachable,
+  CreateTableRefused,
+  NotSettled
+])
+
+/**
+ * @since 0.1.0
+ * @see LocalClusterErrorReason
+ */
+export type LocalClusterErrorReason = typeof LocalClusterErrorReason.Type
+
+/**
+ * An operation on the cluster failed; `reason` says why.
+ *
+ * @since 0.1.0
+ */
+export class LocalClusterError extends Schema.TaggedError<LocalClusterError>()("LocalClusterError", {
+  reason: LocalClusterErrorReason
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.reason.message
+  }
+}
+
+/** A cluster failure for `reason`. */
+const fail = (reason: LocalClusterErrorReason) => new LocalClusterError({ reason })
 
 /**
  * The cluster.
@@ -186,7 +325,7 @@ export const make = (
       namespace: namespace.replace(/^\/+/, ""),
       sessionTimeout: k.config.sessionTimeoutMs,
       replicaLagTimeMax: k.config.replicaLagTimeMaxMs
-    }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `the election: ${e.message}` })))
+    }).pipe(Effect.mapError((cause) => fail(new ElectionFailed({ cause }))))
     for (let i = 0; i < (options.coordinators ?? 1); i++) yield* startCoordinator(k, 101 + i, election)
     if (k.tcp) {
       const directory = yield* ClusterDirectory.make(k.paths, election, { retryBackoffMs: k.config.retryBackoffMs })
@@ -200,7 +339,7 @@ export const make = (
     for (let id = 1; id <= options.servers; id++) yield* startServer(k, id)
     const producer = yield* LocalProducer.make(
       Effect.flatMap(current(k), (c) =>
-        c.initProducerId.pipe(Effect.mapError((e) => new LocalClusterError({ detail: `no producer id: ${e.message}` })))
+        c.initProducerId.pipe(Effect.mapError((e) => fail(new ProducerIdUnavailable({ detail: e.message }))))
       ).pipe(Effect.retry({ schedule: Schedule.spaced(k.config.retryBackoffMs), times: 600 }))
     )
     return shapeOf(k, producer)
@@ -214,7 +353,7 @@ const startCoordinator = (k: Cluster, id: number, election: Election["Service"])
         serverId: id,
         namespace: k.namespace,
         replication: k.options.replication ?? {}
-      }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting coordinator ${id}: ${e.message}` })))
+      }).pipe(Effect.mapError((e) => fail(new StartFailed({ part: "coordinator", id, detail: e.message }))))
       k.leading.push(node.controller)
       return
     }
@@ -244,7 +383,7 @@ const startCoordinator = (k: Cluster, id: number, election: Election["Service"])
       ]
     }).pipe(
       Effect.provideService(Election, election),
-      Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
+      Effect.mapError((e) => fail(new StartFailed({ part: "coordinator", id, detail: e.message })))
     )
     resign.run = coordinator.resign
     k.leading.push(Effect.sync(() => mine))
@@ -327,7 +466,7 @@ const startServer = (k: Cluster, id: ServerId) =>
       registrationEpoch: 0
     })
     yield* server.registered(registration)
-  }).pipe(Effect.mapError((e) => new LocalClusterError({ detail: `starting server ${id}: ${e.message}` })))
+  }).pipe(Effect.mapError((e) => fail(new StartFailed({ part: "server", id, detail: e.message }))))
 
 const stopServer = (k: Cluster, id: ServerId) =>
   Effect.suspend(() => {
@@ -340,7 +479,7 @@ const stopServer = (k: Cluster, id: ServerId) =>
 const current = (k: Cluster) =>
   Effect.flatMap(Effect.all(k.leading), (found) => {
     const c = found.find((c) => c !== undefined)
-    return c === undefined ? Effect.fail(new LocalClusterError({ detail: "no controller (yet)" })) : Effect.succeed(c)
+    return c === undefined ? Effect.fail(fail(new NoController())) : Effect.succeed(c)
   }).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
 
 const tabletOf = (k: Cluster, t: TabletId) =>
@@ -348,29 +487,32 @@ const tabletOf = (k: Cluster, t: TabletId) =>
     Effect.flatMap(c.state, (s) => {
       const found = s.tablets.get(tabletKey(t))
       return found === undefined
-        ? Effect.fail(new LocalClusterError({ detail: `no tablet ${tabletKey(t)}` }))
+        ? Effect.fail(fail(new TabletNotFound({ tablet: tabletKey(t) })))
         : Effect.succeed(found)
     })
   )
 
-const serverOf = (k: Cluster, id: ServerId | null) =>
+const serverOf = (k: Cluster, id: ServerId) =>
   Effect.suspend(() => {
-    const r = id === null ? undefined : k.running.get(id)
-    return r === undefined
-      ? Effect.fail(new LocalClusterError({ detail: `server ${id} is not running` }))
-      : Effect.succeed(r.server)
+    const r = k.running.get(id)
+    return r === undefined ? Effect.fail(fail(new ServerNotRunning({ server: id }))) : Effect.succeed(r.server)
   })
 
 /** The leader's calls, made directly or over TCP (where an unreachable leader is retried as a stale one is). */
 const leaderOf = (k: Cluster, t: TabletId) =>
   Effect.flatMap(tabletOf(k, t), (found): Effect.Effect<LeaderCalls, LocalClusterError> => {
     const id = found.leaderAndIsr.leader
-    if (k.remote === undefined || id === null) return serverOf(k, id)
+    if (id === null) {
+      const target = `the leader of ${tabletKey(t)}`
+      return Effect.fail(fail(new PeerUnreachable({ target, detail: "the tablet has no leader" })))
+    }
+    if (k.remote === undefined) return serverOf(k, id)
     const calls = k.remote.server(id)
     const reached = <A, E>(call: Effect.Effect<A, E | PeerUnreachable>) =>
-      Effect.mapError(call, (e) =>
-        e instanceof PeerUnreachable ? new LocalClusterError({ detail: e.message }) : e
-      ) as Effect.Effect<A, Exclude<E, PeerUnreachable> | LocalClusterError>
+      Effect.mapError(call, (e) => (e instanceof PeerUnreachable ? fail(e) : e)) as Effect.Effect<
+        A,
+        Exclude<E, PeerUnreachable> | LocalClusterError
+      >
     return Effect.succeed({
       append: (request) => reached(calls.append(request)),
       read: (request) => reached(calls.read(request))
@@ -390,10 +532,15 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
           tablet: { table, bucket },
           replicas: Array.from({ length: rf }, (_, r) => ((bucket + r) % k.options.servers) + 1)
         }))
-        const reply = yield* Effect.flatMap(current(k), (c) => c.createTablets(specs)).pipe(
-          Effect.mapError((e) => new LocalClusterError({ detail: e.message }))
+        const reply = yield* Effect.flatMap(current(k), (c) =>
+          c
+            .createTablets(specs)
+            .pipe(Effect.mapError((e) => fail(new ControllerResigned({ coordinatorEpoch: e.coordinatorEpoch }))))
         )
-        if (reply._tag !== "Created") return yield* new LocalClusterError({ detail: JSON.stringify(reply) })
+        if (reply._tag !== "Created") {
+          const detail = reply._tag === "CreateRefused" ? reply.detail : `unexpected answer ${reply._tag}`
+          return yield* fail(new CreateTableRefused({ detail }))
+        }
         return reply.tablets
       }),
     append: (t, records, acks = "all") =>
@@ -426,7 +573,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
     server: (id) => serverOf(k, id),
     awaitTablet: (t, check) =>
       Effect.flatMap(tabletOf(k, t), (found) =>
-        check(found) ? Effect.succeed(found) : Effect.fail(new LocalClusterError({ detail: "not yet" }))
+        check(found) ? Effect.succeed(found) : Effect.fail(fail(new NotSettled({ tablet: tabletKey(t) })))
       ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 3000 }))
   }
 }

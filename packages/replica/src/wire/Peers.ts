@@ -21,7 +21,7 @@ import type {
   StopReplicaRequest,
   TabletId
 } from "@strata/core"
-import { Context, Data, type Effect } from "effect"
+import { Context, type Effect, Schema } from "effect"
 import type * as ControllerState from "../machines/ControllerState.js"
 
 /**
@@ -30,10 +30,12 @@ import type * as ControllerState from "../machines/ControllerState.js"
  *
  * @since 0.1.0
  */
-export class PeerUnreachable extends Data.TaggedError("PeerUnreachable")<{
-  readonly target: string
-  readonly detail: string
-}> {
+export class PeerUnreachable extends Schema.TaggedError<PeerUnreachable>()("PeerUnreachable", {
+  /** Who was called: `server 3`, `the controller`, an address. */
+  target: Schema.String,
+  /** Why the call found nobody. */
+  detail: Schema.String
+}) {
   /** @since 0.1.0 */
   override get message(): string {
     return `${this.target} unreachable: ${this.detail}`
