@@ -145,6 +145,6 @@ describe("LocalCluster", () => {
       const refused = yield* Effect.flip(cluster.createTable("orders", { buckets: 1, replicationFactor: 4 }))
       assert.strictEqual(refused.reason._tag, "CreateTableRefused")
       assert.include(refused.message, "a server holds two of its replicas")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 })
