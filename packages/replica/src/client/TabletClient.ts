@@ -31,7 +31,19 @@ import {
   type TabletRecord,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Deferred, Duration, Effect, Layer, Schedule, Schema, type Scope, Semaphore } from "effect"
+import {
+  Clock,
+  Config,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Layer,
+  Schedule,
+  Schema,
+  type Scope,
+  Semaphore
+} from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
@@ -626,3 +638,16 @@ export const layer = (
   ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
   Coordination
 > => Layer.effect(TabletClient, make(options))
+
+/**
+ * Like `layer`, with the options read from configuration.
+ *
+ * @since 0.1.0
+ */
+export const layerConfig = (
+  config: Config.Wrap<TabletClientOptions>
+): Layer.Layer<
+  TabletClient,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | Config.ConfigError,
+  Coordination
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

@@ -35,7 +35,7 @@ import {
   UnknownTablet,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
+import { Clock, Config, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
 import * as FollowerState from "../machines/FollowerState.js"
 import * as Replica from "../machines/Replica.js"
 import { follow } from "./internal/follower.js"
@@ -1027,3 +1027,16 @@ export const layer = (
   Layer.effectContext(
     Effect.map(make(options), (server) => Context.make(TabletServer, server).pipe(Context.add(ReplicaManager, server)))
   )
+
+/**
+ * Like `layer`, with the options read from configuration.
+ *
+ * @since 0.1.0
+ */
+export const layerConfig = (
+  config: Config.Wrap<TabletServerOptions>
+): Layer.Layer<
+  TabletServer | ReplicaManager,
+  ReplicationConfig.InvalidReplicaOptions | Config.ConfigError,
+  Store | Peers
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))
