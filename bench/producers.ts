@@ -9,7 +9,7 @@
 // Environment (the results file is written only with the defaults):
 //   BENCH_PRODUCERS (1000,20000), BENCH_APPENDS (2000), BENCH_RUNS (3)
 import { Effect } from "effect"
-import { Store } from "../packages/core/src/index.js"
+import { Store, MemoryStore } from "../packages/core/src/index.js"
 import * as TabletLog from "../packages/replica/src/server/TabletLog.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, round3 } from "./lib.js"
 
@@ -28,7 +28,7 @@ const perAppend = (producers: number, appends: number, stamped: boolean) =>
       yield* log.append(0, [record], stamped ? stamp : undefined)
     }
     return (performance.now() - started) / appends
-  }).pipe(Effect.scoped, Effect.provide(Store.layerMemory()), Effect.orDie, Effect.runPromise)
+  }).pipe(Effect.scoped, Effect.provide(MemoryStore.layer()), Effect.orDie, Effect.runPromise)
 
 export const run = async (): Promise<BenchOutput & { readonly save: boolean }> => {
   const counts = (envString("BENCH_PRODUCERS") ?? "1000,20000").split(",").map(Number)

@@ -18,7 +18,7 @@
 // - log: `KafkaLog.consumer()` (@platformatic/kafka underneath, the consumer `Tables` uses for its changelog channel)
 //   with every partition assigned and seeked to 0, reading `batches` without applying them: the client's share.
 // - memory, level, rocksdb: a fresh worker: `Tables.make` (settleDelay 0, recoveryDelay 0, otherwise the defaults:
-//   streamBufferMaxsize 4096, recoveryBufferSize 1000) on a fresh store (`Store.layerMemory()`,
+//   streamBufferMaxsize 4096, recoveryBufferSize 1000) on a fresh store (`MemoryStore.layer()`,
 //   `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary directory), the table registered, `start`ed
 //   (untimed), then timed: `manager.onPartitionsAssigned(every partition)` until `manager.waitUntilRecoveryCompleted`.
 //   Afterwards (untimed) SAMPLE evenly spread keys must read back their values through the table, and once the
@@ -45,7 +45,7 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Context, Effect, Layer, Logger, Option, Schema, Stream } from "effect"
-import { Log, type ProducerRecord, Store, type TopicPartition } from "../packages/core/src/index.js"
+import { Log, type ProducerRecord, Store, type TopicPartition, MemoryStore } from "../packages/core/src/index.js"
 import { type ChildProtocol, measure as measureTimed, reportFromChild, runChild as runChildProcess } from "./child.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
@@ -340,7 +340,7 @@ const storePhase = async (spec: Spec, kind: StoreKind): Promise<PhaseResult> => 
   try {
     const storeLayer =
       kind === "memory"
-        ? Store.layerMemory()
+        ? MemoryStore.layer()
         : kind === "level"
           ? ((await import("../packages/store-adapters/src/LevelStore.js")) as LevelStoreModule).layer({
               directory: directory!
@@ -703,7 +703,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
       stores: `fresh Tables.make({ settleDelay: 0, streamBufferMaxsize: ${streamBuffer}, recovery: { recoveryDelay: 0, recoveryBufferSize: ${recoveryBuffer} } }) on a fresh store, table registered, start untimed; timed: manager.onPartitionsAssigned(all ${plan.partitions}) until manager.waitUntilRecoveryCompleted`
     },
     stores: {
-      memory: "Store.layerMemory()",
+      memory: "MemoryStore.layer()",
       level: "LevelStore.layer({ directory: fresh temporary directory })",
       rocksdb: "RocksDbStore.layer({ directory: fresh temporary directory })"
     },

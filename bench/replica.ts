@@ -291,7 +291,7 @@ const kafkaProduce = async (
   for (let attempt = 0; ; attempt++) {
     const md = await admin.metadata({ topics: [topic], forceUpdate: true }).catch(() => undefined)
     const info = md?.topics.get(topic)
-    if (info !== undefined && info.partitions.every((p) => p.leader >= 0 && p.isr.length === 3)) break
+    if (info?.partitions.every((p) => p.leader >= 0 && p.isr.length === 3)) break
     if (attempt > 300) throw new Error(`${topic}: not fully replicated after 30 s`)
     await new Promise((r) => setTimeout(r, 100))
   }

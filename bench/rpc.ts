@@ -1,10 +1,11 @@
 // What Effect RPC costs per record on the produce and fetch paths (docs/ARCHITECTURE.md, "Benchmarks"), against a
 // plain socket baseline in the same process on loopback.
 //
-// - RPC: `ReplicaRpc.TabletServerRpcs` served over TCP with `SchemaBinary`, called through `RemotePeers` (the
-//   client the servers use). `Append` carries BATCH records of RECORD_BYTES bytes and is answered at once; `Fetch`
-//   is answered with one batch of BATCH such records; both carry the records in the tablet log's batch encoding.
-//   The handlers do no work: what is measured is the transport, encoding and decoding.
+// - RPC: appends and fetches as Effect RPC calls over TCP with `SchemaBinary` (`ViaRpc` below: the group appends
+//   and fetches had before they moved to the data link), called on the RPC client. `Append` carries BATCH records
+//   of RECORD_BYTES bytes and is answered at once; `Fetch` is answered with one batch of BATCH such records; both
+//   carry the records in the tablet log's batch encoding (`ReplicaRpc.EncodedBatch`). The handlers do no work: what
+//   is measured is the transport, encoding and decoding.
 // - Schema per record (`.schemaPerRecord`): the same calls with core's `AppendRequest` / `FetchResult` Schemas on
 //   the wire, a Schema pass per record: what the batch encoding replaced.
 // - Data link (`.dataLink`): `DataLink`, the lean framing tablet servers use for appends and follower fetches,
@@ -19,7 +20,7 @@
 // Environment (the results file is written only with the defaults):
 //   BENCH_BATCHES (3000), BENCH_BATCH (100), BENCH_RECORD_BYTES (100,1000), BENCH_INFLIGHT (4), BENCH_RUNS (3)
 import * as Net from "node:net"
-import { Effect, Exit, Scope } from "effect"
+import { Effect, Exit, Schema, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
 import {
   AppendRequest,
@@ -30,6 +31,7 @@ import {
   type TabletRecord
 } from "../packages/core/src/index.js"
 import { DataLink, RemotePeers, ReplicaRpc } from "../packages/replica/src/index.js"
+import * as Codec from "../packages/replica/src/wire/internal/batchCodec.js"
 import {
   type BenchOutput,
   collectGarbage,
@@ -93,42 +95,46 @@ const timed = (count: number, call: (i: number) => Effect.Effect<unknown, unknow
     return (performance.now() - started) / 1000
   })
 
+/** Appends and fetches as RPC calls, their records in the tablet log's batch encoding. */
+class ViaRpc extends RpcGroup.make(
+  Rpc.make("Append", {
+    payload: Schema.Struct({ ...AppendRequest.fields, records: Schema.Uint8Array }),
+    success: AppendResult
+  }),
+  Rpc.make("Fetch", {
+    payload: FetchRequest,
+    success: Schema.TaggedStruct("Batches", {
+      leaderEpoch: Schema.Int,
+      batches: Schema.Array(ReplicaRpc.EncodedBatch),
+      highWatermark: Schema.Int,
+      logStartOffset: Schema.Int
+    })
+  })
+) {}
+
 /** The RPC side: a server with no-op handlers, a client, and the seconds each path took. */
 const rpcRun = ({ records, fetched, batches }: Load) =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
-    const bound = yield* ReplicaRpc.serveTabletServerWith(
-      { host: "127.0.0.1", port: 0 },
-      {
-        LeaderAndIsr: () => Effect.void,
-        LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
-        Holdings: () => Effect.succeed({ tablets: [] }),
-        StopReplica: () => Effect.void,
-        Fetch: () => Effect.succeed(fetched),
-        EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
-        // The records decoded as a tablet server decodes them.
-        Append: (r) =>
-          Effect.map(ReplicaRpc.decodeAppend(r), (a) => ({
-            baseOffset: 0,
-            lastOffset: a.records.length - 1,
-            highWatermark: 0,
-            duplicate: false
-          })),
-        Read: () => Effect.die("unused"),
-        ReadLog: () => Effect.die("unused"),
-        ReplicaState: () => Effect.succeed("LeaderReplica" as const)
-      }
-    ).pipe(Scope.provide(scope), Effect.orDie)
-    const address = ReplicaRpc.formatAddress(bound)
-    const remote = yield* RemotePeers.make({
-      locate: () => Effect.succeed(address),
-      controller: Effect.die("unused"),
-      requestTimeoutMs: 30_000
-    }).pipe(Scope.provide(scope))
-    const server = remote.server(1)
-    const leader = remote.peers.leader(1)
-    const produce = yield* timed(batches, () => server.append({ tablet, records, acks: 1 }))
-    const fetch = yield* timed(batches, () => leader.fetch(fetchRequest))
+    const handlers = yield* ViaRpc.toHandlers({
+      // The records decoded as a tablet server decodes them.
+      Append: (r) =>
+        Effect.sync(() => {
+          const batch = Codec.decodeBatch(0, r.records)
+          if (typeof batch === "string") throw new Error(batch)
+          return { baseOffset: 0, lastOffset: batch.records.length - 1, highWatermark: 0, duplicate: false }
+        }),
+      Fetch: () => Effect.succeed(fetched as Extract<FetchResult, { _tag: "Batches" }>)
+    })
+    const bound = yield* ReplicaRpc.serveGroup(ViaRpc, handlers, { host: "127.0.0.1", port: 0 }).pipe(
+      Scope.provide(scope),
+      Effect.orDie
+    )
+    const client = yield* ReplicaRpc.connectGroup(ViaRpc, scope, ReplicaRpc.formatAddress(bound)).pipe(Effect.orDie)
+    const produce = yield* timed(batches, () =>
+      client.Append({ tablet, acks: 1, records: Codec.encodeBatch(0, records) })
+    )
+    const fetch = yield* timed(batches, () => client.Fetch(fetchRequest))
     yield* Scope.close(scope, Exit.void)
     return { produce, fetch }
   })

@@ -36,8 +36,8 @@ import {
   Log,
   type LogShape,
   type ProducerRecord,
-  Store,
-  type TopicPartitionOffset
+  type TopicPartitionOffset,
+  MemoryStore
 } from "../packages/core/src/index.js"
 import * as KafkaLog from "../packages/kafka/src/KafkaLog.js"
 import * as LevelStore from "../packages/store-adapters/src/LevelStore.js"
@@ -278,7 +278,7 @@ const tableRun = (log: LogShape, admin: Admin, data: Data, plan: Plan, store: "m
       const changelog = Table.changelogTopicOf(app, def as Table.TableDef<unknown, unknown>)
       yield* topicScoped(admin, changelog, plan.partitions)
       const storeLayer =
-        store === "memory" ? Store.layerMemory() : LevelStore.layer({ directory: yield* tempDirScoped })
+        store === "memory" ? MemoryStore.layer() : LevelStore.layer({ directory: yield* tempDirScoped })
       const services = Context.add(yield* Layer.build(storeLayer), Log, log)
       const tables = yield* Tables.make({ app, settleDelay: 0, recovery: { recoveryDelay: 0 } }).pipe(
         Effect.provide(services)
@@ -462,7 +462,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     sizing:
       "each process call is one acks=all request (~0.5-1 ms here), so the record counts are kept small enough for the suite to finish in about 2 minutes",
     cpu: "cpuMicrosPerRecord: this process's user+system CPU time during the timed part per record; the rest of the wall time is waiting on the broker",
-    stores: { memory: "Store.layerMemory()", level: "LevelStore.layer({ directory: fresh temporary directory })" },
+    stores: { memory: "MemoryStore.layer()", level: "LevelStore.layer({ directory: fresh temporary directory })" },
     order: `per pattern: warm-up of ${WARMUP_RECORDS} records per variant, then ${runs} repetitions of ${VARIANTS.sequential.join(", ")} (sequential) and ${VARIANTS.concurrent.join(", ")} (concurrent), reversed on odd repetitions; fresh topic per run, deleted after`,
     samples: Object.fromEntries(
       (["sequential", "concurrent"] as const).map((pattern) => [

@@ -12,7 +12,7 @@
 //   request in flight, as KafkaLog sends), and every second: every send acknowledged, then `consumer.commit` of the next offsets.
 // - memory, level, rocksdb: `Worker.make({ groupId, commitIntervalMs: 1000 })` with one agent counting into
 //   `Table.make({ key: Schema.String, value: Schema.Int })` through `table.update`, on `Tables.make({ settleDelay: 0 })`
-//   and a fresh store (`Store.layerMemory()`, `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary
+//   and a fresh store (`MemoryStore.layer()`, `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary
 //   directory), with `KafkaLog` underneath.
 // Timed in both: from the first record handed to the counting code until every partition is processed to its
 // highwater and a last commit returned (the group join before it is not timed). Checked afterwards, untimed: the
@@ -29,7 +29,7 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
-import { Log, type LogShape, Store } from "../packages/core/src/index.js"
+import { Log, type LogShape, MemoryStore } from "../packages/core/src/index.js"
 import { type ChildProtocol, type Measured, measure, reportFromChild, runChild } from "./child.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
@@ -224,7 +224,7 @@ const workerPhase = async (spec: Spec, phase: Exclude<Phase, "bare">): Promise<P
   const directory = kind === "memory" ? undefined : mkdtempSync(join(tmpdir(), `strata-bench-worker-${kind}-`))
   const storeLayer =
     kind === "memory"
-      ? Store.layerMemory()
+      ? MemoryStore.layer()
       : kind === "level"
         ? (await import("../packages/store-adapters/src/LevelStore.js")).layer({ directory: directory! })
         : (await import("../packages/store-adapters/src/RocksDbStore.js")).layer({ directory: directory! })

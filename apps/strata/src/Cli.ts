@@ -14,13 +14,15 @@
  */
 import { join } from "node:path"
 import {
-  Coordination,
   type CoordinationError,
   type ElectionError,
-  Log,
+  type Log,
   type LogError,
-  Store,
-  type StoreError
+  type Store,
+  type StoreError,
+  MemoryLog,
+  MemoryCoordination,
+  MemoryStore
 } from "@strata/core"
 import { LocalCluster, ReplicaRpc, type ReplicationConfig } from "@strata/replica"
 import { StrataLog } from "@strata/replica/log"
@@ -173,7 +175,7 @@ const invalidBrokers = (brokers: string): string | undefined => {
  */
 const strataLog = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
   Layer.provideMerge(LocalCluster.layer({ servers: 3, transport: "tcp" })),
-  Layer.provide(Coordination.layerMemory()),
+  Layer.provide(MemoryCoordination.layer()),
   // The cluster's own progress lines would drown the demo's: only its warnings show.
   Layer.provide(Layer.succeed(References.MinimumLogLevel, "Warn"))
 )
@@ -185,7 +187,7 @@ const demoStores = (
 ): { readonly before: Layer.Layer<Store, StoreError>; readonly after: Layer.Layer<Store, StoreError> } => {
   switch (store) {
     case "memory":
-      return { before: Store.layerMemory(), after: Store.layerMemory() }
+      return { before: MemoryStore.layer(), after: MemoryStore.layer() }
     case "level":
       return { before: LevelStore.layer({ directory }), after: LevelStore.layer({ directory }) }
     case "rocksdb":
@@ -232,7 +234,7 @@ const demoBackends = (flags: {
       | CoordinationError
       | ElectionError
     > =
-      log === "memory" ? Log.layerMemory() : log === "kafka" ? KafkaLog.layer({ brokers: [first, ...rest] }) : strataLog
+      log === "memory" ? MemoryLog.layer() : log === "kafka" ? KafkaLog.layer({ brokers: [first, ...rest] }) : strataLog
     const directory = Option.getOrElse(flags.dataDir, () => join(".strata-data", `demo-${store}`))
     return { store, directory, logLayer } as const
   })
@@ -368,7 +370,7 @@ const tabletServer = Command.make(
     rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks"),
     "data-listen": setting(
       "data-listen",
-      "Where the data link (appends and follower fetches) listens, host:port (default: the listen host, any free port; --set dataLink=false turns it off)"
+      "Where the data link (appends and follower fetches) listens, host:port (default: the listen host, any free port)"
     ),
     "data-advertise": setting(
       "data-advertise",

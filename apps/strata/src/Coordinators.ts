@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { Coordination, type Election, type ElectionError, op } from "@strata/core"
+import { type Election, type ElectionError, op, MemoryCoordination } from "@strata/core"
 import { CoordinationElection, Coordinator } from "@strata/election"
 import { Clock, Console, Effect, Exit, Layer, Scope } from "effect"
 
@@ -83,4 +83,4 @@ export const run = (verbose: boolean) =>
 /** The embedded default: the election recipe over memory coordination. */
 export const layerMemory: Layer.Layer<Election, ElectionError> = CoordinationElection.layer({
   namespace: "/strata-demo"
-}).pipe(Layer.provide(Coordination.layerMemory()))
+}).pipe(Layer.provide(MemoryCoordination.layer()))

@@ -43,7 +43,6 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
           ...optional("advertise", settings.advertise),
           ...optional("dataListen", settings.dataListen),
           ...optional("dataAdvertise", settings.dataAdvertise),
-          ...optional("dataLink", settings.dataLink),
           ...optional("rack", settings.rack)
         })
         yield* Effect.logInfo(

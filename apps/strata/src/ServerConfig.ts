@@ -204,9 +204,7 @@ export const TabletServerConfig = Schema.Struct({
   /** Where the data link (appends and follower fetches) listens, `host:port`; default the listen host, any port. */
   dataListen: Schema.optional(Schema.String),
   /** The `host:port` others reach the data link at, when not the one it listens on. */
-  dataAdvertise: Schema.optional(Schema.String),
-  /** Serve the data link (default true); false takes appends and fetches through the RPC. */
-  dataLink: Schema.optional(Schema.Boolean)
+  dataAdvertise: Schema.optional(Schema.String)
 })
 
 /**

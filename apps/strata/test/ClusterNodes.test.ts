@@ -4,7 +4,7 @@
  * gone says so as it stops, and the controller refuses table names that are not `[A-Za-z0-9._-]+`.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, type ServerId, Store } from "@strata/core"
+import { Coordination, type ServerId, MemoryCoordination, MemoryStore } from "@strata/core"
 import { CoordinationElection } from "@strata/election"
 import { ClusterPaths, Controller, LocalCluster, TabletClient, TabletServerNode } from "@strata/replica"
 import { Array as Arr, Duration, Effect, Exit, Fiber, Layer, Logger, Schedule, Scope } from "effect"
@@ -74,7 +74,7 @@ describe("a tablet server started with the id of a running one", () => {
           new TextDecoder().decode((yield* auditor.get(ClusterPaths.make("/strata").server(1))).data)
         ).address as string
 
-        const store = yield* Layer.build(Store.layerMemory())
+        const store = yield* Layer.build(MemoryStore.layer())
         const duplicate = TabletServerNode.make({ serverId: 1, replication }).pipe(Effect.provide(store))
         const shutdownLines = () => lines.filter((l) => /tablet server 1: (controlled shutdown|stopping)/.test(l))
         lines.length = 0
@@ -104,7 +104,7 @@ describe("a tablet server started with the id of a running one", () => {
         Effect.scoped,
         Effect.provide(
           LocalCluster.layer({ servers: 3, transport: "tcp", replication }).pipe(
-            Layer.provideMerge(Coordination.layerMemory())
+            Layer.provideMerge(MemoryCoordination.layer())
           )
         ),
         Effect.provide(capture(lines))
@@ -118,7 +118,7 @@ describe("a tablet server stopping", () => {
   it.live("after its controller is gone, says its controlled shutdown could not reach the controller", () => {
     const lines: Array<string> = []
     return Effect.gen(function* () {
-      const store = yield* Layer.build(Store.layerMemory())
+      const store = yield* Layer.build(MemoryStore.layer())
       const scope = yield* Scope.make()
       yield* TabletServerNode.make({ serverId: 5, namespace: "/alone", replication }).pipe(
         Effect.provide(store),
@@ -129,7 +129,7 @@ describe("a tablet server stopping", () => {
       assert.isDefined(line, lines.join("\n"))
       assert.include(line, "could not reach the controller")
       assert.notInclude(lines.join("\n"), "-1")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()), Effect.provide(capture(lines)))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()), Effect.provide(capture(lines)))
   })
 })
 
@@ -154,7 +154,7 @@ describe("table names", () => {
         { tablet: { table: "y".repeat(249), bucket: 0 }, replicas: [1] }
       ])
       assert.strictEqual(longest._tag, "Created")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live("a client refuses such a name before it sends anything, naming it and the rule", () =>
@@ -169,7 +169,7 @@ describe("table names", () => {
       }
     }).pipe(
       Effect.scoped,
-      Effect.provide(Coordination.layerMemory()),
+      Effect.provide(MemoryCoordination.layer()),
       // A bound on the test only: the refusal is at once.
       Effect.timeoutOrElse({ duration: "20 seconds", orElse: () => Effect.fail(new Error("the name was sent")) })
     )
@@ -208,6 +208,6 @@ describe("the controller", () => {
       assert.isDefined(line, lines.join("\n"))
       assert.include(line, "IneligibleReplica")
       assert.include(line, "server 2 is ineligible: offline")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 })

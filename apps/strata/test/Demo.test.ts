@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { Log, Store } from "@strata/core"
+import { MemoryLog, MemoryStore } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import { Effect } from "effect"
 import * as Demo from "../src/Demo.js"
@@ -14,8 +14,8 @@ describe("demo", () => {
     Effect.gen(function* () {
       const result = yield* Demo.run(
         { text, partitions: 3, verbose: false },
-        { before: Store.layerMemory(), after: Store.layerMemory() }
-      ).pipe(Effect.provide(Log.layerMemory()))
+        { before: MemoryStore.layer(), after: MemoryStore.layer() }
+      ).pipe(Effect.provide(MemoryLog.layer()))
       assert.strictEqual(result.before.get("the"), 3)
       assert.strictEqual(result.before.size, 9)
       assert.isTrue(Demo.sameTable(result.before, result.after))
@@ -36,7 +36,7 @@ describe("demo", () => {
       const run = Demo.run(
         { text, partitions: 4, verbose: false },
         { before: LevelStore.layer({ directory }), after: LevelStore.layer({ directory }) }
-      ).pipe(Effect.provide(Log.layerMemory()))
+      ).pipe(Effect.provide(MemoryLog.layer()))
       // Twice on the same directory: the second run starts from an empty table again.
       for (let i = 0; i < 2; i++) {
         const result = yield* run
@@ -56,12 +56,12 @@ describe("demo", () => {
       for (const partitions of [3, 4, 3]) {
         const result = yield* Demo.run(
           { text, partitions, verbose: false },
-          { before: Store.layerMemory(), after: Store.layerMemory() }
+          { before: MemoryStore.layer(), after: MemoryStore.layer() }
         )
         assert.isTrue(Demo.sameTable(result.before, result.after))
         assert.strictEqual(result.replayed.length, partitions)
       }
-    }).pipe(Effect.provide(Log.layerMemory()))
+    }).pipe(Effect.provide(MemoryLog.layer()))
   )
 
   it("sameTable compares every entry", () => {

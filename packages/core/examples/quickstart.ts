@@ -3,7 +3,7 @@
  * then the store, with the changelog offset persisted in the same atomic batch.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/core/examples/quickstart.ts`.
  */
-import { Log, put, Store } from "@strata/core"
+import { Log, put, Store, MemoryLog, MemoryStore } from "@strata/core"
 import { Effect, Layer, Option } from "effect"
 
 const enc = new TextEncoder()
@@ -27,7 +27,7 @@ export const program = Effect.gen(function* () {
 }).pipe(Effect.scoped)
 
 /** The embedded default: both protocols in memory. Swap either layer for a real backend. */
-export const layer = Layer.mergeAll(Store.layerMemory(), Log.layerMemory())
+export const layer = Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer())
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   Effect.runPromise(program.pipe(Effect.provide(layer))).then((r) => console.log(r))

@@ -9,8 +9,7 @@
  * @since 0.1.0
  */
 import type { Duration, Effect, Option, Scope, Stream } from "effect"
-import { Context, type Layer, Schema } from "effect"
-import * as internal from "./internal/memoryCoordination.js"
+import { Context, Schema } from "effect"
 
 /** How a node lives: ephemeral nodes die with their session; sequential ones get a 10-digit suffix. */
 export type CreateMode = "persistent" | "ephemeral" | "persistent-sequential" | "ephemeral-sequential"
@@ -144,15 +143,7 @@ export interface CoordinationShape {
 }
 
 /** The `Coordination` service key. */
-export class Coordination extends Context.Service<Coordination, CoordinationShape>()("@strata/core/Coordination") {
-  /**
-   * In-memory coordination with sessions that expire on Effect's Clock. Also
-   * provides `CoordinationFaults`, so tests can suspend and expire sessions.
-   */
-  static readonly layerMemory = (
-    options?: internal.MemoryCoordinationOptions
-  ): Layer.Layer<Coordination | CoordinationFaults> => internal.layer(options)
-}
+export class Coordination extends Context.Service<Coordination, CoordinationShape>()("@strata/core/Coordination") {}
 
 /**
  * Fault injection for a coordination backend, used by the conformance suite and

@@ -10,9 +10,8 @@
  * @since 0.1.0
  */
 import type { Duration, Effect, Scope, Stream } from "effect"
-import { Context, type Layer, Schema } from "effect"
+import { Context, Schema } from "effect"
 import { OffsetOutOfRange } from "./Errors.js"
-import * as internal from "./internal/memoryLog.js"
 import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
 import { Partition, Topic } from "./Models.js"
 
@@ -276,14 +275,7 @@ export interface LogShape {
 }
 
 /** The `Log` service key. */
-export class Log extends Context.Service<Log, LogShape>()("@strata/core/Log") {
-  /**
-   * An in-memory Kafka-like log, for the embedded demo, users' tests and
-   * simulation. Also provides `LogFaults`, so tests can compact it.
-   */
-  static readonly layerMemory = (options?: internal.MemoryLogOptions): Layer.Layer<Log | LogFaults> =>
-    internal.layer(options)
-}
+export class Log extends Context.Service<Log, LogShape>()("@strata/core/Log") {}
 
 /** Options of `LogFaults.compact`. */
 export interface CompactOptions {

@@ -9,10 +9,8 @@
  * @since 0.1.0
  */
 import type { Option, Scope, Stream } from "effect"
-import { Context, Effect, Layer, Schema } from "effect"
-import * as internal from "./internal/memoryStore.js"
+import { Context, type Effect, Schema } from "effect"
 import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
-import { decodeOptions, LimitsOptions } from "./StoreValidation.js"
 
 /** Identifies one partition store: the table's name and the partition number. */
 export interface StoreId {
@@ -109,19 +107,7 @@ export interface StoreShape {
 }
 
 /** The `Store` service key. */
-export class Store extends Context.Service<Store, StoreShape>()("@strata/core/Store") {
-  /**
-   * An in-memory store: data outlives a partition store's close for as long as the layer lives. Options, when
-   * given, are validated: a wrong or unknown one fails the layer with `InvalidStoreOptions` naming it.
-   */
-  static layerMemory(): Layer.Layer<Store>
-  static layerMemory(options: LimitsOptions): Layer.Layer<Store, StoreError>
-  static layerMemory(options?: LimitsOptions): Layer.Layer<Store, StoreError> {
-    return options === undefined
-      ? Layer.effect(Store, internal.make())
-      : Layer.effect(Store, Effect.flatMap(decodeOptions("memory", LimitsOptions)(options), internal.make))
-  }
-}
+export class Store extends Context.Service<Store, StoreShape>()("@strata/core/Store") {}
 
 // ---------------------------------------------------------------------------
 // Errors

@@ -42,14 +42,18 @@ export const LimitsOptions = Schema.Struct(limitsFields)
 export type LimitsOptions = typeof LimitsOptions.Type
 
 /**
- * Validates a backend's options with its Schema, every field at once: a wrong value and an unknown field (a typo,
- * an option of another backend) both fail with `InvalidStoreOptions`, whose detail names the field.
+ * Validates a backend's options with its Schema through `OptionSchemas.decodeOptions`, every field at once: a wrong
+ * value and an unknown field (a typo, an option of another backend) both fail with `InvalidStoreOptions`, whose
+ * detail names the field and the value given.
  */
 export const decodeOptions =
   <S extends Schema.Codec<unknown, unknown>>(store: string, schema: S) =>
   (input: unknown): Effect.Effect<S["Type"], StoreError> =>
-    Schema.decodeUnknownEffect(schema)(input, { errors: "all", onExcessProperty: "error" }).pipe(
-      Effect.mapError((issue) => storeError(new InvalidStoreOptions({ store, detail: issue.message })))
+    OptionSchemas.decodeOptions(schema, { exact: true })(input).pipe(
+      Effect.mapError((bad) => {
+        const { option, value, detail } = OptionSchemas.summary(bad)
+        return storeError(new InvalidStoreOptions({ store, detail: `${option} = ${value}: ${detail}` }))
+      })
     ) as Effect.Effect<S["Type"], StoreError>
 
 /** Checks a user key; returns the error to fail with, if any. */

@@ -1,12 +1,12 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, CoordinationFaults, op } from "@strata/core"
+import { Coordination, CoordinationFaults, op, MemoryCoordination } from "@strata/core"
 import type { CoordinationError, SessionState } from "@strata/core"
 import { CoordinationConformance } from "@strata/core/testing"
 import { Deferred, Duration, Effect, Exit, Fiber, Option, Result, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 
-CoordinationConformance.suite("memory", Coordination.layerMemory())
-CoordinationConformance.suspensionSuite("memory", Coordination.layerMemory())
+CoordinationConformance.suite("memory", MemoryCoordination.layer())
+CoordinationConformance.suspensionSuite("memory", MemoryCoordination.layer())
 
 const empty = new Uint8Array(0)
 const bytes = (s: string) => new TextEncoder().encode(s)
@@ -14,7 +14,7 @@ const bytes = (s: string) => new TextEncoder().encode(s)
 const reasonOf = <A>(self: Effect.Effect<A, CoordinationError>) =>
   Effect.map(Effect.result(self), (r) => (Result.isFailure(r) ? r.failure.reason._tag : "success"))
 
-const memory = Effect.provide(Coordination.layerMemory())
+const memory = Effect.provide(MemoryCoordination.layer())
 
 /** Whether an effect is still pending after the scheduler has run everything ready. */
 const isPending = <A, E>(self: Effect.Effect<A, E>) =>
@@ -56,7 +56,7 @@ describe("MemoryCoordination on the TestClock", () => {
     Effect.gen(function* () {
       const s = yield* (yield* Coordination).session()
       assert.strictEqual(Duration.toMillis(s.timeout), 3_000)
-    }).pipe(Effect.provide(Coordination.layerMemory({ defaultSessionTimeout: "3 seconds" })))
+    }).pipe(Effect.provide(MemoryCoordination.layer({ defaultSessionTimeout: "3 seconds" })))
   )
 
   it.effect("a connected session never expires, however long time passes", () =>

@@ -1,12 +1,12 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { GroupConsumer, GroupEvent, LogError, LogShape, ProducerRecord } from "@strata/core"
-import { Log } from "@strata/core"
+import { Log, MemoryLog } from "@strata/core"
 import { LogConformance } from "@strata/core/testing"
 import type { Scope } from "effect"
 import { Effect, Exit, Fiber, Option, Scope as S, Stream } from "effect"
 import { TestClock } from "effect/testing"
 
-LogConformance.suite("memory", Log.layerMemory(), { faults: true })
+LogConformance.suite("memory", MemoryLog.layer(), { faults: true })
 
 const enc = new TextEncoder()
 const b = (s: string): Uint8Array => enc.encode(s)
@@ -21,11 +21,11 @@ const reasonTag = <A, R>(effect: Effect.Effect<A, LogError, R>): Effect.Effect<s
 
 const withLog = <A, E>(
   f: (log: LogShape) => Effect.Effect<A, E, Scope.Scope>,
-  options?: Parameters<typeof Log.layerMemory>[0]
+  options?: Parameters<typeof MemoryLog.layer>[0]
 ): Effect.Effect<A, E, Scope.Scope> =>
   Effect.gen(function* () {
     return yield* f(yield* Log)
-  }).pipe(Effect.provide(Log.layerMemory(options)))
+  }).pipe(Effect.provide(MemoryLog.layer(options)))
 
 /** Records a member's events in the background. */
 const recordEvents = (m: GroupConsumer): Effect.Effect<Array<GroupEvent>, never, Scope.Scope> =>

@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import type { LogBatch, LogConsumer, LogRecord, LogShape, ProducerRecord } from "@strata/core"
-import { Log, LogFaults, type LogFaultsShape } from "@strata/core"
+import { Log, LogFaults, type LogFaultsShape, MemoryLog } from "@strata/core"
 import type { Scope } from "effect"
 import { Effect, Option, Stream } from "effect"
 
@@ -30,7 +30,7 @@ const withLog = <A, E>(
     yield* log.ensureTopic({ topic: "c", partitions: 1, compacted: true })
     if (records.length > 0) yield* log.produceBatch(records)
     return yield* f(log, yield* LogFaults)
-  }).pipe(Effect.provide(Log.layerMemory()))
+  }).pipe(Effect.provide(MemoryLog.layer()))
 
 /** The next batch of a consumer. */
 const nextBatch = (c: LogConsumer): Effect.Effect<LogBatch, unknown> =>

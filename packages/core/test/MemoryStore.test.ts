@@ -1,9 +1,9 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Store } from "@strata/core"
+import { Store, MemoryStore } from "@strata/core"
 import { StoreConformance } from "@strata/core/testing"
 import { Context, Effect, Layer, Option, Stream } from "effect"
 
-StoreConformance.suite("memory", Store.layerMemory())
+StoreConformance.suite("memory", MemoryStore.layer())
 
 // The memory store indexes entries by a 30-bit hash of the key. These keys share a hash (found by search): entries
 // that collide must stay apart through puts, overwrites, deletes, reads and scans.
@@ -52,13 +52,13 @@ describe("memory store: keys sharing a hash", () => {
         [Option.none(), Option.some("two"), Option.some("k5891204-1")]
       )
       assert.deepStrictEqual(yield* keys(), ["k32728=k32728-1", "k3949118=two", "k5891204=k5891204-1"])
-    }).pipe(Effect.scoped, Effect.provide(Store.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryStore.layer()))
   )
 })
 
 describe("memory store options", () => {
   const refused = (options: unknown) =>
-    Effect.flip(Effect.scoped(Layer.build(Store.layerMemory(options as { maxValueBytes?: number }))))
+    Effect.flip(Effect.scoped(Layer.build(MemoryStore.layer(options as { maxValueBytes?: number }))))
 
   it.effect("a wrong or unknown option fails the layer with InvalidStoreOptions naming it", () =>
     Effect.gen(function* () {
@@ -77,7 +77,7 @@ describe("memory store options", () => {
 
   it.effect("valid limits apply; unset ones keep their defaults", () =>
     Effect.gen(function* () {
-      const store = yield* Effect.map(Layer.build(Store.layerMemory({ maxKeyBytes: 8 })), Context.get(Store))
+      const store = yield* Effect.map(Layer.build(MemoryStore.layer({ maxKeyBytes: 8 })), Context.get(Store))
       assert.deepStrictEqual(store.limits, { maxKeyBytes: 8, maxValueBytes: 16 * 1024 * 1024 })
       const p = yield* store.open({ table: "limits", partition: 0 })
       const e = yield* Effect.flip(p.put(new Uint8Array(9).fill(1), new Uint8Array(0)))

@@ -4,7 +4,7 @@
  * takes over with a higher epoch and the old leadership's writes are refused.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/election/examples/quickstart.ts`.
  */
-import { Coordination, op } from "@strata/core"
+import { op, MemoryCoordination } from "@strata/core"
 import { CoordinationElection, Coordinator } from "@strata/election"
 import { Effect, Layer } from "effect"
 
@@ -34,7 +34,7 @@ export const program = Effect.gen(function* () {
 
 /** The embedded default: memory coordination. Swap in `ZooKeeperCoordination.layer` or `EtcdCoordination.layer`. */
 export const layer = CoordinationElection.layer({ namespace: "quickstart" }).pipe(
-  Layer.provideMerge(Coordination.layerMemory())
+  Layer.provideMerge(MemoryCoordination.layer())
 )
 
 if (import.meta.url === `file://${process.argv[1]}`) {

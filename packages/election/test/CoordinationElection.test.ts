@@ -1,12 +1,20 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, CoordinationFaults, Election, type ElectionShape, op, type Session } from "@strata/core"
+import {
+  Coordination,
+  CoordinationFaults,
+  Election,
+  type ElectionShape,
+  op,
+  type Session,
+  MemoryCoordination
+} from "@strata/core"
 import { ElectionConformance } from "@strata/core/testing"
 import { Clock, Context, type Duration, Effect, Exit, Fiber, Layer, Metric, Option, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import * as CoordinationElection from "../src/CoordinationElection.js"
 
 ElectionConformance.suite("memory", (namespace) =>
-  CoordinationElection.layer({ namespace }).pipe(Layer.provide(Coordination.layerMemory()))
+  CoordinationElection.layer({ namespace }).pipe(Layer.provide(MemoryCoordination.layer()))
 )
 
 const bytes = (s: string) => new TextEncoder().encode(s)
@@ -50,7 +58,7 @@ const settle = Effect.gen(function* () {
 })
 
 const memory = <A, E>(test: Effect.Effect<A, E, Coordination | CoordinationFaults>) =>
-  Effect.scoped(test.pipe(Effect.provide(Coordination.layerMemory())))
+  Effect.scoped(test.pipe(Effect.provide(MemoryCoordination.layer())))
 
 describe("CoordinationElection on memory coordination", () => {
   it.effect("a leader stopped past its session timeout has its next write rejected with FencedEpoch", () =>

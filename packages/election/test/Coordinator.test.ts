@@ -13,7 +13,8 @@ import {
   type Leadership,
   type LeadershipEnd,
   op,
-  type Session
+  type Session,
+  MemoryCoordination
 } from "@strata/core"
 import {
   Array as Arr,
@@ -62,7 +63,7 @@ const captureLogs = (lines: Array<Line>) =>
 const withMemory =
   (lines: Array<Line> = []) =>
   <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-    effect.pipe(Effect.scoped, Effect.provide(Layer.merge(Coordination.layerMemory(), captureLogs(lines))))
+    effect.pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryCoordination.layer(), captureLogs(lines))))
 
 /** A leader service recording its acquisition and release into `events`. */
 const recorded = (events: Array<string>, serverId: number, name: string) =>

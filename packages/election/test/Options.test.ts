@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, type CoordinationError, Election, type ElectionError } from "@strata/core"
+import { type CoordinationError, Election, type ElectionError, MemoryCoordination } from "@strata/core"
 import { Config, ConfigProvider, Effect, Exit, Layer } from "effect"
 import * as CoordinationElection from "../src/CoordinationElection.js"
 import * as Coordinator from "../src/Coordinator.js"
@@ -155,7 +155,7 @@ const assertInvalidElection = (error: unknown, option: string, value: string) =>
 }
 
 const election = (options: CoordinationElection.CoordinationElectionOptions) =>
-  failure(CoordinationElection.make(options).pipe(Effect.provide(Coordination.layerMemory())))
+  failure(CoordinationElection.make(options).pipe(Effect.provide(MemoryCoordination.layer())))
 
 describe("CoordinationElection options", () => {
   it.effect("a session timeout that is no duration is InvalidElectionOptions, not a defect", () =>
@@ -189,7 +189,7 @@ describe("CoordinationElection options", () => {
   it.effect("layerConfig goes through the same schema", () =>
     Effect.gen(function* () {
       const layer = CoordinationElection.layerConfig({ namespace: Config.String("NS") }).pipe(
-        Layer.provide(Coordination.layerMemory()),
+        Layer.provide(MemoryCoordination.layer()),
         Layer.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({ NS: "x//y" })))
       )
       assertInvalidElection(yield* failure(Layer.build(layer)), "namespace", "x//y")
@@ -208,7 +208,7 @@ const assertInvalidCoordinator = (error: unknown, option: string, value: string)
 }
 
 const electionLayer = CoordinationElection.layer({ namespace: "/options-test" }).pipe(
-  Layer.provide(Coordination.layerMemory())
+  Layer.provide(MemoryCoordination.layer())
 )
 const coordinator = (options: Coordinator.Options) =>
   failure(Coordinator.make(options).pipe(Effect.provide(electionLayer)))

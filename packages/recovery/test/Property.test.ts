@@ -35,7 +35,9 @@ import {
   type ProducerRecord,
   put,
   Store,
-  type StoreShape
+  type StoreShape,
+  MemoryLog,
+  MemoryStore
 } from "@strata/core"
 import { Cause, Deferred, Effect, Exit, Layer, Logger, Result, Schema, Scope, Stream } from "effect"
 import * as Table from "../../tables/src/Table.js"
@@ -427,7 +429,7 @@ const runCase = (seed: number, trace: Trace) =>
     if (models.some((m) => m.logStart > 0)) stats.logStartMoved++
     if (lossless) stats.lossless++
     stats.records += total
-  }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(Store.layerMemory(), Log.layerMemory(), Logger.layer([]))))
+  }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer(), Logger.layer([]))))
 
 describe("changelog recovery: property", () => {
   it.live(

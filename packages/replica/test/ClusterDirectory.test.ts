@@ -1,6 +1,6 @@
 import { assert, describe, it } from "@effect/vitest"
 import { CoordinationElection } from "@strata/election"
-import { Coordination, CoordinationFaults, type Session } from "@strata/core"
+import { Coordination, CoordinationFaults, type Session, MemoryCoordination } from "@strata/core"
 import { Effect, Exit, Scope } from "effect"
 import * as ClusterDirectory from "../src/client/ClusterDirectory.js"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
@@ -40,7 +40,7 @@ describe("ClusterDirectory", () => {
         Effect.map(Effect.option(directory.locate(1)), (a) => a._tag === "Some" && a.value === "127.0.0.1:7002")
       )
       assert.strictEqual(yield* directory.locate(1), "127.0.0.1:7002")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live("a directory whose session ends opens another and goes on finding servers", () =>
@@ -73,6 +73,6 @@ describe("ClusterDirectory", () => {
       assert.strictEqual(yield* directory.locate(2), "127.0.0.1:7002")
       assert.strictEqual(yield* directory.locate(1), "127.0.0.1:7001")
       assert.isAbove(opened.length, 1, "a new session")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 })

@@ -1,5 +1,11 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, CoordinationFaults, type CoordinationShape, type Session } from "@strata/core"
+import {
+  Coordination,
+  CoordinationFaults,
+  type CoordinationShape,
+  type Session,
+  MemoryCoordination
+} from "@strata/core"
 import { Array as Arr, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
 import type * as ControllerState from "../src/machines/ControllerState.js"
@@ -78,7 +84,7 @@ describe("ClusterPaths", () => {
         const taken = yield* auditor.get(paths.server(7))
         assert.include(new TextDecoder().decode(taken.data), '"address":"b"')
         assert.strictEqual(second[0], taken.stat.createdOrder)
-      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live(
@@ -117,7 +123,7 @@ describe("ClusterPaths", () => {
         // The holder's registration is untouched.
         const node = yield* holder.get(paths.server(7))
         assert.include(new TextDecoder().decode(node.data), '"address":"127.0.0.1:7007"')
-      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live(
@@ -155,6 +161,6 @@ describe("ClusterPaths", () => {
         const taken = yield* auditor.get(paths.server(7))
         assert.include(new TextDecoder().decode(taken.data), '"address":"127.0.0.1:7008"')
         assert.strictEqual(told[0], taken.stat.createdOrder)
-      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 })

@@ -4,7 +4,7 @@
  * reach or has none, and a journal that cannot be read is refused naming its path.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, type ServerId } from "@strata/core"
+import { Coordination, type ServerId, MemoryCoordination } from "@strata/core"
 import { CoordinationElection } from "@strata/election"
 import { Effect, Exit, Scope } from "effect"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
@@ -93,7 +93,7 @@ describe("ControllerView", () => {
       const sorted = (s: ControllerView.Synced) => s.tablets.map((t) => JSON.stringify(t)).sort()
       assert.deepStrictEqual(sorted(yield* warm.sync(session)), sorted(near))
       yield* second.close
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live("a journal that is not one is refused, naming its path; nothing is written", () =>
@@ -106,7 +106,7 @@ describe("ControllerView", () => {
       assert.strictEqual(error._tag, "CorruptClusterData")
       assert.include(error.message, paths.changes)
       assert.strictEqual(new TextDecoder().decode((yield* session.get(paths.changes)).data), "{not json")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it("the journal keeps its latest entries within its limit and tells what was written since a sequence number", () => {

@@ -13,7 +13,8 @@ import {
   NotLeader,
   ReplicaError,
   Store,
-  type TabletRecord
+  type TabletRecord,
+  MemoryStore
 } from "@strata/core"
 import { Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
 import * as DataLink from "../src/wire/DataLink.js"
@@ -135,7 +136,7 @@ const logOf = (batches: ReadonlyArray<ReadonlyArray<TabletRecord>>) =>
     const log = yield* Effect.orDie(TabletLog.make(store, tablet))
     for (const records of batches) yield* Effect.orDie(log.append(1, records))
     return log
-  }).pipe(Effect.provide(Store.layerMemory()))
+  }).pipe(Effect.provide(MemoryStore.layer()))
 
 const sized = (i: number, bytes: number): TabletRecord => ({
   key: null,
@@ -572,45 +573,50 @@ describe("DataLink", () => {
       })
   )
 
-  it.live("RemotePeers appends through a server's data link when it registered one, else through the RPC", () =>
-    Effect.gen(function* () {
-      const viaLink = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
-      const link = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, viaLink.handlers)
-      let viaRpc = 0
-      const rpc = yield* serveTabletServerWith(
-        { host: "127.0.0.1", port: 0 },
-        {
-          LeaderAndIsr: () => Effect.void,
-          LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
-          Holdings: () => Effect.succeed({ tablets: [] }),
-          StopReplica: () => Effect.void,
-          Fetch: () => Effect.succeed({ _tag: "OutOfRange", leaderEpoch: 2, logStartOffset: 0 }),
-          EndOffsetForEpoch: () => Effect.succeed({ leaderEpoch: 0, answer: null }),
-          Append: () =>
-            Effect.sync(() => {
-              viaRpc++
-              return { baseOffset: 0, lastOffset: 0, highWatermark: 0, duplicate: false }
-            }),
-          Read: () => Effect.die("unused"),
-          ReplicaState: () => Effect.die("unused"),
-          ReadLog: () => Effect.die("unused")
-        }
-      )
-      const remote = yield* RemotePeers.make({
-        locate: () => Effect.succeed(formatAddress(rpc)),
-        // Server 1 registered a data link, server 2 did not.
-        locateData: (id) => Effect.succeed(id === 1 ? formatAddress(link) : undefined),
-        controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none in this test" })),
-        requestTimeoutMs: 3_000
+  it.live(
+    "RemotePeers sends appends and follower fetches only on a server's data link; none registered is unreachable",
+    () =>
+      Effect.gen(function* () {
+        const viaLink = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
+        const link = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, viaLink.handlers)
+        let viaRpc = 0
+        const rpc = yield* serveTabletServerWith(
+          { host: "127.0.0.1", port: 0 },
+          {
+            LeaderAndIsr: () => Effect.void,
+            LogEnd: () => Effect.succeed({ lastEpoch: null, logEndOffset: 0 }),
+            Holdings: () => Effect.succeed({ tablets: [] }),
+            StopReplica: () => Effect.void,
+            EndOffsetForEpoch: () =>
+              Effect.sync(() => {
+                viaRpc++
+                return { leaderEpoch: 0, answer: null }
+              }),
+            Read: () => Effect.die("unused"),
+            ReplicaState: () => Effect.die("unused"),
+            ReadLog: () => Effect.die("unused")
+          }
+        )
+        const remote = yield* RemotePeers.make({
+          locate: () => Effect.succeed(formatAddress(rpc)),
+          // Server 1 registered a data link, server 2 did not.
+          locateData: (id) => Effect.succeed(id === 1 ? formatAddress(link) : undefined),
+          controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none in this test" })),
+          requestTimeoutMs: 3_000
+        })
+        const append = { tablet, records: [record(1)], acks: "all" as const }
+        yield* remote.server(1).append(append)
+        assert.strictEqual(viaLink.appends.length, 1)
+        assert.strictEqual((yield* remote.peers.leader(1).fetch(fetchRequest)).leaderEpoch, 1)
+        // Everything else goes on the RPC.
+        yield* remote.peers.leader(1).endOffsetForEpoch({ tablet, leaderEpoch: 1, epoch: 0 })
+        assert.strictEqual(viaRpc, 1)
+        // A server with no data link takes no append and no fetch, and the error says why.
+        const noAppend = yield* Effect.flip(remote.server(2).append(append))
+        assert.strictEqual(noAppend.message, "server 2 unreachable: it registered no data link")
+        const noFetch = yield* Effect.flip(remote.peers.leader(2).fetch(fetchRequest))
+        assert.strictEqual(noFetch.message, "server 2 unreachable: it registered no data link")
+        assert.strictEqual(viaLink.appends.length, 1)
       })
-      const append = { tablet, records: [record(1)], acks: "all" as const }
-      yield* remote.server(1).append(append)
-      yield* remote.server(2).append(append)
-      assert.strictEqual(viaLink.appends.length, 1)
-      assert.strictEqual(viaRpc, 1)
-      // Follower fetches take the same way: the link answers epoch 1, the RPC epoch 2.
-      assert.strictEqual((yield* remote.peers.leader(1).fetch(fetchRequest)).leaderEpoch, 1)
-      assert.strictEqual((yield* remote.peers.leader(2).fetch(fetchRequest)).leaderEpoch, 2)
-    })
   )
 })

@@ -3,30 +3,21 @@
  * `machines/` < `wire/` < `server/`, `client/` (beside each other) < `node/`, `log/` < the package's entry points.
  * Read from the files themselves, so a new upward import, a sideways one or a cycle fails here.
  */
-import { readdirSync, readFileSync } from "node:fs"
-import { dirname, join, normalize, relative, sep } from "node:path"
+import { readFileSync } from "node:fs"
+import { dirname, join, relative, sep } from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
+import { cyclesIn, graphOf } from "../../../scripts/test-support/imports.js"
 
 const src = join(dirname(fileURLToPath(import.meta.url)), "..", "src")
 const rank: Record<string, number> = { machines: 0, wire: 1, server: 2, client: 2, node: 3, log: 3 }
 
-const files = (dir: string): Array<string> =>
-  readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
-    e.isDirectory() ? files(join(dir, e.name)) : e.name.endsWith(".ts") ? [join(dir, e.name)] : []
-  )
-const sources = files(src)
+const graph = graphOf(src)
 /** The folder a file is in, `""` for the package's entry points (`index.ts`, `log/index.ts` counts as `log`). */
 const layerOf = (file: string) => {
   const parts = relative(src, file).split(sep)
   return parts.length > 1 ? parts[0]! : ""
 }
-/** The relative imports and re-exports of a file, as absolute paths of `.ts` files. */
-const importsOf = (file: string): Array<string> =>
-  [...readFileSync(file, "utf8").matchAll(/(?:from|import)\s*\(?\s*["'](\.{1,2}\/[^"']+)["']/g)].map((m) =>
-    normalize(join(dirname(file), m[1]!.replace(/\.js$/, ".ts")))
-  )
-const graph = new Map(sources.map((f) => [f, importsOf(f)]))
 
 describe("@strata/replica's layers", () => {
   it("every folder is a known layer and every import resolves to a source file", () => {
@@ -52,20 +43,7 @@ describe("@strata/replica's layers", () => {
   })
 
   it("no cycle between files", () => {
-    const state = new Map<string, "open" | "done">()
-    const cycles: Array<string> = []
-    const visit = (file: string, path: Array<string>) => {
-      if (state.get(file) === "done") return
-      if (state.get(file) === "open") {
-        cycles.push([...path.slice(path.indexOf(file)), file].map((f) => relative(src, f)).join(" -> "))
-        return
-      }
-      state.set(file, "open")
-      for (const target of graph.get(file) ?? []) visit(target, [...path, file])
-      state.set(file, "done")
-    }
-    for (const file of graph.keys()) visit(file, [])
-    assert.deepStrictEqual(cycles, [])
+    assert.deepStrictEqual(cyclesIn(graph, src), [])
   })
 
   it("the machines are pure: no Effect services, no Node built-ins", () => {

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination } from "@strata/core"
+import { MemoryCoordination } from "@strata/core"
 import { Effect, Fiber } from "effect"
 import * as LocalCluster from "../src/node/LocalCluster.js"
 
@@ -47,7 +47,7 @@ describe("LocalCluster", () => {
           const log = (yield* (yield* cluster.server(old)).logOf(tablet))!
           const copy = (yield* log.read(0, 10_000_000)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
           assert.deepStrictEqual(copy.slice(0, 200), values)
-        }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
+        }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
       30_000
     )
   }
@@ -71,7 +71,7 @@ describe("LocalCluster", () => {
         yield* Fiber.join(appends)
         const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
         assert.deepStrictEqual([...values].sort(), Array.from({ length: 60 }, (_, i) => `r${i}`).sort())
-      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
     )
   }
 
@@ -90,7 +90,7 @@ describe("LocalCluster", () => {
       yield* cluster.append(tablet, records(4, 2))
       const values = (yield* cluster.read(tablet)).flatMap((b) => b.records.map((r) => dec.decode(r.value)))
       assert.deepStrictEqual(values, ["r0", "r1", "r4", "r5"])
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live(
@@ -127,7 +127,7 @@ describe("LocalCluster", () => {
           values,
           Array.from({ length: 60 }, (_, i) => `r${i}`)
         )
-      }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory())),
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
     30_000
   )
 
@@ -145,6 +145,6 @@ describe("LocalCluster", () => {
       const refused = yield* Effect.flip(cluster.createTable("orders", { buckets: 1, replicationFactor: 4 }))
       assert.strictEqual(refused.reason._tag, "CreateTableRefused")
       assert.include(refused.message, "a server holds two of its replicas")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 })

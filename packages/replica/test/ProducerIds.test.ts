@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination } from "@strata/core"
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { Effect, Exit } from "effect"
 import * as ProducerIds from "../src/server/ProducerIds.js"
 
@@ -27,7 +27,7 @@ describe("ProducerIds", () => {
       // Each block is reserved whole: the node is past every id given.
       const next = Number(new TextDecoder().decode((yield* session.get(path)).data))
       assert.isAtLeast(next, Math.max(...given) + 1)
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.effect("a node holding something else stops the allocator rather than starting again from 0", () =>
@@ -39,7 +39,7 @@ describe("ProducerIds", () => {
       const exit = yield* Effect.exit(allocator.next(session))
       assert.isTrue(Exit.hasDies(exit))
       assert.include(String(Exit.isFailure(exit) ? exit.cause : ""), "not the next producer id")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.effect("bad options are refused by name", () =>

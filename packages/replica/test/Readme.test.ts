@@ -1,5 +1,5 @@
 import { assert, it } from "@effect/vitest"
-import { Coordination } from "@strata/core"
+import { MemoryCoordination } from "@strata/core"
 import { Effect } from "effect"
 import { LocalCluster } from "../src/index.js"
 
@@ -23,7 +23,7 @@ const program = Effect.gen(function* () {
   // Everything acknowledged is there, in order.
   const batches = yield* cluster.read(orders)
   return batches.flatMap((b) => b.records.map((r) => new TextDecoder().decode(r.value)))
-}).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+}).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
 
 it.live("the README example runs: three orders survive the leader's loss", () =>
   Effect.map(program, (orders) => assert.deepStrictEqual(orders, ["order-1", "order-2", "order-3"]))

@@ -3,7 +3,7 @@
  * controller (`support/servers.ts`), each with the planted bug that brings its loss back.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { type AdjustIsrReply, type AdjustIsrRequest, Coordination } from "@strata/core"
+import { type AdjustIsrReply, type AdjustIsrRequest, MemoryCoordination } from "@strata/core"
 import { Deferred, Effect, Random } from "effect"
 import * as LocalCluster from "../src/node/LocalCluster.js"
 import * as TabletClient from "../src/client/TabletClient.js"
@@ -191,6 +191,6 @@ describe("review scenarios", () => {
         read.batches.flatMap((batch) => batch.records.map((r) => new TextDecoder().decode(r.value))),
         ["a0", "b0"]
       )
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 })

@@ -1,4 +1,4 @@
-import { Coordination } from "@strata/core"
+import { MemoryCoordination } from "@strata/core"
 import { LogConformance } from "@strata/core/testing"
 import { Layer } from "effect"
 import * as LocalCluster from "../src/node/LocalCluster.js"
@@ -13,7 +13,7 @@ const cluster = LocalCluster.layer({
 })
 const log = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
   Layer.provideMerge(cluster),
-  Layer.provide(Coordination.layerMemory())
+  Layer.provide(MemoryCoordination.layer())
 )
 
 LogConformance.suite("strata", log, { capabilities: StrataLog.capabilities, timeout: "20 seconds" })

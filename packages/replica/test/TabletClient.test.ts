@@ -3,7 +3,7 @@
  * the errors are Schemas (they encode and decode as themselves).
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination } from "@strata/core"
+import { MemoryCoordination } from "@strata/core"
 import { Effect, Schema } from "effect"
 import * as TabletClient from "../src/client/TabletClient.js"
 import { PeerUnreachable } from "../src/wire/Peers.js"
@@ -23,7 +23,7 @@ describe("TabletClient errors", () => {
       assert.strictEqual(error.reason._tag, "DeliveryUnknown")
       assert.include(error.message, "the metadata: not acknowledged within the delivery timeout")
       assert.include(error.message, "the controller unreachable")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live("a send with no producer id to be had fails NoProducerId, naming the tablet", () =>
@@ -33,7 +33,7 @@ describe("TabletClient errors", () => {
       const error = yield* Effect.flip(client.send({ table: "orders", bucket: 0 }, [record]))
       assert.strictEqual(error.reason._tag, "NoProducerId")
       assert.include(error.message, "no producer id from the controller")
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live("a name the controller would refuse is refused before it is sent", () =>
@@ -42,7 +42,7 @@ describe("TabletClient errors", () => {
       const error = yield* Effect.flip(client.createTable("a/b", { buckets: 1 }))
       assert.strictEqual(error.reason._tag, "CreateTableRefused")
       assert.include(error.message, JSON.stringify("a/b"))
-    }).pipe(Effect.scoped, Effect.provide(Coordination.layerMemory()))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it("the errors are Schemas: a client error and the transport's error encode and decode as themselves", () => {

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { put, Store } from "@strata/core"
+import { put, Store, MemoryStore } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Exit, type Layer, Scope, Stream } from "effect"
@@ -38,7 +38,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }))
 let fresh = 0
 /** The stores the log runs on; the persistent ones get a fresh directory per test. */
 const stores: ReadonlyArray<readonly [string, () => Layer.Layer<Store, unknown>]> = [
-  ["memory", () => Store.layerMemory()],
+  ["memory", () => MemoryStore.layer()],
   ["level", () => LevelStore.layer({ directory: join(root, `level-${++fresh}`) })],
   ["rocksdb", () => RocksDbStore.layer({ directory: join(root, `rocksdb-${++fresh}`) })]
 ]

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { Store, type StoreError, type StoreShape, StoreValidation, MemoryStore } from "@strata/core"
 import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 import { decodeOptions } from "./internal/options.js"
 
@@ -18,7 +18,7 @@ const decode = decodeOptions("memory", MemoryStoreOptions)
 
 /** Makes an in-memory store; a wrong or unknown option fails with `InvalidStoreOptions` naming it. */
 export const make = (options: MemoryStoreOptions = {}): Effect.Effect<StoreShape, StoreError, Scope.Scope> =>
-  Effect.flatMap(decode(options), (o) => Effect.map(Layer.build(Store.layerMemory(o)), Context.get(Store)))
+  Effect.flatMap(decode(options), (o) => Effect.map(Layer.build(MemoryStore.layer(o)), Context.get(Store)))
 
 /** A layer providing an in-memory `Store`. */
 export const layer = (options: MemoryStoreOptions = {}): Layer.Layer<Store, StoreError> =>

@@ -381,8 +381,8 @@ describe("options", () => {
       { layer: MemoryStore.layer({ maxValueBytes: -1 }), field: "maxValueBytes" },
       { layer: MemoryStore.layer(wrong({ cacheSize: "8MB" })), field: "cacheSize" },
       { layer: MemoryStore.layer({ maxKeyBytes: 1.5 }), field: "maxKeyBytes" },
-      { layer: Store.layerMemory({ maxValueBytes: 0 }), field: "maxValueBytes" },
-      { layer: Store.layerMemory(wrong({ maxValueBytes: "16MB" })), field: "maxValueBytes" },
+      { layer: MemoryStore.layer({ maxValueBytes: 0 }), field: "maxValueBytes" },
+      { layer: MemoryStore.layer(wrong({ maxValueBytes: "16MB" })), field: "maxValueBytes" },
       { layer: LevelStore.layer(wrong({ directory, cacheSize: "8MB" })), field: "cacheSize" },
       // classic-level reads these as unsigned 32-bit integers: 2^32 would become 0.
       { layer: LevelStore.layer({ directory, cacheSize: 2 ** 32 }), field: "cacheSize" },

@@ -2,7 +2,7 @@
  * The README's example: count words into a `Table`, commit, and read the counts back.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/tables/examples/quickstart.ts`.
  */
-import { Log, Store } from "@strata/core"
+import { MemoryLog, MemoryStore } from "@strata/core"
 import { Table, Tables } from "@strata/tables"
 import { Effect, Layer, Option, Schema } from "effect"
 
@@ -32,7 +32,7 @@ export const program = Effect.gen(function* () {
 
 /** The embedded default: memory store and log. Swap in LevelStore/RocksDbStore and KafkaLog layers. */
 export const layer = Tables.layer({ app: "quickstart", settleDelay: 0 }).pipe(
-  Layer.provideMerge(Layer.mergeAll(Store.layerMemory(), Log.layerMemory()))
+  Layer.provideMerge(Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer()))
 )
 
 if (import.meta.url === `file://${process.argv[1]}`) {

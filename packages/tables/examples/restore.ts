@@ -3,7 +3,7 @@
  * partition 0 as active and partition 1 as a standby replica, watching recovery's events and progress table.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/tables/examples/restore.ts`.
  */
-import { Log, type RecoveryEvent, type RecoveryStats, Store, type TopicPartition } from "@strata/core"
+import { type RecoveryEvent, type RecoveryStats, type TopicPartition, MemoryLog, MemoryStore } from "@strata/core"
 import { ChangelogRecovery } from "@strata/recovery"
 import { Table, Tables } from "@strata/tables"
 import { Console, Effect, Fiber, Option, Schedule, Schema, Stream } from "effect"
@@ -34,7 +34,7 @@ const firstWorker = (n: number) =>
       { ...p0, offset: n },
       { ...p1, offset: n }
     ])
-  }).pipe(Effect.scoped, Effect.provide(Store.layerMemory()))
+  }).pipe(Effect.scoped, Effect.provide(MemoryStore.layer()))
 
 /** The second worker, on an empty store of its own: everything comes back from the changelog. */
 const secondWorker = Effect.gen(function* () {
@@ -68,13 +68,13 @@ const secondWorker = Effect.gen(function* () {
     standby: yield* table.entries(1),
     resume: yield* tables.resumeOffset(p0)
   }
-}).pipe(Effect.scoped, Effect.provide(Store.layerMemory()))
+}).pipe(Effect.scoped, Effect.provide(MemoryStore.layer()))
 
 /** Both workers on one log (the changelog outlives the first worker), each with its own store. */
 export const program = Effect.gen(function* () {
   yield* firstWorker(1000)
   return yield* secondWorker
-}).pipe(Effect.provide(Log.layerMemory()))
+}).pipe(Effect.provide(MemoryLog.layer()))
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   Effect.runPromise(program).then(({ events, active, standby, resume }) =>

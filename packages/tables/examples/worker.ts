@@ -3,7 +3,7 @@
  * consumer group, restores the table, processes every partition and commits every second.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/tables/examples/worker.ts`.
  */
-import { Log, Store } from "@strata/core"
+import { Log, MemoryLog, MemoryStore } from "@strata/core"
 import { Table, Tables, Worker } from "@strata/tables"
 import { Effect, Layer, Option, Schedule, Schema } from "effect"
 
@@ -50,7 +50,7 @@ export const program = Effect.gen(function* () {
 
 /** The embedded default: memory store and log. Swap in LevelStore/RocksDbStore and KafkaLog layers. */
 export const layer = Tables.layer({ app: "word-count", settleDelay: 0 }).pipe(
-  Layer.provideMerge(Layer.mergeAll(Store.layerMemory(), Log.layerMemory()))
+  Layer.provideMerge(Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer()))
 )
 
 if (import.meta.url === `file://${process.argv[1]}`) {

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Log, LogFaults, Store } from "@strata/core"
+import { Log, LogFaults, MemoryLog, MemoryStore } from "@strata/core"
 import { Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -25,7 +25,7 @@ const replayChangelog = Effect.gen(function* () {
 })
 
 const eosTables = Effect.gen(function* () {
-  const store = yield* Layer.build(Store.layerMemory())
+  const store = yield* Layer.build(MemoryStore.layer())
   return yield* Tables.make({ app: "eos", settleDelay: 0, processingGuarantee: "exactly_once" }).pipe(
     Effect.provideContext(store)
   )
@@ -75,7 +75,7 @@ describe("exactly_once", () => {
         { topic: SOURCE, partition: 0, offset: 1 }
       ])
       assert.deepStrictEqual(yield* table.get("right", { partition: 1 }), Option.some(0))
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 
   it.live("a worker whose transaction is refused rewinds; the counts and the changelog stay exact", () =>
@@ -130,6 +130,6 @@ describe("exactly_once", () => {
       const held = new Map<string, number>()
       for (let p = 0; p < PARTITIONS; p++) for (const [k, v] of yield* table2.entries(p)) held.set(k, v)
       assert.deepStrictEqual(held, expected(5000, 31))
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 })

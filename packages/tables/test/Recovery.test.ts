@@ -1,4 +1,4 @@
-import { Log } from "@strata/core"
+import { MemoryLog } from "@strata/core"
 import { recoverySuite } from "./recoverySuite.js"
 
-recoverySuite("memory log", () => Log.layerMemory())
+recoverySuite("memory log", () => MemoryLog.layer())

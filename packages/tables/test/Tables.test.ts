@@ -6,7 +6,9 @@ import {
   type PartitionStore,
   Store,
   type TableManagerError,
-  type TopicPartition
+  type TopicPartition,
+  MemoryLog,
+  MemoryStore
 } from "@strata/core"
 import { ConfigProvider, Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
@@ -18,7 +20,7 @@ const topic = "app-counts-changelog"
 
 /** Memory store and log, logs kept off the output. */
 const env = <A, E>(effect: Effect.Effect<A, E, Store | Log | LogFaults | Scope.Scope>) =>
-  effect.pipe(Effect.scoped, Effect.provide(Layer.mergeAll(Store.layerMemory(), Log.layerMemory(), Logger.layer([]))))
+  effect.pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer(), Logger.layer([]))))
 
 const manager = (options: Partial<Tables.TablesOptions> = {}) => Tables.make({ app: "app", settleDelay: 0, ...options })
 
@@ -905,7 +907,7 @@ describe("Tables: rebalance and recovery", () => {
               yield* b.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
               const exit = yield* Effect.exit(b.manager.waitUntilRecoveryCompleted)
               return { exit, entries: yield* Effect.exit(tb.entries(0)) }
-            }).pipe(Effect.scoped, Effect.provide(Log.layerMemory()))
+            }).pipe(Effect.scoped, Effect.provide(MemoryLog.layer()))
 
           const failed = yield* restart("fail")
           assert.isTrue(Exit.isFailure(failed.exit))

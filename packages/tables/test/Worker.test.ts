@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Log, LogFaults, type LogShape, Store, type TopicPartition, tpKey } from "@strata/core"
+import { Log, LogFaults, type LogShape, type TopicPartition, tpKey, MemoryLog, MemoryStore } from "@strata/core"
 import { Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -19,7 +19,7 @@ const countingWorker = (
   tablesOptions: Omit<Tables.TablesOptions, "app"> = {}
 ) =>
   Effect.gen(function* () {
-    const store = yield* Layer.build(Store.layerMemory())
+    const store = yield* Layer.build(MemoryStore.layer())
     const tables = yield* Tables.make({ app: "wc", settleDelay: 0, ...tablesOptions }).pipe(
       Effect.provideContext(store)
     )
@@ -72,7 +72,7 @@ const refusedRecordScenario = (options: Partial<Worker.WorkerOptions>, first: nu
     )
     yield* a.worker.commit
     assert.deepStrictEqual(yield* readCounts(a.table), expected(first + more, seed))
-  }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+  }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
 
 describe("Worker", () => {
   it.live("counts every record once, commits, and a restarted worker resumes from its tables", () =>
@@ -96,7 +96,7 @@ describe("Worker", () => {
       const b = yield* countingWorker()
       yield* until("the second worker caught up", caughtUp(b.worker, 1000))
       assert.deepStrictEqual(yield* readCounts(b.table), expected(4000, 97))
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 
   it.live("a refused changelog record fails a commit; the worker rewinds and every count stays exact", () =>
@@ -141,7 +141,7 @@ describe("Worker", () => {
         }
       }
       assert.deepStrictEqual(merged, total)
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 
   it.live("two members hold standbys of each other's partitions; the survivor takes over and counts stay exact", () =>
@@ -218,7 +218,7 @@ describe("Worker", () => {
         })
       )
       assert.deepStrictEqual(yield* readCounts(b.table), expected(5000, 53))
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 
   it.live("standbyReplicas 0 places no standbys", () =>
@@ -253,7 +253,7 @@ describe("Worker", () => {
           )
         }
       }
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 
   it.live("closing the worker finishes the records taken and commits them", () =>
@@ -279,7 +279,7 @@ describe("Worker", () => {
         committed.map((c) => c.offset),
         highwaters.map((h) => h.highwater)
       )
-    }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
   )
 
   for (const processingGuarantee of ["at_least_once", "exactly_once"] as const) {
@@ -376,7 +376,7 @@ describe("Worker", () => {
           assert.strictEqual((yield* b.worker.metrics).recordsProcessed, 500)
           assert.deepStrictEqual(yield* readCounts(b.table), expected(5500, 41))
           yield* Scope.close(second, Exit.void)
-        }).pipe(Effect.scoped, Effect.provide(Layer.merge(Log.layerMemory(), quiet)))
+        }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
     )
   }
 
@@ -397,6 +397,6 @@ describe("Worker", () => {
         ]).pipe(Effect.provideService(Tables.Tables, tables))
       )
       assert.match(twoWays.message, /agent both needs exactly one of process and processBatch/)
-    }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(Log.layerMemory(), Store.layerMemory(), quiet)))
+    }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryLog.layer(), MemoryStore.layer(), quiet)))
   )
 })

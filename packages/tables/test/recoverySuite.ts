@@ -6,7 +6,7 @@
  * the same store.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Log, type RecoveryEvent, Store } from "@strata/core"
+import { Log, type RecoveryEvent, Store, MemoryStore } from "@strata/core"
 import { Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -61,7 +61,7 @@ const worker = (
 
 /** A worker on its own, fresh memory store. */
 const isolated = (app: string, options?: Parameters<typeof worker>[1]) =>
-  worker(app, options).pipe(Effect.provide(Store.layerMemory()))
+  worker(app, options).pipe(Effect.provide(MemoryStore.layer()))
 
 interface Worker {
   readonly tables: Tables.TablesShape
@@ -202,7 +202,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           assert.isTrue(Exit.isSuccess(wiped.exit))
           assert.strictEqual(wiped.applied, 30, "restored from the start of the changelog")
           assert.deepStrictEqual(wiped.entries, Exit.succeed(expected))
-        }).pipe(Effect.provide(Store.layerMemory()))
+        }).pipe(Effect.provide(MemoryStore.layer()))
       )
     )
 
@@ -351,7 +351,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           yield* c.tables.manager.waitUntilRecoveryCompleted
           assert.strictEqual((yield* c.table.entries(0)).length, 10)
           yield* Scope.close(wiped, Exit.void)
-        }).pipe(Effect.provide(Store.layerMemory()))
+        }).pipe(Effect.provide(MemoryStore.layer()))
       )
     )
 
@@ -461,7 +461,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
     it.live("a worker without tables is ready at once", () =>
       run((app) =>
         Effect.gen(function* () {
-          const tables = yield* Tables.make({ app, settleDelay: 0 }).pipe(Effect.provide(Store.layerMemory()))
+          const tables = yield* Tables.make({ app, settleDelay: 0 }).pipe(Effect.provide(MemoryStore.layer()))
           yield* tables.start
           yield* tables.assign({ active: [{ topic: "words", partition: 0 }] })
           yield* tables.manager.waitUntilRecoveryCompleted

@@ -8,10 +8,10 @@
  * check lasts only `quietPeriod` (300 ms by default).
  *
  * ```ts
- * import { Coordination } from "@strata/core"
+ * import { Coordination, MemoryCoordination } from "@strata/core"
  * import { CoordinationConformance } from "@strata/core/testing"
  *
- * CoordinationConformance.suite("memory", Coordination.layerMemory())
+ * CoordinationConformance.suite("memory", MemoryCoordination.layer())
  * ```
  *
  * @since 0.1.0

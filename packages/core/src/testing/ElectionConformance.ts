@@ -5,7 +5,7 @@
  *
  * ```ts
  * ElectionConformance.suite("memory", (namespace) =>
- *   CoordinationElection.layer({ namespace }).pipe(Layer.provide(Coordination.layerMemory())))
+ *   CoordinationElection.layer({ namespace }).pipe(Layer.provide(MemoryCoordination.layer())))
  * ```
  *
  * @since 0.1.0

@@ -17,7 +17,8 @@ import {
   LeadershipLapsed,
   type Op,
   type OpResult,
-  op
+  op,
+  Retry
 } from "@strata/core"
 import {
   Clock,
@@ -73,7 +74,7 @@ const watchEnd = (deps: Deps, lost: Deferred.Deferred<LeadershipEnd>) =>
         // A lost connection is not a lost session: read again until it settles (the session's end is seen above).
         const watch = yield* session
           .watchNode(paths.epoch)
-          .pipe(Effect.retry({ while: (e) => e.retryable, schedule: Schedule.spaced("100 millis") }))
+          .pipe(Retry.retry({ while: (e) => e.retryable, schedule: Schedule.spaced("100 millis") }))
         if (Option.isNone(watch.value)) return yield* Deferred.succeed(lost, { _tag: "Fenced", epoch: won.epoch })
         const node = watch.value.value
         // Unreadable data, a higher number or any rewrite under the same number: the token no longer holds.

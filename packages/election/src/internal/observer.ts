@@ -8,6 +8,7 @@
 import type { CoordinationError, CoordinationShape, Session, SessionOptions } from "@strata/core"
 import { Duration, Effect, Exit, Schedule, Scope, Semaphore } from "effect"
 import * as Won from "./leadership.js"
+import { Retry } from "@strata/core"
 
 /** One observer session and the child scope it lives in. */
 interface Opened {
@@ -98,7 +99,7 @@ export const withObserver = <A>(
       )
     )
   }).pipe(
-    Effect.retry({
+    Retry.retry({
       while: (e: CoordinationError) => e.reason._tag === "ConnectionLoss",
       times: o.connectionRetries,
       schedule: Schedule.spaced("100 millis")

@@ -30,7 +30,13 @@
  * sees of the coordination), `Workload.ts` (the leader's requests and fenced
  * writes), `Faults.ts` and `Checkers.ts`.
  */
-import { Coordination, type CoordinationError, CoordinationFaults, type Session } from "@strata/core"
+import {
+  Coordination,
+  type CoordinationError,
+  CoordinationFaults,
+  type Session,
+  MemoryCoordination
+} from "@strata/core"
 import { Effect, References, type Scope } from "effect"
 import { TestClock } from "effect/testing"
 import * as Checkers from "./Checkers.js"
@@ -189,7 +195,7 @@ const simulate = (
  */
 export const run = (seed: number, variant: Variant = correct, config: Config = defaultConfig): Effect.Effect<Result> =>
   Effect.scoped(simulate(seed, variant, config)).pipe(
-    Effect.provide(Coordination.layerMemory()),
+    Effect.provide(MemoryCoordination.layer()),
     Effect.provide(TestClock.layer()),
     Effect.provideService(References.MinimumLogLevel, "Warn"),
     Effect.orDie

@@ -19,9 +19,10 @@ import {
   type TopicSpec,
   tpKey,
   UnknownPartition,
-  UnknownTopic
+  UnknownTopic,
+  Retry
 } from "@strata/core"
-import { Clock, Deferred, Effect, Schedule, type Scope } from "effect"
+import { Data, Deferred, Effect, Schedule, type Scope } from "effect"
 import { apiIds, mismatch, toLogError } from "./errors.js"
 import * as KafkaCluster from "./kafkaCluster.js"
 import * as RecordSize from "./recordSize.js"
@@ -67,7 +68,7 @@ export const open = (cluster: KafkaCluster.Cluster): Effect.Effect<TopicAdmin, n
 /** Fails fast, with the brokers named, when nothing answers a metadata request (retried with backoff). */
 export const checkConnected = (a: TopicAdmin): Effect.Effect<void, LogError> =>
   KafkaCluster.call(a.cluster, "connect", () => a.client.metadata({ topics: [] })).pipe(
-    Effect.retry({ times: a.cluster.connectAttempts - 1, schedule: Schedule.exponential("200 millis") }),
+    Retry.retry({ times: a.cluster.connectAttempts - 1, schedule: Schedule.exponential("200 millis") }),
     Effect.mapError((e) =>
       e.reason._tag === "BrokerUnreachable"
         ? e
@@ -222,46 +223,50 @@ export const ensureTopic = (a: TopicAdmin, spec: TopicSpec): Effect.Effect<void,
     a.partitionCounts.set(spec.topic, actual)
   })
 
+/** The topic is not listed yet, or not led everywhere yet: asked again until the deadline. */
+class TopicNotSettled extends Data.TaggedError("TopicNotSettled")<{ readonly detail: string }> {}
+
 /**
  * The topic's partition count once the brokers' metadata lists it (with a leader for every partition when
  * `led`), asked again every `TOPIC_POLL_MS` for up to the request timeout.
  */
-const awaitTopic = (a: TopicAdmin, topic: string, led: boolean): Effect.Effect<number, LogError> =>
-  Effect.gen(function* () {
-    const timeout = a.cluster.base.timeout
-    const deadline = (yield* Clock.currentTimeMillis) + timeout
-    for (;;) {
-      const md = yield* KafkaCluster.call(
-        a.cluster,
-        "ensureTopic",
-        () => a.client.metadata({ topics: [topic], forceUpdate: true }),
-        topic
-      ).pipe(
-        Effect.catchIf(
-          (e) => e.reason._tag === "UnknownTopic",
-          () => Effect.succeed(undefined)
-        )
+const awaitTopic = (a: TopicAdmin, topic: string, led: boolean): Effect.Effect<number, LogError> => {
+  const timeout = a.cluster.base.timeout
+  const ask = Effect.gen(function* () {
+    const md = yield* KafkaCluster.call(
+      a.cluster,
+      "ensureTopic",
+      () => a.client.metadata({ topics: [topic], forceUpdate: true }),
+      topic
+    ).pipe(
+      Effect.catchIf(
+        (e) => e.reason._tag === "UnknownTopic",
+        () => Effect.succeed(undefined)
       )
-      const t = md?.topics.get(topic)
-      const leaderless = t?.partitions.filter((p) => p.leader < 0).length ?? 0
-      if (t !== undefined && t.partitionsCount > 0 && (!led || leaderless === 0)) return t.partitionsCount
-      if ((yield* Clock.currentTimeMillis) >= deadline) {
-        return yield* Effect.fail(
-          logError(
-            new LogIoError({
-              operation: "ensureTopic",
-              detail:
-                t === undefined
-                  ? `${topic} is not in the brokers' metadata ${timeout} ms after it was created or found`
-                  : `${topic} has ${leaderless} of ${t.partitionsCount} partitions without a leader ${timeout} ms after it was created`,
-              retryable: true
-            })
-          )
-        )
-      }
-      yield* Effect.sleep(TOPIC_POLL_MS)
-    }
+    )
+    const t = md?.topics.get(topic)
+    const leaderless = t?.partitions.filter((p) => p.leader < 0).length ?? 0
+    if (t !== undefined && t.partitionsCount > 0 && (!led || leaderless === 0)) return t.partitionsCount
+    return yield* Effect.fail(
+      new TopicNotSettled({
+        detail:
+          t === undefined
+            ? `${topic} is not in the brokers' metadata ${timeout} ms after it was created or found`
+            : `${topic} has ${leaderless} of ${t.partitionsCount} partitions without a leader ${timeout} ms after it was created`
+      })
+    )
   })
+  return ask.pipe(
+    Retry.retry({
+      schedule: Schedule.spaced(TOPIC_POLL_MS),
+      deadline: timeout,
+      while: (e) => e instanceof TopicNotSettled
+    }),
+    Effect.catchTag("TopicNotSettled", (e) =>
+      Effect.fail(logError(new LogIoError({ operation: "ensureTopic", detail: e.detail, retryable: true })))
+    )
+  )
+}
 
 /** Each partition's log start and highwater (at `read_committed`, the last stable offset), in the order given. */
 export const offsets = (

@@ -5,7 +5,7 @@
  *
  * @internal
  */
-import { BrokerUnreachable, InvalidRequest, type LogError, logError } from "@strata/core"
+import { BrokerUnreachable, InvalidRequest, type LogError, logError, Retry } from "@strata/core"
 import { Effect, Schedule } from "effect"
 import * as BrokerProbe from "./brokerProbe.js"
 import { noAnswer, toLogError } from "./errors.js"
@@ -80,7 +80,7 @@ export const connect = (options: ClusterOptions): Effect.Effect<Cluster, LogErro
   Effect.gen(function* () {
     const { brokers, clientId, timeout, connectAttempts } = options
     const bootstrap = yield* reachBrokers(brokers, clientId, timeout).pipe(
-      Effect.retry({
+      Retry.retry({
         times: connectAttempts - 1,
         schedule: Schedule.exponential("200 millis"),
         while: (e) => e.reason._tag === "BrokerUnreachable"

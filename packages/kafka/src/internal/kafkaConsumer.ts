@@ -19,7 +19,8 @@ import {
   logError,
   NotAssigned,
   type TopicPartition,
-  tpKey
+  tpKey,
+  Retry
 } from "@strata/core"
 import { Deferred, Effect, Exit, Schedule, type Scope, Stream } from "effect"
 import { noAnswer, toLogError } from "./errors.js"
@@ -338,7 +339,7 @@ const fetchFrom = (
   // The broker holds a fetch up to maxWait before answering.
   const deadline = s.base.requestTimeout + s.settings.maxWait
   return sendFetch(s, node, version, topics).pipe(
-    Effect.retry({ times: s.base.retries, schedule: Schedule.spaced(s.base.retryDelay) }),
+    Retry.retry({ times: s.base.retries, schedule: Schedule.spaced(s.base.retryDelay) }),
     Effect.mapError((cause) => toLogError("fetch", s.base.bootstrapBrokers, cause)),
     Effect.timeoutOrElse({
       duration: deadline,

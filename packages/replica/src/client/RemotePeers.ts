@@ -1,9 +1,10 @@
 /**
- * The client side of `ReplicaRpc`: `Peers` (how a tablet server reaches its leaders and the controller) and
- * `TabletServers` (how the controller reaches the servers) over TCP, or the `Transport` provided. One connection per
- * address, opened on first use and kept (it reconnects by itself); every call ends within `requestTimeoutMs`,
- * failing with `PeerUnreachable` then, as it does when the target cannot be located or reached, or its answer does
- * not decode.
+ * The client side of `ReplicaRpc` and the data link: `Peers` (how a tablet server reaches its leaders and the
+ * controller) and `TabletServers` (how the controller reaches the servers) over TCP, or the `Transport` provided.
+ * Each call has one path: appends and follower fetches travel on the server's data link, everything else on the RPC.
+ * One connection per address, opened on first use and kept (it reconnects by itself); every call ends within
+ * `requestTimeoutMs`, failing with `PeerUnreachable` then, as it does when the target cannot be located or reached,
+ * or its answer does not decode.
  *
  * @since 0.1.0
  */
@@ -30,7 +31,6 @@ import {
   type CreateTableRequest,
   type DeleteTableRefused,
   connectGroup,
-  encodeAppend,
   type Metadata,
   NotController,
   parseAddress,
@@ -47,10 +47,10 @@ export interface RemotePeersOptions {
   /** The `host:port` a tablet server listens on (from its registration, say). */
   readonly locate: (server: ServerId) => Effect.Effect<string, PeerUnreachable>
   /**
-   * The `host:port` of a tablet server's data link, `undefined` when it has none: appends and follower fetches go
-   * there when it has one, else through the RPC (always, without this option).
+   * The `host:port` of a tablet server's data link, where appends and follower fetches go (`undefined`: it registered
+   * none, and cannot be appended to or fetched from).
    */
-  readonly locateData?: (server: ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
+  readonly locateData: (server: ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` the controller listens on now. */
   readonly controller: Effect.Effect<string, PeerUnreachable>
   /** The longest a call may take, connecting included (above a follower's fetch wait). */
@@ -141,6 +141,185 @@ export const Transport = Context.Reference<TransportShape>("@strata/replica/Remo
   defaultValue: () => tcp
 })
 
+/** What every call shares: the options, the connection pools, and where each peer was last found. */
+interface Remote {
+  readonly options: RemotePeersOptions
+  readonly servers: ConnectionPool.ConnectionPool<Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>>
+  readonly controllers: ConnectionPool.ConnectionPool<Client<RpcGroup.Rpcs<typeof ControllerRpcs>>>
+  readonly links: ConnectionPool.ConnectionPool<DataLink.DataLinkClient>
+  /** Where each server's RPC was last found: a server found elsewhere retires its old address's connection. */
+  readonly located: Map<ServerId, string>
+  /** Where each server's data link was last found, retired as `located` is. */
+  readonly linked: Map<ServerId, string>
+  controllerAt: string | undefined
+}
+
+/** Whether a failure is the RPC client's own (the connection, not the peer's answer). */
+const isRpcClientError = (e: unknown): e is RpcClientError.RpcClientError =>
+  typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError"
+
+/** A call that ends in time; a transport failure is `PeerUnreachable`. */
+const timed = <A, E>(
+  r: Remote,
+  target: string,
+  call: Effect.Effect<A, E | RpcClientError.RpcClientError>
+): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
+  call.pipe(
+    Effect.timeoutOrElse({
+      duration: r.options.requestTimeoutMs,
+      orElse: () =>
+        Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${r.options.requestTimeoutMs} ms` }))
+    }),
+    Effect.catchIf(isRpcClientError, (e) => Effect.fail(new PeerUnreachable({ target, detail: e.message }))),
+    // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
+    Effect.catchDefect((defect) =>
+      Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
+    ),
+    // Nor a connection closed under the call (retired: the peer moved to another address), which ends the
+    // call as an interruption: the caller tries again, and finds the peer where it is now.
+    Effect.catchCause((cause) =>
+      Cause.hasInterruptsOnly(cause)
+        ? Effect.fail(new PeerUnreachable({ target, detail: "the connection closed during the call" }))
+        : Effect.failCause(cause)
+    )
+  ) as Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable>
+
+/**
+ * The connection to `address` from `pool`, peer `id` noted there in `found`: a peer found at a new address retires
+ * its old one's connection (unless another peer is there now).
+ */
+const connectionAt = <C>(
+  pool: ConnectionPool.ConnectionPool<C>,
+  found: Map<ServerId, string>,
+  id: ServerId,
+  address: string
+): Effect.Effect<C, PeerUnreachable> =>
+  Effect.gen(function* () {
+    const before = found.get(id)
+    found.set(id, address)
+    if (before !== undefined && before !== address && ![...found.values()].includes(before)) {
+      yield* pool.retire(before)
+    }
+    return yield* pool.get(address)
+  })
+
+/** Bounds a call with its finding and connecting: a connection that never completes must not hold the caller. */
+const bounded = <A, E>(r: Remote, target: string, call: Effect.Effect<A, E | PeerUnreachable>) =>
+  call.pipe(
+    Effect.timeoutOrElse({
+      duration: r.options.requestTimeoutMs + 1_000,
+      orElse: () =>
+        Effect.fail(new PeerUnreachable({ target, detail: `no connection within ${r.options.requestTimeoutMs} ms` }))
+    })
+  )
+
+/** A call to server `id`'s RPC, finding and connecting to it included. */
+const onServer = <A, E>(
+  r: Remote,
+  id: ServerId,
+  call: (client: Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>) => Effect.Effect<A, E | RpcClientError.RpcClientError>
+): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
+  bounded(
+    r,
+    `server ${id}`,
+    Effect.flatMap(r.options.locate(id), (address) =>
+      Effect.flatMap(connectionAt(r.servers, r.located, id, address), (client) =>
+        timed(r, `server ${id} (${address})`, call(client))
+      )
+    )
+  )
+
+/** A call on server `id`'s data link, finding and connecting to it included. */
+const onLink = <A>(
+  r: Remote,
+  id: ServerId,
+  call: (link: DataLink.DataLinkClient) => Effect.Effect<A, ReplicaError | PeerUnreachable>
+): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
+  bounded(
+    r,
+    `server ${id}`,
+    Effect.flatMap(r.options.locateData(id), (address) =>
+      address === undefined
+        ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "it registered no data link" }))
+        : Effect.flatMap(connectionAt(r.links, r.linked, id, address), (link) =>
+            timed(r, `server ${id} (${address})`, call(link))
+          )
+    )
+  )
+
+/** A call to the controller; a coordinator that is not the controller (any more) is as good as unreachable. */
+const toController = <A, E>(
+  r: Remote,
+  call: (
+    client: Client<RpcGroup.Rpcs<typeof ControllerRpcs>>
+  ) => Effect.Effect<A, E | NotController | RpcClientError.RpcClientError>
+): Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable> =>
+  bounded(
+    r,
+    "the controller",
+    Effect.flatMap(r.options.controller, (address) =>
+      Effect.gen(function* () {
+        const before = r.controllerAt
+        r.controllerAt = address
+        if (before !== undefined && before !== address) yield* r.controllers.retire(before)
+        const client = yield* r.controllers.get(address)
+        const target = `the controller (${address})`
+        return yield* timed(r, target, call(client)).pipe(
+          Effect.mapError((e) => (e instanceof NotController ? new PeerUnreachable({ target, detail: e.message }) : e))
+        )
+      })
+    )
+  ) as Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable>
+
+/** A tablet server's calls to its leaders and to the controller. */
+const peersOf = (r: Remote): PeersShape => ({
+  leader: (id) => ({
+    fetch: (request) => onLink(r, id, (link) => link.fetch(request)),
+    endOffsetForEpoch: (request) => onServer(r, id, (client) => client.EndOffsetForEpoch(request))
+  }),
+  controller: {
+    adjustIsr: (request) => toController(r, (c) => c.AdjustIsr(request)),
+    controlledShutdown: (id) => toController(r, (c) => c.ControlledShutdown({ server: id })),
+    replicaStorage: (report) =>
+      toController(r, (c) =>
+        c.ReplicaStorage({
+          server: report.server,
+          ...(report.registration === undefined ? {} : { registration: report.registration }),
+          tablets: report.tablets,
+          failed: report.failed,
+          sequence: report.sequence
+        })
+      )
+  }
+})
+
+/** The controller's calls to the tablet servers. */
+const tabletServersOf = (r: Remote): TabletServersShape => ({
+  leaderAndIsr: (id, request) => onServer(r, id, (client) => client.LeaderAndIsr(request)),
+  logEnd: (id, request) => onServer(r, id, (client) => client.LogEnd(request)),
+  holdings: (id, request) => onServer(r, id, (client) => client.Holdings(request)),
+  stopReplica: (id, request) => onServer(r, id, (client) => client.StopReplica(request))
+})
+
+/** A client's calls to one tablet server. */
+const serverCallsOf =
+  (r: Remote) =>
+  (id: ServerId): ServerCalls => ({
+    append: (request) => onLink(r, id, (link) => link.append(request)),
+    read: (request) => onServer(r, id, (client) => client.Read(request)),
+    replicaState: (tablet) => onServer(r, id, (client) => client.ReplicaState({ tablet })),
+    readLog: (request) => onServer(r, id, (client) => client.ReadLog(request))
+  })
+
+/** Clients' and operators' calls to the controller. */
+const adminOf = (r: Remote): AdminCalls => ({
+  createTable: (request) => toController(r, (c) => c.CreateTable(request)),
+  metadata: (table) => toController(r, (c) => c.Metadata(table === undefined ? {} : { table })),
+  balanceLeaders: toController(r, (c) => c.BalanceLeaders({})),
+  initProducerId: toController(r, (c) => c.InitProducerId({})),
+  deleteTable: (table) => toController(r, (c) => c.DeleteTable({ table }))
+})
+
 /**
  * Peers over the `Transport` in context (TCP unless provided), their connections closed with the scope.
  *
@@ -151,184 +330,18 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     const scope = yield* Scope.fork(yield* Effect.scope, "parallel")
     yield* Effect.addFinalizer(() => Scope.close(scope, Exit.void))
     const transport = yield* Transport
-    const servers = ConnectionPool.make<Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>>(scope, (address, entryScope) =>
-      transport.rpc(TabletServerRpcs, address, entryScope)
-    )
-    const controllers = ConnectionPool.make<Client<RpcGroup.Rpcs<typeof ControllerRpcs>>>(
-      scope,
-      (address, entryScope) => transport.rpc(ControllerRpcs, address, entryScope)
-    )
-    const links = ConnectionPool.make<DataLink.DataLinkClient>(scope, transport.dataLink)
-    /** A call that ends in time; a transport failure is `PeerUnreachable`. */
-    const timed = <A, E>(
-      target: string,
-      call: Effect.Effect<A, E | RpcClientError.RpcClientError>
-    ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
-      call.pipe(
-        Effect.timeoutOrElse({
-          duration: options.requestTimeoutMs,
-          orElse: () =>
-            Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${options.requestTimeoutMs} ms` }))
-        }),
-        Effect.catchIf(
-          (e): e is RpcClientError.RpcClientError =>
-            typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError",
-          (e) => Effect.fail(new PeerUnreachable({ target, detail: e.message }))
-        ),
-        // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
-        Effect.catchDefect((defect) =>
-          Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
-        ),
-        // Nor a connection closed under the call (retired: the peer moved to another address), which ends the
-        // call as an interruption: the caller tries again, and finds the peer where it is now.
-        Effect.catchCause((cause) =>
-          Cause.hasInterruptsOnly(cause)
-            ? Effect.fail(new PeerUnreachable({ target, detail: "the connection closed during the call" }))
-            : Effect.failCause(cause)
-        )
-      ) as Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable>
-    // Where each server was last found: a server found elsewhere retires its old address's connection.
-    const located = new Map<ServerId, string>()
-    let controllerAt: string | undefined
-    const server = (id: ServerId) =>
-      Effect.flatMap(options.locate(id), (address) =>
-        Effect.gen(function* () {
-          const before = located.get(id)
-          located.set(id, address)
-          if (before !== undefined && before !== address && ![...located.values()].includes(before)) {
-            yield* servers.retire(before)
-          }
-          const client = yield* servers.get(address)
-          return { client, target: `server ${id} (${address})` }
-        })
-      )
-    /**
-     * A call to server `id`, finding and connecting to it included, bounded as a whole: a connection that never
-     * completes (a peer gone mid-handshake) must not hold the caller past the timeout either.
-     */
-    const onServer = <A, E>(
-      id: ServerId,
-      call: (
-        client: Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>
-      ) => Effect.Effect<A, E | RpcClientError.RpcClientError>
-    ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
-      Effect.flatMap(server(id), ({ client, target }) => timed(target, call(client))).pipe(
-        Effect.timeoutOrElse({
-          duration: options.requestTimeoutMs + 1_000,
-          orElse: () =>
-            Effect.fail(
-              new PeerUnreachable({
-                target: `server ${id}`,
-                detail: `no connection within ${options.requestTimeoutMs} ms`
-              })
-            )
-        })
-      )
-    // Where each server's data link was last found, retired as `located` is.
-    const linked = new Map<ServerId, string>()
-    const locateData = options.locateData
-    /**
-     * A call on server `id`'s data link when it registered one, else `otherwise` (through the RPC); bounded as a
-     * whole as `onServer` is.
-     */
-    const onLink = <A>(
-      id: ServerId,
-      call: (link: DataLink.DataLinkClient) => Effect.Effect<A, ReplicaError | PeerUnreachable>,
-      otherwise: Effect.Effect<A, ReplicaError | PeerUnreachable>
-    ): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
-      locateData === undefined
-        ? otherwise
-        : Effect.flatMap(locateData(id), (address) => {
-            if (address === undefined) return otherwise
-            return Effect.gen(function* () {
-              const before = linked.get(id)
-              linked.set(id, address)
-              if (before !== undefined && before !== address && ![...linked.values()].includes(before)) {
-                yield* links.retire(before)
-              }
-              return yield* timed(`server ${id} (${address})`, call(yield* links.get(address)))
-            })
-          })
-    const controller = Effect.flatMap(options.controller, (address) =>
-      Effect.gen(function* () {
-        const before = controllerAt
-        controllerAt = address
-        if (before !== undefined && before !== address) yield* controllers.retire(before)
-        const client = yield* controllers.get(address)
-        return { client, target: `the controller (${address})` }
-      })
-    )
-    /** A coordinator that is not the controller (any more) is as good as unreachable: the caller looks again. */
-    const toController = <A, E>(
-      call: (
-        client: Client<RpcGroup.Rpcs<typeof ControllerRpcs>>
-      ) => Effect.Effect<A, E | NotController | RpcClientError.RpcClientError>
-    ): Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable> =>
-      Effect.flatMap(controller, ({ client, target }) =>
-        timed(target, call(client)).pipe(
-          Effect.mapError((e) => (e instanceof NotController ? new PeerUnreachable({ target, detail: e.message }) : e))
-        )
-      ).pipe(
-        Effect.timeoutOrElse({
-          duration: options.requestTimeoutMs + 1_000,
-          orElse: () =>
-            Effect.fail(
-              new PeerUnreachable({
-                target: "the controller",
-                detail: `no connection within ${options.requestTimeoutMs} ms`
-              })
-            )
-        })
-      ) as Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable>
-
-    const peers: PeersShape = {
-      leader: (id) => ({
-        fetch: (request) =>
-          onLink(
-            id,
-            (link) => link.fetch(request),
-            onServer(id, (client) => client.Fetch(request))
-          ),
-        endOffsetForEpoch: (request) => onServer(id, (client) => client.EndOffsetForEpoch(request))
-      }),
-      controller: {
-        adjustIsr: (request) => toController((c) => c.AdjustIsr(request)),
-        controlledShutdown: (id) => toController((c) => c.ControlledShutdown({ server: id })),
-        replicaStorage: (report) =>
-          toController((c) =>
-            c.ReplicaStorage({
-              server: report.server,
-              ...(report.registration === undefined ? {} : { registration: report.registration }),
-              tablets: report.tablets,
-              failed: report.failed,
-              sequence: report.sequence
-            })
-          )
-      }
+    const r: Remote = {
+      options,
+      servers: ConnectionPool.make(scope, (address, entryScope) =>
+        transport.rpc(TabletServerRpcs, address, entryScope)
+      ),
+      controllers: ConnectionPool.make(scope, (address, entryScope) =>
+        transport.rpc(ControllerRpcs, address, entryScope)
+      ),
+      links: ConnectionPool.make(scope, transport.dataLink),
+      located: new Map(),
+      linked: new Map(),
+      controllerAt: undefined
     }
-    const tabletServers: TabletServersShape = {
-      leaderAndIsr: (id, request) => onServer(id, (client) => client.LeaderAndIsr(request)),
-      logEnd: (id, request) => onServer(id, (client) => client.LogEnd(request)),
-      holdings: (id, request) => onServer(id, (client) => client.Holdings(request)),
-      stopReplica: (id, request) => onServer(id, (client) => client.StopReplica(request))
-    }
-    const calls = (id: ServerId): ServerCalls => ({
-      append: (request) =>
-        onLink(
-          id,
-          (link) => link.append(request),
-          onServer(id, (client) => client.Append(encodeAppend(request)))
-        ),
-      read: (request) => onServer(id, (client) => client.Read(request)),
-      replicaState: (tablet) => onServer(id, (client) => client.ReplicaState({ tablet })),
-      readLog: (request) => onServer(id, (client) => client.ReadLog(request))
-    })
-    const admin: AdminCalls = {
-      createTable: (request) => toController((c) => c.CreateTable(request)),
-      metadata: (table) => toController((c) => c.Metadata(table === undefined ? {} : { table })),
-      balanceLeaders: toController((c) => c.BalanceLeaders({})),
-      initProducerId: toController((c) => c.InitProducerId({})),
-      deleteTable: (table) => toController((c) => c.DeleteTable({ table }))
-    }
-    return { peers, servers: tabletServers, server: calls, admin }
+    return { peers: peersOf(r), servers: tabletServersOf(r), server: serverCallsOf(r), admin: adminOf(r) }
   })

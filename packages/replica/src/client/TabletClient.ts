@@ -26,11 +26,24 @@ import {
   type ReadResult,
   ReplicaAcks,
   ReplicaError,
+  Retry,
   type TabletId,
   type TabletRecord,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Deferred, Duration, Effect, Layer, Schema, type Scope, Semaphore } from "effect"
+import {
+  Clock,
+  Config,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Layer,
+  Schedule,
+  Schema,
+  type Scope,
+  Semaphore
+} from "effect"
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
@@ -401,6 +414,20 @@ const leaderOf = (c: Client, tablet: TabletId) =>
     return c.remote.server(found.leader)
   })
 
+/**
+ * Retries `self` every `backoffMs` while its failure is `retriable`, until the time `deadline` (ms on the Clock): the
+ * last failure is the error then.
+ */
+const untilDeadline = <A, E>(
+  self: Effect.Effect<A, E>,
+  deadline: number,
+  backoffMs: number,
+  retriable: (e: E) => boolean
+): Effect.Effect<A, E> =>
+  Effect.flatMap(Clock.currentTimeMillis, (now) =>
+    Retry.retry(self, { schedule: Schedule.spaced(backoffMs), deadline: Math.max(0, deadline - now), while: retriable })
+  )
+
 /** Runs `call` on the tablet's leader, again after a refresh while it fails retriably, until `deadline`. */
 const onLeader = <A>(
   c: Client,
@@ -408,21 +435,22 @@ const onLeader = <A>(
   deadline: number,
   call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaError | PeerUnreachable>
 ): Effect.Effect<A, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
-  Effect.gen(function* () {
-    while (true) {
-      const attempt = yield* Effect.result(Effect.flatMap(leaderOf(c, tablet), call))
-      if (attempt._tag === "Success") return attempt.success
-      const e = attempt.failure
-      const now = yield* Clock.currentTimeMillis
-      if (!retriable(e)) return yield* e as ReplicaError
-      if (now >= deadline) {
-        if (e._tag === "NoSuchTablet") return yield* e
-        return yield* new DeliveryUnknown({ tablet: tabletKey(tablet), last: e.message })
-      }
-      yield* Effect.sleep(Duration.millis(Math.min(c.o.retryBackoffMs, deadline - now)))
-      yield* Effect.ignore(refresh(c))
-    }
-  })
+  untilDeadline(
+    Effect.flatMap(leaderOf(c, tablet), call).pipe(
+      // The leader may have moved: look again before the next try.
+      Effect.tapError((e) => (retriable(e) ? Effect.ignore(refresh(c)) : Effect.void))
+    ),
+    deadline,
+    c.o.retryBackoffMs,
+    retriable
+  ).pipe(
+    Effect.catch(
+      (e): Effect.Effect<never, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
+        !retriable(e) || e._tag === "NoSuchTablet"
+          ? Effect.fail(e as ReplicaError | NoSuchTablet)
+          : Effect.fail(new DeliveryUnknown({ tablet: tabletKey(tablet), last: e.message }))
+    )
+  )
 
 /** The client's producer id: asked of the controller once (one question at a time), until `deadline`. */
 const producerIdFor = (c: Client, tablet: string, deadline: number): Effect.Effect<number, NoProducerId> =>
@@ -431,18 +459,19 @@ const producerIdFor = (c: Client, tablet: string, deadline: number): Effect.Effe
       ? Effect.succeed(c.producerId)
       : Semaphore.withPermit(
           c.idLock,
-          Effect.gen(function* () {
-            while (c.producerId === undefined) {
-              const asked = yield* Effect.result(c.remote.admin.initProducerId)
-              if (asked._tag === "Success") c.producerId = asked.success
-              else {
-                const now = yield* Clock.currentTimeMillis
-                if (now >= deadline) return yield* new NoProducerId({ tablet, last: asked.failure.message })
-                yield* Effect.sleep(Duration.millis(Math.min(c.o.retryBackoffMs, deadline - now)))
-              }
-            }
-            return c.producerId
-          })
+          Effect.suspend(() =>
+            // A caller that waited for the lock may find the id asked for already.
+            c.producerId !== undefined
+              ? Effect.succeed(c.producerId)
+              : untilDeadline(c.remote.admin.initProducerId, deadline, c.o.retryBackoffMs, () => true).pipe(
+                  Effect.tap((id) =>
+                    Effect.sync(() => {
+                      c.producerId = id
+                    })
+                  ),
+                  Effect.mapError((e) => new NoProducerId({ tablet, last: e.message }))
+                )
+          )
         )
   )
 
@@ -588,17 +617,14 @@ const retryUntil = <A, E>(
   call: Effect.Effect<A, E | PeerUnreachable>,
   what: string
 ): Effect.Effect<A, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
-  Effect.gen(function* () {
-    while (true) {
-      const attempt = yield* Effect.result(call)
-      if (attempt._tag === "Success") return attempt.success
-      const e = attempt.failure
-      if (!(e instanceof PeerUnreachable)) return yield* Effect.fail(e as Exclude<E, PeerUnreachable>)
-      const now = yield* Clock.currentTimeMillis
-      if (now >= deadline) return yield* new DeliveryUnknown({ tablet: what, last: e.message })
-      yield* Effect.sleep(Duration.millis(Math.min(backoffMs, deadline - now)))
-    }
-  })
+  untilDeadline(call, deadline, backoffMs, (e) => e instanceof PeerUnreachable).pipe(
+    Effect.catch(
+      (e): Effect.Effect<never, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
+        e instanceof PeerUnreachable
+          ? Effect.fail(new DeliveryUnknown({ tablet: what, last: e.message }))
+          : Effect.fail(e as Exclude<E, PeerUnreachable>)
+    )
+  )
 
 /**
  * The client as a layer on the `Coordination` in context.
@@ -612,3 +638,16 @@ export const layer = (
   ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
   Coordination
 > => Layer.effect(TabletClient, make(options))
+
+/**
+ * Like `layer`, with the options read from configuration.
+ *
+ * @since 0.1.0
+ */
+export const layerConfig = (
+  config: Config.Wrap<TabletClientOptions>
+): Layer.Layer<
+  TabletClient,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | Config.ConfigError,
+  Coordination
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

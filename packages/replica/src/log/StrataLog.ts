@@ -32,7 +32,7 @@ import {
   TopicMismatch,
   Unsupported
 } from "@strata/core"
-import { Clock, Duration, Effect, Layer, Schema, type Scope } from "effect"
+import { Clock, Config, Duration, Effect, Layer, Schema, type Scope } from "effect"
 import * as ReplicaRpc from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import { makeConsumer } from "./internal/strataConsumer.js"
@@ -272,3 +272,16 @@ export const layer = (
   options: StrataLogOptions = {}
 ): Layer.Layer<Log, ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError, Coordination> =>
   Layer.effect(Log, make(options))
+
+/**
+ * Like `layer`, with the options read from configuration.
+ *
+ * @since 0.1.0
+ */
+export const layerConfig = (
+  config: Config.Wrap<StrataLogOptions>
+): Layer.Layer<
+  Log,
+  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | Config.ConfigError,
+  Coordination
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

@@ -117,6 +117,7 @@ export const make = (
     })
     const remote = yield* RemotePeers.make({
       locate: directory.locate,
+      locateData: directory.locateData,
       controller: directory.controller,
       requestTimeoutMs: requestTimeoutOf(config)
     })

@@ -27,10 +27,12 @@ import {
   ElectionError,
   type ReplicaError,
   type ServerId,
-  Store,
+  type Store,
   type TabletBatch,
   type TabletId,
   type TabletRecord,
+  MemoryStore,
+  Retry,
   tabletKey
 } from "@strata/core"
 import { Context, Effect, Exit, Layer, Schedule, Schema, Scope } from "effect"
@@ -339,7 +341,7 @@ export const make = (
     const producer = yield* LocalProducer.make(
       Effect.flatMap(current(k), (c) =>
         c.initProducerId.pipe(Effect.mapError((e) => fail(new ProducerIdUnavailable({ detail: e.message }))))
-      ).pipe(Effect.retry({ schedule: Schedule.spaced(k.config.retryBackoffMs), times: 600 }))
+      ).pipe(Retry.retry({ schedule: Schedule.spaced(k.config.retryBackoffMs), times: 600 }))
     )
     return shapeOf(k, producer)
   })
@@ -439,7 +441,7 @@ const startServer = (k: Cluster, id: ServerId) =>
     if (k.running.has(id)) return
     let store = k.stores.get(id)
     if (store === undefined) {
-      store = yield* Layer.buildWithScope(Store.layerMemory(), k.scope)
+      store = yield* Layer.buildWithScope(MemoryStore.layer(), k.scope)
       k.stores.set(id, store)
     }
     const serverScope = yield* Scope.fork(k.scope, "sequential")
@@ -479,7 +481,7 @@ const current = (k: Cluster) =>
   Effect.flatMap(Effect.all(k.leading), (found) => {
     const c = found.find((c) => c !== undefined)
     return c === undefined ? Effect.fail(fail(new NoController())) : Effect.succeed(c)
-  }).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 1000 }))
+  }).pipe(Retry.retry({ schedule: Schedule.spaced(10), times: 1000 }))
 
 const tabletOf = (k: Cluster, t: TabletId) =>
   Effect.flatMap(current(k), (c) =>
@@ -547,7 +549,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
         tabletKey(t),
         (stamp) =>
           Effect.flatMap(leaderOf(k, t), (server) => server.append({ tablet: t, records, acks, producer: stamp })).pipe(
-            Effect.retry({ schedule: retrying, times: 600, while: retryable }),
+            Retry.retry({ schedule: retrying, times: 600, while: retryable }),
             Effect.map((result) => ({ baseOffset: result.baseOffset, lastOffset: result.lastOffset }))
           ),
         records.length
@@ -559,7 +561,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
         while (true) {
           const page = yield* Effect.flatMap(leaderOf(k, t), (server) =>
             server.read({ tablet: t, offset, maxBytes: 1_048_576 })
-          ).pipe(Effect.retry({ schedule: retrying, times: 600, while: retryable }))
+          ).pipe(Retry.retry({ schedule: retrying, times: 600, while: retryable }))
           if (page.batches.length === 0) return out
           out.push(...page.batches)
           const last = page.batches.at(-1)!
@@ -573,7 +575,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
     awaitTablet: (t, check) =>
       Effect.flatMap(tabletOf(k, t), (found) =>
         check(found) ? Effect.succeed(found) : Effect.fail(fail(new NotSettled({ tablet: tabletKey(t) })))
-      ).pipe(Effect.retry({ schedule: Schedule.spaced(10), times: 3000 }))
+      ).pipe(Retry.retry({ schedule: Schedule.spaced(10), times: 3000 }))
   }
 }
 

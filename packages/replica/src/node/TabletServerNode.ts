@@ -80,8 +80,6 @@ export const TabletServerNodeOptions = Schema.Struct({
   dataListen: Schema.optional(ListenString),
   /** The address others reach the data link at, when not the one it listens on. */
   dataAdvertise: Schema.optional(AddressString),
-  /** Serve the data link (true, the default); false sends appends and fetches to this server through the RPC. */
-  dataLink: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(true))),
   /** Move this server's leaderships away before it stops (true); false stops it as a crash would. */
   controlledShutdown: Schema.Boolean.pipe(Schema.withDecodingDefaultKey(Effect.succeed(true)))
 })
@@ -221,16 +219,14 @@ export const make = (
       Effect.provideService(TabletServer.TabletServer, served)
     )
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
-    const dataAddress = o.dataLink ? yield* serveDataLink(server, o) : undefined
+    const dataAddress = yield* serveDataLink(server, o)
     const registrationEpoch = yield* nextRegistrationEpoch
-    yield* Effect.logInfo(
-      `tablet server ${o.serverId} listening on ${address}${dataAddress === undefined ? "" : `, data link on ${dataAddress}`}`
-    )
+    yield* Effect.logInfo(`tablet server ${o.serverId} listening on ${address}, data link on ${dataAddress}`)
     const first = yield* Deferred.make<void, ClusterPaths.DuplicateServerId>()
     const keeping = yield* Effect.forkScoped(
       ClusterPaths.keepRegistered(coordination, paths, o.serverId, {
         address,
-        ...(dataAddress === undefined ? {} : { dataAddress }),
+        dataAddress,
         ...(o.rack === undefined ? {} : { rack: o.rack }),
         sessionTimeout: config.sessionTimeoutMs,
         firstEpoch: registrationEpoch,

@@ -22,7 +22,8 @@ import {
   type Session,
   type TabletId,
   type TabletInstruction,
-  tabletKey
+  tabletKey,
+  Retry
 } from "@strata/core"
 import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
@@ -270,7 +271,7 @@ const start = (c: Running, registered: ReadonlyMap<ServerId, number>, tablets: R
     })
     yield* Effect.forkScoped(
       watchServers(c, registered).pipe(
-        Effect.retry(Schedule.spaced(c.options.retryBackoffMs)),
+        Retry.retry({ schedule: Schedule.spaced(c.options.retryBackoffMs) }),
         Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
       )
     )

@@ -7,8 +7,8 @@
  *
  * @since 0.1.0
  */
-import { type CoordinationError, OptionSchemas, type Session } from "@strata/core"
-import { Effect, Schema, Semaphore } from "effect"
+import { type CoordinationError, OptionSchemas, Retry, type Session } from "@strata/core"
+import { Data, Effect, Schedule, Schema, Semaphore } from "effect"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
 const encoder = new TextEncoder()
@@ -55,33 +55,35 @@ const decodeNext = (path: string, data: Uint8Array): Effect.Effect<number> => {
     : Effect.die(new Error(`${path} holds ${JSON.stringify(text.slice(0, 40))}, not the next producer id`))
 }
 
+/** Another allocator reserved first: the node is read again. */
+class Raced extends Data.TaggedError("Raced") {}
+
 /** Reserves `[from, from + size)` from the node: created when absent, else moved on at the version read. */
 const reserve = (session: Session, path: string, size: number) =>
   Effect.gen(function* () {
-    while (true) {
-      const node = yield* session.get(path).pipe(
-        Effect.flatMap((n) => Effect.map(decodeNext(path, n.data), (from) => ({ from, version: n.stat.version }))),
-        Effect.catchIf(
-          (e) => e.reason._tag === "NoNode",
-          () => Effect.succeed(undefined)
-        )
+    const node = yield* session.get(path).pipe(
+      Effect.flatMap((n) => Effect.map(decodeNext(path, n.data), (from) => ({ from, version: n.stat.version }))),
+      Effect.catchIf(
+        (e) => e.reason._tag === "NoNode",
+        () => Effect.succeed(undefined)
       )
-      const from = node?.from ?? 0
-      if (from + size - 1 > MAX_ID) return yield* Effect.die(new Error(`${path}: producer ids exhausted at ${from}`))
-      const data = encoder.encode(String(from + size))
-      const write: Effect.Effect<unknown, CoordinationError> =
-        node === undefined ? session.create(path, data, { createParents: true }) : session.set(path, data, node.version)
-      const written = yield* write.pipe(
-        Effect.as(true),
-        // Another allocator reserved first: read again.
-        Effect.catchIf(
-          (e) => e.reason._tag === "NodeExists" || e.reason._tag === "BadVersion",
-          () => Effect.succeed(false)
-        )
+    )
+    const from = node?.from ?? 0
+    if (from + size - 1 > MAX_ID) return yield* Effect.die(new Error(`${path}: producer ids exhausted at ${from}`))
+    const data = encoder.encode(String(from + size))
+    const write: Effect.Effect<unknown, CoordinationError> =
+      node === undefined ? session.create(path, data, { createParents: true }) : session.set(path, data, node.version)
+    yield* write.pipe(
+      Effect.catchIf(
+        (e) => e.reason._tag === "NodeExists" || e.reason._tag === "BadVersion",
+        () => Effect.fail(new Raced())
       )
-      if (written) return from
-    }
-  })
+    )
+    return from
+  }).pipe(
+    Retry.retry({ schedule: Schedule.forever, while: (e) => e instanceof Raced }),
+    Effect.catchTag("Raced", () => Effect.die(new Error("unreachable: a race is retried")))
+  )
 
 /**
  * An allocator of the ids under `options.path`.

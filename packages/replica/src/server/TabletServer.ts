@@ -26,6 +26,7 @@ import {
   ReplicaManager,
   type ReplicaManagerShape,
   ReplicaStorageFailed,
+  Retry,
   ServerId,
   Store,
   type StoreShape,
@@ -34,7 +35,7 @@ import {
   UnknownTablet,
   tabletKey
 } from "@strata/core"
-import { Clock, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Result, Schedule, Schema, Scope } from "effect"
+import { Clock, Config, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
 import * as FollowerState from "../machines/FollowerState.js"
 import * as Replica from "../machines/Replica.js"
 import { follow } from "./internal/follower.js"
@@ -366,7 +367,7 @@ const startFollowing = (
 const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still: () => boolean) =>
   Effect.suspend(() => {
     const sequence = ++server.storageReports
-    return Hosted.retryTelling(
+    return Retry.retry(
       Effect.suspend(() =>
         server.peers.controller.replicaStorage({
           server: server.self,
@@ -376,9 +377,14 @@ const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still:
           sequence
         })
       ),
-      server.config.retryBackoffMs,
-      () => `server ${server.self}: ${h.key}: telling the controller its storage ${failed ? "failed" : "works again"}`,
-      still
+      {
+        schedule: Schedule.spaced(server.config.retryBackoffMs),
+        while: still,
+        tell: {
+          what: () =>
+            `server ${server.self}: ${h.key}: telling the controller its storage ${failed ? "failed" : "works again"}`
+        }
+      }
     ).pipe(Effect.ignore)
   })
 
@@ -417,27 +423,33 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
     yield* reportStorage(server, h, true, () => h.state.lifecycle._tag === "OfflineReplica")
     const failedAt = yield* Clock.currentTimeMillis
     const back = h.storageBack
-    let delay =
+    const first =
       back !== undefined && failedAt - back.at < storageRetryMaxMs
         ? Math.min(back.delay * 2, storageRetryMaxMs)
         : server.config.retryBackoffMs
-    while (true) {
-      yield* Effect.sleep(delay)
-      const outcome = yield* Hosted.locked(h, tryStore(server, h))
-      if (outcome === "failing") {
-        delay = Math.min(delay * 2, storageRetryMaxMs)
-        continue
-      }
-      if (outcome === "back") {
-        h.storageBack = { at: yield* Clock.currentTimeMillis, delay }
-        yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
-        // Told until heard, unless it fails again meanwhile (then that is told instead, below).
-        yield* reportStorage(server, h, false, () => {
-          const m = h.state.lifecycle._tag
-          return m !== "ReplicaDeleted" && m !== "OfflineReplica"
+    // The first try after `first`, each next one after twice the last pause, up to the most.
+    yield* Effect.sleep(first)
+    let tries = 0
+    const outcome = yield* Hosted.locked(h, tryStore(server, h)).pipe(
+      Effect.tap(() =>
+        Effect.sync(() => {
+          tries++
         })
-      }
-      break
+      ),
+      Effect.flatMap((o) => (o === "failing" ? Effect.fail(o) : Effect.succeed(o))),
+      Retry.retry({ schedule: Retry.backoff(Math.min(first * 2, storageRetryMaxMs), storageRetryMaxMs) }),
+      // Retried for as long as it fails: only the replica's deletion or the server's end stops it.
+      Effect.orDie
+    )
+    const delay = Math.min(first * 2 ** (tries - 1), storageRetryMaxMs)
+    if (outcome === "back") {
+      h.storageBack = { at: yield* Clock.currentTimeMillis, delay }
+      yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
+      // Told until heard, unless it fails again meanwhile (then that is told instead, below).
+      yield* reportStorage(server, h, false, () => {
+        const m = h.state.lifecycle._tag
+        return m !== "ReplicaDeleted" && m !== "OfflineReplica"
+      })
     }
   }).pipe(
     Effect.ensuring(
@@ -468,7 +480,7 @@ const proposeIsr = (
     // Offline (or moved on) before the request left: there is no leader to answer.
     if (h.state.generation !== generation || h.state.leader === undefined) return
     yield* Effect.logInfo(`server ${server.self}: ${h.key}: asking the controller for ISR [${isr.join(",")}]`)
-    const reply = yield* Hosted.retryTelling(
+    const reply = yield* Retry.retry(
       server.peers.controller.adjustIsr({
         tablet: h.tablet,
         leader: server.self,
@@ -477,9 +489,11 @@ const proposeIsr = (
         isr,
         ...(registrations.length === 0 ? {} : { registrations })
       }),
-      server.config.retryBackoffMs,
-      () => `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]`,
-      () => h.state.generation === generation
+      {
+        schedule: Schedule.spaced(server.config.retryBackoffMs),
+        while: () => h.state.generation === generation,
+        tell: { what: () => `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]` }
+      }
     )
     const nowMs = yield* Clock.currentTimeMillis
     yield* Hosted.locked(h, feedLogged(server, h, { _tag: "IsrAnswer", generation, proposal, reply, nowMs }))
@@ -897,7 +911,7 @@ const leaderAndIsr =
 const controlledShutdown = (server: Server): Effect.Effect<number> =>
   server.peers.controller.controlledShutdown(server.self).pipe(
     Effect.flatMap((remaining) => (remaining === 0 ? Effect.succeed(0) : Effect.fail(remaining))),
-    Effect.retry({ schedule: Schedule.spaced(server.config.retryBackoffMs), times: 20 }),
+    Retry.retry({ schedule: Schedule.spaced(server.config.retryBackoffMs), times: 20 }),
     Effect.catch((e) => Effect.succeed(typeof e === "number" ? e : -1))
   )
 
@@ -1013,3 +1027,16 @@ export const layer = (
   Layer.effectContext(
     Effect.map(make(options), (server) => Context.make(TabletServer, server).pipe(Context.add(ReplicaManager, server)))
   )
+
+/**
+ * Like `layer`, with the options read from configuration.
+ *
+ * @since 0.1.0
+ */
+export const layerConfig = (
+  config: Config.Wrap<TabletServerOptions>
+): Layer.Layer<
+  TabletServer | ReplicaManager,
+  ReplicationConfig.InvalidReplicaOptions | Config.ConfigError,
+  Store | Peers
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

@@ -14,7 +14,6 @@ import {
 import { Effect, type Scope } from "effect"
 import {
   type Address,
-  decodeAppend,
   type ListenFailed,
   serveTabletServerWith,
   type TabletServerHandlers
@@ -40,9 +39,7 @@ export const tabletServerHandlers = (server: TabletServerShape): TabletServerHan
   LogEnd: (request) => server.logEnd(request),
   Holdings: (request) => server.holdings(request),
   StopReplica: (request) => server.stopReplica(request),
-  Fetch: (request) => server.fetch(request),
   EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
-  Append: (request) => Effect.flatMap(decodeAppend(request), server.append),
   Read: (request) => server.read(request),
   ReplicaState: ({ tablet }) => server.replicaState(tablet),
   ReadLog: (request) => readLog(server, request)

@@ -1,11 +1,12 @@
 /**
  * The cluster's requests between processes: Effect RPC over TCP, every request and answer a Schema, encoded with
- * `SchemaBinary`. Appends, fetches and reads carry their records as batches in the tablet log's own encoding (one
- * byte array a batch): the RPC benchmark (`./dev bench:rpc`) measured a Schema pass per record at about 3× the
- * cost, and that encoding within RPC at 0.5–0.6× a bare socket's rate at 1000 records a call.
+ * `SchemaBinary`. Reads carry their records as batches in the tablet log's own encoding (one byte array a batch):
+ * the RPC benchmark (`./dev bench:rpc`) measured a Schema pass per record at about 3× the cost. Appends and
+ * follower fetches are not here: they travel only on the data link (`DataLink`), whose framing writes a batch's
+ * bytes to the socket as they are.
  *
- * - `TabletServerRpcs`, served by every tablet server: the controller's `LeaderAndIsr` and `LogEnd`, followers'
- *   `Fetch` and `EndOffsetForEpoch`, clients' `Append` and `Read`, and `ReplicaState`.
+ * - `TabletServerRpcs`, served by every tablet server: the controller's `LeaderAndIsr`, `LogEnd`, `Holdings` and
+ *   `StopReplica`, followers' `EndOffsetForEpoch`, clients' `Read`, `ReplicaState` and `ReadLog`.
  * - `ControllerRpcs`, served by the coordinator that leads: leaders' `AdjustIsr` and servers' `ControlledShutdown`;
  *   a coordinator that is not the controller answers `NotController`.
  *
@@ -19,14 +20,10 @@ import { NodeSocket, NodeSocketServer } from "@effect/platform-node"
 import {
   AdjustIsrReply,
   AdjustIsrRequest,
-  AppendRequest,
-  AppendResult,
   EndOffsetRequest,
   EndOffsetResult,
   Epoch,
   HostPort,
-  FetchRequest,
-  InvalidRequest,
   LeaderAndIsrRequest,
   HoldingsRequest,
   HoldingsResult,
@@ -40,8 +37,7 @@ import {
   ServerId,
   StopReplicaRequest,
   type TabletBatch,
-  TabletId,
-  tabletKey
+  TabletId
 } from "@strata/core"
 import {
   type Context,
@@ -115,8 +111,12 @@ const DecodedBatch = Schema.declare(
   { identifier: "TabletBatch" }
 )
 
-/** A fetched batch on the wire: its base offset and its bytes as the log stores them. */
-const EncodedBatch = Schema.Struct({ baseOffset: Offset, bytes: Schema.Uint8Array }).pipe(
+/**
+ * A read batch on the wire: its base offset and its bytes as the log stores them.
+ *
+ * @since 0.1.0
+ */
+export const EncodedBatch = Schema.Struct({ baseOffset: Offset, bytes: Schema.Uint8Array }).pipe(
   Schema.decodeTo(
     DecodedBatch,
     SchemaTransformation.transformEffect({
@@ -133,53 +133,6 @@ const EncodedBatch = Schema.Struct({ baseOffset: Offset, bytes: Schema.Uint8Arra
   )
 )
 
-/**
- * `AppendRequest`, its records as one byte array in the tablet log's batch encoding (not a Schema pass per record,
- * which the RPC benchmark measured at three times the cost). The server decodes them itself, so that bytes that are
- * no batch are the client's `InvalidRequest`, not a failure of the transport.
- *
- * @since 0.1.0
- */
-export const AppendOnWire = Schema.Struct({ ...AppendRequest.fields, records: Schema.Uint8Array })
-
-/**
- * An append as it goes on the wire.
- *
- * @since 0.1.0
- */
-export const encodeAppend = (request: AppendRequest): typeof AppendOnWire.Type => ({
-  ...request,
-  records: Codec.encodeBatch(0, request.records)
-})
-
-/**
- * An append taken off the wire, or `InvalidRequest` naming what is wrong with its records.
- *
- * @since 0.1.0
- */
-export const decodeAppend = (wire: typeof AppendOnWire.Type): Effect.Effect<AppendRequest, ReplicaError> => {
-  const batch = Codec.decodeBatch(0, wire.records)
-  return typeof batch === "string"
-    ? Effect.fail(
-        new ReplicaError({
-          reason: new InvalidRequest({ detail: `${tabletKey(wire.tablet)}: records: not a tablet batch: ${batch}` })
-        })
-      )
-    : Effect.succeed({ ...wire, records: batch.records })
-}
-
-/** `FetchResult`, its batches encoded as the log stores them. */
-const FetchResultOnWire = Schema.Union([
-  Schema.TaggedStruct("Batches", {
-    leaderEpoch: Epoch,
-    batches: Schema.Array(EncodedBatch),
-    highWatermark: Offset,
-    logStartOffset: Offset
-  }),
-  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset }),
-  Schema.TaggedStruct("Diverging", { leaderEpoch: Epoch, epoch: Schema.NullOr(Epoch), endOffset: Offset })
-])
-
 /** `ReadResult`, its batches encoded as the log stores them. */
 const ReadResultOnWire = Schema.Struct({ ...ReadResult.fields, batches: Schema.Array(EncodedBatch) })
 
@@ -193,9 +146,7 @@ export class TabletServerRpcs extends RpcGroup.make(
   Rpc.make("LogEnd", { payload: LogEndRequest, success: LogEndResult, error: ReplicaError }),
   Rpc.make("Holdings", { payload: HoldingsRequest, success: HoldingsResult, error: ReplicaError }),
   Rpc.make("StopReplica", { payload: StopReplicaRequest, error: ReplicaError }),
-  Rpc.make("Fetch", { payload: FetchRequest, success: FetchResultOnWire, error: ReplicaError }),
   Rpc.make("EndOffsetForEpoch", { payload: EndOffsetRequest, success: EndOffsetResult, error: ReplicaError }),
-  Rpc.make("Append", { payload: AppendOnWire, success: AppendResult, error: ReplicaError }),
   Rpc.make("Read", { payload: ReadRequest, success: ReadResultOnWire, error: ReplicaError }),
   Rpc.make("ReplicaState", {
     payload: Schema.Struct({ tablet: TabletId }),

@@ -33,7 +33,7 @@
  * `Settle.ts`, `Judge.ts` and `Checkers.ts`; the virtual clock and the fault pick are shared with the election
  * simulator (`scripts/test-support/sim/`).
  */
-import { Coordination, type CoordinationError, CoordinationFaults } from "@strata/core"
+import { Coordination, type CoordinationError, CoordinationFaults, MemoryCoordination } from "@strata/core"
 import { Effect, References, type Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { seeded } from "../../../../scripts/test-support/prng.js"
@@ -191,7 +191,7 @@ const simulate = (
 /** Runs one seed on a fresh memory coordination and `TestClock`, logs below warnings silenced. */
 export const run = (seed: number, variant: Variant = correct, config: Config = defaultConfig): Effect.Effect<Result> =>
   Effect.scoped(simulate(seed, variant, config)).pipe(
-    Effect.provide(Coordination.layerMemory()),
+    Effect.provide(MemoryCoordination.layer()),
     Effect.provide(TestClock.layer()),
     Effect.provideService(
       References.MinimumLogLevel,

@@ -12,7 +12,8 @@ import {
   type StoreId,
   StoreIoError,
   type StoreOp,
-  type StoreShape
+  type StoreShape,
+  MemoryStore
 } from "@strata/core"
 import { Context, Duration, Effect, Layer, Option, type Scope, Stream } from "effect"
 
@@ -42,7 +43,7 @@ export interface LossyStore {
 /** A lossy memory store living in `scope`. */
 export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
   Effect.gen(function* () {
-    const memory = yield* Layer.buildWithScope(Store.layerMemory(), scope)
+    const memory = yield* Layer.buildWithScope(MemoryStore.layer(), scope)
     const inner = Context.get(memory, Store)
     let undo: Array<Undo> = []
 

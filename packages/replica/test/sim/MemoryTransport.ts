@@ -4,13 +4,15 @@
  * interrupts travel as they do over a socket, without serialization), answered by the handlers the real listeners
  * serve (`TabletServerRpc.tabletServerHandlers`, `ControllerRpc.controllerHandlers`). Each call crosses the network as
  * `route` carries it — delayed, lost, cut off, timed out — and reaches the target's incarnation running at that
- * moment. There is no data link: appends and reads go through the RPC.
+ * moment. Appends and follower fetches take the data link, which here is a direct call of the server's `append` or
+ * `fetch` carried by `route` the same way (a data address names the process, as its RPC address does).
  */
 import { Effect, Scope } from "effect"
 import type { Rpc, RpcGroup } from "effect/rpc"
 import { RpcTest } from "effect/rpc"
 import { PeerUnreachable } from "../../src/wire/Peers.js"
 import type * as RemotePeers from "../../src/client/RemotePeers.js"
+import type * as DataLink from "../../src/wire/DataLink.js"
 import * as ReplicaRpc from "../../src/wire/ReplicaRpc.js"
 
 /** What the transport reaches: the processes behind the addresses, and the network between. */
@@ -19,8 +21,16 @@ export interface Network {
   readonly route: <A, E>(address: string, call: Effect.Effect<A, E>) => Effect.Effect<A, E | PeerUnreachable>
   /** The tablet server running at `address` now, if one does. */
   readonly server: (address: string) => ReplicaRpc.TabletServerHandlers | undefined
+  /** The appends and fetches of the tablet server running at `address` now, if one does. */
+  readonly link: (address: string) => LinkHandlers | undefined
   /** The coordinator running at `address` now, if one does. */
   readonly coordinator: (address: string) => ReplicaRpc.ControllerHandlers | undefined
+}
+
+/** What a tablet server's data link answers. */
+export interface LinkHandlers {
+  readonly append: DataLink.DataLinkClient["append"]
+  readonly fetch: DataLink.DataLinkClient["fetch"]
 }
 
 type AnyHandlers = Record<string, (payload: unknown, options: unknown) => Effect.Effect<unknown, unknown>>
@@ -63,6 +73,23 @@ export const make = (network: Network): RemotePeers.TransportShape => ({
       Scope.provide(scope)
     ) as unknown as Effect.Effect<ReplicaRpc.Client<R>, PeerUnreachable>
   },
-  dataLink: (address) =>
-    Effect.fail(new PeerUnreachable({ target: address, detail: "the simulated network has no data link" }))
+  dataLink: (address) => Effect.succeed(linkTo(network, address))
 })
+
+/** A data link client to `address`: each call finds the server running there then, and crosses the network. */
+const linkTo = (network: Network, address: string): DataLink.DataLinkClient => {
+  const call =
+    <A, E>(f: (link: LinkHandlers) => Effect.Effect<A, E>) =>
+    (): Effect.Effect<A, E | PeerUnreachable> =>
+      Effect.suspend(() => {
+        const target = network.link(address)
+        return target === undefined
+          ? Effect.fail(new PeerUnreachable({ target: address, detail: "nothing runs there" }))
+          : network.route(address, f(target))
+      })
+  return {
+    append: (request) => call((link) => link.append(request))(),
+    fetch: (request) => call((link) => link.fetch(request))(),
+    close: Effect.void
+  }
+}

@@ -58,6 +58,7 @@ const startServer = (w: World, p: Proc) =>
     yield* Effect.forkIn(
       ClusterPaths.keepRegistered(coordinationOf(w, p), paths, p.id, {
         address: p.name,
+        dataAddress: p.name,
         sessionTimeout: Duration.millis(w.cluster.sessionTimeoutMs),
         firstEpoch: incarnation * 1000,
         retryBackoffMs: 50,

@@ -53,6 +53,10 @@ export const make = (w: World): Workload => {
       const server = w.byName.get(address)?.server
       return server === undefined ? undefined : TabletServerRpc.tabletServerHandlers(server)
     },
+    link: (address) => {
+      const server = w.byName.get(address)?.server
+      return server === undefined ? undefined : { append: server.append, fetch: server.fetch }
+    },
     coordinator: (address) => {
       const c = w.byName.get(address)
       if (c?.kind !== "coordinator" || c.scope === undefined) return undefined

@@ -10,7 +10,8 @@ import {
   StoreIoError,
   type TabletBatch,
   type TabletId,
-  type TabletRecord
+  type TabletRecord,
+  MemoryStore
 } from "@strata/core"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/wire/Peers.js"
@@ -190,7 +191,7 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
         Effect.gen(function* () {
           let store = stores.get(id)
           if (store === undefined) {
-            store = yield* Layer.buildWithScope(Store.layerMemory(), root)
+            store = yield* Layer.buildWithScope(MemoryStore.layer(), root)
             stores.set(id, store)
           }
           const scope = yield* Scope.fork(root, "sequential")

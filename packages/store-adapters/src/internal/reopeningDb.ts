@@ -8,7 +8,7 @@
  * the next. Reads keep going to the failed database until the reopen; while one runs, asynchronous reads wait for
  * it and synchronous ones fail. Iterators opened on the failed database end with the reopen.
  */
-import type { DriverDb, DriverIterator, FillBatch } from "./levelDb.js"
+import type { DriverDb, DriverIterator, FillBatch } from "./driver.js"
 
 /** Serves `DriverDb` from `first`, then from databases `open` gives once a write failed. */
 export const reopeningDb = (first: DriverDb, open: () => Promise<DriverDb>): DriverDb => {

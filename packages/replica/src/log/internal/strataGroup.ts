@@ -26,7 +26,8 @@ import {
   LogIoError,
   op,
   type Session,
-  type TopicPartition
+  type TopicPartition,
+  Retry
 } from "@strata/core"
 import { Duration, Effect, Option, Queue, Schedule, type Scope, Stream } from "effect"
 import { makeConsumer } from "./strataConsumer.js"
@@ -165,7 +166,7 @@ export const makeGroupConsumer = (
       }
     })
     // A coordination failure (a lost connection, an expired session's watch) is waited out, never given up on.
-    yield* Effect.forkScoped(loop.pipe(Effect.retry(Schedule.spaced(Duration.millis(100))), Effect.ignore))
+    yield* Effect.forkScoped(loop.pipe(Retry.retry({ schedule: Schedule.spaced(Duration.millis(100)) }), Effect.ignore))
 
     return {
       events: Stream.fromQueue(events),

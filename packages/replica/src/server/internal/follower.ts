@@ -6,12 +6,12 @@
  *
  * @internal
  */
-import type { ServerId } from "@strata/core"
-import { Cause, Data, Effect, Exit, Option } from "effect"
+import { Retry, type ServerId } from "@strata/core"
+import { Data, Effect, Schedule } from "effect"
 import * as FollowerState from "../../machines/FollowerState.js"
 import type { LeaderCalls } from "../../wire/Peers.js"
 import { isStorageFailure, type TabletLog, TabletLogError } from "../TabletLog.js"
-import { type Hosted, locked, retryTelling, signal } from "./hosted.js"
+import { type Hosted, locked, signal } from "./hosted.js"
 
 /** What the loop needs from its server. */
 export interface FollowerContext {
@@ -69,11 +69,10 @@ const run = (
   command: FollowerState.Command
 ): Effect.Effect<FollowerState.Input | undefined, unknown> => {
   const retrying = <A, E extends { readonly message: string }>(request: Effect.Effect<A, E>) =>
-    retryTelling(
-      request,
-      ctx.retryBackoffMs,
-      () => `server ${ctx.self}: ${h.key}: ${command._tag} from server ${ctx.leaderId}`
-    )
+    Retry.retry(request, {
+      schedule: Schedule.spaced(ctx.retryBackoffMs),
+      tell: { what: () => `server ${ctx.self}: ${h.key}: ${command._tag} from server ${ctx.leaderId}` }
+    })
   switch (command._tag) {
     case "AskEndOffset":
       return retrying(
@@ -150,37 +149,27 @@ const life = (h: Hosted, generation: number, ctx: FollowerContext) =>
 /** The longest pause before a follower that keeps failing starts over. */
 const restartMaxMs = 10_000
 
+/** Whether a life's failure ends the follower (its role ended, its store failed) rather than starting it over. */
+const ends = (e: unknown) => e instanceof RoleEnded || (e instanceof TabletLogError && isStorageFailure(e))
+
 /**
- * Follows the leader for generation `generation` of the replica until interrupted. When its own store fails, the replica goes
- * offline (`storageFailed`) and the loop ends. Any other failed log operation (the log and the machine disagree)
- * is logged in one line and the machine starts over from the log, after a backoff that doubles while it keeps
- * failing.
+ * Follows the leader for generation `generation` of the replica until interrupted. When its own store fails, the
+ * replica goes offline (`storageFailed`) and the loop ends. Any other failed log operation (the log and the machine
+ * disagree) is told (the first time and every 20th) and the machine starts over from the log, after a backoff that
+ * doubles while it keeps failing; a life that ends well starts the next after the retry backoff.
  */
 export const follow = (h: Hosted, generation: number, ctx: FollowerContext): Effect.Effect<void> =>
-  Effect.gen(function* () {
-    let backoff = ctx.retryBackoffMs
-    let failures = 0
-    while (true) {
-      const exit = yield* Effect.exit(life(h, generation, ctx))
-      if (Exit.isFailure(exit)) {
-        if (Cause.hasInterrupts(exit.cause)) return yield* Effect.interrupt
-        const error = Cause.findErrorOption(exit.cause)
-        if (Option.isSome(error) && error.value instanceof RoleEnded) return
-        const e = Option.getOrUndefined(error)
-        if (e instanceof TabletLogError && isStorageFailure(e)) return yield* ctx.storageFailed(generation, e.message)
-        failures++
-        if (failures === 1 || failures % 20 === 0) {
-          const why = e instanceof Error ? e.message : Cause.pretty(exit.cause)
-          yield* Effect.logWarning(
-            `${h.key}: the follower of server ${ctx.leaderId} starts over (${failures} ${failures === 1 ? "time" : "times"}): ${why}`
-          )
-        }
-        yield* Effect.sleep(backoff)
-        backoff = Math.min(backoff * 2, restartMaxMs)
-        continue
-      }
-      failures = 0
-      backoff = ctx.retryBackoffMs
-      yield* Effect.sleep(ctx.retryBackoffMs)
-    }
-  })
+  life(h, generation, ctx).pipe(
+    // A defect of a life starts it over too, as a failure does.
+    Effect.catchDefect((defect) => Effect.fail(defect)),
+    Retry.retry({
+      schedule: Retry.backoff(ctx.retryBackoffMs, restartMaxMs),
+      while: (e) => !ends(e),
+      tell: { what: () => `${h.key}: the follower of server ${ctx.leaderId}`, every: 20 }
+    }),
+    Effect.andThen(Effect.sleep(ctx.retryBackoffMs)),
+    Effect.forever,
+    Effect.catch((e) =>
+      e instanceof TabletLogError && isStorageFailure(e) ? ctx.storageFailed(generation, e.message) : Effect.void
+    )
+  )

@@ -6,7 +6,7 @@
  * @internal
  */
 import type { ReplicaError, ServerId, TabletId } from "@strata/core"
-import { Deferred, Effect, type Fiber, Schedule, type Scope, Semaphore } from "effect"
+import { Deferred, Effect, type Fiber, type Scope, Semaphore } from "effect"
 import * as Replica from "../../machines/Replica.js"
 import type { TabletLog } from "../TabletLog.js"
 
@@ -66,25 +66,3 @@ export const signal = (h: Hosted): Effect.Effect<void> =>
     h.changed = Deferred.makeUnsafe<void>()
     return Deferred.succeed(changed, undefined)
   })
-
-/**
- * Retries `request` every `backoffMs` while `go()` holds, saying why it failed (`what()`: what was asked, built only
- * then) on the first failure and every 50th after it (a request that cannot get through is seen in the log, not a
- * line each backoff).
- */
-export const retryTelling = <A, E extends { readonly message: string }>(
-  request: Effect.Effect<A, E>,
-  backoffMs: number,
-  what: () => string,
-  go: () => boolean = () => true
-): Effect.Effect<A, E> => {
-  let failures = 0
-  return request.pipe(
-    Effect.tapError((e) =>
-      ++failures === 1 || failures % 50 === 0
-        ? Effect.logWarning(`${what()} failed (${failures} ${failures === 1 ? "try" : "tries"}): ${e.message}`)
-        : Effect.void
-    ),
-    Effect.retry({ schedule: Schedule.spaced(backoffMs), while: go })
-  )
-}
