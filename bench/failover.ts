@@ -17,8 +17,8 @@
 // Environment (the results file is written only with the defaults):
 //   BENCH_KILLS (20 of each kind), BENCH_SESSION_TIMEOUT_MS (2000), BENCH_BACKENDS (zookeeper,etcd),
 //   BENCH_ZOOKEEPER (STRATA_ZK or 127.0.0.1:2181), BENCH_ETCD (STRATA_ETCD or 127.0.0.1:2379)
+import type { Coordination } from "../packages/core/src/index.js"
 import { connect } from "node:net"
-import type { Coordination, CoordinationError } from "../packages/core/src/index.js"
 import { Cause, Effect, Exit, Fiber, Layer, Logger, Option, Stream } from "effect"
 import * as CoordinationElection from "../packages/election/src/CoordinationElection.js"
 import * as EtcdCoordination from "../packages/election/src/EtcdCoordination.js"
@@ -71,7 +71,7 @@ interface Seen {
 const observe = (backend: Backend, address: string, namespace: string, sessionTimeoutMs: number) => {
   const seen: Array<Seen> = []
   let failure: string | undefined
-  const coordination: Layer.Layer<Coordination, CoordinationError> =
+  const coordination: Layer.Layer<Coordination.Coordination, Coordination.CoordinationError> =
     backend === "zookeeper"
       ? ZooKeeperCoordination.layer({ connectString: address, root: ROOT, sessionTimeoutMs })
       : EtcdCoordination.layer({ endpoints: [`http://${address}`], root: ROOT, sessionTimeoutMs })

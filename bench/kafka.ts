@@ -20,10 +20,10 @@
 // Environment (for quick checks; the results file is written only with the defaults):
 //   BENCH_RECORDS (1000000), BENCH_BATCH (1000), BENCH_PARTITIONS (12), BENCH_IN_FLIGHT (1), BENCH_RUNS (3),
 //   BENCH_CLIENTS (bare,adapter,kafkajs), BENCH_KAFKA_BROKER (127.0.0.1:9092)
+import type { Log, Models } from "../packages/core/src/index.js"
 import { readFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { pathToFileURL } from "node:url"
-import type { LogBatch, ProducerRecord, TopicPartition } from "../packages/core/src/index.js"
 import { Effect, Stream } from "effect"
 import * as KafkaJs from "kafkajs"
 import {
@@ -190,8 +190,8 @@ const adapterRun = (
     Effect.scoped(
       Effect.gen(function* () {
         const log = yield* KafkaLog.make({ brokers: [plan.broker] })
-        const recordsOf = (start: number, end: number): Array<ProducerRecord> => {
-          const records = new Array<ProducerRecord>(end - start)
+        const recordsOf = (start: number, end: number): Array<Log.ProducerRecord> => {
+          const records = new Array<Log.ProducerRecord>(end - start)
           for (let i = start; i < end; i++) {
             records[i - start] = { topic, partition: i % plan.partitions, key: data.keys[i]!, value: valueAt(data, i) }
           }
@@ -205,7 +205,7 @@ const adapterRun = (
         const produceMs = performance.now() - t0
         yield* Effect.promise(afterProduce)
 
-        const tps: Array<TopicPartition> = Array.from({ length: plan.partitions }, (_, partition) => ({
+        const tps: Array<Models.TopicPartition> = Array.from({ length: plan.partitions }, (_, partition) => ({
           topic,
           partition
         }))
@@ -217,7 +217,7 @@ const adapterRun = (
         let bytes = 0
         let batches = 0
         const t1 = performance.now()
-        yield* Stream.runForEachWhile(consumer.batches, (b: LogBatch) =>
+        yield* Stream.runForEachWhile(consumer.batches, (b: Log.Batch) =>
           Effect.sync(() => {
             batches++
             for (const r of b.records) {

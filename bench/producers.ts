@@ -8,8 +8,8 @@
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_PRODUCERS (1000,20000), BENCH_APPENDS (2000), BENCH_RUNS (3)
+import { MemoryStore, Store } from "../packages/core/src/index.js"
 import { Effect } from "effect"
-import { Store, MemoryStore } from "../packages/core/src/index.js"
 import * as TabletLog from "../packages/replica/src/server/TabletLog.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, round3 } from "./lib.js"
 
@@ -18,7 +18,7 @@ const record = { key: null, value: new Uint8Array(100), headers: [], timestamp: 
 /** Milliseconds per append over `appends` appends after the log learnt `producers` producers. */
 const perAppend = (producers: number, appends: number, stamped: boolean) =>
   Effect.gen(function* () {
-    const store = yield* (yield* Store).open({ table: "bench", partition: 0 })
+    const store = yield* (yield* Store.Store).open({ table: "bench", partition: 0 })
     const log = yield* TabletLog.make(store, { table: "bench", bucket: 0 })
     for (let id = 0; id < producers; id++) yield* log.append(0, [record], { id, epoch: 0, sequence: 0 })
     const started = performance.now()

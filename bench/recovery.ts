@@ -37,6 +37,7 @@
 //   BENCH_CPU_PROF (a directory: each child profiles its timed part with the inspector into <phase>-<run>.cpuprofile,
 //   positions mapped to the TypeScript sources), BENCH_ALLOC_PROF (likewise, a sampling allocation profile counting
 //   collected objects too, <phase>-<run>.heapprofile; not together with BENCH_CPU_PROF).
+import { Log, MemoryStore, type Models, Store } from "../packages/core/src/index.js"
 import { execFileSync } from "node:child_process"
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { Session } from "node:inspector/promises"
@@ -45,7 +46,6 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import { Context, Effect, Layer, Logger, Option, Schema, Stream } from "effect"
-import { Log, type ProducerRecord, Store, type TopicPartition, MemoryStore } from "../packages/core/src/index.js"
 import { type ChildProtocol, measure as measureTimed, reportFromChild, runChild as runChildProcess } from "./child.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
@@ -279,7 +279,7 @@ const kafkajsPhase = async (spec: Spec): Promise<PhaseResult> => {
   }
 }
 
-const partitionsOf = (spec: Spec, topic: string): Array<TopicPartition> =>
+const partitionsOf = (spec: Spec, topic: string): Array<Models.TopicPartition> =>
   Array.from({ length: spec.partitions }, (_, partition) => ({ topic, partition }))
 
 const logPhase = async (spec: Spec): Promise<PhaseResult> => {
@@ -350,7 +350,7 @@ const storePhase = async (spec: Spec, kind: StoreKind): Promise<PhaseResult> => 
             })
     const values = makeValues()
     /** A fresh worker on the store: start, then the timed restore, then a sample of values read back. */
-    const restoreWith = (services: Context.Context<Store | Log>) =>
+    const restoreWith = (services: Context.Context<Store.Store | Log.Log>) =>
       Effect.gen(function* () {
         const tables = yield* Tables.make({
           app: spec.app,
@@ -422,12 +422,12 @@ const storePhase = async (spec: Spec, kind: StoreKind): Promise<PhaseResult> => 
       }).pipe(Effect.scoped)
     const program = Effect.gen(function* () {
       const log = yield* KafkaLog.make({ brokers: [spec.broker], clientId: `strata-bench-recovery-${kind}` })
-      const services = Context.add(yield* Layer.build(storeLayer), Log, log)
+      const services = Context.add(yield* Layer.build(storeLayer), Log.Log, log)
       // The worker lives in its own scope; the store outlives it, so its partitions can be counted afterwards.
       const worker = yield* restoreWith(services)
       // Untimed: every partition store holds exactly its share of the keys.
       const c0 = performance.now()
-      const store = Context.get(services, Store)
+      const store = Context.get(services, Store.Store)
       const counts = highwatersOf(spec.records, spec.partitions)
       for (let partition = 0; partition < spec.partitions; partition++) {
         const stored = yield* Effect.scoped(
@@ -508,7 +508,7 @@ const load = (KafkaLog: KafkaLogModule, tablesModule: TablesModule, plan: Plan, 
       (c) => {
         const start = c * PRODUCE_BATCH
         const end = Math.min(plan.records, start + PRODUCE_BATCH)
-        const records = new Array<ProducerRecord>(end - start)
+        const records = new Array<Log.ProducerRecord>(end - start)
         for (let i = start; i < end; i++) {
           const partition = i % plan.partitions
           const offset = Math.floor(i / plan.partitions)

@@ -24,6 +24,8 @@
 //   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
 //   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094), BENCH_PARTS
 //   (produce,failover,catchup,takeover), BENCH_KEEP (set: keep the processes' data and logs)
+import { Coordination, type Models } from "../packages/core/src/index.js"
+import type { ReplicaManager } from "../packages/replica/src/index.js"
 import { execFileSync } from "node:child_process"
 import { readFileSync, readdirSync } from "node:fs"
 import { createRequire } from "node:module"
@@ -31,7 +33,6 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { mkdtempSync, rmSync } from "node:fs"
-import { Coordination, type TabletId, type TabletRecord } from "../packages/core/src/index.js"
 import * as ZooKeeperCoordination from "../packages/election/src/ZooKeeperCoordination.js"
 import { Controller, ControllerView, TabletClient } from "../packages/replica/src/index.js"
 import { CoordinationElection } from "../packages/election/src/index.js"
@@ -153,7 +154,7 @@ const keyOf = (i: number) => Buffer.from(`key-${String(i).padStart(12, "0")}`, "
 interface StrataSide {
   readonly cluster: ProcessCluster.ProcessCluster
   readonly namespace: string
-  readonly run: <A, E>(effect: Effect.Effect<A, E, Coordination | Scope.Scope>) => Promise<A>
+  readonly run: <A, E>(effect: Effect.Effect<A, E, Coordination.Coordination | Scope.Scope>) => Promise<A>
   readonly client: TabletClient.TabletClientShape
   readonly close: () => Promise<void>
 }
@@ -180,7 +181,7 @@ const startStrata = async (label: string, servers: number, zookeeper: string): P
   const context = await Effect.runPromise(
     Layer.buildWithScope(ZooKeeperCoordination.layer({ connectString: zookeeper }), scope)
   )
-  const run = <A, E>(effect: Effect.Effect<A, E, Coordination | Scope.Scope>) =>
+  const run = <A, E>(effect: Effect.Effect<A, E, Coordination.Coordination | Scope.Scope>) =>
     Effect.runPromise(effect.pipe(Effect.provide(Context.add(context, Scope.Scope, scope))) as Effect.Effect<A, E>)
   await run(cluster.start("coordinator", 101))
   for (let id = 1; id <= servers; id++) await run(cluster.start("tablet-server", id))
@@ -235,13 +236,13 @@ const awaitTable = async (
 
 const strataProduce = async (side: StrataSide, plan: Plan, valueBytes: number, table: string): Promise<Run> => {
   const values = randomBytes(valueBytes * 64, 0x5eed)
-  const tablets: Array<TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table, bucket }))
+  const tablets: Array<Models.TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table, bucket }))
   const servers = side.cluster.running("tablet-server").map((id) => side.cluster.pid("tablet-server", id)!)
   const cpu0 = cpuOfAll(servers)
   const client0 = clientCpu()
   const t0 = performance.now()
   const latencies = await produceAll(plan, (start, end) => {
-    const byTablet = new Map<number, Array<TabletRecord>>()
+    const byTablet = new Map<number, Array<ReplicaManager.TabletRecord>>()
     for (let i = start; i < end; i++) {
       const p = i % PARTITIONS
       let list = byTablet.get(p)
@@ -451,7 +452,7 @@ const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers:
 }
 
 /** Sends one record to every tablet until each took one; the time when the last did. */
-const everyTabletWrites = async (side: StrataSide, tablets: ReadonlyArray<TabletId>, since: number) => {
+const everyTabletWrites = async (side: StrataSide, tablets: ReadonlyArray<Models.TabletId>, since: number) => {
   const times = await side.run(
     Effect.forEach(
       tablets,
@@ -468,7 +469,7 @@ const everyTabletWrites = async (side: StrataSide, tablets: ReadonlyArray<Tablet
 
 const failoverPart = async (kills: number, zookeeper: string) => {
   const side = await startStrata("failover", 3, zookeeper)
-  const tablets: Array<TabletId> = Array.from({ length: 200 }, (_, bucket) => ({ table: "failover", bucket }))
+  const tablets: Array<Models.TabletId> = Array.from({ length: 200 }, (_, bucket) => ({ table: "failover", bucket }))
   const writable: Array<number> = []
   const led: Array<number> = []
   const rejoined: Array<number> = []
@@ -570,7 +571,7 @@ const takeoverPart = async (tablets: number, changed: number, zookeeper: string)
     }
     while ((yield* warm.stats).tablets < tablets) yield* Effect.sleep("50 millis")
     yield* controller.createTablets(specs("late", changed))
-    const session = yield* (yield* Coordination).session()
+    const session = yield* (yield* Coordination.Coordination).session()
     const timed = <A, E>(self: Effect.Effect<A, E>) =>
       Effect.gen(function* () {
         const started = performance.now()
@@ -609,7 +610,10 @@ const catchupPart = async (seconds: number, zookeeper: string) => {
   const side = await startStrata("catchup", 3, zookeeper)
   try {
     await createTable(side, "catchup", PARTITIONS)
-    const tablets: Array<TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table: "catchup", bucket }))
+    const tablets: Array<Models.TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({
+      table: "catchup",
+      bucket
+    }))
     await side.run(side.cluster.kill("tablet-server", 3))
     await awaitTable(side, "catchup", (t) => !t.isr.includes(3) && t.leader !== null)
     const values = randomBytes(100 * 64, 7)
@@ -620,7 +624,7 @@ const catchupPart = async (seconds: number, zookeeper: string) => {
       Array.from({ length: 4 }, async (_, w) => {
         let i = w
         while (performance.now() < until) {
-          const records: Array<TabletRecord> = Array.from({ length: 1000 }, (_, j) => ({
+          const records: Array<ReplicaManager.TabletRecord> = Array.from({ length: 1000 }, (_, j) => ({
             key: keyOf(i * 1000 + j),
             value: values.subarray((j % 64) * 100, (j % 64) * 100 + 100),
             headers: [],

@@ -20,16 +20,9 @@
 // Environment (the results file is written only with the defaults):
 //   BENCH_BATCHES (3000), BENCH_BATCH (100), BENCH_RECORD_BYTES (100,1000), BENCH_INFLIGHT (4), BENCH_RUNS (3)
 import * as Net from "node:net"
+import { ReplicaManager } from "../packages/replica/src/index.js"
 import { Effect, Exit, Schema, Scope } from "effect"
 import { Rpc, RpcGroup } from "effect/rpc"
-import {
-  AppendRequest,
-  AppendResult,
-  FetchRequest,
-  type FetchResult,
-  FetchResult as FetchResultSchema,
-  type TabletRecord
-} from "../packages/core/src/index.js"
 import { DataLink, RemotePeers, ReplicaRpc } from "../packages/replica/src/index.js"
 import * as Codec from "../packages/replica/src/wire/internal/batchCodec.js"
 import {
@@ -55,12 +48,12 @@ const defaults =
 const tablet = { table: "bench", bucket: 0 }
 /** What one size's runs send: the records of a call, a fetch's answer, and how many calls. */
 interface Load {
-  readonly records: ReadonlyArray<TabletRecord>
-  readonly fetched: FetchResult
+  readonly records: ReadonlyArray<ReplicaManager.TabletRecord>
+  readonly fetched: ReplicaManager.FetchResult
   readonly batches: number
 }
 const loadOf = (recordBytes: number): Load => {
-  const records: Array<TabletRecord> = Array.from({ length: BATCH }, (_, i) => ({
+  const records: Array<ReplicaManager.TabletRecord> = Array.from({ length: BATCH }, (_, i) => ({
     key: null,
     value: new Uint8Array(randomBytes(recordBytes, i + 1)),
     headers: [],
@@ -98,11 +91,11 @@ const timed = (count: number, call: (i: number) => Effect.Effect<unknown, unknow
 /** Appends and fetches as RPC calls, their records in the tablet log's batch encoding. */
 class ViaRpc extends RpcGroup.make(
   Rpc.make("Append", {
-    payload: Schema.Struct({ ...AppendRequest.fields, records: Schema.Uint8Array }),
-    success: AppendResult
+    payload: Schema.Struct({ ...ReplicaManager.AppendRequest.fields, records: Schema.Uint8Array }),
+    success: ReplicaManager.AppendResult
   }),
   Rpc.make("Fetch", {
-    payload: FetchRequest,
+    payload: ReplicaManager.FetchRequest,
     success: Schema.TaggedStruct("Batches", {
       leaderEpoch: Schema.Int,
       batches: Schema.Array(ReplicaRpc.EncodedBatch),
@@ -124,7 +117,7 @@ const rpcRun = ({ records, fetched, batches }: Load) =>
           if (typeof batch === "string") throw new Error(batch)
           return { baseOffset: 0, lastOffset: batch.records.length - 1, highWatermark: 0, duplicate: false }
         }),
-      Fetch: () => Effect.succeed(fetched as Extract<FetchResult, { _tag: "Batches" }>)
+      Fetch: () => Effect.succeed(fetched as Extract<ReplicaManager.FetchResult, { _tag: "Batches" }>)
     })
     const bound = yield* ReplicaRpc.serveGroup(ViaRpc, handlers, { host: "127.0.0.1", port: 0 }).pipe(
       Scope.provide(scope),
@@ -166,8 +159,8 @@ const linkRun = ({ records, fetched, batches }: Load) =>
 
 /** The same calls with a Schema pass per record (core's own Schemas on the wire), for the comparison. */
 class PerRecord extends RpcGroup.make(
-  Rpc.make("Append", { payload: AppendRequest, success: AppendResult }),
-  Rpc.make("Fetch", { payload: FetchRequest, success: FetchResultSchema })
+  Rpc.make("Append", { payload: ReplicaManager.AppendRequest, success: ReplicaManager.AppendResult }),
+  Rpc.make("Fetch", { payload: ReplicaManager.FetchRequest, success: ReplicaManager.FetchResult })
 ) {}
 
 /** The per-record side, served and called the same way. */
@@ -191,7 +184,7 @@ const perRecordRun = ({ records, fetched, batches }: Load) =>
   })
 
 /** Frames: u32 length, then the body. A produce body: u32 count, then per record u32 length and its bytes. */
-const encodeRecords = (rs: ReadonlyArray<TabletRecord>): Buffer => {
+const encodeRecords = (rs: ReadonlyArray<ReplicaManager.TabletRecord>): Buffer => {
   const size = 4 + rs.reduce((n, r) => n + 4 + r.value.length, 0)
   const out = Buffer.allocUnsafe(4 + size)
   out.writeUInt32BE(size, 0)

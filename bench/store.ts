@@ -19,11 +19,10 @@
 //
 // Environment (for quick checks; the results file is written only with the defaults):
 //   BENCH_RECORDS (1000000), BENCH_BATCH (1000), BENCH_RUNS (3), BENCH_BACKENDS (memory,level,rocksdb)
+import { Store } from "../packages/core/src/index.js"
 import { createRequire } from "node:module"
 import { pathToFileURL } from "node:url"
 import { Context, Effect, Layer, type Scope, Stream } from "effect"
-import type { StoreError, StoreOp, StoreShape } from "../packages/core/src/index.js"
-import { Store } from "../packages/core/src/index.js"
 import {
   type BenchOutput,
   collectGarbage,
@@ -143,7 +142,7 @@ const adapterRequire = createRequire(new URL("../packages/store-adapters/package
 const importFromAdapters = (specifier: string): Promise<unknown> =>
   import(pathToFileURL(adapterRequire.resolve(specifier)).href)
 
-type MakeStore = (directory: string) => Effect.Effect<StoreShape, StoreError, Scope.Scope>
+type MakeStore = (directory: string) => Effect.Effect<Store.Shape, Store.StoreError, Scope.Scope>
 
 interface RawPut {
   readonly type: "put"
@@ -232,7 +231,7 @@ const loadRocksDb = async (): Promise<DiskBackend> => {
 
 const loadMemory = async (): Promise<MakeStore> => {
   const MemoryStore = (await importFromAdapters("@strata/store-adapters/memory")) as MemoryStoreModule
-  return () => Effect.map(Layer.build(MemoryStore.layer()), Context.get(Store))
+  return () => Effect.map(Layer.build(MemoryStore.layer()), Context.get(Store.Store))
 }
 
 // ---------------------------------------------------------------------------
@@ -251,7 +250,7 @@ const adapterRun = (makeStore: MakeStore, directory: string, data: Data, plan: P
         const t0 = performance.now()
         for (let start = 0; start < plan.records; start += plan.batch) {
           const end = Math.min(plan.records, start + plan.batch)
-          const ops: Array<StoreOp> = []
+          const ops: Array<Store.Op> = []
           for (let i = start; i < end; i++) ops.push({ _tag: "put", key: data.keys[i]!, value: valueAt(data, i) })
           yield* partition.write(ops, plan.offsets ? { offsets: offsetsOf(end) } : undefined)
         }
@@ -354,7 +353,7 @@ const memoryBaselineRun = (data: Data, plan: Plan): Timing => {
   const t0 = performance.now()
   for (let start = 0; start < plan.records; start += plan.batch) {
     const end = Math.min(plan.records, start + plan.batch)
-    const ops: Array<StoreOp> = []
+    const ops: Array<Store.Op> = []
     for (let i = start; i < end; i++) ops.push({ _tag: "put", key: data.keys[i]!, value: valueAt(data, i) })
     for (const op of ops) {
       if (op._tag !== "put") continue

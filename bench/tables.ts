@@ -25,20 +25,13 @@
 //   BENCH_SEQUENTIAL (2000), BENCH_CONCURRENT (10000), BENCH_CONCURRENCY (64), BENCH_PARTITIONS (12),
 //   BENCH_COMMIT_EVERY (1000), BENCH_RUNS (5), BENCH_KAFKA_BROKER (127.0.0.1:9092),
 //   BENCH_VARIANTS (all: raw.produce, raw.produceBatch, table.memory, table.level; e.g. to profile one)
+import { Log, MemoryStore, type Models } from "../packages/core/src/index.js"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import { Context, Effect, Layer, Logger, Schema } from "effect"
-import {
-  type Header,
-  Log,
-  type LogShape,
-  type ProducerRecord,
-  type TopicPartitionOffset,
-  MemoryStore
-} from "../packages/core/src/index.js"
 import * as KafkaLog from "../packages/kafka/src/KafkaLog.js"
 import * as LevelStore from "../packages/store-adapters/src/LevelStore.js"
 import { Table, Tables } from "../packages/tables/src/index.js"
@@ -121,20 +114,20 @@ const makeData = (records: number): Data => {
   return { keys, values, keyBytes: keys.map(json), valueBytes: values.map(json) }
 }
 
-const sourceOf = (plan: Plan, i: number): TopicPartitionOffset => ({
+const sourceOf = (plan: Plan, i: number): Models.TopicPartitionOffset => ({
   topic: SOURCE,
   partition: i % plan.partitions,
   offset: Math.floor(i / plan.partitions)
 })
 
 /** The header `process` puts on each changelog record (Tables.ts `sourceHeader`). */
-const headerOf = (source: TopicPartitionOffset): Header => ({
+const headerOf = (source: Models.TopicPartitionOffset): Log.Header => ({
   key: SOURCE_HEADER,
   value: encoder.encode(JSON.stringify([source.topic, source.partition, source.offset]))
 })
 
 /** The changelog record of source record i, as a raw producer would build it. */
-const recordOf = (data: Data, plan: Plan, topic: string, i: number): ProducerRecord => {
+const recordOf = (data: Data, plan: Plan, topic: string, i: number): Log.ProducerRecord => {
   const source = sourceOf(plan, i)
   return {
     topic,
@@ -146,8 +139,8 @@ const recordOf = (data: Data, plan: Plan, topic: string, i: number): ProducerRec
 }
 
 /** Next offset to read of every source partition once records 0..end-1 are processed. */
-const committedAt = (plan: Plan, end: number): Array<TopicPartitionOffset> => {
-  const out: Array<TopicPartitionOffset> = []
+const committedAt = (plan: Plan, end: number): Array<Models.TopicPartitionOffset> => {
+  const out: Array<Models.TopicPartitionOffset> = []
   for (let p = 0; p < plan.partitions; p++) {
     const offset = Math.floor((end - p + plan.partitions - 1) / plan.partitions)
     if (offset > 0) out.push({ topic: SOURCE, partition: p, offset })
@@ -199,7 +192,7 @@ const tempDirScoped = Effect.acquireRelease(
 )
 
 /** A produce or a table run that does not leave exactly `records` records in the topic is a broken benchmark. */
-const checkHighwaters = (log: LogShape, topic: string, plan: Plan) =>
+const checkHighwaters = (log: Log.Shape, topic: string, plan: Plan) =>
   Effect.gen(function* () {
     const offsets = yield* log.offsets(
       Array.from({ length: plan.partitions }, (_, partition) => ({ topic, partition }))
@@ -249,7 +242,7 @@ const drive = <E1, E2>(
   })
 
 /** Raw produce of the changelog records to a fresh topic; returns the timed milliseconds. */
-const rawRun = (log: LogShape, admin: Admin, data: Data, plan: Plan, how: "produce" | "produceBatch") =>
+const rawRun = (log: Log.Shape, admin: Admin, data: Data, plan: Plan, how: "produce" | "produceBatch") =>
   Effect.scoped(
     Effect.gen(function* () {
       const topic = freshName("raw")
@@ -270,7 +263,7 @@ const tableDef = (partitions: number) =>
   Table.make({ name: TABLE, key: Schema.String, value: Schema.String, partitions })
 
 /** Table writes with periodic commits on a fresh manager, store and changelog; returns the timed milliseconds. */
-const tableRun = (log: LogShape, admin: Admin, data: Data, plan: Plan, store: "memory" | "level") =>
+const tableRun = (log: Log.Shape, admin: Admin, data: Data, plan: Plan, store: "memory" | "level") =>
   Effect.scoped(
     Effect.gen(function* () {
       const app = freshName(store)
@@ -279,7 +272,7 @@ const tableRun = (log: LogShape, admin: Admin, data: Data, plan: Plan, store: "m
       yield* topicScoped(admin, changelog, plan.partitions)
       const storeLayer =
         store === "memory" ? MemoryStore.layer() : LevelStore.layer({ directory: yield* tempDirScoped })
-      const services = Context.add(yield* Layer.build(storeLayer), Log, log)
+      const services = Context.add(yield* Layer.build(storeLayer), Log.Log, log)
       const tables = yield* Tables.make({ app, settleDelay: 0, recovery: { recoveryDelay: 0 } }).pipe(
         Effect.provide(services)
       )

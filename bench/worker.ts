@@ -23,13 +23,13 @@
 //   BENCH_RECORDS (1000000), BENCH_KEYS (100000), BENCH_PARTITIONS (12), BENCH_RUNS (3),
 //   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb,memory-eos; memory-eos is the
 //   memory store with processingGuarantee exactly_once)
+import { Log, MemoryStore } from "../packages/core/src/index.js"
 import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
-import { Log, type LogShape, MemoryStore } from "../packages/core/src/index.js"
 import { type ChildProtocol, type Measured, measure, reportFromChild, runChild } from "./child.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
@@ -232,8 +232,8 @@ const workerPhase = async (spec: Spec, phase: Exclude<Phase, "bare">): Promise<P
   const decoder = new TextDecoder()
   try {
     const program = Effect.gen(function* () {
-      const log: LogShape = yield* KafkaLog.make({ brokers: [spec.broker], clientId: `strata-bench-worker-${kind}` })
-      const services = Context.add(yield* Layer.build(storeLayer), Log, log)
+      const log: Log.Shape = yield* KafkaLog.make({ brokers: [spec.broker], clientId: `strata-bench-worker-${kind}` })
+      const services = Context.add(yield* Layer.build(storeLayer), Log.Log, log)
       const app = `${spec.source}-${phase}-${spec.run}`
       const context = yield* Effect.context<never>()
       let firstAt: number | undefined

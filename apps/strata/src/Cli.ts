@@ -12,18 +12,16 @@
  *
  * @since 0.1.0
  */
-import { join } from "node:path"
 import {
-  type CoordinationError,
-  type ElectionError,
+  type Coordination,
+  type Election,
   type Log,
-  type LogError,
-  type Store,
-  type StoreError,
-  MemoryLog,
   MemoryCoordination,
-  MemoryStore
+  MemoryLog,
+  MemoryStore,
+  type Store
 } from "@strata/core"
+import { join } from "node:path"
 import { LocalCluster, ReplicaRpc, type ReplicationConfig } from "@strata/replica"
 import { StrataLog } from "@strata/replica/log"
 import { KafkaLog } from "@strata/kafka"
@@ -184,7 +182,10 @@ const strataLog = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
 const demoStores = (
   store: "memory" | "level" | "rocksdb",
   directory: string
-): { readonly before: Layer.Layer<Store, StoreError>; readonly after: Layer.Layer<Store, StoreError> } => {
+): {
+  readonly before: Layer.Layer<Store.Store, Store.StoreError>
+  readonly after: Layer.Layer<Store.Store, Store.StoreError>
+} => {
   switch (store) {
     case "memory":
       return { before: MemoryStore.layer(), after: MemoryStore.layer() }
@@ -227,12 +228,12 @@ const demoBackends = (flags: {
       .split(",")
       .map((b) => b.trim())
     const logLayer: Layer.Layer<
-      Log,
-      | LogError
+      Log.Log,
+      | Log.LogError
       | LocalCluster.LocalClusterError
       | ReplicationConfig.InvalidReplicaOptions
-      | CoordinationError
-      | ElectionError
+      | Coordination.CoordinationError
+      | Election.ElectionError
     > =
       log === "memory" ? MemoryLog.layer() : log === "kafka" ? KafkaLog.layer({ brokers: [first, ...rest] }) : strataLog
     const directory = Option.getOrElse(flags.dataDir, () => join(".strata-data", `demo-${store}`))

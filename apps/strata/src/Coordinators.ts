@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { type Election, type ElectionError, op, MemoryCoordination } from "@strata/core"
+import { Coordination, type Election, MemoryCoordination } from "@strata/core"
 import { CoordinationElection, Coordinator } from "@strata/election"
 import { Clock, Console, Effect, Exit, Layer, Scope } from "effect"
 
@@ -63,9 +63,13 @@ export const run = (verbose: boolean) =>
       `Became coordinator leader: server ${second.c.serverId} with epoch ${second.leadership.epoch} (took over in ${takeoverMs} ms)`
     )
 
-    const stale = yield* Effect.flip(first.leadership.fenced([op.create("/strata-demo-write", new Uint8Array(0))]))
+    const stale = yield* Effect.flip(
+      first.leadership.fenced([Coordination.op.create("/strata-demo-write", new Uint8Array(0))])
+    )
     yield* say(`The killed leader's write is refused: ${stale.reason._tag} (${stale.message})`)
-    const fresh = yield* Effect.exit(second.leadership.fenced([op.create("/strata-demo-write", new Uint8Array(0))]))
+    const fresh = yield* Effect.exit(
+      second.leadership.fenced([Coordination.op.create("/strata-demo-write", new Uint8Array(0))])
+    )
     yield* say(`The new leader's fenced write ${Exit.isSuccess(fresh) ? "succeeds" : "fails"}`)
 
     yield* say("Stopping the standby, then the leader")
@@ -81,6 +85,6 @@ export const run = (verbose: boolean) =>
   })
 
 /** The embedded default: the election recipe over memory coordination. */
-export const layerMemory: Layer.Layer<Election, ElectionError> = CoordinationElection.layer({
+export const layerMemory: Layer.Layer<Election.Election, Election.ElectionError> = CoordinationElection.layer({
   namespace: "/strata-demo"
 }).pipe(Layer.provide(MemoryCoordination.layer()))

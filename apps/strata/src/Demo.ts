@@ -9,8 +9,7 @@
  *
  * @since 0.1.0
  */
-import type { LogShape, StoreShape, TopicPartition } from "@strata/core"
-import { Log, Store } from "@strata/core"
+import { Log, type Models, Store } from "@strata/core"
 import { Table, Tables, Worker } from "@strata/tables"
 import { Console, Effect, type Layer, Option, Schedule, Schema } from "effect"
 
@@ -48,7 +47,7 @@ const enc = new TextEncoder()
 
 const words = (text: string): Array<string> => text.toLowerCase().match(/[\p{L}\p{N}']+/gu) ?? []
 
-const tpsOf = (topic: string, partitions: number): Array<TopicPartition> =>
+const tpsOf = (topic: string, partitions: number): Array<Models.TopicPartition> =>
   Array.from({ length: partitions }, (_, partition) => ({ topic, partition }))
 
 /** The word-count table: word → count, partitioned like the source topic. */
@@ -102,7 +101,7 @@ const worker = (options: DemoOptions, say: (line: string) => Effect.Effect<void>
   )
 
 /** For each changelog partition: what a restore replays (persisted offset + 1, or the log start, to the highwater). */
-const replayPlan = (store: StoreShape, log: LogShape, partitions: number) =>
+const replayPlan = (store: Store.Shape, log: Log.Shape, partitions: number) =>
   Effect.gen(function* () {
     const offsets = yield* log.offsets(tpsOf(topicsOf(partitions).changelog, partitions))
     return yield* Effect.forEach(offsets, (o) =>
@@ -124,10 +123,10 @@ const replayPlan = (store: StoreShape, log: LogShape, partitions: number) =>
  */
 export const run = <E1, E2>(
   options: DemoOptions,
-  stores: { readonly before: Layer.Layer<Store, E1>; readonly after: Layer.Layer<Store, E2> }
+  stores: { readonly before: Layer.Layer<Store.Store, E1>; readonly after: Layer.Layer<Store.Store, E2> }
 ) =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     const say = (line: string) => (options.verbose ? Console.log(line) : Effect.void)
     const { source, changelog } = topicsOf(options.partitions)
 
@@ -148,7 +147,7 @@ export const run = <E1, E2>(
     )
 
     const before = yield* Effect.gen(function* () {
-      const store = yield* Store
+      const store = yield* Store.Store
       // Start from an empty table, whatever an earlier run left in a persistent store.
       for (let partition = 0; partition < options.partitions; partition++)
         yield* store.drop({ table: TABLE, partition })
@@ -163,7 +162,7 @@ export const run = <E1, E2>(
 
     yield* say("Restarting the worker: the table's store is reopened and restored from its changelog")
     const restarted = yield* Effect.gen(function* () {
-      const replayed = yield* replayPlan(yield* Store, log, options.partitions)
+      const replayed = yield* replayPlan(yield* Store.Store, log, options.partitions)
       const { table, resume } = yield* worker(options, say)
       return { table, replayed, resume }
     }).pipe(Effect.provide(stores.after))

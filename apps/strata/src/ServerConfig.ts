@@ -10,15 +10,8 @@
  *
  * @since 0.1.0
  */
+import { Coordination, OptionSchemas, type Store } from "@strata/core"
 import { readFileSync } from "node:fs"
-import {
-  Coordination,
-  CoordinationError,
-  CoordinationUnreachable,
-  OptionSchemas,
-  type Store,
-  type StoreError
-} from "@strata/core"
 import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
@@ -102,7 +95,7 @@ const parseCoordination = (url: string): CoordinationTarget | undefined => {
  *
  * @since 0.1.0
  */
-export class NotZooKeeper extends CoordinationUnreachable {
+export class NotZooKeeper extends Coordination.Unreachable {
   /** @since 0.1.0 */
   override get message(): string {
     return this.detail
@@ -115,8 +108,8 @@ export class NotZooKeeper extends CoordinationUnreachable {
  */
 const explainUnreachable = (
   connectString: string,
-  error: CoordinationError
-): Effect.Effect<never, CoordinationError> =>
+  error: Coordination.CoordinationError
+): Effect.Effect<never, Coordination.CoordinationError> =>
   error.reason._tag !== "CoordinationUnreachable" || error.reason instanceof NotZooKeeper
     ? Effect.fail(error)
     : Effect.flatMap(
@@ -136,7 +129,7 @@ const explainUnreachable = (
           const how = others.length === 1 && others[0]![1]._tag === "NotZooKeeper" ? `: ${others[0]![1].detail}` : ""
           const silent = answers.filter(([, a]) => a._tag === "NoConnection").map(([hp]) => hp)
           return Effect.fail(
-            new CoordinationError({
+            new Coordination.CoordinationError({
               reason: new NotZooKeeper({
                 address: connectString,
                 detail: `something answered at ${what}, but it is not ZooKeeper${how}; no ZooKeeper session was established${silent.length === 0 ? "" : ` (nothing answered at ${silent.join(", ")})`}`
@@ -147,12 +140,14 @@ const explainUnreachable = (
       )
 
 /** The coordination layer a URL names (a URL the config's schema let through). */
-export const coordinationLayer = (url: string): Layer.Layer<Coordination, CoordinationError> => {
+export const coordinationLayer = (
+  url: string
+): Layer.Layer<Coordination.Coordination, Coordination.CoordinationError> => {
   const target = parseCoordination(url)
   if (target === undefined) throw new Error(`not a coordination URL: ${url}`)
   if (target._tag === "etcd") return EtcdCoordination.layer({ endpoints: target.endpoints })
   const { connectString } = target
-  return Layer.effect(Coordination)(
+  return Layer.effect(Coordination.Coordination)(
     Effect.map(
       ZooKeeperCoordination.make(
         target.root === undefined ? { connectString } : { connectString, root: target.root }
@@ -166,7 +161,10 @@ export const coordinationLayer = (url: string): Layer.Layer<Coordination, Coordi
 }
 
 /** The store layer of a server's data directory. */
-export const storeLayer = (store: "level" | "rocksdb", directory: string): Layer.Layer<Store, StoreError> =>
+export const storeLayer = (
+  store: "level" | "rocksdb",
+  directory: string
+): Layer.Layer<Store.Store, Store.StoreError> =>
   store === "level" ? LevelStore.layer({ directory }) : RocksDbStore.layer({ directory })
 
 const Int = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))

@@ -1,9 +1,9 @@
+import type { Coordination } from "@strata/core"
 import { rm } from "node:fs/promises"
 import { assert, describe, it } from "@effect/vitest"
 import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import { Effect, type Layer } from "effect"
-import type { Coordination, CoordinationError } from "@strata/core"
 import { afterAll, beforeAll, inject } from "vitest"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
 import { bundleCli, faultSettings, freshDirectory } from "./support/clusterTest.js"
@@ -43,7 +43,7 @@ const faultCounts = (faults: ReadonlyArray<string>): string => {
 const nemesis = (
   backend: string,
   coordination: string,
-  layer: Layer.Layer<Coordination, CoordinationError>,
+  layer: Layer.Layer<Coordination.Coordination, Coordination.CoordinationError>,
   durationMs: number,
   minFaults: number
 ) =>

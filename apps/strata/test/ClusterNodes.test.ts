@@ -3,8 +3,8 @@
  * coordination: a tablet server started with the id of a running one never acts for it, a server whose controller is
  * gone says so as it stops, and the controller refuses table names that are not `[A-Za-z0-9._-]+`.
  */
+import { Coordination, MemoryCoordination, MemoryStore, type Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, type ServerId, MemoryCoordination, MemoryStore } from "@strata/core"
 import { CoordinationElection } from "@strata/election"
 import { ClusterPaths, Controller, LocalCluster, TabletClient, TabletServerNode } from "@strata/replica"
 import { Array as Arr, Duration, Effect, Exit, Fiber, Layer, Logger, Schedule, Scope } from "effect"
@@ -54,7 +54,7 @@ describe("a tablet server started with the id of a running one", () => {
       const lines: Array<string> = []
       return Effect.gen(function* () {
         const cluster = yield* LocalCluster.LocalClusterService
-        const coordination = yield* Coordination
+        const coordination = yield* Coordination.Coordination
         const created = yield* cluster.createTable("dup", { buckets: 3, replicationFactor: 3 })
         const tablets = created.map((t) => t.tablet)
         for (const t of tablets) {
@@ -180,14 +180,14 @@ describe("the controller", () => {
   it.live("logs why it refused an ISR change with IneligibleReplica", () =>
     Effect.gen(function* () {
       const lines: Array<string> = []
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       const paths = ClusterPaths.make("/refusal")
       // Server 1 lives; server 2 never registered.
       const server1 = yield* coordination.session()
       yield* ClusterPaths.register(server1, paths, 1, { address: "127.0.0.1:7001", registrationEpoch: 0 })
       const controller = yield* controllerOn("/refusal")
       const tablet = { table: "t", bucket: 0 }
-      const created = yield* controller.createTablets([{ tablet, replicas: [1, 2] as ReadonlyArray<ServerId> }])
+      const created = yield* controller.createTablets([{ tablet, replicas: [1, 2] as ReadonlyArray<Models.ServerId> }])
       if (created._tag !== "Created") return assert.fail(JSON.stringify(created))
       const t = created.tablets[0]!
       assert.strictEqual(t.leaderAndIsr.leader, 1)

@@ -1,5 +1,5 @@
+import { type Coordination, Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { type Coordination, tabletKey } from "@strata/core"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import { Effect, Result, type Scope } from "effect"
 import { inject } from "vitest"
@@ -38,7 +38,7 @@ const onZooKeeper = <A, E>(
   body: (
     cluster: ProcessCluster.ProcessCluster,
     namespace: string
-  ) => Effect.Effect<A, E, ZooKeeperCoordination.ZooKeeperCoordination | Coordination | Scope.Scope>
+  ) => Effect.Effect<A, E, ZooKeeperCoordination.ZooKeeperCoordination | Coordination.Coordination | Scope.Scope>
 ) =>
   Effect.gen(function* () {
     const { cluster, namespace } = yield* zooKeeperCluster(processes, label)
@@ -150,7 +150,7 @@ describe("a cluster of real processes on ZooKeeper", () => {
           // The restarted server's replicas hold what the leaders hold.
           for (const t of metadata.tablets.filter((t) => t.replicas.includes(victim)).slice(0, 5)) {
             const page = yield* c.remote.server(victim).readLog({ tablet: t.tablet, offset: 0, maxBytes: 65_536 })
-            assert.isAtLeast(page.logEndOffset, 2, `${tabletKey(t.tablet)} on the restarted server`)
+            assert.isAtLeast(page.logEndOffset, 2, `${Models.tabletKey(t.tablet)} on the restarted server`)
           }
         })
       ),

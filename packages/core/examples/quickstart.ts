@@ -3,15 +3,15 @@
  * then the store, with the changelog offset persisted in the same atomic batch.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/core/examples/quickstart.ts`.
  */
-import { Log, put, Store, MemoryLog, MemoryStore } from "@strata/core"
+import { Log, MemoryLog, MemoryStore, Store } from "@strata/core"
 import { Effect, Layer, Option } from "effect"
 
 const enc = new TextEncoder()
 const dec = new TextDecoder()
 
 export const program = Effect.gen(function* () {
-  const log = yield* Log
-  const store = yield* Store
+  const log = yield* Log.Log
+  const store = yield* Store.Store
   const topic = "greetings-changelog"
   yield* log.ensureTopic({ topic, partitions: 1, compacted: true })
 
@@ -19,7 +19,7 @@ export const program = Effect.gen(function* () {
   const key = enc.encode("hello")
   const value = enc.encode("world")
   const offset = yield* log.produce({ topic, partition: 0, key, value }, { acks: "all" })
-  yield* greetings.write([put(key, value)], { offsets: [{ topic, partition: 0, offset }] })
+  yield* greetings.write([Store.put(key, value)], { offsets: [{ topic, partition: 0, offset }] })
 
   const stored = Option.map(yield* greetings.get(key), (v) => dec.decode(v))
   const persisted = yield* greetings.persistedOffset({ topic, partition: 0 })

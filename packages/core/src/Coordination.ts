@@ -135,7 +135,7 @@ export interface SessionOptions {
 }
 
 /** The `Coordination` service shape. */
-export interface CoordinationShape {
+export interface Shape {
   /** The backend's name, e.g. `"memory"`, `"zookeeper"`, `"etcd"`. */
   readonly backend: string
   /** Opens a session; closing the scope closes it and deletes its ephemeral nodes. */
@@ -143,13 +143,13 @@ export interface CoordinationShape {
 }
 
 /** The `Coordination` service key. */
-export class Coordination extends Context.Service<Coordination, CoordinationShape>()("@strata/core/Coordination") {}
+export class Coordination extends Context.Service<Coordination, Shape>()("@strata/core/Coordination") {}
 
 /**
  * Fault injection for a coordination backend, used by the conformance suite and
  * the simulator: what a test can do to a session from outside.
  */
-export interface CoordinationFaultsShape {
+export interface FaultsShape {
   /** Ends the session on the server side now, as if its timeout had passed. */
   readonly expire: (session: Session) => Effect.Effect<void, CoordinationError>
   /** Cuts the session's connection (it becomes `suspended`) until `reconnect`; the server expires it after its timeout. */
@@ -159,9 +159,7 @@ export interface CoordinationFaultsShape {
 }
 
 /** The `CoordinationFaults` service key. */
-export class CoordinationFaults extends Context.Service<CoordinationFaults, CoordinationFaultsShape>()(
-  "@strata/core/CoordinationFaults"
-) {}
+export class Faults extends Context.Service<Faults, FaultsShape>()("@strata/core/CoordinationFaults") {}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -248,7 +246,7 @@ export class ConnectionLoss extends Schema.TaggedError<ConnectionLoss>()("Connec
 }
 
 /** The servers could not be reached (after retries). */
-export class CoordinationUnreachable extends Schema.TaggedError<CoordinationUnreachable>()("CoordinationUnreachable", {
+export class Unreachable extends Schema.TaggedError<Unreachable>()("CoordinationUnreachable", {
   address: Schema.String,
   detail: Schema.String
 }) {
@@ -259,19 +257,16 @@ export class CoordinationUnreachable extends Schema.TaggedError<CoordinationUnre
 }
 
 /** A backend was given options it cannot work with (nothing was opened); `option` names the first bad one. */
-export class InvalidCoordinationOptions extends Schema.TaggedError<InvalidCoordinationOptions>()(
-  "InvalidCoordinationOptions",
-  {
-    /** The backend, e.g. `"zookeeper"` or `"etcd"`. */
-    backend: Schema.String,
-    /** The option at fault, e.g. `root` or `endpoints[0]`. */
-    option: Schema.String,
-    /** The bad value, JSON-formatted. */
-    value: Schema.String,
-    /** What is wrong with it (and with any other bad option). */
-    detail: Schema.String
-  }
-) {
+export class InvalidOptions extends Schema.TaggedError<InvalidOptions>()("InvalidCoordinationOptions", {
+  /** The backend, e.g. `"zookeeper"` or `"etcd"`. */
+  backend: Schema.String,
+  /** The option at fault, e.g. `root` or `endpoints[0]`. */
+  option: Schema.String,
+  /** The bad value, JSON-formatted. */
+  value: Schema.String,
+  /** What is wrong with it (and with any other bad option). */
+  detail: Schema.String
+}) {
   /** @since 0.1.0 */
   override get message() {
     return `invalid ${this.backend} option ${this.option} = ${this.value}: ${this.detail}`
@@ -279,7 +274,7 @@ export class InvalidCoordinationOptions extends Schema.TaggedError<InvalidCoordi
 }
 
 /** Why a coordination operation failed. */
-export const CoordinationErrorReason = Schema.Union([
+export const ErrorReason = Schema.Union([
   NoNode,
   NodeExists,
   BadVersion,
@@ -289,15 +284,15 @@ export const CoordinationErrorReason = Schema.Union([
   SessionExpired,
   SessionClosed,
   ConnectionLoss,
-  CoordinationUnreachable,
-  InvalidCoordinationOptions
+  Unreachable,
+  InvalidOptions
 ])
 /** @see CoordinationErrorReason */
-export type CoordinationErrorReason = typeof CoordinationErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `Coordination` operation. `opIndex` names the failing operation of a `multi`. */
 export class CoordinationError extends Schema.TaggedError<CoordinationError>()("CoordinationError", {
-  reason: CoordinationErrorReason,
+  reason: ErrorReason,
   opIndex: Schema.optional(Schema.Int)
 }) {
   /** @since 0.1.0 */
@@ -311,5 +306,5 @@ export class CoordinationError extends Schema.TaggedError<CoordinationError>()("
 }
 
 /** Wraps a reason into a `CoordinationError`. */
-export const coordinationError = (reason: CoordinationErrorReason, opIndex?: number): CoordinationError =>
+export const coordinationError = (reason: ErrorReason, opIndex?: number): CoordinationError =>
   new CoordinationError(opIndex === undefined ? { reason } : { reason, opIndex })

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import { InvalidPath } from "./Coordination.js"
+import * as Coordination from "./Coordination.js"
 
 /** Characters ZooKeeper refuses in a path. */
 const isForbiddenChar = (c: number): boolean =>
@@ -20,8 +20,8 @@ const isForbiddenChar = (c: number): boolean =>
  * creates the path may end in `/` (the suffix becomes the whole name), so
  * `path + "0"` is checked.
  */
-export const invalidPath = (path: string, sequential = false): InvalidPath | undefined => {
-  const invalid = (detail: string) => new InvalidPath({ path, detail })
+export const invalidPath = (path: string, sequential = false): Coordination.InvalidPath | undefined => {
+  const invalid = (detail: string) => new Coordination.InvalidPath({ path, detail })
   if (typeof path !== "string" || path.length === 0) return invalid("path is empty")
   const p = sequential ? `${path}0` : path
   if (p.charCodeAt(0) !== 0x2f) return invalid("path must start with /")

@@ -12,23 +12,23 @@
  *
  * @since 0.1.0
  */
+import * as Coordination from "./Coordination.js"
+import * as Errors from "./Errors.js"
+import type * as Models from "./Models.js"
 import type { Effect, Option, Scope, Stream } from "effect"
 import { Context, Schema } from "effect"
-import { CoordinationError, type Op, type OpResult, type SessionState } from "./Coordination.js"
-import { FencedEpoch } from "./Errors.js"
-import type { Epoch, LeaderInfo } from "./Models.js"
 
 /** Why a leadership ended. */
 export type LeadershipEnd =
   | { readonly _tag: "Resigned" }
   | { readonly _tag: "SessionLost" }
-  | { readonly _tag: "Fenced"; readonly epoch: Epoch }
+  | { readonly _tag: "Fenced"; readonly epoch: Models.Epoch }
 
 /** Won leadership. Valid until `lost` completes or its scope closes. */
 export interface Leadership {
   /** The epoch won: the fencing token every leader action carries. */
-  readonly epoch: Epoch
-  readonly info: LeaderInfo
+  readonly epoch: Models.Epoch
+  readonly info: Models.LeaderInfo
   /**
    * How long this election took, in milliseconds: from the moment this
    * candidate saw the previous leader go (its predecessor's watch firing) to
@@ -43,7 +43,7 @@ export interface Leadership {
    * state, then every change. `suspended` is a blip the leadership survives
    * while the session lives; `expired`/`closed` end it (see `lost`).
    */
-  readonly connection: Stream.Stream<SessionState>
+  readonly connection: Stream.Stream<Coordination.SessionState>
   /** Completes when this leadership ends, saying why. */
   readonly lost: Effect.Effect<LeadershipEnd>
   /**
@@ -70,7 +70,9 @@ export interface Leadership {
    * Applies coordination operations atomically after checking, in the same
    * transaction, that this epoch is still current (`FencedEpoch` otherwise).
    */
-  readonly fenced: (ops: ReadonlyArray<Op>) => Effect.Effect<ReadonlyArray<OpResult>, ElectionError>
+  readonly fenced: (
+    ops: ReadonlyArray<Coordination.Op>
+  ) => Effect.Effect<ReadonlyArray<Coordination.OpResult>, ElectionError>
 }
 
 /** What a candidate announces about itself. */
@@ -80,23 +82,22 @@ export interface Candidate {
 }
 
 /** The `Election` service shape. */
-export interface ElectionShape {
+export interface Shape {
   /** The current leader, if any. */
-  readonly leader: Effect.Effect<Option.Option<LeaderInfo>, ElectionError>
+  readonly leader: Effect.Effect<Option.Option<Models.LeaderInfo>, ElectionError>
   /** The leader now, then every change (a new leader, or none). */
-  readonly changes: Stream.Stream<Option.Option<LeaderInfo>, ElectionError>
+  readonly changes: Stream.Stream<Option.Option<Models.LeaderInfo>, ElectionError>
   /** Waits until elected; the leadership lasts until `lost` or the scope closes (which resigns). */
   readonly campaign: (candidate: Candidate) => Effect.Effect<Leadership, ElectionError, Scope.Scope>
 }
 
 /** The `Election` service key. */
-export class Election extends Context.Service<Election, ElectionShape>()("@strata/core/Election") {}
+export class Election extends Context.Service<Election, Shape>()("@strata/core/Election") {}
 
 /** The coordination backend failed underneath the election. */
-export class ElectionCoordinationFailed extends Schema.TaggedError<ElectionCoordinationFailed>()(
-  "ElectionCoordinationFailed",
-  { cause: CoordinationError }
-) {
+export class CoordinationFailed extends Schema.TaggedError<CoordinationFailed>()("ElectionCoordinationFailed", {
+  cause: Coordination.CoordinationError
+}) {
   /** @since 0.1.0 */
   override get message() {
     return `election: ${this.cause.message}`
@@ -104,7 +105,7 @@ export class ElectionCoordinationFailed extends Schema.TaggedError<ElectionCoord
 }
 
 /** The election was configured with options that cannot work together. */
-export class InvalidElectionOptions extends Schema.TaggedError<InvalidElectionOptions>()("InvalidElectionOptions", {
+export class InvalidOptions extends Schema.TaggedError<InvalidOptions>()("InvalidElectionOptions", {
   /** The option at fault. */
   option: Schema.String,
   detail: Schema.String
@@ -132,7 +133,7 @@ export class LeadershipLapsed extends Schema.TaggedError<LeadershipLapsed>()("Le
 }
 
 /** A coordination node the election relies on holds data it cannot read; `path` names it. */
-export class CorruptElectionData extends Schema.TaggedError<CorruptElectionData>()("CorruptElectionData", {
+export class CorruptData extends Schema.TaggedError<CorruptData>()("CorruptElectionData", {
   path: Schema.String,
   detail: Schema.String
 }) {
@@ -157,20 +158,20 @@ export class DuplicateServerId extends Schema.TaggedError<DuplicateServerId>()("
 }
 
 /** Why an election operation failed. */
-export const ElectionErrorReason = Schema.Union([
-  FencedEpoch,
-  ElectionCoordinationFailed,
-  InvalidElectionOptions,
+export const ErrorReason = Schema.Union([
+  Errors.FencedEpoch,
+  CoordinationFailed,
+  InvalidOptions,
   LeadershipLapsed,
-  CorruptElectionData,
+  CorruptData,
   DuplicateServerId
 ])
 /** @see ElectionErrorReason */
-export type ElectionErrorReason = typeof ElectionErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `Election` operation. */
 export class ElectionError extends Schema.TaggedError<ElectionError>()("ElectionError", {
-  reason: ElectionErrorReason
+  reason: ErrorReason
 }) {
   /** @since 0.1.0 */
   override get message() {

@@ -5,16 +5,16 @@
  *
  * @since 0.1.0
  */
+import * as Models from "./Models.js"
 import { Schema } from "effect"
-import { Epoch, Offset, Partition, ServerId, Topic } from "./Models.js"
 
 /** A read or seek at an offset outside `[logStart, highwater]`. Never silently reset. */
 export class OffsetOutOfRange extends Schema.TaggedError<OffsetOutOfRange>()("OffsetOutOfRange", {
-  topic: Topic,
-  partition: Partition,
+  topic: Models.Topic,
+  partition: Models.Partition,
   offset: Schema.Int,
-  logStart: Offset,
-  highwater: Offset
+  logStart: Models.Offset,
+  highwater: Models.Offset
 }) {
   /** @since 0.1.0 */
   override get message(): string {
@@ -26,8 +26,8 @@ export class OffsetOutOfRange extends Schema.TaggedError<OffsetOutOfRange>()("Of
 export class FencedEpoch extends Schema.TaggedError<FencedEpoch>()("FencedEpoch", {
   /** What is fenced, e.g. `"coordinator"` or a tablet key. */
   resource: Schema.String,
-  current: Epoch,
-  attempted: Epoch
+  current: Models.Epoch,
+  attempted: Models.Epoch
 }) {
   /** @since 0.1.0 */
   override get message(): string {
@@ -53,7 +53,7 @@ export class IllegalStateTransition extends Schema.TaggedError<IllegalStateTrans
 /** A request reached a replica or coordinator that is not the current leader. */
 export class NotLeader extends Schema.TaggedError<NotLeader>()("NotLeader", {
   resource: Schema.String,
-  leader: Schema.NullOr(ServerId)
+  leader: Schema.NullOr(Models.ServerId)
 }) {
   /** @since 0.1.0 */
   override get message(): string {

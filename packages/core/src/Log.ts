@@ -9,11 +9,10 @@
  *
  * @since 0.1.0
  */
+import * as Errors from "./Errors.js"
+import * as Models from "./Models.js"
 import type { Duration, Effect, Scope, Stream } from "effect"
 import { Context, Schema } from "effect"
-import { OffsetOutOfRange } from "./Errors.js"
-import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
-import { Partition, Topic } from "./Models.js"
 
 /** How many replicas must have a record before `produce` returns. */
 export type Acks = 0 | 1 | "all"
@@ -26,7 +25,7 @@ export interface TopicSpec {
   readonly compacted?: boolean
   readonly replicationFactor?: number
   /** Extra topic configs passed to the broker as they are. */
-  readonly config?: Readonly<Record<string, string>>
+  readonly config?: { readonly [key: string]: string }
 }
 
 /** A record header. */
@@ -47,10 +46,10 @@ export interface ProducerRecord {
 }
 
 /** A record read from the log. */
-export interface LogRecord {
+export interface Record {
   readonly topic: string
   readonly partition: number
-  readonly offset: Offset
+  readonly offset: Models.Offset
   readonly key: Uint8Array | null
   readonly value: Uint8Array | null
   readonly headers: ReadonlyArray<Header>
@@ -58,19 +57,19 @@ export interface LogRecord {
 }
 
 /** Records fetched from one partition, in offset order, with the partition's highwater at fetch time. */
-export interface LogBatch {
+export interface Batch {
   readonly topic: string
   readonly partition: number
-  readonly records: ReadonlyArray<LogRecord>
-  readonly highwater: Offset
+  readonly records: ReadonlyArray<Record>
+  readonly highwater: Models.Offset
 }
 
 /** Log start (earliest offset still stored) and highwater (next offset) of a partition. */
 export interface PartitionOffsets {
   readonly topic: string
   readonly partition: number
-  readonly logStart: Offset
-  readonly highwater: Offset
+  readonly logStart: Models.Offset
+  readonly highwater: Models.Offset
 }
 
 /** Options of `produce`. */
@@ -95,7 +94,7 @@ export interface ProducerOptions {
  * partitions may be appended to some and refused by others (Kafka's produce is atomic per partition only). A caller
  * that saw a failure starts again from what the log holds, with a new producer.
  */
-export interface LogProducer {
+export interface Producer {
   /**
    * Queues records; fails at once (appending nothing of this call) for an invalid record or after an earlier
    * failure. The returned effect gives the offsets in the order given (`-1` each with acks 0).
@@ -123,7 +122,7 @@ export interface TransactionOffsets {
   /** The member whose group the offsets are committed for; refused when it is no longer in the group. */
   readonly group: GroupConsumer
   /** The next offset to read for each source partition. */
-  readonly offsets: ReadonlyArray<TopicPartitionOffset>
+  readonly offsets: ReadonlyArray<Models.TopicPartitionOffset>
 }
 
 /**
@@ -135,7 +134,7 @@ export interface TransactionOffsets {
  */
 export interface TransactionalProducer {
   /** Queues records in the current transaction (begun by the first send after a commit or abort). */
-  readonly send: LogProducer["send"]
+  readonly send: Producer["send"]
   /** Waits for every record sent, then commits them with the source offsets. Fails (committing nothing) if any failed. */
   readonly commit: (offsets: TransactionOffsets) => Effect.Effect<void, LogError>
   /** Aborts the open transaction, if any: nothing it sent is ever visible to a `read_committed` consumer. */
@@ -167,31 +166,31 @@ export interface ConsumerOptions {
  * records of a paused or unassigned partition after `pause`/`unassign` return,
  * and fails with `OffsetOutOfRange` rather than silently resetting a position.
  */
-export interface LogConsumer {
+export interface Consumer {
   /** Adds partitions; each starts at its log start unless sought. */
-  readonly assign: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, LogError>
+  readonly assign: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void, LogError>
   /** Removes partitions (their positions are forgotten). */
-  readonly unassign: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, LogError>
+  readonly unassign: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void, LogError>
   /** The partitions assigned now. */
-  readonly assignment: Effect.Effect<ReadonlyArray<TopicPartition>>
+  readonly assignment: Effect.Effect<ReadonlyArray<Models.TopicPartition>>
   /** Sets the next offset to read; out-of-range offsets fail when sought or fetched. */
-  readonly seek: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  readonly seek: (tp: Models.TopicPartition, offset: Models.Offset) => Effect.Effect<void, LogError>
   /** The next offset to be read from an assigned partition. */
-  readonly position: (tp: TopicPartition) => Effect.Effect<Offset, LogError>
+  readonly position: (tp: Models.TopicPartition) => Effect.Effect<Models.Offset, LogError>
   /** Stops delivering records of these partitions until resumed. */
-  readonly pause: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  readonly pause: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void>
   /** Delivers again from where each partition stopped. */
-  readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  readonly resume: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void>
   /** The paused partitions. */
-  readonly paused: Effect.Effect<ReadonlyArray<TopicPartition>>
+  readonly paused: Effect.Effect<ReadonlyArray<Models.TopicPartition>>
   /** Fetched batches, one partition each, pulled on demand; never ends on its own. */
-  readonly batches: Stream.Stream<LogBatch, LogError>
+  readonly batches: Stream.Stream<Batch, LogError>
 }
 
 /** A change of a group member's assignment. */
 export type GroupEvent =
-  | { readonly _tag: "Assigned"; readonly partitions: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "Revoked"; readonly partitions: ReadonlyArray<TopicPartition> }
+  | { readonly _tag: "Assigned"; readonly partitions: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "Revoked"; readonly partitions: ReadonlyArray<Models.TopicPartition> }
 
 /** Options of a group consumer. */
 export interface GroupConsumerOptions extends ConsumerOptions {
@@ -202,7 +201,7 @@ export interface GroupConsumerOptions extends ConsumerOptions {
 /** One member of a consumer group and the partitions the group gave it. */
 export interface GroupMemberInfo {
   readonly memberId: string
-  readonly partitions: ReadonlyArray<TopicPartition>
+  readonly partitions: ReadonlyArray<Models.TopicPartition>
 }
 
 /** The group as one member sees it: its own id and every member (itself included) with its partitions, by id. */
@@ -219,20 +218,20 @@ export interface GroupMembership {
  */
 export interface GroupConsumer {
   readonly events: Stream.Stream<GroupEvent, LogError>
-  readonly assignment: Effect.Effect<ReadonlyArray<TopicPartition>>
-  readonly batches: Stream.Stream<LogBatch, LogError>
-  readonly pause: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
-  readonly resume: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void>
+  readonly assignment: Effect.Effect<ReadonlyArray<Models.TopicPartition>>
+  readonly batches: Stream.Stream<Batch, LogError>
+  readonly pause: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void>
+  readonly resume: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void>
   /** Sets the next offset to read of an assigned partition (a worker rewinds with it after a failed commit). */
-  readonly seek: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  readonly seek: (tp: Models.TopicPartition, offset: Models.Offset) => Effect.Effect<void, LogError>
   /** The next offset to be read from an assigned partition. */
-  readonly position: (tp: TopicPartition) => Effect.Effect<Offset, LogError>
+  readonly position: (tp: Models.TopicPartition) => Effect.Effect<Models.Offset, LogError>
   /** Commits the next offset to read for each partition. */
-  readonly commit: (offsets: ReadonlyArray<TopicPartitionOffset>) => Effect.Effect<void, LogError>
+  readonly commit: (offsets: ReadonlyArray<Models.TopicPartitionOffset>) => Effect.Effect<void, LogError>
   /** The group's committed offsets (absent partitions have none). */
   readonly committed: (
-    tps: ReadonlyArray<TopicPartition>
-  ) => Effect.Effect<ReadonlyArray<TopicPartitionOffset>, LogError>
+    tps: ReadonlyArray<Models.TopicPartition>
+  ) => Effect.Effect<ReadonlyArray<Models.TopicPartitionOffset>, LogError>
   /**
    * The group's members and their partitions as the group knows them now (a worker places standby replicas from
    * it). During a rebalance it may lag the members' own views; it settles with the group.
@@ -241,7 +240,7 @@ export interface GroupConsumer {
 }
 
 /** The `Log` service shape. */
-export interface LogShape {
+export interface Shape {
   /** The backend's name, e.g. `"memory"` or `"kafka"`. */
   readonly backend: string
   /** Creates the topic, or checks that it exists with the same partition count (`TopicMismatch` if not). */
@@ -256,26 +255,26 @@ export interface LogShape {
   /** Waits until everything produced so far is acknowledged. */
   readonly flush: Effect.Effect<void, LogError>
   /** A pipelined producer, closed with its scope (closing waits for what it sent). */
-  readonly producer: (options?: ProducerOptions) => Effect.Effect<LogProducer, LogError, Scope.Scope>
+  readonly producer: (options?: ProducerOptions) => Effect.Effect<Producer, LogError, Scope.Scope>
   /** A transactional producer, closed with its scope (closing aborts an open transaction). */
   readonly transactionalProducer: (
     options: TransactionalProducerOptions
   ) => Effect.Effect<TransactionalProducer, LogError, Scope.Scope>
   /** Log start and highwater of many partitions in one round trip. */
   readonly offsets: (
-    tps: ReadonlyArray<TopicPartition>,
+    tps: ReadonlyArray<Models.TopicPartition>,
     options?: OffsetsOptions
   ) => Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError>
   /** Deletes every record below `offset` (Kafka's DeleteRecords): the log start moves up. */
-  readonly deleteRecords: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, LogError>
+  readonly deleteRecords: (tp: Models.TopicPartition, offset: Models.Offset) => Effect.Effect<void, LogError>
   /** A changelog consumer, closed with its scope. */
-  readonly consumer: (options?: ConsumerOptions) => Effect.Effect<LogConsumer, LogError, Scope.Scope>
+  readonly consumer: (options?: ConsumerOptions) => Effect.Effect<Consumer, LogError, Scope.Scope>
   /** A group member, leaving the group when its scope closes. */
   readonly groupConsumer: (options: GroupConsumerOptions) => Effect.Effect<GroupConsumer, LogError, Scope.Scope>
 }
 
 /** The `Log` service key. */
-export class Log extends Context.Service<Log, LogShape>()("@strata/core/Log") {}
+export class Log extends Context.Service<Log, Shape>()("@strata/core/Log") {}
 
 /** Options of `LogFaults.compact`. */
 export interface CompactOptions {
@@ -285,7 +284,7 @@ export interface CompactOptions {
    * offset (its active segment): a record stays when its key's later records
    * are all at or past `until`.
    */
-  readonly until?: Offset
+  readonly until?: Models.Offset
   /**
    * Also removes tombstones that are their key's latest cleaned record, as the
    * cleaner does once `delete.retention.ms` has passed (default `false`: kept).
@@ -298,7 +297,7 @@ export interface CompactOptions {
  * Fault injection for a log backend, used by tests: what the broker can do to
  * a partition behind the consumers' backs.
  */
-export interface LogFaultsShape {
+export interface FaultsShape {
   /**
    * Compacts a partition of a compacted topic as Kafka's log cleaner does:
    * removes every record (below `until`) whose key has a later record, keeping
@@ -308,9 +307,12 @@ export interface LogFaultsShape {
    * `InvalidRequest` for a topic not created with `compacted: true`. Returns
    * the removed offsets.
    */
-  readonly compact: (tp: TopicPartition, options?: CompactOptions) => Effect.Effect<ReadonlyArray<Offset>, LogError>
+  readonly compact: (
+    tp: Models.TopicPartition,
+    options?: CompactOptions
+  ) => Effect.Effect<ReadonlyArray<Models.Offset>, LogError>
   /** The records a partition holds now, in offset order (with the gaps compaction left). */
-  readonly records: (tp: TopicPartition) => Effect.Effect<ReadonlyArray<LogRecord>, LogError>
+  readonly records: (tp: Models.TopicPartition) => Effect.Effect<ReadonlyArray<Record>, LogError>
   /**
    * Makes the next `count` appends that touch a partition of `topic` fail with a retryable `LogIoError`, appending
    * nothing of that call (a broker that lost its leader, say). Applies to `produce`, `produceBatch` and producers.
@@ -319,7 +321,7 @@ export interface LogFaultsShape {
 }
 
 /** The `LogFaults` service key. */
-export class LogFaults extends Context.Service<LogFaults, LogFaultsShape>()("@strata/core/LogFaults") {}
+export class Faults extends Context.Service<Faults, FaultsShape>()("@strata/core/LogFaults") {}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -347,7 +349,7 @@ export class UnknownPartition extends Schema.TaggedError<UnknownPartition>()("Un
 
 /** `ensureTopic` found the topic with a different partition count. */
 export class TopicMismatch extends Schema.TaggedError<TopicMismatch>()("TopicMismatch", {
-  topic: Topic,
+  topic: Models.Topic,
   expectedPartitions: Schema.Int,
   actualPartitions: Schema.Int
 }) {
@@ -359,8 +361,8 @@ export class TopicMismatch extends Schema.TaggedError<TopicMismatch>()("TopicMis
 
 /** A partition was used by a consumer that does not have it assigned. */
 export class NotAssigned extends Schema.TaggedError<NotAssigned>()("NotAssigned", {
-  topic: Topic,
-  partition: Partition
+  topic: Models.Topic,
+  partition: Models.Partition
 }) {
   /** @since 0.1.0 */
   override get message() {
@@ -403,7 +405,7 @@ export class BrokerUnreachable extends Schema.TaggedError<BrokerUnreachable>()("
 }
 
 /** The consumer or producer was used after its scope closed. */
-export class LogClosed extends Schema.TaggedError<LogClosed>()("LogClosed", { what: Schema.String }) {
+export class Closed extends Schema.TaggedError<Closed>()("LogClosed", { what: Schema.String }) {
   /** @since 0.1.0 */
   override get message() {
     return `${this.what} is closed`
@@ -419,7 +421,7 @@ export class Fenced extends Schema.TaggedError<Fenced>()("Fenced", { detail: Sch
 }
 
 /** Any other transport failure. */
-export class LogIoError extends Schema.TaggedError<LogIoError>()("LogIoError", {
+export class IoError extends Schema.TaggedError<IoError>()("LogIoError", {
   operation: Schema.String,
   detail: Schema.String,
   retryable: Schema.Boolean
@@ -446,25 +448,25 @@ export class Unsupported extends Schema.TaggedError<Unsupported>()("Unsupported"
 }
 
 /** Why a log operation failed. */
-export const LogErrorReason = Schema.Union([
+export const ErrorReason = Schema.Union([
   UnknownTopic,
   UnknownPartition,
   TopicMismatch,
   NotAssigned,
-  OffsetOutOfRange,
+  Errors.OffsetOutOfRange,
   InvalidRequest,
   RecordTooLarge,
   BrokerUnreachable,
-  LogClosed,
+  Closed,
   Fenced,
-  LogIoError,
+  IoError,
   Unsupported
 ])
 /** @see LogErrorReason */
-export type LogErrorReason = typeof LogErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `Log` operation. */
-export class LogError extends Schema.TaggedError<LogError>()("LogError", { reason: LogErrorReason }) {
+export class LogError extends Schema.TaggedError<LogError>()("LogError", { reason: ErrorReason }) {
   /** @since 0.1.0 */
   override get message() {
     return this.reason.message
@@ -476,4 +478,4 @@ export class LogError extends Schema.TaggedError<LogError>()("LogError", { reaso
 }
 
 /** Wraps a reason into a `LogError`. */
-export const logError = (reason: LogErrorReason): LogError => new LogError({ reason })
+export const logError = (reason: ErrorReason): LogError => new LogError({ reason })

@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
+import type * as Coordination from "./Coordination.js"
 import type { Layer } from "effect"
-import type { Coordination, CoordinationFaults } from "./Coordination.js"
 import * as internal from "./internal/memoryCoordination.js"
 
 /**
@@ -20,5 +20,6 @@ export type MemoryCoordinationOptions = internal.MemoryCoordinationOptions
  *
  * @since 0.1.0
  */
-export const layer = (options?: MemoryCoordinationOptions): Layer.Layer<Coordination | CoordinationFaults> =>
-  internal.layer(options)
+export const layer = (
+  options?: MemoryCoordinationOptions
+): Layer.Layer<Coordination.Coordination | Coordination.Faults> => internal.layer(options)

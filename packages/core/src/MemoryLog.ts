@@ -4,9 +4,9 @@
  *
  * @since 0.1.0
  */
+import type * as Log from "./Log.js"
 import type { Layer } from "effect"
 import * as internal from "./internal/memoryLog.js"
-import type { Log, LogFaults } from "./Log.js"
 
 /**
  * Options of the in-memory log.
@@ -20,4 +20,4 @@ export type MemoryLogOptions = internal.MemoryLogOptions
  *
  * @since 0.1.0
  */
-export const layer = (options?: MemoryLogOptions): Layer.Layer<Log | LogFaults> => internal.layer(options)
+export const layer = (options?: MemoryLogOptions): Layer.Layer<Log.Log | Log.Faults> => internal.layer(options)

@@ -4,9 +4,9 @@
  *
  * @since 0.1.0
  */
+import * as Store from "./Store.js"
 import { Effect, Layer } from "effect"
 import * as internal from "./internal/memoryStore.js"
-import { Store, type StoreError } from "./Store.js"
 import { decodeOptions, LimitsOptions } from "./StoreValidation.js"
 
 /**
@@ -15,10 +15,10 @@ import { decodeOptions, LimitsOptions } from "./StoreValidation.js"
  *
  * @since 0.1.0
  */
-export function layer(): Layer.Layer<Store>
-export function layer(options: LimitsOptions): Layer.Layer<Store, StoreError>
-export function layer(options?: LimitsOptions): Layer.Layer<Store, StoreError> {
+export function layer(): Layer.Layer<Store.Store>
+export function layer(options: LimitsOptions): Layer.Layer<Store.Store, Store.StoreError>
+export function layer(options?: LimitsOptions): Layer.Layer<Store.Store, Store.StoreError> {
   return options === undefined
-    ? Layer.effect(Store, internal.make())
-    : Layer.effect(Store, Effect.flatMap(decodeOptions("memory", LimitsOptions)(options), internal.make))
+    ? Layer.effect(Store.Store, internal.make())
+    : Layer.effect(Store.Store, Effect.flatMap(decodeOptions("memory", LimitsOptions)(options), internal.make))
 }

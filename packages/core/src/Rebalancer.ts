@@ -4,29 +4,29 @@
  *
  * @since 0.1.0
  */
+import type * as Models from "./Models.js"
 import type { Effect, Stream } from "effect"
 import { Context, Schema } from "effect"
-import type { ServerId, TabletId } from "./Models.js"
 
 /** Why a rebalance started. */
-export type RebalanceTrigger =
-  | { readonly _tag: "ServerJoined"; readonly serverId: ServerId }
+export type Trigger =
+  | { readonly _tag: "ServerJoined"; readonly serverId: Models.ServerId }
   | { readonly _tag: "Imbalance"; readonly coefficientOfVariation: number }
   | { readonly _tag: "Manual" }
 
 /** Moving one replica of a tablet from one server to another. */
 export interface Move {
-  readonly tablet: TabletId
-  readonly from: ServerId
-  readonly to: ServerId
+  readonly tablet: Models.TabletId
+  readonly from: Models.ServerId
+  readonly to: Models.ServerId
   /** Bytes (or records) to copy: what the planner minimises. */
   readonly size: number
 }
 
 /** A rebalance plan, deterministic for the same input. */
-export interface RebalancePlan {
+export interface Plan {
   readonly id: string
-  readonly trigger: RebalanceTrigger
+  readonly trigger: Trigger
   readonly moves: ReadonlyArray<Move>
   /** The tight lower bound on the number of moves, to judge the plan against. */
   readonly lowerBound: number
@@ -35,7 +35,7 @@ export interface RebalancePlan {
 }
 
 /** Where an executing plan stands. */
-export interface RebalanceProgress {
+export interface Progress {
   readonly planId: string
   readonly state: "running" | "paused" | "completed" | "rolled-back"
   readonly batch: number
@@ -45,19 +45,19 @@ export interface RebalanceProgress {
 }
 
 /** The `Rebalancer` service shape. */
-export interface RebalancerShape {
+export interface Shape {
   /** Plans and starts a rebalance now (`POST /rebalance`). */
-  readonly trigger: Effect.Effect<RebalancePlan, RebalanceError>
+  readonly trigger: Effect.Effect<Plan, RebalanceError>
   /** The running or last plan's progress. */
-  readonly progress: Effect.Effect<RebalanceProgress | undefined>
-  readonly changes: Stream.Stream<RebalanceProgress>
+  readonly progress: Effect.Effect<Progress | undefined>
+  readonly changes: Stream.Stream<Progress>
   /** Pauses after the current batch. */
   readonly pause: Effect.Effect<void, RebalanceError>
   readonly resume: Effect.Effect<void, RebalanceError>
 }
 
 /** The `Rebalancer` service key. */
-export class Rebalancer extends Context.Service<Rebalancer, RebalancerShape>()("@strata/core/Rebalancer") {}
+export class Rebalancer extends Context.Service<Rebalancer, Shape>()("@strata/core/Rebalancer") {}
 
 /** No plan satisfies the constraints (too few servers or racks for the replication factor). */
 export class PlanInfeasible extends Schema.TaggedError<PlanInfeasible>()("PlanInfeasible", { detail: Schema.String }) {
@@ -68,7 +68,7 @@ export class PlanInfeasible extends Schema.TaggedError<PlanInfeasible>()("PlanIn
 }
 
 /** A rebalance is already running. */
-export class RebalanceInProgress extends Schema.TaggedError<RebalanceInProgress>()("RebalanceInProgress", {
+export class InProgress extends Schema.TaggedError<InProgress>()("RebalanceInProgress", {
   planId: Schema.String
 }) {
   /** @since 0.1.0 */
@@ -90,13 +90,13 @@ export class BatchRolledBack extends Schema.TaggedError<BatchRolledBack>()("Batc
 }
 
 /** Why a rebalance operation failed. */
-export const RebalanceErrorReason = Schema.Union([PlanInfeasible, RebalanceInProgress, BatchRolledBack])
+export const ErrorReason = Schema.Union([PlanInfeasible, InProgress, BatchRolledBack])
 /** @see RebalanceErrorReason */
-export type RebalanceErrorReason = typeof RebalanceErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `Rebalancer` operation. */
 export class RebalanceError extends Schema.TaggedError<RebalanceError>()("RebalanceError", {
-  reason: RebalanceErrorReason
+  reason: ErrorReason
 }) {
   /** @since 0.1.0 */
   override get message() {

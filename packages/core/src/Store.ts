@@ -8,25 +8,25 @@
  *
  * @since 0.1.0
  */
+import type * as Models from "./Models.js"
 import type { Option, Scope, Stream } from "effect"
 import { Context, type Effect, Schema } from "effect"
-import type { Offset, TopicPartition, TopicPartitionOffset } from "./Models.js"
 
 /** Identifies one partition store: the table's name and the partition number. */
-export interface StoreId {
+export interface Id {
   readonly table: string
   readonly partition: number
 }
 
 /** One operation of an atomic write batch. */
-export type StoreOp =
+export type Op =
   | { readonly _tag: "put"; readonly key: Uint8Array; readonly value: Uint8Array }
   | { readonly _tag: "delete"; readonly key: Uint8Array }
 
 /** Builds a put operation. */
-export const put = (key: Uint8Array, value: Uint8Array): StoreOp => ({ _tag: "put", key, value })
+export const put = (key: Uint8Array, value: Uint8Array): Op => ({ _tag: "put", key, value })
 /** Builds a delete operation. */
-export const del = (key: Uint8Array): StoreOp => ({ _tag: "delete", key })
+export const del = (key: Uint8Array): Op => ({ _tag: "delete", key })
 
 /** Bounds of a scan; keys compare bytewise. With no bound the scan covers every key. */
 export interface ScanRange {
@@ -46,18 +46,18 @@ export type Entry = readonly [key: Uint8Array, value: Uint8Array]
 /** Options of `PartitionStore.write`. */
 export interface WriteOptions {
   /** Changelog offsets to persist in the same atomic batch as the operations. */
-  readonly offsets?: ReadonlyArray<TopicPartitionOffset>
+  readonly offsets?: ReadonlyArray<Models.TopicPartitionOffset>
 }
 
 /** Size limits a store enforces on keys and values. */
-export interface StoreLimits {
+export interface Limits {
   readonly maxKeyBytes: number
   readonly maxValueBytes: number
 }
 
 /** An open partition store. Closed by the scope it was opened in. */
 export interface PartitionStore {
-  readonly id: StoreId
+  readonly id: Id
   /** The value of a key, if present. */
   readonly get: (key: Uint8Array) => Effect.Effect<Option.Option<Uint8Array>, StoreError>
   /** The values of many keys, in the order asked. */
@@ -73,7 +73,7 @@ export interface PartitionStore {
    * crash either all of it is visible or none of it. Invalid input fails the
    * whole batch before anything is written.
    */
-  readonly write: (ops: ReadonlyArray<StoreOp>, options?: WriteOptions) => Effect.Effect<void, StoreError>
+  readonly write: (ops: ReadonlyArray<Op>, options?: WriteOptions) => Effect.Effect<void, StoreError>
   /** Entries in key order (or reverse); stopping early releases the iterator. */
   readonly scan: (range?: ScanRange) => Stream.Stream<Entry, StoreError>
   /** Entries whose key starts with `prefix`. */
@@ -82,39 +82,39 @@ export interface PartitionStore {
     options?: { readonly reverse?: boolean; readonly limit?: number }
   ) => Stream.Stream<Entry, StoreError>
   /** The offset last persisted for a changelog partition, if any. */
-  readonly persistedOffset: (tp: TopicPartition) => Effect.Effect<Option.Option<Offset>, StoreError>
+  readonly persistedOffset: (tp: Models.TopicPartition) => Effect.Effect<Option.Option<Models.Offset>, StoreError>
   /** Every persisted offset of this store. */
-  readonly persistedOffsets: Effect.Effect<ReadonlyArray<TopicPartitionOffset>, StoreError>
+  readonly persistedOffsets: Effect.Effect<ReadonlyArray<Models.TopicPartitionOffset>, StoreError>
   /** Persists one offset on its own (an empty atomic batch). */
-  readonly setPersistedOffset: (tp: TopicPartition, offset: Offset) => Effect.Effect<void, StoreError>
+  readonly setPersistedOffset: (tp: Models.TopicPartition, offset: Models.Offset) => Effect.Effect<void, StoreError>
   /** Removes every entry and every persisted offset, atomically. */
   readonly clear: Effect.Effect<void, StoreError>
 }
 
 /** The `Store` service: opens and drops partition stores of one backend. */
-export interface StoreShape {
+export interface Shape {
   /** The backend's name, e.g. `"memory"`, `"level"`, `"rocksdb"`. */
   readonly backend: string
-  readonly limits: StoreLimits
+  readonly limits: Limits
   /**
    * Opens (creating if needed) the store of one partition. A partition store is
    * owned by one opener at a time: a second open while it is open fails with
    * `StoreLocked`. It is closed when the scope closes.
    */
-  readonly open: (id: StoreId) => Effect.Effect<PartitionStore, StoreError, Scope.Scope>
+  readonly open: (id: Id) => Effect.Effect<PartitionStore, StoreError, Scope.Scope>
   /** Deletes a partition's data for good. Fails with `StoreLocked` while it is open. */
-  readonly drop: (id: StoreId) => Effect.Effect<void, StoreError>
+  readonly drop: (id: Id) => Effect.Effect<void, StoreError>
 }
 
 /** The `Store` service key. */
-export class Store extends Context.Service<Store, StoreShape>()("@strata/core/Store") {}
+export class Store extends Context.Service<Store, Shape>()("@strata/core/Store") {}
 
 // ---------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------
 
 /** The store was used after it was closed. */
-export class StoreClosed extends Schema.TaggedError<StoreClosed>()("StoreClosed", { store: Schema.String }) {
+export class Closed extends Schema.TaggedError<Closed>()("StoreClosed", { store: Schema.String }) {
   /** @since 0.1.0 */
   override get message() {
     return `store ${this.store} is closed`
@@ -122,7 +122,7 @@ export class StoreClosed extends Schema.TaggedError<StoreClosed>()("StoreClosed"
 }
 
 /** The store is already open (by this or another process). */
-export class StoreLocked extends Schema.TaggedError<StoreLocked>()("StoreLocked", {
+export class Locked extends Schema.TaggedError<Locked>()("StoreLocked", {
   store: Schema.String,
   path: Schema.optional(Schema.String)
 }) {
@@ -136,7 +136,7 @@ export class StoreLocked extends Schema.TaggedError<StoreLocked>()("StoreLocked"
  * The store's files are unreadable or corrupted: an engine checksum failed, a file the database needs is missing
  * (e.g. `CURRENT` beside table files), or a table or log is damaged. Nothing was wiped.
  */
-export class StoreCorrupted extends Schema.TaggedError<StoreCorrupted>()("StoreCorrupted", {
+export class Corrupted extends Schema.TaggedError<Corrupted>()("StoreCorrupted", {
   store: Schema.String,
   path: Schema.String,
   detail: Schema.String
@@ -164,7 +164,7 @@ export class ForeignStoreDirectory extends Schema.TaggedError<ForeignStoreDirect
 }
 
 /** The process may not read or write the store's directory (its permissions, a read-only file system). */
-export class StoreAccessDenied extends Schema.TaggedError<StoreAccessDenied>()("StoreAccessDenied", {
+export class AccessDenied extends Schema.TaggedError<AccessDenied>()("StoreAccessDenied", {
   store: Schema.String,
   path: Schema.String,
   detail: Schema.String
@@ -195,7 +195,7 @@ export class InvalidValue extends Schema.TaggedError<InvalidValue>()("InvalidVal
 }
 
 /** The backend failed while doing I/O. */
-export class StoreIoError extends Schema.TaggedError<StoreIoError>()("StoreIoError", {
+export class IoError extends Schema.TaggedError<IoError>()("StoreIoError", {
   operation: Schema.String,
   detail: Schema.String
 }) {
@@ -206,7 +206,7 @@ export class StoreIoError extends Schema.TaggedError<StoreIoError>()("StoreIoErr
 }
 
 /** The options a store backend was given are invalid; nothing was opened. */
-export class InvalidStoreOptions extends Schema.TaggedError<InvalidStoreOptions>()("InvalidStoreOptions", {
+export class InvalidOptions extends Schema.TaggedError<InvalidOptions>()("InvalidStoreOptions", {
   store: Schema.String,
   detail: Schema.String
 }) {
@@ -217,7 +217,7 @@ export class InvalidStoreOptions extends Schema.TaggedError<InvalidStoreOptions>
 }
 
 /** A store id names no valid partition store (empty or oversized table name, bad partition number). */
-export class InvalidStoreId extends Schema.TaggedError<InvalidStoreId>()("InvalidStoreId", { detail: Schema.String }) {
+export class InvalidId extends Schema.TaggedError<InvalidId>()("InvalidStoreId", { detail: Schema.String }) {
   /** @since 0.1.0 */
   override get message() {
     return `invalid store id: ${this.detail}`
@@ -225,23 +225,23 @@ export class InvalidStoreId extends Schema.TaggedError<InvalidStoreId>()("Invali
 }
 
 /** Why a store operation failed. */
-export const StoreErrorReason = Schema.Union([
-  StoreClosed,
-  InvalidStoreOptions,
-  InvalidStoreId,
-  StoreLocked,
-  StoreCorrupted,
+export const ErrorReason = Schema.Union([
+  Closed,
+  InvalidOptions,
+  InvalidId,
+  Locked,
+  Corrupted,
   ForeignStoreDirectory,
-  StoreAccessDenied,
+  AccessDenied,
   InvalidKey,
   InvalidValue,
-  StoreIoError
+  IoError
 ])
 /** @see StoreErrorReason */
-export type StoreErrorReason = typeof StoreErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `Store` operation; `reason` says what went wrong. */
-export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", { reason: StoreErrorReason }) {
+export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", { reason: ErrorReason }) {
   /** @since 0.1.0 */
   override get message() {
     return this.reason.message
@@ -253,4 +253,4 @@ export class StoreError extends Schema.TaggedError<StoreError>()("StoreError", {
 }
 
 /** Wraps a reason into a `StoreError`. */
-export const storeError = (reason: StoreErrorReason): StoreError => new StoreError({ reason })
+export const storeError = (reason: ErrorReason): StoreError => new StoreError({ reason })

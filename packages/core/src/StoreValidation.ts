@@ -4,26 +4,16 @@
  *
  * @since 0.1.0
  */
+import type * as Models from "./Models.js"
+import * as Store from "./Store.js"
 import { Effect, Schema } from "effect"
-import type { TopicPartition, TopicPartitionOffset } from "./Models.js"
 import * as OptionSchemas from "./OptionSchemas.js"
-import {
-  InvalidKey,
-  InvalidStoreId,
-  InvalidStoreOptions,
-  InvalidValue,
-  type ScanRange,
-  type StoreError,
-  type StoreId,
-  type StoreLimits,
-  storeError
-} from "./Store.js"
 
 /** The first byte of every key the store reserves for its own metadata. */
 export const RESERVED_PREFIX = 0xff
 
 /** Default size limits shared by every backend. */
-export const defaultLimits: StoreLimits = { maxKeyBytes: 64 * 1024, maxValueBytes: 16 * 1024 * 1024 }
+export const defaultLimits: Store.Limits = { maxKeyBytes: 64 * 1024, maxValueBytes: 16 * 1024 * 1024 }
 
 /** A positive integer option (bytes, counts). */
 export const PositiveInt = OptionSchemas.PositiveInt
@@ -48,47 +38,53 @@ export type LimitsOptions = typeof LimitsOptions.Type
  */
 export const decodeOptions =
   <S extends Schema.Codec<unknown, unknown>>(store: string, schema: S) =>
-  (input: unknown): Effect.Effect<S["Type"], StoreError> =>
+  (input: unknown): Effect.Effect<S["Type"], Store.StoreError> =>
     OptionSchemas.decodeOptions(schema, { exact: true })(input).pipe(
       Effect.mapError((bad) => {
         const { option, value, detail } = OptionSchemas.summary(bad)
-        return storeError(new InvalidStoreOptions({ store, detail: `${option} = ${value}: ${detail}` }))
+        return Store.storeError(new Store.InvalidOptions({ store, detail: `${option} = ${value}: ${detail}` }))
       })
-    ) as Effect.Effect<S["Type"], StoreError>
+    ) as Effect.Effect<S["Type"], Store.StoreError>
 
 /** Checks a user key; returns the error to fail with, if any. */
-export const checkKey = (key: unknown, limits: StoreLimits): StoreError | undefined => {
+export const checkKey = (key: unknown, limits: Store.Limits): Store.StoreError | undefined => {
   if (!(key instanceof Uint8Array)) {
-    return storeError(new InvalidKey({ detail: `expected a Uint8Array, got ${describe(key)}` }))
+    return Store.storeError(new Store.InvalidKey({ detail: `expected a Uint8Array, got ${describe(key)}` }))
   }
-  if (key.length === 0) return storeError(new InvalidKey({ detail: "keys must not be empty" }))
+  if (key.length === 0) return Store.storeError(new Store.InvalidKey({ detail: "keys must not be empty" }))
   if (key[0] === RESERVED_PREFIX) {
-    return storeError(new InvalidKey({ detail: "keys starting with byte 0xFF are reserved for store metadata" }))
+    return Store.storeError(
+      new Store.InvalidKey({ detail: "keys starting with byte 0xFF are reserved for store metadata" })
+    )
   }
   if (key.length > limits.maxKeyBytes) {
-    return storeError(new InvalidKey({ detail: `${key.length} bytes exceeds the limit of ${limits.maxKeyBytes}` }))
+    return Store.storeError(
+      new Store.InvalidKey({ detail: `${key.length} bytes exceeds the limit of ${limits.maxKeyBytes}` })
+    )
   }
   return undefined
 }
 
 /** Checks a value; returns the error to fail with, if any. */
-export const checkValue = (value: unknown, limits: StoreLimits): StoreError | undefined => {
+export const checkValue = (value: unknown, limits: Store.Limits): Store.StoreError | undefined => {
   if (!(value instanceof Uint8Array)) {
-    return storeError(new InvalidValue({ detail: `expected a Uint8Array, got ${describe(value)}` }))
+    return Store.storeError(new Store.InvalidValue({ detail: `expected a Uint8Array, got ${describe(value)}` }))
   }
   if (value.length > limits.maxValueBytes) {
-    return storeError(
-      new InvalidValue({ detail: `${value.length} bytes exceeds the limit of ${limits.maxValueBytes}` })
+    return Store.storeError(
+      new Store.InvalidValue({ detail: `${value.length} bytes exceeds the limit of ${limits.maxValueBytes}` })
     )
   }
   return undefined
 }
 
 /** Checks a bound of a scan range or a prefix (may be any bytes, even reserved ones). */
-export const checkBound = (bound: unknown, name: string): StoreError | undefined =>
+export const checkBound = (bound: unknown, name: string): Store.StoreError | undefined =>
   bound === undefined || bound instanceof Uint8Array
     ? undefined
-    : storeError(new InvalidKey({ detail: `scan bound ${name}: expected a Uint8Array, got ${describe(bound)}` }))
+    : Store.storeError(
+        new Store.InvalidKey({ detail: `scan bound ${name}: expected a Uint8Array, got ${describe(bound)}` })
+      )
 
 const describe = (u: unknown): string =>
   u === null
@@ -115,11 +111,11 @@ export const prefixUpperBound = (prefix: Uint8Array): Uint8Array | undefined => 
  * Checks a scan's `limit`: absent, or a non-negative safe integer (`0` selects nothing). `NaN`, fractions,
  * negative numbers and `Infinity` are refused rather than read differently by each backend.
  */
-export const checkLimit = (limit: unknown, name = "limit"): StoreError | undefined =>
+export const checkLimit = (limit: unknown, name = "limit"): Store.StoreError | undefined =>
   limit === undefined || (Number.isSafeInteger(limit) && (limit as number) >= 0)
     ? undefined
-    : storeError(
-        new InvalidKey({ detail: `scan ${name}: expected a non-negative integer, got ${describeNumber(limit)}` })
+    : Store.storeError(
+        new Store.InvalidKey({ detail: `scan ${name}: expected a non-negative integer, got ${describeNumber(limit)}` })
       )
 
 const describeNumber = (u: unknown): string => (typeof u === "number" ? String(u) : describe(u))
@@ -130,30 +126,30 @@ const TOPIC = /^[a-zA-Z0-9._-]{1,249}$/
  * Checks a changelog topic-partition a persisted offset is read or written for: a valid topic name and a partition
  * in `[0, 2³¹)`. Returns the error to fail with, if any.
  */
-export const checkTopicPartition = (tp: TopicPartition): StoreError | undefined => {
+export const checkTopicPartition = (tp: Models.TopicPartition): Store.StoreError | undefined => {
   const topic: unknown = tp?.topic
   const partition: unknown = tp?.partition
   const where = `${typeof topic === "string" ? topic : describe(topic)}/${describeNumber(partition)}`
   if (typeof topic !== "string" || !TOPIC.test(topic)) {
-    return storeError(new InvalidValue({ detail: `persisted offset for ${where}: invalid topic name` }))
+    return Store.storeError(new Store.InvalidValue({ detail: `persisted offset for ${where}: invalid topic name` }))
   }
   if (!Number.isInteger(partition) || (partition as number) < 0 || (partition as number) >= 2 ** 31) {
-    return storeError(
-      new InvalidValue({ detail: `persisted offset for ${where}: partition must be an integer in [0, 2^31)` })
+    return Store.storeError(
+      new Store.InvalidValue({ detail: `persisted offset for ${where}: partition must be an integer in [0, 2^31)` })
     )
   }
   return undefined
 }
 
 /** Checks offsets to persist: a valid topic, a partition in `[0, 2³¹)` and a non-negative safe-integer offset. */
-export const checkOffsets = (offsets: ReadonlyArray<TopicPartitionOffset>): StoreError | undefined => {
+export const checkOffsets = (offsets: ReadonlyArray<Models.TopicPartitionOffset>): Store.StoreError | undefined => {
   for (const o of offsets) {
     const where = `${String(o.topic)}/${String(o.partition)}`
     const badPartition = checkTopicPartition(o)
     if (badPartition) return badPartition
     if (!Number.isSafeInteger(o.offset) || o.offset < 0) {
-      return storeError(
-        new InvalidValue({
+      return Store.storeError(
+        new Store.InvalidValue({
           detail: `persisted offset for ${where}: offset must be a non-negative safe integer, got ${o.offset}`
         })
       )
@@ -163,13 +159,13 @@ export const checkOffsets = (offsets: ReadonlyArray<TopicPartitionOffset>): Stor
 }
 
 /** Checks a store id: a table name of 1–255 UTF-8 bytes and a partition in `[0, 2³¹)`. */
-export const checkStoreId = (id: StoreId): StoreError | undefined => {
+export const checkStoreId = (id: Store.Id): Store.StoreError | undefined => {
   if (typeof id?.table !== "string" || id.table.length === 0 || Buffer.byteLength(id.table, "utf8") > 255) {
-    return storeError(new InvalidStoreId({ detail: "the table name must be 1 to 255 UTF-8 bytes" }))
+    return Store.storeError(new Store.InvalidId({ detail: "the table name must be 1 to 255 UTF-8 bytes" }))
   }
   if (!Number.isInteger(id.partition) || id.partition < 0 || id.partition >= 2 ** 31) {
-    return storeError(
-      new InvalidStoreId({ detail: `${id.table}: the partition must be an integer in [0, 2^31), got ${id.partition}` })
+    return Store.storeError(
+      new Store.InvalidId({ detail: `${id.table}: the partition must be an integer in [0, 2^31), got ${id.partition}` })
     )
   }
   return undefined
@@ -179,7 +175,7 @@ export const checkStoreId = (id: StoreId): StoreError | undefined => {
 export const prefixRange = (
   prefix: Uint8Array,
   options?: { readonly reverse?: boolean; readonly limit?: number }
-): ScanRange => {
+): Store.ScanRange => {
   const upper = prefixUpperBound(prefix)
   return {
     gte: prefix,

@@ -5,10 +5,10 @@
  *
  * @since 0.1.0
  */
+import type * as Models from "./Models.js"
+import * as Recovery from "./Recovery.js"
 import type { Effect } from "effect"
 import { Context, Schema } from "effect"
-import type { TopicPartition, TopicPartitionOffset } from "./Models.js"
-import { RecoveryErrorReason } from "./Recovery.js"
 
 /** A partitioned table, or a global one that every worker holds in full. */
 export type TableKind = "table" | "global"
@@ -23,7 +23,7 @@ export interface TableInfo {
 }
 
 /** The `TableManager` service shape. */
-export interface TableManagerShape {
+export interface Shape {
   /** Registers a table: `TableAlreadyExists` for a taken name, `TablesFinalized` once channels are built. */
   readonly add: (table: TableInfo) => Effect.Effect<void, TableManagerError>
   /** The registered tables, in registration order. */
@@ -31,11 +31,11 @@ export interface TableManagerShape {
   /** The table a changelog topic belongs to. */
   readonly tableOfChangelog: (topic: string) => Effect.Effect<TableInfo, TableManagerError>
   /** Called when the worker's source partitions are revoked. */
-  readonly onPartitionsRevoked: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, TableManagerError>
+  readonly onPartitionsRevoked: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void, TableManagerError>
   /** Called when source partitions are assigned: starts recovery of the matching changelog partitions. */
-  readonly onPartitionsAssigned: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, TableManagerError>
+  readonly onPartitionsAssigned: (tps: ReadonlyArray<Models.TopicPartition>) => Effect.Effect<void, TableManagerError>
   /** Persists the pending changelog offsets covered by a source-offset commit. */
-  readonly onCommit: (offsets: ReadonlyArray<TopicPartitionOffset>) => Effect.Effect<void, TableManagerError>
+  readonly onCommit: (offsets: ReadonlyArray<Models.TopicPartitionOffset>) => Effect.Effect<void, TableManagerError>
   /** Returns once tables are registered and channels built (at once in producer-only mode). */
   readonly waitUntilTablesRegistered: Effect.Effect<void>
   /** Returns once recovery of the current assignment completed (at once in producer-only mode). */
@@ -43,7 +43,7 @@ export interface TableManagerShape {
 }
 
 /** The `TableManager` service key. */
-export class TableManager extends Context.Service<TableManager, TableManagerShape>()("@strata/core/TableManager") {}
+export class TableManager extends Context.Service<TableManager, Shape>()("@strata/core/TableManager") {}
 
 /** A table with this name is already registered. */
 export class TableAlreadyExists extends Schema.TaggedError<TableAlreadyExists>()("TableAlreadyExists", {
@@ -83,10 +83,10 @@ export class InvalidTable extends Schema.TaggedError<InvalidTable>()("InvalidTab
 }
 
 /** The table manager's options are invalid. */
-export class InvalidTableManagerOptions extends Schema.TaggedError<InvalidTableManagerOptions>()(
-  "InvalidTableManagerOptions",
-  { option: Schema.String, detail: Schema.String }
-) {
+export class InvalidOptions extends Schema.TaggedError<InvalidOptions>()("InvalidTableManagerOptions", {
+  option: Schema.String,
+  detail: Schema.String
+}) {
   /** @since 0.1.0 */
   override get message() {
     return `table manager: invalid option ${this.option}: ${this.detail}`
@@ -95,7 +95,7 @@ export class InvalidTableManagerOptions extends Schema.TaggedError<InvalidTableM
 
 /** Recovery of the tables failed; `reason` says why (a `ConsistencyError`, `RestoreFailed`, `BadChangelogRecord`). */
 export class TableRecoveryFailed extends Schema.TaggedError<TableRecoveryFailed>()("TableRecoveryFailed", {
-  reason: RecoveryErrorReason
+  reason: Recovery.ErrorReason
 }) {
   /** @since 0.1.0 */
   override get message() {
@@ -120,21 +120,21 @@ export class CommitFailed extends Schema.TaggedError<CommitFailed>()("CommitFail
 }
 
 /** Why a table-manager operation failed. */
-export const TableManagerErrorReason = Schema.Union([
+export const ErrorReason = Schema.Union([
   TableAlreadyExists,
   TablesFinalized,
   UnknownTable,
   InvalidTable,
-  InvalidTableManagerOptions,
+  InvalidOptions,
   TableRecoveryFailed,
   CommitFailed
 ])
 /** @see TableManagerErrorReason */
-export type TableManagerErrorReason = typeof TableManagerErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `TableManager` operation. */
 export class TableManagerError extends Schema.TaggedError<TableManagerError>()("TableManagerError", {
-  reason: TableManagerErrorReason
+  reason: ErrorReason
 }) {
   /** @since 0.1.0 */
   override get message() {

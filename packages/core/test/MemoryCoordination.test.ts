@@ -1,6 +1,5 @@
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, CoordinationFaults, op, MemoryCoordination } from "@strata/core"
-import type { CoordinationError, SessionState } from "@strata/core"
 import { CoordinationConformance } from "@strata/core/testing"
 import { Deferred, Duration, Effect, Exit, Fiber, Option, Result, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
@@ -11,7 +10,7 @@ CoordinationConformance.suspensionSuite("memory", MemoryCoordination.layer())
 const empty = new Uint8Array(0)
 const bytes = (s: string) => new TextEncoder().encode(s)
 
-const reasonOf = <A>(self: Effect.Effect<A, CoordinationError>) =>
+const reasonOf = <A>(self: Effect.Effect<A, Coordination.CoordinationError>) =>
   Effect.map(Effect.result(self), (r) => (Result.isFailure(r) ? r.failure.reason._tag : "success"))
 
 const memory = Effect.provide(MemoryCoordination.layer())
@@ -27,7 +26,7 @@ const isPending = <A, E>(self: Effect.Effect<A, E>) =>
   })
 
 /** Collects a session's states until a final one, signalling once subscribed. */
-const collectStates = (changes: Stream.Stream<SessionState>) =>
+const collectStates = (changes: Stream.Stream<Coordination.SessionState>) =>
   Effect.gen(function* () {
     const subscribed = yield* Deferred.make<void>()
     const fiber = yield* changes.pipe(
@@ -42,7 +41,7 @@ const collectStates = (changes: Stream.Stream<SessionState>) =>
 describe("MemoryCoordination on the TestClock", () => {
   it.effect("sessions take their timeout from the options, 10 seconds by default", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       assert.strictEqual(coordination.backend, "memory")
       const s = yield* coordination.session()
       assert.strictEqual(Duration.toMillis(s.timeout), 10_000)
@@ -54,14 +53,14 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("the default session timeout can be configured", () =>
     Effect.gen(function* () {
-      const s = yield* (yield* Coordination).session()
+      const s = yield* (yield* Coordination.Coordination).session()
       assert.strictEqual(Duration.toMillis(s.timeout), 3_000)
     }).pipe(Effect.provide(MemoryCoordination.layer({ defaultSessionTimeout: "3 seconds" })))
   )
 
   it.effect("a connected session never expires, however long time passes", () =>
     Effect.gen(function* () {
-      const s = yield* (yield* Coordination).session({ timeout: "1 second" })
+      const s = yield* (yield* Coordination.Coordination).session({ timeout: "1 second" })
       yield* s.create("/e", empty, { mode: "ephemeral" })
       yield* TestClock.adjust("1 hour")
       assert.strictEqual(yield* s.state, "connected")
@@ -71,8 +70,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("disconnect then reconnect before the timeout keeps the ephemeral nodes", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const s = yield* coordination.session({ timeout: "10 seconds" })
       const other = yield* coordination.session()
       yield* s.create("/e", bytes("mine"), { mode: "ephemeral" })
@@ -98,8 +97,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("disconnect and advance past the timeout expires the session and deletes its ephemeral nodes", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const s = yield* coordination.session({ timeout: "10 seconds" })
       const other = yield* coordination.session()
       yield* s.create("/e", empty, { mode: "ephemeral" })
@@ -125,8 +124,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("every disconnect restarts the countdown", () =>
     Effect.gen(function* () {
-      const faults = yield* CoordinationFaults
-      const s = yield* (yield* Coordination).session({ timeout: "10 seconds" })
+      const faults = yield* Coordination.Faults
+      const s = yield* (yield* Coordination.Coordination).session({ timeout: "10 seconds" })
       yield* faults.disconnect!(s)
       yield* TestClock.adjust("6 seconds")
       yield* faults.reconnect!(s)
@@ -140,8 +139,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("state transitions are seen on changes, which ends after expired", () =>
     Effect.gen(function* () {
-      const faults = yield* CoordinationFaults
-      const s = yield* (yield* Coordination).session({ timeout: "5 seconds" })
+      const faults = yield* Coordination.Faults
+      const s = yield* (yield* Coordination.Coordination).session({ timeout: "5 seconds" })
       const states = yield* collectStates(s.changes)
       yield* faults.disconnect!(s)
       yield* TestClock.adjust("1 second")
@@ -156,7 +155,7 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("closing the session's scope reports closed on changes", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       const scope = yield* Scope.make()
       const s = yield* coordination.session().pipe(Scope.provide(scope))
       const states = yield* collectStates(s.changes)
@@ -168,8 +167,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("closing a suspended session deletes its ephemeral nodes and stops the countdown", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const other = yield* coordination.session()
       const scope = yield* Scope.make()
       const s = yield* coordination.session().pipe(Scope.provide(scope))
@@ -185,8 +184,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("watch events that happen while suspended are delivered on reconnect", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const s = yield* coordination.session()
       const other = yield* coordination.session()
       yield* other.create("/x", empty)
@@ -201,8 +200,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("expiry fails watches whose events were held back while suspended", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const s = yield* coordination.session({ timeout: "2 seconds" })
       const other = yield* coordination.session()
       yield* other.create("/x", empty)
@@ -216,15 +215,15 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("sequence numbers come from the parent's childrenVersion, like ZooKeeper", () =>
     Effect.gen(function* () {
-      const s = yield* (yield* Coordination).session()
+      const s = yield* (yield* Coordination.Coordination).session()
       yield* s.create("/q", empty)
       assert.strictEqual(yield* s.create("/q/a-", empty, { mode: "persistent-sequential" }), "/q/a-0000000000")
       yield* s.create("/q/plain", empty)
       yield* s.delete("/q/plain")
       assert.strictEqual(yield* s.create("/q/b-", empty, { mode: "ephemeral-sequential" }), "/q/b-0000000003")
       const results = yield* s.multi([
-        op.create("/q/c-", empty, "persistent-sequential"),
-        op.create("/q/c-", empty, "persistent-sequential")
+        Coordination.op.create("/q/c-", empty, "persistent-sequential"),
+        Coordination.op.create("/q/c-", empty, "persistent-sequential")
       ])
       assert.deepStrictEqual(results, [
         { _tag: "create", path: "/q/c-0000000004" },
@@ -237,8 +236,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("all writes of one multi share one order number", () =>
     Effect.gen(function* () {
-      const s = yield* (yield* Coordination).session()
-      yield* s.multi([op.create("/a", empty), op.create("/b", empty)])
+      const s = yield* (yield* Coordination.Coordination).session()
+      yield* s.multi([Coordination.op.create("/a", empty), Coordination.op.create("/b", empty)])
       const a = (yield* s.get("/a")).stat
       const b = (yield* s.get("/b")).stat
       assert.strictEqual(a.createdOrder, b.createdOrder)
@@ -249,7 +248,7 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("the root cannot be deleted or created, but can hold data", () =>
     Effect.gen(function* () {
-      const s = yield* (yield* Coordination).session()
+      const s = yield* (yield* Coordination.Coordination).session()
       assert.strictEqual(yield* reasonOf(s.delete("/")), "InvalidPath")
       assert.strictEqual(yield* reasonOf(s.create("/", empty)), "NodeExists")
       yield* s.set("/", bytes("root"))
@@ -259,8 +258,8 @@ describe("MemoryCoordination on the TestClock", () => {
 
   it.effect("a session closed twice or expired after closing stays closed", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const scope = yield* Scope.make()
       const s = yield* coordination.session().pipe(Scope.provide(scope))
       yield* Scope.close(scope, Exit.void)

@@ -1,6 +1,5 @@
-import { assert, describe, it } from "@effect/vitest"
-import type { GroupConsumer, GroupEvent, LogError, LogShape, ProducerRecord } from "@strata/core"
 import { Log, MemoryLog } from "@strata/core"
+import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
 import type { Scope } from "effect"
 import { Effect, Exit, Fiber, Option, Scope as S, Stream } from "effect"
@@ -10,27 +9,27 @@ LogConformance.suite("memory", MemoryLog.layer(), { faults: true })
 
 const enc = new TextEncoder()
 const b = (s: string): Uint8Array => enc.encode(s)
-const rec = (topic: string, partition: number, value: string): ProducerRecord => ({
+const rec = (topic: string, partition: number, value: string): Log.ProducerRecord => ({
   topic,
   partition,
   key: null,
   value: b(value)
 })
-const reasonTag = <A, R>(effect: Effect.Effect<A, LogError, R>): Effect.Effect<string, never, R> =>
+const reasonTag = <A, R>(effect: Effect.Effect<A, Log.LogError, R>): Effect.Effect<string, never, R> =>
   Effect.match(effect, { onFailure: (e) => e.reason._tag, onSuccess: () => "succeeded" })
 
 const withLog = <A, E>(
-  f: (log: LogShape) => Effect.Effect<A, E, Scope.Scope>,
+  f: (log: Log.Shape) => Effect.Effect<A, E, Scope.Scope>,
   options?: Parameters<typeof MemoryLog.layer>[0]
 ): Effect.Effect<A, E, Scope.Scope> =>
   Effect.gen(function* () {
-    return yield* f(yield* Log)
+    return yield* f(yield* Log.Log)
   }).pipe(Effect.provide(MemoryLog.layer(options)))
 
 /** Records a member's events in the background. */
-const recordEvents = (m: GroupConsumer): Effect.Effect<Array<GroupEvent>, never, Scope.Scope> =>
+const recordEvents = (m: Log.GroupConsumer): Effect.Effect<Array<Log.GroupEvent>, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const events: Array<GroupEvent> = []
+    const events: Array<Log.GroupEvent> = []
     yield* m.events.pipe(
       Stream.runForEach((e) => Effect.sync(() => events.push(e))),
       Effect.ignore,
@@ -39,7 +38,7 @@ const recordEvents = (m: GroupConsumer): Effect.Effect<Array<GroupEvent>, never,
     return events
   })
 
-const show = (events: ReadonlyArray<GroupEvent>): Array<string> =>
+const show = (events: ReadonlyArray<Log.GroupEvent>): Array<string> =>
   events.map((e) => `${e._tag} ${e.partitions.map((tp) => `${tp.topic}/${tp.partition}`).join(",")}`)
 
 describe("memory log", () => {
@@ -95,7 +94,7 @@ describe("memory log", () => {
           yield* log.ensureTopic({ topic: "big", partitions: 2 })
           const value = new Uint8Array(16)
           for (let i = 0; i < n; i++) yield* log.produce({ topic: "big", partition: 0, key: null, value })
-          const batch: Array<ProducerRecord> = []
+          const batch: Array<Log.ProducerRecord> = []
           for (let i = 0; i < n; i++) batch.push({ topic: "big", partition: 1, key: null, value })
           const offsets = yield* log.produceBatch(batch)
           assert.strictEqual(offsets[n - 1], n - 1)
@@ -137,7 +136,7 @@ describe("memory log", () => {
     withLog((log) =>
       Effect.gen(function* () {
         yield* log.ensureTopic({ topic: "t", partitions: 3 })
-        const records: Array<ProducerRecord> = []
+        const records: Array<Log.ProducerRecord> = []
         for (let p = 0; p < 3; p++) for (let i = 0; i < 20; i++) records.push(rec("t", p, `${p}-${i}`))
         yield* log.produceBatch(records)
         const c = yield* log.consumer({ maxBatchRecords: 5 })

@@ -1,6 +1,5 @@
+import { Log, MemoryLog } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import type { LogBatch, LogConsumer, LogRecord, LogShape, ProducerRecord } from "@strata/core"
-import { Log, LogFaults, type LogFaultsShape, MemoryLog } from "@strata/core"
 import type { Scope } from "effect"
 import { Effect, Option, Stream } from "effect"
 
@@ -9,31 +8,31 @@ const dec = new TextDecoder()
 const tp = { topic: "c", partition: 0 }
 
 /** A record of partition 0 of `c`; `null` value = tombstone, `null` key = no key. */
-const rec = (key: string | null, value: string | null): ProducerRecord => ({
+const rec = (key: string | null, value: string | null): Log.ProducerRecord => ({
   ...tp,
   key: key === null ? null : enc.encode(key),
   value: value === null ? null : enc.encode(value)
 })
 
-const show = (records: ReadonlyArray<LogRecord>): Array<string> =>
+const show = (records: ReadonlyArray<Log.Record>): Array<string> =>
   records.map(
     (r) => `${r.offset}:${r.key === null ? "-" : dec.decode(r.key)}=${r.value === null ? "∅" : dec.decode(r.value)}`
   )
 
 /** A memory log with topic `c` (compacted, one partition) holding `records`. */
 const withLog = <A, E>(
-  records: ReadonlyArray<ProducerRecord>,
-  f: (log: LogShape, faults: LogFaultsShape) => Effect.Effect<A, E, Scope.Scope>
+  records: ReadonlyArray<Log.ProducerRecord>,
+  f: (log: Log.Shape, faults: Log.FaultsShape) => Effect.Effect<A, E, Scope.Scope>
 ): Effect.Effect<A, unknown, Scope.Scope> =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     yield* log.ensureTopic({ topic: "c", partitions: 1, compacted: true })
     if (records.length > 0) yield* log.produceBatch(records)
-    return yield* f(log, yield* LogFaults)
+    return yield* f(log, yield* Log.Faults)
   }).pipe(Effect.provide(MemoryLog.layer()))
 
 /** The next batch of a consumer. */
-const nextBatch = (c: LogConsumer): Effect.Effect<LogBatch, unknown> =>
+const nextBatch = (c: Log.Consumer): Effect.Effect<Log.Batch, unknown> =>
   Effect.map(Stream.runHead(c.batches), Option.getOrThrow)
 
 // a b a c b a → latest a=5, b=4, c=3

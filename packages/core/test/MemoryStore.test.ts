@@ -1,5 +1,5 @@
+import { MemoryStore, Store } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Store, MemoryStore } from "@strata/core"
 import { StoreConformance } from "@strata/core/testing"
 import { Context, Effect, Layer, Option, Stream } from "effect"
 
@@ -16,7 +16,7 @@ describe("memory store: keys sharing a hash", () => {
 
   it.effect("stay distinct entries through every operation", () =>
     Effect.gen(function* () {
-      const store = yield* Store
+      const store = yield* Store.Store
       const p = yield* store.open(id)
       const put = (k: string, v: string) => p.put(enc.encode(k), enc.encode(v))
       const get = (k: string) =>
@@ -77,7 +77,7 @@ describe("memory store options", () => {
 
   it.effect("valid limits apply; unset ones keep their defaults", () =>
     Effect.gen(function* () {
-      const store = yield* Effect.map(Layer.build(MemoryStore.layer({ maxKeyBytes: 8 })), Context.get(Store))
+      const store = yield* Effect.map(Layer.build(MemoryStore.layer({ maxKeyBytes: 8 })), Context.get(Store.Store))
       assert.deepStrictEqual(store.limits, { maxKeyBytes: 8, maxValueBytes: 16 * 1024 * 1024 })
       const p = yield* store.open({ table: "limits", partition: 0 })
       const e = yield* Effect.flip(p.put(new Uint8Array(9).fill(1), new Uint8Array(0)))

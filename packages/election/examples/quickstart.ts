@@ -4,7 +4,7 @@
  * takes over with a higher epoch and the old leadership's writes are refused.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/election/examples/quickstart.ts`.
  */
-import { op, MemoryCoordination } from "@strata/core"
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { CoordinationElection, Coordinator } from "@strata/election"
 import { Effect, Layer } from "effect"
 
@@ -24,11 +24,13 @@ export const program = Effect.gen(function* () {
   const b = yield* Coordinator.make({ serverId: 2, address: "10.0.0.2:9123", services: [scheduler(2, events)] })
 
   // Every coordinator write goes through `fenced`: one transaction that first checks the epoch is still current.
-  yield* first.fenced([op.create("/quickstart/assignments", new TextEncoder().encode("tablet-0 -> server 7"))])
+  yield* first.fenced([
+    Coordination.op.create("/quickstart/assignments", new TextEncoder().encode("tablet-0 -> server 7"))
+  ])
 
   yield* a.resign
   const second = yield* b.awaitLeader
-  const refused = yield* Effect.flip(first.fenced([op.delete("/quickstart/assignments")]))
+  const refused = yield* Effect.flip(first.fenced([Coordination.op.delete("/quickstart/assignments")]))
   return { events: [...events], firstEpoch: first.epoch, secondEpoch: second.epoch, refused: refused.reason._tag }
 }).pipe(Effect.scoped)
 

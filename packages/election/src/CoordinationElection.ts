@@ -12,8 +12,7 @@
  *
  * @since 0.1.0
  */
-import type { Coordination, ElectionError, ElectionShape } from "@strata/core"
-import { Election } from "@strata/core"
+import { type Coordination, Election } from "@strata/core"
 import { Config, Context, Effect, Layer, type Scope } from "effect"
 import * as internal from "./internal/election.js"
 
@@ -30,7 +29,7 @@ export type CoordinationElectionOptions = internal.Options
 export const metrics = internal.metrics
 
 /** The `CoordinationElection` service key; its layer also provides `Election`. */
-export class CoordinationElection extends Context.Service<CoordinationElection, ElectionShape>()(
+export class CoordinationElection extends Context.Service<CoordinationElection, Election.Shape>()(
   "@strata/election/CoordinationElection"
 ) {}
 
@@ -42,20 +41,24 @@ export class CoordinationElection extends Context.Service<CoordinationElection, 
  */
 export const make = (
   options: CoordinationElectionOptions
-): Effect.Effect<ElectionShape, ElectionError, Coordination | Scope.Scope> => internal.make(options)
+): Effect.Effect<Election.Shape, Election.ElectionError, Coordination.Coordination | Scope.Scope> =>
+  internal.make(options)
 
 /** The election as a layer providing both `CoordinationElection` and `Election`. */
 export const layer = (
   options: CoordinationElectionOptions
-): Layer.Layer<CoordinationElection | Election, ElectionError, Coordination> =>
+): Layer.Layer<CoordinationElection | Election.Election, Election.ElectionError, Coordination.Coordination> =>
   Layer.effectContext(
     Effect.map(make(options), (service) =>
-      Context.make(CoordinationElection, service).pipe(Context.add(Election, service))
+      Context.make(CoordinationElection, service).pipe(Context.add(Election.Election, service))
     )
   )
 
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig = (
   config: Config.Wrap<CoordinationElectionOptions>
-): Layer.Layer<CoordinationElection | Election, ElectionError | Config.ConfigError, Coordination> =>
-  Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+): Layer.Layer<
+  CoordinationElection | Election.Election,
+  Election.ElectionError | Config.ConfigError,
+  Coordination.Coordination
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

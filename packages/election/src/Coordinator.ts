@@ -27,8 +27,7 @@
  *
  * @since 0.1.0
  */
-import type { Candidate, ElectionShape, Leadership, LeadershipEnd } from "@strata/core"
-import { Election, ServerId, OptionSchemas } from "@strata/core"
+import { Election, Models, OptionSchemas } from "@strata/core"
 import {
   Cause,
   Config,
@@ -69,7 +68,7 @@ export interface LeaderService<R = Scope.Scope> {
   /** A name for logs and failure messages. */
   readonly name: string
   /** Starts the service; register its shutdown with `Effect.acquireRelease` / `Effect.addFinalizer`. */
-  readonly acquire: (leadership: Leadership) => Effect.Effect<unknown, unknown, R>
+  readonly acquire: (leadership: Election.Leadership) => Effect.Effect<unknown, unknown, R>
 }
 
 /**
@@ -79,7 +78,7 @@ export interface LeaderService<R = Scope.Scope> {
  */
 export const service = <R = Scope.Scope>(
   name: string,
-  acquire: (leadership: Leadership) => Effect.Effect<unknown, unknown, R>
+  acquire: (leadership: Election.Leadership) => Effect.Effect<unknown, unknown, R>
 ): LeaderService<R> => ({ name, acquire })
 
 /**
@@ -89,7 +88,7 @@ export const service = <R = Scope.Scope>(
  */
 export interface ServerOptions {
   /** This coordinator's server id. */
-  readonly serverId: ServerId
+  readonly serverId: Models.ServerId
   /** The address clients and tablet servers reach this coordinator at. */
   readonly address: string
 }
@@ -116,7 +115,7 @@ export interface Options<R = Scope.Scope> extends ServerOptions {
  * @since 0.1.0
  */
 export const CoordinatorOptions = Schema.Struct({
-  serverId: ServerId,
+  serverId: Models.ServerId,
   address: Schema.String.check(Schema.makeFilter((a: string) => (a.trim() === "" ? "expected an address" : undefined))),
   services: Schema.optional(
     Schema.Array(
@@ -163,7 +162,7 @@ export class InvalidCoordinatorOptions extends Schema.TaggedError<InvalidCoordin
  * @since 0.1.0
  */
 export class CoordinatorClosed extends Data.TaggedError("CoordinatorClosed")<{
-  readonly serverId: ServerId
+  readonly serverId: Models.ServerId
 }> {
   /** @since 0.1.0 */
   override get message(): string {
@@ -178,7 +177,7 @@ export class CoordinatorClosed extends Data.TaggedError("CoordinatorClosed")<{
  */
 export interface CoordinatorShape {
   /** This coordinator's server id. */
-  readonly serverId: ServerId
+  readonly serverId: Models.ServerId
   /** This coordinator's address. */
   readonly address: string
   /** The lifecycle state now. */
@@ -190,7 +189,7 @@ export interface CoordinatorShape {
    * ready): use its `fenced` for writes that must be rejected once a newer
    * coordinator epoch exists.
    */
-  readonly leadership: Effect.Effect<Option.Option<Leadership>>
+  readonly leadership: Effect.Effect<Option.Option<Election.Leadership>>
   /**
    * Whether this coordinator leads, its leader services have all started and its leadership holds here and now
    * (not lost, its deadline not passed): check it right before a side effect.
@@ -200,7 +199,7 @@ export interface CoordinatorShape {
    * Waits until this coordinator leads with all leader services started and
    * returns the leadership. Fails with `CoordinatorClosed` if it closes first.
    */
-  readonly awaitLeader: Effect.Effect<Leadership, CoordinatorClosed>
+  readonly awaitLeader: Effect.Effect<Election.Leadership, CoordinatorClosed>
   /**
    * Waits for the first state (the current one included) satisfying `predicate`.
    * Fails with `CoordinatorClosed` if the coordinator closes first (unless `Down` satisfies it).
@@ -236,7 +235,7 @@ export class Coordinator extends Context.Service<Coordinator, CoordinatorShape>(
 interface Attempt {
   /** The campaign's scope: its session, registration, candidate node and leadership. Closing it resigns. */
   readonly scope: Scope.Closeable
-  leadership: Leadership | undefined
+  leadership: Election.Leadership | undefined
   campaign: Fiber.Fiber<void> | undefined
   /** The leader services' scope (a child of the shell's root), closed before `scope`. */
   services: Scope.Closeable | undefined
@@ -262,10 +261,10 @@ interface Envelope {
 
 interface Snapshot {
   readonly state: Lifecycle.State
-  readonly leadership: Option.Option<Leadership>
+  readonly leadership: Option.Option<Election.Leadership>
 }
 
-const endToInput = (end: LeadershipEnd): Lifecycle.Input => {
+const endToInput = (end: Election.LeadershipEnd): Lifecycle.Input => {
   switch (end._tag) {
     case "SessionLost":
       return Lifecycle.Input.SessionLost
@@ -284,8 +283,8 @@ const describeFailure = (name: string, cause: Cause.Cause<unknown>): string => {
 
 /** The shell's mutable parts and what its commands need. */
 interface Shell<R> {
-  readonly election: ElectionShape
-  readonly candidate: Candidate
+  readonly election: Election.Shape
+  readonly candidate: Election.Candidate
   readonly services: ReadonlyArray<LeaderService<R>>
   readonly backoff: Duration.Duration
   /** Every campaign and leader-service scope is a child of it: closing it releases everything. */
@@ -312,7 +311,7 @@ const isLive = <R>(shell: Shell<R>, source: Source, state: Lifecycle.State): boo
 }
 
 /** Reports a won leadership's events as inputs: its session's blips, its deadline lapsing, its end. */
-const followLeadership = <R>(shell: Shell<R>, current: Attempt, leadership: Leadership) =>
+const followLeadership = <R>(shell: Shell<R>, current: Attempt, leadership: Election.Leadership) =>
   Effect.gen(function* () {
     const source: Source = { _tag: "Attempt", attempt: current }
     let suspended = false
@@ -476,14 +475,14 @@ const execute = <R>(shell: Shell<R>, command: Lifecycle.Command) => {
  */
 export const make = <R = Scope.Scope>(
   options: Options<R>
-): Effect.Effect<CoordinatorShape, InvalidCoordinatorOptions, Election | Scope.Scope | R> =>
+): Effect.Effect<CoordinatorShape, InvalidCoordinatorOptions, Election.Election | Scope.Scope | R> =>
   Effect.gen(function* () {
     const o = yield* decodeOptions(CoordinatorOptions)(options).pipe(
       Effect.mapError((bad) => new InvalidCoordinatorOptions(summary(bad)))
     )
     const scope = yield* Effect.scope
     const shell: Shell<R> = {
-      election: yield* Election,
+      election: yield* Election.Election,
       candidate: { serverId: o.serverId, address: o.address },
       // The decoded services are the same objects, typed loosely: the typed ones are the caller's.
       services: options.services ?? [],
@@ -605,7 +604,7 @@ export const make = <R = Scope.Scope>(
  */
 export const layer = <R = Scope.Scope>(
   options: Options<R>
-): Layer.Layer<Coordinator, InvalidCoordinatorOptions, Election | Exclude<R, Scope.Scope>> =>
+): Layer.Layer<Coordinator, InvalidCoordinatorOptions, Election.Election | Exclude<R, Scope.Scope>> =>
   Layer.effect(Coordinator, make(options))
 
 /**
@@ -617,5 +616,8 @@ export const layer = <R = Scope.Scope>(
 export const layerConfig = <R = Scope.Scope>(
   config: Config.Wrap<ServerOptions>,
   options: Omit<Options<R>, keyof ServerOptions> = {}
-): Layer.Layer<Coordinator, InvalidCoordinatorOptions | Config.ConfigError, Election | Exclude<R, Scope.Scope>> =>
-  Layer.unwrap(Effect.map(Config.unwrap(config), (server) => layer<R>({ ...options, ...server })))
+): Layer.Layer<
+  Coordinator,
+  InvalidCoordinatorOptions | Config.ConfigError,
+  Election.Election | Exclude<R, Scope.Scope>
+> => Layer.unwrap(Effect.map(Config.unwrap(config), (server) => layer<R>({ ...options, ...server })))

@@ -39,8 +39,7 @@
  *
  * @since 0.1.0
  */
-import { IllegalStateTransition } from "@strata/core"
-import { Epoch, ServerId } from "@strata/core"
+import { Errors, Models } from "@strata/core"
 import { Result, Schema } from "effect"
 
 // ---------------------------------------------------------------------------
@@ -55,9 +54,9 @@ import { Result, Schema } from "effect"
  * @since 0.1.0
  */
 export const Standby = Schema.TaggedStruct("Standby", {
-  serverId: ServerId,
+  serverId: Models.ServerId,
   started: Schema.Boolean,
-  lastEpoch: Schema.NullOr(Epoch)
+  lastEpoch: Schema.NullOr(Models.Epoch)
 })
 /** @since 0.1.0 */
 export type Standby = typeof Standby.Type
@@ -68,8 +67,8 @@ export type Standby = typeof Standby.Type
  * @since 0.1.0
  */
 export const Electing = Schema.TaggedStruct("Electing", {
-  serverId: ServerId,
-  lastEpoch: Schema.NullOr(Epoch)
+  serverId: Models.ServerId,
+  lastEpoch: Schema.NullOr(Models.Epoch)
 })
 /** @since 0.1.0 */
 export type Electing = typeof Electing.Type
@@ -81,8 +80,8 @@ export type Electing = typeof Electing.Type
  * @since 0.1.0
  */
 export const Leader = Schema.TaggedStruct("Leader", {
-  serverId: ServerId,
-  epoch: Epoch,
+  serverId: Models.ServerId,
+  epoch: Models.Epoch,
   phase: Schema.Literals(["Initialising", "Ready"])
 })
 /** @since 0.1.0 */
@@ -94,7 +93,7 @@ export type Leader = typeof Leader.Type
  * @since 0.1.0
  */
 export const Down = Schema.TaggedStruct("Down", {
-  serverId: ServerId
+  serverId: Models.ServerId
 })
 /** @since 0.1.0 */
 export type Down = typeof Down.Type
@@ -113,7 +112,7 @@ export type State = typeof State.Type
  *
  * @since 0.1.0
  */
-export const initial = (serverId: ServerId): State => ({
+export const initial = (serverId: Models.ServerId): State => ({
   _tag: "Standby",
   serverId,
   started: false,
@@ -137,12 +136,12 @@ export const initial = (serverId: ServerId): State => ({
 export type Input =
   | { readonly _tag: "Start" }
   | { readonly _tag: "Campaign" }
-  | { readonly _tag: "Elected"; readonly epoch: Epoch }
+  | { readonly _tag: "Elected"; readonly epoch: Models.Epoch }
   | { readonly _tag: "CampaignFailed"; readonly cause: string }
   | { readonly _tag: "LeaderServicesReady" }
   | { readonly _tag: "LeaderServicesFailed"; readonly cause: string }
   | { readonly _tag: "SessionLost" }
-  | { readonly _tag: "Fenced"; readonly epoch: Epoch }
+  | { readonly _tag: "Fenced"; readonly epoch: Models.Epoch }
   | { readonly _tag: "Lapsed" }
   | { readonly _tag: "Resign" }
   | { readonly _tag: "Close" }
@@ -157,12 +156,12 @@ export type Input =
 export const Input = {
   Start: { _tag: "Start" } as Input,
   Campaign: { _tag: "Campaign" } as Input,
-  Elected: (epoch: Epoch): Input => ({ _tag: "Elected", epoch }),
+  Elected: (epoch: Models.Epoch): Input => ({ _tag: "Elected", epoch }),
   CampaignFailed: (cause: string): Input => ({ _tag: "CampaignFailed", cause }),
   LeaderServicesReady: { _tag: "LeaderServicesReady" } as Input,
   LeaderServicesFailed: (cause: string): Input => ({ _tag: "LeaderServicesFailed", cause }),
   SessionLost: { _tag: "SessionLost" } as Input,
-  Fenced: (epoch: Epoch): Input => ({ _tag: "Fenced", epoch }),
+  Fenced: (epoch: Models.Epoch): Input => ({ _tag: "Fenced", epoch }),
   Lapsed: { _tag: "Lapsed" } as Input,
   Resign: { _tag: "Resign" } as Input,
   Close: { _tag: "Close" } as Input,
@@ -212,7 +211,7 @@ export type Command =
   | { readonly _tag: "ScheduleCampaign"; readonly after: "now" | "backoff" }
   | { readonly _tag: "CancelCampaign" }
   | { readonly _tag: "CreateCandidate" }
-  | { readonly _tag: "AcquireLeaderResources"; readonly epoch: Epoch }
+  | { readonly _tag: "AcquireLeaderResources"; readonly epoch: Models.Epoch }
   | { readonly _tag: "ReleaseLeaderResources" }
   | { readonly _tag: "CloseCampaign" }
   | { readonly _tag: "Log"; readonly message: string }
@@ -226,7 +225,7 @@ export const Command = {
   ScheduleCampaign: (after: "now" | "backoff"): Command => ({ _tag: "ScheduleCampaign", after }),
   CancelCampaign: { _tag: "CancelCampaign" } as Command,
   CreateCandidate: { _tag: "CreateCandidate" } as Command,
-  AcquireLeaderResources: (epoch: Epoch): Command => ({ _tag: "AcquireLeaderResources", epoch }),
+  AcquireLeaderResources: (epoch: Models.Epoch): Command => ({ _tag: "AcquireLeaderResources", epoch }),
   ReleaseLeaderResources: { _tag: "ReleaseLeaderResources" } as Command,
   CloseCampaign: { _tag: "CloseCampaign" } as Command,
   Log: (message: string): Command => ({ _tag: "Log", message })
@@ -284,12 +283,12 @@ const target = (state: State, input: Input): string => {
   }
 }
 
-const ok = (state: State, commands: ReadonlyArray<Command>): Result.Result<Step, IllegalStateTransition> =>
+const ok = (state: State, commands: ReadonlyArray<Command>): Result.Result<Step, Errors.IllegalStateTransition> =>
   Result.succeed([state, commands] as const)
 
-const illegal = (state: State, input: Input): Result.Result<Step, IllegalStateTransition> =>
+const illegal = (state: State, input: Input): Result.Result<Step, Errors.IllegalStateTransition> =>
   Result.fail(
-    new IllegalStateTransition({
+    new Errors.IllegalStateTransition({
       machine: "coordinator",
       entity: String(state.serverId),
       from: describeState(state),
@@ -297,22 +296,22 @@ const illegal = (state: State, input: Input): Result.Result<Step, IllegalStateTr
     })
   )
 
-const standby = (serverId: ServerId, lastEpoch: Epoch | null): State => ({
+const standby = (serverId: Models.ServerId, lastEpoch: Models.Epoch | null): State => ({
   _tag: "Standby",
   serverId,
   started: true,
   lastEpoch
 })
 
-const maxEpoch = (a: Epoch | null, b: Epoch): Epoch => (a === null || b > a ? b : a)
+const maxEpoch = (a: Models.Epoch | null, b: Models.Epoch): Models.Epoch => (a === null || b > a ? b : a)
 
 /** Back to Standby and campaigning again after the backoff: the campaign ended, `release` first if leading. */
 const rejoin = (
-  serverId: ServerId,
-  lastEpoch: Epoch | null,
+  serverId: Models.ServerId,
+  lastEpoch: Models.Epoch | null,
   message: string,
   release: boolean
-): Result.Result<Step, IllegalStateTransition> =>
+): Result.Result<Step, Errors.IllegalStateTransition> =>
   ok(standby(serverId, lastEpoch), [
     Command.Log(message),
     ...(release ? [Command.ReleaseLeaderResources] : []),
@@ -329,7 +328,7 @@ const closed = Command.Log("coordinator closed")
  *
  * @since 0.1.0
  */
-export const step = (state: State, input: Input): Result.Result<Step, IllegalStateTransition> => {
+export const step = (state: State, input: Input): Result.Result<Step, Errors.IllegalStateTransition> => {
   switch (state._tag) {
     case "Standby": {
       switch (input._tag) {

@@ -15,16 +15,7 @@
  *
  * @since 0.1.0
  */
-import {
-  Coordination,
-  type CoordinationError,
-  CoordinationFaults,
-  type CoordinationFaultsShape,
-  type CoordinationShape,
-  coordinationError,
-  InvalidCoordinationOptions,
-  OptionSchemas
-} from "@strata/core"
+import { Coordination, OptionSchemas } from "@strata/core"
 import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 import { sessionOf } from "./internal/etcdNodes.js"
 import * as EtcdSession from "./internal/etcdSession.js"
@@ -68,7 +59,7 @@ export type EtcdCoordinationOptions = typeof EtcdCoordinationOptions.Type
 /** The etcd backend's own service: the `Coordination` shape plus its fault injection. */
 export class EtcdCoordination extends Context.Service<
   EtcdCoordination,
-  CoordinationShape & { readonly faults: CoordinationFaultsShape }
+  Coordination.Shape & { readonly faults: Coordination.FaultsShape }
 >()("@strata/election/EtcdCoordination") {}
 
 /**
@@ -77,17 +68,19 @@ export class EtcdCoordination extends Context.Service<
  */
 export const make = (
   options: EtcdCoordinationOptions
-): Effect.Effect<EtcdCoordination["Service"], CoordinationError, Scope.Scope> =>
+): Effect.Effect<EtcdCoordination["Service"], Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decodeOptions(EtcdCoordinationOptions)(options).pipe(
-      Effect.mapError((bad) => coordinationError(new InvalidCoordinationOptions({ backend: "etcd", ...summary(bad) })))
+      Effect.mapError((bad) =>
+        Coordination.coordinationError(new Coordination.InvalidOptions({ backend: "etcd", ...summary(bad) }))
+      )
     )
     const store = yield* EtcdStore.open(
       o.endpoints,
       o.root ?? "/strata/coordination",
       Math.max(2000, o.sessionTimeoutMs ?? 10_000)
     )
-    const faults: CoordinationFaultsShape = {
+    const faults: Coordination.FaultsShape = {
       expire: (s) =>
         Effect.gen(function* () {
           yield* EtcdStore.call(() => store.faultClient.leaseClient.leaseRevoke({ ID: s.id })).pipe(Effect.ignore)
@@ -104,12 +97,12 @@ export const make = (
 /** A layer providing `EtcdCoordination`, `Coordination` and `CoordinationFaults` from one client. */
 export const layer = (
   options: EtcdCoordinationOptions
-): Layer.Layer<EtcdCoordination | Coordination | CoordinationFaults, CoordinationError> =>
+): Layer.Layer<EtcdCoordination | Coordination.Coordination | Coordination.Faults, Coordination.CoordinationError> =>
   Layer.effectContext(
     Effect.map(make(options), (service) =>
       Context.make(EtcdCoordination, service).pipe(
-        Context.add(Coordination, service),
-        Context.add(CoordinationFaults, service.faults)
+        Context.add(Coordination.Coordination, service),
+        Context.add(Coordination.Faults, service.faults)
       )
     )
   )
@@ -117,5 +110,7 @@ export const layer = (
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig = (
   config: Config.Wrap<EtcdCoordinationOptions>
-): Layer.Layer<EtcdCoordination | Coordination | CoordinationFaults, CoordinationError | Config.ConfigError> =>
-  Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+): Layer.Layer<
+  EtcdCoordination | Coordination.Coordination | Coordination.Faults,
+  Coordination.CoordinationError | Config.ConfigError
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

@@ -8,20 +8,7 @@
  *
  * @since 0.1.0
  */
-import {
-  Coordination,
-  type CoordinationError,
-  CoordinationFaults,
-  type CoordinationFaultsShape,
-  type CoordinationShape,
-  CoordinationUnreachable,
-  coordinationError,
-  InvalidCoordinationOptions,
-  type Session,
-  type SessionOptions,
-  SessionClosed,
-  OptionSchemas
-} from "@strata/core"
+import { Coordination, OptionSchemas } from "@strata/core"
 import { Config, Context, Duration, Effect, Layer, Option, Schema, type Scope } from "effect"
 import { invalidAbsolutePath, invalidHostPort } from "./internal/options.js"
 import { closeClient, connect } from "./internal/zookeeperClient.js"
@@ -62,7 +49,7 @@ export type ZooKeeperCoordinationOptions = typeof ZooKeeperCoordinationOptions.T
 /** The ZooKeeper coordination service's own key; its layer provides `Coordination` and `CoordinationFaults` too. */
 export class ZooKeeperCoordination extends Context.Service<
   ZooKeeperCoordination,
-  CoordinationShape & { readonly faults: CoordinationFaultsShape }
+  Coordination.Shape & { readonly faults: Coordination.FaultsShape }
 >()("@strata/election/ZooKeeperCoordination") {}
 
 /** The service: what its sessions and faults share. */
@@ -72,14 +59,14 @@ interface Service {
   readonly defaultTimeout: number
   readonly connectTimeoutMs: number
   /** Each open session's record, for the faults. */
-  readonly records: WeakMap<Session, ZkSession.SessionRec>
+  readonly records: WeakMap<Coordination.Session, ZkSession.SessionRec>
 }
 
 /** Opens a session (its own client) in the scope, with the read timeout running beside it. */
 const session = (
   svc: Service,
-  sessionOptions?: SessionOptions
-): Effect.Effect<Session, CoordinationError, Scope.Scope> =>
+  sessionOptions?: Coordination.SessionOptions
+): Effect.Effect<Coordination.Session, Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const requested =
       sessionOptions?.timeout === undefined
@@ -93,14 +80,14 @@ const session = (
   })
 
 /** Expires a session on the server, as `CoordinationFaults.expire`. */
-const expire = (svc: Service, s: Session): Effect.Effect<void, CoordinationError> =>
+const expire = (svc: Service, s: Coordination.Session): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const rec = svc.records.get(s)
     if (rec === undefined) {
-      return yield* Effect.fail(coordinationError(new SessionClosed({ session: s.id })))
+      return yield* Effect.fail(Coordination.coordinationError(new Coordination.SessionClosed({ session: s.id })))
     }
     const ended = ZkSession.endReason(rec)
-    if (ended !== undefined) return yield* Effect.fail(coordinationError(ended))
+    if (ended !== undefined) return yield* Effect.fail(Coordination.coordinationError(ended))
     // A second client on the same session id and password closes the session on the server. The original
     // client may win the session back by reconnecting before the twin's close arrives, so repeat until the
     // original client is told its session expired.
@@ -126,10 +113,10 @@ const expire = (svc: Service, s: Session): Effect.Effect<void, CoordinationError
 // The service
 // ---------------------------------------------------------------------------
 
-const decode = (input: unknown): Effect.Effect<ZooKeeperCoordinationOptions, CoordinationError> =>
+const decode = (input: unknown): Effect.Effect<ZooKeeperCoordinationOptions, Coordination.CoordinationError> =>
   decodeOptions(ZooKeeperCoordinationOptions)(input).pipe(
     Effect.mapError((bad) =>
-      coordinationError(new InvalidCoordinationOptions({ backend: "zookeeper", ...summary(bad) }))
+      Coordination.coordinationError(new Coordination.InvalidOptions({ backend: "zookeeper", ...summary(bad) }))
     )
   )
 
@@ -139,7 +126,7 @@ const decode = (input: unknown): Effect.Effect<ZooKeeperCoordinationOptions, Coo
  */
 export const make = (
   options: ZooKeeperCoordinationOptions
-): Effect.Effect<ZooKeeperCoordination["Service"], CoordinationError, Scope.Scope> =>
+): Effect.Effect<ZooKeeperCoordination["Service"], Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decode(options)
     const defaultTimeout = o.sessionTimeoutMs ?? 10_000
@@ -147,13 +134,15 @@ export const make = (
     const root = o.root === undefined || o.root === "" || o.root === "/" ? "" : o.root
     if (root !== "") {
       const bootstrap = yield* connect(o.connectString, { sessionTimeout: defaultTimeout }, connectTimeoutMs)
-      yield* Effect.callback<void, CoordinationError>((resume) => {
+      yield* Effect.callback<void, Coordination.CoordinationError>((resume) => {
         bootstrap.mkdirp(root, (error) => {
           resume(
             error === null || error === undefined
               ? Effect.void
               : Effect.fail(
-                  coordinationError(new CoordinationUnreachable({ address: o.connectString, detail: error.message }))
+                  Coordination.coordinationError(
+                    new Coordination.Unreachable({ address: o.connectString, detail: error.message })
+                  )
                 )
           )
         })
@@ -165,19 +154,22 @@ export const make = (
       connectTimeoutMs,
       records: new WeakMap()
     }
-    const faults: CoordinationFaultsShape = { expire: (s) => expire(svc, s) }
+    const faults: Coordination.FaultsShape = { expire: (s) => expire(svc, s) }
     return { backend: "zookeeper", session: (sessionOptions) => session(svc, sessionOptions), faults }
   })
 
 /** A layer providing `ZooKeeperCoordination`, `Coordination` and `CoordinationFaults`. */
 export const layer = (
   options: ZooKeeperCoordinationOptions
-): Layer.Layer<ZooKeeperCoordination | Coordination | CoordinationFaults, CoordinationError> =>
+): Layer.Layer<
+  ZooKeeperCoordination | Coordination.Coordination | Coordination.Faults,
+  Coordination.CoordinationError
+> =>
   Layer.effectContext(
     Effect.map(make(options), (service) =>
       Context.make(ZooKeeperCoordination, service).pipe(
-        Context.add(Coordination, service),
-        Context.add(CoordinationFaults, service.faults)
+        Context.add(Coordination.Coordination, service),
+        Context.add(Coordination.Faults, service.faults)
       )
     )
   )
@@ -185,5 +177,7 @@ export const layer = (
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig = (
   config: Config.Wrap<ZooKeeperCoordinationOptions>
-): Layer.Layer<ZooKeeperCoordination | Coordination | CoordinationFaults, CoordinationError | Config.ConfigError> =>
-  Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+): Layer.Layer<
+  ZooKeeperCoordination | Coordination.Coordination | Coordination.Faults,
+  Coordination.CoordinationError | Config.ConfigError
+> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

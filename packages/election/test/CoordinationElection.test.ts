@@ -1,13 +1,5 @@
+import { Coordination, Election, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  Coordination,
-  CoordinationFaults,
-  Election,
-  type ElectionShape,
-  op,
-  type Session,
-  MemoryCoordination
-} from "@strata/core"
 import { ElectionConformance } from "@strata/core/testing"
 import { Clock, Context, type Duration, Effect, Exit, Fiber, Layer, Metric, Option, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
@@ -26,16 +18,16 @@ const bytes = (s: string) => new TextEncoder().encode(s)
  */
 const processOf = (namespace: string, sessionTimeout: Duration.Input = "2 seconds") =>
   Effect.gen(function* () {
-    const coordination = yield* Coordination
-    const sessions: Array<Session> = []
-    const recording = Coordination.of({
+    const coordination = yield* Coordination.Coordination
+    const sessions: Array<Coordination.Session> = []
+    const recording = Coordination.Coordination.of({
       ...coordination,
       session: (options) => Effect.tap(coordination.session(options), (s) => Effect.sync(() => sessions.push(s)))
     })
     const election = yield* CoordinationElection.make({ namespace, sessionTimeout }).pipe(
-      Effect.provideService(Coordination, recording)
+      Effect.provideService(Coordination.Coordination, recording)
     )
-    const faults = yield* CoordinationFaults
+    const faults = yield* Coordination.Faults
     /** Expires every session this process opened, as after a pause longer than the session timeout. */
     const expireAll = Effect.suspend(() =>
       Effect.forEach(sessions.slice(), (s) => Effect.ignore(faults.expire(s)), { discard: true })
@@ -43,7 +35,7 @@ const processOf = (namespace: string, sessionTimeout: Duration.Input = "2 second
     return { election, expireAll, faults, sessions: () => sessions.slice() } as const
   })
 
-const campaign = (election: ElectionShape, serverId: number) =>
+const campaign = (election: Election.Shape, serverId: number) =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
     const fiber = yield* Effect.forkChild(
@@ -57,7 +49,7 @@ const settle = Effect.gen(function* () {
   for (let i = 0; i < 20; i++) yield* Effect.yieldNow
 })
 
-const memory = <A, E>(test: Effect.Effect<A, E, Coordination | CoordinationFaults>) =>
+const memory = <A, E>(test: Effect.Effect<A, E, Coordination.Coordination | Coordination.Faults>) =>
   Effect.scoped(test.pipe(Effect.provide(MemoryCoordination.layer())))
 
 describe("CoordinationElection on memory coordination", () => {
@@ -83,7 +75,9 @@ describe("CoordinationElection on memory coordination", () => {
           // as stale at once, without asking the server (A's observer cannot be reached either).
           yield* Effect.forEach(a.sessions(), (s) => Effect.ignore(a.faults.disconnect!(s)), { discard: true })
           const opened = a.sessions().length
-          const write = yield* Effect.forkChild(Effect.flip(first.fenced([op.create("/pause-write", bytes("stale"))])))
+          const write = yield* Effect.forkChild(
+            Effect.flip(first.fenced([Coordination.op.create("/pause-write", bytes("stale"))]))
+          )
           yield* settle
           const refused = write.pollUnsafe()
           assert.isDefined(refused, "a write of a leadership known lost does not wait for the server")
@@ -156,7 +150,7 @@ describe("CoordinationElection on memory coordination", () => {
           const cb = yield* campaign(a.election, 1)
           const second = yield* Fiber.join(cb.fiber)
           assert.strictEqual(second.epoch, first.epoch + 1)
-          const raw = yield* (yield* Coordination).session()
+          const raw = yield* (yield* Coordination.Coordination).session()
           yield* raw.delete("/reset/coordinators/epoch")
           assert.strictEqual((yield* second.lost)._tag, "Fenced")
           yield* Scope.close(cb.scope, Exit.void)
@@ -175,7 +169,7 @@ describe("CoordinationElection on memory coordination", () => {
     memory(
       Effect.scoped(
         Effect.gen(function* () {
-          const raw = yield* (yield* Coordination).session()
+          const raw = yield* (yield* Coordination.Coordination).session()
           yield* raw.create("/corrupt/coordinators/epoch", bytes("seven"), { createParents: true })
           const a = yield* processOf("corrupt")
           const ca = yield* campaign(a.election, 1)
@@ -196,7 +190,7 @@ describe("CoordinationElection on memory coordination", () => {
     memory(
       Effect.scoped(
         Effect.gen(function* () {
-          const raw = yield* (yield* Coordination).session()
+          const raw = yield* (yield* Coordination.Coordination).session()
           yield* raw.create("/retry/coordinators/epoch", bytes("x"), { createParents: true })
           const a = yield* processOf("retry")
           const scope = yield* Scope.make()
@@ -224,11 +218,11 @@ describe("CoordinationElection on memory coordination", () => {
     memory(
       Effect.scoped(
         Effect.gen(function* () {
-          const coordination = yield* Coordination
-          const faults = yield* CoordinationFaults
-          const opened: Array<Session> = []
+          const coordination = yield* Coordination.Coordination
+          const faults = yield* Coordination.Faults
+          const opened: Array<Coordination.Session> = []
           // Every campaign session of B loses its connection for 500 ms right after opening, before its first step.
-          const blippy = Coordination.of({
+          const blippy = Coordination.Coordination.of({
             ...coordination,
             session: (options) =>
               Effect.tap(coordination.session(options), (s) =>
@@ -241,7 +235,7 @@ describe("CoordinationElection on memory coordination", () => {
               )
           })
           const b = yield* CoordinationElection.make({ namespace: "blip", sessionTimeout: "2 seconds" }).pipe(
-            Effect.provideService(Coordination, blippy)
+            Effect.provideService(Coordination.Coordination, blippy)
           )
           const cb = yield* campaign(b, 2)
           yield* settle
@@ -265,8 +259,8 @@ describe("CoordinationElection on memory coordination", () => {
       Effect.scoped(
         Effect.gen(function* () {
           const a = yield* processOf("wipe")
-          const raw = yield* (yield* Coordination).session()
-          const other = yield* (yield* Coordination).session()
+          const raw = yield* (yield* Coordination.Coordination).session()
+          const other = yield* (yield* Coordination.Coordination).session()
           // A leader holds the line, so A waits behind it with candidate_0000000001.
           yield* other.create("/wipe/coordinators/election/candidate_", bytes("9"), {
             mode: "ephemeral-sequential",
@@ -313,7 +307,7 @@ describe("CoordinationElection on memory coordination", () => {
       Effect.scoped(
         Effect.gen(function* () {
           const a = yield* processOf("ids", "2 seconds")
-          const raw = yield* (yield* Coordination).session({ timeout: "2 seconds" })
+          const raw = yield* (yield* Coordination.Coordination).session({ timeout: "2 seconds" })
           // A previous incarnation of server 1: killed, its session not yet expired.
           yield* raw.create("/ids/coordinators/ids/1", bytes("{}"), { mode: "ephemeral", createParents: true })
           const faults = a.faults
@@ -325,7 +319,7 @@ describe("CoordinationElection on memory coordination", () => {
           const leadership = yield* Fiber.join(ca.fiber)
           const registered = yield* a.election.leader
           assert.strictEqual(Option.getOrThrow(registered).epoch, leadership.epoch)
-          const ids = yield* (yield* Coordination).session()
+          const ids = yield* (yield* Coordination.Coordination).session()
           const stat = yield* ids.exists("/ids/coordinators/ids/1")
           assert.strictEqual(Option.getOrThrow(stat).ephemeralOwner, a.sessions().at(-1)!.id)
 
@@ -351,15 +345,15 @@ describe("CoordinationElection on memory coordination", () => {
     memory(
       Effect.scoped(
         Effect.gen(function* () {
-          const coordination = yield* Coordination
+          const coordination = yield* Coordination.Coordination
           let hang = false
           // Sessions whose multi never answers once `hang` is set (the request went out; no reply comes back).
-          const silent = Coordination.of({
+          const silent = Coordination.Coordination.of({
             ...coordination,
             session: (options) =>
               Effect.map(
                 coordination.session(options),
-                (s): Session => ({
+                (s): Coordination.Session => ({
                   ...s,
                   multi: (ops) => Effect.suspend(() => (hang ? Effect.never : s.multi(ops)))
                 })
@@ -369,12 +363,12 @@ describe("CoordinationElection on memory coordination", () => {
             namespace: "unknown",
             sessionTimeout: "10 seconds",
             requestTimeout: "1 second"
-          }).pipe(Effect.provideService(Coordination, silent))
+          }).pipe(Effect.provideService(Coordination.Coordination, silent))
           const ca = yield* campaign(election, 1)
           const leadership = yield* Fiber.join(ca.fiber)
           hang = true
           const write = yield* Effect.forkChild(
-            Effect.flip(leadership.fenced([op.create("/unknown-write", bytes("x"))]))
+            Effect.flip(leadership.fenced([Coordination.op.create("/unknown-write", bytes("x"))]))
           )
           yield* TestClock.adjust("999 millis")
           assert.isUndefined(write.pollUnsafe(), "still waiting within the request timeout")
@@ -436,7 +430,7 @@ describe("CoordinationElection on memory coordination", () => {
           yield* TestClock.adjust("250 millis")
           const second = yield* Fiber.join(cb.fiber)
           assert.isNumber(second.electionDurationMs)
-          yield* Effect.flip(first.fenced([op.create("/metrics-write", bytes("x"))]))
+          yield* Effect.flip(first.fenced([Coordination.op.create("/metrics-write", bytes("x"))]))
 
           const elections = yield* value(CoordinationElection.metrics.electionsTotal)
           const fenced = yield* value(CoordinationElection.metrics.fencedWritesRejected)
@@ -534,7 +528,7 @@ describe("CoordinationElection on memory coordination", () => {
         const context = yield* Layer.build(CoordinationElection.layer({ namespace: "keys" }))
         assert.strictEqual(
           Context.get(context, CoordinationElection.CoordinationElection),
-          Context.get(context, Election)
+          Context.get(context, Election.Election)
         )
       }).pipe(Effect.scoped)
     )

@@ -1,21 +1,5 @@
+import { Coordination, Election, Errors, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  Coordination,
-  CoordinationFaults,
-  type CoordinationShape,
-  ConnectionLoss,
-  coordinationError,
-  Election,
-  ElectionCoordinationFailed,
-  ElectionError,
-  type ElectionShape,
-  IllegalStateTransition,
-  type Leadership,
-  type LeadershipEnd,
-  op,
-  type Session,
-  MemoryCoordination
-} from "@strata/core"
 import {
   Array as Arr,
   Cause,
@@ -98,13 +82,13 @@ interface Node {
   readonly coordinator: Coordinator.CoordinatorShape
   readonly scope: Scope.Closeable
   /** Its own election (each server runs one). */
-  readonly election: ElectionShape
+  readonly election: Election.Shape
   /** Sessions its election opened, in order: the observer first, then one per campaign. */
-  readonly sessions: Array<Session>
+  readonly sessions: Array<Coordination.Session>
   /** Every state it went through, from the one it had when started. */
   readonly states: Array<State>
   /** The session of its latest campaign. */
-  readonly campaignSession: () => Session
+  readonly campaignSession: () => Coordination.Session
 }
 
 /** Starts a coordinator with its own election (as a separate server would have) on the shared coordination. */
@@ -112,11 +96,11 @@ const start = (
   serverId: number,
   services: ReadonlyArray<Coordinator.LeaderService>,
   rejoinBackoff: Duration.Input = 0
-): Effect.Effect<Node, never, Coordination | Scope.Scope> =>
+): Effect.Effect<Node, never, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
-    const coordination = yield* Coordination
-    const sessions: Array<Session> = []
-    const recording: CoordinationShape = {
+    const coordination = yield* Coordination.Coordination
+    const sessions: Array<Coordination.Session> = []
+    const recording: Coordination.Shape = {
       backend: coordination.backend,
       session: (options) =>
         coordination.session(options).pipe(
@@ -129,7 +113,7 @@ const start = (
     }
     const scope = yield* Scope.fork(yield* Effect.scope, "sequential")
     const election = yield* CoordinationElection.make({ namespace }).pipe(
-      Effect.provideService(Coordination, recording),
+      Effect.provideService(Coordination.Coordination, recording),
       Scope.provide(scope),
       Effect.orDie
     )
@@ -138,7 +122,7 @@ const start = (
       address: `127.0.0.1:${9000 + serverId}`,
       services,
       rejoinBackoff
-    }).pipe(Effect.provideService(Election, election), Scope.provide(scope), Effect.orDie)
+    }).pipe(Effect.provideService(Election.Election, election), Scope.provide(scope), Effect.orDie)
     const states: Array<State> = []
     yield* coordinator.changes.pipe(
       Stream.runForEach((s) =>
@@ -159,12 +143,15 @@ const start = (
 const close = (node: Node) => Scope.close(node.scope, Exit.void)
 
 /** A coordinator (server 7, no backoff) on a fake election whose `campaign` is given, in a scope of its own. */
-const onFakeElection = (campaign: ElectionShape["campaign"], services: ReadonlyArray<Coordinator.LeaderService> = []) =>
+const onFakeElection = (
+  campaign: Election.Shape["campaign"],
+  services: ReadonlyArray<Coordinator.LeaderService> = []
+) =>
   Effect.gen(function* () {
-    const election: ElectionShape = { leader: Effect.succeed(Option.none()), changes: Stream.empty, campaign }
+    const election: Election.Shape = { leader: Effect.succeed(Option.none()), changes: Stream.empty, campaign }
     const scope = yield* Scope.make()
     const coordinator = yield* Coordinator.make({ serverId: 7, address: "x", rejoinBackoff: 0, services }).pipe(
-      Effect.provideService(Election, election),
+      Effect.provideService(Election.Election, election),
       Scope.provide(scope)
     )
     return { coordinator, scope } as const
@@ -174,8 +161,8 @@ const onFakeElection = (campaign: ElectionShape["campaign"], services: ReadonlyA
 const fakeLeadership = (
   candidate: { readonly serverId: number; readonly address: string },
   epoch: number,
-  lost: Effect.Effect<LeadershipEnd>
-): Leadership => ({
+  lost: Effect.Effect<Election.LeadershipEnd>
+): Election.Leadership => ({
   epoch,
   info: { serverId: candidate.serverId, epoch, address: candidate.address },
   electionDurationMs: undefined,
@@ -209,7 +196,7 @@ describe("Coordinator", () => {
       const held = yield* c1.coordinator.leadership
       assert.isTrue(Option.isSome(held) && held.value === leadership)
       // The leadership handed out makes fenced writes.
-      yield* leadership.fenced([op.create(`${namespace}/written-by-1`, new Uint8Array(0))])
+      yield* leadership.fenced([Coordination.op.create(`${namespace}/written-by-1`, new Uint8Array(0))])
 
       yield* close(c1)
       assert.deepStrictEqual(events, [
@@ -225,7 +212,9 @@ describe("Coordinator", () => {
       yield* c1.coordinator.join
       assert.isTrue(c1.states.some((s) => s._tag === "Leader" && s.phase === "Ready"))
       // The leadership was given up: its next write is refused.
-      const refused = yield* Effect.flip(leadership.fenced([op.create(`${namespace}/late`, new Uint8Array(0))]))
+      const refused = yield* Effect.flip(
+        leadership.fenced([Coordination.op.create(`${namespace}/late`, new Uint8Array(0))])
+      )
       assert.strictEqual(refused._tag, "ElectionError")
     }).pipe(withMemory())
   )
@@ -246,7 +235,7 @@ describe("Coordinator", () => {
         yield* settle
         assert.deepStrictEqual(events, ["1 acquire a", "1 acquire b"])
 
-        const faults = yield* CoordinationFaults
+        const faults = yield* Coordination.Faults
         yield* faults.expire(c1.campaignSession())
 
         const second = yield* Effect.raceFirst(c2.coordinator.awaitLeader, c3.coordinator.awaitLeader)
@@ -288,7 +277,9 @@ describe("Coordinator", () => {
           ]
         )
         // The old leadership is fenced.
-        const stale = yield* Effect.flip(first.fenced([op.create(`${namespace}/stale`, new Uint8Array(0))]))
+        const stale = yield* Effect.flip(
+          first.fenced([Coordination.op.create(`${namespace}/stale`, new Uint8Array(0))])
+        )
         assert.strictEqual(stale.reason._tag, "FencedEpoch")
         // Still one leader, the new one.
         assert.strictEqual(epochOf(yield* winner.coordinator.state), 2)
@@ -342,7 +333,7 @@ describe("Coordinator", () => {
         yield* c2.coordinator.awaitState(isElecting)
         yield* settle
         const statesBefore = c1.states.length
-        const faults = yield* CoordinationFaults
+        const faults = yield* Coordination.Faults
         const session = c1.campaignSession()
         assert.strictEqual(Duration.toMillis(session.timeout), 10_000, "the default session timeout")
 
@@ -360,7 +351,7 @@ describe("Coordinator", () => {
         assert.strictEqual(c1.states.length, statesBefore, "no state change")
         assert.deepStrictEqual(events, ["1 acquire a", "1 acquire b"], "services not restarted")
         assert.isTrue(isElecting(yield* c2.coordinator.state))
-        yield* first.fenced([op.create(`${namespace}/after-blip`, new Uint8Array(0))])
+        yield* first.fenced([Coordination.op.create(`${namespace}/after-blip`, new Uint8Array(0))])
         // The shell fed the blip to the machine, which kept the leadership and said so.
         assert.deepStrictEqual(
           lines.filter((l) => l.coordinator === 1 && l.message.startsWith("connection")).map((l) => l.message),
@@ -415,7 +406,7 @@ describe("Coordinator", () => {
       const c1 = yield* start(1, [recorded(events, 1, "a"), recorded(events, 1, "b")])
       const first = yield* c1.coordinator.awaitLeader
       // Someone else bumps the epoch behind the leader's back.
-      const raw = yield* (yield* Coordination).session()
+      const raw = yield* (yield* Coordination.Coordination).session()
       const epochNode = yield* raw.get(`${namespace}/coordinators/epoch`)
       yield* raw.set(`${namespace}/coordinators/epoch`, new TextEncoder().encode("5"), epochNode.stat.version)
       const next = yield* c1.coordinator.awaitState((s) => s._tag === "Leader" && s.epoch > first.epoch)
@@ -479,7 +470,7 @@ describe("Coordinator", () => {
           const c2 = yield* start(2, [recorded(events, 2, "a")])
           yield* c2.coordinator.awaitState(isElecting)
           yield* settle
-          const faults = yield* CoordinationFaults
+          const faults = yield* Coordination.Faults
           yield* faults.expire(c1.campaignSession())
           yield* c2.coordinator.awaitLeader
           yield* c1.coordinator.awaitState(isElecting)
@@ -513,7 +504,7 @@ describe("Coordinator", () => {
       // campaign 3 wins epoch 2 and keeps it.
       const events: Array<string> = []
       let campaigns = 0
-      const election: ElectionShape["campaign"] = (candidate) =>
+      const election: Election.Shape["campaign"] = (candidate) =>
         Effect.gen(function* () {
           const n = ++campaigns
           events.push(`campaign ${n}`)
@@ -524,9 +515,9 @@ describe("Coordinator", () => {
           )
           if (n === 1) {
             return yield* Effect.fail(
-              new ElectionError({
-                reason: new ElectionCoordinationFailed({
-                  cause: coordinationError(new ConnectionLoss({ detail: "test" }))
+              new Election.ElectionError({
+                reason: new Election.CoordinationFailed({
+                  cause: Coordination.coordinationError(new Coordination.ConnectionLoss({ detail: "test" }))
                 })
               })
             )
@@ -556,9 +547,9 @@ describe("Coordinator", () => {
     Effect.gen(function* () {
       const events: Array<string> = []
       const gate = yield* Deferred.make<void>()
-      const firstLost = yield* Deferred.make<LeadershipEnd>()
+      const firstLost = yield* Deferred.make<Election.LeadershipEnd>()
       let campaigns = 0
-      const election: ElectionShape["campaign"] = (candidate) =>
+      const election: Election.Shape["campaign"] = (candidate) =>
         Effect.sync(() => {
           const epoch = ++campaigns
           return fakeLeadership(candidate, epoch, epoch === 1 ? Deferred.await(firstLost) : Effect.never)
@@ -622,12 +613,12 @@ describe("Coordinator", () => {
       const events: Array<string> = []
       const epochs = [1, 1, 2]
       let campaigns = 0
-      const ends: Array<Deferred.Deferred<LeadershipEnd>> = []
-      const broken: ElectionShape["campaign"] = (candidate) =>
+      const ends: Array<Deferred.Deferred<Election.LeadershipEnd>> = []
+      const broken: Election.Shape["campaign"] = (candidate) =>
         Effect.gen(function* () {
           const n = campaigns++
           yield* Effect.addFinalizer(() => Effect.sync(() => events.push(`campaign ${n} closed`)))
-          const lost = yield* Deferred.make<LeadershipEnd>()
+          const lost = yield* Deferred.make<Election.LeadershipEnd>()
           ends.push(lost)
           return fakeLeadership(candidate, epochs[n] ?? 99, Deferred.await(lost))
         })
@@ -653,8 +644,8 @@ describe("Coordinator", () => {
     Effect.gen(function* () {
       // An election whose leadership reports being fenced by a lower epoch than its own: the machine refuses it.
       const events: Array<string> = []
-      const lost = yield* Deferred.make<LeadershipEnd>()
-      const broken: ElectionShape["campaign"] = (candidate) =>
+      const lost = yield* Deferred.make<Election.LeadershipEnd>()
+      const broken: Election.Shape["campaign"] = (candidate) =>
         Effect.gen(function* () {
           yield* Effect.addFinalizer(() => Effect.sync(() => events.push("campaign closed")))
           return fakeLeadership(candidate, 3, Deferred.await(lost))
@@ -666,8 +657,8 @@ describe("Coordinator", () => {
       const exit = yield* Effect.exit(coordinator.join)
       assert.isTrue(Exit.isFailure(exit))
       const defect = Exit.isFailure(exit) ? Cause.squash(exit.cause) : undefined
-      assert.instanceOf(defect, IllegalStateTransition)
-      assert.strictEqual((defect as IllegalStateTransition).from, "Leader(epoch 3, Ready)")
+      assert.instanceOf(defect, Errors.IllegalStateTransition)
+      assert.strictEqual((defect as Errors.IllegalStateTransition).from, "Leader(epoch 3, Ready)")
       // Nothing outlives the shell: the services were released and the campaign (its session and nodes) closed.
       assert.deepStrictEqual(events, ["7 acquire a", "7 release a", "campaign closed"])
       assert.deepStrictEqual(yield* coordinator.state, { _tag: "Down", serverId: 7 })

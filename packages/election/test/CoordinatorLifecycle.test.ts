@@ -1,7 +1,7 @@
+import { Errors } from "@strata/core"
 import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { prng } from "../../../scripts/test-support/prng.js"
 import { assert, describe, it } from "@effect/vitest"
-import { IllegalStateTransition } from "@strata/core"
 import { Result } from "effect"
 import {
   Command,
@@ -159,8 +159,8 @@ describe("CoordinatorLifecycle.step", () => {
       const result = step(states[s], inputs[i])
       assert.isTrue(Result.isFailure(result), `${s} --${i}--> should be forbidden`)
       const error = Result.merge(result)
-      assert.instanceOf(error, IllegalStateTransition)
-      if (!(error instanceof IllegalStateTransition)) return
+      assert.instanceOf(error, Errors.IllegalStateTransition)
+      if (!(error instanceof Errors.IllegalStateTransition)) return
       assert.strictEqual(error.machine, "coordinator")
       assert.strictEqual(error.entity, "1")
       assert.strictEqual(error.from, describeState(states[s]))
@@ -171,13 +171,13 @@ describe("CoordinatorLifecycle.step", () => {
 
   it("names from and to precisely", () => {
     const error = Result.merge(step(states.standby, Input.Elected(3)))
-    assert.instanceOf(error, IllegalStateTransition)
-    if (!(error instanceof IllegalStateTransition)) return
+    assert.instanceOf(error, Errors.IllegalStateTransition)
+    if (!(error instanceof Errors.IllegalStateTransition)) return
     assert.strictEqual(error.from, "Standby")
     assert.strictEqual(error.to, "Leader(epoch 3) via Elected")
     const ready = Result.merge(step(states.leaderReady, Input.LeaderServicesReady))
-    assert.instanceOf(ready, IllegalStateTransition)
-    if (!(ready instanceof IllegalStateTransition)) return
+    assert.instanceOf(ready, Errors.IllegalStateTransition)
+    if (!(ready instanceof Errors.IllegalStateTransition)) return
     assert.strictEqual(ready.from, "Leader(epoch 3, Ready)")
     assert.strictEqual(ready.to, "Leader(Ready) via LeaderServicesReady")
   })
@@ -344,7 +344,7 @@ const walk = (seed: number, length: number, step: StepFn = stepImpl): string | u
     const result = step(state, input)
     if (state._tag === "Down" && Result.isSuccess(result)) return `step ${n}: Down accepted ${input._tag}`
     if (Result.isFailure(result)) {
-      if (!(result.failure instanceof IllegalStateTransition)) return `step ${n}: unexpected error`
+      if (!(result.failure instanceof Errors.IllegalStateTransition)) return `step ${n}: unexpected error`
       continue
     }
     const [after, commands] = result.success

@@ -7,8 +7,8 @@
  * must fail with a retryable lost connection, so its reader reads again; it must not throw from the client's
  * emitter or wait forever.
  */
-import { assert, describe, it } from "@effect/vitest"
 import { Coordination } from "@strata/core"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Option, Scope } from "effect"
 import { Etcd3 } from "etcd3"
 import { inject } from "vitest"
@@ -33,7 +33,7 @@ describe("EtcdCoordination watches", () => {
         )
         const root = `/strata-watch-test/${Date.now().toString(36)}`
         const outcome = yield* Effect.gen(function* () {
-          const coordination = yield* Coordination
+          const coordination = yield* Coordination.Coordination
           const s = yield* coordination.session({ timeout: "10 seconds" })
           yield* s.create("/watched", new Uint8Array(0))
           const watch = yield* s.watchNode("/watched")
@@ -66,7 +66,7 @@ describe("EtcdCoordination watches", () => {
         const proxy = yield* etcdProxy
         const root = `/strata-watch-test/${Date.now().toString(36)}-closed`
         const outcome = yield* Effect.gen(function* () {
-          const coordination = yield* Coordination
+          const coordination = yield* Coordination.Coordination
           const sessionScope = yield* Scope.make()
           const s = yield* coordination.session({ timeout: "10 seconds" }).pipe(Scope.provide(sessionScope))
           yield* s.create("/watched", new Uint8Array(0))

@@ -1,5 +1,5 @@
+import { type Coordination, Election, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { type CoordinationError, Election, type ElectionError, MemoryCoordination } from "@strata/core"
 import { Config, ConfigProvider, Effect, Exit, Layer } from "effect"
 import * as CoordinationElection from "../src/CoordinationElection.js"
 import * as Coordinator from "../src/Coordinator.js"
@@ -21,7 +21,7 @@ const failure = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 
 /** Asserts a coordination failure is `InvalidCoordinationOptions` naming `option` and (a part of) its bad value. */
 const assertInvalid = (error: unknown, backend: string, option: string, value: string) => {
-  const e = error as CoordinationError
+  const e = error as Coordination.CoordinationError
   assert.strictEqual(e._tag, "CoordinationError")
   assert.strictEqual(e.reason._tag, "InvalidCoordinationOptions", e.message)
   if (e.reason._tag !== "InvalidCoordinationOptions") return
@@ -146,7 +146,7 @@ describe("EtcdCoordination options", { timeout: 20_000 }, () => {
 
 /** Asserts an election failure is `InvalidElectionOptions` naming `option` and its bad value. */
 const assertInvalidElection = (error: unknown, option: string, value: string) => {
-  const e = error as ElectionError
+  const e = error as Election.ElectionError
   assert.strictEqual(e._tag, "ElectionError")
   assert.strictEqual(e.reason._tag, "InvalidElectionOptions", e.message)
   if (e.reason._tag !== "InvalidElectionOptions") return
@@ -258,7 +258,7 @@ describe("Coordinator options", () => {
     Effect.gen(function* () {
       const c = yield* Coordinator.make({ serverId: 1, address: "h:1", rejoinBackoff: 0 })
       assert.strictEqual(c.serverId, 1)
-      yield* Election
+      yield* Election.Election
     }).pipe(Effect.scoped, Effect.provide(electionLayer))
   )
 })

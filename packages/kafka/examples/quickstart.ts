@@ -8,7 +8,7 @@ import { Effect, Stream } from "effect"
 
 export const program = (topic: string) =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     yield* log.ensureTopic({ topic, partitions: 12, compacted: true })
     const offset = yield* log.produce({ topic, partition: 3, key: Buffer.from("order-1"), value: Buffer.from("{}") })
 

@@ -13,7 +13,7 @@
  *
  * @since 0.1.0
  */
-import { InvalidRequest, Log, type LogError, type LogShape, HostPort, logError, OptionSchemas } from "@strata/core"
+import { HostPort, Log, OptionSchemas } from "@strata/core"
 import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 import * as KafkaAdmin from "./internal/kafkaAdmin.js"
 import * as KafkaCluster from "./internal/kafkaCluster.js"
@@ -84,7 +84,7 @@ export const KafkaLogOptions = Schema.Struct({
 export type KafkaLogOptions = typeof KafkaLogOptions.Type
 
 /** The Kafka log's own service key; its layer provides `Log` too. */
-export class KafkaLog extends Context.Service<KafkaLog, LogShape & { readonly brokers: ReadonlyArray<string> }>()(
+export class KafkaLog extends Context.Service<KafkaLog, Log.Shape & { readonly brokers: ReadonlyArray<string> }>()(
   "@strata/kafka/KafkaLog"
 ) {}
 
@@ -103,10 +103,12 @@ const DEFAULT_FETCH_PARTITION_MAX_BYTES = 1024 * 1024
  * per call the consumers (`internal/kafkaConsumer.ts`, `internal/kafkaGroupConsumer.ts`) and transactional
  * producers (`internal/transactionalProducer.ts`).
  */
-export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"], LogError, Scope.Scope> =>
+export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"], Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* Schema.decodeUnknownEffect(KafkaLogOptions)(options, { errors: "all" }).pipe(
-      Effect.mapError((issue) => logError(new InvalidRequest({ detail: `Kafka log options: ${issue.message}` })))
+      Effect.mapError((issue) =>
+        Log.logError(new Log.InvalidRequest({ detail: `Kafka log options: ${issue.message}` }))
+      )
     )
     const cluster = yield* KafkaCluster.connect({
       brokers: [...o.brokers],
@@ -129,7 +131,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
       fetchMaxBytes: o.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES,
       fetchPartitionMaxBytes: o.fetchPartitionMaxBytes ?? DEFAULT_FETCH_PARTITION_MAX_BYTES
     }
-    const log: LogShape = {
+    const log: Log.Shape = {
       backend: "kafka",
       ensureTopic: (spec) => KafkaAdmin.ensureTopic(admin, spec),
       produce: (record, produceOptions) => KafkaProducer.produce(producers, record, produceOptions),
@@ -146,10 +148,11 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
   })
 
 /** A layer providing both `KafkaLog` and `Log`. */
-export const layer = (options: KafkaLogOptions): Layer.Layer<KafkaLog | Log, LogError> =>
-  Layer.effectContext(Effect.map(make(options), (log) => Context.make(KafkaLog, log).pipe(Context.add(Log, log))))
+export const layer = (options: KafkaLogOptions): Layer.Layer<KafkaLog | Log.Log, Log.LogError> =>
+  Layer.effectContext(Effect.map(make(options), (log) => Context.make(KafkaLog, log).pipe(Context.add(Log.Log, log))))
 
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig = (
   config: Config.Wrap<KafkaLogOptions>
-): Layer.Layer<KafkaLog | Log, LogError | Config.ConfigError> => Layer.unwrap(Effect.map(Config.unwrap(config), layer))
+): Layer.Layer<KafkaLog | Log.Log, Log.LogError | Config.ConfigError> =>
+  Layer.unwrap(Effect.map(Config.unwrap(config), layer))

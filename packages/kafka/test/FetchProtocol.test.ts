@@ -1,3 +1,4 @@
+import type { Log } from "@strata/core"
 import {
   compressionsAlgorithms,
   createRecordsBatch,
@@ -5,7 +6,6 @@ import {
   Reader,
   readRecordsBatches
 } from "@platformatic/kafka"
-import type { LogRecord } from "@strata/core"
 import { describe, expect, it } from "vitest"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import { type DecodeTarget, RecordBatchError, RecordBatchReader } from "../src/internal/fetchProtocol.js"
@@ -43,7 +43,7 @@ const batchOf = (random: Prng, baseOffset: number, control: boolean): { bytes: B
 }
 
 /** The client's own decoder, as `LogRecord`s: the reference. */
-const reference = (data: Buffer, from: number): Array<LogRecord> =>
+const reference = (data: Buffer, from: number): Array<Log.Record> =>
   readRecordsBatches(Reader.from(data)).flatMap((b) =>
     (b.attributes & 0x20) !== 0
       ? []
@@ -60,7 +60,7 @@ const reference = (data: Buffer, from: number): Array<LogRecord> =>
           .filter((r) => r.offset >= from)
   )
 
-const plain = (records: ReadonlyArray<LogRecord>) =>
+const plain = (records: ReadonlyArray<Log.Record>) =>
   records.map((r) => ({
     ...r,
     key: r.key === null ? null : new Uint8Array(r.key),
@@ -69,7 +69,7 @@ const plain = (records: ReadonlyArray<LogRecord>) =>
   }))
 
 /** Reads every chunk of a fetch with one reader, appending them to `chunks`; returns the reader's end offset. */
-const decodeRecordBatches = (data: Uint8Array, target: DecodeTarget, chunks: Array<Array<LogRecord>>): number => {
+const decodeRecordBatches = (data: Uint8Array, target: DecodeTarget, chunks: Array<Array<Log.Record>>): number => {
   const reader = new RecordBatchReader(data, target)
   for (let chunk = reader.next(); chunk !== undefined; chunk = reader.next()) chunks.push(chunk)
   return reader.end
@@ -100,7 +100,7 @@ describe("RecordBatchReader", () => {
       const first = Number(all.readBigInt64BE(0))
       const from = first + random.int(0, 10)
       const chunkSize = random.int(1, 50)
-      const chunks: Array<Array<LogRecord>> = []
+      const chunks: Array<Array<Log.Record>> = []
       const end = decodeRecordBatches(data, { topic: TOPIC, partition: PARTITION, from, chunkSize }, chunks)
 
       expect(end, `seed ${seed}`).toBe(whole === 0 ? from : Math.max(from, ends[whole - 1]!))
@@ -121,7 +121,7 @@ describe("RecordBatchReader", () => {
         new RecordBatchReader(data, { ...target, chunkSize }),
         new RecordBatchReader(data, { ...target, chunkSize: random.int(1, 50) })
       ]
-      const read: Array<Array<LogRecord>> = [[], []]
+      const read: Array<Array<Log.Record>> = [[], []]
       const done = [false, false]
       for (let turn = 0; !(done[0] && done[1]); turn++) {
         const i = turn % 2
@@ -139,7 +139,7 @@ describe("RecordBatchReader", () => {
   it("moves past a fetch holding only control batches", () => {
     const random = seeded(42)
     const { bytes, count } = batchOf(random, 100, true)
-    const chunks: Array<Array<LogRecord>> = []
+    const chunks: Array<Array<Log.Record>> = []
     const end = decodeRecordBatches(bytes, { topic: TOPIC, partition: PARTITION, from: 100, chunkSize: 10 }, chunks)
     expect(chunks).toEqual([])
     expect(end).toBe(100 + count)

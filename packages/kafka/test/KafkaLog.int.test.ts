@@ -1,9 +1,9 @@
+import { Log } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
 import { LogConformance } from "@strata/core/testing"
 import { Admin, compressionsAlgorithms, Producer } from "@platformatic/kafka"
 import { KafkaLog } from "@strata/kafka"
 import { Effect, Exit, Schedule, Schema, Scope, Stream } from "effect"
-import { type LogError, Log } from "@strata/core"
 import { inject } from "vitest"
 import { httpServer, kafkaProxy, silentServer } from "./fakeBrokers.js"
 
@@ -82,17 +82,17 @@ describe("KafkaLog on a port that is not Kafka", () => {
       broker,
       Effect.flip(
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           return yield* log.offsets([{ topic: "t", partition: 0 }])
         }).pipe(Effect.provide(KafkaLog.layer({ brokers: [broker], connectAttempts: 1, requestTimeoutMs: T })))
       )
     )
-  const assertNoAnswer = (e: LogError, ms: number, address: string) => {
+  const assertNoAnswer = (e: Log.LogError, ms: number, address: string) => {
     assert.strictEqual(e.reason._tag, "BrokerUnreachable", e.message)
     assert.include(e.message, `no answer from ${address} in ${T} ms`)
     assert.isBelow(ms, T + 1500, "fails within the request timeout")
   }
-  const assertNotKafka = (e: LogError, ms: number, address: string) => {
+  const assertNotKafka = (e: Log.LogError, ms: number, address: string) => {
     assert.strictEqual(e.reason._tag, "InvalidRequest", e.message)
     assert.include(e.message, `${address} is not a Kafka broker`)
     assert.isBelow(ms, T + 1500)
@@ -163,7 +163,7 @@ describe("KafkaLog on a port that is not Kafka", () => {
         const producer = yield* log.producer().pipe(Scope.provide(scope))
 
         proxy.freeze()
-        const fails = <A>(what: string, effect: Effect.Effect<A, LogError>, bound = timeout + 1500) =>
+        const fails = <A>(what: string, effect: Effect.Effect<A, Log.LogError>, bound = timeout + 1500) =>
           Effect.gen(function* () {
             const [e, ms] = yield* within(4 * timeout + 5000, what, Effect.flip(effect))
             assert.strictEqual(e.reason._tag, "BrokerUnreachable", `${what}: ${e.message}`)
@@ -199,7 +199,7 @@ describe("KafkaLog topics", () => {
   // topics: the controller answers before the brokers know the topic. ensureTopic now waits until they do.
   it.live("ensureTopic returns once every partition of a new topic has a leader and takes writes", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       const stamp = Date.now().toString(36)
       const topics = Array.from({ length: 4 }, (_, i) => `ready-${stamp}-${i}`)
       yield* Effect.forEach(topics, (topic) => log.ensureTopic({ topic, partitions: 24 }), {
@@ -239,7 +239,7 @@ describe("KafkaLog topics", () => {
 describe("KafkaLog produce batching", () => {
   it.live("concurrent produceBatch calls share requests, each call's records stay together and in order", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       const topic = `batching-${Date.now().toString(36)}`
       yield* log.ensureTopic({ topic, partitions: 2 })
       const enc = new TextEncoder()
@@ -279,7 +279,7 @@ describe("KafkaLog produce batching", () => {
 describe("KafkaLog consumer decoding", () => {
   it.live("reads record batches written in every codec, with null keys and values, headers and timestamps", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       const topic = `codecs-${Date.now().toString(36)}`
       yield* log.ensureTopic({ topic, partitions: 1 })
       const codecs = (["none", "gzip", "snappy", "lz4", "zstd"] as const).filter(
@@ -343,7 +343,7 @@ describe("KafkaLog consumer decoding", () => {
   )
   it.live("partitions of one fetch take turns, a chunk of at most maxBatchRecords each, each in offset order", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       const topic = `turns-${Date.now().toString(36)}`
       yield* log.ensureTopic({ topic, partitions: 2 })
       const enc = new TextEncoder()
@@ -391,7 +391,7 @@ describe("KafkaLog request sizes", () => {
   // "a record of -1 bytes ... the limit of -1 bytes" and nothing was written.
   it.live("four concurrent 600 KB produce calls are all written: requests are split at the broker's limit", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       const topic = `sizes-${Date.now().toString(36)}`
       yield* log.ensureTopic({ topic, partitions: 2 })
       const [offsets] = yield* within(
@@ -426,7 +426,7 @@ describe("KafkaLog request sizes", () => {
     "a record over the topic's max.message.bytes fails alone with its size and the limit; the others are written",
     () =>
       Effect.gen(function* () {
-        const log = yield* Log
+        const log = yield* Log.Log
         const topic = `small-${Date.now().toString(36)}`
         yield* log.ensureTopic({ topic, partitions: 1, config: { "max.message.bytes": "100000" } })
         const record = (n: number, fill: number) => ({ topic, partition: 0, key: null, value: bytes(n, fill) })
@@ -471,7 +471,7 @@ describe("KafkaLog producer", () => {
     "a failed request stops the producer: later sends fail and nothing after the gap is appended",
     () =>
       Effect.gen(function* () {
-        const log = yield* Log
+        const log = yield* Log.Log
         const topic = `sticky-${Date.now().toString(36)}`
         const healthy = `${topic}-healthy`
         yield* log.ensureTopic({ topic, partitions: 1 })

@@ -1,12 +1,12 @@
+import type { Log } from "@strata/core"
 import { createRecordsBatch, type MessageRecord } from "@platformatic/kafka"
 import { assert, describe, it } from "@effect/vitest"
-import type { ProducerRecord } from "@strata/core"
 import * as RecordSize from "../src/internal/recordSize.js"
 
 const bytes = (n: number) => new Uint8Array(n).fill(7)
 
 /** The record as the client encodes it (the same mapping as KafkaLog's `sendVia`). */
-const message = (r: ProducerRecord): MessageRecord => ({
+const message = (r: Log.ProducerRecord): MessageRecord => ({
   topic: r.topic,
   partition: r.partition,
   ...(r.key === null ? {} : { key: Buffer.from(r.key) }),
@@ -17,7 +17,7 @@ const message = (r: ProducerRecord): MessageRecord => ({
   timestamp: BigInt(r.timestamp ?? 1_700_000_000_000)
 })
 
-const record = (key: number | null, value: number | null, headers = 0, timestamp?: number): ProducerRecord => ({
+const record = (key: number | null, value: number | null, headers = 0, timestamp?: number): Log.ProducerRecord => ({
   topic: "t",
   partition: 0,
   key: key === null ? null : bytes(key),
@@ -60,7 +60,7 @@ describe("RecordSize", () => {
 
   it("requestSize keeps each partition's batch within its topic's limit, partitions and topics apart", () => {
     const size = RecordSize.requestSize((topic) => (topic === "small" ? 1000 : 10_000))
-    const r = (topic: string, partition: number, n: number): ProducerRecord => ({
+    const r = (topic: string, partition: number, n: number): Log.ProducerRecord => ({
       topic,
       partition,
       key: null,

@@ -1,9 +1,9 @@
+import { Log } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { type Acks, LogIoError, logError } from "@strata/core"
 import { Deferred, Effect, Exit, Fiber } from "effect"
 import * as SendQueue from "../src/internal/sendQueue.js"
 
-const boom = logError(new LogIoError({ operation: "produce", detail: "boom", retryable: true }))
+const boom = Log.logError(new Log.IoError({ operation: "produce", detail: "boom", retryable: true }))
 
 /** A request measure where a record's size is its length, and a request holds at most `max` of it. */
 const lengths = (max: number): SendQueue.RequestSize<string> => {
@@ -34,7 +34,7 @@ const fixture = (
       maxBatchRecords: options.maxBatchRecords ?? 100,
       bufferRecords: options.bufferRecords ?? 1000,
       size: () => lengths(options.maxBytes ?? 1_000_000),
-      send: (records: ReadonlyArray<string>, _acks: Acks) =>
+      send: (records: ReadonlyArray<string>, _acks: Log.Acks) =>
         Effect.gen(function* () {
           const n = requests.push(records) - 1
           const gate = gates[n]

@@ -34,24 +34,7 @@
  *
  * @since 0.1.0
  */
-import {
-  type ChangelogSource,
-  ConsistencyError,
-  type LogRecord,
-  type Offset,
-  OptionSchemas,
-  type PartitionProgress,
-  type RecoveryEvent,
-  RecoveryError,
-  type RecoveryErrorReason,
-  type RecoveryShape,
-  type RecoveryStats,
-  RestoreFailed,
-  type RestoreTarget,
-  type StallKind,
-  type TopicPartition,
-  tpKey
-} from "@strata/core"
+import { type Log, Models, OptionSchemas, Recovery } from "@strata/core"
 import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, PubSub, Schema, type Scope, Stream } from "effect"
 
 /** Options of the changelog recovery. */
@@ -118,12 +101,12 @@ export const metrics = {
 } as const
 
 interface Progress {
-  readonly tp: TopicPartition
+  readonly tp: Models.TopicPartition
   readonly standby: boolean
   /** The highwater captured at the start (actives); standbys follow the live highwater. */
-  highwater: Offset
+  highwater: Models.Offset
   /** The next offset to apply. */
-  offset: Offset
+  offset: Models.Offset
   ready: boolean
   lastEventAt: number
 }
@@ -134,13 +117,15 @@ interface Progress {
  */
 const IN_FLIGHT = 2
 
-const restoreFailed = (tp: TopicPartition, detail: string) =>
-  new RecoveryError({ reason: new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail }) })
+const restoreFailed = (tp: Models.TopicPartition, detail: string) =>
+  new Recovery.RecoveryError({
+    reason: new Recovery.RestoreFailed({ topic: tp.topic, partition: tp.partition, detail })
+  })
 
 const pad = (text: string, width: number) => (text.length >= width ? text : text + " ".repeat(width - text.length))
 
 /** Progress as the table the log shows: topic, partition, highwater, offset, remaining. */
-export const formatStats = (stats: RecoveryStats): string => {
+export const formatStats = (stats: Recovery.Stats): string => {
   const rows = [
     ["topic", "partition", "highwater", "offset", "remaining"],
     ...stats.partitions.map((p) => [
@@ -165,9 +150,9 @@ export const formatStats = (stats: RecoveryStats): string => {
 }
 
 /** A recovery: what its functions share. `progress` and the rest change as runs start and records are applied. */
-interface Recovery {
-  readonly source: ChangelogSource
-  readonly target: RestoreTarget
+interface Run {
+  readonly source: Recovery.ChangelogSource
+  readonly target: Recovery.RestoreTarget
   readonly delay: Duration.Duration
   readonly bufferSize: number
   readonly standbyBufferSize: number
@@ -176,33 +161,33 @@ interface Recovery {
   readonly flushTimeoutMs: number
   readonly wipe: boolean
   readonly scope: Scope.Scope
-  readonly events: PubSub.PubSub<RecoveryEvent>
-  active: ReadonlyArray<TopicPartition>
-  standby: ReadonlyArray<TopicPartition>
+  readonly events: PubSub.PubSub<Recovery.Event>
+  active: ReadonlyArray<Models.TopicPartition>
+  standby: ReadonlyArray<Models.TopicPartition>
   progress: Map<string, Progress>
   /**
    * Actives restored to their highwater and still assigned: a later run does not restore them again (their tables
    * hold writes newer than the changelog's committed records, which a second restore would overwrite).
    */
   readonly caughtUp: Set<string>
-  completed: Deferred.Deferred<void, RecoveryError>
+  completed: Deferred.Deferred<void, Recovery.RecoveryError>
   /** Per active partition, completed when it caught up in the current run. */
-  readiness: Map<string, Deferred.Deferred<void, RecoveryError>>
+  readiness: Map<string, Deferred.Deferred<void, Recovery.RecoveryError>>
   running: Fiber.Fiber<void> | undefined
   /** Moving average of the apply rate, records per millisecond (undefined until the first batch). */
   rate: number | undefined
   lastFlushAt: number
   readonly stalled: Set<string>
   /** Partitions whose restore failed, and why: set aside until assigned again. */
-  readonly failures: Map<string, RecoveryErrorReason>
+  readonly failures: Map<string, Recovery.ErrorReason>
 }
 
 /** Builds the recovery; its background restore runs in the scope. */
 export const make = (
-  source: ChangelogSource,
-  target: RestoreTarget,
+  source: Recovery.ChangelogSource,
+  target: Recovery.RestoreTarget,
   options: ChangelogRecoveryOptions = {}
-): Effect.Effect<RecoveryShape, InvalidRecoveryOptions, Scope.Scope> =>
+): Effect.Effect<Recovery.Shape, InvalidRecoveryOptions, Scope.Scope> =>
   Effect.gen(function* () {
     yield* decodeOptions(ChangelogRecoveryOptionsSchema, { exact: true })(options).pipe(
       Effect.mapError((bad) => {
@@ -210,9 +195,9 @@ export const make = (
         return new InvalidRecoveryOptions({ detail: `${option} = ${value}: ${detail}` })
       })
     )
-    const completed = yield* Deferred.make<void, RecoveryError>()
+    const completed = yield* Deferred.make<void, Recovery.RecoveryError>()
     yield* Deferred.succeed(completed, undefined)
-    const r: Recovery = {
+    const r: Run = {
       source,
       target,
       delay: Duration.fromInputUnsafe(options.recoveryDelay ?? 0),
@@ -223,7 +208,7 @@ export const make = (
       flushTimeoutMs: Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout ?? "120 seconds")),
       wipe: options.onInconsistency === "wipe",
       scope: yield* Effect.scope,
-      events: yield* PubSub.unbounded<RecoveryEvent>(),
+      events: yield* PubSub.unbounded<Recovery.Event>(),
       active: [],
       standby: [],
       progress: new Map(),
@@ -240,10 +225,10 @@ export const make = (
     return shapeOf(r)
   })
 
-const publish = (r: Recovery, event: RecoveryEvent) => PubSub.publish(r.events, event)
+const publish = (r: Run, event: Recovery.Event) => PubSub.publish(r.events, event)
 
-const statsNow = (r: Recovery): RecoveryStats => {
-  const partitions: Array<PartitionProgress> = [...r.progress.values()].map((p) => ({
+const statsNow = (r: Run): Recovery.Stats => {
+  const partitions: Array<Recovery.PartitionProgress> = [...r.progress.values()].map((p) => ({
     topic: p.tp.topic,
     partition: p.tp.partition,
     highwater: p.highwater,
@@ -260,15 +245,15 @@ const statsNow = (r: Recovery): RecoveryStats => {
 }
 
 /** Sets a partition aside: it stops, its waiters fail with the reason, and the target marks it unusable. */
-const failPartition = (r: Recovery, tp: TopicPartition, reason: RecoveryErrorReason) =>
+const failPartition = (r: Run, tp: Models.TopicPartition, reason: Recovery.ErrorReason) =>
   Effect.gen(function* () {
-    const key = tpKey(tp)
+    const key = Models.tpKey(tp)
     r.failures.set(key, reason)
     r.progress.delete(key)
     yield* r.source.pause([tp])
     yield* r.target.failed(tp, reason)
     const waiting = r.readiness.get(key)
-    if (waiting !== undefined) yield* Deferred.fail(waiting, new RecoveryError({ reason }))
+    if (waiting !== undefined) yield* Deferred.fail(waiting, new Recovery.RecoveryError({ reason }))
     yield* Effect.logError(`recovery of ${key} failed: ${reason.message}`)
     yield* publish(r, { _tag: "PartitionFailed", topic: tp.topic, partition: tp.partition, reason })
   })
@@ -278,7 +263,7 @@ const failPartition = (r: Recovery, tp: TopicPartition, reason: RecoveryErrorRea
  * lags a write it already acknowledged (a new connection, right after the produce), while a changelog that was
  * recreated or truncated stays below. Read again for up to a second before judging the store ahead of it.
  */
-const settledHighwater = (r: Recovery, tp: TopicPartition, persisted: number, first: number) =>
+const settledHighwater = (r: Run, tp: Models.TopicPartition, persisted: number, first: number) =>
   Effect.gen(function* () {
     let highwater = first
     for (let attempt = 0; attempt < 10 && persisted >= highwater; attempt++) {
@@ -294,7 +279,7 @@ const settledHighwater = (r: Recovery, tp: TopicPartition, persisted: number, fi
  * partition that cannot be restored is set aside (`failPartition`); one set aside before and fine now is usable
  * again.
  */
-const prepare = (r: Recovery, tps: ReadonlyArray<TopicPartition>, isStandby: boolean, now: number) =>
+const prepare = (r: Run, tps: ReadonlyArray<Models.TopicPartition>, isStandby: boolean, now: number) =>
   Effect.gen(function* () {
     if (tps.length === 0) return [] as Array<Progress>
     const offsets = yield* r.source.offsets(tps).pipe(Effect.mapError((e) => restoreFailed(tps[0]!, e.message)))
@@ -316,7 +301,7 @@ const prepare = (r: Recovery, tps: ReadonlyArray<TopicPartition>, isStandby: boo
           yield* failPartition(
             r,
             tp,
-            new ConsistencyError({
+            new Recovery.ConsistencyError({
               topic: o.topic,
               partition: o.partition,
               persisted: persisted.success.value,
@@ -326,14 +311,14 @@ const prepare = (r: Recovery, tps: ReadonlyArray<TopicPartition>, isStandby: boo
           continue
         }
         yield* Effect.logWarning(
-          `${tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${highwater}; wiping the store and restoring it`
+          `${Models.tpKey(tp)}: persisted offset ${persisted.success.value} is beyond the changelog highwater ${highwater}; wiping the store and restoring it`
         )
-        yield* r.target.wipe(tp).pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+        yield* r.target.wipe(tp).pipe(Effect.mapError((reason) => new Recovery.RecoveryError({ reason })))
         from = 0
       }
       const start = Math.max(from, o.logStart)
       yield* r.source.seek(tp, start).pipe(Effect.mapError((e) => restoreFailed(tp, e.message)))
-      if (r.failures.delete(tpKey(tp))) yield* r.target.failed(tp, undefined)
+      if (r.failures.delete(Models.tpKey(tp))) yield* r.target.failed(tp, undefined)
       out.push({
         tp,
         standby: isStandby,
@@ -346,33 +331,33 @@ const prepare = (r: Recovery, tps: ReadonlyArray<TopicPartition>, isStandby: boo
     return out
   })
 
-const markReady = (r: Recovery, p: Progress) =>
+const markReady = (r: Run, p: Progress) =>
   Effect.gen(function* () {
     p.ready = true
-    if (!p.standby) r.caughtUp.add(tpKey(p.tp))
+    if (!p.standby) r.caughtUp.add(Models.tpKey(p.tp))
     yield* r.source.pause([p.tp])
-    const waiting = r.readiness.get(tpKey(p.tp))
+    const waiting = r.readiness.get(Models.tpKey(p.tp))
     if (waiting !== undefined) yield* Deferred.succeed(waiting, undefined)
     yield* publish(r, { _tag: "PartitionReady", topic: p.tp.topic, partition: p.tp.partition })
   })
 
 /** Applies one partition's records (in offset order) and advances its progress. */
-const applyRecords = (r: Recovery, p: Progress, records: ReadonlyArray<LogRecord>, now: number) =>
+const applyRecords = (r: Run, p: Progress, records: ReadonlyArray<Log.Record>, now: number) =>
   Effect.gen(function* () {
     // Records come in offset order: when the first and last are wanted, all are (the usual case, no copy).
-    const wanted = (rec: LogRecord) => rec.offset >= p.offset && (p.standby || rec.offset < p.highwater)
+    const wanted = (rec: Log.Record) => rec.offset >= p.offset && (p.standby || rec.offset < p.highwater)
     const fresh =
       records.length > 0 && wanted(records[0]!) && wanted(records[records.length - 1]!)
         ? records
         : records.filter(wanted)
     p.lastEventAt = now
-    r.stalled.delete(tpKey(p.tp))
+    r.stalled.delete(Models.tpKey(p.tp))
     if (fresh.length === 0) return
     const startedAt = yield* Clock.currentTimeMillis
     const applied = yield* r.target.apply(p.tp, fresh)
     for (const skipped of applied.skipped) {
       yield* Effect.logWarning(
-        `recovery of ${tpKey(p.tp)}: offset ${skipped.offset} set aside (dead-lettered): ${skipped.detail}`
+        `recovery of ${Models.tpKey(p.tp)}: offset ${skipped.offset} set aside (dead-lettered): ${skipped.detail}`
       )
       yield* publish(r, { _tag: "RecordSkipped", topic: p.tp.topic, partition: p.tp.partition, ...skipped })
     }
@@ -397,17 +382,17 @@ const applyRecords = (r: Recovery, p: Progress, records: ReadonlyArray<LogRecord
   })
 
 /** Reports a partition waiting too long, saying what it waits for. */
-const checkStalls = (r: Recovery, now: number) =>
+const checkStalls = (r: Run, now: number) =>
   Effect.gen(function* () {
     const restoring = [...r.progress.values()].filter((p) => !p.standby && !p.ready)
     if (restoring.length === 0) return
-    const report = (p: Progress, kind: StallKind, forMs: number) =>
+    const report = (p: Progress, kind: Recovery.StallKind, forMs: number) =>
       Effect.gen(function* () {
-        const key = `${tpKey(p.tp)}:${kind}`
+        const key = `${Models.tpKey(p.tp)}:${kind}`
         if (r.stalled.has(key)) return
         r.stalled.add(key)
         yield* Effect.logWarning(
-          `recovery of ${tpKey(p.tp)} stalled (${kind}) for ${forMs} ms at offset ${p.offset} of ${p.highwater}`
+          `recovery of ${Models.tpKey(p.tp)} stalled (${kind}) for ${forMs} ms at offset ${p.offset} of ${p.highwater}`
         )
         yield* publish(r, { _tag: "Stalled", kind, topic: p.tp.topic, partition: p.tp.partition, forMs })
       })
@@ -416,14 +401,14 @@ const checkStalls = (r: Recovery, now: number) =>
       if (quiet < r.eventTimeoutMs) continue
       const fetching = yield* r.source.fetching(p.tp)
       const position = yield* r.source.position(p.tp).pipe(Effect.orElseSucceed(() => p.offset))
-      const kind: StallKind = !fetching ? "paused" : position >= p.highwater ? "only-markers-left" : "no-fetch"
+      const kind: Recovery.StallKind = !fetching ? "paused" : position >= p.highwater ? "only-markers-left" : "no-fetch"
       yield* report(p, kind, quiet)
     }
     if (now - r.lastFlushAt >= r.flushTimeoutMs) yield* report(restoring[0]!, "no-flush", now - r.lastFlushAt)
   })
 
 /** Actives whose consumer position passed the highwater without a record (markers, compacted tail) are ready. */
-const checkPositions = (r: Recovery) =>
+const checkPositions = (r: Run) =>
   Effect.gen(function* () {
     for (const p of r.progress.values()) {
       if (p.standby || p.ready) continue
@@ -441,25 +426,25 @@ const checkPositions = (r: Recovery) =>
  * keeps the standbys tailing their changelogs.
  */
 const restore = (
-  r: Recovery,
-  actives: ReadonlyArray<TopicPartition>,
-  standbys: ReadonlyArray<TopicPartition>,
-  done: Deferred.Deferred<void, RecoveryError>
+  r: Run,
+  actives: ReadonlyArray<Models.TopicPartition>,
+  standbys: ReadonlyArray<Models.TopicPartition>,
+  done: Deferred.Deferred<void, Recovery.RecoveryError>
 ) =>
   Effect.gen(function* () {
     if (Duration.isGreaterThan(r.delay, Duration.zero)) yield* Effect.sleep(r.delay)
-    yield* r.target.flush.pipe(Effect.mapError((reason) => new RecoveryError({ reason })))
+    yield* r.target.flush.pipe(Effect.mapError((reason) => new Recovery.RecoveryError({ reason })))
     yield* publish(r, { _tag: "Started", active: actives, standby: standbys })
     const now = yield* Clock.currentTimeMillis
     r.lastFlushAt = now
     const kept = actives.flatMap((tp) => {
-      const earlier = r.progress.get(tpKey(tp))
-      return r.caughtUp.has(tpKey(tp)) && earlier !== undefined && !earlier.standby ? [earlier] : []
+      const earlier = r.progress.get(Models.tpKey(tp))
+      return r.caughtUp.has(Models.tpKey(tp)) && earlier !== undefined && !earlier.standby ? [earlier] : []
     })
-    const keptKeys = new Set(kept.map((p) => tpKey(p.tp)))
-    const fresh = actives.filter((tp) => !keptKeys.has(tpKey(tp)))
+    const keptKeys = new Set(kept.map((p) => Models.tpKey(p.tp)))
+    const fresh = actives.filter((tp) => !keptKeys.has(Models.tpKey(tp)))
     const prepared = [...kept, ...(yield* prepare(r, fresh, false, now)), ...(yield* prepare(r, standbys, true, now))]
-    r.progress = new Map(prepared.map((p) => [tpKey(p.tp), p]))
+    r.progress = new Map(prepared.map((p) => [Models.tpKey(p.tp), p]))
     for (const p of prepared) if (p.ready) yield* markReady(r, p)
     const restoring = prepared.filter((p) => !p.ready && !p.standby)
     if (restoring.length > 0) yield* r.source.resume(restoring.map((p) => p.tp))
@@ -473,11 +458,11 @@ const restore = (
     yield* publish(r, { _tag: "Progress", stats: statsNow(r) })
     // Every other partition is restored; one set aside fails the run with its reason.
     const failed = actives.flatMap((tp) => {
-      const reason = r.failures.get(tpKey(tp))
+      const reason = r.failures.get(Models.tpKey(tp))
       return reason === undefined ? [] : [reason]
     })
     if (failed.length > 0) {
-      yield* Deferred.fail(done, new RecoveryError({ reason: failed[0]! }))
+      yield* Deferred.fail(done, new Recovery.RecoveryError({ reason: failed[0]! }))
     } else {
       yield* publish(r, { _tag: "Completed" })
       yield* Effect.logInfo("Worker ready")
@@ -501,7 +486,7 @@ const restore = (
   )
 
 /** Progress, stalls and the consumer positions, on a timer beside the apply loop. */
-const tick = (r: Recovery): Effect.Effect<never> =>
+const tick = (r: Run): Effect.Effect<never> =>
   Effect.gen(function* () {
     while (true) {
       yield* Effect.sleep(r.statsInterval)
@@ -515,7 +500,7 @@ const tick = (r: Recovery): Effect.Effect<never> =>
 
 /** Batches in flight in an apply phase: each one's fiber, and the partitions it brings to their highwater. */
 interface InFlight {
-  readonly fiber: Fiber.Fiber<void, RecoveryError>
+  readonly fiber: Fiber.Fiber<void, Recovery.RecoveryError>
   readonly finishing: Set<string>
 }
 
@@ -526,12 +511,12 @@ interface InFlight {
  * bounded by `IN_FLIGHT + 1` buffers; a partition's batches are applied in order because each waits for that
  * partition's batch before it.
  */
-const applyPhase = (r: Recovery, actives: ReadonlyArray<TopicPartition>, standbyPhase: boolean) =>
+const applyPhase = (r: Run, actives: ReadonlyArray<Models.TopicPartition>, standbyPhase: boolean) =>
   Effect.gen(function* () {
     const poll = Duration.millis(Math.max(50, Math.min(1000, Duration.toMillis(r.statsInterval) / 5)))
     const inflight: Array<InFlight> = []
     /** Per partition, completed when its last batch handed over is applied. */
-    const tails = new Map<string, Deferred.Deferred<void, RecoveryError>>()
+    const tails = new Map<string, Deferred.Deferred<void, Recovery.RecoveryError>>()
     const settleOldest = Effect.suspend(() => {
       const f = inflight.shift()
       return f === undefined ? Effect.void : Fiber.join(f.fiber)
@@ -547,7 +532,7 @@ const applyPhase = (r: Recovery, actives: ReadonlyArray<TopicPartition>, standby
       if (
         inflight.length > 0 &&
         !standbyPhase &&
-        pending.every((p) => inflight.some((f) => f.finishing.has(tpKey(p.tp))))
+        pending.every((p) => inflight.some((f) => f.finishing.has(Models.tpKey(p.tp))))
       ) {
         yield* settleOldest
         continue
@@ -575,16 +560,16 @@ const applyPhase = (r: Recovery, actives: ReadonlyArray<TopicPartition>, standby
   })
 
 /** Groups records by partition along runs of consecutive records of one partition (chunks arrive whole). */
-const groupByPartition = (records: Iterable<LogRecord>): Map<string, Array<LogRecord>> => {
-  const byPartition = new Map<string, Array<LogRecord>>()
-  let run: Array<LogRecord> | undefined
+const groupByPartition = (records: Iterable<Log.Record>): Map<string, Array<Log.Record>> => {
+  const byPartition = new Map<string, Array<Log.Record>>()
+  let run: Array<Log.Record> | undefined
   let runTopic = ""
   let runPartition = -1
   for (const rec of records) {
     if (run === undefined || rec.partition !== runPartition || rec.topic !== runTopic) {
       runTopic = rec.topic
       runPartition = rec.partition
-      const key = tpKey(rec)
+      const key = Models.tpKey(rec)
       run = byPartition.get(key)
       if (run === undefined) {
         run = []
@@ -601,22 +586,22 @@ const groupByPartition = (records: Iterable<LogRecord>): Map<string, Array<LogRe
  * each after that partition's batch before it (`tails`).
  */
 const applyBatch = (
-  r: Recovery,
-  byPartition: ReadonlyMap<string, Array<LogRecord>>,
-  tails: Map<string, Deferred.Deferred<void, RecoveryError>>,
+  r: Run,
+  byPartition: ReadonlyMap<string, Array<Log.Record>>,
+  tails: Map<string, Deferred.Deferred<void, Recovery.RecoveryError>>,
   at: number
 ) =>
   Effect.gen(function* () {
     const steps: Array<
       readonly [
         string,
-        Array<LogRecord>,
-        Deferred.Deferred<void, RecoveryError> | undefined,
-        Deferred.Deferred<void, RecoveryError>
+        Array<Log.Record>,
+        Deferred.Deferred<void, Recovery.RecoveryError> | undefined,
+        Deferred.Deferred<void, Recovery.RecoveryError>
       ]
     > = []
     for (const [key, list] of byPartition) {
-      const done = yield* Deferred.make<void, RecoveryError>()
+      const done = yield* Deferred.make<void, Recovery.RecoveryError>()
       steps.push([key, list, tails.get(key), done])
       tails.set(key, done)
     }
@@ -650,23 +635,23 @@ const applyBatch = (
   })
 
 /** Starts a new run for the current assignment, interrupting the one before; its waiters follow the new run. */
-const restart = (r: Recovery) =>
+const restart = (r: Run) =>
   Effect.gen(function* () {
     if (r.running !== undefined) {
       yield* Fiber.interrupt(r.running)
       // Suspended: everything is paused until the new run seeks and resumes what it restores.
       yield* r.source.pause([...r.progress.values()].map((p) => p.tp))
     }
-    const done = yield* Deferred.make<void, RecoveryError>()
+    const done = yield* Deferred.make<void, Recovery.RecoveryError>()
     // Waiters of an earlier, interrupted run follow the new one.
     if (!(yield* Deferred.isDone(r.completed))) yield* Deferred.completeWith(r.completed, Deferred.await(done))
     r.completed = done
     const previous = r.readiness
     r.readiness = new Map()
     for (const tp of r.active) {
-      const waiting = yield* Deferred.make<void, RecoveryError>()
-      r.readiness.set(tpKey(tp), waiting)
-      const earlier = previous.get(tpKey(tp))
+      const waiting = yield* Deferred.make<void, Recovery.RecoveryError>()
+      r.readiness.set(Models.tpKey(tp), waiting)
+      const earlier = previous.get(Models.tpKey(tp))
       if (earlier !== undefined && !(yield* Deferred.isDone(earlier))) {
         yield* Deferred.completeWith(earlier, Deferred.await(waiting))
       }
@@ -674,25 +659,25 @@ const restart = (r: Recovery) =>
     r.running = yield* restore(r, r.active, r.standby, done).pipe(Effect.asVoid, Effect.forkIn(r.scope))
   })
 
-const without = (tps: ReadonlyArray<TopicPartition>, gone: ReadonlySet<string>) =>
-  tps.filter((tp) => !gone.has(tpKey(tp)))
+const without = (tps: ReadonlyArray<Models.TopicPartition>, gone: ReadonlySet<string>) =>
+  tps.filter((tp) => !gone.has(Models.tpKey(tp)))
 
 /** The recovery as the table manager sees it. */
-const shapeOf = (r: Recovery): RecoveryShape => ({
+const shapeOf = (r: Run): Recovery.Shape => ({
   assign: (assignment) =>
     Effect.suspend(() => {
-      const promoted = new Set(assignment.active.map(tpKey))
-      const known = new Set(r.active.map(tpKey))
-      r.active = [...r.active, ...assignment.active.filter((tp) => !known.has(tpKey(tp)))]
+      const promoted = new Set(assignment.active.map(Models.tpKey))
+      const known = new Set(r.active.map(Models.tpKey))
+      r.active = [...r.active, ...assignment.active.filter((tp) => !known.has(Models.tpKey(tp)))]
       // A standby promoted to active leaves the standbys; it replays only its lag from its persisted offset.
       const keptStandby = without(r.standby, promoted)
-      const knownStandby = new Set([...keptStandby.map(tpKey), ...r.active.map(tpKey)])
-      r.standby = [...keptStandby, ...assignment.standby.filter((tp) => !knownStandby.has(tpKey(tp)))]
+      const knownStandby = new Set([...keptStandby.map(Models.tpKey), ...r.active.map(Models.tpKey)])
+      r.standby = [...keptStandby, ...assignment.standby.filter((tp) => !knownStandby.has(Models.tpKey(tp)))]
       return restart(r)
     }),
   revoke: (tps) =>
     Effect.suspend(() => {
-      const gone = new Set(tps.map(tpKey))
+      const gone = new Set(tps.map(Models.tpKey))
       for (const key of gone) {
         r.caughtUp.delete(key)
         r.failures.delete(key)
@@ -709,7 +694,7 @@ const shapeOf = (r: Recovery): RecoveryShape => ({
       Effect.forEach(
         tps,
         (tp) => {
-          const waiting = r.readiness.get(tpKey(tp))
+          const waiting = r.readiness.get(Models.tpKey(tp))
           return waiting === undefined ? Effect.void : Deferred.await(waiting)
         },
         { discard: true }

@@ -1,16 +1,15 @@
+import { type Log, Models, type Recovery } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import type { ChangelogSource, LogRecord, RecoveryEvent, RestoreTarget, TopicPartition } from "@strata/core"
-import { tpKey } from "@strata/core"
 import { Effect, Fiber, Logger, Option, Queue, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { ChangelogRecovery } from "../src/index.js"
 
 const topic = "app-t-changelog"
-const tp0: TopicPartition = { topic, partition: 0 }
+const tp0: Models.TopicPartition = { topic, partition: 0 }
 
 interface FakeLog {
   /** Records of each partition by offset (gaps allowed). */
-  readonly records: Map<string, Array<LogRecord>>
+  readonly records: Map<string, Array<Log.Record>>
   readonly highwater: Map<string, number>
   readonly logStart: Map<string, number>
   /** Where the consumer will fetch next. */
@@ -20,7 +19,7 @@ interface FakeLog {
   fetchWorks: boolean
 }
 
-const record = (partition: number, offset: number, key: string, value: string | null): LogRecord => ({
+const record = (partition: number, offset: number, key: string, value: string | null): Log.Record => ({
   topic,
   partition,
   offset,
@@ -33,7 +32,7 @@ const record = (partition: number, offset: number, key: string, value: string | 
 /** A changelog source over in-memory records: `take` delivers records of resumed partitions from their positions. */
 const fakeSource = (log: FakeLog) =>
   Effect.gen(function* () {
-    const queue = yield* Queue.unbounded<LogRecord>()
+    const queue = yield* Queue.unbounded<Log.Record>()
     const fill = Effect.gen(function* () {
       if (!log.fetchWorks) return
       for (const [key, position] of log.position) {
@@ -45,30 +44,30 @@ const fakeSource = (log: FakeLog) =>
         yield* Queue.offerAll(queue, next)
       }
     })
-    const source: ChangelogSource = {
+    const source: Recovery.ChangelogSource = {
       offsets: (tps) =>
         Effect.succeed(
           tps.map((tp) => ({
             ...tp,
-            logStart: log.logStart.get(tpKey(tp)) ?? 0,
-            highwater: log.highwater.get(tpKey(tp)) ?? 0
+            logStart: log.logStart.get(Models.tpKey(tp)) ?? 0,
+            highwater: log.highwater.get(Models.tpKey(tp)) ?? 0
           }))
         ),
-      seek: (tp, offset) => Effect.sync(() => log.position.set(tpKey(tp), offset)),
+      seek: (tp, offset) => Effect.sync(() => log.position.set(Models.tpKey(tp), offset)),
       resume: (tps) =>
         Effect.andThen(
           Effect.sync(() => {
-            for (const tp of tps) log.paused.delete(tpKey(tp))
+            for (const tp of tps) log.paused.delete(Models.tpKey(tp))
           }),
           Queue.clear(queue)
         ),
       pause: (tps) =>
         Effect.sync(() => {
-          for (const tp of tps) log.paused.add(tpKey(tp))
+          for (const tp of tps) log.paused.add(Models.tpKey(tp))
         }),
       take: (max) => Effect.andThen(fill, Queue.takeBetween(queue, 1, max)),
-      position: (tp) => Effect.sync(() => log.position.get(tpKey(tp)) ?? 0),
-      fetching: (tp) => Effect.sync(() => !log.paused.has(tpKey(tp)))
+      position: (tp) => Effect.sync(() => log.position.get(Models.tpKey(tp)) ?? 0),
+      fetching: (tp) => Effect.sync(() => !log.paused.has(Models.tpKey(tp)))
     }
     return source
   })
@@ -78,25 +77,25 @@ const fakeTarget = () => {
   const state = new Map<string, Map<string, string>>()
   const persisted = new Map<string, number>()
   const applied: Array<{ tp: string; offsets: ReadonlyArray<number> }> = []
-  const target: RestoreTarget = {
-    persistedOffset: (tp) => Effect.sync(() => Option.fromNullishOr(persisted.get(tpKey(tp)))),
+  const target: Recovery.RestoreTarget = {
+    persistedOffset: (tp) => Effect.sync(() => Option.fromNullishOr(persisted.get(Models.tpKey(tp)))),
     apply: (tp, records) =>
       Effect.sync(() => {
-        const table = state.get(tpKey(tp)) ?? new Map<string, string>()
-        state.set(tpKey(tp), table)
+        const table = state.get(Models.tpKey(tp)) ?? new Map<string, string>()
+        state.set(Models.tpKey(tp), table)
         for (const r of records) {
           const key = new TextDecoder().decode(r.key ?? new Uint8Array())
           if (r.value === null) table.delete(key)
           else table.set(key, new TextDecoder().decode(r.value))
         }
-        persisted.set(tpKey(tp), records[records.length - 1]!.offset)
-        applied.push({ tp: tpKey(tp), offsets: records.map((r) => r.offset) })
+        persisted.set(Models.tpKey(tp), records[records.length - 1]!.offset)
+        applied.push({ tp: Models.tpKey(tp), offsets: records.map((r) => r.offset) })
         return { skipped: [] }
       }),
     wipe: (tp) =>
       Effect.sync(() => {
-        state.delete(tpKey(tp))
-        persisted.delete(tpKey(tp))
+        state.delete(Models.tpKey(tp))
+        persisted.delete(Models.tpKey(tp))
       }),
     flush: Effect.void,
     failed: () => Effect.void
@@ -104,7 +103,7 @@ const fakeTarget = () => {
   return { target, state, persisted, applied }
 }
 
-const logOf = (partitions: Record<number, { records: Array<LogRecord>; highwater: number; logStart?: number }>) => {
+const logOf = (partitions: Record<number, { records: Array<Log.Record>; highwater: number; logStart?: number }>) => {
   const log: FakeLog = {
     records: new Map(),
     highwater: new Map(),
@@ -114,7 +113,7 @@ const logOf = (partitions: Record<number, { records: Array<LogRecord>; highwater
     fetchWorks: true
   }
   for (const [p, spec] of Object.entries(partitions)) {
-    const key = tpKey({ topic, partition: Number(p) })
+    const key = Models.tpKey({ topic, partition: Number(p) })
     log.records.set(key, spec.records)
     log.highwater.set(key, spec.highwater)
     log.logStart.set(key, spec.logStart ?? 0)
@@ -153,7 +152,7 @@ describe("ChangelogRecovery", () => {
       const recovery = yield* ChangelogRecovery.make(yield* fakeSource(log), target, { recoveryBufferSize: 2 })
       yield* recovery.assign({ active: [tp0], standby: [] })
       yield* recovery.waitUntilCompleted
-      assert.deepStrictEqual([...(state.get(tpKey(tp0)) ?? [])].sort(), [
+      assert.deepStrictEqual([...(state.get(Models.tpKey(tp0)) ?? [])].sort(), [
         ["a", "2"],
         ["c", "3"]
       ])
@@ -169,17 +168,17 @@ describe("ChangelogRecovery", () => {
       // Partition 0 has three times the records of 1 and 2, so its batches also come back to back at the end.
       const sizes = [90, 30, 30]
       const bufferSize = 5
-      const spec: Record<number, { records: Array<LogRecord>; highwater: number }> = {}
+      const spec: Record<number, { records: Array<Log.Record>; highwater: number }> = {}
       sizes.forEach((n, p) => {
         spec[p] = { records: Array.from({ length: n }, (_, i) => record(p, i, `k${i % 7}`, `${p}:${i}`)), highwater: n }
       })
       const log = logOf(spec)
       // Chunks of `bufferSize` records, partitions taking turns (as the Kafka consumer hands them out).
-      const chunks: Array<Array<LogRecord>> = []
+      const chunks: Array<Array<Log.Record>> = []
       for (let i = 0; chunks.length * bufferSize < 150; i += bufferSize)
         for (const p of [0, 1, 2]) if (i < sizes[p]!) chunks.push(spec[p]!.records.slice(i, i + bufferSize))
       const base = yield* fakeSource(log)
-      const source: ChangelogSource = {
+      const source: Recovery.ChangelogSource = {
         ...base,
         take: () => (chunks.length > 0 ? Effect.sync(() => chunks.shift()!) : Effect.never)
       }
@@ -192,11 +191,11 @@ describe("ChangelogRecovery", () => {
       const violations: Array<string> = []
       // A batch takes 4 or 1 ms to land, alternately, like a store writing off the main thread: without the
       // per-partition order, a partition's later batch would land before its earlier one.
-      const target: RestoreTarget = {
+      const target: Recovery.RestoreTarget = {
         ...fake.target,
         apply: (tp, records) =>
           Effect.gen(function* () {
-            const key = tpKey(tp)
+            const key = Models.tpKey(tp)
             if (busy.has(key))
               violations.push(`${key}@${records[0]!.offset} began while its previous batch was written`)
             busy.add(key)
@@ -218,7 +217,7 @@ describe("ChangelogRecovery", () => {
       sizes.forEach((n, p) => {
         const expected = new Map<string, string>()
         for (let i = 0; i < n; i++) expected.set(`k${i % 7}`, `${p}:${i}`)
-        assert.deepStrictEqual(fake.state.get(tpKey({ topic, partition: p })), expected)
+        assert.deepStrictEqual(fake.state.get(Models.tpKey({ topic, partition: p })), expected)
       })
       // Two batches were written at once, never more: memory stays bounded by the buffers.
       assert.strictEqual(mostWriting, 2 * bufferSize)
@@ -253,7 +252,7 @@ describe("ChangelogRecovery", () => {
       const waiting = yield* Effect.forkChild(recovery.waitUntilCompleted)
       yield* TestClock.adjust("5 seconds")
       yield* Fiber.join(waiting)
-      assert.strictEqual(state.get(tpKey(tp0))?.size, 2)
+      assert.strictEqual(state.get(Models.tpKey(tp0))?.size, 2)
     }).pipe(Effect.scoped, Effect.provide(quiet))
   )
 
@@ -262,13 +261,13 @@ describe("ChangelogRecovery", () => {
     Effect.gen(function* () {
       const log = logOf({ 0: { records: [record(0, 0, "a", "1"), record(0, 1, "a", "2")], highwater: 2 } })
       const fake = fakeTarget()
-      fake.persisted.set(tpKey(tp0), 1)
+      fake.persisted.set(Models.tpKey(tp0), 1)
       const recovery = yield* ChangelogRecovery.make(yield* fakeSource(log), fake.target)
       yield* recovery.assign({ active: [tp0], standby: [] })
       yield* recovery.waitUntilCompleted
       assert.deepStrictEqual(fake.applied, [])
 
-      fake.persisted.set(tpKey(tp0), 5)
+      fake.persisted.set(Models.tpKey(tp0), 5)
       const again = yield* ChangelogRecovery.make(yield* fakeSource(log), fake.target)
       yield* again.assign({ active: [tp0], standby: [] })
       const error = yield* Effect.flip(again.waitUntilCompleted)
@@ -292,7 +291,7 @@ describe("ChangelogRecovery", () => {
       yield* Effect.yieldNow
       yield* recovery.assign({ active: [tp0], standby: [] })
       yield* recovery.waitUntilCompleted
-      const events = (yield* Fiber.join(seen)) as ReadonlyArray<RecoveryEvent>
+      const events = (yield* Fiber.join(seen)) as ReadonlyArray<Recovery.Event>
       const tags = events.map((e) => e._tag)
       assert.strictEqual(tags[0], "Started")
       assert.strictEqual(tags.filter((t) => t === "BatchApplied").length, 5)
@@ -334,7 +333,7 @@ describe("ChangelogRecovery", () => {
       // Nothing arrives: after the event timeout the stall is reported as a fetch that does not happen.
       yield* TestClock.adjust("35 seconds")
       // Then someone pauses the partition behind recovery's back: reported as such at the next check.
-      log.paused.add(tpKey(tp0))
+      log.paused.add(Models.tpKey(tp0))
       yield* TestClock.adjust("5 seconds")
       const kinds: Array<string> = []
       for (const e of yield* Fiber.join(stalls)) if (e._tag === "Stalled") kinds.push(e.kind)

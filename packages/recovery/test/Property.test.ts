@@ -25,20 +25,9 @@
  * prints it whole to stderr). A seed fixes the data and every choice; the interleaving of the workers' fibers is
  * deterministic for a given code base.
  */
+import { Log, MemoryLog, MemoryStore, Store } from "@strata/core"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  Log,
-  LogFaults,
-  type LogFaultsShape,
-  type LogShape,
-  type ProducerRecord,
-  put,
-  Store,
-  type StoreShape,
-  MemoryLog,
-  MemoryStore
-} from "@strata/core"
 import { Cause, Deferred, Effect, Exit, Layer, Logger, Result, Schema, Scope, Stream } from "effect"
 import * as Table from "../../tables/src/Table.js"
 import * as Tables from "../../tables/src/Tables.js"
@@ -176,17 +165,17 @@ type Trace = Array<string>
 const stats = { cases: 0, worker: 0, persisted: 0, gaps: 0, logStartMoved: 0, lossless: 0, records: 0 }
 
 /** The store a committed worker leaves: the replay up to `persisted`, with that changelog offset. */
-const persistDirectly = (store: StoreShape, m: PartitionModel) =>
+const persistDirectly = (store: Store.Shape, m: PartitionModel) =>
   Effect.gen(function* () {
     if (m.persisted < 0) return
     const state = replay(new Map(), m.history.slice(0, m.persisted + 1))
-    const ops = [...state].map(([k, v]) => put(encodeKey(k), ok(codecs.encodeValue(v))))
+    const ops = [...state].map(([k, v]) => Store.put(encodeKey(k), ok(codecs.encodeValue(v))))
     const s = yield* store.open({ table: def.name, partition: m.partition })
     yield* s.write(ops, { offsets: [{ topic, partition: m.partition, offset: m.persisted }] })
   }).pipe(Effect.scoped)
 
 /** Compacts and deletes at random after a segment, on the log and on the model alike. */
-const disturb = (rng: Prng, log: LogShape, faults: LogFaultsShape, m: PartitionModel, trace: Trace) =>
+const disturb = (rng: Prng, log: Log.Shape, faults: Log.FaultsShape, m: PartitionModel, trace: Trace) =>
   Effect.gen(function* () {
     const tp = { topic, partition: m.partition }
     const highwater = m.written
@@ -216,7 +205,7 @@ const noting = <A, E>(effect: Effect.Effect<A, E>, trace: Trace, line: (a: A) =>
 const showTps = (tps: ReadonlyArray<{ readonly partition: number }>) => tps.map((tp) => `p${tp.partition}`).join(",")
 
 /** The log, with the restoring worker's consumer calls and fetched batches written to the trace. */
-const tracedLog = (log: LogShape, trace: Trace): LogShape => ({
+const tracedLog = (log: Log.Shape, trace: Trace): Log.Shape => ({
   ...log,
   consumer: (options) =>
     Effect.map(log.consumer(options), (c) => ({
@@ -234,7 +223,7 @@ const tracedLog = (log: LogShape, trace: Trace): LogShape => ({
 })
 
 /** The store, with every batch written to the trace. */
-const tracedStore = (store: StoreShape, trace: Trace): StoreShape => ({
+const tracedStore = (store: Store.Shape, trace: Trace): Store.Shape => ({
   ...store,
   open: (id) =>
     Effect.map(store.open(id), (s) => ({
@@ -259,9 +248,9 @@ const cuts = (rng: Prng, n: number, segments: number): Array<readonly [number, n
 const runCase = (seed: number, trace: Trace) =>
   Effect.gen(function* () {
     const rng = seeded(seed)
-    const log = yield* Log
-    const faults = yield* LogFaults
-    const store = yield* Store
+    const log = yield* Log.Log
+    const faults = yield* Log.Faults
+    const store = yield* Store.Store
     const partitions = rng.int(1, 3)
     const keys = rng.int(1, 12)
     const tombstones = rng.pick([0, 0.1, 0.3])
@@ -316,7 +305,7 @@ const runCase = (seed: number, trace: Trace) =>
     } else {
       yield* log.ensureTopic({ topic, partitions, compacted: true })
       write = (m, from, to) => {
-        const records: Array<ProducerRecord> = m.history.slice(from, to).map((r) => ({
+        const records: Array<Log.ProducerRecord> = m.history.slice(from, to).map((r) => ({
           topic,
           partition: m.partition,
           key: encodeKey(r.key),
@@ -363,7 +352,7 @@ const runCase = (seed: number, trace: Trace) =>
     let writes = 0
     /** Only the first run holds a batch: once the rebalance is on its way, writes pass. */
     let armed = hold > 0
-    const holding: StoreShape = {
+    const holding: Store.Shape = {
       ...store,
       open: (id) =>
         Effect.map(store.open(id), (s) => ({
@@ -377,8 +366,8 @@ const runCase = (seed: number, trace: Trace) =>
         }))
     }
     const b = yield* Tables.make({ app, settleDelay: 0, streamBufferMaxsize, recovery: { recoveryBufferSize } }).pipe(
-      Effect.provideService(Store, traceChannel ? tracedStore(holding, trace) : holding),
-      traceChannel ? Effect.provideService(Log, tracedLog(log, trace)) : (x) => x
+      Effect.provideService(Store.Store, traceChannel ? tracedStore(holding, trace) : holding),
+      traceChannel ? Effect.provideService(Log.Log, tracedLog(log, trace)) : (x) => x
     )
     const tb = yield* b.register(tableDef)
     yield* b.start

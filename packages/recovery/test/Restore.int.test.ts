@@ -28,6 +28,7 @@
  * instead of the bundle), STRATA_RESTORE_TRACE=1 (print the worker's events with their times). Kill timing is real
  * time: a seed fixes the data and the kill fractions, not the instants.
  */
+import { Log, Store } from "@strata/core"
 import {
   childHarness,
   envInt,
@@ -41,7 +42,6 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
-import { del, Log, type PartitionStore, type ProducerRecord, put } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Data, Effect, Option, Result, Stream } from "effect"
@@ -230,7 +230,7 @@ const checkStore = (directory: string, changelog: string, round: number) =>
     Effect.gen(function* () {
       const store = yield* RocksDbStore.make({ directory })
       const persisted: Array<number> = []
-      const parts: Array<PartitionStore> = []
+      const parts: Array<Store.PartitionStore> = []
       for (let partition = 0; partition < PARTITIONS; partition++) {
         const ps = yield* store.open({ table: kvTable.name, partition })
         persisted.push(Option.getOrElse(yield* ps.persistedOffset({ topic: changelog, partition }), () => -1))
@@ -310,9 +310,9 @@ const plantAndCheck = (directory: string, changelog: string, round: number) =>
         const store = yield* RocksDbStore.make({ directory })
         const ps = yield* store.open({ table: kvTable.name, partition: 0 })
         yield* ps.write([
-          put(bytes(stale), Result.getOrThrow(codecs.encodeValue(valueOfRecord(final[stale]! + 1)))),
-          del(bytes(lost)),
-          put(bytes(resurrected), Result.getOrThrow(codecs.encodeValue(valueOfRecord(0))))
+          Store.put(bytes(stale), Result.getOrThrow(codecs.encodeValue(valueOfRecord(final[stale]! + 1)))),
+          Store.del(bytes(lost)),
+          Store.put(bytes(resurrected), Result.getOrThrow(codecs.encodeValue(valueOfRecord(0))))
         ])
       })
     )
@@ -350,7 +350,7 @@ interface RunSummary {
 
 const restore = Effect.fn("restore")(function* () {
   const started = performance.now()
-  const log = yield* Log
+  const log = yield* Log.Log
   const brokers = inject("kafka")
   const id = `${Date.now().toString(36)}${Math.floor(Math.random() * 36 ** 4).toString(36)}`
   const app = `restore-${id}`
@@ -366,7 +366,7 @@ const restore = Effect.fn("restore")(function* () {
   )
   const next = new Array<number>(PARTITIONS).fill(0)
   /** Produces one chunk and checks its offsets are dense (so record order is changelog order). */
-  const produce = (records: ReadonlyArray<ProducerRecord>) =>
+  const produce = (records: ReadonlyArray<Log.ProducerRecord>) =>
     Effect.gen(function* () {
       const offsets = yield* log.produceBatch(records, { acks: 1 })
       for (const [i, r] of records.entries()) {
@@ -379,7 +379,7 @@ const restore = Effect.fn("restore")(function* () {
         next[r.partition] = want + 1
       }
     })
-  let chunk: Array<ProducerRecord> = []
+  let chunk: Array<Log.ProducerRecord> = []
   for (const { seq, key, tombstone } of workload(SEED, RECORDS)) {
     chunk.push({
       topic: changelog,

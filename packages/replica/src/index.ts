@@ -4,7 +4,8 @@
  * server and its process, the coordinator's process, the client, a whole cluster in one process, and the requests
  * between processes (Effect RPC over TCP). Core's `Log` on the tablets is the subpath `@strata/replica/log`.
  *
- * The source is in layers whose imports point only down: `machines/` (pure state machines), `wire/` (what travels
+ * The source is in layers whose imports point only down: `protocol/` (the `ReplicaManager` service a tablet
+ * server provides, with its requests and answers), `machines/` (pure state machines), `wire/` (what travels
  * between processes and where the cluster keeps its state), `server/` and `client/` (beside each other), then
  * `node/` (the processes, and a cluster in one process) and `log/`.
  *
@@ -28,6 +29,7 @@ export * as ProducerIds from "./server/ProducerIds.js"
 export * as ProducerState from "./machines/ProducerState.js"
 export * as Replica from "./machines/Replica.js"
 export * as RemotePeers from "./client/RemotePeers.js"
+export * as ReplicaManager from "./protocol/ReplicaManager.js"
 export * as ReplicaRpc from "./wire/ReplicaRpc.js"
 export * as ReplicaState from "./machines/ReplicaState.js"
 export * as ReplicationConfig from "./wire/ReplicationConfig.js"

@@ -1,5 +1,5 @@
+import type { Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import type { ServerId } from "@strata/core"
 import { Result } from "effect"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import * as Assignment from "../src/machines/Assignment.js"
@@ -40,8 +40,8 @@ const rackMode = (servers: ReadonlyArray<Server>): RackMode => {
 /** Per live server: how many tablets of `tablets` it leads and holds. */
 const loads = (
   servers: ReadonlyArray<Server>,
-  tablets: ReadonlyArray<{ readonly replicas: ReadonlyArray<ServerId> }>
-): Map<ServerId, { leaders: number; replicas: number }> => {
+  tablets: ReadonlyArray<{ readonly replicas: ReadonlyArray<Models.ServerId> }>
+): Map<Models.ServerId, { leaders: number; replicas: number }> => {
   const out = new Map(servers.map((s) => [s.id, { leaders: 0, replicas: 0 }]))
   for (const t of tablets) {
     const leader = t.replicas[0]
@@ -82,7 +82,7 @@ const violations = (req: Request, layout: Layout): Array<string> => {
     }
   })
   const mine = loads(req.servers, layout)
-  const within = (what: string, id: ServerId, value: number, total: number, over: number) => {
+  const within = (what: string, id: Models.ServerId, value: number, total: number, over: number) => {
     if (value < Math.floor(total / over) || value > Math.ceil(total / over)) {
       out.push(`server ${id} ${what} ${value}, not ⌊${total}/${over}⌋ or ⌈${total}/${over}⌉`)
     }
@@ -106,8 +106,8 @@ const violations = (req: Request, layout: Layout): Array<string> => {
   }
   if (b % n !== 0) {
     const before = loads(req.servers, req.existing ?? [])
-    const had = (id: ServerId) => before.get(id)?.leaders ?? 0
-    const extra = (id: ServerId) => (mine.get(id)?.leaders ?? 0) > Math.floor(b / n)
+    const had = (id: Models.ServerId) => before.get(id)?.leaders ?? 0
+    const extra = (id: Models.ServerId) => (mine.get(id)?.leaders ?? 0) > Math.floor(b / n)
     if (mode !== "balanced") {
       // The servers leading one more are among those leading fewest already.
       const more = [...mine.keys()].filter(extra).map(had)
@@ -162,16 +162,16 @@ const randomServers = (rng: Prng, mode: RackMode): Array<Server> => {
 }
 
 /** The rotation's base order: ids ascending; with racks, racks by name taking turns, each with its servers by id. */
-const baseOrder = (servers: ReadonlyArray<Server>): Array<ServerId> => {
+const baseOrder = (servers: ReadonlyArray<Server>): Array<Models.ServerId> => {
   const racks = [...new Set(servers.map((s) => s.rack ?? ""))].sort().map((rack) =>
     servers
       .filter((s) => (s.rack ?? "") === rack)
       .map((s) => s.id)
       .sort((a, b) => a - b)
   )
-  const out: Array<ServerId> = []
+  const out: Array<Models.ServerId> = []
   for (let t = 0; out.length < servers.length; t++)
-    for (const rack of racks) if (rack[t] !== undefined) out.push(rack[t] as ServerId)
+    for (const rack of racks) if (rack[t] !== undefined) out.push(rack[t] as Models.ServerId)
   return out
 }
 
@@ -183,7 +183,7 @@ const randomRequest = (rng: Prng) => {
   const servers = randomServers(rng, mode)
   const replicationFactor = rng.int(1, 4)
   const existingMode = rng.pick<ExistingMode>(["none", "chained", "random"])
-  let existing: Array<{ readonly replicas: ReadonlyArray<ServerId> }> = []
+  let existing: Array<{ readonly replicas: ReadonlyArray<Models.ServerId> }> = []
   if (existingMode === "chained" && replicationFactor <= servers.length) {
     // Tables assigned one after another over the same servers, as a coordinator does.
     for (let t = rng.int(1, 3); t > 0; t--) {
@@ -328,7 +328,7 @@ describe("Assignment", () => {
   })
 
   describe("the checker catches a wrong layout", () => {
-    const tablet = (bucket: number, ...replicas: ReadonlyArray<ServerId>): Assignment.TabletAssignment => ({
+    const tablet = (bucket: number, ...replicas: ReadonlyArray<Models.ServerId>): Assignment.TabletAssignment => ({
       tablet: { table: "orders", bucket },
       replicas
     })
@@ -418,10 +418,11 @@ describe("Assignment", () => {
       assert.deepStrictEqual(shifted, layout, `${label}: start and start + n differ`)
       if (existingMode === "none" && mode !== "unbalanced") {
         const base = baseOrder(req.servers)
-        const next = new Map(base.map((id, q) => [id, base[(q + 1) % n] as ServerId]))
-        const rotated: ReadonlyArray<ReadonlyArray<ServerId | undefined>> = ok({ ...req, start: req.start + 1 }).map(
-          (t) => t.replicas
-        )
+        const next = new Map(base.map((id, q) => [id, base[(q + 1) % n] as Models.ServerId]))
+        const rotated: ReadonlyArray<ReadonlyArray<Models.ServerId | undefined>> = ok({
+          ...req,
+          start: req.start + 1
+        }).map((t) => t.replicas)
         assert.deepStrictEqual(
           rotated,
           layout.map((t) => t.replicas.map((id) => next.get(id))),

@@ -1,6 +1,6 @@
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
 import { CoordinationElection } from "@strata/election"
-import { Coordination, CoordinationFaults, type Session, MemoryCoordination } from "@strata/core"
 import { Effect, Exit, Scope } from "effect"
 import * as ClusterDirectory from "../src/client/ClusterDirectory.js"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
@@ -9,7 +9,7 @@ import { eventually } from "./support/servers.js"
 describe("ClusterDirectory", () => {
   it.live("finds servers by their registrations and the controller by the election, as they change", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       const paths = ClusterPaths.make("/dir")
       const election = yield* CoordinationElection.make({
         namespace: "dir",
@@ -45,8 +45,8 @@ describe("ClusterDirectory", () => {
 
   it.live("a directory whose session ends opens another and goes on finding servers", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
-      const faults = yield* CoordinationFaults
+      const coordination = yield* Coordination.Coordination
+      const faults = yield* Coordination.Faults
       const paths = ClusterPaths.make("/dir")
       const election = yield* CoordinationElection.make({
         namespace: "dir",
@@ -54,9 +54,9 @@ describe("ClusterDirectory", () => {
         replicaLagTimeMax: "6 seconds"
       })
       // The directory's own sessions, to end them.
-      const opened: Array<Session> = []
+      const opened: Array<Coordination.Session> = []
       const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: 10 }).pipe(
-        Effect.provideService(Coordination, {
+        Effect.provideService(Coordination.Coordination, {
           ...coordination,
           session: (options) => Effect.tap(coordination.session(options), (s) => Effect.sync(() => opened.push(s)))
         })

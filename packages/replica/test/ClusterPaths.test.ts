@@ -1,11 +1,5 @@
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  Coordination,
-  CoordinationFaults,
-  type CoordinationShape,
-  type Session,
-  MemoryCoordination
-} from "@strata/core"
 import { Array as Arr, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
 import type * as ControllerState from "../src/machines/ControllerState.js"
@@ -40,11 +34,11 @@ describe("ClusterPaths", () => {
     "keepRegistered tells each registration, registers again after its session expires, and a second server with the same id waits",
     () =>
       Effect.gen(function* () {
-        const base = yield* Coordination
-        const faults = yield* CoordinationFaults
+        const base = yield* Coordination.Coordination
+        const faults = yield* Coordination.Faults
         const paths = ClusterPaths.make("/kr")
-        const sessions: Array<Session> = []
-        const tracked: CoordinationShape = {
+        const sessions: Array<Coordination.Session> = []
+        const tracked: Coordination.Shape = {
           ...base,
           session: (o) => Effect.tap(base.session(o), (s) => Effect.sync(() => sessions.push(s)))
         }
@@ -91,7 +85,7 @@ describe("ClusterPaths", () => {
     "keepRegistered with holderWaitTimeouts fails with DuplicateServerId naming the id and the holder's address when another live session keeps the id past the wait; it never tells a registration",
     () =>
       Effect.gen(function* () {
-        const coordination = yield* Coordination
+        const coordination = yield* Coordination.Coordination
         const paths = ClusterPaths.make("/dup")
         // Server 7, alive: its session stays.
         const holder = yield* coordination.session()
@@ -130,7 +124,7 @@ describe("ClusterPaths", () => {
     "keepRegistered with holderWaitTimeouts waits out a registration that ends within the wait (a previous life)",
     () =>
       Effect.gen(function* () {
-        const coordination = yield* Coordination
+        const coordination = yield* Coordination.Coordination
         const paths = ClusterPaths.make("/prev")
         const previous = yield* Scope.make()
         const session = yield* Scope.provide(coordination.session(), previous)

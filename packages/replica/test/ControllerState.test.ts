@@ -1,7 +1,6 @@
+import { Models } from "@strata/core"
 import { isDeepStrictEqual } from "node:util"
 import { assert, describe, it } from "@effect/vitest"
-import type { ServerId, TabletId } from "@strata/core"
-import { tabletKey } from "@strata/core"
 import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import * as ControllerState from "../src/machines/ControllerState.js"
@@ -13,17 +12,17 @@ type Command = ControllerState.Command
 type AdjustIsr = Extract<Input, { _tag: "AdjustIsr" }>
 type StepFn = typeof ControllerState.step
 
-const tid = (bucket: number): TabletId => ({ table: "orders", bucket })
-const key = (bucket: number) => tabletKey(tid(bucket))
+const tid = (bucket: number): Models.TabletId => ({ table: "orders", bucket })
+const key = (bucket: number) => Models.tabletKey(tid(bucket))
 
-const up = (server: ServerId): Input => ({ _tag: "ServerUp", server })
-const down = (server: ServerId): Input => ({ _tag: "ServerDown", server })
-const shutdown = (server: ServerId): Input => ({ _tag: "ControlledShutdown", requestId: 5, server })
+const up = (server: Models.ServerId): Input => ({ _tag: "ServerUp", server })
+const down = (server: Models.ServerId): Input => ({ _tag: "ServerDown", server })
+const shutdown = (server: Models.ServerId): Input => ({ _tag: "ControlledShutdown", requestId: 5, server })
 const started = (
   coordinatorEpoch: number,
-  live: ReadonlyArray<ServerId>,
+  live: ReadonlyArray<Models.ServerId>,
   tablets: ReadonlyArray<ControllerState.Tablet> = [],
-  registrations?: ReadonlyArray<readonly [ServerId, number]>
+  registrations?: ReadonlyArray<readonly [Models.ServerId, number]>
 ): Input => ({
   _tag: "Started",
   coordinatorEpoch,
@@ -36,14 +35,14 @@ const deleteTablets = (...buckets: ReadonlyArray<number>): Extract<Input, { _tag
   requestId: 6,
   tablets: buckets.map(tid)
 })
-const stopped = (server: ServerId, buckets: ReadonlyArray<number>, registration?: number): Input => ({
+const stopped = (server: Models.ServerId, buckets: ReadonlyArray<number>, registration?: number): Input => ({
   _tag: "ReplicaStopped",
   server,
   ...(registration === undefined ? {} : { registration }),
   tablets: buckets.map(tid)
 })
 const create = (
-  ...specs: ReadonlyArray<readonly [number, ReadonlyArray<ServerId>]>
+  ...specs: ReadonlyArray<readonly [number, ReadonlyArray<Models.ServerId>]>
 ): Extract<Input, { _tag: "CreateTablets" }> => ({
   _tag: "CreateTablets",
   requestId: 1,
@@ -62,7 +61,7 @@ const lai = (state: State, bucket: number) => tablet(state, bucket).leaderAndIsr
 const adjust = (
   state: State,
   bucket: number,
-  isr: ReadonlyArray<ServerId>,
+  isr: ReadonlyArray<Models.ServerId>,
   wrong: Partial<AdjustIsr> = {}
 ): AdjustIsr => {
   const current = state.tablets.get(key(bucket))?.leaderAndIsr
@@ -79,11 +78,11 @@ const adjust = (
 }
 
 /** A controller with `options` under coordinator epoch 1 with `live` registered and no tablets. */
-const bootWith = (options: ControllerState.Options, live: ReadonlyArray<ServerId>): State =>
+const bootWith = (options: ControllerState.Options, live: ReadonlyArray<Models.ServerId>): State =>
   ControllerState.step(ControllerState.make(options), started(1, live))[0]
 const largest = { uncleanLeaderElection: false, leaderElection: "largest-log-end" } as const
 /** A candidate's answer for t0 in `state`'s election of it. */
-const logEnd = (state: State, server: ServerId, end: ControllerState.LogEnd | null): Input => ({
+const logEnd = (state: State, server: Models.ServerId, end: ControllerState.LogEnd | null): Input => ({
   _tag: "LogEnd",
   tablet: tid(0),
   round: state.elections.get(key(0))?.round ?? -1,
@@ -93,7 +92,7 @@ const logEnd = (state: State, server: ServerId, end: ControllerState.LogEnd | nu
 const asked = (commands: ReadonlyArray<Command>) => commands.flatMap((c) => (c._tag === "AskLogEnd" ? [c.server] : []))
 
 /** A controller under coordinator epoch 1 with `live` registered and no tablets. */
-const boot = (live: ReadonlyArray<ServerId>, uncleanLeaderElection = false): State =>
+const boot = (live: ReadonlyArray<Models.ServerId>, uncleanLeaderElection = false): State =>
   ControllerState.step(ControllerState.make({ uncleanLeaderElection }), started(1, live))[0]
 
 /** Feeds `inputs` in order: the last state and the last step's commands. */
@@ -469,9 +468,9 @@ describe("ControllerStateState.step", () => {
   it("Started: dead leaders are replaced, dead followers leave, the changes are sent and every live server asked what it holds", () => {
     const stored = (
       bucket: number,
-      replicas: ReadonlyArray<ServerId>,
-      leader: ServerId | null,
-      isr: ReadonlyArray<ServerId>
+      replicas: ReadonlyArray<Models.ServerId>,
+      leader: Models.ServerId | null,
+      isr: ReadonlyArray<Models.ServerId>
     ): ControllerState.Tablet => ({
       tablet: tid(bucket),
       replicas,
@@ -486,7 +485,7 @@ describe("ControllerStateState.step", () => {
       stored(4, [2], null, [2]) // offline, its ISR member is back
     ]
     const { state, commands } = run(ControllerState.make({ uncleanLeaderElection: false }), started(7, [1, 2], tablets))
-    const at = (leader: ServerId | null, leaderEpoch: number, isr: ReadonlyArray<ServerId>) => ({
+    const at = (leader: Models.ServerId | null, leaderEpoch: number, isr: ReadonlyArray<Models.ServerId>) => ({
       leader,
       leaderEpoch,
       isr,
@@ -523,7 +522,11 @@ describe("ControllerStateState.step", () => {
   })
 
   it("Holdings: a resuming controller instructs a server only where what it holds falls behind", () => {
-    const stored = (bucket: number, replicas: ReadonlyArray<ServerId>, leader: ServerId): ControllerState.Tablet => ({
+    const stored = (
+      bucket: number,
+      replicas: ReadonlyArray<Models.ServerId>,
+      leader: Models.ServerId
+    ): ControllerState.Tablet => ({
       tablet: tid(bucket),
       replicas,
       state: "OnlineTablet",
@@ -550,7 +553,7 @@ describe("ControllerStateState.step", () => {
       version
     })
     const holdings = (
-      server: ServerId,
+      server: Models.ServerId,
       list: ReadonlyArray<ReturnType<typeof holding>> | null,
       registration = 100 + server
     ): Input => ({
@@ -717,9 +720,9 @@ describe("ControllerState preferred leaders", () => {
   /** Tablet `bucket` led by `leader` at epoch 4 with `isr`; its preferred replica is `replicas[0]`. */
   const stored = (
     bucket: number,
-    replicas: ReadonlyArray<ServerId>,
-    leader: ServerId,
-    isr: ReadonlyArray<ServerId>
+    replicas: ReadonlyArray<Models.ServerId>,
+    leader: Models.ServerId,
+    isr: ReadonlyArray<Models.ServerId>
   ): ControllerState.Tablet => ({
     tablet: tid(bucket),
     replicas,
@@ -826,15 +829,15 @@ type Election = ControllerState.Election
 
 /** What the test itself knows of the servers and the elections, from the inputs alone. */
 interface Model {
-  live: Set<ServerId>
-  stopping: Set<ServerId>
+  live: Set<Models.ServerId>
+  stopping: Set<Models.ServerId>
   /** Each server's registration as the controller was told it (kept after the server leaves, as told last). */
-  lives: Map<ServerId, number>
+  lives: Map<Models.ServerId, number>
   epoch: number
   readonly unclean: boolean
   readonly min: number
   /** The answers each election took, by `tablet#round`: the latest of each candidate. */
-  readonly answers: Map<string, Map<ServerId, LogEnd | null>>
+  readonly answers: Map<string, Map<Models.ServerId, LogEnd | null>>
   /** The replicas (`server tablet`) whose storage their server reported failed, and has not reported working. */
   storageFailed: Set<string>
 }
@@ -886,10 +889,10 @@ const tally = (): Tally => ({
 })
 
 /** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
-const life = (n: number, server: ServerId) => 1000 + n * 10 + server
+const life = (n: number, server: Models.ServerId) => 1000 + n * 10 + server
 
 /** An answer to one of the pending elections: mostly a waiting candidate's, else one the controller must drop. */
-const answer = (r: Prng, state: State, servers: ReadonlyArray<ServerId>): Input => {
+const answer = (r: Prng, state: State, servers: ReadonlyArray<Models.ServerId>): Input => {
   const [k, e] = r.pick([...state.elections])
   const tablet = state.tablets.get(k)?.tablet ?? tid(-1)
   const end = (): LogEnd => ({ lastEpoch: r.chance(0.1) ? null : r.int(0, 2), logEndOffset: r.int(0, 20) })
@@ -918,7 +921,7 @@ const randomInput = (
   r: Prng,
   state: State,
   model: Model,
-  servers: ReadonlyArray<ServerId>,
+  servers: ReadonlyArray<Models.ServerId>,
   buckets: number,
   n: number
 ): Input => {
@@ -974,7 +977,7 @@ const randomInput = (
   if (roll < 0.56) {
     // Sometimes on servers that are down (the tablet starts offline, its ISR every replica).
     const downFirst = r.chance(0.3)
-    const spec = (): readonly [number, ReadonlyArray<ServerId>] => {
+    const spec = (): readonly [number, ReadonlyArray<Models.ServerId>] => {
       const pool = downFirst
         ? [...servers.filter((s) => !state.live.has(s)), ...servers.filter((s) => state.live.has(s))]
         : [...servers]
@@ -1032,7 +1035,7 @@ const randomInput = (
   // A new coordinator, with what coordination holds: the tablets, the servers registered now and their
   // registrations (one that was down, or restarted while no controller ran, registered anew).
   const live = servers.filter(() => r.chance(0.7))
-  const registrations = live.map((s): readonly [ServerId, number] => {
+  const registrations = live.map((s): readonly [Models.ServerId, number] => {
     const known = model.lives.get(s)
     const same = known !== undefined && r.chance(model.live.has(s) ? 0.85 : 0.15)
     return [s, same ? known : life(n, s)]
@@ -1058,8 +1061,8 @@ const follow = (model: Model, before: State, input: Input) => {
     (input.registration === undefined || input.registration === model.lives.get(input.server))
   ) {
     for (const t of input.tablets) {
-      if (input.failed) model.storageFailed.add(`${input.server} ${tabletKey(t)}`)
-      else model.storageFailed.delete(`${input.server} ${tabletKey(t)}`)
+      if (input.failed) model.storageFailed.add(`${input.server} ${Models.tabletKey(t)}`)
+      else model.storageFailed.delete(`${input.server} ${Models.tabletKey(t)}`)
     }
   }
   if (input._tag === "ServerDown") {
@@ -1076,18 +1079,18 @@ const follow = (model: Model, before: State, input: Input) => {
   }
   if (input._tag === "LogEnd") {
     // A candidate's answer to its election's round counts, except a recovery's `null` (it is asked again).
-    const e = before.elections.get(tabletKey(input.tablet))
+    const e = before.elections.get(Models.tabletKey(input.tablet))
     if (e === undefined || e.round !== input.round || !e.candidates.includes(input.server)) return
     if (input.logEnd === null && e.kind === "recovery") return
-    const at = `${tabletKey(input.tablet)}#${e.round}`
+    const at = `${Models.tabletKey(input.tablet)}#${e.round}`
     model.answers.set(at, new Map(model.answers.get(at)).set(input.server, input.logEnd))
   }
 }
 
-const sorted = (s: Iterable<ServerId>) => [...s].sort((a, b) => a - b)
+const sorted = (s: Iterable<Models.ServerId>) => [...s].sort((a, b) => a - b)
 
 /** The replica whose answer goes furthest: the later epoch (none before any), then the longer log, then the earlier. */
-const furthestOf = (t: Tablet, answers: ReadonlyMap<ServerId, LogEnd | null>): ServerId | undefined => {
+const furthestOf = (t: Tablet, answers: ReadonlyMap<Models.ServerId, LogEnd | null>): Models.ServerId | undefined => {
   const ranked = t.replicas.flatMap((server, i) => {
     const end = answers.get(server)
     return end === undefined || end === null
@@ -1110,17 +1113,17 @@ const check = (
   if (!isDeepStrictEqual(sorted(next.live), sorted(model.live))) return ["live set", `${sorted(next.live)}`]
   if (!isDeepStrictEqual(sorted(next.shuttingDown), sorted(model.stopping)))
     return ["shutting-down set", `${sorted(next.shuttingDown)}`]
-  const byServer = (m: ReadonlyMap<ServerId, number>) => [...m].sort((a, b) => a[0] - b[0])
+  const byServer = (m: ReadonlyMap<Models.ServerId, number>) => [...m].sort((a, b) => a[0] - b[0])
   if (!isDeepStrictEqual(byServer(next.registrations), byServer(model.lives)))
     return ["registrations as told", JSON.stringify(byServer(next.registrations))]
-  const electable = (s: ServerId) => model.live.has(s) && !model.stopping.has(s)
+  const electable = (s: Models.ServerId) => model.live.has(s) && !model.stopping.has(s)
   const previous =
-    input._tag === "Started" ? new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])) : before.tablets
-  const writes = commands.flatMap((c) => (c._tag === "Write" ? [tabletKey(c.tablet.tablet)] : []))
+    input._tag === "Started" ? new Map(input.tablets.map((t) => [Models.tabletKey(t.tablet), t])) : before.tablets
+  const writes = commands.flatMap((c) => (c._tag === "Write" ? [Models.tabletKey(c.tablet.tablet)] : []))
   const twice = writes.find((k, i) => writes.indexOf(k) !== i)
   if (twice !== undefined) {
     const each = commands.flatMap((c) =>
-      c._tag === "Write" && tabletKey(c.tablet.tablet) === twice ? [JSON.stringify(c.tablet.leaderAndIsr)] : []
+      c._tag === "Write" && Models.tabletKey(c.tablet.tablet) === twice ? [JSON.stringify(c.tablet.leaderAndIsr)] : []
     )
     return ["one write per tablet", `${twice}: ${each.join(", then ")}`]
   }
@@ -1129,7 +1132,7 @@ const check = (
   let firstSend = commands.length
   for (const [i, c] of commands.entries()) {
     if (c._tag === "Write") {
-      const k = tabletKey(c.tablet.tablet)
+      const k = Models.tabletKey(c.tablet.tablet)
       const was = previous.get(k)?.leaderAndIsr.version
       written.add(k)
       lastWrite = i
@@ -1144,20 +1147,21 @@ const check = (
         return ["send epoch", `${c.coordinatorEpoch}, controller at ${model.epoch}`]
       if (!model.live.has(c.server)) return ["send to a live server", `${c.server}`]
       for (const ins of c.tablets) {
-        const t = next.tablets.get(tabletKey(ins.tablet))
+        const t = next.tablets.get(Models.tabletKey(ins.tablet))
         if (t === undefined || !t.replicas.includes(c.server))
-          return ["send to a replica", `${c.server} for ${tabletKey(ins.tablet)}`]
-        if (!isDeepStrictEqual(ins.leaderAndIsr, t.leaderAndIsr)) return ["send the latest", tabletKey(ins.tablet)]
-        if (t.state === "DeletingTablet") return ["no instruction for a deleting tablet", tabletKey(ins.tablet)]
+          return ["send to a replica", `${c.server} for ${Models.tabletKey(ins.tablet)}`]
+        if (!isDeepStrictEqual(ins.leaderAndIsr, t.leaderAndIsr))
+          return ["send the latest", Models.tabletKey(ins.tablet)]
+        if (t.state === "DeletingTablet") return ["no instruction for a deleting tablet", Models.tabletKey(ins.tablet)]
       }
     }
     if (c._tag === "AskLogEnd") {
       counts.asks++
-      const e = next.elections.get(tabletKey(c.tablet))
+      const e = next.elections.get(Models.tabletKey(c.tablet))
       if (!model.live.has(c.server) || e === undefined || e.round !== c.round || !e.candidates.includes(c.server))
         return ["AskLogEnd: a live candidate of the pending round", `${JSON.stringify(c)}, ${JSON.stringify(e)}`]
       // The candidate is fenced at the epoch the tablet is offline at, so its answer cannot grow afterwards.
-      const t = next.tablets.get(tabletKey(c.tablet))
+      const t = next.tablets.get(Models.tabletKey(c.tablet))
       if (
         t?.state !== "OfflineTablet" ||
         c.leaderEpoch !== t.leaderAndIsr.leaderEpoch ||
@@ -1174,7 +1178,7 @@ const check = (
       return ["an election is pending only while its tablet is offline", `${k}: ${next.tablets.get(k)?.state}`]
     if (before.elections.get(k)?.round === e.round && input._tag !== "Started") continue
     const askedNow = commands.flatMap((c) =>
-      c._tag === "AskLogEnd" && tabletKey(c.tablet) === k && c.round === e.round ? [c.server] : []
+      c._tag === "AskLogEnd" && Models.tabletKey(c.tablet) === k && c.round === e.round ? [c.server] : []
     )
     if (
       e.round < before.nextRound ||
@@ -1194,9 +1198,9 @@ const check = (
     return ["unclean elections counted and logged", `${next.uncleanElections - before.uncleanElections}`]
 
   // The election this answer ends, and the leader its answers choose (when electable; else it is elected again).
-  let ended: { readonly k: string; readonly e: Election; readonly winner: ServerId | undefined } | undefined
+  let ended: { readonly k: string; readonly e: Election; readonly winner: Models.ServerId | undefined } | undefined
   if (input._tag === "LogEnd") {
-    const k = tabletKey(input.tablet)
+    const k = Models.tabletKey(input.tablet)
     const e = before.elections.get(k)
     const t = before.tablets.get(k)
     if (e === undefined || t === undefined || e.round !== input.round || !e.candidates.includes(input.server)) {
@@ -1215,14 +1219,14 @@ const check = (
       if (next !== before || !isDeepStrictEqual(commands, [again]))
         return ["a recovery asks an unanswered candidate again", JSON.stringify(commands)]
     } else {
-      const answers = model.answers.get(`${k}#${e.round}`) ?? new Map<ServerId, LogEnd | null>()
+      const answers = model.answers.get(`${k}#${e.round}`) ?? new Map<Models.ServerId, LogEnd | null>()
       if (answers.size < e.candidates.length) {
         if (written.size > 0 || next.elections.get(k)?.answers.size !== answers.size)
           return ["an answer before the last waits", `${k}: ${JSON.stringify(commands)}`]
       } else {
         const winner = furthestOf(t, answers) ?? e.candidates.find(electable)
         // One whose storage failed does not lead, however far its log goes.
-        const usable = (s: ServerId) => electable(s) && !model.storageFailed.has(`${s} ${k}`)
+        const usable = (s: Models.ServerId) => electable(s) && !model.storageFailed.has(`${s} ${k}`)
         ended = { k, e, winner: winner !== undefined && usable(winner) ? winner : undefined }
         if (next.elections.get(k)?.round === e.round) return ["the last answer ends the election", k]
         if (ended.winner !== undefined && !written.has(k))
@@ -1262,13 +1266,15 @@ const check = (
     counts.holdings++
     if (next !== before) return ["a Holdings answer changes no state", JSON.stringify(commands)]
     const current = model.live.has(input.server) && model.lives.get(input.server) === input.registration
-    const told = new Set(commands.flatMap((c) => (c._tag === "Send" ? c.tablets.map((t) => tabletKey(t.tablet)) : [])))
+    const told = new Set(
+      commands.flatMap((c) => (c._tag === "Send" ? c.tablets.map((t) => Models.tabletKey(t.tablet)) : []))
+    )
     for (const [k, t] of next.tablets) {
       if (!current || !t.replicas.includes(input.server) || t.state === "DeletingTablet") {
         if (told.has(k)) return ["Holdings: told only its current replicas, none being deleted", k]
         continue
       }
-      const held = input.holdings?.find((h) => tabletKey(h.tablet) === k)
+      const held = input.holdings?.find((h) => Models.tabletKey(h.tablet) === k)
       const lai = t.leaderAndIsr
       const upToDate =
         held !== undefined &&
@@ -1282,7 +1288,7 @@ const check = (
 
   // Deletion: a deleting tablet stays deleting with no leader until every replica said it deleted itself (a live one,
   // as its current registration), and its node goes then, with nothing else.
-  const removes = commands.flatMap((c) => (c._tag === "Remove" ? [tabletKey(c.tablet)] : []))
+  const removes = commands.flatMap((c) => (c._tag === "Remove" ? [Models.tabletKey(c.tablet)] : []))
   for (const k of previous.keys()) {
     const p = previous.get(k)!
     const gone = !next.tablets.has(k)
@@ -1297,7 +1303,7 @@ const check = (
       input._tag === "ReplicaStopped" &&
       model.live.has(input.server) &&
       model.lives.get(input.server) === input.registration &&
-      input.tablets.some((id) => tabletKey(id) === k)
+      input.tablets.some((id) => Models.tabletKey(id) === k)
     const all = p.replicas.every((s) => (p.deleted ?? []).includes(s) || (answered && s === input.server))
     if (p.state !== "DeletingTablet" || !answered || !all) return ["removed only once every replica deleted itself", k]
     counts.removed++
@@ -1306,9 +1312,9 @@ const check = (
     if (c._tag !== "StopReplica") continue
     if (!model.live.has(c.server)) return ["StopReplica to a live server", `${c.server}`]
     for (const id of c.tablets) {
-      const t = next.tablets.get(tabletKey(id))
+      const t = next.tablets.get(Models.tabletKey(id))
       if (t?.state !== "DeletingTablet" || !t.replicas.includes(c.server) || (t.deleted ?? []).includes(c.server))
-        return ["StopReplica for a replica still to delete", `${c.server}: ${tabletKey(id)}`]
+        return ["StopReplica for a replica still to delete", `${c.server}: ${Models.tabletKey(id)}`]
     }
   }
   if (input._tag === "DeleteTablets")
@@ -1346,8 +1352,8 @@ const check = (
       continue
     }
     // The life each member of the previous ISR was recorded as, and whether it registered again since.
-    const recorded = (s: ServerId) => p.registrations?.[String(s)]
-    const renewed = (s: ServerId) => {
+    const recorded = (s: Models.ServerId) => p.registrations?.[String(s)]
+    const renewed = (s: Models.ServerId) => {
       const then = recorded(s)
       const current = model.lives.get(s)
       return then !== undefined && current !== undefined && then !== current
@@ -1357,7 +1363,8 @@ const check = (
     // A leader elected again as a new life of itself (a restart while no controller ran) takes a new epoch too.
     const elected = now.leader !== null && (changed || renewed(now.leader))
     // A replica whose storage works again takes a role only under a new epoch: its tablet's leader leads on under one.
-    const bumped = input._tag === "ReplicaStorage" && !input.failed && input.tablets.some((id) => tabletKey(id) === k)
+    const bumped =
+      input._tag === "ReplicaStorage" && !input.failed && input.tablets.some((id) => Models.tabletKey(id) === k)
     if (now.leaderEpoch !== was.leaderEpoch + (changed || elected || (bumped && now.leader !== null) ? 1 : 0))
       return [
         "epoch + 1 on a new leader (or a new life of it) only",
@@ -1441,7 +1448,7 @@ const check = (
       return ["a leader is the life it was elected as", `${k}: ${leader} as ${recorded}, now ${current}`]
   }
   if (input._tag === "CreateTablets") {
-    const keys = new Set(input.tablets.map((s) => tabletKey(s.tablet)))
+    const keys = new Set(input.tablets.map((s) => Models.tabletKey(s.tablet)))
     const refuse = keys.size < input.tablets.length || input.tablets.some((s) => s.replicas.length < model.min)
     if ((reply(commands)?._tag === "CreateRefused") !== refuse)
       return ["refused: a tablet twice, or fewer replicas than minInsyncReplicas", JSON.stringify(commands)]
@@ -1589,9 +1596,9 @@ describe("ControllerState seeded runs", () => {
       if (input._tag !== "ReplicaStopped") return ControllerState.step(state, input)
       const tablets = new Map(state.tablets)
       for (const id of input.tablets) {
-        const t = tablets.get(tabletKey(id))
+        const t = tablets.get(Models.tabletKey(id))
         if (t?.state === "DeletingTablet")
-          tablets.set(tabletKey(id), { ...t, deleted: t.replicas.filter((s) => s !== input.server) })
+          tablets.set(Models.tabletKey(id), { ...t, deleted: t.replicas.filter((s) => s !== input.server) })
       }
       return ControllerState.step({ ...state, tablets }, input)
     }
@@ -1671,7 +1678,7 @@ describe("ControllerState registrations (KIP-903)", () => {
       [1, 2]
     )
     assert.strictEqual(asking.tablets.get("orders/0")!.state, "OfflineTablet")
-    const answer = (state: ControllerState.State, server: ServerId, logEndOffset: number) =>
+    const answer = (state: ControllerState.State, server: Models.ServerId, logEndOffset: number) =>
       ControllerState.step(state, {
         _tag: "LogEnd",
         tablet: t0,
@@ -1733,7 +1740,7 @@ describe("ControllerState registrations (KIP-903)", () => {
 
 describe("ControllerState eligible leader replicas and recovery (KIP-966)", () => {
   const min2 = { uncleanLeaderElection: false, minInsyncReplicas: 2 }
-  const life = (server: ServerId, registration: number): Input => ({ _tag: "ServerUp", server, registration })
+  const life = (server: Models.ServerId, registration: number): Input => ({ _tag: "ServerUp", server, registration })
   /** t0 on [1, 2] with minimum ISR 2; 1 leads, registered as lives 10 and 20. */
   const pair = () =>
     run(

@@ -3,8 +3,8 @@
  * caught up (the journal, written atomically with the tablets), all of them when the view fell behind the journal's
  * reach or has none, and a journal that cannot be read is refused naming its path.
  */
+import { Coordination, MemoryCoordination, type Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Coordination, type ServerId, MemoryCoordination } from "@strata/core"
 import { CoordinationElection } from "@strata/election"
 import { Effect, Exit, Scope } from "effect"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
@@ -25,7 +25,7 @@ const nobody: Controller.TabletServersShape = {
 const specs = (table: string, count: number) =>
   Array.from({ length: count }, (_, bucket) => ({
     tablet: { table, bucket },
-    replicas: [1, 2] as ReadonlyArray<ServerId>
+    replicas: [1, 2] as ReadonlyArray<Models.ServerId>
   }))
 
 describe("ControllerView", () => {
@@ -73,7 +73,7 @@ describe("ControllerView", () => {
       assert.strictEqual((yield* second.controller.state).tablets.size, 304)
       // A cold start reads every tablet.
       const cold = yield* ControllerView.make({ namespace })
-      const session = yield* (yield* Coordination).session()
+      const session = yield* (yield* Coordination.Coordination).session()
       const all = yield* cold.sync(session)
       assert.deepStrictEqual([all.tablets.length, all.read, all.full], [304, 304, true])
 
@@ -98,7 +98,7 @@ describe("ControllerView", () => {
 
   it.live("a journal that is not one is refused, naming its path; nothing is written", () =>
     Effect.gen(function* () {
-      const session = yield* (yield* Coordination).session()
+      const session = yield* (yield* Coordination.Coordination).session()
       const paths = ClusterPaths.make(namespace)
       yield* session.create(paths.changes, new TextEncoder().encode("{not json"), { createParents: true })
       const view = yield* ControllerView.make({ namespace })

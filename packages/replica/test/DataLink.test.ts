@@ -5,17 +5,9 @@
  * and `RemotePeers` takes the link only for servers that registered one.
  */
 import * as Net from "node:net"
+import { Errors, MemoryStore, Store } from "@strata/core"
+import * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  type AppendRequest,
-  type FetchRequest,
-  type FetchResult,
-  NotLeader,
-  ReplicaError,
-  Store,
-  type TabletRecord,
-  MemoryStore
-} from "@strata/core"
 import { Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
 import * as DataLink from "../src/wire/DataLink.js"
 import * as Codec from "../src/wire/internal/batchCodec.js"
@@ -29,25 +21,25 @@ import * as TabletLog from "../src/server/TabletLog.js"
 
 const tablet = { table: "orders", bucket: 3 }
 const bytes = (s: string) => new TextEncoder().encode(s)
-const record = (i: number): TabletRecord => ({
+const record = (i: number): ReplicaManager.TabletRecord => ({
   key: i % 3 === 0 ? null : bytes(`key-${i}`),
   value: bytes(`value-${i}-${"x".repeat(i % 50)}`),
   headers: i % 4 === 0 ? [{ key: "h", value: bytes(`hv-${i}`) }] : [],
   timestamp: 1_700_000_000_000 + i
 })
-const plain = (records: ReadonlyArray<TabletRecord>) =>
+const plain = (records: ReadonlyArray<ReplicaManager.TabletRecord>) =>
   records.map((r) => ({
     key: r.key === null ? null : [...r.key],
     value: [...r.value],
     headers: r.headers.map((h) => ({ key: h.key, value: [...h.value] })),
     timestamp: r.timestamp
   }))
-const fetchRequest: FetchRequest = { tablet, follower: 2, leaderEpoch: 4, offset: 10, maxBytes: 1 << 20 }
-const notLeader = new ReplicaError({ reason: new NotLeader({ resource: "orders/3", leader: 7 }) })
+const fetchRequest: ReplicaManager.FetchRequest = { tablet, follower: 2, leaderEpoch: 4, offset: 10, maxBytes: 1 << 20 }
+const notLeader = new ReplicaManager.ReplicaError({ reason: new Errors.NotLeader({ resource: "orders/3", leader: 7 }) })
 
 /** Handlers that keep what they were sent and answer with `fetched`; appends to bucket 9 are refused. */
-const recording = (fetched: FetchResult) => {
-  const appends: Array<AppendRequest> = []
+const recording = (fetched: ReplicaManager.FetchResult) => {
+  const appends: Array<ReplicaManager.AppendRequest> = []
   const handlers: DataLink.DataLinkHandlers = {
     append: (request) =>
       request.tablet.bucket === 9
@@ -130,15 +122,15 @@ const fetchingFrom = (
 })
 
 /** A tablet log on the memory store, with `batches` appended (each one batch). */
-const logOf = (batches: ReadonlyArray<ReadonlyArray<TabletRecord>>) =>
+const logOf = (batches: ReadonlyArray<ReadonlyArray<ReplicaManager.TabletRecord>>) =>
   Effect.gen(function* () {
-    const store = yield* (yield* Store).open({ table: "data-link", partition: 0 })
+    const store = yield* (yield* Store.Store).open({ table: "data-link", partition: 0 })
     const log = yield* Effect.orDie(TabletLog.make(store, tablet))
     for (const records of batches) yield* Effect.orDie(log.append(1, records))
     return log
   }).pipe(Effect.provide(MemoryStore.layer()))
 
-const sized = (i: number, bytes: number): TabletRecord => ({
+const sized = (i: number, bytes: number): ReplicaManager.TabletRecord => ({
   key: null,
   value: new Uint8Array(bytes).fill(i % 251),
   headers: [],
@@ -229,7 +221,7 @@ describe("DataLink", () => {
   it.live("appends and fetches cross as sent; errors as themselves; answers in any order", () =>
     Effect.gen(function* () {
       const records = Array.from({ length: 120 }, (_, i) => record(i))
-      const fetched: FetchResult = {
+      const fetched: ReplicaManager.FetchResult = {
         _tag: "Batches",
         leaderEpoch: 4,
         batches: [
@@ -264,8 +256,8 @@ describe("DataLink", () => {
       }
 
       const refused = yield* Effect.flip(client.append({ tablet: { table: "orders", bucket: 9 }, records, acks: 1 }))
-      assert.instanceOf(refused, ReplicaError)
-      if (refused instanceof ReplicaError) assert.deepStrictEqual(refused.reason, notLeader.reason)
+      assert.instanceOf(refused, ReplicaManager.ReplicaError)
+      if (refused instanceof ReplicaManager.ReplicaError) assert.deepStrictEqual(refused.reason, notLeader.reason)
       const died = yield* Effect.flip(client.fetch({ ...fetchRequest, offset: 666 }))
       assert.instanceOf(died, PeerUnreachable)
       assert.match(died.message, /boom/)
@@ -407,7 +399,7 @@ describe("DataLink", () => {
         const other = yield* Effect.forkChild(client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 2 } }))
         yield* Deferred.await(arrived)
         const refused = yield* Effect.flip(client.fetch({ ...fetchRequest, tablet: { table: "orders", bucket: 1 } }))
-        assert.instanceOf(refused, ReplicaError, `server frames of ${serverMax}: ${refused.message}`)
+        assert.instanceOf(refused, ReplicaManager.ReplicaError, `server frames of ${serverMax}: ${refused.message}`)
         assert.include(refused.message, `the batch at offset 0 is ${bigBytes} bytes`)
         assert.include(refused.message, "frame limit of 65536 bytes")
         yield* Deferred.succeed(release, undefined)

@@ -1,5 +1,5 @@
-import { assert, describe, it } from "@effect/vitest"
 import { Coordination, MemoryCoordination } from "@strata/core"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit } from "effect"
 import * as ProducerIds from "../src/server/ProducerIds.js"
 
@@ -8,7 +8,7 @@ const encoder = new TextEncoder()
 describe("ProducerIds", () => {
   it.effect("allocators racing on one node, and their successors, never hand out an id twice", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       const session = yield* coordination.session()
       const path = "/ids/producer-ids"
       const given: Array<number> = []
@@ -32,7 +32,7 @@ describe("ProducerIds", () => {
 
   it.effect("a node holding something else stops the allocator rather than starting again from 0", () =>
     Effect.gen(function* () {
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       const session = yield* coordination.session()
       yield* session.create("/bad", encoder.encode("not a number"))
       const allocator = yield* ProducerIds.make({ path: "/bad" })

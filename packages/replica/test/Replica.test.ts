@@ -1,9 +1,10 @@
+import type { Models } from "@strata/core"
+import type * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
-import type { ServerId, TabletInstruction } from "@strata/core"
 import * as Replica from "../src/machines/Replica.js"
 
 const tablet = { table: "t", bucket: 0 }
-const self: ServerId = 1
+const self: Models.ServerId = 1
 
 /** Feeds `inputs` in order; the final state, every command, and each input's answer. */
 const run = (state: Replica.State, inputs: ReadonlyArray<Replica.Input>) => {
@@ -19,12 +20,12 @@ const run = (state: Replica.State, inputs: ReadonlyArray<Replica.Input>) => {
 }
 
 const instruction = (
-  leader: ServerId | null,
+  leader: Models.ServerId | null,
   leaderEpoch: number,
-  isr: ReadonlyArray<ServerId>,
+  isr: ReadonlyArray<Models.ServerId>,
   version: number
 ): Replica.Input => {
-  const i: TabletInstruction = {
+  const i: ReplicaManager.TabletInstruction = {
     tablet,
     replicas: [1, 2, 3],
     leaderAndIsr: { leader, leaderEpoch, isr, coordinatorEpoch: 1, version }

@@ -3,8 +3,9 @@
  * instructions, acks=all appends whose follower fetches cross the wire, reads, typed errors that arrive as
  * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
  */
+import { MemoryStore } from "@strata/core"
+import type * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
-import { type AdjustIsrRequest, MemoryStore, type TabletRecord } from "@strata/core"
 import { Cause, Context, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import * as DataLink from "../src/wire/DataLink.js"
 import { Peers, PeerUnreachable } from "../src/wire/Peers.js"
@@ -23,8 +24,13 @@ const replication = {
   replicaLagTimeMaxMs: 60_000,
   appendTimeoutMs: 1_000
 }
-const text = (s: string): TabletRecord => ({ key: null, value: new TextEncoder().encode(s), headers: [], timestamp: 0 })
-const decoded = (batches: ReadonlyArray<{ readonly records: ReadonlyArray<TabletRecord> }>) =>
+const text = (s: string): ReplicaManager.TabletRecord => ({
+  key: null,
+  value: new TextEncoder().encode(s),
+  headers: [],
+  timestamp: 0
+})
+const decoded = (batches: ReadonlyArray<{ readonly records: ReadonlyArray<ReplicaManager.TabletRecord> }>) =>
   batches.flatMap((b) => b.records.map((r) => new TextDecoder().decode(r.value)))
 
 describe("ReplicaRpc over TCP", () => {
@@ -149,7 +155,7 @@ describe("ReplicaRpc over TCP", () => {
     () =>
       Effect.gen(function* () {
         let leading: ControllerShape | undefined
-        const asked: Array<AdjustIsrRequest> = []
+        const asked: Array<ReplicaManager.AdjustIsrRequest> = []
         const bound = yield* serveController(
           { host: "127.0.0.1", port: 0 },
           { current: Effect.sync(() => leading), servers: Effect.succeed([]), replicationFactor: 3 }
@@ -160,7 +166,7 @@ describe("ReplicaRpc over TCP", () => {
           controller: Effect.succeed(formatAddress(bound)),
           requestTimeoutMs: 3_000
         })
-        const request: AdjustIsrRequest = {
+        const request: ReplicaManager.AdjustIsrRequest = {
           tablet,
           leader: 1,
           leaderEpoch: 4,

@@ -1,5 +1,5 @@
+import { Errors } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { IllegalStateTransition } from "@strata/core"
 import { Result } from "effect"
 import { documentedRows } from "../../../scripts/test-support/docTable.js"
 import { prng } from "../../../scripts/test-support/prng.js"
@@ -63,8 +63,8 @@ describe("ReplicaState.step", () => {
     const refused = ReplicaState.step(replica, ReplicaState.initial, lai(1, 1))
     assert.isTrue(Result.isFailure(refused))
     const error = Result.merge(refused)
-    assert.instanceOf(error, IllegalStateTransition)
-    if (!(error instanceof IllegalStateTransition)) return
+    assert.instanceOf(error, Errors.IllegalStateTransition)
+    if (!(error instanceof Errors.IllegalStateTransition)) return
     assert.strictEqual(error.machine, "replica")
     assert.strictEqual(error.entity, "orders/3 on server 1")
     assert.strictEqual(error.from, "NewReplica")
@@ -124,7 +124,7 @@ const walk = (seed: number, length: number, step: StepFn = ReplicaState.step): s
     const event = randomEvent(next)
     const result = step(replica, state, event)
     if (Result.isFailure(result)) {
-      if (!(result.failure instanceof IllegalStateTransition)) return `step ${n}: not an IllegalStateTransition`
+      if (!(result.failure instanceof Errors.IllegalStateTransition)) return `step ${n}: not an IllegalStateTransition`
       continue
     }
     if (state._tag === "ReplicaDeleted" && (event._tag !== "Fence" || result.success[1].length > 0))

@@ -2,8 +2,9 @@
  * The review's scenarios (issue 32), each played exactly as written on tablet servers with the test as their
  * controller (`support/servers.ts`), each with the planted bug that brings its loss back.
  */
+import { MemoryCoordination } from "@strata/core"
+import type * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
-import { type AdjustIsrReply, type AdjustIsrRequest, MemoryCoordination } from "@strata/core"
 import { Deferred, Effect, Random } from "effect"
 import * as LocalCluster from "../src/node/LocalCluster.js"
 import * as TabletClient from "../src/client/TabletClient.js"
@@ -111,14 +112,17 @@ describe("review scenarios", () => {
       const servers = yield* make({ ...replication, minInsyncReplicas: 2, fetchMaxWaitMs: 20 })
       const [L, F, M] = [1, 2, 3]
       for (const id of [L, F, M]) yield* servers.start(id, machines)
-      const proposals: Array<{ request: AdjustIsrRequest; answer: Deferred.Deferred<AdjustIsrReply> }> = []
+      const proposals: Array<{
+        request: ReplicaManager.AdjustIsrRequest
+        answer: Deferred.Deferred<ReplicaManager.AdjustIsrReply>
+      }> = []
       servers.links.adjustIsr = (request) =>
         Effect.suspend(() => {
-          const answer = Deferred.makeUnsafe<AdjustIsrReply>()
+          const answer = Deferred.makeUnsafe<ReplicaManager.AdjustIsrReply>()
           proposals.push({ request, answer })
           return Deferred.await(answer)
         })
-      const committed = (isr: ReadonlyArray<number>, version: number): AdjustIsrReply => ({
+      const committed = (isr: ReadonlyArray<number>, version: number): ReplicaManager.AdjustIsrReply => ({
         _tag: "IsrAdjusted",
         leaderAndIsr: { leader: L, leaderEpoch: 1, isr, version, coordinatorEpoch: 1 }
       })

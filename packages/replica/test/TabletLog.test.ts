@@ -1,8 +1,8 @@
+import { MemoryStore, Store } from "@strata/core"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { put, Store, MemoryStore } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Exit, type Layer, Scope, Stream } from "effect"
@@ -28,7 +28,7 @@ const texts = (batches: ReadonlyArray<TabletLog.Batch>) =>
 const open = (id = { table: "tablet-orders", partition: 0 }) =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
-    const store = yield* Scope.provide((yield* Store).open(id), scope)
+    const store = yield* Scope.provide((yield* Store.Store).open(id), scope)
     const log = yield* TabletLog.make(store, tablet)
     return { log, store, close: Scope.close(scope, Exit.void) }
   })
@@ -37,14 +37,14 @@ const root = mkdtempSync(join(tmpdir(), "strata-tablet-log-"))
 afterAll(() => rmSync(root, { recursive: true, force: true }))
 let fresh = 0
 /** The stores the log runs on; the persistent ones get a fresh directory per test. */
-const stores: ReadonlyArray<readonly [string, () => Layer.Layer<Store, unknown>]> = [
+const stores: ReadonlyArray<readonly [string, () => Layer.Layer<Store.Store, unknown>]> = [
   ["memory", () => MemoryStore.layer()],
   ["level", () => LevelStore.layer({ directory: join(root, `level-${++fresh}`) })],
   ["rocksdb", () => RocksDbStore.layer({ directory: join(root, `rocksdb-${++fresh}`) })]
 ]
 
 for (const [backend, layer] of stores) {
-  const onStore = <A, E>(self: Effect.Effect<A, E, Store>) => self.pipe(Effect.provide(layer()), Effect.orDie)
+  const onStore = <A, E>(self: Effect.Effect<A, E, Store.Store>) => self.pipe(Effect.provide(layer()), Effect.orDie)
 
   describe(`TabletLog on ${backend}`, () => {
     it.effect("appends, reads from any offset, and reopens to the same log with its epoch cache", () =>
@@ -413,7 +413,7 @@ for (const [backend, layer] of stores) {
           const a = yield* open(id)
           yield* a.log.append(1, records(0, 2))
           yield* a.store.write([
-            put(new Uint8Array([1, 0, 0, 0, 0, 0, 0, 0, 0]), new Uint8Array([0, 0, 0, 1, 0, 0, 0, 9]))
+            Store.put(new Uint8Array([1, 0, 0, 0, 0, 0, 0, 0, 0]), new Uint8Array([0, 0, 0, 1, 0, 0, 0, 9]))
           ])
           // The open log answers reads of its latest batches from what it wrote; opened again, it reads the store.
           yield* a.close
@@ -421,7 +421,7 @@ for (const [backend, layer] of stores) {
           const error = yield* Effect.flip(b.log.read(0, 100))
           assert.strictEqual(error.reason._tag, "Corrupt")
           assert.include(error.message, "orders/0")
-          yield* b.store.write([put(new Uint8Array([2, ...enc.encode("end")]), new Uint8Array([1, 2, 3]))])
+          yield* b.store.write([Store.put(new Uint8Array([2, ...enc.encode("end")]), new Uint8Array([1, 2, 3]))])
           yield* b.close
           const reopened = yield* Effect.flip(open(id))
           assert.strictEqual(reopened._tag, "TabletLogError")

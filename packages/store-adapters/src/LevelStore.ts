@@ -14,7 +14,7 @@
  *
  * @since 0.1.0
  */
-import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { type Store, StoreValidation } from "@strata/core"
 import { ClassicLevel } from "classic-level"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
 import { check } from "./internal/levelFiles.js"
@@ -49,7 +49,7 @@ export const LevelStoreOptions = Schema.Struct({
 export type LevelStoreOptions = typeof LevelStoreOptions.Type
 
 /** The LevelDB store's own service key; its layer provides `Store` too. */
-export class LevelStore extends Context.Service<LevelStore, StoreShape & { readonly directory: string }>()(
+export class LevelStore extends Context.Service<LevelStore, Store.Shape & { readonly directory: string }>()(
   "@strata/store-adapters/LevelStore"
 ) {}
 
@@ -73,7 +73,7 @@ const MAX_IDLE_BATCHES = 32
 const SCAN_PAGE_BYTES = 256 * 1024
 
 /** Opens the database at `options.directory` for the life of the scope. */
-export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Service"], StoreError, Scope.Scope> =>
+export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Service"], Store.StoreError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decode(options)
     const store = yield* makeShared({
@@ -131,9 +131,10 @@ export const make = (options: LevelStoreOptions): Effect.Effect<LevelStore["Serv
 const layers = backendLayers(LevelStore, make)
 
 /** A layer providing both `LevelStore` and `Store`. */
-export const layer: (options: LevelStoreOptions) => Layer.Layer<LevelStore | Store, StoreError> = layers.layer
+export const layer: (options: LevelStoreOptions) => Layer.Layer<LevelStore | Store.Store, Store.StoreError> =
+  layers.layer
 
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig: (
   config: Config.Wrap<LevelStoreOptions>
-) => Layer.Layer<LevelStore | Store, StoreError | Config.ConfigError> = layers.layerConfig
+) => Layer.Layer<LevelStore | Store.Store, Store.StoreError | Config.ConfigError> = layers.layerConfig

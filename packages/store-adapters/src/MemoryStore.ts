@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Store, type StoreError, type StoreShape, StoreValidation, MemoryStore } from "@strata/core"
+import { MemoryStore, Store, StoreValidation } from "@strata/core"
 import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 import { decodeOptions } from "./internal/options.js"
 
@@ -17,15 +17,15 @@ export type MemoryStoreOptions = typeof MemoryStoreOptions.Type
 const decode = decodeOptions("memory", MemoryStoreOptions)
 
 /** Makes an in-memory store; a wrong or unknown option fails with `InvalidStoreOptions` naming it. */
-export const make = (options: MemoryStoreOptions = {}): Effect.Effect<StoreShape, StoreError, Scope.Scope> =>
-  Effect.flatMap(decode(options), (o) => Effect.map(Layer.build(MemoryStore.layer(o)), Context.get(Store)))
+export const make = (options: MemoryStoreOptions = {}): Effect.Effect<Store.Shape, Store.StoreError, Scope.Scope> =>
+  Effect.flatMap(decode(options), (o) => Effect.map(Layer.build(MemoryStore.layer(o)), Context.get(Store.Store)))
 
 /** A layer providing an in-memory `Store`. */
-export const layer = (options: MemoryStoreOptions = {}): Layer.Layer<Store, StoreError> =>
-  Layer.effect(Store, make(options))
+export const layer = (options: MemoryStoreOptions = {}): Layer.Layer<Store.Store, Store.StoreError> =>
+  Layer.effect(Store.Store, make(options))
 
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig = (
   config: Config.Wrap<MemoryStoreOptions>
-): Layer.Layer<Store, StoreError | Config.ConfigError> =>
+): Layer.Layer<Store.Store, Store.StoreError | Config.ConfigError> =>
   Layer.unwrap(Effect.map(Config.unwrap(config), (options) => layer(options)))

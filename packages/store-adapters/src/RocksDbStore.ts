@@ -11,7 +11,7 @@
  *
  * @since 0.1.0
  */
-import { type Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { type Store, StoreValidation } from "@strata/core"
 import { createRequire } from "node:module"
 import { RocksLevel } from "@nxtedition/rocksdb"
 import { type Config, Context, Effect, type Layer, Schema, type Scope } from "effect"
@@ -67,7 +67,7 @@ export const RocksDbStoreOptions = Schema.Struct({
 export type RocksDbStoreOptions = typeof RocksDbStoreOptions.Type
 
 /** The RocksDB store's own service key; its layer provides `Store` too. */
-export class RocksDbStore extends Context.Service<RocksDbStore, StoreShape & { readonly directory: string }>()(
+export class RocksDbStore extends Context.Service<RocksDbStore, Store.Shape & { readonly directory: string }>()(
   "@strata/store-adapters/RocksDbStore"
 ) {}
 
@@ -130,7 +130,9 @@ const readByIterator = async (driver: DriverDb, key: Buffer): Promise<Buffer | u
  * every read are its defaults, which the binding keeps, so a damaged block fails the read that meets it with
  * `StoreCorrupted`.
  */
-export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["Service"], StoreError, Scope.Scope> =>
+export const make = (
+  options: RocksDbStoreOptions
+): Effect.Effect<RocksDbStore["Service"], Store.StoreError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decode(options)
     const store = yield* makeShared({
@@ -199,9 +201,10 @@ export const make = (options: RocksDbStoreOptions): Effect.Effect<RocksDbStore["
 const layers = backendLayers(RocksDbStore, make)
 
 /** A layer providing both `RocksDbStore` and `Store`. */
-export const layer: (options: RocksDbStoreOptions) => Layer.Layer<RocksDbStore | Store, StoreError> = layers.layer
+export const layer: (options: RocksDbStoreOptions) => Layer.Layer<RocksDbStore | Store.Store, Store.StoreError> =
+  layers.layer
 
 /** Like `layer`, with the options read from configuration. */
 export const layerConfig: (
   config: Config.Wrap<RocksDbStoreOptions>
-) => Layer.Layer<RocksDbStore | Store, StoreError | Config.ConfigError> = layers.layerConfig
+) => Layer.Layer<RocksDbStore | Store.Store, Store.StoreError | Config.ConfigError> = layers.layerConfig

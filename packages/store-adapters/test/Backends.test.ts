@@ -1,8 +1,8 @@
+import { Store } from "@strata/core"
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { put, Store, type StoreError, type StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as MemoryStore from "@strata/store-adapters/memory"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
@@ -18,12 +18,15 @@ const freshDir = () => join(root, `db-${++n}`)
 const enc = new TextEncoder()
 const dec = new TextDecoder()
 
-const backends: ReadonlyArray<{ name: string; layer: (directory: string) => Layer.Layer<Store, StoreError> }> = [
+const backends: ReadonlyArray<{
+  name: string
+  layer: (directory: string) => Layer.Layer<Store.Store, Store.StoreError>
+}> = [
   { name: "level", layer: (directory) => LevelStore.layer({ directory }) },
   { name: "rocksdb", layer: (directory) => RocksDbStore.layer({ directory }) }
 ]
 
-const failure = <A, R>(effect: Effect.Effect<A, StoreError, R>) =>
+const failure = <A, R>(effect: Effect.Effect<A, Store.StoreError, R>) =>
   Effect.flip(effect).pipe(Effect.map((e) => ({ tag: e.reason._tag, message: e.message })))
 
 /** Reads every file below a directory, to prove a failed open changed nothing. */
@@ -45,12 +48,12 @@ for (const backend of backends) {
         const directory = freshDir()
         const tp = { topic: "t-changelog", partition: 2 }
         const write = Effect.gen(function* () {
-          const st = yield* (yield* Store).open({ table: "t", partition: 2 })
-          yield* st.write([put(enc.encode("k"), enc.encode("v"))], { offsets: [{ ...tp, offset: 7 }] })
+          const st = yield* (yield* Store.Store).open({ table: "t", partition: 2 })
+          yield* st.write([Store.put(enc.encode("k"), enc.encode("v"))], { offsets: [{ ...tp, offset: 7 }] })
         })
         yield* Effect.scoped(write).pipe(Effect.provide(backend.layer(directory)))
         const read = Effect.gen(function* () {
-          const st = yield* (yield* Store).open({ table: "t", partition: 2 })
+          const st = yield* (yield* Store.Store).open({ table: "t", partition: 2 })
           return {
             value: Option.map(yield* st.get(enc.encode("k")), (v) => dec.decode(v)),
             offset: yield* st.persistedOffset(tp),
@@ -69,7 +72,7 @@ for (const backend of backends) {
         const writesEach = 6
         const keysEach = 40
         const program = Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const stores = yield* Effect.forEach(
             Array.from({ length: partitions }, (_, p) => p),
             (partition) => store.open({ table: "many", partition })
@@ -80,19 +83,19 @@ for (const backend of backends) {
             ({ st, p, w }) =>
               st.write(
                 Array.from({ length: keysEach }, (_, k) =>
-                  put(enc.encode(`w${w}-k${k}`), enc.encode(`${p}/${w}/${k}`))
+                  Store.put(enc.encode(`w${w}-k${k}`), enc.encode(`${p}/${w}/${k}`))
                 ),
                 { offsets: [{ topic: `many-${w}`, partition: p, offset: 100 * p + w }] }
               ),
             { concurrency: "unbounded", discard: true }
           )
           // A write refused (an empty key) changes nothing, and the next one lands.
-          const bad = yield* Effect.flip(stores[0]!.write([put(new Uint8Array(0), enc.encode("x"))]))
+          const bad = yield* Effect.flip(stores[0]!.write([Store.put(new Uint8Array(0), enc.encode("x"))]))
           assert.strictEqual(bad.reason._tag, "InvalidKey")
-          yield* stores[0]!.write([put(enc.encode("after"), enc.encode("ok"))])
+          yield* stores[0]!.write([Store.put(enc.encode("after"), enc.encode("ok"))])
           // Keys of 100 different lengths in one write: more lengths than the store keeps key buffers for.
           yield* stores[1]!.write(
-            Array.from({ length: 100 }, (_, i) => put(enc.encode("z".repeat(i + 1)), enc.encode(`${i}`)))
+            Array.from({ length: 100 }, (_, i) => Store.put(enc.encode("z".repeat(i + 1)), enc.encode(`${i}`)))
           )
           return yield* Effect.forEach(stores, (st) =>
             Effect.all({ entries: Stream.runCollect(st.scan()), offsets: st.persistedOffsets })
@@ -121,7 +124,7 @@ for (const backend of backends) {
         const inner = yield* Scope.make()
         // The database lives in `inner`; the partition store is opened in `outer`, which outlives it.
         const context = yield* Layer.buildWithScope(backend.layer(directory), inner)
-        const st = yield* (Context.get(context, Store) as StoreShape)
+        const st = yield* (Context.get(context, Store.Store) as Store.Shape)
           .open({ table: "late", partition: 0 })
           .pipe(Scope.provide(outer))
         yield* st.put(enc.encode("k"), enc.encode("v"))
@@ -134,7 +137,7 @@ for (const backend of backends) {
         // What was written before the close is there when the directory opens again.
         const again = yield* Effect.scoped(
           Effect.gen(function* () {
-            const reopened = yield* (yield* Store).open({ table: "late", partition: 0 })
+            const reopened = yield* (yield* Store.Store).open({ table: "late", partition: 0 })
             return Option.map(yield* reopened.get(enc.encode("k")), (v) => dec.decode(v))
           }).pipe(Effect.provide(backend.layer(directory)))
         )
@@ -181,7 +184,7 @@ for (const backend of backends) {
         const directory = freshDir()
         yield* Effect.scoped(
           Effect.gen(function* () {
-            const st = yield* (yield* Store).open({ table: "t", partition: 0 })
+            const st = yield* (yield* Store.Store).open({ table: "t", partition: 0 })
             yield* st.put(enc.encode("k"), enc.encode("v"))
           })
         ).pipe(Effect.provide(backend.layer(directory)))
@@ -211,7 +214,7 @@ for (const backend of backends) {
       Effect.gen(function* () {
         const directory = freshDir()
         mkdirSync(directory)
-        const bad: Layer.Layer<Store, StoreError> =
+        const bad: Layer.Layer<Store.Store, Store.StoreError> =
           backend.name === "level"
             ? LevelStore.layer({ directory, cacheSize: -1 })
             : RocksDbStore.layer({ directory, cacheSize: -1 })
@@ -239,7 +242,7 @@ describe("layerConfig", () => {
       })
       const backendName = yield* Effect.scoped(
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const level = yield* LevelStore.LevelStore
           assert.strictEqual(level.directory, directory)
           const st = yield* store.open({ table: "cfg", partition: 0 })
@@ -252,10 +255,10 @@ describe("layerConfig", () => {
   )
 })
 
-const liveness = (name: string, layer: (directory: string) => Layer.Layer<Store, StoreError>) =>
+const liveness = (name: string, layer: (directory: string) => Layer.Layer<Store.Store, Store.StoreError>) =>
   it.live(`${name}: timers keep firing while thousands of batches are written back to back`, () =>
     Effect.gen(function* () {
-      const store = yield* Store
+      const store = yield* Store.Store
       const partition = yield* store.open({ table: "t", partition: 0 })
       let ticks = 0
       const timer = setInterval(() => {
@@ -264,7 +267,7 @@ const liveness = (name: string, layer: (directory: string) => Layer.Layer<Store,
       yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(timer)))
       const value = new Uint8Array(100)
       for (let b = 0; b < 1500; b++) {
-        const ops = Array.from({ length: 80 }, (_, i) => put(new TextEncoder().encode(`k${b}-${i}`), value))
+        const ops = Array.from({ length: 80 }, (_, i) => Store.put(new TextEncoder().encode(`k${b}-${i}`), value))
         yield* partition.write(ops, { offsets: [{ topic: "c", partition: 0, offset: b }] })
       }
       // A driver that blocks the event loop for the whole stream lets no timer fire at all.
@@ -304,7 +307,7 @@ const openedRocksDb = (options: Omit<RocksDbStore.RocksDbStoreOptions, "director
     const directory = freshDir()
     yield* Effect.scoped(
       Effect.gen(function* () {
-        const st = yield* (yield* Store).open({ table: "c", partition: 0 })
+        const st = yield* (yield* Store.Store).open({ table: "c", partition: 0 })
         yield* st.put(enc.encode("k"), enc.encode("v"))
       }).pipe(Effect.provide(RocksDbStore.layer({ directory, ...options })))
     )
@@ -350,11 +353,13 @@ describe("level compression", () => {
   const tableBytes = (options: Omit<LevelStore.LevelStoreOptions, "directory">) =>
     Effect.gen(function* () {
       const directory = freshDir()
-      const session = (work: (store: Store["Service"]) => Effect.Effect<void, StoreError, Scope.Scope>) =>
-        Effect.scoped(Effect.flatMap(Store, work).pipe(Effect.provide(LevelStore.layer({ directory, ...options }))))
+      const session = (work: (store: Store.Store["Service"]) => Effect.Effect<void, Store.StoreError, Scope.Scope>) =>
+        Effect.scoped(
+          Effect.flatMap(Store.Store, work).pipe(Effect.provide(LevelStore.layer({ directory, ...options })))
+        )
       yield* session((store) =>
         Effect.flatMap(store.open({ table: "z", partition: 0 }), (st) =>
-          st.write(Array.from({ length: 1000 }, (_, i) => put(enc.encode(`k${i}`), new Uint8Array(1024))))
+          st.write(Array.from({ length: 1000 }, (_, i) => Store.put(enc.encode(`k${i}`), new Uint8Array(1024))))
         )
       )
       // Reopening replays the write-ahead log into a table file.
@@ -373,7 +378,7 @@ describe("level compression", () => {
 })
 
 describe("options", () => {
-  type Case = { readonly layer: Layer.Layer<Store, StoreError>; readonly field: string }
+  type Case = { readonly layer: Layer.Layer<Store.Store, Store.StoreError>; readonly field: string }
   /** Each wrong option alone; the directory each would open is never created. */
   const cases = (directory: string): ReadonlyArray<Case> => {
     const wrong = <O>(options: O) => options as never
@@ -424,7 +429,7 @@ describe("options", () => {
       // Valid options still open a working store.
       const backend = yield* Effect.scoped(
         Effect.map(Layer.build(MemoryStore.layer({ maxKeyBytes: 16, maxValueBytes: 32 })), (c) => {
-          const store = Context.get(c, Store)
+          const store = Context.get(c, Store.Store)
           return `${store.backend} ${store.limits.maxKeyBytes} ${store.limits.maxValueBytes}`
         })
       )

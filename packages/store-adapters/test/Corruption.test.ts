@@ -5,11 +5,11 @@
  * data or as a fresh empty database, and nothing in it is wiped. A write-ahead log cut or garbled at its very end
  * (what a crash mid-write leaves) is not damage: the store opens at the batches before it, as after a crash.
  */
+import { Store } from "@strata/core"
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, truncateSync, writeSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { put, type StoreError, type StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Option, type Scope, Stream } from "effect"
@@ -36,7 +36,7 @@ interface Backend {
   readonly label: string
   /** The suffix of its table files. */
   readonly table: string
-  readonly make: (directory: string) => Effect.Effect<StoreShape, StoreError, Scope.Scope>
+  readonly make: (directory: string) => Effect.Effect<Store.Shape, Store.StoreError, Scope.Scope>
 }
 const backends: ReadonlyArray<Backend> = [
   { name: "level", label: "level", table: ".ldb", make: (directory) => LevelStore.make({ directory }) },
@@ -60,7 +60,7 @@ const populate = (b: Backend, directory: string, tables: boolean) =>
         const st = yield* (yield* b.make(directory)).open(STORE_ID)
         for (let batch = 0; batch < BATCHES; batch++) {
           const ops = Array.from({ length: KEYS }, (_, i) =>
-            put(enc.encode(keyOf(batch, i)), enc.encode(valueBytesOf(batch, i)))
+            Store.put(enc.encode(keyOf(batch, i)), enc.encode(valueBytesOf(batch, i)))
           )
           yield* st.write(ops, { offsets: [{ ...tp, offset: batch }] })
         }

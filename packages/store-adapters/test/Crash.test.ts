@@ -28,6 +28,7 @@
  * min(100, rounds) kills). Kill timing is real time, so a seed fixes the workload and the schedule, not the exact
  * instants the kills land.
  */
+import type { Store } from "@strata/core"
 import { childHarness, envInt, rerunCommand } from "../../../scripts/test-support/childRun.js"
 import { BACKENDS, type BackendName, childArgv, openPartition } from "../../../scripts/test-support/crashChild.js"
 import { mix32, prng } from "../../../scripts/test-support/prng.js"
@@ -41,7 +42,6 @@ import {
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe } from "@effect/vitest"
-import type { Entry } from "@strata/core"
 import { Effect, Option, Stream } from "effect"
 import { batch, CHANGELOG, describeValue, loadAdapter, STORE_ID, TORN_MODES, type TornMode } from "./crash/child.js"
 
@@ -123,7 +123,7 @@ class Replay {
 }
 
 /** Differences between the replay and a scan (which must be in ascending key order); the first few, described. */
-const compare = (expected: Map<string, Uint8Array>, actual: ReadonlyArray<Entry>) => {
+const compare = (expected: Map<string, Uint8Array>, actual: ReadonlyArray<Store.Entry>) => {
   const shown: Array<string> = []
   let count = 0
   const note = (text: string) => {

@@ -5,11 +5,11 @@
  * it holds, with nothing written to it. A directory the process may not write is `StoreAccessDenied`, not
  * `StoreLocked`.
  */
+import { Store } from "@strata/core"
 import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { put, type StoreError, type StoreShape } from "@strata/core"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Effect, Option, type Scope } from "effect"
@@ -34,7 +34,7 @@ const tp = { topic: "dir-changelog", partition: 0 }
 interface Backend {
   readonly name: "level" | "rocksdb"
   readonly engine: string
-  readonly make: (directory: string) => Effect.Effect<StoreShape, StoreError, Scope.Scope>
+  readonly make: (directory: string) => Effect.Effect<Store.Shape, Store.StoreError, Scope.Scope>
 }
 const level: Backend = { name: "level", engine: "LevelDB", make: (directory) => LevelStore.make({ directory }) }
 const rocksdb: Backend = { name: "rocksdb", engine: "RocksDB", make: (directory) => RocksDbStore.make({ directory }) }
@@ -47,7 +47,7 @@ const populate = (b: Backend, directory: string, tables = true) =>
     yield* Effect.scoped(
       Effect.gen(function* () {
         const st = yield* (yield* b.make(directory)).open({ table: "t", partition: 0 })
-        yield* st.write([put(enc.encode("k"), enc.encode("v"))], { offsets: [{ ...tp, offset: 3 }] })
+        yield* st.write([Store.put(enc.encode("k"), enc.encode("v"))], { offsets: [{ ...tp, offset: 3 }] })
       })
     )
     if (tables) yield* Effect.scoped(b.make(directory))

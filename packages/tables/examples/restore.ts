@@ -3,14 +3,14 @@
  * partition 0 as active and partition 1 as a standby replica, watching recovery's events and progress table.
  * Run it with `./dev exec tsx --conditions=@strata/source packages/tables/examples/restore.ts`.
  */
-import { type RecoveryEvent, type RecoveryStats, type TopicPartition, MemoryLog, MemoryStore } from "@strata/core"
+import { MemoryLog, MemoryStore, type Models, type Recovery } from "@strata/core"
 import { ChangelogRecovery } from "@strata/recovery"
 import { Table, Tables } from "@strata/tables"
 import { Console, Effect, Fiber, Option, Schedule, Schema, Stream } from "effect"
 
 const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.Int, partitions: 2 })
-const p0: TopicPartition = { topic: "words", partition: 0 }
-const p1: TopicPartition = { topic: "words", partition: 1 }
+const p0: Models.TopicPartition = { topic: "words", partition: 0 }
+const p1: Models.TopicPartition = { topic: "words", partition: 1 }
 const options = { app: "restore-example", settleDelay: 0, recovery: { recoveryBufferSize: 500 } } as const
 
 /** The first worker: `n` source records per partition, each counting one of 100 words, then a commit. */
@@ -42,7 +42,7 @@ const secondWorker = Effect.gen(function* () {
   const table = yield* tables.register(counts)
   yield* tables.start
   const recovery = Option.getOrThrow(yield* tables.recovery)
-  const seen: Array<RecoveryEvent["_tag"]> = []
+  const seen: Array<Recovery.Event["_tag"]> = []
   const watcher = yield* Effect.forkChild(
     recovery.events.pipe(
       Stream.runForEach((event) =>
@@ -58,7 +58,7 @@ const secondWorker = Effect.gen(function* () {
   yield* tables.waitUntilReady([p0])
   yield* tables.manager.waitUntilRecoveryCompleted
   // Actives first, then the standby catches up and keeps tailing: wait until it holds the whole changelog.
-  const caughtUp = (s: RecoveryStats) => s.partitions.every((p) => p.offset >= p.highwater)
+  const caughtUp = (s: Recovery.Stats) => s.partitions.every((p) => p.offset >= p.highwater)
   const stats = yield* recovery.stats.pipe(Effect.repeat({ until: caughtUp, schedule: Schedule.spaced("10 millis") }))
   yield* Console.log(ChangelogRecovery.formatStats(stats))
   yield* Fiber.interrupt(watcher)

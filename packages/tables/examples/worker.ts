@@ -28,7 +28,7 @@ export const wordCount = Effect.gen(function* () {
 
 /** Writes some words to the source topic, runs the worker until it caught up, and reads the counts back. */
 export const program = Effect.gen(function* () {
-  const log = yield* Log
+  const log = yield* Log.Log
   yield* log.ensureTopic({ topic: "words", partitions: 4 })
   const words = "to be or not to be that is the question".split(" ")
   yield* log.produceBatch(

@@ -11,7 +11,7 @@
  *
  * @since 0.1.0
  */
-import { LogError, RecoveryErrorReason, StoreError, type TableKind } from "@strata/core"
+import { Log, Recovery, Store, type TableManager } from "@strata/core"
 import { isUtf8 } from "node:buffer"
 import { Result, Schema } from "effect"
 import { partitionOf } from "./internal/murmur2.js"
@@ -54,7 +54,7 @@ export class PartitionNotAvailable extends Schema.TaggedError<PartitionNotAvaila
 export class PartitionRestoreFailed extends Schema.TaggedError<PartitionRestoreFailed>()("PartitionRestoreFailed", {
   table: Schema.String,
   partition: Schema.Int,
-  reason: RecoveryErrorReason
+  reason: Recovery.ErrorReason
 }) {
   /** @since 0.1.0 */
   override get message() {
@@ -77,7 +77,7 @@ export class InvalidPartition extends Schema.TaggedError<InvalidPartition>()("In
 /** The table's store failed. */
 export class TableStoreFailed extends Schema.TaggedError<TableStoreFailed>()("TableStoreFailed", {
   table: Schema.String,
-  cause: StoreError
+  cause: Store.StoreError
 }) {
   /** @since 0.1.0 */
   override get message() {
@@ -88,7 +88,7 @@ export class TableStoreFailed extends Schema.TaggedError<TableStoreFailed>()("Ta
 /** Producing to the table's changelog failed (nothing was stored). */
 export class ChangelogFailed extends Schema.TaggedError<ChangelogFailed>()("ChangelogFailed", {
   table: Schema.String,
-  cause: LogError
+  cause: Log.LogError
 }) {
   /** @since 0.1.0 */
   override get message() {
@@ -137,7 +137,7 @@ export interface TableOptions<K, V> {
 
 /** A table definition: what `Tables.register` needs. */
 export interface TableDef<K, V> {
-  readonly kind: TableKind
+  readonly kind: TableManager.TableKind
   readonly name: string
   readonly partitions: number
   readonly changelogTopic: string | undefined

@@ -9,7 +9,7 @@
  *
  * @since 0.1.0
  */
-import { type StoreLimits, StoreValidation, type TableInfo } from "@strata/core"
+import { type Store, StoreValidation, type TableManager } from "@strata/core"
 import { Effect, Option, Result, Stream } from "effect"
 import { type Collector, CurrentCollector, make as makeCollector, type Registered } from "./internal/collector.js"
 import * as PartitionWrites from "./internal/partitionWrites.js"
@@ -31,7 +31,7 @@ export interface PartitionOption {
 
 /** A registered table. Reads see the worker's own uncommitted writes. */
 export interface TableHandle<K, V> {
-  readonly info: TableInfo
+  readonly info: TableManager.TableInfo
   readonly get: (key: K, options?: PartitionOption) => Effect.Effect<Option.Option<V>, TableError>
   readonly has: (key: K, options?: PartitionOption) => Effect.Effect<boolean, TableError>
   readonly set: (key: K, value: V, options?: PartitionOption) => Effect.Effect<void, TableError>
@@ -56,7 +56,7 @@ export interface HandleDeps {
   /** Sends a collector's writes and buffers them (writes outside `process`). */
   readonly sendCollector: (collector: Collector) => Effect.Effect<void, TableError>
   /** The store's limits: a write beyond them is refused before anything is produced. */
-  readonly limits: StoreLimits
+  readonly limits: Store.Limits
 }
 
 /** One handle's parts: what its functions share. */

@@ -35,30 +35,7 @@
  *
  * @since 0.1.0
  */
-import {
-  CommitFailed,
-  type GroupConsumer,
-  InvalidTable,
-  InvalidTableManagerOptions,
-  Log,
-  type LogError,
-  type LogShape,
-  type Offset,
-  OptionSchemas,
-  type RecoveryShape,
-  Store,
-  type StoreError,
-  type StoreShape,
-  type TableInfo,
-  TableManager,
-  TableManagerError,
-  type TableManagerShape,
-  TableRecoveryFailed,
-  type TopicPartition,
-  type TopicPartitionOffset,
-  tpKey,
-  UnknownTable
-} from "@strata/core"
+import { Log, Models, OptionSchemas, type Recovery, Store, TableManager } from "@strata/core"
 import { ChangelogRecovery } from "@strata/recovery"
 import { Config, Context, Deferred, Duration, Effect, Exit, Layer, Option, Random, Schema, Scope } from "effect"
 import * as ChangelogChannel from "./internal/changelogChannel.js"
@@ -193,12 +170,14 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
   }))
 
 /** Decodes the options once, defaults applied (configuration is checked by `config`); the error names each bad one. */
-const decodeOptions = (options: TablesOptions): Effect.Effect<typeof TablesOptionsSchema.Type, TableManagerError> =>
+const decodeOptions = (
+  options: TablesOptions
+): Effect.Effect<typeof TablesOptionsSchema.Type, TableManager.TableManagerError> =>
   OptionSchemas.decodeOptions(TablesOptionsSchema, { exact: true })(options).pipe(
     Effect.mapError((bad) => {
       const { option, value, detail } = OptionSchemas.summary(bad)
-      return new TableManagerError({
-        reason: new InvalidTableManagerOptions({ option, detail: `${detail} (got ${value})` })
+      return new TableManager.TableManagerError({
+        reason: new TableManager.InvalidOptions({ option, detail: `${detail} (got ${value})` })
       })
     })
   )
@@ -213,7 +192,7 @@ export type { PartitionOption, TableHandle } from "./TableHandle.js"
 /** The table manager. */
 export interface TablesShape {
   /** Core's `TableManager` protocol (also provided under its own key by the layer). */
-  readonly manager: TableManagerShape
+  readonly manager: TableManager.Shape
   /** What `commit` promises (the `processingGuarantee` option). */
   readonly processingGuarantee: ProcessingGuarantee
   /**
@@ -223,17 +202,17 @@ export interface TablesShape {
    * `CommitFailed`: nothing of the failed part is persisted, and `rewind` starts again from what is.
    */
   readonly commit: (
-    group: GroupConsumer,
-    offsets: ReadonlyArray<TopicPartitionOffset>
-  ) => Effect.Effect<void, TableManagerError>
+    group: Log.GroupConsumer,
+    offsets: ReadonlyArray<Models.TopicPartitionOffset>
+  ) => Effect.Effect<void, TableManager.TableManagerError>
   /** Registers a table definition and returns its handle. */
-  readonly register: <K, V>(def: TableDef<K, V>) => Effect.Effect<TableHandle<K, V>, TableManagerError>
+  readonly register: <K, V>(def: TableDef<K, V>) => Effect.Effect<TableHandle<K, V>, TableManager.TableManagerError>
   /**
    * Starts the manager: after `settleDelay` it finalizes the tables, ensures their changelog topics, builds
    * the changelog channel (one consumer, one shared bounded queue), pauses every changelog partition and
    * starts recovery. If `stop` ran first it builds and starts nothing.
    */
-  readonly start: Effect.Effect<void, TableManagerError | LogError>
+  readonly start: Effect.Effect<void, TableManager.TableManagerError | Log.LogError>
   /** Stops in order: changelog fetcher, recovery, then each table (stores closed). Idempotent. */
   readonly stop: Effect.Effect<void>
   /**
@@ -243,7 +222,7 @@ export interface TablesShape {
    * time, in the order made.
    */
   readonly process: <A, E, R>(
-    source: TopicPartitionOffset,
+    source: Models.TopicPartitionOffset,
     effect: Effect.Effect<A, E, R>
   ) => Effect.Effect<A, E | TableError, R>
   /**
@@ -251,7 +230,7 @@ export interface TablesShape {
    * visible to the next, each changelog record naming its source record), and sends all their writes in one batch
    * at the end: nothing of the batch is sent if `f` fails on any record.
    */
-  readonly processBatch: <S extends TopicPartitionOffset, E, R>(
+  readonly processBatch: <S extends Models.TopicPartitionOffset, E, R>(
     sources: ReadonlyArray<S>,
     f: (source: S) => Effect.Effect<void, E, R>
   ) => Effect.Effect<void, E | TableError, R>
@@ -264,24 +243,26 @@ export interface TablesShape {
    * Where to resume consuming a source partition so no record is applied twice: one past the last source
    * offset whose writes are in the tables (committed, or replayed from the changelog by recovery).
    */
-  readonly resumeOffset: (source: TopicPartition) => Effect.Effect<Option.Option<Offset>, TableError>
+  readonly resumeOffset: (source: Models.TopicPartition) => Effect.Effect<Option.Option<Models.Offset>, TableError>
   /** The changelog topics of the registered tables. */
   readonly changelogTopics: Effect.Effect<ReadonlySet<string>>
   /** The shared changelog queue's capacity and current size (records). */
   readonly changelogQueue: Effect.Effect<{ readonly capacity: number; readonly size: number }>
   /** The recovery the manager started, once started: its `events` and `stats` show the progress. */
-  readonly recovery: Effect.Effect<Option.Option<RecoveryShape>>
+  readonly recovery: Effect.Effect<Option.Option<Recovery.Shape>>
   /**
    * Source partitions assigned to this worker: `active` ones are restored then processed, `standby` ones are
    * restored and kept tailing their changelogs (not writable) so a promotion replays only the lag.
    * `manager.onPartitionsAssigned(tps)` is `assign({ active: tps })`.
    */
   readonly assign: (assignment: {
-    readonly active: ReadonlyArray<TopicPartition>
-    readonly standby?: ReadonlyArray<TopicPartition>
-  }) => Effect.Effect<void, TableManagerError>
+    readonly active: ReadonlyArray<Models.TopicPartition>
+    readonly standby?: ReadonlyArray<Models.TopicPartition>
+  }) => Effect.Effect<void, TableManager.TableManagerError>
   /** Returns once the tables of these source partitions are restored (others may still be restoring). */
-  readonly waitUntilReady: (tps: ReadonlyArray<TopicPartition>) => Effect.Effect<void, TableManagerError>
+  readonly waitUntilReady: (
+    tps: ReadonlyArray<Models.TopicPartition>
+  ) => Effect.Effect<void, TableManager.TableManagerError>
 }
 
 /** The `Tables` service key; its layer also provides core's `TableManager`. */
@@ -297,11 +278,11 @@ const DEFAULT_RESTORE_BATCH = 1000
 /** Builds the table manager on the `Store` and `Log` in context; `stop` runs when the scope closes. */
 export const make = (
   options: TablesOptions
-): Effect.Effect<TablesShape, TableManagerError, Store | Log | Scope.Scope> =>
+): Effect.Effect<TablesShape, TableManager.TableManagerError, Store.Store | Log.Log | Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decodeOptions(options)
-    const store: StoreShape = yield* Store
-    const log: LogShape = yield* Log
+    const store: Store.Shape = yield* Store.Store
+    const log: Log.Shape = yield* Log.Log
     // Everything the manager opens later (partition stores, the producer, recovery) lives in this scope, made now:
     // whatever the caller adds to its own scope after `make` (a worker's last commit, say) closes before it.
     const scope = yield* Scope.fork(yield* Effect.scope, "sequential")
@@ -367,14 +348,14 @@ const shapeOf = (m: Manager, guarantee: ProcessingGuarantee): TablesShape => ({
 })
 
 /** Core's `TableManager` protocol over the manager. */
-const managerOf = (m: Manager): TableManagerShape => ({
+const managerOf = (m: Manager): TableManager.Shape => ({
   add: (info) => Effect.asVoid(add(m, info)),
   tables: Effect.sync(() => [...m.tables.values()].map((t) => t.info)),
   tableOfChangelog: (topic) =>
     Effect.suspend(() => {
       const table = m.byChangelog.get(topic)
       return table === undefined
-        ? Effect.fail(managerError(new UnknownTable({ name: topic })))
+        ? Effect.fail(managerError(new TableManager.UnknownTable({ name: topic })))
         : Effect.succeed(table.info)
     }),
   onPartitionsRevoked: (tps) => Processing.withSourcesIdle(m, tps, revokeIdle(m, tps)),
@@ -385,7 +366,7 @@ const managerOf = (m: Manager): TableManagerShape => ({
     !m.holdsState || m.recovery === undefined
       ? Effect.void
       : m.recovery.waitUntilCompleted.pipe(
-          Effect.mapError((e) => managerError(new TableRecoveryFailed({ reason: e.reason })))
+          Effect.mapError((e) => managerError(new TableManager.TableRecoveryFailed({ reason: e.reason })))
         )
   )
 })
@@ -395,9 +376,9 @@ const register = <K, V>(m: Manager, def: TableDef<K, V>) =>
   Effect.gen(function* () {
     const invalid = validate(def as TableDef<unknown, unknown>)
     if (invalid !== undefined)
-      return yield* Effect.fail(managerError(new InvalidTable({ name: def.name, detail: invalid })))
+      return yield* Effect.fail(managerError(new TableManager.InvalidTable({ name: def.name, detail: invalid })))
     const codecs = codecsOf(def)
-    const info: TableInfo = {
+    const info: TableManager.TableInfo = {
       name: def.name,
       kind: def.kind,
       partitions: def.partitions,
@@ -480,18 +461,18 @@ const stop = (m: Manager): TablesShape["stop"] =>
 
 // --- commits --------------------------------------------------------------------
 
-const asManagerError = (e: TableError | StoreError) =>
-  managerError(new InvalidTable({ name: "(manager)", detail: e.message }))
+const asManagerError = (e: TableError | Store.StoreError) =>
+  managerError(new TableManager.InvalidTable({ name: "(manager)", detail: e.message }))
 
 /** Persists every partition the committed source partitions wrote (each with its source offset), then the unlinked. */
-const onCommit = (m: Manager, offsets: ReadonlyArray<TopicPartitionOffset>) =>
+const onCommit = (m: Manager, offsets: ReadonlyArray<Models.TopicPartitionOffset>) =>
   Effect.gen(function* () {
     for (const committed of offsets) {
-      const link = m.links.get(tpKey(committed))
+      const link = m.links.get(Models.tpKey(committed))
       if (link === undefined) continue
       // The source offset goes in the same atomic batch as the data and the changelog offset.
       for (const id of link.changelogs) yield* flushById(m, id, [committed])
-      m.links.delete(tpKey(committed))
+      m.links.delete(Models.tpKey(committed))
     }
     // Writes made outside any source record are persisted with the next commit.
     for (const id of [...m.unlinked]) {
@@ -501,11 +482,11 @@ const onCommit = (m: Manager, offsets: ReadonlyArray<TopicPartitionOffset>) =>
   })
 
 /** The transaction refused or failed: nothing of it is visible, and nothing of it reaches a store. */
-const transactionFailed = (e: LogError) =>
-  managerError(new CommitFailed({ table: "(transaction)", partition: -1, detail: e.message }))
+const transactionFailed = (e: Log.LogError) =>
+  managerError(new TableManager.CommitFailed({ table: "(transaction)", partition: -1, detail: e.message }))
 
 /** Commits processed source records (see `TablesShape.commit`). */
-const commit = (m: Manager, group: GroupConsumer, offsets: ReadonlyArray<TopicPartitionOffset>) =>
+const commit = (m: Manager, group: Log.GroupConsumer, offsets: ReadonlyArray<Models.TopicPartitionOffset>) =>
   Effect.gen(function* () {
     if (!m.exactlyOnce) {
       yield* onCommit(m, offsets)
@@ -525,7 +506,10 @@ const commit = (m: Manager, group: GroupConsumer, offsets: ReadonlyArray<TopicPa
 // --- assignments ----------------------------------------------------------------
 
 /** Opens the table partitions of assigned source partitions (active or standby) and hands them to recovery. */
-const assign = (m: Manager, assignment: Parameters<TablesShape["assign"]>[0]): Effect.Effect<void, TableManagerError> =>
+const assign = (
+  m: Manager,
+  assignment: Parameters<TablesShape["assign"]>[0]
+): Effect.Effect<void, TableManager.TableManagerError> =>
   Effect.gen(function* () {
     if (!m.holdsState) return
     const actives = sourceToChangelogs(m, assignment.active)
@@ -543,23 +527,23 @@ const assign = (m: Manager, assignment: Parameters<TablesShape["assign"]>[0]): E
   }).pipe(Effect.mapError(asManagerError))
 
 /** Returns once the tables of these source partitions are restored. */
-const waitUntilReady = (m: Manager, tps: ReadonlyArray<TopicPartition>) =>
+const waitUntilReady = (m: Manager, tps: ReadonlyArray<Models.TopicPartition>) =>
   Effect.suspend(() =>
     m.recovery === undefined || !m.holdsState
       ? Effect.void
       : m.recovery
           .waitUntilReady(changelogTps(sourceToChangelogs(m, tps)))
-          .pipe(Effect.mapError((e) => managerError(new TableRecoveryFailed({ reason: e.reason }))))
+          .pipe(Effect.mapError((e) => managerError(new TableManager.TableRecoveryFailed({ reason: e.reason }))))
   )
 
 /** Lets revoked source partitions' tables go (no record of them is being processed): persisted, then closed. */
-const revokeIdle = (m: Manager, tps: ReadonlyArray<TopicPartition>) =>
+const revokeIdle = (m: Manager, tps: ReadonlyArray<Models.TopicPartition>) =>
   Effect.gen(function* () {
     if (!m.holdsState) return
     const revoked = sourceToChangelogs(m, tps)
     if (m.recovery !== undefined && revoked.length > 0)
       yield* m.recovery.revoke(changelogTps(revoked)).pipe(Effect.orDie)
-    for (const tp of tps) m.links.delete(tpKey(tp))
+    for (const tp of tps) m.links.delete(Models.tpKey(tp))
     for (const { table, partition } of revoked) {
       const w = table.partitions.get(partition)
       // What was sent is flushed with its changelog offset (the store stays equal to a changelog prefix). With
@@ -582,8 +566,8 @@ const rewind = (m: Manager): TablesShape["rewind"] =>
     m.unlinked.clear()
     yield* m.producer.close
     if (m.recovery === undefined) return
-    const active: Array<TopicPartition> = []
-    const standby: Array<TopicPartition> = []
+    const active: Array<Models.TopicPartition> = []
+    const standby: Array<Models.TopicPartition> = []
     for (const table of m.tables.values()) {
       for (const [partition, w] of table.partitions) {
         ;(w.standby ? standby : active).push({ topic: table.info.changelogTopic, partition })
@@ -595,9 +579,9 @@ const rewind = (m: Manager): TablesShape["rewind"] =>
   })
 
 /** One past the last source offset of `tp` whose writes are in the tables (stores or replayed changelog). */
-const resumeOffset = (m: Manager, tp: TopicPartition) =>
+const resumeOffset = (m: Manager, tp: Models.TopicPartition) =>
   Effect.gen(function* () {
-    let best = m.replayed.get(tpKey(tp))
+    let best = m.replayed.get(Models.tpKey(tp))
     for (const table of m.tables.values()) {
       for (const w of table.partitions.values()) {
         const persisted = yield* w.store.persistedOffset(tp).pipe(Effect.mapError(storeFailed(table.info.name)))
@@ -608,15 +592,20 @@ const resumeOffset = (m: Manager, tp: TopicPartition) =>
   })
 
 /** The table manager as a layer providing `Tables` and core's `TableManager`. */
-export const layer = (options: TablesOptions): Layer.Layer<Tables | TableManager, TableManagerError, Store | Log> =>
+export const layer = (
+  options: TablesOptions
+): Layer.Layer<Tables | TableManager.TableManager, TableManager.TableManagerError, Store.Store | Log.Log> =>
   Layer.effectContext(
     Effect.map(make(options), (service) =>
-      Context.make(Tables, service).pipe(Context.add(TableManager, service.manager))
+      Context.make(Tables, service).pipe(Context.add(TableManager.TableManager, service.manager))
     )
   )
 
 /** Like `layer`, with the options read from configuration and validated (a bad value names its key). */
 export const layerConfig = (
   options: Config.Config<TablesOptions> = config()
-): Layer.Layer<Tables | TableManager, TableManagerError | Config.ConfigError, Store | Log> =>
-  Layer.unwrap(Effect.map(options, layer))
+): Layer.Layer<
+  Tables | TableManager.TableManager,
+  TableManager.TableManagerError | Config.ConfigError,
+  Store.Store | Log.Log
+> => Layer.unwrap(Effect.map(options, layer))

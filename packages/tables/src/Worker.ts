@@ -17,18 +17,7 @@
  *
  * @since 0.1.0
  */
-import {
-  type GroupConsumer,
-  type LogError,
-  type LogRecord,
-  type LogShape,
-  Log,
-  type TableManagerError,
-  type TopicPartition,
-  type TopicPartitionOffset,
-  tpCompare,
-  tpKey
-} from "@strata/core"
+import { Log, Models, type TableManager } from "@strata/core"
 import {
   Cause,
   Clock,
@@ -63,12 +52,12 @@ export interface Agent<E = never, R = never> {
    * Runs for each record, in offset order within its partition, as `Tables.process` of that record: its table
    * writes go to the record's partition and are visible to the next record at once.
    */
-  readonly process?: (record: LogRecord) => Effect.Effect<void, E, R>
+  readonly process?: (record: Log.Record) => Effect.Effect<void, E, R>
   /**
    * Runs for each fetched batch of one partition instead, as one `Tables.process` (of the batch's last record):
    * the batch's writes are one unit, sent together.
    */
-  readonly processBatch?: (records: ReadonlyArray<LogRecord>) => Effect.Effect<void, E, R>
+  readonly processBatch?: (records: ReadonlyArray<Log.Record>) => Effect.Effect<void, E, R>
 }
 
 /** Defines an agent (exactly one of `process` and `processBatch`). */
@@ -127,7 +116,12 @@ export class WorkerClosed extends Data.TaggedError("WorkerClosed")<{ readonly gr
 }
 
 /** Why the worker stopped or could not start. */
-export type WorkerError = InvalidWorkerOptions | AgentFailed | WorkerClosed | LogError | TableManagerError
+export type WorkerError =
+  | InvalidWorkerOptions
+  | AgentFailed
+  | WorkerClosed
+  | Log.LogError
+  | TableManager.TableManagerError
 
 // ---------------------------------------------------------------------------
 // The worker
@@ -141,9 +135,9 @@ export interface WorkerMetrics {
   readonly lastCommitMs: number
   readonly rewinds: number
   /** Per assigned partition: the highwater minus the next offset to process. */
-  readonly lag: ReadonlyArray<TopicPartitionOffset>
+  readonly lag: ReadonlyArray<Models.TopicPartitionOffset>
   /** The source partitions whose tables this worker holds as standby replicas, sorted. */
-  readonly standbys: ReadonlyArray<TopicPartition>
+  readonly standbys: ReadonlyArray<Models.TopicPartition>
 }
 
 /** A running worker. */
@@ -151,9 +145,9 @@ export interface WorkerShape {
   /** Commits now: every table partition persisted, then the source offsets committed to the group. */
   readonly commit: Effect.Effect<void, WorkerError>
   /** Counts, last commit duration and lag. */
-  readonly metrics: Effect.Effect<WorkerMetrics, LogError>
+  readonly metrics: Effect.Effect<WorkerMetrics, Log.LogError>
   /** The partitions being processed now (assigned and restored). */
-  readonly processing: Effect.Effect<ReadonlyArray<TopicPartition>>
+  readonly processing: Effect.Effect<ReadonlyArray<Models.TopicPartition>>
   /** Fails when the worker stopped on an error (an agent failed, the group or a commit broke for good). */
   readonly join: Effect.Effect<never, WorkerError>
 }
@@ -174,8 +168,8 @@ const metrics = {
 interface Lane {
   /** The machine's id of the lane: its reports name it. */
   readonly id: number
-  readonly tp: TopicPartition
-  readonly batches: Queue.Queue<ReadonlyArray<LogRecord>, Cause.Done>
+  readonly tp: Models.TopicPartition
+  readonly batches: Queue.Queue<ReadonlyArray<Log.Record>, Cause.Done>
   /** Next offset to process; records below it are skipped. */
   next: number
   fiber: Fiber.Fiber<void> | undefined
@@ -188,8 +182,8 @@ type Command = WorkerState.Command<WorkerError>
 interface Running<E, R> {
   readonly groupId: string
   readonly tables: TablesShape
-  readonly log: LogShape
-  readonly group: GroupConsumer
+  readonly log: Log.Shape
+  readonly group: Log.GroupConsumer
   readonly context: Context.Context<R>
   /** Per topic, its agents, and those of them that run per record. */
   readonly agentsOf: ReadonlyMap<string, ReadonlyArray<Agent<E, R>>>
@@ -244,11 +238,11 @@ const validate = <E, R>(options: WorkerOptions, agents: ReadonlyArray<Agent<E, R
 export const make = <E, R>(
   options: WorkerOptions,
   agents: ReadonlyArray<Agent<E, R>>
-): Effect.Effect<WorkerShape, WorkerError, Tables | Log | Scope.Scope | R> =>
+): Effect.Effect<WorkerShape, WorkerError, Tables | Log.Log | Scope.Scope | R> =>
   Effect.gen(function* () {
     const o = yield* validate(options, agents)
     const tables = yield* Tables
-    const log: LogShape = yield* Log
+    const log: Log.Shape = yield* Log.Log
     const topics = [...new Set(agents.flatMap((a) => a.topics))]
     const agentsOf = new Map(topics.map((t) => [t, agents.filter((a) => a.topics.includes(t))] as const))
     yield* tables.start
@@ -301,7 +295,7 @@ const start = <E, R>(w: Running<E, R>) =>
   Effect.gen(function* () {
     yield* Effect.forkScoped(runInbox(w))
     yield* Queue.offer(w.inbox, { _tag: "Started", now: yield* Clock.currentTimeMillis })
-    const failed = (error: LogError) => Queue.offer(w.inbox, { _tag: "Failed", error })
+    const failed = (error: Log.LogError) => Queue.offer(w.inbox, { _tag: "Failed", error })
     yield* w.group.events.pipe(
       Stream.runForEach((event) =>
         Queue.offer(w.inbox, { _tag: event._tag === "Assigned" ? "Assigned" : "Revoked", tps: event.partitions })
@@ -312,7 +306,7 @@ const start = <E, R>(w: Running<E, R>) =>
     yield* w.group.batches.pipe(
       Stream.runForEach((batch) =>
         Effect.suspend(() => {
-          const lane = w.lanes.get(tpKey(batch))
+          const lane = w.lanes.get(Models.tpKey(batch))
           // A batch of a partition not (yet) processed here: dropped; the partition is sought when it starts.
           if (lane === undefined || batch.records.length === 0) return Effect.void
           return Queue.offer(lane.batches, batch.records)
@@ -435,7 +429,7 @@ const failureOf = <A>(effect: Effect.Effect<A, WorkerError>): Effect.Effect<Even
   Effect.match(effect, { onSuccess: () => undefined, onFailure: (error): Event => ({ _tag: "Failed", error }) })
 
 /** Waits in the background for a partition's tables (replacing a wait for it), then feeds how it ended. */
-const awaitReady = <E, R>(w: Running<E, R>, tp: TopicPartition, wait: number) =>
+const awaitReady = <E, R>(w: Running<E, R>, tp: Models.TopicPartition, wait: number) =>
   Effect.gen(function* () {
     yield* cancelWaits(w, [tp])
     const fiber = yield* w.tables.waitUntilReady([tp]).pipe(
@@ -446,22 +440,22 @@ const awaitReady = <E, R>(w: Running<E, R>, tp: TopicPartition, wait: number) =>
       Effect.asVoid,
       Effect.forkIn(w.scope)
     )
-    w.waits.set(tpKey(tp), fiber)
+    w.waits.set(Models.tpKey(tp), fiber)
   })
 
-const cancelWaits = <E, R>(w: Running<E, R>, tps: ReadonlyArray<TopicPartition>) =>
+const cancelWaits = <E, R>(w: Running<E, R>, tps: ReadonlyArray<Models.TopicPartition>) =>
   Effect.forEach(
     tps,
     (tp) => {
-      const fiber = w.waits.get(tpKey(tp))
-      w.waits.delete(tpKey(tp))
+      const fiber = w.waits.get(Models.tpKey(tp))
+      w.waits.delete(Models.tpKey(tp))
       return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
     },
     { discard: true }
   )
 
 /** Reads where the tables say to resume a partition, the group's committed offset and the log start. */
-const readPositions = <E, R>(w: Running<E, R>, tp: TopicPartition, wait: number): Effect.Effect<Event> =>
+const readPositions = <E, R>(w: Running<E, R>, tp: Models.TopicPartition, wait: number): Effect.Effect<Event> =>
   Effect.gen(function* () {
     const resume = yield* w.tables.resumeOffset(tp).pipe(Effect.orDie)
     const [committed] = yield* w.group.committed([tp])
@@ -477,17 +471,17 @@ const readPositions = <E, R>(w: Running<E, R>, tp: TopicPartition, wait: number)
   }).pipe(Effect.catch((error) => Effect.succeed<Event>({ _tag: "StartFailed", tp, error })))
 
 /** Seeks a partition to `from`, starts its lane there and resumes it in the group. */
-const startLane = <E, R>(w: Running<E, R>, tp: TopicPartition, id: number, from: number) =>
+const startLane = <E, R>(w: Running<E, R>, tp: Models.TopicPartition, id: number, from: number) =>
   Effect.gen(function* () {
     yield* w.group.seek(tp, from)
     const lane: Lane = {
       id,
       tp,
-      batches: yield* Queue.bounded<ReadonlyArray<LogRecord>, Cause.Done>(w.partitionBuffer),
+      batches: yield* Queue.bounded<ReadonlyArray<Log.Record>, Cause.Done>(w.partitionBuffer),
       next: from,
       fiber: undefined
     }
-    w.lanes.set(tpKey(tp), lane)
+    w.lanes.set(Models.tpKey(tp), lane)
     lane.fiber = yield* Effect.forkDetach(runLane(w, lane))
     yield* w.group.resume([tp])
     return undefined
@@ -498,9 +492,9 @@ const drain = <E, R>(w: Running<E, R>, c: Extract<Command, { readonly _tag: "Dra
   Effect.gen(function* () {
     const lanes: Array<Lane> = []
     for (const tp of c.tps) {
-      const lane = w.lanes.get(tpKey(tp))
+      const lane = w.lanes.get(Models.tpKey(tp))
       if (lane === undefined) continue
-      w.lanes.delete(tpKey(tp))
+      w.lanes.delete(Models.tpKey(tp))
       lanes.push(lane)
     }
     if (c.discard) for (const lane of lanes) yield* Effect.ignore(Queue.clear(lane.batches))
@@ -518,7 +512,7 @@ const drain = <E, R>(w: Running<E, R>, c: Extract<Command, { readonly _tag: "Dra
 /** Commits through the tables (see `Tables.commit`), timed. */
 const commit = <E, R>(
   w: Running<E, R>,
-  offsets: ReadonlyArray<TopicPartitionOffset>,
+  offsets: ReadonlyArray<Models.TopicPartitionOffset>,
   purpose: WorkerState.CommitPurpose
 ): Effect.Effect<Event> =>
   Effect.gen(function* () {
@@ -566,19 +560,19 @@ const reply = <E, R>(w: Running<E, R>, request: number, outcome: WorkerState.Out
  * Runs the record agents over a batch of one partition as one `processBatch`. A failure is tagged with the agent
  * and the record it failed on (tracked as the batch goes, not wrapped per record).
  */
-const runRecords = <E, R>(w: Running<E, R>, records: ReadonlyArray<LogRecord>) => {
+const runRecords = <E, R>(w: Running<E, R>, records: ReadonlyArray<Log.Record>) => {
   const list = w.recordAgentsOf.get(records[0]!.topic) ?? []
   // The agent and record being run, for the error (two variables: no object per record).
   let atAgent: Agent<E, R> | undefined
-  let atRecord: LogRecord | undefined
+  let atRecord: Log.Record | undefined
   const one =
     list.length === 1
-      ? (record: LogRecord) => {
+      ? (record: Log.Record) => {
           atAgent = list[0]!
           atRecord = record
           return list[0]!.process!(record)
         }
-      : (record: LogRecord) =>
+      : (record: Log.Record) =>
           Effect.forEach(
             list,
             (a) =>
@@ -605,7 +599,7 @@ const runRecords = <E, R>(w: Running<E, R>, records: ReadonlyArray<LogRecord>) =
 }
 
 /** Runs the batch agents over a batch of one partition; a failure names the agent and the batch's last record. */
-const runBatch = <E, R>(w: Running<E, R>, records: ReadonlyArray<LogRecord>) =>
+const runBatch = <E, R>(w: Running<E, R>, records: ReadonlyArray<Log.Record>) =>
   Effect.forEach(
     w.agentsOf.get(records[0]!.topic) ?? [],
     (a) =>
@@ -702,7 +696,7 @@ const shapeOf = <E, R>(w: Running<E, R>): WorkerShape => ({
     const lag = highwaters.map((h) => ({
       topic: h.topic,
       partition: h.partition,
-      offset: Math.max(0, h.highwater - (s.partitions.get(tpKey(h))?.next ?? h.highwater))
+      offset: Math.max(0, h.highwater - (s.partitions.get(Models.tpKey(h))?.next ?? h.highwater))
     }))
     return {
       recordsProcessed: s.recordsProcessed,
@@ -710,7 +704,7 @@ const shapeOf = <E, R>(w: Running<E, R>): WorkerShape => ({
       lastCommitMs: s.lastCommitMs,
       rewinds: s.rewinds,
       lag,
-      standbys: [...s.standbys.values()].sort(tpCompare)
+      standbys: [...s.standbys.values()].sort(Models.tpCompare)
     }
   }),
   processing: Effect.sync(() => [...w.state.partitions.values()].filter((p) => p.ready).map((p) => p.tp)),

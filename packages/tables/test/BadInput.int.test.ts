@@ -3,11 +3,11 @@
  * under a table's store, before a restart and while the worker runs. The store keeps what it had, the partition is
  * refused with the reason until it restores, and a persisted changelog offset never goes backwards.
  */
+import { Log, Store } from "@strata/core"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import { Log, Store } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import { Effect, Exit, Layer, Logger, Option, Schedule, Schema, Scope } from "effect"
@@ -50,7 +50,7 @@ const deleteTopic = (topic: string) =>
 /** The changelog offset the partition's store persisted (opened here: no worker may hold it). */
 const persistedChangelog = (app: string) =>
   Effect.gen(function* () {
-    const store = yield* Store
+    const store = yield* Store.Store
     const partition = yield* store.open({ table: "counts", partition: 0 })
     return yield* partition.persistedOffset({ topic: `${app}-counts-changelog`, partition: 0 })
   }).pipe(Effect.scoped)
@@ -61,7 +61,7 @@ const writeTen = (w: Effect.Success<ReturnType<typeof worker>>) =>
     yield* w.tables.manager.onCommit([{ ...source, offset: 10 }])
   })
 
-const run = <A, E>(body: (app: string) => Effect.Effect<A, E, Log | Store | Scope.Scope>) =>
+const run = <A, E>(body: (app: string) => Effect.Effect<A, E, Log.Log | Store.Store | Scope.Scope>) =>
   Effect.suspend(() => {
     const directory = mkdtempSync(join(tmpdir(), "strata-bad-input-"))
     const app = `bad-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`
@@ -123,7 +123,7 @@ describe("bad input through the tables (LevelDB + Kafka)", () => {
     () =>
       run((app) =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const scope = yield* Scope.make()
           const w = yield* worker(app).pipe(Scope.provide(scope))
           assert.isTrue(Exit.isSuccess(w.recovered))

@@ -1,5 +1,5 @@
+import { Log, MemoryLog, MemoryStore } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Log, LogFaults, MemoryLog, MemoryStore } from "@strata/core"
 import { Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -14,7 +14,7 @@ const quiet = Logger.layer([])
 
 /** The changelog replayed as a restore would: the last value per key. */
 const replayChangelog = Effect.gen(function* () {
-  const faults = yield* LogFaults
+  const faults = yield* Log.Faults
   const out = new Map<string, number>()
   for (let partition = 0; partition < PARTITIONS; partition++) {
     for (const r of yield* faults.records({ topic: CHANGELOG, partition })) {
@@ -34,8 +34,8 @@ const eosTables = Effect.gen(function* () {
 describe("exactly_once", () => {
   it.live("a source record writing two table partitions reaches the changelogs all together or not at all", () =>
     Effect.gen(function* () {
-      const log = yield* Log
-      const faults = yield* LogFaults
+      const log = yield* Log.Log
+      const faults = yield* Log.Faults
       yield* log.ensureTopic({ topic: SOURCE, partitions: 1 })
       const tables = yield* eosTables
       const table = yield* tables.register(counts)
@@ -80,8 +80,8 @@ describe("exactly_once", () => {
 
   it.live("a worker whose transaction is refused rewinds; the counts and the changelog stay exact", () =>
     Effect.gen(function* () {
-      const log = yield* Log
-      const faults = yield* LogFaults
+      const log = yield* Log.Log
+      const faults = yield* Log.Faults
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 2000, 31)
       const count = (tables: Tables.TablesShape, table: Tables.TableHandle<string, number>, options = {}) =>

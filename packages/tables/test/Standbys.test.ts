@@ -1,27 +1,33 @@
+import { type Log, Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { type GroupMembership, type TopicPartition, tpKey } from "@strata/core"
 import { place } from "../src/internal/standbys.js"
 
 const TOPIC = "src"
 
 /** A group of `members` members (ids m0, m1, …) sharing `partitions` partitions round-robin. */
-const group = (members: number, partitions: number): Array<{ memberId: string; partitions: Array<TopicPartition> }> => {
+const group = (
+  members: number,
+  partitions: number
+): Array<{ memberId: string; partitions: Array<Models.TopicPartition> }> => {
   const out = Array.from({ length: members }, (_, i) => ({
     memberId: `m${i}`,
-    partitions: [] as Array<TopicPartition>
+    partitions: [] as Array<Models.TopicPartition>
   }))
   for (let p = 0; p < partitions; p++) out[p % members]!.partitions.push({ topic: TOPIC, partition: p })
   return out
 }
 
-const asSeenBy = (members: GroupMembership["members"], memberId: string): GroupMembership => ({ memberId, members })
+const asSeenBy = (members: Log.GroupMembership["members"], memberId: string): Log.GroupMembership => ({
+  memberId,
+  members
+})
 
 /** Per partition, the members holding a standby of it. */
-const layout = (members: GroupMembership["members"], replicas: number): Map<string, Array<string>> => {
+const layout = (members: Log.GroupMembership["members"], replicas: number): Map<string, Array<string>> => {
   const out = new Map<string, Array<string>>()
   for (const m of members) {
     for (const tp of place(asSeenBy(members, m.memberId), replicas)) {
-      out.set(tpKey(tp), [...(out.get(tpKey(tp)) ?? []), m.memberId])
+      out.set(Models.tpKey(tp), [...(out.get(Models.tpKey(tp)) ?? []), m.memberId])
     }
   }
   return out
@@ -77,9 +83,9 @@ describe("standby placement", () => {
     const members = group(4, 9)
     for (const replicas of [1, 2, 3, 10]) {
       for (const m of members) {
-        const own = new Set(m.partitions.map(tpKey))
+        const own = new Set(m.partitions.map(Models.tpKey))
         for (const tp of place(asSeenBy(members, m.memberId), replicas)) {
-          assert.isFalse(own.has(tpKey(tp)), `${m.memberId} holds ${tpKey(tp)} active`)
+          assert.isFalse(own.has(Models.tpKey(tp)), `${m.memberId} holds ${Models.tpKey(tp)} active`)
         }
       }
     }
@@ -103,9 +109,9 @@ describe("standby placement", () => {
     for (const m of members) {
       const others = members
         .filter((o) => o.memberId !== m.memberId)
-        .flatMap((o) => o.partitions.map(tpKey))
+        .flatMap((o) => o.partitions.map(Models.tpKey))
         .sort()
-      const got = place(asSeenBy(members, m.memberId), 5).map(tpKey)
+      const got = place(asSeenBy(members, m.memberId), 5).map(Models.tpKey)
       assert.deepStrictEqual([...got].sort(), others)
       assert.deepStrictEqual(place(asSeenBy(members, m.memberId), 2), place(asSeenBy(members, m.memberId), 99))
     }

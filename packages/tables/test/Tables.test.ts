@@ -1,15 +1,5 @@
+import { Log, MemoryLog, MemoryStore, type Models, Store, type TableManager } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  Log,
-  LogFaults,
-  type LogRecord,
-  type PartitionStore,
-  Store,
-  type TableManagerError,
-  type TopicPartition,
-  MemoryLog,
-  MemoryStore
-} from "@strata/core"
 import { ConfigProvider, Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import * as Table from "../src/Table.js"
@@ -19,7 +9,7 @@ const counts = Table.make({ name: "counts", key: Schema.String, value: Schema.In
 const topic = "app-counts-changelog"
 
 /** Memory store and log, logs kept off the output. */
-const env = <A, E>(effect: Effect.Effect<A, E, Store | Log | LogFaults | Scope.Scope>) =>
+const env = <A, E>(effect: Effect.Effect<A, E, Store.Store | Log.Log | Log.Faults | Scope.Scope>) =>
   effect.pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer(), Logger.layer([]))))
 
 const manager = (options: Partial<Tables.TablesOptions> = {}) => Tables.make({ app: "app", settleDelay: 0, ...options })
@@ -36,13 +26,13 @@ const countsOn = (partition: number) =>
 
 /** The Store in context, keeping each partition store it opens so a test can read what was persisted. */
 const spiedStore = Effect.gen(function* () {
-  const store = yield* Store
-  const opened = new Map<string, PartitionStore>()
-  const spy = Store.of({
+  const store = yield* Store.Store
+  const opened = new Map<string, Store.PartitionStore>()
+  const spy = Store.Store.of({
     ...store,
     open: (id) => Effect.tap(store.open(id), (s) => Effect.sync(() => opened.set(`${id.table}|${id.partition}`, s)))
   })
-  const persisted = (table: string, partition: number, tp: TopicPartition) =>
+  const persisted = (table: string, partition: number, tp: Models.TopicPartition) =>
     Effect.suspend(() => opened.get(`${table}|${partition}`)!.persistedOffset(tp))
   return { spy, persisted }
 })
@@ -50,13 +40,13 @@ const spiedStore = Effect.gen(function* () {
 /** Every record of a changelog partition. */
 const changelog = (partition: number) =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     const [offsets] = yield* log.offsets([{ topic, partition }])
-    if (offsets === undefined || offsets.highwater === 0) return [] as Array<LogRecord>
+    if (offsets === undefined || offsets.highwater === 0) return [] as Array<Log.Record>
     const consumer = yield* log.consumer()
     yield* consumer.assign([{ topic, partition }])
     yield* consumer.seek({ topic, partition }, 0)
-    const records: Array<LogRecord> = []
+    const records: Array<Log.Record> = []
     let seen = 0
     yield* consumer.batches.pipe(
       Stream.takeUntil((b) => {
@@ -145,7 +135,7 @@ describe("Tables: registration", () => {
           tables.register(Table.make({ name: "z", key: Schema.String, value: Schema.Int, partitions: 0 }))
         )
         assert.match(zero.message, /partitions must be a positive integer, got 0/)
-        const options: TableManagerError = yield* Effect.flip(manager({ streamBufferMaxsize: 0 }))
+        const options: TableManager.TableManagerError = yield* Effect.flip(manager({ streamBufferMaxsize: 0 }))
         assert.strictEqual(options.reason._tag, "InvalidTableManagerOptions")
         assert.match(options.message, /streamBufferMaxsize/)
         // Every option goes through the one schema: a mode, a duration, a policy, a nested option, a typo.
@@ -188,7 +178,7 @@ describe("Tables: start and stop", () => {
         assert.isTrue(Option.isSome(yield* tables.recovery))
         yield* tables.manager.waitUntilTablesRegistered
         // The changelog topic exists with the table's partitions.
-        const log = yield* Log
+        const log = yield* Log.Log
         const offsets = yield* log.offsets([0, 1, 2, 3].map((partition) => ({ topic, partition })))
         assert.strictEqual(offsets.length, 4)
       })
@@ -203,7 +193,7 @@ describe("Tables: start and stop", () => {
         yield* tables.stop
         yield* tables.start
         assert.isTrue(Option.isNone(yield* tables.recovery))
-        const log = yield* Log
+        const log = yield* Log.Log
         const missing = yield* Effect.flip(log.offsets([{ topic, partition: 0 }]))
         assert.strictEqual(missing._tag, "LogError", "no changelog topic was created")
       })
@@ -213,16 +203,16 @@ describe("Tables: start and stop", () => {
   it.effect("stop runs in order: changelog fetcher, recovery, then the tables' stores", () =>
     Effect.gen(function* () {
       const events: Array<string> = []
-      const store = yield* Store
-      const log = yield* Log
-      const recordingStore = Store.of({
+      const store = yield* Store.Store
+      const log = yield* Log.Log
+      const recordingStore = Store.Store.of({
         ...store,
         open: (id) =>
           Effect.tap(store.open(id), () =>
             Effect.addFinalizer(() => Effect.sync(() => events.push(`store ${id.table}/${id.partition} closed`)))
           )
       })
-      const recordingLog = Log.of({
+      const recordingLog = Log.Log.of({
         ...log,
         consumer: (options) =>
           Effect.map(log.consumer(options), (c) => ({
@@ -231,8 +221,8 @@ describe("Tables: start and stop", () => {
           })).pipe(Effect.tap(() => Effect.addFinalizer(() => Effect.sync(() => events.push("channel closed")))))
       })
       const tables = yield* manager().pipe(
-        Effect.provideService(Store, recordingStore),
-        Effect.provideService(Log, recordingLog)
+        Effect.provideService(Store.Store, recordingStore),
+        Effect.provideService(Log.Log, recordingLog)
       )
       yield* tables.register(counts)
       yield* tables.start
@@ -306,7 +296,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
   it.effect("nothing reaches the store before the commit; the commit writes data and offsets in one batch", () =>
     env(
       Effect.gen(function* () {
-        const store = yield* Store
+        const store = yield* Store.Store
         const { tables, table } = yield* countsOn(0)
         for (let i = 0; i < 3; i++) {
           yield* tables.process({ topic: "words", partition: 0, offset: i }, table.set(`k${i}`, i))
@@ -341,7 +331,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
   it.effect("committing a source partition flushes the changelog partitions it wrote to, even other ones", () =>
     env(
       Effect.gen(function* () {
-        const store = yield* Store
+        const store = yield* Store.Store
         const tables = yield* manager()
         const table = yield* tables.register(counts)
         yield* tables.start
@@ -361,11 +351,11 @@ describe("Tables: writes and persist-offset-on-commit", () => {
 
   it.effect("writes are visible at once and never wait for their ack; the commit waits for every ack", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       const { spy, persisted } = yield* spiedStore
       // Acks are held back until the test lets them go.
       const release = yield* Deferred.make<void>()
-      const heldAcks = Log.of({
+      const heldAcks = Log.Log.of({
         ...log,
         producer: (options) =>
           Effect.map(log.producer(options), (p) => ({
@@ -373,7 +363,10 @@ describe("Tables: writes and persist-offset-on-commit", () => {
             send: (records) => Effect.map(p.send(records), (ack) => Effect.andThen(Deferred.await(release), ack))
           }))
       })
-      const tables = yield* manager().pipe(Effect.provideService(Log, heldAcks), Effect.provideService(Store, spy))
+      const tables = yield* manager().pipe(
+        Effect.provideService(Log.Log, heldAcks),
+        Effect.provideService(Store.Store, spy)
+      )
       const table = yield* tables.register(counts)
       yield* tables.start
       yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
@@ -437,9 +430,9 @@ describe("Tables: writes and persist-offset-on-commit", () => {
     "a refused changelog record fails the commit, persists nothing of it; rewind restores and the counts stay exact",
     () =>
       Effect.gen(function* () {
-        const faults = yield* LogFaults
+        const faults = yield* Log.Faults
         const { spy, persisted: persistedOf } = yield* spiedStore
-        const tables = yield* manager().pipe(Effect.provideService(Store, spy))
+        const tables = yield* manager().pipe(Effect.provideService(Store.Store, spy))
         const table = yield* tables.register(counts)
         yield* tables.start
         const source = { topic: "words", partition: 0 }
@@ -481,9 +474,9 @@ describe("Tables: writes and persist-offset-on-commit", () => {
 
   it.effect("a write finishing while a commit writes the store is kept, and committed next time", () =>
     Effect.gen(function* () {
-      const store = yield* Store
+      const store = yield* Store.Store
       // Every store batch takes a second: the commit below is still writing when the next record is processed.
-      const slowStore = Store.of({
+      const slowStore = Store.Store.of({
         ...store,
         open: (id) =>
           Effect.map(store.open(id), (s) => ({
@@ -491,7 +484,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
             write: (ops, options) => Effect.andThen(Effect.sleep("1 second"), s.write(ops, options))
           }))
       })
-      const tables = yield* manager().pipe(Effect.provideService(Store, slowStore))
+      const tables = yield* manager().pipe(Effect.provideService(Store.Store, slowStore))
       const table = yield* tables.register(counts)
       yield* tables.start
       yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 0 }])
@@ -522,12 +515,12 @@ describe("Tables: writes and persist-offset-on-commit", () => {
   for (const read of ["entries", "scan"] as const) {
     it.effect(`${read} sees every value when a commit moves the buffer into the store during its store scan`, () =>
       Effect.gen(function* () {
-        const store = yield* Store
+        const store = yield* Store.Store
         const scanned = yield* Deferred.make<void>()
         const gate = yield* Deferred.make<void>()
         let holdScans = false
         // A store whose scans, once `holdScans` is on, take their snapshot, say so, then wait for the gate.
-        const heldScans = Store.of({
+        const heldScans = Store.Store.of({
           ...store,
           open: (id) =>
             Effect.map(store.open(id), (s) => ({
@@ -544,7 +537,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
                 )
             }))
         })
-        const tables = yield* manager().pipe(Effect.provideService(Store, heldScans))
+        const tables = yield* manager().pipe(Effect.provideService(Store.Store, heldScans))
         const table = yield* tables.register(counts)
         yield* tables.start
         const source = { topic: "words", partition: 0 }
@@ -591,7 +584,7 @@ describe("Tables: writes and persist-offset-on-commit", () => {
   it.effect("writes made outside any source record are persisted by the next commit", () =>
     env(
       Effect.gen(function* () {
-        const store = yield* Store
+        const store = yield* Store.Store
         const { tables, table } = yield* countsOn(1)
         yield* table.set("loose", 7, { partition: 1 })
         yield* tables.manager.onCommit([])
@@ -664,7 +657,7 @@ describe("Tables: rebalance and recovery", () => {
       Effect.gen(function* () {
         // The changelog of partition 1 written directly: source topics with digits, dots and dashes, long offsets,
         // offsets out of order, and headers naming no valid source (ignored, not a reason to fail the restore).
-        const log = yield* Log
+        const log = yield* Log.Log
         const tables = yield* manager()
         const table = yield* tables.register(counts)
         yield* tables.start
@@ -712,7 +705,7 @@ describe("Tables: rebalance and recovery", () => {
       const tables = yield* manager(options)
       const table = yield* tables.register(counts)
       yield* tables.start
-      const log = yield* Log
+      const log = yield* Log.Log
       const enc = new TextEncoder()
       const all = Array.from({ length: partitions }, (_, partition) => partition)
       for (const partition of all) {
@@ -763,7 +756,7 @@ describe("Tables: rebalance and recovery", () => {
         // One write per partition (the consumer's chunks of 1000 made writes of 1000, 1000 and 500).
         assert.deepStrictEqual(writes, ["0:2500", "1:2500"])
         assert.deepStrictEqual(entries, [2500, 2500])
-        const bad: TableManagerError = yield* Effect.flip(manager({ recovery: { standbyBufferSize: 0 } }))
+        const bad: TableManager.TableManagerError = yield* Effect.flip(manager({ recovery: { standbyBufferSize: 0 } }))
         assert.match(bad.message, /recovery\.standbyBufferSize\b.*greater than 0/)
       })
     )
@@ -771,12 +764,12 @@ describe("Tables: rebalance and recovery", () => {
 
   it.effect("the read cache never keeps a value a store write overtook", () =>
     Effect.gen(function* () {
-      const store = yield* Store
+      const store = yield* Store.Store
       const gate = yield* Deferred.make<void>()
       let holdReads = false
       // A store that is not the memory store (so the tables cache its values) whose reads can be held after they
       // read: the value returned is the one from before the hold.
-      const slowReads = Store.of({
+      const slowReads = Store.Store.of({
         ...store,
         backend: "held-reads",
         open: (id) =>
@@ -785,7 +778,7 @@ describe("Tables: rebalance and recovery", () => {
             get: (key) => Effect.tap(s.get(key), () => (holdReads ? Deferred.await(gate) : Effect.void))
           }))
       })
-      const tables = yield* manager().pipe(Effect.provideService(Store, slowReads))
+      const tables = yield* manager().pipe(Effect.provideService(Store.Store, slowReads))
       const table = yield* tables.register(counts)
       yield* tables.start
       const source = { topic: "words", partition: 0 }
@@ -835,7 +828,7 @@ describe("Tables: rebalance and recovery", () => {
       const error = yield* Effect.flip(table.get("a", { partition: 2 }))
       assert.strictEqual(error.reason._tag, "PartitionNotAvailable")
       // Both writes of the record were persisted with the changelog offset they reach (the store is closed: reopen).
-      const store = yield* Store
+      const store = yield* Store.Store
       const stored = yield* store.open({ table: "counts", partition: 2 }).pipe(
         Effect.flatMap((s) => Effect.all([Stream.runCollect(s.scan()), s.persistedOffset({ topic, partition: 2 })])),
         Effect.scoped

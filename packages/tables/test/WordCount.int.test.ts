@@ -30,6 +30,7 @@
  * out, or the worker finished the input first — fails the test. Kill timing is real time: a seed fixes the input
  * and the schedule, not the instants the kills land.
  */
+import { Log, type Models, type Store } from "@strata/core"
 import { below, prng } from "../../../scripts/test-support/prng.js"
 import { childHarness, envInt, parseJsonLine, rerunCommand, runChild } from "../../../scripts/test-support/childRun.js"
 import type { NodeRunner } from "../../../scripts/test-support/nodeRunner.js"
@@ -38,7 +39,6 @@ import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
-import { type Entry, Log, type LogRecord, type LogShape, type TopicPartition } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import { Cause, Data, Duration, Effect, Option, Stream } from "effect"
@@ -199,7 +199,7 @@ const b64 = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, b
 const text = (bytes: Uint8Array | null) => (bytes === null ? "null" : decoder.decode(bytes))
 
 /** The source record a changelog record came from (its `strata-source` header). */
-const sourceOf = (record: LogRecord): { topic: string; partition: number; offset: number } | undefined => {
+const sourceOf = (record: Log.Record): { topic: string; partition: number; offset: number } | undefined => {
   const header = record.headers.find((h) => h.key === SOURCE_HEADER)
   if (header === undefined) return undefined
   const parsed: unknown = JSON.parse(decoder.decode(header.value))
@@ -216,7 +216,7 @@ interface StoreSnapshot {
   readonly changelogOffset: number
   /** Persisted source offset (next to read), -1 when none. */
   readonly sourceOffset: number
-  readonly entries: ReadonlyArray<Entry>
+  readonly entries: ReadonlyArray<Store.Entry>
 }
 
 /** Opens the data directory in this process (the dead worker's lock is gone) and reads every table partition. */
@@ -241,9 +241,9 @@ const readStore = (directory: string, changelog: string, source: string) =>
   )
 
 /** The records of `tp` in `[from, to)`, read with a group-less consumer. */
-const readLog = (log: LogShape, tp: TopicPartition, from: number, to: number) =>
+const readLog = (log: Log.Shape, tp: Models.TopicPartition, from: number, to: number) =>
   Effect.gen(function* () {
-    const out: Array<LogRecord> = []
+    const out: Array<Log.Record> = []
     if (from >= to) return out
     const consumer = yield* log.consumer({ maxBatchRecords: 5000 })
     yield* consumer.assign([tp])
@@ -265,7 +265,7 @@ const readLog = (log: LogShape, tp: TopicPartition, from: number, to: number) =>
 /** One changelog partition, read incrementally, and its replay up to the last verified persisted offset. */
 class ChangelogReplay {
   /** Every record read so far, from the log start. */
-  readonly records: Array<LogRecord> = []
+  readonly records: Array<Log.Record> = []
   /** Next offset to read from Kafka. */
   readTo = -1
   /** How many of `records` are applied to `data`. */
@@ -276,11 +276,11 @@ class ChangelogReplay {
   readonly data = new Map<string, { readonly key: Uint8Array; readonly value: Uint8Array | null }>()
   /** One past the highest source offset named by the applied records, -1 when none. */
   appliedSource = -1
-  constructor(readonly tp: TopicPartition) {}
+  constructor(readonly tp: Models.TopicPartition) {}
 }
 
 /** Differences between a replay and a scan, the first few described. */
-const diffEntries = (replay: ChangelogReplay, entries: ReadonlyArray<Entry>) => {
+const diffEntries = (replay: ChangelogReplay, entries: ReadonlyArray<Store.Entry>) => {
   const shown: Array<string> = []
   let count = 0
   const note = (line: string) => {
@@ -364,7 +364,7 @@ interface RunOptions {
 
 const wordCount = Effect.fn("wordCount")(function* (seed: number, options: RunOptions) {
   const started = performance.now()
-  const log = yield* Log
+  const log = yield* Log.Log
   const brokers = inject("kafka")
   const id = `${Date.now().toString(36)}${Math.floor(Math.random() * 36 ** 4).toString(36)}`
   const app = `wc-${id}`

@@ -1,5 +1,5 @@
+import { Log, MemoryLog, MemoryStore, Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Log, LogFaults, type LogShape, type TopicPartition, tpKey, MemoryLog, MemoryStore } from "@strata/core"
 import { Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -52,8 +52,8 @@ const quiet = Logger.layer([])
  */
 const refusedRecordScenario = (options: Partial<Worker.WorkerOptions>, first: number, more: number, seed: number) =>
   Effect.gen(function* () {
-    const log = yield* Log
-    const faults = yield* LogFaults
+    const log = yield* Log.Log
+    const faults = yield* Log.Faults
     yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
     yield* produceWords(log, 0, first, seed)
     const a = yield* countingWorker(options)
@@ -77,7 +77,7 @@ const refusedRecordScenario = (options: Partial<Worker.WorkerOptions>, first: nu
 describe("Worker", () => {
   it.live("counts every record once, commits, and a restarted worker resumes from its tables", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 3000, 97)
       const first = yield* Scope.make()
@@ -110,7 +110,7 @@ describe("Worker", () => {
 
   it.live("a second member takes half the partitions: revocation commits, and every record counts once", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 2000, 53)
       const a = yield* countingWorker()
@@ -146,14 +146,14 @@ describe("Worker", () => {
 
   it.live("two members hold standbys of each other's partitions; the survivor takes over and counts stay exact", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 2000, 53)
       const first = yield* Scope.make()
       const a = yield* countingWorker({ standbyReplicas: 1 }).pipe(Scope.provide(first))
       yield* until("the first worker caught up", caughtUp(a.worker, 2000))
       const b = yield* countingWorker({ standbyReplicas: 1 })
-      const keys = (tps: ReadonlyArray<TopicPartition>) => tps.map(tpKey).sort()
+      const keys = (tps: ReadonlyArray<Models.TopicPartition>) => tps.map(Models.tpKey).sort()
       const layout = Effect.gen(function* () {
         const [pa, pb] = yield* Effect.all([a.worker.processing, b.worker.processing])
         const [ma, mb] = yield* Effect.all([a.worker.metrics, b.worker.metrics])
@@ -223,7 +223,7 @@ describe("Worker", () => {
 
   it.live("standbyReplicas 0 places no standbys", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 500, 13)
       const a = yield* countingWorker({ standbyReplicas: 0 })
@@ -258,7 +258,7 @@ describe("Worker", () => {
 
   it.live("closing the worker finishes the records taken and commits them", () =>
     Effect.gen(function* () {
-      const log = yield* Log
+      const log = yield* Log.Log
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 1000, 11)
       const scope = yield* Scope.make()
@@ -287,7 +287,7 @@ describe("Worker", () => {
       `a worker closed while a commit runs finishes that commit, then commits once more; nothing is lost or counted twice (${processingGuarantee})`,
       () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const sources = Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition }))
           yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
           yield* produceWords(log, 0, 3000, 41)
@@ -305,7 +305,7 @@ describe("Worker", () => {
                 Effect.andThen(commit)
               )
             })
-          const holding: LogShape =
+          const holding: Log.Shape =
             processingGuarantee === "exactly_once"
               ? {
                   ...log,
@@ -327,7 +327,7 @@ describe("Worker", () => {
           const scope = yield* Scope.make()
           // Only explicit commits run (the timer's first tick is a minute away).
           const a = yield* countingWorker({ commitIntervalMs: 60_000 }, { processingGuarantee }).pipe(
-            Effect.provideService(Log, holding),
+            Effect.provideService(Log.Log, holding),
             Scope.provide(scope)
           )
           yield* until("the worker caught up", caughtUp(a.worker, 3000))

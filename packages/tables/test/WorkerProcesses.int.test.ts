@@ -8,13 +8,13 @@
  *
  * The same scenario runs with the workers on `processingGuarantee: "exactly_once"`.
  */
+import { Log, type Models } from "@strata/core"
 import { type ChildProcess, spawn } from "node:child_process"
 import { mkdtempSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { assert, describe, it } from "@effect/vitest"
-import { Log, type LogRecord, type TopicPartition } from "@strata/core"
 import { KafkaLog } from "@strata/kafka"
 import { Effect, Fiber, Logger, Stream } from "effect"
 import { inject } from "vitest"
@@ -139,15 +139,15 @@ const caughtUp = (workers: ReadonlyArray<Running>) => {
 }
 
 /** Every committed record of a partition, from its log start to its last stable offset. */
-const readAll = (tp: TopicPartition) =>
+const readAll = (tp: Models.TopicPartition) =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     const [o] = yield* log.offsets([tp], { isolation: "read_committed" })
-    if (o === undefined || o.highwater === o.logStart) return [] as Array<LogRecord>
+    if (o === undefined || o.highwater === o.logStart) return [] as Array<Log.Record>
     const consumer = yield* log.consumer({ isolation: "read_committed" })
     yield* consumer.assign([tp])
     yield* consumer.seek(tp, o.logStart)
-    const out: Array<LogRecord> = []
+    const out: Array<Log.Record> = []
     const reading = yield* consumer.batches.pipe(
       Stream.runForEach((b) => Effect.sync(() => out.push(...b.records))),
       Effect.forkScoped
@@ -170,7 +170,7 @@ const STANDBYS = 2
 
 const scenario = (guarantee: "at_least_once" | "exactly_once") =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     all.length = 0
     const stamp = `${guarantee === "exactly_once" ? "eos-" : ""}${Date.now().toString(36)}-${process.pid}`
     const app = `wp-${stamp}`

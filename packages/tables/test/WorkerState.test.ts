@@ -1,13 +1,5 @@
+import { Log, Models, TableManager } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import {
-  CommitFailed,
-  InvalidRequest,
-  LogError,
-  NotAssigned,
-  TableManagerError,
-  type TopicPartition,
-  tpKey
-} from "@strata/core"
 import * as WorkerState from "../src/internal/workerState.js"
 import type { WorkerError } from "../src/Worker.js"
 
@@ -15,7 +7,7 @@ type Event = WorkerState.Event<WorkerError>
 type Command = WorkerState.Command<WorkerError>
 
 const TOPIC = "src"
-const tp = (partition: number): TopicPartition => ({ topic: TOPIC, partition })
+const tp = (partition: number): Models.TopicPartition => ({ topic: TOPIC, partition })
 const [p0, p1, p2] = [tp(0), tp(1), tp(2)]
 
 const options = (overrides: Partial<WorkerState.Options> = {}): WorkerState.Options => ({
@@ -38,12 +30,12 @@ const run = (state: WorkerState.State, events: ReadonlyArray<Event>) => {
 }
 
 const tags = (commands: ReadonlyArray<Command>) => commands.map((c) => c._tag)
-const partition = (s: WorkerState.State, t: TopicPartition) => s.partitions.get(tpKey(t))
+const partition = (s: WorkerState.State, t: Models.TopicPartition) => s.partitions.get(Models.tpKey(t))
 
-const refused = new TableManagerError({
-  reason: new CommitFailed({ table: "counts", partition: 0, detail: "refused" })
+const refused = new TableManager.TableManagerError({
+  reason: new TableManager.CommitFailed({ table: "counts", partition: 0, detail: "refused" })
 })
-const broken = new LogError({ reason: new InvalidRequest({ detail: "broken" }) })
+const broken = new Log.LogError({ reason: new Log.InvalidRequest({ detail: "broken" }) })
 
 /**
  * A worker started at 0, assigned p0, p1 and p2, each restored and started: p0 at 40 (the tables ahead of the
@@ -109,7 +101,7 @@ describe("WorkerState: assignment", () => {
   })
 
   it("a start refused as not assigned leaves the partition to its revocation; another failure fails the worker", () => {
-    const notAssigned = new LogError({ reason: new NotAssigned({ topic: TOPIC, partition: 0 }) })
+    const notAssigned = new Log.LogError({ reason: new Log.NotAssigned({ topic: TOPIC, partition: 0 }) })
     const base = run(WorkerState.make(options()), [
       { _tag: "Assigned", tps: [p0] },
       { _tag: "Ready", tp: p0, wait: 1 },
@@ -157,7 +149,7 @@ describe("WorkerState: revocation", () => {
       }
     ])
     assert.deepStrictEqual(tags(done.last), ["Metric", "RevokeTables", "ReadMembership"])
-    assert.deepStrictEqual([...done.state.partitions.keys()].sort(), [tpKey(p1), tpKey(p2)])
+    assert.deepStrictEqual([...done.state.partitions.keys()].sort(), [Models.tpKey(p1), Models.tpKey(p2)])
     assert.strictEqual(done.state.commits, 1)
     assert.strictEqual(done.state.recordsProcessed, 12)
   })
@@ -303,7 +295,7 @@ describe("WorkerState: errors", () => {
       "RevokeTables",
       "ReadMembership"
     ])
-    assert.deepStrictEqual([...state.partitions.keys()].sort(), [tpKey(p1), tpKey(p2)])
+    assert.deepStrictEqual([...state.partitions.keys()].sort(), [Models.tpKey(p1), Models.tpKey(p2)])
   })
 
   it("any other commit failure fails the worker (the timer stops), or only the request that asked", () => {
@@ -350,7 +342,10 @@ describe("WorkerState: close", () => {
 })
 
 describe("WorkerState: standbys", () => {
-  const membership = (self: string, members: ReadonlyArray<readonly [string, ReadonlyArray<TopicPartition>]>) => ({
+  const membership = (
+    self: string,
+    members: ReadonlyArray<readonly [string, ReadonlyArray<Models.TopicPartition>]>
+  ) => ({
     _tag: "Membership" as const,
     membership: { memberId: self, members: members.map(([memberId, partitions]) => ({ memberId, partitions })) }
   })
@@ -364,12 +359,12 @@ describe("WorkerState: standbys", () => {
       ])
     ])
     assert.deepStrictEqual(placed.last, [{ _tag: "AssignStandbys", tps: [p1, p2] }])
-    assert.deepStrictEqual([...placed.state.standbys.keys()], [tpKey(p1), tpKey(p2)])
+    assert.deepStrictEqual([...placed.state.standbys.keys()], [Models.tpKey(p1), Models.tpKey(p2)])
     // A view of this member that differs from its partitions (a rebalance in flight) changes nothing.
     assert.deepStrictEqual(run(placed.state, [membership("b", [["b", [p0, p1]]])]).last, [])
     // An assignment promotes a standby.
     const promoted = run(placed.state, [{ _tag: "Assigned", tps: [p1] }]).state
-    assert.deepStrictEqual([...promoted.standbys.keys()], [tpKey(p2)])
+    assert.deepStrictEqual([...promoted.standbys.keys()], [Models.tpKey(p2)])
     const moved = run(promoted, [
       membership("b", [
         ["a", [tp(3)]],

@@ -5,8 +5,8 @@
  * and their promotion, a worker with no tables. Each worker has its own memory store unless a case restarts one on
  * the same store.
  */
+import { Log, MemoryStore, type Recovery, Store } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Log, type RecoveryEvent, Store, MemoryStore } from "@strata/core"
 import { Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -28,7 +28,7 @@ const worker = (
   } = {}
 ) =>
   Effect.gen(function* () {
-    const store = yield* Store
+    const store = yield* Store.Store
     const slow = options.slowWritesMs
     const tables = yield* Tables.make({
       app,
@@ -40,10 +40,10 @@ const worker = (
       }
     }).pipe(
       Effect.provideService(
-        Store,
+        Store.Store,
         slow === undefined
           ? store
-          : Store.of({
+          : Store.Store.of({
               ...store,
               open: (id) =>
                 Effect.map(store.open(id), (s) => ({
@@ -80,9 +80,9 @@ const writeThrough = (w: Worker, partition: number, from: number, n: number) =>
 const recoveryOf = (w: Worker) => Effect.map(w.tables.recovery, (r) => Option.getOrThrow(r))
 
 /** Runs the recovery fixture cases on the log `logLayer` builds. */
-export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unknown>) =>
+export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log.Log, unknown>) =>
   describe(`recovery through the tables (${name})`, () => {
-    const run = <A, E>(body: (app: string) => Effect.Effect<A, E, Log | Scope.Scope>) =>
+    const run = <A, E>(body: (app: string) => Effect.Effect<A, E, Log.Log | Scope.Scope>) =>
       Effect.suspend(() => body(freshApp())).pipe(Effect.scoped, Effect.provide(Layer.merge(logLayer(), quiet)))
 
     it.live("an empty partition is ready at once, nothing applied", () =>
@@ -130,7 +130,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           }
           // The commit waits for the changelog acks: all 10 records are in the log before its start moves.
           yield* a.tables.manager.onCommit([{ topic: "words", partition: 0, offset: 10 }])
-          const log = yield* Log
+          const log = yield* Log.Log
           yield* log.deleteRecords({ topic: `${app}-counts-changelog`, partition: 0 }, 6)
           const b = yield* isolated(app)
           yield* b.tables.assign({ active: [{ topic: "words", partition: 0 }] })
@@ -157,7 +157,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
               const recovery = yield* recoveryOf(w)
               const watcher = yield* Effect.forkChild(
                 recovery.events.pipe(
-                  Stream.runForEach((e: RecoveryEvent) =>
+                  Stream.runForEach((e: Recovery.Event) =>
                     Effect.sync(() => {
                       if (e._tag === "BatchApplied") applied += e.records
                     })
@@ -172,7 +172,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
               yield* Scope.close(scope, Exit.void)
               return { exit, entries, applied }
             })
-          const store = yield* Store
+          const store = yield* Store.Store
           // A worker writes and commits everything, then stops; the next one on the same store replays nothing.
           const first = yield* Scope.make()
           const a = yield* worker(app).pipe(Scope.provide(first))
@@ -221,7 +221,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           const starts: Array<number> = []
           const watcher = yield* Effect.forkChild(
             recovery.events.pipe(
-              Stream.runForEach((e: RecoveryEvent) =>
+              Stream.runForEach((e: Recovery.Event) =>
                 Effect.gen(function* () {
                   if (e._tag === "BatchApplied") {
                     applied.set(e.partition, (applied.get(e.partition) ?? 0) + e.records)
@@ -265,7 +265,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           yield* b.tables.manager.waitUntilRecoveryCompleted
           // The standby keeps tailing: more writes on the active worker reach it.
           yield* writeThrough(a, 0, 500, 100)
-          const log = yield* Log
+          const log = yield* Log.Log
           const [hw] = yield* log.offsets([{ topic, partition: 0 }])
           while (true) {
             const stats = yield* recovery.stats
@@ -282,7 +282,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           let replayed = 0
           const watcher = yield* Effect.forkChild(
             recovery.events.pipe(
-              Stream.runForEach((e: RecoveryEvent) =>
+              Stream.runForEach((e: Recovery.Event) =>
                 Effect.sync(() => {
                   if (e._tag === "BatchApplied" && !e.standby) replayed += e.records
                 })
@@ -305,7 +305,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
         Effect.gen(function* () {
           const words = [0, 1].map((partition) => ({ topic: "words", partition }))
           const changelog0 = { topic: `${app}-counts-changelog`, partition: 0 }
-          const store = yield* Store
+          const store = yield* Store.Store
           const first = yield* Scope.make()
           const a = yield* worker(app).pipe(Scope.provide(first))
           yield* a.tables.assign({ active: words })
@@ -360,7 +360,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
       () =>
         run((app) =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const changelog = `${app}-counts-changelog`
             yield* log.ensureTopic({ topic: changelog, partitions: 2, compacted: true })
             const bytes = (text: string) => new TextEncoder().encode(text)
@@ -399,7 +399,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
             const skipped: Array<number> = []
             yield* Effect.forkChild(
               recovery.events.pipe(
-                Stream.runForEach((e: RecoveryEvent) =>
+                Stream.runForEach((e: Recovery.Event) =>
                   Effect.sync(() => {
                     if (e._tag === "RecordSkipped") skipped.push(e.offset)
                   })
@@ -447,7 +447,7 @@ export const recoverySuite = (name: string, logLayer: () => Layer.Layer<Log, unk
           assert.include(refused.message, "exceeds the limit of 65536")
           // Good writes still commit, and nothing of the refused one reached the changelog.
           yield* writeThrough(a, 0, 1, 3)
-          const log = yield* Log
+          const log = yield* Log.Log
           const [changelog] = yield* log.offsets([{ topic: `${app}-counts-changelog`, partition: 0 }])
           assert.strictEqual(changelog!.highwater, 3)
           const b = yield* isolated(app)

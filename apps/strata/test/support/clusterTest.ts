@@ -2,11 +2,12 @@
  * What the cluster fault tests share: the bundled `strata` CLI, a client on the test's coordination, records with
  * unique values, and a wait on the controller's metadata.
  */
+import type { Coordination, Models } from "@strata/core"
+import type { ReplicaManager } from "@strata/replica"
 import { mkdtemp, rm } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
-import type { Coordination, TabletId, TabletRecord } from "@strata/core"
 import { type ReplicaRpc, TabletClient } from "@strata/replica"
 import { Duration, Effect, type Scope } from "effect"
 import { afterAll, beforeAll, inject } from "vitest"
@@ -30,7 +31,7 @@ export const freshDirectory = (label: string) => mkdtemp(join(tmpdir(), `strata-
 const encoder = new TextEncoder()
 
 /** A record whose value is `value`. */
-export const record = (value: string): TabletRecord => ({
+export const record = (value: string): ReplicaManager.TabletRecord => ({
   key: null,
   value: encoder.encode(value),
   headers: [],
@@ -83,7 +84,7 @@ export const awaitMetadata = (
 /** Sends one record to each tablet (acks=all); the acknowledged sends. */
 export const writeEach = (
   c: TabletClient.TabletClientShape,
-  tablets: ReadonlyArray<TabletId>,
+  tablets: ReadonlyArray<Models.TabletId>,
   label: string
 ): Effect.Effect<ReadonlyArray<Acked>, never, never> =>
   Effect.map(
@@ -101,7 +102,7 @@ export const writeEach = (
   )
 
 /** The scope's services a cluster test needs. */
-export type ClusterTestR = Coordination | Scope.Scope
+export type ClusterTestR = Coordination.Coordination | Scope.Scope
 
 /** A test file's bundled CLI and the directories its clusters used (see `cliProcesses`). */
 export interface CliProcesses {

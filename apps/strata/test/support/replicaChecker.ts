@@ -7,13 +7,13 @@
  * - divergent: two ISR members holding different records below the leader's high watermark (the prefix property);
  * - epoch conflicts: two replicas whose logs start a leader epoch at different offsets (two leaders of one epoch).
  */
-import { type TabletId, tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
 import type { TabletClient } from "@strata/replica"
 import { Effect } from "effect"
 
 /** An acknowledged send: its tablet, its first offset, its records' values in order. */
 export interface Acked {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   readonly baseOffset: number
   readonly values: ReadonlyArray<string>
 }
@@ -42,7 +42,7 @@ interface ReplicaLog {
 }
 
 /** A replica's whole log, read page by page from its own server. */
-const readReplica = (client: TabletClient.TabletClientShape, server: number, tablet: TabletId) =>
+const readReplica = (client: TabletClient.TabletClientShape, server: number, tablet: Models.TabletId) =>
   Effect.gen(function* () {
     const values = new Map<number, string>()
     const epochStarts = new Map<number, number>()
@@ -78,11 +78,11 @@ export const check = (client: TabletClient.TabletClientShape, table: string, ack
     let records = 0
     const byTablet = new Map<string, Array<Acked>>()
     for (const a of acked) {
-      const key = tabletKey(a.tablet)
+      const key = Models.tabletKey(a.tablet)
       byTablet.set(key, [...(byTablet.get(key) ?? []), a])
     }
     for (const t of metadata.tablets) {
-      const key = tabletKey(t.tablet)
+      const key = Models.tabletKey(t.tablet)
       const logs = yield* Effect.forEach(t.replicas, (server) => readReplica(client, server, t.tablet))
       const leader = logs.find((l) => l.server === t.leader)
       const isr = logs.filter((l) => t.isr.includes(l.server))

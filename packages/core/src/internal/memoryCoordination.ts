@@ -6,33 +6,9 @@
  * liveness runs on Effect's Clock: a connected session is always heard from; a
  * disconnected one is expired by the "server" once its timeout has passed.
  */
+import * as Coordination from "../Coordination.js"
 import type { Duration as DurationNs, Scope } from "effect"
 import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, PubSub, Stream } from "effect"
-import type {
-  CoordinationError,
-  CoordinationErrorReason,
-  CoordinationFaultsShape,
-  CoordinationShape,
-  CreateOptions,
-  Node,
-  Op,
-  OpResult,
-  Session,
-  SessionOptions,
-  SessionState,
-  Stat,
-  Watch,
-  WatchEvent
-} from "../Coordination.js"
-import {
-  ConnectionLoss,
-  Coordination,
-  CoordinationFaults,
-  coordinationError,
-  NoNode,
-  SessionClosed,
-  SessionExpired
-} from "../Coordination.js"
 import type { NodeRec } from "./memoryCoordinationTree.js"
 import {
   applyOp,
@@ -61,19 +37,19 @@ interface WatchRec {
   readonly session: SessionRec
   readonly kind: "node" | "children"
   readonly path: string
-  readonly deferred: Deferred.Deferred<WatchEvent, CoordinationError>
+  readonly deferred: Deferred.Deferred<Coordination.WatchEvent, Coordination.CoordinationError>
 }
 
 /** One session as the service tracks it. */
 interface SessionRec {
   readonly id: string
   readonly timeout: DurationNs.Duration
-  state: SessionState
-  readonly states: PubSub.PubSub<SessionState>
+  state: Coordination.SessionState
+  readonly states: PubSub.PubSub<Coordination.SessionState>
   /** Registered watches that have not fired yet. */
   readonly watches: Set<WatchRec>
   /** Watches that fired while the session was suspended, delivered on reconnect. */
-  readonly undelivered: Array<readonly [WatchRec, WatchEvent]>
+  readonly undelivered: Array<readonly [WatchRec, Coordination.WatchEvent]>
   /** Bumped on every disconnect, so a stale expiry timer does nothing. */
   disconnects: number
   expiryTimer: Fiber.Fiber<void> | undefined
@@ -90,17 +66,19 @@ interface State {
   sessionCounter: number
   readonly nodeWatches: Map<string, Set<WatchRec>>
   readonly childWatches: Map<string, Set<WatchRec>>
-  readonly records: WeakMap<Session, SessionRec>
+  readonly records: WeakMap<Coordination.Session, SessionRec>
   /** Side effects that resume other fibers, run by `flush` once the tree is consistent. */
   outbox: Array<() => void>
 }
 
 /** Whether a session can no longer change state. */
-const isFinal = (state: SessionState): boolean => state === "expired" || state === "closed"
+const isFinal = (state: Coordination.SessionState): boolean => state === "expired" || state === "closed"
 
 /** The error a session's operations and watches fail with once it ended. */
-const endReason = (session: SessionRec): CoordinationErrorReason =>
-  session.state === "closed" ? new SessionClosed({ session: session.id }) : new SessionExpired({ session: session.id })
+const endReason = (session: SessionRec): Coordination.ErrorReason =>
+  session.state === "closed"
+    ? new Coordination.SessionClosed({ session: session.id })
+    : new Coordination.SessionExpired({ session: session.id })
 
 /** Runs the queued side effects, including those they queue. */
 const flush = (s: State): void => {
@@ -116,7 +94,7 @@ const step = <A>(
   s: State,
   f: () => A,
   opIndex?: (failure: Fail) => number | undefined
-): Effect.Effect<A, CoordinationError> =>
+): Effect.Effect<A, Coordination.CoordinationError> =>
   Effect.suspend(() => {
     try {
       const a = f()
@@ -124,13 +102,13 @@ const step = <A>(
       return Effect.succeed(a)
     } catch (e) {
       flush(s)
-      if (e instanceof Fail) return Effect.fail(coordinationError(e.reason, opIndex?.(e)))
+      if (e instanceof Fail) return Effect.fail(Coordination.coordinationError(e.reason, opIndex?.(e)))
       throw e
     }
   })
 
 /** Sets a session's state; subscribers hear of it at the next flush. */
-const publishState = (s: State, session: SessionRec, state: SessionState): void => {
+const publishState = (s: State, session: SessionRec, state: Coordination.SessionState): void => {
   session.state = state
   s.outbox.push(() => {
     PubSub.publishUnsafe(session.states, state)
@@ -156,13 +134,13 @@ const unregister = (s: State, watch: WatchRec): void => {
 }
 
 /** Completes a fired watch at the next flush, or keeps it for reconnect while its session is suspended. */
-const deliver = (s: State, watch: WatchRec, event: WatchEvent): void => {
+const deliver = (s: State, watch: WatchRec, event: Coordination.WatchEvent): void => {
   if (watch.session.state === "suspended") watch.session.undelivered.push([watch, event])
   else s.outbox.push(() => Deferred.doneUnsafe(watch.deferred, Exit.succeed(event)))
 }
 
 /** Fires (and unregisters) the watches of `table` on the event's path. */
-const trigger = (s: State, table: Map<string, Set<WatchRec>>, event: WatchEvent): void => {
+const trigger = (s: State, table: Map<string, Set<WatchRec>>, event: Coordination.WatchEvent): void => {
   const set = table.get(event.path)
   if (set === undefined) return
   for (const watch of Array.from(set)) {
@@ -197,8 +175,14 @@ const transact = <A>(s: State, f: (tx: Tx) => A): A => {
 }
 
 /** Registers a one-shot watch of `path` for the session; `value` is what the read saw. */
-const makeWatch = <A>(s: State, session: SessionRec, kind: WatchRec["kind"], path: string, value: A): Watch<A> => {
-  const deferred = Deferred.makeUnsafe<WatchEvent, CoordinationError>()
+const makeWatch = <A>(
+  s: State,
+  session: SessionRec,
+  kind: WatchRec["kind"],
+  path: string,
+  value: A
+): Coordination.Watch<A> => {
+  const deferred = Deferred.makeUnsafe<Coordination.WatchEvent, Coordination.CoordinationError>()
   const watch: WatchRec = { session, kind, path, deferred }
   const table = tableOf(s, kind)
   let set = table.get(path)
@@ -221,11 +205,11 @@ const ensureLive = (session: SessionRec) => {
     case "connected":
       return
     case "suspended":
-      return fail(new ConnectionLoss({ detail: `session ${session.id} is disconnected` }))
+      return fail(new Coordination.ConnectionLoss({ detail: `session ${session.id} is disconnected` }))
     case "expired":
-      return fail(new SessionExpired({ session: session.id }))
+      return fail(new Coordination.SessionExpired({ session: session.id }))
     case "closed":
-      return fail(new SessionClosed({ session: session.id }))
+      return fail(new Coordination.SessionClosed({ session: session.id }))
   }
 }
 
@@ -235,7 +219,7 @@ const end = (s: State, session: SessionRec, state: "expired" | "closed"): Fiber.
   const timer = session.expiryTimer
   session.expiryTimer = undefined
   publishState(s, session, state)
-  const failure = Exit.fail(coordinationError(endReason(session)))
+  const failure = Exit.fail(Coordination.coordinationError(endReason(session)))
   for (const watch of Array.from(session.watches)) {
     unregister(s, watch)
     s.outbox.push(() => Deferred.doneUnsafe(watch.deferred, failure))
@@ -309,7 +293,7 @@ const reconnect = (s: State, rec: SessionRec): Effect.Effect<void> =>
 // ---------------------------------------------------------------------------
 
 /** A step of a connected session. */
-const op = <A>(s: State, rec: SessionRec, f: () => A): Effect.Effect<A, CoordinationError> =>
+const op = <A>(s: State, rec: SessionRec, f: () => A): Effect.Effect<A, Coordination.CoordinationError> =>
   step(s, () => {
     ensureLive(rec)
     return f()
@@ -325,8 +309,8 @@ const read = (s: State, path: string): NodeRec | undefined => {
 const multi = (
   s: State,
   rec: SessionRec,
-  ops: ReadonlyArray<Op>
-): Effect.Effect<ReadonlyArray<OpResult>, CoordinationError> => {
+  ops: ReadonlyArray<Coordination.Op>
+): Effect.Effect<ReadonlyArray<Coordination.OpResult>, Coordination.CoordinationError> => {
   let index: number | undefined
   return step(
     s,
@@ -334,7 +318,7 @@ const multi = (
       index = undefined
       ensureLive(rec)
       return transact(s, (tx) =>
-        ops.map((o, i): OpResult => {
+        ops.map((o, i): Coordination.OpResult => {
           index = i
           return applyOp(tx, o, rec.id)
         })
@@ -345,25 +329,25 @@ const multi = (
 }
 
 /** The `Session` of a session record. */
-const makeSession = (s: State, rec: SessionRec): Session => ({
+const makeSession = (s: State, rec: SessionRec): Coordination.Session => ({
   id: rec.id,
   timeout: rec.timeout,
   state: Effect.sync(() => rec.state),
   changes: Stream.fromPubSub(rec.states).pipe(Stream.takeUntil(isFinal)),
   ping: op(s, rec, () => undefined),
-  create: (path: string, data: Uint8Array, options?: CreateOptions) =>
+  create: (path: string, data: Uint8Array, options?: Coordination.CreateOptions) =>
     op(s, rec, () =>
       transact(s, (tx) => tx.create(path, data, options?.mode ?? "persistent", rec.id, options?.createParents ?? false))
     ),
   get: (path: string) =>
     op(s, rec, () => {
       const node = read(s, path)
-      return node === undefined ? fail(new NoNode({ path })) : nodeOf(node)
+      return node === undefined ? fail(new Coordination.NoNode({ path })) : nodeOf(node)
     }),
   exists: (path: string) =>
     op(s, rec, () => {
       const node = read(s, path)
-      return node === undefined ? Option.none<Stat>() : Option.some(statOf(node))
+      return node === undefined ? Option.none<Coordination.Stat>() : Option.some(statOf(node))
     }),
   set: (path: string, data: Uint8Array, version?: number) =>
     op(s, rec, () => transact(s, (tx) => tx.set(path, data, version))),
@@ -371,27 +355,36 @@ const makeSession = (s: State, rec: SessionRec): Session => ({
   children: (path: string) =>
     op(s, rec, () => {
       const node = read(s, path)
-      return node === undefined ? fail(new NoNode({ path })) : sortedChildren(node)
+      return node === undefined ? fail(new Coordination.NoNode({ path })) : sortedChildren(node)
     }),
-  multi: (ops: ReadonlyArray<Op>) => multi(s, rec, ops),
+  multi: (ops: ReadonlyArray<Coordination.Op>) => multi(s, rec, ops),
   watchNode: (path: string) =>
     op(s, rec, () => {
       const node = read(s, path)
-      return makeWatch(s, rec, "node", path, node === undefined ? Option.none<Node>() : Option.some(nodeOf(node)))
+      return makeWatch(
+        s,
+        rec,
+        "node",
+        path,
+        node === undefined ? Option.none<Coordination.Node>() : Option.some(nodeOf(node))
+      )
     }),
   watchChildren: (path: string) =>
     op(s, rec, () => {
       const node = read(s, path)
-      if (node === undefined) return fail(new NoNode({ path }))
+      if (node === undefined) return fail(new Coordination.NoNode({ path }))
       return makeWatch(s, rec, "children", path, sortedChildren(node))
     })
 })
 
 /** `Coordination.session`: a new connected session, closed with its scope. */
-const session = (s: State, sessionOptions?: SessionOptions): Effect.Effect<Session, CoordinationError, Scope.Scope> =>
+const session = (
+  s: State,
+  sessionOptions?: Coordination.SessionOptions
+): Effect.Effect<Coordination.Session, Coordination.CoordinationError, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.gen(function* () {
-      const states = yield* PubSub.unbounded<SessionState>({ replay: 1 })
+      const states = yield* PubSub.unbounded<Coordination.SessionState>({ replay: 1 })
       s.sessionCounter++
       const rec: SessionRec = {
         id: `0x${s.sessionCounter.toString(16).padStart(16, "0")}`,
@@ -416,7 +409,7 @@ const session = (s: State, sessionOptions?: SessionOptions): Effect.Effect<Sessi
   )
 
 /** The record of a session this service made (a defect for any other session). */
-const lookup = (s: State, session: Session): Effect.Effect<SessionRec> =>
+const lookup = (s: State, session: Coordination.Session): Effect.Effect<SessionRec> =>
   Effect.suspend(() => {
     const rec = s.records.get(session)
     return rec === undefined
@@ -425,7 +418,9 @@ const lookup = (s: State, session: Session): Effect.Effect<SessionRec> =>
   })
 
 /** Builds the in-memory coordination layer. */
-export const layer = (options?: MemoryCoordinationOptions): Layer.Layer<Coordination | CoordinationFaults> =>
+export const layer = (
+  options?: MemoryCoordinationOptions
+): Layer.Layer<Coordination.Coordination | Coordination.Faults> =>
   Layer.effectContext(
     Effect.gen(function* () {
       const s: State = {
@@ -439,12 +434,12 @@ export const layer = (options?: MemoryCoordinationOptions): Layer.Layer<Coordina
         records: new WeakMap(),
         outbox: []
       }
-      const faults: CoordinationFaultsShape = {
+      const faults: Coordination.FaultsShape = {
         expire: (session) => Effect.flatMap(lookup(s, session), (rec) => endEffect(s, rec, "expired")),
         disconnect: (session) => Effect.flatMap(lookup(s, session), (rec) => disconnect(s, rec)),
         reconnect: (session) => Effect.flatMap(lookup(s, session), (rec) => reconnect(s, rec))
       }
-      const coordination: CoordinationShape = { backend: "memory", session: (o) => session(s, o) }
-      return Context.make(Coordination, coordination).pipe(Context.add(CoordinationFaults, faults))
+      const coordination: Coordination.Shape = { backend: "memory", session: (o) => session(s, o) }
+      return Context.make(Coordination.Coordination, coordination).pipe(Context.add(Coordination.Faults, faults))
     })
   )

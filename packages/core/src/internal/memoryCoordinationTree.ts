@@ -5,8 +5,7 @@
  * synchronous; a failed check throws `Fail`, which the service turns into a
  * `CoordinationError`.
  */
-import type { CoordinationErrorReason, CreateMode, Node, Op, OpResult, Stat, WatchEvent } from "../Coordination.js"
-import { BadVersion, InvalidPath, NoChildrenForEphemerals, NodeExists, NoNode, NotEmpty } from "../Coordination.js"
+import * as Coordination from "../Coordination.js"
 import { invalidPath, join, nameOf, parentOf } from "../CoordinationPaths.js"
 
 /** One node as stored: immutable, replaced on every change. */
@@ -23,19 +22,20 @@ export interface NodeRec {
 
 /** A failure inside a synchronous step; turned into a `CoordinationError` at the edge. */
 export class Fail {
-  constructor(readonly reason: CoordinationErrorReason) {}
+  constructor(readonly reason: Coordination.ErrorReason) {}
 }
 
 /** Throws `Fail` (the step running it turns that into a `CoordinationError`). */
-export const fail = (reason: CoordinationErrorReason): never => {
+export const fail = (reason: Coordination.ErrorReason): never => {
   throw new Fail(reason)
 }
 
 const pad10 = (n: number): string => n.toString().padStart(10, "0")
 
-const isSequential = (mode: CreateMode): boolean => mode === "persistent-sequential" || mode === "ephemeral-sequential"
+const isSequential = (mode: Coordination.CreateMode): boolean =>
+  mode === "persistent-sequential" || mode === "ephemeral-sequential"
 
-const isEphemeral = (mode: CreateMode): boolean => mode === "ephemeral" || mode === "ephemeral-sequential"
+const isEphemeral = (mode: Coordination.CreateMode): boolean => mode === "ephemeral" || mode === "ephemeral-sequential"
 
 /** Throws `Fail` (as the other checks here do) when a path is invalid. */
 export const validatePath = (path: string, sequential = false): void => {
@@ -44,7 +44,7 @@ export const validatePath = (path: string, sequential = false): void => {
 }
 
 /** The public `Stat` of a node. */
-export const statOf = (rec: NodeRec): Stat => ({
+export const statOf = (rec: NodeRec): Coordination.Stat => ({
   version: rec.version,
   childrenVersion: rec.childrenVersion,
   ephemeralOwner: rec.ephemeralOwner,
@@ -53,7 +53,7 @@ export const statOf = (rec: NodeRec): Stat => ({
 })
 
 /** A node's data (a copy) and stat. */
-export const nodeOf = (rec: NodeRec): Node => ({ data: rec.data.slice(), stat: statOf(rec) })
+export const nodeOf = (rec: NodeRec): Coordination.Node => ({ data: rec.data.slice(), stat: statOf(rec) })
 
 /** A node's child names, sorted. */
 export const sortedChildren = (rec: NodeRec): ReadonlyArray<string> => Array.from(rec.children).sort()
@@ -65,7 +65,7 @@ export const sortedChildren = (rec: NodeRec): ReadonlyArray<string> => Array.fro
  */
 export class Tx {
   readonly writes = new Map<string, NodeRec | undefined>()
-  readonly events: Array<WatchEvent> = []
+  readonly events: Array<Coordination.WatchEvent> = []
   constructor(
     readonly tree: Map<string, NodeRec>,
     readonly order: number
@@ -77,11 +77,11 @@ export class Tx {
 
   require(path: string, reported: string = path): NodeRec {
     const rec = this.get(path)
-    return rec === undefined ? fail(new NoNode({ path: reported })) : rec
+    return rec === undefined ? fail(new Coordination.NoNode({ path: reported })) : rec
   }
 
   checkVersion(path: string, rec: NodeRec, version: number | undefined): void {
-    if (version !== undefined && rec.version !== version) fail(new BadVersion({ path, expected: version }))
+    if (version !== undefined && rec.version !== version) fail(new Coordination.BadVersion({ path, expected: version }))
   }
 
   check(path: string, version: number): void {
@@ -89,20 +89,20 @@ export class Tx {
     this.checkVersion(path, this.require(path), version)
   }
 
-  create(path: string, data: Uint8Array, mode: CreateMode, owner: string, createParents: boolean): string {
+  create(path: string, data: Uint8Array, mode: Coordination.CreateMode, owner: string, createParents: boolean): string {
     const sequential = isSequential(mode)
     validatePath(path, sequential)
-    if (!sequential && path === "/") return fail(new NodeExists({ path }))
+    if (!sequential && path === "/") return fail(new Coordination.NodeExists({ path }))
     const parentPath = parentOf(path)
     let parent = this.get(parentPath)
     if (parent === undefined) {
-      if (!createParents) return fail(new NoNode({ path }))
+      if (!createParents) return fail(new Coordination.NoNode({ path }))
       parent = this.createAncestors(parentPath)
     }
     const name = sequential ? nameOf(path) + pad10(parent.childrenVersion) : nameOf(path)
     const actual = join(parentPath, name)
-    if (this.get(actual) !== undefined) return fail(new NodeExists({ path: actual }))
-    if (parent.ephemeralOwner !== null) return fail(new NoChildrenForEphemerals({ path: parentPath }))
+    if (this.get(actual) !== undefined) return fail(new Coordination.NodeExists({ path: actual }))
+    if (parent.ephemeralOwner !== null) return fail(new Coordination.NoChildrenForEphemerals({ path: parentPath }))
     this.addChild(parentPath, parent, name, {
       data: data.slice(),
       version: 0,
@@ -121,7 +121,7 @@ export class Tx {
     if (existing !== undefined) return existing
     const parentPath = parentOf(path)
     const parent = this.createAncestors(parentPath)
-    if (parent.ephemeralOwner !== null) return fail(new NoChildrenForEphemerals({ path: parentPath }))
+    if (parent.ephemeralOwner !== null) return fail(new Coordination.NoChildrenForEphemerals({ path: parentPath }))
     const rec: NodeRec = {
       data: new Uint8Array(0),
       version: 0,
@@ -144,7 +144,7 @@ export class Tx {
     this.events.push({ _tag: "NodeCreated", path }, { _tag: "NodeChildrenChanged", path: parentPath })
   }
 
-  set(path: string, data: Uint8Array, version: number | undefined): Stat {
+  set(path: string, data: Uint8Array, version: number | undefined): Coordination.Stat {
     validatePath(path)
     const rec = this.require(path)
     this.checkVersion(path, rec, version)
@@ -156,10 +156,10 @@ export class Tx {
 
   delete(path: string, version: number | undefined): void {
     validatePath(path)
-    if (path === "/") fail(new InvalidPath({ path, detail: "the root cannot be deleted" }))
+    if (path === "/") fail(new Coordination.InvalidPath({ path, detail: "the root cannot be deleted" }))
     const rec = this.require(path)
     this.checkVersion(path, rec, version)
-    if (rec.children.size > 0) fail(new NotEmpty({ path }))
+    if (rec.children.size > 0) fail(new Coordination.NotEmpty({ path }))
     const parentPath = parentOf(path)
     const parent = this.require(parentPath)
     const children = new Set(parent.children)
@@ -171,7 +171,7 @@ export class Tx {
 }
 
 /** Applies one operation of a `multi` to a transaction. */
-export const applyOp = (tx: Tx, o: Op, owner: string): OpResult => {
+export const applyOp = (tx: Tx, o: Coordination.Op, owner: string): Coordination.OpResult => {
   if (o._tag === "check") {
     tx.check(o.path, o.version)
     return { _tag: "check" }

@@ -32,9 +32,8 @@
  *
  * @since 0.1.0
  */
+import * as Log from "../Log.js"
 import { Context, Effect, Layer } from "effect"
-import type { LogFaultsShape, LogShape } from "../Log.js"
-import { Log, LogFaults } from "../Log.js"
 import { compact, deleteRecords, ensureTopic, failAppends, offsets, recordsOf } from "./memoryLogAdmin.js"
 import { makeBroker } from "./memoryLogBroker.js"
 import { consumer } from "./memoryLogConsumer.js"
@@ -52,21 +51,21 @@ const DEFAULT_MAX_RECORD_BYTES = 1024 * 1024
 
 /** The in-memory log and its fault hooks. */
 export interface MemoryLog {
-  readonly log: LogShape
-  readonly faults: LogFaultsShape
+  readonly log: Log.Shape
+  readonly faults: Log.FaultsShape
 }
 
 /** The in-memory log as a layer providing `Log` and `LogFaults`. */
-export const layer = (options?: MemoryLogOptions): Layer.Layer<Log | LogFaults> =>
+export const layer = (options?: MemoryLogOptions): Layer.Layer<Log.Log | Log.Faults> =>
   Layer.effectContext(
-    Effect.map(make(options), ({ faults, log }) => Context.make(Log, log).pipe(Context.add(LogFaults, faults)))
+    Effect.map(make(options), ({ faults, log }) => Context.make(Log.Log, log).pipe(Context.add(Log.Faults, faults)))
   )
 
 /** Builds an in-memory log: one broker state, and the `Log` and `LogFaults` shapes over it. */
 export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
   Effect.sync(() => {
     const s = makeBroker(options?.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES)
-    const log: LogShape = {
+    const log: Log.Shape = {
       backend: "memory",
       ensureTopic: (spec) => ensureTopic(s, spec),
       produce: (record, produceOptions) => produce(s, record, produceOptions),
@@ -79,7 +78,7 @@ export const make = (options?: MemoryLogOptions): Effect.Effect<MemoryLog> =>
       consumer: (consumerOptions) => consumer(s, consumerOptions),
       groupConsumer: (consumerOptions) => groupConsumer(s, consumerOptions)
     }
-    const faults: LogFaultsShape = {
+    const faults: Log.FaultsShape = {
       compact: (tp, compactOptions) => compact(s, tp, compactOptions),
       records: (tp) => recordsOf(s, tp),
       failAppends: (topic, count) => failAppends(s, topic, count)

@@ -3,23 +3,21 @@
  * offsets, record deletion, and the `LogFaults` hooks (compaction, the records
  * held, injected append failures).
  */
+import * as Log from "../Log.js"
+import * as Models from "../Models.js"
 import { Effect, Schema } from "effect"
-import type { CompactOptions, LogError, LogRecord, PartitionOffsets, TopicSpec } from "../Log.js"
-import { logError, TopicMismatch } from "../Log.js"
-import type { TopicPartition } from "../Models.js"
-import { Topic } from "../Models.js"
 import type { Broker } from "./memoryLogBroker.js"
 import { lookup } from "./memoryLogBroker.js"
 import type { PartitionLog } from "./memoryLogPartition.js"
 import { checkOffset, indexAtOrAfter, invalid, makePartitionLog, outOfRange, wakeAll } from "./memoryLogPartition.js"
 
-const isTopicName = Schema.is(Topic)
+const isTopicName = Schema.is(Models.Topic)
 
 /** A key's identity in maps (its bytes as latin1 text). */
 const keyIdOf = (key: Uint8Array): string => Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("latin1")
 
 /** Why a topic spec is invalid, if it is. */
-const checkTopicSpec = (spec: TopicSpec): LogError | undefined => {
+const checkTopicSpec = (spec: Log.TopicSpec): Log.LogError | undefined => {
   if (!isTopicName(spec.topic) || spec.topic === "." || spec.topic === "..") {
     return invalid(`invalid topic name ${JSON.stringify(spec.topic)}`)
   }
@@ -34,7 +32,7 @@ const checkTopicSpec = (spec: TopicSpec): LogError | undefined => {
 }
 
 /** `Log.ensureTopic`: creates the topic, or checks an existing one has as many partitions. */
-export const ensureTopic = (s: Broker, spec: TopicSpec): Effect.Effect<void, LogError> =>
+export const ensureTopic = (s: Broker, spec: Log.TopicSpec): Effect.Effect<void, Log.LogError> =>
   Effect.suspend(() => {
     const bad = checkTopicSpec(spec)
     if (bad !== undefined) return Effect.fail(bad)
@@ -43,8 +41,8 @@ export const ensureTopic = (s: Broker, spec: TopicSpec): Effect.Effect<void, Log
       return existing.partitions.length === spec.partitions
         ? Effect.void
         : Effect.fail(
-            logError(
-              new TopicMismatch({
+            Log.logError(
+              new Log.TopicMismatch({
                 topic: spec.topic,
                 expectedPartitions: spec.partitions,
                 actualPartitions: existing.partitions.length
@@ -61,10 +59,10 @@ export const ensureTopic = (s: Broker, spec: TopicSpec): Effect.Effect<void, Log
 /** `Log.offsets`: log start and highwater of each partition (the highwater is also the last stable offset). */
 export const offsets = (
   s: Broker,
-  tps: ReadonlyArray<TopicPartition>
-): Effect.Effect<ReadonlyArray<PartitionOffsets>, LogError> =>
+  tps: ReadonlyArray<Models.TopicPartition>
+): Effect.Effect<ReadonlyArray<Log.PartitionOffsets>, Log.LogError> =>
   Effect.suspend(() => {
-    const out: Array<PartitionOffsets> = []
+    const out: Array<Log.PartitionOffsets> = []
     for (const tp of tps) {
       const log = lookup(s, tp.topic, tp.partition)
       if ("_tag" in log) return Effect.fail(log)
@@ -74,7 +72,11 @@ export const offsets = (
   })
 
 /** `Log.deleteRecords`: moves the log start up to `offset`, dropping the records below it. */
-export const deleteRecords = (s: Broker, tp: TopicPartition, offset: number): Effect.Effect<void, LogError> =>
+export const deleteRecords = (
+  s: Broker,
+  tp: Models.TopicPartition,
+  offset: number
+): Effect.Effect<void, Log.LogError> =>
   Effect.suspend(() => {
     const log = lookup(s, tp.topic, tp.partition)
     if ("_tag" in log) return Effect.fail(log)
@@ -92,9 +94,9 @@ export const deleteRecords = (s: Broker, tp: TopicPartition, offset: number): Ef
 /** `LogFaults.compact`: Kafka's log cleaner over the records below `until`; returns the removed offsets. */
 export const compact = (
   s: Broker,
-  tp: TopicPartition,
-  options?: CompactOptions
-): Effect.Effect<ReadonlyArray<number>, LogError> =>
+  tp: Models.TopicPartition,
+  options?: Log.CompactOptions
+): Effect.Effect<ReadonlyArray<number>, Log.LogError> =>
   Effect.suspend(() => {
     const log = lookup(s, tp.topic, tp.partition)
     if ("_tag" in log) return Effect.fail(log)
@@ -114,7 +116,7 @@ export const compact = (
     const last = log.highwater - 1
     const removeTombstones = options?.removeTombstones === true
     const removed: Array<number> = []
-    const kept: Array<LogRecord> = []
+    const kept: Array<Log.Record> = []
     for (let i = 0; i < log.records.length; i++) {
       const r = log.records[i]!
       const drop =
@@ -129,7 +131,10 @@ export const compact = (
   })
 
 /** `LogFaults.records`: a copy of the records a partition holds. */
-export const recordsOf = (s: Broker, tp: TopicPartition): Effect.Effect<ReadonlyArray<LogRecord>, LogError> =>
+export const recordsOf = (
+  s: Broker,
+  tp: Models.TopicPartition
+): Effect.Effect<ReadonlyArray<Log.Record>, Log.LogError> =>
   Effect.suspend(() => {
     const log = lookup(s, tp.topic, tp.partition)
     return "_tag" in log ? Effect.fail(log) : Effect.succeed(log.records.slice())

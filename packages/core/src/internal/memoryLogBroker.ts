@@ -3,9 +3,8 @@
  * their partitions, consumer groups and their members, transactional epochs and
  * the injected append failures; plus partition lookup.
  */
+import * as Log from "../Log.js"
 import type { Cause, Queue } from "effect"
-import type { GroupConsumer, GroupEvent, LogError } from "../Log.js"
-import { logError, UnknownPartition, UnknownTopic } from "../Log.js"
 import type { Fetcher } from "./memoryLogFetcher.js"
 import type { PartitionLog, TopicState } from "./memoryLogPartition.js"
 import { invalid } from "./memoryLogPartition.js"
@@ -15,7 +14,7 @@ export interface Member {
   readonly id: string
   readonly topics: ReadonlySet<string>
   readonly fetcher: Fetcher
-  readonly events: Queue.Queue<GroupEvent, LogError | Cause.Done>
+  readonly events: Queue.Queue<Log.GroupEvent, Log.LogError | Cause.Done>
 }
 
 /** A consumer group: its members and committed offsets. */
@@ -46,7 +45,7 @@ export interface Broker {
   /** The newest epoch of each transactional id: a producer of an older epoch is fenced. */
   readonly epochs: Map<string, number>
   /** Each group consumer this log made, with its group and member (a commit's offsets are checked against them). */
-  readonly members: WeakMap<GroupConsumer, GroupConsumerOf>
+  readonly members: WeakMap<Log.GroupConsumer, GroupConsumerOf>
 }
 
 /** An empty broker. */
@@ -61,15 +60,16 @@ export const makeBroker = (maxRecordBytes: number): Broker => ({
 })
 
 /** The topic, or `UnknownTopic`. */
-export const lookupTopic = (s: Broker, topic: string): TopicState | LogError =>
-  s.topics.get(topic) ?? logError(new UnknownTopic({ topic }))
+export const lookupTopic = (s: Broker, topic: string): TopicState | Log.LogError =>
+  s.topics.get(topic) ?? Log.logError(new Log.UnknownTopic({ topic }))
 
 /** The partition, or why there is none (`UnknownTopic`, `InvalidRequest`, `UnknownPartition`). */
-export const lookup = (s: Broker, topic: string, partition: number): PartitionLog | LogError => {
+export const lookup = (s: Broker, topic: string, partition: number): PartitionLog | Log.LogError => {
   const t = lookupTopic(s, topic)
   if ("_tag" in t) return t
   if (!Number.isSafeInteger(partition)) return invalid(`partition must be an integer, got ${partition}`)
   return (
-    t.partitions[partition] ?? logError(new UnknownPartition({ topic, partition, partitions: t.partitions.length }))
+    t.partitions[partition] ??
+    Log.logError(new Log.UnknownPartition({ topic, partition, partitions: t.partitions.length }))
   )
 }

@@ -2,12 +2,10 @@
  * The in-memory log's changelog consumer (no group, manual assignment), and its
  * `seek` and `position`, which group consumers share.
  */
+import * as Log from "../Log.js"
+import * as Models from "../Models.js"
 import type { Scope } from "effect"
 import { Effect, Stream } from "effect"
-import type { ConsumerOptions, LogConsumer, LogError } from "../Log.js"
-import { logError, NotAssigned } from "../Log.js"
-import type { TopicPartition } from "../Models.js"
-import { tpKey } from "../Models.js"
 import type { Broker } from "./memoryLogBroker.js"
 import { lookup } from "./memoryLogBroker.js"
 import type { Assigned, Fetcher } from "./memoryLogFetcher.js"
@@ -27,7 +25,7 @@ import type { PartitionLog } from "./memoryLogPartition.js"
 import { checkOffset, outOfRange, wakeAll } from "./memoryLogPartition.js"
 
 /** The partitions named, or the first one that does not exist. */
-const resolve = (s: Broker, tps: ReadonlyArray<TopicPartition>): Array<PartitionLog> | LogError => {
+const resolve = (s: Broker, tps: ReadonlyArray<Models.TopicPartition>): Array<PartitionLog> | Log.LogError => {
   const out: Array<PartitionLog> = []
   for (const tp of tps) {
     const log = lookup(s, tp.topic, tp.partition)
@@ -38,22 +36,22 @@ const resolve = (s: Broker, tps: ReadonlyArray<TopicPartition>): Array<Partition
 }
 
 /** The fetcher's entry of an assigned partition; `NotAssigned` for an existing partition it does not hold. */
-const entryOf = (s: Broker, f: Fetcher, tp: TopicPartition): Assigned | LogError => {
-  const e = f.assigned.get(tpKey(tp))
+const entryOf = (s: Broker, f: Fetcher, tp: Models.TopicPartition): Assigned | Log.LogError => {
+  const e = f.assigned.get(Models.tpKey(tp))
   if (e !== undefined) return e
   const log = lookup(s, tp.topic, tp.partition)
   if ("_tag" in log) return log
-  return logError(new NotAssigned({ topic: log.topic, partition: log.partition }))
+  return Log.logError(new Log.NotAssigned({ topic: log.topic, partition: log.partition }))
 }
 
 /** `LogConsumer.assign`: adds the partitions not yet assigned, each at its log start. */
-const assign = (s: Broker, f: Fetcher, tps: ReadonlyArray<TopicPartition>): Effect.Effect<void, LogError> =>
+const assign = (s: Broker, f: Fetcher, tps: ReadonlyArray<Models.TopicPartition>): Effect.Effect<void, Log.LogError> =>
   ifOpen(f, () => {
     const logs = resolve(s, tps)
     if ("_tag" in logs) return Effect.fail(logs)
     for (const log of logs) {
       const tp = { topic: log.topic, partition: log.partition }
-      const key = tpKey(tp)
+      const key = Models.tpKey(tp)
       if (!f.assigned.has(key)) addAssigned(f, { tp, key, log, position: log.logStart, paused: false })
     }
     wakeAll(f.wakers)
@@ -61,17 +59,26 @@ const assign = (s: Broker, f: Fetcher, tps: ReadonlyArray<TopicPartition>): Effe
   })
 
 /** `LogConsumer.unassign`: removes the partitions (all must exist). */
-const unassign = (s: Broker, f: Fetcher, tps: ReadonlyArray<TopicPartition>): Effect.Effect<void, LogError> =>
+const unassign = (
+  s: Broker,
+  f: Fetcher,
+  tps: ReadonlyArray<Models.TopicPartition>
+): Effect.Effect<void, Log.LogError> =>
   ifOpen(f, () => {
     const logs = resolve(s, tps)
     if ("_tag" in logs) return Effect.fail(logs)
-    removeAssigned(f, new Set(tps.map(tpKey)))
+    removeAssigned(f, new Set(tps.map(Models.tpKey)))
     wakeAll(f.wakers)
     return Effect.void
   })
 
 /** `seek` of plain and group consumers: checked eagerly against the partition's current bounds. */
-export const seek = (s: Broker, f: Fetcher, tp: TopicPartition, offset: number): Effect.Effect<void, LogError> =>
+export const seek = (
+  s: Broker,
+  f: Fetcher,
+  tp: Models.TopicPartition,
+  offset: number
+): Effect.Effect<void, Log.LogError> =>
   ifOpen(f, () => {
     const e = entryOf(s, f, tp)
     if ("_tag" in e) return Effect.fail(e)
@@ -84,14 +91,14 @@ export const seek = (s: Broker, f: Fetcher, tp: TopicPartition, offset: number):
   })
 
 /** `position` of plain and group consumers. */
-export const position = (s: Broker, f: Fetcher, tp: TopicPartition): Effect.Effect<number, LogError> =>
+export const position = (s: Broker, f: Fetcher, tp: Models.TopicPartition): Effect.Effect<number, Log.LogError> =>
   ifOpen(f, () => {
     const e = entryOf(s, f, tp)
     return "_tag" in e ? Effect.fail(e) : Effect.succeed(e.position)
   })
 
 /** The `LogConsumer` over a fetcher. */
-const makeConsumer = (s: Broker, f: Fetcher): LogConsumer => ({
+const makeConsumer = (s: Broker, f: Fetcher): Log.Consumer => ({
   assign: (tps) => assign(s, f, tps),
   unassign: (tps) => unassign(s, f, tps),
   assignment: Effect.sync(() => assignmentOf(f)),
@@ -104,7 +111,10 @@ const makeConsumer = (s: Broker, f: Fetcher): LogConsumer => ({
 })
 
 /** `Log.consumer`: a changelog consumer, closed with its scope. */
-export const consumer = (s: Broker, options?: ConsumerOptions): Effect.Effect<LogConsumer, LogError, Scope.Scope> =>
+export const consumer = (
+  s: Broker,
+  options?: Log.ConsumerOptions
+): Effect.Effect<Log.Consumer, Log.LogError, Scope.Scope> =>
   Effect.suspend(() => {
     const max = checkMaxBatch(options)
     if (typeof max === "object") return Effect.fail(max)

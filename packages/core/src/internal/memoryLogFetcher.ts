@@ -3,10 +3,9 @@
  * consumers: its assigned partitions with their positions, fair rotation over
  * them, pause/resume, and fetches that wait on wake-up callbacks (no polling).
  */
+import type * as Log from "../Log.js"
+import * as Models from "../Models.js"
 import { Effect } from "effect"
-import type { ConsumerOptions, LogBatch, LogError } from "../Log.js"
-import type { TopicPartition } from "../Models.js"
-import { tpCompare, tpKey } from "../Models.js"
 import type { PartitionLog, Waker } from "./memoryLogPartition.js"
 import { closedError, indexAtOrAfter, invalid, outOfRange, wakeAll } from "./memoryLogPartition.js"
 
@@ -14,7 +13,7 @@ const DEFAULT_MAX_BATCH_RECORDS = 1000
 
 /** One partition assigned to a consumer. */
 export interface Assigned {
-  readonly tp: TopicPartition
+  readonly tp: Models.TopicPartition
   readonly key: string
   readonly log: PartitionLog
   /** The next offset to read. */
@@ -47,17 +46,18 @@ export const makeFetcher = (what: string, maxBatchRecords: number): Fetcher => (
 })
 
 /** The consumer's `maxBatchRecords`, or why it is invalid. */
-export const checkMaxBatch = (options: ConsumerOptions | undefined): number | LogError => {
+export const checkMaxBatch = (options: Log.ConsumerOptions | undefined): number | Log.LogError => {
   const max = options?.maxBatchRecords ?? DEFAULT_MAX_BATCH_RECORDS
   if (!Number.isSafeInteger(max) || max < 1) return invalid(`maxBatchRecords must be an integer ≥ 1, got ${max}`)
   return max
 }
 
 /** Partitions in `tpCompare` order. */
-export const sortTps = (tps: Iterable<TopicPartition>): Array<TopicPartition> => Array.from(tps).sort(tpCompare)
+export const sortTps = (tps: Iterable<Models.TopicPartition>): Array<Models.TopicPartition> =>
+  Array.from(tps).sort(Models.tpCompare)
 
 /** Runs `body` unless the fetcher is closed (then fails with `LogClosed`). */
-export const ifOpen = <A>(f: Fetcher, body: () => Effect.Effect<A, LogError>): Effect.Effect<A, LogError> =>
+export const ifOpen = <A>(f: Fetcher, body: () => Effect.Effect<A, Log.LogError>): Effect.Effect<A, Log.LogError> =>
   Effect.suspend(() => (f.closed ? Effect.fail(closedError(f.what)) : body()))
 
 /** Adds a partition at the end of the rotation. */
@@ -75,17 +75,18 @@ export const removeAssigned = (f: Fetcher, keys: ReadonlySet<string>): void => {
 }
 
 /** The assigned partitions, sorted. */
-export const assignmentOf = (f: Fetcher): Array<TopicPartition> => sortTps(f.order.map((e) => e.tp))
+export const assignmentOf = (f: Fetcher): Array<Models.TopicPartition> => sortTps(f.order.map((e) => e.tp))
 
 /** The paused partitions, sorted. */
-export const pausedOf = (f: Fetcher): Array<TopicPartition> => sortTps(f.order.filter((e) => e.paused).map((e) => e.tp))
+export const pausedOf = (f: Fetcher): Array<Models.TopicPartition> =>
+  sortTps(f.order.filter((e) => e.paused).map((e) => e.tp))
 
 /** Pauses or resumes assigned partitions (others are ignored). */
-export const setPaused = (f: Fetcher, tps: ReadonlyArray<TopicPartition>, paused: boolean): void => {
+export const setPaused = (f: Fetcher, tps: ReadonlyArray<Models.TopicPartition>, paused: boolean): void => {
   if (f.closed) return
   let changed = false
   for (const tp of tps) {
-    const e = f.assigned.get(tpKey(tp))
+    const e = f.assigned.get(Models.tpKey(tp))
     if (e !== undefined && e.paused !== paused) {
       e.paused = paused
       changed = true
@@ -108,7 +109,7 @@ export const closeFetcher = (f: Fetcher): void => {
  * Takes one batch if any assigned, non-paused partition has records; fails when
  * a position fell below its log start; `undefined` when there is nothing to read.
  */
-const tryFetch = (f: Fetcher): LogBatch | LogError | undefined => {
+const tryFetch = (f: Fetcher): Log.Batch | Log.LogError | undefined => {
   if (f.closed) return closedError(f.what)
   const n = f.order.length
   for (let i = 0; i < n; i++) {
@@ -159,8 +160,8 @@ const awaitChange = (f: Fetcher): Effect.Effect<void> =>
   })
 
 /** One fetch: a batch as soon as one is available; waits (without polling) until then. */
-export const fetchBatch = (f: Fetcher): Effect.Effect<LogBatch, LogError> => {
-  const loop: Effect.Effect<LogBatch, LogError> = Effect.suspend(() => {
+export const fetchBatch = (f: Fetcher): Effect.Effect<Log.Batch, Log.LogError> => {
+  const loop: Effect.Effect<Log.Batch, Log.LogError> = Effect.suspend(() => {
     const r = tryFetch(f)
     if (r === undefined) return Effect.flatMap(awaitChange(f), () => loop)
     return "_tag" in r ? Effect.fail(r) : Effect.succeed(r)

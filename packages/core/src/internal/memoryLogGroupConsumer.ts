@@ -3,11 +3,10 @@
  * rebalance that runs at once on either (revocations announced before
  * assignments), committed offsets and the group's membership.
  */
+import type * as Log from "../Log.js"
+import * as Models from "../Models.js"
 import type { Cause, Scope } from "effect"
 import { Effect, Queue, Stream } from "effect"
-import type { GroupConsumer, GroupConsumerOptions, GroupEvent, GroupMembership, LogError } from "../Log.js"
-import type { TopicPartition, TopicPartitionOffset } from "../Models.js"
-import { tpCompare, tpKey } from "../Models.js"
 import type { Broker, Group, Member } from "./memoryLogBroker.js"
 import { lookup, lookupTopic } from "./memoryLogBroker.js"
 import { position, seek } from "./memoryLogConsumer.js"
@@ -30,19 +29,19 @@ import { checkOffset, invalid, wakeAll } from "./memoryLogPartition.js"
 const byMemberId = (a: Member, b: Member): number => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)
 
 /** Round-robin over sorted partitions and sorted members, skipping members not subscribed to a topic. */
-const computeAssignment = (s: Broker, group: Group): Map<Member, Array<TopicPartition>> => {
-  const result = new Map<Member, Array<TopicPartition>>()
+const computeAssignment = (s: Broker, group: Group): Map<Member, Array<Models.TopicPartition>> => {
+  const result = new Map<Member, Array<Models.TopicPartition>>()
   const members = [...group.members].sort(byMemberId)
   for (const m of members) result.set(m, [])
   if (members.length === 0) return result
   const topicNames = new Set<string>()
   for (const m of members) for (const t of m.topics) topicNames.add(t)
-  const tps: Array<TopicPartition> = []
+  const tps: Array<Models.TopicPartition> = []
   for (const name of topicNames) {
     const t = s.topics.get(name)
     if (t !== undefined) for (const p of t.partitions) tps.push({ topic: name, partition: p.partition })
   }
-  tps.sort(tpCompare)
+  tps.sort(Models.tpCompare)
   let k = 0
   for (const tp of tps) {
     for (let tries = 0; tries < members.length; tries++) {
@@ -59,7 +58,7 @@ const computeAssignment = (s: Broker, group: Group): Map<Member, Array<TopicPart
 
 /** Where a newly assigned partition starts: its committed offset clamped to `[logStart, highwater]`. */
 const startOffset = (group: Group, log: PartitionLog): number => {
-  const c = group.committed.get(tpKey(log))
+  const c = group.committed.get(Models.tpKey(log))
   if (c === undefined) return log.logStart
   return Math.min(Math.max(c, log.logStart), log.highwater)
 }
@@ -67,21 +66,21 @@ const startOffset = (group: Group, log: PartitionLog): number => {
 /** Recomputes the group's assignment; revocations are applied and announced before assignments. */
 const rebalance = (s: Broker, group: Group): void => {
   const target = computeAssignment(s, group)
-  const added: Array<[Member, Array<TopicPartition>]> = []
+  const added: Array<[Member, Array<Models.TopicPartition>]> = []
   for (const [m, tps] of target) {
-    const keys = new Set(tps.map(tpKey))
+    const keys = new Set(tps.map(Models.tpKey))
     const revoked = m.fetcher.order.filter((e) => !keys.has(e.key)).map((e) => e.tp)
     if (revoked.length > 0) {
-      removeAssigned(m.fetcher, new Set(revoked.map(tpKey)))
+      removeAssigned(m.fetcher, new Set(revoked.map(Models.tpKey)))
       Queue.offerUnsafe(m.events, { _tag: "Revoked", partitions: sortTps(revoked) })
     }
-    added.push([m, tps.filter((tp) => !m.fetcher.assigned.has(tpKey(tp)))])
+    added.push([m, tps.filter((tp) => !m.fetcher.assigned.has(Models.tpKey(tp)))])
   }
   for (const [m, tps] of added) {
     if (tps.length === 0) continue
     for (const tp of tps) {
       const log = s.topics.get(tp.topic)!.partitions[tp.partition]!
-      addAssigned(m.fetcher, { tp, key: tpKey(tp), log, position: startOffset(group, log), paused: false })
+      addAssigned(m.fetcher, { tp, key: Models.tpKey(tp), log, position: startOffset(group, log), paused: false })
     }
     Queue.offerUnsafe(m.events, { _tag: "Assigned", partitions: sortTps(tps) })
     wakeAll(m.fetcher.wakers)
@@ -91,9 +90,9 @@ const rebalance = (s: Broker, group: Group): void => {
 /** Adds a member to its group (creating the group) and rebalances. */
 const join = (
   s: Broker,
-  options: GroupConsumerOptions,
+  options: Log.GroupConsumerOptions,
   maxBatchRecords: number,
-  events: Queue.Queue<GroupEvent, LogError | Cause.Done>
+  events: Queue.Queue<Log.GroupEvent, Log.LogError | Cause.Done>
 ): Member => {
   let group = s.groups.get(options.groupId)
   if (group === undefined) {
@@ -127,8 +126,8 @@ const commit = (
   s: Broker,
   group: Group,
   m: Member,
-  entries: ReadonlyArray<TopicPartitionOffset>
-): Effect.Effect<void, LogError> =>
+  entries: ReadonlyArray<Models.TopicPartitionOffset>
+): Effect.Effect<void, Log.LogError> =>
   ifOpen(m.fetcher, () => {
     for (const e of entries) {
       const log = lookup(s, e.topic, e.partition)
@@ -137,7 +136,7 @@ const commit = (
       if (bad !== undefined) return Effect.fail(bad)
       if (e.offset < 0) return Effect.fail(invalid(`a committed offset must be ≥ 0, got ${e.offset}`))
     }
-    for (const e of entries) group.committed.set(tpKey(e), e.offset)
+    for (const e of entries) group.committed.set(Models.tpKey(e), e.offset)
     return Effect.void
   })
 
@@ -146,21 +145,21 @@ const committed = (
   s: Broker,
   group: Group,
   m: Member,
-  tps: ReadonlyArray<TopicPartition>
-): Effect.Effect<ReadonlyArray<TopicPartitionOffset>, LogError> =>
+  tps: ReadonlyArray<Models.TopicPartition>
+): Effect.Effect<ReadonlyArray<Models.TopicPartitionOffset>, Log.LogError> =>
   ifOpen(m.fetcher, () => {
-    const out: Array<TopicPartitionOffset> = []
+    const out: Array<Models.TopicPartitionOffset> = []
     for (const tp of tps) {
       const log = lookup(s, tp.topic, tp.partition)
       if ("_tag" in log) return Effect.fail(log)
-      const offset = group.committed.get(tpKey(tp))
+      const offset = group.committed.get(Models.tpKey(tp))
       if (offset !== undefined) out.push({ topic: log.topic, partition: log.partition, offset })
     }
     return Effect.succeed(out)
   })
 
 /** `GroupConsumer.membership`: rebalances run at once here, so every member's fetcher holds its current share. */
-const membership = (group: Group, m: Member): Effect.Effect<GroupMembership, LogError> =>
+const membership = (group: Group, m: Member): Effect.Effect<Log.GroupMembership, Log.LogError> =>
   ifOpen(m.fetcher, () =>
     Effect.succeed({
       memberId: m.id,
@@ -171,7 +170,7 @@ const membership = (group: Group, m: Member): Effect.Effect<GroupMembership, Log
   )
 
 /** The `GroupConsumer` of a member; `seek` and `position` work as a plain consumer's on its fetcher. */
-const makeGroupConsumer = (s: Broker, group: Group, m: Member): GroupConsumer => {
+const makeGroupConsumer = (s: Broker, group: Group, m: Member): Log.GroupConsumer => {
   const f = m.fetcher
   return {
     events: Stream.fromQueue(m.events),
@@ -188,7 +187,7 @@ const makeGroupConsumer = (s: Broker, group: Group, m: Member): GroupConsumer =>
 }
 
 /** Why a group consumer cannot be made with these options, if it cannot; else its `maxBatchRecords`. */
-const checkGroupOptions = (s: Broker, options: GroupConsumerOptions): number | LogError => {
+const checkGroupOptions = (s: Broker, options: Log.GroupConsumerOptions): number | Log.LogError => {
   const max = checkMaxBatch(options)
   if (typeof max === "object") return max
   if (typeof options.groupId !== "string" || options.groupId.length === 0) {
@@ -205,13 +204,13 @@ const checkGroupOptions = (s: Broker, options: GroupConsumerOptions): number | L
 /** `Log.groupConsumer`: joins the group now and leaves it when the scope closes. */
 export const groupConsumer = (
   s: Broker,
-  options: GroupConsumerOptions
-): Effect.Effect<GroupConsumer, LogError, Scope.Scope> =>
+  options: Log.GroupConsumerOptions
+): Effect.Effect<Log.GroupConsumer, Log.LogError, Scope.Scope> =>
   Effect.suspend(() => {
     const max = checkGroupOptions(s, options)
     if (typeof max === "object") return Effect.fail(max)
     return Effect.acquireRelease(
-      Effect.flatMap(Queue.unbounded<GroupEvent, LogError | Cause.Done>(), (events) =>
+      Effect.flatMap(Queue.unbounded<Log.GroupEvent, Log.LogError | Cause.Done>(), (events) =>
         Effect.sync(() => join(s, options, max, events))
       ),
       (m) => Effect.sync(() => leave(s, options.groupId, m))

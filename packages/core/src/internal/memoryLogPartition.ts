@@ -3,9 +3,8 @@
  * fetches waiting on it), the offset search over its records, and the
  * `LogError` helpers every module of the memory log shares.
  */
-import { OffsetOutOfRange } from "../Errors.js"
-import type { LogError, LogRecord } from "../Log.js"
-import { InvalidRequest, LogClosed, logError } from "../Log.js"
+import * as Errors from "../Errors.js"
+import * as Log from "../Log.js"
 
 /** A one-shot wake-up callback of a waiting fetch. */
 export type Waker = () => void
@@ -15,7 +14,7 @@ export interface PartitionLog {
   readonly topic: string
   readonly partition: number
   /** The records held, in offset order: `[logStart, highwater)` with gaps where compaction removed records. */
-  records: Array<LogRecord>
+  records: Array<Log.Record>
   logStart: number
   highwater: number
   /** Fetches waiting for this partition to grow. */
@@ -41,15 +40,15 @@ export const makePartitionLog = (topic: string, partition: number): PartitionLog
 })
 
 /** An `InvalidRequest` log error. */
-export const invalid = (detail: string): LogError => logError(new InvalidRequest({ detail }))
+export const invalid = (detail: string): Log.LogError => Log.logError(new Log.InvalidRequest({ detail }))
 
 /** A `LogClosed` log error for the closed `what`. */
-export const closedError = (what: string): LogError => logError(new LogClosed({ what }))
+export const closedError = (what: string): Log.LogError => Log.logError(new Log.Closed({ what }))
 
 /** An `OffsetOutOfRange` log error for `offset` of a partition, with its current bounds. */
-export const outOfRange = (log: PartitionLog, offset: number): LogError =>
-  logError(
-    new OffsetOutOfRange({
+export const outOfRange = (log: PartitionLog, offset: number): Log.LogError =>
+  Log.logError(
+    new Errors.OffsetOutOfRange({
       topic: log.topic,
       partition: log.partition,
       offset,
@@ -59,7 +58,7 @@ export const outOfRange = (log: PartitionLog, offset: number): LogError =>
   )
 
 /** Why `offset` is not a valid offset, if it is not. */
-export const checkOffset = (offset: number): LogError | undefined =>
+export const checkOffset = (offset: number): Log.LogError | undefined =>
   Number.isSafeInteger(offset) ? undefined : invalid(`offset must be an integer, got ${offset}`)
 
 /** Calls every waker registered now (each unregisters itself when called). */
@@ -69,7 +68,7 @@ export const wakeAll = (wakers: Set<Waker>): void => {
 }
 
 /** The index of the first record at or after `offset` (`records.length` when there is none). */
-export const indexAtOrAfter = (records: ReadonlyArray<LogRecord>, offset: number): number => {
+export const indexAtOrAfter = (records: ReadonlyArray<Log.Record>, offset: number): number => {
   let lo = 0
   let hi = records.length
   while (lo < hi) {

@@ -3,24 +3,23 @@
  * whole or not at all), `produce`/`produceBatch`, and the pipelined producer
  * whose first failure is sticky.
  */
+import * as Log from "../Log.js"
 import type { Scope } from "effect"
 import { Clock, Effect } from "effect"
-import type { Acks, Header, LogError, LogProducer, ProduceOptions, ProducerOptions, ProducerRecord } from "../Log.js"
-import { LogIoError, logError, RecordTooLarge } from "../Log.js"
 import type { Broker } from "./memoryLogBroker.js"
 import { lookup } from "./memoryLogBroker.js"
 import type { PartitionLog } from "./memoryLogPartition.js"
 import { closedError, invalid, wakeAll } from "./memoryLogPartition.js"
 
 /** The `acks` option, or why it is invalid. */
-const checkAcks = (options: ProduceOptions | undefined): Acks | LogError => {
+const checkAcks = (options: Log.ProduceOptions | undefined): Log.Acks | Log.LogError => {
   const acks = options?.acks ?? "all"
   if (acks !== 0 && acks !== 1 && acks !== "all") return invalid(`acks must be 0, 1 or "all", got ${String(acks)}`)
   return acks
 }
 
 /** A record's size as `maxRecordBytes` counts it: key, value, header keys (UTF-8) and values. */
-const recordSize = (record: ProducerRecord): number => {
+const recordSize = (record: Log.ProducerRecord): number => {
   let size = (record.key?.byteLength ?? 0) + (record.value?.byteLength ?? 0)
   if (record.headers !== undefined) {
     for (const h of record.headers) size += Buffer.byteLength(h.key, "utf8") + h.value.byteLength
@@ -29,21 +28,22 @@ const recordSize = (record: ProducerRecord): number => {
 }
 
 /** The partition a record goes to, or why the log cannot take it. */
-const validateRecord = (s: Broker, record: ProducerRecord): PartitionLog | LogError => {
+const validateRecord = (s: Broker, record: Log.ProducerRecord): PartitionLog | Log.LogError => {
   const log = lookup(s, record.topic, record.partition)
   if ("_tag" in log) return log
   if (record.timestamp !== undefined && !Number.isFinite(record.timestamp)) {
     return invalid(`timestamp must be a finite number, got ${record.timestamp}`)
   }
   const size = recordSize(record)
-  if (size > s.maxRecordBytes) return logError(new RecordTooLarge({ topic: record.topic, size, max: s.maxRecordBytes }))
+  if (size > s.maxRecordBytes)
+    return Log.logError(new Log.RecordTooLarge({ topic: record.topic, size, max: s.maxRecordBytes }))
   return log
 }
 
 /** Appends a copy of the record at the highwater and returns its offset. */
-const append = (log: PartitionLog, record: ProducerRecord, now: number): number => {
+const append = (log: PartitionLog, record: Log.ProducerRecord, now: number): number => {
   const offset = log.highwater
-  const headers: ReadonlyArray<Header> =
+  const headers: ReadonlyArray<Log.Header> =
     record.headers === undefined ? [] : record.headers.map((h) => ({ key: h.key, value: h.value.slice() }))
   log.records.push({
     topic: log.topic,
@@ -59,7 +59,10 @@ const append = (log: PartitionLog, record: ProducerRecord, now: number): number 
 }
 
 /** The partition logs of a batch's records, or the first record's problem. */
-export const validateAll = (s: Broker, records: ReadonlyArray<ProducerRecord>): Array<PartitionLog> | LogError => {
+export const validateAll = (
+  s: Broker,
+  records: ReadonlyArray<Log.ProducerRecord>
+): Array<PartitionLog> | Log.LogError => {
   const logs: Array<PartitionLog> = []
   for (const record of records) {
     const log = validateRecord(s, record)
@@ -72,18 +75,18 @@ export const validateAll = (s: Broker, records: ReadonlyArray<ProducerRecord>): 
 /** Appends a checked batch whole, unless a pending fault refuses it (then nothing). */
 export const appendChecked = (
   s: Broker,
-  records: ReadonlyArray<ProducerRecord>,
+  records: ReadonlyArray<Log.ProducerRecord>,
   logs: ReadonlyArray<PartitionLog>,
-  acks: Acks,
+  acks: Log.Acks,
   now: number
-): ReadonlyArray<number> | LogError => {
+): ReadonlyArray<number> | Log.LogError => {
   for (const topic of new Set(records.map((r) => r.topic))) {
     const left = s.failing.get(topic) ?? 0
     if (left > 0) {
       if (left === 1) s.failing.delete(topic)
       else s.failing.set(topic, left - 1)
-      return logError(
-        new LogIoError({ operation: "produce", detail: `injected append failure on ${topic}`, retryable: true })
+      return Log.logError(
+        new Log.IoError({ operation: "produce", detail: `injected append failure on ${topic}`, retryable: true })
       )
     }
   }
@@ -102,9 +105,9 @@ export const appendChecked = (
 /** `Log.produceBatch`: every record is checked first, then the batch is appended entirely or not at all. */
 export const produceBatch = (
   s: Broker,
-  records: ReadonlyArray<ProducerRecord>,
-  options?: ProduceOptions
-): Effect.Effect<ReadonlyArray<number>, LogError> =>
+  records: ReadonlyArray<Log.ProducerRecord>,
+  options?: Log.ProduceOptions
+): Effect.Effect<ReadonlyArray<number>, Log.LogError> =>
   Effect.flatMap(Clock.currentTimeMillis, (now) =>
     Effect.suspend(() => {
       const acks = checkAcks(options)
@@ -117,14 +120,17 @@ export const produceBatch = (
   )
 
 /** `Log.produce`: a batch of one record. */
-export const produce = (s: Broker, record: ProducerRecord, options?: ProduceOptions): Effect.Effect<number, LogError> =>
-  Effect.map(produceBatch(s, [record], options), (offsets) => offsets[0]!)
+export const produce = (
+  s: Broker,
+  record: Log.ProducerRecord,
+  options?: Log.ProduceOptions
+): Effect.Effect<number, Log.LogError> => Effect.map(produceBatch(s, [record], options), (offsets) => offsets[0]!)
 
 /** The state of one pipelined producer. */
 interface ProducerState {
-  readonly acks: Acks
+  readonly acks: Log.Acks
   /** The first refused append: it stops the producer for good. */
-  failure: LogError | undefined
+  failure: Log.LogError | undefined
   closed: boolean
 }
 
@@ -132,10 +138,10 @@ interface ProducerState {
 const send = (
   s: Broker,
   p: ProducerState,
-  records: ReadonlyArray<ProducerRecord>
-): Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError> =>
+  records: ReadonlyArray<Log.ProducerRecord>
+): Effect.Effect<Effect.Effect<ReadonlyArray<number>, Log.LogError>, Log.LogError> =>
   Effect.flatMap(Clock.currentTimeMillis, (now) =>
-    Effect.suspend((): Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError> => {
+    Effect.suspend((): Effect.Effect<Effect.Effect<ReadonlyArray<number>, Log.LogError>, Log.LogError> => {
       if (p.closed) return Effect.fail(closedError("memory producer"))
       if (p.failure !== undefined) return Effect.fail(p.failure)
       // A record the log cannot take fails this call only; a refused append stops the producer.
@@ -151,12 +157,15 @@ const send = (
   )
 
 /** `Log.producer`: a producer whose sends append at once; an injected append failure stops it for good. */
-export const producer = (s: Broker, options?: ProducerOptions): Effect.Effect<LogProducer, LogError, Scope.Scope> =>
+export const producer = (
+  s: Broker,
+  options?: Log.ProducerOptions
+): Effect.Effect<Log.Producer, Log.LogError, Scope.Scope> =>
   Effect.suspend(() => {
     const acks = checkAcks(options)
     if (typeof acks === "object") return Effect.fail(acks)
     const p: ProducerState = { acks, failure: undefined, closed: false }
-    const shape: LogProducer = {
+    const shape: Log.Producer = {
       send: (records) => send(s, p, records),
       flush: Effect.suspend(() => (p.failure === undefined ? Effect.void : Effect.fail(p.failure))),
       failure: Effect.sync(() => p.failure)

@@ -3,17 +3,10 @@
  * appends them, with the group's source offsets, all at once; a newer producer
  * of the same transactional id, or a member that lost its partitions, fences it.
  */
+import * as Log from "../Log.js"
+import * as Models from "../Models.js"
 import type { Scope } from "effect"
 import { Clock, Deferred, Effect } from "effect"
-import type {
-  LogError,
-  ProducerRecord,
-  TransactionalProducer,
-  TransactionalProducerOptions,
-  TransactionOffsets
-} from "../Log.js"
-import { Fenced, LogIoError, logError } from "../Log.js"
-import { tpKey } from "../Models.js"
 import type { Broker } from "./memoryLogBroker.js"
 import { lookup } from "./memoryLogBroker.js"
 import type { PartitionLog } from "./memoryLogPartition.js"
@@ -22,9 +15,9 @@ import { appendChecked, validateAll } from "./memoryLogProducer.js"
 
 /** One send held in the open transaction, with the deferred its caller waits on. */
 interface Held {
-  readonly records: ReadonlyArray<ProducerRecord>
+  readonly records: ReadonlyArray<Log.ProducerRecord>
   readonly logs: ReadonlyArray<PartitionLog>
-  readonly done: Deferred.Deferred<ReadonlyArray<number>, LogError>
+  readonly done: Deferred.Deferred<ReadonlyArray<number>, Log.LogError>
 }
 
 /** The state of one transactional producer. */
@@ -35,22 +28,22 @@ interface TxProducer {
   /** The sends of the open transaction, in order. */
   held: Array<Held>
   /** Why the producer cannot go on until an abort (or for good, when fenced). */
-  failure: LogError | undefined
+  failure: Log.LogError | undefined
   closed: boolean
 }
 
 /** Ends the open transaction: what it held fails with `error` and is dropped. */
-const endTransaction = (p: TxProducer, error: LogError): void => {
+const endTransaction = (p: TxProducer, error: Log.LogError): void => {
   for (const h of p.held) Deferred.doneUnsafe(h.done, Effect.fail(error))
   p.held = []
 }
 
 /** Why the producer cannot be used now, if it cannot; a newer epoch of its id fences it here. */
-const usable = (s: Broker, p: TxProducer): LogError | undefined => {
+const usable = (s: Broker, p: TxProducer): Log.LogError | undefined => {
   if (p.closed) return closedError(`transactional producer ${p.id}`)
   if (p.failure !== undefined) return p.failure
   if (s.epochs.get(p.id) !== p.epoch) {
-    p.failure = logError(new Fenced({ detail: `transactional id ${p.id} was taken by a newer producer` }))
+    p.failure = Log.logError(new Log.Fenced({ detail: `transactional id ${p.id} was taken by a newer producer` }))
     endTransaction(p, p.failure)
     return p.failure
   }
@@ -58,16 +51,16 @@ const usable = (s: Broker, p: TxProducer): LogError | undefined => {
 }
 
 /** The error an aborted transaction's sends fail with. */
-const aborted = (p: TxProducer): LogError =>
-  logError(new LogIoError({ operation: "produce", detail: `transaction of ${p.id} aborted`, retryable: false }))
+const aborted = (p: TxProducer): Log.LogError =>
+  Log.logError(new Log.IoError({ operation: "produce", detail: `transaction of ${p.id} aborted`, retryable: false }))
 
 /** Why the transaction's source offsets cannot be committed for this member, if they cannot. */
-const checkTransactionOffsets = (s: Broker, t: TransactionOffsets): LogError | undefined => {
+const checkTransactionOffsets = (s: Broker, t: Log.TransactionOffsets): Log.LogError | undefined => {
   const known = s.members.get(t.group)
   if (known === undefined) return invalid("the transaction's group consumer is not one of this log's")
   const { group, member } = known
   if (!group.members.includes(member)) {
-    return logError(new Fenced({ detail: `member ${member.id} is no longer in group ${group.id}` }))
+    return Log.logError(new Log.Fenced({ detail: `member ${member.id} is no longer in group ${group.id}` }))
   }
   for (const o of t.offsets) {
     const log = lookup(s, o.topic, o.partition)
@@ -75,9 +68,9 @@ const checkTransactionOffsets = (s: Broker, t: TransactionOffsets): LogError | u
     const bad = checkOffset(o.offset)
     if (bad !== undefined) return bad
     if (o.offset < 0) return invalid(`a committed offset must be ≥ 0, got ${o.offset}`)
-    if (!member.fetcher.assigned.has(tpKey(o))) {
-      return logError(
-        new Fenced({ detail: `member ${member.id} of group ${group.id} no longer owns ${o.topic}/${o.partition}` })
+    if (!member.fetcher.assigned.has(Models.tpKey(o))) {
+      return Log.logError(
+        new Log.Fenced({ detail: `member ${member.id} of group ${group.id} no longer owns ${o.topic}/${o.partition}` })
       )
     }
   }
@@ -88,21 +81,21 @@ const checkTransactionOffsets = (s: Broker, t: TransactionOffsets): LogError | u
 const send = (
   s: Broker,
   p: TxProducer,
-  records: ReadonlyArray<ProducerRecord>
-): Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError> =>
+  records: ReadonlyArray<Log.ProducerRecord>
+): Effect.Effect<Effect.Effect<ReadonlyArray<number>, Log.LogError>, Log.LogError> =>
   Effect.suspend(() => {
     const unusable = usable(s, p)
     if (unusable !== undefined) return Effect.fail(unusable)
     // A record the log cannot take fails this call only.
     const logs = validateAll(s, records)
     if ("_tag" in logs) return Effect.fail(logs)
-    const done = Deferred.makeUnsafe<ReadonlyArray<number>, LogError>()
+    const done = Deferred.makeUnsafe<ReadonlyArray<number>, Log.LogError>()
     p.held.push({ records, logs, done })
     return Effect.succeed(Deferred.await(done))
   })
 
 /** `TransactionalProducer.commit`: appends everything held and commits the source offsets, or nothing. */
-const commit = (s: Broker, p: TxProducer, t: TransactionOffsets): Effect.Effect<void, LogError> =>
+const commit = (s: Broker, p: TxProducer, t: Log.TransactionOffsets): Effect.Effect<void, Log.LogError> =>
   Effect.flatMap(Clock.currentTimeMillis, (now) =>
     Effect.suspend(() => {
       const unusable = usable(s, p)
@@ -133,7 +126,7 @@ const commit = (s: Broker, p: TxProducer, t: TransactionOffsets): Effect.Effect<
       }
       p.held = []
       const { group } = s.members.get(t.group)!
-      for (const o of t.offsets) group.committed.set(tpKey(o), o.offset)
+      for (const o of t.offsets) group.committed.set(Models.tpKey(o), o.offset)
       return Effect.void
     })
   )
@@ -149,8 +142,8 @@ const abort = (p: TxProducer): void => {
 /** `Log.transactionalProducer`: takes the next epoch of its id (fencing older producers) until its scope closes. */
 export const transactionalProducer = (
   s: Broker,
-  options: TransactionalProducerOptions
-): Effect.Effect<TransactionalProducer, LogError, Scope.Scope> =>
+  options: Log.TransactionalProducerOptions
+): Effect.Effect<Log.TransactionalProducer, Log.LogError, Scope.Scope> =>
   Effect.suspend(() => {
     const id = options?.transactionalId
     if (typeof id !== "string" || id.length === 0) {
@@ -159,7 +152,7 @@ export const transactionalProducer = (
     const epoch = (s.epochs.get(id) ?? 0) + 1
     s.epochs.set(id, epoch)
     const p: TxProducer = { id, epoch, held: [], failure: undefined, closed: false }
-    const shape: TransactionalProducer = {
+    const shape: Log.TransactionalProducer = {
       send: (records) => send(s, p, records),
       commit: (t) => commit(s, p, t),
       abort: Effect.sync(() => abort(p))

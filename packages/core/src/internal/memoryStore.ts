@@ -1,17 +1,6 @@
+import * as Models from "../Models.js"
+import * as Store from "../Store.js"
 import { Effect, Option, Stream } from "effect"
-import type { Offset, TopicPartition, TopicPartitionOffset } from "../Models.js"
-import { tpKey } from "../Models.js"
-import type {
-  Entry,
-  PartitionStore,
-  ScanRange,
-  StoreId,
-  StoreLimits,
-  StoreOp,
-  StoreShape,
-  WriteOptions
-} from "../Store.js"
-import { StoreClosed, StoreLocked, storeError } from "../Store.js"
 import * as EntryTable from "./entryTable.js"
 import {
   checkBound,
@@ -34,7 +23,7 @@ const SCAN_PAGE = 1024
 
 interface Partition {
   readonly entries: EntryTable.EntryTable
-  readonly offsets: Map<string, TopicPartitionOffset>
+  readonly offsets: Map<string, Models.TopicPartitionOffset>
   /** Keys in order and their slots, rebuilt lazily after a key is added or removed. */
   order: EntryTable.Order | undefined
   open: boolean
@@ -58,27 +47,27 @@ const lowerBound = (keys: ReadonlyArray<string>, k: string, strict: boolean): nu
   return lo
 }
 
-const storeName = (id: StoreId) => `${id.table}/${id.partition}`
+const storeName = (id: Store.Id) => `${id.table}/${id.partition}`
 
 /** Builds an in-memory store backend. */
 export const make = (
   options?: {
-    readonly [K in keyof StoreLimits]?: StoreLimits[K] | undefined
+    readonly [K in keyof Store.Limits]?: Store.Limits[K] | undefined
   }
-): Effect.Effect<StoreShape> =>
+): Effect.Effect<Store.Shape> =>
   Effect.sync(() => {
-    const limits: StoreLimits = {
+    const limits: Store.Limits = {
       maxKeyBytes: options?.maxKeyBytes ?? defaultLimits.maxKeyBytes,
       maxValueBytes: options?.maxValueBytes ?? defaultLimits.maxValueBytes
     }
     const partitions = new Map<string, Partition>()
 
     /** A valid id of a partition store nobody has open, or the error saying why not. */
-    const closedStore = (id: StoreId) =>
+    const closedStore = (id: Store.Id) =>
       checkStoreId(id) ??
-      (partitions.get(storeName(id))?.open ? storeError(new StoreLocked({ store: storeName(id) })) : undefined)
+      (partitions.get(storeName(id))?.open ? Store.storeError(new Store.Locked({ store: storeName(id) })) : undefined)
 
-    const open = (id: StoreId) =>
+    const open = (id: Store.Id) =>
       Effect.acquireRelease(
         Effect.suspend(() => {
           const unavailable = closedStore(id)
@@ -99,7 +88,7 @@ export const make = (
           })
       ).pipe(Effect.map(({ handle }) => handle.store))
 
-    const drop = (id: StoreId) =>
+    const drop = (id: Store.Id) =>
       Effect.suspend(() => {
         const unavailable = closedStore(id)
         if (unavailable) return Effect.fail(unavailable)
@@ -110,10 +99,10 @@ export const make = (
     return { backend: "memory", limits, open, drop }
   })
 
-const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
-  const handle = { closed: false, store: undefined as unknown as PartitionStore }
+const makePartitionStore = (id: Store.Id, p: Partition, limits: Store.Limits) => {
+  const handle = { closed: false, store: undefined as unknown as Store.PartitionStore }
   const name = storeName(id)
-  const closedError = () => storeError(new StoreClosed({ store: name }))
+  const closedError = () => Store.storeError(new Store.Closed({ store: name }))
   /** Runs `f` unless the store is closed. */
   const guard = <A>(f: () => A) =>
     Effect.suspend(() => (handle.closed ? Effect.fail(closedError()) : Effect.succeed(f())))
@@ -124,16 +113,17 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
     return i < 0 ? Option.none() : Option.some(EntryTable.valueAt(p.entries, i))
   }
 
-  const applyOps = (ops: ReadonlyArray<StoreOp>, offsets: ReadonlyArray<TopicPartitionOffset>) => {
+  const applyOps = (ops: ReadonlyArray<Store.Op>, offsets: ReadonlyArray<Models.TopicPartitionOffset>) => {
     // The store keeps its own copies (callers may reuse their buffers), in the table's slabs.
     for (const op of ops) {
       if (op._tag === "put" ? EntryTable.put(p.entries, op.key, op.value) : EntryTable.remove(p.entries, op.key))
         p.order = undefined
     }
-    for (const o of offsets) p.offsets.set(tpKey(o), { topic: o.topic, partition: o.partition, offset: o.offset })
+    for (const o of offsets)
+      p.offsets.set(Models.tpKey(o), { topic: o.topic, partition: o.partition, offset: o.offset })
   }
 
-  const write = (ops: ReadonlyArray<StoreOp>, options?: WriteOptions) =>
+  const write = (ops: ReadonlyArray<Store.Op>, options?: Store.WriteOptions) =>
     Effect.suspend(() => {
       if (handle.closed) return Effect.fail(closedError())
       for (const op of ops) {
@@ -146,7 +136,7 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       return Effect.void
     })
 
-  const scan = (range: ScanRange = {}): Stream.Stream<Entry, ReturnType<typeof closedError>> =>
+  const scan = (range: Store.ScanRange = {}): Stream.Stream<Store.Entry, ReturnType<typeof closedError>> =>
     Stream.suspend(() => {
       if (handle.closed) return Stream.fail(closedError())
       for (const b of ["gt", "gte", "lt", "lte"] as const) {
@@ -172,13 +162,13 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
       return Stream.paginate(0, (at: number) =>
         Effect.sync(() => {
           const end = Math.min(at + SCAN_PAGE, count)
-          const page: Array<Entry> = EntryTable.copyOut(snapshot, at, end)
+          const page: Array<Store.Entry> = EntryTable.copyOut(snapshot, at, end)
           return [page, end < count ? Option.some(end) : Option.none()] as const
         })
       )
     })
 
-  const store: PartitionStore = {
+  const store: Store.PartitionStore = {
     id,
     get: (key) =>
       Effect.suspend(() => {
@@ -203,11 +193,13 @@ const makePartitionStore = (id: StoreId, p: Partition, limits: StoreLimits) => {
         const bad = checkBound(prefix, "prefix")
         return bad ? Stream.fail(bad) : scan(prefixRange(prefix, options))
       }),
-    persistedOffset: (tp: TopicPartition) =>
+    persistedOffset: (tp: Models.TopicPartition) =>
       Effect.suspend(() => {
         const bad = checkTopicPartition(tp)
         if (bad) return Effect.fail(bad)
-        return guard(() => Option.map(Option.fromUndefinedOr(p.offsets.get(tpKey(tp))), (o): Offset => o.offset))
+        return guard(() =>
+          Option.map(Option.fromUndefinedOr(p.offsets.get(Models.tpKey(tp))), (o): Models.Offset => o.offset)
+        )
       }),
     persistedOffsets: guard(() => Array.from(p.offsets.values())),
     setPersistedOffset: (tp, offset) => write([], { offsets: [{ topic: tp.topic, partition: tp.partition, offset }] }),

@@ -16,22 +16,11 @@
  *
  * @since 0.1.0
  */
+import * as Coordination from "../Coordination.js"
 import { assert, layer } from "@effect/vitest"
 import type { Duration as DurationNs } from "effect"
 import { Clock, Duration, Effect, Exit, Fiber, Option, Random, Result, Scope, Stream } from "effect"
 import type { Layer } from "effect"
-import type {
-  CoordinationError,
-  CoordinationErrorReason,
-  Node,
-  OpResult,
-  Session,
-  SessionOptions,
-  SessionState,
-  Watch,
-  WatchEvent
-} from "../Coordination.js"
-import { Coordination, CoordinationFaults, op } from "../Coordination.js"
 
 /** Options of the conformance suite. */
 export interface SuiteOptions {
@@ -47,7 +36,7 @@ export interface SuiteOptions {
   readonly layerTimeout?: DurationNs.Input
 }
 
-type ReasonTag = CoordinationErrorReason["_tag"]
+type ReasonTag = Coordination.ErrorReason["_tag"]
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
@@ -63,7 +52,7 @@ const sequenceOf = (name: string, prefix: string): number => {
 const nameOf = (path: string): string => path.slice(path.lastIndexOf("/") + 1)
 
 /** Deletes a subtree, ignoring whatever is already gone. */
-const removeTree = (session: Session, path: string): Effect.Effect<void> =>
+const removeTree = (session: Coordination.Session, path: string): Effect.Effect<void> =>
   Effect.gen(function* () {
     const children = yield* session.children(path).pipe(Effect.orElseSucceed((): ReadonlyArray<string> => []))
     for (const child of children) yield* removeTree(session, `${path}/${child}`)
@@ -87,11 +76,13 @@ const makeFixture = (options: SuiteOptions | undefined) => {
     )
 
   /** The first event of a watch, within the event timeout. */
-  const fired = (watch: Watch<unknown>, what: string): Effect.Effect<WatchEvent, CoordinationError> =>
-    within(watch.changed, what)
+  const fired = (
+    watch: Coordination.Watch<unknown>,
+    what: string
+  ): Effect.Effect<Coordination.WatchEvent, Coordination.CoordinationError> => within(watch.changed, what)
 
   /** Asserts that a watch neither fires nor fails for the quiet period. */
-  const quiet = (watch: Watch<unknown>, what: string): Effect.Effect<void> =>
+  const quiet = (watch: Coordination.Watch<unknown>, what: string): Effect.Effect<void> =>
     Effect.gen(function* () {
       const outcome = yield* Effect.timeoutOption(Effect.exit(watch.changed), quietPeriod)
       if (Option.isSome(outcome)) {
@@ -102,7 +93,7 @@ const makeFixture = (options: SuiteOptions | undefined) => {
     })
 
   /** Asserts that `self` fails with a `CoordinationError` of the given reason. */
-  const failsWith = <A>(self: Effect.Effect<A, CoordinationError>, tag: ReasonTag, what: string = tag) =>
+  const failsWith = <A>(self: Effect.Effect<A, Coordination.CoordinationError>, tag: ReasonTag, what: string = tag) =>
     Effect.gen(function* () {
       const result = yield* Effect.result(self)
       if (Result.isSuccess(result)) return assert.fail(`${what}: expected ${tag}, but it succeeded`)
@@ -126,9 +117,9 @@ const makeFixture = (options: SuiteOptions | undefined) => {
     )
 
   const setup = Effect.gen(function* () {
-    const coordination = yield* Coordination
-    const faults = yield* CoordinationFaults
-    const open = (sessionOptions?: SessionOptions) =>
+    const coordination = yield* Coordination.Coordination
+    const faults = yield* Coordination.Faults
+    const open = (sessionOptions?: Coordination.SessionOptions) =>
       coordination.session({ timeout: sessionTimeout, ...sessionOptions })
     /** Opens a session in a child scope of the test that can be closed early. */
     const openClosable = Effect.gen(function* () {
@@ -156,7 +147,7 @@ const makeFixture = (options: SuiteOptions | undefined) => {
  */
 export const suite = (
   name: string,
-  coordinationLayer: Layer.Layer<Coordination | CoordinationFaults, unknown>,
+  coordinationLayer: Layer.Layer<Coordination.Coordination | Coordination.Faults, unknown>,
   options?: SuiteOptions
 ): void => {
   const { eventTimeout, failsWith, fired, quiet, eventually, setup, within } = makeFixture(options)
@@ -167,7 +158,7 @@ export const suite = (
     (it) => {
       const test = (
         title: string,
-        body: () => Effect.Effect<void, unknown, Coordination | CoordinationFaults | Scope.Scope>
+        body: () => Effect.Effect<void, unknown, Coordination.Coordination | Coordination.Faults | Scope.Scope>
       ) => it.effect(title, body, testTimeout)
 
       // ---------------------------------------------------------------------
@@ -320,7 +311,7 @@ export const suite = (
           yield* failsWith(s.delete(missing, 0), "NoNode", "versioned delete")
           yield* failsWith(s.children(missing), "NoNode", "children")
           yield* failsWith(s.watchChildren(missing), "NoNode", "watchChildren")
-          yield* failsWith(s.multi([op.check(missing, 0)]), "NoNode", "multi check")
+          yield* failsWith(s.multi([Coordination.op.check(missing, 0)]), "NoNode", "multi check")
           yield* failsWith(s.create(at("missing", "child"), empty), "NoNode", "create under a missing parent")
           yield* failsWith(
             s.create(at("missing", "child-"), empty, { mode: "ephemeral-sequential" }),
@@ -356,11 +347,11 @@ export const suite = (
           assert.strictEqual(error.opIndex, undefined, "a single operation has no opIndex")
           yield* failsWith(s.set(p, bytes("future"), 5), "BadVersion", "future set")
           yield* failsWith(s.delete(p, 0), "BadVersion", "stale delete")
-          yield* failsWith(s.multi([op.check(p, 0)]), "BadVersion", "stale check")
+          yield* failsWith(s.multi([Coordination.op.check(p, 0)]), "BadVersion", "stale check")
           const n = yield* s.get(p)
           assert.strictEqual(text(n.data), "1")
           assert.strictEqual(n.stat.version, 1)
-          yield* s.multi([op.check(p, 1)])
+          yield* s.multi([Coordination.op.check(p, 1)])
           yield* s.delete(p, 1)
           assert.isTrue(Option.isNone(yield* s.exists(p)))
         }))
@@ -430,7 +421,7 @@ export const suite = (
             yield* failsWith(s.children(p), "InvalidPath", what("children"))
             yield* failsWith(s.watchNode(p), "InvalidPath", what("watchNode"))
             yield* failsWith(s.watchChildren(p), "InvalidPath", what("watchChildren"))
-            yield* failsWith(s.multi([op.create(p, empty)]), "InvalidPath", what("multi create"))
+            yield* failsWith(s.multi([Coordination.op.create(p, empty)]), "InvalidPath", what("multi create"))
           }
           assert.deepStrictEqual(yield* s.children(root), [], "nothing was created")
           // names may contain dots
@@ -483,7 +474,7 @@ export const suite = (
           yield* admin.create(election, empty)
           const sessions = [yield* open(), yield* open(), yield* open()]
           const order = [0, 1, 2, 0, 1, 2, 1]
-          const created: Array<readonly [string, Session]> = []
+          const created: Array<readonly [string, Coordination.Session]> = []
           for (const i of order) {
             const session = sessions[i]!
             created.push([
@@ -509,19 +500,20 @@ export const suite = (
           const { admin: s, at } = yield* setup
           const a = at("a")
           const results = yield* s.multi([
-            op.create(a, bytes("1")),
-            op.create(at("seq-"), empty, "persistent-sequential"),
-            op.set(a, bytes("2"), 0),
-            op.check(a, 1),
-            op.create(at("a", "child"), empty),
-            op.delete(at("a", "child")),
-            op.create(at("e"), empty, "ephemeral")
+            Coordination.op.create(a, bytes("1")),
+            Coordination.op.create(at("seq-"), empty, "persistent-sequential"),
+            Coordination.op.set(a, bytes("2"), 0),
+            Coordination.op.check(a, 1),
+            Coordination.op.create(at("a", "child"), empty),
+            Coordination.op.delete(at("a", "child")),
+            Coordination.op.create(at("e"), empty, "ephemeral")
           ])
           assert.deepStrictEqual(
             results.map((r) => r._tag),
             ["create", "create", "set", "check", "create", "delete", "create"]
           )
-          const path = (r: OpResult | undefined) => (r?._tag === "create" ? r.path : assert.fail("not a create result"))
+          const path = (r: Coordination.OpResult | undefined) =>
+            r?._tag === "create" ? r.path : assert.fail("not a create result")
           assert.strictEqual(path(results[0]), a)
           sequenceOf(nameOf(path(results[1])), "seq-")
           assert.isTrue(Option.isSome(yield* s.exists(path(results[1]))))
@@ -545,12 +537,12 @@ export const suite = (
           const childrenBefore = yield* s.children(root)
           const error = yield* failsWith(
             s.multi([
-              op.create(at("m1"), bytes("m1")),
-              op.create(at("m1", "m2"), empty),
-              op.create(at("s-"), empty, "persistent-sequential"),
-              op.set(at("x"), bytes("changed")),
-              op.delete(at("y")),
-              op.check(at("x"), 7)
+              Coordination.op.create(at("m1"), bytes("m1")),
+              Coordination.op.create(at("m1", "m2"), empty),
+              Coordination.op.create(at("s-"), empty, "persistent-sequential"),
+              Coordination.op.set(at("x"), bytes("changed")),
+              Coordination.op.delete(at("y")),
+              Coordination.op.check(at("x"), 7)
             ]),
             "BadVersion"
           )
@@ -571,31 +563,50 @@ export const suite = (
           const { admin: s, at, root } = yield* setup
           yield* s.create(at("x"), empty)
           const cases: ReadonlyArray<
-            readonly [string, ReadonlyArray<Parameters<Session["multi"]>[0][number]>, ReasonTag, number]
+            readonly [string, ReadonlyArray<Parameters<Coordination.Session["multi"]>[0][number]>, ReasonTag, number]
           > = [
-            ["create over an existing node", [op.create(at("n1"), empty), op.create(at("x"), empty)], "NodeExists", 1],
-            ["delete of a missing node", [op.check(at("x"), 0), op.delete(at("missing"))], "NoNode", 1],
-            ["set of a missing node", [op.set(at("missing"), empty)], "NoNode", 0],
+            [
+              "create over an existing node",
+              [Coordination.op.create(at("n1"), empty), Coordination.op.create(at("x"), empty)],
+              "NodeExists",
+              1
+            ],
+            [
+              "delete of a missing node",
+              [Coordination.op.check(at("x"), 0), Coordination.op.delete(at("missing"))],
+              "NoNode",
+              1
+            ],
+            ["set of a missing node", [Coordination.op.set(at("missing"), empty)], "NoNode", 0],
             [
               "create under a missing parent",
-              [op.create(at("n1"), empty), op.create(at("nope", "c"), empty)],
+              [Coordination.op.create(at("n1"), empty), Coordination.op.create(at("nope", "c"), empty)],
               "NoNode",
               1
             ],
             [
               "delete of a node given a child earlier in the same multi",
-              [op.create(at("p"), empty), op.create(at("p", "c"), empty), op.delete(at("p"))],
+              [
+                Coordination.op.create(at("p"), empty),
+                Coordination.op.create(at("p", "c"), empty),
+                Coordination.op.delete(at("p"))
+              ],
               "NotEmpty",
               2
             ],
             [
               "child of an ephemeral node created earlier in the same multi",
-              [op.create(at("e"), empty, "ephemeral"), op.create(at("e", "c"), empty)],
+              [Coordination.op.create(at("e"), empty, "ephemeral"), Coordination.op.create(at("e", "c"), empty)],
               "NoChildrenForEphemerals",
               1
             ],
-            ["stale versioned set", [op.set(at("x"), empty, 5)], "BadVersion", 0],
-            ["stale versioned delete", [op.check(at("x"), 0), op.delete(at("x"), 3)], "BadVersion", 1]
+            ["stale versioned set", [Coordination.op.set(at("x"), empty, 5)], "BadVersion", 0],
+            [
+              "stale versioned delete",
+              [Coordination.op.check(at("x"), 0), Coordination.op.delete(at("x"), 3)],
+              "BadVersion",
+              1
+            ]
           ]
           for (const [what, ops, tag, index] of cases) {
             const error = yield* failsWith(s.multi(ops), tag, what)
@@ -604,10 +615,10 @@ export const suite = (
           }
           // operations see the effects of earlier ones in the same multi
           yield* s.multi([
-            op.create(at("p"), empty),
-            op.create(at("p", "c"), empty),
-            op.delete(at("p", "c")),
-            op.delete(at("p"))
+            Coordination.op.create(at("p"), empty),
+            Coordination.op.create(at("p", "c"), empty),
+            Coordination.op.delete(at("p", "c")),
+            Coordination.op.delete(at("p"))
           ])
           assert.deepStrictEqual(yield* s.children(root), ["x"])
         }))
@@ -625,12 +636,12 @@ export const suite = (
           const seenByB = Option.getOrThrow(yield* b.exists(epoch)).version
           const bumped = yield* a.set(epoch, bytes("1"), 0)
           const error = yield* failsWith(
-            b.multi([op.check(epoch, seenByB), op.set(state, bytes("from b"))]),
+            b.multi([Coordination.op.check(epoch, seenByB), Coordination.op.set(state, bytes("from b"))]),
             "BadVersion"
           )
           assert.strictEqual(error.opIndex, 0)
           assert.strictEqual(text((yield* admin.get(state)).data), "initial", "the stale write left no trace")
-          yield* a.multi([op.check(epoch, bumped.version), op.set(state, bytes("from a"))])
+          yield* a.multi([Coordination.op.check(epoch, bumped.version), Coordination.op.set(state, bytes("from a"))])
           assert.strictEqual(text((yield* admin.get(state)).data), "from a")
           // two racing bumps of the same version: exactly one wins
           const outcomes = yield* Effect.all(
@@ -728,7 +739,7 @@ export const suite = (
           yield* failsWith(s.set(at("x"), bytes("nope")), "SessionExpired", "set")
           yield* failsWith(s.delete(at("x")), "SessionExpired", "delete")
           yield* failsWith(s.children(at("x")), "SessionExpired", "children")
-          yield* failsWith(s.multi([op.check(at("x"), 0)]), "SessionExpired", "multi")
+          yield* failsWith(s.multi([Coordination.op.check(at("x"), 0)]), "SessionExpired", "multi")
           yield* failsWith(s.watchNode(at("x")), "SessionExpired", "watchNode")
           yield* failsWith(s.watchChildren(at("x")), "SessionExpired", "watchChildren")
           const x = yield* admin.get(at("x"))
@@ -750,7 +761,7 @@ export const suite = (
           yield* failsWith(s.set(at("x"), bytes("nope")), "SessionClosed", "set")
           yield* failsWith(s.delete(at("x")), "SessionClosed", "delete")
           yield* failsWith(s.children(at("x")), "SessionClosed", "children")
-          yield* failsWith(s.multi([op.check(at("x"), 0)]), "SessionClosed", "multi")
+          yield* failsWith(s.multi([Coordination.op.check(at("x"), 0)]), "SessionClosed", "multi")
           yield* failsWith(s.watchNode(at("x")), "SessionClosed", "watchNode")
           yield* failsWith(s.watchChildren(at("x")), "SessionClosed", "watchChildren")
           assert.isTrue(Option.isSome(yield* admin.exists(at("x"))))
@@ -807,7 +818,7 @@ export const suite = (
           yield* faults.expire(s)
           const seen = yield* Fiber.join(states).pipe(Effect.timeoutOption(eventTimeout))
           assert.isTrue(Option.isSome(seen), "changes ends after expired")
-          const list: ReadonlyArray<SessionState> = Option.getOrThrow(seen)
+          const list: ReadonlyArray<Coordination.SessionState> = Option.getOrThrow(seen)
           assert.strictEqual(list.at(-1), "expired")
           assert.isFalse(list.includes("closed"))
           assert.strictEqual(yield* s.state, "expired")
@@ -839,7 +850,7 @@ export const suite = (
           const p = at("x")
           yield* admin.create(p, bytes("v0"))
           const watch = yield* admin.watchNode(p)
-          const read: Node = Option.getOrThrow(watch.value)
+          const read: Coordination.Node = Option.getOrThrow(watch.value)
           assert.strictEqual(text(read.data), "v0")
           assert.strictEqual(read.stat.version, 0)
           yield* other.set(p, bytes("v1"))
@@ -987,14 +998,22 @@ export const suite = (
           const childWatch = yield* admin.watchChildren(root)
           const missingWatch = yield* admin.watchNode(at("n1"))
           yield* failsWith(
-            other.multi([op.set(x, bytes("new")), op.create(at("n1"), empty), op.check(x, 99)]),
+            other.multi([
+              Coordination.op.set(x, bytes("new")),
+              Coordination.op.create(at("n1"), empty),
+              Coordination.op.check(x, 99)
+            ]),
             "BadVersion",
             "failing multi"
           )
           yield* quiet(nodeWatch, "watchNode after a failed multi")
           yield* quiet(childWatch, "watchChildren after a failed multi")
           yield* quiet(missingWatch, "watchNode of a node a failed multi would have created")
-          yield* other.multi([op.set(x, bytes("new")), op.create(at("n1"), empty), op.create(at("n2"), empty)])
+          yield* other.multi([
+            Coordination.op.set(x, bytes("new")),
+            Coordination.op.create(at("n1"), empty),
+            Coordination.op.create(at("n2"), empty)
+          ])
           assert.deepStrictEqual(yield* fired(nodeWatch, "NodeDataChanged"), { _tag: "NodeDataChanged", path: x })
           assert.deepStrictEqual(yield* fired(childWatch, "NodeChildrenChanged"), {
             _tag: "NodeChildrenChanged",
@@ -1047,7 +1066,7 @@ export const suite = (
  */
 export const suspensionSuite = (
   name: string,
-  coordinationLayer: Layer.Layer<Coordination | CoordinationFaults, unknown>,
+  coordinationLayer: Layer.Layer<Coordination.Coordination | Coordination.Faults, unknown>,
   options?: SuiteOptions
 ): void => {
   const { eventually, failsWith, quiet, setup } = makeFixture(options)
@@ -1057,7 +1076,7 @@ export const suspensionSuite = (
     (it) => {
       const test = (
         title: string,
-        body: () => Effect.Effect<void, unknown, Coordination | CoordinationFaults | Scope.Scope>
+        body: () => Effect.Effect<void, unknown, Coordination.Coordination | Coordination.Faults | Scope.Scope>
       ) => it.effect(title, body, testTimeout)
 
       test("a suspended session fails with retryable ConnectionLoss and keeps its ephemeral nodes if it reconnects in time", () =>

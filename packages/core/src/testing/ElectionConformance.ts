@@ -10,12 +10,12 @@
  *
  * @since 0.1.0
  */
+import * as Coordination from "../Coordination.js"
+import * as Election from "../Election.js"
+import type * as Models from "../Models.js"
 import { assert, describe, it } from "@effect/vitest"
 import type { Layer } from "effect"
 import { Duration, Effect, Exit, Fiber, Option, Scope, Stream } from "effect"
-import { op } from "../Coordination.js"
-import { Election, type ElectionError, type Leadership } from "../Election.js"
-import type { LeaderInfo } from "../Models.js"
 
 /** Options of the conformance suite. */
 export interface SuiteOptions {
@@ -31,7 +31,7 @@ const randomNamespace = (): string =>
 /** Runs the `Election` conformance suite; `makeLayer` builds an election for a namespace. */
 export const suite = (
   name: string,
-  makeLayer: (namespace: string) => Layer.Layer<Election, unknown>,
+  makeLayer: (namespace: string) => Layer.Layer<Election.Election, unknown>,
   options?: SuiteOptions
 ): void => {
   const eventTimeout = Duration.fromInputUnsafe(options?.eventTimeout ?? "10 seconds")
@@ -46,7 +46,10 @@ export const suite = (
       })
     )
 
-  const test = (title: string, body: (namespace: string) => Effect.Effect<void, unknown, Election | Scope.Scope>) =>
+  const test = (
+    title: string,
+    body: (namespace: string) => Effect.Effect<void, unknown, Election.Election | Scope.Scope>
+  ) =>
     it.live(
       title,
       () => {
@@ -59,7 +62,7 @@ export const suite = (
   /** Campaigns in a fresh scope, in the background; returns the fiber and the scope (close it to resign). */
   const candidate = (serverId: number) =>
     Effect.gen(function* () {
-      const election = yield* Election
+      const election = yield* Election.Election
       const scope = yield* Scope.make()
       const fiber = yield* Effect.forkChild(
         Scope.provide(election.campaign({ serverId, address: `host-${serverId}:9000` }), scope)
@@ -67,8 +70,12 @@ export const suite = (
       return { serverId, scope, fiber } as const
     })
 
-  const leaderNow: Effect.Effect<Option.Option<LeaderInfo>, ElectionError, Election> = Effect.gen(function* () {
-    const election = yield* Election
+  const leaderNow: Effect.Effect<
+    Option.Option<Models.LeaderInfo>,
+    Election.ElectionError,
+    Election.Election
+  > = Effect.gen(function* () {
+    const election = yield* Election.Election
     return yield* election.leader
   })
 
@@ -84,7 +91,7 @@ export const suite = (
       what
     )
 
-  const isLeader = (info: Option.Option<LeaderInfo>, leadership: Leadership) =>
+  const isLeader = (info: Option.Option<Models.LeaderInfo>, leadership: Election.Leadership) =>
     Option.isSome(info) && info.value.serverId === leadership.info.serverId && info.value.epoch === leadership.epoch
 
   const bytes = (s: string) => new TextEncoder().encode(s)
@@ -133,7 +140,9 @@ export const suite = (
         const b = yield* candidate(2)
         yield* Scope.close(a.scope, Exit.void)
         const second = yield* within(Fiber.join(b.fiber), "second leadership")
-        const stale = yield* Effect.flip(first.fenced([op.create(`/${namespace}/stale-write`, bytes("stale"))]))
+        const stale = yield* Effect.flip(
+          first.fenced([Coordination.op.create(`/${namespace}/stale-write`, bytes("stale"))])
+        )
         assert.strictEqual(stale._tag, "ElectionError")
         assert.strictEqual(stale.reason._tag, "FencedEpoch", stale.message)
         if (stale.reason._tag === "FencedEpoch") {
@@ -141,7 +150,7 @@ export const suite = (
           assert.strictEqual(stale.reason.attempted, first.epoch)
           assert.strictEqual(stale.reason.current, second.epoch)
         }
-        const results = yield* second.fenced([op.create(`/${namespace}/fenced-write`, bytes("ok"))])
+        const results = yield* second.fenced([Coordination.op.create(`/${namespace}/fenced-write`, bytes("ok"))])
         assert.strictEqual(results.length, 1)
         assert.strictEqual(results[0]?._tag, "create")
         yield* Scope.close(b.scope, Exit.void)
@@ -172,7 +181,7 @@ export const suite = (
 
     test("changes reports each new leader", () =>
       Effect.gen(function* () {
-        const election = yield* Election
+        const election = yield* Election.Election
         const seen = yield* Effect.forkChild(
           election.changes.pipe(
             Stream.filter(Option.isSome),

@@ -11,22 +11,11 @@
  *
  * @since 0.1.0
  */
+import * as Log from "../Log.js"
+import * as Models from "../Models.js"
 import { assert, describe, layer } from "@effect/vitest"
 import type { Layer, Scope } from "effect"
 import { Cause, Clock, Duration, Effect, Exit, Option, Queue, Random, Result, Stream } from "effect"
-import type {
-  GroupConsumer,
-  GroupEvent,
-  GroupMembership,
-  LogBatch,
-  LogConsumer,
-  LogError,
-  LogRecord,
-  ProducerRecord
-} from "../Log.js"
-import { Log, LogFaults } from "../Log.js"
-import type { TopicPartition } from "../Models.js"
-import { tpCompare, tpKey } from "../Models.js"
 
 /** Tuning of the suite for slower backends. */
 export interface SuiteOptions {
@@ -85,18 +74,18 @@ const uniqueName = (prefix: string): Effect.Effect<string> =>
   })
 
 /** Creates a fresh topic and returns its name. */
-const freshTopic = (partitions: number): Effect.Effect<string, LogError, Log> =>
+const freshTopic = (partitions: number): Effect.Effect<string, Log.LogError, Log.Log> =>
   Effect.gen(function* () {
-    const log = yield* Log
+    const log = yield* Log.Log
     const topic = yield* uniqueName("t")
     yield* log.ensureTopic({ topic, partitions })
     return topic
   })
 
-const tps = (topic: string, partitions: number): Array<TopicPartition> =>
+const tps = (topic: string, partitions: number): Array<Models.TopicPartition> =>
   Array.from({ length: partitions }, (_, partition) => ({ topic, partition }))
 
-const rec = (topic: string, partition: number, value: string, key: string | null = null): ProducerRecord => ({
+const rec = (topic: string, partition: number, value: string, key: string | null = null): Log.ProducerRecord => ({
   topic,
   partition,
   key: key === null ? null : b(key),
@@ -104,19 +93,19 @@ const rec = (topic: string, partition: number, value: string, key: string | null
 })
 
 /** The failing reason's tag, or `"succeeded"`. */
-const reasonTag = <A, R>(effect: Effect.Effect<A, LogError, R>): Effect.Effect<string, never, R> =>
+const reasonTag = <A, R>(effect: Effect.Effect<A, Log.LogError, R>): Effect.Effect<string, never, R> =>
   Effect.match(effect, { onFailure: (e) => e.reason._tag, onSuccess: () => "succeeded" })
 
-const sortTps = (list: Iterable<TopicPartition>): Array<TopicPartition> =>
-  Array.from(list, (tp) => ({ topic: tp.topic, partition: tp.partition })).sort(tpCompare)
+const sortTps = (list: Iterable<Models.TopicPartition>): Array<Models.TopicPartition> =>
+  Array.from(list, (tp) => ({ topic: tp.topic, partition: tp.partition })).sort(Models.tpCompare)
 
-const keysOf = (list: Iterable<TopicPartition>): Array<string> => sortTps(list).map(tpKey)
+const keysOf = (list: Iterable<Models.TopicPartition>): Array<string> => sortTps(list).map(Models.tpKey)
 
-const sameTps = (a: Iterable<TopicPartition>, c: Iterable<TopicPartition>): boolean =>
+const sameTps = (a: Iterable<Models.TopicPartition>, c: Iterable<Models.TopicPartition>): boolean =>
   keysOf(a).join(",") === keysOf(c).join(",")
 
 /** Checks what every batch must satisfy. Throws (a defect) when it does not. */
-const checkBatch = (batch: LogBatch, maxBatchRecords: number): void => {
+const checkBatch = (batch: Log.Batch, maxBatchRecords: number): void => {
   const where = `batch of ${batch.topic}/${batch.partition}`
   assert.isAtLeast(batch.records.length, 1, `${where}: a batch carries at least one record`)
   assert.isAtMost(batch.records.length, maxBatchRecords, `${where}: more records than maxBatchRecords`)
@@ -133,23 +122,23 @@ const checkBatch = (batch: LogBatch, maxBatchRecords: number): void => {
 /** Consumes a `batches` stream in the background, checking every batch. */
 interface Collector {
   /** Waits until `n` more records arrived (bounded by the timeout) and returns them, with their batches. */
-  readonly records: (n: number) => Effect.Effect<ReadonlyArray<LogRecord>, LogError>
+  readonly records: (n: number) => Effect.Effect<ReadonlyArray<Log.Record>, Log.LogError>
   /** The batches that arrived so far. */
-  readonly batches: ReadonlyArray<LogBatch>
+  readonly batches: ReadonlyArray<Log.Batch>
   /** Watches for the quiet period and returns the records that arrived meanwhile. */
-  readonly quiet: Effect.Effect<ReadonlyArray<LogRecord>, LogError>
+  readonly quiet: Effect.Effect<ReadonlyArray<Log.Record>, Log.LogError>
   /** Waits for the stream to fail and returns its error (bounded by the timeout). */
-  readonly failure: Effect.Effect<LogError>
+  readonly failure: Effect.Effect<Log.LogError>
 }
 
 const collect = (
-  stream: Stream.Stream<LogBatch, LogError>,
+  stream: Stream.Stream<Log.Batch, Log.LogError>,
   cfg: Config,
   maxBatchRecords = 1000
 ): Effect.Effect<Collector, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const queue = yield* Queue.unbounded<LogBatch, LogError>()
-    const seen: Array<LogBatch> = []
+    const queue = yield* Queue.unbounded<Log.Batch, Log.LogError>()
+    const seen: Array<Log.Batch> = []
     yield* stream.pipe(
       Stream.runForEach((batch) =>
         Effect.sync(() => {
@@ -161,9 +150,9 @@ const collect = (
       Effect.catchCause((cause) => Queue.failCause(queue, cause)),
       Effect.forkScoped
     )
-    const records = (n: number): Effect.Effect<ReadonlyArray<LogRecord>, LogError> =>
+    const records = (n: number): Effect.Effect<ReadonlyArray<Log.Record>, Log.LogError> =>
       Effect.gen(function* () {
-        const out: Array<LogRecord> = []
+        const out: Array<Log.Record> = []
         const done = yield* Effect.gen(function* () {
           while (out.length < n) out.push(...(yield* Queue.take(queue)).records)
         }).pipe(Effect.timeoutOption(cfg.timeout))
@@ -173,7 +162,7 @@ const collect = (
         return out
       })
     const quiet = Effect.gen(function* () {
-      const out: Array<LogRecord> = []
+      const out: Array<Log.Record> = []
       yield* Effect.gen(function* () {
         while (true) out.push(...(yield* Queue.take(queue)).records)
       }).pipe(Effect.timeoutOption(cfg.quietPeriod))
@@ -206,14 +195,14 @@ const eventually = <E, R>(
 
 /** A group member's events, replayed as they arrive. */
 interface EventLog {
-  readonly events: Array<GroupEvent>
+  readonly events: Array<Log.GroupEvent>
   /** The partitions held according to the events replayed in order. */
-  readonly held: Map<string, TopicPartition>
+  readonly held: Map<string, Models.TopicPartition>
   /** Events that do not replay (revoking a partition not held, assigning one already held). */
   readonly problems: Array<string>
 }
 
-const recordEvents = (member: GroupConsumer): Effect.Effect<EventLog, never, Scope.Scope> =>
+const recordEvents = (member: Log.GroupConsumer): Effect.Effect<EventLog, never, Scope.Scope> =>
   Effect.gen(function* () {
     const state: EventLog = { events: [], held: new Map(), problems: [] }
     yield* member.events.pipe(
@@ -221,7 +210,7 @@ const recordEvents = (member: GroupConsumer): Effect.Effect<EventLog, never, Sco
         Effect.sync(() => {
           state.events.push(event)
           for (const tp of event.partitions) {
-            const k = tpKey(tp)
+            const k = Models.tpKey(tp)
             if (event._tag === "Assigned") {
               if (state.held.has(k)) state.problems.push(`${k} assigned while already held`)
               state.held.set(k, tp)
@@ -240,14 +229,14 @@ const recordEvents = (member: GroupConsumer): Effect.Effect<EventLog, never, Sco
 
 /** Seeking out of range fails at once, or the next fetch fails; either way with OffsetOutOfRange. */
 const expectOutOfRange = (
-  consumer: LogConsumer,
-  tp: TopicPartition,
+  consumer: Log.Consumer,
+  tp: Models.TopicPartition,
   offset: number,
   cfg: Config
 ): Effect.Effect<void> =>
   Effect.gen(function* () {
     const sought = yield* Effect.result(consumer.seek(tp, offset))
-    let error: LogError
+    let error: Log.LogError
     if (Result.isFailure(sought)) {
       error = sought.failure
     } else {
@@ -259,8 +248,8 @@ const expectOutOfRange = (
     if (error.reason._tag === "OffsetOutOfRange") assert.strictEqual(error.reason.offset, offset)
   }).pipe(Effect.orDie)
 
-const byPartition = (records: ReadonlyArray<LogRecord>): Map<number, Array<LogRecord>> => {
-  const out = new Map<number, Array<LogRecord>>()
+const byPartition = (records: ReadonlyArray<Log.Record>): Map<number, Array<Log.Record>> => {
+  const out = new Map<number, Array<Log.Record>>()
   for (const r of records) {
     const list = out.get(r.partition) ?? []
     list.push(r)
@@ -269,15 +258,15 @@ const byPartition = (records: ReadonlyArray<LogRecord>): Map<number, Array<LogRe
   return out
 }
 
-const offsetsOf = (records: ReadonlyArray<LogRecord>): Array<number> => records.map((r) => r.offset)
-const valuesOf = (records: ReadonlyArray<LogRecord>): Array<string | null> => records.map((r) => str(r.value))
+const offsetsOf = (records: ReadonlyArray<Log.Record>): Array<number> => records.map((r) => r.offset)
+const valuesOf = (records: ReadonlyArray<Log.Record>): Array<string | null> => records.map((r) => str(r.value))
 
 // ---------------------------------------------------------------------------
 // The suite
 // ---------------------------------------------------------------------------
 
 /** Runs the conformance suite against a `Log` layer. */
-export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options?: SuiteOptions): void => {
+export const suite = (name: string, logLayer: Layer.Layer<Log.Log, unknown>, options?: SuiteOptions): void => {
   const cfg: Config = {
     timeout: Duration.fromInputUnsafe(options?.timeout ?? "10 seconds"),
     rebalanceTimeout: Duration.fromInputUnsafe(options?.rebalanceTimeout ?? "30 seconds"),
@@ -296,7 +285,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("ensureTopic is idempotent and rejects a different partition count", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* uniqueName("ensure")
           yield* log.ensureTopic({ topic, partitions: 3 })
           yield* log.ensureTopic({ topic, partitions: 3 })
@@ -313,7 +302,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("ensureTopic rejects invalid names and partition counts", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* uniqueName("invalid")
           assert.strictEqual(yield* reasonTag(log.ensureTopic({ topic: "", partitions: 1 })), "InvalidRequest")
           assert.strictEqual(yield* reasonTag(log.ensureTopic({ topic: "has space", partitions: 1 })), "InvalidRequest")
@@ -330,7 +319,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("produce to an unknown topic or partition fails", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const missing = yield* uniqueName("missing")
           assert.strictEqual(yield* reasonTag(log.produce(rec(missing, 0, "v"))), "UnknownTopic")
           const topic = yield* freshTopic(2)
@@ -347,7 +336,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("a record over the size limit fails with RecordTooLarge", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const big = new Uint8Array(cfg.maxRecordBytes * 2)
           const tooLarge = { topic, partition: 0, key: null, value: big }
@@ -361,7 +350,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("produce returns dense offsets per partition", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(3)
           const got: Array<[number, number]> = []
           for (const p of [0, 1, 0, 2, 0, 1]) got.push([p, yield* log.produce(rec(topic, p, `v${got.length}`))])
@@ -380,7 +369,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("offsets of an empty partition are 0/0 and the highwater follows produce", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           assert.deepStrictEqual(yield* log.offsets(tps(topic, 2)), [
             { topic, partition: 0, logStart: 0, highwater: 0 },
@@ -404,7 +393,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("produceBatch appends in the order given and returns offsets in that order", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           const batch = [0, 1, 1, 0, 0, 1, 0].map((p, i) => rec(topic, p, `v${i}`))
           const offsets = yield* log.produceBatch(batch)
@@ -420,7 +409,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("concurrent produce calls get dense, distinct offsets", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(3)
           const calls = Array.from({ length: 300 }, (_, i) => rec(topic, i % 3, `v${i}`))
           const offsets = yield* Effect.forEach(calls, (r) => log.produce(r), { concurrency: "unbounded" })
@@ -443,7 +432,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("acks 0 returns -1 and still appends", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           assert.strictEqual(yield* log.produce(rec(topic, 0, "a"), { acks: 0 }), -1)
           assert.deepStrictEqual(
@@ -467,11 +456,11 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("a producer's sends are appended in the order sent, offsets known once acknowledged", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           const producer = yield* log.producer()
           // 40 sends of 5 records, alternating partitions, none awaited before the next is sent.
-          const acks: Array<Effect.Effect<ReadonlyArray<number>, LogError>> = []
+          const acks: Array<Effect.Effect<ReadonlyArray<number>, Log.LogError>> = []
           for (let i = 0; i < 40; i++) {
             const p = i % 2
             acks.push(yield* producer.send(Array.from({ length: 5 }, (_, j) => rec(topic, p, `${i}.${j}`))))
@@ -496,7 +485,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("a producer's invalid send fails at once, appends nothing, and the producer goes on", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const producer = yield* log.producer()
           const bad = yield* reasonTag(producer.send([rec(topic, 0, "ok"), rec(topic, 5, "bad partition")]))
@@ -512,7 +501,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("flush waits for every send; closing the producer waits too", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(3)
           yield* Effect.scoped(
             Effect.gen(function* () {
@@ -536,8 +525,8 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
       if (options?.faults === true) {
         it.effect("after a failed append a producer appends nothing more; a new producer starts again", () =>
           Effect.gen(function* () {
-            const log = yield* Log
-            const found = yield* Effect.serviceOption(LogFaults)
+            const log = yield* Log.Log
+            const found = yield* Effect.serviceOption(Log.Faults)
             assert.isTrue(Option.isSome(found), "the suite was told the layer provides LogFaults")
             if (Option.isNone(found)) return
             const faults = found.value
@@ -563,7 +552,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("keys, values, headers, timestamps and null values round-trip", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const binary = new Uint8Array([0, 255, 1, 128, 10, 13])
           const before = yield* Clock.currentTimeMillis
@@ -622,7 +611,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("a consumer reads everything in order from log start", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const tp = { topic, partition: 0 }
           yield* log.produceBatch(Array.from({ length: 50 }, (_, i) => rec(topic, 0, `v${i}`, `k${i}`)))
@@ -655,7 +644,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("seek to the middle reads from there", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           const tp = { topic, partition: 1 }
           yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, 1, `v${i}`)))
@@ -673,7 +662,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("seek to the highwater waits for the next record", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const tp = { topic, partition: 0 }
           yield* log.produceBatch([rec(topic, 0, "a"), rec(topic, 0, "b"), rec(topic, 0, "c")])
@@ -692,7 +681,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("seek past the highwater fails with OffsetOutOfRange", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const tp = { topic, partition: 0 }
           yield* log.produceBatch([rec(topic, 0, "a"), rec(topic, 0, "b")])
@@ -707,7 +696,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("seek and position of a partition not assigned fail with NotAssigned", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           const c = yield* log.consumer()
           yield* c.assign([{ topic, partition: 0 }])
@@ -722,7 +711,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
       if (caps.deleteRecords) {
         it.effect("deleteRecords moves the log start; consumers start there and cannot seek below it", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(1)
             const tp = { topic, partition: 0 }
             yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, 0, `v${i}`)))
@@ -759,7 +748,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a consumer whose position fell below the log start fails with OffsetOutOfRange", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(1)
             const tp = { topic, partition: 0 }
             yield* log.produceBatch(Array.from({ length: 6 }, (_, i) => rec(topic, 0, `v${i}`)))
@@ -778,7 +767,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("pause stops delivery of a partition until resume", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           const [p0, p1] = [
             { topic, partition: 0 },
@@ -809,7 +798,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("pause applies to a pull that is already waiting", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const tp = { topic, partition: 0 }
           const c = yield* log.consumer()
@@ -826,7 +815,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("unassign stops delivery and forgets the position", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           const [p0, p1] = [
             { topic, partition: 0 },
@@ -862,11 +851,11 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("every one of 24 partitions is read completely", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const partitions = 24
           const perPartition = 15
           const topic = yield* freshTopic(partitions)
-          const records: Array<ProducerRecord> = []
+          const records: Array<Log.ProducerRecord> = []
           for (let i = 0; i < perPartition; i++) {
             for (let p = 0; p < partitions; p++) records.push(rec(topic, p, `p${p}-${i}`))
           }
@@ -895,7 +884,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("batches respect maxBatchRecords and carry one partition each", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           yield* log.produceBatch(Array.from({ length: 60 }, (_, i) => rec(topic, i % 2, `v${i}`)))
           const c = yield* log.consumer({ maxBatchRecords: 7 })
@@ -918,7 +907,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("a busy partition does not starve another", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(2)
           yield* log.produceBatch(Array.from({ length: 300 }, (_, i) => rec(topic, 0, `v${i}`)))
           yield* log.produce(rec(topic, 1, "lonely"))
@@ -934,7 +923,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("LogBatch.highwater is the partition's highwater at fetch time", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const tp = { topic, partition: 0 }
           yield* log.produceBatch(Array.from({ length: 5 }, (_, i) => rec(topic, 0, `v${i}`)))
@@ -955,7 +944,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
       it.effect("a consumer used after its scope closed fails with LogClosed", () =>
         Effect.gen(function* () {
-          const log = yield* Log
+          const log = yield* Log.Log
           const topic = yield* freshTopic(1)
           const tp = { topic, partition: 0 }
           const c = yield* Effect.scoped(
@@ -980,7 +969,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
         /** A lone member of a fresh group over a fresh source topic, once it holds the topic's partitions. */
         const soleMember = (partitions: number) =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const source = yield* freshTopic(partitions)
             const groupId = yield* uniqueName("g")
             const member = yield* log.groupConsumer({ groupId, topics: [source] })
@@ -994,7 +983,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a transaction's records and source offsets become visible together at commit", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const out = yield* freshTopic(2)
             const { member, source } = yield* soleMember(1)
             const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
@@ -1025,7 +1014,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("an aborted transaction is never read at read_committed; the producer goes on after it", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const out = yield* freshTopic(1)
             const { member, source } = yield* soleMember(1)
             const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
@@ -1044,7 +1033,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a newer producer with the same transactional id fences the older one", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const out = yield* freshTopic(1)
             const { member, source } = yield* soleMember(1)
             const transactionalId = yield* uniqueName("tx")
@@ -1070,7 +1059,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a transaction committing offsets for a member that left its group is refused", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const out = yield* freshTopic(1)
             const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
             const left = yield* Effect.scoped(Effect.map(soleMember(1), ({ member, source }) => ({ member, source })))
@@ -1089,7 +1078,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a transaction cannot commit offsets of a partition the group gave to another member", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const out = yield* freshTopic(1)
             const { member, source, groupId } = yield* soleMember(2)
             const producer = yield* log.transactionalProducer({ transactionalId: yield* uniqueName("tx") })
@@ -1127,7 +1116,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a lone group member gets every partition and reads from log start", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(3)
             const groupId = yield* uniqueName("g")
             yield* log.produceBatch(Array.from({ length: 12 }, (_, i) => rec(topic, i % 3, `v${i}`)))
@@ -1152,7 +1141,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a group member seeks an assigned partition back and reads again from there", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(1)
             const groupId = yield* uniqueName("g")
             const tp = { topic, partition: 0 }
@@ -1174,7 +1163,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a second member splits the partitions disjointly; events replay to each assignment", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const partitions = 6
             const topic = yield* freshTopic(partitions)
             const groupId = yield* uniqueName("g")
@@ -1198,7 +1187,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
                 return (
                   a1.length > 0 &&
                   a2.length > 0 &&
-                  a2.every((tp) => !k1.has(tpKey(tp))) &&
+                  a2.every((tp) => !k1.has(Models.tpKey(tp))) &&
                   sameTps([...a1, ...a2], all) &&
                   sameTps(e1.held.values(), a1) &&
                   sameTps(e2.held.values(), a2)
@@ -1227,7 +1216,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("commit and committed round-trip per group", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(3)
             yield* log.produceBatch(Array.from({ length: 30 }, (_, i) => rec(topic, i % 3, `v${i}`)))
             const groupId = yield* uniqueName("g")
@@ -1244,12 +1233,12 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
               { topic, partition: 1, offset: 7 }
             ])
             const got = yield* m.committed(tps(topic, 3))
-            assert.deepStrictEqual(sortTps(got).map(tpKey), [
-              tpKey({ topic, partition: 0 }),
-              tpKey({ topic, partition: 1 })
+            assert.deepStrictEqual(sortTps(got).map(Models.tpKey), [
+              Models.tpKey({ topic, partition: 0 }),
+              Models.tpKey({ topic, partition: 1 })
             ])
             assert.deepStrictEqual(
-              [...got].sort(tpCompare).map((o) => [o.partition, o.offset]),
+              [...got].sort(Models.tpCompare).map((o) => [o.partition, o.offset]),
               [
                 [0, 5],
                 [1, 7]
@@ -1268,7 +1257,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
                   { topic, partition: 0 }
                 ]))
               ]
-                .sort(tpCompare)
+                .sort(Models.tpCompare)
                 .map((o) => [o.partition, o.offset]),
               [
                 [0, 5],
@@ -1290,7 +1279,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a newly assigned partition starts at the group's committed offset, else at log start", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(2)
             const groupId = yield* uniqueName("g")
             yield* log.produceBatch(Array.from({ length: 10 }, (_, i) => rec(topic, i % 2, `v${i}`)))
@@ -1316,7 +1305,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a member leaving gives its partitions back", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const partitions = 4
             const topic = yield* freshTopic(partitions)
             const groupId = yield* uniqueName("g")
@@ -1356,7 +1345,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
           "membership names every member, itself included, with the partitions it holds; a leaver drops out",
           () =>
             Effect.gen(function* () {
-              const log = yield* Log
+              const log = yield* Log.Log
               const partitions = 4
               const topic = yield* freshTopic(partitions)
               const groupId = yield* uniqueName("g")
@@ -1385,10 +1374,10 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
                   // The group's view settles with the members' own (a coordinator may still be finishing the round).
                   let seen:
                     | {
-                        v1: GroupMembership
-                        v2: GroupMembership
-                        a1: ReadonlyArray<TopicPartition>
-                        a2: ReadonlyArray<TopicPartition>
+                        v1: Log.GroupMembership
+                        v2: Log.GroupMembership
+                        a1: ReadonlyArray<Models.TopicPartition>
+                        a2: ReadonlyArray<Models.TopicPartition>
                       }
                     | undefined
                   yield* eventually(
@@ -1398,7 +1387,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
                       const a1 = yield* m1.assignment
                       const a2 = yield* m2.assignment
                       seen = { v1, v2, a1, a2 }
-                      const agrees = (v: GroupMembership) =>
+                      const agrees = (v: Log.GroupMembership) =>
                         v.members.length === 2 &&
                         sameTps(v.members.find((m) => m.memberId === v1.memberId)?.partitions ?? [], a1) &&
                         sameTps(v.members.find((m) => m.memberId === v2.memberId)?.partitions ?? [], a2)
@@ -1451,7 +1440,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a group member's pause stops delivery until resume", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(2)
             const groupId = yield* uniqueName("g")
             const m = yield* log.groupConsumer({ groupId, topics: [topic] })
@@ -1472,7 +1461,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
 
         it.effect("a group member used after its scope closed fails with LogClosed", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(1)
             const groupId = yield* uniqueName("g")
             const m = yield* Effect.scoped(log.groupConsumer({ groupId, topics: [topic] }))
@@ -1497,7 +1486,7 @@ export const suite = (name: string, logLayer: Layer.Layer<Log, unknown>, options
       if (!caps.deleteRecords || !caps.transactions || !caps.groups) {
         it.effect("an operation the backend declares it does not offer fails with Unsupported naming it", () =>
           Effect.gen(function* () {
-            const log = yield* Log
+            const log = yield* Log.Log
             const topic = yield* freshTopic(1)
             if (!caps.deleteRecords) {
               assert.strictEqual(yield* reasonTag(log.deleteRecords({ topic, partition: 0 }, 0)), "Unsupported")

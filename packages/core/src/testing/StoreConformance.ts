@@ -10,12 +10,11 @@
  *
  * @since 0.1.0
  */
+import type * as Models from "../Models.js"
+import * as Store from "../Store.js"
 import { assert, describe, layer } from "@effect/vitest"
 import type { Layer, Scope } from "effect"
 import { Effect, Option, Random, Stream } from "effect"
-import type { TopicPartition } from "../Models.js"
-import type { Entry, PartitionStore, StoreError, StoreId } from "../Store.js"
-import { del, put, Store } from "../Store.js"
 
 const enc = new TextEncoder()
 const dec = new TextDecoder()
@@ -24,23 +23,23 @@ const s = (u: Uint8Array): string => dec.decode(u)
 const hex = (u: Uint8Array): string => Buffer.from(u).toString("hex")
 
 /** A fresh table name per test, so a persistent backend can be reused. */
-const freshId = (partition = 0): Effect.Effect<StoreId> =>
+const freshId = (partition = 0): Effect.Effect<Store.Id> =>
   Effect.map(Random.nextIntBetween(0, 1_000_000_000), (n) => ({ table: `conf-${n.toString(36)}`, partition }))
 
-const openFresh = (partition = 0): Effect.Effect<PartitionStore, StoreError, Store | Scope.Scope> =>
+const openFresh = (partition = 0): Effect.Effect<Store.PartitionStore, Store.StoreError, Store.Store | Scope.Scope> =>
   Effect.gen(function* () {
-    const store = yield* Store
+    const store = yield* Store.Store
     return yield* store.open(yield* freshId(partition))
   })
 
-const collect = (stream: Stream.Stream<Entry, StoreError>) =>
+const collect = (stream: Stream.Stream<Store.Entry, Store.StoreError>) =>
   Effect.map(Stream.runCollect(stream), (entries) => entries.map(([k, v]) => [hex(k), s(v)] as const))
 
-const failureTag = <A, R>(effect: Effect.Effect<A, StoreError, R>): Effect.Effect<string, never, R> =>
+const failureTag = <A, R>(effect: Effect.Effect<A, Store.StoreError, R>): Effect.Effect<string, never, R> =>
   Effect.match(effect, { onFailure: (e) => e.reason._tag, onSuccess: () => "succeeded" })
 
 /** Runs the conformance suite against a `Store` layer. */
-export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): void => {
+export const suite = (name: string, storeLayer: Layer.Layer<Store.Store, unknown>): void => {
   describe(`Store conformance: ${name}`, () => {
     layer(storeLayer, { excludeTestServices: true, timeout: "60 seconds" })((it) => {
       it.effect("put, get, delete and getMany", () =>
@@ -90,11 +89,11 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
         Effect.gen(function* () {
           const st = yield* openFresh()
           yield* st.write([
-            put(b("a"), b("1")),
-            put(b("b"), b("2")),
-            del(b("a")),
-            put(b("c"), b("3")),
-            put(b("c"), b("4"))
+            Store.put(b("a"), b("1")),
+            Store.put(b("b"), b("2")),
+            Store.del(b("a")),
+            Store.put(b("c"), b("3")),
+            Store.put(b("c"), b("4"))
           ])
           assert.deepStrictEqual(yield* collect(st.scan()), [
             [hex(b("b")), "2"],
@@ -106,11 +105,14 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
       it.effect("a batch with one bad operation writes nothing and keeps what was stored", () =>
         Effect.gen(function* () {
           const st = yield* openFresh()
-          yield* st.write([put(b("keep"), b("old"))], { offsets: [{ topic: "t", partition: 0, offset: 5 }] })
+          yield* st.write([Store.put(b("keep"), b("old"))], { offsets: [{ topic: "t", partition: 0, offset: 5 }] })
           const tag = yield* failureTag(
-            st.write([put(b("keep"), b("new")), put(b("x"), b("1")), put(new Uint8Array(0), b("bad"))], {
-              offsets: [{ topic: "t", partition: 0, offset: 9 }]
-            })
+            st.write(
+              [Store.put(b("keep"), b("new")), Store.put(b("x"), b("1")), Store.put(new Uint8Array(0), b("bad"))],
+              {
+                offsets: [{ topic: "t", partition: 0, offset: 9 }]
+              }
+            )
           )
           assert.strictEqual(tag, "InvalidKey")
           assert.deepStrictEqual(yield* collect(st.scan()), [[hex(b("keep")), "old"]])
@@ -124,8 +126,8 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
           const tp0 = { topic: "orders-changelog", partition: 0 }
           const tp1 = { topic: "orders-changelog", partition: 1 }
           assert.isTrue(Option.isNone(yield* st.persistedOffset(tp0)))
-          yield* st.write([put(b("a"), b("1"))], { offsets: [{ ...tp0, offset: 10 }] })
-          yield* st.write([put(b("b"), b("2"))], {
+          yield* st.write([Store.put(b("a"), b("1"))], { offsets: [{ ...tp0, offset: 10 }] })
+          yield* st.write([Store.put(b("b"), b("2"))], {
             offsets: [
               { ...tp0, offset: 11 },
               { ...tp1, offset: 3 }
@@ -153,13 +155,15 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
 
       it.effect("data and offsets survive close and reopen", () =>
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const id = yield* freshId(3)
           const tp = { topic: "c", partition: 3 }
           yield* Effect.scoped(
             Effect.gen(function* () {
               const st = yield* store.open(id)
-              yield* st.write([put(b("k1"), b("v1")), put(b("k2"), b("v2"))], { offsets: [{ ...tp, offset: 41 }] })
+              yield* st.write([Store.put(b("k1"), b("v1")), Store.put(b("k2"), b("v2"))], {
+                offsets: [{ ...tp, offset: 41 }]
+              })
             })
           )
           const st = yield* store.open(id)
@@ -175,7 +179,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
         Effect.gen(function* () {
           const st = yield* openFresh()
           const keys = [[0x02], [0x01, 0x00], [0x01], [0x80], [0x7f], [0xfe, 0xff], [0xfe], [0x01, 0xff]]
-          yield* st.write(keys.map((k) => put(Uint8Array.from(k), b(Buffer.from(k).toString("hex")))))
+          yield* st.write(keys.map((k) => Store.put(Uint8Array.from(k), b(Buffer.from(k).toString("hex")))))
           const got = (yield* collect(st.scan())).map(([k]) => k)
           assert.deepStrictEqual(got, ["01", "0100", "01ff", "02", "7f", "80", "fe", "feff"])
         })
@@ -184,8 +188,8 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
       it.effect("scan bounds, reverse and limit", () =>
         Effect.gen(function* () {
           const st = yield* openFresh()
-          yield* st.write(["a", "b", "c", "d", "e"].map((k) => put(b(k), b(k.toUpperCase()))))
-          const keys = (r: Parameters<PartitionStore["scan"]>[0]) =>
+          yield* st.write(["a", "b", "c", "d", "e"].map((k) => Store.put(b(k), b(k.toUpperCase()))))
+          const keys = (r: Parameters<Store.PartitionStore["scan"]>[0]) =>
             Effect.map(collect(st.scan(r)), (es) => es.map(([k]) => Buffer.from(k, "hex").toString()))
           assert.deepStrictEqual(yield* keys({ gte: b("b"), lt: b("d") }), ["b", "c"])
           assert.deepStrictEqual(yield* keys({ gt: b("b"), lte: b("d") }), ["c", "d"])
@@ -203,7 +207,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
         Effect.gen(function* () {
           const st = yield* openFresh()
           const ks = [[0x61], [0x61, 0x62], [0x61, 0xff], [0x61, 0xff, 0x01], [0x62], [0x61, 0xfe, 0xff]]
-          yield* st.write(ks.map((k) => put(Uint8Array.from(k), b("v"))))
+          yield* st.write(ks.map((k) => Store.put(Uint8Array.from(k), b("v"))))
           const prefixed = (p: Array<number>, reverse = false) =>
             Effect.map(collect(st.scanPrefix(Uint8Array.from(p), { reverse })), (es) => es.map(([k]) => k))
           assert.deepStrictEqual(yield* prefixed([0x61]), ["61", "6162", "61feff", "61ff", "61ff01"])
@@ -217,14 +221,14 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
       it.effect("a scan sees the store as it was when the scan started", () =>
         Effect.gen(function* () {
           const st = yield* openFresh()
-          yield* st.write(["k1", "k2", "k3"].map((k) => put(b(k), b("old"))))
+          yield* st.write(["k1", "k2", "k3"].map((k) => Store.put(b(k), b("old"))))
           const seen: Array<string> = []
           yield* st.scan().pipe(
             Stream.runForEach(([k, v]) =>
               Effect.gen(function* () {
                 seen.push(`${s(k)}=${s(v)}`)
                 if (seen.length === 1) {
-                  yield* st.write([put(b("k2"), b("new")), put(b("k4"), b("new")), del(b("k3"))])
+                  yield* st.write([Store.put(b("k2"), b("new")), Store.put(b("k4"), b("new")), Store.del(b("k3"))])
                 }
               })
             )
@@ -236,12 +240,14 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
 
       it.effect("stopping a scan early leaves the store usable", () =>
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const id = yield* freshId()
           yield* Effect.scoped(
             Effect.gen(function* () {
               const st = yield* store.open(id)
-              const ops = Array.from({ length: 2000 }, (_, i) => put(b(`k${String(i).padStart(5, "0")}`), b(`${i}`)))
+              const ops = Array.from({ length: 2000 }, (_, i) =>
+                Store.put(b(`k${String(i).padStart(5, "0")}`), b(`${i}`))
+              )
               yield* st.write(ops)
               const first = yield* Stream.runCollect(st.scan().pipe(Stream.take(3)))
               assert.deepStrictEqual(
@@ -264,7 +270,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
           const order = Array.from({ length: n }, (_, i) => (i * 7919) % n)
           for (let i = 0; i < n; i += 1000) {
             yield* st.write(
-              order.slice(i, i + 1000).map((k) => put(b(`key-${String(k).padStart(6, "0")}`), b(`v${k}`)))
+              order.slice(i, i + 1000).map((k) => Store.put(b(`key-${String(k).padStart(6, "0")}`), b(`v${k}`)))
             )
           }
           const all = yield* Stream.runCollect(st.scan())
@@ -278,7 +284,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
 
       it.effect("bad keys and values get typed errors", () =>
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const st = yield* openFresh()
           yield* st.put(b("present"), b("safe"))
           assert.strictEqual(yield* failureTag(st.put(new Uint8Array(0), b("v"))), "InvalidKey")
@@ -311,7 +317,10 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
             { topic: "t", partition: -1, offset: 1 },
             { topic: "t", partition: 2 ** 32, offset: 1 }
           ]) {
-            assert.strictEqual(yield* failureTag(st.write([put(b("k"), b("v"))], { offsets: [bad] })), "InvalidValue")
+            assert.strictEqual(
+              yield* failureTag(st.write([Store.put(b("k"), b("v"))], { offsets: [bad] })),
+              "InvalidValue"
+            )
           }
           assert.strictEqual(yield* failureTag(st.setPersistedOffset(tp, -5)), "InvalidValue")
           assert.deepStrictEqual(yield* st.persistedOffset(tp), Option.some(3))
@@ -340,15 +349,15 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
           ]
           const topics: Array<unknown> = ["", "a/b", "x".repeat(250), 42, undefined]
           const bad = [
-            ...partitions.map((partition) => ({ topic: "t", partition }) as unknown as TopicPartition),
-            ...topics.map((topic) => ({ topic, partition: 0 }) as unknown as TopicPartition)
+            ...partitions.map((partition) => ({ topic: "t", partition }) as unknown as Models.TopicPartition),
+            ...topics.map((topic) => ({ topic, partition: 0 }) as unknown as Models.TopicPartition)
           ]
           for (const wrong of bad) {
             const what = `${String(wrong.topic)}/${String(wrong.partition)}`
             assert.strictEqual(yield* failureTag(st.persistedOffset(wrong)), "InvalidValue", `persistedOffset(${what})`)
             assert.strictEqual(yield* failureTag(st.setPersistedOffset(wrong, 1)), "InvalidValue", `set ${what}`)
             assert.strictEqual(
-              yield* failureTag(st.write([put(b("k"), b("v"))], { offsets: [{ ...wrong, offset: 1 }] })),
+              yield* failureTag(st.write([Store.put(b("k"), b("v"))], { offsets: [{ ...wrong, offset: 1 }] })),
               "InvalidValue",
               `write ${what}`
             )
@@ -365,7 +374,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
       it.effect("invalid scan limits get typed errors", () =>
         Effect.gen(function* () {
           const st = yield* openFresh()
-          yield* st.write(["a", "b", "c"].map((k) => put(b(k), b("v"))))
+          yield* st.write(["a", "b", "c"].map((k) => Store.put(b(k), b("v"))))
           for (const limit of [Number.NaN, -1, 1.5, Number.POSITIVE_INFINITY, "2"] as Array<unknown>) {
             const what = String(limit)
             assert.strictEqual(
@@ -386,7 +395,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
 
       it.effect("invalid store ids get typed errors", () =>
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           for (const id of [
             { table: "", partition: 0 },
             { table: "x".repeat(256), partition: 0 },
@@ -403,7 +412,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
 
       it.effect("a partition store is owned by one opener at a time", () =>
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const id = yield* freshId()
           yield* Effect.scoped(
             Effect.gen(function* () {
@@ -428,7 +437,7 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
 
       it.effect("partitions and tables are independent; drop and clear remove everything", () =>
         Effect.gen(function* () {
-          const store = yield* Store
+          const store = yield* Store.Store
           const id0 = yield* freshId(0)
           const id1 = { ...id0, partition: 1 }
           const other = { table: `${id0.table}-other`, partition: 0 }
@@ -438,9 +447,9 @@ export const suite = (name: string, storeLayer: Layer.Layer<Store, unknown>): vo
               const a = yield* store.open(id0)
               const c = yield* store.open(id1)
               const d = yield* store.open(other)
-              yield* a.write([put(b("k"), b("a"))], { offsets: [{ ...tp, offset: 1 }] })
-              yield* c.write([put(b("k"), b("c"))])
-              yield* d.write([put(b("k"), b("d"))])
+              yield* a.write([Store.put(b("k"), b("a"))], { offsets: [{ ...tp, offset: 1 }] })
+              yield* c.write([Store.put(b("k"), b("c"))])
+              yield* d.write([Store.put(b("k"), b("d"))])
               assert.deepStrictEqual(Option.map(yield* c.get(b("k")), s), Option.some("c"))
               assert.isTrue(Option.isNone(yield* c.persistedOffset(tp)))
               yield* d.clear

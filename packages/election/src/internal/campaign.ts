@@ -5,20 +5,7 @@
  *
  * @internal
  */
-import {
-  type Candidate,
-  type CoordinationError,
-  coordinationError,
-  CorruptElectionData,
-  DuplicateServerId,
-  ElectionError,
-  type LeaderInfo,
-  type Node,
-  op,
-  type Session,
-  SessionClosed,
-  SessionExpired
-} from "@strata/core"
+import { Coordination, Election, type Models } from "@strata/core"
 import { Cause, Clock, Duration, Effect, Exit, Option, Result } from "effect"
 
 /** The paths of a namespace's election. */
@@ -47,9 +34,9 @@ export interface EpochsSeen {
 
 /** What a campaign works with. */
 export interface Context {
-  readonly session: Session
+  readonly session: Coordination.Session
   readonly paths: Paths
-  readonly candidate: Candidate
+  readonly candidate: Election.Candidate
   readonly epochs: EpochsSeen
   readonly unsafe: Unsafe
   /** Counts a waiting candidate woken by its predecessor's watch. */
@@ -60,7 +47,7 @@ export interface Context {
 export interface Won {
   readonly epoch: number
   readonly version: number
-  readonly info: LeaderInfo
+  readonly info: Models.LeaderInfo
   /** The epoch before this one (0: no leader ever was). */
   readonly previous: number
   /** When the leader registration was sent: the session was alive then. */
@@ -73,11 +60,11 @@ const decoder = new TextDecoder()
 export const bytes = (s: string): Uint8Array => encoder.encode(s)
 
 /** An election error naming a node whose data cannot be read. */
-export const corrupt = (path: string, detail: string): ElectionError =>
-  new ElectionError({ reason: new CorruptElectionData({ path, detail }) })
+export const corrupt = (path: string, detail: string): Election.ElectionError =>
+  new Election.ElectionError({ reason: new Election.CorruptData({ path, detail }) })
 
 /** The epoch an epoch node holds: a whole number ≥ 0, or why it is not one. */
-export const parseEpoch = (path: string, data: Uint8Array): Result.Result<number, ElectionError> => {
+export const parseEpoch = (path: string, data: Uint8Array): Result.Result<number, Election.ElectionError> => {
   const text = decoder.decode(data)
   const n = /^\d+$/.test(text) ? Number(text) : Number.NaN
   return Number.isSafeInteger(n)
@@ -92,15 +79,15 @@ export const see = (epochs: EpochsSeen, epoch: number): void => {
   if (epoch > epochs.highest) epochs.highest = epoch
 }
 
-const isCode = (tag: string) => (e: CoordinationError) => e.reason._tag === tag
+const isCode = (tag: string) => (e: Coordination.CoordinationError) => e.reason._tag === tag
 
 /** Fails with the session's end when it ended: a campaign on it cannot go on. */
-const ensureLive = (session: Session) =>
+const ensureLive = (session: Coordination.Session) =>
   Effect.flatMap(session.state, (state) =>
     state === "expired"
-      ? Effect.fail(coordinationError(new SessionExpired({ session: session.id })))
+      ? Effect.fail(Coordination.coordinationError(new Coordination.SessionExpired({ session: session.id })))
       : state === "closed"
-        ? Effect.fail(coordinationError(new SessionClosed({ session: session.id })))
+        ? Effect.fail(Coordination.coordinationError(new Coordination.SessionClosed({ session: session.id })))
         : Effect.void
   )
 
@@ -109,7 +96,7 @@ const ensureLive = (session: Session) =>
  * one and a half session timeouts (a previous incarnation's session that has not expired yet); still there after
  * that, it belongs to a live session and the registration fails with `DuplicateServerId`.
  */
-export const register = (ctx: Context): Effect.Effect<void, CoordinationError | ElectionError> =>
+export const register = (ctx: Context): Effect.Effect<void, Coordination.CoordinationError | Election.ElectionError> =>
   Effect.gen(function* () {
     const { session, candidate } = ctx
     const path = `${ctx.paths.ids}/${candidate.serverId}`
@@ -129,8 +116,8 @@ export const register = (ctx: Context): Effect.Effect<void, CoordinationError | 
       const left = giveUpAt - (yield* Clock.currentTimeMillis)
       if (owner === null || left <= 0) {
         return yield* Effect.fail(
-          new ElectionError({
-            reason: new DuplicateServerId({
+          new Election.ElectionError({
+            reason: new Election.DuplicateServerId({
               serverId: candidate.serverId,
               owner: owner ?? "none (a persistent node)",
               path
@@ -144,7 +131,7 @@ export const register = (ctx: Context): Effect.Effect<void, CoordinationError | 
   })
 
 /** Creates this campaign's candidate node (ephemeral-sequential) and returns its path. */
-const createCandidate = (ctx: Context, attempt = 0): Effect.Effect<string, CoordinationError> =>
+const createCandidate = (ctx: Context, attempt = 0): Effect.Effect<string, Coordination.CoordinationError> =>
   ctx.session
     .create(`${ctx.paths.election}/candidate_`, bytes(String(ctx.candidate.serverId)), {
       mode: "ephemeral-sequential",
@@ -162,7 +149,7 @@ const createCandidate = (ctx: Context, attempt = 0): Effect.Effect<string, Coord
 const nameOf = (path: string) => path.slice(path.lastIndexOf("/") + 1)
 
 /** The epoch node, created at "0" when absent. */
-const readEpochNode = (ctx: Context): Effect.Effect<Node, CoordinationError> =>
+const readEpochNode = (ctx: Context): Effect.Effect<Coordination.Node, Coordination.CoordinationError> =>
   ctx.session.get(ctx.paths.epoch).pipe(
     Effect.catchIf(isCode("NoNode"), () =>
       ctx.session.create(ctx.paths.epoch, bytes("0"), { createParents: true }).pipe(
@@ -196,11 +183,14 @@ const fence = (ctx: Context, state: { vacantSince: number | undefined }) =>
     if (Option.isNone(written)) return undefined
     see(epochs, epoch)
     const version = written.value.version
-    const info: LeaderInfo = { serverId: ctx.candidate.serverId, epoch, address: ctx.candidate.address }
+    const info: Models.LeaderInfo = { serverId: ctx.candidate.serverId, epoch, address: ctx.candidate.address }
     while (true) {
       const registeredAt = yield* Clock.currentTimeMillis
       const registered = yield* session
-        .multi([op.check(paths.epoch, version), op.create(paths.leader, bytes(JSON.stringify(info)), "ephemeral")])
+        .multi([
+          Coordination.op.check(paths.epoch, version),
+          Coordination.op.create(paths.leader, bytes(JSON.stringify(info)), "ephemeral")
+        ])
         .pipe(
           Effect.as("ok" as const),
           Effect.catchTag("CoordinationError", (e) =>
@@ -237,7 +227,7 @@ const fence = (ctx: Context, state: { vacantSince: number | undefined }) =>
 export const elect = (
   ctx: Context,
   state: { ours: string | undefined; vacantSince: number | undefined }
-): Effect.Effect<Won, CoordinationError | ElectionError> =>
+): Effect.Effect<Won, Coordination.CoordinationError | Election.ElectionError> =>
   Effect.gen(function* () {
     const { session, paths } = ctx
     while (true) {
@@ -280,7 +270,7 @@ const LONGEST_RETRY_MS = 1000
  * one spell of failures has lasted `budget` (then the last error). A spell ends when a run lasted longer than
  * the longest backoff, so a campaign that waits for hours survives every blip on its way.
  */
-export const retryLostConnections = <A, E extends CoordinationError | ElectionError>(
+export const retryLostConnections = <A, E extends Coordination.CoordinationError | Election.ElectionError>(
   self: Effect.Effect<A, E>,
   budget: Duration.Duration
 ): Effect.Effect<A, E> =>

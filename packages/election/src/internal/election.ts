@@ -5,22 +5,7 @@
  *
  * @internal
  */
-import {
-  type Candidate,
-  Coordination,
-  CoordinationPaths,
-  type CoordinationError,
-  type CoordinationShape,
-  ElectionError,
-  type ElectionShape,
-  InvalidElectionOptions,
-  LeaderInfo,
-  type Leadership,
-  type Node,
-  type Session,
-  type SessionOptions,
-  OptionSchemas
-} from "@strata/core"
+import { Coordination, CoordinationPaths, Election, Models, OptionSchemas } from "@strata/core"
 import { Clock, Duration, Effect, Exit, Metric, Option, Result, Schema, Scope, Stream } from "effect"
 import * as Campaign from "./campaign.js"
 import * as Won from "./leadership.js"
@@ -93,10 +78,10 @@ export const metrics = {
 } as const
 
 const decoder = new TextDecoder()
-const decodeLeader = Schema.decodeUnknownOption(LeaderInfo)
+const decodeLeader = Schema.decodeUnknownOption(Models.LeaderInfo)
 
 /** Parses a leader node's data, `None` when absent or malformed. */
-const parseLeader = (node: Option.Option<Node>): Option.Option<LeaderInfo> =>
+const parseLeader = (node: Option.Option<Coordination.Node>): Option.Option<Models.LeaderInfo> =>
   Option.flatMap(node, (n) => {
     try {
       return decodeLeader(JSON.parse(decoder.decode(n.data)))
@@ -129,11 +114,11 @@ const labelled = (attributes: Record<string, string>) => ({
 })
 
 /** An election: what its functions share. */
-interface Election {
-  readonly coordination: CoordinationShape
+interface Campaigner {
+  readonly coordination: Coordination.Shape
   readonly paths: Campaign.Paths
   readonly unsafe: Unsafe
-  readonly sessionOptions: SessionOptions
+  readonly sessionOptions: Coordination.SessionOptions
   readonly metrics: ReturnType<typeof labelled>
   readonly observer: Observer.Observer
   /** Every epoch any read of this election saw: a campaign's bump goes past all of them. */
@@ -147,30 +132,32 @@ interface Election {
 
 /** The election error for an option `make` refuses. */
 const invalid = (option: string, detail: string) =>
-  new ElectionError({ reason: new InvalidElectionOptions({ option, detail }) })
+  new Election.ElectionError({ reason: new Election.InvalidOptions({ option, detail }) })
 
 /** The leader node through the observer, `None` when there is none. */
-const readLeader = (e: Election): Effect.Effect<Option.Option<Node>, CoordinationError> =>
+const readLeader = (e: Campaigner): Effect.Effect<Option.Option<Coordination.Node>, Coordination.CoordinationError> =>
   Observer.withObserver(e.observer, (s) =>
     s.exists(e.paths.leader).pipe(
       Effect.flatMap((stat) =>
-        Option.isNone(stat) ? Effect.succeed(Option.none<Node>()) : Effect.map(s.get(e.paths.leader), Option.some)
+        Option.isNone(stat)
+          ? Effect.succeed(Option.none<Coordination.Node>())
+          : Effect.map(s.get(e.paths.leader), Option.some)
       ),
       Effect.catchTag("CoordinationError", (err) =>
-        err.reason._tag === "NoNode" ? Effect.succeed(Option.none<Node>()) : Effect.fail(err)
+        err.reason._tag === "NoNode" ? Effect.succeed(Option.none<Coordination.Node>()) : Effect.fail(err)
       )
     )
   )
 
 /** The current leader, as `ElectionShape.leader`. */
-const leader = (e: Election): ElectionShape["leader"] =>
+const leader = (e: Campaigner): Election.Shape["leader"] =>
   readLeader(e).pipe(Effect.map(parseLeader), Effect.mapError(Won.failed))
 
 /** Each new leader (or its absence), as `ElectionShape.changes`: the leader node watched through the observer. */
-const changes = (e: Election): ElectionShape["changes"] =>
+const changes = (e: Campaigner): Election.Shape["changes"] =>
   Stream.unwrap(
     Effect.sync(() => {
-      let pending: Effect.Effect<unknown, CoordinationError> | undefined
+      let pending: Effect.Effect<unknown, Coordination.CoordinationError> | undefined
       return Stream.fromEffectRepeat(
         Effect.gen(function* () {
           // A watch ending with its session is not a change: re-read through the reopened observer.
@@ -186,7 +173,7 @@ const changes = (e: Election): ElectionShape["changes"] =>
       ).pipe(
         Stream.changesWith(
           Option.makeEquivalence(
-            (a: LeaderInfo, b: LeaderInfo) =>
+            (a: Models.LeaderInfo, b: Models.LeaderInfo) =>
               a.serverId === b.serverId && a.epoch === b.epoch && a.address === b.address
           )
         )
@@ -195,7 +182,7 @@ const changes = (e: Election): ElectionShape["changes"] =>
   )
 
 /** The current epoch, read through the observer (`None` when unknown or unreadable). */
-const currentEpoch = (e: Election): Effect.Effect<Option.Option<number>> =>
+const currentEpoch = (e: Campaigner): Effect.Effect<Option.Option<number>> =>
   Observer.withObserver(e.observer, (s) => s.get(e.paths.epoch)).pipe(
     Effect.map((n) => Result.getSuccess(Campaign.parseEpoch(e.paths.epoch, n.data))),
     Effect.tap((epoch) => Effect.sync(() => Option.map(epoch, (ep) => Campaign.see(e.epochs, ep)))),
@@ -203,7 +190,7 @@ const currentEpoch = (e: Election): Effect.Effect<Option.Option<number>> =>
   )
 
 /** Registers, waits to be the lowest candidate, fences; then the leadership, in `scope`. */
-const campaignIn = (e: Election, candidate: Candidate, session: Session) =>
+const campaignIn = (e: Campaigner, candidate: Election.Candidate, session: Coordination.Session) =>
   Effect.gen(function* () {
     const ctx: Campaign.Context = {
       session,
@@ -238,7 +225,10 @@ const campaignIn = (e: Election, candidate: Candidate, session: Session) =>
  * A campaign opens its own session in a child of the caller's scope: a campaign that fails (or is interrupted)
  * closes it, so its registration and candidate node go with it and a retry starts clean.
  */
-const campaign = (e: Election, candidate: Candidate): Effect.Effect<Leadership, ElectionError, Scope.Scope> =>
+const campaign = (
+  e: Campaigner,
+  candidate: Election.Candidate
+): Effect.Effect<Election.Leadership, Election.ElectionError, Scope.Scope> =>
   Effect.gen(function* () {
     const child = yield* Scope.fork(yield* Effect.scope, "sequential")
     return yield* Effect.gen(function* () {
@@ -258,7 +248,7 @@ const campaign = (e: Election, candidate: Candidate): Effect.Effect<Leadership, 
 export const make = (
   options: Options,
   unsafe: Unsafe = {}
-): Effect.Effect<ElectionShape, ElectionError, Coordination | Scope.Scope> =>
+): Effect.Effect<Election.Shape, Election.ElectionError, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decodeOptions(Options)(options).pipe(
       Effect.mapError((bad) => {
@@ -266,7 +256,7 @@ export const make = (
         return invalid(first.option, `${first.value}: ${first.detail}`)
       })
     )
-    const coordination = yield* Coordination
+    const coordination = yield* Coordination.Coordination
     const paths = pathsOf(o.namespace)
     const sessionOptions = o.sessionTimeout === undefined ? {} : { timeout: o.sessionTimeout }
     const replicaLagTimeMax =
@@ -294,7 +284,7 @@ export const make = (
         )
       )
     }
-    const e: Election = {
+    const e: Campaigner = {
       coordination,
       paths,
       unsafe,
@@ -310,5 +300,5 @@ export const make = (
       leader: leader(e),
       changes: changes(e),
       campaign: (candidate) => campaign(e, candidate)
-    } satisfies ElectionShape
+    } satisfies Election.Shape
   })

@@ -7,16 +7,16 @@
  *
  * @internal
  */
-import { type CoordinationErrorReason, CoordinationPaths, type CreateMode, type Node } from "@strata/core"
+import { type Coordination, CoordinationPaths } from "@strata/core"
 import type { ICompare, IKeyValue, IRequestOp } from "etcd3"
 
 /** A failed check inside a simulated transaction or a path check, thrown and caught as a `CoordinationError`. */
 export class Fail {
-  constructor(readonly reason: CoordinationErrorReason) {}
+  constructor(readonly reason: Coordination.ErrorReason) {}
 }
 
 /** Throws `Fail` with `reason`. */
-export const fail = (reason: CoordinationErrorReason): never => {
+export const fail = (reason: Coordination.ErrorReason): never => {
   throw new Fail(reason)
 }
 
@@ -32,11 +32,12 @@ const depthOf = (path: string): number => (path === "/" ? 0 : path.split("/").le
 export const pad = (n: number, width: number): string => n.toString().padStart(width, "0")
 
 /** Whether a create mode appends a sequence number. */
-export const isSequential = (mode: CreateMode): boolean =>
+export const isSequential = (mode: Coordination.CreateMode): boolean =>
   mode === "persistent-sequential" || mode === "ephemeral-sequential"
 
 /** Whether a create mode ties the node to its session's lease. */
-export const isEphemeral = (mode: CreateMode): boolean => mode === "ephemeral" || mode === "ephemeral-sequential"
+export const isEphemeral = (mode: Coordination.CreateMode): boolean =>
+  mode === "ephemeral" || mode === "ephemeral-sequential"
 
 /** The first key after every key starting with `prefix` (the end of its range). */
 export const prefixEnd = (prefix: Buffer): Buffer => {
@@ -91,7 +92,7 @@ export const decodeMeta = (kv: IKeyValue | undefined): Meta => {
 }
 
 /** The node a data key and its meta key hold. */
-export const toNode = (kv: IKeyValue, meta: IKeyValue | undefined): Node => {
+export const toNode = (kv: IKeyValue, meta: IKeyValue | undefined): Coordination.Node => {
   const { data, header } = decodeData(kv.value)
   return {
     data,

@@ -5,21 +5,7 @@
  *
  * @internal
  */
-import {
-  ConnectionLoss,
-  type CoordinationError,
-  coordinationError,
-  type CreateOptions,
-  InvalidPath,
-  type Node,
-  NoNode,
-  type Op,
-  type OpResult,
-  type Session,
-  type Stat,
-  type Watch,
-  type WatchEvent
-} from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Deferred, Duration, Effect, Exit, Option, Stream } from "effect"
 import type { IKeyValue, Watcher } from "etcd3"
 import { Fail, prefixEnd, range, toNode, validatePath } from "./etcdKeys.js"
@@ -28,10 +14,13 @@ import { call, type EtcdStore, isFinal } from "./etcdStore.js"
 import { runTxn } from "./etcdTransaction.js"
 
 /** Checks `path` against the path rules. */
-const validated = (path: string): Effect.Effect<void, CoordinationError> =>
+const validated = (path: string): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.try({
     try: () => validatePath(path),
-    catch: (e) => coordinationError(e instanceof Fail ? e.reason : new InvalidPath({ path, detail: String(e) }))
+    catch: (e) =>
+      Coordination.coordinationError(
+        e instanceof Fail ? e.reason : new Coordination.InvalidPath({ path, detail: String(e) })
+      )
   })
 
 /** The node at `path` (if any) and the revision it was read at. */
@@ -43,7 +32,7 @@ const readNode = (store: EtcdStore, path: string) =>
       const meta = res.responses[1]?.response_range.kvs[0]
       return {
         revision: Number(res.header.revision),
-        node: kv === undefined ? Option.none<Node>() : Option.some(toNode(kv, meta))
+        node: kv === undefined ? Option.none<Coordination.Node>() : Option.some(toNode(kv, meta))
       }
     }
   )
@@ -59,7 +48,7 @@ const readChildren = (store: EtcdStore, path: string) =>
     }),
     (res) => {
       if (res.responses[0]?.response_range.kvs[0] === undefined) {
-        return Effect.fail(coordinationError(new NoNode({ path })))
+        return Effect.fail(Coordination.coordinationError(new Coordination.NoNode({ path })))
       }
       const prefix = store.keys.children(path).toString("utf8")
       const names = (res.responses[1]?.response_range.kvs ?? [])
@@ -73,7 +62,7 @@ const readChildren = (store: EtcdStore, path: string) =>
 interface WatchSpec {
   readonly key: Buffer
   readonly prefix: boolean
-  readonly map: (type: "put" | "delete", kv: IKeyValue) => WatchEvent | undefined
+  readonly map: (type: "put" | "delete", kv: IKeyValue) => Coordination.WatchEvent | undefined
 }
 
 /**
@@ -84,19 +73,22 @@ const watchOn = (
   s: EtcdSession,
   specs: ReadonlyArray<WatchSpec>,
   revision: number
-): Effect.Effect<Effect.Effect<WatchEvent, CoordinationError>, CoordinationError> =>
+): Effect.Effect<
+  Effect.Effect<Coordination.WatchEvent, Coordination.CoordinationError>,
+  Coordination.CoordinationError
+> =>
   Effect.gen(function* () {
-    const deferred = Deferred.makeUnsafe<WatchEvent, CoordinationError>()
+    const deferred = Deferred.makeUnsafe<Coordination.WatchEvent, Coordination.CoordinationError>()
     const watchers: Array<Watcher> = []
     let done = false
-    const finish = (exit: Exit.Exit<WatchEvent, CoordinationError>) => {
+    const finish = (exit: Exit.Exit<Coordination.WatchEvent, Coordination.CoordinationError>) => {
       if (done) return
       done = true
       s.watches.delete(onEnd)
       Deferred.doneUnsafe(deferred, exit)
       for (const w of watchers) w.cancel().catch(() => undefined)
     }
-    const onEnd = (error: CoordinationError) => finish(Exit.fail(error))
+    const onEnd = (error: Coordination.CoordinationError) => finish(Exit.fail(error))
     // The session may have ended while the watch's read was under way: its end has passed, so say it now.
     if (s.state === "expired" || s.state === "closed") {
       onEnd(endedError(s, s.state))
@@ -107,7 +99,9 @@ const watchOn = (
       const builder = s.store.client.watch().startRevision(String(revision + 1))
       const watcher = yield* call(() => (spec.prefix ? builder.prefix(spec.key) : builder.key(spec.key)).create()).pipe(
         Effect.tapError(() =>
-          Effect.sync(() => onEnd(coordinationError(new ConnectionLoss({ detail: "watch failed" }))))
+          Effect.sync(() =>
+            onEnd(Coordination.coordinationError(new Coordination.ConnectionLoss({ detail: "watch failed" })))
+          )
         )
       )
       watchers.push(watcher)
@@ -125,8 +119,8 @@ const watchOn = (
       // (Without an `error` listener the client's emitter would throw from its stream instead.)
       const lostWatch = (what: string) => (error: unknown) =>
         onEnd(
-          coordinationError(
-            new ConnectionLoss({
+          Coordination.coordinationError(
+            new Coordination.ConnectionLoss({
               detail: `watch ${what}: ${error instanceof Error ? error.message : String(error)}`
             })
           )
@@ -137,7 +131,7 @@ const watchOn = (
     return Deferred.await(deferred)
   })
 
-const create = (s: EtcdSession, path: string, data: Uint8Array, createOptions?: CreateOptions) =>
+const create = (s: EtcdSession, path: string, data: Uint8Array, createOptions?: Coordination.CreateOptions) =>
   Effect.map(
     runTxn(
       s.store,
@@ -154,12 +148,14 @@ const create = (s: EtcdSession, path: string, data: Uint8Array, createOptions?: 
 
 const get = (s: EtcdSession, path: string) =>
   Effect.flatMap(Effect.andThen(validated(path), readNode(s.store, path)), ({ node }) =>
-    Option.isSome(node) ? Effect.succeed(node.value) : Effect.fail(coordinationError(new NoNode({ path })))
+    Option.isSome(node)
+      ? Effect.succeed(node.value)
+      : Effect.fail(Coordination.coordinationError(new Coordination.NoNode({ path })))
   )
 
 const exists = (s: EtcdSession, path: string) =>
   Effect.map(Effect.andThen(validated(path), readNode(s.store, path)), ({ node }) =>
-    Option.map(node, (n): Stat => n.stat)
+    Option.map(node, (n): Coordination.Stat => n.stat)
   )
 
 const set = (s: EtcdSession, path: string, data: Uint8Array, version?: number) =>
@@ -192,7 +188,10 @@ const remove = (s: EtcdSession, path: string, version?: number) =>
 const children = (s: EtcdSession, path: string) =>
   Effect.map(Effect.andThen(validated(path), readChildren(s.store, path)), ({ names }) => names)
 
-const multi = (s: EtcdSession, ops: ReadonlyArray<Op>): Effect.Effect<ReadonlyArray<OpResult>, CoordinationError> =>
+const multi = (
+  s: EtcdSession,
+  ops: ReadonlyArray<Coordination.Op>
+): Effect.Effect<ReadonlyArray<Coordination.OpResult>, Coordination.CoordinationError> =>
   ops.length === 0 ? Effect.succeed([]) : runTxn(s.store, ops, s.ctx, false, true)
 
 const watchNode = (s: EtcdSession, path: string) =>
@@ -214,7 +213,7 @@ const watchNode = (s: EtcdSession, path: string) =>
       ],
       revision
     )
-    return { value: node, changed } satisfies Watch<Option.Option<Node>>
+    return { value: node, changed } satisfies Coordination.Watch<Option.Option<Coordination.Node>>
   })
 
 const watchChildren = (s: EtcdSession, path: string) =>
@@ -238,11 +237,11 @@ const watchChildren = (s: EtcdSession, path: string) =>
       ],
       revision
     )
-    return { value: names, changed } satisfies Watch<ReadonlyArray<string>>
+    return { value: names, changed } satisfies Coordination.Watch<ReadonlyArray<string>>
   })
 
 /** The `Session` of an etcd session: every call passes the session's guard. */
-export const sessionOf = (s: EtcdSession): Session => ({
+export const sessionOf = (s: EtcdSession): Coordination.Session => ({
   id: s.id,
   timeout: Duration.millis(Math.ceil(s.timeoutMs / 1000) * 1000),
   state: Effect.sync(() => s.state),

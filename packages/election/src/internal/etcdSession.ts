@@ -4,15 +4,7 @@
  *
  * @internal
  */
-import {
-  ConnectionLoss,
-  type CoordinationError,
-  coordinationError,
-  type SessionOptions,
-  type SessionState,
-  SessionClosed,
-  SessionExpired
-} from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Duration, Effect, Option, PubSub, type Scope } from "effect"
 import type { Lease } from "etcd3"
 import { call, type EtcdStore, isFinal } from "./etcdStore.js"
@@ -26,17 +18,21 @@ export interface EtcdSession {
   readonly lease: Lease
   /** The timeout the session asked for, at least 2 000 ms. */
   readonly timeoutMs: number
-  readonly states: PubSub.PubSub<SessionState>
-  state: SessionState
+  readonly states: PubSub.PubSub<Coordination.SessionState>
+  state: Coordination.SessionState
   /** What each pending watch does when the session ends. */
-  readonly watches: Set<(error: CoordinationError) => void>
+  readonly watches: Set<(error: Coordination.CoordinationError) => void>
   /** The owner and lease of the session's ephemeral nodes. */
   readonly ctx: SessionCtx
 }
 
 /** What an operation or watch of the session meets once it ended. */
-export const endedError = (s: EtcdSession, final: "expired" | "closed"): CoordinationError =>
-  coordinationError(final === "expired" ? new SessionExpired({ session: s.id }) : new SessionClosed({ session: s.id }))
+export const endedError = (s: EtcdSession, final: "expired" | "closed"): Coordination.CoordinationError =>
+  Coordination.coordinationError(
+    final === "expired"
+      ? new Coordination.SessionExpired({ session: s.id })
+      : new Coordination.SessionClosed({ session: s.id })
+  )
 
 /** Ends the session (once): publishes its final state, fails its watches and forgets it. */
 export const end = (s: EtcdSession, final: "expired" | "closed"): void => {
@@ -91,8 +87,8 @@ const watchConnection = (s: EtcdSession): Effect.Effect<void> =>
  */
 export const open = (
   store: EtcdStore,
-  sessionOptions?: SessionOptions
-): Effect.Effect<EtcdSession, CoordinationError, Scope.Scope> =>
+  sessionOptions?: Coordination.SessionOptions
+): Effect.Effect<EtcdSession, Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const timeoutMs = Math.max(
       2000,
@@ -102,7 +98,7 @@ export const open = (
     )
     const lease = store.client.lease(Math.ceil(timeoutMs / 1000), { autoKeepAlive: true })
     const id = yield* call(() => lease.grant())
-    const states = yield* PubSub.unbounded<SessionState>({ replay: 1 })
+    const states = yield* PubSub.unbounded<Coordination.SessionState>({ replay: 1 })
     const s: EtcdSession = {
       store,
       id,
@@ -131,18 +127,22 @@ export const open = (
 /** Runs `self` while the session is connected; fails at once when it ended or its connection is down. */
 export const guard = <A>(
   s: EtcdSession,
-  self: Effect.Effect<A, CoordinationError>
-): Effect.Effect<A, CoordinationError> =>
+  self: Effect.Effect<A, Coordination.CoordinationError>
+): Effect.Effect<A, Coordination.CoordinationError> =>
   Effect.suspend(() =>
     s.state === "expired" || s.state === "closed"
       ? Effect.fail(endedError(s, s.state))
       : s.state === "suspended"
-        ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${s.id} is disconnected` })))
+        ? Effect.fail(
+            Coordination.coordinationError(
+              new Coordination.ConnectionLoss({ detail: `session ${s.id} is disconnected` })
+            )
+          )
         : self
   )
 
 /** A keep-alive of the lease: the server renews it from when it receives the request, or says it is gone. */
-export const ping = (s: EtcdSession): Effect.Effect<void, CoordinationError> =>
+export const ping = (s: EtcdSession): Effect.Effect<void, Coordination.CoordinationError> =>
   guard(
     s,
     Effect.flatMap(
@@ -154,13 +154,13 @@ export const ping = (s: EtcdSession): Effect.Effect<void, CoordinationError> =>
         Effect.catch((detail) =>
           /lease not found/i.test(detail)
             ? Effect.succeed(false)
-            : Effect.fail(coordinationError(new ConnectionLoss({ detail })))
+            : Effect.fail(Coordination.coordinationError(new Coordination.ConnectionLoss({ detail })))
         )
       ),
       (alive) => {
         if (alive) return Effect.void
         end(s, "expired")
-        return Effect.fail(coordinationError(new SessionExpired({ session: s.id })))
+        return Effect.fail(Coordination.coordinationError(new Coordination.SessionExpired({ session: s.id })))
       }
     )
   )

@@ -4,26 +4,20 @@
  *
  * @internal
  */
-import {
-  ConnectionLoss,
-  type CoordinationError,
-  CoordinationUnreachable,
-  coordinationError,
-  type SessionState
-} from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Effect, type Scope } from "effect"
 import { Etcd3 } from "etcd3"
 import { encodeData, type Keys, makeKeys } from "./etcdKeys.js"
 
 /** Whether a session state is one a session never leaves. */
-export const isFinal = (state: SessionState): boolean => state === "expired" || state === "closed"
+export const isFinal = (state: Coordination.SessionState): boolean => state === "expired" || state === "closed"
 
 /** What the store knows of an open session. */
 export interface SessionHandle {
   readonly lease: string
   /** Ends the session (once): its state, its watches, its entry here. */
   readonly end: (state: "expired" | "closed") => void
-  readonly state: () => SessionState
+  readonly state: () => Coordination.SessionState
 }
 
 /** The backend's connection to etcd. */
@@ -40,10 +34,13 @@ export interface EtcdStore {
 }
 
 /** One etcd3 call; whatever it rejects with is a lost connection. */
-export const call = <A>(f: () => Promise<A>): Effect.Effect<A, CoordinationError> =>
+export const call = <A>(f: () => Promise<A>): Effect.Effect<A, Coordination.CoordinationError> =>
   Effect.tryPromise({
     try: f,
-    catch: (e) => coordinationError(new ConnectionLoss({ detail: e instanceof Error ? e.message : String(e) }))
+    catch: (e) =>
+      Coordination.coordinationError(
+        new Coordination.ConnectionLoss({ detail: e instanceof Error ? e.message : String(e) })
+      )
   })
 
 const acquireClient = (endpoints: ReadonlyArray<string>): Effect.Effect<Etcd3, never, Scope.Scope> =>
@@ -60,7 +57,7 @@ export const open = (
   endpoints: ReadonlyArray<string>,
   root: string,
   defaultTimeout: number
-): Effect.Effect<EtcdStore, CoordinationError, Scope.Scope> =>
+): Effect.Effect<EtcdStore, Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const keys = makeKeys(root)
     const client = yield* acquireClient(endpoints)
@@ -74,7 +71,9 @@ export const open = (
     ).pipe(
       Effect.mapError((e) =>
         e.reason._tag === "ConnectionLoss"
-          ? coordinationError(new CoordinationUnreachable({ address: endpoints.join(","), detail: e.reason.detail }))
+          ? Coordination.coordinationError(
+              new Coordination.Unreachable({ address: endpoints.join(","), detail: e.reason.detail })
+            )
           : e
       )
     )

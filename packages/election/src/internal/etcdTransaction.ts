@@ -5,21 +5,7 @@
  *
  * @internal
  */
-import {
-  BadVersion,
-  ConnectionLoss,
-  type CoordinationError,
-  CoordinationPaths,
-  type CreateMode,
-  coordinationError,
-  NoChildrenForEphemerals,
-  NodeExists,
-  NoNode,
-  NotEmpty,
-  type Op,
-  type OpResult,
-  SessionExpired
-} from "@strata/core"
+import { Coordination, CoordinationPaths } from "@strata/core"
 import { Effect } from "effect"
 import type { ICompare, IKeyValue, IRequestOp } from "etcd3"
 import {
@@ -95,7 +81,7 @@ class Overlay {
   }
   require(path: string): NodeState {
     const n = this.get(path)
-    return n === null ? fail(new NoNode({ path })) : n
+    return n === null ? fail(new Coordination.NoNode({ path })) : n
   }
   meta(path: string): Meta & { dirty: boolean } {
     const o = this.metas.get(path)
@@ -135,9 +121,15 @@ export interface SessionCtx {
 }
 
 /** An op's result, once the revision the transaction committed at is known. */
-type Pending = (revision: number) => OpResult
+type Pending = (revision: number) => Coordination.OpResult
 
-const createNode = (tx: Overlay, ctx: SessionCtx, path: string, data: Uint8Array, mode: CreateMode): void => {
+const createNode = (
+  tx: Overlay,
+  ctx: SessionCtx,
+  path: string,
+  data: Uint8Array,
+  mode: Coordination.CreateMode
+): void => {
   const parent = parentOf(path)
   tx.put(path, {
     data: new Uint8Array(data),
@@ -156,7 +148,7 @@ const createNode = (tx: Overlay, ctx: SessionCtx, path: string, data: Uint8Array
 const createAncestors = (tx: Overlay, ctx: SessionCtx, path: string): void => {
   const existing = tx.get(path)
   if (existing !== null) {
-    if (existing.owner !== null) fail(new NoChildrenForEphemerals({ path }))
+    if (existing.owner !== null) fail(new Coordination.NoChildrenForEphemerals({ path }))
     return
   }
   const parent = parentOf(path)
@@ -164,40 +156,40 @@ const createAncestors = (tx: Overlay, ctx: SessionCtx, path: string): void => {
   createNode(tx, ctx, path, new Uint8Array(0), "persistent")
 }
 
-const check = (tx: Overlay, op: Extract<Op, { _tag: "check" }>): Pending => {
+const check = (tx: Overlay, op: Extract<Coordination.Op, { _tag: "check" }>): Pending => {
   validatePath(op.path)
   const n = tx.require(op.path)
-  if (n.version !== op.version) fail(new BadVersion({ path: op.path, expected: op.version }))
+  if (n.version !== op.version) fail(new Coordination.BadVersion({ path: op.path, expected: op.version }))
   return () => ({ _tag: "check" })
 }
 
-const create = (tx: Overlay, ctx: SessionCtx, op: Extract<Op, { _tag: "create" }>): Pending => {
+const create = (tx: Overlay, ctx: SessionCtx, op: Extract<Coordination.Op, { _tag: "create" }>): Pending => {
   const mode = op.mode ?? "persistent"
   const sequential = isSequential(mode)
   validatePath(op.path, sequential)
-  if (!sequential && op.path === "/") fail(new NodeExists({ path: op.path }))
+  if (!sequential && op.path === "/") fail(new Coordination.NodeExists({ path: op.path }))
   const parent = parentOf(op.path)
   const p = tx.get(parent)
   if (p === null) {
     if ((op as { createParents?: boolean }).createParents === true) createAncestors(tx, ctx, parent)
-    else fail(new NoNode({ path: op.path }))
-  } else if (p.owner !== null) fail(new NoChildrenForEphemerals({ path: parent }))
+    else fail(new Coordination.NoNode({ path: op.path }))
+  } else if (p.owner !== null) fail(new Coordination.NoChildrenForEphemerals({ path: parent }))
   const meta = tx.meta(parent)
   const actual = sequential ? join(parent, nameOf(op.path) + pad(meta.seq, 10)) : op.path
   if (sequential) {
     meta.seq++
     meta.dirty = true
   }
-  if (tx.get(actual) !== null) fail(new NodeExists({ path: actual }))
+  if (tx.get(actual) !== null) fail(new Coordination.NodeExists({ path: actual }))
   createNode(tx, ctx, actual, op.data, mode)
   return () => ({ _tag: "create", path: actual })
 }
 
-const set = (tx: Overlay, op: Extract<Op, { _tag: "set" }>): Pending => {
+const set = (tx: Overlay, op: Extract<Coordination.Op, { _tag: "set" }>): Pending => {
   validatePath(op.path)
   const n = tx.require(op.path)
   if (op.version !== undefined && n.version !== op.version) {
-    fail(new BadVersion({ path: op.path, expected: op.version }))
+    fail(new Coordination.BadVersion({ path: op.path, expected: op.version }))
   }
   n.data = new Uint8Array(op.data)
   n.version++
@@ -219,14 +211,14 @@ const set = (tx: Overlay, op: Extract<Op, { _tag: "set" }>): Pending => {
   })
 }
 
-const remove = (tx: Overlay, op: Extract<Op, { _tag: "delete" }>): Pending => {
+const remove = (tx: Overlay, op: Extract<Coordination.Op, { _tag: "delete" }>): Pending => {
   validatePath(op.path)
   const n = tx.require(op.path)
   if (op.version !== undefined && n.version !== op.version) {
-    fail(new BadVersion({ path: op.path, expected: op.version }))
+    fail(new Coordination.BadVersion({ path: op.path, expected: op.version }))
   }
-  if (op.path === "/") fail(new NotEmpty({ path: op.path }))
-  if (tx.kids(op.path).size > 0) fail(new NotEmpty({ path: op.path }))
+  if (op.path === "/") fail(new Coordination.NotEmpty({ path: op.path }))
+  if (tx.kids(op.path).size > 0) fail(new Coordination.NotEmpty({ path: op.path }))
   tx.put(op.path, null)
   tx.metas.set(op.path, { cv: 0, seq: 0, dirty: false })
   tx.addChild(parentOf(op.path), nameOf(op.path), -1)
@@ -237,7 +229,7 @@ const remove = (tx: Overlay, op: Extract<Op, { _tag: "delete" }>): Pending => {
  * Applies `ops` to the overlay in order; a failing op throws `Fail` carrying its index (`opIndex`), a key the
  * snapshot lacks throws `Need`.
  */
-const simulate = (tx: Overlay, ops: ReadonlyArray<Op>, ctx: SessionCtx): Array<Pending> => {
+const simulate = (tx: Overlay, ops: ReadonlyArray<Coordination.Op>, ctx: SessionCtx): Array<Pending> => {
   const results: Array<Pending> = []
   ops.forEach((op, index) => {
     try {
@@ -339,14 +331,16 @@ const readSnapshot = (store: EtcdStore, nodes: ReadonlySet<string>, children: Re
  */
 export const runTxn = (
   store: EtcdStore,
-  ops: ReadonlyArray<Op>,
+  ops: ReadonlyArray<Coordination.Op>,
   ctx: SessionCtx,
   createParents: boolean,
   multi: boolean
-): Effect.Effect<ReadonlyArray<OpResult>, CoordinationError> =>
+): Effect.Effect<ReadonlyArray<Coordination.OpResult>, Coordination.CoordinationError> =>
   Effect.gen(function* () {
-    const ops2: ReadonlyArray<Op> = createParents
-      ? ops.map((op): Op => (op._tag === "create" ? ({ ...op, createParents: true } as Op) : op))
+    const ops2: ReadonlyArray<Coordination.Op> = createParents
+      ? ops.map(
+          (op): Coordination.Op => (op._tag === "create" ? ({ ...op, createParents: true } as Coordination.Op) : op)
+        )
       : ops
     for (let attempt = 0; attempt < 100; attempt++) {
       const nodes = new Set<string>()
@@ -367,7 +361,7 @@ export const runTxn = (
           }
           if (e instanceof Fail) {
             const index = (e as Fail & { opIndex?: number }).opIndex
-            return yield* Effect.fail(coordinationError(e.reason, multi ? index : undefined))
+            return yield* Effect.fail(Coordination.coordinationError(e.reason, multi ? index : undefined))
           }
           throw e
         }
@@ -381,9 +375,9 @@ export const runTxn = (
           const detail = e instanceof Error ? e.message : String(e)
           if (/lease not found/i.test(detail)) {
             store.sessions.get(ctx.id)?.end("expired")
-            return coordinationError(new SessionExpired({ session: ctx.id }))
+            return Coordination.coordinationError(new Coordination.SessionExpired({ session: ctx.id }))
           }
-          return coordinationError(new ConnectionLoss({ detail }))
+          return Coordination.coordinationError(new Coordination.ConnectionLoss({ detail }))
         }
       })
       if (res.succeeded) {
@@ -391,5 +385,7 @@ export const runTxn = (
         return pending.map((f) => f(revision))
       }
     }
-    return yield* Effect.fail(coordinationError(new ConnectionLoss({ detail: "too much contention" })))
+    return yield* Effect.fail(
+      Coordination.coordinationError(new Coordination.ConnectionLoss({ detail: "too much contention" }))
+    )
   })

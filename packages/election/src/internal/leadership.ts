@@ -5,21 +5,7 @@
  *
  * @internal
  */
-import {
-  ConnectionLoss,
-  type CoordinationError,
-  coordinationError,
-  ElectionCoordinationFailed,
-  ElectionError,
-  FencedEpoch,
-  type Leadership,
-  type LeadershipEnd,
-  LeadershipLapsed,
-  type Op,
-  type OpResult,
-  op,
-  Retry
-} from "@strata/core"
+import { Coordination, Election, Errors, Retry } from "@strata/core"
 import {
   Clock,
   Deferred,
@@ -50,15 +36,15 @@ export interface Deps {
 }
 
 /** Wraps a coordination failure. */
-export const failed = (cause: CoordinationError): ElectionError =>
-  new ElectionError({ reason: new ElectionCoordinationFailed({ cause }) })
+export const failed = (cause: Coordination.CoordinationError): Election.ElectionError =>
+  new Election.ElectionError({ reason: new Election.CoordinationFailed({ cause }) })
 
 /** Whether an error says the session ended (expired or closed), not a passing connection loss. */
-export const sessionGone = (e: CoordinationError): boolean =>
+export const sessionGone = (e: Coordination.CoordinationError): boolean =>
   e.reason._tag === "SessionExpired" || e.reason._tag === "SessionClosed"
 
 /** Completes `lost` when the session ends or a newer epoch is written; the scope closing resigns. */
-const watchEnd = (deps: Deps, lost: Deferred.Deferred<LeadershipEnd>) =>
+const watchEnd = (deps: Deps, lost: Deferred.Deferred<Election.LeadershipEnd>) =>
   Effect.gen(function* () {
     const { session, paths, epochs } = deps.ctx
     const { won } = deps
@@ -98,7 +84,7 @@ const watchEnd = (deps: Deps, lost: Deferred.Deferred<LeadershipEnd>) =>
  */
 const watchDeadline = (
   deps: Deps,
-  lost: Deferred.Deferred<LeadershipEnd>,
+  lost: Deferred.Deferred<Election.LeadershipEnd>,
   provenAt: SubscriptionRef.SubscriptionRef<number>,
   proven: SubscriptionRef.SubscriptionRef<boolean>,
   lifeMs: number
@@ -137,11 +123,11 @@ const watchDeadline = (
   })
 
 /** Builds the leadership of a won campaign in the campaign's scope. */
-export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> =>
+export const make = (deps: Deps): Effect.Effect<Election.Leadership, never, Scope.Scope> =>
   Effect.gen(function* () {
     const { session, paths, epochs, unsafe } = deps.ctx
     const { won } = deps
-    const lost = yield* Deferred.make<LeadershipEnd>()
+    const lost = yield* Deferred.make<Election.LeadershipEnd>()
     yield* watchEnd(deps, lost)
     const lifeMs = Math.max(0, Duration.toMillis(session.timeout) - deps.marginMs)
     const provenAt = yield* SubscriptionRef.make(won.registeredAt)
@@ -156,19 +142,21 @@ export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> 
       Effect.andThen(
         deps.rejectedWrite,
         Effect.fail(
-          new ElectionError({ reason: new FencedEpoch({ resource: "coordinator", current, attempted: won.epoch }) })
+          new Election.ElectionError({
+            reason: new Errors.FencedEpoch({ resource: "coordinator", current, attempted: won.epoch })
+          })
         )
       )
     /** The epoch that replaced this leadership, as far as known here. */
     const successor = () => Math.max(epochs.highest, won.epoch)
 
-    const guard: Effect.Effect<void, ElectionError> = Effect.gen(function* () {
+    const guard: Effect.Effect<void, Election.ElectionError> = Effect.gen(function* () {
       if (Deferred.isDoneUnsafe(lost)) return yield* rejected(successor())
       const now = yield* Clock.currentTimeMillis
       const d = yield* deadline
       if (lapsed(now, d)) {
         return yield* Effect.fail(
-          new ElectionError({ reason: new LeadershipLapsed({ epoch: won.epoch, deadline: d }) })
+          new Election.ElectionError({ reason: new Election.LeadershipLapsed({ epoch: won.epoch, deadline: d }) })
         )
       }
     })
@@ -179,7 +167,7 @@ export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> 
     })
 
     /** After a write failed: FencedEpoch when a newer epoch exists (or the check itself failed), else the error. */
-    const judge = (e: CoordinationError) =>
+    const judge = (e: Coordination.CoordinationError) =>
       Effect.gen(function* () {
         const checked = unsafe.skipFenceCheck !== true
         const isFence = checked && e.opIndex === 0 && (e.reason._tag === "BadVersion" || e.reason._tag === "NoNode")
@@ -193,18 +181,26 @@ export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> 
         }
         const shift = checked ? 1 : 0
         return yield* Effect.fail(
-          failed(e.opIndex !== undefined && e.opIndex >= shift ? coordinationError(e.reason, e.opIndex - shift) : e)
+          failed(
+            e.opIndex !== undefined && e.opIndex >= shift
+              ? Coordination.coordinationError(e.reason, e.opIndex - shift)
+              : e
+          )
         )
       })
 
-    const fenced = (ops: ReadonlyArray<Op>): Effect.Effect<ReadonlyArray<OpResult>, ElectionError> =>
+    const fenced = (
+      ops: ReadonlyArray<Coordination.Op>
+    ): Effect.Effect<ReadonlyArray<Coordination.OpResult>, Election.ElectionError> =>
       Effect.suspend(() => {
         // Known lost: refused at once, no round trip.
         if (Deferred.isDoneUnsafe(lost)) return rejected(successor())
         const write =
           unsafe.skipFenceCheck === true
             ? session.multi(ops)
-            : Effect.map(session.multi([op.check(paths.epoch, won.version), ...ops]), (results) => results.slice(1))
+            : Effect.map(session.multi([Coordination.op.check(paths.epoch, won.version), ...ops]), (results) =>
+                results.slice(1)
+              )
         return write.pipe(
           Effect.catchTag("CoordinationError", judge),
           // An outcome still unknown after the request timeout is reported as a lost connection.
@@ -213,8 +209,8 @@ export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> 
             orElse: () =>
               Effect.fail(
                 failed(
-                  coordinationError(
-                    new ConnectionLoss({
+                  Coordination.coordinationError(
+                    new Coordination.ConnectionLoss({
                       detail: `no outcome within the request timeout ${Duration.format(deps.requestTimeout)}`
                     })
                   )
@@ -235,5 +231,5 @@ export const make = (deps: Deps): Effect.Effect<Leadership, never, Scope.Scope> 
       guard,
       proven: SubscriptionRef.changes(proven).pipe(Stream.changes, Stream.interruptWhen(Deferred.await(lost))),
       fenced
-    } satisfies Leadership
+    } satisfies Election.Leadership
   })

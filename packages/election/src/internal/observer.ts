@@ -5,21 +5,20 @@
  *
  * @internal
  */
-import type { CoordinationError, CoordinationShape, Session, SessionOptions } from "@strata/core"
+import { type Coordination, Retry } from "@strata/core"
 import { Duration, Effect, Exit, Schedule, Scope, Semaphore } from "effect"
 import * as Won from "./leadership.js"
-import { Retry } from "@strata/core"
 
 /** One observer session and the child scope it lives in. */
 interface Opened {
-  readonly session: Session
+  readonly session: Coordination.Session
   readonly scope: Scope.Closeable
 }
 
 /** The observer: its current session, replaced when that one ends. */
 export interface Observer {
-  readonly coordination: CoordinationShape
-  readonly sessionOptions: SessionOptions
+  readonly coordination: Coordination.Shape
+  readonly sessionOptions: Coordination.SessionOptions
   /** The election's scope: each observer session lives in a child of it. */
   readonly scope: Scope.Scope
   /** Held while the session is replaced. */
@@ -31,10 +30,10 @@ export interface Observer {
 
 /** Opens an observer session in a fresh child of `scope`; the child closes again when the session cannot open. */
 const open = (
-  coordination: CoordinationShape,
-  sessionOptions: SessionOptions,
+  coordination: Coordination.Shape,
+  sessionOptions: Coordination.SessionOptions,
   scope: Scope.Scope
-): Effect.Effect<Opened, CoordinationError> =>
+): Effect.Effect<Opened, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const child = yield* Scope.fork(scope, "sequential")
     const session = yield* coordination.session(sessionOptions).pipe(
@@ -46,9 +45,9 @@ const open = (
 
 /** Opens the first observer session in the scope. */
 export const make = (
-  coordination: CoordinationShape,
-  sessionOptions: SessionOptions
-): Effect.Effect<Observer, CoordinationError, Scope.Scope> =>
+  coordination: Coordination.Shape,
+  sessionOptions: Coordination.SessionOptions
+): Effect.Effect<Observer, Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const scope = yield* Effect.scope
     const current = yield* open(coordination, sessionOptions, scope)
@@ -58,7 +57,7 @@ export const make = (
   })
 
 /** Reopens the observer if `stale` is still its current session. */
-const reopen = (o: Observer, stale: Session): Effect.Effect<void, CoordinationError> =>
+const reopen = (o: Observer, stale: Coordination.Session): Effect.Effect<void, Coordination.CoordinationError> =>
   Semaphore.withPermit(
     o.lock,
     Effect.suspend(() => {
@@ -81,8 +80,8 @@ const reopen = (o: Observer, stale: Session): Effect.Effect<void, CoordinationEr
  */
 export const withObserver = <A>(
   o: Observer,
-  f: (session: Session) => Effect.Effect<A, CoordinationError>
-): Effect.Effect<A, CoordinationError> =>
+  f: (session: Coordination.Session) => Effect.Effect<A, Coordination.CoordinationError>
+): Effect.Effect<A, Coordination.CoordinationError> =>
   Effect.suspend(() => {
     const session = o.current.session
     return f(session).pipe(
@@ -100,7 +99,7 @@ export const withObserver = <A>(
     )
   }).pipe(
     Retry.retry({
-      while: (e: CoordinationError) => e.reason._tag === "ConnectionLoss",
+      while: (e: Coordination.CoordinationError) => e.reason._tag === "ConnectionLoss",
       times: o.connectionRetries,
       schedule: Schedule.spaced("100 millis")
     })

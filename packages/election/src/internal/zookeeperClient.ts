@@ -4,7 +4,7 @@
  *
  * @internal
  */
-import { type CoordinationError, CoordinationUnreachable, coordinationError } from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Effect } from "effect"
 import zookeeper, { type Client } from "node-zookeeper-client"
 
@@ -32,11 +32,11 @@ export const connect = (
   connectString: string,
   options: { readonly sessionTimeout: number; readonly sessionId?: Buffer; readonly sessionPassword?: Buffer },
   connectTimeoutMs: number
-): Effect.Effect<Client, CoordinationError> =>
-  Effect.callback<Client, CoordinationError>((resume) => {
+): Effect.Effect<Client, Coordination.CoordinationError> =>
+  Effect.callback<Client, Coordination.CoordinationError>((resume) => {
     const client = zookeeper.createClient(connectString, { ...options, spinDelay: 100, retries: 0 })
     let settled = false
-    const finish = (effect: Effect.Effect<Client, CoordinationError>) => {
+    const finish = (effect: Effect.Effect<Client, Coordination.CoordinationError>) => {
       if (settled) return
       settled = true
       clearTimeout(timer)
@@ -50,8 +50,8 @@ export const connect = (
         client.close()
         finish(
           Effect.fail(
-            coordinationError(
-              new CoordinationUnreachable({ address: connectString, detail: `session ${String(state)}` })
+            Coordination.coordinationError(
+              new Coordination.Unreachable({ address: connectString, detail: `session ${String(state)}` })
             )
           )
         )
@@ -61,8 +61,8 @@ export const connect = (
       client.close()
       finish(
         Effect.fail(
-          coordinationError(
-            new CoordinationUnreachable({
+          Coordination.coordinationError(
+            new Coordination.Unreachable({
               address: connectString,
               detail: `not connected after ${connectTimeoutMs} ms`
             })

@@ -1,12 +1,11 @@
 /**
  * Path helpers and ZooKeeper value conversions used by the adapter.
  */
-import type { CoordinationErrorReason, Stat } from "@strata/core"
-import { CoordinationPaths } from "@strata/core"
+import { type Coordination, CoordinationPaths } from "@strata/core"
 import type { Stat as ZkStat } from "node-zookeeper-client"
 
 /** Why a path is invalid, if it is (the rules every backend shares). */
-export const invalidPath = (path: string, sequential = false): CoordinationErrorReason | undefined =>
+export const invalidPath = (path: string, sequential = false): Coordination.ErrorReason | undefined =>
   CoordinationPaths.invalidPath(path, sequential)
 
 /** The parent of an absolute path (`/` for top-level nodes). */
@@ -19,7 +18,7 @@ export const longOf = (buffer: Buffer): number => Number(buffer.readBigInt64BE(0
 export const sessionIdOf = (buffer: Buffer): string => buffer.toString("hex")
 
 /** Converts ZooKeeper's stat. */
-export const statOf = (stat: ZkStat): Stat => {
+export const statOf = (stat: ZkStat): Coordination.Stat => {
   const owner = stat.ephemeralOwner
   return {
     version: stat.version,

@@ -4,30 +4,7 @@
  *
  * @internal
  */
-import {
-  BadVersion,
-  ConnectionLoss,
-  type CoordinationError,
-  type CoordinationErrorReason,
-  type CreateMode,
-  type CreateOptions,
-  coordinationError,
-  InvalidPath,
-  NoChildrenForEphemerals,
-  NodeExists,
-  NoNode,
-  type Node,
-  NotEmpty,
-  type Op,
-  type OpResult,
-  type Session,
-  type SessionState,
-  SessionClosed,
-  SessionExpired,
-  type Stat,
-  type Watch,
-  type WatchEvent
-} from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Deferred, Duration, Effect, Exit, Option, PubSub, type Scope, Stream } from "effect"
 import zookeeper, {
   type Client,
@@ -40,36 +17,36 @@ import { Codes, closeClient, codeOf, connect } from "./zookeeperClient.js"
 import { bufferOf, bytesOf, invalidPath, parentOf, sessionIdOf, statOf } from "./zookeeperPaths.js"
 
 /** Whether a session state is one a session never leaves. */
-export const isFinal = (state: SessionState): boolean => state === "expired" || state === "closed"
+export const isFinal = (state: Coordination.SessionState): boolean => state === "expired" || state === "closed"
 
 /** A session: its client, its state as the client last reported it, and the watches its end fails. */
 export interface SessionRec {
   readonly client: Client
   readonly id: string
-  state: SessionState
-  readonly states: PubSub.PubSub<SessionState>
-  readonly watches: Set<Deferred.Deferred<WatchEvent, CoordinationError>>
+  state: Coordination.SessionState
+  readonly states: PubSub.PubSub<Coordination.SessionState>
+  readonly watches: Set<Deferred.Deferred<Coordination.WatchEvent, Coordination.CoordinationError>>
 }
 
 /** Why the session can no longer be used, once it ended. */
-export const endReason = (rec: SessionRec): CoordinationErrorReason | undefined =>
+export const endReason = (rec: SessionRec): Coordination.ErrorReason | undefined =>
   rec.state === "closed"
-    ? new SessionClosed({ session: rec.id })
+    ? new Coordination.SessionClosed({ session: rec.id })
     : rec.state === "expired"
-      ? new SessionExpired({ session: rec.id })
+      ? new Coordination.SessionExpired({ session: rec.id })
       : undefined
 
 /** Read through a function, so narrowing does not assume the state cannot change meanwhile. */
 export const isExpired = (rec: SessionRec): boolean => rec.state === "expired"
 
 /** Moves the session to `state` (a final state stays) and fails its pending watches when it ends. */
-export const setState = (rec: SessionRec, state: SessionState): void => {
+export const setState = (rec: SessionRec, state: Coordination.SessionState): void => {
   if (isFinal(rec.state) || rec.state === state) return
   rec.state = state
   PubSub.publishUnsafe(rec.states, state)
   const reason = endReason(rec)
   if (reason !== undefined) {
-    const failure = Exit.fail(coordinationError(reason))
+    const failure = Exit.fail(Coordination.coordinationError(reason))
     for (const deferred of rec.watches) Deferred.doneUnsafe(deferred, failure)
     rec.watches.clear()
   }
@@ -86,37 +63,39 @@ const reasonOf = (
   code: number | undefined,
   target: Target,
   error: unknown
-): CoordinationErrorReason => {
+): Coordination.ErrorReason => {
   switch (code) {
     case Codes.NO_NODE:
-      return new NoNode({ path: target.path })
+      return new Coordination.NoNode({ path: target.path })
     case Codes.NODE_EXISTS:
-      return new NodeExists({ path: target.path })
+      return new Coordination.NodeExists({ path: target.path })
     case Codes.BAD_VERSION:
-      return new BadVersion({ path: target.path, expected: target.version ?? -1 })
+      return new Coordination.BadVersion({ path: target.path, expected: target.version ?? -1 })
     case Codes.NOT_EMPTY:
-      return new NotEmpty({ path: target.path })
+      return new Coordination.NotEmpty({ path: target.path })
     case Codes.NO_CHILDREN_FOR_EPHEMERALS:
-      return new NoChildrenForEphemerals({ path: target.path })
+      return new Coordination.NoChildrenForEphemerals({ path: target.path })
     case Codes.BAD_ARGUMENTS:
-      return new InvalidPath({ path: target.path, detail: "rejected by the server" })
+      return new Coordination.InvalidPath({ path: target.path, detail: "rejected by the server" })
     case Codes.SESSION_EXPIRED:
       setState(rec, "expired")
-      return new SessionExpired({ session: rec.id })
+      return new Coordination.SessionExpired({ session: rec.id })
     default:
       return (
         endReason(rec) ??
-        new ConnectionLoss({ detail: error instanceof Error ? error.message : `ZooKeeper error ${String(code)}` })
+        new Coordination.ConnectionLoss({
+          detail: error instanceof Error ? error.message : `ZooKeeper error ${String(code)}`
+        })
       )
   }
 }
 
 /** Why a call cannot go out now: the session ended, or the client knows its connection is down. */
-const unusable = (rec: SessionRec): CoordinationError | undefined => {
+const unusable = (rec: SessionRec): Coordination.CoordinationError | undefined => {
   const ended = endReason(rec)
-  if (ended !== undefined) return coordinationError(ended)
+  if (ended !== undefined) return Coordination.coordinationError(ended)
   return rec.state === "suspended"
-    ? coordinationError(new ConnectionLoss({ detail: `session ${rec.id} is disconnected` }))
+    ? Coordination.coordinationError(new Coordination.ConnectionLoss({ detail: `session ${rec.id} is disconnected` }))
     : undefined
 }
 
@@ -128,29 +107,29 @@ const call = <A>(
   rec: SessionRec,
   target: Target,
   run: (done: (error: unknown, value?: A) => void) => void
-): Effect.Effect<A, CoordinationError> =>
+): Effect.Effect<A, Coordination.CoordinationError> =>
   Effect.suspend(() => {
     const refused = unusable(rec)
     if (refused !== undefined) return Effect.fail(refused)
-    return Effect.callback<A, CoordinationError>((resume) => {
+    return Effect.callback<A, Coordination.CoordinationError>((resume) => {
       try {
         run((error, value) => {
           if (error !== null && error !== undefined) {
-            resume(Effect.fail(coordinationError(reasonOf(rec, codeOf(error), target, error))))
+            resume(Effect.fail(Coordination.coordinationError(reasonOf(rec, codeOf(error), target, error))))
           } else resume(Effect.succeed(value as A))
         })
       } catch (error) {
-        resume(Effect.fail(coordinationError(reasonOf(rec, codeOf(error), target, error))))
+        resume(Effect.fail(Coordination.coordinationError(reasonOf(rec, codeOf(error), target, error))))
       }
     })
   })
 
-const validate = (path: string, sequential = false): Effect.Effect<void, CoordinationError> => {
+const validate = (path: string, sequential = false): Effect.Effect<void, Coordination.CoordinationError> => {
   const reason = invalidPath(path, sequential)
-  return reason === undefined ? Effect.void : Effect.fail(coordinationError(reason))
+  return reason === undefined ? Effect.void : Effect.fail(Coordination.coordinationError(reason))
 }
 
-const zkMode = (mode: CreateMode): number => {
+const zkMode = (mode: Coordination.CreateMode): number => {
   switch (mode) {
     case "persistent":
       return zookeeper.CreateMode.PERSISTENT
@@ -163,9 +142,10 @@ const zkMode = (mode: CreateMode): number => {
   }
 }
 
-const isSequential = (mode: CreateMode): boolean => mode === "persistent-sequential" || mode === "ephemeral-sequential"
+const isSequential = (mode: Coordination.CreateMode): boolean =>
+  mode === "persistent-sequential" || mode === "ephemeral-sequential"
 
-const eventOf = (event: ZkEvent): WatchEvent => {
+const eventOf = (event: ZkEvent): Coordination.WatchEvent => {
   const path = event.getPath()
   switch (event.getType()) {
     case 1:
@@ -181,7 +161,7 @@ const eventOf = (event: ZkEvent): WatchEvent => {
 
 /** A deferred completed by a one-shot watcher; it is tracked only once its read is accepted. */
 const makeWatcher = (rec: SessionRec) => {
-  const deferred = Deferred.makeUnsafe<WatchEvent, CoordinationError>()
+  const deferred = Deferred.makeUnsafe<Coordination.WatchEvent, Coordination.CoordinationError>()
   const watcher = (event: ZkEvent) => {
     rec.watches.delete(deferred)
     Deferred.doneUnsafe(deferred, Exit.succeed(eventOf(event)))
@@ -191,10 +171,10 @@ const makeWatcher = (rec: SessionRec) => {
 
 const track = (
   rec: SessionRec,
-  deferred: Deferred.Deferred<WatchEvent, CoordinationError>
-): Effect.Effect<WatchEvent, CoordinationError> => {
+  deferred: Deferred.Deferred<Coordination.WatchEvent, Coordination.CoordinationError>
+): Effect.Effect<Coordination.WatchEvent, Coordination.CoordinationError> => {
   const ended = endReason(rec)
-  if (ended !== undefined) Deferred.doneUnsafe(deferred, Exit.fail(coordinationError(ended)))
+  if (ended !== undefined) Deferred.doneUnsafe(deferred, Exit.fail(Coordination.coordinationError(ended)))
   else if (!Deferred.isDoneUnsafe(deferred)) rec.watches.add(deferred)
   return Deferred.await(deferred)
 }
@@ -203,26 +183,26 @@ const track = (
 // Operations
 // ---------------------------------------------------------------------------
 
-const createOne = (rec: SessionRec, path: string, data: Uint8Array, mode: CreateMode) =>
+const createOne = (rec: SessionRec, path: string, data: Uint8Array, mode: Coordination.CreateMode) =>
   call<string>(rec, { path }, (done) => rec.client.create(path, bufferOf(data), zkMode(mode), done))
 
 /** Creates the missing ancestors of `path`, persistent and empty (one created meanwhile is fine). */
-const ensureParents = (rec: SessionRec, path: string): Effect.Effect<void, CoordinationError> => {
+const ensureParents = (rec: SessionRec, path: string): Effect.Effect<void, Coordination.CoordinationError> => {
   const parent = parentOf(path)
   if (parent === "/") return Effect.void
   return createOne(rec, parent, new Uint8Array(0), "persistent").pipe(
     Effect.asVoid,
     Effect.catchIf(
-      (e: CoordinationError) => e.reason._tag === "NodeExists",
+      (e: Coordination.CoordinationError) => e.reason._tag === "NodeExists",
       () => Effect.void
     ),
     Effect.catchIf(
-      (e: CoordinationError) => e.reason._tag === "NoNode",
+      (e: Coordination.CoordinationError) => e.reason._tag === "NoNode",
       () =>
         Effect.andThen(ensureParents(rec, parent), createOne(rec, parent, new Uint8Array(0), "persistent")).pipe(
           Effect.asVoid,
           Effect.catchIf(
-            (e: CoordinationError) => e.reason._tag === "NodeExists",
+            (e: Coordination.CoordinationError) => e.reason._tag === "NodeExists",
             () => Effect.void
           )
         )
@@ -230,7 +210,7 @@ const ensureParents = (rec: SessionRec, path: string): Effect.Effect<void, Coord
   )
 }
 
-const create = (rec: SessionRec, path: string, data: Uint8Array, options?: CreateOptions) => {
+const create = (rec: SessionRec, path: string, data: Uint8Array, options?: Coordination.CreateOptions) => {
   const mode = options?.mode ?? "persistent"
   const copy = data.slice()
   return Effect.andThen(
@@ -238,7 +218,7 @@ const create = (rec: SessionRec, path: string, data: Uint8Array, options?: Creat
     options?.createParents === true
       ? createOne(rec, path, copy, mode).pipe(
           Effect.catchIf(
-            (e: CoordinationError) => e.reason._tag === "NoNode",
+            (e: Coordination.CoordinationError) => e.reason._tag === "NoNode",
             () => Effect.andThen(ensureParents(rec, path), createOne(rec, path, copy, mode))
           )
         )
@@ -251,13 +231,16 @@ const getRaw = (rec: SessionRec, path: string) =>
     rec.client.getData(path, (error, data, stat) => done(error, [data, stat] as const))
   )
 
-const get = (rec: SessionRec, path: string): Effect.Effect<Node, CoordinationError> =>
+const get = (rec: SessionRec, path: string): Effect.Effect<Coordination.Node, Coordination.CoordinationError> =>
   Effect.andThen(
     validate(path),
     Effect.map(getRaw(rec, path), ([data, stat]) => ({ data: bytesOf(data), stat: statOf(stat) }))
   )
 
-const exists = (rec: SessionRec, path: string): Effect.Effect<Option.Option<Stat>, CoordinationError> =>
+const exists = (
+  rec: SessionRec,
+  path: string
+): Effect.Effect<Option.Option<Coordination.Stat>, Coordination.CoordinationError> =>
   Effect.andThen(
     validate(path),
     Effect.map(
@@ -291,7 +274,7 @@ const children = (rec: SessionRec, path: string) =>
   )
 
 /** Queues `ops` on a transaction. */
-const queue = (tx: Transaction, ops: ReadonlyArray<Op>): void => {
+const queue = (tx: Transaction, ops: ReadonlyArray<Coordination.Op>): void => {
   /** node-zookeeper-client 1.1.3 replaces a version of 0 by -1 (`version || -1`): restore the real one. */
   const pinVersion = (version: number | undefined) => {
     const queued = tx.ops[tx.ops.length - 1]
@@ -319,8 +302,11 @@ const queue = (tx: Transaction, ops: ReadonlyArray<Op>): void => {
 }
 
 /** The results of a committed transaction, one per op. */
-const resultsOf = (ops: ReadonlyArray<Op>, results: Array<TransactionResult>): ReadonlyArray<OpResult> =>
-  ops.map((o, i): OpResult => {
+const resultsOf = (
+  ops: ReadonlyArray<Coordination.Op>,
+  results: Array<TransactionResult>
+): ReadonlyArray<Coordination.OpResult> =>
+  ops.map((o, i): Coordination.OpResult => {
     const r = results[i]
     if (o._tag === "create") return { _tag: "create", path: r?.path ?? o.path }
     if (o._tag === "set" && r?.stat !== undefined) return { _tag: "set", stat: statOf(r.stat) }
@@ -330,10 +316,10 @@ const resultsOf = (ops: ReadonlyArray<Op>, results: Array<TransactionResult>): R
 /** Why a transaction failed, with the index of the op that failed it when the server names one. */
 const failureOf = (
   rec: SessionRec,
-  ops: ReadonlyArray<Op>,
+  ops: ReadonlyArray<Coordination.Op>,
   error: unknown,
   results: Array<TransactionResult> | undefined
-): CoordinationError => {
+): Coordination.CoordinationError => {
   const index =
     results === undefined
       ? -1
@@ -341,19 +327,22 @@ const failureOf = (
   const failed = index >= 0 ? ops[index]! : undefined
   const version = failed === undefined ? undefined : "version" in failed ? failed.version : undefined
   const reason = reasonOf(rec, codeOf(error), { path: failed?.path ?? "", version }, error)
-  return coordinationError(reason, index >= 0 ? index : undefined)
+  return Coordination.coordinationError(reason, index >= 0 ? index : undefined)
 }
 
-const multi = (rec: SessionRec, ops: ReadonlyArray<Op>): Effect.Effect<ReadonlyArray<OpResult>, CoordinationError> =>
+const multi = (
+  rec: SessionRec,
+  ops: ReadonlyArray<Coordination.Op>
+): Effect.Effect<ReadonlyArray<Coordination.OpResult>, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     for (const [i, o] of ops.entries()) {
       const reason = invalidPath(o.path, o._tag === "create" && isSequential(o.mode ?? "persistent"))
-      if (reason !== undefined) return yield* Effect.fail(coordinationError(reason, i))
+      if (reason !== undefined) return yield* Effect.fail(Coordination.coordinationError(reason, i))
     }
     if (ops.length === 0) return []
     const refused = unusable(rec)
     if (refused !== undefined) return yield* Effect.fail(refused)
-    return yield* Effect.callback<ReadonlyArray<OpResult>, CoordinationError>((resume) => {
+    return yield* Effect.callback<ReadonlyArray<Coordination.OpResult>, Coordination.CoordinationError>((resume) => {
       const tx = rec.client.transaction()
       queue(tx, ops)
       tx.commit((error, results) => {
@@ -363,7 +352,10 @@ const multi = (rec: SessionRec, ops: ReadonlyArray<Op>): Effect.Effect<ReadonlyA
     })
   })
 
-const watchNode = (rec: SessionRec, path: string): Effect.Effect<Watch<Option.Option<Node>>, CoordinationError> =>
+const watchNode = (
+  rec: SessionRec,
+  path: string
+): Effect.Effect<Coordination.Watch<Option.Option<Coordination.Node>>, Coordination.CoordinationError> =>
   Effect.andThen(
     validate(path),
     Effect.gen(function* () {
@@ -376,7 +368,7 @@ const watchNode = (rec: SessionRec, path: string): Effect.Effect<Watch<Option.Op
           })
         )
         if (read !== undefined) {
-          const node: Node = { data: bytesOf(read[0]), stat: statOf(read[1]) }
+          const node: Coordination.Node = { data: bytesOf(read[0]), stat: statOf(read[1]) }
           return { value: Option.some(node), changed: track(rec, data.deferred) }
         }
         const existence = makeWatcher(rec)
@@ -384,14 +376,17 @@ const watchNode = (rec: SessionRec, path: string): Effect.Effect<Watch<Option.Op
           rec.client.exists(path, existence.watcher, done)
         )
         if (stat === null || stat === undefined) {
-          return { value: Option.none<Node>(), changed: track(rec, existence.deferred) }
+          return { value: Option.none<Coordination.Node>(), changed: track(rec, existence.deferred) }
         }
         // created between the two reads: read again
       }
     })
   )
 
-const watchChildren = (rec: SessionRec, path: string): Effect.Effect<Watch<ReadonlyArray<string>>, CoordinationError> =>
+const watchChildren = (
+  rec: SessionRec,
+  path: string
+): Effect.Effect<Coordination.Watch<ReadonlyArray<string>>, Coordination.CoordinationError> =>
   Effect.andThen(
     validate(path),
     Effect.suspend(() => {
@@ -404,7 +399,7 @@ const watchChildren = (rec: SessionRec, path: string): Effect.Effect<Watch<Reado
   )
 
 /** The `Session` of a record. */
-export const makeSession = (rec: SessionRec, timeout: Duration.Duration): Session => ({
+export const makeSession = (rec: SessionRec, timeout: Duration.Duration): Coordination.Session => ({
   id: rec.id,
   timeout,
   state: Effect.sync(() => rec.state),
@@ -430,11 +425,11 @@ export const open = (
   connectString: string,
   sessionTimeout: number,
   connectTimeoutMs: number
-): Effect.Effect<SessionRec, CoordinationError, Scope.Scope> =>
+): Effect.Effect<SessionRec, Coordination.CoordinationError, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.gen(function* () {
       const client = yield* connect(connectString, { sessionTimeout }, connectTimeoutMs)
-      const states = yield* PubSub.unbounded<SessionState>({ replay: 1 })
+      const states = yield* PubSub.unbounded<Coordination.SessionState>({ replay: 1 })
       const rec: SessionRec = {
         client,
         id: sessionIdOf(client.getSessionId()),
@@ -466,7 +461,7 @@ export const open = (
  * connection reset. The client so notices a silent connection within half the session timeout and has the other
  * half to reconnect (to another server, if it has one) before the server expires the session.
  */
-export const readTimeout = (rec: SessionRec, s: Session): Effect.Effect<void> =>
+export const readTimeout = (rec: SessionRec, s: Coordination.Session): Effect.Effect<void> =>
   Effect.gen(function* () {
     const timeoutMs = Duration.toMillis(s.timeout)
     while (endReason(rec) === undefined) {

@@ -3,7 +3,7 @@
  * session expiry, a pause past the session, a short blip) and which process it
  * strikes, the leader more often than not.
  */
-import type { CoordinationError } from "@strata/core"
+import type { Coordination } from "@strata/core"
 import { Effect } from "effect"
 import { pickWeighted } from "../../../../scripts/test-support/sim/FaultPick.js"
 import * as Clock from "./Clock.js"
@@ -32,7 +32,7 @@ const target = (w: World): Proc | undefined => {
 }
 
 /** Expires one of the process's live sessions, if it has one. */
-const expireOne = (w: World, proc: Proc): Effect.Effect<void, CoordinationError> =>
+const expireOne = (w: World, proc: Proc): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const sessions = yield* Effect.filter(Array.from(proc.current?.sessions ?? []), (s) =>
       Effect.map(s.state, (state) => state === "connected" || state === "suspended")
@@ -44,7 +44,7 @@ const expireOne = (w: World, proc: Proc): Effect.Effect<void, CoordinationError>
   })
 
 /** Draws a fault and strikes a process with it at `step`. */
-export const inject = (w: World, step: number): Effect.Effect<void, CoordinationError> =>
+export const inject = (w: World, step: number): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const kind = drawFault(w.rng)
     const proc = target(w)

@@ -5,7 +5,7 @@
  * nothing from the server; the server expires the session on its own a
  * session timeout after the cut unless the connection comes back in time.
  */
-import type { CoordinationError, CoordinationFaultsShape, Session } from "@strata/core"
+import type { Coordination } from "@strata/core"
 import { Duration, Effect, Latch, type Scope } from "effect"
 import type * as Checkers from "./Checkers.js"
 import * as Clock from "./Clock.js"
@@ -20,8 +20,8 @@ export interface Network {
   readonly maxDelayMs: number
   /** The planted bug: the receiver accepts every request, whatever its epoch. */
   readonly receiverSkipsEpochCheck: boolean
-  readonly cut: NonNullable<CoordinationFaultsShape["disconnect"]>
-  readonly restore: NonNullable<CoordinationFaultsShape["reconnect"]>
+  readonly cut: NonNullable<Coordination.FaultsShape["disconnect"]>
+  readonly restore: NonNullable<Coordination.FaultsShape["reconnect"]>
   /**
    * When the server expires each cut session on its own (the ground truth the deadline checker judges by): its
    * timeout after its connection was cut, forgotten when it is restored in time.
@@ -41,9 +41,9 @@ export interface Network {
 }
 
 const required = <K extends "disconnect" | "reconnect">(
-  faults: CoordinationFaultsShape,
+  faults: Coordination.FaultsShape,
   key: K
-): NonNullable<CoordinationFaultsShape[K]> => {
+): NonNullable<Coordination.FaultsShape[K]> => {
   const f = faults[key]
   if (f === undefined) throw new Error(`the coordination backend cannot ${key} a session`)
   return f
@@ -56,7 +56,7 @@ export const make = (options: {
   readonly scope: Scope.Scope
   readonly maxDelayMs: number
   readonly receiverSkipsEpochCheck: boolean
-  readonly faults: CoordinationFaultsShape
+  readonly faults: Coordination.FaultsShape
 }): Network => ({
   clock: options.clock,
   rng: options.rng,
@@ -74,7 +74,7 @@ export const make = (options: {
 })
 
 /** The latch that is open while the session's connection is up. */
-export const linkOf = (n: Network, s: Session): Latch.Latch => {
+export const linkOf = (n: Network, s: Coordination.Session): Latch.Latch => {
   let link = n.links.get(s.id)
   if (link === undefined) {
     link = Latch.makeUnsafe(true)
@@ -84,10 +84,10 @@ export const linkOf = (n: Network, s: Session): Latch.Latch => {
 }
 
 /** Whether the session's connection is cut. */
-export const isCutOff = (n: Network, s: Session): boolean => n.cutOff.has(s.id)
+export const isCutOff = (n: Network, s: Coordination.Session): boolean => n.cutOff.has(s.id)
 
 /** Cuts the session's connection; the server will expire it a session timeout from now. */
-export const disconnect = (n: Network, s: Session): Effect.Effect<void, CoordinationError> =>
+export const disconnect = (n: Network, s: Coordination.Session): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.flatMap(s.state, (state) => {
     if (state === "connected" && !n.expiries.has(s.id)) {
       n.expiries.set(s.id, Clock.now(n.clock) + Duration.toMillis(s.timeout))
@@ -97,7 +97,7 @@ export const disconnect = (n: Network, s: Session): Effect.Effect<void, Coordina
   })
 
 /** Restores the session's connection; a session still alive on the server is no longer due to expire. */
-export const reconnect = (n: Network, s: Session): Effect.Effect<void, CoordinationError> =>
+export const reconnect = (n: Network, s: Coordination.Session): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     yield* n.restore(s)
     if ((yield* s.state) === "connected") n.expiries.delete(s.id)

@@ -5,7 +5,7 @@
  * paused process stops at its gate, its connections cut, and resumes with its
  * timers overdue, learning of what happened meanwhile only once reconnected.
  */
-import { Coordination, type CoordinationError, Election as CoreElection, type Session } from "@strata/core"
+import { Coordination, Election as CoreElection } from "@strata/core"
 import { Duration, Effect, Fiber, Latch, Scope } from "effect"
 import * as Coordinator from "../../src/Coordinator.js"
 import * as Election from "../../src/internal/election.js"
@@ -40,14 +40,14 @@ const faultPoint = (
   w: World,
   proc: Proc,
   inc: Incarnation,
-  s: Session,
+  s: Coordination.Session,
   name: string
-): Effect.Effect<void, CoordinationError> =>
+): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.suspend(() => {
     if (!w.faultsOn) return proc.gate.await
     const roll = w.rng.next()
     const { expire, pause, yield: interleave } = w.config.opFaults
-    let fault: Effect.Effect<void, CoordinationError> = Effect.void
+    let fault: Effect.Effect<void, Coordination.CoordinationError> = Effect.void
     if (roll < expire) {
       w.faultCounts["op-expire"]++
       Clock.log(w.clock, `FAULT expire session ${s.id} of p${proc.id} before its ${name}`)
@@ -81,13 +81,13 @@ const runProcess = (w: World, proc: Proc): Effect.Effect<never> =>
       const election = yield* Election.make(
         { namespace, sessionTimeout: Duration.millis(w.sessionTimeoutMs) },
         w.variant.unsafe ?? {}
-      ).pipe(Effect.provideService(Coordination, coordination), Effect.orDie)
+      ).pipe(Effect.provideService(Coordination.Coordination, coordination), Effect.orDie)
       const coordinator = yield* Coordinator.make({
         serverId: proc.id,
         address: `p${proc.id}`,
         rejoinBackoff: Duration.millis(w.rng.int(20, 200)),
         services: [Workload.leaderService(w, proc, inc)]
-      }).pipe(Effect.provideService(CoreElection, election), Effect.orDie)
+      }).pipe(Effect.provideService(CoreElection.Election, election), Effect.orDie)
       yield* coordinator.join
       return yield* Effect.never
     })
@@ -103,7 +103,12 @@ export const start = (w: World, proc: Proc): Effect.Effect<void> =>
  * Ends the process's incarnation: a crash (`kill -9`) stops it at once and leaves its sessions, cut off, to
  * expire; a stop closes them. It restarts a few steps later.
  */
-export const kill = (w: World, proc: Proc, step: number, crash: boolean): Effect.Effect<void, CoordinationError> =>
+export const kill = (
+  w: World,
+  proc: Proc,
+  step: number,
+  crash: boolean
+): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const fiber = proc.fiber
     const inc = proc.current
@@ -135,7 +140,7 @@ export const suspend = (
   step: number,
   ms: number,
   kind: string
-): Effect.Effect<void, CoordinationError> =>
+): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const inc = proc.current
     if (inc === undefined) return
@@ -152,7 +157,7 @@ export const suspend = (
   })
 
 /** A paused process resumes: its gate opens, and its connections are restored `lag` ms later. */
-const resumeLater = (w: World, proc: Proc, inc: Incarnation, sessions: ReadonlyArray<Session>) =>
+const resumeLater = (w: World, proc: Proc, inc: Incarnation, sessions: ReadonlyArray<Coordination.Session>) =>
   Effect.gen(function* () {
     proc.paused = false
     yield* proc.gate.open

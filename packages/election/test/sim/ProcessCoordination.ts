@@ -6,23 +6,14 @@
  * session, and the epoch bumps and leader registrations recorded for the
  * checkers.
  */
-import {
-  ConnectionLoss,
-  type CoordinationError,
-  type CoordinationShape,
-  coordinationError,
-  type Op,
-  op,
-  type Session,
-  type Watch
-} from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Effect, Exit, Scope, Stream } from "effect"
 import * as Clock from "./Clock.js"
 import * as Network from "./Network.js"
 import { type Incarnation, paths, type Proc, type World } from "./World.js"
 
 /** What runs before each operation of a session (`name` names the operation in the trace). */
-export type FaultPoint = (s: Session, name: string) => Effect.Effect<void, CoordinationError>
+export type FaultPoint = (s: Coordination.Session, name: string) => Effect.Effect<void, Coordination.CoordinationError>
 
 /** One incarnation's view of the coordination. */
 interface View {
@@ -43,17 +34,17 @@ const leaderEpoch = (data: Uint8Array): number => {
     : -1
 }
 
-const createsEphemeral = (o: Op): boolean =>
+const createsEphemeral = (o: Coordination.Op): boolean =>
   o._tag === "create" && (o.mode === "ephemeral" || o.mode === "ephemeral-sequential")
 
 /** Runs a write on the process's session or, on an etcd-like backend, past its ended session. */
 const write = <A>(
   v: View,
-  s: Session,
-  ops: ReadonlyArray<Op>,
-  own: Effect.Effect<A, CoordinationError>,
-  server: Effect.Effect<A, CoordinationError>
-): Effect.Effect<A, CoordinationError> =>
+  s: Coordination.Session,
+  ops: ReadonlyArray<Coordination.Op>,
+  own: Effect.Effect<A, Coordination.CoordinationError>,
+  server: Effect.Effect<A, Coordination.CoordinationError>
+): Effect.Effect<A, Coordination.CoordinationError> =>
   v.w.backend === "zookeeper-like" || ops.some(createsEphemeral)
     ? own
     : Effect.flatMap(s.state, (state) => {
@@ -67,34 +58,42 @@ const write = <A>(
 
 /** Runs `self` after the fault point, unless the session's connection is cut. */
 const guard =
-  (v: View, s: Session, name: string) =>
-  <A>(self: Effect.Effect<A, CoordinationError>): Effect.Effect<A, CoordinationError> =>
+  (v: View, s: Coordination.Session, name: string) =>
+  <A>(self: Effect.Effect<A, Coordination.CoordinationError>): Effect.Effect<A, Coordination.CoordinationError> =>
     Effect.andThen(
       v.point(s, name),
       Effect.suspend(() =>
         Network.isCutOff(v.w.network, s)
-          ? Effect.fail(coordinationError(new ConnectionLoss({ detail: `session ${s.id} is disconnected` })))
+          ? Effect.fail(
+              Coordination.coordinationError(
+                new Coordination.ConnectionLoss({ detail: `session ${s.id} is disconnected` })
+              )
+            )
           : self
       )
     )
 
 /** The end of the session, as its client learns it: only once reconnected when its connection is cut. */
-const revealed = <A>(v: View, s: Session, changed: Effect.Effect<A, CoordinationError>) =>
+const revealed = <A>(v: View, s: Coordination.Session, changed: Effect.Effect<A, Coordination.CoordinationError>) =>
   Effect.catchTag(changed, "CoordinationError", (e) =>
     e.reason._tag === "SessionExpired"
       ? Effect.andThen(Network.linkOf(v.w.network, s).await, Effect.fail(e))
       : Effect.fail(e)
   )
 
-const watched = <A>(v: View, s: Session, name: string, watch: Effect.Effect<Watch<A>, CoordinationError>) =>
-  Effect.map(guard(v, s, name)(watch), (w) => ({ value: w.value, changed: revealed(v, s, w.changed) }))
+const watched = <A>(
+  v: View,
+  s: Coordination.Session,
+  name: string,
+  watch: Effect.Effect<Coordination.Watch<A>, Coordination.CoordinationError>
+) => Effect.map(guard(v, s, name)(watch), (w) => ({ value: w.value, changed: revealed(v, s, w.changed) }))
 
 /** An epoch bump: recorded with the value it wrote and the store order of the write. */
-const bumpEpoch = (v: View, s: Session, path: string, data: Uint8Array, version: number | undefined) => {
+const bumpEpoch = (v: View, s: Coordination.Session, path: string, data: Uint8Array, version: number | undefined) => {
   const bumped = write(
     v,
     s,
-    [op.set(path, data, version)],
+    [Coordination.op.set(path, data, version)],
     s.set(path, data, version),
     v.w.auditor.set(path, data, version)
   )
@@ -107,7 +106,7 @@ const bumpEpoch = (v: View, s: Session, path: string, data: Uint8Array, version:
 }
 
 /** A `multi`; one holding the leader registration begins a term, recorded with the epoch it announces. */
-const multi = (v: View, s: Session, ops: ReadonlyArray<Op>) => {
+const multi = (v: View, s: Coordination.Session, ops: ReadonlyArray<Coordination.Op>) => {
   const registration = ops.find((o) => o._tag === "create" && o.path === paths.leader)
   const applied = write(v, s, ops, s.multi(ops), v.w.auditor.multi(ops))
   if (registration === undefined || registration._tag !== "create") return guard(v, s, "multi")(applied)
@@ -136,7 +135,7 @@ const multi = (v: View, s: Session, ops: ReadonlyArray<Op>) => {
 }
 
 /** The session as the process sees it. */
-const instrument = (v: View, s: Session): Session => {
+const instrument = (v: View, s: Coordination.Session): Coordination.Session => {
   const network = v.w.network
   return {
     ...s,
@@ -170,7 +169,7 @@ export const coordinationOf = (
   inc: Incarnation,
   host: Scope.Scope,
   point: FaultPoint
-): CoordinationShape => {
+): Coordination.Shape => {
   const v: View = { w, proc, inc, point }
   return {
     backend: w.coordination.backend,

@@ -30,13 +30,7 @@
  * sees of the coordination), `Workload.ts` (the leader's requests and fenced
  * writes), `Faults.ts` and `Checkers.ts`.
  */
-import {
-  Coordination,
-  type CoordinationError,
-  CoordinationFaults,
-  type Session,
-  MemoryCoordination
-} from "@strata/core"
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { Effect, References, type Scope } from "effect"
 import { TestClock } from "effect/testing"
 import * as Checkers from "./Checkers.js"
@@ -68,7 +62,11 @@ const setUp = (
   seed: number,
   variant: Variant,
   config: Config
-): Effect.Effect<World, CoordinationError, Coordination | CoordinationFaults | Scope.Scope> =>
+): Effect.Effect<
+  World,
+  Coordination.CoordinationError,
+  Coordination.Coordination | Coordination.Faults | Scope.Scope
+> =>
   Effect.gen(function* () {
     const rng = Prng.make(seed)
     const backend = rng.pick(config.backends)
@@ -80,8 +78,8 @@ const setUp = (
       )
     const writeEveryMs = rng.int(config.writeEveryMs[0], config.writeEveryMs[1])
     const scope = yield* Effect.scope
-    const coordination = yield* Coordination
-    const faults = yield* CoordinationFaults
+    const coordination = yield* Coordination.Coordination
+    const faults = yield* Coordination.Faults
     const clock = Clock.make(yield* TestClock.testClockWith(Effect.succeed), config.stepMs)
     const network = Network.make({
       clock,
@@ -91,7 +89,7 @@ const setUp = (
       receiverSkipsEpochCheck: variant.receiverSkipsEpochCheck === true,
       faults
     })
-    const auditor: Session = yield* coordination.session({ timeout: "1 hour" })
+    const auditor: Coordination.Session = yield* coordination.session({ timeout: "1 hour" })
     yield* auditor.create(Workload.logPath, new Uint8Array(0), { createParents: true })
     return {
       seed,
@@ -122,7 +120,7 @@ const setUp = (
  * Judges a settled run: liveness (a live process leads, every fault being over) and every checker over what was
  * recorded. What happens after this (the shutdown) is not part of the history.
  */
-const judge = (w: World): Effect.Effect<Result, CoordinationError> =>
+const judge = (w: World): Effect.Effect<Result, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const { config, network } = w
     const leaderNode = yield* w.auditor.exists(paths.leader)
@@ -166,7 +164,11 @@ const simulate = (
   seed: number,
   variant: Variant,
   config: Config
-): Effect.Effect<Result, CoordinationError, Coordination | CoordinationFaults | Scope.Scope> =>
+): Effect.Effect<
+  Result,
+  Coordination.CoordinationError,
+  Coordination.Coordination | Coordination.Faults | Scope.Scope
+> =>
   Effect.gen(function* () {
     const w = yield* setUp(seed, variant, config)
     Clock.log(

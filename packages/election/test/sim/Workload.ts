@@ -3,7 +3,7 @@
  * service sends an epoch-tagged request to the receiver (when the leadership's
  * guard allows it) and makes a fenced write to the log every `writeEveryMs`.
  */
-import { type CoordinationError, type LeadershipEnd, type Leadership, op, type Session } from "@strata/core"
+import { Coordination, type Election } from "@strata/core"
 import { Cause, Duration, Effect, Exit } from "effect"
 import * as Coordinator from "../../src/Coordinator.js"
 import type * as Checkers from "./Checkers.js"
@@ -20,7 +20,7 @@ const decoder = new TextDecoder()
 interface Term {
   readonly proc: Proc
   readonly inc: Incarnation
-  readonly leadership: Leadership
+  readonly leadership: Election.Leadership
   readonly term: number
   /** The session that won the term. */
   readonly session: string
@@ -28,7 +28,7 @@ interface Term {
   /** Requests (and fenced writes) so far. */
   n: number
   /** How the leadership ended, once the service learned it. */
-  lost: LeadershipEnd | undefined
+  lost: Election.LeadershipEnd | undefined
 }
 
 /** One round of the leader's work: a request to the receiver if the guard allows it, then a fenced write. */
@@ -52,7 +52,9 @@ const act = (w: World, t: Term) =>
     }
     const at = Clock.now(w.clock)
     const data = encoder.encode(JSON.stringify({ epoch, term, process: proc.id, n, at }))
-    const written = yield* Effect.exit(leadership.fenced([op.create(`${logPath}/w_`, data, "persistent-sequential")]))
+    const written = yield* Effect.exit(
+      leadership.fenced([Coordination.op.create(`${logPath}/w_`, data, "persistent-sequential")])
+    )
     if (Exit.isSuccess(written)) {
       w.fencedApplied++
       Clock.log(w.clock, `p${proc.id} fenced write e${epoch} #${n} applied`)
@@ -116,7 +118,9 @@ const entryOf = (path: string, order: number, data: Uint8Array): Checkers.Fenced
 }
 
 /** Every fenced write the log holds, read through `session`. */
-export const readFencedLog = (session: Session): Effect.Effect<Array<Checkers.FencedEntry>, CoordinationError> =>
+export const readFencedLog = (
+  session: Coordination.Session
+): Effect.Effect<Array<Checkers.FencedEntry>, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const entries: Array<Checkers.FencedEntry> = []
     for (const name of yield* session.children(logPath)) {

@@ -4,7 +4,7 @@
  * the seeded PRNG, the clock, the network, the processes and what the run
  * records for the checkers.
  */
-import type { CoordinationFaultsShape, CoordinationShape, Session } from "@strata/core"
+import type { Coordination } from "@strata/core"
 import type { Fiber, Latch, Scope } from "effect"
 import * as Election from "../../src/internal/election.js"
 import type * as Checkers from "./Checkers.js"
@@ -117,7 +117,7 @@ export interface Incarnation {
   /** Set by a crash: the sessions are left to the server instead of being closed. */
   crashed: boolean
   /** The live sessions this incarnation opened (the server-side handles the faults need). */
-  readonly sessions: Set<Session>
+  readonly sessions: Set<Coordination.Session>
   /** The term the latest campaign won, set when its leader node is registered. */
   term: number | undefined
   /** The session that won that term. */
@@ -149,12 +149,12 @@ export interface World {
   /** The run's scope: processes, deliveries and resumptions are forked in it. */
   readonly scope: Scope.Scope
   /** The memory coordination every process shares, and its faults. */
-  readonly coordination: CoordinationShape
-  readonly faults: CoordinationFaultsShape
+  readonly coordination: Coordination.Shape
+  readonly faults: Coordination.FaultsShape
   readonly clock: Clock.Clock
   readonly network: Network.Network
   /** A session outside every process, never faulted, used to set up and read the log. */
-  readonly auditor: Session
+  readonly auditor: Coordination.Session
   readonly procs: ReadonlyArray<Proc>
   /** Off once the run settles before the checks. */
   faultsOn: boolean

@@ -1,13 +1,4 @@
-import {
-  BrokerUnreachable,
-  Fenced,
-  InvalidRequest,
-  type LogError,
-  LogIoError,
-  logError,
-  TopicMismatch,
-  UnknownTopic
-} from "@strata/core"
+import { Log } from "@strata/core"
 
 /** The Kafka error code names (apiId) of a client error and its nested errors. */
 export const apiIds = (cause: unknown): Set<string> => {
@@ -38,9 +29,9 @@ export const isTooLarge = (cause: unknown): boolean => {
 }
 
 /** `BrokerUnreachable` for a request of `operation` that the brokers at `addresses` did not answer within `ms`. */
-export const noAnswer = (operation: string, addresses: ReadonlyArray<string>, ms: number): LogError =>
-  logError(
-    new BrokerUnreachable({
+export const noAnswer = (operation: string, addresses: ReadonlyArray<string>, ms: number): Log.LogError =>
+  Log.logError(
+    new Log.BrokerUnreachable({
       brokers: [...addresses],
       detail: `${operation}: no answer from ${addresses.join(", ")} in ${ms} ms`
     })
@@ -52,31 +43,33 @@ export const toLogError = (
   brokers: ReadonlyArray<string>,
   cause: unknown,
   topic?: string
-): LogError => {
+): Log.LogError => {
   const ids = apiIds(cause)
   if (isTooLarge(cause)) {
     // Produce maps this itself, with the sizes (see kafkaProducer's `sendVia`); nothing else sends records.
-    return logError(new InvalidRequest({ detail: `${operation}: the broker refused a record batch as too large` }))
+    return Log.logError(
+      new Log.InvalidRequest({ detail: `${operation}: the broker refused a record batch as too large` })
+    )
   }
   if (ids.has("UNKNOWN_TOPIC_OR_PARTITION") || ids.has("UNKNOWN_TOPIC_ID") || /Unknown topic/i.test(text(cause))) {
-    return logError(new UnknownTopic({ topic: topic ?? "" }))
+    return Log.logError(new Log.UnknownTopic({ topic: topic ?? "" }))
   }
   if (ids.has("INVALID_TOPIC_EXCEPTION") || ids.has("INVALID_PARTITIONS") || ids.has("INVALID_RECORD")) {
-    return logError(new InvalidRequest({ detail: `${operation}: ${[...ids].join(", ")}: ${text(cause)}` }))
+    return Log.logError(new Log.InvalidRequest({ detail: `${operation}: ${[...ids].join(", ")}: ${text(cause)}` }))
   }
   const fenced = [...ids].find((id) =>
     /PRODUCER_FENCED|INVALID_PRODUCER_EPOCH|ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID|FENCED_INSTANCE_ID|REBALANCE_IN_PROGRESS/.test(
       id
     )
   )
-  if (fenced !== undefined) return logError(new Fenced({ detail: `${operation}: ${fenced}: ${text(cause)}` }))
+  if (fenced !== undefined) return Log.logError(new Log.Fenced({ detail: `${operation}: ${fenced}: ${text(cause)}` }))
   if (isNetwork(cause))
-    return logError(new BrokerUnreachable({ brokers: [...brokers], detail: `${operation}: ${text(cause)}` }))
+    return Log.logError(new Log.BrokerUnreachable({ brokers: [...brokers], detail: `${operation}: ${text(cause)}` }))
   const retryable = [...ids].some((id) =>
     /NOT_LEADER|LEADER_NOT_AVAILABLE|REQUEST_TIMED_OUT|NOT_ENOUGH_REPLICAS|NOT_COORDINATOR|COORDINATOR_LOAD/.test(id)
   )
-  return logError(
-    new LogIoError({
+  return Log.logError(
+    new Log.IoError({
       operation,
       detail: ids.size > 0 ? `${[...ids].join(", ")}: ${text(cause)}` : text(cause),
       retryable
@@ -85,5 +78,5 @@ export const toLogError = (
 }
 
 /** `TopicMismatch` for a topic that exists with another partition count. */
-export const mismatch = (topic: string, expected: number, actual: number): LogError =>
-  logError(new TopicMismatch({ topic, expectedPartitions: expected, actualPartitions: actual }))
+export const mismatch = (topic: string, expected: number, actual: number): Log.LogError =>
+  Log.logError(new Log.TopicMismatch({ topic, expectedPartitions: expected, actualPartitions: actual }))

@@ -6,6 +6,7 @@
  *
  * @internal
  */
+import type { Log } from "@strata/core"
 import {
   compressionsAlgorithmsByBitmask,
   fetchV13,
@@ -15,7 +16,6 @@ import {
   fetchV17,
   type Reader
 } from "@platformatic/kafka"
-import type { LogRecord } from "@strata/core"
 
 /** Lowest Fetch version with topic ids (Kafka 3.1). */
 export const MIN_FETCH_VERSION = 13
@@ -306,9 +306,9 @@ export class RecordBatchReader {
   }
 
   /** The next chunk of at most `chunkSize` records (never empty), or `undefined` when every whole batch is read. */
-  next(): Array<LogRecord> | undefined {
+  next(): Array<Log.Record> | undefined {
     const { topic, partition, from, chunkSize } = this.target
-    const chunk: Array<LogRecord> = []
+    const chunk: Array<Log.Record> = []
     while (chunk.length < chunkSize && (this.remaining > 0 || this.open())) {
       bytes = this.batch
       at = this.recordAt

@@ -5,23 +5,8 @@
  *
  * @internal
  */
+import { Errors, Log, Models, Retry } from "@strata/core"
 import { Admin, ConfigResourceTypes, FetchIsolationLevels, ListOffsetTimestamps } from "@platformatic/kafka"
-import {
-  BrokerUnreachable,
-  InvalidRequest,
-  type LogError,
-  LogIoError,
-  logError,
-  type OffsetsOptions,
-  OffsetOutOfRange,
-  type PartitionOffsets,
-  type TopicPartition,
-  type TopicSpec,
-  tpKey,
-  UnknownPartition,
-  UnknownTopic,
-  Retry
-} from "@strata/core"
 import { Data, Deferred, Effect, Schedule, type Scope } from "effect"
 import { apiIds, mismatch, toLogError } from "./errors.js"
 import * as KafkaCluster from "./kafkaCluster.js"
@@ -45,7 +30,7 @@ export interface TopicAdmin {
    */
   readonly messageLimits: Map<string, number>
   /** Lookups under way: concurrent sends to a topic not seen yet share one DescribeConfigs. */
-  readonly describing: Map<string, Deferred.Deferred<number, LogError>>
+  readonly describing: Map<string, Deferred.Deferred<number, Log.LogError>>
 }
 
 /** Opens the admin client in the scope (closed with it, within the request timeout). */
@@ -66,26 +51,26 @@ export const open = (cluster: KafkaCluster.Cluster): Effect.Effect<TopicAdmin, n
   })
 
 /** Fails fast, with the brokers named, when nothing answers a metadata request (retried with backoff). */
-export const checkConnected = (a: TopicAdmin): Effect.Effect<void, LogError> =>
+export const checkConnected = (a: TopicAdmin): Effect.Effect<void, Log.LogError> =>
   KafkaCluster.call(a.cluster, "connect", () => a.client.metadata({ topics: [] })).pipe(
     Retry.retry({ times: a.cluster.connectAttempts - 1, schedule: Schedule.exponential("200 millis") }),
     Effect.mapError((e) =>
       e.reason._tag === "BrokerUnreachable"
         ? e
-        : logError(new BrokerUnreachable({ brokers: [...a.cluster.brokers], detail: e.message }))
+        : Log.logError(new Log.BrokerUnreachable({ brokers: [...a.cluster.brokers], detail: e.message }))
     ),
     Effect.asVoid
   )
 
 /** A topic's partition count: known, or read from the metadata (`UnknownTopic` when it has none). */
-export const partitionCount = (a: TopicAdmin, topic: string): Effect.Effect<number, LogError> =>
+export const partitionCount = (a: TopicAdmin, topic: string): Effect.Effect<number, Log.LogError> =>
   Effect.suspend(() => {
     const known = a.partitionCounts.get(topic)
     if (known !== undefined) return Effect.succeed(known)
     return KafkaCluster.call(a.cluster, "metadata", () => a.client.metadata({ topics: [topic] }), topic).pipe(
       Effect.flatMap((md) => {
         const count = md.topics.get(topic)?.partitionsCount
-        if (count === undefined || count === 0) return Effect.fail(logError(new UnknownTopic({ topic })))
+        if (count === undefined || count === 0) return Effect.fail(Log.logError(new Log.UnknownTopic({ topic })))
         a.partitionCounts.set(topic, count)
         return Effect.succeed(count)
       })
@@ -93,13 +78,13 @@ export const partitionCount = (a: TopicAdmin, topic: string): Effect.Effect<numb
   })
 
 /** A topic's `max.message.bytes`: known, or looked up (one lookup at a time per topic, shared by its callers). */
-export const messageLimit = (a: TopicAdmin, topic: string): Effect.Effect<number, LogError> =>
+export const messageLimit = (a: TopicAdmin, topic: string): Effect.Effect<number, Log.LogError> =>
   Effect.suspend(() => {
     const known = a.messageLimits.get(topic)
     if (known !== undefined) return Effect.succeed(known)
     const pending = a.describing.get(topic)
     if (pending !== undefined) return Deferred.await(pending)
-    const done = Deferred.makeUnsafe<number, LogError>()
+    const done = Deferred.makeUnsafe<number, Log.LogError>()
     a.describing.set(topic, done)
     const lookup = describeLimit(a, topic).pipe(
       Effect.onExit((exit) =>
@@ -113,7 +98,7 @@ export const messageLimit = (a: TopicAdmin, topic: string): Effect.Effect<number
   })
 
 /** Reads a topic's `max.message.bytes` with DescribeConfigs and remembers it. */
-const describeLimit = (a: TopicAdmin, topic: string): Effect.Effect<number, LogError> =>
+const describeLimit = (a: TopicAdmin, topic: string): Effect.Effect<number, Log.LogError> =>
   Effect.tryPromise({
     try: () =>
       a.client.describeConfigs({
@@ -146,25 +131,27 @@ export const limitOf = (a: TopicAdmin, topic: string): number =>
   a.messageLimits.get(topic) ?? RecordSize.DEFAULT_MESSAGE_MAX_BYTES
 
 const invalidTopic = (topic: string) =>
-  logError(new InvalidRequest({ detail: `invalid topic name ${JSON.stringify(topic)}` }))
+  Log.logError(new Log.InvalidRequest({ detail: `invalid topic name ${JSON.stringify(topic)}` }))
 
 /** A valid topic name's partition count; `InvalidRequest` for an invalid name. */
-export const validTopic = (a: TopicAdmin, topic: string): Effect.Effect<number, LogError> =>
+export const validTopic = (a: TopicAdmin, topic: string): Effect.Effect<number, Log.LogError> =>
   typeof topic === "string" && TOPIC.test(topic) ? partitionCount(a, topic) : Effect.fail(invalidTopic(topic))
 
 /** Checks that a partition exists: a valid topic name, a known topic, a partition number within its count. */
-export const checkTp = (a: TopicAdmin, tp: TopicPartition): Effect.Effect<void, LogError> =>
+export const checkTp = (a: TopicAdmin, tp: Models.TopicPartition): Effect.Effect<void, Log.LogError> =>
   Effect.suspend(() => {
     if (typeof tp.topic !== "string" || !TOPIC.test(tp.topic)) return Effect.fail(invalidTopic(tp.topic))
     return Effect.flatMap(partitionCount(a, tp.topic), (count) =>
       Number.isInteger(tp.partition) && tp.partition >= 0 && tp.partition < count
         ? Effect.void
-        : Effect.fail(logError(new UnknownPartition({ topic: tp.topic, partition: tp.partition, partitions: count })))
+        : Effect.fail(
+            Log.logError(new Log.UnknownPartition({ topic: tp.topic, partition: tp.partition, partitions: count }))
+          )
     )
   })
 
 /** The topic configs `ensureTopic` creates a topic with. */
-const topicConfigs = (spec: TopicSpec) => [
+const topicConfigs = (spec: Log.TopicSpec) => [
   // Compacted changelogs keep "delete" too (with infinite retention) so that DeleteRecords stays allowed.
   ...(spec.compacted
     ? [
@@ -180,15 +167,15 @@ const topicConfigs = (spec: TopicSpec) => [
  * Creates the topic unless it exists, then waits until the brokers know it; fails with `TopicMismatch` when it
  * exists with another partition count.
  */
-export const ensureTopic = (a: TopicAdmin, spec: TopicSpec): Effect.Effect<void, LogError> =>
+export const ensureTopic = (a: TopicAdmin, spec: Log.TopicSpec): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     if (typeof spec.topic !== "string" || !TOPIC.test(spec.topic)) {
       return yield* Effect.fail(invalidTopic(spec.topic))
     }
     if (!Number.isInteger(spec.partitions) || spec.partitions < 1) {
       return yield* Effect.fail(
-        logError(
-          new InvalidRequest({
+        Log.logError(
+          new Log.InvalidRequest({
             detail: `${spec.topic}: partitions must be a positive integer, got ${spec.partitions}`
           })
         )
@@ -230,7 +217,7 @@ class TopicNotSettled extends Data.TaggedError("TopicNotSettled")<{ readonly det
  * The topic's partition count once the brokers' metadata lists it (with a leader for every partition when
  * `led`), asked again every `TOPIC_POLL_MS` for up to the request timeout.
  */
-const awaitTopic = (a: TopicAdmin, topic: string, led: boolean): Effect.Effect<number, LogError> => {
+const awaitTopic = (a: TopicAdmin, topic: string, led: boolean): Effect.Effect<number, Log.LogError> => {
   const timeout = a.cluster.base.timeout
   const ask = Effect.gen(function* () {
     const md = yield* KafkaCluster.call(
@@ -263,7 +250,7 @@ const awaitTopic = (a: TopicAdmin, topic: string, led: boolean): Effect.Effect<n
       while: (e) => e instanceof TopicNotSettled
     }),
     Effect.catchTag("TopicNotSettled", (e) =>
-      Effect.fail(logError(new LogIoError({ operation: "ensureTopic", detail: e.detail, retryable: true })))
+      Effect.fail(Log.logError(new Log.IoError({ operation: "ensureTopic", detail: e.detail, retryable: true })))
     )
   )
 }
@@ -271,9 +258,9 @@ const awaitTopic = (a: TopicAdmin, topic: string, led: boolean): Effect.Effect<n
 /** Each partition's log start and highwater (at `read_committed`, the last stable offset), in the order given. */
 export const offsets = (
   a: TopicAdmin,
-  tps: ReadonlyArray<TopicPartition>,
-  offsetsOptions?: OffsetsOptions
-): Effect.Effect<Array<PartitionOffsets>, LogError> =>
+  tps: ReadonlyArray<Models.TopicPartition>,
+  offsetsOptions?: Log.OffsetsOptions
+): Effect.Effect<Array<Log.PartitionOffsets>, Log.LogError> =>
   Effect.gen(function* () {
     for (const tp of tps) yield* checkTp(a, tp)
     // At read_committed the latest offset is the last stable offset: below the first open transaction.
@@ -306,21 +293,25 @@ export const offsets = (
     const starts = index(earliest)
     const ends = index(latest)
     return tps.map(
-      (tp): PartitionOffsets => ({
+      (tp): Log.PartitionOffsets => ({
         topic: tp.topic,
         partition: tp.partition,
-        logStart: starts.get(tpKey(tp)) ?? 0,
-        highwater: ends.get(tpKey(tp)) ?? 0
+        logStart: starts.get(Models.tpKey(tp)) ?? 0,
+        highwater: ends.get(Models.tpKey(tp)) ?? 0
       })
     )
   })
 
 /** Fails with `OffsetOutOfRange` for `offset`, naming the partition's current log start and highwater. */
-export const outOfRange = (a: TopicAdmin, tp: TopicPartition, offset: number): Effect.Effect<never, LogError> =>
+export const outOfRange = (
+  a: TopicAdmin,
+  tp: Models.TopicPartition,
+  offset: number
+): Effect.Effect<never, Log.LogError> =>
   Effect.flatMap(offsets(a, [tp]), ([o]) =>
     Effect.fail(
-      logError(
-        new OffsetOutOfRange({
+      Log.logError(
+        new Errors.OffsetOutOfRange({
           topic: tp.topic,
           partition: tp.partition,
           offset,
@@ -332,7 +323,11 @@ export const outOfRange = (a: TopicAdmin, tp: TopicPartition, offset: number): E
   )
 
 /** Deletes a partition's records below `offset` (DeleteRecords); `OffsetOutOfRange` beyond its highwater. */
-export const deleteRecords = (a: TopicAdmin, tp: TopicPartition, offset: number): Effect.Effect<void, LogError> =>
+export const deleteRecords = (
+  a: TopicAdmin,
+  tp: Models.TopicPartition,
+  offset: number
+): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     yield* checkTp(a, tp)
     yield* Effect.tryPromise({

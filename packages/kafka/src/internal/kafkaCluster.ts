@@ -5,7 +5,7 @@
  *
  * @internal
  */
-import { BrokerUnreachable, InvalidRequest, type LogError, logError, Retry } from "@strata/core"
+import { Log, Retry } from "@strata/core"
 import { Effect, Schedule } from "effect"
 import * as BrokerProbe from "./brokerProbe.js"
 import { noAnswer, toLogError } from "./errors.js"
@@ -51,7 +51,7 @@ const reachBrokers = (
   brokers: ReadonlyArray<string>,
   clientId: string,
   timeoutMs: number
-): Effect.Effect<Array<string>, LogError> =>
+): Effect.Effect<Array<string>, Log.LogError> =>
   Effect.gen(function* () {
     const probed = yield* Effect.forEach(brokers, (b) => Effect.result(BrokerProbe.probe(b, clientId, timeoutMs)), {
       concurrency: "unbounded"
@@ -60,13 +60,15 @@ const reachBrokers = (
     const notKafka = failures.filter((f) => f._tag === "NotKafka")
     if (notKafka.length > 0) {
       return yield* Effect.fail(
-        logError(new InvalidRequest({ detail: `brokers: ${notKafka.map((f) => f.detail).join("; ")}` }))
+        Log.logError(new Log.InvalidRequest({ detail: `brokers: ${notKafka.map((f) => f.detail).join("; ")}` }))
       )
     }
     const answered = brokers.filter((_, i) => probed[i]!._tag === "Success")
     if (answered.length === 0) {
       return yield* Effect.fail(
-        logError(new BrokerUnreachable({ brokers: [...brokers], detail: failures.map((f) => f.detail).join("; ") }))
+        Log.logError(
+          new Log.BrokerUnreachable({ brokers: [...brokers], detail: failures.map((f) => f.detail).join("; ") })
+        )
       )
     }
     return [...answered, ...brokers.filter((b) => !answered.includes(b))]
@@ -76,7 +78,7 @@ const reachBrokers = (
  * Probes the brokers, retrying (with exponential backoff) while none answers, and gives the cluster with its client
  * settings. An address that is not Kafka fails here, before any client talks to it.
  */
-export const connect = (options: ClusterOptions): Effect.Effect<Cluster, LogError> =>
+export const connect = (options: ClusterOptions): Effect.Effect<Cluster, Log.LogError> =>
   Effect.gen(function* () {
     const { brokers, clientId, timeout, connectAttempts } = options
     const bootstrap = yield* reachBrokers(brokers, clientId, timeout).pipe(
@@ -109,7 +111,7 @@ export const bounded = <A, E>(
   operation: string,
   effect: Effect.Effect<A, E>,
   ms = c.timeout
-): Effect.Effect<A, E | LogError> =>
+): Effect.Effect<A, E | Log.LogError> =>
   Effect.timeoutOrElse(effect, { duration: ms, orElse: () => Effect.fail(noAnswer(operation, c.brokers, ms)) })
 
 /** A client call, bounded by the request timeout (or `ms`). */
@@ -119,7 +121,7 @@ export const call = <A>(
   f: () => Promise<A>,
   topic?: string,
   ms = c.timeout
-): Effect.Effect<A, LogError> =>
+): Effect.Effect<A, Log.LogError> =>
   bounded(
     c,
     operation,

@@ -7,21 +7,8 @@
  *
  * @internal
  */
+import { Log, Models, Retry } from "@strata/core"
 import { type Broker, ConnectionPool, Consumer, FetchIsolationLevels, type fetchV17 } from "@platformatic/kafka"
-import {
-  type ConsumerOptions,
-  InvalidRequest,
-  type LogBatch,
-  LogClosed,
-  type LogConsumer,
-  type LogError,
-  LogIoError,
-  logError,
-  NotAssigned,
-  type TopicPartition,
-  tpKey,
-  Retry
-} from "@strata/core"
 import { Deferred, Effect, Exit, Schedule, type Scope, Stream } from "effect"
 import { noAnswer, toLogError } from "./errors.js"
 import {
@@ -51,7 +38,7 @@ export interface ConsumerSettings {
 }
 
 interface Assigned {
-  readonly tp: TopicPartition
+  readonly tp: Models.TopicPartition
   position: number
   /** Bumped by seek, pause and unassign: fetched records of an older generation are dropped. */
   generation: number
@@ -105,16 +92,16 @@ interface ChangelogConsumer {
 let consumerCount = 0
 
 /** Checks the consumer's options: `InvalidRequest` names the first bad one. */
-const checkOptions = (options: ConsumerOptions | undefined): LogError | undefined => {
+const checkOptions = (options: Log.ConsumerOptions | undefined): Log.LogError | undefined => {
   const max = options?.maxBatchRecords
   const isolation = options?.isolation ?? "read_uncommitted"
   if (isolation !== "read_uncommitted" && isolation !== "read_committed") {
-    return logError(
-      new InvalidRequest({ detail: `isolation must be read_uncommitted or read_committed, got ${isolation}` })
+    return Log.logError(
+      new Log.InvalidRequest({ detail: `isolation must be read_uncommitted or read_committed, got ${isolation}` })
     )
   }
   if (max !== undefined && (!Number.isInteger(max) || max < 1)) {
-    return logError(new InvalidRequest({ detail: `maxBatchRecords must be a positive integer, got ${max}` }))
+    return Log.logError(new Log.InvalidRequest({ detail: `maxBatchRecords must be a positive integer, got ${max}` }))
   }
   return undefined
 }
@@ -122,8 +109,8 @@ const checkOptions = (options: ConsumerOptions | undefined): LogError | undefine
 /** Opens a group-less changelog consumer in the scope (`Log.consumer`). */
 export const make = (
   settings: ConsumerSettings,
-  options?: ConsumerOptions
-): Effect.Effect<LogConsumer, LogError, Scope.Scope> => {
+  options?: Log.ConsumerOptions
+): Effect.Effect<Log.Consumer, Log.LogError, Scope.Scope> => {
   const invalid = checkOptions(options)
   if (invalid !== undefined) return Effect.fail(invalid)
   return Effect.gen(function* () {
@@ -187,12 +174,12 @@ const wakeUp = (w: Wake): void => {
   Deferred.doneUnsafe(s, Exit.void)
 }
 
-const closedError = () => logError(new LogClosed({ what: "Kafka changelog consumer" }))
+const closedError = () => Log.logError(new Log.Closed({ what: "Kafka changelog consumer" }))
 
 /** A record batch the decoder cannot read (it names the topic, partition and offset). */
 const undecodable = (cause: unknown) =>
-  logError(
-    new LogIoError({
+  Log.logError(
+    new Log.IoError({
       operation: "fetch",
       detail: String((cause as Error).message ?? cause),
       retryable: false
@@ -200,19 +187,19 @@ const undecodable = (cause: unknown) =>
   )
 
 /** Runs `f` unless the consumer is closed (then fails with `LogClosed`). */
-const guard = <A>(s: ChangelogConsumer, f: () => Effect.Effect<A, LogError>): Effect.Effect<A, LogError> =>
+const guard = <A>(s: ChangelogConsumer, f: () => Effect.Effect<A, Log.LogError>): Effect.Effect<A, Log.LogError> =>
   Effect.suspend(() => (s.wake.closed ? Effect.fail(closedError()) : f()))
 
 /** The partition's assignment, or `NotAssigned`. */
-const entry = (s: ChangelogConsumer, tp: TopicPartition): Effect.Effect<Assigned, LogError> => {
-  const a = s.assigned.get(tpKey(tp))
+const entry = (s: ChangelogConsumer, tp: Models.TopicPartition): Effect.Effect<Assigned, Log.LogError> => {
+  const a = s.assigned.get(Models.tpKey(tp))
   return a === undefined
-    ? Effect.fail(logError(new NotAssigned({ topic: tp.topic, partition: tp.partition })))
+    ? Effect.fail(Log.logError(new Log.NotAssigned({ topic: tp.topic, partition: tp.partition })))
     : Effect.succeed(a)
 }
 
 /** Reads the topics' ids and partition leaders, and the brokers' addresses. */
-const refreshMetadata = (s: ChangelogConsumer, topics: ReadonlyArray<string>): Effect.Effect<void, LogError> =>
+const refreshMetadata = (s: ChangelogConsumer, topics: ReadonlyArray<string>): Effect.Effect<void, Log.LogError> =>
   Effect.map(
     KafkaCluster.call(s.settings.admin.cluster, "metadata", () =>
       s.fetcher.metadata({ topics: [...topics], forceUpdate: true })
@@ -232,7 +219,7 @@ const refreshMetadata = (s: ChangelogConsumer, topics: ReadonlyArray<string>): E
   )
 
 /** The Fetch version to use: the highest both sides support, asked once; `InvalidRequest` below v13. */
-const negotiate = (s: ChangelogConsumer): Effect.Effect<number, LogError> =>
+const negotiate = (s: ChangelogConsumer): Effect.Effect<number, Log.LogError> =>
   Effect.suspend(() => {
     if (s.fetchVersion !== undefined) return Effect.succeed(s.fetchVersion)
     return Effect.flatMap(
@@ -241,8 +228,8 @@ const negotiate = (s: ChangelogConsumer): Effect.Effect<number, LogError> =>
         const max = apis.find((a) => a.apiKey === FETCH_API_KEY)?.maxVersion ?? -1
         if (max < MIN_FETCH_VERSION) {
           return Effect.fail(
-            logError(
-              new InvalidRequest({
+            Log.logError(
+              new Log.InvalidRequest({
                 detail: `the brokers support Fetch up to v${max}; the changelog consumer needs v${MIN_FETCH_VERSION} (Kafka 3.1 or later)`
               })
             )
@@ -298,14 +285,14 @@ const sendFetch = (
   })
 
 /** One Fetch for the active partitions, one request per partition leader, all at once. */
-const fetchOnce = (s: ChangelogConsumer, active: ReadonlyArray<Assigned>): Effect.Effect<void, LogError> =>
+const fetchOnce = (s: ChangelogConsumer, active: ReadonlyArray<Assigned>): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     const missing = [...new Set(active.map((a) => a.tp.topic))].filter((t) => !s.topicIds.has(t))
     if (missing.length > 0) yield* refreshMetadata(s, missing)
     const version = yield* negotiate(s)
     const byNode = new Map<number, Array<Assigned>>()
     for (const a of active) {
-      const node = s.leaders.get(tpKey(a.tp)) ?? -1
+      const node = s.leaders.get(Models.tpKey(a.tp)) ?? -1
       byNode.set(node, [...(byNode.get(node) ?? []), a])
     }
     const requests = [...byNode].map(([node, parts]) => fetchFrom(s, version, node, parts))
@@ -321,7 +308,7 @@ const fetchFrom = (
   version: number,
   node: number,
   parts: ReadonlyArray<Assigned>
-): Effect.Effect<void, LogError> => {
+): Effect.Effect<void, Log.LogError> => {
   const snapshot: Array<Asked> = parts.map((a) => ({ a, generation: a.generation, position: a.position }))
   const byTopic = new Map<string, Array<Asked>>()
   for (const x of snapshot) byTopic.set(x.a.tp.topic, [...(byTopic.get(x.a.tp.topic) ?? []), x])
@@ -356,8 +343,8 @@ const fetchFrom = (
       response.errorCode === 0
         ? collect(s, response, snapshot)
         : Effect.fail(
-            logError(
-              new LogIoError({
+            Log.logError(
+              new Log.IoError({
                 operation: "fetch",
                 detail: `the broker answered error code ${response.errorCode}`,
                 retryable: true
@@ -383,9 +370,9 @@ const collect = (
   s: ChangelogConsumer,
   response: FetchResponse,
   snapshot: ReadonlyArray<Asked>
-): Effect.Effect<void, LogError> =>
+): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
-    const asked = new Map(snapshot.map((x) => [tpKey(x.a.tp), x]))
+    const asked = new Map(snapshot.map((x) => [Models.tpKey(x.a.tp), x]))
     for (const topicResponse of response.responses) {
       const topic = s.topicNames.get(topicResponse.topicId) ?? ""
       for (const p of topicResponse.partitions) {
@@ -435,7 +422,7 @@ const collect = (
  * The next deliverable batch, decoded now: drops what pause, seek or unassign made stale since its fetch.
  * Partitions take turns, a chunk each, so a busy one cannot starve the others.
  */
-const nextPending = (s: ChangelogConsumer): LogBatch | undefined => {
+const nextPending = (s: ChangelogConsumer): Log.Batch | undefined => {
   while (s.pending.length > 0) {
     const p = s.pending.shift()!
     const a = s.assigned.get(p.key)
@@ -457,13 +444,13 @@ const nextPending = (s: ChangelogConsumer): LogBatch | undefined => {
 }
 
 /** The next batch: one already fetched, else fetched now (waiting while no partition is active). */
-const pull = (s: ChangelogConsumer): Effect.Effect<LogBatch, LogError> =>
+const pull = (s: ChangelogConsumer): Effect.Effect<Log.Batch, Log.LogError> =>
   Effect.gen(function* () {
     for (;;) {
       if (s.wake.closed) return yield* Effect.fail(closedError())
       const ready = yield* Effect.try({ try: () => nextPending(s), catch: undecodable })
       if (ready !== undefined) return ready
-      const active = [...s.assigned.values()].filter((a) => !s.paused.has(tpKey(a.tp)))
+      const active = [...s.assigned.values()].filter((a) => !s.paused.has(Models.tpKey(a.tp)))
       if (active.length === 0) {
         yield* Deferred.await(s.wake.signal)
         continue
@@ -473,14 +460,14 @@ const pull = (s: ChangelogConsumer): Effect.Effect<LogBatch, LogError> =>
   })
 
 /** Assigns the partitions not assigned yet, each at its log start. */
-const assign = (s: ChangelogConsumer, tps: ReadonlyArray<TopicPartition>): Effect.Effect<void, LogError> =>
+const assign = (s: ChangelogConsumer, tps: ReadonlyArray<Models.TopicPartition>): Effect.Effect<void, Log.LogError> =>
   guard(s, () =>
     Effect.gen(function* () {
       for (const tp of tps) yield* KafkaAdmin.checkTp(s.settings.admin, tp)
-      const fresh = tps.filter((tp) => !s.assigned.has(tpKey(tp)))
+      const fresh = tps.filter((tp) => !s.assigned.has(Models.tpKey(tp)))
       const starts = yield* KafkaAdmin.offsets(s.settings.admin, fresh)
       for (const o of starts) {
-        s.assigned.set(tpKey(o), {
+        s.assigned.set(Models.tpKey(o), {
           tp: { topic: o.topic, partition: o.partition },
           position: o.logStart,
           generation: 0
@@ -491,20 +478,20 @@ const assign = (s: ChangelogConsumer, tps: ReadonlyArray<TopicPartition>): Effec
   )
 
 /** Drops the partitions (and their pause), and the records fetched for them. */
-const unassign = (s: ChangelogConsumer, tps: ReadonlyArray<TopicPartition>): Effect.Effect<void, LogError> =>
+const unassign = (s: ChangelogConsumer, tps: ReadonlyArray<Models.TopicPartition>): Effect.Effect<void, Log.LogError> =>
   guard(s, () =>
     Effect.sync(() => {
       for (const tp of tps) {
-        const a = s.assigned.get(tpKey(tp))
+        const a = s.assigned.get(Models.tpKey(tp))
         if (a !== undefined) a.generation++
-        s.assigned.delete(tpKey(tp))
-        s.paused.delete(tpKey(tp))
+        s.assigned.delete(Models.tpKey(tp))
+        s.paused.delete(Models.tpKey(tp))
       }
     })
   )
 
 /** Moves an assigned partition to `offset`, which must be within its log start and highwater. */
-const seek = (s: ChangelogConsumer, tp: TopicPartition, offset: number): Effect.Effect<void, LogError> =>
+const seek = (s: ChangelogConsumer, tp: Models.TopicPartition, offset: number): Effect.Effect<void, Log.LogError> =>
   guard(s, () =>
     Effect.gen(function* () {
       const a = yield* entry(s, tp)
@@ -519,25 +506,25 @@ const seek = (s: ChangelogConsumer, tp: TopicPartition, offset: number): Effect.
   )
 
 /** Stops delivering the assigned partitions among `tps` (what was fetched for them is dropped). */
-const pause = (s: ChangelogConsumer, tps: ReadonlyArray<TopicPartition>): Effect.Effect<void> =>
+const pause = (s: ChangelogConsumer, tps: ReadonlyArray<Models.TopicPartition>): Effect.Effect<void> =>
   Effect.sync(() => {
     for (const tp of tps) {
-      const a = s.assigned.get(tpKey(tp))
+      const a = s.assigned.get(Models.tpKey(tp))
       if (a === undefined) continue
-      s.paused.add(tpKey(tp))
+      s.paused.add(Models.tpKey(tp))
       a.generation++
     }
   })
 
 /** Delivers the partitions again. */
-const resume = (s: ChangelogConsumer, tps: ReadonlyArray<TopicPartition>): Effect.Effect<void> =>
+const resume = (s: ChangelogConsumer, tps: ReadonlyArray<Models.TopicPartition>): Effect.Effect<void> =>
   Effect.sync(() => {
-    for (const tp of tps) s.paused.delete(tpKey(tp))
+    for (const tp of tps) s.paused.delete(Models.tpKey(tp))
     wakeUp(s.wake)
   })
 
 /** The running consumer as its users see it. */
-const shapeOf = (s: ChangelogConsumer): LogConsumer => ({
+const shapeOf = (s: ChangelogConsumer): Log.Consumer => ({
   assign: (tps) => assign(s, tps),
   unassign: (tps) => unassign(s, tps),
   assignment: Effect.sync(() => [...s.assigned.values()].map((a) => a.tp)),

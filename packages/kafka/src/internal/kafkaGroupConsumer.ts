@@ -1,27 +1,14 @@
 /**
  * The group consumer: the client joins the group (and heartbeats in the background); records are fetched by an
- * inner group-less consumer whose assignment follows the group's. Every change is announced as `Revoked` (lost
- * partitions) before `Assigned` (gained ones), and gained partitions start at the committed offset. A transaction
+ * inner group-less consumer whose assignment follows the group's (core's `GroupFollower`: `Revoked` before
+ * `Assigned`, gained partitions from their committed offsets). A transaction
  * finds a member's client, generation and ownership through `memberOf`.
  *
  * @internal
  */
 import { Consumer, type GroupAssignment } from "@platformatic/kafka"
-import {
-  type GroupConsumer,
-  type GroupConsumerOptions,
-  type GroupEvent,
-  InvalidRequest,
-  LogClosed,
-  type LogConsumer,
-  type LogError,
-  LogIoError,
-  logError,
-  type TopicPartition,
-  type TopicPartitionOffset,
-  tpKey
-} from "@strata/core"
-import { type Cause, Effect, Queue, type Scope, Stream } from "effect"
+import { GroupFollower, Log, Models } from "@strata/core"
+import { Effect, Queue, type Scope } from "effect"
 import * as KafkaAdmin from "./kafkaAdmin.js"
 import * as KafkaCluster from "./kafkaCluster.js"
 import * as KafkaConsumer from "./kafkaConsumer.js"
@@ -52,23 +39,19 @@ export interface GroupMember {
    */
   readonly generation: () => number
   /** Whether the member holds the partition in the assignment it follows. */
-  readonly owns: (tp: TopicPartition) => boolean
+  readonly owns: (tp: Models.TopicPartition) => boolean
 }
 
 /** A running group member. */
 interface Member {
-  readonly options: GroupConsumerOptions
+  readonly options: Log.GroupConsumerOptions
   readonly admin: KafkaAdmin.TopicAdmin
-  /** The group-less consumer that fetches the member's partitions. */
-  readonly inner: LogConsumer
-  readonly events: Queue.Queue<GroupEvent, LogError | Cause.Done>
+  /** The inner consumer, the events and the partitions held. */
+  readonly follower: GroupFollower.GroupFollower
   /** What to follow: a join's generation with its assignment, or (undefined) the client's current assignment. */
   readonly changes: Queue.Queue<Joined | undefined>
   readonly client: Consumer
   readonly groupTimeout: number
-  /** The partitions the member holds, as last followed. */
-  readonly current: Map<string, TopicPartition>
-  closed: boolean
   /**
    * The generation of the last join followed: a transaction commits offsets with it, so once the group moves on
    * (a generation this member has not followed yet) the coordinator refuses them.
@@ -77,19 +60,19 @@ interface Member {
 }
 
 /** The client behind each group consumer, with what it last followed (a transaction commits source offsets with it). */
-const groupMembers = new WeakMap<GroupConsumer, GroupMember>()
+const groupMembers = new WeakMap<Log.GroupConsumer, GroupMember>()
 
 /** The client behind a group consumer of a Kafka log, if it is one. */
-export const memberOf = (group: GroupConsumer): GroupMember | undefined => groupMembers.get(group)
+export const memberOf = (group: Log.GroupConsumer): GroupMember | undefined => groupMembers.get(group)
 
 /** Opens a group member in the scope (`Log.groupConsumer`), joined and following its group's assignment. */
 export const make = (
   settings: KafkaConsumer.ConsumerSettings,
-  options: GroupConsumerOptions
-): Effect.Effect<GroupConsumer, LogError, Scope.Scope> =>
+  options: Log.GroupConsumerOptions
+): Effect.Effect<Log.GroupConsumer, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     if (typeof options.groupId !== "string" || options.groupId.length === 0) {
-      return yield* Effect.fail(logError(new InvalidRequest({ detail: "groupId must be a non-empty string" })))
+      return yield* Effect.fail(Log.logError(new Log.InvalidRequest({ detail: "groupId must be a non-empty string" })))
     }
     const admin = settings.admin
     for (const topic of options.topics) yield* KafkaAdmin.partitionCount(admin, topic)
@@ -98,35 +81,32 @@ export const make = (
       ...(options.maxBatchRecords === undefined ? {} : { maxBatchRecords: options.maxBatchRecords }),
       ...(options.isolation === undefined ? {} : { isolation: options.isolation })
     })
-    const events = yield* Queue.unbounded<GroupEvent, LogError | Cause.Done>()
+    const follower = yield* GroupFollower.make(inner, `group member of ${options.groupId}`)
     const changes = yield* Queue.unbounded<Joined | undefined>()
     const client = yield* openClient(admin.cluster, options, groupTimeout, changes)
     const m: Member = {
       options,
       admin,
-      inner,
-      events,
+      follower,
       changes,
       client,
       groupTimeout,
-      current: new Map(),
-      closed: false,
       generation: -1
     }
-    yield* Effect.addFinalizer(() =>
-      Effect.andThen(
-        Effect.sync(() => {
-          m.closed = true
-        }),
-        Queue.end(events)
-      )
-    )
     yield* start(m)
-    const group = shapeOf(m)
+    const group = GroupFollower.groupConsumer(follower, {
+      commit: (offsets) => commit(m, offsets),
+      committed: (tps) =>
+        Effect.gen(function* () {
+          for (const tp of tps) yield* KafkaAdmin.checkTp(m.admin, tp)
+          return yield* committedOf(m, tps)
+        }),
+      membership: membership(m)
+    })
     groupMembers.set(group, {
       client,
       generation: () => m.generation,
-      owns: (tp) => m.current.has(tpKey(tp))
+      owns: (tp) => GroupFollower.holds(follower, tp)
     })
     return group
   })
@@ -137,7 +117,7 @@ export const make = (
  */
 const openClient = (
   cluster: KafkaCluster.Cluster,
-  options: GroupConsumerOptions,
+  options: Log.GroupConsumerOptions,
   groupTimeout: number,
   changes: Queue.Queue<Joined | undefined>
 ): Effect.Effect<Consumer, never, Scope.Scope> =>
@@ -175,7 +155,7 @@ const openClient = (
   )
 
 /** Joins the group, follows the first assignment, and keeps following the group's changes in the scope. */
-const start = (m: Member): Effect.Effect<void, LogError, Scope.Scope> =>
+const start = (m: Member): Effect.Effect<void, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     yield* KafkaCluster.call(m.admin.cluster, "joinGroup", () => m.client.joinGroup({}), undefined, m.groupTimeout)
     yield* sync(
@@ -187,7 +167,7 @@ const start = (m: Member): Effect.Effect<void, LogError, Scope.Scope> =>
     // A failure while following the group ends the member's event stream with that error.
     yield* Effect.forkScoped(
       Effect.forever(Effect.flatMap(Queue.take(m.changes), (joined) => sync(m, joined))).pipe(
-        Effect.catch((e) => Queue.fail(m.events, e))
+        Effect.catch((e) => GroupFollower.fail(m.follower, e))
       )
     )
     // A change the client made without an event is still followed: a member must never keep fetching a partition the
@@ -202,17 +182,11 @@ const start = (m: Member): Effect.Effect<void, LogError, Scope.Scope> =>
     )
   })
 
-/** Runs `f` unless the member is closed (then fails with `LogClosed`). */
-const guard = <A>(m: Member, f: () => Effect.Effect<A, LogError>): Effect.Effect<A, LogError> =>
-  Effect.suspend(() =>
-    m.closed ? Effect.fail(logError(new LogClosed({ what: `group member of ${m.options.groupId}` }))) : f()
-  )
-
 /** The group's committed offsets of the partitions that have one. */
 const committedOf = (
   m: Member,
-  tps: ReadonlyArray<TopicPartition>
-): Effect.Effect<Array<TopicPartitionOffset>, LogError> =>
+  tps: ReadonlyArray<Models.TopicPartition>
+): Effect.Effect<Array<Models.TopicPartitionOffset>, Log.LogError> =>
   Effect.gen(function* () {
     if (tps.length === 0) return []
     const byTopic = new Map<string, Array<number>>()
@@ -220,7 +194,7 @@ const committedOf = (
     const listed = yield* KafkaCluster.call(m.admin.cluster, "committed", () =>
       m.client.listCommittedOffsets({ topics: [...byTopic].map(([topic, partitions]) => ({ topic, partitions })) })
     )
-    const out: Array<TopicPartitionOffset> = []
+    const out: Array<Models.TopicPartitionOffset> = []
     for (const [topic, partitions] of byTopic) {
       const values = listed.get(topic) ?? []
       // The client indexes a topic's committed offsets by partition number, not by the order asked.
@@ -236,106 +210,84 @@ const committedOf = (
  * Follows the group's assignment (a join's, or else the client's current one): revoke what was lost, then assign
  * what was gained at its committed offset. A join older than one followed already is skipped.
  */
-const sync = (m: Member, joined: Joined | undefined): Effect.Effect<void, LogError> =>
+const sync = (m: Member, joined: Joined | undefined): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     if (joined !== undefined && joined.generationId < m.generation) return
-    const next = new Map<string, TopicPartition>()
+    const next = new Map<string, Models.TopicPartition>()
     for (const a of (joined === undefined ? m.client.assignments : joined.assignments) ?? []) {
       for (const partition of a.partitions) next.set(`${a.topic}/${partition}`, { topic: a.topic, partition })
     }
-    const lost = [...m.current].filter(([k]) => !next.has(k)).map(([, tp]) => tp)
-    const gained = [...next].filter(([k]) => !m.current.has(k)).map(([, tp]) => tp)
-    if (lost.length > 0) {
-      yield* m.inner.unassign(lost)
-      for (const tp of lost) m.current.delete(tpKey(tp))
-      yield* Queue.offer(m.events, { _tag: "Revoked", partitions: lost })
-    }
+    const held = m.follower.held
+    yield* GroupFollower.revoke(
+      m.follower,
+      [...held].filter(([k]) => !next.has(k)).map(([, tp]) => tp)
+    )
+    const gained = [...next].filter(([k]) => !held.has(k)).map(([, tp]) => tp)
     if (gained.length > 0) {
-      yield* m.inner.assign(gained)
-      const committed = yield* committedOf(m, gained)
-      const bounds = new Map((yield* KafkaAdmin.offsets(m.admin, gained)).map((o) => [tpKey(o), o] as const))
-      for (const c of committed) {
-        const b = bounds.get(tpKey(c))!
-        yield* m.inner.seek(c, Math.min(Math.max(c.offset, b.logStart), b.highwater))
-      }
-      for (const tp of gained) m.current.set(tpKey(tp), tp)
-      yield* Queue.offer(m.events, { _tag: "Assigned", partitions: gained })
+      const committed = new Map((yield* committedOf(m, gained)).map((c) => [Models.tpKey(c), c.offset] as const))
+      const bounds = yield* KafkaAdmin.offsets(m.admin, gained)
+      yield* GroupFollower.assign(
+        m.follower,
+        bounds.map((b) => {
+          const c = committed.get(Models.tpKey(b))
+          return {
+            tp: { topic: b.topic, partition: b.partition },
+            offset: c === undefined ? undefined : Math.min(Math.max(c, b.logStart), b.highwater)
+          }
+        })
+      )
     }
     if (joined !== undefined) m.generation = joined.generationId
   })
 
 /** Commits the offsets for the group (not within a transaction). */
-const commit = (m: Member, offsets: ReadonlyArray<TopicPartitionOffset>): Effect.Effect<void, LogError> =>
-  guard(m, () =>
-    Effect.gen(function* () {
-      for (const o of offsets) yield* KafkaAdmin.checkTp(m.admin, o)
-      if (offsets.length === 0) return
-      yield* KafkaCluster.call(m.admin.cluster, "commit", () =>
-        m.client.commit({
-          offsets: offsets.map((o) => ({
-            topic: o.topic,
-            partition: o.partition,
-            offset: BigInt(o.offset),
-            leaderEpoch: -1
-          }))
-        })
-      )
-    })
-  )
+const commit = (m: Member, offsets: ReadonlyArray<Models.TopicPartitionOffset>): Effect.Effect<void, Log.LogError> =>
+  Effect.gen(function* () {
+    for (const o of offsets) yield* KafkaAdmin.checkTp(m.admin, o)
+    if (offsets.length === 0) return
+    yield* KafkaCluster.call(m.admin.cluster, "commit", () =>
+      m.client.commit({
+        offsets: offsets.map((o) => ({
+          topic: o.topic,
+          partition: o.partition,
+          offset: BigInt(o.offset),
+          leaderEpoch: -1
+        }))
+      })
+    )
+  })
 
 /** The member's id and every member's assignment, as the coordinator describes the group; members by id. */
 const membership = (m: Member) =>
-  guard(m, () =>
-    Effect.gen(function* () {
-      // The id the coordinator gave this member at its last join (none while it rejoins).
-      const memberId = m.client.memberId
-      if (memberId === null) {
-        return yield* Effect.fail(
-          logError(
-            new LogIoError({
-              operation: "membership",
-              detail: `group member of ${m.options.groupId} is rejoining its group`,
-              retryable: true
-            })
-          )
+  Effect.gen(function* () {
+    // The id the coordinator gave this member at its last join (none while it rejoins).
+    const memberId = m.client.memberId
+    if (memberId === null) {
+      return yield* Effect.fail(
+        Log.logError(
+          new Log.IoError({
+            operation: "membership",
+            detail: `group member of ${m.options.groupId} is rejoining its group`,
+            retryable: true
+          })
         )
-      }
-      const described = yield* KafkaCluster.call(m.admin.cluster, "describeGroups", () =>
-        m.admin.client.describeGroups({ groups: [m.options.groupId] })
       )
-      const members: Array<{ readonly memberId: string; readonly partitions: ReadonlyArray<TopicPartition> }> = []
-      for (const d of described.get(m.options.groupId)?.members.values() ?? []) {
-        // The coordinator's copy of the assignment it handed the member at the last SyncGroup, decoded by the
-        // client (absent while a rebalance has not assigned it yet).
-        const partitions: Array<TopicPartition> = []
-        for (const a of d.assignments?.values() ?? []) {
-          for (const partition of a.partitions) partitions.push({ topic: a.topic, partition })
-        }
-        partitions.sort((x, y) => (x.topic < y.topic ? -1 : x.topic > y.topic ? 1 : x.partition - y.partition))
-        members.push({ memberId: d.id, partitions })
+    }
+    const described = yield* KafkaCluster.call(m.admin.cluster, "describeGroups", () =>
+      m.admin.client.describeGroups({ groups: [m.options.groupId] })
+    )
+    const members: Array<{ readonly memberId: string; readonly partitions: ReadonlyArray<Models.TopicPartition> }> = []
+    for (const d of described.get(m.options.groupId)?.members.values() ?? []) {
+      // The coordinator's copy of the assignment it handed the member at the last SyncGroup, decoded by the
+      // client (absent while a rebalance has not assigned it yet).
+      const partitions: Array<Models.TopicPartition> = []
+      for (const a of d.assignments?.values() ?? []) {
+        for (const partition of a.partitions) partitions.push({ topic: a.topic, partition })
       }
-      // Plain code-unit order: every member sorts the ids the same way.
-      members.sort((x, y) => (x.memberId < y.memberId ? -1 : x.memberId > y.memberId ? 1 : 0))
-      return { memberId, members }
-    })
-  )
-
-/** The running member as its users see it. */
-const shapeOf = (m: Member): GroupConsumer => ({
-  events: Stream.fromQueue(m.events),
-  assignment: m.inner.assignment,
-  batches: m.inner.batches,
-  pause: m.inner.pause,
-  resume: m.inner.resume,
-  seek: m.inner.seek,
-  position: m.inner.position,
-  commit: (offsets) => commit(m, offsets),
-  committed: (tps) =>
-    guard(m, () =>
-      Effect.gen(function* () {
-        for (const tp of tps) yield* KafkaAdmin.checkTp(m.admin, tp)
-        return yield* committedOf(m, tps)
-      })
-    ),
-  membership: membership(m)
-})
+      partitions.sort((x, y) => (x.topic < y.topic ? -1 : x.topic > y.topic ? 1 : x.partition - y.partition))
+      members.push({ memberId: d.id, partitions })
+    }
+    // Plain code-unit order: every member sorts the ids the same way.
+    members.sort((x, y) => (x.memberId < y.memberId ? -1 : x.memberId > y.memberId ? 1 : 0))
+    return { memberId, members }
+  })

@@ -5,19 +5,8 @@
  *
  * @internal
  */
+import { Log } from "@strata/core"
 import { type ProduceAcks as PlatformaticAcks, Producer, type ProduceResult } from "@platformatic/kafka"
-import {
-  type Acks,
-  InvalidRequest,
-  LogClosed,
-  type LogError,
-  type LogProducer,
-  logError,
-  type ProducerOptions,
-  type ProducerRecord,
-  RecordTooLarge,
-  UnknownPartition
-} from "@strata/core"
 import { Clock, Deferred, Effect, type Scope, Semaphore } from "effect"
 import { isTooLarge, toLogError } from "./errors.js"
 import * as KafkaAdmin from "./kafkaAdmin.js"
@@ -76,10 +65,10 @@ export interface Producers {
   readonly sendLock: Semaphore.Semaphore
   /** Requests the clients have not settled yet (`flush` waits for them). */
   readonly inFlight: Set<Promise<unknown>>
-  readonly queue: SendQueue.SendQueue<ProducerRecord>
+  readonly queue: SendQueue.SendQueue<Log.ProducerRecord>
 }
 
-const acksOf = (acks: Acks | undefined): (typeof PlatformaticAcks)[keyof typeof PlatformaticAcks] =>
+const acksOf = (acks: Log.Acks | undefined): (typeof PlatformaticAcks)[keyof typeof PlatformaticAcks] =>
   acks === 0 ? 0 : acks === 1 ? 1 : -1
 
 /** `u` as a Buffer, without a new view when it is one already. */
@@ -131,7 +120,7 @@ export const make = (
     }
     // `produce`, `produceBatch` and producers share one send queue (internal/sendQueue.ts); its requests are split
     // to fit each topic's limit.
-    const queue = yield* SendQueue.make<ProducerRecord>({
+    const queue = yield* SendQueue.make<Log.ProducerRecord>({
       lingerMs: settings.lingerMs,
       maxBatchRecords: settings.maxBatchRecords,
       bufferRecords: settings.bufferRecords,
@@ -143,20 +132,20 @@ export const make = (
 
 /** A measure of requests against the topics' limits (one per queue lane). */
 export const requestSize =
-  (p: Pick<Producers, "admin">): SendQueue.SendQueueOptions<ProducerRecord>["size"] =>
+  (p: Pick<Producers, "admin">): SendQueue.SendQueueOptions<Log.ProducerRecord>["size"] =>
   () =>
     RecordSize.requestSize((topic) => KafkaAdmin.limitOf(p.admin, topic))
 
 /** Why a record of a validated topic is too large, if it is: over `maxRecordBytes`, or alone over its topic's limit. */
-const tooLarge = (p: Producers, r: ProducerRecord, limit: number): LogError | undefined => {
+const tooLarge = (p: Producers, r: Log.ProducerRecord, limit: number): Log.LogError | undefined => {
   const maxRecordBytes = p.settings.maxRecordBytes
   const size = RecordSize.payloadBytes(r)
-  if (size > maxRecordBytes) return logError(new RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes }))
+  if (size > maxRecordBytes) return Log.logError(new Log.RecordTooLarge({ topic: r.topic, size, max: maxRecordBytes }))
   // The exact batch size only when the bound says it may not fit.
   if (RecordSize.BATCH_OVERHEAD + size + RecordSize.varintsBound(r) <= limit) return undefined
   const batch = RecordSize.loneBatchBytes(r)
   return batch > limit
-    ? logError(new RecordTooLarge({ topic: r.topic, partition: r.partition, size: batch, max: limit }))
+    ? Log.logError(new Log.RecordTooLarge({ topic: r.topic, partition: r.partition, size: batch, max: limit }))
     : undefined
 }
 
@@ -164,7 +153,7 @@ const tooLarge = (p: Producers, r: ProducerRecord, limit: number): LogError | un
  * Checks every record (topic, partition, size against `maxRecordBytes` and its topic's limit) before it is
  * queued, so one caller's bad record fails only it.
  */
-export const validate = (p: Producers, records: ReadonlyArray<ProducerRecord>): Effect.Effect<void, LogError> =>
+export const validate = (p: Producers, records: ReadonlyArray<Log.ProducerRecord>): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     // Topics are checked once each; partitions and sizes per record, without an Effect per record.
     const topics = [...new Set(records.map((r) => r.topic))]
@@ -178,7 +167,7 @@ export const validate = (p: Producers, records: ReadonlyArray<ProducerRecord>): 
       const count = counts.get(r.topic)!
       if (!Number.isInteger(r.partition) || r.partition < 0 || r.partition >= count) {
         return yield* Effect.fail(
-          logError(new UnknownPartition({ topic: r.topic, partition: r.partition, partitions: count }))
+          Log.logError(new Log.UnknownPartition({ topic: r.topic, partition: r.partition, partitions: count }))
         )
       }
       const error = tooLarge(p, r, limits.get(r.topic)!)
@@ -190,18 +179,20 @@ export const validate = (p: Producers, records: ReadonlyArray<ProducerRecord>): 
  * The broker refused a request's record batch as too large (its topic's limit changed since it was read): the
  * largest batch and the limit known, which is read again for the next sends.
  */
-const refusedAsTooLarge = (p: Pick<Producers, "admin">, records: ReadonlyArray<ProducerRecord>): LogError => {
+const refusedAsTooLarge = (p: Pick<Producers, "admin">, records: ReadonlyArray<Log.ProducerRecord>): Log.LogError => {
   const largest = RecordSize.largestBatch(records)
   const max = KafkaAdmin.limitOf(p.admin, largest.topic)
   for (const r of records) p.admin.messageLimits.delete(r.topic)
-  return logError(new RecordTooLarge({ topic: largest.topic, partition: largest.partition, size: largest.bytes, max }))
+  return Log.logError(
+    new Log.RecordTooLarge({ topic: largest.topic, partition: largest.partition, size: largest.bytes, max })
+  )
 }
 
 /**
  * The records as the client takes them, and the span of their timestamps (infinite bounds when none has one).
  * Headers and timestamps are passed only when given (the client stamps the rest at send time).
  */
-const toMessages = (records: ReadonlyArray<ProducerRecord>) => {
+const toMessages = (records: ReadonlyArray<Log.ProducerRecord>) => {
   let minStamp = Number.POSITIVE_INFINITY
   let maxStamp = Number.NEGATIVE_INFINITY
   const messages = records.map((r) => {
@@ -233,10 +224,10 @@ const toMessages = (records: ReadonlyArray<ProducerRecord>) => {
 const dispatchInTurn = (
   p: Pick<Producers, "admin" | "inFlight">,
   group: Array<OutMessage>,
-  refused: ReadonlyArray<ProducerRecord>,
+  refused: ReadonlyArray<Log.ProducerRecord>,
   dispatch: Dispatch,
   turn: ClientTurn
-): Effect.Effect<ProduceResult, LogError> =>
+): Effect.Effect<ProduceResult, Log.LogError> =>
   Effect.gen(function* () {
     const previous = turn.last
     if (previous !== undefined) yield* Effect.promise(() => previous)
@@ -298,11 +289,11 @@ const addOffsets = (
  */
 export const sendVia = (
   p: Pick<Producers, "admin" | "inFlight">,
-  records: ReadonlyArray<ProducerRecord>,
+  records: ReadonlyArray<Log.ProducerRecord>,
   acks: -1 | 0 | 1,
   dispatch: Dispatch,
   turn: ClientTurn
-): Effect.Effect<Array<number>, LogError> =>
+): Effect.Effect<Array<number>, Log.LogError> =>
   Effect.gen(function* () {
     if (records.length === 0) return []
     const { messages, minStamp: firstStamp, maxStamp: lastStamp } = toMessages(records)
@@ -335,9 +326,9 @@ export const sendVia = (
 /** Sends through the shared clients: acks=all idempotent, acks 0 and 1 plain; one request at a time. */
 const send = (
   p: Omit<Producers, "queue">,
-  records: ReadonlyArray<ProducerRecord>,
-  options?: { readonly acks?: Acks }
-): Effect.Effect<Array<number>, LogError> => {
+  records: ReadonlyArray<Log.ProducerRecord>,
+  options?: { readonly acks?: Log.Acks }
+): Effect.Effect<Array<number>, Log.LogError> => {
   const acks = acksOf(options?.acks)
   const { idempotent, plain, idempotentTurn, plainTurn } = p.clients
   return Semaphore.withPermit(
@@ -349,15 +340,15 @@ const send = (
 }
 
 /** Queues checked records on the shared queue and waits for their offsets. */
-const enqueue = (p: Producers, records: ReadonlyArray<ProducerRecord>, options?: { readonly acks?: Acks }) =>
+const enqueue = (p: Producers, records: ReadonlyArray<Log.ProducerRecord>, options?: { readonly acks?: Log.Acks }) =>
   Effect.flatMap(p.queue.enqueue(records, options?.acks ?? "all"), Deferred.await)
 
 /** `Log.produce`: one record, checked, queued, and its offset once sent. */
 export const produce = (
   p: Producers,
-  record: ProducerRecord,
-  options?: { readonly acks?: Acks }
-): Effect.Effect<number, LogError> =>
+  record: Log.ProducerRecord,
+  options?: { readonly acks?: Log.Acks }
+): Effect.Effect<number, Log.LogError> =>
   Effect.gen(function* () {
     yield* KafkaAdmin.checkTp(p.admin, record)
     const limit = p.admin.messageLimits.get(record.topic) ?? (yield* KafkaAdmin.messageLimit(p.admin, record.topic))
@@ -370,9 +361,9 @@ export const produce = (
 /** `Log.produceBatch`: the records checked, queued as one call, and their offsets once sent. */
 export const produceBatch = (
   p: Producers,
-  records: ReadonlyArray<ProducerRecord>,
-  options?: { readonly acks?: Acks }
-): Effect.Effect<ReadonlyArray<number>, LogError> =>
+  records: ReadonlyArray<Log.ProducerRecord>,
+  options?: { readonly acks?: Log.Acks }
+): Effect.Effect<ReadonlyArray<number>, Log.LogError> =>
   Effect.gen(function* () {
     if (records.length === 0) return []
     yield* validate(p, records)
@@ -389,13 +380,13 @@ export const flush = (p: Producers): Effect.Effect<void> =>
 /** A pipelined producer on the shared queue; its first failed request stops it (see `Log.producer`). */
 export const producer = (
   p: Producers,
-  producerOptions?: ProducerOptions
-): Effect.Effect<LogProducer, LogError, Scope.Scope> =>
+  producerOptions?: Log.ProducerOptions
+): Effect.Effect<Log.Producer, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     const acks = producerOptions?.acks ?? "all"
     if (acks !== 0 && acks !== 1 && acks !== "all") {
       return yield* Effect.fail(
-        logError(new InvalidRequest({ detail: `acks must be 0, 1 or "all", got ${String(acks)}` }))
+        Log.logError(new Log.InvalidRequest({ detail: `acks must be 0, 1 or "all", got ${String(acks)}` }))
       )
     }
     const owner: SendQueue.Owner = { failure: undefined }
@@ -408,10 +399,10 @@ export const producer = (
         return last === undefined ? Effect.void : Effect.ignore(Deferred.await(last))
       })
     )
-    const shape: LogProducer = {
+    const shape: Log.Producer = {
       send: (records) =>
         Effect.gen(function* () {
-          if (closed) return yield* Effect.fail(logError(new LogClosed({ what: "Kafka producer" })))
+          if (closed) return yield* Effect.fail(Log.logError(new Log.Closed({ what: "Kafka producer" })))
           if (owner.failure !== undefined) return yield* Effect.fail(owner.failure)
           if (records.length === 0) return Effect.succeed([])
           yield* validate(p, records)

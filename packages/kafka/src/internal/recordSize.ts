@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import type { ProducerRecord } from "@strata/core"
+import type { Log } from "@strata/core"
 import type { RequestSize } from "./sendQueue.js"
 
 /** A record batch's own bytes: base offset and length (12), then the v2 header (49). */
@@ -46,7 +46,7 @@ const keyBytes = (key: string): number => {
 }
 
 /** Key, value and header bytes of a record (what `maxRecordBytes` limits). */
-export const payloadBytes = (r: ProducerRecord): number => {
+export const payloadBytes = (r: Log.ProducerRecord): number => {
   let n = (r.key?.length ?? 0) + (r.value?.length ?? 0)
   const headers = r.headers
   if (headers !== undefined) {
@@ -56,14 +56,14 @@ export const payloadBytes = (r: ProducerRecord): number => {
 }
 
 /** The most bytes a record's varints take (each at its largest). */
-export const varintsBound = (r: ProducerRecord): number =>
+export const varintsBound = (r: Log.ProducerRecord): number =>
   RECORD_VARINTS + (r.headers === undefined ? 0 : HEADER_VARINTS * r.headers.length)
 
 /** The most bytes a record adds to a record batch (its payload, its varints at their largest). */
-export const recordBound = (r: ProducerRecord): number => payloadBytes(r) + varintsBound(r)
+export const recordBound = (r: Log.ProducerRecord): number => payloadBytes(r) + varintsBound(r)
 
 /** The exact size of a record batch holding only this record (its timestamp and offset deltas are 0). */
-export const loneBatchBytes = (r: ProducerRecord): number => {
+export const loneBatchBytes = (r: Log.ProducerRecord): number => {
   const headers = r.headers ?? []
   let body = 3 + fieldBytes(r.key) + fieldBytes(r.value) + varintBytes(headers.length)
   for (const h of headers) {
@@ -78,7 +78,7 @@ export const loneBatchBytes = (r: ProducerRecord): number => {
  * its topic's limit and the request within `MAX_REQUEST_BYTES`. Per record: a size sum and a lookup, no allocation
  * (one array per topic per request).
  */
-export const requestSize = (limitOf: (topic: string) => number): RequestSize<ProducerRecord> => {
+export const requestSize = (limitOf: (topic: string) => number): RequestSize<Log.ProducerRecord> => {
   const batches = new Map<string, Array<number>>()
   let total = 0
   // The last topic seen: consecutive records mostly share it.
@@ -114,7 +114,7 @@ export const requestSize = (limitOf: (topic: string) => number): RequestSize<Pro
 
 /** The largest record batch of a request (by `recordBound`), naming its partition. */
 export const largestBatch = (
-  records: ReadonlyArray<ProducerRecord>
+  records: ReadonlyArray<Log.ProducerRecord>
 ): { readonly topic: string; readonly partition: number; readonly bytes: number } => {
   const sums = new Map<string, number>()
   let largest = { topic: records[0]?.topic ?? "", partition: records[0]?.partition ?? 0, bytes: 0 }

@@ -16,12 +16,12 @@
  *
  * @since 0.1.0
  */
-import { type Acks, type LogError, LogIoError, logError } from "@strata/core"
+import { Log } from "@strata/core"
 import { Cause, Deferred, Effect, Exit, Result, type Scope, Semaphore } from "effect"
 
 /** Who sent a call: stopped, with its error, by the first failed request that carried one of its calls. */
 export interface Owner {
-  failure: LogError | undefined
+  failure: Log.LogError | undefined
 }
 
 /** Measures the request being formed: whether one more record still fits the brokers' limits. */
@@ -40,16 +40,16 @@ export interface SendQueueOptions<R> {
   /** Makes a measure of requests for one sender (each acks level forms its requests with its own). */
   readonly size: () => RequestSize<R>
   /** Sends one request; offsets in the order given. */
-  readonly send: (records: ReadonlyArray<R>, acks: Acks) => Effect.Effect<ReadonlyArray<number>, LogError>
+  readonly send: (records: ReadonlyArray<R>, acks: Log.Acks) => Effect.Effect<ReadonlyArray<number>, Log.LogError>
 }
 
 /** A queued call's outcome: its offsets in the order given. */
-export type Done = Deferred.Deferred<ReadonlyArray<number>, LogError>
+export type Done = Deferred.Deferred<ReadonlyArray<number>, Log.LogError>
 
 /** The send queue. */
 export interface SendQueue<R> {
   /** Queues a call (waiting for buffer room) and returns where its offsets will be. */
-  readonly enqueue: (records: ReadonlyArray<R>, acks: Acks, owner?: Owner) => Effect.Effect<Done>
+  readonly enqueue: (records: ReadonlyArray<R>, acks: Log.Acks, owner?: Owner) => Effect.Effect<Done>
   /** Waits until every call queued so far is done (successfully or not). */
   readonly flush: Effect.Effect<void>
 }
@@ -102,12 +102,12 @@ export const make = <R>(options: SendQueueOptions<R>): Effect.Effect<SendQueue<R
   Effect.gen(function* () {
     const scope = yield* Effect.scope
     const room = Semaphore.makeUnsafe(options.bufferRecords)
-    const lanes = new Map<Acks, Lane<R>>()
+    const lanes = new Map<Log.Acks, Lane<R>>()
     const roomOf = (w: Waiting<R>) => Math.min(w.records.length, options.bufferRecords)
     /** Every call not yet done, queued or in a request. */
     const open = new Set<Done>()
 
-    const settle = (w: Waiting<R>, outcome: Exit.Exit<ReadonlyArray<number>, LogError>) =>
+    const settle = (w: Waiting<R>, outcome: Exit.Exit<ReadonlyArray<number>, Log.LogError>) =>
       Effect.andThen(
         Effect.sync(() => {
           open.delete(w.done)
@@ -116,7 +116,7 @@ export const make = <R>(options: SendQueueOptions<R>): Effect.Effect<SendQueue<R
         Semaphore.release(room, roomOf(w))
       )
 
-    const drain = (acks: Acks, lane: Lane<R>): Effect.Effect<void> =>
+    const drain = (acks: Log.Acks, lane: Lane<R>): Effect.Effect<void> =>
       Effect.gen(function* () {
         if (options.lingerMs > 0) yield* Effect.sleep(options.lingerMs)
         while (lane.waiting.length > 0) {
@@ -143,8 +143,12 @@ export const make = <R>(options: SendQueueOptions<R>): Effect.Effect<SendQueue<R
             const found = Cause.findError(result.cause)
             const failure = Result.isSuccess(found)
               ? found.success
-              : logError(
-                  new LogIoError({ operation: "produce", detail: String(Cause.squash(result.cause)), retryable: false })
+              : Log.logError(
+                  new Log.IoError({
+                    operation: "produce",
+                    detail: String(Cause.squash(result.cause)),
+                    retryable: false
+                  })
                 )
             for (const w of batch) if (w.owner !== undefined) w.owner.failure ??= failure
             for (const w of batch) yield* settle(w, Exit.failCause(result.cause))
@@ -175,7 +179,7 @@ export const make = <R>(options: SendQueueOptions<R>): Effect.Effect<SendQueue<R
 
     const enqueue: SendQueue<R>["enqueue"] = (records, acks, owner) =>
       Effect.gen(function* () {
-        const done = Deferred.makeUnsafe<ReadonlyArray<number>, LogError>()
+        const done = Deferred.makeUnsafe<ReadonlyArray<number>, Log.LogError>()
         const w: Waiting<R> = { records, owner, done, sent: 0, offsets: [] }
         yield* Semaphore.take(room, roomOf(w))
         let lane = lanes.get(acks)

@@ -10,18 +10,8 @@
  *
  * @internal
  */
+import { Log } from "@strata/core"
 import { type Message, Producer } from "@platformatic/kafka"
-import {
-  Fenced,
-  InvalidRequest,
-  type LogError,
-  LogClosed,
-  logError,
-  type ProducerRecord,
-  type TransactionalProducer,
-  type TransactionalProducerOptions,
-  type TransactionOffsets
-} from "@strata/core"
 import { Deferred, Effect, type Scope } from "effect"
 import * as KafkaAdmin from "./kafkaAdmin.js"
 import * as KafkaCluster from "./kafkaCluster.js"
@@ -73,13 +63,15 @@ interface Transactional {
 
 /** Opens a transactional producer in the scope. */
 export const make = (
-  options: TransactionalProducerOptions,
+  options: Log.TransactionalProducerOptions,
   producers: KafkaProducer.Producers
-): Effect.Effect<TransactionalProducer, LogError, Scope.Scope> =>
+): Effect.Effect<Log.TransactionalProducer, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     const id = options?.transactionalId
     if (typeof id !== "string" || id.length === 0) {
-      return yield* Effect.fail(logError(new InvalidRequest({ detail: "transactionalId must be a non-empty string" })))
+      return yield* Effect.fail(
+        Log.logError(new Log.InvalidRequest({ detail: "transactionalId must be a non-empty string" }))
+      )
     }
     const cluster = producers.admin.cluster
     const client = yield* openClient(cluster, id)
@@ -97,7 +89,7 @@ export const make = (
     }
     // Initializes the producer id now: an older producer of this transactional id is fenced from here on.
     yield* begin(t)
-    const queue = yield* SendQueue.make<ProducerRecord>({
+    const queue = yield* SendQueue.make<Log.ProducerRecord>({
       lingerMs: producers.settings.lingerMs,
       maxBatchRecords: producers.settings.maxBatchRecords,
       bufferRecords: producers.settings.bufferRecords,
@@ -138,7 +130,7 @@ const openClient = (cluster: KafkaCluster.Cluster, id: string): Effect.Effect<Pr
   )
 
 /** The open transaction, begun when first needed. */
-const begin = (t: Transactional): Effect.Effect<Transaction, LogError> =>
+const begin = (t: Transactional): Effect.Effect<Transaction, Log.LogError> =>
   Effect.suspend(() =>
     t.txn !== undefined
       ? Effect.succeed(t.txn)
@@ -152,10 +144,10 @@ const begin = (t: Transactional): Effect.Effect<Transaction, LogError> =>
         )
   )
 
-const closedError = (t: Transactional) => logError(new LogClosed({ what: `Kafka transactional producer ${t.id}` }))
+const closedError = (t: Transactional) => Log.logError(new Log.Closed({ what: `Kafka transactional producer ${t.id}` }))
 
 /** Fails when the producer is closed, or stopped by a failure not aborted yet. */
-const usable = (t: Transactional): Effect.Effect<void, LogError> =>
+const usable = (t: Transactional): Effect.Effect<void, Log.LogError> =>
   Effect.suspend(() =>
     t.closed ? Effect.fail(closedError(t)) : t.owner.failure !== undefined ? Effect.fail(t.owner.failure) : Effect.void
   )
@@ -168,19 +160,19 @@ const settled = (t: Transactional): Effect.Effect<void> =>
  * Commits the open transaction with the source offsets of `offsets.group`'s member (TxnOffsetCommit with the
  * generation it follows); `Fenced` when the member no longer owns one of the partitions.
  */
-const commitOpen = (t: Transactional, offsets: TransactionOffsets): Effect.Effect<void, LogError> =>
+const commitOpen = (t: Transactional, offsets: Log.TransactionOffsets): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     const member = KafkaGroupConsumer.memberOf(offsets.group)
     if (member === undefined) {
       return yield* Effect.fail(
-        logError(new InvalidRequest({ detail: "the transaction's group consumer is not one of this log's" }))
+        Log.logError(new Log.InvalidRequest({ detail: "the transaction's group consumer is not one of this log's" }))
       )
     }
     for (const o of offsets.offsets) {
       yield* KafkaAdmin.checkTp(t.producers.admin, o)
       if (!Number.isSafeInteger(o.offset) || o.offset < 0) {
         return yield* Effect.fail(
-          logError(new InvalidRequest({ detail: `a committed offset must be an integer ≥ 0, got ${o.offset}` }))
+          Log.logError(new Log.InvalidRequest({ detail: `a committed offset must be an integer ≥ 0, got ${o.offset}` }))
         )
       }
     }
@@ -190,8 +182,8 @@ const commitOpen = (t: Transactional, offsets: TransactionOffsets): Effect.Effec
     const lost = offsets.offsets.filter((o) => !member.owns(o))
     if (lost.length > 0) {
       return yield* Effect.fail(
-        logError(
-          new Fenced({
+        Log.logError(
+          new Log.Fenced({
             detail:
               `group ${member.client.groupId} gave ${lost.map((o) => `${o.topic}/${o.partition}`).join(", ")} ` +
               "to another member: the transaction cannot commit their offsets"
@@ -221,7 +213,7 @@ const commitOpen = (t: Transactional, offsets: TransactionOffsets): Effect.Effec
   })
 
 /** Aborts the open transaction (once what was sent settled) and clears a failure; open again for sends. */
-const abort = (t: Transactional): Effect.Effect<void, LogError> =>
+const abort = (t: Transactional): Effect.Effect<void, Log.LogError> =>
   Effect.gen(function* () {
     if (t.closed) return
     yield* settled(t)
@@ -237,7 +229,7 @@ const abort = (t: Transactional): Effect.Effect<void, LogError> =>
   })
 
 /** The producer as its users see it. */
-const shapeOf = (t: Transactional, queue: SendQueue.SendQueue<ProducerRecord>): TransactionalProducer => ({
+const shapeOf = (t: Transactional, queue: SendQueue.SendQueue<Log.ProducerRecord>): Log.TransactionalProducer => ({
   send: (records) =>
     Effect.gen(function* () {
       yield* usable(t)

@@ -6,14 +6,7 @@
  *
  * @since 0.1.0
  */
-import {
-  Coordination,
-  type CoordinationError,
-  type ElectionShape,
-  type Node,
-  type ServerId,
-  type Session
-} from "@strata/core"
+import { Coordination, type Election, type Models } from "@strata/core"
 import { Effect, Exit, Option, Schema, Scope, Stream } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
@@ -25,9 +18,9 @@ import { PeerUnreachable } from "../wire/Peers.js"
  */
 export interface ClusterDirectory {
   /** The `host:port` tablet server `id` registered. */
-  readonly locate: (id: ServerId) => Effect.Effect<string, PeerUnreachable>
+  readonly locate: (id: Models.ServerId) => Effect.Effect<string, PeerUnreachable>
   /** The `host:port` of server `id`'s data link, `undefined` when it registered none. */
-  readonly locateData: (id: ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
+  readonly locateData: (id: Models.ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` of the coordinator that leads (its controller). */
   readonly controller: Effect.Effect<string, PeerUnreachable>
   /** Every registered server: its id, address and rack. */
@@ -40,7 +33,7 @@ export interface ClusterDirectory {
  * @since 0.1.0
  */
 export interface RegisteredServer {
-  readonly id: ServerId
+  readonly id: Models.ServerId
   readonly address: string
   readonly dataAddress?: string
   readonly rack?: string
@@ -56,20 +49,20 @@ const decodeRegistration = Schema.decodeUnknownOption(Schema.fromJsonString(Clus
  */
 export const make = (
   paths: ClusterPaths.ClusterPaths,
-  election: ElectionShape,
+  election: Election.Shape,
   options: { readonly retryBackoffMs: number }
-): Effect.Effect<ClusterDirectory, CoordinationError, Coordination | Scope.Scope> =>
+): Effect.Effect<ClusterDirectory, Coordination.CoordinationError, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
-    let servers = new Map<ServerId, RegisteredServer>()
+    let servers = new Map<Models.ServerId, RegisteredServer>()
     let leader: string | undefined
-    const coordination = yield* Coordination
+    const coordination = yield* Coordination.Coordination
 
     /** Every registration on `session` now, then again whenever the set changes, until the session fails. */
-    const followServers = (session: Session): Effect.Effect<never, CoordinationError> =>
+    const followServers = (session: Coordination.Session): Effect.Effect<never, Coordination.CoordinationError> =>
       Effect.gen(function* () {
         while (true) {
           const watch = yield* session.watchChildren(paths.servers)
-          const next = new Map<ServerId, RegisteredServer>()
+          const next = new Map<Models.ServerId, RegisteredServer>()
           for (const name of watch.value) {
             const id = ClusterPaths.serverIdOf(name)
             if (id === undefined) continue
@@ -79,7 +72,7 @@ export const make = (
               Effect.map(Option.some),
               Effect.catchIf(
                 (e) => e.reason._tag === "NoNode",
-                () => Effect.succeed(Option.none<Node>())
+                () => Effect.succeed(Option.none<Coordination.Node>())
               )
             )
             if (Option.isNone(node)) continue
@@ -127,7 +120,7 @@ export const make = (
       )
     )
 
-    const registered = (id: ServerId) =>
+    const registered = (id: Models.ServerId) =>
       Effect.suspend(() => {
         const found = servers.get(id)
         return found === undefined

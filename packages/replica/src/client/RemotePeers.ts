@@ -8,16 +8,8 @@
  *
  * @since 0.1.0
  */
-import type {
-  AppendRequest,
-  AppendResult,
-  ReadRequest,
-  ReadResult,
-  ReplicaError,
-  ReplicaState,
-  ServerId,
-  TabletId
-} from "@strata/core"
+import type { Models } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Cause, Context, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "../wire/Peers.js"
@@ -45,12 +37,12 @@ import {
  */
 export interface RemotePeersOptions {
   /** The `host:port` a tablet server listens on (from its registration, say). */
-  readonly locate: (server: ServerId) => Effect.Effect<string, PeerUnreachable>
+  readonly locate: (server: Models.ServerId) => Effect.Effect<string, PeerUnreachable>
   /**
    * The `host:port` of a tablet server's data link, where appends and follower fetches go (`undefined`: it registered
    * none, and cannot be appended to or fetched from).
    */
-  readonly locateData: (server: ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
+  readonly locateData: (server: Models.ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` the controller listens on now. */
   readonly controller: Effect.Effect<string, PeerUnreachable>
   /** The longest a call may take, connecting included (above a follower's fetch wait). */
@@ -66,7 +58,7 @@ export interface RemotePeers {
   readonly peers: PeersShape
   readonly servers: TabletServersShape
   /** A tablet server's client calls: appends, reads, and a replica's state. */
-  readonly server: (id: ServerId) => ServerCalls
+  readonly server: (id: Models.ServerId) => ServerCalls
   /** Clients' and operators' calls to the controller. */
   readonly admin: AdminCalls
 }
@@ -95,11 +87,19 @@ export interface AdminCalls {
  * @since 0.1.0
  */
 export interface ServerCalls {
-  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | PeerUnreachable>
-  readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
-  readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError | PeerUnreachable>
+  readonly append: (
+    request: ReplicaManager.AppendRequest
+  ) => Effect.Effect<ReplicaManager.AppendResult, ReplicaManager.ReplicaError | PeerUnreachable>
+  readonly read: (
+    request: ReplicaManager.ReadRequest
+  ) => Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError | PeerUnreachable>
+  readonly replicaState: (
+    tablet: Models.TabletId
+  ) => Effect.Effect<ReplicaManager.ReplicaState, ReplicaManager.ReplicaError | PeerUnreachable>
   /** The server's own log of a replica, whatever its role, past the high watermark too (a checker's read). */
-  readonly readLog: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | PeerUnreachable>
+  readonly readLog: (
+    request: ReplicaManager.ReadRequest
+  ) => Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError | PeerUnreachable>
 }
 
 /**
@@ -148,9 +148,9 @@ interface Remote {
   readonly controllers: ConnectionPool.ConnectionPool<Client<RpcGroup.Rpcs<typeof ControllerRpcs>>>
   readonly links: ConnectionPool.ConnectionPool<DataLink.DataLinkClient>
   /** Where each server's RPC was last found: a server found elsewhere retires its old address's connection. */
-  readonly located: Map<ServerId, string>
+  readonly located: Map<Models.ServerId, string>
   /** Where each server's data link was last found, retired as `located` is. */
-  readonly linked: Map<ServerId, string>
+  readonly linked: Map<Models.ServerId, string>
   controllerAt: string | undefined
 }
 
@@ -190,8 +190,8 @@ const timed = <A, E>(
  */
 const connectionAt = <C>(
   pool: ConnectionPool.ConnectionPool<C>,
-  found: Map<ServerId, string>,
-  id: ServerId,
+  found: Map<Models.ServerId, string>,
+  id: Models.ServerId,
   address: string
 ): Effect.Effect<C, PeerUnreachable> =>
   Effect.gen(function* () {
@@ -216,7 +216,7 @@ const bounded = <A, E>(r: Remote, target: string, call: Effect.Effect<A, E | Pee
 /** A call to server `id`'s RPC, finding and connecting to it included. */
 const onServer = <A, E>(
   r: Remote,
-  id: ServerId,
+  id: Models.ServerId,
   call: (client: Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>) => Effect.Effect<A, E | RpcClientError.RpcClientError>
 ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
   bounded(
@@ -232,9 +232,9 @@ const onServer = <A, E>(
 /** A call on server `id`'s data link, finding and connecting to it included. */
 const onLink = <A>(
   r: Remote,
-  id: ServerId,
-  call: (link: DataLink.DataLinkClient) => Effect.Effect<A, ReplicaError | PeerUnreachable>
-): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
+  id: Models.ServerId,
+  call: (link: DataLink.DataLinkClient) => Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable>
+): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> =>
   bounded(
     r,
     `server ${id}`,
@@ -304,7 +304,7 @@ const tabletServersOf = (r: Remote): TabletServersShape => ({
 /** A client's calls to one tablet server. */
 const serverCallsOf =
   (r: Remote) =>
-  (id: ServerId): ServerCalls => ({
+  (id: Models.ServerId): ServerCalls => ({
     append: (request) => onLink(r, id, (link) => link.append(request)),
     read: (request) => onServer(r, id, (client) => client.Read(request)),
     replicaState: (tablet) => onServer(r, id, (client) => client.ReplicaState({ tablet })),

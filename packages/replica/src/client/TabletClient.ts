@@ -17,20 +17,8 @@
  *
  * @since 0.1.0
  */
-import {
-  type AppendResult,
-  type Coordination,
-  type CoordinationError,
-  type ElectionError,
-  OptionSchemas,
-  type ReadResult,
-  ReplicaAcks,
-  ReplicaError,
-  Retry,
-  type TabletId,
-  type TabletRecord,
-  tabletKey
-} from "@strata/core"
+import { type Coordination, type Election, Models, OptionSchemas, Retry } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import {
   Clock,
   Config,
@@ -62,7 +50,7 @@ export const TabletClientOptions = Schema.Struct({
   /** The cluster's coordination namespace (`/strata`). */
   namespace: Schema.String.pipe(Schema.withDecodingDefaultKey(Effect.succeed("/strata"))),
   /** Acknowledgement asked of every append: 0, 1 or `all` (the default). */
-  acks: ReplicaAcks.pipe(Schema.withDecodingDefaultKey(Effect.succeed<"all">("all"))),
+  acks: ReplicaManager.ReplicaAcks.pipe(Schema.withDecodingDefaultKey(Effect.succeed<"all">("all"))),
   /** How long records wait for others to the same tablet before they are sent (5 ms; 0: at once). */
   lingerMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)).pipe(Schema.withDecodingDefaultKey(Effect.succeed(5))),
   /** The most bytes of records one append carries (256 KiB; a single larger send goes alone). */
@@ -162,7 +150,7 @@ export const TabletClientErrorReason = Schema.Union([
   NoSuchTablet,
   DeliveryUnknown,
   NoProducerId,
-  ReplicaError,
+  ReplicaManager.ReplicaError,
   CreateTableRefused,
   DeleteTableRefused,
   ClientClosed,
@@ -207,23 +195,27 @@ export interface Sent {
 export interface TabletClientShape {
   /** Sends records to the tablet, batched with others to it; succeeds once acknowledged as `acks` asks. */
   readonly send: (
-    tablet: TabletId,
-    records: ReadonlyArray<TabletRecord>,
-    acks?: ReplicaAcks
+    tablet: Models.TabletId,
+    records: ReadonlyArray<ReplicaManager.TabletRecord>,
+    acks?: ReplicaManager.ReplicaAcks
   ) => Effect.Effect<Sent, TabletClientError>
   /**
    * Queues records for the tablet at once and returns the wait for their acknowledgement: records queued one after
    * another (with the same `acks`) are appended in that order.
    */
   readonly enqueue: (
-    tablet: TabletId,
-    records: ReadonlyArray<TabletRecord>,
-    acks?: ReplicaAcks,
+    tablet: Models.TabletId,
+    records: ReadonlyArray<ReplicaManager.TabletRecord>,
+    acks?: ReplicaManager.ReplicaAcks,
     /** Checked as the records are about to go: `true` drops them unsent (`Abandoned`). */
     abandon?: () => boolean
   ) => Effect.Effect<Effect.Effect<Sent, TabletClientError>>
   /** Records of the tablet from `offset` (about `maxBytes`, at least one batch), up to the leader's high watermark. */
-  readonly read: (tablet: TabletId, offset: number, maxBytes?: number) => Effect.Effect<ReadResult, TabletClientError>
+  readonly read: (
+    tablet: Models.TabletId,
+    offset: number,
+    maxBytes?: number
+  ) => Effect.Effect<ReplicaManager.ReadResult, TabletClientError>
   /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
   readonly metadata: (table?: string) => Effect.Effect<Metadata, TabletClientError>
   /**
@@ -254,8 +246,8 @@ export class TabletClient extends Context.Service<TabletClient, TabletClientShap
 
 /** One send waiting in a tablet's queue. */
 interface Queued {
-  readonly records: ReadonlyArray<TabletRecord>
-  readonly acks: ReplicaAcks
+  readonly records: ReadonlyArray<ReplicaManager.TabletRecord>
+  readonly acks: ReplicaManager.ReplicaAcks
   readonly abandon: (() => boolean) | undefined
   readonly bytes: number
   readonly done: Deferred.Deferred<Sent, TabletClientError>
@@ -264,7 +256,7 @@ interface Queued {
 /** A tablet's producer side: its queue, its sender, and its place in the producer's sequence. */
 interface Lane {
   readonly key: string
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   readonly queue: Array<Queued>
   bytes: number
   /** Completed when the queue gets its first send, or reaches `batchBytes`. */
@@ -276,11 +268,11 @@ interface Lane {
 }
 
 /** Roughly what a record costs in an append. */
-const recordBytes = (r: TabletRecord): number =>
+const recordBytes = (r: ReplicaManager.TabletRecord): number =>
   (r.key?.length ?? 0) + r.value.length + 24 + r.headers.reduce((n, h) => n + h.key.length + h.value.length + 8, 0)
 
 /** A failure worth sending again: the server's own verdict, or the call not reaching it. */
-const retriable = (e: ReplicaError | PeerUnreachable | NoSuchTablet): boolean =>
+const retriable = (e: ReplicaManager.ReplicaError | PeerUnreachable | NoSuchTablet): boolean =>
   e._tag === "PeerUnreachable" || e._tag === "NoSuchTablet" || e.retryable
 
 /** A running client: what its functions share. */
@@ -311,8 +303,8 @@ export const make = (
   options: TabletClientOptions = {}
 ): Effect.Effect<
   TabletClientShape,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
-  Coordination | Scope.Scope
+  ReplicationConfig.InvalidReplicaOptions | Coordination.CoordinationError | Election.ElectionError,
+  Coordination.Coordination | Scope.Scope
 > =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
@@ -399,12 +391,12 @@ const refresh = (c: Client) =>
     if (now - c.refreshedAt < c.o.retryBackoffMs) return
     c.refreshedAt = now
     const metadata = yield* c.remote.admin.metadata()
-    c.leaders = new Map(metadata.tablets.map((t) => [tabletKey(t.tablet), t]))
+    c.leaders = new Map(metadata.tablets.map((t) => [Models.tabletKey(t.tablet), t]))
   })
 
-const leaderOf = (c: Client, tablet: TabletId) =>
+const leaderOf = (c: Client, tablet: Models.TabletId) =>
   Effect.gen(function* () {
-    const key = tabletKey(tablet)
+    const key = Models.tabletKey(tablet)
     if (!c.leaders.has(key)) yield* refresh(c)
     const found = c.leaders.get(key)
     if (found === undefined) return yield* new NoSuchTablet({ tablet: key })
@@ -431,10 +423,10 @@ const untilDeadline = <A, E>(
 /** Runs `call` on the tablet's leader, again after a refresh while it fails retriably, until `deadline`. */
 const onLeader = <A>(
   c: Client,
-  tablet: TabletId,
+  tablet: Models.TabletId,
   deadline: number,
-  call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaError | PeerUnreachable>
-): Effect.Effect<A, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
+  call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable>
+): Effect.Effect<A, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown> =>
   untilDeadline(
     Effect.flatMap(leaderOf(c, tablet), call).pipe(
       // The leader may have moved: look again before the next try.
@@ -445,10 +437,10 @@ const onLeader = <A>(
     retriable
   ).pipe(
     Effect.catch(
-      (e): Effect.Effect<never, ReplicaError | NoSuchTablet | DeliveryUnknown> =>
+      (e): Effect.Effect<never, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown> =>
         !retriable(e) || e._tag === "NoSuchTablet"
-          ? Effect.fail(e as ReplicaError | NoSuchTablet)
-          : Effect.fail(new DeliveryUnknown({ tablet: tabletKey(tablet), last: e.message }))
+          ? Effect.fail(e as ReplicaManager.ReplicaError | NoSuchTablet)
+          : Effect.fail(new DeliveryUnknown({ tablet: Models.tabletKey(tablet), last: e.message }))
     )
   )
 
@@ -512,7 +504,7 @@ const sendBatch = (c: Client, lane: Lane, batch: ReadonlyArray<Queued>) =>
       return
     }
     lane.sequence += records.length
-    const written: AppendResult = result.success
+    const written: ReplicaManager.AppendResult = result.success
     let offset = written.baseOffset
     for (const q of batch) {
       yield* Deferred.succeed(q.done, { baseOffset: offset, lastOffset: offset + q.records.length - 1 })
@@ -567,9 +559,9 @@ const drain = (c: Client, lane: Lane): Effect.Effect<never> =>
   })
 
 /** The tablet's lane, made (with its sender running) on first use. */
-const laneOf = (c: Client, tablet: TabletId) =>
+const laneOf = (c: Client, tablet: Models.TabletId) =>
   Effect.gen(function* () {
-    const key = tabletKey(tablet)
+    const key = Models.tabletKey(tablet)
     const known = c.lanes.get(key)
     if (known !== undefined) return known
     const lane: Lane = {
@@ -589,13 +581,13 @@ const laneOf = (c: Client, tablet: TabletId) =>
 
 const enqueue = (
   c: Client,
-  tablet: TabletId,
-  records: ReadonlyArray<TabletRecord>,
-  acks: ReplicaAcks = c.o.acks,
+  tablet: Models.TabletId,
+  records: ReadonlyArray<ReplicaManager.TabletRecord>,
+  acks: ReplicaManager.ReplicaAcks = c.o.acks,
   abandon?: () => boolean
 ): Effect.Effect<Effect.Effect<Sent, TabletClientError>> =>
   Effect.gen(function* () {
-    if (c.closed) return Effect.fail(fail(new ClientClosed({ tablet: tabletKey(tablet) })))
+    if (c.closed) return Effect.fail(fail(new ClientClosed({ tablet: Models.tabletKey(tablet) })))
     const lane = yield* laneOf(c, tablet)
     const done = yield* Deferred.make<Sent, TabletClientError>()
     const bytes = records.reduce((n, r) => n + recordBytes(r), 0)
@@ -607,7 +599,7 @@ const enqueue = (
   })
 
 /** Whether a tablet refused an append for not knowing its producer. */
-const unknownProducer = (e: ReplicaError | NoSuchTablet | DeliveryUnknown) =>
+const unknownProducer = (e: ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown) =>
   e._tag === "ReplicaError" && e.reason._tag === "ProducerRefused" && e.reason.kind === "UnknownProducer"
 
 /** `call` again after the backoff while the controller cannot be reached, until `deadline`. */
@@ -635,8 +627,8 @@ export const layer = (
   options: TabletClientOptions = {}
 ): Layer.Layer<
   TabletClient,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
-  Coordination
+  ReplicationConfig.InvalidReplicaOptions | Coordination.CoordinationError | Election.ElectionError,
+  Coordination.Coordination
 > => Layer.effect(TabletClient, make(options))
 
 /**
@@ -648,6 +640,9 @@ export const layerConfig = (
   config: Config.Wrap<TabletClientOptions>
 ): Layer.Layer<
   TabletClient,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | Config.ConfigError,
-  Coordination
+  | ReplicationConfig.InvalidReplicaOptions
+  | Coordination.CoordinationError
+  | Election.ElectionError
+  | Config.ConfigError,
+  Coordination.Coordination
 > => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

@@ -15,23 +15,7 @@
  *
  * @since 0.1.0
  */
-import {
-  Coordination,
-  type CoordinationError,
-  type ElectionError,
-  InvalidRequest,
-  Log,
-  LogClosed,
-  type LogError,
-  type LogShape,
-  OptionSchemas,
-  type ProducerRecord,
-  RecordTooLarge,
-  type TabletId,
-  Topic,
-  TopicMismatch,
-  Unsupported
-} from "@strata/core"
+import { Coordination, type Election, Log, Models, OptionSchemas } from "@strata/core"
 import { Clock, Config, Duration, Effect, Layer, Schema, type Scope } from "effect"
 import * as ReplicaRpc from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
@@ -82,7 +66,7 @@ export interface StrataLogOptions {
   readonly pollIntervalMs?: number
 }
 
-const isTopic = Schema.is(Topic)
+const isTopic = Schema.is(Models.Topic)
 
 /**
  * The log on the `Coordination` in context; its client closes with the scope.
@@ -92,34 +76,35 @@ const isTopic = Schema.is(Topic)
 export const make = (
   options: StrataLogOptions = {}
 ): Effect.Effect<
-  LogShape,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError,
-  Coordination | Scope.Scope
+  Log.Shape,
+  ReplicationConfig.InvalidReplicaOptions | Coordination.CoordinationError | Election.ElectionError,
+  Coordination.Coordination | Scope.Scope
 > =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(StrataLogOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
     const client = yield* TabletClient.make(options.client ?? {})
-    const coordination = yield* Coordination
+    const coordination = yield* Coordination.Coordination
     const namespace = options.client?.namespace ?? "/strata"
     const shared: Shared = { client, partitions: new Map(), pollIntervalMs: o.pollIntervalMs, ends: new Map() }
-    const unsupported = (operation: string) => Effect.fail(logError(new Unsupported({ operation, backend: "strata" })))
+    const unsupported = (operation: string) =>
+      Effect.fail(logError(new Log.Unsupported({ operation, backend: "strata" })))
 
     /** Checks every record (appending nothing when one is bad) and queues them in order; the wait for offsets. */
-    const enqueue = (records: ReadonlyArray<ProducerRecord>, acks: 0 | 1 | "all", abandon?: () => boolean) =>
+    const enqueue = (records: ReadonlyArray<Log.ProducerRecord>, acks: 0 | 1 | "all", abandon?: () => boolean) =>
       Effect.gen(function* () {
-        const tablets: Array<TabletId> = []
+        const tablets: Array<Models.TabletId> = []
         for (const r of records) {
           const tablet = yield* checkPartition(shared, r)
           const size = recordSize(r)
           if (size > o.maxRecordBytes) {
             return yield* logError(
-              new RecordTooLarge({ topic: r.topic, partition: r.partition, size, max: o.maxRecordBytes })
+              new Log.RecordTooLarge({ topic: r.topic, partition: r.partition, size, max: o.maxRecordBytes })
             )
           }
           if ((r.headers ?? []).some((h) => h.key === TOMBSTONE_HEADER)) {
-            return yield* logError(new InvalidRequest({ detail: `the header ${TOMBSTONE_HEADER} is reserved` }))
+            return yield* logError(new Log.InvalidRequest({ detail: `the header ${TOMBSTONE_HEADER} is reserved` }))
           }
           tablets.push(tablet)
         }
@@ -135,7 +120,7 @@ export const make = (
         return Effect.all(waits, { concurrency: "unbounded" })
       })
 
-    const produceBatch: LogShape["produceBatch"] = (records, produceOptions) =>
+    const produceBatch: Log.Shape["produceBatch"] = (records, produceOptions) =>
       Effect.flatten(enqueue(records, produceOptions?.acks ?? "all"))
 
     return {
@@ -143,7 +128,9 @@ export const make = (
       ensureTopic: (spec) =>
         Effect.gen(function* () {
           if (!isTopic(spec.topic) || spec.topic === "." || spec.topic === "..") {
-            return yield* logError(new InvalidRequest({ detail: `invalid topic name ${JSON.stringify(spec.topic)}` }))
+            return yield* logError(
+              new Log.InvalidRequest({ detail: `invalid topic name ${JSON.stringify(spec.topic)}` })
+            )
           }
           if (
             !Number.isInteger(spec.partitions) ||
@@ -151,7 +138,7 @@ export const make = (
             spec.partitions > ReplicaRpc.MAX_TABLETS_PER_TABLE
           ) {
             return yield* logError(
-              new InvalidRequest({
+              new Log.InvalidRequest({
                 detail: `invalid partition count ${spec.partitions} (1–${ReplicaRpc.MAX_TABLETS_PER_TABLE})`
               })
             )
@@ -182,7 +169,7 @@ export const make = (
           }
           if (count !== spec.partitions) {
             return yield* logError(
-              new TopicMismatch({ topic: spec.topic, expectedPartitions: spec.partitions, actualPartitions: count })
+              new Log.TopicMismatch({ topic: spec.topic, expectedPartitions: spec.partitions, actualPartitions: count })
             )
           }
           shared.partitions.set(spec.topic, count)
@@ -212,14 +199,14 @@ const awaitLeaders = (client: TabletClient.TabletClientShape, table: string) =>
 /** A pipelined producer with a sticky first failure. */
 const makeProducer = (
   enqueue: (
-    records: ReadonlyArray<ProducerRecord>,
+    records: ReadonlyArray<Log.ProducerRecord>,
     acks: 0 | 1 | "all",
     abandon: () => boolean
-  ) => Effect.Effect<Effect.Effect<ReadonlyArray<number>, LogError>, LogError>,
+  ) => Effect.Effect<Effect.Effect<ReadonlyArray<number>, Log.LogError>, Log.LogError>,
   acks: 0 | 1 | "all"
 ) =>
   Effect.gen(function* () {
-    let failure: LogError | undefined
+    let failure: Log.LogError | undefined
     const pending = new Set<Effect.Effect<unknown>>()
     let closed = false
     yield* Effect.addFinalizer(() =>
@@ -228,9 +215,9 @@ const makeProducer = (
         return Effect.all([...pending], { concurrency: "unbounded", discard: true })
       })
     )
-    const send = (records: ReadonlyArray<ProducerRecord>) =>
+    const send = (records: ReadonlyArray<Log.ProducerRecord>) =>
       Effect.gen(function* () {
-        if (closed) return yield* logError(new LogClosed({ what: "the producer" }))
+        if (closed) return yield* logError(new Log.Closed({ what: "the producer" }))
         if (failure !== undefined) return yield* failure
         // Once a send failed, what is still queued behind it is dropped unsent.
         const wait = yield* enqueue(records, acks, () => failure !== undefined)
@@ -270,8 +257,11 @@ const makeProducer = (
  */
 export const layer = (
   options: StrataLogOptions = {}
-): Layer.Layer<Log, ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError, Coordination> =>
-  Layer.effect(Log, make(options))
+): Layer.Layer<
+  Log.Log,
+  ReplicationConfig.InvalidReplicaOptions | Coordination.CoordinationError | Election.ElectionError,
+  Coordination.Coordination
+> => Layer.effect(Log.Log, make(options))
 
 /**
  * Like `layer`, with the options read from configuration.
@@ -281,7 +271,10 @@ export const layer = (
 export const layerConfig = (
   config: Config.Wrap<StrataLogOptions>
 ): Layer.Layer<
-  Log,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | ElectionError | Config.ConfigError,
-  Coordination
+  Log.Log,
+  | ReplicationConfig.InvalidReplicaOptions
+  | Coordination.CoordinationError
+  | Election.ElectionError
+  | Config.ConfigError,
+  Coordination.Coordination
 > => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

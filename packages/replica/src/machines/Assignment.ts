@@ -39,7 +39,7 @@
  *
  * @since 0.1.0
  */
-import type { ServerId, TabletId } from "@strata/core"
+import type { Models } from "@strata/core"
 import { Result, Schema } from "effect"
 
 /**
@@ -48,7 +48,7 @@ import { Result, Schema } from "effect"
  * @since 0.1.0
  */
 export interface AssignableServer {
-  readonly id: ServerId
+  readonly id: Models.ServerId
   /** Its rack; a non-empty name. Either every server names one or none does. */
   readonly rack?: string | undefined
 }
@@ -71,7 +71,7 @@ export interface AssignmentRequest {
    * Tablets that exist already (any table): their replica lists, so the new table's leaders and replicas go first
    * to the servers holding fewest. Optional; servers not live are ignored.
    */
-  readonly existing?: ReadonlyArray<{ readonly replicas: ReadonlyArray<ServerId> }>
+  readonly existing?: ReadonlyArray<{ readonly replicas: ReadonlyArray<Models.ServerId> }>
   /** Where the round-robin starts, drawn by the caller from Effect's Random (so this function stays deterministic). */
   readonly start: number
 }
@@ -82,8 +82,8 @@ export interface AssignmentRequest {
  * @since 0.1.0
  */
 export interface TabletAssignment {
-  readonly tablet: TabletId
-  readonly replicas: ReadonlyArray<ServerId>
+  readonly tablet: Models.TabletId
+  readonly replicas: ReadonlyArray<Models.ServerId>
 }
 
 /**
@@ -102,7 +102,7 @@ export class InvalidAssignment extends Schema.TaggedError<InvalidAssignment>()("
 
 /** A live server with what it holds already and its place in the rotation. */
 interface Member {
-  readonly id: ServerId
+  readonly id: Models.ServerId
   readonly rack: string
   /** Its index in the rotated order: the tie-breaker everywhere. */
   readonly rot: number
@@ -211,7 +211,7 @@ const onRing = (
   racks: ReadonlyArray<ReadonlyArray<Member>>,
   buckets: number,
   rf: number
-): Array<Array<ServerId>> => {
+): Array<Array<Models.ServerId>> => {
   const n = all.length
   const rackCount = racks.length
   const extraLeaders = buckets % n
@@ -252,7 +252,7 @@ const onRing = (
     }))
     .sort((a, b) => b.leading - a.leading || b.holding - a.holding || a.j - b.j)
 
-  const ring: Array<ServerId> = new Array<ServerId>(n).fill(0)
+  const ring: Array<Models.ServerId> = new Array<Models.ServerId>(n).fill(0)
   classes.forEach((cls, index) => {
     const servers = rackOrder[index]?.servers ?? []
     const byLeaders = sortedBy(servers, leadersFirst)
@@ -267,7 +267,7 @@ const onRing = (
   })
 
   return Array.from({ length: buckets }, (_, i) =>
-    Array.from({ length: rf }, (_, t) => ring[(i * rf + ((offset(i) + t) % rf)) % n] as ServerId)
+    Array.from({ length: rf }, (_, t) => ring[(i * rf + ((offset(i) + t) % rf)) % n] as Models.ServerId)
   )
 }
 
@@ -278,23 +278,26 @@ const onRing = (
  * `⌊b/n⌋` or `⌈b/n⌉`, and each chain lowers the existing leaderships of the servers with extras; when none is left,
  * no other choice of leaders among the same replicas gives the extras to servers leading fewer.
  */
-const moveExtraLeaderships = (all: ReadonlyArray<Member>, tablets: Array<Array<ServerId>>): void => {
+const moveExtraLeaderships = (all: ReadonlyArray<Member>, tablets: Array<Array<Models.ServerId>>): void => {
   const n = all.length
   if (tablets.length % n === 0) return
   const had = new Map(all.map((m) => [m.id, m.leaders]))
   const led = new Map(all.map((m) => [m.id, 0]))
-  for (const t of tablets) led.set(t[0] as ServerId, (led.get(t[0] as ServerId) ?? 0) + 1)
+  for (const t of tablets) led.set(t[0] as Models.ServerId, (led.get(t[0] as Models.ServerId) ?? 0) + 1)
   const floor = Math.floor(tablets.length / n)
   const chain = (): boolean => {
     const extras = all.filter((m) => led.get(m.id) !== floor).sort(byKey((m) => [-m.leaders, m.rot]))
     const leading = groupBy(tablets, (t) => t[0])
     for (const from of extras) {
       // Breadth-first over "x leads a tablet y holds": the first server without an extra that led fewer ends it.
-      const via = new Map<ServerId, { readonly tablet: Array<ServerId>; readonly previous: ServerId }>()
-      const queue: Array<ServerId> = [from.id]
-      const seen = new Set<ServerId>(queue)
+      const via = new Map<
+        Models.ServerId,
+        { readonly tablet: Array<Models.ServerId>; readonly previous: Models.ServerId }
+      >()
+      const queue: Array<Models.ServerId> = [from.id]
+      const seen = new Set<Models.ServerId>(queue)
       for (let q = 0; q < queue.length; q++) {
-        const x = queue[q] as ServerId
+        const x = queue[q] as Models.ServerId
         for (const tablet of leading.get(x) ?? []) {
           for (const y of tablet) {
             if (seen.has(y)) continue
@@ -303,7 +306,7 @@ const moveExtraLeaderships = (all: ReadonlyArray<Member>, tablets: Array<Array<S
             if (led.get(y) === floor && (had.get(y) ?? 0) < from.leaders) {
               led.set(from.id, floor)
               led.set(y, floor + 1)
-              for (let z: ServerId = y; z !== from.id; ) {
+              for (let z: Models.ServerId = y; z !== from.id; ) {
                 const step = via.get(z)
                 if (step === undefined) break
                 step.tablet.splice(step.tablet.indexOf(z), 1)
@@ -328,7 +331,7 @@ const greedy = (
   racks: ReadonlyArray<ReadonlyArray<Member>>,
   buckets: number,
   rf: number
-): Array<Array<ServerId>> => {
+): Array<Array<Models.ServerId>> => {
   const spread = Math.min(rf, racks.length)
   const led = new Map<Member, number>(all.map((m) => [m, 0]))
   const held = new Map<Member, number>(all.map((m) => [m, 0]))

@@ -38,9 +38,8 @@
  *
  * @since 0.1.0
  */
-import type * as Core from "@strata/core"
-import type { Epoch, Holding, LeaderAndIsr, ServerId, TabletId } from "@strata/core"
-import { tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 
 /**
  * A tablet's state in the controller.
@@ -55,11 +54,11 @@ export type TabletState = "NewTablet" | "OnlineTablet" | "OfflineTablet" | "Dele
  * @since 0.1.0
  */
 export interface Tablet {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   /** Every replica, in assignment order (the preferred leader first). */
-  readonly replicas: ReadonlyArray<ServerId>
+  readonly replicas: ReadonlyArray<Models.ServerId>
   readonly state: TabletState
-  readonly leaderAndIsr: LeaderAndIsr
+  readonly leaderAndIsr: Models.LeaderAndIsr
   /**
    * The registration (life) of each ISR member when the controller last wrote the tablet (KIP-903): a member
    * registered again since — restarted, perhaps without what it had not flushed — is not the member it was.
@@ -70,9 +69,9 @@ export interface Tablet {
    * The high watermark cannot have moved since, so they hold every acknowledged record, and are candidates when no
    * ISR member is the life it was.
    */
-  readonly eligible?: ReadonlyArray<ServerId> | undefined
+  readonly eligible?: ReadonlyArray<Models.ServerId> | undefined
   /** A deleting tablet's replicas that have deleted themselves. */
-  readonly deleted?: ReadonlyArray<ServerId> | undefined
+  readonly deleted?: ReadonlyArray<Models.ServerId> | undefined
 }
 
 /**
@@ -103,14 +102,14 @@ export interface Options {
  * @since 0.1.0
  */
 export interface State {
-  readonly coordinatorEpoch: Epoch
+  readonly coordinatorEpoch: Models.Epoch
   readonly options: Options
   /** Registered tablet servers. */
-  readonly live: ReadonlySet<ServerId>
+  readonly live: ReadonlySet<Models.ServerId>
   /** Each registered server's registration (its life), when the shell knows it. */
-  readonly registrations: ReadonlyMap<ServerId, number>
+  readonly registrations: ReadonlyMap<Models.ServerId, number>
   /** Live servers in controlled shutdown: not electable, not eligible for an ISR. */
-  readonly shuttingDown: ReadonlySet<ServerId>
+  readonly shuttingDown: ReadonlySet<Models.ServerId>
   readonly tablets: ReadonlyMap<string, Tablet>
   readonly uncleanElections: number
   /** Elections waiting for their candidates' log ends, by tablet key. */
@@ -123,7 +122,7 @@ export interface State {
    * The replicas whose storage failed, as their servers reported (tablet keys by server): not elected, not added to
    * an ISR, until the server reports them working again or registers again.
    */
-  readonly storageFailed: ReadonlyMap<ServerId, ReadonlySet<string>>
+  readonly storageFailed: ReadonlyMap<Models.ServerId, ReadonlySet<string>>
   /**
    * The sequence of the latest storage report taken for each replica (by `server tablet`): an older one arriving late
    * is dropped.
@@ -137,7 +136,7 @@ export interface State {
  * @since 0.1.0
  */
 export interface LogEnd {
-  readonly lastEpoch: Epoch | null
+  readonly lastEpoch: Models.Epoch | null
   readonly logEndOffset: number
 }
 
@@ -153,8 +152,8 @@ export interface LogEnd {
 export interface Election {
   readonly round: number
   readonly kind: "recovery" | "largest"
-  readonly candidates: ReadonlyArray<ServerId>
-  readonly answers: ReadonlyMap<ServerId, LogEnd | null>
+  readonly candidates: ReadonlyArray<Models.ServerId>
+  readonly answers: ReadonlyMap<Models.ServerId, LogEnd | null>
 }
 
 /**
@@ -162,7 +161,7 @@ export interface Election {
  *
  * @since 0.1.0
  */
-export type IsrRejection = Core.IsrRejection
+export type IsrRejection = ReplicaManager.IsrRejection
 
 /**
  * What the shell feeds, one at a time.
@@ -187,19 +186,19 @@ export type IsrRejection = Core.IsrRejection
 export type Input =
   | {
       readonly _tag: "Started"
-      readonly coordinatorEpoch: Epoch
-      readonly live: ReadonlyArray<ServerId>
+      readonly coordinatorEpoch: Models.Epoch
+      readonly live: ReadonlyArray<Models.ServerId>
       readonly tablets: ReadonlyArray<Tablet>
       /** The live servers' registrations. */
-      readonly registrations?: ReadonlyArray<readonly [ServerId, number]>
+      readonly registrations?: ReadonlyArray<readonly [Models.ServerId, number]>
     }
-  | { readonly _tag: "ServerUp"; readonly server: ServerId; readonly registration?: number }
-  | { readonly _tag: "ServerDown"; readonly server: ServerId }
+  | { readonly _tag: "ServerUp"; readonly server: Models.ServerId; readonly registration?: number }
+  | { readonly _tag: "ServerDown"; readonly server: Models.ServerId }
   | {
       readonly _tag: "ReplicaStorage"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly registration?: number
-      readonly tablets: ReadonlyArray<TabletId>
+      readonly tablets: ReadonlyArray<Models.TabletId>
       /** `true`: their storage failed and they are offline; `false`: it takes writes again. */
       readonly failed: boolean
       /** The report's place among the server's reports (each new report takes the next). */
@@ -208,30 +207,33 @@ export type Input =
   | {
       readonly _tag: "CreateTablets"
       readonly requestId: number
-      readonly tablets: ReadonlyArray<{ readonly tablet: TabletId; readonly replicas: ReadonlyArray<ServerId> }>
+      readonly tablets: ReadonlyArray<{
+        readonly tablet: Models.TabletId
+        readonly replicas: ReadonlyArray<Models.ServerId>
+      }>
     }
-  | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & Core.AdjustIsrRequest)
-  | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: ServerId }
-  | { readonly _tag: "WriteFailed"; readonly tablet: TabletId; readonly detail: string }
+  | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & ReplicaManager.AdjustIsrRequest)
+  | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: Models.ServerId }
+  | { readonly _tag: "WriteFailed"; readonly tablet: Models.TabletId; readonly detail: string }
   | { readonly _tag: "BalanceLeaders"; readonly requestId?: number }
-  | { readonly _tag: "DeleteTablets"; readonly requestId: number; readonly tablets: ReadonlyArray<TabletId> }
+  | { readonly _tag: "DeleteTablets"; readonly requestId: number; readonly tablets: ReadonlyArray<Models.TabletId> }
   | {
       readonly _tag: "ReplicaStopped"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly registration?: number
-      readonly tablets: ReadonlyArray<TabletId>
+      readonly tablets: ReadonlyArray<Models.TabletId>
     }
   | {
       readonly _tag: "Holdings"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly registration?: number
-      readonly holdings: ReadonlyArray<Holding> | null
+      readonly holdings: ReadonlyArray<ReplicaManager.Holding> | null
     }
   | {
       readonly _tag: "LogEnd"
-      readonly tablet: TabletId
+      readonly tablet: Models.TabletId
       readonly round: number
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly logEnd: LogEnd | null
     }
 
@@ -241,9 +243,9 @@ export type Input =
  * @since 0.1.0
  */
 export interface TabletInstruction {
-  readonly tablet: TabletId
-  readonly replicas: ReadonlyArray<ServerId>
-  readonly leaderAndIsr: LeaderAndIsr
+  readonly tablet: Models.TabletId
+  readonly replicas: ReadonlyArray<Models.ServerId>
+  readonly leaderAndIsr: Models.LeaderAndIsr
 }
 
 /**
@@ -254,7 +256,7 @@ export interface TabletInstruction {
 export type Reply =
   | { readonly _tag: "Created"; readonly tablets: ReadonlyArray<Tablet> }
   | { readonly _tag: "CreateRefused"; readonly detail: string }
-  | Core.AdjustIsrReply
+  | ReplicaManager.AdjustIsrReply
   | { readonly _tag: "ShutdownProgress"; readonly remainingLeaders: number }
   | { readonly _tag: "LeadersBalanced"; readonly moved: number }
   | { readonly _tag: "Deleting"; readonly tablets: number }
@@ -264,14 +266,14 @@ export type Reply =
  *
  * @since 0.1.0
  */
-export type AdjustIsrRequest = Core.AdjustIsrRequest
+export type AdjustIsrRequest = ReplicaManager.AdjustIsrRequest
 
 /**
  * The controller's answer to an ISR change request.
  *
  * @since 0.1.0
  */
-export type AdjustIsrReply = Core.AdjustIsrReply
+export type AdjustIsrReply = ReplicaManager.AdjustIsrReply
 
 /**
  * What the shell runs, in order.
@@ -299,33 +301,33 @@ export type Command =
   | { readonly _tag: "Write"; readonly tablet: Tablet; readonly expectedVersion: number | null }
   | {
       readonly _tag: "Send"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly registration?: number
-      readonly coordinatorEpoch: Epoch
+      readonly coordinatorEpoch: Models.Epoch
       readonly tablets: ReadonlyArray<TabletInstruction>
     }
   | {
       readonly _tag: "StopReplica"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly registration?: number
-      readonly coordinatorEpoch: Epoch
-      readonly tablets: ReadonlyArray<TabletId>
+      readonly coordinatorEpoch: Models.Epoch
+      readonly tablets: ReadonlyArray<Models.TabletId>
     }
-  | { readonly _tag: "Remove"; readonly tablet: TabletId; readonly expectedVersion: number }
+  | { readonly _tag: "Remove"; readonly tablet: Models.TabletId; readonly expectedVersion: number }
   | { readonly _tag: "Reply"; readonly requestId: number; readonly reply: Reply }
   | {
       readonly _tag: "AskLogEnd"
-      readonly server: ServerId
-      readonly tablet: TabletId
+      readonly server: Models.ServerId
+      readonly tablet: Models.TabletId
       readonly round: number
-      readonly leaderEpoch: Epoch
-      readonly coordinatorEpoch: Epoch
+      readonly leaderEpoch: Models.Epoch
+      readonly coordinatorEpoch: Models.Epoch
     }
   | {
       readonly _tag: "AskHoldings"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly registration?: number
-      readonly coordinatorEpoch: Epoch
+      readonly coordinatorEpoch: Models.Epoch
     }
   | { readonly _tag: "Log"; readonly level: "info" | "warn"; readonly message: string }
   | { readonly _tag: "Resign"; readonly reason: string }
@@ -362,8 +364,12 @@ export const make = (options: Options): State => ({
  *
  * @since 0.1.0
  */
-export const replicaState = (state: State, tablet: TabletId, server: ServerId): "Online" | "Offline" | "None" => {
-  const t = state.tablets.get(tabletKey(tablet))
+export const replicaState = (
+  state: State,
+  tablet: Models.TabletId,
+  server: Models.ServerId
+): "Online" | "Offline" | "None" => {
+  const t = state.tablets.get(Models.tabletKey(tablet))
   if (t === undefined || !t.replicas.includes(server)) return "None"
   return state.live.has(server) ? "Online" : "Offline"
 }
@@ -398,9 +404,9 @@ interface PutOptions {
   /** Every live replica hears the new state (default); an accepted ISR change is told to its leader only. */
   readonly notify?: boolean
   /** Members recorded as they are registered now although they were in the ISR before: a leader just elected. */
-  readonly confirmed?: ReadonlyArray<ServerId>
+  readonly confirmed?: ReadonlyArray<Models.ServerId>
   /** The eligible members, when the change decides them (a recovery); else they follow from the ISR change. */
-  readonly eligible?: ReadonlyArray<ServerId>
+  readonly eligible?: ReadonlyArray<Models.ServerId>
 }
 
 /**
@@ -434,7 +440,7 @@ const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet,
       version: before === undefined ? 0 : before.leaderAndIsr.version + 1
     }
   }
-  c.tablets.set(tabletKey(next.tablet), stored)
+  c.tablets.set(Models.tabletKey(next.tablet), stored)
   c.writes.push({
     _tag: "Write",
     tablet: stored,
@@ -448,9 +454,9 @@ const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet,
  * One LeaderAndIsr request per live server, for the tablets (their latest state) it holds a replica of; `only`
  * limits them to one server.
  */
-const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: ServerId): Array<Command> => {
-  const latest = new Map(tablets.map((t) => [tabletKey(t.tablet), t]))
-  const by = new Map<ServerId, Array<TabletInstruction>>()
+const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: Models.ServerId): Array<Command> => {
+  const latest = new Map(tablets.map((t) => [Models.tabletKey(t.tablet), t]))
+  const by = new Map<Models.ServerId, Array<TabletInstruction>>()
   for (const t of latest.values()) {
     if (t.state === "DeletingTablet") continue
     for (const r of t.replicas) {
@@ -476,7 +482,7 @@ const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: ServerId): A
  * The eligible members after an ISR change: none while the ISR holds `minInsyncReplicas` (the high watermark may move
  * past what the others hold), else those before and the members that just left it.
  */
-const eligibleAfter = (state: State, before: Tablet | undefined, next: Tablet): ReadonlyArray<ServerId> => {
+const eligibleAfter = (state: State, before: Tablet | undefined, next: Tablet): ReadonlyArray<Models.ServerId> => {
   const isr = next.leaderAndIsr.isr
   if (isr.length >= (state.options.minInsyncReplicas ?? 1)) return []
   const left = before?.leaderAndIsr.isr.filter((s) => !isr.includes(s)) ?? []
@@ -495,18 +501,18 @@ const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): S
   return [next, [...c.writes, ...c.removes, ...sends(next, c.notify), ...extra, ...c.after]]
 }
 
-const electable = (state: State, server: ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
+const electable = (state: State, server: Models.ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
 
 /** Whether `server`'s replica of `t` reported its storage failed. */
-const storageFailedOn = (state: State, server: ServerId, t: Tablet) =>
-  state.storageFailed.get(server)?.has(tabletKey(t.tablet)) === true
+const storageFailedOn = (state: State, server: Models.ServerId, t: Tablet) =>
+  state.storageFailed.get(server)?.has(Models.tabletKey(t.tablet)) === true
 
 /** Whether `server` may lead `t` or join its ISR: live, not stopping, its replica's storage working. */
-const usable = (state: State, t: Tablet, server: ServerId) =>
+const usable = (state: State, t: Tablet, server: Models.ServerId) =>
   electable(state, server) && !storageFailedOn(state, server, t)
 
 /** Whether ISR member `s` of `t` registered again since it was written into the ISR (a new life). */
-const newLife = (state: State, t: Tablet, s: ServerId) => {
+const newLife = (state: State, t: Tablet, s: Models.ServerId) => {
   const recorded = t.registrations?.[String(s)]
   const current = state.registrations.get(s)
   return recorded !== undefined && current !== undefined && recorded !== current
@@ -516,13 +522,13 @@ const newLife = (state: State, t: Tablet, s: ServerId) => {
 type Choice =
   | {
       readonly _tag: "Leader"
-      readonly leader: ServerId
-      readonly isr: ReadonlyArray<ServerId>
+      readonly leader: Models.ServerId
+      readonly isr: ReadonlyArray<Models.ServerId>
       readonly unclean: boolean
       /** Set when the choice ends a recovery: the leader's log is the tablet's from now on. */
-      readonly eligible?: ReadonlyArray<ServerId>
+      readonly eligible?: ReadonlyArray<Models.ServerId>
     }
-  | { readonly _tag: "Ask"; readonly kind: Election["kind"]; readonly candidates: ReadonlyArray<ServerId> }
+  | { readonly _tag: "Ask"; readonly kind: Election["kind"]; readonly candidates: ReadonlyArray<Models.ServerId> }
 
 /**
  * A new leader for `t` without `gone` (a dead or stopping leader):
@@ -537,8 +543,8 @@ type Choice =
  *
  * `undefined`: none; the tablet goes Offline, keeping its ISR, until its candidates return.
  */
-const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | undefined => {
-  const out = (s: ServerId) => s === gone || newLife(state, t, s)
+const elect = (state: State, t: Tablet, gone: Models.ServerId | undefined): Choice | undefined => {
+  const out = (s: Models.ServerId) => s === gone || newLife(state, t, s)
   const isr = t.leaderAndIsr.isr.filter((s) => !out(s))
   const inIsr = t.replicas.filter((r) => isr.includes(r) && usable(state, t, r))
   const first = inIsr[0]
@@ -568,7 +574,7 @@ const elect = (state: State, t: Tablet, gone: ServerId | undefined): Choice | un
 }
 
 /** Whether two elections ask the same candidates the same way. */
-const sameElection = (e: Election | undefined, kind: Election["kind"], candidates: ReadonlyArray<ServerId>) =>
+const sameElection = (e: Election | undefined, kind: Election["kind"], candidates: ReadonlyArray<Models.ServerId>) =>
   e !== undefined &&
   e.kind === kind &&
   e.candidates.length === candidates.length &&
@@ -584,13 +590,13 @@ const takeOffline = (state: State, c: Changes, t: Tablet, why: string) => {
     state: "OfflineTablet",
     leaderAndIsr: { ...t.leaderAndIsr, leader: null, leaderEpoch: t.leaderAndIsr.leaderEpoch + 1 }
   })
-  c.after.push({ _tag: "Log", level: "warn", message: `${tabletKey(t.tablet)}: ${why}, offline` })
+  c.after.push({ _tag: "Log", level: "warn", message: `${Models.tabletKey(t.tablet)}: ${why}, offline` })
 }
 
 /** `t` led by the choice's leader under the next leader epoch. */
 const lead = (state: State, c: Changes, t: Tablet, chosen: Extract<Choice, { _tag: "Leader" }>) => {
   const epoch = t.leaderAndIsr.leaderEpoch + 1
-  c.elections.delete(tabletKey(t.tablet))
+  c.elections.delete(Models.tabletKey(t.tablet))
   put(
     state,
     c,
@@ -607,14 +613,14 @@ const lead = (state: State, c: Changes, t: Tablet, chosen: Extract<Choice, { _ta
     c.after.push({
       _tag: "Log",
       level: "warn",
-      message: `${tabletKey(t.tablet)}: unclean leader election of server ${chosen.leader} at epoch ${epoch}`
+      message: `${Models.tabletKey(t.tablet)}: unclean leader election of server ${chosen.leader} at epoch ${epoch}`
     })
   }
 }
 
 /** Moves `t`'s leadership off `gone` (or gives it a leader when it has none). */
-const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined) => {
-  const key = tabletKey(t.tablet)
+const reelect = (state: State, c: Changes, t: Tablet, gone: Models.ServerId | undefined) => {
+  const key = Models.tabletKey(t.tablet)
   const chosen = elect(state, t, gone)
   if (chosen?._tag === "Leader") return lead(state, c, t, chosen)
   if (chosen === undefined) {
@@ -632,7 +638,7 @@ const reelect = (state: State, c: Changes, t: Tablet, gone: ServerId | undefined
 }
 
 /** The question to `server` for offline tablet `t`'s election `round`. */
-const askLogEnd = (state: State, t: Tablet, server: ServerId, round: number): Command => ({
+const askLogEnd = (state: State, t: Tablet, server: Models.ServerId, round: number): Command => ({
   _tag: "AskLogEnd",
   server,
   tablet: t.tablet,
@@ -642,8 +648,8 @@ const askLogEnd = (state: State, t: Tablet, server: ServerId, round: number): Co
 })
 
 /** The answer that goes furthest: the later epoch, then the longer log, then the earlier in assignment order. */
-const furthest = (t: Tablet, answers: ReadonlyMap<ServerId, LogEnd | null>): ServerId | undefined => {
-  let best: { readonly server: ServerId; readonly end: LogEnd } | undefined
+const furthest = (t: Tablet, answers: ReadonlyMap<Models.ServerId, LogEnd | null>): Models.ServerId | undefined => {
+  let best: { readonly server: Models.ServerId; readonly end: LogEnd } | undefined
   for (const server of t.replicas) {
     const end = answers.get(server)
     if (end === undefined || end === null) continue
@@ -658,7 +664,7 @@ const furthest = (t: Tablet, answers: ReadonlyMap<ServerId, LogEnd | null>): Ser
 
 /** A candidate's answer; the last one decides the election. */
 const answered = (state: State, input: Extract<Input, { _tag: "LogEnd" }>): Step => {
-  const key = tabletKey(input.tablet)
+  const key = Models.tabletKey(input.tablet)
   const e = state.elections.get(key)
   const t = state.tablets.get(key)
   if (e === undefined || t === undefined || e.round !== input.round || !e.candidates.includes(input.server)) {
@@ -678,7 +684,7 @@ const answered = (state: State, input: Extract<Input, { _tag: "LogEnd" }>): Step
     reelect(state, c, t, undefined)
     return finish(state, c)
   }
-  const stays = (s: ServerId) =>
+  const stays = (s: Models.ServerId) =>
     s === winner || (state.live.has(s) && !state.shuttingDown.has(s) && !newLife(state, t, s))
   const isr = e.kind === "recovery" ? [winner] : t.leaderAndIsr.isr.filter(stays)
   const eligible = e.kind === "recovery" ? { eligible: [] } : {}
@@ -698,7 +704,7 @@ const answered = (state: State, input: Extract<Input, { _tag: "LogEnd" }>): Step
  * A candidate left while a recovery asked: the recovery waits for it again. (A `largest` election passes it over
  * when its question fails.)
  */
-const candidateGone = (state: State, c: Changes, server: ServerId) => {
+const candidateGone = (state: State, c: Changes, server: Models.ServerId) => {
   for (const [key, e] of state.elections) {
     const t = c.tablets.get(key)
     if (e.kind === "recovery" && e.candidates.includes(server) && t !== undefined) reelect(state, c, t, undefined)
@@ -706,7 +712,7 @@ const candidateGone = (state: State, c: Changes, server: ServerId) => {
 }
 
 /** Takes the `out` followers out of `t`'s ISR; the leader always stays. */
-const dropFromIsr = (state: State, c: Changes, t: Tablet, out: (server: ServerId) => boolean) => {
+const dropFromIsr = (state: State, c: Changes, t: Tablet, out: (server: Models.ServerId) => boolean) => {
   const isr = t.leaderAndIsr.isr
   const kept = isr.filter((s) => s === t.leaderAndIsr.leader || !out(s))
   if (kept.length === isr.length || kept.length === 0) return
@@ -717,7 +723,7 @@ const dropFromIsr = (state: State, c: Changes, t: Tablet, out: (server: ServerId
  * Every tablet with a replica on `server`, once it left or while it stops: leadership moves, the ISR shrinks. An
  * offline tablet keeps its ISR: its members are the candidates it waits for.
  */
-const moveOff = (state: State, c: Changes, server: ServerId, clean: boolean) => {
+const moveOff = (state: State, c: Changes, server: Models.ServerId, clean: boolean) => {
   for (const t of state.tablets.values()) {
     if (!t.replicas.includes(server) || t.state === "DeletingTablet") continue
     if (t.leaderAndIsr.leader === server) {
@@ -759,7 +765,7 @@ const validateIsr = (
 }
 
 /** Whether an ISR change asks for the ISR the tablet already has, under its current leader and epoch. */
-const isRepeat = (input: Extract<Input, { _tag: "AdjustIsr" }>, current: LeaderAndIsr) =>
+const isRepeat = (input: Extract<Input, { _tag: "AdjustIsr" }>, current: Models.LeaderAndIsr) =>
   input.version !== current.version &&
   input.leader === current.leader &&
   input.leaderEpoch === current.leaderEpoch &&
@@ -774,7 +780,7 @@ const refuseCreate = (
   const min = state.options.minInsyncReplicas ?? 1
   const seen = new Set<string>()
   for (const spec of specs) {
-    const key = tabletKey(spec.tablet)
+    const key = Models.tabletKey(spec.tablet)
     if (seen.has(key)) return `${key} is asked for twice`
     seen.add(key)
     if (spec.replicas.length < min) {
@@ -792,7 +798,7 @@ const refuseCreate = (
  * every acknowledged record). The number of tablets moved.
  */
 const balanceLeaders = (state: State, c: Changes): number => {
-  const preferred = new Map<ServerId, Array<Tablet>>()
+  const preferred = new Map<Models.ServerId, Array<Tablet>>()
   for (const t of state.tablets.values()) {
     const first = t.replicas[0]
     if (first === undefined) continue
@@ -813,7 +819,7 @@ const balanceLeaders = (state: State, c: Changes): number => {
         !inIsr ||
         newLife(state, t, server) ||
         storageFailedOn(state, server, t) ||
-        c.elections.has(tabletKey(t.tablet))
+        c.elections.has(Models.tabletKey(t.tablet))
       ) {
         continue
       }
@@ -826,7 +832,7 @@ const balanceLeaders = (state: State, c: Changes): number => {
 }
 
 /** The StopReplica `server` gets for the deleting tablets it has not yet deleted its replica of, if any. */
-const stopReplicas = (state: State, server: ServerId): Array<Command> => {
+const stopReplicas = (state: State, server: Models.ServerId): Array<Command> => {
   const tablets = [...state.tablets.values()].flatMap((t) =>
     t.state === "DeletingTablet" && t.replicas.includes(server) && !(t.deleted ?? []).includes(server) ? [t.tablet] : []
   )
@@ -844,7 +850,7 @@ const stopReplicas = (state: State, server: ServerId): Array<Command> => {
 }
 
 /** The question a new controller asks a live server about what it holds. */
-const askHoldings = (state: State, server: ServerId): Command => {
+const askHoldings = (state: State, server: Models.ServerId): Command => {
   const registration = state.registrations.get(server)
   return {
     _tag: "AskHoldings",
@@ -858,14 +864,14 @@ const askHoldings = (state: State, server: ServerId): Command => {
  * Whether `server`'s replica of `t`, as its holdings tell, missed an instruction: it is not there, holds another
  * leader epoch, or leads with an older tablet version (a follower is not told of ISR changes).
  */
-const fallsBehind = (t: Tablet, server: ServerId, holdings: ReadonlyMap<string, Holding>) => {
-  const held = holdings.get(tabletKey(t.tablet))
+const fallsBehind = (t: Tablet, server: Models.ServerId, holdings: ReadonlyMap<string, ReplicaManager.Holding>) => {
+  const held = holdings.get(Models.tabletKey(t.tablet))
   const lai = t.leaderAndIsr
   if (held === undefined || held.leaderEpoch !== lai.leaderEpoch) return lai.leader !== null || held === undefined
   return lai.leader === server && held.version < lai.version
 }
 
-const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: ServerId) =>
+const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: Models.ServerId) =>
   [...tablets.values()].filter((t) => t.leaderAndIsr.leader === server).length
 
 /**
@@ -884,7 +890,7 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
   const storageReported = new Map(state.storageReported)
   const tablets = input.tablets.filter((id) => {
     if (sequence === undefined) return true
-    const replica = `${input.server} ${tabletKey(id)}`
+    const replica = `${input.server} ${Models.tabletKey(id)}`
     const taken = storageReported.get(replica)
     if (taken !== undefined && sequence <= taken) return false
     storageReported.set(replica, sequence)
@@ -893,8 +899,8 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
   if (tablets.length === 0) return [state, []]
   const marks = new Set(state.storageFailed.get(input.server) ?? [])
   for (const id of tablets) {
-    if (input.failed) marks.add(tabletKey(id))
-    else marks.delete(tabletKey(id))
+    if (input.failed) marks.add(Models.tabletKey(id))
+    else marks.delete(Models.tabletKey(id))
   }
   const storageFailed = new Map(state.storageFailed)
   if (marks.size === 0) storageFailed.delete(input.server)
@@ -902,7 +908,7 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
   const next: State = { ...state, storageFailed, storageReported }
   const c = changes(next)
   for (const id of tablets) {
-    const t = c.tablets.get(tabletKey(id))
+    const t = c.tablets.get(Models.tabletKey(id))
     if (t === undefined || !t.replicas.includes(input.server) || t.state === "DeletingTablet") continue
     if (!input.failed) {
       // A replica takes a role only under a new leader epoch: the tablet's leader leads on under the next one, and
@@ -918,7 +924,7 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
   c.after.push({
     _tag: "Log",
     level: input.failed ? "warn" : "info",
-    message: `server ${input.server}: the storage of ${tablets.map(tabletKey).join(", ")} ${input.failed ? "failed: offline there" : "works again"}`
+    message: `server ${input.server}: the storage of ${tablets.map(Models.tabletKey).join(", ")} ${input.failed ? "failed: offline there" : "works again"}`
   })
   return finish(next, c)
 }
@@ -980,7 +986,7 @@ const start = (state: State, input: Extract<Input, { readonly _tag: "Started" }>
     storageFailed: new Map(),
     storageReported: new Map(),
     shuttingDown: new Set(),
-    tablets: new Map(input.tablets.map((t) => [tabletKey(t.tablet), t])),
+    tablets: new Map(input.tablets.map((t) => [Models.tabletKey(t.tablet), t])),
     elections: new Map()
   }
   const c = changes(started)
@@ -1034,7 +1040,7 @@ const serverUp = (state: State, input: Extract<Input, { readonly _tag: "ServerUp
     else if (t.leaderAndIsr.leader !== input.server && newLife(up, t, input.server)) {
       dropFromIsr(up, c, t, (s) => s === input.server)
     }
-    if (c.tablets.get(tabletKey(t.tablet)) === t) unchanged.push(t)
+    if (c.tablets.get(Models.tabletKey(t.tablet)) === t) unchanged.push(t)
   }
   // Every live replica hears what changed; the returning server also hears every other tablet it holds, and
   // deletes its replicas of the tablets being deleted.
@@ -1065,7 +1071,7 @@ const createTablets = (state: State, input: Extract<Input, { readonly _tag: "Cre
   const c = changes(state)
   const created: Array<Tablet> = []
   for (const spec of input.tablets) {
-    if (c.tablets.has(tabletKey(spec.tablet))) continue
+    if (c.tablets.has(Models.tabletKey(spec.tablet))) continue
     const live = spec.replicas.filter((r) => electable(state, r))
     const leader = live[0] ?? null
     created.push(
@@ -1089,7 +1095,7 @@ const createTablets = (state: State, input: Extract<Input, { readonly _tag: "Cre
 
 /** A leader's ISR change: committed, answered again when it repeats a committed one, or rejected. */
 const adjustIsr = (state: State, input: Extract<Input, { readonly _tag: "AdjustIsr" }>): Step => {
-  const t = state.tablets.get(tabletKey(input.tablet))
+  const t = state.tablets.get(Models.tabletKey(input.tablet))
   // A retry of a change already committed (its answer was lost): answer it again, write nothing.
   if (t !== undefined && isRepeat(input, t.leaderAndIsr)) {
     const reply: Reply = { _tag: "IsrAdjusted", leaderAndIsr: t.leaderAndIsr }
@@ -1133,11 +1139,11 @@ const deleteTablets = (state: State, input: Extract<Input, { readonly _tag: "Del
   const c = changes(state)
   let deleting = 0
   for (const id of input.tablets) {
-    const t = c.tablets.get(tabletKey(id))
+    const t = c.tablets.get(Models.tabletKey(id))
     if (t === undefined) continue
     deleting++
     if (t.state === "DeletingTablet") continue
-    c.elections.delete(tabletKey(id))
+    c.elections.delete(Models.tabletKey(id))
     put(
       state,
       c,
@@ -1169,14 +1175,14 @@ const replicaStopped = (state: State, input: Extract<Input, { readonly _tag: "Re
   }
   const c = changes(state)
   for (const id of input.tablets) {
-    const t = c.tablets.get(tabletKey(id))
+    const t = c.tablets.get(Models.tabletKey(id))
     if (t?.state !== "DeletingTablet" || !t.replicas.includes(input.server)) continue
     if (t.deleted?.includes(input.server)) continue
     const deleted = [...(t.deleted ?? []), input.server]
     if (t.replicas.every((r) => deleted.includes(r))) {
-      c.tablets.delete(tabletKey(id))
+      c.tablets.delete(Models.tabletKey(id))
       c.removes.push({ _tag: "Remove", tablet: id, expectedVersion: t.leaderAndIsr.version })
-      c.after.push({ _tag: "Log", level: "info", message: `${tabletKey(id)}: deleted` })
+      c.after.push({ _tag: "Log", level: "info", message: `${Models.tabletKey(id)}: deleted` })
     } else put(state, c, t, { ...t, deleted }, { notify: false })
   }
   return finish(state, c)
@@ -1200,7 +1206,7 @@ const balanceLeadersStep = (state: State, input: Extract<Input, { readonly _tag:
 const holdings = (state: State, input: Extract<Input, { readonly _tag: "Holdings" }>): Step => {
   const registration = state.registrations.get(input.server)
   if (!state.live.has(input.server) || input.registration !== registration) return [state, []]
-  const held = input.holdings === null ? null : new Map(input.holdings.map((h) => [tabletKey(h.tablet), h]))
+  const held = input.holdings === null ? null : new Map(input.holdings.map((h) => [Models.tabletKey(h.tablet), h]))
   const behind = [...state.tablets.values()].filter(
     (t) =>
       t.replicas.includes(input.server) &&
@@ -1214,6 +1220,6 @@ const holdings = (state: State, input: Extract<Input, { readonly _tag: "Holdings
 const writeFailed = (state: State, input: Extract<Input, { readonly _tag: "WriteFailed" }>): Step => {
   return [
     { ...state, resigned: true },
-    [{ _tag: "Resign", reason: `writing ${tabletKey(input.tablet)} failed: ${input.detail}` }]
+    [{ _tag: "Resign", reason: `writing ${Models.tabletKey(input.tablet)} failed: ${input.detail}` }]
   ]
 }

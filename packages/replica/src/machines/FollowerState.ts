@@ -10,7 +10,8 @@
  *
  * @since 0.1.0
  */
-import type { Epoch, ServerId, TabletBatch as Batch } from "@strata/core"
+import type { Models } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import * as LeaderEpochCache from "./LeaderEpochCache.js"
 
 /**
@@ -19,7 +20,7 @@ import * as LeaderEpochCache from "./LeaderEpochCache.js"
  * @since 0.1.0
  */
 export type Phase =
-  | { readonly _tag: "Truncating"; readonly asked: Epoch }
+  | { readonly _tag: "Truncating"; readonly asked: Models.Epoch }
   | { readonly _tag: "Fetching"; readonly offset: number }
 
 /**
@@ -28,8 +29,8 @@ export type Phase =
  * @since 0.1.0
  */
 export interface State {
-  readonly leader: ServerId
-  readonly leaderEpoch: Epoch
+  readonly leader: Models.ServerId
+  readonly leaderEpoch: Models.Epoch
   readonly phase: Phase
   readonly logStartOffset: number
   readonly logEndOffset: number
@@ -45,25 +46,25 @@ export interface State {
 export type Input =
   | {
       readonly _tag: "EndOffsetAnswered"
-      readonly leaderEpoch: Epoch
-      readonly answer: { readonly epoch: Epoch; readonly endOffset: number } | undefined
+      readonly leaderEpoch: Models.Epoch
+      readonly answer: { readonly epoch: Models.Epoch; readonly endOffset: number } | undefined
     }
   | {
       readonly _tag: "Fetched"
-      readonly leaderEpoch: Epoch
-      readonly batches: ReadonlyArray<Batch>
+      readonly leaderEpoch: Models.Epoch
+      readonly batches: ReadonlyArray<ReplicaManager.TabletBatch>
       readonly highWatermark: number
     }
   /** The leader has no records at the fetched offset: its log starts at `logStartOffset`, past this one's end. */
-  | { readonly _tag: "OutOfRange"; readonly leaderEpoch: Epoch; readonly logStartOffset: number }
+  | { readonly _tag: "OutOfRange"; readonly leaderEpoch: Models.Epoch; readonly logStartOffset: number }
   /**
    * The leader's log does not hold the fetch's last fetched epoch up to the fetch offset: `answer` is where the
    * largest epoch it has at or below it ends (`undefined`: it has none), as an end-offset question would answer.
    */
   | {
       readonly _tag: "Diverging"
-      readonly leaderEpoch: Epoch
-      readonly answer: { readonly epoch: Epoch; readonly endOffset: number } | undefined
+      readonly leaderEpoch: Models.Epoch
+      readonly answer: { readonly epoch: Models.Epoch; readonly endOffset: number } | undefined
     }
 
 /**
@@ -80,12 +81,12 @@ export type Input =
  * @since 0.1.0
  */
 export type Command =
-  | { readonly _tag: "AskEndOffset"; readonly epoch: Epoch }
+  | { readonly _tag: "AskEndOffset"; readonly epoch: Models.Epoch }
   | { readonly _tag: "Truncate"; readonly offset: number }
   | { readonly _tag: "ResetTo"; readonly offset: number }
-  | { readonly _tag: "Append"; readonly batches: ReadonlyArray<Batch> }
+  | { readonly _tag: "Append"; readonly batches: ReadonlyArray<ReplicaManager.TabletBatch> }
   | { readonly _tag: "CheckpointHighWatermark"; readonly highWatermark: number }
-  | { readonly _tag: "Fetch"; readonly offset: number; readonly lastFetchedEpoch: Epoch | undefined }
+  | { readonly _tag: "Fetch"; readonly offset: number; readonly lastFetchedEpoch: Models.Epoch | undefined }
 
 /**
  * The outcome of one step.
@@ -124,8 +125,8 @@ const startTruncation = (state: State, commands: Array<Command>): Step => {
  * @since 0.1.0
  */
 export const become = (options: {
-  readonly leader: ServerId
-  readonly leaderEpoch: Epoch
+  readonly leader: Models.ServerId
+  readonly leaderEpoch: Models.Epoch
   readonly logStartOffset: number
   readonly logEndOffset: number
   readonly epochs: LeaderEpochCache.LeaderEpochCache
@@ -156,7 +157,10 @@ const truncated = (state: State, offset: number): State => ({
  * Where the leader says an epoch of this log ends (`answer`): ask about an earlier epoch, or truncate where the logs
  * agree and fetch from there.
  */
-const resolve = (state: State, answer: { readonly epoch: Epoch; readonly endOffset: number } | undefined): Step => {
+const resolve = (
+  state: State,
+  answer: { readonly epoch: Models.Epoch; readonly endOffset: number } | undefined
+): Step => {
   const next = LeaderEpochCache.divergence(state.epochs, state.logEndOffset, answer)
   switch (next._tag) {
     case "AskAgain":

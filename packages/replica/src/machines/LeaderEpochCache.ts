@@ -9,7 +9,7 @@
  *
  * @since 0.1.0
  */
-import type { Epoch, Offset } from "@strata/core"
+import type { Models } from "@strata/core"
 
 /**
  * One entry: epoch `epoch` wrote from `startOffset` on.
@@ -17,8 +17,8 @@ import type { Epoch, Offset } from "@strata/core"
  * @since 0.1.0
  */
 export interface Entry {
-  readonly epoch: Epoch
-  readonly startOffset: Offset
+  readonly epoch: Models.Epoch
+  readonly startOffset: Models.Offset
 }
 
 /**
@@ -50,7 +50,7 @@ export const latest = (cache: LeaderEpochCache): Entry | undefined => cache[cach
  *
  * @since 0.1.0
  */
-export const assign = (cache: LeaderEpochCache, epoch: Epoch, startOffset: Offset): LeaderEpochCache => {
+export const assign = (cache: LeaderEpochCache, epoch: Models.Epoch, startOffset: Models.Offset): LeaderEpochCache => {
   const last = latest(cache)
   if (last !== undefined && epoch <= last.epoch) return cache
   const kept = cache.filter((e) => e.startOffset < startOffset)
@@ -66,9 +66,9 @@ export const assign = (cache: LeaderEpochCache, epoch: Epoch, startOffset: Offse
  */
 export const endOffsetFor = (
   cache: LeaderEpochCache,
-  requested: Epoch,
-  logEndOffset: Offset
-): { readonly epoch: Epoch; readonly endOffset: Offset } | undefined => {
+  requested: Models.Epoch,
+  logEndOffset: Models.Offset
+): { readonly epoch: Models.Epoch; readonly endOffset: Models.Offset } | undefined => {
   let found = -1
   for (let i = 0; i < cache.length; i++) if (cache[i]!.epoch <= requested) found = i
   if (found < 0) return undefined
@@ -81,7 +81,7 @@ export const endOffsetFor = (
  *
  * @since 0.1.0
  */
-export const truncateFromEnd = (cache: LeaderEpochCache, endOffset: Offset): LeaderEpochCache =>
+export const truncateFromEnd = (cache: LeaderEpochCache, endOffset: Models.Offset): LeaderEpochCache =>
   cache.filter((e) => e.startOffset < endOffset)
 
 /**
@@ -90,7 +90,7 @@ export const truncateFromEnd = (cache: LeaderEpochCache, endOffset: Offset): Lea
  *
  * @since 0.1.0
  */
-export const truncateFromStart = (cache: LeaderEpochCache, startOffset: Offset): LeaderEpochCache => {
+export const truncateFromStart = (cache: LeaderEpochCache, startOffset: Models.Offset): LeaderEpochCache => {
   let covering = -1
   for (let i = 0; i < cache.length; i++) if (cache[i]!.startOffset <= startOffset) covering = i
   if (covering < 0) return cache
@@ -108,9 +108,9 @@ export const truncateFromStart = (cache: LeaderEpochCache, startOffset: Offset):
  */
 export type Divergence =
   /** Truncate the log to end at `offset` (a no-op when it already ends there), then fetch from it. */
-  | { readonly _tag: "Truncate"; readonly offset: Offset }
+  | { readonly _tag: "Truncate"; readonly offset: Models.Offset }
   /** The follower's largest epoch at or below the answer's is older than it: ask again for that epoch. */
-  | { readonly _tag: "AskAgain"; readonly epoch: Epoch }
+  | { readonly _tag: "AskAgain"; readonly epoch: Models.Epoch }
   /** The two logs share no epoch: nothing the follower holds is provably the leader's. */
   | { readonly _tag: "Everything" }
 
@@ -129,8 +129,8 @@ export type Divergence =
  */
 export const divergence = (
   follower: LeaderEpochCache,
-  followerLogEnd: Offset,
-  answer: { readonly epoch: Epoch; readonly endOffset: Offset } | undefined
+  followerLogEnd: Models.Offset,
+  answer: { readonly epoch: Models.Epoch; readonly endOffset: Models.Offset } | undefined
 ): Divergence => {
   if (answer === undefined) return { _tag: "Everything" }
   const own = endOffsetFor(follower, answer.epoch, followerLogEnd)

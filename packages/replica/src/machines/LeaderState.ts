@@ -19,7 +19,7 @@
  *
  * @since 0.1.0
  */
-import type { Epoch, ServerId } from "@strata/core"
+import type { Models } from "@strata/core"
 
 /**
  * A follower's progress as the leader saw it.
@@ -51,14 +51,14 @@ export type PendingChange =
   | {
       readonly _tag: "Expand"
       readonly proposal: number
-      readonly server: ServerId
-      readonly isr: ReadonlyArray<ServerId>
+      readonly server: Models.ServerId
+      readonly isr: ReadonlyArray<Models.ServerId>
     }
   | {
       readonly _tag: "Shrink"
       readonly proposal: number
-      readonly removed: ReadonlyArray<ServerId>
-      readonly isr: ReadonlyArray<ServerId>
+      readonly removed: ReadonlyArray<Models.ServerId>
+      readonly isr: ReadonlyArray<Models.ServerId>
     }
 
 /**
@@ -67,14 +67,14 @@ export type PendingChange =
  * @since 0.1.0
  */
 export interface State {
-  readonly self: ServerId
-  readonly leaderEpoch: Epoch
+  readonly self: Models.ServerId
+  readonly leaderEpoch: Models.Epoch
   /** Every replica, in assignment order. */
-  readonly replicas: ReadonlyArray<ServerId>
+  readonly replicas: ReadonlyArray<Models.ServerId>
   readonly minInsyncReplicas: number
   readonly lagTimeMaxMs: number
   /** The committed ISR (the leader included). */
-  readonly isr: ReadonlyArray<ServerId>
+  readonly isr: ReadonlyArray<Models.ServerId>
   /** The tablet version the committed ISR is at: the version the next proposal is made against. */
   readonly version: number
   readonly pending: PendingChange | undefined
@@ -84,13 +84,13 @@ export interface State {
   readonly highWatermark: number
   /** The leader's log end when this epoch began: a follower must reach it to have caught up in this epoch. */
   readonly epochStartOffset: number
-  readonly followers: ReadonlyMap<ServerId, Follower>
+  readonly followers: ReadonlyMap<Models.ServerId, Follower>
   /**
    * Followers the controller refused to add as ineligible (dead, stopping, registered again: KIP-841), with the
    * registration they fetched under and when: not proposed again until they fetch under another registration or
    * `lagTimeMaxMs` has passed.
    */
-  readonly refused: ReadonlyMap<ServerId, { readonly registration: number | undefined; readonly atMs: number }>
+  readonly refused: ReadonlyMap<Models.ServerId, { readonly registration: number | undefined; readonly atMs: number }>
 }
 
 /**
@@ -102,7 +102,7 @@ export type Input =
   | { readonly _tag: "Appended"; readonly logEndOffset: number }
   | {
       readonly _tag: "FollowerFetched"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly fetchOffset: number
       readonly nowMs: number
       readonly registration?: number | undefined
@@ -111,7 +111,7 @@ export type Input =
   /** The controller committed `isr` at `version` (its answer to `proposal`, or a LeaderAndIsr). */
   | {
       readonly _tag: "IsrChangeCommitted"
-      readonly isr: ReadonlyArray<ServerId>
+      readonly isr: ReadonlyArray<Models.ServerId>
       readonly version: number
       readonly proposal?: number | undefined
     }
@@ -119,7 +119,7 @@ export type Input =
   | {
       readonly _tag: "IsrChangeRejected"
       readonly proposal: number
-      readonly ineligible?: { readonly server: ServerId; readonly nowMs: number } | undefined
+      readonly ineligible?: { readonly server: Models.ServerId; readonly nowMs: number } | undefined
     }
   /**
    * The controller refused `proposal` because this leadership is over (a later leader epoch, another leader, the
@@ -142,9 +142,9 @@ export type Command =
       readonly proposal: number
       /** The tablet version it is made against. */
       readonly version: number
-      readonly isr: ReadonlyArray<ServerId>
+      readonly isr: ReadonlyArray<Models.ServerId>
       /** The registrations the followers in `isr` fetched under, where known: the controller checks them. */
-      readonly registrations: ReadonlyArray<readonly [ServerId, number]>
+      readonly registrations: ReadonlyArray<readonly [Models.ServerId, number]>
     }
   /** A committed ISR of `size` is below the minimum: the appends waiting for the HW fail. */
   | { readonly _tag: "IsrBelowMinimum"; readonly size: number }
@@ -163,10 +163,10 @@ export type Step = readonly [State, ReadonlyArray<Command>]
  * @since 0.1.0
  */
 export const become = (options: {
-  readonly self: ServerId
-  readonly leaderEpoch: Epoch
-  readonly replicas: ReadonlyArray<ServerId>
-  readonly isr: ReadonlyArray<ServerId>
+  readonly self: Models.ServerId
+  readonly leaderEpoch: Models.Epoch
+  readonly replicas: ReadonlyArray<Models.ServerId>
+  readonly isr: ReadonlyArray<Models.ServerId>
   /** The tablet version of the LeaderAndIsr that made it leader. */
   readonly version: number
   readonly minInsyncReplicas: number
@@ -212,12 +212,12 @@ export const become = (options: {
  *
  * @since 0.1.0
  */
-export const maximalIsr = (state: State): ReadonlyArray<ServerId> =>
+export const maximalIsr = (state: State): ReadonlyArray<Models.ServerId> =>
   state.pending?._tag === "Expand" && !state.isr.includes(state.pending.server)
     ? [...state.isr, state.pending.server]
     : state.isr
 
-const logEndOf = (state: State, server: ServerId): number =>
+const logEndOf = (state: State, server: Models.ServerId): number =>
   server === state.self ? state.logEndOffset : (state.followers.get(server)?.logEndOffset ?? 0)
 
 /** The HW the state allows, and the command to checkpoint it when it moved. */
@@ -232,7 +232,10 @@ const withHighWatermark = (state: State, commands: Array<Command>): Step => {
 }
 
 /** The registrations the followers among `isr` last fetched under. */
-const registrationsOf = (state: State, isr: ReadonlyArray<ServerId>): Array<readonly [ServerId, number]> =>
+const registrationsOf = (
+  state: State,
+  isr: ReadonlyArray<Models.ServerId>
+): Array<readonly [Models.ServerId, number]> =>
   isr.flatMap((s) => {
     const r = state.followers.get(s)?.registration
     return r === undefined ? [] : [[s, r] as const]
@@ -263,7 +266,7 @@ const propose = (
 }
 
 /** Proposes adding `server` when it qualifies and nothing is pending. */
-const maybeExpand = (state: State, server: ServerId, nowMs: number, commands: Array<Command>): Step => {
+const maybeExpand = (state: State, server: Models.ServerId, nowMs: number, commands: Array<Command>): Step => {
   const f = state.followers.get(server)
   if (state.pending !== undefined || state.isr.includes(server) || f === undefined) return [state, commands]
   if (f.logEndOffset < state.highWatermark || f.logEndOffset < state.epochStartOffset) return [state, commands]

@@ -12,7 +12,7 @@
  *
  * @since 0.1.0
  */
-import type { ProducerStamp } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 
 /**
  * How many of a producer's latest batches a retry is recognised against (Kafka: 5, the most in-flight requests an
@@ -27,7 +27,7 @@ export const RECENT_BATCHES = 5
  *
  * @since 0.1.0
  */
-export type Producer = ProducerStamp
+export type Producer = ReplicaManager.ProducerStamp
 
 /**
  * One of a producer's recent batches, as written.

@@ -16,19 +16,8 @@
  *
  * @since 0.1.0
  */
-import {
-  type Epoch,
-  FencedEpoch,
-  NotEnoughReplicas,
-  NotEnoughReplicasAfterAppend,
-  NotLeader,
-  type ReplicaAcks,
-  type ReplicaErrorReason,
-  type ServerId,
-  type TabletId,
-  type TabletInstruction,
-  tabletKey
-} from "@strata/core"
+import { Errors, Models } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Result } from "effect"
 import type { AdjustIsrReply } from "./ControllerState.js"
 import * as LeaderState from "./LeaderState.js"
@@ -64,17 +53,17 @@ export interface Waiter {
  * @since 0.1.0
  */
 export interface State {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   readonly key: string
   /** The server this replica is on. */
-  readonly self: ServerId
+  readonly self: Models.ServerId
   readonly config: Config
   /** Its lifecycle: new, online, leading, following, offline or deleted. */
   readonly lifecycle: ReplicaState.State
   /** Bumped on every role taken: the answers to an older role's requests are dropped. */
   readonly generation: number
   /** Every replica of the tablet, in assignment order, as the last instruction named them. */
-  readonly replicas: ReadonlyArray<ServerId>
+  readonly replicas: ReadonlyArray<Models.ServerId>
   /** The tablet version (the coordinator's compare-and-set version) last applied here. */
   readonly version: number
   /** The leader's replication state while this replica leads. */
@@ -89,9 +78,9 @@ export interface State {
  *
  * @since 0.1.0
  */
-export const make = (tablet: TabletId, self: ServerId, config: Config): State => ({
+export const make = (tablet: Models.TabletId, self: Models.ServerId, config: Config): State => ({
   tablet,
-  key: tabletKey(tablet),
+  key: Models.tabletKey(tablet),
   self,
   config,
   lifecycle: ReplicaState.initial,
@@ -141,28 +130,28 @@ export type Input =
   | { readonly _tag: "Offline" }
   | { readonly _tag: "Reopen" }
   | { readonly _tag: "Delete" }
-  | { readonly _tag: "Fence"; readonly leaderEpoch: Epoch }
+  | { readonly _tag: "Fence"; readonly leaderEpoch: Models.Epoch }
   | { readonly _tag: "StorageFailed"; readonly detail: string; readonly generation?: number | undefined }
   | {
       readonly _tag: "Instruction"
-      readonly instruction: TabletInstruction
+      readonly instruction: ReplicaManager.TabletInstruction
       readonly log: LogBounds
       readonly nowMs: number
     }
-  | { readonly _tag: "Propose"; readonly acks: ReplicaAcks }
+  | { readonly _tag: "Propose"; readonly acks: ReplicaManager.ReplicaAcks }
   | {
       readonly _tag: "Persisted"
-      readonly acks: ReplicaAcks
+      readonly acks: ReplicaManager.ReplicaAcks
       readonly lastOffset: number
       readonly duplicate: boolean
     }
   | { readonly _tag: "Abandon"; readonly ticket: number }
   | { readonly _tag: "Checkpointed"; readonly highWatermark: number }
-  | { readonly _tag: "Lead"; readonly leaderEpoch?: Epoch | undefined }
-  | { readonly _tag: "Recheck"; readonly generation: number; readonly leaderEpoch: Epoch }
+  | { readonly _tag: "Lead"; readonly leaderEpoch?: Models.Epoch | undefined }
+  | { readonly _tag: "Recheck"; readonly generation: number; readonly leaderEpoch: Models.Epoch }
   | {
       readonly _tag: "FollowerFetched"
-      readonly server: ServerId
+      readonly server: Models.ServerId
       readonly fetchOffset: number
       readonly nowMs: number
       readonly registration?: number | undefined
@@ -201,22 +190,22 @@ export type Command =
   | {
       readonly _tag: "StartFollowing"
       readonly generation: number
-      readonly leader: ServerId
-      readonly leaderEpoch: Epoch
+      readonly leader: Models.ServerId
+      readonly leaderEpoch: Models.Epoch
     }
   | { readonly _tag: "StopFollowing" }
   | { readonly _tag: "Checkpoint"; readonly highWatermark: number }
   | { readonly _tag: "Complete"; readonly tickets: ReadonlyArray<number>; readonly highWatermark: number }
-  | { readonly _tag: "Fail"; readonly tickets: ReadonlyArray<number>; readonly reason: ReplicaErrorReason }
+  | { readonly _tag: "Fail"; readonly tickets: ReadonlyArray<number>; readonly reason: ReplicaManager.ErrorReason }
   | { readonly _tag: "Wake" }
   | {
       readonly _tag: "ProposeIsr"
       readonly generation: number
-      readonly leaderEpoch: Epoch
+      readonly leaderEpoch: Models.Epoch
       readonly proposal: number
       readonly version: number
-      readonly isr: ReadonlyArray<ServerId>
-      readonly registrations: ReadonlyArray<readonly [ServerId, number]>
+      readonly isr: ReadonlyArray<Models.ServerId>
+      readonly registrations: ReadonlyArray<readonly [Models.ServerId, number]>
     }
   | { readonly _tag: "StoreFailed"; readonly detail: string }
   | { readonly _tag: "ResumeStorage" }
@@ -234,14 +223,14 @@ export type Command =
  * @since 0.1.0
  */
 export type Answer =
-  | { readonly _tag: "Refused"; readonly reason: ReplicaErrorReason }
+  | { readonly _tag: "Refused"; readonly reason: ReplicaManager.ErrorReason }
   | {
       readonly _tag: "Admitted"
       readonly generation: number
-      readonly leaderEpoch: Epoch
+      readonly leaderEpoch: Models.Epoch
       readonly highWatermark: number | undefined
     }
-  | { readonly _tag: "Persist"; readonly leaderEpoch: Epoch }
+  | { readonly _tag: "Persist"; readonly leaderEpoch: Models.Epoch }
   | { readonly _tag: "Done"; readonly highWatermark: number }
   | { readonly _tag: "Wait"; readonly ticket: number; readonly highWatermark: number }
 
@@ -271,7 +260,7 @@ export type StepFunction = (state: State, input: Input) => Step
 
 const none: Ready = { commands: [] }
 const answer = (a: Answer, commands: ReadonlyArray<Command> = []): Ready => ({ commands, answer: a })
-const refused = (reason: ReplicaErrorReason, commands: ReadonlyArray<Command> = []): Ready =>
+const refused = (reason: ReplicaManager.ErrorReason, commands: ReadonlyArray<Command> = []): Ready =>
   answer({ _tag: "Refused", reason }, commands)
 
 // ---------------------------------------------------------------------------
@@ -283,8 +272,8 @@ const refused = (reason: ReplicaErrorReason, commands: ReadonlyArray<Command> = 
  *
  * @since 0.1.0
  */
-export const notLeader = (state: State): NotLeader =>
-  new NotLeader({
+export const notLeader = (state: State): Errors.NotLeader =>
+  new Errors.NotLeader({
     resource: state.key,
     leader: state.lifecycle._tag === "FollowerReplica" ? state.lifecycle.leader : null
   })
@@ -300,7 +289,10 @@ export const notLeader = (state: State): NotLeader =>
  *
  * @since 0.1.0
  */
-export const classify = (state: State, instruction: TabletInstruction): "Step" | "IsrUpdate" | "Fence" | "Stale" => {
+export const classify = (
+  state: State,
+  instruction: ReplicaManager.TabletInstruction
+): "Step" | "IsrUpdate" | "Fence" | "Stale" => {
   const last = ReplicaState.lastLeaderEpoch(state.lifecycle)
   const lai = instruction.leaderAndIsr
   if (lai.leader === null) return last === null || lai.leaderEpoch > last ? "Fence" : "Stale"
@@ -326,7 +318,7 @@ const release = (state: State, hw: number): Step => {
 }
 
 /** Every waiter failed with `reason`. */
-const failAll = (state: State, reason: ReplicaErrorReason): [State, Array<Command>] =>
+const failAll = (state: State, reason: ReplicaManager.ErrorReason): [State, Array<Command>] =>
   state.waiters.length === 0
     ? [state, []]
     : [{ ...state, waiters: [] }, [{ _tag: "Fail", tickets: state.waiters.map((w) => w.ticket), reason }]]
@@ -356,7 +348,11 @@ const stepLeader = (state: State, input: LeaderState.Input): [State, Array<Comma
       case "IsrBelowMinimum": {
         const [failed, failing] = failAll(
           next,
-          new NotEnoughReplicasAfterAppend({ tablet: state.key, isr: c.size, minIsr: state.config.minInsyncReplicas })
+          new ReplicaManager.NotEnoughReplicasAfterAppend({
+            tablet: state.key,
+            isr: c.size,
+            minIsr: state.config.minInsyncReplicas
+          })
         )
         next = failed
         commands.push(...failing)
@@ -370,7 +366,7 @@ const stepLeader = (state: State, input: LeaderState.Input): [State, Array<Comma
 /** The ISR the controller committed at `version` (answering `proposal`, or in a LeaderAndIsr). */
 const isrCommitted = (
   state: State,
-  isr: ReadonlyArray<ServerId>,
+  isr: ReadonlyArray<Models.ServerId>,
   version: number,
   proposal?: number
 ): [State, Array<Command>] =>
@@ -419,11 +415,11 @@ const isrAnswer = (state: State, input: Extract<Input, { _tag: "IsrAnswer" }>): 
 }
 
 /** Admits a leader's request (under `leaderEpoch` when given), or refuses it. */
-const lead = (state: State, leaderEpoch: Epoch | undefined): Ready => {
+const lead = (state: State, leaderEpoch: Models.Epoch | undefined): Ready => {
   const leader = state.leader
   if (leader === undefined || state.lifecycle._tag !== "LeaderReplica") return refused(notLeader(state))
   if (leaderEpoch !== undefined && leaderEpoch < leader.leaderEpoch) {
-    return refused(new FencedEpoch({ resource: state.key, current: leader.leaderEpoch, attempted: leaderEpoch }))
+    return refused(new Errors.FencedEpoch({ resource: state.key, current: leader.leaderEpoch, attempted: leaderEpoch }))
   }
   // A follower ahead of this leader's epoch knows of a newer leader: this one is not it.
   if (leaderEpoch !== undefined && leaderEpoch > leader.leaderEpoch) return refused(notLeader(state))
@@ -436,12 +432,13 @@ const lead = (state: State, leaderEpoch: Epoch | undefined): Ready => {
 }
 
 /** An append: refused, or to be written under the leader's epoch. */
-const propose = (state: State, acks: ReplicaAcks): Ready => {
+const propose = (state: State, acks: ReplicaManager.ReplicaAcks): Ready => {
   const leading = lead(state, undefined)
   if (leading.answer?._tag !== "Admitted") return leading
   const isr = state.leader!.isr.length
   const min = state.config.minInsyncReplicas
-  if (acks === "all" && isr < min) return refused(new NotEnoughReplicas({ tablet: state.key, isr, minIsr: min }))
+  if (acks === "all" && isr < min)
+    return refused(new ReplicaManager.NotEnoughReplicas({ tablet: state.key, isr, minIsr: min }))
   return answer({ _tag: "Persist", leaderEpoch: leading.answer.leaderEpoch })
 }
 
@@ -470,7 +467,11 @@ const persisted = (state: State, input: Extract<Input, { _tag: "Persisted" }>): 
 const stepLifecycle = (
   state: State,
   event: ReplicaState.Event,
-  instruction?: { readonly instruction: TabletInstruction; readonly log: LogBounds; readonly nowMs: number }
+  instruction?: {
+    readonly instruction: ReplicaManager.TabletInstruction
+    readonly log: LogBounds
+    readonly nowMs: number
+  }
 ): Step => {
   const stepped = ReplicaState.step({ tablet: state.tablet, self: state.self }, state.lifecycle, event)
   if (Result.isFailure(stepped)) return [state, refused(stepped.failure)]

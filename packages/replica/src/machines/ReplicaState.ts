@@ -53,7 +53,7 @@
  *
  * @since 0.1.0
  */
-import { type Epoch, IllegalStateTransition, type ServerId, type TabletId, tabletKey } from "@strata/core"
+import { Errors, Models } from "@strata/core"
 import { Result } from "effect"
 
 // ---------------------------------------------------------------------------
@@ -67,11 +67,11 @@ import { Result } from "effect"
  * @since 0.1.0
  */
 export type State =
-  | { readonly _tag: "NewReplica"; readonly lastLeaderEpoch: Epoch | null }
-  | { readonly _tag: "OnlineReplica"; readonly lastLeaderEpoch: Epoch | null }
-  | { readonly _tag: "LeaderReplica"; readonly leaderEpoch: Epoch; readonly isr: ReadonlyArray<ServerId> }
-  | { readonly _tag: "FollowerReplica"; readonly leaderEpoch: Epoch; readonly leader: ServerId }
-  | { readonly _tag: "OfflineReplica"; readonly lastLeaderEpoch: Epoch | null }
+  | { readonly _tag: "NewReplica"; readonly lastLeaderEpoch: Models.Epoch | null }
+  | { readonly _tag: "OnlineReplica"; readonly lastLeaderEpoch: Models.Epoch | null }
+  | { readonly _tag: "LeaderReplica"; readonly leaderEpoch: Models.Epoch; readonly isr: ReadonlyArray<Models.ServerId> }
+  | { readonly _tag: "FollowerReplica"; readonly leaderEpoch: Models.Epoch; readonly leader: Models.ServerId }
+  | { readonly _tag: "OfflineReplica"; readonly lastLeaderEpoch: Models.Epoch | null }
   | { readonly _tag: "ReplicaDeleted" }
 
 /**
@@ -86,7 +86,7 @@ export const initial: State = { _tag: "NewReplica", lastLeaderEpoch: null }
  *
  * @since 0.1.0
  */
-export const lastLeaderEpoch = (state: State): Epoch | null => {
+export const lastLeaderEpoch = (state: State): Models.Epoch | null => {
   switch (state._tag) {
     case "LeaderReplica":
     case "FollowerReplica":
@@ -114,12 +114,12 @@ export type Event =
   | { readonly _tag: "Loaded" }
   | {
       readonly _tag: "LeaderAndIsr"
-      readonly leader: ServerId
-      readonly leaderEpoch: Epoch
-      readonly isr: ReadonlyArray<ServerId>
-      readonly replicas: ReadonlyArray<ServerId>
+      readonly leader: Models.ServerId
+      readonly leaderEpoch: Models.Epoch
+      readonly isr: ReadonlyArray<Models.ServerId>
+      readonly replicas: ReadonlyArray<Models.ServerId>
     }
-  | { readonly _tag: "Fence"; readonly leaderEpoch: Epoch }
+  | { readonly _tag: "Fence"; readonly leaderEpoch: Models.Epoch }
   | { readonly _tag: "Offline" }
   | { readonly _tag: "Reopen" }
   | { readonly _tag: "Delete" }
@@ -139,8 +139,8 @@ export type Event =
  */
 export type Command =
   | { readonly _tag: "OpenLog" }
-  | { readonly _tag: "BecomeLeader"; readonly leaderEpoch: Epoch; readonly isr: ReadonlyArray<ServerId> }
-  | { readonly _tag: "BecomeFollower"; readonly leaderEpoch: Epoch; readonly leader: ServerId }
+  | { readonly _tag: "BecomeLeader"; readonly leaderEpoch: Models.Epoch; readonly isr: ReadonlyArray<Models.ServerId> }
+  | { readonly _tag: "BecomeFollower"; readonly leaderEpoch: Models.Epoch; readonly leader: Models.ServerId }
   | { readonly _tag: "StopLeading" }
   | { readonly _tag: "StopFetching" }
   | { readonly _tag: "CloseLog" }
@@ -197,23 +197,24 @@ export const describeEvent = (event: Event): string => {
 }
 
 /** The later of a replica's last leader epoch and a fence's. */
-const laterEpoch = (last: Epoch | null, fence: Epoch): Epoch => (last === null || fence > last ? fence : last)
+const laterEpoch = (last: Models.Epoch | null, fence: Models.Epoch): Models.Epoch =>
+  last === null || fence > last ? fence : last
 
 /** The machine's context: which replica it tracks. */
 export interface Replica {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   /** The server this replica is on. */
-  readonly self: ServerId
+  readonly self: Models.ServerId
 }
 
-const ok = (state: State, commands: ReadonlyArray<Command>): Result.Result<Step, IllegalStateTransition> =>
+const ok = (state: State, commands: ReadonlyArray<Command>): Result.Result<Step, Errors.IllegalStateTransition> =>
   Result.succeed([state, commands] as const)
 
-const illegal = (replica: Replica, state: State, event: Event): Result.Result<Step, IllegalStateTransition> =>
+const illegal = (replica: Replica, state: State, event: Event): Result.Result<Step, Errors.IllegalStateTransition> =>
   Result.fail(
-    new IllegalStateTransition({
+    new Errors.IllegalStateTransition({
       machine: "replica",
-      entity: `${tabletKey(replica.tablet)} on server ${replica.self}`,
+      entity: `${Models.tabletKey(replica.tablet)} on server ${replica.self}`,
       from: describeState(state),
       to: describeEvent(event)
     })
@@ -242,7 +243,7 @@ const takeRole = (
 const admissible = (
   replica: Replica,
   event: Extract<Event, { _tag: "LeaderAndIsr" }>,
-  last: Epoch | null,
+  last: Models.Epoch | null,
   follow = false
 ) =>
   (last === null ||
@@ -257,7 +258,11 @@ const admissible = (
  *
  * @since 0.1.0
  */
-export const step = (replica: Replica, state: State, event: Event): Result.Result<Step, IllegalStateTransition> => {
+export const step = (
+  replica: Replica,
+  state: State,
+  event: Event
+): Result.Result<Step, Errors.IllegalStateTransition> => {
   switch (state._tag) {
     case "NewReplica":
       if (event._tag === "Loaded") return ok({ _tag: "OnlineReplica", lastLeaderEpoch: state.lastLeaderEpoch }, [])

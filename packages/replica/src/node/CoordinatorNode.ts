@@ -7,8 +7,8 @@
  *
  * @since 0.1.0
  */
+import { type Coordination, Election, OptionSchemas } from "@strata/core"
 import { Coordinator } from "@strata/election"
-import { type Coordination, type CoordinationError, Election, type ElectionError, OptionSchemas } from "@strata/core"
 import { Duration, Effect, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
@@ -100,11 +100,11 @@ export const make = (
 ): Effect.Effect<
   CoordinatorNode,
   | ReplicationConfig.InvalidReplicaOptions
-  | CoordinationError
-  | ElectionError
+  | Coordination.CoordinationError
+  | Election.ElectionError
   | ReplicaRpc.ListenFailed
   | Coordinator.InvalidCoordinatorOptions,
-  Coordination | Scope.Scope
+  Coordination.Coordination | Scope.Scope
 > =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(CoordinatorNodeOptions, { exact: true })(options).pipe(
@@ -153,7 +153,7 @@ export const make = (
           view
         })
       ]
-    }).pipe(Effect.provideService(Election, election))
+    }).pipe(Effect.provideService(Election.Election, election))
     resign.run = coordinator.resign
     return { coordinator, address, controller: current, directory, view }
   })

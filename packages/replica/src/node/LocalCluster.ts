@@ -14,27 +14,9 @@
  *
  * @since 0.1.0
  */
+import { Coordination, Election, MemoryStore, Models, Retry, type Store } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { CoordinationElection, Coordinator } from "@strata/election"
-import {
-  type AppendRequest,
-  type AppendResult,
-  Coordination,
-  type CoordinationError,
-  type ReadRequest,
-  type ReadResult,
-  type ReplicaAcks,
-  Election,
-  ElectionError,
-  type ReplicaError,
-  type ServerId,
-  type Store,
-  type TabletBatch,
-  type TabletId,
-  type TabletRecord,
-  MemoryStore,
-  Retry,
-  tabletKey
-} from "@strata/core"
 import { Context, Effect, Exit, Layer, Schedule, Schema, Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
@@ -72,7 +54,9 @@ export interface LocalClusterOptions {
  *
  * @since 0.1.0
  */
-export class ElectionFailed extends Schema.TaggedError<ElectionFailed>()("ElectionFailed", { cause: ElectionError }) {
+export class ElectionFailed extends Schema.TaggedError<ElectionFailed>()("ElectionFailed", {
+  cause: Election.ElectionError
+}) {
   /** @since 0.1.0 */
   override get message(): string {
     return `the election: ${this.cause.message}`
@@ -229,23 +213,28 @@ export interface LocalCluster {
   ) => Effect.Effect<ReadonlyArray<ControllerState.Tablet>, LocalClusterError>
   /** Appends to the tablet's leader as an idempotent producer, retrying until acknowledged as `acks` asks. */
   readonly append: (
-    tablet: TabletId,
-    records: ReadonlyArray<TabletRecord>,
-    acks?: ReplicaAcks
-  ) => Effect.Effect<{ readonly baseOffset: number; readonly lastOffset: number }, ReplicaError | LocalClusterError>
+    tablet: Models.TabletId,
+    records: ReadonlyArray<ReplicaManager.TabletRecord>,
+    acks?: ReplicaManager.ReplicaAcks
+  ) => Effect.Effect<
+    { readonly baseOffset: number; readonly lastOffset: number },
+    ReplicaManager.ReplicaError | LocalClusterError
+  >
   /** Every committed record of the tablet (up to the leader's high watermark), from the leader. */
-  readonly read: (tablet: TabletId) => Effect.Effect<ReadonlyArray<TabletBatch>, ReplicaError | LocalClusterError>
+  readonly read: (
+    tablet: Models.TabletId
+  ) => Effect.Effect<ReadonlyArray<ReplicaManager.TabletBatch>, ReplicaManager.ReplicaError | LocalClusterError>
   /** The tablet as the controller holds it. */
-  readonly tablet: (tablet: TabletId) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
+  readonly tablet: (tablet: Models.TabletId) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
   /** Stops tablet server `id` at once: its session ends, its replicas stop answering. */
-  readonly stopServer: (id: ServerId) => Effect.Effect<void>
+  readonly stopServer: (id: Models.ServerId) => Effect.Effect<void>
   /** Starts tablet server `id` again on the store it had. */
-  readonly startServer: (id: ServerId) => Effect.Effect<void, LocalClusterError>
+  readonly startServer: (id: Models.ServerId) => Effect.Effect<void, LocalClusterError>
   /** A running tablet server. */
-  readonly server: (id: ServerId) => Effect.Effect<TabletServer.TabletServerShape, LocalClusterError>
+  readonly server: (id: Models.ServerId) => Effect.Effect<TabletServer.TabletServerShape, LocalClusterError>
   /** Waits until `check` holds for the controller's view of `tablet` (polling every 10 ms). */
   readonly awaitTablet: (
-    tablet: TabletId,
+    tablet: Models.TabletId,
     check: (t: ControllerState.Tablet) => boolean
   ) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
 }
@@ -261,8 +250,12 @@ export class LocalClusterService extends Context.Service<LocalClusterService, Lo
 
 /** What the cluster's producer and reader call on a leader. */
 interface LeaderCalls {
-  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | LocalClusterError>
-  readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError | LocalClusterError>
+  readonly append: (
+    request: ReplicaManager.AppendRequest
+  ) => Effect.Effect<ReplicaManager.AppendResult, ReplicaManager.ReplicaError | LocalClusterError>
+  readonly read: (
+    request: ReplicaManager.ReadRequest
+  ) => Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError | LocalClusterError>
 }
 
 interface Running {
@@ -278,12 +271,12 @@ interface Cluster {
   readonly config: ReplicationConfig.ReplicationConfig
   readonly namespace: string
   readonly paths: ClusterPaths.ClusterPaths
-  readonly coordination: Coordination["Service"]
+  readonly coordination: Coordination.Coordination["Service"]
   readonly scope: Scope.Scope
   readonly tcp: boolean
   /** The running servers, by id; each server's store outlives its stops. */
-  readonly running: Map<ServerId, Running>
-  readonly stores: Map<ServerId, Context.Context<Store>>
+  readonly running: Map<Models.ServerId, Running>
+  readonly stores: Map<Models.ServerId, Context.Context<Store.Store>>
   /** Each coordinator's controller while it leads. */
   readonly leading: Array<Effect.Effect<Controller.ControllerShape | undefined>>
   /** The controller now, for the servers' direct calls (in one process). */
@@ -301,8 +294,8 @@ export const make = (
   options: LocalClusterOptions
 ): Effect.Effect<
   LocalCluster,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | LocalClusterError,
-  Coordination | Scope.Scope
+  ReplicationConfig.InvalidReplicaOptions | Coordination.CoordinationError | LocalClusterError,
+  Coordination.Coordination | Scope.Scope
 > =>
   Effect.gen(function* () {
     const namespace = options.namespace ?? "/strata"
@@ -311,7 +304,7 @@ export const make = (
       config: yield* ReplicationConfig.decode(options.replication ?? {}),
       namespace,
       paths: ClusterPaths.make(namespace),
-      coordination: yield* Coordination,
+      coordination: yield* Coordination.Coordination,
       scope: yield* Effect.scope,
       tcp: options.transport === "tcp",
       running: new Map(),
@@ -347,7 +340,7 @@ export const make = (
   })
 
 /** A coordinator: over TCP a coordinator process's parts, else the election with the controller as its service. */
-const startCoordinator = (k: Cluster, id: number, election: Election["Service"]) =>
+const startCoordinator = (k: Cluster, id: number, election: Election.Election["Service"]) =>
   Effect.gen(function* () {
     if (k.tcp) {
       const node = yield* CoordinatorNode.make({
@@ -383,7 +376,7 @@ const startCoordinator = (k: Cluster, id: number, election: Election["Service"])
         })
       ]
     }).pipe(
-      Effect.provideService(Election, election),
+      Effect.provideService(Election.Election, election),
       Effect.mapError((e) => fail(new StartFailed({ part: "coordinator", id, detail: e.message })))
     )
     resign.run = coordinator.resign
@@ -406,10 +399,10 @@ const onController = <A, E extends { readonly message: string }>(
 /** A call to running server `id` (unreachable when it is not running). */
 const onRunning = <A>(
   k: Cluster,
-  id: ServerId,
-  f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaError>
-): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
-  Effect.suspend((): Effect.Effect<A, ReplicaError | PeerUnreachable> => {
+  id: Models.ServerId,
+  f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaManager.ReplicaError>
+): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> =>
+  Effect.suspend((): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> => {
     const r = k.running.get(id)
     return r === undefined ? unreachable(`server ${id}`) : f(r.server)
   })
@@ -436,7 +429,7 @@ const directServers = (k: Cluster): Controller.TabletServersShape => ({
 })
 
 /** Starts server `id` on its store (made on its first start): over TCP as a process runs it, else in process. */
-const startServer = (k: Cluster, id: ServerId) =>
+const startServer = (k: Cluster, id: Models.ServerId) =>
   Effect.gen(function* () {
     if (k.running.has(id)) return
     let store = k.stores.get(id)
@@ -452,7 +445,7 @@ const startServer = (k: Cluster, id: ServerId) =>
         namespace: k.namespace,
         replication: k.options.replication ?? {},
         controlledShutdown: false
-      }).pipe(Effect.provide(Context.add(store, Coordination, k.coordination)), Scope.provide(serverScope))
+      }).pipe(Effect.provide(Context.add(store, Coordination.Coordination, k.coordination)), Scope.provide(serverScope))
       k.running.set(id, { server: node.server, scope: serverScope })
       return
     }
@@ -469,7 +462,7 @@ const startServer = (k: Cluster, id: ServerId) =>
     yield* server.registered(registration)
   }).pipe(Effect.mapError((e) => fail(new StartFailed({ part: "server", id, detail: e.message }))))
 
-const stopServer = (k: Cluster, id: ServerId) =>
+const stopServer = (k: Cluster, id: Models.ServerId) =>
   Effect.suspend(() => {
     const r = k.running.get(id)
     k.running.delete(id)
@@ -483,28 +476,28 @@ const current = (k: Cluster) =>
     return c === undefined ? Effect.fail(fail(new NoController())) : Effect.succeed(c)
   }).pipe(Retry.retry({ schedule: Schedule.spaced(10), times: 1000 }))
 
-const tabletOf = (k: Cluster, t: TabletId) =>
+const tabletOf = (k: Cluster, t: Models.TabletId) =>
   Effect.flatMap(current(k), (c) =>
     Effect.flatMap(c.state, (s) => {
-      const found = s.tablets.get(tabletKey(t))
+      const found = s.tablets.get(Models.tabletKey(t))
       return found === undefined
-        ? Effect.fail(fail(new TabletNotFound({ tablet: tabletKey(t) })))
+        ? Effect.fail(fail(new TabletNotFound({ tablet: Models.tabletKey(t) })))
         : Effect.succeed(found)
     })
   )
 
-const serverOf = (k: Cluster, id: ServerId) =>
+const serverOf = (k: Cluster, id: Models.ServerId) =>
   Effect.suspend(() => {
     const r = k.running.get(id)
     return r === undefined ? Effect.fail(fail(new ServerNotRunning({ server: id }))) : Effect.succeed(r.server)
   })
 
 /** The leader's calls, made directly or over TCP (where an unreachable leader is retried as a stale one is). */
-const leaderOf = (k: Cluster, t: TabletId) =>
+const leaderOf = (k: Cluster, t: Models.TabletId) =>
   Effect.flatMap(tabletOf(k, t), (found): Effect.Effect<LeaderCalls, LocalClusterError> => {
     const id = found.leaderAndIsr.leader
     if (id === null) {
-      const target = `the leader of ${tabletKey(t)}`
+      const target = `the leader of ${Models.tabletKey(t)}`
       return Effect.fail(fail(new PeerUnreachable({ target, detail: "the tablet has no leader" })))
     }
     if (k.remote === undefined) return serverOf(k, id)
@@ -520,7 +513,7 @@ const leaderOf = (k: Cluster, t: TabletId) =>
     })
   })
 
-const retryable = (e: ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
+const retryable = (e: ReplicaManager.ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
 
 /** The cluster as its users see it. */
 const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterError>): LocalCluster => {
@@ -546,7 +539,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
       }),
     append: (t, records, acks = "all") =>
       producer.append(
-        tabletKey(t),
+        Models.tabletKey(t),
         (stamp) =>
           Effect.flatMap(leaderOf(k, t), (server) => server.append({ tablet: t, records, acks, producer: stamp })).pipe(
             Retry.retry({ schedule: retrying, times: 600, while: retryable }),
@@ -556,7 +549,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
       ),
     read: (t) =>
       Effect.gen(function* () {
-        const out: Array<TabletBatch> = []
+        const out: Array<ReplicaManager.TabletBatch> = []
         let offset = 0
         while (true) {
           const page = yield* Effect.flatMap(leaderOf(k, t), (server) =>
@@ -574,7 +567,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
     server: (id) => serverOf(k, id),
     awaitTablet: (t, check) =>
       Effect.flatMap(tabletOf(k, t), (found) =>
-        check(found) ? Effect.succeed(found) : Effect.fail(fail(new NotSettled({ tablet: tabletKey(t) })))
+        check(found) ? Effect.succeed(found) : Effect.fail(fail(new NotSettled({ tablet: Models.tabletKey(t) })))
       ).pipe(Retry.retry({ schedule: Schedule.spaced(10), times: 3000 }))
   }
 }
@@ -588,6 +581,6 @@ export const layer = (
   options: LocalClusterOptions
 ): Layer.Layer<
   LocalClusterService,
-  ReplicationConfig.InvalidReplicaOptions | CoordinationError | LocalClusterError,
-  Coordination
+  ReplicationConfig.InvalidReplicaOptions | Coordination.CoordinationError | LocalClusterError,
+  Coordination.Coordination
 > => Layer.effect(LocalClusterService, make(options))

@@ -1,14 +1,5 @@
-import {
-  Coordination,
-  type CoordinationError,
-  type ElectionError,
-  FencedEpoch,
-  OptionSchemas,
-  ReplicaError,
-  ServerId,
-  Store,
-  type StoreError
-} from "@strata/core"
+import { Coordination, type Election, Errors, Models, OptionSchemas, Store } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Deferred, Effect, Fiber, Option, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
@@ -53,7 +44,7 @@ const NamespaceString = Schema.String.check(
  * @since 0.1.0
  */
 export const NodeFields = {
-  serverId: ServerId,
+  serverId: Models.ServerId,
   /** The cluster's coordination namespace (`/strata`). */
   namespace: NamespaceString.pipe(Schema.withDecodingDefaultKey(Effect.succeed("/strata"))),
   /** Where to listen, `host:port` (`127.0.0.1:0`: loopback, any free port). */
@@ -127,7 +118,7 @@ const EPOCH_KEY = new TextEncoder().encode("registrationEpoch")
 /** One above the registration epoch of this store's last start (0 on a new store), stored before it is used. */
 const nextRegistrationEpoch = Effect.scoped(
   Effect.gen(function* () {
-    const store = yield* (yield* Store).open(SERVER_STORE)
+    const store = yield* (yield* Store.Store).open(SERVER_STORE)
     const last = yield* store.get(EPOCH_KEY)
     const epoch = Option.isSome(last) ? Number(new TextDecoder().decode(last.value)) + 1 : 0
     // A later start must never reuse it, even if this one dies before registering.
@@ -166,12 +157,12 @@ export const make = (
 ): Effect.Effect<
   TabletServerNode,
   | ReplicationConfig.InvalidReplicaOptions
-  | CoordinationError
-  | ElectionError
-  | StoreError
+  | Coordination.CoordinationError
+  | Election.ElectionError
+  | Store.StoreError
   | ReplicaRpc.ListenFailed
   | ClusterPaths.DuplicateServerId,
-  Coordination | Store | Scope.Scope
+  Coordination.Coordination | Store.Store | Scope.Scope
 > =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerNodeOptions, { exact: true })(options).pipe(
@@ -179,7 +170,7 @@ export const make = (
     )
     const config = o.replication
     const paths = ClusterPaths.make(o.namespace)
-    const coordination = yield* Coordination
+    const coordination = yield* Coordination.Coordination
     const election = yield* ClusterPaths.electionOf(o.namespace, config)
     const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
     const remote = yield* RemotePeers.make({
@@ -196,8 +187,8 @@ export const make = (
     // addressed to server `serverId` (another process may be that server).
     let current: number | undefined
     const unregistered = (request: { readonly registration?: number | undefined }) =>
-      new ReplicaError({
-        reason: new FencedEpoch({
+      new ReplicaManager.ReplicaError({
+        reason: new Errors.FencedEpoch({
           resource: `registration of server ${o.serverId} (not registered)`,
           current: 0,
           attempted: request.registration ?? 0
@@ -205,9 +196,9 @@ export const make = (
       })
     const whenRegistered =
       <Q extends { readonly registration?: number | undefined }, A>(
-        f: (request: Q) => Effect.Effect<A, ReplicaError>
+        f: (request: Q) => Effect.Effect<A, ReplicaManager.ReplicaError>
       ) =>
-      (request: Q): Effect.Effect<A, ReplicaError> =>
+      (request: Q): Effect.Effect<A, ReplicaManager.ReplicaError> =>
         Effect.suspend(() => (current === undefined ? Effect.fail(unregistered(request)) : f(request)))
     const served: TabletServer.TabletServerShape = {
       ...server,

@@ -13,18 +13,8 @@
  *
  * @since 0.1.0
  */
-import {
-  Coordination,
-  type CoordinationError,
-  type Leadership,
-  type Op,
-  type ServerId,
-  type Session,
-  type TabletId,
-  type TabletInstruction,
-  tabletKey,
-  Retry
-} from "@strata/core"
+import { Coordination, type Election, Models, Retry } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as ControllerState from "../machines/ControllerState.js"
@@ -98,7 +88,7 @@ type Writing = Extract<ControllerState.Command, { readonly _tag: "Write" | "Remo
 const isWriting = (c: ControllerState.Command | undefined): c is Writing => c?._tag === "Write" || c?._tag === "Remove"
 
 /** The tablet a writing command is about. */
-const idOf = (w: Writing): TabletId => (w._tag === "Remove" ? w.tablet : w.tablet.tablet)
+const idOf = (w: Writing): Models.TabletId => (w._tag === "Remove" ? w.tablet : w.tablet.tablet)
 
 /**
  * A running controller.
@@ -108,7 +98,7 @@ const idOf = (w: Writing): TabletId => (w._tag === "Remove" ? w.tablet : w.table
 export interface ControllerShape {
   readonly coordinatorEpoch: number
   readonly createTablets: (
-    tablets: ReadonlyArray<{ readonly tablet: TabletId; readonly replicas: ReadonlyArray<ServerId> }>
+    tablets: ReadonlyArray<{ readonly tablet: Models.TabletId; readonly replicas: ReadonlyArray<Models.ServerId> }>
   ) => Effect.Effect<ControllerState.Reply, ControllerResigned>
   readonly adjustIsr: (
     request: ControllerState.AdjustIsrRequest
@@ -117,15 +107,15 @@ export interface ControllerShape {
    * Deletes tablets: they lead no more, and each replica deletes itself (a server that is down when it is back);
    * their nodes go once every replica has. The number of these tablets the controller knows.
    */
-  readonly deleteTablets: (tablets: ReadonlyArray<TabletId>) => Effect.Effect<number, ControllerResigned>
+  readonly deleteTablets: (tablets: ReadonlyArray<Models.TabletId>) => Effect.Effect<number, ControllerResigned>
   /** Moves leadership back to preferred replicas now; the number of tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
   /** Moves leadership off `server`; the number of tablets it still leads. */
-  readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, ControllerResigned>
+  readonly controlledShutdown: (server: Models.ServerId) => Effect.Effect<number, ControllerResigned>
   /** Takes a server's report that its replicas of some tablets failed their storage, or work again. */
   readonly replicaStorage: (report: ReplicaStorageReport) => Effect.Effect<void, ControllerResigned>
   /** A producer id no producer of the cluster has had (Kafka's InitProducerId). */
-  readonly initProducerId: Effect.Effect<number, ControllerResigned | CoordinationError>
+  readonly initProducerId: Effect.Effect<number, ControllerResigned | Coordination.CoordinationError>
   /** The machine's state now. */
   readonly state: Effect.Effect<ControllerState.State>
   /** How it started: the tablets it started with, how many it read from coordination, whether it read them all. */
@@ -136,8 +126,8 @@ type Pending = Deferred.Deferred<ControllerState.Reply, ControllerResigned>
 
 /** What one server is to hear of one tablet: its latest instruction, or that its replica is to be deleted. */
 type Queued =
-  | { readonly _tag: "Instruct"; readonly instruction: TabletInstruction }
-  | { readonly _tag: "Delete"; readonly tablet: TabletId }
+  | { readonly _tag: "Instruct"; readonly instruction: ReplicaManager.TabletInstruction }
+  | { readonly _tag: "Delete"; readonly tablet: Models.TabletId }
 
 /** One server's queued instructions, latest per tablet. */
 interface Outbox {
@@ -150,11 +140,11 @@ interface Outbox {
 
 /** A running controller: what its shell's functions share. Only `feed` changes `state`. */
 interface Running {
-  readonly leadership: Leadership
+  readonly leadership: Election.Leadership
   readonly options: ControllerOptions
   readonly epoch: number
   readonly paths: ClusterPaths.ClusterPaths
-  readonly session: Session
+  readonly session: Coordination.Session
   readonly scope: Scope.Scope
   readonly servers: TabletServersShape
   readonly producerIds: ProducerIds.ProducerIds
@@ -164,7 +154,7 @@ interface Running {
   readonly inbox: Queue.Queue<ControllerState.Input>
   /** Requests waiting for the machine's reply, by request id. */
   readonly replies: Map<number, Pending>
-  readonly outboxes: Map<ServerId, Outbox>
+  readonly outboxes: Map<Models.ServerId, Outbox>
   state: ControllerState.State
   /** The tablet journal as last written, and its node's version. */
   journal: { readonly journal: ClusterPaths.Journal; readonly version: number }
@@ -178,16 +168,16 @@ interface Running {
  * @since 0.1.0
  */
 export const make = (
-  leadership: Leadership,
+  leadership: Election.Leadership,
   options: ControllerOptions
 ): Effect.Effect<
   ControllerShape,
-  CoordinationError | ClusterPaths.CorruptClusterData,
-  Scope.Scope | Coordination | TabletServers
+  Coordination.CoordinationError | ClusterPaths.CorruptClusterData,
+  Scope.Scope | Coordination.Coordination | TabletServers
 > =>
   Effect.gen(function* () {
     const paths = ClusterPaths.make(options.namespace)
-    const session = yield* (yield* Coordination).session()
+    const session = yield* (yield* Coordination.Coordination).session()
     yield* createRoots(session, paths)
     const registered = yield* registrations(session, paths, yield* session.children(paths.servers))
     const view = options.view ?? (yield* ControllerView.make({ namespace: options.namespace }))
@@ -238,7 +228,7 @@ export const make = (
   })
 
 /** Creates the cluster's root nodes where they are missing: the registrations, the tablets and their journal. */
-const createRoots = (session: Session, paths: ClusterPaths.ClusterPaths) =>
+const createRoots = (session: Coordination.Session, paths: ClusterPaths.ClusterPaths) =>
   Effect.forEach(
     [
       [paths.servers, new Uint8Array()],
@@ -260,7 +250,11 @@ const createRoots = (session: Session, paths: ClusterPaths.ClusterPaths) =>
  * leader-imbalance timer, and the loop taking one input at a time. A defect in a step leaves the machine's state
  * unknown: the controller resigns rather than go on without it.
  */
-const start = (c: Running, registered: ReadonlyMap<ServerId, number>, tablets: ReadonlyArray<ControllerState.Tablet>) =>
+const start = (
+  c: Running,
+  registered: ReadonlyMap<Models.ServerId, number>,
+  tablets: ReadonlyArray<ControllerState.Tablet>
+) =>
   Effect.gen(function* () {
     yield* feed(c, {
       _tag: "Started",
@@ -392,7 +386,7 @@ const run = (c: Running, commands: ReadonlyArray<ControllerState.Command>): Effe
  */
 const write = (c: Running, batch: ReadonlyArray<Writing>) =>
   Effect.suspend(() => {
-    const ops = batch.map((w): Op => {
+    const ops = batch.map((w): Coordination.Op => {
       if (w._tag === "Remove") return { _tag: "delete", path: c.paths.tablet(w.tablet), version: w.expectedVersion }
       const path = c.paths.tablet(w.tablet.tablet)
       const data = ClusterPaths.encodeTablet(w.tablet)
@@ -417,17 +411,23 @@ const write = (c: Running, batch: ReadonlyArray<Writing>) =>
   })
 
 /** Queues what `server` (as `registration`) is to hear, latest per tablet, and wakes its delivery. */
-const enqueue = (c: Running, server: ServerId, registration: number | undefined, queued: ReadonlyArray<Queued>) =>
+const enqueue = (
+  c: Running,
+  server: Models.ServerId,
+  registration: number | undefined,
+  queued: ReadonlyArray<Queued>
+) =>
   Effect.gen(function* () {
     const box = yield* outboxOf(c, server)
     box.live = true
     box.registration = registration
-    for (const q of queued) box.pending.set(tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet), q)
+    for (const q of queued)
+      box.pending.set(Models.tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet), q)
     yield* Deferred.succeed(box.wake, undefined)
   })
 
 /** `server`'s outbox, made (with its delivery running) on first use. */
-const outboxOf = (c: Running, server: ServerId) =>
+const outboxOf = (c: Running, server: Models.ServerId) =>
   Effect.gen(function* () {
     const known = c.outboxes.get(server)
     if (known !== undefined) return known
@@ -442,7 +442,7 @@ const outboxOf = (c: Running, server: ServerId) =>
  * time, so a deletion is never overtaken by an older instruction) until it answers, leaves, or a newer coordinator
  * exists. A deletion answered is fed back as `ReplicaStopped`.
  */
-const deliver = (c: Running, server: ServerId, box: Outbox): Effect.Effect<never> =>
+const deliver = (c: Running, server: Models.ServerId, box: Outbox): Effect.Effect<never> =>
   Effect.gen(function* () {
     yield* Deferred.await(box.wake)
     box.wake = Deferred.makeUnsafe()
@@ -464,7 +464,7 @@ const deliver = (c: Running, server: ServerId, box: Outbox): Effect.Effect<never
     if (outcome !== "again" || !box.live) return
     // Not delivered: put back what nothing later replaced, and go again.
     for (const q of queued) {
-      const key = tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet)
+      const key = Models.tabletKey(q._tag === "Instruct" ? q.instruction.tablet : q.tablet)
       if (!box.pending.has(key)) box.pending.set(key, q)
     }
     yield* Deferred.succeed(box.wake, undefined)
@@ -477,10 +477,10 @@ const deliver = (c: Running, server: ServerId, box: Outbox): Effect.Effect<never
  */
 const send = (
   c: Running,
-  server: ServerId,
+  server: Models.ServerId,
   registration: number | undefined,
-  tablets: ReadonlyArray<TabletInstruction>,
-  deletions: ReadonlyArray<TabletId>
+  tablets: ReadonlyArray<ReplicaManager.TabletInstruction>,
+  deletions: ReadonlyArray<Models.TabletId>
 ): Effect.Effect<"delivered" | "over" | "again"> => {
   const addressed = { coordinatorEpoch: c.epoch, ...(registration === undefined ? {} : { registration }) }
   return c.leadership.guard.pipe(
@@ -521,7 +521,7 @@ const send = (
  * Reads `server`'s registration again after it refused instructions addressed to `addressed`: when it registered
  * again (or left) without the watch telling, the machine hears it as the watch would have said it.
  */
-const recheck = (c: Running, server: ServerId, addressed: number | undefined) =>
+const recheck = (c: Running, server: Models.ServerId, addressed: number | undefined) =>
   Effect.gen(function* () {
     const stat = yield* c.session.exists(c.paths.server(server))
     const now = stat._tag === "Some" ? stat.value.createdOrder : undefined
@@ -570,9 +570,9 @@ const askHoldings = (c: Running, command: Extract<ControllerState.Command, { rea
  * The registered servers, each with the creation order of its registration: a server registered again (a
  * restart, an expired session) is a new life even when the watch never saw it missing.
  */
-const registrations = (session: Session, paths: ClusterPaths.ClusterPaths, names: ReadonlyArray<string>) =>
+const registrations = (session: Coordination.Session, paths: ClusterPaths.ClusterPaths, names: ReadonlyArray<string>) =>
   Effect.gen(function* () {
-    const out = new Map<ServerId, number>()
+    const out = new Map<Models.ServerId, number>()
     for (const name of names) {
       const id = ClusterPaths.serverIdOf(name)
       if (id === undefined) continue
@@ -586,7 +586,10 @@ const registrations = (session: Session, paths: ClusterPaths.ClusterPaths, names
  * Live servers: a watch on the registrations, turned into ServerUp / ServerDown inputs (a new life of a server is
  * both: it leaves the ISRs it was in, whatever its log lost, and hears its tablets again).
  */
-const watchServers = (c: Running, known: ReadonlyMap<ServerId, number>): Effect.Effect<void, CoordinationError> =>
+const watchServers = (
+  c: Running,
+  known: ReadonlyMap<Models.ServerId, number>
+): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const watch = yield* c.session.watchChildren(c.paths.servers)
     const now = yield* registrations(c.session, c.paths, watch.value)
@@ -633,7 +636,7 @@ const shapeOf = (c: Running, resumed: ControllerShape["resumed"]): ControllerSha
       Effect.tap((reply) =>
         reply._tag === "IsrRejected"
           ? Effect.logInfo(
-              `${tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}${reply.rejection._tag === "IneligibleReplica" ? ` (server ${reply.rejection.server} is ineligible: ${reply.rejection.why})` : ""}`
+              `${Models.tabletKey(request.tablet)}: ISR change to [${request.isr.join(",")}] from server ${request.leader} (leader epoch ${request.leaderEpoch}, version ${request.version}) refused: ${reply.rejection._tag}${reply.rejection._tag === "IneligibleReplica" ? ` (server ${reply.rejection.server} is ineligible: ${reply.rejection.why})` : ""}`
             )
           : Effect.void
       )

@@ -11,7 +11,7 @@
  *
  * @since 0.1.0
  */
-import { Coordination, type CoordinationError, type Node, type Session } from "@strata/core"
+import { Coordination } from "@strata/core"
 import { Duration, Effect, Option, type Scope, Semaphore } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import type * as ControllerState from "../machines/ControllerState.js"
@@ -54,7 +54,9 @@ export interface ViewStats {
  */
 export interface ControllerView {
   /** Catches up with coordination through `session` and returns every tablet. */
-  readonly sync: (session: Session) => Effect.Effect<Synced, CoordinationError | ClusterPaths.CorruptClusterData>
+  readonly sync: (
+    session: Coordination.Session
+  ) => Effect.Effect<Synced, Coordination.CoordinationError | ClusterPaths.CorruptClusterData>
   readonly stats: Effect.Effect<ViewStats>
 }
 
@@ -83,7 +85,7 @@ const readConcurrency = 16
  */
 export const make = (
   options: ControllerViewOptions
-): Effect.Effect<ControllerView, never, Coordination | Scope.Scope> =>
+): Effect.Effect<ControllerView, never, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
     const paths = ClusterPaths.make(options.namespace)
     const lock = yield* Semaphore.make(1)
@@ -92,7 +94,7 @@ export const make = (
     let fullLoads = 0
     let tabletReads = 0
 
-    const read = (session: Session, name: string) =>
+    const read = (session: Coordination.Session, name: string) =>
       Effect.gen(function* () {
         const path = `${paths.tablets}/${name}`
         tabletReads++
@@ -100,7 +102,7 @@ export const make = (
           Effect.map(Option.some),
           Effect.catchIf(
             (e) => e.reason._tag === "NoNode",
-            () => Effect.succeed(Option.none<Node>())
+            () => Effect.succeed(Option.none<Coordination.Node>())
           )
         )
         if (Option.isNone(node)) {
@@ -110,7 +112,7 @@ export const make = (
         cache.set(name, yield* ClusterPaths.decodeTablet(path, node.value.data, node.value.stat.version))
       })
 
-    const readAll = (session: Session) =>
+    const readAll = (session: Coordination.Session) =>
       Effect.gen(function* () {
         fullLoads++
         const names = yield* session.children(paths.tablets).pipe(
@@ -125,7 +127,7 @@ export const make = (
       })
 
     /** Catches up with the journal `node` held (none: no journal, every tablet is read). */
-    const catchUp = (session: Session, node: Option.Option<Node>) =>
+    const catchUp = (session: Coordination.Session, node: Option.Option<Coordination.Node>) =>
       Effect.gen(function* () {
         if (Option.isNone(node)) {
           seq = undefined
@@ -142,7 +144,7 @@ export const make = (
         return { full: since === undefined, journal: { journal, version: node.value.stat.version } }
       })
 
-    const sync = (session: Session) =>
+    const sync = (session: Coordination.Session) =>
       lock.withPermit(
         Effect.gen(function* () {
           const before = tabletReads
@@ -150,7 +152,7 @@ export const make = (
             Effect.map(Option.some),
             Effect.catchIf(
               (e) => e.reason._tag === "NoNode",
-              () => Effect.succeed(Option.none<Node>())
+              () => Effect.succeed(Option.none<Coordination.Node>())
             )
           )
           const caught = yield* catchUp(session, node)
@@ -160,7 +162,7 @@ export const make = (
 
     if (options.keepWarm !== undefined) {
       const backoff = Duration.millis(options.keepWarm.retryBackoffMs)
-      const coordination = yield* Coordination
+      const coordination = yield* Coordination.Coordination
       // One session for the watch, a new one after it ends; every journal change is caught up with.
       const watch = Effect.scoped(
         Effect.gen(function* () {

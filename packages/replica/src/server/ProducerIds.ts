@@ -7,7 +7,7 @@
  *
  * @since 0.1.0
  */
-import { type CoordinationError, OptionSchemas, Retry, type Session } from "@strata/core"
+import { type Coordination, OptionSchemas, Retry } from "@strata/core"
 import { Data, Effect, Schedule, Schema, Semaphore } from "effect"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
@@ -40,7 +40,7 @@ export type ProducerIdsOptions = typeof ProducerIdsOptions.Encoded
  */
 export interface ProducerIds {
   /** An id no producer of the cluster has had (a new block reserved through `session` when need be). */
-  readonly next: (session: Session) => Effect.Effect<number, CoordinationError>
+  readonly next: (session: Coordination.Session) => Effect.Effect<number, Coordination.CoordinationError>
 }
 
 /** The largest id handed out: ids stay within the wire's 31-bit producer id. */
@@ -59,7 +59,7 @@ const decodeNext = (path: string, data: Uint8Array): Effect.Effect<number> => {
 class Raced extends Data.TaggedError("Raced") {}
 
 /** Reserves `[from, from + size)` from the node: created when absent, else moved on at the version read. */
-const reserve = (session: Session, path: string, size: number) =>
+const reserve = (session: Coordination.Session, path: string, size: number) =>
   Effect.gen(function* () {
     const node = yield* session.get(path).pipe(
       Effect.flatMap((n) => Effect.map(decodeNext(path, n.data), (from) => ({ from, version: n.stat.version }))),
@@ -71,7 +71,7 @@ const reserve = (session: Session, path: string, size: number) =>
     const from = node?.from ?? 0
     if (from + size - 1 > MAX_ID) return yield* Effect.die(new Error(`${path}: producer ids exhausted at ${from}`))
     const data = encoder.encode(String(from + size))
-    const write: Effect.Effect<unknown, CoordinationError> =
+    const write: Effect.Effect<unknown, Coordination.CoordinationError> =
       node === undefined ? session.create(path, data, { createParents: true }) : session.set(path, data, node.version)
     yield* write.pipe(
       Effect.catchIf(

@@ -13,7 +13,7 @@
  *
  * @since 0.1.0
  */
-import { del, type PartitionStore, put, type StoreError, type StoreOp, type TabletId, tabletKey } from "@strata/core"
+import { Models, Store } from "@strata/core"
 import { Clock, Data, Effect, Option, Semaphore, Stream } from "effect"
 import * as Codec from "../wire/internal/batchCodec.js"
 import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
@@ -29,7 +29,7 @@ export type { Batch, TabletRecord } from "../wire/internal/batchCodec.js"
 export class TabletLogError extends Data.TaggedError("TabletLogError")<{
   readonly tablet: string
   readonly reason:
-    | { readonly _tag: "StoreFailed"; readonly cause: StoreError }
+    | { readonly _tag: "StoreFailed"; readonly cause: Store.StoreError }
     | { readonly _tag: "OffsetOutOfRange"; readonly offset: number; readonly start: number; readonly end: number }
     | { readonly _tag: "NotContiguous"; readonly baseOffset: number; readonly end: number }
     | { readonly _tag: "StaleEpoch"; readonly epoch: number; readonly latest: number }
@@ -88,7 +88,7 @@ export interface Appended {
  * @since 0.1.0
  */
 export interface TabletLog {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   /** The first offset still in the log. */
   readonly logStartOffset: Effect.Effect<number>
   /** One past the last record (LEO). */
@@ -156,7 +156,7 @@ type ProducerChanges = ReadonlyMap<number, ProducerState.Entry | undefined>
 const noChanges: ProducerChanges = new Map()
 
 /** Reads the log's fields and epoch cache from the store, checking they agree with the batches. */
-const load = (store: PartitionStore, fail: (detail: string) => TabletLogError) =>
+const load = (store: Store.PartitionStore, fail: (detail: string) => TabletLogError) =>
   Effect.gen(function* () {
     const field = (name: "hw" | "start" | "end") =>
       Effect.map(
@@ -222,9 +222,9 @@ interface TailEntry {
 
 /** An open log: what its functions share. `state` and the tail change only under `lock`, after a write succeeded. */
 interface Opened {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   readonly name: string
-  readonly store: PartitionStore
+  readonly store: Store.PartitionStore
   readonly lock: Semaphore.Semaphore
   readonly state: Loaded
   /** When the log opened, in ms: a producer entry loaded is as of then. */
@@ -246,9 +246,9 @@ interface Opened {
  *
  * @since 0.1.0
  */
-export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<TabletLog, TabletLogError> =>
+export const make = (store: Store.PartitionStore, tablet: Models.TabletId): Effect.Effect<TabletLog, TabletLogError> =>
   Effect.gen(function* () {
-    const name = tabletKey(tablet)
+    const name = Models.tabletKey(tablet)
     const state = yield* load(
       store,
       (detail) => new TabletLogError({ tablet: name, reason: { _tag: "Corrupt", detail } })
@@ -289,7 +289,7 @@ export const make = (store: PartitionStore, tablet: TabletId): Effect.Effect<Tab
   })
 
 const error = (o: Opened, reason: TabletLogError["reason"]) => new TabletLogError({ tablet: o.name, reason })
-const storeFailed = (o: Opened) => (cause: StoreError) => error(o, { _tag: "StoreFailed", cause })
+const storeFailed = (o: Opened) => (cause: Store.StoreError) => error(o, { _tag: "StoreFailed", cause })
 const corrupt = (o: Opened, detail: string) => error(o, { _tag: "Corrupt", detail })
 const outOfRange = (o: Opened, offset: number) =>
   error(o, { _tag: "OffsetOutOfRange", offset, start: o.state.start, end: o.state.end })
@@ -297,23 +297,23 @@ const outOfRange = (o: Opened, offset: number) =>
 /** Runs `self` holding the log's lock: one change or read at a time. */
 const alone = <A, E>(o: Opened, self: Effect.Effect<A, E>) => Semaphore.withPermit(o.lock, self)
 
-const write = (o: Opened, ops: ReadonlyArray<StoreOp>) => o.store.write(ops).pipe(Effect.mapError(storeFailed(o)))
+const write = (o: Opened, ops: ReadonlyArray<Store.Op>) => o.store.write(ops).pipe(Effect.mapError(storeFailed(o)))
 
 /** The store ops of the log's fields. */
-const fieldOps = (s: Fields): Array<StoreOp> => [
-  put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
-  put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
-  put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
+const fieldOps = (s: Fields): Array<Store.Op> => [
+  Store.put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
+  Store.put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
+  Store.put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
 ]
 
 /** The store ops that make the epoch cache `next` where it was `prev`. */
 const epochOps = (prev: LeaderEpochCache.LeaderEpochCache, next: LeaderEpochCache.LeaderEpochCache) => {
-  const ops: Array<StoreOp> = []
-  for (const e of prev) if (!next.some((n) => n.epoch === e.epoch)) ops.push(del(Codec.epochKey(e.epoch)))
+  const ops: Array<Store.Op> = []
+  for (const e of prev) if (!next.some((n) => n.epoch === e.epoch)) ops.push(Store.del(Codec.epochKey(e.epoch)))
   for (const e of next) {
     const was = prev.find((p) => p.epoch === e.epoch)
     if (was === undefined || was.startOffset !== e.startOffset) {
-      ops.push(put(Codec.epochKey(e.epoch), Codec.encodeOffset(e.startOffset)))
+      ops.push(Store.put(Codec.epochKey(e.epoch), Codec.encodeOffset(e.startOffset)))
     }
   }
   return ops
@@ -321,9 +321,13 @@ const epochOps = (prev: LeaderEpochCache.LeaderEpochCache, next: LeaderEpochCach
 
 /** The store ops of producer entry changes (as many as there are changes, whatever the producer count). */
 const producerOps = (changes: ProducerChanges) => {
-  const ops: Array<StoreOp> = []
+  const ops: Array<Store.Op> = []
   for (const [id, entry] of changes) {
-    ops.push(entry === undefined ? del(Codec.producerKey(id)) : put(Codec.producerKey(id), Codec.encodeProducer(entry)))
+    ops.push(
+      entry === undefined
+        ? Store.del(Codec.producerKey(id))
+        : Store.put(Codec.producerKey(id), Codec.encodeProducer(entry))
+    )
   }
   return ops
 }
@@ -356,7 +360,7 @@ const clearTail = (o: Opened) => {
  * Makes `next` the log's fields, writing `ops`, every field and epoch that changed and the producer `changes`, at
  * once; the state changes only once the write succeeded.
  */
-const commit = (o: Opened, ops: ReadonlyArray<StoreOp>, next: Fields, changes: ProducerChanges = noChanges) =>
+const commit = (o: Opened, ops: ReadonlyArray<Store.Op>, next: Fields, changes: ProducerChanges = noChanges) =>
   write(o, [...ops, ...epochOps(o.state.epochs, next.epochs), ...producerOps(changes), ...fieldOps(next)]).pipe(
     Effect.tap(() =>
       Effect.sync(() => {
@@ -411,7 +415,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     let epochs = state.epochs
     let end = state.end
     const producers = new Map<number, ProducerState.Entry>()
-    const ops: Array<StoreOp> = []
+    const ops: Array<Store.Op> = []
     const written: Array<TailEntry> = []
     for (const b of batches) {
       if (b.baseOffset !== end) return Effect.fail(error(o, { _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
@@ -422,7 +426,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
       if (b.records.length === 0) continue
       epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
       const bytes = Codec.encodeBatch(b.epoch, b.records, b.producer)
-      ops.push(put(Codec.batchKey(b.baseOffset), bytes))
+      ops.push(Store.put(Codec.batchKey(b.baseOffset), bytes))
       written.push({ batch: b, size: bytes.length })
       if (b.producer !== undefined) {
         const id = b.producer.id
@@ -514,17 +518,17 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
  */
 const cutFrom = (o: Opened, offset: number) =>
   Effect.gen(function* () {
-    const ops: Array<StoreOp> = []
+    const ops: Array<Store.Op> = []
     let end = offset
     yield* batchesFrom(o, offset).pipe(
       Stream.mapError(storeFailed(o)),
       Stream.runForEach(([k, v]) =>
         Effect.gen(function* () {
           const b = yield* decode(o, k, v)
-          ops.push(del(k))
+          ops.push(Store.del(k))
           const kept = offset - b.baseOffset
           if (kept <= 0) return
-          if (b.producer === undefined) ops.push(put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
+          if (b.producer === undefined) ops.push(Store.put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
           else end = b.baseOffset
         })
       )
@@ -606,12 +610,12 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
     if (offset <= state.start) return
     if (offset > state.end) return yield* Effect.fail(outOfRange(o, offset))
     // Whole batches below `offset` go; the one holding it stays (read from `offset` on).
-    const ops: Array<StoreOp> = []
+    const ops: Array<Store.Op> = []
     yield* o.store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(offset) }).pipe(
       Stream.mapError(storeFailed(o)),
       Stream.runForEach(([k, v]) =>
         Effect.map(decode(o, k, v), (b) => {
-          if (b.baseOffset + b.records.length <= offset) ops.push(del(k))
+          if (b.baseOffset + b.records.length <= offset) ops.push(Store.del(k))
         })
       )
     )
@@ -626,10 +630,10 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
 
 const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
-    const ops: Array<StoreOp> = []
+    const ops: Array<Store.Op> = []
     yield* o.store.scan(Codec.BATCHES).pipe(
       Stream.mapError(storeFailed(o)),
-      Stream.runForEach(([k]) => Effect.sync(() => ops.push(del(k))))
+      Stream.runForEach(([k]) => Effect.sync(() => ops.push(Store.del(k))))
     )
     const changes = new Map<number, undefined>()
     for (const id of o.state.producers.keys()) changes.set(id, undefined)
@@ -651,7 +655,7 @@ const expireProducers = (o: Opened, idleMs: number): Effect.Effect<number, Table
 const checkpointHighWatermark = (o: Opened, hw: number): Effect.Effect<void, TabletLogError> =>
   Effect.suspend(() => {
     const next = Math.min(Math.max(hw, o.state.start), o.state.end)
-    return write(o, [put(Codec.fieldKey("hw"), Codec.encodeOffset(next))]).pipe(
+    return write(o, [Store.put(Codec.fieldKey("hw"), Codec.encodeOffset(next))]).pipe(
       Effect.tap(() =>
         Effect.sync(() => {
           o.state.hw = next

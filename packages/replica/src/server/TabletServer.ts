@@ -10,31 +10,8 @@
  *
  * @since 0.1.0
  */
-import {
-  AppendTimedOut,
-  type AppendRequest,
-  type AppendResult,
-  type FetchRequest,
-  FencedEpoch,
-  InvalidRequest,
-  type LeaderAndIsrRequest,
-  OffsetOutOfRange,
-  OptionSchemas,
-  ProducerRefused,
-  ReplicaError,
-  type ReplicaErrorReason,
-  ReplicaManager,
-  type ReplicaManagerShape,
-  ReplicaStorageFailed,
-  Retry,
-  ServerId,
-  Store,
-  type StoreShape,
-  type TabletId,
-  type TabletInstruction,
-  UnknownTablet,
-  tabletKey
-} from "@strata/core"
+import { Errors, Log, Models, OptionSchemas, Retry, Store } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Clock, Config, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
 import * as FollowerState from "../machines/FollowerState.js"
 import * as Replica from "../machines/Replica.js"
@@ -57,7 +34,7 @@ import * as TabletLog from "./TabletLog.js"
  * @since 0.1.0
  */
 export const TabletServerOptions = Schema.Struct({
-  serverId: ServerId,
+  serverId: Models.ServerId,
   /** The cluster's replication settings (`ReplicationConfig`; every key optional). */
   replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
 })
@@ -74,7 +51,7 @@ export type TabletServerOptions = typeof TabletServerOptions.Encoded
  *
  * @since 0.1.0
  */
-export interface TabletServerShape extends ReplicaManagerShape {
+export interface TabletServerShape extends ReplicaManager.Shape {
   /** The highest coordinator epoch this server has taken instructions under. */
   readonly coordinatorEpoch: Effect.Effect<number>
   /**
@@ -83,9 +60,9 @@ export interface TabletServerShape extends ReplicaManagerShape {
    */
   readonly registered: (registration: number | undefined) => Effect.Effect<void>
   /** The replica's log, for inspection (`undefined` when not hosted or not open). */
-  readonly logOf: (tablet: TabletId) => Effect.Effect<TabletLog.TabletLog | undefined>
+  readonly logOf: (tablet: Models.TabletId) => Effect.Effect<TabletLog.TabletLog | undefined>
   /** The tablets hosted here. */
-  readonly tablets: Effect.Effect<ReadonlyArray<TabletId>>
+  readonly tablets: Effect.Effect<ReadonlyArray<Models.TabletId>>
   /** Each hosted replica's state; a leader's high watermark and log end as its machine holds them. */
   readonly replicas: Effect.Effect<ReadonlyArray<ReplicaView>>
   /**
@@ -101,14 +78,14 @@ export interface TabletServerShape extends ReplicaManagerShape {
  * @since 0.1.0
  */
 export interface ReplicaView {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   readonly machine: ReplicaState.State
   readonly leader?: {
     readonly leaderEpoch: number
     readonly highWatermark: number
     readonly logEndOffset: number
     /** The committed ISR as the leader knows it. */
-    readonly isr: ReadonlyArray<ServerId>
+    readonly isr: ReadonlyArray<Models.ServerId>
   }
 }
 
@@ -145,10 +122,10 @@ export class TabletServer extends Context.Service<TabletServer, TabletServerShap
 
 /** What every handler shares. */
 interface Server {
-  readonly self: ServerId
+  readonly self: Models.ServerId
   readonly config: ReplicationConfig.ReplicationConfig
   readonly peers: PeersShape
-  readonly store: StoreShape
+  readonly store: Store.Shape
   readonly scope: Scope.Scope
   readonly hosted: Map<string, Hosted.Hosted>
   readonly machines: MachinesShape
@@ -160,12 +137,14 @@ interface Server {
   closed: boolean
 }
 
-const fail = (reason: ReplicaErrorReason) => Effect.fail(new ReplicaError({ reason }))
+const fail = (reason: ReplicaManager.ErrorReason) => Effect.fail(new ReplicaManager.ReplicaError({ reason }))
 const storageFailed = (h: Hosted.Hosted) => (e: TabletLog.TabletLogError) =>
-  new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: h.key, detail: e.message }) })
+  new ReplicaManager.ReplicaError({
+    reason: new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: e.message })
+  })
 
 /** The store partition a tablet's log lives in. */
-export const storeIdOf = (tablet: TabletId) => ({ table: `tablet.${tablet.table}`, partition: tablet.bucket })
+export const storeIdOf = (tablet: Models.TabletId) => ({ table: `tablet.${tablet.table}`, partition: tablet.bucket })
 
 // ---------------------------------------------------------------------------
 // Running the replica machine
@@ -179,7 +158,7 @@ const feed = (
   server: Server,
   h: Hosted.Hosted,
   input: Replica.Input
-): Effect.Effect<Replica.Answer | undefined, ReplicaError> =>
+): Effect.Effect<Replica.Answer | undefined, ReplicaManager.ReplicaError> =>
   Effect.suspend(() => {
     const [next, ready] = server.machines.replica(h.state, input)
     h.state = next
@@ -215,7 +194,11 @@ const admitted = (server: Server, h: Hosted.Hosted, input: Extract<Replica.Input
 const run = (server: Server, h: Hosted.Hosted, commands: ReadonlyArray<Replica.Command>) =>
   Effect.forEach(commands, (command) => runCommand(server, h, command), { discard: true })
 
-const runCommand = (server: Server, h: Hosted.Hosted, command: Replica.Command): Effect.Effect<void, ReplicaError> => {
+const runCommand = (
+  server: Server,
+  h: Hosted.Hosted,
+  command: Replica.Command
+): Effect.Effect<void, ReplicaManager.ReplicaError> => {
   switch (command._tag) {
     case "OpenLog":
       return openLog(server, h)
@@ -243,7 +226,7 @@ const runCommand = (server: Server, h: Hosted.Hosted, command: Replica.Command):
         discard: true
       })
     case "Fail": {
-      const error = new ReplicaError({ reason: command.reason })
+      const error = new ReplicaManager.ReplicaError({ reason: command.reason })
       return Effect.forEach(command.tickets, (t) => settle(h, t, Exit.fail(error)), { discard: true })
     }
     case "Wake":
@@ -300,7 +283,7 @@ const runCommand = (server: Server, h: Hosted.Hosted, command: Replica.Command):
 }
 
 /** Completes the waiting append of `ticket`, if its caller still waits. */
-const settle = (h: Hosted.Hosted, ticket: number, exit: Exit.Exit<number, ReplicaError>) =>
+const settle = (h: Hosted.Hosted, ticket: number, exit: Exit.Exit<number, ReplicaManager.ReplicaError>) =>
   Effect.suspend(() => {
     const done = h.tickets.get(ticket)
     if (done === undefined) return Effect.void
@@ -312,7 +295,11 @@ const settle = (h: Hosted.Hosted, ticket: number, exit: Exit.Exit<number, Replic
  * Checkpoints the high watermark, then feeds `Checkpointed` (releasing the appends it covers). The checkpoint only
  * shortens a restart's catch-up, but a store that fails it takes no writes: the replica goes offline.
  */
-const checkpoint = (server: Server, h: Hosted.Hosted, highWatermark: number): Effect.Effect<void, ReplicaError> =>
+const checkpoint = (
+  server: Server,
+  h: Hosted.Hosted,
+  highWatermark: number
+): Effect.Effect<void, ReplicaManager.ReplicaError> =>
   Effect.gen(function* () {
     if (h.log !== undefined) {
       const checkpointed = yield* Effect.result(h.log.checkpointHighWatermark(highWatermark))
@@ -400,7 +387,8 @@ const tryStore = (server: Server, h: Hosted.Hosted) =>
       Effect.gen(function* () {
         yield* feedOrFail(server, h, { _tag: "Open" })
         const log = h.log
-        if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
+        if (log === undefined)
+          return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
         yield* log.checkpointHighWatermark(yield* log.highWatermark).pipe(Effect.mapError(storageFailed(h)))
       })
     )
@@ -500,17 +488,18 @@ const proposeIsr = (
   }).pipe(Effect.ignore)
 
 /** Drops the store partition of `tablet`'s log (closed first: an open one is locked). */
-const dropLog = (server: Server, tablet: TabletId): Effect.Effect<void, ReplicaError> =>
-  server.store
-    .drop(storeIdOf(tablet))
-    .pipe(
-      Effect.mapError(
-        (e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: tabletKey(tablet), detail: e.message }) })
-      )
+const dropLog = (server: Server, tablet: Models.TabletId): Effect.Effect<void, ReplicaManager.ReplicaError> =>
+  server.store.drop(storeIdOf(tablet)).pipe(
+    Effect.mapError(
+      (e) =>
+        new ReplicaManager.ReplicaError({
+          reason: new ReplicaManager.ReplicaStorageFailed({ tablet: Models.tabletKey(tablet), detail: e.message })
+        })
     )
+  )
 
 /** Opens the replica's log, then feeds the machine `Loaded`. */
-const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaError> =>
+const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaManager.ReplicaError> =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
     const opened = yield* Effect.exit(
@@ -524,12 +513,12 @@ const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaE
         onNone: () => "the log could not be opened",
         onSome: (e) => e.message
       })
-      return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail }))
+      return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail }))
     }
     // A request that arrived as the server stopped must not leave a log open (its store locked) behind it.
     if (server.closed) {
       yield* Scope.close(scope, Exit.void)
-      return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "the server has stopped" }))
+      return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: "the server has stopped" }))
     }
     h.log = opened.value
     h.logScope = scope
@@ -541,8 +530,8 @@ const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaE
 // ---------------------------------------------------------------------------
 
 /** The replica of `tablet`, hosted here from now on if it was not. */
-const hostedOrNew = (server: Server, tablet: TabletId) => {
-  const key = tabletKey(tablet)
+const hostedOrNew = (server: Server, tablet: Models.TabletId) => {
+  const key = Models.tabletKey(tablet)
   let h = server.hosted.get(key)
   if (h === undefined) {
     h = Hosted.make(tablet, server.self, {
@@ -555,7 +544,7 @@ const hostedOrNew = (server: Server, tablet: TabletId) => {
 }
 
 /** Applies one tablet's instruction: a new replica's log is opened first. */
-const apply = (server: Server, instruction: TabletInstruction) =>
+const apply = (server: Server, instruction: ReplicaManager.TabletInstruction) =>
   Effect.gen(function* () {
     const h = hostedOrNew(server, instruction.tablet)
     yield* Hosted.locked(
@@ -574,18 +563,20 @@ const apply = (server: Server, instruction: TabletInstruction) =>
   })
 
 /** The replica of `tablet`, or `UnknownTablet`. */
-const hostedOf = (server: Server, tablet: TabletId) =>
+const hostedOf = (server: Server, tablet: Models.TabletId) =>
   Effect.suspend(() => {
-    const h = server.hosted.get(tabletKey(tablet))
-    return h === undefined ? fail(new UnknownTablet({ tablet: tabletKey(tablet) })) : Effect.succeed(h)
+    const h = server.hosted.get(Models.tabletKey(tablet))
+    return h === undefined
+      ? fail(new ReplicaManager.UnknownTablet({ tablet: Models.tabletKey(tablet) }))
+      : Effect.succeed(h)
   })
 
 /** The append's error for a refused producer stamp or a failed log. */
 const appendError = (h: Hosted.Hosted, e: TabletLog.TabletLogError) => {
   const r = e.reason
   if (r._tag !== "ProducerRefused") return storageFailed(h)(e)
-  return new ReplicaError({
-    reason: new ProducerRefused({
+  return new ReplicaManager.ReplicaError({
+    reason: new ReplicaManager.ProducerRefused({
       tablet: h.key,
       producer: r.producer,
       kind: r.verdict._tag,
@@ -595,7 +586,7 @@ const appendError = (h: Hosted.Hosted, e: TabletLog.TabletLogError) => {
 }
 
 /** Writes an append the machine admitted and feeds it back: acknowledged now, or a ticket to wait on. */
-const persist = (server: Server, h: Hosted.Hosted, request: AppendRequest) =>
+const persist = (server: Server, h: Hosted.Hosted, request: ReplicaManager.AppendRequest) =>
   Effect.gen(function* () {
     const proposed = yield* feedOrFail(server, h, { _tag: "Propose", acks: request.acks })
     const log = h.log
@@ -615,23 +606,24 @@ const persist = (server: Server, h: Hosted.Hosted, request: AppendRequest) =>
       lastOffset: written.lastOffset,
       duplicate
     })
-    const result = (highWatermark: number): AppendResult => ({
+    const result = (highWatermark: number): ReplicaManager.AppendResult => ({
       baseOffset: written.baseOffset,
       lastOffset: written.lastOffset,
       highWatermark,
       duplicate
     })
     if (answer?._tag !== "Wait") return { result: result(answer?._tag === "Done" ? answer.highWatermark : 0) }
-    const done = Deferred.makeUnsafe<number, ReplicaError>()
+    const done = Deferred.makeUnsafe<number, ReplicaManager.ReplicaError>()
     h.tickets.set(answer.ticket, done)
     return { result: result(answer.highWatermark), ticket: answer.ticket, done }
   })
 
 const append =
-  (server: Server): ReplicaManagerShape["append"] =>
+  (server: Server): ReplicaManager.Shape["append"] =>
   (request) =>
     Effect.gen(function* () {
-      if (request.records.length === 0) return yield* fail(new InvalidRequest({ detail: "an append of no records" }))
+      if (request.records.length === 0)
+        return yield* fail(new Log.InvalidRequest({ detail: "an append of no records" }))
       const h = yield* hostedOf(server, request.tablet)
       const outcome = yield* Hosted.locked(h, persist(server, h, request))
       if (outcome.done === undefined) return outcome.result
@@ -641,7 +633,10 @@ const append =
         Effect.timeoutOption(timeoutMs),
         Effect.flatMap(
           Option.match({
-            onNone: () => fail(new AppendTimedOut({ tablet: h.key, lastOffset: outcome.result.lastOffset, timeoutMs })),
+            onNone: () =>
+              fail(
+                new ReplicaManager.AppendTimedOut({ tablet: h.key, lastOffset: outcome.result.lastOffset, timeoutMs })
+              ),
             onSome: Effect.succeed
           })
         ),
@@ -659,7 +654,7 @@ const append =
     })
 
 const read =
-  (server: Server): ReplicaManagerShape["read"] =>
+  (server: Server): ReplicaManager.Shape["read"] =>
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
@@ -671,7 +666,7 @@ const read =
       const bounds = { logStartOffset: start, logEndOffset: end, highWatermark: hw }
       if (request.offset < start || request.offset > end) {
         return yield* fail(
-          new OffsetOutOfRange({
+          new Errors.OffsetOutOfRange({
             topic: request.tablet.table,
             partition: request.tablet.bucket,
             offset: request.offset,
@@ -703,7 +698,7 @@ const divergence = (log: TabletLog.TabletLog, offset: number, lastFetchedEpoch: 
   })
 
 /** A follower's fetch as the leader first sees it: out of range, diverging, or in range (its progress taken). */
-const admitFetch = (server: Server, h: Hosted.Hosted, request: FetchRequest, nowMs: number) =>
+const admitFetch = (server: Server, h: Hosted.Hosted, request: ReplicaManager.FetchRequest, nowMs: number) =>
   Effect.gen(function* () {
     const { generation, leaderEpoch, log } = yield* admitted(server, h, {
       _tag: "Lead",
@@ -728,7 +723,7 @@ const admitFetch = (server: Server, h: Hosted.Hosted, request: FetchRequest, now
   })
 
 const fetch =
-  (server: Server): ReplicaManagerShape["fetch"] =>
+  (server: Server): ReplicaManager.Shape["fetch"] =>
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
@@ -765,7 +760,7 @@ const fetch =
     })
 
 const endOffsetForEpoch =
-  (server: Server): ReplicaManagerShape["endOffsetForEpoch"] =>
+  (server: Server): ReplicaManager.Shape["endOffsetForEpoch"] =>
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
@@ -782,12 +777,12 @@ const endOffsetForEpoch =
  * server does not host and has no data of (never assigned here, or deleted) is answered empty and left uncreated.
  */
 const logEnd =
-  (server: Server): ReplicaManagerShape["logEnd"] =>
+  (server: Server): ReplicaManager.Shape["logEnd"] =>
   (request) =>
     Effect.gen(function* () {
       const fence = request.fence
       if (fence !== undefined) yield* admitController(server, fence)
-      const hosted = server.hosted.has(tabletKey(request.tablet))
+      const hosted = server.hosted.has(Models.tabletKey(request.tablet))
       const h = hostedOrNew(server, request.tablet)
       return yield* Hosted.locked(
         h,
@@ -796,7 +791,8 @@ const logEnd =
           // The answer must stay true: no role under an older epoch may append, acknowledge or copy past it.
           if (fence !== undefined) yield* feedOrFail(server, h, { _tag: "Fence", leaderEpoch: fence.leaderEpoch })
           const log = h.log
-          if (log === undefined) return yield* fail(new ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
+          if (log === undefined)
+            return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
           const epochs = yield* log.epochs
           const answer = {
             lastEpoch: LeaderEpochCache.latest(epochs)?.epoch ?? null,
@@ -827,7 +823,7 @@ const admitController = (
   Effect.suspend(() => {
     if (request.coordinatorEpoch < server.coordinatorEpoch) {
       return fail(
-        new FencedEpoch({
+        new Errors.FencedEpoch({
           resource: "coordinator",
           current: server.coordinatorEpoch,
           attempted: request.coordinatorEpoch
@@ -837,7 +833,7 @@ const admitController = (
     if (request.registration !== undefined && request.registration !== server.registration) {
       // Meant for another life of this server (its last one, or its next, not registered yet).
       return fail(
-        new FencedEpoch({
+        new Errors.FencedEpoch({
           resource: `registration of server ${server.self}${server.registration === undefined ? " (not registered)" : ""}`,
           current: server.registration ?? 0,
           attempted: request.registration
@@ -852,9 +848,9 @@ const admitController = (
  * Deletes this server's replica of `tablet`: a hosted one through its machine (its role ends, its log closes, its
  * data goes), and the store partition in any case: a replica left on disk by an earlier run is not hosted.
  */
-const deleteReplica = (server: Server, tablet: TabletId) =>
+const deleteReplica = (server: Server, tablet: Models.TabletId) =>
   Effect.gen(function* () {
-    const key = tabletKey(tablet)
+    const key = Models.tabletKey(tablet)
     const h = server.hosted.get(key)
     if (h !== undefined) {
       yield* Hosted.locked(h, feedOrFail(server, h, { _tag: "Delete" }))
@@ -865,7 +861,7 @@ const deleteReplica = (server: Server, tablet: TabletId) =>
   })
 
 const stopReplica =
-  (server: Server): ReplicaManagerShape["stopReplica"] =>
+  (server: Server): ReplicaManager.Shape["stopReplica"] =>
   (request) =>
     Effect.andThen(
       admitController(server, request),
@@ -873,7 +869,7 @@ const stopReplica =
     )
 
 const holdings =
-  (server: Server): ReplicaManagerShape["holdings"] =>
+  (server: Server): ReplicaManager.Shape["holdings"] =>
   (request) =>
     Effect.gen(function* () {
       yield* admitController(server, request)
@@ -891,8 +887,8 @@ const holdings =
     })
 
 const leaderAndIsr =
-  (server: Server): ReplicaManagerShape["leaderAndIsr"] =>
-  (request: LeaderAndIsrRequest) =>
+  (server: Server): ReplicaManager.Shape["leaderAndIsr"] =>
+  (request: ReplicaManager.LeaderAndIsrRequest) =>
     Effect.gen(function* () {
       yield* admitController(server, request)
       // One tablet's failure (its store, an instruction its machine refuses) does not hold up the others.
@@ -901,7 +897,7 @@ const leaderAndIsr =
         (instruction) =>
           apply(server, instruction).pipe(
             Effect.catch((e) =>
-              Effect.logWarning(`server ${server.self}: ${tabletKey(instruction.tablet)}: ${e.message}`)
+              Effect.logWarning(`server ${server.self}: ${Models.tabletKey(instruction.tablet)}: ${e.message}`)
             )
           ),
         { discard: true }
@@ -947,7 +943,7 @@ const tick = (server: Server) =>
  */
 export const make = (
   options: TabletServerOptions
-): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store | Peers> =>
+): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store.Store | Peers> =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
@@ -957,7 +953,7 @@ export const make = (
       self: o.serverId,
       config: o.replication,
       peers: yield* Peers,
-      store: yield* Store,
+      store: yield* Store.Store,
       scope,
       hosted: new Map(),
       machines: yield* Machines,
@@ -994,7 +990,7 @@ export const make = (
           server.registration = registration
         }),
       controlledShutdown: controlledShutdown(server),
-      logOf: (tablet) => Effect.sync(() => server.hosted.get(tabletKey(tablet))?.log),
+      logOf: (tablet) => Effect.sync(() => server.hosted.get(Models.tabletKey(tablet))?.log),
       tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),
       replicas: Effect.sync(() =>
         [...server.hosted.values()].map(({ state }): ReplicaView => {
@@ -1023,9 +1019,15 @@ export const make = (
  */
 export const layer = (
   options: TabletServerOptions
-): Layer.Layer<TabletServer | ReplicaManager, ReplicationConfig.InvalidReplicaOptions, Store | Peers> =>
+): Layer.Layer<
+  TabletServer | ReplicaManager.ReplicaManager,
+  ReplicationConfig.InvalidReplicaOptions,
+  Store.Store | Peers
+> =>
   Layer.effectContext(
-    Effect.map(make(options), (server) => Context.make(TabletServer, server).pipe(Context.add(ReplicaManager, server)))
+    Effect.map(make(options), (server) =>
+      Context.make(TabletServer, server).pipe(Context.add(ReplicaManager.ReplicaManager, server))
+    )
   )
 
 /**
@@ -1036,7 +1038,7 @@ export const layer = (
 export const layerConfig = (
   config: Config.Wrap<TabletServerOptions>
 ): Layer.Layer<
-  TabletServer | ReplicaManager,
+  TabletServer | ReplicaManager.ReplicaManager,
   ReplicationConfig.InvalidReplicaOptions | Config.ConfigError,
-  Store | Peers
+  Store.Store | Peers
 > => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

@@ -3,14 +3,8 @@
  *
  * @since 0.1.0
  */
-import {
-  type ReadRequest,
-  type ReadResult,
-  ReplicaError,
-  ReplicaStorageFailed,
-  tabletKey,
-  UnknownTablet
-} from "@strata/core"
+import { Models } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Effect, type Scope } from "effect"
 import {
   type Address,
@@ -49,16 +43,25 @@ export const tabletServerHandlers = (server: TabletServerShape): TabletServerHan
  * A replica's log as this server holds it, whatever its role (an operator's or a checker's read, not a client's:
  * records past the high watermark included).
  */
-const readLog = (server: TabletServerShape, request: ReadRequest): Effect.Effect<ReadResult, ReplicaError> =>
+const readLog = (
+  server: TabletServerShape,
+  request: ReplicaManager.ReadRequest
+): Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError> =>
   Effect.flatMap(server.logOf(request.tablet), (log) => {
-    const key = tabletKey(request.tablet)
-    if (log === undefined) return Effect.fail(new ReplicaError({ reason: new UnknownTablet({ tablet: key }) }))
+    const key = Models.tabletKey(request.tablet)
+    if (log === undefined)
+      return Effect.fail(new ReplicaManager.ReplicaError({ reason: new ReplicaManager.UnknownTablet({ tablet: key }) }))
     return Effect.all({
       batches: log.read(request.offset, request.maxBytes),
       highWatermark: log.highWatermark,
       logStartOffset: log.logStartOffset,
       logEndOffset: log.logEndOffset
     }).pipe(
-      Effect.mapError((e) => new ReplicaError({ reason: new ReplicaStorageFailed({ tablet: key, detail: e.message }) }))
+      Effect.mapError(
+        (e) =>
+          new ReplicaManager.ReplicaError({
+            reason: new ReplicaManager.ReplicaStorageFailed({ tablet: key, detail: e.message })
+          })
+      )
     )
   })

@@ -7,18 +7,8 @@
  *
  * @since 0.1.0
  */
+import { Coordination, CoordinationPaths, Models } from "@strata/core"
 import { CoordinationElection } from "@strata/election"
-import {
-  CoordinationError,
-  CoordinationPaths,
-  type CoordinationShape,
-  Epoch,
-  LeaderAndIsr,
-  NoNode,
-  ServerId,
-  type Session,
-  TabletId
-} from "@strata/core"
 import { Clock, Duration, Effect, Schema, Stream } from "effect"
 import type * as ControllerState from "../machines/ControllerState.js"
 import type * as ReplicationConfig from "./ReplicationConfig.js"
@@ -33,9 +23,9 @@ const decoder = new TextDecoder()
  */
 export interface ClusterPaths {
   readonly servers: string
-  readonly server: (id: ServerId) => string
+  readonly server: (id: Models.ServerId) => string
   readonly tablets: string
-  readonly tablet: (tablet: TabletId) => string
+  readonly tablet: (tablet: Models.TabletId) => string
   /** The journal of the latest tablet writes. */
   readonly changes: string
   /** The next idempotent-producer id no one has been given (`ProducerIds`). */
@@ -65,7 +55,7 @@ export const make = (namespace: string): ClusterPaths => {
  *
  * @since 0.1.0
  */
-export const nodeName = (t: TabletId): string => `${encodeURIComponent(t.table)}:${t.bucket}`
+export const nodeName = (t: Models.TabletId): string => `${encodeURIComponent(t.table)}:${t.bucket}`
 
 /**
  * The journal of tablet writes: every controller write of tablets sets it in the same atomic operation, with the
@@ -160,13 +150,13 @@ export const decodeJournal = (path: string, data: Uint8Array): Effect.Effect<Jou
  * @since 0.1.0
  */
 export const StoredTablet = Schema.Struct({
-  tablet: TabletId,
-  replicas: Schema.Array(ServerId),
+  tablet: Models.TabletId,
+  replicas: Schema.Array(Models.ServerId),
   state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet", "DeletingTablet"]),
-  leaderAndIsr: LeaderAndIsr,
+  leaderAndIsr: Models.LeaderAndIsr,
   registrations: Schema.optional(Schema.Record(Schema.String, Schema.Int)),
-  eligible: Schema.optional(Schema.Array(ServerId)),
-  deleted: Schema.optional(Schema.Array(ServerId))
+  eligible: Schema.optional(Schema.Array(Models.ServerId)),
+  deleted: Schema.optional(Schema.Array(Models.ServerId))
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)
@@ -258,7 +248,7 @@ export const Registration = Schema.Struct({
   dataAddress: Schema.optional(Schema.String),
   rack: Schema.optional(Schema.String),
   /** Grows with every registration of the same id (a restart), so a watcher tells two lives apart. */
-  registrationEpoch: Epoch
+  registrationEpoch: Models.Epoch
 })
 
 /**
@@ -269,22 +259,22 @@ export const Registration = Schema.Struct({
  * @since 0.1.0
  */
 export const register = (
-  session: Session,
+  session: Coordination.Session,
   paths: ClusterPaths,
-  id: ServerId,
+  id: Models.ServerId,
   registration: typeof Registration.Type
-): Effect.Effect<number, CoordinationError> => {
+): Effect.Effect<number, Coordination.CoordinationError> => {
   const path = paths.server(id)
   const data = encoder.encode(Schema.encodeSync(Schema.fromJsonString(Registration))(registration))
   // This session's node, read back: its creation order is the registration the controller addresses this life by.
-  const own = (otherwise: CoordinationError) =>
+  const own = (otherwise: Coordination.CoordinationError) =>
     Effect.flatMap(session.exists(path), (stat) =>
       stat._tag === "Some" && stat.value.ephemeralOwner === session.id
         ? Effect.succeed(stat.value.createdOrder)
         : Effect.fail(otherwise)
     )
   return session.create(path, data, { mode: "ephemeral", createParents: true }).pipe(
-    Effect.andThen(own(new CoordinationError({ reason: new NoNode({ path }) }))),
+    Effect.andThen(own(new Coordination.CoordinationError({ reason: new Coordination.NoNode({ path }) }))),
     Effect.catchIf(
       (e) => e.reason._tag === "NodeExists",
       (e) => own(e)
@@ -299,7 +289,7 @@ export const register = (
  * @since 0.1.0
  */
 export class DuplicateServerId extends Schema.TaggedError<DuplicateServerId>()("DuplicateServerId", {
-  serverId: ServerId,
+  serverId: Models.ServerId,
   holder: Schema.optional(Schema.String),
   waitedMs: Schema.Int
 }) {
@@ -310,7 +300,11 @@ export class DuplicateServerId extends Schema.TaggedError<DuplicateServerId>()("
 }
 
 /** The address in server `id`'s registration, if it can be read. */
-const holderOf = (session: Session, paths: ClusterPaths, id: ServerId): Effect.Effect<string | undefined> =>
+const holderOf = (
+  session: Coordination.Session,
+  paths: ClusterPaths,
+  id: Models.ServerId
+): Effect.Effect<string | undefined> =>
   session.get(paths.server(id)).pipe(
     Effect.flatMap((node) =>
       Schema.decodeUnknownEffect(Schema.fromJsonString(Registration))(decoder.decode(node.data))
@@ -330,9 +324,9 @@ const holderOf = (session: Session, paths: ClusterPaths, id: ServerId): Effect.E
  * @since 0.1.0
  */
 export const keepRegistered = (
-  coordination: CoordinationShape,
+  coordination: Coordination.Shape,
   paths: ClusterPaths,
-  id: ServerId,
+  id: Models.ServerId,
   options: {
     readonly address: string
     readonly dataAddress?: string
@@ -418,7 +412,7 @@ export const keepRegistered = (
  *
  * @since 0.1.0
  */
-export const serverIdOf = (name: string): ServerId | undefined => {
+export const serverIdOf = (name: string): Models.ServerId | undefined => {
   const n = Number(name)
   return Number.isSafeInteger(n) && n >= 0 && String(n) === name ? n : undefined
 }

@@ -12,20 +12,8 @@
  * @since 0.1.0
  */
 import * as Net from "node:net"
-import {
-  AppendRequest,
-  AppendResult,
-  Epoch,
-  FetchRequest,
-  type FetchResult,
-  InvalidRequest,
-  Offset,
-  OptionSchemas,
-  ReplicaError,
-  type TabletBatch,
-  type TabletId,
-  tabletKey
-} from "@strata/core"
+import { Log, Models, OptionSchemas } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Cause, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
 import * as Codec from "./internal/batchCodec.js"
 import {
@@ -55,9 +43,9 @@ const jsonHeader = <T, E>(schema: Schema.Codec<T, E>) => {
 /** An append's header: the request but its records (the frame's payload). */
 const AppendHeader = jsonHeader(
   Schema.Struct({
-    tablet: AppendRequest.fields.tablet,
-    acks: AppendRequest.fields.acks,
-    producer: AppendRequest.fields.producer
+    tablet: ReplicaManager.AppendRequest.fields.tablet,
+    acks: ReplicaManager.AppendRequest.fields.acks,
+    producer: ReplicaManager.AppendRequest.fields.producer
   })
 )
 /**
@@ -65,25 +53,29 @@ const AppendHeader = jsonHeader(
  * names none, and the server's own limit bounds the answer).
  */
 const FetchHeader = jsonHeader(
-  Schema.Struct({ ...FetchRequest.fields, maxAnswerBytes: Schema.optional(OptionSchemas.PositiveInt) })
+  Schema.Struct({ ...ReplicaManager.FetchRequest.fields, maxAnswerBytes: Schema.optional(OptionSchemas.PositiveInt) })
 )
-const AppendedHeader = jsonHeader(AppendResult)
+const AppendedHeader = jsonHeader(ReplicaManager.AppendResult)
 /** A fetch's answer: the batches' base offsets and sizes (their bytes follow in the payload, in order). */
 const FetchedHeader = jsonHeader(
   Schema.Union([
     Schema.TaggedStruct("Batches", {
-      leaderEpoch: Epoch,
+      leaderEpoch: Models.Epoch,
       batches: Schema.Array(
-        Schema.Struct({ baseOffset: Offset, bytes: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) })
+        Schema.Struct({ baseOffset: Models.Offset, bytes: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) })
       ),
-      highWatermark: Offset,
-      logStartOffset: Offset
+      highWatermark: Models.Offset,
+      logStartOffset: Models.Offset
     }),
-    Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset }),
-    Schema.TaggedStruct("Diverging", { leaderEpoch: Epoch, epoch: Schema.NullOr(Epoch), endOffset: Offset })
+    Schema.TaggedStruct("OutOfRange", { leaderEpoch: Models.Epoch, logStartOffset: Models.Offset }),
+    Schema.TaggedStruct("Diverging", {
+      leaderEpoch: Models.Epoch,
+      epoch: Schema.NullOr(Models.Epoch),
+      endOffset: Models.Offset
+    })
   ])
 )
-const RefusedHeader = jsonHeader(ReplicaError)
+const RefusedHeader = jsonHeader(ReplicaManager.ReplicaError)
 const FailedHeader = jsonHeader(Schema.Struct({ detail: Schema.String }))
 
 /**
@@ -92,8 +84,12 @@ const FailedHeader = jsonHeader(Schema.Struct({ detail: Schema.String }))
  * @since 0.1.0
  */
 export interface DataLinkHandlers {
-  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError>
-  readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError>
+  readonly append: (
+    request: ReplicaManager.AppendRequest
+  ) => Effect.Effect<ReplicaManager.AppendResult, ReplicaManager.ReplicaError>
+  readonly fetch: (
+    request: ReplicaManager.FetchRequest
+  ) => Effect.Effect<ReplicaManager.FetchResult, ReplicaManager.ReplicaError>
 }
 
 /**
@@ -155,8 +151,12 @@ export const decodeOptions = (
  * @since 0.1.0
  */
 export interface DataLinkClient {
-  readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError | PeerUnreachable>
-  readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError | PeerUnreachable>
+  readonly append: (
+    request: ReplicaManager.AppendRequest
+  ) => Effect.Effect<ReplicaManager.AppendResult, ReplicaManager.ReplicaError | PeerUnreachable>
+  readonly fetch: (
+    request: ReplicaManager.FetchRequest
+  ) => Effect.Effect<ReplicaManager.FetchResult, ReplicaManager.ReplicaError | PeerUnreachable>
   /** Closes the connection, failing the calls waiting on it. */
   readonly close: Effect.Effect<void>
 }
@@ -181,21 +181,25 @@ const answer = (kind: number, id: number, header: string, payload: ReadonlyArray
   return [head(kind, id, header, bytes), ...payload]
 }
 
-const invalid = (detail: string) => new ReplicaError({ reason: new InvalidRequest({ detail }) })
+const invalid = (detail: string) => new ReplicaManager.ReplicaError({ reason: new Log.InvalidRequest({ detail }) })
 
 /** The request a frame carries, or the `ReplicaError` naming what is wrong with it. */
 const requestOf = (
   frame: Frame
 ):
-  | { readonly _tag: "Append"; readonly request: AppendRequest }
-  | { readonly _tag: "Fetch"; readonly request: FetchRequest; readonly maxAnswerBytes: number | undefined }
-  | ReplicaError => {
+  | { readonly _tag: "Append"; readonly request: ReplicaManager.AppendRequest }
+  | {
+      readonly _tag: "Fetch"
+      readonly request: ReplicaManager.FetchRequest
+      readonly maxAnswerBytes: number | undefined
+    }
+  | ReplicaManager.ReplicaError => {
   if (frame.kind === Kind.Append) {
     const header = AppendHeader.decode(frame.header)
     if (Exit.isFailure(header)) return invalid(`append: ${Cause.pretty(header.cause)}`)
     const batch = Codec.decodeBatch(0, frame.payload)
     if (typeof batch === "string") {
-      return invalid(`${tabletKey(header.value.tablet)}: records: not a tablet batch: ${batch}`)
+      return invalid(`${Models.tabletKey(header.value.tablet)}: records: not a tablet batch: ${batch}`)
     }
     const { producer, ...rest } = header.value
     return {
@@ -213,14 +217,15 @@ const requestOf = (
 }
 
 /** The answer frames of a handled request. */
-const answerOf = <A>(id: number, exit: Exit.Exit<A, ReplicaError>, ok: (a: A) => Array<Uint8Array>) => {
+const answerOf = <A>(id: number, exit: Exit.Exit<A, ReplicaManager.ReplicaError>, ok: (a: A) => Array<Uint8Array>) => {
   if (Exit.isSuccess(exit)) return ok(exit.value)
   const failure = exit.cause.reasons.find(Cause.isFailReason)
   if (failure !== undefined) return answer(Kind.Refused, id, RefusedHeader.encode(failure.error))
   return answer(Kind.Failed, id, FailedHeader.encode({ detail: Cause.pretty(exit.cause) }))
 }
 
-const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended, id, AppendedHeader.encode(result))
+const appended = (id: number) => (result: ReplicaManager.AppendResult) =>
+  answer(Kind.Appended, id, AppendedHeader.encode(result))
 
 /**
  * A fetch's answer in a frame of at most `limit` bytes: the batches past what fits are left for the next fetch. A
@@ -229,7 +234,7 @@ const appended = (id: number) => (result: AppendResult) => answer(Kind.Appended,
  * answers: an idempotent producer's batch must stay whole on every replica (a new leader recognises a retry by the
  * batch's sequences, and truncation takes such a batch whole), and a single record may be larger than the limit.
  */
-const fetched = (id: number, tablet: TabletId, limit: number) => (result: FetchResult) => {
+const fetched = (id: number, tablet: Models.TabletId, limit: number) => (result: ReplicaManager.FetchResult) => {
   if (result._tag !== "Batches") return answer(Kind.Fetched, id, FetchedHeader.encode(result))
   const bytes = result.batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
   let payload = 0
@@ -255,7 +260,7 @@ const fetched = (id: number, tablet: TabletId, limit: number) => (result: FetchR
         Kind.Refused,
         id,
         RefusedHeader.encode(
-          invalid(`${tabletKey(tablet)}: ${what} is over the data link's frame limit of ${limit} bytes`)
+          invalid(`${Models.tabletKey(tablet)}: ${what} is over the data link's frame limit of ${limit} bytes`)
         )
       )
     }
@@ -298,7 +303,7 @@ const serveConnection = (
         continue
       }
       const request = requestOf(frame)
-      if (request instanceof ReplicaError) {
+      if (request instanceof ReplicaManager.ReplicaError) {
         reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
       } else if (request._tag === "Append") {
         run(
@@ -368,7 +373,7 @@ const resultOf = <A>(
   frame: Frame,
   kind: number,
   decode: (frame: Frame) => Exit.Exit<A, unknown>
-): Effect.Effect<A, ReplicaError | PeerUnreachable> => {
+): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> => {
   const bad = (why: string) => Effect.fail(new PeerUnreachable({ target, detail: `the answer is not one: ${why}` }))
   if (frame.kind === kind) {
     const decoded = decode(frame)
@@ -391,10 +396,11 @@ const resultOf = <A>(
 }
 
 /** A fetch answer's batches, views of its payload. */
-const decodeFetchedFrame = (frame: Frame): Exit.Exit<FetchResult, unknown> => {
+const decodeFetchedFrame = (frame: Frame): Exit.Exit<ReplicaManager.FetchResult, unknown> => {
   const header = FetchedHeader.decode(frame.header)
-  if (Exit.isFailure(header) || header.value._tag !== "Batches") return header as Exit.Exit<FetchResult, unknown>
-  const batches: Array<TabletBatch> = []
+  if (Exit.isFailure(header) || header.value._tag !== "Batches")
+    return header as Exit.Exit<ReplicaManager.FetchResult, unknown>
+  const batches: Array<ReplicaManager.TabletBatch> = []
   let at = 0
   for (const { baseOffset, bytes } of header.value.batches) {
     if (at + bytes > frame.payload.length) return Exit.fail(`batch at ${baseOffset} overruns the answer`)
@@ -469,9 +475,9 @@ export const connect = (
       payload: ReadonlyArray<Uint8Array>,
       answerKind: number,
       decode: (frame: Frame) => Exit.Exit<A, unknown>
-    ): Effect.Effect<A, ReplicaError | PeerUnreachable> =>
+    ): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> =>
       Effect.flatten(
-        Effect.callback<Effect.Effect<A, ReplicaError | PeerUnreachable>>((resume) => {
+        Effect.callback<Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable>>((resume) => {
           if (closed)
             return resume(Effect.succeed(Effect.fail(new PeerUnreachable({ target, detail: "the client closed" }))))
           current ??= open()

@@ -6,21 +6,8 @@
  *
  * @since 0.1.0
  */
-import type {
-  EndOffsetRequest,
-  EndOffsetResult,
-  FetchRequest,
-  FetchResult,
-  HoldingsRequest,
-  HoldingsResult,
-  LeaderAndIsrRequest,
-  LogEndRequest,
-  LogEndResult,
-  ReplicaError,
-  ServerId,
-  StopReplicaRequest,
-  TabletId
-} from "@strata/core"
+import type { Models } from "@strata/core"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Context, type Effect, Schema } from "effect"
 import type * as ControllerState from "../machines/ControllerState.js"
 
@@ -48,10 +35,12 @@ export class PeerUnreachable extends Schema.TaggedError<PeerUnreachable>()("Peer
  * @since 0.1.0
  */
 export interface LeaderCalls {
-  readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError | PeerUnreachable>
+  readonly fetch: (
+    request: ReplicaManager.FetchRequest
+  ) => Effect.Effect<ReplicaManager.FetchResult, ReplicaManager.ReplicaError | PeerUnreachable>
   readonly endOffsetForEpoch: (
-    request: EndOffsetRequest
-  ) => Effect.Effect<EndOffsetResult, ReplicaError | PeerUnreachable>
+    request: ReplicaManager.EndOffsetRequest
+  ) => Effect.Effect<ReplicaManager.EndOffsetResult, ReplicaManager.ReplicaError | PeerUnreachable>
 }
 
 /**
@@ -63,7 +52,7 @@ export interface ControllerCalls {
   readonly adjustIsr: (
     request: ControllerState.AdjustIsrRequest
   ) => Effect.Effect<ControllerState.AdjustIsrReply, PeerUnreachable>
-  readonly controlledShutdown: (server: ServerId) => Effect.Effect<number, PeerUnreachable>
+  readonly controlledShutdown: (server: Models.ServerId) => Effect.Effect<number, PeerUnreachable>
   /** Tells the controller this server's replicas of `tablets` failed their storage (`failed`) or work again. */
   readonly replicaStorage: (request: ReplicaStorageReport) => Effect.Effect<void, PeerUnreachable>
 }
@@ -74,10 +63,10 @@ export interface ControllerCalls {
  * @since 0.1.0
  */
 export interface ReplicaStorageReport {
-  readonly server: ServerId
+  readonly server: Models.ServerId
   /** The registration (life) of the server that reports. */
   readonly registration?: number | undefined
-  readonly tablets: ReadonlyArray<TabletId>
+  readonly tablets: ReadonlyArray<Models.TabletId>
   readonly failed: boolean
   /** Its place among the server's reports: the controller drops one older than a report it took. */
   readonly sequence: number
@@ -89,7 +78,7 @@ export interface ReplicaStorageReport {
  * @since 0.1.0
  */
 export interface PeersShape {
-  readonly leader: (server: ServerId) => LeaderCalls
+  readonly leader: (server: Models.ServerId) => LeaderCalls
   readonly controller: ControllerCalls
 }
 
@@ -108,24 +97,24 @@ export class Peers extends Context.Service<Peers, PeersShape>()("@strata/replica
  */
 export interface TabletServersShape {
   readonly leaderAndIsr: (
-    server: ServerId,
-    request: LeaderAndIsrRequest
-  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
+    server: Models.ServerId,
+    request: ReplicaManager.LeaderAndIsrRequest
+  ) => Effect.Effect<void, ReplicaManager.ReplicaError | PeerUnreachable>
   /** Asks a server how far its log of a tablet goes (a candidate leader, before an election decides). */
   readonly logEnd: (
-    server: ServerId,
-    request: LogEndRequest
-  ) => Effect.Effect<LogEndResult, ReplicaError | PeerUnreachable>
+    server: Models.ServerId,
+    request: ReplicaManager.LogEndRequest
+  ) => Effect.Effect<ReplicaManager.LogEndResult, ReplicaManager.ReplicaError | PeerUnreachable>
   /** Asks a server what it holds (a new controller, resuming: it instructs only where the server falls behind). */
   readonly holdings: (
-    server: ServerId,
-    request: HoldingsRequest
-  ) => Effect.Effect<HoldingsResult, ReplicaError | PeerUnreachable>
+    server: Models.ServerId,
+    request: ReplicaManager.HoldingsRequest
+  ) => Effect.Effect<ReplicaManager.HoldingsResult, ReplicaManager.ReplicaError | PeerUnreachable>
   /** Tells a server to delete its replicas of some tablets (their table was deleted). */
   readonly stopReplica: (
-    server: ServerId,
-    request: StopReplicaRequest
-  ) => Effect.Effect<void, ReplicaError | PeerUnreachable>
+    server: Models.ServerId,
+    request: ReplicaManager.StopReplicaRequest
+  ) => Effect.Effect<void, ReplicaManager.ReplicaError | PeerUnreachable>
 }
 
 /**

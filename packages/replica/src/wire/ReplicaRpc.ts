@@ -16,29 +16,9 @@
  *
  * @since 0.1.0
  */
+import { HostPort, Models } from "@strata/core"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { NodeSocket, NodeSocketServer } from "@effect/platform-node"
-import {
-  AdjustIsrReply,
-  AdjustIsrRequest,
-  EndOffsetRequest,
-  EndOffsetResult,
-  Epoch,
-  HostPort,
-  LeaderAndIsrRequest,
-  HoldingsRequest,
-  HoldingsResult,
-  LogEndRequest,
-  LogEndResult,
-  Offset,
-  ReadRequest,
-  ReadResult,
-  ReplicaError,
-  ReplicaState,
-  ServerId,
-  StopReplicaRequest,
-  type TabletBatch,
-  TabletId
-} from "@strata/core"
 import {
   type Context,
   Effect,
@@ -107,7 +87,8 @@ const notABatch = (why: string) => new SchemaIssue.InvalidValue({ message: `not 
  * would only spend what the encoding saves.
  */
 const DecodedBatch = Schema.declare(
-  (u: unknown): u is TabletBatch => typeof u === "object" && u !== null && "records" in u && "baseOffset" in u,
+  (u: unknown): u is ReplicaManager.TabletBatch =>
+    typeof u === "object" && u !== null && "records" in u && "baseOffset" in u,
   { identifier: "TabletBatch" }
 )
 
@@ -116,7 +97,7 @@ const DecodedBatch = Schema.declare(
  *
  * @since 0.1.0
  */
-export const EncodedBatch = Schema.Struct({ baseOffset: Offset, bytes: Schema.Uint8Array }).pipe(
+export const EncodedBatch = Schema.Struct({ baseOffset: Models.Offset, bytes: Schema.Uint8Array }).pipe(
   Schema.decodeTo(
     DecodedBatch,
     SchemaTransformation.transformEffect({
@@ -124,7 +105,7 @@ export const EncodedBatch = Schema.Struct({ baseOffset: Offset, bytes: Schema.Ui
         const batch = Codec.decodeBatch(baseOffset, bytes)
         return typeof batch === "string" ? Effect.fail(notABatch(batch)) : Effect.succeed(batch)
       },
-      encode: (batch: TabletBatch) =>
+      encode: (batch: ReplicaManager.TabletBatch) =>
         Effect.succeed({
           baseOffset: batch.baseOffset,
           bytes: Codec.encodeBatch(batch.epoch, batch.records, batch.producer)
@@ -134,7 +115,7 @@ export const EncodedBatch = Schema.Struct({ baseOffset: Offset, bytes: Schema.Ui
 )
 
 /** `ReadResult`, its batches encoded as the log stores them. */
-const ReadResultOnWire = Schema.Struct({ ...ReadResult.fields, batches: Schema.Array(EncodedBatch) })
+const ReadResultOnWire = Schema.Struct({ ...ReplicaManager.ReadResult.fields, batches: Schema.Array(EncodedBatch) })
 
 /**
  * What every tablet server serves.
@@ -142,18 +123,38 @@ const ReadResultOnWire = Schema.Struct({ ...ReadResult.fields, batches: Schema.A
  * @since 0.1.0
  */
 export class TabletServerRpcs extends RpcGroup.make(
-  Rpc.make("LeaderAndIsr", { payload: LeaderAndIsrRequest, error: ReplicaError }),
-  Rpc.make("LogEnd", { payload: LogEndRequest, success: LogEndResult, error: ReplicaError }),
-  Rpc.make("Holdings", { payload: HoldingsRequest, success: HoldingsResult, error: ReplicaError }),
-  Rpc.make("StopReplica", { payload: StopReplicaRequest, error: ReplicaError }),
-  Rpc.make("EndOffsetForEpoch", { payload: EndOffsetRequest, success: EndOffsetResult, error: ReplicaError }),
-  Rpc.make("Read", { payload: ReadRequest, success: ReadResultOnWire, error: ReplicaError }),
-  Rpc.make("ReplicaState", {
-    payload: Schema.Struct({ tablet: TabletId }),
-    success: ReplicaState,
-    error: ReplicaError
+  Rpc.make("LeaderAndIsr", { payload: ReplicaManager.LeaderAndIsrRequest, error: ReplicaManager.ReplicaError }),
+  Rpc.make("LogEnd", {
+    payload: ReplicaManager.LogEndRequest,
+    success: ReplicaManager.LogEndResult,
+    error: ReplicaManager.ReplicaError
   }),
-  Rpc.make("ReadLog", { payload: ReadRequest, success: ReadResultOnWire, error: ReplicaError })
+  Rpc.make("Holdings", {
+    payload: ReplicaManager.HoldingsRequest,
+    success: ReplicaManager.HoldingsResult,
+    error: ReplicaManager.ReplicaError
+  }),
+  Rpc.make("StopReplica", { payload: ReplicaManager.StopReplicaRequest, error: ReplicaManager.ReplicaError }),
+  Rpc.make("EndOffsetForEpoch", {
+    payload: ReplicaManager.EndOffsetRequest,
+    success: ReplicaManager.EndOffsetResult,
+    error: ReplicaManager.ReplicaError
+  }),
+  Rpc.make("Read", {
+    payload: ReplicaManager.ReadRequest,
+    success: ReadResultOnWire,
+    error: ReplicaManager.ReplicaError
+  }),
+  Rpc.make("ReplicaState", {
+    payload: Schema.Struct({ tablet: Models.TabletId }),
+    success: ReplicaManager.ReplicaState,
+    error: ReplicaManager.ReplicaError
+  }),
+  Rpc.make("ReadLog", {
+    payload: ReplicaManager.ReadRequest,
+    success: ReadResultOnWire,
+    error: ReplicaManager.ReplicaError
+  })
 ) {}
 
 /**
@@ -197,12 +198,12 @@ export class CreateTableRefused extends Schema.TaggedError<CreateTableRefused>()
  * @since 0.1.0
  */
 export const TabletMetadata = Schema.Struct({
-  tablet: TabletId,
-  replicas: Schema.Array(ServerId),
+  tablet: Models.TabletId,
+  replicas: Schema.Array(Models.ServerId),
   state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet", "DeletingTablet"]),
-  leader: Schema.NullOr(ServerId),
-  leaderEpoch: Epoch,
-  isr: Schema.Array(ServerId)
+  leader: Schema.NullOr(Models.ServerId),
+  leaderEpoch: Models.Epoch,
+  isr: Schema.Array(Models.ServerId)
 })
 
 /**
@@ -211,7 +212,7 @@ export const TabletMetadata = Schema.Struct({
  * @since 0.1.0
  */
 export const ServerMetadata = Schema.Struct({
-  id: ServerId,
+  id: Models.ServerId,
   address: Schema.String,
   /** Where its data link listens, when it serves one. */
   dataAddress: Schema.optional(Schema.String),
@@ -224,7 +225,7 @@ export const ServerMetadata = Schema.Struct({
  * @since 0.1.0
  */
 export const Metadata = Schema.Struct({
-  coordinatorEpoch: Epoch,
+  coordinatorEpoch: Models.Epoch,
   tablets: Schema.Array(TabletMetadata),
   servers: Schema.Array(ServerMetadata)
 })
@@ -256,9 +257,13 @@ export class DeleteTableRefused extends Schema.TaggedError<DeleteTableRefused>()
  * @since 0.1.0
  */
 export class ControllerRpcs extends RpcGroup.make(
-  Rpc.make("AdjustIsr", { payload: AdjustIsrRequest, success: AdjustIsrReply, error: NotController }),
+  Rpc.make("AdjustIsr", {
+    payload: ReplicaManager.AdjustIsrRequest,
+    success: ReplicaManager.AdjustIsrReply,
+    error: NotController
+  }),
   Rpc.make("ControlledShutdown", {
-    payload: Schema.Struct({ server: ServerId }),
+    payload: Schema.Struct({ server: Models.ServerId }),
     success: Schema.Int,
     error: NotController
   }),
@@ -275,9 +280,9 @@ export class ControllerRpcs extends RpcGroup.make(
   Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
   Rpc.make("ReplicaStorage", {
     payload: Schema.Struct({
-      server: ServerId,
+      server: Models.ServerId,
       registration: Schema.optional(Schema.Int),
-      tablets: Schema.Array(TabletId),
+      tablets: Schema.Array(Models.TabletId),
       failed: Schema.Boolean,
       sequence: Schema.Int
     }),

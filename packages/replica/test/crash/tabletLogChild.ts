@@ -17,7 +17,7 @@
  * As a module: the deterministic workload and the model the crash test replays (`step`), on the same
  * `LeaderEpochCache` functions the log uses for its epochs.
  */
-import type { PartitionStore, StoreError, StoreId } from "@strata/core"
+import type { Store } from "@strata/core"
 import { Effect } from "effect"
 import {
   type BackendName,
@@ -213,14 +213,16 @@ export const step = (seed: number, n: number, s: State): { readonly op: Operatio
 // ---------------------------------------------------------------------------
 
 /** The adapter of `backend`, imported when first asked for (the other backend's driver stays unloaded). */
-export const loadAdapter = (backend: BackendName): Promise<StoreAdapter<StoreId, PartitionStore, StoreError>> =>
+export const loadAdapter = (
+  backend: BackendName
+): Promise<StoreAdapter<Store.Id, Store.PartitionStore, Store.StoreError>> =>
   backend === "level" ? import("@strata/store-adapters/level") : import("@strata/store-adapters/rocksdb")
 
 /** How long a torn child waits between the two halves of a write: a kill lands there often, the self-test is quick. */
 const TORN_PAUSE_MS = 2
 
 /** The partition store with each write split in two: batch keys and the rest, in `mode`'s order. */
-const tornStore = (store: PartitionStore, mode: TornMode): PartitionStore => {
+const tornStore = (store: Store.PartitionStore, mode: TornMode): Store.PartitionStore => {
   const isBatch = (key: Uint8Array) => key[0] === Codec.BATCHES.gte[0]
   return {
     ...store,

@@ -3,7 +3,7 @@
  * them (read by the auditor's session), every server's replicas and logs sampled after each step, a tablet's
  * committed ISR against its leader's HW, and the final logs the run is judged by.
  */
-import { type TabletId, tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
 import { Effect } from "effect"
 import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
 import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
@@ -11,7 +11,7 @@ import * as Checkers from "./Checkers.js"
 import { now, paths, type Proc, type World } from "./World.js"
 
 /** The tablet's node in coordination, `undefined` while it has none (or it cannot be read). */
-export const readTablet = (w: World, t: TabletId) =>
+export const readTablet = (w: World, t: Models.TabletId) =>
   w.auditor.get(paths.tablet(t)).pipe(
     Effect.flatMap((node) => ClusterPaths.decodeTablet(paths.tablet(t), node.data, node.stat.version)),
     Effect.option,
@@ -32,8 +32,8 @@ export const sampleLogEnds = (w: World, p: Proc) =>
     for (const view of yield* p.server.replicas) {
       const tl = yield* p.server.logOf(view.tablet)
       if (tl !== undefined)
-        Checkers.logEnd(w.record, p.name, tabletKey(view.tablet), yield* tl.logEndOffset, yield* tl.epochs)
-      else Checkers.logClosed(w.record, p.name, tabletKey(view.tablet))
+        Checkers.logEnd(w.record, p.name, Models.tabletKey(view.tablet), yield* tl.logEndOffset, yield* tl.epochs)
+      else Checkers.logClosed(w.record, p.name, Models.tabletKey(view.tablet))
     }
   })
 
@@ -56,14 +56,14 @@ export const sample = (w: World) =>
  * the registration the tablet records for it) holds the leader's log below the HW, the same epoch at every
  * offset — any of them may be elected cleanly next.
  */
-export const sampleIsr = (w: World, tablet: TabletId) =>
+export const sampleIsr = (w: World, tablet: Models.TabletId) =>
   Effect.gen(function* () {
     const meta = yield* readTablet(w, tablet)
     const lai = meta?.leaderAndIsr
     if (meta === undefined || lai === undefined || lai.leader === null) return
     const leader = w.byName.get(`s${lai.leader}`)?.server
     if (leader === undefined) return
-    const view = (yield* leader.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+    const view = (yield* leader.replicas).find((v) => Models.tabletKey(v.tablet) === Models.tabletKey(tablet))
     if (view?.machine._tag !== "LeaderReplica" || view.leader?.leaderEpoch !== lai.leaderEpoch) return
     const leaderLog = yield* leader.logOf(tablet)
     if (leaderLog === undefined) return
@@ -78,7 +78,7 @@ export const sampleIsr = (w: World, tablet: TabletId) =>
     }
     Checkers.isrHolds(
       w.record,
-      tabletKey(tablet),
+      Models.tabletKey(tablet),
       `s${lai.leader}`,
       view.leader.highWatermark,
       yield* leaderLog.epochs,
@@ -96,7 +96,7 @@ export const finalLogs = (w: World) =>
         Effect.gen(function* () {
           const log = p.server === undefined ? undefined : yield* p.server.logOf(tablet)
           if (log === undefined) return undefined
-          const view = (yield* p.server!.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+          const view = (yield* p.server!.replicas).find((v) => Models.tabletKey(v.tablet) === Models.tabletKey(tablet))
           const hw = view?.leader?.highWatermark ?? (yield* log.highWatermark)
           return {
             server: p.name,
@@ -106,7 +106,7 @@ export const finalLogs = (w: World) =>
         })
       )
       return {
-        tablet: tabletKey(tablet),
+        tablet: Models.tabletKey(tablet),
         leader: meta?.leaderAndIsr.leader === null || meta === undefined ? undefined : `s${meta.leaderAndIsr.leader}`,
         meta,
         replicas: replicas.flatMap((r) => (r === undefined ? [] : [r]))

@@ -2,8 +2,8 @@
  * The cluster simulator's checkers: what the run records as it goes (appends and their outcomes, replicas sampled
  * after every step, LeaderAndIsr requests applied, ISR changes committed) and the judgement of the final logs.
  */
-import type { TabletBatch } from "@strata/core"
-import { tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
+import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
 import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
 import type { ReplicaView } from "../../src/server/TabletServer.js"
 
@@ -24,7 +24,7 @@ export type Outcome =
 export interface FinalReplica {
   readonly server: string
   readonly hw: number
-  readonly batches: ReadonlyArray<TabletBatch>
+  readonly batches: ReadonlyArray<ReplicaManager.TabletBatch>
 }
 
 /** One tablet at the end: its leader by coordination, and every replica's log. */
@@ -37,7 +37,7 @@ export interface FinalTablet {
 const decoder = new TextDecoder()
 
 /** The records of a log by offset: the epoch that wrote each and its value. */
-const flatten = (batches: ReadonlyArray<TabletBatch>) => {
+const flatten = (batches: ReadonlyArray<ReplicaManager.TabletBatch>) => {
   const out = new Map<number, { readonly epoch: number; readonly value: string }>()
   for (const b of batches) {
     b.records.forEach((r, i) => {
@@ -159,7 +159,7 @@ export const replica = (
 ): void => {
   const l = view.leader
   if (view.machine._tag !== "LeaderReplica" || l === undefined) return
-  const key = `${tabletKey(view.tablet)}@${l.leaderEpoch}`
+  const key = `${Models.tabletKey(view.tablet)}@${l.leaderEpoch}`
   const who = r.leaders.get(key) ?? new Set<string>()
   who.add(server)
   r.leaders.set(key, who)
@@ -172,8 +172,8 @@ export const replica = (
   // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold (checked as it advances): a
   // holder's log reaches the HW and its record below it was written in the same epoch as the leader's.
   const last = l.highWatermark - 1
-  const unknown = r.closed.get(tabletKey(view.tablet)) ?? new Set<string>()
-  const holders = [...(r.logEnds.get(tabletKey(view.tablet)) ?? [])].filter(
+  const unknown = r.closed.get(Models.tabletKey(view.tablet)) ?? new Set<string>()
+  const holders = [...(r.logEnds.get(Models.tabletKey(view.tablet)) ?? [])].filter(
     ([s, e]) =>
       !unknown.has(s) && e.end >= l.highWatermark && (last < 0 || epochAt(e.epochs, last) === epochAt(epochs, last))
   )

@@ -33,7 +33,7 @@
  * `Settle.ts`, `Judge.ts` and `Checkers.ts`; the virtual clock and the fault pick are shared with the election
  * simulator (`scripts/test-support/sim/`).
  */
-import { Coordination, type CoordinationError, CoordinationFaults, MemoryCoordination } from "@strata/core"
+import { Coordination, MemoryCoordination } from "@strata/core"
 import { Effect, References, type Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { seeded } from "../../../../scripts/test-support/prng.js"
@@ -80,12 +80,16 @@ const setUp = (
   seed: number,
   variant: Variant,
   config: Config
-): Effect.Effect<World, CoordinationError, Coordination | CoordinationFaults | Scope.Scope> =>
+): Effect.Effect<
+  World,
+  Coordination.CoordinationError,
+  Coordination.Coordination | Coordination.Faults | Scope.Scope
+> =>
   Effect.gen(function* () {
     const rng = seeded(seed)
     const root = yield* Effect.scope
-    const base = yield* Coordination
-    const faults = yield* CoordinationFaults
+    const base = yield* Coordination.Coordination
+    const faults = yield* Coordination.Faults
     const clock = Clock.make(yield* TestClock.testClockWith(Effect.succeed), config.stepMs)
     const cluster = drawCluster(seed, rng, config)
     Clock.log(clock, describeCluster(seed, cluster))
@@ -172,7 +176,11 @@ const simulate = (
   seed: number,
   variant: Variant,
   config: Config
-): Effect.Effect<Result, CoordinationError, Coordination | CoordinationFaults | Scope.Scope> =>
+): Effect.Effect<
+  Result,
+  Coordination.CoordinationError,
+  Coordination.Coordination | Coordination.Faults | Scope.Scope
+> =>
   Effect.gen(function* () {
     const w = yield* setUp(seed, variant, config)
     for (const p of w.procs) yield* Process.start(w, p)

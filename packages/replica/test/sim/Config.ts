@@ -3,7 +3,7 @@
  * faults, counts and result, and the cluster a seed draws (its size, timeouts, replication, tablets and which fault
  * families it runs).
  */
-import type { TabletId } from "@strata/core"
+import type { Models } from "@strata/core"
 import { mix32, type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ControllerState from "../../src/machines/ControllerState.js"
 import type * as TabletServer from "../../src/server/TabletServer.js"
@@ -182,7 +182,7 @@ export interface Cluster {
   readonly replication: Replication
   readonly rf: number
   readonly minIsr: number
-  readonly tablets: ReadonlyArray<TabletId>
+  readonly tablets: ReadonlyArray<Models.TabletId>
   readonly flushChance: number
   readonly leaderElection: "first-in-isr" | "largest-log-end"
   /** The process and network faults the seed draws from. */
@@ -230,7 +230,7 @@ export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster =>
     retryBackoffMs: 50,
     appendTimeoutMs: 2_000
   }
-  const tablets: Array<TabletId> = Array.from({ length: shape?.tablets ?? rng.int(1, 3) }, (_, bucket) => ({
+  const tablets: Array<Models.TabletId> = Array.from({ length: shape?.tablets ?? rng.int(1, 3) }, (_, bucket) => ({
     table: "t",
     bucket
   }))

@@ -5,7 +5,7 @@
  * followed by its return — and stalls whenever it is being added: paused for a moment, its power lost, or added
  * just as its leader is cut off from the controllers with the clients.
  */
-import { type TabletId, tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
 import { Duration, Effect, Fiber } from "effect"
 import type { Prng } from "../../../../scripts/test-support/prng.js"
 import * as Audit from "./Audit.js"
@@ -29,13 +29,13 @@ export interface Churn {
 }
 
 /** The churn in force on `tablet` whose leader is `p`, if any. */
-export const churnLedBy = (w: World, p: Proc, tablet: TabletId): Churn | undefined => {
-  const churn = w.churns.get(tabletKey(tablet))
+export const churnLedBy = (w: World, p: Proc, tablet: Models.TabletId): Churn | undefined => {
+  const churn = w.churns.get(Models.tabletKey(tablet))
   return churn !== undefined && churn.leader === p.name && w.faultsOn && now(w) < churn.untilMs ? churn : undefined
 }
 
 /** Holds the answer to proposal `proposal` until the leader sent a later one (or the churn ends). */
-export const heldUntilNext = (w: World, churn: Churn, proposal: number, tablet: TabletId) =>
+export const heldUntilNext = (w: World, churn: Churn, proposal: number, tablet: Models.TabletId) =>
   Effect.gen(function* () {
     let held = false
     while (churn.sent === proposal && w.faultsOn && now(w) < churn.untilMs) {
@@ -45,7 +45,7 @@ export const heldUntilNext = (w: World, churn: Churn, proposal: number, tablet: 
     if (held && churn.sent > proposal)
       log(
         w,
-        `${churn.leader}: the answer to its ISR proposal ${proposal} of ${tabletKey(tablet)} arrives after its proposal ${churn.sent}`
+        `${churn.leader}: the answer to its ISR proposal ${proposal} of ${Models.tabletKey(tablet)} arrives after its proposal ${churn.sent}`
       )
   })
 
@@ -136,7 +136,7 @@ export const stallJoining = (w: World, churn: Churn) =>
 export const churnFault = (w: World, ch: Prng) =>
   Effect.gen(function* () {
     const tablet = ch.pick(w.cluster.tablets)
-    const key = tabletKey(tablet)
+    const key = Models.tabletKey(tablet)
     const meta = yield* Audit.readTablet(w, tablet)
     const lai = meta?.leaderAndIsr
     if (meta === undefined || lai === undefined || lai.leader === null || w.churns.has(key)) return

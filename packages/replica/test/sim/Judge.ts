@@ -3,7 +3,7 @@
  * the liveness failures (not settled within the bound, with every replica's state then; a process not running;
  * a probe not acknowledged), and the run's counts.
  */
-import { tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
 import { Effect } from "effect"
 import * as ReplicaState from "../../src/machines/ReplicaState.js"
 import * as Audit from "./Audit.js"
@@ -24,7 +24,7 @@ const replicaStates = (w: World) =>
             ? ""
             : ` log [${yield* tl.logStartOffset}, ${yield* tl.logEndOffset}) hw ${yield* tl.highWatermark}`
         states.push(
-          `${p.name}:${tabletKey(v.tablet)}=${ReplicaState.describeState(v.machine)}${v.leader === undefined ? "" : ` hw ${v.leader.highWatermark} leo ${v.leader.logEndOffset}`}${own}`
+          `${p.name}:${Models.tabletKey(v.tablet)}=${ReplicaState.describeState(v.machine)}${v.leader === undefined ? "" : ` hw ${v.leader.highWatermark} leo ${v.leader.logEndOffset}`}${own}`
         )
       }
     }

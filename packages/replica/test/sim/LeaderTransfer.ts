@@ -5,7 +5,7 @@
  * following its successor while it lingers. The deaf follower may be long-polling the old leader while that leader
  * truncates to its successor's log and copies new records (issue 32's first defect).
  */
-import { tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
 import { Duration, Effect } from "effect"
 import type { Prng } from "../../../../scripts/test-support/prng.js"
 import * as Audit from "./Audit.js"
@@ -33,7 +33,7 @@ export const transfer = (w: World, step: number, tr: Prng) =>
     const back = step + tr.int(3, 20)
     log(
       w,
-      `FAULT transfer ${tabletKey(tablet)} from ${leader.name}: s${next} behind, s${deaf} deaf to the controllers until step ${back}`
+      `FAULT transfer ${Models.tabletKey(tablet)} from ${leader.name}: s${next} behind, s${deaf} deaf to the controllers until step ${back}`
     )
     const behind = link(leader.name, `s${next}`)
     w.network.cuts.add(behind)

@@ -5,27 +5,18 @@
  * `failing` set for a disk that is full or failing, with `failSome` for one that fails some writes, and with
  * `slowMs` for a slow one.
  */
-import {
-  type PartitionStore,
-  Store,
-  StoreError,
-  type StoreId,
-  StoreIoError,
-  type StoreOp,
-  type StoreShape,
-  MemoryStore
-} from "@strata/core"
+import { MemoryStore, Store } from "@strata/core"
 import { Context, Duration, Effect, Layer, Option, type Scope, Stream } from "effect"
 
 /** The replaced values of one write, to put back. */
 interface Undo {
-  readonly id: StoreId
+  readonly id: Store.Id
   readonly priors: ReadonlyArray<readonly [key: Uint8Array, prior: Option.Option<Uint8Array>]>
 }
 
 /** A lossy store and its controls. */
 export interface LossyStore {
-  readonly context: Context.Context<Store>
+  readonly context: Context.Context<Store.Store>
   /** Makes everything written so far durable. */
   readonly flush: () => void
   /** Whether anything written is not flushed. */
@@ -44,25 +35,31 @@ export interface LossyStore {
 export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
   Effect.gen(function* () {
     const memory = yield* Layer.buildWithScope(MemoryStore.layer(), scope)
-    const inner = Context.get(memory, Store)
+    const inner = Context.get(memory, Store.Store)
     let undo: Array<Undo> = []
 
-    const record = (id: StoreId, keys: ReadonlyArray<Uint8Array>, priors: ReadonlyArray<Option.Option<Uint8Array>>) => {
+    const record = (
+      id: Store.Id,
+      keys: ReadonlyArray<Uint8Array>,
+      priors: ReadonlyArray<Option.Option<Uint8Array>>
+    ) => {
       undo.push({ id, priors: keys.map((k, i) => [k, priors[i]!] as const) })
     }
 
-    const shape: StoreShape = {
+    const shape: Store.Shape = {
       backend: inner.backend,
       limits: inner.limits,
       drop: inner.drop,
       open: (id) =>
         Effect.map(inner.open(id), (ps) => {
-          const write = (ops: ReadonlyArray<StoreOp>, options?: Parameters<typeof ps.write>[1]) =>
+          const write = (ops: ReadonlyArray<Store.Op>, options?: Parameters<typeof ps.write>[1]) =>
             Effect.gen(function* () {
               if (self.slowMs > 0) yield* Effect.sleep(Duration.millis(self.slowMs))
               if (self.failing || self.failSome?.() === true) {
                 const detail = self.failing ? "No space left on device" : "Input/output error"
-                return yield* Effect.fail(new StoreError({ reason: new StoreIoError({ operation: "write", detail }) }))
+                return yield* Effect.fail(
+                  new Store.StoreError({ reason: new Store.IoError({ operation: "write", detail }) })
+                )
               }
               if (options?.offsets !== undefined && options.offsets.length > 0) {
                 return yield* Effect.die(new Error("LossyStore does not model persisted offsets"))
@@ -94,16 +91,16 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
       const lost = undo.length
       const pending = undo
       undo = []
-      const byId = new Map<string, StoreId>()
+      const byId = new Map<string, Store.Id>()
       for (const u of pending) byId.set(`${u.id.table}/${u.id.partition}`, u.id)
       yield* Effect.scoped(
         Effect.gen(function* () {
-          const stores = new Map<string, PartitionStore>()
+          const stores = new Map<string, Store.PartitionStore>()
           for (const [k, id] of byId) stores.set(k, yield* inner.open(id))
           for (let i = pending.length - 1; i >= 0; i--) {
             const u = pending[i]!
             const ps = stores.get(`${u.id.table}/${u.id.partition}`)!
-            const ops: Array<StoreOp> = u.priors.map(([key, prior]) =>
+            const ops: Array<Store.Op> = u.priors.map(([key, prior]) =>
               Option.isSome(prior) ? { _tag: "put", key, value: prior.value } : { _tag: "delete", key }
             )
             yield* ps.write(ops)
@@ -114,7 +111,7 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
     })
 
     const self: LossyStore = {
-      context: Context.make(Store, shape),
+      context: Context.make(Store.Store, shape),
       flush: () => {
         undo = []
       },

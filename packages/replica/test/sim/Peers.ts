@@ -4,7 +4,8 @@
  * churn when one is aimed at them) and a controller's tablet servers (each server's LeaderAndIsr and questions,
  * lost while the controllers' connection to it is cut).
  */
-import { type ReplicaError, tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
+import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
 import { Effect } from "effect"
 import type * as Controller from "../../src/server/Controller.js"
 import type * as TabletServer from "../../src/server/TabletServer.js"
@@ -83,7 +84,7 @@ export const peersOf = (w: World, p: Proc): PeersShape => ({
         )
         log(
           w,
-          `${p.name} asks isr [${request.isr.join(",")}] of ${tabletKey(request.tablet)} e${request.leaderEpoch} v${request.version}: ${reply._tag === "IsrRejected" ? JSON.stringify(reply.rejection) : `v${reply.leaderAndIsr.version}`}`
+          `${p.name} asks isr [${request.isr.join(",")}] of ${Models.tabletKey(request.tablet)} e${request.leaderEpoch} v${request.version}: ${reply._tag === "IsrRejected" ? JSON.stringify(reply.rejection) : `v${reply.leaderAndIsr.version}`}`
         )
         if (reply._tag === "IsrAdjusted" && before !== undefined) {
           // Registered before the call or after it: the controller may have seen either.
@@ -91,7 +92,7 @@ export const peersOf = (w: World, p: Proc): PeersShape => ({
           const either = new Set([...registered, ...after])
           Checkers.isrChange(
             w.record,
-            tabletKey(request.tablet),
+            Models.tabletKey(request.tablet),
             before.leaderAndIsr.isr,
             reply.leaderAndIsr.isr,
             either
@@ -114,7 +115,7 @@ const onServer = <A>(
   w: World,
   c: Proc,
   id: number,
-  f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaError>
+  f: (server: TabletServer.TabletServerShape) => Effect.Effect<A, ReplicaManager.ReplicaError>
 ) => {
   const target = w.byName.get(`s${id}`)!
   const server = target.server

@@ -4,8 +4,8 @@
  * service) starts in a scope of its own; it goes down by a crash (its sessions left to expire, maybe its unflushed
  * writes lost) or a clean stop, and pauses and resumes (its coordination waiting, its sessions cut meanwhile).
  */
-import { CoordinationElection, Coordinator } from "@strata/election"
 import { Coordination, Election } from "@strata/core"
+import { CoordinationElection, Coordinator } from "@strata/election"
 import { Clock, Context, Duration, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import * as ControllerState from "../../src/machines/ControllerState.js"
 import * as Controller from "../../src/server/Controller.js"
@@ -137,11 +137,11 @@ const startCoordinator = (w: World, p: Proc) =>
             Effect.suspend(() => resign.run)
           )
         ]
-      }).pipe(Effect.provideService(Election, election))
+      }).pipe(Effect.provideService(Election.Election, election))
       resign.run = coordinator.resign
     })
     yield* program.pipe(
-      Effect.provideService(Coordination, coordination),
+      Effect.provideService(Coordination.Coordination, coordination),
       Effect.provideService(Clock.Clock, clockOf(w, p)),
       Effect.provideService(Logger.CurrentLoggers, new Set([traceLogger(w, p)])),
       Scope.provide(scope),

@@ -3,12 +3,12 @@
  * scope (so a crash leaves them to expire) and every operation waiting while the process is paused or cut off from
  * coordination.
  */
-import type { CoordinationShape, Session } from "@strata/core"
+import type { Coordination } from "@strata/core"
 import { Effect, Exit, Scope } from "effect"
 import type { Proc, World } from "./World.js"
 
 /** The coordination process `p` sees. */
-export const coordinationOf = (w: World, p: Proc): CoordinationShape => ({
+export const coordinationOf = (w: World, p: Proc): Coordination.Shape => ({
   backend: w.base.backend,
   session: (options) =>
     Effect.gen(function* () {
@@ -28,7 +28,7 @@ export const coordinationOf = (w: World, p: Proc): CoordinationShape => ({
 })
 
 /** A session whose operations wait while its process is paused (a paused process does nothing). */
-const gated = (p: Proc, s: Session): Session => {
+const gated = (p: Proc, s: Coordination.Session): Coordination.Session => {
   const wait = <A, E>(op: Effect.Effect<A, E>) => Effect.andThen(p.gate.await, op)
   return {
     ...s,

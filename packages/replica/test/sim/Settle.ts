@@ -3,7 +3,7 @@
  * cluster settles — every process running, every tablet led by a live leader in that role with every replica in
  * its ISR and its HW at its log end — within the settle bound.
  */
-import { tabletKey } from "@strata/core"
+import { Models } from "@strata/core"
 import { Effect } from "effect"
 import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
 import * as Audit from "./Audit.js"
@@ -21,7 +21,7 @@ const settled = (w: World) =>
       if (meta.leaderAndIsr.isr.length !== meta.replicas.length) return false
       const leader = w.byName.get(`s${meta.leaderAndIsr.leader}`)?.server
       if (leader === undefined) return false
-      const view = (yield* leader.replicas).find((v) => tabletKey(v.tablet) === tabletKey(tablet))
+      const view = (yield* leader.replicas).find((v) => Models.tabletKey(v.tablet) === Models.tabletKey(tablet))
       if (view?.leader?.leaderEpoch !== meta.leaderAndIsr.leaderEpoch) return false
       if (view.leader.highWatermark !== view.leader.logEndOffset) return false
     }

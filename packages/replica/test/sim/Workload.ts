@@ -5,7 +5,7 @@
  * consumer reads each tablet from where it got to; the controller is asked to create the tablets until it has;
  * and, once the cluster settled, a probe appends to every tablet.
  */
-import { Coordination, type TabletId, tabletKey } from "@strata/core"
+import { Coordination, Models } from "@strata/core"
 import { Duration, Effect, Exit, type Fiber, Logger } from "effect"
 import * as EffectResult from "effect/Result"
 import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
@@ -83,7 +83,7 @@ const makeClient = (wl: Workload, deliveryTimeoutMs: number) =>
     deliveryTimeoutMs,
     replication: wl.w.cluster.replication
   }).pipe(
-    Effect.provideService(Coordination, coordinationOf(wl.w, wl.w.clientProc)),
+    Effect.provideService(Coordination.Coordination, coordinationOf(wl.w, wl.w.clientProc)),
     Effect.provideService(RemotePeers.Transport, wl.transport),
     Effect.provideService(Logger.CurrentLoggers, new Set([traceLogger(wl.w, wl.w.clientProc)])),
     Effect.orDie
@@ -128,11 +128,12 @@ const producer = (wl: Workload, n: number) => {
             )
             for (const { tablet, values, acks, done } of sends) {
               const outcome = outcomeOf(yield* Effect.result(done))
-              if (outcome._tag === "Failed") log(w, `client: a send to ${tabletKey(tablet)} failed: ${outcome.why}`)
+              if (outcome._tag === "Failed")
+                log(w, `client: a send to ${Models.tabletKey(tablet)} failed: ${outcome.why}`)
               // An acks=1 acknowledgement promises nothing once the leader changes: such records may be lost.
               Checkers.append(
                 w.record,
-                tabletKey(tablet),
+                Models.tabletKey(tablet),
                 values,
                 acks === 1 && outcome._tag === "Acked" ? { _tag: "Unknown" } : outcome
               )
@@ -158,7 +159,7 @@ const consumer = (wl: Workload) => {
       while (wl.producing) {
         yield* Effect.sleep(Duration.millis(w.rng.int(20, 120)))
         const tablet = w.rng.pick(w.cluster.tablets)
-        const key = tabletKey(tablet)
+        const key = Models.tabletKey(tablet)
         const offset = readFrom.get(key) ?? 0
         const read = yield* Effect.result(client.read(tablet, offset, w.rng.pick([1, 200, 100_000])))
         if (EffectResult.isFailure(read)) {
@@ -216,17 +217,19 @@ export const probe = (wl: Workload) =>
     const probes: Array<string> = []
     for (const tablet of w.cluster.tablets) {
       const outcome = yield* probeTablet(wl, tablet)
-      if (outcome?._tag === "Acked") Checkers.append(w.record, tabletKey(tablet), [probeValue(tablet)], outcome)
+      if (outcome?._tag === "Acked") Checkers.append(w.record, Models.tabletKey(tablet), [probeValue(tablet)], outcome)
       else
-        probes.push(`${tabletKey(tablet)}: the final acks=all append was not acknowledged: ${JSON.stringify(outcome)}`)
+        probes.push(
+          `${Models.tabletKey(tablet)}: the final acks=all append was not acknowledged: ${JSON.stringify(outcome)}`
+        )
     }
     return probes
   })
 
-const probeValue = (tablet: TabletId) => `probe-${tabletKey(tablet)}`
+const probeValue = (tablet: Models.TabletId) => `probe-${Models.tabletKey(tablet)}`
 
 /** One probe's send, the clock stepped until it ends (at most 110 steps); `undefined` if it did not. */
-const probeTablet = (wl: Workload, tablet: TabletId) =>
+const probeTablet = (wl: Workload, tablet: Models.TabletId) =>
   Effect.gen(function* () {
     const { w } = wl
     const fiber = yield* Effect.forkIn(

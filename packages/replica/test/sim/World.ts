@@ -3,13 +3,8 @@
  * the cluster drawn, its processes and stores, the network, the faults in force and what the run records for the
  * checkers), and `Proc`, one simulated tablet server or coordinator.
  */
-import type {
-  CoordinationFaultsShape,
-  CoordinationShape,
-  LeaderAndIsrRequest,
-  ReplicaError,
-  Session
-} from "@strata/core"
+import type { Coordination } from "@strata/core"
+import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
 import { type Effect, type Fiber, Latch, type Scope } from "effect"
 import type { Prng } from "../../../../scripts/test-support/prng.js"
 import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
@@ -39,14 +34,16 @@ export interface Proc {
   crashed: boolean
   paused: boolean
   /** Its live sessions, so faults can cut or expire them. */
-  readonly sessions: Set<Session>
+  readonly sessions: Set<Coordination.Session>
   server: TabletServer.TabletServerShape | undefined
   /** The running incarnation's registration (the creation order of its node), once it has one and while it lasts. */
   registration: number | undefined
   /** How far its wall clock is off the simulation's (a clock that jumped); its timers are unaffected. */
   clockOffsetMs: number
   /** The server's LeaderAndIsr as the controller reaches it (recorded for the coordinator-epoch check). */
-  serverInbox: ((request: LeaderAndIsrRequest) => Effect.Effect<void, ReplicaError>) | undefined
+  serverInbox:
+    | ((request: ReplicaManager.LeaderAndIsrRequest) => Effect.Effect<void, ReplicaManager.ReplicaError>)
+    | undefined
   controller: Controller.ControllerShape | undefined
   /** The step at which a downed or paused process comes back. */
   backAt: number | undefined
@@ -101,13 +98,13 @@ export interface World {
   /** The run's scope: processes, packets and fault endings are forked in it. */
   readonly root: Scope.Scope
   /** The memory coordination every process shares, and its faults. */
-  readonly base: CoordinationShape
-  readonly faults: CoordinationFaultsShape
+  readonly base: Coordination.Shape
+  readonly faults: Coordination.FaultsShape
   readonly clock: Clock.VirtualClock
   readonly cluster: Cluster
   readonly record: Checkers.Recorder
   /** A session outside every process, never faulted, that reads the cluster's nodes. */
-  readonly auditor: Session
+  readonly auditor: Coordination.Session
   readonly procs: ReadonlyArray<Proc>
   readonly servers: ReadonlyArray<Proc>
   readonly coordinators: ReadonlyArray<Proc>

@@ -2,17 +2,8 @@
  * Tablet servers in one process with no controller: the test sends the LeaderAndIsr instructions itself, decides
  * which links work, and can rewrite what a fetch answer says, so a scenario plays out exactly as written.
  */
-import {
-  type LeaderAndIsr,
-  type ServerId,
-  Store,
-  StoreError,
-  StoreIoError,
-  type TabletBatch,
-  type TabletId,
-  type TabletRecord,
-  MemoryStore
-} from "@strata/core"
+import { MemoryStore, type Models, Store } from "@strata/core"
+import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/wire/Peers.js"
 import * as Mutants from "./mutants.js"
@@ -22,7 +13,7 @@ const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
 /** Records whose values are `prefix` + n for n in [from, to). */
-export const records = (prefix: string, from: number, to: number): Array<TabletRecord> =>
+export const records = (prefix: string, from: number, to: number): Array<ReplicaManager.TabletRecord> =>
   Array.from({ length: to - from }, (_, i) => ({
     key: null,
     value: encoder.encode(`${prefix}${from + i}`),
@@ -31,7 +22,7 @@ export const records = (prefix: string, from: number, to: number): Array<TabletR
   }))
 
 /** A log's values, in offset order. */
-export const values = (batches: ReadonlyArray<TabletBatch>): Array<string> =>
+export const values = (batches: ReadonlyArray<ReplicaManager.TabletBatch>): Array<string> =>
   batches.flatMap((b) => b.records.map((r) => decoder.decode(r.value)))
 
 /** The harness's knobs over the links between servers: who can fetch from whom, and what a fetch answer says. */
@@ -39,9 +30,9 @@ export interface Links {
   /** `follower>leader` pairs whose requests fail (`follower>leader#fetch`: only its fetches). */
   readonly cut: Set<string>
   /** Rewrites the HW in answers to a follower's fetches (a message that carried an older one). */
-  readonly staleHighWatermark: Map<ServerId, number>
+  readonly staleHighWatermark: Map<Models.ServerId, number>
   /** Every fetch sent, in order (`from`: the follower, `to`: the server asked), whether it got through or not. */
-  readonly fetches: Array<{ readonly from: ServerId; readonly to: ServerId; readonly offset: number }>
+  readonly fetches: Array<{ readonly from: Models.ServerId; readonly to: Models.ServerId; readonly offset: number }>
   /** Answers the leaders' ISR proposals when set (the test as the controller); unset, the controller is unreachable. */
   adjustIsr: PeersShape["controller"]["adjustIsr"] | undefined
   /**
@@ -56,12 +47,12 @@ export interface Links {
   /** Every storage report sent, heard or not. */
   readonly storageTries: Array<ReplicaStorageReport>
   /** Server ids whose store fails every write (as a full disk does) while they are in it. */
-  readonly failingStores: Set<ServerId>
+  readonly failingStores: Set<Models.ServerId>
 }
 
 /** A hold on a server's store reads (`Links.storeHold`). */
 export interface StoreHold {
-  readonly server: ServerId
+  readonly server: Models.ServerId
   readonly reached: Deferred.Deferred<void>
   readonly release: Deferred.Deferred<void>
 }
@@ -69,18 +60,21 @@ export interface StoreHold {
 /** A running test cluster. */
 export interface Servers {
   readonly links: Links
-  readonly start: (id: ServerId, machines?: TabletServer.MachinesShape) => Effect.Effect<TabletServer.TabletServerShape>
-  readonly stop: (id: ServerId) => Effect.Effect<void>
-  readonly server: (id: ServerId) => TabletServer.TabletServerShape
+  readonly start: (
+    id: Models.ServerId,
+    machines?: TabletServer.MachinesShape
+  ) => Effect.Effect<TabletServer.TabletServerShape>
+  readonly stop: (id: Models.ServerId) => Effect.Effect<void>
+  readonly server: (id: Models.ServerId) => TabletServer.TabletServerShape
   /** Sends one tablet's LeaderAndIsr to the servers named. */
   readonly instruct: (
-    to: ReadonlyArray<ServerId>,
-    tablet: TabletId,
-    replicas: ReadonlyArray<ServerId>,
-    leaderAndIsr: Omit<LeaderAndIsr, "coordinatorEpoch" | "version"> & { readonly version?: number }
+    to: ReadonlyArray<Models.ServerId>,
+    tablet: Models.TabletId,
+    replicas: ReadonlyArray<Models.ServerId>,
+    leaderAndIsr: Omit<Models.LeaderAndIsr, "coordinatorEpoch" | "version"> & { readonly version?: number }
   ) => Effect.Effect<void>
   /** The values of server `id`'s replica of `tablet`, its whole log. */
-  readonly logValues: (id: ServerId, tablet: TabletId) => Effect.Effect<Array<string>>
+  readonly logValues: (id: Models.ServerId, tablet: Models.TabletId) => Effect.Effect<Array<string>>
 }
 
 /** Polls `check` every 5 ms until it holds (the test's own timeout bounds it). */
@@ -97,8 +91,8 @@ export const eventually = <E, R>(check: Effect.Effect<boolean, E, R>): Effect.Ef
 export const make = (replication: TabletServer.TabletServerOptions["replication"]) =>
   Effect.gen(function* () {
     const root = yield* Effect.scope
-    const running = new Map<ServerId, { server: TabletServer.TabletServerShape; scope: Scope.Closeable }>()
-    const stores = new Map<ServerId, Context.Context<Store>>()
+    const running = new Map<Models.ServerId, { server: TabletServer.TabletServerShape; scope: Scope.Closeable }>()
+    const stores = new Map<Models.ServerId, Context.Context<Store.Store>>()
     const links: Links = {
       cut: new Set(),
       staleHighWatermark: new Map(),
@@ -111,8 +105,8 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
       failingStores: new Set()
     }
     /** Server `id`'s store, its partitions' reads held while `links.storeHold` names it. */
-    const held = (id: ServerId, store: Context.Context<Store>): Context.Context<Store> => {
-      const inner = Context.get(store, Store)
+    const held = (id: Models.ServerId, store: Context.Context<Store.Store>): Context.Context<Store.Store> => {
+      const inner = Context.get(store, Store.Store)
       const hold = Effect.suspend(() => {
         const h = links.storeHold
         if (h === undefined || h.server !== id) return Effect.void
@@ -120,8 +114,8 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
         return Effect.andThen(Deferred.succeed(h.reached, undefined), Deferred.await(h.release))
       })
       return Context.make(
-        Store,
-        Store.of({
+        Store.Store,
+        Store.Store.of({
           ...inner,
           open: (storeId) =>
             Effect.map(inner.open(storeId), (p) => ({
@@ -130,8 +124,8 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
               write: (ops, options) =>
                 links.failingStores.has(id)
                   ? Effect.fail(
-                      new StoreError({
-                        reason: new StoreIoError({ operation: "write", detail: "No space left on device" })
+                      new Store.StoreError({
+                        reason: new Store.IoError({ operation: "write", detail: "No space left on device" })
                       })
                     )
                   : p.write(ops, options)
@@ -140,7 +134,7 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
       )
     }
     const down = (target: string) => Effect.fail(new PeerUnreachable({ target, detail: "cut or down" }))
-    const peersOf = (self: ServerId): PeersShape => ({
+    const peersOf = (self: Models.ServerId): PeersShape => ({
       leader: (id) => {
         const cut = (fetch: boolean) =>
           links.cut.has(`${self}>${id}`) || (fetch && links.cut.has(`${self}>${id}#fetch`))

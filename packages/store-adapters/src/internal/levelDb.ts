@@ -13,29 +13,8 @@
  * batch carries both atomically. One database per directory also means one
  * block cache, one write-ahead log and one LOCK file for every partition.
  */
-import type {
-  Offset,
-  PartitionStore,
-  ScanRange,
-  StoreId,
-  StoreLimits,
-  StoreOp,
-  StoreShape,
-  TopicPartition,
-  TopicPartitionOffset
-} from "@strata/core"
+import { type Models, Store, StoreValidation } from "@strata/core"
 import { mkdir } from "node:fs/promises"
-import {
-  ForeignStoreDirectory,
-  StoreAccessDenied,
-  StoreClosed,
-  StoreCorrupted,
-  StoreIoError,
-  StoreLocked,
-  StoreValidation,
-  storeError,
-  type StoreError
-} from "@strata/core"
 import { Effect, Option, type Scope, Stream } from "effect"
 import type { DriverDb, DriverRange, NativeBatch } from "./driver.js"
 import { reopeningDb } from "./reopeningDb.js"
@@ -61,7 +40,7 @@ export interface Backend {
   readonly name: StoreDirectory.Engine
   readonly directory: string
   readonly sync: boolean
-  readonly limits: StoreLimits
+  readonly limits: Store.Limits
   /**
    * Checks an existing database's files before the engine reads them, where the engine does not check them itself;
    * resolves with a description of the damage found, if any. `names` are the directory's entries.
@@ -74,10 +53,10 @@ export interface Backend {
 const SCAN_CHUNK = 1024
 const META = 0xff
 
-const storeName = (id: StoreId) => `${id.table}/${id.partition}`
+const storeName = (id: Store.Id) => `${id.table}/${id.partition}`
 
 /** The key prefix of one partition store. */
-export const storePrefix = (id: StoreId): Buffer => {
+export const storePrefix = (id: Store.Id): Buffer => {
   const table = Buffer.from(id.table, "utf8")
   const prefix = Buffer.allocUnsafe(2 + table.length + 4)
   prefix.writeUInt16BE(table.length, 0)
@@ -93,7 +72,7 @@ const withPrefix = (prefix: Buffer, key: Uint8Array): Buffer => {
   return out
 }
 
-const metaKey = (prefix: Buffer, tp: TopicPartition): Buffer => {
+const metaKey = (prefix: Buffer, tp: Models.TopicPartition): Buffer => {
   const topic = Buffer.from(tp.topic, "utf8")
   const out = Buffer.allocUnsafe(prefix.length + 1 + 2 + topic.length + 4)
   prefix.copy(out, 0)
@@ -106,7 +85,7 @@ const metaKey = (prefix: Buffer, tp: TopicPartition): Buffer => {
   return out
 }
 
-const decodeMetaKey = (prefix: Buffer, key: Buffer): TopicPartition => {
+const decodeMetaKey = (prefix: Buffer, key: Buffer): Models.TopicPartition => {
   const at = prefix.length + 1
   const len = key.readUInt16BE(at)
   return {
@@ -121,7 +100,7 @@ const encodeOffset = (offset: number): Buffer => {
   return out
 }
 
-const decodeOffset = (value: Buffer): Offset => Number(value.readBigUInt64BE(0))
+const decodeOffset = (value: Buffer): Models.Offset => Number(value.readBigUInt64BE(0))
 
 /** The smallest key after every key that starts with `prefix` (prefixes never end in 0xFF bytes only). */
 const prefixEnd = (prefix: Buffer): Buffer => Buffer.from(StoreValidation.prefixUpperBound(prefix)!)
@@ -160,27 +139,34 @@ const CORRUPTED = /LEVEL_CORRUPTION|Corruption|corrupted|bad magic|not an sstabl
  * recognised by the engines' own lock messages, not by a path that ends in `/LOCK`: a LOCK file the process may not
  * open is a permission problem, not another owner.
  */
-export const openError = (backend: Pick<Backend, "name" | "directory">, cause: unknown): StoreError => {
+export const openError = (backend: Pick<Backend, "name" | "directory">, cause: unknown): Store.StoreError => {
   const text = codes(cause)
   if (LOCKED.test(text) || /No locks available|Resource temporarily unavailable/i.test(text)) {
-    return storeError(new StoreLocked({ store: backend.name, path: backend.directory }))
+    return Store.storeError(new Store.Locked({ store: backend.name, path: backend.directory }))
   }
-  if (DENIED.test(text)) return storeError(new StoreAccessDenied(at(backend, cause)))
-  if (CORRUPTED.test(text)) return storeError(new StoreCorrupted(at(backend, cause)))
-  return storeError(new StoreIoError({ operation: `open ${backend.directory}`, detail: message(cause) }))
+  if (DENIED.test(text)) return Store.storeError(new Store.AccessDenied(at(backend, cause)))
+  if (CORRUPTED.test(text)) return Store.storeError(new Store.Corrupted(at(backend, cause)))
+  return Store.storeError(new Store.IoError({ operation: `open ${backend.directory}`, detail: message(cause) }))
 }
 
 /** Maps a driver error of a read or write: damage the engine met is `StoreCorrupted`, anything else I/O. */
-const ioError = (backend: Pick<Backend, "directory">, store: string, operation: string, cause: unknown): StoreError =>
+const ioError = (
+  backend: Pick<Backend, "directory">,
+  store: string,
+  operation: string,
+  cause: unknown
+): Store.StoreError =>
   CORRUPTED.test(codes(cause))
-    ? storeError(new StoreCorrupted({ store, path: backend.directory, detail: `${operation}: ${message(cause)}` }))
-    : storeError(new StoreIoError({ operation: `${operation} ${store}`, detail: message(cause) }))
+    ? Store.storeError(
+        new Store.Corrupted({ store, path: backend.directory, detail: `${operation}: ${message(cause)}` })
+      )
+    : Store.storeError(new Store.IoError({ operation: `${operation} ${store}`, detail: message(cause) }))
 
 /**
  * Decides, from the directory's entries, whether the engine may see it and how (`storeDirectory.ts`), and runs the
  * backend's own checks on an existing database. Fails without having written anything.
  */
-const prepare = (backend: Backend): Effect.Effect<OpenMode, StoreError> =>
+const prepare = (backend: Backend): Effect.Effect<OpenMode, Store.StoreError> =>
   Effect.gen(function* () {
     const listing = yield* Effect.tryPromise({
       try: () => StoreDirectory.list(backend.directory),
@@ -190,15 +176,19 @@ const prepare = (backend: Backend): Effect.Effect<OpenMode, StoreError> =>
     switch (verdict._tag) {
       case "NotADirectory":
         return yield* Effect.fail(
-          storeError(new StoreIoError({ operation: `open ${backend.directory}`, detail: "not a directory" }))
+          Store.storeError(new Store.IoError({ operation: `open ${backend.directory}`, detail: "not a directory" }))
         )
       case "Foreign":
         return yield* Effect.fail(
-          storeError(new ForeignStoreDirectory({ store: backend.name, path: backend.directory, found: verdict.found }))
+          Store.storeError(
+            new Store.ForeignStoreDirectory({ store: backend.name, path: backend.directory, found: verdict.found })
+          )
         )
       case "Corrupted":
         return yield* Effect.fail(
-          storeError(new StoreCorrupted({ store: backend.name, path: backend.directory, detail: verdict.detail }))
+          Store.storeError(
+            new Store.Corrupted({ store: backend.name, path: backend.directory, detail: verdict.detail })
+          )
         )
       case "Create":
         if (listing._tag === "Missing") {
@@ -219,7 +209,7 @@ const prepare = (backend: Backend): Effect.Effect<OpenMode, StoreError> =>
           })
           if (damage !== undefined) {
             return yield* Effect.fail(
-              storeError(new StoreCorrupted({ store: backend.name, path: backend.directory, detail: damage }))
+              Store.storeError(new Store.Corrupted({ store: backend.name, path: backend.directory, detail: damage }))
             )
           }
         }
@@ -229,7 +219,7 @@ const prepare = (backend: Backend): Effect.Effect<OpenMode, StoreError> =>
   })
 
 /** Opens the database in a scope and serves the `Store` protocol from it. */
-export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Scope.Scope> =>
+export const make = (backend: Backend): Effect.Effect<Store.Shape, Store.StoreError, Scope.Scope> =>
   Effect.gen(function* () {
     const mode = yield* prepare(backend)
     // After a failed write the database is opened again (`reopeningDb.ts`): it exists by then, so never created.
@@ -242,7 +232,7 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Sc
     )
     const open = new Set<string>()
     /** Runs a driver call of `operation` (e.g. `"get"`) on the partition store `store`. */
-    const io = <A>(store: string, operation: string, f: () => Promise<A>): Effect.Effect<A, StoreError> =>
+    const io = <A>(store: string, operation: string, f: () => Promise<A>): Effect.Effect<A, Store.StoreError> =>
       Effect.tryPromise({ try: f, catch: (cause) => ioError(backend, store, operation, cause) })
 
     /** Deletes a whole key range in one atomic batch. */
@@ -269,13 +259,13 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Sc
       })
 
     /** A valid id of a partition store nobody has open, or the error saying why not. */
-    const closedStore = (id: StoreId): StoreError | undefined =>
+    const closedStore = (id: Store.Id): Store.StoreError | undefined =>
       StoreValidation.checkStoreId(id) ??
       (open.has(storeName(id))
-        ? storeError(new StoreLocked({ store: storeName(id), path: backend.directory }))
+        ? Store.storeError(new Store.Locked({ store: storeName(id), path: backend.directory }))
         : undefined)
 
-    const openStore = (id: StoreId) =>
+    const openStore = (id: Store.Id) =>
       Effect.acquireRelease(
         Effect.suspend(() => {
           const unavailable = closedStore(id)
@@ -290,7 +280,7 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Sc
           })
       ).pipe(Effect.map((handle) => handle.store))
 
-    const drop = (id: StoreId) =>
+    const drop = (id: Store.Id) =>
       Effect.suspend(() => {
         const unavailable = closedStore(id)
         if (unavailable) return Effect.fail(unavailable)
@@ -298,23 +288,23 @@ export const make = (backend: Backend): Effect.Effect<StoreShape, StoreError, Sc
         return deleteRange(storeName(id), "drop", prefix, prefixEnd(prefix))
       })
 
-    return { backend: backend.name, limits: backend.limits, open: openStore, drop } satisfies StoreShape
+    return { backend: backend.name, limits: backend.limits, open: openStore, drop } satisfies Store.Shape
   })
 
 const makePartition = (
-  id: StoreId,
+  id: Store.Id,
   db: DriverDb,
   backend: Backend,
-  io: <A>(store: string, operation: string, f: () => Promise<A>) => Effect.Effect<A, StoreError>,
-  deleteRange: (store: string, operation: string, from: Buffer, to: Buffer) => Effect.Effect<void, StoreError>
+  io: <A>(store: string, operation: string, f: () => Promise<A>) => Effect.Effect<A, Store.StoreError>,
+  deleteRange: (store: string, operation: string, from: Buffer, to: Buffer) => Effect.Effect<void, Store.StoreError>
 ) => {
   const name = storeName(id)
   const prefix = storePrefix(id)
   const dataEnd = Buffer.concat([prefix, Buffer.from([META])])
   const end = prefixEnd(prefix)
   const limits = backend.limits
-  const handle = { closed: false, store: undefined as unknown as PartitionStore }
-  const closed = () => storeError(new StoreClosed({ store: name }))
+  const handle = { closed: false, store: undefined as unknown as Store.PartitionStore }
+  const closed = () => Store.storeError(new Store.Closed({ store: name }))
   const strip = (key: Buffer) => key.subarray(prefix.length)
 
   /**
@@ -334,7 +324,10 @@ const makePartition = (
     return buffer
   }
 
-  const write = (ops: ReadonlyArray<StoreOp>, options?: { readonly offsets?: ReadonlyArray<TopicPartitionOffset> }) =>
+  const write = (
+    ops: ReadonlyArray<Store.Op>,
+    options?: { readonly offsets?: ReadonlyArray<Models.TopicPartitionOffset> }
+  ) =>
     Effect.suspend(() => {
       if (handle.closed) return Effect.fail(closed())
       // Validate everything first: a bad operation fails the write before anything reaches the batch.
@@ -361,7 +354,7 @@ const makePartition = (
     })
 
   /** Translates a user range into the partition's key space; `undefined` when it selects nothing. */
-  const driverRange = (range: ScanRange): DriverRange | undefined => {
+  const driverRange = (range: Store.ScanRange): DriverRange | undefined => {
     if (range.limit !== undefined && range.limit <= 0) return undefined
     let lower: { key: Buffer; inclusive: boolean } = { key: prefix, inclusive: true }
     let upper: { key: Buffer; inclusive: boolean } = { key: dataEnd, inclusive: false }
@@ -391,7 +384,7 @@ const makePartition = (
     return out
   }
 
-  const scan = (range: ScanRange = {}) =>
+  const scan = (range: Store.ScanRange = {}) =>
     Stream.unwrap(
       Effect.gen(function* () {
         if (handle.closed) return yield* Effect.fail(closed())
@@ -422,17 +415,17 @@ const makePartition = (
     )
 
   const checked = (key: Uint8Array) => StoreValidation.checkKey(key, limits)
-  const guard = <A>(f: () => Effect.Effect<A, StoreError>) =>
+  const guard = <A>(f: () => Effect.Effect<A, Store.StoreError>) =>
     Effect.suspend(() => (handle.closed ? Effect.fail(closed()) : f()))
   /** One key, read synchronously when the driver can. */
-  const readOne = (operation: string, key: Buffer): Effect.Effect<Buffer | undefined, StoreError> => {
+  const readOne = (operation: string, key: Buffer): Effect.Effect<Buffer | undefined, Store.StoreError> => {
     const getSync = db.getSync
     return getSync === undefined
       ? io(name, operation, () => db.get(key))
       : Effect.try({ try: () => getSync(key), catch: (cause) => ioError(backend, name, operation, cause) })
   }
 
-  const store: PartitionStore = {
+  const store: Store.PartitionStore = {
     id,
     get: (key) =>
       guard(() => {
@@ -480,7 +473,7 @@ const makePartition = (
     persistedOffsets: guard(() =>
       io(name, "persistedOffsets", async () => {
         const it = db.iterator({ gte: dataEnd, lt: end })
-        const out: Array<TopicPartitionOffset> = []
+        const out: Array<Models.TopicPartitionOffset> = []
         try {
           for (;;) {
             const entries = await it.nextv(SCAN_CHUNK)

@@ -1,4 +1,4 @@
-import { Store, type StoreError, type StoreShape, StoreValidation } from "@strata/core"
+import { Store, StoreValidation } from "@strata/core"
 import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
 
 /** A positive safe integer option (bytes, counts). */
@@ -23,13 +23,15 @@ export const decodeOptions = StoreValidation.decodeOptions
  * `layer` and `layerConfig` of a store backend: each provides the backend's own
  * key and the `Store` protocol key from the same instance.
  */
-export const backendLayers = <I, S extends StoreShape, O>(
+export const backendLayers = <I, S extends Store.Shape, O>(
   key: Context.Key<I, S>,
-  make: (options: O) => Effect.Effect<S, StoreError, Scope.Scope>
+  make: (options: O) => Effect.Effect<S, Store.StoreError, Scope.Scope>
 ) => {
-  const layer = (options: O): Layer.Layer<I | Store, StoreError> =>
-    Layer.effectContext(Effect.map(make(options), (store) => Context.make(key, store).pipe(Context.add(Store, store))))
-  const layerConfig = (config: Config.Wrap<O>): Layer.Layer<I | Store, StoreError | Config.ConfigError> =>
+  const layer = (options: O): Layer.Layer<I | Store.Store, Store.StoreError> =>
+    Layer.effectContext(
+      Effect.map(make(options), (store) => Context.make(key, store).pipe(Context.add(Store.Store, store)))
+    )
+  const layerConfig = (config: Config.Wrap<O>): Layer.Layer<I | Store.Store, Store.StoreError | Config.ConfigError> =>
     Layer.unwrap(Effect.map(Config.unwrap(config), layer))
   return { layer, layerConfig }
 }

@@ -14,6 +14,7 @@
  *
  * As a module: the deterministic batch generator the crash test replays. Batch n depends only on (seed, n).
  */
+import type { Store } from "@strata/core"
 import {
   type BackendName,
   type ChildArgs,
@@ -23,7 +24,6 @@ import {
   type StoreAdapter
 } from "../../../../scripts/test-support/crashChild.js"
 import { below, mix32, prng } from "../../../../scripts/test-support/prng.js"
-import type { PartitionStore, StoreError, StoreId, StoreOp } from "@strata/core"
 import { Effect, Option } from "effect"
 
 /** The partition store the workload writes. */
@@ -76,10 +76,10 @@ export const describeValue = (value: Uint8Array): string => {
 }
 
 /** The operations of batch `n` under `seed`: a function of (seed, n) only. */
-export const batch = (seed: number, n: number): Array<StoreOp> => {
+export const batch = (seed: number, n: number): Array<Store.Op> => {
   const random = prng(mix32(mix32(seed) ^ mix32(n + 0x9e3779b9)))
   const count = 1 + below(random, MAX_OPS)
-  const ops: Array<StoreOp> = new Array(count)
+  const ops: Array<Store.Op> = new Array(count)
   for (let i = 0; i < count; i++) {
     const k = below(random, KEY_SPACE)
     ops[i] =
@@ -91,7 +91,9 @@ export const batch = (seed: number, n: number): Array<StoreOp> => {
 }
 
 /** The adapter of `backend`, imported when first asked for (the other backend's driver stays unloaded). */
-export const loadAdapter = (backend: BackendName): Promise<StoreAdapter<StoreId, PartitionStore, StoreError>> =>
+export const loadAdapter = (
+  backend: BackendName
+): Promise<StoreAdapter<Store.Id, Store.PartitionStore, Store.StoreError>> =>
   backend === "level" ? import("@strata/store-adapters/level") : import("@strata/store-adapters/rocksdb")
 
 const run = ({ backend, directory, seed, torn }: ChildArgs<never, TornMode>) =>

@@ -9,20 +9,20 @@
  *
  * @internal
  */
-import type { ChangelogSource, IsolationLevel, LogError, LogRecord, LogShape, TopicPartition } from "@strata/core"
+import type { Log, Models, Recovery } from "@strata/core"
 import { type Cause, Effect, Fiber, Option, Queue, type Scope, Semaphore, Stream } from "effect"
 
 /** Records fetched from one partition, with the channel generation they were received in. */
 interface Chunk {
   readonly generation: number
-  readonly records: ReadonlyArray<LogRecord>
+  readonly records: ReadonlyArray<Log.Record>
   /** Queue room the chunk holds (records), given back when it is fully taken or dropped. */
   readonly room: number
 }
 
 /** The channel: recovery's `ChangelogSource` and how full its queue is. */
 export interface ChangelogChannel {
-  readonly source: ChangelogSource
+  readonly source: Recovery.ChangelogSource
   /** Records held in the queue now. */
   readonly size: Effect.Effect<number>
   /** Stops the fetcher (the consumer closes with the scope). */
@@ -34,10 +34,10 @@ export interface ChangelogChannel {
  * every partition assigned and paused (recovery resumes what it restores), and the fetcher fiber.
  */
 export const make = (
-  log: LogShape,
-  tps: ReadonlyArray<TopicPartition>,
-  options: { readonly capacity: number; readonly chunk: number; readonly isolation: IsolationLevel }
-): Effect.Effect<ChangelogChannel, LogError, Scope.Scope> =>
+  log: Log.Shape,
+  tps: ReadonlyArray<Models.TopicPartition>,
+  options: { readonly capacity: number; readonly chunk: number; readonly isolation: Log.IsolationLevel }
+): Effect.Effect<ChangelogChannel, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     const capacity = options.capacity
     const isolation = options.isolation
@@ -45,7 +45,7 @@ export const make = (
     yield* consumer.assign(tps)
     yield* consumer.pause(tps)
 
-    const queue = yield* Queue.unbounded<Chunk, LogError>()
+    const queue = yield* Queue.unbounded<Chunk, Log.LogError>()
     const room = Semaphore.makeUnsafe(capacity)
     let held = 0
     let generation = 0
@@ -81,7 +81,7 @@ export const make = (
           yield* Queue.offer(queue, { generation: at, records: batch.records, room: needed })
         })
       ),
-      Effect.catchCause((cause: Cause.Cause<LogError>) => Queue.failCause(queue, cause)),
+      Effect.catchCause((cause: Cause.Cause<Log.LogError>) => Queue.failCause(queue, cause)),
       Effect.forkScoped
     )
 
@@ -91,7 +91,7 @@ export const make = (
     // as per record: 480 records per write on average became about 950).
     const take = (max: number) =>
       Effect.gen(function* () {
-        const out: Array<LogRecord> = []
+        const out: Array<Log.Record> = []
         let next: { chunk: Chunk; from: number } | undefined = leftover
         leftover = undefined
         if (next === undefined) next = { chunk: yield* Queue.take(queue), from: 0 }
@@ -119,7 +119,7 @@ export const make = (
         return out
       })
 
-    const source: ChangelogSource = {
+    const source: Recovery.ChangelogSource = {
       // The highwater, also at read_committed: a store may be ahead of the last stable offset (its own commits after
       // a dead owner's open transaction), and a restore ends once the consumer's position passed every marker, which
       // it does when that transaction is aborted (the broker's transaction timeout).

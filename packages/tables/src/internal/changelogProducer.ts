@@ -10,15 +10,7 @@
  *
  * @internal
  */
-import type {
-  Acks,
-  GroupConsumer,
-  LogError,
-  LogProducer,
-  LogShape,
-  TopicPartitionOffset,
-  TransactionalProducer
-} from "@strata/core"
+import type { Log, Models } from "@strata/core"
 import { Effect, Exit, Scope, Semaphore } from "effect"
 
 /** Permits of the commit gate: more than there can be records processed at once. */
@@ -27,9 +19,9 @@ const COMMIT_GATE = 1_000_000
 /** The producer the manager sends its changelog records with. */
 export interface ChangelogProducer {
   /** Queues records (opening the producer if needed); the inner effect waits for their offsets. */
-  readonly send: LogProducer["send"]
+  readonly send: Log.Producer["send"]
   /** Waits for every ack so far (exactly once: nothing, the acks come with the commit). */
-  readonly flush: Effect.Effect<void, LogError>
+  readonly flush: Effect.Effect<void, Log.LogError>
   /** Runs one record's processing on one side of a commit (exactly once; as it is at least once). */
   readonly gated: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
   /**
@@ -37,26 +29,26 @@ export interface ChangelogProducer {
    * offsets, then runs `then` (the stores take what the transaction committed).
    */
   readonly commitTransaction: <E>(
-    group: GroupConsumer,
-    offsets: ReadonlyArray<TopicPartitionOffset>,
+    group: Log.GroupConsumer,
+    offsets: ReadonlyArray<Models.TopicPartitionOffset>,
     then: Effect.Effect<void, E>
-  ) => Effect.Effect<void, LogError | E>
+  ) => Effect.Effect<void, Log.LogError | E>
   /** Closes the producer, if open (aborting an open transaction); the next use opens a new one. */
   readonly close: Effect.Effect<void>
 }
 
 interface Open {
-  readonly send: LogProducer["send"]
-  readonly flush: Effect.Effect<void, LogError>
-  readonly transactional: TransactionalProducer | undefined
+  readonly send: Log.Producer["send"]
+  readonly flush: Effect.Effect<void, Log.LogError>
+  readonly transactional: Log.TransactionalProducer | undefined
   readonly scope: Scope.Closeable
 }
 
 /** The changelog producer of a manager whose scope is `scope`. */
 export const make = (
-  log: LogShape,
+  log: Log.Shape,
   scope: Scope.Scope,
-  options: { readonly exactlyOnce: boolean; readonly acks: Acks; readonly transactionalId: string }
+  options: { readonly exactlyOnce: boolean; readonly acks: Log.Acks; readonly transactionalId: string }
 ): ChangelogProducer => {
   let open: Open | undefined
   const opening = Effect.gen(function* () {

@@ -5,22 +5,7 @@
  *
  * @internal
  */
-import {
-  CommitFailed,
-  InvalidTable,
-  type LogError,
-  type LogShape,
-  type RecoveryShape,
-  RestoreFailed,
-  type StoreError,
-  type StoreShape,
-  TableAlreadyExists,
-  type TableInfo,
-  TableManagerError,
-  TablesFinalized,
-  type TopicPartition,
-  type TopicPartitionOffset
-} from "@strata/core"
+import { type Log, type Models, Recovery, type Store, TableManager } from "@strata/core"
 import type { ChangelogRecovery } from "@strata/recovery"
 import { type Deferred, type Duration, Effect, Exit, Scope, type Semaphore } from "effect"
 import { TableError, TableStoreFailed, validate } from "../Table.js"
@@ -32,7 +17,7 @@ import * as RestoreTarget from "./restoreTarget.js"
 
 /** The changelog partitions written while processing one source partition. */
 export interface SourceLink {
-  readonly tp: TopicPartition
+  readonly tp: Models.TopicPartition
   /** Changelog partitions written while processing this source partition: `<table>|<partition>`. */
   readonly changelogs: Set<string>
 }
@@ -50,8 +35,8 @@ export interface Manager {
   readonly cacheEntries: number
   readonly badRecords: "fail" | "dead-letter"
   readonly recoveryOptions: ChangelogRecovery.ChangelogRecoveryOptions
-  readonly store: StoreShape
-  readonly log: LogShape
+  readonly store: Store.Shape
+  readonly log: Log.Shape
   /** Everything the manager opens later (partition stores, the producer, recovery) lives in this scope. */
   readonly scope: Scope.Scope
   readonly producer: ChangelogProducer
@@ -71,25 +56,27 @@ export interface Manager {
   finalized: boolean
   stopping: boolean
   stopped: boolean
-  recovery: RecoveryShape | undefined
+  recovery: Recovery.Shape | undefined
   channel: ChangelogChannel.ChangelogChannel | undefined
   recoveryScope: Scope.Closeable | undefined
 }
 
 /** A table manager error with `reason`. */
-export const managerError = (reason: TableManagerError["reason"]) => new TableManagerError({ reason })
+export const managerError = (reason: TableManager.TableManagerError["reason"]) =>
+  new TableManager.TableManagerError({ reason })
 
 /** A table error with `reason`. */
 export const tableError = (reason: TableError["reason"]) => new TableError({ reason })
 
 /** A store failure of `table`, as a table error. */
-export const storeFailed = (table: string) => (cause: StoreError) => tableError(new TableStoreFailed({ table, cause }))
+export const storeFailed = (table: string) => (cause: Store.StoreError) =>
+  tableError(new TableStoreFailed({ table, cause }))
 
 /** The id of a table partition in links: `<table>|<partition>`. */
 export const partitionId = (table: Registered, partition: number): string => `${table.info.name}|${partition}`
 
 /** Every changelog partition of a table. */
-export const changelogPartitionsOf = (table: Registered): Array<TopicPartition> =>
+export const changelogPartitionsOf = (table: Registered): Array<Models.TopicPartition> =>
   Array.from({ length: table.info.partitions }, (_, partition) => ({ topic: table.info.changelogTopic, partition }))
 
 /** The changelog partitions of a list of table partitions. */
@@ -97,19 +84,20 @@ export const changelogTps = (list: ReadonlyArray<{ readonly table: Registered; r
   list.map(({ table, partition }) => ({ topic: table.info.changelogTopic, partition }))
 
 /** Adds a table (checked, unique by name and by changelog topic) before the manager is finalized. */
-export const add = (m: Manager, info: TableInfo) =>
+export const add = (m: Manager, info: TableManager.TableInfo) =>
   Effect.gen(function* () {
     const invalid = validate(info)
     if (invalid !== undefined) {
-      return yield* Effect.fail(managerError(new InvalidTable({ name: info.name, detail: invalid })))
+      return yield* Effect.fail(managerError(new TableManager.InvalidTable({ name: info.name, detail: invalid })))
     }
-    if (m.finalized) return yield* Effect.fail(managerError(new TablesFinalized({ name: info.name })))
-    if (m.tables.has(info.name)) return yield* Effect.fail(managerError(new TableAlreadyExists({ name: info.name })))
+    if (m.finalized) return yield* Effect.fail(managerError(new TableManager.TablesFinalized({ name: info.name })))
+    if (m.tables.has(info.name))
+      return yield* Effect.fail(managerError(new TableManager.TableAlreadyExists({ name: info.name })))
     const other = m.byChangelog.get(info.changelogTopic)
     if (other !== undefined) {
       return yield* Effect.fail(
         managerError(
-          new InvalidTable({
+          new TableManager.InvalidTable({
             name: info.name,
             detail: `its changelog topic ${info.changelogTopic} is already table ${other.info.name}'s`
           })
@@ -123,7 +111,7 @@ export const add = (m: Manager, info: TableInfo) =>
   })
 
 /** The table partitions of the tables (not global ones) matching source partitions, each once. */
-export const sourceToChangelogs = (m: Manager, tps: ReadonlyArray<TopicPartition>) => {
+export const sourceToChangelogs = (m: Manager, tps: ReadonlyArray<Models.TopicPartition>) => {
   const out: Array<{ table: Registered; partition: number }> = []
   const seen = new Set<string>()
   for (const table of m.tables.values()) {
@@ -166,22 +154,22 @@ export const closePartition = (table: Registered, partition: number) =>
 const commitFailed = (
   table: Registered,
   partition: number,
-  e: LogError | StoreError | PartitionWrites.ChangelogBehindStore
-) => managerError(new CommitFailed({ table: table.info.name, partition, detail: e.message }))
+  e: Log.LogError | Store.StoreError | PartitionWrites.ChangelogBehindStore
+) => managerError(new TableManager.CommitFailed({ table: table.info.name, partition, detail: e.message }))
 
 /** Persists a partition's buffered changes (their acks in) with its changelog and source offsets (plus `extra`). */
 export const flushPartition = (
   table: Registered,
   w: PartitionWrites.PartitionWrites,
   partition: number,
-  extra: ReadonlyArray<TopicPartitionOffset>
+  extra: ReadonlyArray<Models.TopicPartitionOffset>
 ) =>
   PartitionWrites.flush(w, { topic: table.info.changelogTopic, partition }, extra).pipe(
     Effect.mapError((e) => commitFailed(table, partition, e))
   )
 
 /** Persists the partition `<table>|<partition>` names, if it is open. */
-export const flushById = (m: Manager, id: string, extra: ReadonlyArray<TopicPartitionOffset>) =>
+export const flushById = (m: Manager, id: string, extra: ReadonlyArray<Models.TopicPartitionOffset>) =>
   Effect.suspend(() => {
     const [name, p] = id.split("|") as [string, string]
     const table = m.tables.get(name)
@@ -213,7 +201,12 @@ export const restoreTarget = (m: Manager) =>
     // Buffered changes reach the stores with their offsets, so recovery reads current persisted offsets.
     flushAll: flushAll(m).pipe(
       Effect.mapError(
-        (e) => new RestoreFailed({ topic: "(tables)", partition: 0, detail: `flushing before recovery: ${e.message}` })
+        (e) =>
+          new Recovery.RestoreFailed({
+            topic: "(tables)",
+            partition: 0,
+            detail: `flushing before recovery: ${e.message}`
+          })
       )
     )
   })

@@ -10,18 +10,7 @@
  *
  * @internal
  */
-import {
-  del,
-  type LogError,
-  type PartitionStore,
-  put,
-  type RecoveryErrorReason,
-  type StoreError,
-  type StoreOp,
-  type TopicPartition,
-  type TopicPartitionOffset,
-  tpKey
-} from "@strata/core"
+import { type Log, Models, type Recovery, Store } from "@strata/core"
 import { Data, Effect, Option, type Scope, Semaphore } from "effect"
 import { advance } from "./offsets.js"
 
@@ -35,14 +24,14 @@ export interface Change {
 
 /** The write state of one open table partition. */
 export interface PartitionWrites {
-  readonly store: PartitionStore
+  readonly store: Store.PartitionStore
   readonly scope: Scope.Closeable
   /** Changes sent to the changelog, not yet in the store, by key (`keyId`). */
   readonly dirty: Map<string, Change>
   /** For each send not yet persisted, the highest changelog offset it wrote here (`-1` when unknown, acks 0). */
-  acks: Array<Effect.Effect<number, LogError>>
+  acks: Array<Effect.Effect<number, Log.LogError>>
   /** Per source partition, one past the last source record whose writes are buffered here. */
-  readonly sources: Map<string, TopicPartitionOffset>
+  readonly sources: Map<string, Models.TopicPartitionOffset>
   readonly lock: Semaphore.Semaphore
   /** A standby replica: restored and tailed, not written (until promoted). */
   standby: boolean
@@ -58,7 +47,7 @@ export interface PartitionWrites {
    */
   storeVersion: number
   /** Why the partition's restore failed, if it did: it is neither read nor written while set. */
-  failure: RecoveryErrorReason | undefined
+  failure: Recovery.ErrorReason | undefined
   /** The highest changelog offset the store persisted, as far as known here: a flush never writes a lower one. */
   persisted: number | undefined
 }
@@ -71,7 +60,7 @@ export const keyId = (key: Uint8Array): string =>
 
 /** A partition's write state over an opened store. */
 export const make = (
-  store: PartitionStore,
+  store: Store.PartitionStore,
   scope: Scope.Closeable,
   standby: boolean,
   cacheEntries: number
@@ -105,15 +94,15 @@ export const exclusive = <A, E, R>(w: PartitionWrites, effect: Effect.Effect<A, 
 export const buffer = (
   w: PartitionWrites,
   changes: ReadonlyArray<Change>,
-  ack: Effect.Effect<number, LogError>,
-  source: TopicPartitionOffset | undefined
+  ack: Effect.Effect<number, Log.LogError>,
+  source: Models.TopicPartitionOffset | undefined
 ): void => {
   for (const change of changes) w.dirty.set(change.id, change)
   w.acks.push(ack)
   if (source !== undefined) {
     const next = { ...source, offset: source.offset + 1 }
-    const seen = w.sources.get(tpKey(next))
-    if (seen === undefined || next.offset > seen.offset) w.sources.set(tpKey(next), next)
+    const seen = w.sources.get(Models.tpKey(next))
+    if (seen === undefined || next.offset > seen.offset) w.sources.set(Models.tpKey(next), next)
   }
 }
 
@@ -145,7 +134,7 @@ export const forget = (w: PartitionWrites, id: string): void => {
  * or truncated, under the partition. Nothing is written; the store's data no longer matches its changelog.
  */
 export class ChangelogBehindStore extends Data.TaggedError("ChangelogBehindStore")<{
-  readonly changelog: TopicPartition
+  readonly changelog: Models.TopicPartition
   readonly persisted: number
   readonly offset: number
 }> {
@@ -167,9 +156,9 @@ const isClean = (w: PartitionWrites) => w.dirty.size === 0 && w.acks.length === 
  */
 export const flush = (
   w: PartitionWrites,
-  changelog: TopicPartition,
-  extra: ReadonlyArray<TopicPartitionOffset>
-): Effect.Effect<void, LogError | StoreError | ChangelogBehindStore> =>
+  changelog: Models.TopicPartition,
+  extra: ReadonlyArray<Models.TopicPartitionOffset>
+): Effect.Effect<void, Log.LogError | Store.StoreError | ChangelogBehindStore> =>
   exclusive(
     w,
     Effect.gen(function* () {
@@ -177,16 +166,16 @@ export const flush = (
       const offsets = yield* Effect.all(w.acks)
       let pending: number | undefined
       for (const offset of offsets) pending = advance(pending, offset)
-      const ops: Array<StoreOp> = []
+      const ops: Array<Store.Op> = []
       for (const change of w.dirty.values())
-        ops.push(change.value === null ? del(change.key) : put(change.key, change.value))
+        ops.push(change.value === null ? Store.del(change.key) : Store.put(change.key, change.value))
       // The source offsets of every buffered write go with it: the store then says where to resume each source.
       const sources = new Map(w.sources)
       for (const o of extra) {
-        const seen = sources.get(tpKey(o))
-        if (seen === undefined || o.offset > seen.offset) sources.set(tpKey(o), o)
+        const seen = sources.get(Models.tpKey(o))
+        if (seen === undefined || o.offset > seen.offset) sources.set(Models.tpKey(o), o)
       }
-      const persisted: Array<TopicPartitionOffset> = [...sources.values()]
+      const persisted: Array<Models.TopicPartitionOffset> = [...sources.values()]
       if (pending !== undefined) {
         // A persisted offset never goes backwards.
         if (w.persisted === undefined) {

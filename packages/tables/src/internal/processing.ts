@@ -5,7 +5,7 @@
  *
  * @internal
  */
-import { type Header, type ProducerRecord, type TopicPartition, type TopicPartitionOffset, tpKey } from "@strata/core"
+import { type Log, Models } from "@strata/core"
 import { Effect, Semaphore } from "effect"
 import { ChangelogFailed, type TableError } from "../Table.js"
 import { type Collector, CurrentCollector, make as makeCollector, type Registered } from "./collector.js"
@@ -28,10 +28,10 @@ const compareTargets = (a: Target, b: Target): number =>
   a.table.info.name < b.table.info.name ? -1 : a.table.info.name > b.table.info.name ? 1 : a.partition - b.partition
 
 /** A collector's changelog records, each naming the source record that wrote it (one header per source record). */
-const changelogRecords = (collector: Collector): Array<ProducerRecord> => {
-  let lastSource: TopicPartitionOffset | undefined
-  let headers: ReadonlyArray<Header> = []
-  let prefixOf: TopicPartitionOffset | undefined
+const changelogRecords = (collector: Collector): Array<Log.ProducerRecord> => {
+  let lastSource: Models.TopicPartitionOffset | undefined
+  let headers: ReadonlyArray<Log.Header> = []
+  let prefixOf: Models.TopicPartitionOffset | undefined
   let prefix = ""
   return collector.writes.map((w) => {
     if (w.source !== lastSource) {
@@ -66,8 +66,8 @@ const highestOf = (offsets: ReadonlyArray<number>, indexes: ReadonlyArray<number
 }
 
 /** The link of a source partition, made on first use. */
-const linkOf = (m: Manager, source: TopicPartitionOffset): SourceLink => {
-  const key = tpKey(source)
+const linkOf = (m: Manager, source: Models.TopicPartitionOffset): SourceLink => {
+  const key = Models.tpKey(source)
   let found = m.links.get(key)
   if (found === undefined) {
     found = { tp: { topic: source.topic, partition: source.partition }, changelogs: new Set() }
@@ -77,8 +77,8 @@ const linkOf = (m: Manager, source: TopicPartitionOffset): SourceLink => {
 }
 
 /** The lock that keeps one source partition's records one at a time. */
-const sourceLock = (m: Manager, source: TopicPartition) => {
-  const key = tpKey(source)
+const sourceLock = (m: Manager, source: Models.TopicPartition) => {
+  const key = Models.tpKey(source)
   let lock = m.sourceLocks.get(key)
   if (lock === undefined) {
     lock = Semaphore.makeUnsafe(1)
@@ -149,7 +149,7 @@ const sendAndBuffer = (
 /** Runs `effect` as the processing of one source record (see `TablesShape.process`). */
 export const process = <A, E, R>(
   m: Manager,
-  source: TopicPartitionOffset,
+  source: Models.TopicPartitionOffset,
   effect: Effect.Effect<A, E, R>
 ): Effect.Effect<A, E | TableError, R> =>
   Semaphore.withPermit(
@@ -165,7 +165,7 @@ export const process = <A, E, R>(
   )
 
 /** Runs `f` for each source record of one source partition, sending their writes in one batch (`processBatch`). */
-export const processBatch = <S extends TopicPartitionOffset, E, R>(
+export const processBatch = <S extends Models.TopicPartitionOffset, E, R>(
   m: Manager,
   sources: ReadonlyArray<S>,
   f: (source: S) => Effect.Effect<void, E, R>
@@ -195,7 +195,11 @@ export const processBatch = <S extends TopicPartitionOffset, E, R>(
   })
 
 /** Runs `effect` once no record of these source partitions is being processed, and none starts meanwhile. */
-export const withSourcesIdle = <A, E>(m: Manager, tps: ReadonlyArray<TopicPartition>, effect: Effect.Effect<A, E>) =>
-  [...new Map(tps.map((tp) => [tpKey(tp), tp] as const))]
+export const withSourcesIdle = <A, E>(
+  m: Manager,
+  tps: ReadonlyArray<Models.TopicPartition>,
+  effect: Effect.Effect<A, E>
+) =>
+  [...new Map(tps.map((tp) => [Models.tpKey(tp), tp] as const))]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .reduce<Effect.Effect<A, E>>((inner, [, tp]) => Semaphore.withPermit(sourceLock(m, tp), inner), effect)

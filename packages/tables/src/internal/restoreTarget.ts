@@ -10,23 +10,7 @@
  *
  * @internal
  */
-import {
-  type ApplyResult,
-  BadChangelogRecord,
-  del,
-  type Header,
-  type LogRecord,
-  type LogShape,
-  put,
-  RestoreFailed,
-  type RestoreTarget,
-  type StoreLimits,
-  type StoreOp,
-  StoreValidation,
-  type TopicPartition,
-  type TopicPartitionOffset,
-  tpKey
-} from "@strata/core"
+import { type Log, Models, Recovery, Store, StoreValidation } from "@strata/core"
 import { Effect } from "effect"
 import type { Codecs } from "../Table.js"
 import * as PartitionWrites from "./partitionWrites.js"
@@ -37,23 +21,23 @@ const SOURCE_HEADER = "strata-source"
 const decoder = new TextDecoder()
 
 /** The `strata-source` header's text up to the offset, `["topic",partition,`, of a source partition. */
-export const sourceHeaderPrefix = (source: TopicPartition): string =>
+export const sourceHeaderPrefix = (source: Models.TopicPartition): string =>
   `${JSON.stringify([source.topic, source.partition]).slice(0, -1)},`
 
 /** The `strata-source` header of a source record: `["topic",partition,offset]`, from its partition's prefix. */
-export const sourceHeaderAt = (prefix: string, offset: number): Header => ({
+export const sourceHeaderAt = (prefix: string, offset: number): Log.Header => ({
   key: SOURCE_HEADER,
   value: Buffer.from(`${prefix}${offset}]`, "utf8")
 })
 
 /** The value of a record's `strata-source` header, if it has one. */
-const sourceHeaderOf = (headers: ReadonlyArray<Header>): Uint8Array | undefined => {
+const sourceHeaderOf = (headers: ReadonlyArray<Log.Header>): Uint8Array | undefined => {
   for (const h of headers) if (h.key === SOURCE_HEADER) return h.value
   return undefined
 }
 
 /** The source record a `strata-source` header's text names (`["topic",partition,offset]`), if it is one. */
-const parseSource = (text: string): TopicPartitionOffset | undefined => {
+const parseSource = (text: string): Models.TopicPartitionOffset | undefined => {
   try {
     const [topic, partition, offset] = JSON.parse(text) as [unknown, unknown, unknown]
     return typeof topic === "string" && Number.isSafeInteger(partition) && Number.isSafeInteger(offset)
@@ -93,27 +77,27 @@ const samePrefix = (a: Uint8Array, b: Uint8Array, length: number): boolean => {
 /** What the target needs from the table manager. */
 export interface RestoreTargetDeps {
   /** The open partition a changelog partition restores into. */
-  readonly partitionOf: (tp: TopicPartition) => PartitionWrites.PartitionWrites | undefined
+  readonly partitionOf: (tp: Models.TopicPartition) => PartitionWrites.PartitionWrites | undefined
   /** Flushes every table buffer and the producer, before recovery reads persisted offsets. */
-  readonly flushAll: Effect.Effect<void, RestoreFailed>
+  readonly flushAll: Effect.Effect<void, Recovery.RestoreFailed>
   /** Highest source offset (next to read) replayed from changelog headers, by source partition; updated here. */
   readonly replayed: Map<string, number>
   /** The store's limits: a record beyond them cannot be restored. */
-  readonly limits: StoreLimits
+  readonly limits: Store.Limits
   /** The key and value codecs of a changelog partition's table, if it has them. */
-  readonly codecsOf: (tp: TopicPartition) => Codecs<unknown, unknown> | undefined
+  readonly codecsOf: (tp: Models.TopicPartition) => Codecs<unknown, unknown> | undefined
   /** What to do with a record that cannot be restored: fail the partition's restore, or dead-letter it and go on. */
   readonly badRecords: "fail" | "dead-letter"
   /** Sends records that cannot be restored to the dead-letter topic, with why; waits for their acks. */
   readonly deadLetter: (
-    records: ReadonlyArray<{ readonly record: LogRecord; readonly detail: string }>
-  ) => Effect.Effect<void, RestoreFailed>
+    records: ReadonlyArray<{ readonly record: Log.Record; readonly detail: string }>
+  ) => Effect.Effect<void, Recovery.RestoreFailed>
 }
 
 /** Why a changelog record cannot be restored, if it cannot. */
 export const badRecordDetail = (
-  record: LogRecord,
-  limits: StoreLimits,
+  record: Log.Record,
+  limits: Store.Limits,
   codecs: Codecs<unknown, unknown> | undefined
 ): string | undefined => {
   if (record.key === null) return "the record has no key"
@@ -133,7 +117,7 @@ export const badRecordDetail = (
  * Sends records that cannot be restored to `topic` (made when first needed), each with its headers and two more:
  * `strata-dead-letter-from` (`[topic, partition, offset]`) and `strata-dead-letter-reason`.
  */
-export const deadLetters = (log: LogShape, topic: string): RestoreTargetDeps["deadLetter"] => {
+export const deadLetters = (log: Log.Shape, topic: string): RestoreTargetDeps["deadLetter"] => {
   let made = false
   return (bad) =>
     Effect.gen(function* () {
@@ -164,26 +148,26 @@ export const deadLetters = (log: LogShape, topic: string): RestoreTargetDeps["de
     )
 }
 
-const restoreFailed = (tp: TopicPartition, detail: string) =>
-  new RestoreFailed({ topic: tp.topic, partition: tp.partition, detail })
+const restoreFailed = (tp: Models.TopicPartition, detail: string) =>
+  new Recovery.RestoreFailed({ topic: tp.topic, partition: tp.partition, detail })
 
 /** Applies changelog records to a partition's store with their offset (and the source offsets they carry). */
 const applyRecords = (
   deps: RestoreTargetDeps,
-  tp: TopicPartition,
+  tp: Models.TopicPartition,
   w: PartitionWrites.PartitionWrites,
-  records: ReadonlyArray<LogRecord>
-): Effect.Effect<ApplyResult, RestoreFailed | BadChangelogRecord> =>
+  records: ReadonlyArray<Log.Record>
+): Effect.Effect<Recovery.ApplyResult, Recovery.RestoreFailed | Recovery.BadChangelogRecord> =>
   Effect.gen(function* () {
     if (records.length === 0) return NOTHING_SKIPPED
     const codecs = deps.codecsOf(tp)
-    const bad: Array<{ readonly record: LogRecord; readonly detail: string }> = []
+    const bad: Array<{ readonly record: Log.Record; readonly detail: string }> = []
     for (const r of records) {
       const detail = badRecordDetail(r, deps.limits, codecs)
       if (detail === undefined) continue
       if (deps.badRecords === "fail") {
         return yield* Effect.fail(
-          new BadChangelogRecord({ topic: tp.topic, partition: tp.partition, offset: r.offset, detail })
+          new Recovery.BadChangelogRecord({ topic: tp.topic, partition: tp.partition, offset: r.offset, detail })
         )
       }
       bad.push({ record: r, detail })
@@ -191,7 +175,7 @@ const applyRecords = (
     // Set aside before the batch's offset passes them: a crash in between dead-letters them again, never loses them.
     if (bad.length > 0) yield* deps.deadLetter(bad)
     const skipped = bad.length === 0 ? undefined : new Set(bad.map((b) => b.record))
-    const ops: Array<StoreOp> = new Array(records.length)
+    const ops: Array<Store.Op> = new Array(records.length)
     let n = 0
     // Per source partition (the header's `["topic",partition,` prefix), the highest source offset seen: the
     // offset is read from the header's bytes and the prefix decoded only when it differs from the previous one.
@@ -201,7 +185,7 @@ const applyRecords = (
     let lastPrefixText = ""
     for (const r of records) {
       if (r.key === null || skipped?.has(r) === true) continue
-      ops[n++] = r.value === null ? del(r.key) : put(r.key, r.value)
+      ops[n++] = r.value === null ? Store.del(r.key) : Store.put(r.key, r.value)
       // The buffered change of a key, if any, is older than the changelog record: drop it.
       if (w.dirty.size > 0 || w.cache.size > 0) {
         const id = PartitionWrites.keyId(r.key)
@@ -231,12 +215,12 @@ const applyRecords = (
       if (Number.isSafeInteger(offset) && offset > (highest.get(prefix) ?? -1)) highest.set(prefix, offset)
     }
     ops.length = n
-    const sources: Array<TopicPartitionOffset> = []
+    const sources: Array<Models.TopicPartitionOffset> = []
     for (const [prefix, offset] of highest) {
       const from = parseSource(`${prefix}${offset}]`)
       // A header naming no valid source (not written by `process`) is ignored, not a reason to fail the restore.
       if (from === undefined || StoreValidation.checkOffsets([from]) !== undefined) continue
-      const key = tpKey(from)
+      const key = Models.tpKey(from)
       const seen = Math.max(deps.replayed.get(key) ?? 0, from.offset + 1)
       deps.replayed.set(key, seen)
       sources.push({ topic: from.topic, partition: from.partition, offset: seen })
@@ -252,11 +236,11 @@ const applyRecords = (
       : { skipped: bad.map((b) => ({ offset: b.record.offset, detail: b.detail })) }
   })
 
-const NOTHING_SKIPPED: ApplyResult = { skipped: [] }
+const NOTHING_SKIPPED: Recovery.ApplyResult = { skipped: [] }
 
 /** The restore target over the table manager's open partitions. */
-export const make = (deps: RestoreTargetDeps): RestoreTarget => {
-  const partition = (tp: TopicPartition) =>
+export const make = (deps: RestoreTargetDeps): Recovery.RestoreTarget => {
+  const partition = (tp: Models.TopicPartition) =>
     Effect.suspend(() => {
       const w = deps.partitionOf(tp)
       return w === undefined

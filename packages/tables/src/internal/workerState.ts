@@ -18,7 +18,7 @@
  *
  * @internal
  */
-import { type GroupMembership, type TopicPartition, type TopicPartitionOffset, tpKey } from "@strata/core"
+import { type Log, Models } from "@strata/core"
 import { place } from "./standbys.js"
 
 /** An error as the machine reads it: its tag and, for errors with one, its reason's tag. */
@@ -37,7 +37,7 @@ export interface Options {
 
 /** One assigned source partition. */
 export interface Partition {
-  readonly tp: TopicPartition
+  readonly tp: Models.TopicPartition
   /** Restored and positioned: its records are processed, and its offsets committed. */
   readonly ready: boolean
   /** The lane processing it (0: none). */
@@ -58,7 +58,7 @@ export interface State {
   /** Assigned partitions, by `tpKey`. */
   readonly partitions: ReadonlyMap<string, Partition>
   /** The source partitions held here as standbys (never an assigned one), by `tpKey`. */
-  readonly standbys: ReadonlyMap<string, TopicPartition>
+  readonly standbys: ReadonlyMap<string, Models.TopicPartition>
   /** The last lane or wait id handed out. */
   readonly lastId: number
   /** When the timer commits next (ms). */
@@ -76,7 +76,7 @@ export interface State {
 export type CommitPurpose =
   | { readonly _tag: "Timer" }
   | { readonly _tag: "Request"; readonly request: number }
-  | { readonly _tag: "Revoke"; readonly tps: ReadonlyArray<TopicPartition> }
+  | { readonly _tag: "Revoke"; readonly tps: ReadonlyArray<Models.TopicPartition> }
   | { readonly _tag: "Close" }
 
 /**
@@ -89,7 +89,7 @@ export type DrainPurpose =
 
 /** Where a drained lane stopped. */
 export interface DrainedLane {
-  readonly tp: TopicPartition
+  readonly tp: Models.TopicPartition
   readonly lane: number
   readonly next: number
 }
@@ -105,13 +105,13 @@ export interface DrainedLane {
  */
 export type Event<E extends Failure> =
   | { readonly _tag: "Started"; readonly now: number }
-  | { readonly _tag: "Assigned"; readonly tps: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "Revoked"; readonly tps: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "Ready"; readonly tp: TopicPartition; readonly wait: number }
-  | { readonly _tag: "ReadyFailed"; readonly tp: TopicPartition; readonly wait: number; readonly error: E }
+  | { readonly _tag: "Assigned"; readonly tps: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "Revoked"; readonly tps: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "Ready"; readonly tp: Models.TopicPartition; readonly wait: number }
+  | { readonly _tag: "ReadyFailed"; readonly tp: Models.TopicPartition; readonly wait: number; readonly error: E }
   | {
       readonly _tag: "Positions"
-      readonly tp: TopicPartition
+      readonly tp: Models.TopicPartition
       readonly wait: number
       /** Where the tables say to resume (none: they hold nothing of it). */
       readonly resume: number | undefined
@@ -120,27 +120,27 @@ export type Event<E extends Failure> =
       /** The partition's log start, if known. */
       readonly logStart: number | undefined
     }
-  | { readonly _tag: "StartFailed"; readonly tp: TopicPartition; readonly error: E }
+  | { readonly _tag: "StartFailed"; readonly tp: Models.TopicPartition; readonly error: E }
   | {
       readonly _tag: "Processed"
-      readonly tp: TopicPartition
+      readonly tp: Models.TopicPartition
       readonly lane: number
       readonly next: number
       readonly records: number
     }
-  | { readonly _tag: "LaneFailed"; readonly tp: TopicPartition; readonly lane: number; readonly error: E }
+  | { readonly _tag: "LaneFailed"; readonly tp: Models.TopicPartition; readonly lane: number; readonly error: E }
   | { readonly _tag: "Drained"; readonly lanes: ReadonlyArray<DrainedLane>; readonly purpose: DrainPurpose }
   | { readonly _tag: "Tick"; readonly now: number }
   | { readonly _tag: "CommitRequested"; readonly request: number }
   | {
       readonly _tag: "Committed"
-      readonly offsets: ReadonlyArray<TopicPartitionOffset>
+      readonly offsets: ReadonlyArray<Models.TopicPartitionOffset>
       readonly startedAt: number
       readonly at: number
       readonly purpose: CommitPurpose
     }
   | { readonly _tag: "CommitFailed"; readonly error: E; readonly at: number; readonly purpose: CommitPurpose }
-  | { readonly _tag: "Membership"; readonly membership: GroupMembership }
+  | { readonly _tag: "Membership"; readonly membership: Log.GroupMembership }
   | { readonly _tag: "MembershipFailed"; readonly error: E }
   | { readonly _tag: "Failed"; readonly error: E }
   | { readonly _tag: "Close" }
@@ -170,22 +170,26 @@ export type Outcome<E extends Failure> =
  * - `Log`, `Metric`.
  */
 export type Command<E extends Failure> =
-  | { readonly _tag: "Pause"; readonly tps: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "AssignTables"; readonly tps: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "AwaitReady"; readonly tp: TopicPartition; readonly wait: number }
-  | { readonly _tag: "CancelWaits"; readonly tps: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "ReadPositions"; readonly tp: TopicPartition; readonly wait: number }
-  | { readonly _tag: "StartLane"; readonly tp: TopicPartition; readonly lane: number; readonly from: number }
+  | { readonly _tag: "Pause"; readonly tps: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "AssignTables"; readonly tps: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "AwaitReady"; readonly tp: Models.TopicPartition; readonly wait: number }
+  | { readonly _tag: "CancelWaits"; readonly tps: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "ReadPositions"; readonly tp: Models.TopicPartition; readonly wait: number }
+  | { readonly _tag: "StartLane"; readonly tp: Models.TopicPartition; readonly lane: number; readonly from: number }
   | {
       readonly _tag: "Drain"
-      readonly tps: ReadonlyArray<TopicPartition>
+      readonly tps: ReadonlyArray<Models.TopicPartition>
       readonly discard: boolean
       readonly purpose: DrainPurpose
     }
-  | { readonly _tag: "Commit"; readonly offsets: ReadonlyArray<TopicPartitionOffset>; readonly purpose: CommitPurpose }
+  | {
+      readonly _tag: "Commit"
+      readonly offsets: ReadonlyArray<Models.TopicPartitionOffset>
+      readonly purpose: CommitPurpose
+    }
   | { readonly _tag: "RewindTables" }
-  | { readonly _tag: "RevokeTables"; readonly tps: ReadonlyArray<TopicPartition> }
-  | { readonly _tag: "AssignStandbys"; readonly tps: ReadonlyArray<TopicPartition> }
+  | { readonly _tag: "RevokeTables"; readonly tps: ReadonlyArray<Models.TopicPartition> }
+  | { readonly _tag: "AssignStandbys"; readonly tps: ReadonlyArray<Models.TopicPartition> }
   | { readonly _tag: "ReadMembership" }
   | { readonly _tag: "SetTimer"; readonly delayMs: number }
   | { readonly _tag: "Reply"; readonly request: number; readonly outcome: Outcome<E> }
@@ -265,7 +269,7 @@ const log = (level: "debug" | "info" | "warn", message: string) => ({ _tag: "Log
 
 const timer = (delayMs: number) => ({ _tag: "SetTimer", delayMs }) as const
 
-const name = (tp: TopicPartition) => `${tp.topic}/${tp.partition}`
+const name = (tp: Models.TopicPartition) => `${tp.topic}/${tp.partition}`
 
 /** `s` with some partitions replaced (or removed: `undefined`). */
 const withPartitions = (s: State, changes: ReadonlyArray<readonly [string, Partition | undefined]>): State => {
@@ -301,35 +305,35 @@ const isNotAssigned = (e: Failure) => e._tag === "LogError" && e.reason?._tag ==
 // ---------------------------------------------------------------------------
 
 /** Partitions assigned: paused, handed to the tables, and started each once its tables are restored. */
-const assigned = <E extends Failure>(s: State, tps: ReadonlyArray<TopicPartition>): Step<E> => {
+const assigned = <E extends Failure>(s: State, tps: ReadonlyArray<Models.TopicPartition>): Step<E> => {
   let lastId = s.lastId
   const standbys = new Map(s.standbys)
   const waits: Array<Command<E>> = []
   const changes = tps.map((tp): readonly [string, Partition] => {
     const wait = ++lastId
     // A standby assigned active here is promoted by the tables' assign: it replays only its lag.
-    standbys.delete(tpKey(tp))
+    standbys.delete(Models.tpKey(tp))
     waits.push({ _tag: "AwaitReady", tp, wait })
-    return [tpKey(tp), { tp, ready: false, lane: 0, wait, revoking: false, next: 0, committed: 0 }]
+    return [Models.tpKey(tp), { tp, ready: false, lane: 0, wait, revoking: false, next: 0, committed: 0 }]
   })
   const next = { ...withPartitions(s, changes), lastId, standbys }
   return [next, [{ _tag: "Pause", tps }, { _tag: "AssignTables", tps }, ...waits, ...membershipRead<E>(next)]]
 }
 
 /** A partition's tables are restored: where to start is read next. */
-const ready = <E extends Failure>(s: State, tp: TopicPartition, wait: number): Step<E> => {
-  const p = s.partitions.get(tpKey(tp))
+const ready = <E extends Failure>(s: State, tp: Models.TopicPartition, wait: number): Step<E> => {
+  const p = s.partitions.get(Models.tpKey(tp))
   if (s.closed || p === undefined || p.wait !== wait || p.revoking) return [s, []]
   return [s, [{ _tag: "ReadPositions", tp, wait }]]
 }
 
 const readyFailed = <E extends Failure>(
   s: State,
-  event: { readonly tp: TopicPartition; readonly wait: number; readonly error: E }
+  event: { readonly tp: Models.TopicPartition; readonly wait: number; readonly error: E }
 ): Step<E> => {
-  const p = s.partitions.get(tpKey(event.tp))
+  const p = s.partitions.get(Models.tpKey(event.tp))
   if (p === undefined || p.wait !== event.wait) return [s, []]
-  return [withPartitions(s, [[tpKey(event.tp), { ...p, wait: 0 }]]), [{ _tag: "Fail", error: event.error }]]
+  return [withPartitions(s, [[Models.tpKey(event.tp), { ...p, wait: 0 }]]), [{ _tag: "Fail", error: event.error }]]
 }
 
 /**
@@ -339,7 +343,7 @@ const readyFailed = <E extends Failure>(
  * were dropped, so the position may be past records nobody processed.
  */
 const positioned = <E extends Failure>(s: State, event: Extract<Event<E>, { readonly _tag: "Positions" }>): Step<E> => {
-  const key = tpKey(event.tp)
+  const key = Models.tpKey(event.tp)
   const p = s.partitions.get(key)
   if (s.closed || p === undefined || p.wait !== event.wait || p.revoking) return [s, []]
   const base = event.committed ?? event.logStart ?? 0
@@ -356,8 +360,8 @@ const positioned = <E extends Failure>(s: State, event: Extract<Event<E>, { read
 }
 
 /** Reading a partition's positions or seeking it failed: revoked meanwhile (left to its revocation), or a failure. */
-const startFailed = <E extends Failure>(s: State, tp: TopicPartition, error: E): Step<E> => {
-  const key = tpKey(tp)
+const startFailed = <E extends Failure>(s: State, tp: Models.TopicPartition, error: E): Step<E> => {
+  const key = Models.tpKey(tp)
   const p = s.partitions.get(key)
   const stopped = p === undefined ? s : withPartitions(s, [[key, { ...p, ready: false, lane: 0, wait: 0 }]])
   return isNotAssigned(error)
@@ -369,14 +373,14 @@ const startFailed = <E extends Failure>(s: State, tp: TopicPartition, error: E):
  * Partitions revoked: their restore waits dropped, their lanes drained (batches fetched but not started are dropped:
  * the group has given the partitions to another member already); the commit follows the drain.
  */
-const revoked = <E extends Failure>(s: State, tps: ReadonlyArray<TopicPartition>): Step<E> => {
+const revoked = <E extends Failure>(s: State, tps: ReadonlyArray<Models.TopicPartition>): Step<E> => {
   const changes: Array<readonly [string, Partition]> = []
-  const waiting: Array<TopicPartition> = []
+  const waiting: Array<Models.TopicPartition> = []
   for (const tp of tps) {
-    const p = s.partitions.get(tpKey(tp))
+    const p = s.partitions.get(Models.tpKey(tp))
     if (p === undefined) continue
     if (p.wait !== 0) waiting.push(p.tp)
-    changes.push([tpKey(tp), { ...p, revoking: true, wait: 0 }])
+    changes.push([Models.tpKey(tp), { ...p, revoking: true, wait: 0 }])
   }
   const commands: Array<Command<E>> = []
   if (waiting.length > 0) commands.push({ _tag: "CancelWaits", tps: waiting })
@@ -387,10 +391,10 @@ const revoked = <E extends Failure>(s: State, tps: ReadonlyArray<TopicPartition>
 /** The revocation's end: the lost partitions go, the tables let them go, standbys are placed again. */
 const finishRevoke = <E extends Failure>(
   s: State,
-  tps: ReadonlyArray<TopicPartition>,
+  tps: ReadonlyArray<Models.TopicPartition>,
   before: ReadonlyArray<Command<E>>
 ): Step<E> => {
-  const lost = tps.map(tpKey).filter((key) => s.partitions.get(key)?.revoking === true)
+  const lost = tps.map(Models.tpKey).filter((key) => s.partitions.get(key)?.revoking === true)
   const next = withPartitions(
     s,
     lost.map((key) => [key, undefined] as const)
@@ -405,10 +409,10 @@ const finishRevoke = <E extends Failure>(
 /** A lane processed a batch: counted, and its partition's next offset moves (a drained lane's report only counts). */
 const processed = <E extends Failure>(
   s: State,
-  event: { readonly tp: TopicPartition; readonly lane: number; readonly next: number; readonly records: number }
+  event: { readonly tp: Models.TopicPartition; readonly lane: number; readonly next: number; readonly records: number }
 ): Step<E> => {
   const recordsProcessed = s.recordsProcessed + event.records
-  const key = tpKey(event.tp)
+  const key = Models.tpKey(event.tp)
   const p = s.partitions.get(key)
   if (p === undefined || p.lane !== event.lane) return [{ ...s, recordsProcessed }, []]
   return [{ ...withPartitions(s, [[key, { ...p, next: event.next }]]), recordsProcessed }, []]
@@ -418,8 +422,8 @@ const processed = <E extends Failure>(
 const drained = <E extends Failure>(s: State, lanes: ReadonlyArray<DrainedLane>, purpose: DrainPurpose): Step<E> => {
   const changes: Array<readonly [string, Partition]> = []
   for (const l of lanes) {
-    const p = s.partitions.get(tpKey(l.tp))
-    if (p !== undefined && p.lane === l.lane) changes.push([tpKey(l.tp), { ...p, next: l.next, lane: 0 }])
+    const p = s.partitions.get(Models.tpKey(l.tp))
+    if (p !== undefined && p.lane === l.lane) changes.push([Models.tpKey(l.tp), { ...p, next: l.next, lane: 0 }])
   }
   const next = withPartitions(s, changes)
   const all = [...next.partitions.values()]
@@ -447,8 +451,8 @@ const tick = <E extends Failure>(s: State, now: number): Step<E> => {
 const committed = <E extends Failure>(s: State, event: Extract<Event<E>, { readonly _tag: "Committed" }>): Step<E> => {
   const changes: Array<readonly [string, Partition]> = []
   for (const o of event.offsets) {
-    const p = s.partitions.get(tpKey(o))
-    if (p !== undefined) changes.push([tpKey(o), { ...p, committed: o.offset }])
+    const p = s.partitions.get(Models.tpKey(o))
+    if (p !== undefined) changes.push([Models.tpKey(o), { ...p, committed: o.offset }])
   }
   const lastCommitMs = event.at - event.startedAt
   const next: State = { ...withPartitions(s, changes), commits: s.commits + 1, lastCommitMs }
@@ -531,7 +535,7 @@ const close = <E extends Failure>(s: State): Step<E> => {
   if (s.closed) return [s, [{ _tag: "Settle" }]]
   const all = [...s.partitions.values()]
   const waiting = all.filter((p) => p.wait !== 0).map((p) => p.tp)
-  const changes = all.filter((p) => p.wait !== 0).map((p) => [tpKey(p.tp), { ...p, wait: 0 }] as const)
+  const changes = all.filter((p) => p.wait !== 0).map((p) => [Models.tpKey(p.tp), { ...p, wait: 0 }] as const)
   const commands: Array<Command<E>> = []
   if (waiting.length > 0) commands.push({ _tag: "CancelWaits", tps: waiting })
   commands.push({ _tag: "Drain", tps: all.map((p) => p.tp), discard: false, purpose: { _tag: "Close" } })
@@ -547,20 +551,20 @@ const close = <E extends Failure>(s: State): Step<E> => {
  * tailing their changelogs), ones no longer placed here are let go. Nothing changes while the group's view of this
  * member differs from the partitions the worker holds (a rebalance in flight): the next event or tick places them.
  */
-const placeStandbys = <E extends Failure>(s: State, membership: GroupMembership): Step<E> => {
+const placeStandbys = <E extends Failure>(s: State, membership: Log.GroupMembership): Step<E> => {
   if (s.options.standbyReplicas === 0) return [s, []]
   const own = membership.members.find((m) => m.memberId === membership.memberId)
   if (
     own === undefined ||
     own.partitions.length !== s.partitions.size ||
-    !own.partitions.every((tp) => s.partitions.has(tpKey(tp))) ||
+    !own.partitions.every((tp) => s.partitions.has(Models.tpKey(tp))) ||
     membership.members.every((m) => m.partitions.length === 0)
   ) {
     return [s, []]
   }
-  const wanted = new Map<string, TopicPartition>()
+  const wanted = new Map<string, Models.TopicPartition>()
   for (const tp of place(membership, s.options.standbyReplicas)) {
-    if (!s.partitions.has(tpKey(tp))) wanted.set(tpKey(tp), tp)
+    if (!s.partitions.has(Models.tpKey(tp))) wanted.set(Models.tpKey(tp), tp)
   }
   const added = [...wanted].filter(([k]) => !s.standbys.has(k)).map(([, tp]) => tp)
   const removed = [...s.standbys].filter(([k]) => !wanted.has(k)).map(([, tp]) => tp)
@@ -568,11 +572,11 @@ const placeStandbys = <E extends Failure>(s: State, membership: GroupMembership)
   const commands: Array<Command<E>> = []
   if (removed.length > 0) {
     commands.push({ _tag: "RevokeTables", tps: removed })
-    for (const tp of removed) standbys.delete(tpKey(tp))
+    for (const tp of removed) standbys.delete(Models.tpKey(tp))
   }
   if (added.length > 0) {
     commands.push({ _tag: "AssignStandbys", tps: added })
-    for (const tp of added) standbys.set(tpKey(tp), tp)
+    for (const tp of added) standbys.set(Models.tpKey(tp), tp)
   }
   return [{ ...s, standbys }, commands]
 }

@@ -6,42 +6,31 @@
  *
  * @internal
  */
-import {
-  type ConsumerOptions,
-  InvalidRequest,
-  LogClosed,
-  LogError,
-  type LogBatch,
-  type LogConsumer,
-  NotAssigned,
-  OffsetOutOfRange,
-  type TabletId,
-  type TopicPartition
-} from "@strata/core"
+import { Errors, Log, type Models } from "@strata/core"
 import { Duration, Effect, Option, type Scope, Stream } from "effect"
 import { checkPartition, fromClient, fromTablet, offsetsOf, type Shared } from "./strataShared.js"
 
 interface Assigned {
-  readonly tp: TopicPartition
-  readonly tablet: TabletId
+  readonly tp: Models.TopicPartition
+  readonly tablet: Models.TabletId
   position: number
   paused: boolean
   /** Grows with every seek: a fetch started before one delivers nothing. */
   version: number
 }
 
-const keyOf = (tp: TopicPartition) => `${tp.topic}:${tp.partition}`
+const keyOf = (tp: Models.TopicPartition) => `${tp.topic}:${tp.partition}`
 
 /** A consumer of the Strata log, closed with the scope. */
 export const makeConsumer = (
   shared: Shared,
-  options: ConsumerOptions
-): Effect.Effect<LogConsumer, LogError, Scope.Scope> =>
+  options: Log.ConsumerOptions
+): Effect.Effect<Log.Consumer, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     const maxRecords = options.maxBatchRecords ?? 1000
     if (!Number.isInteger(maxRecords) || maxRecords < 1) {
-      return yield* new LogError({
-        reason: new InvalidRequest({ detail: `maxBatchRecords must be an integer ≥ 1, got ${maxRecords}` })
+      return yield* new Log.LogError({
+        reason: new Log.InvalidRequest({ detail: `maxBatchRecords must be an integer ≥ 1, got ${maxRecords}` })
       })
     }
     const assigned = new Map<string, Assigned>()
@@ -52,13 +41,13 @@ export const makeConsumer = (
         closed = true
       })
     )
-    const closedError = new LogError({ reason: new LogClosed({ what: "the consumer" }) })
+    const closedError = new Log.LogError({ reason: new Log.Closed({ what: "the consumer" }) })
     const open = Effect.suspend(() => (closed ? Effect.fail(closedError) : Effect.void))
-    const find = (tp: TopicPartition) =>
+    const find = (tp: Models.TopicPartition) =>
       Effect.suspend(() => {
         const a = assigned.get(keyOf(tp))
         return a === undefined
-          ? Effect.fail(new LogError({ reason: new NotAssigned({ topic: tp.topic, partition: tp.partition }) }))
+          ? Effect.fail(new Log.LogError({ reason: new Log.NotAssigned({ topic: tp.topic, partition: tp.partition }) }))
           : Effect.succeed(a)
       })
 
@@ -80,7 +69,7 @@ export const makeConsumer = (
         if (records.length === 0) continue
         a.position = records.at(-1)!.offset + 1
         cursor = (cursor + i + 1) % Math.max(1, list.length)
-        const batch: LogBatch = {
+        const batch: Log.Batch = {
           topic: a.tp.topic,
           partition: a.tp.partition,
           records,
@@ -88,10 +77,10 @@ export const makeConsumer = (
         }
         return Option.some(batch)
       }
-      return Option.none<LogBatch>()
+      return Option.none<Log.Batch>()
     })
 
-    const next: Effect.Effect<LogBatch, LogError> = Effect.gen(function* () {
+    const next: Effect.Effect<Log.Batch, Log.LogError> = Effect.gen(function* () {
       while (true) {
         yield* open
         const found = yield* pass
@@ -133,8 +122,8 @@ export const makeConsumer = (
           const a = yield* find(tp)
           const bounds = yield* offsetsOf(shared, tp)
           if (!Number.isInteger(offset) || offset < bounds.logStart || offset > bounds.highwater) {
-            return yield* new LogError({
-              reason: new OffsetOutOfRange({
+            return yield* new Log.LogError({
+              reason: new Errors.OffsetOutOfRange({
                 topic: tp.topic,
                 partition: tp.partition,
                 offset,

@@ -12,37 +12,22 @@
  *
  * @internal
  */
-import {
-  type CoordinationError,
-  type CoordinationShape,
-  CoordinationPaths,
-  Fenced,
-  type GroupConsumer,
-  type GroupConsumerOptions,
-  type GroupEvent,
-  InvalidRequest,
-  LogClosed,
-  LogError,
-  LogIoError,
-  op,
-  type Session,
-  type TopicPartition,
-  Retry
-} from "@strata/core"
-import { Duration, Effect, Option, Queue, Schedule, type Scope, Stream } from "effect"
+import { Coordination, CoordinationPaths, GroupFollower, Log, type Models, Retry } from "@strata/core"
+import { Duration, Effect, Option, Schedule, type Scope } from "effect"
 import { makeConsumer } from "./strataConsumer.js"
 import { checkPartition, partitionsOf, type Shared } from "./strataShared.js"
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()
-const keyOf = (tp: TopicPartition) => `${tp.topic}:${tp.partition}`
-const fromKey = (key: string): TopicPartition => {
+/** A partition's name in the group's paths. */
+const keyOf = (tp: Models.TopicPartition) => `${tp.topic}:${tp.partition}`
+const fromKey = (key: string): Models.TopicPartition => {
   const at = key.lastIndexOf(":")
   return { topic: key.slice(0, at), partition: Number(key.slice(at + 1)) }
 }
 
-const ioError = (operation: string) => (e: CoordinationError) =>
-  new LogError({ reason: new LogIoError({ operation, detail: e.message, retryable: true }) })
+const ioError = (operation: string) => (e: Coordination.CoordinationError) =>
+  new Log.LogError({ reason: new Log.IoError({ operation, detail: e.message, retryable: true }) })
 
 /** What each of `members` (sorted) is dealt of `partitions` (sorted). */
 export const deal = (partitions: ReadonlyArray<string>, members: ReadonlyArray<string>): Map<string, Array<string>> => {
@@ -53,17 +38,47 @@ export const deal = (partitions: ReadonlyArray<string>, members: ReadonlyArray<s
   return out
 }
 
+/** A running member: its session, its node's id, the group's partitions and paths, and what it follows. */
+interface Member {
+  readonly shared: Shared
+  readonly options: Log.GroupConsumerOptions
+  readonly session: Coordination.Session
+  readonly memberId: string
+  /** Every partition of the group's topics, by `keyOf`, sorted. */
+  readonly all: ReadonlyArray<string>
+  readonly paths: GroupPaths
+  readonly follower: GroupFollower.GroupFollower
+  /** The member list of the last round, sorted. */
+  members: ReadonlyArray<string>
+}
+
+/** Where a group keeps its members, its partitions' owners and its committed offsets. */
+interface GroupPaths {
+  readonly members: string
+  readonly owner: (k: string) => string
+  readonly offset: (k: string) => string
+}
+
+const pathsOf = (namespace: string, groupId: string): GroupPaths => {
+  const base = CoordinationPaths.join(CoordinationPaths.join(namespace, "groups"), encodeURIComponent(groupId))
+  return {
+    members: CoordinationPaths.join(base, "members"),
+    owner: (k) => CoordinationPaths.join(CoordinationPaths.join(base, "owners"), encodeURIComponent(k)),
+    offset: (k) => CoordinationPaths.join(CoordinationPaths.join(base, "offsets"), encodeURIComponent(k))
+  }
+}
+
 /** A member of `options.groupId`, leaving the group when the scope closes. */
 export const makeGroupConsumer = (
   shared: Shared,
-  coordination: CoordinationShape,
+  coordination: Coordination.Shape,
   namespace: string,
-  options: GroupConsumerOptions
-): Effect.Effect<GroupConsumer, LogError, Scope.Scope> =>
+  options: Log.GroupConsumerOptions
+): Effect.Effect<Log.GroupConsumer, Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
     if (options.groupId.length === 0 || options.topics.length === 0) {
-      return yield* new LogError({
-        reason: new InvalidRequest({ detail: "a group needs a groupId and at least one topic" })
+      return yield* new Log.LogError({
+        reason: new Log.InvalidRequest({ detail: "a group needs a groupId and at least one topic" })
       })
     }
     const all: Array<string> = []
@@ -73,16 +88,8 @@ export const makeGroupConsumer = (
     }
     all.sort()
     const inner = yield* makeConsumer(shared, options)
-    const base = CoordinationPaths.join(
-      CoordinationPaths.join(namespace, "groups"),
-      encodeURIComponent(options.groupId)
-    )
-    const paths = {
-      members: CoordinationPaths.join(base, "members"),
-      owner: (k: string) => CoordinationPaths.join(CoordinationPaths.join(base, "owners"), encodeURIComponent(k)),
-      offset: (k: string) => CoordinationPaths.join(CoordinationPaths.join(base, "offsets"), encodeURIComponent(k))
-    }
-    const session: Session = yield* coordination.session().pipe(Effect.mapError(ioError("joining the group")))
+    const paths = pathsOf(namespace, options.groupId)
+    const session = yield* coordination.session().pipe(Effect.mapError(ioError("joining the group")))
     const created = yield* session
       .create(CoordinationPaths.join(paths.members, "m-"), encoder.encode(JSON.stringify({ topics: options.topics })), {
         mode: "ephemeral-sequential",
@@ -90,137 +97,125 @@ export const makeGroupConsumer = (
       })
       .pipe(Effect.mapError(ioError("joining the group")))
     const memberId = created.slice(created.lastIndexOf("/") + 1)
-    const events = yield* Queue.unbounded<GroupEvent>()
-    const held = new Set<string>()
-    let members: ReadonlyArray<string> = [memberId]
-    let closed = false
-    let announced = false
-    yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
-        closed = true
-      })
-    )
-    const closedError = new LogError({ reason: new LogClosed({ what: "the group member" }) })
-    const open = Effect.suspend(() => (closed ? Effect.fail(closedError) : Effect.void))
-
-    /** Takes a partition's owner node; false while another member still holds it. */
-    const acquire = (k: string) =>
-      session.create(paths.owner(k), encoder.encode(memberId), { mode: "ephemeral", createParents: true }).pipe(
-        Effect.as(true),
-        Effect.catchIf(
-          (e) => e.reason._tag === "NodeExists",
-          () =>
-            Effect.map(
-              Effect.option(session.get(paths.owner(k))),
-              (node) => Option.isSome(node) && decoder.decode(node.value.data) === memberId
-            )
-        )
-      )
-    const committedOf = (k: string) =>
-      Effect.map(Effect.option(session.get(paths.offset(k))), (node) =>
-        Option.isSome(node) ? Number(decoder.decode(node.value.data)) : undefined
-      )
-
-    /** One round: give back what the member list no longer deals this member, take what it deals and is free. */
-    const rebalance = (sorted: ReadonlyArray<string>) =>
-      Effect.gen(function* () {
-        members = sorted
-        const mine = new Set(deal(all, sorted).get(memberId) ?? [])
-        const revoked = [...held].filter((k) => !mine.has(k))
-        if (revoked.length > 0) {
-          yield* inner.unassign(revoked.map(fromKey))
-          for (const k of revoked) {
-            held.delete(k)
-            yield* Effect.ignore(session.delete(paths.owner(k)))
-          }
-          yield* Queue.offer(events, { _tag: "Revoked", partitions: revoked.map(fromKey) })
-        }
-        const gained: Array<string> = []
-        let waiting = false
-        for (const k of [...mine].filter((k) => !held.has(k))) {
-          if (!(yield* acquire(k))) {
-            waiting = true
-            continue
-          }
-          const tp = fromKey(k)
-          yield* inner.assign([tp])
-          const committed = yield* committedOf(k)
-          if (committed !== undefined) yield* Effect.ignore(inner.seek(tp, committed))
-          held.add(k)
-          gained.push(k)
-        }
-        // The first round is announced even when it deals nothing: a member's events start with an assignment.
-        if (gained.length > 0 || !announced) {
-          announced = true
-          yield* Queue.offer(events, { _tag: "Assigned", partitions: gained.map(fromKey) })
-        }
-        return waiting
-      })
-
-    const loop: Effect.Effect<never, unknown> = Effect.gen(function* () {
-      while (true) {
-        const watch = yield* session.watchChildren(paths.members)
-        const waiting = yield* rebalance([...watch.value].sort())
-        // A partition its last owner has not given back yet is asked for again shortly.
-        yield* waiting ? Effect.raceFirst(watch.changed, Effect.sleep(Duration.millis(50))) : watch.changed
-      }
-    })
+    const follower = yield* GroupFollower.make(inner, "the group member")
+    const m: Member = { shared, options, session, memberId, all, paths, follower, members: [memberId] }
     // A coordination failure (a lost connection, an expired session's watch) is waited out, never given up on.
-    yield* Effect.forkScoped(loop.pipe(Retry.retry({ schedule: Schedule.spaced(Duration.millis(100)) }), Effect.ignore))
+    yield* Effect.forkScoped(
+      follow(m).pipe(Retry.retry({ schedule: Schedule.spaced(Duration.millis(100)) }), Effect.ignore)
+    )
+    return GroupFollower.groupConsumer(follower, {
+      commit: (offsets) => commit(m, offsets),
+      committed: (tps) => committed(m, tps),
+      membership: Effect.sync(() => membership(m))
+    })
+  })
 
-    return {
-      events: Stream.fromQueue(events),
-      assignment: Effect.sync(() => [...held].sort().map(fromKey)),
-      batches: inner.batches,
-      pause: inner.pause,
-      resume: inner.resume,
-      seek: inner.seek,
-      position: inner.position,
-      commit: (offsets) =>
-        Effect.gen(function* () {
-          yield* open
-          for (const o of offsets) {
-            const k = keyOf(o)
-            if (!held.has(k)) {
-              return yield* new LogError({
-                reason: new Fenced({ detail: `${k} is not held by this member of ${options.groupId}` })
-              })
-            }
-            const owner = yield* session.exists(paths.owner(k)).pipe(Effect.mapError(ioError("committing")))
-            if (Option.isNone(owner) || owner.value.ephemeralOwner !== session.id) {
-              return yield* new LogError({ reason: new Fenced({ detail: `${k} has another owner now` }) })
-            }
-            const data = encoder.encode(String(o.offset))
-            const exists = yield* session.exists(paths.offset(k)).pipe(Effect.mapError(ioError("committing")))
-            const write: Effect.Effect<unknown, CoordinationError> = Option.isSome(exists)
-              ? session.multi([op.check(paths.owner(k), owner.value.version), op.set(paths.offset(k), data)])
-              : session.create(paths.offset(k), data, { createParents: true }).pipe(
-                  Effect.catchIf(
-                    (e) => e.reason._tag === "NodeExists",
-                    () => session.set(paths.offset(k), data)
-                  )
-                )
-            yield* Effect.mapError(write, ioError("committing"))
-          }
-        }),
-      committed: (tps) =>
-        Effect.gen(function* () {
-          yield* open
-          const out: Array<{ readonly topic: string; readonly partition: number; readonly offset: number }> = []
-          for (const tp of tps) {
-            yield* checkPartition(shared, tp)
-            const offset = yield* committedOf(keyOf(tp))
-            if (offset !== undefined) out.push({ topic: tp.topic, partition: tp.partition, offset })
-          }
-          return out
-        }),
-      membership: Effect.gen(function* () {
-        yield* open
-        const dealt = deal(all, members)
-        return {
-          memberId,
-          members: members.map((m) => ({ memberId: m, partitions: (dealt.get(m) ?? []).map(fromKey) }))
-        }
-      })
+/** Takes a partition's owner node; false while another member still holds it. */
+const acquire = (m: Member, k: string) =>
+  m.session.create(m.paths.owner(k), encoder.encode(m.memberId), { mode: "ephemeral", createParents: true }).pipe(
+    Effect.as(true),
+    Effect.catchIf(
+      (e) => e.reason._tag === "NodeExists",
+      () =>
+        Effect.map(
+          Effect.option(m.session.get(m.paths.owner(k))),
+          (node) => Option.isSome(node) && decoder.decode(node.value.data) === m.memberId
+        )
+    )
+  )
+
+/** The group's committed offset of a partition, if any. */
+const committedOf = (m: Member, k: string) =>
+  Effect.map(Effect.option(m.session.get(m.paths.offset(k))), (node) =>
+    Option.isSome(node) ? Number(decoder.decode(node.value.data)) : undefined
+  )
+
+/**
+ * One round: give back what the member list no longer deals this member, take what it deals and is free. Returns
+ * whether a dealt partition is still held by its last owner.
+ */
+const rebalance = (m: Member, sorted: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    m.members = sorted
+    const mine = new Set(deal(m.all, sorted).get(m.memberId) ?? [])
+    const held = new Set([...m.follower.held.values()].map(keyOf))
+    const revoked = [...held].filter((k) => !mine.has(k))
+    // Fetching stops and `Revoked` is announced before the owner nodes go, so the next owner starts after it.
+    yield* GroupFollower.revoke(m.follower, revoked.map(fromKey))
+    for (const k of revoked) yield* Effect.ignore(m.session.delete(m.paths.owner(k)))
+    const gained: Array<GroupFollower.Gained> = []
+    let waiting = false
+    for (const k of [...mine].filter((k) => !held.has(k))) {
+      if (!(yield* acquire(m, k))) {
+        waiting = true
+        continue
+      }
+      gained.push({ tp: fromKey(k), offset: yield* committedOf(m, k) })
+    }
+    // A member's events start with an assignment, even one that deals it nothing.
+    yield* GroupFollower.assign(m.follower, gained, true)
+    return waiting
+  })
+
+/** Follows the member list for the life of the member. */
+const follow = (m: Member): Effect.Effect<never, unknown> =>
+  Effect.gen(function* () {
+    while (true) {
+      const watch = yield* m.session.watchChildren(m.paths.members)
+      const waiting = yield* rebalance(m, [...watch.value].sort())
+      // A partition its last owner has not given back yet is asked for again shortly.
+      yield* waiting ? Effect.raceFirst(watch.changed, Effect.sleep(Duration.millis(50))) : watch.changed
     }
   })
+
+/** Commits offsets of partitions this member owns, each checked against its owner node in the same transaction. */
+const commit = (m: Member, offsets: ReadonlyArray<Models.TopicPartitionOffset>) =>
+  Effect.gen(function* () {
+    for (const o of offsets) {
+      const k = keyOf(o)
+      if (!GroupFollower.holds(m.follower, o)) {
+        return yield* new Log.LogError({
+          reason: new Log.Fenced({ detail: `${k} is not held by this member of ${m.options.groupId}` })
+        })
+      }
+      const owner = yield* m.session.exists(m.paths.owner(k)).pipe(Effect.mapError(ioError("committing")))
+      if (Option.isNone(owner) || owner.value.ephemeralOwner !== m.session.id) {
+        return yield* new Log.LogError({ reason: new Log.Fenced({ detail: `${k} has another owner now` }) })
+      }
+      const data = encoder.encode(String(o.offset))
+      const exists = yield* m.session.exists(m.paths.offset(k)).pipe(Effect.mapError(ioError("committing")))
+      const write: Effect.Effect<unknown, Coordination.CoordinationError> = Option.isSome(exists)
+        ? m.session.multi([
+            Coordination.op.check(m.paths.owner(k), owner.value.version),
+            Coordination.op.set(m.paths.offset(k), data)
+          ])
+        : m.session.create(m.paths.offset(k), data, { createParents: true }).pipe(
+            Effect.catchIf(
+              (e) => e.reason._tag === "NodeExists",
+              () => m.session.set(m.paths.offset(k), data)
+            )
+          )
+      yield* Effect.mapError(write, ioError("committing"))
+    }
+  })
+
+/** The group's committed offsets of these partitions (those that have one). */
+const committed = (m: Member, tps: ReadonlyArray<Models.TopicPartition>) =>
+  Effect.gen(function* () {
+    const out: Array<Models.TopicPartitionOffset> = []
+    for (const tp of tps) {
+      yield* checkPartition(m.shared, tp)
+      const offset = yield* committedOf(m, keyOf(tp))
+      if (offset !== undefined) out.push({ topic: tp.topic, partition: tp.partition, offset })
+    }
+    return out
+  })
+
+/** The members of the last round and what each is dealt. */
+const membership = (m: Member): Log.GroupMembership => {
+  const dealt = deal(m.all, m.members)
+  return {
+    memberId: m.memberId,
+    members: m.members.map((id) => ({ memberId: id, partitions: (dealt.get(id) ?? []).map(fromKey) }))
+  }
+}

@@ -4,52 +4,39 @@
  *
  * @internal
  */
-import {
-  InvalidRequest,
-  LogClosed,
-  LogError,
-  type LogErrorReason,
-  LogIoError,
-  type LogRecord,
-  OffsetOutOfRange,
-  type ProducerRecord,
-  type TabletId,
-  type TabletRecord,
-  type TopicPartition,
-  UnknownPartition,
-  UnknownTopic
-} from "@strata/core"
+import { Errors, Log, type Models } from "@strata/core"
+import type * as ReplicaManager from "../../protocol/ReplicaManager.js"
 import { Effect } from "effect"
 import type * as TabletClient from "../../client/TabletClient.js"
 
 /** The header that marks a tombstone. */
 export const TOMBSTONE_HEADER = "strata.tombstone"
 
-export const logError = (reason: LogErrorReason) => new LogError({ reason })
+export const logError = (reason: Log.ErrorReason) => new Log.LogError({ reason })
 
 /** A client failure as the log's. */
 export const fromClient =
-  (operation: string, tp: TopicPartition) =>
-  (e: TabletClient.TabletClientError): LogError => {
+  (operation: string, tp: Models.TopicPartition) =>
+  (e: TabletClient.TabletClientError): Log.LogError => {
     const r = e.reason
     switch (r._tag) {
       case "NoSuchTablet":
-        return logError(new UnknownTopic({ topic: tp.topic }))
+        return logError(new Log.UnknownTopic({ topic: tp.topic }))
       case "ClientClosed":
-        return logError(new LogClosed({ what: "the strata log" }))
+        return logError(new Log.Closed({ what: "the strata log" }))
       case "Abandoned":
-        return logError(new LogIoError({ operation, detail: r.message, retryable: false }))
+        return logError(new Log.IoError({ operation, detail: r.message, retryable: false }))
       case "DeliveryUnknown":
       case "NoProducerId":
-        return logError(new LogIoError({ operation, detail: r.message, retryable: true }))
+        return logError(new Log.IoError({ operation, detail: r.message, retryable: true }))
       case "CreateTableRefused":
       case "DeleteTableRefused":
-        return logError(new InvalidRequest({ detail: r.detail }))
+        return logError(new Log.InvalidRequest({ detail: r.detail }))
       case "ReplicaError": {
         const reason = r.reason
         if (reason._tag === "OffsetOutOfRange") {
           return logError(
-            new OffsetOutOfRange({
+            new Errors.OffsetOutOfRange({
               topic: tp.topic,
               partition: tp.partition,
               offset: reason.offset,
@@ -58,14 +45,14 @@ export const fromClient =
             })
           )
         }
-        if (reason._tag === "InvalidRequest") return logError(new InvalidRequest({ detail: reason.message }))
-        return logError(new LogIoError({ operation, detail: r.message, retryable: r.retryable }))
+        if (reason._tag === "InvalidRequest") return logError(new Log.InvalidRequest({ detail: reason.message }))
+        return logError(new Log.IoError({ operation, detail: r.message, retryable: r.retryable }))
       }
     }
   }
 
 /** A record as a tablet holds it. */
-export const toTablet = (r: ProducerRecord, now: number): TabletRecord => {
+export const toTablet = (r: Log.ProducerRecord, now: number): ReplicaManager.TabletRecord => {
   const headers = r.headers ?? []
   return r.value === null
     ? {
@@ -78,7 +65,7 @@ export const toTablet = (r: ProducerRecord, now: number): TabletRecord => {
 }
 
 /** A tablet's record as the log reads it. */
-export const fromTablet = (tp: TopicPartition, offset: number, r: TabletRecord): LogRecord => {
+export const fromTablet = (tp: Models.TopicPartition, offset: number, r: ReplicaManager.TabletRecord): Log.Record => {
   const tombstone = r.headers.some((h) => h.key === TOMBSTONE_HEADER)
   return {
     topic: tp.topic,
@@ -91,7 +78,7 @@ export const fromTablet = (tp: TopicPartition, offset: number, r: TabletRecord):
   }
 }
 
-export const recordSize = (r: ProducerRecord): number =>
+export const recordSize = (r: Log.ProducerRecord): number =>
   (r.key?.length ?? 0) +
   (r.value?.length ?? 0) +
   (r.headers ?? []).reduce((n, h) => n + h.key.length + h.value.length, 0)
@@ -106,28 +93,31 @@ export interface Shared {
 }
 
 /** The partition count of `topic`, from the controller when not known; `UnknownTopic` when it has none. */
-export const partitionsOf = (shared: Shared, topic: string): Effect.Effect<number, LogError> =>
+export const partitionsOf = (shared: Shared, topic: string): Effect.Effect<number, Log.LogError> =>
   Effect.gen(function* () {
     const known = shared.partitions.get(topic)
     if (known !== undefined) return known
     const metadata = yield* shared.client
       .metadata(topic)
       .pipe(Effect.mapError(fromClient("reading the metadata", { topic, partition: 0 })))
-    if (metadata.tablets.length === 0) return yield* logError(new UnknownTopic({ topic }))
+    if (metadata.tablets.length === 0) return yield* logError(new Log.UnknownTopic({ topic }))
     shared.partitions.set(topic, metadata.tablets.length)
     return metadata.tablets.length
   })
 
 /** Checks that `tp` exists. */
-export const checkPartition = (shared: Shared, tp: TopicPartition): Effect.Effect<TabletId, LogError> =>
+export const checkPartition = (
+  shared: Shared,
+  tp: Models.TopicPartition
+): Effect.Effect<Models.TabletId, Log.LogError> =>
   Effect.flatMap(partitionsOf(shared, tp.topic), (partitions) =>
     Number.isInteger(tp.partition) && tp.partition >= 0 && tp.partition < partitions
       ? Effect.succeed({ table: tp.topic, bucket: tp.partition })
-      : Effect.fail(logError(new UnknownPartition({ topic: tp.topic, partition: tp.partition, partitions })))
+      : Effect.fail(logError(new Log.UnknownPartition({ topic: tp.topic, partition: tp.partition, partitions })))
   )
 
 /** A partition's log start and high watermark, from its leader. */
-export const offsetsOf = (shared: Shared, tp: TopicPartition) =>
+export const offsetsOf = (shared: Shared, tp: Models.TopicPartition) =>
   Effect.gen(function* () {
     const tablet = yield* checkPartition(shared, tp)
     const key = `${tp.topic}:${tp.partition}`

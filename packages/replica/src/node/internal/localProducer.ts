@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import type { ProducerStamp } from "@strata/core"
+import type * as ReplicaManager from "../../protocol/ReplicaManager.js"
 import { Effect, Semaphore } from "effect"
 
 /** One tablet's place in the producer's sequence. */
@@ -21,7 +21,7 @@ export interface LocalProducer<E> {
   /** Runs `send` with the tablet's next stamp for `count` records, one append per tablet at a time. */
   readonly append: <A, F>(
     tablet: string,
-    send: (stamp: ProducerStamp) => Effect.Effect<A, F>,
+    send: (stamp: ReplicaManager.ProducerStamp) => Effect.Effect<A, F>,
     count: number
   ) => Effect.Effect<A, E | F>
 }
@@ -52,7 +52,11 @@ export const make = <E>(initProducerId: Effect.Effect<number, E>): Effect.Effect
       }
       return lane
     }
-    const append = <A, F>(tablet: string, send: (stamp: ProducerStamp) => Effect.Effect<A, F>, count: number) =>
+    const append = <A, F>(
+      tablet: string,
+      send: (stamp: ReplicaManager.ProducerStamp) => Effect.Effect<A, F>,
+      count: number
+    ) =>
       Effect.gen(function* () {
         const pid = yield* producerId
         const lane = laneOf(tablet)

@@ -6,7 +6,7 @@
  *
  * @internal
  */
-import { Retry, type ServerId } from "@strata/core"
+import { type Models, Retry } from "@strata/core"
 import { Data, Effect, Schedule } from "effect"
 import * as FollowerState from "../../machines/FollowerState.js"
 import type { LeaderCalls } from "../../wire/Peers.js"
@@ -15,11 +15,11 @@ import { type Hosted, locked, signal } from "./hosted.js"
 
 /** What the loop needs from its server. */
 export interface FollowerContext {
-  readonly self: ServerId
+  readonly self: Models.ServerId
   /** The server's registration now (each fetch names it). */
   readonly registration: () => number | undefined
   readonly leader: LeaderCalls
-  readonly leaderId: ServerId
+  readonly leaderId: Models.ServerId
   readonly leaderEpoch: number
   readonly fetchMaxBytes: number
   readonly retryBackoffMs: number

@@ -5,14 +5,15 @@
  *
  * @internal
  */
-import type { ReplicaError, ServerId, TabletId } from "@strata/core"
+import type { Models } from "@strata/core"
+import type * as ReplicaManager from "../../protocol/ReplicaManager.js"
 import { Deferred, Effect, type Fiber, type Scope, Semaphore } from "effect"
 import * as Replica from "../../machines/Replica.js"
 import type { TabletLog } from "../TabletLog.js"
 
 /** A hosted replica. */
 export interface Hosted {
-  readonly tablet: TabletId
+  readonly tablet: Models.TabletId
   readonly key: string
   readonly lock: Semaphore.Semaphore
   /** The replica machine. */
@@ -30,11 +31,11 @@ export interface Hosted {
   /** Completed (and replaced) whenever the log end or the high watermark moves: waiting fetches wake up. */
   changed: Deferred.Deferred<void>
   /** The waiting appends, by the machine's ticket: completed with the high watermark that passed them. */
-  readonly tickets: Map<number, Deferred.Deferred<number, ReplicaError>>
+  readonly tickets: Map<number, Deferred.Deferred<number, ReplicaManager.ReplicaError>>
 }
 
 /** A replica of `tablet` just assigned to `self`, its log not yet open. */
-export const make = (tablet: TabletId, self: ServerId, config: Replica.Config): Hosted => {
+export const make = (tablet: Models.TabletId, self: Models.ServerId, config: Replica.Config): Hosted => {
   const state = Replica.make(tablet, self, config)
   return {
     tablet,

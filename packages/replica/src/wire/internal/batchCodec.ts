@@ -12,14 +12,14 @@
  *
  * @internal
  */
-import type * as core from "@strata/core"
+import type * as ReplicaManager from "../../protocol/ReplicaManager.js"
 import type { Entry, Producer } from "../../machines/ProducerState.js"
 
 /** One record of a tablet. */
-export type TabletRecord = core.TabletRecord
+export type TabletRecord = ReplicaManager.TabletRecord
 
 /** A batch as stored: its base offset, the leader epoch that wrote it, its records, its producer's stamp. */
-export type Batch = core.TabletBatch
+export type Batch = ReplicaManager.TabletBatch
 
 const encoder = new TextEncoder()
 const decoder = new TextDecoder()

@@ -6,11 +6,9 @@
  *
  * @since 0.1.0
  */
+import { Errors, Log, Models } from "@strata/core"
 import type { Effect } from "effect"
 import { Context, Schema } from "effect"
-import { FencedEpoch, IllegalStateTransition, NotLeader, OffsetOutOfRange } from "./Errors.js"
-import { InvalidRequest } from "./Log.js"
-import { Epoch, LeaderAndIsr, Offset, ServerId, TabletId } from "./Models.js"
 
 const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 
@@ -48,8 +46,8 @@ export type ProducerStamp = typeof ProducerStamp.Type
 
 /** Records as one tablet log holds them: dense offsets from `baseOffset`, written under leader epoch `epoch`. */
 export const TabletBatch = Schema.Struct({
-  baseOffset: Offset,
-  epoch: Epoch,
+  baseOffset: Models.Offset,
+  epoch: Models.Epoch,
   records: Schema.Array(TabletRecord),
   producer: Schema.optional(ProducerStamp)
 }).annotate({ identifier: "TabletBatch" })
@@ -58,9 +56,9 @@ export type TabletBatch = typeof TabletBatch.Type
 
 /** One tablet's part of a LeaderAndIsr request: its replicas in assignment order and its leader and ISR. */
 export const TabletInstruction = Schema.Struct({
-  tablet: TabletId,
-  replicas: Schema.Array(ServerId),
-  leaderAndIsr: LeaderAndIsr
+  tablet: Models.TabletId,
+  replicas: Schema.Array(Models.ServerId),
+  leaderAndIsr: Models.LeaderAndIsr
 }).annotate({ identifier: "TabletInstruction" })
 /** @see TabletInstruction */
 export type TabletInstruction = typeof TabletInstruction.Type
@@ -70,7 +68,7 @@ export type TabletInstruction = typeof TabletInstruction.Type
  * are for; a server registered otherwise — a restart of it, or not registered yet — refuses them (KIP-380).
  */
 export const LeaderAndIsrRequest = Schema.Struct({
-  coordinatorEpoch: Epoch,
+  coordinatorEpoch: Models.Epoch,
   registration: Schema.optional(Schema.Int),
   tablets: Schema.Array(TabletInstruction)
 }).annotate({ identifier: "LeaderAndIsrRequest" })
@@ -83,9 +81,9 @@ export type LeaderAndIsrRequest = typeof LeaderAndIsrRequest.Type
  * goes too). Fenced and addressed as `LeaderAndIsrRequest` is.
  */
 export const StopReplicaRequest = Schema.Struct({
-  coordinatorEpoch: Epoch,
+  coordinatorEpoch: Models.Epoch,
   registration: Schema.optional(Schema.Int),
-  tablets: Schema.Array(TabletId)
+  tablets: Schema.Array(Models.TabletId)
 }).annotate({ identifier: "StopReplicaRequest" })
 /** @see StopReplicaRequest */
 export type StopReplicaRequest = typeof StopReplicaRequest.Type
@@ -97,7 +95,7 @@ export type ReplicaAcks = typeof ReplicaAcks.Type
 
 /** A client's append to a tablet's leader. */
 export const AppendRequest = Schema.Struct({
-  tablet: TabletId,
+  tablet: Models.TabletId,
   records: Schema.Array(TabletRecord),
   acks: ReplicaAcks,
   producer: Schema.optional(ProducerStamp)
@@ -107,9 +105,9 @@ export type AppendRequest = typeof AppendRequest.Type
 
 /** Where an append's records are; `duplicate`: a retry of a batch already written, answered with its offsets. */
 export const AppendResult = Schema.Struct({
-  baseOffset: Offset,
-  lastOffset: Offset,
-  highWatermark: Offset,
+  baseOffset: Models.Offset,
+  lastOffset: Models.Offset,
+  highWatermark: Models.Offset,
   duplicate: Schema.Boolean
 }).annotate({ identifier: "AppendResult" })
 /** @see AppendResult */
@@ -117,8 +115,8 @@ export type AppendResult = typeof AppendResult.Type
 
 /** A client's read from a tablet's leader: up to the high watermark unless `uncommitted`. */
 export const ReadRequest = Schema.Struct({
-  tablet: TabletId,
-  offset: Offset,
+  tablet: Models.TabletId,
+  offset: Models.Offset,
   maxBytes: Count,
   uncommitted: Schema.optional(Schema.Boolean)
 }).annotate({ identifier: "ReadRequest" })
@@ -128,26 +126,26 @@ export type ReadRequest = typeof ReadRequest.Type
 /** Batches from the read offset, with the log's bounds. */
 export const ReadResult = Schema.Struct({
   batches: Schema.Array(TabletBatch),
-  highWatermark: Offset,
-  logStartOffset: Offset,
-  logEndOffset: Offset
+  highWatermark: Models.Offset,
+  logStartOffset: Models.Offset,
+  logEndOffset: Models.Offset
 }).annotate({ identifier: "ReadResult" })
 /** @see ReadResult */
 export type ReadResult = typeof ReadResult.Type
 
 /** A follower's fetch, under the leader epoch it follows. */
 export const FetchRequest = Schema.Struct({
-  tablet: TabletId,
-  follower: ServerId,
+  tablet: Models.TabletId,
+  follower: Models.ServerId,
   /** The follower's current registration: an ISR expansion names it, so that one for an ended life is refused. */
   registration: Schema.optional(Schema.Int),
-  leaderEpoch: Epoch,
-  offset: Offset,
+  leaderEpoch: Models.Epoch,
+  offset: Models.Offset,
   /**
    * The epoch of the last batch in the follower's log (omitted when it holds none): the leader answers `Diverging`
    * when its own log does not hold that epoch up to `offset` (KIP-320 / KIP-595).
    */
-  lastFetchedEpoch: Schema.optional(Epoch),
+  lastFetchedEpoch: Schema.optional(Models.Epoch),
   maxBytes: Count
 }).annotate({ identifier: "FetchRequest" })
 /** @see FetchRequest */
@@ -161,30 +159,34 @@ export type FetchRequest = typeof FetchRequest.Type
  */
 export const FetchResult = Schema.Union([
   Schema.TaggedStruct("Batches", {
-    leaderEpoch: Epoch,
+    leaderEpoch: Models.Epoch,
     batches: Schema.Array(TabletBatch),
-    highWatermark: Offset,
-    logStartOffset: Offset
+    highWatermark: Models.Offset,
+    logStartOffset: Models.Offset
   }),
-  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Epoch, logStartOffset: Offset }),
-  Schema.TaggedStruct("Diverging", { leaderEpoch: Epoch, epoch: Schema.NullOr(Epoch), endOffset: Offset })
+  Schema.TaggedStruct("OutOfRange", { leaderEpoch: Models.Epoch, logStartOffset: Models.Offset }),
+  Schema.TaggedStruct("Diverging", {
+    leaderEpoch: Models.Epoch,
+    epoch: Schema.NullOr(Models.Epoch),
+    endOffset: Models.Offset
+  })
 ]).annotate({ identifier: "FetchResult" })
 /** @see FetchResult */
 export type FetchResult = typeof FetchResult.Type
 
 /** A follower's question: where does `epoch` end in the leader's log (KIP-279)? */
 export const EndOffsetRequest = Schema.Struct({
-  tablet: TabletId,
-  leaderEpoch: Epoch,
-  epoch: Epoch
+  tablet: Models.TabletId,
+  leaderEpoch: Models.Epoch,
+  epoch: Models.Epoch
 }).annotate({ identifier: "EndOffsetRequest" })
 /** @see EndOffsetRequest */
 export type EndOffsetRequest = typeof EndOffsetRequest.Type
 
 /** The largest epoch at or below the one asked and where it ends; `null` when the log has none. */
 export const EndOffsetResult = Schema.Struct({
-  leaderEpoch: Epoch,
-  answer: Schema.NullOr(Schema.Struct({ epoch: Epoch, endOffset: Offset }))
+  leaderEpoch: Models.Epoch,
+  answer: Schema.NullOr(Schema.Struct({ epoch: Models.Epoch, endOffset: Models.Offset }))
 }).annotate({ identifier: "EndOffsetResult" })
 /** @see EndOffsetResult */
 export type EndOffsetResult = typeof EndOffsetResult.Type
@@ -197,16 +199,16 @@ export type EndOffsetResult = typeof EndOffsetResult.Type
  * does not see). Without `fence` the question only looks (tools, tests).
  */
 export const LogEndRequest = Schema.Struct({
-  tablet: TabletId,
-  fence: Schema.optional(Schema.Struct({ leaderEpoch: Epoch, coordinatorEpoch: Epoch }))
+  tablet: Models.TabletId,
+  fence: Schema.optional(Schema.Struct({ leaderEpoch: Models.Epoch, coordinatorEpoch: Models.Epoch }))
 }).annotate({ identifier: "LogEndRequest" })
 /** @see LogEndRequest */
 export type LogEndRequest = typeof LogEndRequest.Type
 
 /** A replica's log end and the latest leader epoch in its log (`null`: it holds no batch of any epoch). */
 export const LogEndResult = Schema.Struct({
-  lastEpoch: Schema.NullOr(Epoch),
-  logEndOffset: Offset
+  lastEpoch: Schema.NullOr(Models.Epoch),
+  logEndOffset: Models.Offset
 }).annotate({ identifier: "LogEndResult" })
 /** @see LogEndResult */
 export type LogEndResult = typeof LogEndResult.Type
@@ -217,7 +219,7 @@ export type LogEndResult = typeof LogEndResult.Type
  * which leader epoch and tablet version? It then instructs the server only where the answer falls behind.
  */
 export const HoldingsRequest = Schema.Struct({
-  coordinatorEpoch: Epoch,
+  coordinatorEpoch: Models.Epoch,
   registration: Schema.optional(Schema.Int)
 }).annotate({ identifier: "HoldingsRequest" })
 /** @see HoldingsRequest */
@@ -228,8 +230,8 @@ export type HoldingsRequest = typeof HoldingsRequest.Type
  * none yet) and the tablet version it applied.
  */
 export const Holding = Schema.Struct({
-  tablet: TabletId,
-  leaderEpoch: Schema.NullOr(Epoch),
+  tablet: Models.TabletId,
+  leaderEpoch: Schema.NullOr(Models.Epoch),
   version: Schema.Int
 }).annotate({ identifier: "Holding" })
 /** @see Holding */
@@ -247,12 +249,12 @@ export type HoldingsResult = typeof HoldingsResult.Type
  * registrations its followers fetched under (KIP-903), so that a member added under a life that has ended is refused.
  */
 export const AdjustIsrRequest = Schema.Struct({
-  tablet: TabletId,
-  leader: ServerId,
-  leaderEpoch: Epoch,
+  tablet: Models.TabletId,
+  leader: Models.ServerId,
+  leaderEpoch: Models.Epoch,
   version: Count,
-  isr: Schema.Array(ServerId),
-  registrations: Schema.optional(Schema.Array(Schema.Tuple([ServerId, Schema.Int])))
+  isr: Schema.Array(Models.ServerId),
+  registrations: Schema.optional(Schema.Array(Schema.Tuple([Models.ServerId, Schema.Int])))
 }).annotate({ identifier: "AdjustIsrRequest" })
 /** @see AdjustIsrRequest */
 export type AdjustIsrRequest = typeof AdjustIsrRequest.Type
@@ -263,12 +265,12 @@ export type AdjustIsrRequest = typeof AdjustIsrRequest.Type
  */
 export const IsrRejection = Schema.Union([
   Schema.TaggedStruct("UnknownTablet", {}),
-  Schema.TaggedStruct("NotLeader", { leader: Schema.NullOr(ServerId) }),
-  Schema.TaggedStruct("FencedLeaderEpoch", { current: Epoch }),
-  Schema.TaggedStruct("InvalidVersion", { current: Count, leaderAndIsr: LeaderAndIsr }),
+  Schema.TaggedStruct("NotLeader", { leader: Schema.NullOr(Models.ServerId) }),
+  Schema.TaggedStruct("FencedLeaderEpoch", { current: Models.Epoch }),
+  Schema.TaggedStruct("InvalidVersion", { current: Count, leaderAndIsr: Models.LeaderAndIsr }),
   Schema.TaggedStruct("InvalidIsr", { detail: Schema.String }),
   Schema.TaggedStruct("IneligibleReplica", {
-    server: ServerId,
+    server: Models.ServerId,
     why: Schema.Literals(["offline", "shutting down", "registered again", "its storage failed"])
   })
 ]).annotate({ identifier: "IsrRejection" })
@@ -277,15 +279,15 @@ export type IsrRejection = typeof IsrRejection.Type
 
 /** The controller's answer to an ISR change: the committed state, or why not. */
 export const AdjustIsrReply = Schema.Union([
-  Schema.TaggedStruct("IsrAdjusted", { leaderAndIsr: LeaderAndIsr }),
+  Schema.TaggedStruct("IsrAdjusted", { leaderAndIsr: Models.LeaderAndIsr }),
   Schema.TaggedStruct("IsrRejected", { rejection: IsrRejection })
 ]).annotate({ identifier: "AdjustIsrReply" })
 /** @see AdjustIsrReply */
 export type AdjustIsrReply = typeof AdjustIsrReply.Type
 
 /** The `ReplicaManager` service shape (one per tablet server). */
-export interface ReplicaManagerShape {
-  readonly serverId: ServerId
+export interface Shape {
+  readonly serverId: Models.ServerId
   /**
    * Applies the coordinator's instructions; a coordinator epoch below the highest seen, or a registration that is not
    * this server's current one, fails with `FencedEpoch`.
@@ -312,13 +314,11 @@ export interface ReplicaManagerShape {
    */
   readonly holdings: (request: HoldingsRequest) => Effect.Effect<HoldingsResult, ReplicaError>
   /** The state of this server's replica of `tablet`. */
-  readonly replicaState: (tablet: TabletId) => Effect.Effect<ReplicaState, ReplicaError>
+  readonly replicaState: (tablet: Models.TabletId) => Effect.Effect<ReplicaState, ReplicaError>
 }
 
 /** The `ReplicaManager` service key. */
-export class ReplicaManager extends Context.Service<ReplicaManager, ReplicaManagerShape>()(
-  "@strata/core/ReplicaManager"
-) {}
+export class ReplicaManager extends Context.Service<ReplicaManager, Shape>()("@strata/replica/ReplicaManager") {}
 
 /** The ISR is smaller than `minInsyncReplicas`: the append was refused before writing. */
 export class NotEnoughReplicas extends Schema.TaggedError<NotEnoughReplicas>()("NotEnoughReplicas", {
@@ -346,7 +346,7 @@ export class NotEnoughReplicasAfterAppend extends Schema.TaggedError<NotEnoughRe
 /** The records were written on the leader but not replicated as asked within the append timeout. */
 export class AppendTimedOut extends Schema.TaggedError<AppendTimedOut>()("AppendTimedOut", {
   tablet: Schema.String,
-  lastOffset: Offset,
+  lastOffset: Models.Offset,
   timeoutMs: Schema.Int
 }) {
   /** @since 0.1.0 */
@@ -388,24 +388,24 @@ export class ReplicaStorageFailed extends Schema.TaggedError<ReplicaStorageFaile
 }
 
 /** Why a replica operation failed. */
-export const ReplicaErrorReason = Schema.Union([
+export const ErrorReason = Schema.Union([
   NotEnoughReplicas,
   NotEnoughReplicasAfterAppend,
   AppendTimedOut,
   ProducerRefused,
-  NotLeader,
-  FencedEpoch,
-  IllegalStateTransition,
-  OffsetOutOfRange,
+  Errors.NotLeader,
+  Errors.FencedEpoch,
+  Errors.IllegalStateTransition,
+  Errors.OffsetOutOfRange,
   UnknownTablet,
   ReplicaStorageFailed,
-  InvalidRequest
+  Log.InvalidRequest
 ])
 /** @see ReplicaErrorReason */
-export type ReplicaErrorReason = typeof ReplicaErrorReason.Type
+export type ErrorReason = typeof ErrorReason.Type
 
 /** The error of every `ReplicaManager` operation. */
-export class ReplicaError extends Schema.TaggedError<ReplicaError>()("ReplicaError", { reason: ReplicaErrorReason }) {
+export class ReplicaError extends Schema.TaggedError<ReplicaError>()("ReplicaError", { reason: ErrorReason }) {
   /** @since 0.1.0 */
   override get message() {
     return this.reason.message
