@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Option, Schema, SchemaIssue } from "effect"
+import { Duration, Effect, Option, Schema, SchemaIssue, SchemaTransformation } from "effect"
 
 /** A positive integer (milliseconds, counts). */
 export const PositiveInt = Schema.Int.check(Schema.isGreaterThan(0))
@@ -57,6 +57,22 @@ export const DurationInput = (bound: "positive" | "nonNegative") =>
       if (bound === "positive") return Duration.toMillis(d) > 0 ? undefined : "expected a duration above zero"
       return Duration.toMillis(d) >= 0 ? undefined : "expected a duration of zero or more"
     })
+  )
+
+/**
+ * A duration option, the one convention every Strata option follows: any `Duration.Input` in (`"5 seconds"`,
+ * `{ seconds: 5 }`, a number of milliseconds, a `Duration`), finite and within `bound`; a `Duration` out. It encodes
+ * back to a number of milliseconds, so a stored or sent configuration stays JSON.
+ */
+export const DurationOption = (bound: "positive" | "nonNegative") =>
+  DurationInput(bound).pipe(
+    Schema.decodeTo(
+      Schema.Duration,
+      SchemaTransformation.transform({
+        decode: (input: Duration.Input) => Duration.fromInputUnsafe(input),
+        encode: (d: Duration.Duration): Duration.Input => Duration.toMillis(d)
+      })
+    )
   )
 
 /** One option a schema rejected. */
