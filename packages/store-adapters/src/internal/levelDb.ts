@@ -291,6 +291,40 @@ export const make = (backend: Backend): Effect.Effect<Store.Shape, Store.StoreEr
     return { backend: backend.name, limits: backend.limits, open: openStore, drop } satisfies Store.Shape
   })
 
+/**
+ * Translates a user range into the key space of the partition under `prefix` (its data ends at `dataEnd`);
+ * `undefined` when it selects nothing.
+ */
+const driverRange = (prefix: Buffer, dataEnd: Buffer, range: Store.ScanRange): DriverRange | undefined => {
+  if (range.limit !== undefined && range.limit <= 0) return undefined
+  let lower: { key: Buffer; inclusive: boolean } = { key: prefix, inclusive: true }
+  let upper: { key: Buffer; inclusive: boolean } = { key: dataEnd, inclusive: false }
+  const raise = (key: Uint8Array, inclusive: boolean) => {
+    const k = withPrefix(prefix, key)
+    const c = Buffer.compare(k, lower.key)
+    if (c > 0 || (c === 0 && !inclusive)) lower = { key: k, inclusive }
+  }
+  const lowerTo = (key: Uint8Array, inclusive: boolean) => {
+    const k = withPrefix(prefix, key)
+    const c = Buffer.compare(k, upper.key)
+    if (c < 0 || (c === 0 && !inclusive)) upper = { key: k, inclusive }
+  }
+  if (range.gte !== undefined) raise(range.gte, true)
+  if (range.gt !== undefined) raise(range.gt, false)
+  if (range.lte !== undefined) lowerTo(range.lte, true)
+  if (range.lt !== undefined) lowerTo(range.lt, false)
+  const c = Buffer.compare(lower.key, upper.key)
+  if (c > 0 || (c === 0 && !(lower.inclusive && upper.inclusive))) return undefined
+  const out: DriverRange = {}
+  if (lower.inclusive) out.gte = lower.key
+  else out.gt = lower.key
+  if (upper.inclusive) out.lte = upper.key
+  else out.lt = upper.key
+  if (range.reverse) out.reverse = true
+  if (range.limit !== undefined) out.limit = range.limit
+  return out
+}
+
 const makePartition = (
   id: Store.Id,
   db: DriverDb,
@@ -353,37 +387,6 @@ const makePartition = (
       return io(name, "write", () => db.batch(fill, { sync: backend.sync }))
     })
 
-  /** Translates a user range into the partition's key space; `undefined` when it selects nothing. */
-  const driverRange = (range: Store.ScanRange): DriverRange | undefined => {
-    if (range.limit !== undefined && range.limit <= 0) return undefined
-    let lower: { key: Buffer; inclusive: boolean } = { key: prefix, inclusive: true }
-    let upper: { key: Buffer; inclusive: boolean } = { key: dataEnd, inclusive: false }
-    const raise = (key: Uint8Array, inclusive: boolean) => {
-      const k = withPrefix(prefix, key)
-      const c = Buffer.compare(k, lower.key)
-      if (c > 0 || (c === 0 && !inclusive)) lower = { key: k, inclusive }
-    }
-    const lowerTo = (key: Uint8Array, inclusive: boolean) => {
-      const k = withPrefix(prefix, key)
-      const c = Buffer.compare(k, upper.key)
-      if (c < 0 || (c === 0 && !inclusive)) upper = { key: k, inclusive }
-    }
-    if (range.gte !== undefined) raise(range.gte, true)
-    if (range.gt !== undefined) raise(range.gt, false)
-    if (range.lte !== undefined) lowerTo(range.lte, true)
-    if (range.lt !== undefined) lowerTo(range.lt, false)
-    const c = Buffer.compare(lower.key, upper.key)
-    if (c > 0 || (c === 0 && !(lower.inclusive && upper.inclusive))) return undefined
-    const out: DriverRange = {}
-    if (lower.inclusive) out.gte = lower.key
-    else out.gt = lower.key
-    if (upper.inclusive) out.lte = upper.key
-    else out.lt = upper.key
-    if (range.reverse) out.reverse = true
-    if (range.limit !== undefined) out.limit = range.limit
-    return out
-  }
-
   const scan = (range: Store.ScanRange = {}) =>
     Stream.unwrap(
       Effect.gen(function* () {
@@ -394,7 +397,7 @@ const makePartition = (
         }
         const badLimit = StoreValidation.checkLimit(range.limit)
         if (badLimit) return yield* Effect.fail(badLimit)
-        const r = driverRange(range)
+        const r = driverRange(prefix, dataEnd, range)
         if (r === undefined) return Stream.empty
         const it = yield* Effect.acquireRelease(
           Effect.sync(() => db.iterator(r)),
