@@ -17,7 +17,8 @@ const benches: Record<string, () => Promise<BenchOutput & { readonly save: boole
   worker: async () => (await import("./worker.js")).run(),
   rpc: async () => (await import("./rpc.js")).run(),
   replica: async () => (await import("./replica.js")).run(),
-  producers: async () => (await import("./producers.js")).run()
+  producers: async () => (await import("./producers.js")).run(),
+  rebalance: async () => (await import("./rebalance.js")).run()
 }
 
 /** The command line as the user typed it, as far as it can be told, with what it ran. */

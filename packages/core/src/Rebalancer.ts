@@ -67,6 +67,17 @@ export class PlanInfeasible extends Schema.TaggedError<PlanInfeasible>()("PlanIn
   }
 }
 
+/** A cluster model the planner cannot read: `field` names what is wrong (e.g. `tablets[3].replicas[1]`). */
+export class InvalidModel extends Schema.TaggedError<InvalidModel>()("InvalidModel", {
+  field: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `invalid cluster model: ${this.field}: ${this.detail}`
+  }
+}
+
 /** A rebalance is already running. */
 export class InProgress extends Schema.TaggedError<InProgress>()("RebalanceInProgress", {
   planId: Schema.String
@@ -90,7 +101,7 @@ export class BatchRolledBack extends Schema.TaggedError<BatchRolledBack>()("Batc
 }
 
 /** Why a rebalance operation failed. */
-export const ErrorReason = Schema.Union([PlanInfeasible, InProgress, BatchRolledBack])
+export const ErrorReason = Schema.Union([PlanInfeasible, InvalidModel, InProgress, BatchRolledBack])
 /** @see RebalanceErrorReason */
 export type ErrorReason = typeof ErrorReason.Type
 

@@ -1,8 +1,8 @@
 /**
- * @strata/rebalance: The rebalance trigger, planner and progressive executor.
+ * @strata/rebalance — the rebalance planner: from a cluster model (servers with racks and tags, tablets with
+ * replicas, leaders and sizes), the replica sets and leaders that balance it with the fewest moves.
  *
- * Not built yet (a later issue fills this package); it exports nothing.
- *
- * @since 0.0.0
+ * @since 0.1.0
  */
-export {}
+export * as ClusterModel from "./ClusterModel.js"
+export * as Planner from "./Planner.js"
