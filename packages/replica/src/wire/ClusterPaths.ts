@@ -7,8 +7,9 @@
  *
  * @since 0.1.0
  */
-import { Coordination, CoordinationPaths, Models } from "@strata/core"
+import { Coordination, CoordinationPaths, type Election, Models } from "@strata/core"
 import { CoordinationElection } from "@strata/election"
+import type { Scope } from "effect"
 import { Clock, Duration, Effect, Schema, Stream } from "effect"
 import type * as ControllerState from "../machines/ControllerState.js"
 import type * as ReplicationConfig from "./ReplicationConfig.js"
@@ -423,7 +424,10 @@ export const serverIdOf = (name: string): Models.ServerId | undefined => {
  *
  * @since 0.1.0
  */
-export const electionOf = (namespace: string, config: ReplicationConfig.ReplicationConfig) =>
+export const electionOf = (
+  namespace: string,
+  config: ReplicationConfig.ReplicationConfig
+): Effect.Effect<Election.Shape, Election.ElectionError, Coordination.Coordination | Scope.Scope> =>
   CoordinationElection.make({
     namespace: namespace.replace(/^\/+/, ""),
     sessionTimeout: config.sessionTimeoutMs,
