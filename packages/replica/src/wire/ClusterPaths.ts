@@ -334,7 +334,8 @@ export const keepRegistered = (
     readonly sessionTimeout: Duration.Input
     /** The first registration's epoch; each later one adds one. */
     readonly firstEpoch: number
-    readonly retryBackoffMs: number
+    /** The pause before registering again (after a failure, or with the registration still held). */
+    readonly retryBackoff: Duration.Input
     /**
      * How long another session's registration of `id` is waited out, in the session's timeouts (a previous life's
      * ends within about one); unset, for as long as it takes.
@@ -347,7 +348,7 @@ export const keepRegistered = (
   Effect.gen(function* () {
     let epoch = options.firstEpoch
     const told = (registration: number | undefined) => options.onRegistered?.(registration) ?? Effect.void
-    const backoff = Duration.millis(options.retryBackoffMs)
+    const backoff = options.retryBackoff
     while (true) {
       const registration = {
         address: options.address,
@@ -426,6 +427,6 @@ export const serverIdOf = (name: string): Models.ServerId | undefined => {
 export const electionOf = (namespace: string, config: ReplicationConfig.ReplicationConfig) =>
   CoordinationElection.make({
     namespace: namespace.replace(/^\/+/, ""),
-    sessionTimeout: config.sessionTimeoutMs,
-    replicaLagTimeMax: config.replicaLagTimeMaxMs
+    sessionTimeout: config.sessionTimeout,
+    replicaLagTimeMax: config.replicaLagTimeMax
   })
