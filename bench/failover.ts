@@ -73,8 +73,8 @@ const observe = (backend: Backend, address: string, namespace: string, sessionTi
   let failure: string | undefined
   const coordination: Layer.Layer<Coordination.Coordination, Coordination.CoordinationError> =
     backend === "zookeeper"
-      ? ZooKeeperCoordination.layer({ connectString: address, root: ROOT, sessionTimeoutMs })
-      : EtcdCoordination.layer({ endpoints: [`http://${address}`], root: ROOT, sessionTimeoutMs })
+      ? ZooKeeperCoordination.layer({ connectString: address, root: ROOT, sessionTimeout: sessionTimeoutMs })
+      : EtcdCoordination.layer({ endpoints: [`http://${address}`], root: ROOT, sessionTimeout: sessionTimeoutMs })
   const election = CoordinationElection.layer({ namespace, sessionTimeout: `${sessionTimeoutMs} millis` }).pipe(
     Layer.provide(coordination)
   )

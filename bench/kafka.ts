@@ -54,7 +54,7 @@ const VALUE_BYTES = 100
 const KEY_BYTES = 16
 const VALUE_POOL = 4099
 const WARMUP_RECORDS = 50_000
-/** The adapter's fetch sizes and wait (makeConsumer in packages/kafka/src/KafkaLog.ts, maxWaitMs default). */
+/** The adapter's fetch sizes and wait (makeConsumer in packages/kafka/src/KafkaLog.ts, `maxWait` default). */
 const FETCH = { maxBytes: 16 * 1024 * 1024, partitionMaxBytes: 2 * 1024 * 1024, maxWaitMs: 250 } as const
 
 type Client = "bare" | "adapter" | "kafkajs"

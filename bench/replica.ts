@@ -5,7 +5,7 @@
 // 1. produce: acks=all, RF 3, min ISR 2, 12 partitions/tablets, 3 servers/brokers on loopback, records of 100 B and
 //    1 KB (16-byte keys), RECORDS records each, in calls of BATCH records with IN_FLIGHT calls outstanding, record i to
 //    partition i % 12. Strata: 1 coordinator + 3 `strata tablet-server` processes on RocksDB, the client a
-//    `TabletClient` (idempotent, acks all, lingerMs 0). Kafka: 3 combined broker/controller JVMs, the client
+//    `TabletClient` (idempotent, acks all, linger 0). Kafka: 3 combined broker/controller JVMs, the client
 //    @platformatic/kafka's idempotent Producer (acks -1), the same records per call. Runs alternate (strata, kafka,
 //    then reversed) after an untimed warm-up of each side (at least 6 whole runs, until two in a row agree within 10%: Kafka's
 //    JVMs take millions of records to reach their pace); each figure is the median. Latency is per call (BATCH records), p50 and p99 over every call of
@@ -13,7 +13,7 @@
 //    `sync` writes the dirty page cache out, so no run pays for writing back the other side's data.
 // 2. failover: 200 tablets RF 3 over 3 servers; the server leading most is killed with SIGKILL, KILLS times (each
 //    time restarted, back in every ISR and leading its preferred tablets again before the next): the time until
-//    every tablet took an acks=all write, median and p99, next to the session timeout (sessionTimeoutMs 4000); the
+//    every tablet took an acks=all write, median and p99, next to the session timeout (sessionTimeout 4000 ms); the
 //    time from the restart until leadership is back on the preferred replicas, next to the check interval.
 // 3. catch-up: one follower of 12 tablets killed, the others take appends for CATCHUP_SECONDS; it is restarted and
 //    the time until it is back in every ISR gives its catch-up rate, next to the leaders' append rate.
@@ -68,11 +68,11 @@ const KEY_BYTES = 16
 const SETTINGS = {
   replicationFactor: 3,
   minInsyncReplicas: 2,
-  sessionTimeoutMs: 4_000,
-  replicaLagTimeMaxMs: 12_000,
-  appendTimeoutMs: 10_000,
+  sessionTimeout: 4_000,
+  replicaLagTimeMax: 12_000,
+  appendTimeout: 10_000,
   // Leaders go back to their preferred replicas within a second of being back in the ISR, every one of them.
-  leaderImbalanceCheckIntervalMs: 1_000,
+  leaderImbalanceCheckInterval: 1_000,
   leaderImbalancePercent: 0
 } as const
 
@@ -188,9 +188,9 @@ const startStrata = async (label: string, servers: number, zookeeper: string): P
   const client = await run(
     TabletClient.make({
       namespace,
-      lingerMs: 0,
-      deliveryTimeoutMs: 120_000,
-      requestTimeoutMs: 20_000,
+      linger: 0,
+      deliveryTimeout: "120 seconds",
+      requestTimeout: "20 seconds",
       replication: SETTINGS
     })
   )
@@ -507,16 +507,16 @@ const failoverPart = async (kills: number, zookeeper: string) => {
         bench: "replica.failover.all_writable_ms.median",
         value: round3(median(writable)),
         unit: "ms",
-        baseline: SETTINGS.sessionTimeoutMs,
-        ratio: round3(median(writable) / SETTINGS.sessionTimeoutMs),
+        baseline: SETTINGS.sessionTimeout,
+        ratio: round3(median(writable) / SETTINGS.sessionTimeout),
         tabletsLedByVictim: round3(median(led))
       },
       {
         bench: "replica.failover.all_writable_ms.p99",
         value: round3(percentile(writable, 99)),
         unit: "ms",
-        baseline: SETTINGS.sessionTimeoutMs,
-        ratio: round3(percentile(writable, 99) / SETTINGS.sessionTimeoutMs)
+        baseline: SETTINGS.sessionTimeout,
+        ratio: round3(percentile(writable, 99) / SETTINGS.sessionTimeout)
       },
       {
         bench: "replica.failover.rejoin_ms.median",
@@ -527,8 +527,8 @@ const failoverPart = async (kills: number, zookeeper: string) => {
         bench: "replica.failover.leaders_back_ms.median",
         value: round3(median(balanced)),
         unit: "ms (restart to leading every tablet it is preferred for)",
-        baseline: SETTINGS.leaderImbalanceCheckIntervalMs,
-        ratio: round3(median(balanced) / SETTINGS.leaderImbalanceCheckIntervalMs)
+        baseline: SETTINGS.leaderImbalanceCheckInterval,
+        ratio: round3(median(balanced) / SETTINGS.leaderImbalanceCheckInterval)
       }
     ] satisfies Array<Figure>,
     details: { failover: { writableMs: writable, ledByVictim: led, rejoinMs: rejoined, leadersBackMs: balanced } }
@@ -557,13 +557,13 @@ const takeoverPart = async (tablets: number, changed: number, zookeeper: string)
       sessionTimeout: "10 seconds",
       replicaLagTimeMax: "30 seconds"
     })
-    const warm = yield* ControllerView.make({ namespace, keepWarm: { retryBackoffMs: 100 } })
+    const warm = yield* ControllerView.make({ namespace, keepWarm: { retryBackoff: "100 millis" } })
     const leadership = yield* election.campaign({ serverId: 1, address: "bench" })
     const controller = yield* Controller.make(leadership, {
       namespace,
       uncleanLeaderElection: false,
       minInsyncReplicas: 1,
-      retryBackoffMs: 100,
+      retryBackoff: "100 millis",
       resign: Effect.void
     }).pipe(Effect.provideService(Controller.TabletServers, unreached))
     for (let i = 0; i < tablets; i += 1000) {

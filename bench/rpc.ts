@@ -149,7 +149,7 @@ const linkRun = ({ records, fetched, batches }: Load) =>
       locate: () => Effect.succeed("127.0.0.1:1"),
       locateData: () => Effect.succeed(address),
       controller: Effect.die("unused"),
-      requestTimeoutMs: 30_000
+      requestTimeout: "30 seconds"
     }).pipe(Scope.provide(scope))
     const produce = yield* timed(batches, () => remote.server(1).append({ tablet, records, acks: 1 }))
     const fetch = yield* timed(batches, () => remote.peers.leader(1).fetch(fetchRequest))

@@ -10,7 +10,7 @@
 //   `Consumer` in a fresh group (`consume`, autocommit off, from the earliest offset), counts in a `Map`, what the
 //   stream hands over produced in `Producer({ idempotent: true, acks: -1 }).send` calls of at most 1000 records (one
 //   request in flight, as KafkaLog sends), and every second: every send acknowledged, then `consumer.commit` of the next offsets.
-// - memory, level, rocksdb: `Worker.make({ groupId, commitIntervalMs: 1000 })` with one agent counting into
+// - memory, level, rocksdb: `Worker.make({ groupId, commitInterval: 1000 })` with one agent counting into
 //   `Table.make({ key: Schema.String, value: Schema.Int })` through `table.update`, on `Tables.make({ settleDelay: 0 })`
 //   and a fresh store (`MemoryStore.layer()`, `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary
 //   directory), with `KafkaLog` underneath.
@@ -241,7 +241,7 @@ const workerPhase = async (spec: Spec, phase: Exclude<Phase, "bare">): Promise<P
         const t0 = performance.now()
         const tables = yield* Tables.make({ app, settleDelay: 0, processingGuarantee })
         const table = yield* tables.register(counts)
-        const worker = yield* Worker.make({ groupId: app, commitIntervalMs: COMMIT_MS }, [
+        const worker = yield* Worker.make({ groupId: app, commitInterval: COMMIT_MS }, [
           Worker.agent({
             name: "count",
             topics: [spec.source],
@@ -399,7 +399,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
       source: `fresh topic, ${partitions} partitions; record i: key "key-%010d" of (i * 7919) mod ${keys}, partition murmur2(key) mod ${partitions}, ${VALUE_BYTES}-byte value`,
       bare: "Consumer.consume (fresh group, earliest, autocommit off); counts in a Map; what each readable event hands over produced in idempotent Producer.send calls of at most 1000 records, chained (one in flight); every second: sends awaited, then consumer.commit; output: a fresh compacted topic",
       worker:
-        "Tables.make({ settleDelay: 0 }) + Worker.make({ commitIntervalMs: 1000 }) with one agent: table.update(key, n => n + 1) on Table.make({ key: Schema.String, value: Schema.Int }); KafkaLog defaults",
+        "Tables.make({ settleDelay: 0 }) + Worker.make({ commitInterval: 1000 }) with one agent: table.update(key, n => n + 1) on Table.make({ key: Schema.String, value: Schema.Int }); KafkaLog defaults",
       timed:
         "from the first record handed to the counting code to the last commit after every partition reached its highwater; each phase in its own child process",
       checked: "untimed: every key's count equals the input's (the worker's table: every partition scanned)",

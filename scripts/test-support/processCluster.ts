@@ -94,7 +94,7 @@ export interface ProcessCluster {
   readonly killAll: Effect.Effect<void>
 }
 
-/** The cluster's settings: coordination, its namespace, and any `STRATA_` settings (`sessionTimeoutMs`: …). */
+/** The cluster's settings: coordination, its namespace, and any `STRATA_` settings (`sessionTimeout`: …). */
 export interface ProcessClusterOptions {
   readonly runner: NodeRunner
   readonly coordination: string

@@ -171,7 +171,7 @@ const invalidBrokers = (brokers: string): string | undefined => {
  * The demo's Strata log: a cluster of three tablet servers and a coordinator in this process, talking over loopback
  * TCP, on the embedded memory coordination; the topics are its tables.
  */
-const strataLog = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
+const strataLog = StrataLog.layer({ client: { linger: 1 } }).pipe(
   Layer.provideMerge(LocalCluster.layer({ servers: 3, transport: "tcp" })),
   Layer.provide(MemoryCoordination.layer()),
   // The cluster's own progress lines would drown the demo's: only its warnings show.
@@ -335,7 +335,7 @@ const clusterFlags = {
   namespace: setting("namespace", "The cluster's coordination namespace (default /strata)"),
   set: Flag.KeyValuePair("set").pipe(
     Flag.withDescription(
-      "Any setting as key=value, e.g. --set minInsyncReplicas=2 --set sessionTimeoutMs=6000 (repeatable)"
+      'Any setting as key=value, e.g. --set minInsyncReplicas=2 --set sessionTimeout=6000 or --set "sessionTimeout=6 seconds" (repeatable)'
     ),
     Flag.optional
   )

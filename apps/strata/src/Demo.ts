@@ -74,7 +74,7 @@ const worker = (options: DemoOptions, say: (line: string) => Effect.Effect<void>
       const tables = yield* Tables.make({ app, settleDelay: 0 })
       const counts = yield* tables.register(countsTable(options.partitions))
       const decoder = new TextDecoder()
-      const running = yield* Worker.make({ groupId: app, commitIntervalMs: 1000 }, [
+      const running = yield* Worker.make({ groupId: app, commitInterval: "1 second" }, [
         Worker.agent({
           name: "count-words",
           topics: [source],

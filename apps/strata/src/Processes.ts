@@ -71,7 +71,7 @@ export const coordinator = (sources: ServerConfig.Sources) =>
           ...optional("namespace", settings.namespace),
           ...optional("listen", settings.listen),
           ...optional("advertise", settings.advertise),
-          ...optional("rejoinBackoffMs", settings.rejoinBackoffMs)
+          ...optional("rejoinBackoff", settings.rejoinBackoff)
         })
         yield* Effect.logInfo(`coordinator ${settings.id} ready at ${node.address}`)
       }),
@@ -106,7 +106,7 @@ const withClient = <A, E>(
       Effect.flatMap(
         TabletClient.make({
           replication,
-          deliveryTimeoutMs: 30_000,
+          deliveryTimeout: "30 seconds",
           ...optional("namespace", settings.namespace)
         }),
         use
@@ -165,7 +165,7 @@ export const deleteTable = (sources: ServerConfig.Sources, table: string) =>
 
 /**
  * `strata tablets balance-leaders`: leadership back to preferred replicas now, as the controller also does every
- * `leaderImbalanceCheckIntervalMs`.
+ * `leaderImbalanceCheckInterval`.
  *
  * @since 0.1.0
  */

@@ -210,7 +210,11 @@ export const TabletServerConfig = Schema.Struct({
  *
  * @since 0.1.0
  */
-export const CoordinatorConfig = Schema.Struct({ ...listening, rejoinBackoffMs: Schema.optional(Schema.Int) })
+export const CoordinatorConfig = Schema.Struct({
+  ...listening,
+  /** The pause before campaigning again after a leadership ended (`"1 second"`, or a number of milliseconds). */
+  rejoinBackoff: Schema.optional(OptionSchemas.DurationOption("positive"))
+})
 
 /**
  * The settings of an operator's command (`strata tablets ...`).
@@ -229,7 +233,7 @@ export interface Sources {
   readonly flags: Readonly<Record<string, string | undefined>>
 }
 
-/** `sessionTimeoutMs` → `STRATA_SESSION_TIMEOUT_MS`. */
+/** `sessionTimeout` → `STRATA_SESSION_TIMEOUT`. */
 export const envName = (key: string): string => `STRATA_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`
 
 /** A value given as text (environment, flag) as the key wants it. */

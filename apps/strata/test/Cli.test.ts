@@ -197,10 +197,10 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
       )
       expect(unknown).toContain("minInsync (from --set): unknown setting")
       const file = join(data, "server.json")
-      writeFileSync(file, JSON.stringify({ id: 1, coordination: zk, data, sessionTimeoutMs: 40_000 }))
+      writeFileSync(file, JSON.stringify({ id: 1, coordination: zk, data, sessionTimeout: 40_000 }))
       const fromFile = expectOneLineFailure(await strata(["tablet-server", "--config", file]))
-      expect(fromFile).toContain(`replicaLagTimeMaxMs (from defaults)`)
-      expect(fromFile).toContain("must be above sessionTimeoutMs (40000)")
+      expect(fromFile).toContain(`replicaLagTimeMax (from defaults)`)
+      expect(fromFile).toContain("must be above sessionTimeout (40s)")
       // Nothing was written to the data directory by a run refused before it started.
       expect(readdirSync(data).sort()).toEqual(["server.json"])
     } finally {

@@ -29,7 +29,7 @@ describe("a tablet server whose disk fills", () => {
     () =>
       Effect.gen(function* () {
         const { cluster, namespace } = yield* zooKeeperCluster(processes, "disk", {
-          leaderImbalanceCheckIntervalMs: 2_000
+          leaderImbalanceCheckInterval: 2_000
         })
         yield* Effect.addFinalizer((exit) =>
           exit._tag === "Failure" ? Effect.sync(() => console.log(cluster.logTails(60))) : Effect.void

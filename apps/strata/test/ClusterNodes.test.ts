@@ -9,7 +9,7 @@ import { CoordinationElection } from "@strata/election"
 import { ClusterPaths, Controller, LocalCluster, TabletClient, TabletServerNode } from "@strata/replica"
 import { Array as Arr, Duration, Effect, Exit, Fiber, Layer, Logger, Schedule, Scope } from "effect"
 
-const replication = { sessionTimeoutMs: 1_000, replicaLagTimeMaxMs: 3_000, retryBackoffMs: 20 }
+const replication = { sessionTimeout: 1_000, replicaLagTimeMax: 3_000, retryBackoff: 20 }
 
 /** Every log line, as text, into `lines`. */
 const capture = (lines: Array<string>) =>
@@ -42,7 +42,7 @@ const controllerOn = (namespace: string) =>
       namespace,
       uncleanLeaderElection: false,
       minInsyncReplicas: 1,
-      retryBackoffMs: 10,
+      retryBackoff: 10,
       resign: Effect.void
     }).pipe(Effect.provideService(Controller.TabletServers, nobody))
   })
@@ -160,7 +160,7 @@ describe("table names", () => {
   it.live("a client refuses such a name before it sends anything, naming it and the rule", () =>
     Effect.gen(function* () {
       // No coordinator runs: a name sent would wait for one until the delivery timeout.
-      const client = yield* TabletClient.make({ namespace: "/nobody", deliveryTimeoutMs: 60_000, replication })
+      const client = yield* TabletClient.make({ namespace: "/nobody", deliveryTimeout: 60_000, replication })
       for (const table of ["..", "a/b"]) {
         const error = yield* Effect.flip(client.createTable(table, { buckets: 1 }))
         assert.strictEqual(error.reason._tag, "CreateTableRefused", error.message)

@@ -134,7 +134,7 @@ describe("a cluster of real processes on ZooKeeper", () => {
           assert.strictEqual(third.length, TABLETS, "every tablet takes an acks=all write under the new coordinator")
           const report = yield* Checker.check(c, "op2", [...before, ...after, ...third])
           yield* Effect.logInfo(
-            `operation 2: server ${victim} led ${led} of ${TABLETS} tablets; leaders moved in ${movedMs} ms, all writable in ${writableMs} ms, back in every ISR in ${rejoinedMs} ms (session timeout ${faultSettings.sessionTimeoutMs} ms); after the leading coordinator's kill: "${resumed[0]}"`
+            `operation 2: server ${victim} led ${led} of ${TABLETS} tablets; leaders moved in ${movedMs} ms, all writable in ${writableMs} ms, back in every ISR in ${rejoinedMs} ms (session timeout ${faultSettings.sessionTimeout} ms); after the leading coordinator's kill: "${resumed[0]}"`
           )
           assert.deepStrictEqual(report.lost, [])
           assert.deepStrictEqual(report.duplicates, [])

@@ -16,13 +16,13 @@
  * @since 0.1.0
  */
 import { Coordination, OptionSchemas } from "@strata/core"
-import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
+import { Config, Context, Duration, Effect, Layer, Schema, type Scope } from "effect"
 import { sessionOf } from "./internal/etcdNodes.js"
 import * as EtcdSession from "./internal/etcdSession.js"
 import * as EtcdStore from "./internal/etcdStore.js"
 import { AbsolutePath, invalidHostPort } from "./internal/options.js"
 
-const { decodeOptions, PositiveInt, summary } = OptionSchemas
+const { decodeOptions, DurationOption, summary } = OptionSchemas
 
 /** Why an endpoint is not `http://host:port` or `https://host:port` with a port in 1–65535, if it is not. */
 const invalidEndpoint = (endpoint: string): string | undefined => {
@@ -50,11 +50,13 @@ export const EtcdCoordinationOptions = Schema.Struct({
   ),
   /** Key prefix under which the tree lives, an absolute path (default `"/strata/coordination"`). */
   root: Schema.optional(AbsolutePath),
-  /** Default session timeout in milliseconds (default 10 000; below 2 000 counts as 2 000). */
-  sessionTimeoutMs: Schema.optional(PositiveInt)
+  /** Default session timeout (10 seconds; below 2 seconds counts as 2 seconds). */
+  sessionTimeout: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  )
 })
-/** @see EtcdCoordinationOptions */
-export type EtcdCoordinationOptions = typeof EtcdCoordinationOptions.Type
+/** What `make` takes (see `EtcdCoordinationOptions`): durations as any `Duration.Input`, a number being milliseconds. */
+export type EtcdCoordinationOptions = typeof EtcdCoordinationOptions.Encoded
 
 /** The etcd backend's own service: the `Coordination` shape plus its fault injection. */
 export class EtcdCoordination extends Context.Service<
@@ -78,7 +80,7 @@ export const make = (
     const store = yield* EtcdStore.open(
       o.endpoints,
       o.root ?? "/strata/coordination",
-      Math.max(2000, o.sessionTimeoutMs ?? 10_000)
+      Math.max(2000, Duration.toMillis(o.sessionTimeout))
     )
     const faults: Coordination.FaultsShape = {
       expire: (s) =>

@@ -14,7 +14,7 @@ import { invalidAbsolutePath, invalidHostPort } from "./internal/options.js"
 import { closeClient, connect } from "./internal/zookeeperClient.js"
 import * as ZkSession from "./internal/zookeeperSession.js"
 
-const { decodeOptions, PositiveInt, summary } = OptionSchemas
+const { decodeOptions, DurationOption, summary } = OptionSchemas
 
 /** Why a connect string is not `host:port[,host:port...]` with ports in 1–65535, if it is not. */
 const invalidConnectString = (connectString: string): string | undefined => {
@@ -38,13 +38,17 @@ export const ZooKeeperCoordinationOptions = Schema.Struct({
   root: Schema.optional(
     Schema.String.check(Schema.makeFilter((root: string) => (root === "" ? undefined : invalidAbsolutePath(root))))
   ),
-  /** Session timeout when a session asks for none, in milliseconds (default 10 000). */
-  sessionTimeoutMs: Schema.optional(PositiveInt),
-  /** How long opening a session may take, in milliseconds (default 10 000). */
-  connectTimeoutMs: Schema.optional(PositiveInt)
+  /** Session timeout when a session asks for none (10 seconds). */
+  sessionTimeout: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  ),
+  /** How long opening a session may take (10 seconds). */
+  connectTimeout: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  )
 })
-/** @see ZooKeeperCoordinationOptions */
-export type ZooKeeperCoordinationOptions = typeof ZooKeeperCoordinationOptions.Type
+/** What `make` takes (see `ZooKeeperCoordinationOptions`): durations as any `Duration.Input`, a number being milliseconds. */
+export type ZooKeeperCoordinationOptions = typeof ZooKeeperCoordinationOptions.Encoded
 
 /** The ZooKeeper coordination service's own key; its layer provides `Coordination` and `CoordinationFaults` too. */
 export class ZooKeeperCoordination extends Context.Service<
@@ -56,11 +60,15 @@ export class ZooKeeperCoordination extends Context.Service<
 interface Service {
   /** The ensemble's connect string with the chroot appended. */
   readonly connectString: string
+  /** The session timeout a session asking for none gets, in whole milliseconds (as the client takes it). */
   readonly defaultTimeout: number
   readonly connectTimeoutMs: number
   /** Each open session's record, for the faults. */
   readonly records: WeakMap<Coordination.Session, ZkSession.SessionRec>
 }
+
+/** A duration as the client takes it: whole milliseconds, at least one. */
+const wholeMillis = (d: Duration.Duration): number => Math.max(1, Math.round(Duration.toMillis(d)))
 
 /** Opens a session (its own client) in the scope, with the read timeout running beside it. */
 const session = (
@@ -71,7 +79,7 @@ const session = (
     const requested =
       sessionOptions?.timeout === undefined
         ? svc.defaultTimeout
-        : Math.max(1, Math.round(Duration.toMillis(Duration.fromInputUnsafe(sessionOptions.timeout))))
+        : wholeMillis(Duration.fromInputUnsafe(sessionOptions.timeout))
     const rec = yield* ZkSession.open(svc.connectString, requested, svc.connectTimeoutMs)
     const s = ZkSession.makeSession(rec, Duration.millis(rec.client.getSessionTimeout()))
     svc.records.set(s, rec)
@@ -113,7 +121,9 @@ const expire = (svc: Service, s: Coordination.Session): Effect.Effect<void, Coor
 // The service
 // ---------------------------------------------------------------------------
 
-const decode = (input: unknown): Effect.Effect<ZooKeeperCoordinationOptions, Coordination.CoordinationError> =>
+const decode = (
+  input: unknown
+): Effect.Effect<typeof ZooKeeperCoordinationOptions.Type, Coordination.CoordinationError> =>
   decodeOptions(ZooKeeperCoordinationOptions)(input).pipe(
     Effect.mapError((bad) =>
       Coordination.coordinationError(new Coordination.InvalidOptions({ backend: "zookeeper", ...summary(bad) }))
@@ -129,8 +139,8 @@ export const make = (
 ): Effect.Effect<ZooKeeperCoordination["Service"], Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
     const o = yield* decode(options)
-    const defaultTimeout = o.sessionTimeoutMs ?? 10_000
-    const connectTimeoutMs = o.connectTimeoutMs ?? 10_000
+    const defaultTimeout = wholeMillis(o.sessionTimeout)
+    const connectTimeoutMs = Math.ceil(Duration.toMillis(o.connectTimeout))
     const root = o.root === undefined || o.root === "" || o.root === "/" ? "" : o.root
     if (root !== "") {
       const bootstrap = yield* connect(o.connectString, { sessionTimeout: defaultTimeout }, connectTimeoutMs)

@@ -1,4 +1,7 @@
+import { Coordination } from "@strata/core"
 import { CoordinationConformance } from "@strata/core/testing"
+import { assert, describe, it } from "@effect/vitest"
+import { Duration, Effect } from "effect"
 import { inject } from "vitest"
 import * as EtcdCoordination from "../src/EtcdCoordination.js"
 import * as Proxied from "./fixtures/proxiedCoordination.js"
@@ -13,3 +16,18 @@ CoordinationConformance.suspensionSuite(
   Proxied.layer(inject("etcd"), (address) => EtcdCoordination.make({ endpoints: [`http://${address}`], root })),
   { eventTimeout: "20 seconds", testTimeout: 60_000 }
 )
+
+describe("EtcdCoordination sessionTimeout", () => {
+  it.live("a duration string is the timeout a session asking for none gets", () =>
+    Effect.gen(function* () {
+      const coordination = yield* Coordination.Coordination
+      const session = yield* coordination.session()
+      assert.strictEqual(Duration.toMillis(session.timeout), 3000)
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(
+        EtcdCoordination.layer({ endpoints: [`http://${inject("etcd")}`], root, sessionTimeout: "3 seconds" })
+      )
+    )
+  )
+})

@@ -1,6 +1,6 @@
 import { type Coordination, Election, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Config, ConfigProvider, Effect, Exit, Layer } from "effect"
+import { Config, ConfigProvider, Duration, Effect, Exit, Layer, Schema } from "effect"
 import * as CoordinationElection from "../src/CoordinationElection.js"
 import * as Coordinator from "../src/Coordinator.js"
 import * as EtcdCoordination from "../src/EtcdCoordination.js"
@@ -36,7 +36,7 @@ const assertInvalid = (error: unknown, backend: string, option: string, value: s
 }
 
 const zookeeper = (options: ZooKeeperCoordination.ZooKeeperCoordinationOptions) =>
-  failure(ZooKeeperCoordination.make({ connectTimeoutMs: 2000, ...options }))
+  failure(ZooKeeperCoordination.make({ connectTimeout: 2000, ...options }))
 
 const etcd = (options: EtcdCoordination.EtcdCoordinationOptions) => failure(EtcdCoordination.make(options))
 
@@ -63,22 +63,38 @@ describe("ZooKeeperCoordination options", { timeout: 20_000 }, () => {
     })
   )
 
-  it.live("a negative or fractional timeout is InvalidCoordinationOptions naming it", () =>
+  it.live("a negative, infinite or unreadable timeout is InvalidCoordinationOptions naming it", () =>
     Effect.gen(function* () {
       assertInvalid(
-        yield* zookeeper({ connectString: "127.0.0.1:1", sessionTimeoutMs: -100 }),
+        yield* zookeeper({ connectString: "127.0.0.1:1", sessionTimeout: -100 }),
         "zookeeper",
-        "sessionTimeoutMs",
+        "sessionTimeout",
         "-100"
       )
       assertInvalid(
-        yield* zookeeper({ connectString: "127.0.0.1:1", connectTimeoutMs: 1.5 }),
+        yield* zookeeper({ connectString: "127.0.0.1:1", sessionTimeout: "Infinity" }),
         "zookeeper",
-        "connectTimeoutMs",
-        "1.5"
+        "sessionTimeout",
+        "Infinity"
+      )
+      assertInvalid(
+        yield* zookeeper({ connectString: "127.0.0.1:1", connectTimeout: "soon" as Duration.Input }),
+        "zookeeper",
+        "connectTimeout",
+        "soon"
       )
     })
   )
+
+  it("a timeout takes any Duration.Input, a number being milliseconds", () => {
+    const decode = Schema.decodeUnknownSync(ZooKeeperCoordination.ZooKeeperCoordinationOptions)
+    const o = decode({ connectString: "127.0.0.1:2181", sessionTimeout: "2 seconds", connectTimeout: 1500 })
+    assert.strictEqual(Duration.toMillis(o.sessionTimeout), 2000)
+    assert.strictEqual(Duration.toMillis(o.connectTimeout), 1500)
+    const defaults = decode({ connectString: "127.0.0.1:2181" })
+    assert.strictEqual(Duration.toMillis(defaults.sessionTimeout), 10_000)
+    assert.strictEqual(Duration.toMillis(defaults.connectTimeout), 10_000)
+  })
 
   it.live("layerConfig goes through the same schema", () =>
     Effect.gen(function* () {
@@ -116,16 +132,30 @@ describe("EtcdCoordination options", { timeout: 20_000 }, () => {
     })
   )
 
-  it.live("a negative session timeout is InvalidCoordinationOptions naming sessionTimeoutMs", () =>
+  it.live("a negative or unreadable session timeout is InvalidCoordinationOptions naming sessionTimeout", () =>
     Effect.gen(function* () {
       assertInvalid(
-        yield* etcd({ endpoints: ["http://127.0.0.1:1"], sessionTimeoutMs: -100 }),
+        yield* etcd({ endpoints: ["http://127.0.0.1:1"], sessionTimeout: -100 }),
         "etcd",
-        "sessionTimeoutMs",
+        "sessionTimeout",
         "-100"
+      )
+      assertInvalid(
+        yield* etcd({ endpoints: ["http://127.0.0.1:1"], sessionTimeout: "soon" as Duration.Input }),
+        "etcd",
+        "sessionTimeout",
+        "soon"
       )
     })
   )
+
+  it("a session timeout takes any Duration.Input, a number being milliseconds", () => {
+    const decode = Schema.decodeUnknownSync(EtcdCoordination.EtcdCoordinationOptions)
+    const endpoints = ["http://127.0.0.1:2379"]
+    assert.strictEqual(Duration.toMillis(decode({ endpoints, sessionTimeout: "2 seconds" }).sessionTimeout), 2000)
+    assert.strictEqual(Duration.toMillis(decode({ endpoints, sessionTimeout: 3000 }).sessionTimeout), 3000)
+    assert.strictEqual(Duration.toMillis(decode({ endpoints }).sessionTimeout), 10_000)
+  })
 
   it.live("a relative root is InvalidCoordinationOptions naming root", () =>
     Effect.gen(function* () {
@@ -137,9 +167,9 @@ describe("EtcdCoordination options", { timeout: 20_000 }, () => {
     Effect.gen(function* () {
       const layer = EtcdCoordination.layerConfig({
         endpoints: Config.succeed(["http://127.0.0.1:1"]),
-        sessionTimeoutMs: Config.Int("TIMEOUT")
+        sessionTimeout: Config.Int("TIMEOUT")
       }).pipe(Layer.provide(ConfigProvider.layer(ConfigProvider.fromUnknown({ TIMEOUT: "-100" }))))
-      assertInvalid(yield* failure(Layer.build(layer)), "etcd", "sessionTimeoutMs", "-100")
+      assertInvalid(yield* failure(Layer.build(layer)), "etcd", "sessionTimeout", "-100")
     })
   )
 })

@@ -14,7 +14,7 @@
  * @since 0.1.0
  */
 import { HostPort, Log, OptionSchemas } from "@strata/core"
-import { Config, Context, Effect, Layer, Schema, type Scope } from "effect"
+import { Config, Context, Duration, Effect, Layer, Schema, type Scope } from "effect"
 import * as KafkaAdmin from "./internal/kafkaAdmin.js"
 import * as KafkaCluster from "./internal/kafkaCluster.js"
 import * as KafkaConsumer from "./internal/kafkaConsumer.js"
@@ -22,7 +22,7 @@ import * as KafkaGroupConsumer from "./internal/kafkaGroupConsumer.js"
 import * as KafkaProducer from "./internal/kafkaProducer.js"
 import * as TransactionalProducer from "./internal/transactionalProducer.js"
 
-const { PositiveInt } = OptionSchemas
+const { DurationOption, PositiveInt } = OptionSchemas
 
 /**
  * A broker address: `host:port` as core's `HostPort` reads it (a host name, an IPv4 or [IPv6] address, a port from 1
@@ -43,13 +43,15 @@ export const KafkaLogOptions = Schema.Struct({
   /** Client id sent to the brokers (default "strata"). */
   clientId: Schema.optional(Schema.NonEmptyString),
   /**
-   * Request timeout in milliseconds (default 10000): how long any request waits for the brokers' answer, connecting
-   * included, before it fails with `BrokerUnreachable`. It bounds each of the log's operations (a fetch waits
-   * `maxWaitMs` longer; joining a group, which the coordinator holds for a rebalance, waits at least 15 s).
+   * Request timeout (10 seconds): how long any request waits for the brokers' answer, connecting included, before
+   * it fails with `BrokerUnreachable`. It bounds each of the log's operations (a fetch waits `maxWait` longer;
+   * joining a group, which the coordinator holds for a rebalance, waits at least 15 s).
    */
-  requestTimeoutMs: Schema.optional(PositiveInt),
-  /** How long a fetch waits at the broker for new records, in milliseconds (default 250). */
-  maxWaitMs: Schema.optional(PositiveInt),
+  requestTimeout: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
+  ),
+  /** How long a fetch waits at the broker for new records (250 millis). */
+  maxWait: DurationOption("positive").pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("250 millis"))),
   /**
    * Most bytes one fetch brings back from a broker, all partitions together (default 8 MiB). The bytes are held
    * until their records are handed out; records are built a chunk at a time, as they are handed out.
@@ -71,17 +73,17 @@ export const KafkaLogOptions = Schema.Struct({
    */
   maxRecordBytes: Schema.optional(PositiveInt),
   /**
-   * How long `produce` waits for more records before sending, in milliseconds (default 0). Calls made while a
-   * send is in flight are always sent together in the next request, lingering or not.
+   * How long `produce` waits for more records before sending (0, none). Calls made while a send is in flight are
+   * always sent together in the next request, lingering or not.
    */
-  lingerMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  linger: DurationOption("nonNegative").pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>(0))),
   /** Records queued for sending at most; `produce` and `send` wait for room beyond it (default 100000). */
   bufferRecords: Schema.optional(PositiveInt),
   /** Most records `produce` puts in one request (default 1000). */
   maxBatchRecords: Schema.optional(PositiveInt)
 })
-/** @see KafkaLogOptions */
-export type KafkaLogOptions = typeof KafkaLogOptions.Type
+/** What `make` takes (see `KafkaLogOptions`): durations as any `Duration.Input`, a number being milliseconds. */
+export type KafkaLogOptions = typeof KafkaLogOptions.Encoded
 
 /** The Kafka log's own service key; its layer provides `Log` too. */
 export class KafkaLog extends Context.Service<KafkaLog, Log.Shape & { readonly brokers: ReadonlyArray<string> }>()(
@@ -96,6 +98,9 @@ export class KafkaLog extends Context.Service<KafkaLog, Log.Shape & { readonly b
  */
 const DEFAULT_FETCH_MAX_BYTES = 8 * 1024 * 1024
 const DEFAULT_FETCH_PARTITION_MAX_BYTES = 1024 * 1024
+
+/** A duration as the clients take it: whole milliseconds, rounded up (a fraction of a millisecond still waits). */
+const wholeMillis = (d: Duration.Duration): number => Math.ceil(Duration.toMillis(d))
 
 /**
  * Starts the clients, checks the brokers answer (with backoff), and serves `Log` until the scope closes: the admin
@@ -113,7 +118,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     const cluster = yield* KafkaCluster.connect({
       brokers: [...o.brokers],
       clientId: o.clientId ?? "strata",
-      timeout: o.requestTimeoutMs ?? 10_000,
+      timeout: wholeMillis(o.requestTimeout),
       connectAttempts: o.connectAttempts ?? 5
     })
     const admin = yield* KafkaAdmin.open(cluster)
@@ -121,13 +126,13 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     yield* KafkaAdmin.checkConnected(admin)
     const producers = yield* KafkaProducer.make(admin, clients, {
       maxRecordBytes: o.maxRecordBytes ?? 1_000_000,
-      lingerMs: o.lingerMs ?? 0,
+      lingerMs: wholeMillis(o.linger),
       maxBatchRecords: o.maxBatchRecords ?? 1000,
       bufferRecords: o.bufferRecords ?? 100_000
     })
     const consumers: KafkaConsumer.ConsumerSettings = {
       admin,
-      maxWait: o.maxWaitMs ?? 250,
+      maxWait: wholeMillis(o.maxWait),
       fetchMaxBytes: o.fetchMaxBytes ?? DEFAULT_FETCH_MAX_BYTES,
       fetchPartitionMaxBytes: o.fetchPartitionMaxBytes ?? DEFAULT_FETCH_PARTITION_MAX_BYTES
     }

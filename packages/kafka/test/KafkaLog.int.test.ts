@@ -73,7 +73,7 @@ const within = <A, E>(ms: number, what: string, effect: Effect.Effect<A, E>) =>
 
 describe("KafkaLog on a port that is not Kafka", () => {
   // Each used to wait for minutes (the client's own 30 s request timeout, retried 4 × 4 times) whatever
-  // requestTimeoutMs said; a garbage answer gave no hint that the address was wrong.
+  // requestTimeout said; a garbage answer gave no hint that the address was wrong.
   const T = 500
   /** A program on the log's layer asking for offsets: the failure, and how long it took to come. */
   const offsetsVia = (broker: string) =>
@@ -84,7 +84,7 @@ describe("KafkaLog on a port that is not Kafka", () => {
         Effect.gen(function* () {
           const log = yield* Log.Log
           return yield* log.offsets([{ topic: "t", partition: 0 }])
-        }).pipe(Effect.provide(KafkaLog.layer({ brokers: [broker], connectAttempts: 1, requestTimeoutMs: T })))
+        }).pipe(Effect.provide(KafkaLog.layer({ brokers: [broker], connectAttempts: 1, requestTimeout: T })))
       )
     )
   const assertNoAnswer = (e: Log.LogError, ms: number, address: string) => {
@@ -122,7 +122,7 @@ describe("KafkaLog on a port that is not Kafka", () => {
         const retried = yield* within(
           15_000,
           "connectAttempts: 5",
-          Effect.flip(Effect.scoped(KafkaLog.make({ brokers: [server.address], requestTimeoutMs: T })))
+          Effect.flip(Effect.scoped(KafkaLog.make({ brokers: [server.address], requestTimeout: `${T} millis` })))
         )
         assertNotKafka(retried[0], retried[1], server.address)
       }
@@ -147,7 +147,7 @@ describe("KafkaLog on a port that is not Kafka", () => {
         const timeout = 1000
         const proxy = yield* kafkaProxy(inject("kafka"))
         const scope = yield* Scope.make()
-        const log = yield* KafkaLog.make({ brokers: [proxy.address], requestTimeoutMs: timeout }).pipe(
+        const log = yield* KafkaLog.make({ brokers: [proxy.address], requestTimeout: timeout }).pipe(
           Scope.provide(scope)
         )
         const stamp = Date.now().toString(36)

@@ -37,40 +37,40 @@
 import { type Log, Models, OptionSchemas, Recovery } from "@strata/core"
 import { Clock, Deferred, Duration, Effect, Fiber, Metric, Option, PubSub, Schema, type Scope, Stream } from "effect"
 
-/** Options of the changelog recovery. */
-export interface ChangelogRecoveryOptions {
-  /** Pause before restoring, so a burst of rebalances settles (default 0). */
-  readonly recoveryDelay?: Duration.Input
-  /** Records applied per store batch for active partitions (default 1000). */
-  readonly recoveryBufferSize?: number
-  /** Records applied per store batch for standby partitions (default 1000). */
-  readonly standbyBufferSize?: number
-  /**
-   * A store whose persisted offset is beyond its changelog's highwater: `"fail"`
-   * with `ConsistencyError` (default, as Faust), or `"wipe"` the partition's
-   * store and restore it from the changelog.
-   */
-  readonly onInconsistency?: "fail" | "wipe"
-  /** How often progress is logged and published (default 5 seconds). */
-  readonly statsInterval?: Duration.Input
-  /** A restoring partition with no record for this long is reported stalled (default 30 seconds). */
-  readonly eventTimeout?: Duration.Input
-  /** No batch applied for this long while restoring is reported stalled (default 120 seconds). */
-  readonly flushTimeout?: Duration.Input
-}
+const { DurationOption, decodeOptions, PositiveInt, summary } = OptionSchemas
 
-const { AnyDurationInput, decodeOptions, PositiveInt, summary } = OptionSchemas
-
-/** The options `make` takes, checked by this one schema (the table manager checks its `recovery` option with it). */
+/**
+ * The options `make` takes, checked by this one schema (the table manager checks its `recovery` option with it),
+ * with the durations' defaults. Durations are any `Duration.Input` (a number is milliseconds), finite.
+ */
 export const ChangelogRecoveryOptionsSchema = Schema.Struct({
-  recoveryDelay: Schema.optional(AnyDurationInput),
+  /** Pause before restoring, so a burst of rebalances settles (0, none). */
+  recoveryDelay: DurationOption("nonNegative").pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>(0))),
+  /** Records applied per store batch for active partitions (default 1000). */
   recoveryBufferSize: Schema.optional(PositiveInt),
+  /** Records applied per store batch for standby partitions (default 1000). */
   standbyBufferSize: Schema.optional(PositiveInt),
+  /**
+   * A store whose persisted offset is beyond its changelog's highwater: `"fail"` with `ConsistencyError` (default,
+   * as Faust), or `"wipe"` the partition's store and restore it from the changelog.
+   */
   onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
-  statsInterval: Schema.optional(AnyDurationInput),
-  eventTimeout: Schema.optional(AnyDurationInput),
-  flushTimeout: Schema.optional(AnyDurationInput)
+  /** How often progress is logged and published (5 seconds). */
+  statsInterval: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("5 seconds"))
+  ),
+  /** A restoring partition with no record for this long is reported stalled (30 seconds). */
+  eventTimeout: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("30 seconds"))
+  ),
+  /** No batch applied for this long while restoring is reported stalled (120 seconds). */
+  flushTimeout: DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("120 seconds"))
+  )
 })
+
+/** Options of the changelog recovery, as `make` takes them (see `ChangelogRecoveryOptionsSchema`). */
+export type ChangelogRecoveryOptions = typeof ChangelogRecoveryOptionsSchema.Encoded
 
 /** `make` was given options its schema refuses; `detail` names each bad option. */
 export class InvalidRecoveryOptions extends Schema.TaggedError<InvalidRecoveryOptions>()("InvalidRecoveryOptions", {
@@ -189,7 +189,7 @@ export const make = (
   options: ChangelogRecoveryOptions = {}
 ): Effect.Effect<Recovery.Shape, InvalidRecoveryOptions, Scope.Scope> =>
   Effect.gen(function* () {
-    yield* decodeOptions(ChangelogRecoveryOptionsSchema, { exact: true })(options).pipe(
+    const o = yield* decodeOptions(ChangelogRecoveryOptionsSchema, { exact: true })(options).pipe(
       Effect.mapError((bad) => {
         const { option, value, detail } = summary(bad)
         return new InvalidRecoveryOptions({ detail: `${option} = ${value}: ${detail}` })
@@ -200,13 +200,13 @@ export const make = (
     const r: Run = {
       source,
       target,
-      delay: Duration.fromInputUnsafe(options.recoveryDelay ?? 0),
-      bufferSize: options.recoveryBufferSize ?? 1000,
-      standbyBufferSize: options.standbyBufferSize ?? 1000,
-      statsInterval: Duration.fromInputUnsafe(options.statsInterval ?? "5 seconds"),
-      eventTimeoutMs: Duration.toMillis(Duration.fromInputUnsafe(options.eventTimeout ?? "30 seconds")),
-      flushTimeoutMs: Duration.toMillis(Duration.fromInputUnsafe(options.flushTimeout ?? "120 seconds")),
-      wipe: options.onInconsistency === "wipe",
+      delay: o.recoveryDelay,
+      bufferSize: o.recoveryBufferSize ?? 1000,
+      standbyBufferSize: o.standbyBufferSize ?? 1000,
+      statsInterval: o.statsInterval,
+      eventTimeoutMs: Duration.toMillis(o.eventTimeout),
+      flushTimeoutMs: Duration.toMillis(o.flushTimeout),
+      wipe: o.onInconsistency === "wipe",
       scope: yield* Effect.scope,
       events: yield* PubSub.unbounded<Recovery.Event>(),
       active: [],

@@ -1,6 +1,6 @@
 import { type Log, Models, type Recovery } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Fiber, Logger, Option, Queue, Stream } from "effect"
+import { Duration, Effect, Fiber, Logger, Option, Queue, Schema, Stream } from "effect"
 import { TestClock } from "effect/testing"
 import { ChangelogRecovery } from "../src/index.js"
 
@@ -239,6 +239,31 @@ describe("ChangelogRecovery", () => {
       assert.match(yield* refused({ statsInterval: "often" }), /statsInterval/)
       assert.match(yield* refused({ recoveryBufer: 10 }), /recoveryBufer/)
     }).pipe(Effect.scoped, Effect.provide(quiet))
+  )
+
+  it.effect(
+    "durations take any Duration.Input (a number is milliseconds); negative or infinite ones are refused by name",
+    () =>
+      Effect.gen(function* () {
+        const decode = Schema.decodeUnknownSync(ChangelogRecovery.ChangelogRecoveryOptionsSchema)
+        const given = decode({ recoveryDelay: "2 seconds", eventTimeout: 1500 })
+        assert.strictEqual(Duration.toMillis(given.recoveryDelay), 2000)
+        assert.strictEqual(Duration.toMillis(given.eventTimeout), 1500)
+        const defaults = decode({})
+        assert.deepStrictEqual(
+          [defaults.recoveryDelay, defaults.statsInterval, defaults.eventTimeout, defaults.flushTimeout].map(
+            Duration.toMillis
+          ),
+          [0, 5_000, 30_000, 120_000]
+        )
+        const source = yield* fakeSource(logOf({}))
+        const refused = (options: ChangelogRecovery.ChangelogRecoveryOptions) =>
+          Effect.map(Effect.flip(ChangelogRecovery.make(source, fakeTarget().target, options)), (e) => e.message)
+        assert.match(yield* refused({ recoveryDelay: -1 }), /recoveryDelay = -1/)
+        assert.match(yield* refused({ recoveryDelay: "soon" as Duration.Input }), /recoveryDelay = "soon"/)
+        assert.match(yield* refused({ eventTimeout: Number.POSITIVE_INFINITY }), /eventTimeout = Infinity/)
+        assert.match(yield* refused({ flushTimeout: 0 }), /flushTimeout = 0/)
+      }).pipe(Effect.scoped, Effect.provide(quiet))
   )
 
   it.effect("a partition whose last offsets hold no record (markers, compaction) still completes", () =>

@@ -16,7 +16,7 @@ describe("ClusterDirectory", () => {
         sessionTimeout: "2 seconds",
         replicaLagTimeMax: "6 seconds"
       })
-      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: 10 })
+      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoff: 10 })
       const missing = yield* Effect.flip(directory.locate(1))
       assert.include(missing.message, "server 1 unreachable: not registered")
       const nobody = yield* Effect.flip(directory.controller)
@@ -55,7 +55,7 @@ describe("ClusterDirectory", () => {
       })
       // The directory's own sessions, to end them.
       const opened: Array<Coordination.Session> = []
-      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: 10 }).pipe(
+      const directory = yield* ClusterDirectory.make(paths, election, { retryBackoff: 10 }).pipe(
         Effect.provideService(Coordination.Coordination, {
           ...coordination,
           session: (options) => Effect.tap(coordination.session(options), (s) => Effect.sync(() => opened.push(s)))

@@ -43,7 +43,7 @@ describe("ClusterPaths", () => {
           session: (o) => Effect.tap(base.session(o), (s) => Effect.sync(() => sessions.push(s)))
         }
         const told: Array<number | undefined> = []
-        const options = { address: "a", sessionTimeout: "1 second", firstEpoch: 1, retryBackoffMs: 10 } as const
+        const options = { address: "a", sessionTimeout: "1 second", firstEpoch: 1, retryBackoff: 10 } as const
         const first = yield* Effect.forkScoped(
           ClusterPaths.keepRegistered(tracked, paths, 7, {
             ...options,
@@ -96,7 +96,7 @@ describe("ClusterPaths", () => {
             address: "127.0.0.1:7008",
             sessionTimeout: "200 millis",
             firstEpoch: 0,
-            retryBackoffMs: 10,
+            retryBackoff: 10,
             holderWaitTimeouts: 2,
             onRegistered: (r) => Effect.sync(() => told.push(r))
           }).pipe(
@@ -136,7 +136,7 @@ describe("ClusterPaths", () => {
             address: "127.0.0.1:7008",
             sessionTimeout: "2 seconds",
             firstEpoch: 4,
-            retryBackoffMs: 10,
+            retryBackoff: 10,
             holderWaitTimeouts: 5,
             onRegistered: (r) => Effect.sync(() => told.push(r))
           }).pipe(

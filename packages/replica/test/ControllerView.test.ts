@@ -36,7 +36,7 @@ describe("ControllerView", () => {
         sessionTimeout: "2 seconds",
         replicaLagTimeMax: "6 seconds"
       })
-      const warm = yield* ControllerView.make({ namespace, keepWarm: { retryBackoffMs: 10 } })
+      const warm = yield* ControllerView.make({ namespace, keepWarm: { retryBackoff: 10 } })
       /** A controller under a new leadership in its own scope, started from `view` (a cold one when not given). */
       const control = (view?: ControllerView.ControllerView) =>
         Effect.gen(function* () {
@@ -46,7 +46,7 @@ describe("ControllerView", () => {
             namespace,
             uncleanLeaderElection: false,
             minInsyncReplicas: 1,
-            retryBackoffMs: 10,
+            retryBackoff: 10,
             resign: Effect.void,
             ...(view === undefined ? {} : { view })
           }).pipe(Effect.provideService(Controller.TabletServers, nobody), Scope.provide(scope))

@@ -594,7 +594,7 @@ describe("DataLink", () => {
           // Server 1 registered a data link, server 2 did not.
           locateData: (id) => Effect.succeed(id === 1 ? formatAddress(link) : undefined),
           controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none in this test" })),
-          requestTimeoutMs: 3_000
+          requestTimeout: 3_000
         })
         const append = { tablet, records: [record(1)], acks: "all" as const }
         yield* remote.server(1).append(append)

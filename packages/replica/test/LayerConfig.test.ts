@@ -51,14 +51,14 @@ describe("layerConfig", () => {
       const client = yield* Effect.flip(
         Effect.scoped(
           Layer.build(
-            TabletClient.layerConfig({ lingerMs: Config.Number("LINGER") }).pipe(
+            TabletClient.layerConfig({ linger: Config.Number("LINGER") }).pipe(
               Layer.provide(MemoryCoordination.layer())
             )
           )
         ).pipe(withConfig({ LINGER: -1 }))
       )
       assert.strictEqual(client._tag, "InvalidReplicaOptions")
-      assert.include(client.message, "lingerMs")
+      assert.include(client.message, "linger")
       const log = yield* Effect.flip(
         Effect.scoped(
           Layer.build(

@@ -21,7 +21,7 @@ describe("LocalCluster on ZooKeeper", () => {
           servers: 3,
           transport,
           namespace: `/strata-local-${transport}-${Date.now().toString(36)}`,
-          replication: { minInsyncReplicas: 2, sessionTimeoutMs: 4_000, replicaLagTimeMaxMs: 12_000 }
+          replication: { minInsyncReplicas: 2, sessionTimeout: 4_000, replicaLagTimeMax: 12_000 }
         })
         const orders = { table: "orders", bucket: 0 }
         yield* cluster.createTable("orders", { buckets: 3 })
@@ -59,9 +59,9 @@ describe("LocalCluster on ZooKeeper", () => {
         )
         assert.strictEqual(unknown.reason._tag, "UnknownTablet")
         assert.include(unknown.message, "nope/0")
-        const bad = yield* Effect.flip(LocalCluster.make({ servers: 3, replication: { sessionTimeoutMs: 40_000 } }))
+        const bad = yield* Effect.flip(LocalCluster.make({ servers: 3, replication: { sessionTimeout: 40_000 } }))
         assert.strictEqual(bad._tag, "InvalidReplicaOptions")
-        assert.include(bad.message, "replicaLagTimeMaxMs")
+        assert.include(bad.message, "replicaLagTimeMax")
       }).pipe(Effect.scoped, Effect.provide(coordination()))
     )
   }

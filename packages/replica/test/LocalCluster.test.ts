@@ -14,11 +14,11 @@ const records = (from: number, count: number) =>
   }))
 
 const replication = {
-  sessionTimeoutMs: 2_000,
-  replicaLagTimeMaxMs: 6_000,
-  fetchMaxWaitMs: 50,
-  retryBackoffMs: 20,
-  appendTimeoutMs: 5_000
+  sessionTimeout: 2_000,
+  replicaLagTimeMax: 6_000,
+  fetchMaxWait: 50,
+  retryBackoff: 20,
+  appendTimeout: 5_000
 }
 
 describe("LocalCluster", () => {

@@ -19,10 +19,10 @@ import * as TabletServer from "../src/server/TabletServer.js"
 const tablet = { table: "orders", bucket: 0 }
 const replication = {
   minInsyncReplicas: 2,
-  fetchMaxWaitMs: 50,
-  retryBackoffMs: 20,
-  replicaLagTimeMaxMs: 60_000,
-  appendTimeoutMs: 1_000
+  fetchMaxWait: 50,
+  retryBackoff: 20,
+  replicaLagTimeMax: 60_000,
+  appendTimeout: 1_000
 }
 const text = (s: string): ReplicaManager.TabletRecord => ({
   key: null,
@@ -59,7 +59,7 @@ describe("ReplicaRpc over TCP", () => {
           },
           locateData: (id) => Effect.succeed(dataAddresses.get(id)),
           controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none in this test" })),
-          requestTimeoutMs: 3_000
+          requestTimeout: 3_000
         })
         const start = (id: number) =>
           Effect.gen(function* () {
@@ -164,7 +164,7 @@ describe("ReplicaRpc over TCP", () => {
           locate: () => Effect.fail(new PeerUnreachable({ target: "servers", detail: "none in this test" })),
           locateData: () => Effect.succeed(undefined),
           controller: Effect.succeed(formatAddress(bound)),
-          requestTimeoutMs: 3_000
+          requestTimeout: 3_000
         })
         const request: ReplicaManager.AdjustIsrRequest = {
           tablet,
@@ -227,7 +227,7 @@ describe("a server found at another address", () => {
         locate: () => Effect.sync(() => at),
         locateData: () => Effect.succeed(undefined),
         controller: Effect.fail(new PeerUnreachable({ target: "the controller", detail: "none here" })),
-        requestTimeoutMs: 20_000
+        requestTimeout: 20_000
       })
       const request = { coordinatorEpoch: 1, tablets: [] }
       const inFlight = yield* Effect.forkChild(Effect.exit(remote.servers.leaderAndIsr(1, request)))

@@ -14,7 +14,7 @@ import { eventually, make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }
 // Long polls that only an append ends, and no ISR shrink while the scenario plays.
-const replication = { minInsyncReplicas: 1, fetchMaxWaitMs: 20_000, retryBackoffMs: 10, replicaLagTimeMaxMs: 60_000 }
+const replication = { minInsyncReplicas: 1, fetchMaxWait: 20_000, retryBackoff: 10, replicaLagTimeMax: 60_000 }
 
 describe("review scenarios", () => {
   /**
@@ -109,7 +109,7 @@ describe("review scenarios", () => {
    */
   const staleIsrAnswer = (machines: TabletServer.MachinesShape) =>
     Effect.gen(function* () {
-      const servers = yield* make({ ...replication, minInsyncReplicas: 2, fetchMaxWaitMs: 20 })
+      const servers = yield* make({ ...replication, minInsyncReplicas: 2, fetchMaxWait: 20 })
       const [L, F, M] = [1, 2, 3]
       for (const id of [L, F, M]) yield* servers.start(id, machines)
       const proposals: Array<{
@@ -179,12 +179,12 @@ describe("review scenarios", () => {
       const cluster = yield* LocalCluster.make({
         servers: 2,
         transport: "tcp",
-        replication: { replicationFactor: 2, minInsyncReplicas: 1, retryBackoffMs: 20, fetchMaxWaitMs: 50 }
+        replication: { replicationFactor: 2, minInsyncReplicas: 1, retryBackoff: 20, fetchMaxWait: 50 }
       })
       yield* cluster.createTable("ids", { buckets: 1 })
       const ids = { table: "ids", bucket: 0 }
       yield* cluster.awaitTablet(ids, (t) => t.leaderAndIsr.leader !== null)
-      const client = TabletClient.make({ retryBackoffMs: 20 }).pipe(Random.withSeed(7))
+      const client = TabletClient.make({ retryBackoff: 20 }).pipe(Random.withSeed(7))
       const a = yield* client
       const b = yield* client
       const sentA = yield* a.send(ids, records("a", 0, 1))

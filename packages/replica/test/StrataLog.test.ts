@@ -9,9 +9,9 @@ import * as StrataLog from "../src/log/StrataLog.js"
 const cluster = LocalCluster.layer({
   servers: 3,
   transport: "tcp",
-  replication: { sessionTimeoutMs: 2_000, replicaLagTimeMaxMs: 6_000 }
+  replication: { sessionTimeout: 2_000, replicaLagTimeMax: 6_000 }
 })
-const log = StrataLog.layer({ client: { lingerMs: 1 } }).pipe(
+const log = StrataLog.layer({ client: { linger: 1 } }).pipe(
   Layer.provideMerge(cluster),
   Layer.provide(MemoryCoordination.layer())
 )

@@ -4,20 +4,22 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { MemoryCoordination } from "@strata/core"
-import { Effect, Schema } from "effect"
+import { type Duration, Effect, Schema } from "effect"
 import * as TabletClient from "../src/client/TabletClient.js"
 import { PeerUnreachable } from "../src/wire/Peers.js"
+import * as ReplicationConfig from "../src/wire/ReplicationConfig.js"
 
-const replication = { sessionTimeoutMs: 1_000, replicaLagTimeMaxMs: 3_000, retryBackoffMs: 20 }
+const replication = { sessionTimeout: 1_000, replicaLagTimeMax: 3_000, retryBackoff: 20 }
 
 /** A client of a namespace no coordinator leads: every call to the controller finds nobody. */
-const nobody = (deliveryTimeoutMs: number) =>
-  TabletClient.make({ namespace: "/nobody", deliveryTimeoutMs, retryBackoffMs: 20, replication })
+const nobody = (deliveryTimeout: Duration.Input) =>
+  TabletClient.make({ namespace: "/nobody", deliveryTimeout, retryBackoff: 20, replication })
 
 describe("TabletClient errors", () => {
   it.live("a controller nobody leads: an admin call ends DeliveryUnknown naming the unreachable controller", () =>
     Effect.gen(function* () {
-      const client = yield* nobody(200)
+      // A duration option takes a string as well as a number of milliseconds: the call ends after it.
+      const client = yield* nobody("200 millis")
       const error = yield* Effect.flip(client.metadata())
       assert.instanceOf(error, TabletClient.TabletClientError)
       assert.strictEqual(error.reason._tag, "DeliveryUnknown")
@@ -42,6 +44,19 @@ describe("TabletClient errors", () => {
       const error = yield* Effect.flip(client.createTable("a/b", { buckets: 1 }))
       assert.strictEqual(error.reason._tag, "CreateTableRefused")
       assert.include(error.message, JSON.stringify("a/b"))
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
+  )
+
+  it.effect("a bad duration option is refused before the client starts, naming it", () =>
+    Effect.gen(function* () {
+      const soon = yield* Effect.flip(nobody("soon" as Duration.Input))
+      assert.instanceOf(soon, ReplicationConfig.InvalidReplicaOptions)
+      assert.strictEqual(soon.option, "deliveryTimeout")
+      assert.strictEqual(soon.value, '"soon"')
+      const negative = yield* Effect.flip(TabletClient.make({ linger: -1 }))
+      assert.instanceOf(negative, ReplicationConfig.InvalidReplicaOptions)
+      assert.strictEqual(negative.option, "linger")
+      assert.include(negative.message, "expected a duration of zero or more")
     }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 

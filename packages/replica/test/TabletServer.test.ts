@@ -8,7 +8,7 @@ import { Deferred, Effect, Fiber } from "effect"
 import { eventually, make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }
-const replication = { minInsyncReplicas: 1, fetchMaxWaitMs: 20, retryBackoffMs: 10, replicaLagTimeMaxMs: 60_000 }
+const replication = { minInsyncReplicas: 1, fetchMaxWait: 20, retryBackoff: 10, replicaLagTimeMax: 60_000 }
 const instruction = (leaderEpoch: number) => ({
   tablet,
   replicas: [1],
@@ -104,7 +104,7 @@ describe("TabletServer", () => {
 
   it.live("a replica whose store fails goes offline, tells the controller, and comes back once writes succeed", () =>
     Effect.gen(function* () {
-      const servers = yield* make({ ...replication, replicaLagTimeMaxMs: 60_000 })
+      const servers = yield* make({ ...replication, replicaLagTimeMax: 60_000 })
       const [L, F] = [1, 2]
       for (const id of [L, F]) yield* servers.start(id)
       const both = { leader: L, leaderEpoch: 1, isr: [L, F] }
@@ -165,7 +165,7 @@ describe("TabletServer", () => {
 
   it.live("a store that fails again while its recovery is still being reported is tried again, not left offline", () =>
     Effect.gen(function* () {
-      const servers = yield* make({ ...replication, replicaLagTimeMaxMs: 60_000 })
+      const servers = yield* make({ ...replication, replicaLagTimeMax: 60_000 })
       const server = yield* servers.start(1)
       const tries = (failed: boolean) => servers.links.storageTries.filter((r) => r.failed === failed).length
       yield* servers.instruct([1], tablet, [1], { leader: 1, leaderEpoch: 1, isr: [1] })

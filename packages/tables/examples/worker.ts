@@ -15,7 +15,7 @@ const decoder = new TextDecoder()
 export const wordCount = Effect.gen(function* () {
   const tables = yield* Tables.Tables
   const table = yield* tables.register(counts)
-  const worker = yield* Worker.make({ groupId: "word-count", commitIntervalMs: 1000 }, [
+  const worker = yield* Worker.make({ groupId: "word-count", commitInterval: 1000 }, [
     Worker.agent({
       name: "count-words",
       topics: ["words"],

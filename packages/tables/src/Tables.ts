@@ -37,7 +37,20 @@
  */
 import { Log, Models, OptionSchemas, type Recovery, Store, TableManager } from "@strata/core"
 import { ChangelogRecovery } from "@strata/recovery"
-import { Config, Context, Deferred, Duration, Effect, Exit, Layer, Option, Random, Schema, Scope } from "effect"
+import {
+  Config,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Option,
+  Random,
+  Schema,
+  SchemaTransformation,
+  Scope
+} from "effect"
 import * as ChangelogChannel from "./internal/changelogChannel.js"
 import * as ChangelogProducer from "./internal/changelogProducer.js"
 import {
@@ -65,7 +78,7 @@ import type { TableHandle } from "./TableHandle.js"
 // Options
 // ---------------------------------------------------------------------------
 
-const { AnyDurationInput, PositiveInt } = OptionSchemas
+const { DurationOption, PositiveInt } = OptionSchemas
 
 const ModeSchema = Schema.Literals(["worker", "producer-only", "client-only"])
 const GuaranteeSchema = Schema.Literals(["at_least_once", "exactly_once"])
@@ -93,8 +106,10 @@ export const TablesOptionsSchema = Schema.Struct({
   mode: ModeSchema.pipe(Schema.withDecodingDefault(Effect.succeed<Mode>("worker"))),
   /** Capacity (records) of the changelog queue all tables share (default 4096). */
   streamBufferMaxsize: PositiveInt.pipe(Schema.withDecodingDefault(Effect.succeed(4096))),
-  /** Pause at start before building channels, as Faust's (default 1 second). */
-  settleDelay: AnyDurationInput.pipe(Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))),
+  /** Pause at start before building channels, as Faust's (1 second); any `Duration.Input`, a number being ms. */
+  settleDelay: DurationOption("nonNegative").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))
+  ),
   /** Acks of changelog writes (default `all`; `exactly_once` always uses `all`). */
   acks: Schema.Literals([0, 1, "all"]).pipe(Schema.withDecodingDefault(Effect.succeed<0 | 1 | "all">("all"))),
   /** Default `at_least_once`. */
@@ -130,16 +145,31 @@ export const TablesOptionsSchema = Schema.Struct({
 /** Options of the table manager (see `TablesOptionsSchema` for each one and its default). */
 export type TablesOptions = typeof TablesOptionsSchema.Encoded
 
+/** Configuration text as a `Duration.Input`: a number of milliseconds (`"1000"`), else the text (`"1 second"`). */
+const durationOfText = (text: string): Duration.Input => {
+  const millis = Number(text)
+  return text.trim() !== "" && Number.isFinite(millis) ? millis : (text as Duration.Input)
+}
+
+/** A duration setting: configuration text read as `durationOfText` does, then checked as the option is. */
+const DurationSetting = (bound: "positive" | "nonNegative") =>
+  Schema.String.pipe(
+    Schema.decodeTo(
+      DurationOption(bound),
+      SchemaTransformation.transform({ decode: durationOfText, encode: (input: Duration.Input) => String(input) })
+    )
+  )
+
 /** The settings `config` reads, validated with Schema (a bad value fails naming its key). */
 export const TablesSettings = Schema.Struct({
   app: NonEmpty,
   mode: Schema.optional(ModeSchema),
   streamBufferMaxsize: Schema.optional(PositiveInt),
-  settleDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  settleDelay: Schema.optional(DurationSetting("nonNegative")),
   acks: Schema.optional(Schema.Literals(["0", "1", "all"])),
   processingGuarantee: Schema.optional(GuaranteeSchema),
   transactionalId: Schema.optional(NonEmpty),
-  recoveryDelayMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  recoveryDelay: Schema.optional(DurationSetting("nonNegative")),
   recoveryBufferSize: Schema.optional(PositiveInt),
   onInconsistency: Schema.optional(Schema.Literals(["fail", "wipe"])),
   badRecords: Schema.optional(BadRecordsSchema)
@@ -147,15 +177,16 @@ export const TablesSettings = Schema.Struct({
 
 /**
  * The manager's options from configuration under `path` (default `tables`): `app`, `mode`,
- * `streamBufferMaxsize`, `settleDelayMs`, `acks`, `processingGuarantee`, `transactionalId`, `recoveryDelayMs`,
- * `recoveryBufferSize`, `onInconsistency`, `badRecords`.
+ * `streamBufferMaxsize`, `settleDelay`, `acks`, `processingGuarantee`, `transactionalId`, `recoveryDelay`,
+ * `recoveryBufferSize`, `onInconsistency`, `badRecords`. A duration is a number of milliseconds (`1000`) or a
+ * duration (`1 second`).
  */
 export const config = (path = "tables"): Config.Config<TablesOptions> =>
   Config.map(Config.schema(TablesSettings, path), (s) => ({
     app: s.app,
     ...(s.mode === undefined ? {} : { mode: s.mode }),
     ...(s.streamBufferMaxsize === undefined ? {} : { streamBufferMaxsize: s.streamBufferMaxsize }),
-    ...(s.settleDelayMs === undefined ? {} : { settleDelay: Duration.millis(s.settleDelayMs) }),
+    ...(s.settleDelay === undefined ? {} : { settleDelay: s.settleDelay }),
     ...(s.acks === undefined
       ? {}
       : { acks: s.acks === "all" ? ("all" as const) : s.acks === "1" ? (1 as const) : (0 as const) }),
@@ -163,7 +194,7 @@ export const config = (path = "tables"): Config.Config<TablesOptions> =>
     ...(s.transactionalId === undefined ? {} : { transactionalId: s.transactionalId }),
     ...(s.badRecords === undefined ? {} : { badRecords: s.badRecords }),
     recovery: {
-      ...(s.recoveryDelayMs === undefined ? {} : { recoveryDelay: Duration.millis(s.recoveryDelayMs) }),
+      ...(s.recoveryDelay === undefined ? {} : { recoveryDelay: s.recoveryDelay }),
       ...(s.recoveryBufferSize === undefined ? {} : { recoveryBufferSize: s.recoveryBufferSize }),
       ...(s.onInconsistency === undefined ? {} : { onInconsistency: s.onInconsistency })
     }
@@ -295,12 +326,12 @@ export const make = (
       holdsState: o.mode === "worker",
       exactlyOnce,
       capacity: o.streamBufferMaxsize,
-      settleDelay: Duration.fromInputUnsafe(o.settleDelay),
+      settleDelay: o.settleDelay,
       // The memory store is a map already: caching its values would only double the memory.
       cacheEntries: store.backend === "memory" ? 0 : o.cacheEntries,
       badRecords: o.badRecords,
-      // Recovery reads an option set to `undefined` as absent, as its own schema does.
-      recoveryOptions: o.recovery as ChangelogRecovery.ChangelogRecoveryOptions,
+      // Decoded already (durations as `Duration`s, which recovery's schema takes as they are).
+      recoveryOptions: o.recovery,
       store,
       log,
       scope,

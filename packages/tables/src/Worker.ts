@@ -1,7 +1,7 @@
 /**
  * The worker (Faust's app with its `@app.agent`s, Kafka Streams' `KafkaStreams`): joins a consumer group for its
  * agents' source topics, hands assignments and revocations to the `Tables` manager, runs the agents per record in
- * source-partition order (partitions in parallel), and commits every `commitIntervalMs` and on shutdown.
+ * source-partition order (partitions in parallel), and commits every `commitInterval` and on shutdown.
  *
  * A partition starts once its tables are restored (per-partition readiness), from where the tables say to resume
  * (`Tables.resumeOffset`), so no record is applied twice. A commit persists every table partition (acks in, one
@@ -17,7 +17,7 @@
  *
  * @since 0.1.0
  */
-import { Log, Models, type TableManager } from "@strata/core"
+import { Log, Models, OptionSchemas, type TableManager } from "@strata/core"
 import {
   Cause,
   Clock,
@@ -67,8 +67,10 @@ export const agent = <E, R>(definition: Agent<E, R>): Agent<E, R> => definition
 export const WorkerOptions = Schema.Struct({
   /** The consumer group the worker joins. */
   groupId: Schema.String.check(Schema.isMinLength(1)),
-  /** How often the worker commits, in milliseconds (default 1000). */
-  commitIntervalMs: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  /** How often the worker commits (1 second). */
+  commitInterval: OptionSchemas.DurationOption("positive").pipe(
+    Schema.withDecodingDefault(Effect.succeed<Duration.Input>("1 second"))
+  ),
   /** Most records a fetched batch carries (default 1000). */
   maxBatchRecords: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
   /** Fetched batches waiting per partition before the fetcher waits (default 4). */
@@ -80,8 +82,8 @@ export const WorkerOptions = Schema.Struct({
    */
   standbyReplicas: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
 })
-/** @see WorkerOptions */
-export type WorkerOptions = typeof WorkerOptions.Type
+/** What `make` takes (see `WorkerOptions`): `commitInterval` as any `Duration.Input`, a number being milliseconds. */
+export type WorkerOptions = typeof WorkerOptions.Encoded
 
 /** The worker's options are invalid. */
 export class InvalidWorkerOptions extends Schema.TaggedError<InvalidWorkerOptions>()("InvalidWorkerOptions", {
@@ -277,7 +279,7 @@ export const make = <E, R>(
       nextRequest: 0,
       closing: yield* Deferred.make<void>(),
       state: WorkerState.make({
-        commitIntervalMs: o.commitIntervalMs ?? 1000,
+        commitIntervalMs: Duration.toMillis(o.commitInterval),
         standbyReplicas: o.standbyReplicas ?? 1,
         exactlyOnce
       }),

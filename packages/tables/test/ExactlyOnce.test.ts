@@ -85,7 +85,7 @@ describe("exactly_once", () => {
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 2000, 31)
       const count = (tables: Tables.TablesShape, table: Tables.TableHandle<string, number>, options = {}) =>
-        Worker.make({ groupId: "eos", commitIntervalMs: 50, standbyReplicas: 0, ...options }, [countWords(table)]).pipe(
+        Worker.make({ groupId: "eos", commitInterval: 50, standbyReplicas: 0, ...options }, [countWords(table)]).pipe(
           Effect.provideService(Tables.Tables, tables)
         )
       const caughtUp = (worker: Worker.WorkerShape) =>

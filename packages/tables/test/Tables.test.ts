@@ -1,6 +1,19 @@
 import { Log, MemoryLog, MemoryStore, type Models, Store, type TableManager } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { ConfigProvider, Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope, Stream } from "effect"
+import {
+  ConfigProvider,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Logger,
+  Option,
+  Schema,
+  Scope,
+  Stream
+} from "effect"
 import { TestClock } from "effect/testing"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
@@ -946,6 +959,31 @@ describe("Tables: configuration", () => {
       assert.match(String(missing), /\["tables"\]\["app"\]/)
       const nothing = yield* bad({})
       assert.match(String(nothing), /\["tables"\]/)
+    }).pipe(env)
+  )
+
+  it.effect("a duration is read as milliseconds or as a duration; the settle delay read takes effect", () =>
+    Effect.gen(function* () {
+      const read = (env: Record<string, string>) =>
+        Effect.gen(function* () {
+          return yield* Tables.config()
+        }).pipe(Effect.provide(fromEnv(env)))
+      const o = yield* read({ tables_app: "cfg", tables_settleDelay: "2 seconds", tables_recoveryDelay: "250" })
+      assert.strictEqual(Duration.toMillis(Duration.fromInputUnsafe(o.settleDelay ?? 0)), 2000)
+      assert.strictEqual(Duration.toMillis(Duration.fromInputUnsafe(o.recovery?.recoveryDelay ?? 0)), 250)
+      const tables = yield* Tables.make(o)
+      yield* tables.register(counts)
+      const starting = yield* Effect.forkChild(tables.start)
+      yield* TestClock.adjust("1999 millis")
+      assert.isTrue(Option.isNone(yield* tables.recovery), "nothing built before the settle delay")
+      yield* TestClock.adjust("1 millis")
+      yield* Fiber.join(starting)
+      assert.isTrue(Option.isSome(yield* tables.recovery))
+      // A duration that is none, or negative, fails with a ConfigError naming its key.
+      const soon = yield* Effect.flip(read({ tables_app: "cfg", tables_settleDelay: "soon" }))
+      assert.match(String(soon), /settleDelay/)
+      const negative = yield* Effect.flip(read({ tables_app: "cfg", tables_recoveryDelay: "-5" }))
+      assert.match(String(negative), /recoveryDelay/)
     }).pipe(env)
   )
 })

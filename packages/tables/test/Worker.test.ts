@@ -1,6 +1,6 @@
 import { Log, MemoryLog, MemoryStore, Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 import * as Worker from "../src/Worker.js"
@@ -24,7 +24,7 @@ const countingWorker = (
       Effect.provideContext(store)
     )
     const table = yield* tables.register(counts)
-    const worker = yield* Worker.make({ groupId: "wc", commitIntervalMs: 100, ...options }, [countWords(table)]).pipe(
+    const worker = yield* Worker.make({ groupId: "wc", commitInterval: 100, ...options }, [countWords(table)]).pipe(
       Effect.provideService(Tables.Tables, tables)
     )
     return { tables, table, worker }
@@ -100,12 +100,12 @@ describe("Worker", () => {
   )
 
   it.live("a refused changelog record fails a commit; the worker rewinds and every count stays exact", () =>
-    refusedRecordScenario({ commitIntervalMs: 50 }, 2000, 2000, 31)
+    refusedRecordScenario({ commitInterval: 50 }, 2000, 2000, 31)
   )
 
   // Small batches and a one-batch buffer per partition: a stopped partition's buffer is full at once.
   it.live("a partition stopped by a refused record never blocks the others' batches; the rewind restarts it", () =>
-    refusedRecordScenario({ commitIntervalMs: 300, maxBatchRecords: 5, partitionBuffer: 1 }, 200, 4000, 17)
+    refusedRecordScenario({ commitInterval: 300, maxBatchRecords: 5, partitionBuffer: 1 }, 200, 4000, 17)
   )
 
   it.live("a second member takes half the partitions: revocation commits, and every record counts once", () =>
@@ -262,7 +262,7 @@ describe("Worker", () => {
       yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
       yield* produceWords(log, 0, 1000, 11)
       const scope = yield* Scope.make()
-      const a = yield* countingWorker({ commitIntervalMs: 60_000 }).pipe(Scope.provide(scope))
+      const a = yield* countingWorker({ commitInterval: 60_000 }).pipe(Scope.provide(scope))
       yield* until("the worker caught up", caughtUp(a.worker, 1000))
       yield* Scope.close(scope, Exit.void)
       // Closed: a later commit is refused, not run on a stopped worker.
@@ -326,7 +326,7 @@ describe("Worker", () => {
 
           const scope = yield* Scope.make()
           // Only explicit commits run (the timer's first tick is a minute away).
-          const a = yield* countingWorker({ commitIntervalMs: 60_000 }, { processingGuarantee }).pipe(
+          const a = yield* countingWorker({ commitInterval: 60_000 }, { processingGuarantee }).pipe(
             Effect.provideService(Log.Log, holding),
             Scope.provide(scope)
           )
@@ -384,13 +384,13 @@ describe("Worker", () => {
     Effect.gen(function* () {
       const tables = yield* Tables.make({ app: "wc", settleDelay: 0 })
       const bad = yield* Effect.flip(
-        Worker.make({ groupId: "", commitIntervalMs: 0 }, [
+        Worker.make({ groupId: "", commitInterval: 0 }, [
           Worker.agent({ name: "a", topics: [SOURCE], process: () => Effect.void })
         ]).pipe(Effect.provideService(Tables.Tables, tables))
       )
       assert.strictEqual(bad._tag, "InvalidWorkerOptions")
       assert.match(bad.message, /groupId/)
-      assert.match(bad.message, /commitIntervalMs/)
+      assert.match(bad.message, /commitInterval/)
       const twoWays = yield* Effect.flip(
         Worker.make({ groupId: "g" }, [
           Worker.agent({ name: "both", topics: [SOURCE], process: () => Effect.void, processBatch: () => Effect.void })
@@ -398,5 +398,29 @@ describe("Worker", () => {
       )
       assert.match(twoWays.message, /agent both needs exactly one of process and processBatch/)
     }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryLog.layer(), MemoryStore.layer(), quiet)))
+  )
+
+  it.effect(
+    "commitInterval takes any Duration.Input (a number is milliseconds); one that is none is refused by name",
+    () =>
+      Effect.gen(function* () {
+        const decode = Schema.decodeUnknownSync(Worker.WorkerOptions)
+        assert.strictEqual(
+          Duration.toMillis(decode({ groupId: "g", commitInterval: "2 seconds" }).commitInterval),
+          2000
+        )
+        assert.strictEqual(Duration.toMillis(decode({ groupId: "g", commitInterval: 250 }).commitInterval), 250)
+        assert.strictEqual(Duration.toMillis(decode({ groupId: "g" }).commitInterval), 1000)
+        const tables = yield* Tables.make({ app: "wc", settleDelay: 0 })
+        for (const commitInterval of ["soon" as Duration.Input, -1, Number.POSITIVE_INFINITY]) {
+          const bad = yield* Effect.flip(
+            Worker.make({ groupId: "g", commitInterval }, [
+              Worker.agent({ name: "a", topics: [SOURCE], process: () => Effect.void })
+            ]).pipe(Effect.provideService(Tables.Tables, tables))
+          )
+          assert.strictEqual(bad._tag, "InvalidWorkerOptions")
+          assert.match(bad.message, /commitInterval/)
+        }
+      }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryLog.layer(), MemoryStore.layer(), quiet)))
   )
 })

@@ -42,18 +42,18 @@ export const record = (value: string): ReplicaManager.TabletRecord => ({
 export const faultSettings = {
   replicationFactor: 3,
   minInsyncReplicas: 2,
-  sessionTimeoutMs: 4_000,
-  replicaLagTimeMaxMs: 12_000,
-  appendTimeoutMs: 8_000,
-  retryBackoffMs: 100
+  sessionTimeout: 4_000,
+  replicaLagTimeMax: 12_000,
+  appendTimeout: 8_000,
+  retryBackoff: 100
 } as const
 
 /** A client of the test's cluster. */
-export const client = (namespace: string, deliveryTimeoutMs = 60_000) =>
+export const client = (namespace: string, deliveryTimeout = 60_000) =>
   TabletClient.make({
     namespace,
-    deliveryTimeoutMs,
-    requestTimeoutMs: 15_000,
+    deliveryTimeout,
+    requestTimeout: 15_000,
     replication: faultSettings
   })
 

@@ -107,7 +107,7 @@ export const run = (
       random,
       client: c,
       table,
-      pauseMs: () => faultSettings.sessionTimeoutMs + random.int(500, 3_000),
+      pauseMs: () => faultSettings.sessionTimeout + random.int(500, 3_000),
       cut: new Map(),
       impostorOf: undefined,
       heals: [],
@@ -274,7 +274,7 @@ const nextFault = (state: State) =>
       }
       // Coordination alone, past the session timeout: the session expires (the server learns so when it
       // reconnects), so the server must lose its registration, and register again once it can.
-      const ms = faultSettings.sessionTimeoutMs + random.int(1_500, 4_000)
+      const ms = faultSettings.sessionTimeout + random.int(1_500, 4_000)
       const what = `server ${id} cut off from coordination`
       const log = () => cluster.log("tablet-server", id)
       const [ended, registered] = [count(log(), ENDED), count(log(), REGISTERED)]
@@ -291,7 +291,7 @@ const nextFault = (state: State) =>
           while (Date.now() < deadline && !(count(log(), ENDED) > ended && count(log(), REGISTERED) > registered))
             yield* Effect.sleep(Duration.millis(200))
           // A cut the end of the run healed early may have been shorter than the session timeout.
-          if (count(log(), ENDED) <= ended && stalledMs > faultSettings.sessionTimeoutMs + 1_000)
+          if (count(log(), ENDED) <= ended && stalledMs > faultSettings.sessionTimeout + 1_000)
             state.anomalies.push(`${what} for ${stalledMs} ms: it never lost its registration`)
           else if (count(log(), REGISTERED) <= registered && count(log(), ENDED) > ended)
             state.anomalies.push(`${what} for ${stalledMs} ms: it did not register again within 30 s of the heal`)

@@ -30,8 +30,8 @@ export interface SuiteOptions {
   readonly quietPeriod?: DurationNs.Input
   /** Timeout the suite's sessions ask for (default 10 seconds). */
   readonly sessionTimeout?: DurationNs.Input
-  /** Vitest timeout of each test in milliseconds (default 30 000). */
-  readonly testTimeout?: number
+  /** Vitest timeout of each test (default 30 seconds; a number is milliseconds). */
+  readonly testTimeout?: DurationNs.Input
   /** Timeout of building and releasing the layer (default 60 seconds). */
   readonly layerTimeout?: DurationNs.Input
 }
@@ -151,7 +151,7 @@ export const suite = (
   options?: SuiteOptions
 ): void => {
   const { eventTimeout, failsWith, fired, quiet, eventually, setup, within } = makeFixture(options)
-  const testTimeout = options?.testTimeout ?? 30_000
+  const testTimeout = Duration.toMillis(Duration.fromInputUnsafe(options?.testTimeout ?? "30 seconds"))
 
   layer(coordinationLayer, { excludeTestServices: true, timeout: options?.layerTimeout ?? "60 seconds" })(
     `Coordination conformance: ${name}`,
@@ -1070,7 +1070,7 @@ export const suspensionSuite = (
   options?: SuiteOptions
 ): void => {
   const { eventually, failsWith, quiet, setup } = makeFixture(options)
-  const testTimeout = options?.testTimeout ?? 30_000
+  const testTimeout = Duration.toMillis(Duration.fromInputUnsafe(options?.testTimeout ?? "30 seconds"))
   layer(coordinationLayer, { excludeTestServices: true, timeout: options?.layerTimeout ?? "60 seconds" })(
     `Coordination conformance, suspension: ${name}`,
     (it) => {

@@ -21,8 +21,8 @@ import { Duration, Effect, Exit, Fiber, Option, Scope, Stream } from "effect"
 export interface SuiteOptions {
   /** Upper bound of every wait (default 10 seconds). */
   readonly eventTimeout?: Duration.Input
-  /** Vitest timeout of each test in milliseconds (default 60 000). */
-  readonly testTimeout?: number
+  /** Vitest timeout of each test (default 60 seconds; a number is milliseconds). */
+  readonly testTimeout?: Duration.Input
 }
 
 const randomNamespace = (): string =>
@@ -35,7 +35,7 @@ export const suite = (
   options?: SuiteOptions
 ): void => {
   const eventTimeout = Duration.fromInputUnsafe(options?.eventTimeout ?? "10 seconds")
-  const testTimeout = options?.testTimeout ?? 60_000
+  const testTimeout = Duration.toMillis(Duration.fromInputUnsafe(options?.testTimeout ?? "60 seconds"))
 
   const within = <A, E, R>(self: Effect.Effect<A, E, R>, what: string): Effect.Effect<A, E, R> =>
     Effect.flatMap(

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import { Coordination, type Election, type Models } from "@strata/core"
-import { Effect, Exit, Option, Schema, Scope, Stream } from "effect"
+import { type Duration, Effect, Exit, Option, Schema, Scope, Stream } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
 
@@ -50,7 +50,7 @@ const decodeRegistration = Schema.decodeUnknownOption(Schema.fromJsonString(Clus
 export const make = (
   paths: ClusterPaths.ClusterPaths,
   election: Election.Shape,
-  options: { readonly retryBackoffMs: number }
+  options: { readonly retryBackoff: Duration.Input }
 ): Effect.Effect<ClusterDirectory, Coordination.CoordinationError, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
     let servers = new Map<Models.ServerId, RegisteredServer>()
@@ -94,7 +94,7 @@ export const make = (
     // process was paused, say) is replaced by a new one, and the registrations are read again through it.
     const firstScope = yield* Scope.fork(yield* Effect.scope)
     const first = yield* coordination.session().pipe(Scope.provide(firstScope))
-    const again = Effect.sleep(options.retryBackoffMs)
+    const again = Effect.sleep(options.retryBackoff)
     const renewed = Effect.forever(
       Effect.scoped(Effect.flatMap(coordination.session(), followServers)).pipe(Effect.catch(() => again))
     )
@@ -115,7 +115,7 @@ export const make = (
             })
           ),
           Effect.ignore,
-          Effect.andThen(Effect.sleep(options.retryBackoffMs))
+          Effect.andThen(Effect.sleep(options.retryBackoff))
         )
       )
     )

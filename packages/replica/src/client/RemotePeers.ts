@@ -3,14 +3,14 @@
  * controller) and `TabletServers` (how the controller reaches the servers) over TCP, or the `Transport` provided.
  * Each call has one path: appends and follower fetches travel on the server's data link, everything else on the RPC.
  * One connection per address, opened on first use and kept (it reconnects by itself); every call ends within
- * `requestTimeoutMs`, failing with `PeerUnreachable` then, as it does when the target cannot be located or reached,
+ * `requestTimeout`, failing with `PeerUnreachable` then, as it does when the target cannot be located or reached,
  * or its answer does not decode.
  *
  * @since 0.1.0
  */
 import type { Models } from "@strata/core"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Cause, Context, Effect, Exit, Scope } from "effect"
+import { Cause, Context, Duration, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "../wire/Peers.js"
 import * as DataLink from "../wire/DataLink.js"
@@ -45,8 +45,8 @@ export interface RemotePeersOptions {
   readonly locateData: (server: Models.ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` the controller listens on now. */
   readonly controller: Effect.Effect<string, PeerUnreachable>
-  /** The longest a call may take, connecting included (above a follower's fetch wait). */
-  readonly requestTimeoutMs: number
+  /** The longest a call may take, connecting included (above a follower's fetch wait); a number is milliseconds. */
+  readonly requestTimeout: Duration.Input
 }
 
 /**
@@ -144,6 +144,8 @@ export const Transport = Context.Reference<TransportShape>("@strata/replica/Remo
 /** What every call shares: the options, the connection pools, and where each peer was last found. */
 interface Remote {
   readonly options: RemotePeersOptions
+  /** `options.requestTimeout` as a `Duration`. */
+  readonly requestTimeout: Duration.Duration
   readonly servers: ConnectionPool.ConnectionPool<Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>>
   readonly controllers: ConnectionPool.ConnectionPool<Client<RpcGroup.Rpcs<typeof ControllerRpcs>>>
   readonly links: ConnectionPool.ConnectionPool<DataLink.DataLinkClient>
@@ -166,9 +168,9 @@ const timed = <A, E>(
 ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
   call.pipe(
     Effect.timeoutOrElse({
-      duration: r.options.requestTimeoutMs,
+      duration: r.requestTimeout,
       orElse: () =>
-        Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${r.options.requestTimeoutMs} ms` }))
+        Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${Duration.format(r.requestTimeout)}` }))
     }),
     Effect.catchIf(isRpcClientError, (e) => Effect.fail(new PeerUnreachable({ target, detail: e.message }))),
     // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
@@ -207,9 +209,11 @@ const connectionAt = <C>(
 const bounded = <A, E>(r: Remote, target: string, call: Effect.Effect<A, E | PeerUnreachable>) =>
   call.pipe(
     Effect.timeoutOrElse({
-      duration: r.options.requestTimeoutMs + 1_000,
+      duration: Duration.sum(r.requestTimeout, Duration.seconds(1)),
       orElse: () =>
-        Effect.fail(new PeerUnreachable({ target, detail: `no connection within ${r.options.requestTimeoutMs} ms` }))
+        Effect.fail(
+          new PeerUnreachable({ target, detail: `no connection within ${Duration.format(r.requestTimeout)}` })
+        )
     })
   )
 
@@ -332,6 +336,7 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
     const transport = yield* Transport
     const r: Remote = {
       options,
+      requestTimeout: Duration.fromInputUnsafe(options.requestTimeout),
       servers: ConnectionPool.make(scope, (address, entryScope) =>
         transport.rpc(TabletServerRpcs, address, entryScope)
       ),

@@ -3,12 +3,12 @@
  * servers through the `Coordination` in context (the election's leader node, the servers' registrations), asks
  * the controller for the tablets' leaders, and sends each tablet's records to its leader over `ReplicaRpc`.
  *
- * The producer batches: records sent to one tablet within `lingerMs` of each other (up to `batchBytes`) go as one
+ * The producer batches: records sent to one tablet within `linger` of each other (up to `batchBytes`) go as one
  * append, one append in flight per tablet so that they land in the order sent. It is idempotent: every append
  * carries the client's producer id, the tablet's producer epoch and the sequence of its first record, so a retry
  * of an append already written (after a lost answer, a timeout, a new leader) is answered with the offsets it was
  * written at, never written twice. Retriable failures (`NotLeader`, `FencedEpoch`, `NotEnoughReplicas`, an
- * unreachable server, …) are retried after `retryBackoffMs` and a metadata refresh until `deliveryTimeoutMs`.
+ * unreachable server, …) are retried after `retryBackoff` and a metadata refresh until `deliveryTimeout`.
  * A send succeeds only when its records were acknowledged as `acks` asks; one whose outcome is unknown fails with
  * `DeliveryUnknown`, and the tablet's next append starts a new producer epoch, so a late copy of the unknown one
  * can never be written after it.
@@ -40,9 +40,12 @@ import { CreateTableRefused, DeleteTableRefused, type Metadata, type TabletMetad
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
 const PositiveInt = OptionSchemas.PositiveInt
+/** A duration option (any `Duration.Input`; a number is milliseconds) with its default. */
+const durationWithDefault = (bound: "positive" | "nonNegative", value: Duration.Input) =>
+  OptionSchemas.DurationOption(bound).pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
 
 /**
- * The client's options.
+ * The client's options. A duration takes any `Duration.Input` (`"2 seconds"`, or a number of milliseconds).
  *
  * @since 0.1.0
  */
@@ -51,16 +54,16 @@ export const TabletClientOptions = Schema.Struct({
   namespace: Schema.String.pipe(Schema.withDecodingDefaultKey(Effect.succeed("/strata"))),
   /** Acknowledgement asked of every append: 0, 1 or `all` (the default). */
   acks: ReplicaManager.ReplicaAcks.pipe(Schema.withDecodingDefaultKey(Effect.succeed<"all">("all"))),
-  /** How long records wait for others to the same tablet before they are sent (5 ms; 0: at once). */
-  lingerMs: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)).pipe(Schema.withDecodingDefaultKey(Effect.succeed(5))),
+  /** How long records wait for others to the same tablet before they are sent (5 millis; 0: at once). */
+  linger: durationWithDefault("nonNegative", "5 millis"),
   /** The most bytes of records one append carries (256 KiB; a single larger send goes alone). */
   batchBytes: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(262_144))),
-  /** How long one call to a server may take (40 000 ms: above the cluster's append timeout). */
-  requestTimeoutMs: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(40_000))),
-  /** The pause before a failed call is retried (100 ms). */
-  retryBackoffMs: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(100))),
-  /** How long a send may take, retries included, before it fails (120 000 ms). */
-  deliveryTimeoutMs: PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(120_000))),
+  /** How long one call to a server may take (40 seconds: above the cluster's append timeout). */
+  requestTimeout: durationWithDefault("positive", "40 seconds"),
+  /** The pause before a failed call is retried (100 millis). */
+  retryBackoff: durationWithDefault("positive", "100 millis"),
+  /** How long a send may take, retries included, before it fails (120 seconds). */
+  deliveryTimeout: durationWithDefault("positive", "120 seconds"),
   /** The cluster's replication settings, for the election's session timeouts (`ReplicationConfig`). */
   replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
 })
@@ -85,7 +88,7 @@ export class NoSuchTablet extends Schema.TaggedError<NoSuchTablet>()("NoSuchTabl
 }
 
 /**
- * The records may or may not have been written: retries ran out (`deliveryTimeoutMs`) on a retriable failure,
+ * The records may or may not have been written: retries ran out (`deliveryTimeout`) on a retriable failure,
  * `last`.
  *
  * @since 0.1.0
@@ -312,7 +315,7 @@ export const make = (
     )
     const election = yield* ClusterPaths.electionOf(o.namespace, o.replication)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
-      retryBackoffMs: o.retryBackoffMs
+      retryBackoff: o.retryBackoff
     })
     const c: Client = {
       o,
@@ -321,7 +324,7 @@ export const make = (
         locate: directory.locate,
         locateData: directory.locateData,
         controller: directory.controller,
-        requestTimeoutMs: o.requestTimeoutMs
+        requestTimeout: o.requestTimeout
       }),
       leaders: new Map(),
       refreshedAt: Number.NEGATIVE_INFINITY,
@@ -350,9 +353,9 @@ const fail = (reason: TabletClientErrorReason) => new TabletClientError({ reason
 /** The client as its users see it. */
 const shapeOf = (c: Client): TabletClientShape => {
   const { o, remote } = c
-  const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + o.deliveryTimeoutMs)
+  const deadlineOf = Effect.map(Clock.currentTimeMillis, (now) => now + Duration.toMillis(o.deliveryTimeout))
   const admin = <A, E extends TabletClientErrorReason>(what: string, call: Effect.Effect<A, E | PeerUnreachable>) =>
-    Effect.flatMap(deadlineOf, (deadline) => retryUntil(deadline, o.retryBackoffMs, call, what)).pipe(
+    Effect.flatMap(deadlineOf, (deadline) => retryUntil(deadline, o.retryBackoff, call, what)).pipe(
       Effect.mapError(fail)
     )
   const enqueueOn: TabletClientShape["enqueue"] = (tablet, records, acks, abandon) =>
@@ -388,7 +391,7 @@ const shapeOf = (c: Client): TabletClientShape => {
 const refresh = (c: Client) =>
   Effect.gen(function* () {
     const now = yield* Clock.currentTimeMillis
-    if (now - c.refreshedAt < c.o.retryBackoffMs) return
+    if (now - c.refreshedAt < Duration.toMillis(c.o.retryBackoff)) return
     c.refreshedAt = now
     const metadata = yield* c.remote.admin.metadata()
     c.leaders = new Map(metadata.tablets.map((t) => [Models.tabletKey(t.tablet), t]))
@@ -407,17 +410,17 @@ const leaderOf = (c: Client, tablet: Models.TabletId) =>
   })
 
 /**
- * Retries `self` every `backoffMs` while its failure is `retriable`, until the time `deadline` (ms on the Clock): the
+ * Retries `self` every `backoff` while its failure is `retriable`, until the time `deadline` (ms on the Clock): the
  * last failure is the error then.
  */
 const untilDeadline = <A, E>(
   self: Effect.Effect<A, E>,
   deadline: number,
-  backoffMs: number,
+  backoff: Duration.Duration,
   retriable: (e: E) => boolean
 ): Effect.Effect<A, E> =>
   Effect.flatMap(Clock.currentTimeMillis, (now) =>
-    Retry.retry(self, { schedule: Schedule.spaced(backoffMs), deadline: Math.max(0, deadline - now), while: retriable })
+    Retry.retry(self, { schedule: Schedule.spaced(backoff), deadline: Math.max(0, deadline - now), while: retriable })
   )
 
 /** Runs `call` on the tablet's leader, again after a refresh while it fails retriably, until `deadline`. */
@@ -433,7 +436,7 @@ const onLeader = <A>(
       Effect.tapError((e) => (retriable(e) ? Effect.ignore(refresh(c)) : Effect.void))
     ),
     deadline,
-    c.o.retryBackoffMs,
+    c.o.retryBackoff,
     retriable
   ).pipe(
     Effect.catch(
@@ -455,7 +458,7 @@ const producerIdFor = (c: Client, tablet: string, deadline: number): Effect.Effe
             // A caller that waited for the lock may find the id asked for already.
             c.producerId !== undefined
               ? Effect.succeed(c.producerId)
-              : untilDeadline(c.remote.admin.initProducerId, deadline, c.o.retryBackoffMs, () => true).pipe(
+              : untilDeadline(c.remote.admin.initProducerId, deadline, c.o.retryBackoff, () => true).pipe(
                   Effect.tap((id) =>
                     Effect.sync(() => {
                       c.producerId = id
@@ -471,7 +474,7 @@ const producerIdFor = (c: Client, tablet: string, deadline: number): Effect.Effe
 const sendBatch = (c: Client, lane: Lane, batch: ReadonlyArray<Queued>) =>
   Effect.gen(function* () {
     const records = batch.length === 1 ? batch[0]!.records : batch.flatMap((q) => q.records)
-    const deadline = (yield* Clock.currentTimeMillis) + c.o.deliveryTimeoutMs
+    const deadline = (yield* Clock.currentTimeMillis) + Duration.toMillis(c.o.deliveryTimeout)
     const id = yield* Effect.result(producerIdFor(c, lane.key, deadline))
     if (id._tag === "Failure") {
       const error = fail(id.failure)
@@ -542,9 +545,9 @@ const drain = (c: Client, lane: Lane): Effect.Effect<never> =>
   Effect.gen(function* () {
     while (true) {
       yield* Deferred.await(lane.wake)
-      if (c.o.lingerMs > 0 && lane.bytes < c.o.batchBytes) {
+      if (Duration.isGreaterThan(c.o.linger, Duration.zero) && lane.bytes < c.o.batchBytes) {
         lane.full = Deferred.makeUnsafe<void>()
-        yield* Effect.raceFirst(Effect.sleep(Duration.millis(c.o.lingerMs)), Deferred.await(lane.full))
+        yield* Effect.raceFirst(Effect.sleep(c.o.linger), Deferred.await(lane.full))
       }
       const batch = takeBatch(c, lane)
       if (batch.length === 0) continue
@@ -605,11 +608,11 @@ const unknownProducer = (e: ReplicaManager.ReplicaError | NoSuchTablet | Deliver
 /** `call` again after the backoff while the controller cannot be reached, until `deadline`. */
 const retryUntil = <A, E>(
   deadline: number,
-  backoffMs: number,
+  backoff: Duration.Duration,
   call: Effect.Effect<A, E | PeerUnreachable>,
   what: string
 ): Effect.Effect<A, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
-  untilDeadline(call, deadline, backoffMs, (e) => e instanceof PeerUnreachable).pipe(
+  untilDeadline(call, deadline, backoff, (e) => e instanceof PeerUnreachable).pipe(
     Effect.catch(
       (e): Effect.Effect<never, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
         e instanceof PeerUnreachable

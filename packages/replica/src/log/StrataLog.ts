@@ -42,7 +42,7 @@ import * as TabletClient from "../client/TabletClient.js"
 export const capabilities = { transactions: false, groups: true, deleteRecords: false, faults: false } as const
 
 /**
- * The log's options.
+ * The log's options. A duration takes any `Duration.Input` (`"20 millis"`, or a number of milliseconds).
  *
  * @since 0.1.0
  */
@@ -51,19 +51,19 @@ export const StrataLogOptions = Schema.Struct({
   client: Schema.Unknown.pipe(Schema.withDecodingDefaultKey(Effect.succeed({}))),
   /** The largest record accepted, key, value and headers together (1 MiB). */
   maxRecordBytes: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(1_048_576))),
-  /** How often an idle consumer asks its leaders for new records (20 ms). */
-  pollIntervalMs: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(20)))
+  /** How often an idle consumer asks its leaders for new records (20 millis). */
+  pollInterval: OptionSchemas.DurationOption("positive").pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<Duration.Input>("20 millis"))
+  )
 })
 
 /**
- * The options' input.
+ * The options' input: the schema's, with the client's options as `TabletClient` takes them (it checks them).
  *
  * @since 0.1.0
  */
-export interface StrataLogOptions {
+export type StrataLogOptions = Omit<typeof StrataLogOptions.Encoded, "client"> & {
   readonly client?: TabletClient.TabletClientOptions
-  readonly maxRecordBytes?: number
-  readonly pollIntervalMs?: number
 }
 
 const isTopic = Schema.is(Models.Topic)
@@ -87,7 +87,7 @@ export const make = (
     const client = yield* TabletClient.make(options.client ?? {})
     const coordination = yield* Coordination.Coordination
     const namespace = options.client?.namespace ?? "/strata"
-    const shared: Shared = { client, partitions: new Map(), pollIntervalMs: o.pollIntervalMs, ends: new Map() }
+    const shared: Shared = { client, partitions: new Map(), pollInterval: o.pollInterval, ends: new Map() }
     const unsupported = (operation: string) =>
       Effect.fail(logError(new Log.Unsupported({ operation, backend: "strata" })))
 

@@ -9,7 +9,7 @@
  */
 import { type Coordination, Election, OptionSchemas } from "@strata/core"
 import { Coordinator } from "@strata/election"
-import { Duration, Effect, Schema, type Scope } from "effect"
+import { type Duration, Effect, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as Controller from "../server/Controller.js"
@@ -21,14 +21,17 @@ import { listenAddress, NodeFields, requestTimeoutOf } from "./TabletServerNode.
 import * as ControllerRpc from "../server/ControllerRpc.js"
 
 /**
- * A coordinator process's options.
+ * A coordinator process's options. A duration takes any `Duration.Input` (`"1 second"`, or a number of
+ * milliseconds).
  *
  * @since 0.1.0
  */
 export const CoordinatorNodeOptions = Schema.Struct({
   ...NodeFields,
-  /** The pause before campaigning again after a leadership ended (1000 ms). */
-  rejoinBackoffMs: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(1000)))
+  /** The pause before campaigning again after a leadership ended (1 second). */
+  rejoinBackoff: OptionSchemas.DurationOption("positive").pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<Duration.Input>("1 second"))
+  )
 })
 
 /**
@@ -77,9 +80,9 @@ export const controllerService = (options: {
         uncleanLeaderElection: options.config.uncleanLeaderElection,
         leaderElection: options.config.leaderElection,
         minInsyncReplicas: options.config.minInsyncReplicas,
-        leaderImbalanceCheckIntervalMs: options.config.leaderImbalanceCheckIntervalMs,
+        leaderImbalanceCheckInterval: options.config.leaderImbalanceCheckInterval,
         leaderImbalancePercent: options.config.leaderImbalancePercent,
-        retryBackoffMs: options.config.retryBackoffMs,
+        retryBackoff: options.config.retryBackoff,
         resign: options.resign,
         ...(options.view === undefined ? {} : { view: options.view })
       }).pipe(
@@ -113,13 +116,13 @@ export const make = (
     const config = o.replication
     const election = yield* ClusterPaths.electionOf(o.namespace, config)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
-      retryBackoffMs: config.retryBackoffMs
+      retryBackoff: config.retryBackoff
     })
     const remote = yield* RemotePeers.make({
       locate: directory.locate,
       locateData: directory.locateData,
       controller: directory.controller,
-      requestTimeoutMs: requestTimeoutOf(config)
+      requestTimeout: requestTimeoutOf(config)
     })
     let mine: Controller.ControllerShape | undefined
     const current = Effect.sync(() => mine)
@@ -133,13 +136,13 @@ export const make = (
     // Kept warm while this coordinator stands by: taking over reads only the tablets written since.
     const view = yield* ControllerView.make({
       namespace: o.namespace,
-      keepWarm: { retryBackoffMs: config.retryBackoffMs }
+      keepWarm: { retryBackoff: config.retryBackoff }
     })
     const resign: { run: Effect.Effect<void> } = { run: Effect.void }
     const coordinator = yield* Coordinator.make({
       serverId: o.serverId,
       address,
-      rejoinBackoff: Duration.millis(o.rejoinBackoffMs),
+      rejoinBackoff: o.rejoinBackoff,
       services: [
         controllerService({
           namespace: o.namespace,

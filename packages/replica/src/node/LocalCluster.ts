@@ -317,24 +317,24 @@ export const make = (
     // process's parts.
     const election = yield* CoordinationElection.make({
       namespace: namespace.replace(/^\/+/, ""),
-      sessionTimeout: k.config.sessionTimeoutMs,
-      replicaLagTimeMax: k.config.replicaLagTimeMaxMs
+      sessionTimeout: k.config.sessionTimeout,
+      replicaLagTimeMax: k.config.replicaLagTimeMax
     }).pipe(Effect.mapError((cause) => fail(new ElectionFailed({ cause }))))
     for (let i = 0; i < (options.coordinators ?? 1); i++) yield* startCoordinator(k, 101 + i, election)
     if (k.tcp) {
-      const directory = yield* ClusterDirectory.make(k.paths, election, { retryBackoffMs: k.config.retryBackoffMs })
+      const directory = yield* ClusterDirectory.make(k.paths, election, { retryBackoff: k.config.retryBackoff })
       k.remote = yield* RemotePeers.make({
         locate: directory.locate,
         locateData: directory.locateData,
         controller: directory.controller,
-        requestTimeoutMs: TabletServerNode.requestTimeoutOf(k.config)
+        requestTimeout: TabletServerNode.requestTimeoutOf(k.config)
       })
     }
     for (let id = 1; id <= options.servers; id++) yield* startServer(k, id)
     const producer = yield* LocalProducer.make(
       Effect.flatMap(current(k), (c) =>
         c.initProducerId.pipe(Effect.mapError((e) => fail(new ProducerIdUnavailable({ detail: e.message }))))
-      ).pipe(Retry.retry({ schedule: Schedule.spaced(k.config.retryBackoffMs), times: 600 }))
+      ).pipe(Retry.retry({ schedule: Schedule.spaced(k.config.retryBackoff), times: 600 }))
     )
     return shapeOf(k, producer)
   })
@@ -355,7 +355,7 @@ const startCoordinator = (k: Cluster, id: number, election: Election.Election["S
     let mine: Controller.ControllerShape | undefined
     const view = yield* ControllerView.make({
       namespace: k.namespace,
-      keepWarm: { retryBackoffMs: k.config.retryBackoffMs }
+      keepWarm: { retryBackoff: k.config.retryBackoff }
     })
     const coordinator = yield* Coordinator.make({
       serverId: id,
@@ -517,7 +517,7 @@ const retryable = (e: ReplicaManager.ReplicaError | LocalClusterError) => e._tag
 
 /** The cluster as its users see it. */
 const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterError>): LocalCluster => {
-  const retrying = Schedule.spaced(k.config.retryBackoffMs)
+  const retrying = Schedule.spaced(k.config.retryBackoff)
   return {
     createTable: (table, o) =>
       Effect.gen(function* () {

@@ -1,6 +1,6 @@
 import { Coordination, type Election, Errors, Models, OptionSchemas, Store } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Deferred, Effect, Fiber, Option, Schema, type Scope } from "effect"
+import { Deferred, Duration, Effect, Fiber, Option, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as DataLink from "../wire/DataLink.js"
@@ -144,8 +144,8 @@ const serveDataLink = (
   )
 
 /** The time a call between processes may take: above the longest wait a request may have. */
-export const requestTimeoutOf = (config: ReplicationConfig.ReplicationConfig): number =>
-  Math.max(config.appendTimeoutMs, config.fetchMaxWaitMs) + 5_000
+export const requestTimeoutOf = (config: ReplicationConfig.ReplicationConfig): Duration.Duration =>
+  Duration.sum(Duration.max(config.appendTimeout, config.fetchMaxWait), Duration.seconds(5))
 
 /**
  * Starts a tablet server process on the `Coordination` and `Store` in context; it stops with the scope.
@@ -172,12 +172,12 @@ export const make = (
     const paths = ClusterPaths.make(o.namespace)
     const coordination = yield* Coordination.Coordination
     const election = yield* ClusterPaths.electionOf(o.namespace, config)
-    const directory = yield* ClusterDirectory.make(paths, election, { retryBackoffMs: config.retryBackoffMs })
+    const directory = yield* ClusterDirectory.make(paths, election, { retryBackoff: config.retryBackoff })
     const remote = yield* RemotePeers.make({
       locate: directory.locate,
       locateData: directory.locateData,
       controller: directory.controller,
-      requestTimeoutMs: requestTimeoutOf(config)
+      requestTimeout: requestTimeoutOf(config)
     })
     const server = yield* TabletServer.make({
       serverId: o.serverId,
@@ -219,9 +219,9 @@ export const make = (
         address,
         dataAddress,
         ...(o.rack === undefined ? {} : { rack: o.rack }),
-        sessionTimeout: config.sessionTimeoutMs,
+        sessionTimeout: config.sessionTimeout,
         firstEpoch: registrationEpoch,
-        retryBackoffMs: config.retryBackoffMs,
+        retryBackoff: config.retryBackoff,
         holderWaitTimeouts,
         onRegistered: (registration) =>
           registration === undefined

@@ -15,7 +15,7 @@
  */
 import { Coordination, type Election, Models, Retry } from "@strata/core"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Cause, Context, Data, Deferred, Effect, Queue, Schedule, type Scope } from "effect"
+import { Cause, Context, Data, Deferred, Duration, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as ControllerState from "../machines/ControllerState.js"
 import * as ControllerView from "./ControllerView.js"
@@ -65,11 +65,11 @@ export interface ControllerOptions {
   /** How a leader is chosen among the live ISR members (`first-in-isr`, the default, or `largest-log-end`). */
   readonly leaderElection?: "first-in-isr" | "largest-log-end"
   /** How often leadership moves back to preferred replicas (`BalanceLeaders`); 0 or unset: only when asked. */
-  readonly leaderImbalanceCheckIntervalMs?: number
+  readonly leaderImbalanceCheckInterval?: Duration.Input
   /** The imbalance, in percent of a server's preferred tablets, above which they move back to it (10). */
   readonly leaderImbalancePercent?: number
   /** The pause between deliveries of an unanswered LeaderAndIsr, and between questions to a candidate. */
-  readonly retryBackoffMs: number
+  readonly retryBackoff: Duration.Input
   /** Gives up the coordinator's leadership (the machine resigned). */
   readonly resign: Effect.Effect<void>
   /**
@@ -265,12 +265,12 @@ const start = (
     })
     yield* Effect.forkScoped(
       watchServers(c, registered).pipe(
-        Retry.retry({ schedule: Schedule.spaced(c.options.retryBackoffMs) }),
+        Retry.retry({ schedule: Schedule.spaced(c.options.retryBackoff) }),
         Effect.catchCause((cause) => Effect.logError("controller: the server watch ended", cause))
       )
     )
-    const interval = c.options.leaderImbalanceCheckIntervalMs ?? 0
-    if (interval > 0) {
+    const interval = Duration.fromInputUnsafe(c.options.leaderImbalanceCheckInterval ?? 0)
+    if (Duration.isGreaterThan(interval, Duration.zero)) {
       yield* Effect.forkScoped(
         Effect.sleep(interval).pipe(Effect.andThen(Queue.offer(c.inbox, { _tag: "BalanceLeaders" })), Effect.forever)
       )
@@ -498,10 +498,7 @@ const send = (
       // (yet): its registration is read again.
       const between = e._tag === "ReplicaError" && e.reason._tag === "FencedEpoch"
       return Effect.as(
-        Effect.andThen(
-          between ? recheck(c, server, registration) : Effect.void,
-          Effect.sleep(c.options.retryBackoffMs)
-        ),
+        Effect.andThen(between ? recheck(c, server, registration) : Effect.void, Effect.sleep(c.options.retryBackoff)),
         "again" as const
       )
     }),
@@ -510,7 +507,7 @@ const send = (
       Cause.hasInterruptsOnly(cause) && c.closed
         ? Effect.failCause(cause)
         : Effect.logError(`delivering to server ${server}`, cause).pipe(
-            Effect.andThen(Effect.sleep(c.options.retryBackoffMs)),
+            Effect.andThen(Effect.sleep(c.options.retryBackoff)),
             Effect.as("again" as const)
           )
     )
@@ -539,7 +536,7 @@ const askLogEnd = (c: Running, command: Extract<ControllerState.Command, { reado
   return c.leadership.guard.pipe(
     Effect.andThen(c.servers.logEnd(server, { tablet, fence: { leaderEpoch, coordinatorEpoch } })),
     Effect.map((end): ControllerState.LogEnd | null => end),
-    Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoffMs), null)),
+    Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoff), null)),
     Effect.flatMap((logEnd) => Queue.offer(c.inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))
   )
 }
@@ -561,7 +558,7 @@ const askHoldings = (c: Running, command: Extract<ControllerState.Command, { rea
   return c.leadership.guard.pipe(
     Effect.andThen(c.servers.holdings(server, request)),
     Effect.map((result) => holdings(result.tablets)),
-    Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoffMs), holdings(null))),
+    Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoff), holdings(null))),
     Effect.flatMap((input) => Queue.offer(c.inbox, input))
   )
 }

@@ -12,7 +12,7 @@
  * @since 0.1.0
  */
 import { Coordination } from "@strata/core"
-import { Duration, Effect, Option, type Scope, Semaphore } from "effect"
+import { type Duration, Effect, Option, type Scope, Semaphore } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import type * as ControllerState from "../machines/ControllerState.js"
 
@@ -70,9 +70,9 @@ export interface ControllerViewOptions {
   readonly namespace: string
   /**
    * Keep the view warm: watch the journal on a session of its own, catching up on every change, until the scope
-   * closes (after a failure, again after this pause in milliseconds). Without it the view reads only when synced.
+   * closes (after a failure, again after the pause `retryBackoff`). Without it the view reads only when synced.
    */
-  readonly keepWarm?: { readonly retryBackoffMs: number }
+  readonly keepWarm?: { readonly retryBackoff: Duration.Input }
 }
 
 /** How many tablet nodes a catch-up reads at once. */
@@ -161,7 +161,7 @@ export const make = (
       )
 
     if (options.keepWarm !== undefined) {
-      const backoff = Duration.millis(options.keepWarm.retryBackoffMs)
+      const backoff = options.keepWarm.retryBackoff
       const coordination = yield* Coordination.Coordination
       // One session for the watch, a new one after it ends; every journal change is caught up with.
       const watch = Effect.scoped(

@@ -12,7 +12,21 @@
  */
 import { Errors, Log, Models, OptionSchemas, Retry, Store } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Clock, Config, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope } from "effect"
+import {
+  Clock,
+  Config,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Schedule,
+  Schema,
+  Scope
+} from "effect"
 import * as FollowerState from "../machines/FollowerState.js"
 import * as Replica from "../machines/Replica.js"
 import { follow } from "./internal/follower.js"
@@ -332,7 +346,7 @@ const startFollowing = (
         leaderId: command.leader,
         leaderEpoch: command.leaderEpoch,
         fetchMaxBytes: server.config.fetchMaxBytes,
-        retryBackoffMs: server.config.retryBackoffMs,
+        retryBackoff: server.config.retryBackoff,
         become: server.machines.becomeFollower,
         // The follower's own store failed: offline (from outside the follower, which that stops).
         storageFailed: (generation, detail) =>
@@ -365,7 +379,7 @@ const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still:
         })
       ),
       {
-        schedule: Schedule.spaced(server.config.retryBackoffMs),
+        schedule: Schedule.spaced(server.config.retryBackoff),
         while: still,
         tell: {
           what: () =>
@@ -414,7 +428,7 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
     const first =
       back !== undefined && failedAt - back.at < storageRetryMaxMs
         ? Math.min(back.delay * 2, storageRetryMaxMs)
-        : server.config.retryBackoffMs
+        : Duration.toMillis(server.config.retryBackoff)
     // The first try after `first`, each next one after twice the last pause, up to the most.
     yield* Effect.sleep(first)
     let tries = 0
@@ -478,7 +492,7 @@ const proposeIsr = (
         ...(registrations.length === 0 ? {} : { registrations })
       }),
       {
-        schedule: Schedule.spaced(server.config.retryBackoffMs),
+        schedule: Schedule.spaced(server.config.retryBackoff),
         while: () => h.state.generation === generation,
         tell: { what: () => `server ${server.self}: ${h.key}: proposing ISR [${isr.join(",")}]` }
       }
@@ -536,7 +550,7 @@ const hostedOrNew = (server: Server, tablet: Models.TabletId) => {
   if (h === undefined) {
     h = Hosted.make(tablet, server.self, {
       minInsyncReplicas: server.config.minInsyncReplicas,
-      lagTimeMaxMs: server.config.replicaLagTimeMaxMs
+      lagTimeMaxMs: Duration.toMillis(server.config.replicaLagTimeMax)
     })
     server.hosted.set(key, h)
   }
@@ -628,7 +642,7 @@ const append =
       const outcome = yield* Hosted.locked(h, persist(server, h, request))
       if (outcome.done === undefined) return outcome.result
       const { ticket, done } = outcome
-      const timeoutMs = server.config.appendTimeoutMs
+      const timeoutMs = Duration.toMillis(server.config.appendTimeout)
       const hw = yield* Deferred.await(done).pipe(
         Effect.timeoutOption(timeoutMs),
         Effect.flatMap(
@@ -740,12 +754,12 @@ const fetch =
           endOffset: seen.endOffset
         }
       }
-      // Caught up: wait for an append (or a HW move) up to fetchMaxWaitMs before answering. The replica may stop
+      // Caught up: wait for an append (or a HW move) up to fetchMaxWait before answering. The replica may stop
       // leading meanwhile (and truncate, and copy another leader's records): the answer is given only if it leads in
       // the same generation and epoch before and after the read.
       const recheck = { _tag: "Recheck", generation: seen.generation, leaderEpoch: seen.leaderEpoch } as const
       if (request.offset === seen.end) {
-        yield* Deferred.await(seen.changed).pipe(Effect.timeoutOption(server.config.fetchMaxWaitMs))
+        yield* Deferred.await(seen.changed).pipe(Effect.timeoutOption(server.config.fetchMaxWait))
         yield* admitted(server, h, recheck)
       }
       const batches = yield* seen.log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
@@ -907,13 +921,13 @@ const leaderAndIsr =
 const controlledShutdown = (server: Server): Effect.Effect<number> =>
   server.peers.controller.controlledShutdown(server.self).pipe(
     Effect.flatMap((remaining) => (remaining === 0 ? Effect.succeed(0) : Effect.fail(remaining))),
-    Retry.retry({ schedule: Schedule.spaced(server.config.retryBackoffMs), times: 20 }),
+    Retry.retry({ schedule: Schedule.spaced(server.config.retryBackoff), times: 20 }),
     Effect.catch((e) => Effect.succeed(typeof e === "number" ? e : -1))
   )
 
 /**
- * Every half of `replicaLagTimeMaxMs`: every leader checks its followers' lag, and every log forgets the producers
- * idle for `producerIdExpirationMs`.
+ * Every half of `replicaLagTimeMax`: every leader checks its followers' lag, and every log forgets the producers
+ * idle for `producerIdExpiration`.
  */
 const tick = (server: Server) =>
   Effect.gen(function* () {
@@ -927,14 +941,14 @@ const tick = (server: Server) =>
               h.log === undefined
                 ? Effect.void
                 : h.log
-                    .expireProducers(server.config.producerIdExpirationMs)
+                    .expireProducers(Duration.toMillis(server.config.producerIdExpiration))
                     .pipe(Effect.catch((e) => Hosted.locked(h, logFailed(server, h, e))))
             )
           )
         ),
       { discard: true }
     )
-  }).pipe(Effect.repeat(Schedule.spaced(Math.floor(server.config.replicaLagTimeMaxMs / 2))))
+  }).pipe(Effect.repeat(Schedule.spaced(Math.floor(Duration.toMillis(server.config.replicaLagTimeMax) / 2))))
 
 /**
  * Starts a tablet server on the `Store` and `Peers` of its context; it stops (closing every log) with the scope.

@@ -335,7 +335,8 @@ export const keepRegistered = (
     readonly sessionTimeout: Duration.Input
     /** The first registration's epoch; each later one adds one. */
     readonly firstEpoch: number
-    readonly retryBackoffMs: number
+    /** The pause before registering again (after a failure, or with the registration still held). */
+    readonly retryBackoff: Duration.Input
     /**
      * How long another session's registration of `id` is waited out, in the session's timeouts (a previous life's
      * ends within about one); unset, for as long as it takes.
@@ -348,7 +349,7 @@ export const keepRegistered = (
   Effect.gen(function* () {
     let epoch = options.firstEpoch
     const told = (registration: number | undefined) => options.onRegistered?.(registration) ?? Effect.void
-    const backoff = Duration.millis(options.retryBackoffMs)
+    const backoff = options.retryBackoff
     while (true) {
       const registration = {
         address: options.address,
@@ -430,6 +431,6 @@ export const electionOf = (
 ): Effect.Effect<Election.Shape, Election.ElectionError, Coordination.Coordination | Scope.Scope> =>
   CoordinationElection.make({
     namespace: namespace.replace(/^\/+/, ""),
-    sessionTimeout: config.sessionTimeoutMs,
-    replicaLagTimeMax: config.replicaLagTimeMaxMs
+    sessionTimeout: config.sessionTimeout,
+    replicaLagTimeMax: config.replicaLagTimeMax
   })

@@ -6,15 +6,19 @@
  * @since 0.1.0
  */
 import { OptionSchemas } from "@strata/core"
-import { Effect, Schema } from "effect"
+import { Duration, Effect, Schema } from "effect"
 import { ANSWER_RESERVE, DEFAULT_MAX_FRAME_BYTES, fetchBytesWithin } from "./internal/frames.js"
 
 const PositiveInt = OptionSchemas.PositiveInt
 const withDefault = <A extends number | boolean | string>(schema: Schema.Codec<A, A>, value: A) =>
   schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
+/** A duration setting (any `Duration.Input`; a number is milliseconds) with its default. */
+const durationWithDefault = (bound: "positive" | "nonNegative", value: Duration.Input) =>
+  OptionSchemas.DurationOption(bound).pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
 
 /**
- * The replication settings (every key optional, with the default given).
+ * The replication settings (every key optional, with the default given). A duration takes any `Duration.Input`
+ * (`"10 seconds"`, or a number of milliseconds) and decodes to a `Duration`.
  *
  * @since 0.1.0
  */
@@ -23,24 +27,24 @@ export const ReplicationConfig = Schema.Struct({
   replicationFactor: withDefault(PositiveInt, 3),
   /** In-sync replicas an acks=all append needs, and below which the high watermark stops (2). */
   minInsyncReplicas: withDefault(PositiveInt, 2),
-  /** The tablet servers' coordination session timeout: how long a dead server goes unnoticed (10 000 ms). */
-  sessionTimeoutMs: withDefault(PositiveInt, 10_000),
-  /** A follower not caught up for this long leaves the ISR (30 000 ms); checked every half of it. */
-  replicaLagTimeMaxMs: withDefault(PositiveInt, 30_000),
+  /** The tablet servers' coordination session timeout: how long a dead server goes unnoticed (10 seconds). */
+  sessionTimeout: durationWithDefault("positive", "10 seconds"),
+  /** A follower not caught up for this long leaves the ISR (30 seconds); checked every half of it. */
+  replicaLagTimeMax: durationWithDefault("positive", "30 seconds"),
   /** The most a follower's fetch returns (1 MiB; at least one batch). */
   fetchMaxBytes: withDefault(PositiveInt, 1_048_576),
-  /** How long a fetch with nothing to return waits for an append (500 ms). */
-  fetchMaxWaitMs: withDefault(PositiveInt, 500),
-  /** How long an acks=all append waits for its records to be replicated (30 000 ms). */
-  appendTimeoutMs: withDefault(PositiveInt, 30_000),
-  /** The pause before a failed fetch or ISR request is sent again (100 ms). */
-  retryBackoffMs: withDefault(PositiveInt, 100),
+  /** How long a fetch with nothing to return waits for an append (500 millis). */
+  fetchMaxWait: durationWithDefault("positive", "500 millis"),
+  /** How long an acks=all append waits for its records to be replicated (30 seconds). */
+  appendTimeout: durationWithDefault("positive", "30 seconds"),
+  /** The pause before a failed fetch or ISR request is sent again (100 millis). */
+  retryBackoff: durationWithDefault("positive", "100 millis"),
   /**
-   * How long a tablet remembers an idempotent producer that has stopped appending to it (86 400 000 ms, a day, as
-   * Kafka's `producer.id.expiration.ms`); checked with the followers' lag. A producer back after that starts a new
+   * How long a tablet remembers an idempotent producer that has stopped appending to it (1 day, as Kafka's
+   * `producer.id.expiration.ms`); checked with the followers' lag. A producer back after that starts a new
    * producer epoch.
    */
-  producerIdExpirationMs: withDefault(PositiveInt, 86_400_000),
+  producerIdExpiration: durationWithDefault("positive", "1 day"),
   /** Elect a replica outside the ISR when no ISR member is live; it may lose acknowledged records (false). */
   uncleanLeaderElection: withDefault(Schema.Boolean, false),
   /**
@@ -51,10 +55,10 @@ export const ReplicationConfig = Schema.Struct({
   leaderElection: withDefault(Schema.Literals(["first-in-isr", "largest-log-end"]), "first-in-isr"),
   /**
    * How often the controller moves leadership back to preferred replicas (the first in assignment order) once they
-   * are in the ISR again (30 000 ms; 0: never). Failover leaves leaders where it put them: without this, a server
+   * are in the ISR again (30 seconds; 0: never). Failover leaves leaders where it put them: without this, a server
    * that restarted leads nothing until its tablets fail over again.
    */
-  leaderImbalanceCheckIntervalMs: withDefault(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)), 30_000),
+  leaderImbalanceCheckInterval: durationWithDefault("nonNegative", "30 seconds"),
   /**
    * A server's share of its preferred tablets led elsewhere, in percent, above which they move back to it (10).
    */
@@ -62,16 +66,19 @@ export const ReplicationConfig = Schema.Struct({
 }).check(
   Schema.makeFilter((c) => {
     const issues: Array<{ readonly path: ReadonlyArray<PropertyKey>; readonly issue: string }> = []
+    const sessionTimeout = Duration.toMillis(c.sessionTimeout)
+    const replicaLagTimeMax = Duration.toMillis(c.replicaLagTimeMax)
+    const fetchMaxWait = Duration.toMillis(c.fetchMaxWait)
     if (c.minInsyncReplicas > c.replicationFactor) {
       issues.push({
         path: ["minInsyncReplicas"],
         issue: `${c.minInsyncReplicas} must be at most replicationFactor (${c.replicationFactor}): no append could ever be acknowledged`
       })
     }
-    if (c.sessionTimeoutMs >= c.replicaLagTimeMaxMs) {
+    if (sessionTimeout >= replicaLagTimeMax) {
       issues.push({
-        path: ["replicaLagTimeMaxMs"],
-        issue: `${c.replicaLagTimeMaxMs} must be above sessionTimeoutMs (${c.sessionTimeoutMs}): a leader would drop its followers from the ISR before a dead leader's session ends`
+        path: ["replicaLagTimeMax"],
+        issue: `${Duration.format(c.replicaLagTimeMax)} must be above sessionTimeout (${Duration.format(c.sessionTimeout)}): a leader would drop its followers from the ISR before a dead leader's session ends`
       })
     }
     if (c.fetchMaxBytes > fetchBytesWithin(DEFAULT_MAX_FRAME_BYTES)) {
@@ -80,10 +87,10 @@ export const ReplicationConfig = Schema.Struct({
         issue: `${c.fetchMaxBytes} must be at most ${fetchBytesWithin(DEFAULT_MAX_FRAME_BYTES)}: a fetch is answered in one frame of the data link, whose frame limit of ${DEFAULT_MAX_FRAME_BYTES} bytes leaves that much for its batches (${ANSWER_RESERVE} go to the answer's header)`
       })
     }
-    if (c.fetchMaxWaitMs * 2 >= c.replicaLagTimeMaxMs) {
+    if (fetchMaxWait * 2 >= replicaLagTimeMax) {
       issues.push({
-        path: ["fetchMaxWaitMs"],
-        issue: `${c.fetchMaxWaitMs} must be below half of replicaLagTimeMaxMs (${c.replicaLagTimeMaxMs}): a caught-up follower waiting on a fetch would look lagging`
+        path: ["fetchMaxWait"],
+        issue: `${Duration.format(c.fetchMaxWait)} must be below half of replicaLagTimeMax (${Duration.format(c.replicaLagTimeMax)}): a caught-up follower waiting on a fetch would look lagging`
       })
     }
     return issues

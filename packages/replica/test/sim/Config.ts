@@ -7,6 +7,7 @@ import type { Models } from "@strata/core"
 import { mix32, type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ControllerState from "../../src/machines/ControllerState.js"
 import type * as TabletServer from "../../src/server/TabletServer.js"
+import type * as ReplicationConfig from "../../src/wire/ReplicationConfig.js"
 import * as Mutants from "../support/mutants.js"
 
 /** Which safety checks are deliberately broken in a run. */
@@ -161,15 +162,18 @@ export interface Result {
   readonly stats: Stats
 }
 
-/** The replication settings every server, controller and client of a run gets. */
+/**
+ * The replication settings every server, controller and client of a run gets (`ReplicationConfig`'s keys; each
+ * duration a number of virtual milliseconds).
+ */
 export interface Replication {
   readonly replicationFactor: number
   readonly minInsyncReplicas: number
-  readonly sessionTimeoutMs: number
-  readonly replicaLagTimeMaxMs: number
-  readonly fetchMaxWaitMs: number
-  readonly retryBackoffMs: number
-  readonly appendTimeoutMs: number
+  readonly sessionTimeout: number
+  readonly replicaLagTimeMax: number
+  readonly fetchMaxWait: number
+  readonly retryBackoff: number
+  readonly appendTimeout: number
 }
 
 /** The cluster a seed draws (or a scenario's shape fixes), and the fault families it runs. */
@@ -221,15 +225,15 @@ export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster =>
     ((drawn) => (extras !== undefined && rf >= 3 && extras.chance(0.4) ? 3 : drawn))(
       rng.chance(0.7) ? Math.min(2, rf) : 1
     )
-  const replication: Replication = {
+  const replication = {
     replicationFactor,
     minInsyncReplicas: minIsr,
-    sessionTimeoutMs,
-    replicaLagTimeMaxMs,
-    fetchMaxWaitMs,
-    retryBackoffMs: 50,
-    appendTimeoutMs: 2_000
-  }
+    sessionTimeout: sessionTimeoutMs,
+    replicaLagTimeMax: replicaLagTimeMaxMs,
+    fetchMaxWait: fetchMaxWaitMs,
+    retryBackoff: 50,
+    appendTimeout: 2_000
+  } satisfies Replication & ReplicationConfig.ReplicationConfigInput
   const tablets: Array<Models.TabletId> = Array.from({ length: shape?.tablets ?? rng.int(1, 3) }, (_, bucket) => ({
     table: "t",
     bucket
@@ -268,5 +272,5 @@ export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster =>
 export const describeCluster = (seed: number, c: Cluster): string => {
   const mix = c.faultMix
   const swarm = mix.swarm ? ` faults=${mix.kinds.map(([k]) => k).join(",")}${mix.acksOne ? " acks=1 too" : ""}` : ""
-  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWaitMs}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.extras === undefined ? "" : " disk-and-clock"}`
+  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.extras === undefined ? "" : " disk-and-clock"}`
 }

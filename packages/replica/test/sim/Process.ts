@@ -61,7 +61,7 @@ const startServer = (w: World, p: Proc) =>
         dataAddress: p.name,
         sessionTimeout: Duration.millis(w.cluster.sessionTimeoutMs),
         firstEpoch: incarnation * 1000,
-        retryBackoffMs: 50,
+        retryBackoff: 50,
         onRegistered: (registration) =>
           Effect.andThen(
             Effect.sync(() => {
@@ -84,11 +84,11 @@ const controllerService = (w: World, p: Proc, view: ControllerView.ControllerVie
         uncleanLeaderElection: false,
         minInsyncReplicas: w.cluster.minIsr,
         leaderElection: w.cluster.leaderElection,
-        retryBackoffMs: 50,
+        retryBackoff: 50,
         resign,
         view,
         // Leaders go back to preferred replicas often, so that the faults meet it.
-        leaderImbalanceCheckIntervalMs: 1_000,
+        leaderImbalanceCheckInterval: 1_000,
         leaderImbalancePercent: 0
       }).pipe(
         Effect.provideService(Controller.Machine, w.variant.controller ?? ControllerState.step),
@@ -124,7 +124,7 @@ const startCoordinator = (w: World, p: Proc) =>
         replicaLagTimeMax: Duration.millis(w.cluster.replicaLagTimeMaxMs)
       })
       // The coordinator's warm view: standing by, it follows the journal; a controller of its starts from it.
-      const view = yield* ControllerView.make({ namespace: NAMESPACE, keepWarm: { retryBackoffMs: 50 } })
+      const view = yield* ControllerView.make({ namespace: NAMESPACE, keepWarm: { retryBackoff: 50 } })
       const coordinator = yield* Coordinator.make({
         serverId: p.id,
         address: p.name,

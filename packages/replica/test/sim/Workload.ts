@@ -77,10 +77,10 @@ export const make = (w: World): Workload => {
 const makeClient = (wl: Workload, deliveryTimeoutMs: number) =>
   TabletClient.make({
     namespace: NAMESPACE,
-    lingerMs: wl.lingerMs,
-    retryBackoffMs: 50,
-    requestTimeoutMs: wl.w.cluster.replication.appendTimeoutMs + 1_000,
-    deliveryTimeoutMs,
+    linger: wl.lingerMs,
+    retryBackoff: 50,
+    requestTimeout: wl.w.cluster.replication.appendTimeout + 1_000,
+    deliveryTimeout: deliveryTimeoutMs,
     replication: wl.w.cluster.replication
   }).pipe(
     Effect.provideService(Coordination.Coordination, coordinationOf(wl.w, wl.w.clientProc)),

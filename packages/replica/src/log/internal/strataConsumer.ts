@@ -1,13 +1,13 @@
 /**
  * The Strata log's changelog consumer: manual assignment, each assigned tablet read from its leader at the
  * consumer's position (up to the high watermark), the partitions taken in turn so that a busy one starves none,
- * and an idle consumer asking again every `pollIntervalMs`. A fetch whose partition was paused, unassigned or
+ * and an idle consumer asking again every `pollInterval`. A fetch whose partition was paused, unassigned or
  * sought while it was in flight delivers nothing.
  *
  * @internal
  */
 import { Errors, Log, type Models } from "@strata/core"
-import { Duration, Effect, Option, type Scope, Stream } from "effect"
+import { Effect, Option, type Scope, Stream } from "effect"
 import { checkPartition, fromClient, fromTablet, offsetsOf, type Shared } from "./strataShared.js"
 
 interface Assigned {
@@ -85,7 +85,7 @@ export const makeConsumer = (
         yield* open
         const found = yield* pass
         if (Option.isSome(found)) return found.value
-        yield* Effect.sleep(Duration.millis(shared.pollIntervalMs))
+        yield* Effect.sleep(shared.pollInterval)
       }
     })
 

@@ -6,7 +6,7 @@
  */
 import { Errors, Log, type Models } from "@strata/core"
 import type * as ReplicaManager from "../../protocol/ReplicaManager.js"
-import { Effect } from "effect"
+import { type Duration, Effect } from "effect"
 import type * as TabletClient from "../../client/TabletClient.js"
 
 /** The header that marks a tombstone. */
@@ -87,7 +87,8 @@ export const recordSize = (r: Log.ProducerRecord): number =>
 export interface Shared {
   readonly client: TabletClient.TabletClientShape
   readonly partitions: Map<string, number>
-  readonly pollIntervalMs: number
+  /** How often an idle consumer asks its leaders for new records. */
+  readonly pollInterval: Duration.Duration
   /** Each tablet's log end as last seen, where an offsets question starts. */
   readonly ends: Map<string, number>
 }

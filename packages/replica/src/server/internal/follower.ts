@@ -7,7 +7,7 @@
  * @internal
  */
 import { type Models, Retry } from "@strata/core"
-import { Data, Effect, Schedule } from "effect"
+import { Data, type Duration, Effect, Schedule } from "effect"
 import * as FollowerState from "../../machines/FollowerState.js"
 import type { LeaderCalls } from "../../wire/Peers.js"
 import { isStorageFailure, type TabletLog, TabletLogError } from "../TabletLog.js"
@@ -22,7 +22,8 @@ export interface FollowerContext {
   readonly leaderId: Models.ServerId
   readonly leaderEpoch: number
   readonly fetchMaxBytes: number
-  readonly retryBackoffMs: number
+  /** The pause before a failed request is sent again, and the first pause before a failing follower starts over. */
+  readonly retryBackoff: Duration.Duration
   /** The follower machine's start (`FollowerState.become`, or a simulator's mutant of it). */
   readonly become: typeof FollowerState.become
   /** The replica's own store failed in generation `generation`: the server takes it offline (which ends this loop). */
@@ -70,7 +71,7 @@ const run = (
 ): Effect.Effect<FollowerState.Input | undefined, unknown> => {
   const retrying = <A, E extends { readonly message: string }>(request: Effect.Effect<A, E>) =>
     Retry.retry(request, {
-      schedule: Schedule.spaced(ctx.retryBackoffMs),
+      schedule: Schedule.spaced(ctx.retryBackoff),
       tell: { what: () => `server ${ctx.self}: ${h.key}: ${command._tag} from server ${ctx.leaderId}` }
     })
   switch (command._tag) {
@@ -163,11 +164,11 @@ export const follow = (h: Hosted, generation: number, ctx: FollowerContext): Eff
     // A defect of a life starts it over too, as a failure does.
     Effect.catchDefect((defect) => Effect.fail(defect)),
     Retry.retry({
-      schedule: Retry.backoff(ctx.retryBackoffMs, restartMaxMs),
+      schedule: Retry.backoff(ctx.retryBackoff, restartMaxMs),
       while: (e) => !ends(e),
       tell: { what: () => `${h.key}: the follower of server ${ctx.leaderId}`, every: 20 }
     }),
-    Effect.andThen(Effect.sleep(ctx.retryBackoffMs)),
+    Effect.andThen(Effect.sleep(ctx.retryBackoff)),
     Effect.forever,
     Effect.catch((e) =>
       e instanceof TabletLogError && isStorageFailure(e) ? ctx.storageFailed(generation, e.message) : Effect.void
