@@ -482,6 +482,38 @@ const tabletsDelete = Command.make(
   }, reporting("strata tablets delete"))
 ).pipe(Command.withDescription("Delete a table: its tablets stop, and every replica deletes its data"))
 
+const rebalancePlan = Command.make(
+  "plan",
+  {
+    ...clusterFlags,
+    goals: Flag.String("goals").pipe(
+      Flag.withDescription(
+        "The goals after the hard rules, in priority order, comma-separated (default: replica-count,leader,bytes)"
+      ),
+      Flag.optional
+    ),
+    json: Flag.Boolean("json").pipe(
+      Flag.withDescription("Print the model and the plan as one JSON object"),
+      Flag.withDefault(false)
+    )
+  },
+  Effect.fn(function* (f) {
+    yield* Processes.rebalancePlan(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+      goals: Option.getOrUndefined(Option.map(f.goals, (g) => g.split(",").map((goal) => goal.trim()))),
+      json: f.json
+    })
+  }, reporting("strata rebalance plan"))
+).pipe(
+  Command.withDescription(
+    "Plan a rebalance: the fewest replica moves to exact balance (rack rule kept), leaders balanced; changes nothing"
+  )
+)
+
+const rebalance = Command.make("rebalance").pipe(
+  Command.withDescription("Plan how the cluster's replicas and leaders balance over its servers"),
+  Command.withSubcommands([rebalancePlan])
+)
+
 const tablets = Command.make("tablets").pipe(
   Command.withDescription("Create, describe and delete the cluster's tables, and balance their leaders"),
   Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsDelete, tabletsBalanceLeaders])
@@ -490,7 +522,7 @@ const tablets = Command.make("tablets").pipe(
 /** The root command. */
 export const strata = Command.make("strata").pipe(
   Command.withDescription("Partitioned, replicated, stateful services in TypeScript"),
-  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets]),
+  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets, rebalance]),
   Command.withGlobalFlags([Verbose])
 )
 

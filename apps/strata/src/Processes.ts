@@ -11,7 +11,9 @@
  * @since 0.1.0
  */
 import { ClusterPaths, CoordinatorNode, type ReplicaRpc, TabletClient, TabletServerNode } from "@strata/replica"
+import { Planner } from "@strata/rebalance"
 import { Console, Data, Effect, Layer, type Scope } from "effect"
+import * as PlanReport from "./PlanReport.js"
 import * as ServerConfig from "./ServerConfig.js"
 
 /**
@@ -194,5 +196,28 @@ export const describe = (sources: ServerConfig.Sources, table: string | undefine
         yield* Console.log(`server ${s.id}\t${s.address}${data}${s.rack === undefined ? "" : `\track ${s.rack}`}`)
       }
       for (const t of metadata.tablets) yield* Console.log(describeTablet(t))
+    })
+  )
+
+/**
+ * `strata rebalance plan`: the planner's plan for the cluster as the controller holds it (no sizes: the metadata has
+ * none, so ties are broken by server and tablet order), printed as lines or as JSON. Changes nothing.
+ *
+ * @since 0.1.0
+ */
+export const rebalancePlan = (
+  sources: ServerConfig.Sources,
+  options: { readonly goals?: ReadonlyArray<string> | undefined; readonly json: boolean }
+) =>
+  withClient(sources, (client) =>
+    Effect.gen(function* () {
+      const model = PlanReport.modelOf(yield* client.metadata(undefined))
+      // The goals as given: the planner's options schema names a goal it does not know.
+      const plan = yield* Planner.plan(
+        model,
+        (options.goals === undefined ? {} : { goals: options.goals }) as Planner.Options
+      )
+      if (options.json) yield* Console.log(JSON.stringify({ model, plan }))
+      else for (const line of PlanReport.lines(model, plan)) yield* Console.log(line)
     })
   )

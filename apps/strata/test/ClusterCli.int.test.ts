@@ -1,8 +1,8 @@
 /**
  * The cluster's commands as an operator runs them, against real processes on the test's ZooKeeper: a second
  * `tablet-server` with a running server's id never acts for it and exits with one line naming the id and the other
- * server; `tablets describe` of a missing table is one line and exit 1; a ZooKeeper URL at a port where something
- * else answers says so.
+ * server; `tablets describe` of a missing table is one line and exit 1; `rebalance plan` after servers join prints
+ * the fewest moves and changes nothing; a ZooKeeper URL at a port where something else answers says so.
  */
 import { spawn } from "node:child_process"
 import { join } from "node:path"
@@ -154,6 +154,58 @@ describe("strata cluster commands on real processes", () => {
         assert.match(present.stdout, /^present:1\t/m)
       })
     )
+  )
+
+  it.live(
+    "rebalance plan after two servers join: the fewest moves to exact balance, as text and JSON, changing nothing; a goal it does not know is one line",
+    () =>
+      withCluster("plan", (cluster, namespace) =>
+        Effect.gen(function* () {
+          yield* cluster.start("coordinator", 101)
+          yield* Effect.forEach([1, 2, 3], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
+          const c = yield* client(namespace)
+          yield* c.createTable("spread", { buckets: 12, replicationFactor: 3 })
+          yield* awaitMetadata(c, "spread", "every tablet online with a full ISR", (m) =>
+            m.tablets.every((t) => t.leader !== null && t.isr.length === 3)
+          )
+          yield* Effect.forEach([4, 5], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
+          const before = yield* awaitMetadata(c, "spread", "five servers registered", (m) => m.servers.length === 5)
+          const env = clusterEnv(namespace)
+
+          // 36 replicas, 12 on each of three servers; balanced is 7 or 8 on each of five: 5 + 5 + 4 = 14 moves.
+          const text = yield* Effect.promise(() => cli(["rebalance", "plan"], env).exited)
+          assert.strictEqual(text.code, 0, text.stderr)
+          assert.include(text.stdout, "replica moves 14, lower bound 14, moves/LB 1.000")
+          assert.include(text.stdout, "replicas per server: before min 0 max 12")
+          assert.include(text.stdout, "after min 7 max 8")
+          assert.match(text.stdout, /^spread:\d+\t\[\d,\d,\d\] -> \[\d,\d,\d\]\tleader \d -> \d$/m)
+
+          const json = yield* Effect.promise(() => cli(["rebalance", "plan", "--json"], env).exited)
+          assert.strictEqual(json.code, 0, json.stderr)
+          const { plan } = JSON.parse(json.stdout) as {
+            readonly plan: {
+              readonly figures: { readonly replicaMoves: number; readonly lowerBound: number }
+              readonly changes: ReadonlyArray<{ readonly to: ReadonlyArray<number> }>
+            }
+          }
+          assert.strictEqual(plan.figures.replicaMoves, 14)
+          assert.strictEqual(plan.figures.lowerBound, 14)
+          for (const change of plan.changes) assert.strictEqual(new Set(change.to).size, 3)
+
+          // A plan only: every tablet's replicas are where they were.
+          const after = yield* c.metadata("spread")
+          assert.deepStrictEqual(
+            after.tablets.map((t) => t.replicas),
+            before.tablets.map((t) => t.replicas)
+          )
+
+          const bad = yield* Effect.promise(() => cli(["rebalance", "plan", "--goals", "leader,speed"], env).exited)
+          const line = oneLine(bad)
+          assert.include(line, "strata rebalance plan: invalid planner input: options.goals[1]")
+          assert.include(line, "speed")
+        })
+      ),
+    180_000
   )
 
   it.live("a ZooKeeper URL at a port where something else answers (Kafka's) says it is not ZooKeeper", () =>

@@ -67,14 +67,14 @@ export class PlanInfeasible extends Schema.TaggedError<PlanInfeasible>()("PlanIn
   }
 }
 
-/** A cluster model the planner cannot read: `field` names what is wrong (e.g. `tablets[3].replicas[1]`). */
+/** A cluster model or planner options the planner cannot read: `field` names what is wrong (`tablets[3].replicas[1]`, `options.goals[0]`). */
 export class InvalidModel extends Schema.TaggedError<InvalidModel>()("InvalidModel", {
   field: Schema.String,
   detail: Schema.String
 }) {
   /** @since 0.1.0 */
   override get message() {
-    return `invalid cluster model: ${this.field}: ${this.detail}`
+    return `invalid planner input: ${this.field}: ${this.detail}`
   }
 }
 

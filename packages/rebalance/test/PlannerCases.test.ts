@@ -32,7 +32,7 @@ describe("Planner: bad input", () => {
       for (const [model, field] of cases) {
         const r = yield* refused(model)
         assert.strictEqual(r.tag, "InvalidModel", JSON.stringify(model))
-        assert.include(r.message, `invalid cluster model: ${field}:`, JSON.stringify(model))
+        assert.include(r.message, `invalid planner input: ${field}:`, JSON.stringify(model))
       }
       const goals = yield* refused({ servers, tablets: [] }, { goals: ["speed" as Planner.Goal] })
       assert.strictEqual(goals.tag, "InvalidModel")
