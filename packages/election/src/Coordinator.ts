@@ -477,7 +477,7 @@ export const make = <R = Scope.Scope>(
   options: Options<R>
 ): Effect.Effect<CoordinatorShape, InvalidCoordinatorOptions, Election.Election | Scope.Scope | R> =>
   Effect.gen(function* () {
-    const o = yield* decodeOptions(CoordinatorOptions)(options).pipe(
+    const o = yield* decodeOptions(CoordinatorOptions, { exact: true })(options).pipe(
       Effect.mapError((bad) => new InvalidCoordinatorOptions(summary(bad)))
     )
     const scope = yield* Effect.scope

@@ -72,7 +72,7 @@ export const make = (
   options: EtcdCoordinationOptions
 ): Effect.Effect<EtcdCoordination["Service"], Coordination.CoordinationError, Scope.Scope> =>
   Effect.gen(function* () {
-    const o = yield* decodeOptions(EtcdCoordinationOptions)(options).pipe(
+    const o = yield* decodeOptions(EtcdCoordinationOptions, { exact: true })(options).pipe(
       Effect.mapError((bad) =>
         Coordination.coordinationError(new Coordination.InvalidOptions({ backend: "etcd", ...summary(bad) }))
       )

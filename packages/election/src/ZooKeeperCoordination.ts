@@ -124,7 +124,7 @@ const expire = (svc: Service, s: Coordination.Session): Effect.Effect<void, Coor
 const decode = (
   input: unknown
 ): Effect.Effect<typeof ZooKeeperCoordinationOptions.Type, Coordination.CoordinationError> =>
-  decodeOptions(ZooKeeperCoordinationOptions)(input).pipe(
+  decodeOptions(ZooKeeperCoordinationOptions, { exact: true })(input).pipe(
     Effect.mapError((bad) =>
       Coordination.coordinationError(new Coordination.InvalidOptions({ backend: "zookeeper", ...summary(bad) }))
     )

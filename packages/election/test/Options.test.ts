@@ -83,6 +83,16 @@ describe("ZooKeeperCoordination options", { timeout: 20_000 }, () => {
         "connectTimeout",
         "soon"
       )
+      // An option it does not know (the old name) is refused, not ignored.
+      assertInvalid(
+        yield* zookeeper({
+          connectString: "127.0.0.1:1",
+          sessionTimeoutMs: 6000
+        } as unknown as ZooKeeperCoordination.ZooKeeperCoordinationOptions),
+        "zookeeper",
+        "sessionTimeoutMs",
+        "6000"
+      )
     })
   )
 

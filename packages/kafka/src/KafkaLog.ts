@@ -110,10 +110,14 @@ const wholeMillis = (d: Duration.Duration): number => Math.ceil(Duration.toMilli
  */
 export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"], Log.LogError, Scope.Scope> =>
   Effect.gen(function* () {
-    const o = yield* Schema.decodeUnknownEffect(KafkaLogOptions)(options, { errors: "all" }).pipe(
-      Effect.mapError((issue) =>
-        Log.logError(new Log.InvalidRequest({ detail: `Kafka log options: ${issue.message}` }))
-      )
+    // Every bad option named with its value; an option the schema does not know (a typo) is one of them.
+    const o = yield* OptionSchemas.decodeOptions(KafkaLogOptions, { exact: true })(options).pipe(
+      Effect.mapError((bad) => {
+        const b = OptionSchemas.summary(bad)
+        return Log.logError(
+          new Log.InvalidRequest({ detail: `Kafka log options: ${b.option} = ${b.value}: ${b.detail}` })
+        )
+      })
     )
     const cluster = yield* KafkaCluster.connect({
       brokers: [...o.brokers],

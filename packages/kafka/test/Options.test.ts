@@ -26,7 +26,8 @@ describe("KafkaLog options", () => {
         [{ brokers, requestTimeout: 0 }, "requestTimeout"],
         [{ brokers, maxWait: -1 }, "maxWait"],
         [{ brokers, linger: -1 }, "linger"],
-        [{ brokers, linger: Number.POSITIVE_INFINITY }, "linger"]
+        [{ brokers, linger: Number.POSITIVE_INFINITY }, "linger"],
+        [{ brokers, lingerMs: 5 } as unknown as KafkaLog.KafkaLogOptions, "lingerMs = 5"]
       ] as const) {
         const e = yield* refused(options)
         assert.strictEqual(e.reason._tag, "InvalidRequest", e.message)

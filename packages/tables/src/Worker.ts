@@ -216,8 +216,12 @@ interface Running<E, R> {
 /** Checks the options and the agents; the decoded options. */
 const validate = <E, R>(options: WorkerOptions, agents: ReadonlyArray<Agent<E, R>>) =>
   Effect.gen(function* () {
-    const o = yield* Schema.decodeUnknownEffect(WorkerOptions)(options, { errors: "all" }).pipe(
-      Effect.mapError((issue) => new InvalidWorkerOptions({ detail: issue.message }))
+    // Every bad option named with its value; an option the schema does not know (a typo) is one of them.
+    const o = yield* OptionSchemas.decodeOptions(WorkerOptions, { exact: true })(options).pipe(
+      Effect.mapError((bad) => {
+        const b = OptionSchemas.summary(bad)
+        return new InvalidWorkerOptions({ detail: `${b.option} = ${b.value}: ${b.detail}` })
+      })
     )
     if (agents.length === 0) return yield* Effect.fail(new InvalidWorkerOptions({ detail: "no agents" }))
     for (const a of agents) {

@@ -397,6 +397,14 @@ describe("Worker", () => {
         ]).pipe(Effect.provideService(Tables.Tables, tables))
       )
       assert.match(twoWays.message, /agent both needs exactly one of process and processBatch/)
+      // An option it does not know (the old name of commitInterval) is refused, not ignored.
+      const typo = yield* Effect.flip(
+        Worker.make({ groupId: "g", commitIntervalMs: 1000 } as unknown as Worker.WorkerOptions, [
+          Worker.agent({ name: "a", topics: [SOURCE], process: () => Effect.void })
+        ]).pipe(Effect.provideService(Tables.Tables, tables))
+      )
+      assert.strictEqual(typo._tag, "InvalidWorkerOptions")
+      assert.match(typo.message, /commitIntervalMs = 1000/)
     }).pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryLog.layer(), MemoryStore.layer(), quiet)))
   )
 

@@ -14,13 +14,15 @@
  * An impostor is a second `tablet-server` with a running server's id: SIGTERMed while it waits for the id, or left
  * to give up (exit non-zero, one line naming the id and the holder's address); either way it never acted for the id
  * (no registration, no controlled shutdown in its log) and the real server kept its registration. The real server
- * takes no other fault meanwhile.
+ * takes no other fault meanwhile, and is not restarted while the impostor runs. Should the real server's registration
+ * end on its own meanwhile (its session expired under a stall), the impostor taking the id is what it must do: it is
+ * then terminated, and the real server, which refused to act while the id was held, comes back after it.
  *
  * When the faults stop, everything is restarted or resumed; liveness is asserted (every tablet leads with its full
  * ISR and takes a write), then the checker reads every replica's log.
  */
 import type { TabletClient } from "@strata/replica"
-import { Deferred, Duration, Effect, Fiber } from "effect"
+import { Deferred, Duration, Effect, Fiber, Option, Schedule } from "effect"
 import { type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import { awaitMetadata, client, faultSettings, record } from "./clusterTest.js"
 import type { ProcessCluster } from "../../../../scripts/test-support/processCluster.js"
@@ -187,7 +189,8 @@ const REGISTERED = / registered at /
 const nextFault = (state: State) =>
   Effect.gen(function* () {
     const { cluster, random, client: c, table, pauseMs } = state
-    const downServers = SERVERS.filter((id) => !cluster.isRunning("tablet-server", id))
+    // The server an impostor runs against comes back once the impostor is done (it may hold the id by then).
+    const downServers = SERVERS.filter((id) => !cluster.isRunning("tablet-server", id) && id !== state.impostorOf)
     const downCoordinators = COORDINATORS.filter((id) => !cluster.isRunning("coordinator", id))
     // At most two servers and one coordinator down at once: the dead come back first.
     if (downServers.length >= 2 || (downServers.length > 0 && random.chance(0.5))) {
@@ -324,6 +327,10 @@ const impostor = (state: State, targets: ReadonlyArray<number>) =>
     state.impostorOf = id
     const imp = cluster.impostor(id)
     const at = () => `${Math.round((Date.now() - state.startedAt) / 1000)}s`
+    const endedBefore = count(cluster.log("tablet-server", id), ENDED)
+    // The real server's registration ended on its own meanwhile (its session expired: a stall, a slow coordination)
+    // and the impostor, waiting for the id, took it: what any second server with that id must do, not a fault.
+    const tookOver = () => ACTED.test(imp.stdout()) && count(cluster.log("tablet-server", id), ENDED) > endedBefore
     const fiber = yield* Effect.forkChild(
       Effect.gen(function* () {
         const problems: Array<string> = []
@@ -340,8 +347,21 @@ const impostor = (state: State, targets: ReadonlyArray<number>) =>
           // Interrupted while it waits (130); giving up first (1, its one line) is as good.
           if (exit.code !== 130 && exit.code !== 1) problems.push(`exit code ${exit.code} signal ${exit.signal}`)
         } else {
-          const exit = yield* Effect.promise(() => imp.exited).pipe(Effect.timeoutOption(Duration.seconds(60)))
-          if (exit._tag === "None") {
+          const exit = yield* Effect.raceFirst(
+            Effect.promise(() => imp.exited).pipe(Effect.map((e) => ({ _tag: "Exited" as const, exit: e }))),
+            Effect.sync(tookOver).pipe(
+              Effect.repeat({ schedule: Schedule.spaced(Duration.millis(200)), until: (took) => took }),
+              Effect.as({ _tag: "TookOver" as const })
+            )
+          ).pipe(
+            Effect.map((r) => (r._tag === "Exited" ? Option.some(r.exit) : Option.none())),
+            Effect.timeoutOption(Duration.seconds(60)),
+            Effect.map(Option.flatten)
+          )
+          if (exit._tag === "None" && tookOver()) {
+            yield* Effect.promise(() => imp.terminate())
+            how = `took the id after server ${id}'s registration ended: terminated`
+          } else if (exit._tag === "None") {
             problems.push("it did not give up within 60 s")
             yield* Effect.promise(() => imp.terminate())
             how = "left waiting: did not give up"
@@ -354,10 +374,14 @@ const impostor = (state: State, targets: ReadonlyArray<number>) =>
               problems.push(`its line does not name the id and ${holder}: ${lines[0]}`)
           }
         }
-        if (ACTED.test(imp.stdout())) problems.push("it acted for the id (its log has a registration or a shutdown)")
-        const after = yield* Effect.option(c.metadata(table))
-        const now = after._tag === "Some" ? after.value.servers.find((s) => s.id === id)?.address : undefined
-        if (now !== undefined && now !== holder) problems.push(`server ${id} is registered at ${now}, not ${holder}`)
+        if (tookOver()) {
+          if (!how.startsWith("took the id")) how = `${how}; it took the id after server ${id}'s registration ended`
+        } else {
+          if (ACTED.test(imp.stdout())) problems.push("it acted for the id (its log has a registration or a shutdown)")
+          const after = yield* Effect.option(c.metadata(table))
+          const now = after._tag === "Some" ? after.value.servers.find((s) => s.id === id)?.address : undefined
+          if (now !== undefined && now !== holder) problems.push(`server ${id} is registered at ${now}, not ${holder}`)
+        }
         state.impostors.push(`${at()} ${imp.name}: ${how}`)
         if (problems.length > 0) {
           // Another fault could not be the cause: the real server took none while the impostor ran.

@@ -250,7 +250,7 @@ export const make = (
   unsafe: Unsafe = {}
 ): Effect.Effect<Election.Shape, Election.ElectionError, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
-    const o = yield* decodeOptions(Options)(options).pipe(
+    const o = yield* decodeOptions(Options, { exact: true })(options).pipe(
       Effect.mapError((bad) => {
         const first = summary(bad)
         return invalid(first.option, `${first.value}: ${first.detail}`)
