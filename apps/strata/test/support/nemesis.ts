@@ -334,7 +334,14 @@ const impostor = (state: State, targets: ReadonlyArray<number>) =>
     const fiber = yield* Effect.forkChild(
       Effect.gen(function* () {
         const problems: Array<string> = []
-        const waited = yield* Effect.promise(() => imp.waiting).pipe(Effect.timeoutOption(Duration.seconds(40)))
+        // It says it waits for the id, or (the real registration having ended) takes it at once.
+        const waited = yield* Effect.raceFirst(
+          Effect.promise(() => imp.waiting).pipe(Effect.as(true)),
+          Effect.sync(tookOver).pipe(
+            Effect.repeat({ schedule: Schedule.spaced(Duration.millis(200)), until: (took) => took }),
+            Effect.as(false)
+          )
+        ).pipe(Effect.timeoutOption(Duration.seconds(40)))
         if (waited._tag === "None") problems.push("it never said it waits for the id")
         let how: string
         if (terminateAfter !== undefined) {
