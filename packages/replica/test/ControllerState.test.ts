@@ -1857,3 +1857,176 @@ describe("ControllerState eligible leader replicas and recovery (KIP-966)", () =
     assert.deepStrictEqual([asked(direct), lai(single, 0).leader], [[], 2])
   })
 })
+
+describe("ControllerState reassignment", () => {
+  type Reply = ControllerState.Reply
+  const reassign = (bucket: number, target: ReadonlyArray<Models.ServerId>): Input => ({
+    _tag: "Reassign",
+    requestId: 8,
+    tablet: tid(bucket),
+    target
+  })
+  const cancel = (bucket: number): Input => ({ _tag: "CancelReassign", requestId: 9, tablet: tid(bucket) })
+  const refusal = (commands: ReadonlyArray<Command>) => {
+    const r: Reply | undefined = reply(commands)
+    return r?._tag === "ReassignRefused" ? r.refusal._tag : r?._tag
+  }
+  const stops = (commands: ReadonlyArray<Command>) =>
+    commands.flatMap((c) => (c._tag === "StopReplica" ? [[c.server, c.tablets.map((t) => t.bucket)] as const] : []))
+  /** Five live servers and tablet 0 on [1,2,3], every replica in sync. */
+  const moving = (target: ReadonlyArray<Models.ServerId>) =>
+    run(boot([1, 2, 3, 4, 5]), create([0, [1, 2, 3]]), reassign(0, target))
+
+  it("a move adds its replicas as followers under the next epoch; the ISR and leader stay until every target is in sync", () => {
+    const { state, commands } = moving([1, 4, 5])
+    const t = tablet(state, 0)
+    assert.deepStrictEqual(t.replicas, [1, 4, 5, 2, 3])
+    assert.deepStrictEqual(t.reassignment, { original: [1, 2, 3], target: [1, 4, 5] })
+    assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.leaderEpoch, t.leaderAndIsr.isr], [1, 1, [1, 2, 3]])
+    assert.deepStrictEqual(writes(commands), [{ bucket: 0, expected: 0 }])
+    assert.deepStrictEqual(sent(commands), { 1: [0], 2: [0], 3: [0], 4: [0], 5: [0] })
+    assert.strictEqual(reply(commands)?._tag, "Reassigning")
+    // Server 4 catches up: the move waits for server 5.
+    const { state: one, commands: c1 } = run(state, adjust(state, 0, [1, 2, 3, 4]))
+    assert.deepStrictEqual(tablet(one, 0).reassignment?.target, [1, 4, 5])
+    assert.deepStrictEqual(tags(c1), ["Write", "Reply"])
+    // Server 5 too: one write makes the target the replicas, its ISR the target's; 2 and 3 delete their replicas.
+    const { state: done, commands: c2 } = run(one, adjust(one, 0, [1, 2, 3, 4, 5]))
+    const d = tablet(done, 0)
+    assert.deepStrictEqual([d.replicas, d.reassignment, d.retired], [[1, 4, 5], undefined, [2, 3]])
+    assert.deepStrictEqual([d.leaderAndIsr.leader, d.leaderAndIsr.leaderEpoch, d.leaderAndIsr.isr], [1, 2, [1, 4, 5]])
+    assert.deepStrictEqual(writes(c2), [{ bucket: 0, expected: 2 }])
+    assert.deepStrictEqual(sent(c2), { 1: [0], 4: [0], 5: [0] })
+    assert.deepStrictEqual(stops(c2), [
+      [2, [0]],
+      [3, [0]]
+    ])
+    assert.strictEqual(reply(c2)?._tag, "IsrAdjusted")
+    // Each retired replica's answer takes it off the list.
+    const { state: cleaned } = run(done, stopped(2, [0]), stopped(3, [0]))
+    assert.strictEqual(tablet(cleaned, 0).retired, undefined)
+  })
+
+  it("a leader that leaves hands over to the first target replica in the ISR, in the move's last write", () => {
+    const { state } = moving([4, 5, 2])
+    const { state: done } = run(state, adjust(state, 0, [1, 2, 3, 4, 5]))
+    const d = tablet(done, 0)
+    assert.deepStrictEqual(
+      [d.replicas, d.leaderAndIsr.leader, d.leaderAndIsr.isr, d.retired],
+      [[4, 5, 2], 4, [2, 4, 5], [1, 3]]
+    )
+  })
+
+  it("a repeat is answered without a write; a move to the replicas the tablet has, or in another order, needs no copy", () => {
+    const { state } = moving([1, 4, 5])
+    const { state: same, commands } = run(state, reassign(0, [1, 4, 5]))
+    assert.strictEqual(same, state)
+    assert.deepStrictEqual(tags(commands), ["Reply"])
+    const { state: reordered, commands: c2 } = run(boot([1, 2, 3]), create([0, [1, 2, 3]]), reassign(0, [3, 1, 2]))
+    assert.deepStrictEqual([tablet(reordered, 0).replicas, tablet(reordered, 0).reassignment], [[3, 1, 2], undefined])
+    assert.deepStrictEqual(writes(c2), [{ bucket: 0, expected: 0 }])
+  })
+
+  it("refusals name what was wrong and change nothing", () => {
+    const base = run(
+      boot([1, 2, 3, 4, 5]),
+      create([0, [1, 2, 3]]),
+      create([1, [1, 2, 3]]),
+      shutdown(5),
+      { _tag: "ServerUp", server: 9, registration: 3 },
+      down(9)
+    ).state
+    const min2 = run(
+      bootWith({ uncleanLeaderElection: false, minInsyncReplicas: 2 }, [1, 2, 3]),
+      create([0, [1, 2, 3]])
+    ).state
+    const cases: ReadonlyArray<readonly [State, Input, string]> = [
+      [base, reassign(7, [1, 2, 3]), "UnknownTablet"],
+      [base, reassign(0, []), "EmptyTarget"],
+      [base, reassign(0, [1, 4, 4]), "DuplicateServer"],
+      [base, reassign(0, [1, 4, 42]), "UnknownServer"],
+      [base, reassign(0, [1, 4, 9]), "DeadServer"],
+      [base, reassign(0, [1, 4, 5]), "ShuttingDown"],
+      [min2, reassign(0, [3]), "ReplicationFactor"],
+      [run(base, reassign(0, [1, 2, 4])).state, reassign(0, [1, 3, 4]), "AlreadyMoving"],
+      [base, cancel(0), "NotMoving"],
+      [run(base, deleteTablets(1)).state, reassign(1, [1, 2, 4]), "TabletDeleting"],
+      [run(base, down(1), down(2), down(3)).state, reassign(0, [4]), "TabletOffline"]
+    ]
+    for (const [state, input, expected] of cases) {
+      const { state: after, commands } = run(state, input)
+      assert.strictEqual(refusal(commands), expected, JSON.stringify(input))
+      assert.strictEqual(after, state)
+      const r = reply(commands)
+      assert.isTrue(r?._tag === "ReassignRefused" && r.detail.includes("orders/"), JSON.stringify(r))
+    }
+  })
+
+  it("a cancel returns the tablet to its original replicas; the adding ones delete theirs", () => {
+    const { state } = moving([1, 4, 5])
+    const { state: one } = run(state, adjust(state, 0, [1, 2, 3, 4]))
+    const { state: back, commands } = run(one, cancel(0))
+    const t = tablet(back, 0)
+    assert.deepStrictEqual([t.replicas, t.reassignment, t.retired], [[1, 2, 3], undefined, [4, 5]])
+    assert.deepStrictEqual([t.leaderAndIsr.leader, t.leaderAndIsr.leaderEpoch, t.leaderAndIsr.isr], [1, 2, [1, 2, 3]])
+    assert.deepStrictEqual(sent(commands), { 1: [0], 2: [0], 3: [0] })
+    assert.deepStrictEqual(stops(commands), [
+      [4, [0]],
+      [5, [0]]
+    ])
+    assert.strictEqual(reply(commands)?._tag, "ReassignCancelled")
+  })
+
+  it("a cancel moves leadership back when an adding replica leads; with no original replica in sync it is refused", () => {
+    const { state } = moving([4, 5, 6].filter((s) => s <= 5).concat([2]))
+    // Target [4,5,2]: 4 joins, the leader and 3 die: 2 leads (first in ISR in assignment order is 4).
+    const { state: led } = run(state, adjust(state, 0, [1, 2, 3, 4]), down(1))
+    assert.strictEqual(lai(led, 0).leader, 4)
+    const { state: back } = run(led, cancel(0))
+    assert.deepStrictEqual([tablet(back, 0).replicas, lai(back, 0).leader, lai(back, 0).isr], [[1, 2, 3], 2, [2, 3]])
+    const { state: alone, commands } = run(led, down(2), down(3), cancel(0))
+    assert.strictEqual(refusal(commands), "NoOriginalInSync")
+    assert.strictEqual(tablet(alone, 0).reassignment?.target.join(","), "4,5,2")
+  })
+
+  it("a controller that takes over finishes a move that is ready, and waits on one that is not", () => {
+    const { state } = moving([1, 4, 5])
+    const { state: ready } = run(state, adjust(state, 0, [1, 2, 3, 4]))
+    const stored = tablet(ready, 0)
+    const halfway = ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false }),
+      started(2, [1, 2, 3, 4, 5], [stored])
+    )
+    assert.deepStrictEqual(halfway[0].tablets.get(key(0))?.reassignment?.target, [1, 4, 5])
+    const all: ControllerState.Tablet = { ...stored, leaderAndIsr: { ...stored.leaderAndIsr, isr: [1, 2, 3, 4, 5] } }
+    const [next, commands] = ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false }),
+      started(2, [1, 2, 3, 4, 5], [all])
+    )
+    const t = next.tablets.get(key(0))!
+    assert.deepStrictEqual(
+      [t.replicas, t.leaderAndIsr.isr, t.retired],
+      [
+        [1, 4, 5],
+        [1, 4, 5],
+        [2, 3]
+      ]
+    )
+    assert.deepStrictEqual(stops(commands), [
+      [2, [0]],
+      [3, [0]]
+    ])
+  })
+
+  it("a retired replica on a server that is down is deleted when it is back; deleting a moving tablet deletes every replica", () => {
+    const { state } = moving([1, 4, 5])
+    const { state: without3 } = run(state, down(3))
+    const { state: done } = run(without3, adjust(without3, 0, [1, 2, 4, 5]))
+    assert.deepStrictEqual(tablet(done, 0).retired, [2, 3])
+    const { commands } = run(done, { _tag: "ServerUp", server: 3, registration: 77 })
+    assert.deepStrictEqual(stops(commands), [[3, [0]]])
+    const { state: gone } = run(state, deleteTablets(0))
+    const g = tablet(gone, 0)
+    assert.deepStrictEqual([g.state, g.replicas, g.reassignment], ["DeletingTablet", [1, 4, 5, 2, 3], undefined])
+  })
+})

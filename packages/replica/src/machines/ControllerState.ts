@@ -36,10 +36,19 @@
  * in coordination), which an ISR change request must name. A replica's controller-side state follows its server:
  * `replicaState` is Online while the server is registered, Offline after.
  *
+ * A reassignment (`Reassign`, see `Reassignment`) moves an online tablet's replica set in three steps, each decided
+ * here and stored with the tablet, so that a controller that fails over goes on from what coordination holds: the
+ * adding replicas join as followers under the next leader epoch; once every target replica is in the ISR, the target
+ * becomes the tablet's replicas under the next epoch (leadership moving to the first target replica in the ISR when
+ * its leader leaves); then the leaving replicas delete themselves (StopReplica, as for a deleted table). The ISR never
+ * loses a member to the move before the end, when it keeps the target's (all in sync). `CancelReassign` returns the
+ * tablet to its original replicas, leadership back to one of them if it moved.
+ *
  * @since 0.1.0
  */
 import { Models } from "@strata/core"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
+import * as Reassignment from "./Reassignment.js"
 
 /**
  * A tablet's state in the controller.
@@ -72,6 +81,10 @@ export interface Tablet {
   readonly eligible?: ReadonlyArray<Models.ServerId> | undefined
   /** A deleting tablet's replicas that have deleted themselves. */
   readonly deleted?: ReadonlyArray<Models.ServerId> | undefined
+  /** The move of its replica set under way, if one is. */
+  readonly reassignment?: Reassignment.Reassignment | undefined
+  /** Servers taken out of its replicas by a move (finished or cancelled) that have not yet deleted their replica. */
+  readonly retired?: ReadonlyArray<Models.ServerId> | undefined
 }
 
 /**
@@ -180,6 +193,9 @@ export type IsrRejection = ReplicaManager.IsrRejection
  *   again (Kafka's preferred replica election).
  * - `Holdings`: a server's answer to `AskHoldings`, for the registration it was asked as (`null`: it could not be
  *   asked).
+ * - `Reassign`: move a tablet's replicas to `target` (a repeat of the move under way, or of the replicas it has, is
+ *   answered as accepted and changes nothing).
+ * - `CancelReassign`: end a tablet's move, back on its original replicas.
  *
  * @since 0.1.0
  */
@@ -236,6 +252,13 @@ export type Input =
       readonly server: Models.ServerId
       readonly logEnd: LogEnd | null
     }
+  | {
+      readonly _tag: "Reassign"
+      readonly requestId: number
+      readonly tablet: Models.TabletId
+      readonly target: ReadonlyArray<Models.ServerId>
+    }
+  | { readonly _tag: "CancelReassign"; readonly requestId: number; readonly tablet: Models.TabletId }
 
 /**
  * One tablet's instruction in a LeaderAndIsr request.
@@ -260,6 +283,9 @@ export type Reply =
   | { readonly _tag: "ShutdownProgress"; readonly remainingLeaders: number }
   | { readonly _tag: "LeadersBalanced"; readonly moved: number }
   | { readonly _tag: "Deleting"; readonly tablets: number }
+  | { readonly _tag: "Reassigning"; readonly tablet: Tablet }
+  | { readonly _tag: "ReassignCancelled"; readonly tablet: Tablet }
+  | { readonly _tag: "ReassignRefused"; readonly refusal: Reassignment.Refusal; readonly detail: string }
 
 /**
  * A leader's ISR change request, as a tablet server sends it.
@@ -430,6 +456,14 @@ const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet,
     const life = before?.registrations?.[String(s)]
     if (life !== undefined && registrations[String(s)] === undefined) registrations[String(s)] = life
   }
+  // A tablet written twice in a step (an ISR change that finishes a move) is one write: a transaction changes a node
+  // once (etcd refuses two changes of a key in one).
+  const key = Models.tabletKey(next.tablet)
+  const earlier = c.writes.findIndex((w) => w._tag === "Write" && Models.tabletKey(w.tablet.tablet) === key)
+  const replaced = c.writes[earlier]
+  const expectedVersion =
+    replaced?._tag === "Write" ? replaced.expectedVersion : before === undefined ? null : before.leaderAndIsr.version
+  if (earlier >= 0) c.writes.splice(earlier, 1)
   const stored: Tablet = {
     ...next,
     registrations,
@@ -437,15 +471,11 @@ const put = (state: State, c: Changes, before: Tablet | undefined, next: Tablet,
     leaderAndIsr: {
       ...next.leaderAndIsr,
       coordinatorEpoch: state.coordinatorEpoch,
-      version: before === undefined ? 0 : before.leaderAndIsr.version + 1
+      version: expectedVersion === null ? 0 : expectedVersion + 1
     }
   }
-  c.tablets.set(Models.tabletKey(next.tablet), stored)
-  c.writes.push({
-    _tag: "Write",
-    tablet: stored,
-    expectedVersion: before === undefined ? null : before.leaderAndIsr.version
-  })
+  c.tablets.set(key, stored)
+  c.writes.push({ _tag: "Write", tablet: stored, expectedVersion })
   if (options.notify ?? true) c.notify.push(stored)
   return stored
 }
@@ -489,8 +519,12 @@ const eligibleAfter = (state: State, before: Tablet | undefined, next: Tablet): 
   return next.replicas.filter((r) => !isr.includes(r) && (left.includes(r) || (before?.eligible ?? []).includes(r)))
 }
 
-/** The step's result: the writes, then the LeaderAndIsr requests (`extra` too), then the rest. */
+/**
+ * The step's result: the writes, then the LeaderAndIsr requests (`extra` too), then the rest. Every move the step
+ * made ready (each target replica in the ISR) finishes in it.
+ */
 const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): Step => {
+  for (const t of [...c.tablets.values()]) if (t.reassignment !== undefined) advance(state, c, t)
   const next: State = {
     ...state,
     tablets: c.tablets,
@@ -498,7 +532,9 @@ const finish = (state: State, c: Changes, extra: ReadonlyArray<Command> = []): S
     nextRound: c.nextRound,
     uncleanElections: state.uncleanElections + c.unclean
   }
-  return [next, [...c.writes, ...c.removes, ...sends(next, c.notify), ...extra, ...c.after]]
+  // Each tablet to be heard is sent as it ends the step.
+  const notify = c.notify.flatMap((t) => next.tablets.get(Models.tabletKey(t.tablet)) ?? [])
+  return [next, [...c.writes, ...c.removes, ...sends(next, notify), ...extra, ...c.after]]
 }
 
 const electable = (state: State, server: Models.ServerId) => state.live.has(server) && !state.shuttingDown.has(server)
@@ -831,11 +867,18 @@ const balanceLeaders = (state: State, c: Changes): number => {
   return moved
 }
 
-/** The StopReplica `server` gets for the deleting tablets it has not yet deleted its replica of, if any. */
-const stopReplicas = (state: State, server: Models.ServerId): Array<Command> => {
-  const tablets = [...state.tablets.values()].flatMap((t) =>
-    t.state === "DeletingTablet" && t.replicas.includes(server) && !(t.deleted ?? []).includes(server) ? [t.tablet] : []
-  )
+/** Whether `server` is to delete its replica of `t`: the tablet is being deleted, or a move took the replica out. */
+const toDelete = (t: Tablet, server: Models.ServerId) =>
+  (t.state === "DeletingTablet" && t.replicas.includes(server) && !(t.deleted ?? []).includes(server)) ||
+  (t.retired ?? []).includes(server)
+
+/**
+ * The StopReplica `server` gets for the tablets it is to delete its replica of (`only`: of these), if any; a server
+ * that is down is told when it is back.
+ */
+const stopReplicas = (state: State, server: Models.ServerId, only?: ReadonlyArray<Tablet>): Array<Command> => {
+  if (!state.live.has(server)) return []
+  const tablets = (only ?? [...state.tablets.values()]).flatMap((t) => (toDelete(t, server) ? [t.tablet] : []))
   if (tablets.length === 0) return []
   const registration = state.registrations.get(server)
   return [
@@ -970,6 +1013,10 @@ export const step: StepFunction = (state, input) => {
       return holdings(state, input)
     case "WriteFailed":
       return writeFailed(state, input)
+    case "Reassign":
+      return reassign(state, input)
+    case "CancelReassign":
+      return cancelReassign(state, input)
   }
 }
 
@@ -1150,6 +1197,10 @@ const deleteTablets = (state: State, input: Extract<Input, { readonly _tag: "Del
       t,
       {
         ...t,
+        // A move ends: every replica it added or was to remove, and every one it retired, deletes itself too.
+        replicas: [...t.replicas, ...(t.retired ?? []).filter((s) => !t.replicas.includes(s))],
+        reassignment: undefined,
+        retired: undefined,
         state: "DeletingTablet",
         deleted: [],
         // Its leader, if it had one, leads no more: the epoch moves on, as when it goes offline.
@@ -1168,7 +1219,10 @@ const deleteTablets = (state: State, input: Extract<Input, { readonly _tag: "Del
   return [next[0], [...next[1], ...stops, { _tag: "Reply", requestId: input.requestId, reply }]]
 }
 
-/** A server deleted its replicas: a tablet every replica of which is deleted goes. */
+/**
+ * A server deleted its replicas: a move's retired replica is off the tablet's list; a deleting tablet every replica of
+ * which is deleted goes.
+ */
 const replicaStopped = (state: State, input: Extract<Input, { readonly _tag: "ReplicaStopped" }>): Step => {
   if (!state.live.has(input.server) || input.registration !== state.registrations.get(input.server)) {
     return [state, []]
@@ -1176,6 +1230,11 @@ const replicaStopped = (state: State, input: Extract<Input, { readonly _tag: "Re
   const c = changes(state)
   for (const id of input.tablets) {
     const t = c.tablets.get(Models.tabletKey(id))
+    if (t !== undefined && t.state !== "DeletingTablet" && (t.retired ?? []).includes(input.server)) {
+      const retired = (t.retired ?? []).filter((s) => s !== input.server)
+      put(state, c, t, { ...t, retired: retired.length === 0 ? undefined : retired }, { notify: false })
+      continue
+    }
     if (t?.state !== "DeletingTablet" || !t.replicas.includes(input.server)) continue
     if (t.deleted?.includes(input.server)) continue
     const deleted = [...(t.deleted ?? []), input.server]
@@ -1223,3 +1282,199 @@ const writeFailed = (state: State, input: Extract<Input, { readonly _tag: "Write
     [{ _tag: "Resign", reason: `writing ${Models.tabletKey(input.tablet)} failed: ${input.detail}` }]
   ]
 }
+
+/** Whether the controller knows `server`: registered now or before, or holding some tablet's replica. */
+const knownServer = (state: State, server: Models.ServerId) =>
+  state.live.has(server) ||
+  state.registrations.has(server) ||
+  [...state.tablets.values()].some((t) => t.replicas.includes(server) || (t.retired ?? []).includes(server))
+
+/** A move request refused: the state unchanged, the reply naming why. */
+const refuse = (
+  state: State,
+  input: { readonly requestId: number; readonly tablet: Models.TabletId },
+  refusal: Reassignment.Refusal
+): Step => [
+  state,
+  [
+    {
+      _tag: "Reply",
+      requestId: input.requestId,
+      reply: {
+        _tag: "ReassignRefused",
+        refusal,
+        detail: Reassignment.describe(Models.tabletKey(input.tablet), refusal)
+      }
+    }
+  ]
+]
+
+/**
+ * A tablet's replicas and ISR changed under the next leader epoch, led by `leader` (its leader unless it moves); every
+ * replica of the new set hears it, and each server that is out of it and live is told to delete its replica.
+ */
+const reshape = (
+  state: State,
+  c: Changes,
+  t: Tablet,
+  next: Pick<Tablet, "replicas" | "reassignment" | "retired">,
+  leader: Models.ServerId,
+  isr: ReadonlyArray<Models.ServerId>
+) => {
+  const stored = put(
+    state,
+    c,
+    t,
+    {
+      ...t,
+      ...next,
+      leaderAndIsr: { ...t.leaderAndIsr, leader, leaderEpoch: t.leaderAndIsr.leaderEpoch + 1, isr }
+    },
+    { confirmed: leader === t.leaderAndIsr.leader ? [] : [leader] }
+  )
+  for (const server of stored.retired ?? []) c.after.push(...stopReplicas(state, server, [stored]))
+  return stored
+}
+
+/**
+ * Starts moving a tablet's replicas to `target`: the adding replicas join as followers under the next leader epoch
+ * (the move finishes at once when none is added). A repeat is answered with the tablet as it is.
+ */
+const reassign = (state: State, input: Extract<Input, { readonly _tag: "Reassign" }>): Step => {
+  const key = Models.tabletKey(input.tablet)
+  const t = state.tablets.get(key)
+  const refused = (refusal: Reassignment.Refusal) => refuse(state, input, refusal)
+  if (t === undefined) return refused({ _tag: "UnknownTablet" })
+  if (t.state === "DeletingTablet") return refused({ _tag: "TabletDeleting" })
+  const moving = t.reassignment
+  const accepted = (tablet: Tablet): Step => [
+    state,
+    [{ _tag: "Reply", requestId: input.requestId, reply: { _tag: "Reassigning", tablet } }]
+  ]
+  if (moving !== undefined) {
+    return Reassignment.sameReplicas(moving.target, input.target)
+      ? accepted(t)
+      : refused({ _tag: "AlreadyMoving", target: moving.target })
+  }
+  if (Reassignment.sameReplicas(t.replicas, input.target)) return accepted(t)
+  const refusal = Reassignment.refuseTarget(
+    {
+      live: state.live,
+      known: (s) => knownServer(state, s),
+      shuttingDown: state.shuttingDown,
+      minInsyncReplicas: state.options.minInsyncReplicas ?? 1
+    },
+    input.target,
+    t.retired ?? []
+  )
+  if (refusal !== undefined) return refused(refusal)
+  const leader = t.leaderAndIsr.leader
+  if (t.state !== "OnlineTablet" || leader === null) return refused({ _tag: "TabletOffline" })
+  if (state.elections.has(key)) return refused({ _tag: "ElectionPending" })
+  const c = changes(state)
+  const reassignment: Reassignment.Reassignment = { original: t.replicas, target: input.target }
+  reshape(
+    state,
+    c,
+    t,
+    { replicas: Reassignment.replicasDuring(reassignment), reassignment, retired: t.retired },
+    leader,
+    t.leaderAndIsr.isr
+  )
+  c.after.push({
+    _tag: "Log",
+    level: "info",
+    message: `${key}: moving from [${t.replicas.join(",")}] to [${input.target.join(",")}]`
+  })
+  const step = finish(state, c)
+  const now = step[0].tablets.get(key) ?? t
+  return [
+    step[0],
+    [...step[1], { _tag: "Reply", requestId: input.requestId, reply: { _tag: "Reassigning", tablet: now } }]
+  ]
+}
+
+/**
+ * A move's last step, once every target replica is in the ISR of the online tablet: the target becomes its replicas
+ * and the ISR the target's members, under the next leader epoch, led by its leader if it stays and else by the first
+ * target replica in the ISR that can lead (it holds every acknowledged record); the leaving replicas are retired and
+ * told to delete themselves. Waits (nothing written) while that is not so.
+ */
+const advance = (state: State, c: Changes, t: Tablet) => {
+  const r = t.reassignment
+  const leader = t.leaderAndIsr.leader
+  if (r === undefined || t.state !== "OnlineTablet" || leader === null) return
+  if (c.elections.has(Models.tabletKey(t.tablet))) return
+  const isr = t.leaderAndIsr.isr
+  if (!r.target.every((s) => isr.includes(s))) return
+  const next = r.target.includes(leader)
+    ? leader
+    : r.target.find((s) => isr.includes(s) && usable(state, t, s) && !newLife(state, t, s))
+  if (next === undefined) return
+  const leaving = Reassignment.removing(r)
+  reshape(
+    state,
+    c,
+    t,
+    {
+      replicas: r.target,
+      reassignment: undefined,
+      retired: union(t.retired ?? [], leaving)
+    },
+    next,
+    isr.filter((s) => r.target.includes(s))
+  )
+  c.after.push({
+    _tag: "Log",
+    level: "info",
+    message: `${Models.tabletKey(t.tablet)}: moved to [${r.target.join(",")}], led by server ${next}${leaving.length === 0 ? "" : `; [${leaving.join(",")}] delete their replicas`}`
+  })
+}
+
+/**
+ * Ends a tablet's move, back on its original replicas under the next leader epoch: the adding replicas leave the ISR
+ * and are retired; leadership moves back to the first original replica in the ISR when an adding one leads. Refused
+ * when no original replica is in sync to lead (the move must finish: the others may lack acknowledged records), or
+ * while the tablet is offline or electing.
+ */
+const cancelReassign = (state: State, input: Extract<Input, { readonly _tag: "CancelReassign" }>): Step => {
+  const key = Models.tabletKey(input.tablet)
+  const t = state.tablets.get(key)
+  const refused = (refusal: Reassignment.Refusal) => refuse(state, input, refusal)
+  if (t === undefined) return refused({ _tag: "UnknownTablet" })
+  const r = t.reassignment
+  if (r === undefined) return refused({ _tag: "NotMoving" })
+  const current = t.leaderAndIsr.leader
+  if (t.state !== "OnlineTablet" || current === null) return refused({ _tag: "TabletOffline" })
+  if (state.elections.has(key)) return refused({ _tag: "ElectionPending" })
+  const isr = t.leaderAndIsr.isr.filter((s) => r.original.includes(s))
+  const leader = r.original.includes(current)
+    ? current
+    : r.original.find((s) => isr.includes(s) && usable(state, t, s) && !newLife(state, t, s))
+  if (leader === undefined) return refused({ _tag: "NoOriginalInSync" })
+  const c = changes(state)
+  const added = Reassignment.adding(r)
+  const stored = reshape(
+    state,
+    c,
+    t,
+    { replicas: r.original, reassignment: undefined, retired: union(t.retired ?? [], added) },
+    leader,
+    isr
+  )
+  c.after.push(
+    {
+      _tag: "Log",
+      level: "info",
+      message: `${key}: move to [${r.target.join(",")}] cancelled, back on [${r.original.join(",")}] led by server ${leader}`
+    },
+    { _tag: "Reply", requestId: input.requestId, reply: { _tag: "ReassignCancelled", tablet: stored } }
+  )
+  return finish(state, c)
+}
+
+/** `a` and then the members of `b` it lacks. */
+const union = (a: ReadonlyArray<Models.ServerId>, b: ReadonlyArray<Models.ServerId>) => [
+  ...a,
+  ...b.filter((s) => !a.includes(s))
+]

@@ -157,7 +157,11 @@ export const StoredTablet = Schema.Struct({
   leaderAndIsr: Models.LeaderAndIsr,
   registrations: Schema.optional(Schema.Record(Schema.String, Schema.Int)),
   eligible: Schema.optional(Schema.Array(Models.ServerId)),
-  deleted: Schema.optional(Schema.Array(Models.ServerId))
+  deleted: Schema.optional(Schema.Array(Models.ServerId)),
+  reassignment: Schema.optional(
+    Schema.Struct({ original: Schema.Array(Models.ServerId), target: Schema.Array(Models.ServerId) })
+  ),
+  retired: Schema.optional(Schema.Array(Models.ServerId))
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)

@@ -1,0 +1,157 @@
+/**
+ * A move of one tablet's replica set (Kafka's KIP-455 reassignment, in the seed's three steps), as the controller's
+ * machine stores and judges it. Pure: `ControllerState` drives it.
+ *
+ * While a tablet moves it keeps its `original` replica set and its `target`; its replicas are the target's followed
+ * by the original's leaving ones, so the adding replicas are followers of the leader and copy its log. Once every
+ * target replica is in the ISR, one write makes the target the tablet's replicas under the next leader epoch — led
+ * by its leader when it stays, else by the first target replica in the ISR — and the leaving replicas are told to
+ * delete themselves (they are `retired` until they have). A cancel returns the tablet to its original replicas the
+ * same way, the adding ones retired.
+ *
+ * @since 0.1.0
+ */
+import type { Models } from "@strata/core"
+
+/**
+ * A tablet's move under way, stored with the tablet.
+ *
+ * @since 0.1.0
+ */
+export interface Reassignment {
+  /** The replicas the tablet had when the move began (it returns to them when the move is cancelled). */
+  readonly original: ReadonlyArray<Models.ServerId>
+  /** The replicas it ends with, in assignment order (the first is the preferred leader). */
+  readonly target: ReadonlyArray<Models.ServerId>
+}
+
+/**
+ * Why a reassignment (or its cancel) was refused.
+ *
+ * @since 0.1.0
+ */
+export type Refusal =
+  | { readonly _tag: "UnknownTablet" }
+  | { readonly _tag: "TabletDeleting" }
+  | { readonly _tag: "TabletOffline" }
+  | { readonly _tag: "EmptyTarget" }
+  | { readonly _tag: "DuplicateServer"; readonly server: Models.ServerId }
+  | { readonly _tag: "UnknownServer"; readonly server: Models.ServerId }
+  | { readonly _tag: "DeadServer"; readonly server: Models.ServerId }
+  | { readonly _tag: "ShuttingDown"; readonly server: Models.ServerId }
+  | { readonly _tag: "StillRetiring"; readonly server: Models.ServerId }
+  | { readonly _tag: "ReplicationFactor"; readonly replicas: number; readonly minInsyncReplicas: number }
+  | { readonly _tag: "AlreadyMoving"; readonly target: ReadonlyArray<Models.ServerId> }
+  | { readonly _tag: "NotMoving" }
+  | { readonly _tag: "NoOriginalInSync" }
+  | { readonly _tag: "ElectionPending" }
+
+/**
+ * A refusal as one line naming what was wrong.
+ *
+ * @since 0.1.0
+ */
+export const describe = (tablet: string, refusal: Refusal): string => {
+  switch (refusal._tag) {
+    case "UnknownTablet":
+      return `no tablet ${tablet}`
+    case "TabletDeleting":
+      return `${tablet} is being deleted`
+    case "TabletOffline":
+      return `${tablet} is offline: no leader for new replicas to copy from`
+    case "EmptyTarget":
+      return `${tablet}: the target replica set is empty`
+    case "DuplicateServer":
+      return `${tablet}: server ${refusal.server} is named twice in the target replica set`
+    case "UnknownServer":
+      return `${tablet}: server ${refusal.server} is not a server of the cluster`
+    case "DeadServer":
+      return `${tablet}: server ${refusal.server} is not registered (down)`
+    case "ShuttingDown":
+      return `${tablet}: server ${refusal.server} is shutting down`
+    case "StillRetiring":
+      return `${tablet}: server ${refusal.server} has not yet deleted the replica it held before`
+    case "ReplicationFactor":
+      return `${tablet}: ${refusal.replicas} target replicas, minInsyncReplicas is ${refusal.minInsyncReplicas}: no append could be acknowledged`
+    case "AlreadyMoving":
+      return `${tablet} is already moving to [${refusal.target.join(",")}]: cancel that move first`
+    case "NotMoving":
+      return `${tablet} is not moving`
+    case "NoOriginalInSync":
+      return `${tablet}: no replica of its original set is in sync to lead; cancelling would lose acknowledged records (let the move finish)`
+    case "ElectionPending":
+      return `${tablet}: an election is under way; try again once it has a leader`
+  }
+}
+
+/**
+ * The replicas a move adds.
+ *
+ * @since 0.1.0
+ */
+export const adding = (r: Reassignment): ReadonlyArray<Models.ServerId> =>
+  r.target.filter((s) => !r.original.includes(s))
+
+/**
+ * The replicas a move removes.
+ *
+ * @since 0.1.0
+ */
+export const removing = (r: Reassignment): ReadonlyArray<Models.ServerId> =>
+  r.original.filter((s) => !r.target.includes(s))
+
+/**
+ * A moving tablet's replicas: the target's, then the original's leaving ones.
+ *
+ * @since 0.1.0
+ */
+export const replicasDuring = (r: Reassignment): ReadonlyArray<Models.ServerId> => [...r.target, ...removing(r)]
+
+/**
+ * Whether two replica lists are the same, in the same order.
+ *
+ * @since 0.1.0
+ */
+export const sameReplicas = (a: ReadonlyArray<Models.ServerId>, b: ReadonlyArray<Models.ServerId>): boolean =>
+  a.length === b.length && a.every((s, i) => b[i] === s)
+
+/**
+ * What the controller knows of the servers, as a target is judged against it.
+ *
+ * @since 0.1.0
+ */
+export interface Servers {
+  /** Registered now. */
+  readonly live: ReadonlySet<Models.ServerId>
+  /** Registered now or before, or holding some tablet's replica. */
+  readonly known: (server: Models.ServerId) => boolean
+  readonly shuttingDown: ReadonlySet<Models.ServerId>
+  readonly minInsyncReplicas: number
+}
+
+/**
+ * Why `target` cannot be a tablet's replica set, if it cannot: empty, a server twice, too few for
+ * `minInsyncReplicas`, or a server that is unknown, down, shutting down, or still deleting what it held of the
+ * tablet (`retired`). A server the tablet already has is judged too: the move must be able to finish.
+ *
+ * @since 0.1.0
+ */
+export const refuseTarget = (
+  servers: Servers,
+  target: ReadonlyArray<Models.ServerId>,
+  retired: ReadonlyArray<Models.ServerId>
+): Refusal | undefined => {
+  if (target.length === 0) return { _tag: "EmptyTarget" }
+  const twice = target.find((s, i) => target.indexOf(s) !== i)
+  if (twice !== undefined) return { _tag: "DuplicateServer", server: twice }
+  for (const s of target) {
+    if (!servers.known(s)) return { _tag: "UnknownServer", server: s }
+    if (!servers.live.has(s)) return { _tag: "DeadServer", server: s }
+    if (servers.shuttingDown.has(s)) return { _tag: "ShuttingDown", server: s }
+    if (retired.includes(s)) return { _tag: "StillRetiring", server: s }
+  }
+  if (target.length < servers.minInsyncReplicas) {
+    return { _tag: "ReplicationFactor", replicas: target.length, minInsyncReplicas: servers.minInsyncReplicas }
+  }
+  return undefined
+}
