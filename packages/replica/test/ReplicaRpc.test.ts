@@ -184,6 +184,8 @@ describe("ReplicaRpc over TCP", () => {
           replicaStorage: () => Effect.die("unused"),
           deleteTablets: () => Effect.die("unused"),
           createTablets: () => Effect.die("unused"),
+          reassign: () => Effect.die("unused"),
+          cancelReassign: () => Effect.die("unused"),
           adjustIsr: (r) =>
             Effect.sync(() => {
               asked.push(r)

@@ -11,7 +11,8 @@
  *
  * @since 0.1.0
  */
-import type { Models } from "@strata/core"
+import { Models } from "@strata/core"
+import { Schema } from "effect"
 
 /**
  * A tablet's move under way, stored with the tablet.
@@ -30,21 +31,29 @@ export interface Reassignment {
  *
  * @since 0.1.0
  */
-export type Refusal =
-  | { readonly _tag: "UnknownTablet" }
-  | { readonly _tag: "TabletDeleting" }
-  | { readonly _tag: "TabletOffline" }
-  | { readonly _tag: "EmptyTarget" }
-  | { readonly _tag: "DuplicateServer"; readonly server: Models.ServerId }
-  | { readonly _tag: "UnknownServer"; readonly server: Models.ServerId }
-  | { readonly _tag: "DeadServer"; readonly server: Models.ServerId }
-  | { readonly _tag: "ShuttingDown"; readonly server: Models.ServerId }
-  | { readonly _tag: "StillRetiring"; readonly server: Models.ServerId }
-  | { readonly _tag: "ReplicationFactor"; readonly replicas: number; readonly minInsyncReplicas: number }
-  | { readonly _tag: "AlreadyMoving"; readonly target: ReadonlyArray<Models.ServerId> }
-  | { readonly _tag: "NotMoving" }
-  | { readonly _tag: "NoOriginalInSync" }
-  | { readonly _tag: "ElectionPending" }
+export const Refusal = Schema.Union([
+  Schema.TaggedStruct("UnknownTablet", {}),
+  Schema.TaggedStruct("TabletDeleting", {}),
+  Schema.TaggedStruct("TabletOffline", {}),
+  Schema.TaggedStruct("EmptyTarget", {}),
+  Schema.TaggedStruct("DuplicateServer", { server: Models.ServerId }),
+  Schema.TaggedStruct("UnknownServer", { server: Models.ServerId }),
+  Schema.TaggedStruct("DeadServer", { server: Models.ServerId }),
+  Schema.TaggedStruct("ShuttingDown", { server: Models.ServerId }),
+  Schema.TaggedStruct("StillRetiring", { server: Models.ServerId }),
+  Schema.TaggedStruct("ReplicationFactor", { replicas: Schema.Int, minInsyncReplicas: Schema.Int }),
+  Schema.TaggedStruct("AlreadyMoving", { target: Schema.Array(Models.ServerId) }),
+  Schema.TaggedStruct("NotMoving", {}),
+  Schema.TaggedStruct("NoOriginalInSync", {}),
+  Schema.TaggedStruct("ElectionPending", {})
+])
+
+/**
+ * A refusal's type.
+ *
+ * @since 0.1.0
+ */
+export type Refusal = typeof Refusal.Type
 
 /**
  * A refusal as one line naming what was wrong.

@@ -108,6 +108,16 @@ export interface ControllerShape {
    * their nodes go once every replica has. The number of these tablets the controller knows.
    */
   readonly deleteTablets: (tablets: ReadonlyArray<Models.TabletId>) => Effect.Effect<number, ControllerResigned>
+  /**
+   * Moves a tablet's replicas to `target` (see `Reassignment`): the tablet as written when the move began (or as it
+   * is, for a repeat), or why it was refused.
+   */
+  readonly reassign: (
+    tablet: Models.TabletId,
+    target: ReadonlyArray<Models.ServerId>
+  ) => Effect.Effect<ReassignReply, ControllerResigned>
+  /** Ends a tablet's move, back on its original replicas: the tablet as written, or why it was refused. */
+  readonly cancelReassign: (tablet: Models.TabletId) => Effect.Effect<ReassignReply, ControllerResigned>
   /** Moves leadership back to preferred replicas now; the number of tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
   /** Moves leadership off `server`; the number of tablets it still leads. */
@@ -121,6 +131,22 @@ export interface ControllerShape {
   /** How it started: the tablets it started with, how many it read from coordination, whether it read them all. */
   readonly resumed: { readonly tablets: number; readonly read: number; readonly full: boolean }
 }
+
+/**
+ * The controller's answer to a reassignment or its cancel.
+ *
+ * @since 0.1.0
+ */
+export type ReassignReply = Extract<
+  ControllerState.Reply,
+  { readonly _tag: "Reassigning" | "ReassignCancelled" | "ReassignRefused" }
+>
+
+/** A reply to a move request as the move's reply (no other can come: the machine answers each input in kind). */
+const asReassignReply = (reply: ControllerState.Reply): ReassignReply =>
+  reply._tag === "Reassigning" || reply._tag === "ReassignCancelled" || reply._tag === "ReassignRefused"
+    ? reply
+    : { _tag: "ReassignRefused", refusal: { _tag: "UnknownTablet" }, detail: `unexpected answer ${reply._tag}` }
 
 type Pending = Deferred.Deferred<ControllerState.Reply, ControllerResigned>
 
@@ -642,6 +668,16 @@ const shapeOf = (c: Running, resumed: ControllerShape["resumed"]): ControllerSha
     Effect.map(
       ask(c, (requestId) => ({ _tag: "DeleteTablets", requestId, tablets })),
       (reply) => (reply._tag === "Deleting" ? reply.tablets : 0)
+    ),
+  reassign: (tablet, target) =>
+    Effect.map(
+      ask(c, (requestId) => ({ _tag: "Reassign", requestId, tablet, target })),
+      asReassignReply
+    ),
+  cancelReassign: (tablet) =>
+    Effect.map(
+      ask(c, (requestId) => ({ _tag: "CancelReassign", requestId, tablet })),
+      asReassignReply
     ),
   balanceLeaders: Effect.map(
     ask(c, (requestId) => ({ _tag: "BalanceLeaders", requestId })),

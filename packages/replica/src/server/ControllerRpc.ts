@@ -17,11 +17,12 @@ import {
   type ListenFailed,
   type Metadata,
   NotController,
+  ReassignRefused,
   type ServerMetadata,
   serveGroup,
   type TabletMetadata
 } from "../wire/ReplicaRpc.js"
-import type { ControllerShape } from "./Controller.js"
+import type { ControllerShape, ReassignReply } from "./Controller.js"
 
 /**
  * What a coordinator's RPC endpoint answers from: the controller while this coordinator leads, and the registered
@@ -57,8 +58,16 @@ const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type =
   state: t.state,
   leader: t.leaderAndIsr.leader,
   leaderEpoch: t.leaderAndIsr.leaderEpoch,
-  isr: t.leaderAndIsr.isr
+  isr: t.leaderAndIsr.isr,
+  ...(t.reassignment === undefined ? {} : { target: t.reassignment.target }),
+  ...(t.retired === undefined || t.retired.length === 0 ? {} : { retired: t.retired })
 })
+
+/** A move's answer as the RPC's: the tablet, or the refusal. */
+const moved = (reply: ReassignReply): Effect.Effect<typeof TabletMetadata.Type, ReassignRefused> =>
+  reply._tag === "ReassignRefused"
+    ? Effect.fail(new ReassignRefused({ reason: reply.refusal, detail: reply.detail }))
+    : Effect.succeed(tabletMetadata(reply.tablet))
 
 /**
  * Creates a table on `controller`: its replicas assigned over the live registered servers (`Assignment`, leaders
@@ -149,6 +158,10 @@ export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHand
     BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
     InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
     ReplicaStorage: (report) => Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
-    DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table))
+    DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table)),
+    Reassign: ({ tablet, replicas }) =>
+      Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.reassign(tablet, replicas), resigned), moved)),
+    CancelReassign: ({ tablet }) =>
+      Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.cancelReassign(tablet), resigned), moved))
   }
 }

@@ -18,6 +18,7 @@
  */
 import { HostPort, Models } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
+import * as Reassignment from "../machines/Reassignment.js"
 import { NodeSocket, NodeSocketServer } from "@effect/platform-node"
 import {
   type Context,
@@ -203,7 +204,11 @@ export const TabletMetadata = Schema.Struct({
   state: Schema.Literals(["NewTablet", "OnlineTablet", "OfflineTablet", "DeletingTablet"]),
   leader: Schema.NullOr(Models.ServerId),
   leaderEpoch: Models.Epoch,
-  isr: Schema.Array(Models.ServerId)
+  isr: Schema.Array(Models.ServerId),
+  /** The replicas a move under way ends with (see `Reassignment`). */
+  target: Schema.optional(Schema.Array(Models.ServerId)),
+  /** Servers a move took out that have not yet deleted their replica. */
+  retired: Schema.optional(Schema.Array(Models.ServerId))
 })
 
 /**
@@ -243,6 +248,21 @@ export type Metadata = typeof Metadata.Type
  * @since 0.1.0
  */
 export class DeleteTableRefused extends Schema.TaggedError<DeleteTableRefused>()("DeleteTableRefused", {
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return this.detail
+  }
+}
+
+/**
+ * A reassignment (or its cancel) was refused: `reason` says why, `detail` as one line naming the tablet.
+ *
+ * @since 0.1.0
+ */
+export class ReassignRefused extends Schema.TaggedError<ReassignRefused>()("ReassignRefused", {
+  reason: Reassignment.Refusal,
   detail: Schema.String
 }) {
   /** @since 0.1.0 */
@@ -293,6 +313,16 @@ export class ControllerRpcs extends RpcGroup.make(
     payload: Schema.Struct({ table: Schema.NonEmptyString }),
     success: Schema.Int,
     error: Schema.Union([NotController, DeleteTableRefused])
+  }),
+  Rpc.make("Reassign", {
+    payload: Schema.Struct({ tablet: Models.TabletId, replicas: Schema.Array(Models.ServerId) }),
+    success: TabletMetadata,
+    error: Schema.Union([NotController, ReassignRefused])
+  }),
+  Rpc.make("CancelReassign", {
+    payload: Schema.Struct({ tablet: Models.TabletId }),
+    success: TabletMetadata,
+    error: Schema.Union([NotController, ReassignRefused])
   })
 ) {}
 
