@@ -867,6 +867,11 @@ interface Tally {
   /** Deleting tablets after a DeleteTablets; tablets removed for good. */
   deleting: number
   removed: number
+  /** Moves begun, finished on their target, cancelled; move requests refused. */
+  moves: number
+  moved: number
+  cancelled: number
+  moveRefused: number
 }
 const tally = (): Tally => ({
   leaderChanges: 0,
@@ -885,7 +890,11 @@ const tally = (): Tally => ({
   holdings: 0,
   balanced: 0,
   deleting: 0,
-  removed: 0
+  removed: 0,
+  moves: 0,
+  moved: 0,
+  cancelled: 0,
+  moveRefused: 0
 })
 
 /** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
@@ -917,6 +926,31 @@ const answer = (r: Prng, state: State, servers: ReadonlyArray<Models.ServerId>):
   }
 }
 
+/**
+ * A move request: mostly a target of live servers for a tablet that is online, often the leader's leaving or the
+ * replication factor changing; sometimes a server twice, one down, or one unknown; sometimes a cancel.
+ */
+const moveRequest = (
+  r: Prng,
+  state: State,
+  servers: ReadonlyArray<Models.ServerId>,
+  buckets: number,
+  n: number
+): Input => {
+  const moving = [...state.tablets.values()].filter((t) => t.reassignment !== undefined)
+  if (moving.length > 0 && r.chance(0.5)) return { _tag: "CancelReassign", requestId: n, tablet: r.pick(moving).tablet }
+  const bucket = r.int(0, buckets)
+  if (r.chance(0.1)) return { _tag: "CancelReassign", requestId: n, tablet: tid(bucket) }
+  const pool = r.chance(0.85) ? servers.filter((s) => state.live.has(s) && !state.shuttingDown.has(s)) : [...servers]
+  const size = Math.min(pool.length, r.int(1, 4))
+  const target: Array<Models.ServerId> = []
+  const left = [...pool]
+  for (let i = 0; i < size; i++) target.push(left.splice(r.int(0, left.length - 1), 1)[0]!)
+  if (r.chance(0.05) && target.length > 0) target.push(target[0]!)
+  if (r.chance(0.03)) target.push(42)
+  return { _tag: "Reassign", requestId: n, tablet: tid(bucket), target }
+}
+
 const randomInput = (
   r: Prng,
   state: State,
@@ -939,6 +973,20 @@ const randomInput = (
       tablets: [t.tablet, ...(r.chance(0.3) ? [r.pick([...state.tablets.values()]).tablet] : [])]
     }
   }
+  // A server a move took out answers that it deleted its replica.
+  const retiring = [...state.tablets.values()].filter((t) => (t.retired ?? []).length > 0)
+  if (retiring.length > 0 && r.chance(0.2)) {
+    const t = r.pick(retiring)
+    const server = r.pick(t.retired ?? [])
+    const registration = r.chance(0.9) ? state.registrations.get(server) : life(n, server)
+    return {
+      _tag: "ReplicaStopped",
+      server,
+      ...(registration === undefined ? {} : { registration }),
+      tablets: [t.tablet]
+    }
+  }
+  if (r.chance(0.05)) return moveRequest(r, state, servers, buckets, n)
   if (r.chance(0.015))
     return { ...deleteTablets(...Array.from({ length: r.int(1, 2) }, () => r.int(0, buckets))), requestId: n }
   const roll = r.next()
@@ -1171,6 +1219,8 @@ const check = (
     }
   }
   if (lastWrite > firstSend) return ["writes before sends", commands.map((c) => c._tag).join(",")]
+  const moved = checkMoves(before, input, next, commands, model, previous, counts)
+  if (moved !== undefined) return moved
 
   // Elections: pending only while their tablet is offline; a new one has a new round and asks every candidate.
   for (const [k, e] of next.elections) {
@@ -1313,7 +1363,9 @@ const check = (
     if (!model.live.has(c.server)) return ["StopReplica to a live server", `${c.server}`]
     for (const id of c.tablets) {
       const t = next.tablets.get(Models.tabletKey(id))
-      if (t?.state !== "DeletingTablet" || !t.replicas.includes(c.server) || (t.deleted ?? []).includes(c.server))
+      const deleting =
+        t?.state === "DeletingTablet" && t.replicas.includes(c.server) && !(t.deleted ?? []).includes(c.server)
+      if (!deleting && !(t?.retired ?? []).includes(c.server))
         return ["StopReplica for a replica still to delete", `${c.server}: ${Models.tabletKey(id)}`]
     }
   }
@@ -1365,12 +1417,23 @@ const check = (
     // A replica whose storage works again takes a role only under a new epoch: its tablet's leader leads on under one.
     const bumped =
       input._tag === "ReplicaStorage" && !input.failed && input.tablets.some((id) => Models.tabletKey(id) === k)
-    if (now.leaderEpoch !== was.leaderEpoch + (changed || elected || (bumped && now.leader !== null) ? 1 : 0))
+    // A tablet's replica set changed by a move: every replica takes it under a new epoch.
+    const reshaped =
+      t.state !== "DeletingTablet" &&
+      (!isDeepStrictEqual(t.replicas, p.replicas) || !isDeepStrictEqual(t.reassignment, p.reassignment))
+    if (
+      now.leaderEpoch !==
+      was.leaderEpoch + (changed || elected || reshaped || (bumped && now.leader !== null) ? 1 : 0)
+    )
       return [
         "epoch + 1 on a new leader (or a new life of it) only",
         `${k}: ${was.leader}@${was.leaderEpoch} → ${now.leader}@${now.leaderEpoch}`
       ]
-    const candidates = t.replicas.filter((s) => was.isr.includes(s) || (p.eligible ?? []).includes(s))
+    // A member just let into the ISR by this change may lead the move it completes.
+    const joined = input._tag === "AdjustIsr" ? input.isr : []
+    const candidates = [...new Set([...t.replicas, ...p.replicas])].filter(
+      (s) => was.isr.includes(s) || joined.includes(s) || (p.eligible ?? []).includes(s)
+    )
     const unclean = uncleanLogged.has(k)
     if (unclean && !model.unclean) return ["no unclean election unless enabled", k]
     if (changed) {
@@ -1468,12 +1531,110 @@ const check = (
       // A repeat of the committed ISR (a retry whose answer was lost) is answered without a write.
       if (written.size === 0) {
         if (next !== before || commands.length !== 1) return ["a repeat is answered and changes nothing", ""]
-      } else if (written.size !== 1 || firstSend < commands.length) {
-        return ["an accepted change: one write, no sends", ""]
+      } else {
+        // The change that brings a move's last target into the ISR finishes it: every new replica hears that.
+        const k = Models.tabletKey(input.tablet)
+        const finished =
+          before.tablets.get(k)?.reassignment !== undefined && next.tablets.get(k)?.reassignment === undefined
+        if (written.size !== 1 || (firstSend < commands.length && !finished))
+          return ["an accepted change: one write, no sends (but for a move it finishes)", ""]
       }
     }
   }
   counts.unclean += next.uncleanElections - before.uncleanElections
+  return undefined
+}
+
+/**
+ * Moves: a moving tablet's replicas are its target then its leaving ones; a move begins only on a request for an
+ * online tablet, its leader and ISR unchanged; it ends on its target with every target replica in sync (its ISR the
+ * target's) or, on a cancel, on its original replicas led by one that was in sync; a retired replica is out of the
+ * replicas and leaves the list only on its own answer; a refusal changes nothing.
+ */
+const checkMoves = (
+  before: State,
+  input: Input,
+  next: State,
+  commands: ReadonlyArray<Command>,
+  model: Model,
+  previous: ReadonlyMap<string, Tablet>,
+  counts: Tally
+): readonly [string, string] | undefined => {
+  const same = (a: ReadonlyArray<Models.ServerId>, b: ReadonlyArray<Models.ServerId>) =>
+    isDeepStrictEqual(sorted(a), sorted(b))
+  for (const [k, t] of next.tablets) {
+    const p = previous.get(k)
+    const r = t.reassignment
+    const retired = t.retired ?? []
+    if (
+      r !== undefined &&
+      !isDeepStrictEqual(t.replicas, [...r.target, ...r.original.filter((s) => !r.target.includes(s))])
+    )
+      return ["a moving tablet's replicas: its target, then its leaving ones", `${k}: ${JSON.stringify(t)}`]
+    if (retired.some((s) => t.replicas.includes(s))) return ["a retired replica is out of the replicas", k]
+    if (p === undefined || t.state === "DeletingTablet") continue
+    const request = (tag: Input["_tag"]) =>
+      input._tag === tag && "tablet" in input && Models.tabletKey(input.tablet as Models.TabletId) === k
+    if (r !== undefined && p.reassignment === undefined) {
+      counts.moves++
+      if (!request("Reassign") || p.state !== "OnlineTablet") return ["a move begins only when asked, online", k]
+      if (!same(r.original, p.replicas)) return ["a move starts from the replicas the tablet has", k]
+    }
+    if (r !== undefined && p.reassignment !== undefined && !isDeepStrictEqual(r, p.reassignment))
+      return ["a move keeps its target", k]
+    // The move this step ended: one under way, or one begun and finished at once (nothing to copy).
+    const instant =
+      input._tag === "Reassign" && request("Reassign") && !isDeepStrictEqual(t.replicas, p.replicas)
+        ? { original: p.replicas, target: input.target }
+        : undefined
+    const was = p.reassignment ?? instant
+    if (was !== undefined && r === undefined) {
+      const lai = t.leaderAndIsr
+      const joined = input._tag === "AdjustIsr" ? input.isr : []
+      // In sync before, let in by this change, or the leader this step elected (its own checks judge that election).
+      const elected = lai.leader !== p.leaderAndIsr.leader ? lai.leader : null
+      const inSync = (s: Models.ServerId) => p.leaderAndIsr.isr.includes(s) || joined.includes(s) || s === elected
+      if (isDeepStrictEqual(t.replicas, was.target) && !request("CancelReassign")) {
+        counts.moved++
+        if (
+          !was.target.every(inSync) ||
+          !same(lai.isr, was.target) ||
+          lai.leader === null ||
+          !was.target.includes(lai.leader)
+        )
+          return ["a move finishes with every target in sync, led by one of them", `${k}: ${JSON.stringify(t)}`]
+      } else if (isDeepStrictEqual(t.replicas, was.original) && request("CancelReassign")) {
+        counts.cancelled++
+        if (
+          lai.leader === null ||
+          !was.original.includes(lai.leader) ||
+          !lai.isr.every((s) => p.leaderAndIsr.isr.includes(s))
+        )
+          return ["a cancel goes back to the original replicas, led by one in sync", `${k}: ${JSON.stringify(t)}`]
+      } else return ["a move ends on its target or, cancelled, on its original replicas", `${k}: ${JSON.stringify(t)}`]
+    }
+    const gone = (p.retired ?? []).filter((s) => !retired.includes(s))
+    const answered = (s: Models.ServerId) =>
+      input._tag === "ReplicaStopped" &&
+      input.server === s &&
+      model.live.has(s) &&
+      model.lives.get(s) === input.registration
+    if (gone.some((s) => !answered(s))) return ["a retired replica leaves the list on its own answer only", k]
+  }
+  if (input._tag === "Reassign" || input._tag === "CancelReassign") {
+    const r = reply(commands)
+    if (r?._tag === "ReassignRefused") {
+      counts.moveRefused++
+      if (next !== before || commands.length !== 1) return ["a refused move changes nothing", JSON.stringify(commands)]
+    } else if (input._tag === "Reassign" && next !== before) {
+      const target = input.target
+      const fine =
+        new Set(target).size === target.length &&
+        target.length >= model.min &&
+        target.every((s) => model.live.has(s) && !model.stopping.has(s))
+      if (!fine) return ["a move to a server twice, down or stopping, or too few, is refused", JSON.stringify(r)]
+    }
+  }
   return undefined
 }
 
@@ -1553,7 +1714,8 @@ describe("ControllerState seeded runs", () => {
     const { counts } = cleanRuns()
     // A preferred replica back in the ISR of a tablet led elsewhere needs a longer history: fewer of those.
     // A deletion ends only once every replica answered: fewer of those too.
-    const least: Partial<Record<keyof Tally, number>> = { balanced: 50, removed: 30 }
+    // Moves finish or are cancelled only after their requests meet an online tablet (and ISR changes): fewer too.
+    const least: Partial<Record<keyof Tally, number>> = { balanced: 50, removed: 30, moved: 20, cancelled: 20 }
     for (const [name, n] of Object.entries(counts))
       assert.isAbove(n, least[name as keyof Tally] ?? 100, `${name}: ${JSON.stringify(counts)}`)
   })
@@ -1603,6 +1765,22 @@ describe("ControllerState seeded runs", () => {
       return ControllerState.step({ ...state, tablets }, input)
     }
     const rule = "removed only once every replica deleted itself"
+    const broken = failures(hasty, tally(), rule)
+    assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
+  })
+
+  it("a planted bug (a move finished before its new replicas are in sync) is caught", () => {
+    // The machine is fed the tablet as if every target replica were in its ISR already.
+    const hasty: StepFn = (state, input) => {
+      const k = input._tag === "Reassign" ? Models.tabletKey(input.tablet) : undefined
+      const t = k === undefined ? undefined : state.tablets.get(k)
+      if (input._tag !== "Reassign" || k === undefined || t === undefined) return ControllerState.step(state, input)
+      const isr = [...new Set([...t.leaderAndIsr.isr, ...input.target])]
+      const synced = { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr } }
+      const hurried = ControllerState.step({ ...state, tablets: new Map(state.tablets).set(k, synced) }, input)
+      return hurried[1].some((c) => c._tag === "Write") ? hurried : ControllerState.step(state, input)
+    }
+    const rule = "a move finishes with every target in sync, led by one of them"
     const broken = failures(hasty, tally(), rule)
     assert.isTrue(broken.has(rule), [...broken.keys()].join(", "))
   })

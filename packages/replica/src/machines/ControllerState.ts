@@ -1321,15 +1321,16 @@ const reshape = (
   leader: Models.ServerId,
   isr: ReadonlyArray<Models.ServerId>
 ) => {
+  // One epoch past the step's start: a leader elected earlier in the step takes the new replicas in the same write.
+  const leaderEpoch = Math.max(
+    t.leaderAndIsr.leaderEpoch,
+    (state.tablets.get(Models.tabletKey(t.tablet)) ?? t).leaderAndIsr.leaderEpoch + 1
+  )
   const stored = put(
     state,
     c,
     t,
-    {
-      ...t,
-      ...next,
-      leaderAndIsr: { ...t.leaderAndIsr, leader, leaderEpoch: t.leaderAndIsr.leaderEpoch + 1, isr }
-    },
+    { ...t, ...next, leaderAndIsr: { ...t.leaderAndIsr, leader, leaderEpoch, isr } },
     { confirmed: leader === t.leaderAndIsr.leader ? [] : [leader] }
   )
   for (const server of stored.retired ?? []) c.after.push(...stopReplicas(state, server, [stored]))
