@@ -1303,7 +1303,7 @@ const refuse = (
       reply: {
         _tag: "ReassignRefused",
         refusal,
-        detail: Reassignment.describe(Models.tabletKey(input.tablet), refusal)
+        detail: Reassignment.describeRefusal(Models.tabletKey(input.tablet), refusal)
       }
     }
   ]

@@ -60,7 +60,7 @@ export type Refusal = typeof Refusal.Type
  *
  * @since 0.1.0
  */
-export const describe = (tablet: string, refusal: Refusal): string => {
+export const describeRefusal = (tablet: string, refusal: Refusal): string => {
   switch (refusal._tag) {
     case "UnknownTablet":
       return `no tablet ${tablet}`
