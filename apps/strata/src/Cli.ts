@@ -60,7 +60,7 @@ export class Reported extends Data.TaggedError("Reported")<{ readonly line: stri
 }
 
 /** Failures whose message is all there is to say: reported without pointing at `--verbose`. */
-const complete = new Set(["InvalidTableName", "NoSuchTable", "DuplicateServerId"])
+const complete = new Set(["InvalidTableName", "NoSuchTable", "DuplicateServerId", "ReassignRefused"])
 
 /** What to do about a failure of `command`, when the CLI knows. */
 const hintOf = (command: string, error: unknown): string | undefined => {
@@ -449,15 +449,99 @@ const tabletsDescribe = Command.make(
   "describe",
   {
     ...clusterFlags,
-    table: Argument.String("table").pipe(Argument.withDescription("Only this table"), Argument.optional)
+    table: Argument.String("table").pipe(Argument.withDescription("Only this table"), Argument.optional),
+    json: Flag.Boolean("json").pipe(
+      Flag.withDescription("Print the controller's metadata (servers and tablets) as one JSON object"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn(function* (f) {
     yield* Processes.describe(
       sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
-      Option.getOrUndefined(f.table)
+      Option.getOrUndefined(f.table),
+      { json: f.json }
     )
   }, reporting("strata tablets describe"))
-).pipe(Command.withDescription("Print the live servers and every tablet's state, leader, epoch, replicas and ISR"))
+).pipe(
+  Command.withDescription(
+    "Print the live servers and every tablet's state, leader, epoch, replicas and ISR; a moving tablet's target replicas, and a move's retired ones until they have deleted theirs"
+  )
+)
+
+/**
+ * `--replicas` as server ids, or why it is not `id[,id...]` of integers ≥ 0. Duplicates pass: the controller refuses
+ * them, naming the server.
+ */
+const parseReplicas = (replicas: string): ReadonlyArray<number> | UsageError => {
+  const ids = replicas.split(",").map((id) => id.trim())
+  const bad = ids.find((id) => !/^\d{1,9}$/.test(id))
+  if (bad === undefined) return ids.map(Number)
+  return new UsageError({
+    detail: `--replicas: expected server ids separated by commas (integers ≥ 0), got ${JSON.stringify(replicas)}${bad === "" ? " (an empty id)" : ` (${JSON.stringify(bad)} is not a server id)`}`,
+    hint: "e.g. --replicas 1,4,5 (the first is the preferred leader)"
+  })
+}
+
+/** What `strata tablets reassign` is asked: exactly one of `--replicas` and `--cancel`. */
+const reassignRequest = (
+  replicas: Option.Option<string>,
+  cancel: boolean
+): Effect.Effect<Processes.ReassignRequest, UsageError> => {
+  if (Option.isSome(replicas) && cancel) {
+    return Effect.fail(
+      new UsageError({
+        detail: "--replicas and --cancel were both given",
+        hint: "give --replicas to move the tablet, or --cancel to end its move"
+      })
+    )
+  }
+  if (cancel) return Effect.succeed({ _tag: "Cancel" })
+  if (Option.isNone(replicas)) {
+    return Effect.fail(
+      new UsageError({
+        detail: "neither --replicas nor --cancel was given",
+        hint: "give --replicas 1,4,5 to move the tablet there, or --cancel to end its move"
+      })
+    )
+  }
+  const parsed = parseReplicas(replicas.value)
+  return parsed instanceof UsageError ? Effect.fail(parsed) : Effect.succeed({ _tag: "Move", replicas: parsed })
+}
+
+const tabletsReassign = Command.make(
+  "reassign",
+  {
+    ...clusterFlags,
+    table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
+    bucket: Argument.Int("bucket").pipe(
+      Argument.withDescription("The tablet's bucket (0 to the table's tablets - 1)"),
+      Argument.withSchema(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
+    ),
+    replicas: Flag.String("replicas").pipe(
+      Flag.withDescription(
+        "The servers the tablet moves to, comma-separated ids (the first is the preferred leader), e.g. 1,4,5"
+      ),
+      Flag.optional
+    ),
+    cancel: Flag.Boolean("cancel").pipe(
+      Flag.withDescription("End the tablet's move under way: back on its original replicas"),
+      Flag.withDefault(false)
+    )
+  },
+  Effect.fn(function* (f) {
+    const request = yield* reassignRequest(f.replicas, f.cancel)
+    yield* Processes.reassign(
+      sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
+      f.table,
+      f.bucket,
+      request
+    )
+  }, reporting("strata tablets reassign"))
+).pipe(
+  Command.withDescription(
+    "Move one tablet's replicas (--replicas 1,4,5: the new ones copy its log, then the leaving ones delete theirs), or cancel its move (--cancel)"
+  )
+)
 
 const tabletsBalanceLeaders = Command.make(
   "balance-leaders",
@@ -515,8 +599,10 @@ const rebalance = Command.make("rebalance").pipe(
 )
 
 const tablets = Command.make("tablets").pipe(
-  Command.withDescription("Create, describe and delete the cluster's tables, and balance their leaders"),
-  Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsDelete, tabletsBalanceLeaders])
+  Command.withDescription(
+    "Create, describe and delete the cluster's tables, balance their leaders, and move a tablet's replicas"
+  ),
+  Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsDelete, tabletsBalanceLeaders, tabletsReassign])
 )
 
 /** The root command. */

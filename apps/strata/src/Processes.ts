@@ -6,10 +6,11 @@
  *   SIGTERM: a controlled shutdown first), or until its id turns out to be another running server's
  *   (`DuplicateServerId`: it never acted for that id);
  * - `coordinator`: a `CoordinatorNode`, until interrupted;
- * - `createTable` / `describe`: a `TabletClient`'s calls to the controller.
+ * - `createTable` / `describe` / `reassign`: a `TabletClient`'s calls to the controller.
  *
  * @since 0.1.0
  */
+import type { Models } from "@strata/core"
 import { ClusterPaths, CoordinatorNode, type ReplicaRpc, TabletClient, TabletServerNode } from "@strata/replica"
 import { Planner } from "@strata/rebalance"
 import { Console, Data, Effect, Layer, type Scope } from "effect"
@@ -116,9 +117,19 @@ const withClient = <A, E>(
     ).pipe(Effect.provide(ServerConfig.coordinationLayer(settings.coordination)))
   })
 
-/** A tablet's line in `strata tablets describe`. */
+/** A tablet as `strata tablets` names it. */
+const tabletName = (t: Models.TabletId): string => `${t.table}:${t.bucket}`
+
+/**
+ * A tablet's line in `strata tablets describe`: while it moves, the replicas it moves to (`target`); servers a move
+ * took out that have not yet deleted their replica (`retired`).
+ */
 const describeTablet = (t: typeof ReplicaRpc.TabletMetadata.Type): string =>
-  `${t.tablet.table}:${t.tablet.bucket}\t${t.state}\tleader ${t.leader ?? "none"}\tepoch ${t.leaderEpoch}\treplicas ${t.replicas.join(",")}\tisr ${t.isr.join(",")}`
+  [
+    `${tabletName(t.tablet)}\t${t.state}\tleader ${t.leader ?? "none"}\tepoch ${t.leaderEpoch}\treplicas ${t.replicas.join(",")}\tisr ${t.isr.join(",")}`,
+    ...(t.target === undefined ? [] : [`target ${t.target.join(",")}`]),
+    ...(t.retired === undefined || t.retired.length === 0 ? [] : [`retired ${t.retired.join(",")}`])
+  ].join("\t")
 
 /**
  * `strata tablets create`: a table of `buckets` tablets, assigned by the controller; prints each tablet.
@@ -180,16 +191,22 @@ export const balanceLeaders = (sources: ServerConfig.Sources) =>
   )
 
 /**
- * `strata tablets describe`: every tablet (or one table's) and the live servers, as the controller holds them; a
- * table the cluster does not have fails with `NoSuchTable`, printing nothing.
+ * `strata tablets describe`: every tablet (or one table's) and the live servers, as the controller holds them, as
+ * lines or (`json`) as the metadata's JSON; a moving tablet shows its target replicas, and a move's retired ones until
+ * they have deleted their replica. A table the cluster does not have fails with `NoSuchTable`, printing nothing.
  *
  * @since 0.1.0
  */
-export const describe = (sources: ServerConfig.Sources, table: string | undefined) =>
+export const describe = (
+  sources: ServerConfig.Sources,
+  table: string | undefined,
+  options: { readonly json?: boolean } = {}
+) =>
   withClient(sources, (client) =>
     Effect.gen(function* () {
       const metadata = yield* client.metadata(table)
       if (table !== undefined && metadata.tablets.length === 0) return yield* new NoSuchTable({ table })
+      if (options.json === true) return yield* Console.log(JSON.stringify(metadata))
       yield* Console.log(`coordinator epoch ${metadata.coordinatorEpoch}`)
       for (const s of metadata.servers) {
         const data = s.dataAddress === undefined ? "" : `\tdata link ${s.dataAddress}`
@@ -200,8 +217,57 @@ export const describe = (sources: ServerConfig.Sources, table: string | undefine
   )
 
 /**
- * `strata rebalance plan`: the planner's plan for the cluster as the controller holds it (no sizes: the metadata has
- * none, so ties are broken by server and tablet order), printed as lines or as JSON. Changes nothing.
+ * What `strata tablets reassign` asks: the tablet's new replicas (the first its preferred leader), or the end of its
+ * move.
+ *
+ * @since 0.1.0
+ */
+export type ReassignRequest =
+  | { readonly _tag: "Move"; readonly replicas: ReadonlyArray<number> }
+  | { readonly _tag: "Cancel" }
+
+/**
+ * `strata tablets reassign`: moves one tablet's replicas (or cancels its move) and prints what the controller
+ * accepted — from and to, and whether the move is under way (`strata tablets describe` shows its target until it is
+ * done) or done already. A refusal fails with `ReassignRefused`, its one-line detail naming what was wrong.
+ *
+ * @since 0.1.0
+ */
+export const reassign = (sources: ServerConfig.Sources, table: string, bucket: number, request: ReassignRequest) =>
+  withClient(sources, (client) =>
+    Effect.gen(function* () {
+      const tablet = { table, bucket }
+      const name = tabletName(tablet)
+      const list = (servers: ReadonlyArray<number>) => `[${servers.join(",")}]`
+      if (request._tag === "Cancel") {
+        // The move as it was, to say what is cancelled (the reply is the tablet back on its replicas).
+        const before = (yield* client.metadata(table)).tablets.find((t) => t.tablet.bucket === bucket)
+        const back = yield* refusedAsItself(client.cancelReassign(tablet))
+        const from = before?.target === undefined ? "" : ` to ${list(before.target)}`
+        const retired = back.retired === undefined ? "" : `; ${list(back.retired)} delete their replicas`
+        return yield* Console.log(`OK: ${name}: the move${from} is cancelled, back on ${list(back.replicas)}${retired}`)
+      }
+      const moved = yield* refusedAsItself(client.reassign(tablet, request.replicas))
+      if (moved.target === undefined) return yield* Console.log(`OK: ${name}: done, on ${list(moved.replicas)}`)
+      yield* Console.log(
+        `OK: ${name}: moving from ${list(moved.original ?? [])} to ${list(moved.target)}; strata tablets describe shows its target until it is done`
+      )
+    })
+  )
+
+/** A client call whose refused move fails as the `ReassignRefused` itself, its detail all there is to say. */
+const refusedAsItself = <A>(call: Effect.Effect<A, TabletClient.TabletClientError>) =>
+  Effect.catchIf(
+    call,
+    (e) => e.reason._tag === "ReassignRefused",
+    (e) => Effect.fail(e.reason as ReplicaRpc.ReassignRefused)
+  )
+
+/**
+ * `strata rebalance plan`: the planner's plan for the cluster as the controller describes it (`ClusterModel`: each
+ * tablet's size in bytes from its leader's log, so the `bytes` goal moves the smallest tablets onto the servers
+ * holding the fewest bytes; a tablet whose size no server told in time counts as 0), printed as lines or as JSON.
+ * Changes nothing.
  *
  * @since 0.1.0
  */
@@ -211,13 +277,13 @@ export const rebalancePlan = (
 ) =>
   withClient(sources, (client) =>
     Effect.gen(function* () {
-      const model = PlanReport.modelOf(yield* client.metadata(undefined))
+      const model = PlanReport.modelOf(yield* client.clusterModel())
       // The goals as given: the planner's options schema names a goal it does not know.
       const plan = yield* Planner.plan(
         model,
         (options.goals === undefined ? {} : { goals: options.goals }) as Planner.Options
       )
-      if (options.json) yield* Console.log(JSON.stringify({ model, plan }))
+      if (options.json) yield* Console.log(JSON.stringify(PlanReport.json(model, plan)))
       else for (const line of PlanReport.lines(model, plan)) yield* Console.log(line)
     })
   )

@@ -2,74 +2,25 @@
  * The cluster's commands as an operator runs them, against real processes on the test's ZooKeeper: a second
  * `tablet-server` with a running server's id never acts for it and exits with one line naming the id and the other
  * server; `tablets describe` of a missing table is one line and exit 1; `rebalance plan` after servers join prints
- * the fewest moves and changes nothing; a ZooKeeper URL at a port where something else answers says so.
+ * the fewest moves and changes nothing; `tablets reassign` moves a tablet to a server that joined (and cancels a move
+ * to one that is then killed), refusing a bad request with the controller's one line; a ZooKeeper URL at a port where
+ * something else answers says so.
  */
-import { spawn } from "node:child_process"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
+import type { Models } from "@strata/core"
+import type { ReplicaRpc, TabletClient } from "@strata/replica"
 import { Effect } from "effect"
 import { inject } from "vitest"
 import type * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
-import { awaitMetadata, cliProcesses, client, faultSettings, zooKeeperCluster } from "./support/clusterTest.js"
+import { awaitMetadata, cliProcesses, client, record, zooKeeperCluster } from "./support/clusterTest.js"
+import { cli as runCli, clusterEnv, printed, type Run } from "./support/cliRun.js"
 
 const processes = cliProcesses()
 
-const envName = (key: string): string => `STRATA_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`
-
-/** The environment of the cluster's processes: its coordination, namespace and settings. */
-const clusterEnv = (namespace: string): Record<string, string> => {
-  const env: Record<string, string> = {
-    ...(process.env as Record<string, string>),
-    STRATA_COORDINATION: `zookeeper://${inject("zookeeper")}`,
-    STRATA_NAMESPACE: namespace
-  }
-  for (const [key, value] of Object.entries(faultSettings)) env[envName(key)] = String(value)
-  return env
-}
-
-interface Run {
-  /** Everything it printed so far, stdout and stderr. */
-  readonly output: () => string
-  readonly signal: (sig: NodeJS.Signals) => void
-  /** Its exit: code (null when a signal ended it), stdout, stderr. */
-  readonly exited: Promise<{ readonly code: number | null; readonly stdout: string; readonly stderr: string }>
-}
-
-/** Runs the CLI with `args` in `env`. */
-const cli = (args: ReadonlyArray<string>, env: Record<string, string>): Run => {
-  const child = spawn(process.execPath, processes.runner().argv(args), { env, stdio: ["ignore", "pipe", "pipe"] })
-  let stdout = ""
-  let stderr = ""
-  child.stdout.on("data", (c: Buffer) => {
-    stdout += c.toString()
-  })
-  child.stderr.on("data", (c: Buffer) => {
-    stderr += c.toString()
-  })
-  return {
-    output: () => stdout + stderr,
-    signal: (sig) => child.kill(sig),
-    exited: new Promise((done) => child.on("close", (code) => done({ code, stdout, stderr })))
-  }
-}
-
-/** Waits until `run` has printed something matching `pattern` (or fails if it exits first). */
-const printed = (run: Run, pattern: RegExp): Promise<void> =>
-  new Promise((done, fail) => {
-    let finished = false
-    run.exited.then((r) => {
-      if (!finished) fail(new Error(`exited (code ${r.code}) before printing ${pattern}: ${run.output()}`))
-    })
-    const check = () => {
-      if (finished) return
-      if (pattern.test(run.output())) {
-        finished = true
-        done()
-      } else setTimeout(check, 50)
-    }
-    check()
-  })
+/** Runs the bundled CLI with `args` in `env`. */
+const cli = (args: ReadonlyArray<string>, env: Record<string, string>): Run => runCli(processes.runner(), args, env)
 
 /** A failed run's one line on stderr. */
 const oneLine = (r: { readonly code: number | null; readonly stderr: string }): string => {
@@ -79,13 +30,64 @@ const oneLine = (r: { readonly code: number | null; readonly stderr: string }): 
   return lines[0]!
 }
 
+/** `strata tablets describe TABLE --json`: the controller's metadata of the table, as printed. */
+const describedJson = (table: string, env: Record<string, string>) =>
+  Effect.promise(async () => {
+    const r = await cli(["tablets", "describe", table, "--json"], env).exited
+    assert.strictEqual(r.code, 0, r.stderr)
+    return JSON.parse(r.stdout) as ReplicaRpc.Metadata
+  })
+
+/** Runs `tablets describe TABLE --json` until `ok` holds of the bucket's tablet (every 300 ms, up to a minute). */
+const awaitDescribed = (
+  table: string,
+  bucket: number,
+  env: Record<string, string>,
+  what: string,
+  ok: (tablet: typeof ReplicaRpc.TabletMetadata.Type) => boolean
+) =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + 60_000
+    let last: typeof ReplicaRpc.TabletMetadata.Type | undefined
+    while (Date.now() < deadline) {
+      last = (yield* describedJson(table, env)).tablets.find((t) => t.tablet.bucket === bucket)
+      if (last !== undefined && ok(last)) return last
+      yield* Effect.sleep("300 millis")
+    }
+    return yield* Effect.fail(
+      new Error(`${table}:${bucket} ${what}: not within a minute; last ${JSON.stringify(last)}`)
+    )
+  })
+
+/** Every record value of the tablet, read from its leader up to its high watermark. */
+const readAll = (c: TabletClient.TabletClientShape, tablet: Models.TabletId) =>
+  Effect.gen(function* () {
+    const values: Array<string> = []
+    let offset = 0
+    while (true) {
+      const page = yield* c.read(tablet, offset)
+      if (page.batches.length === 0) return values
+      for (const b of page.batches) for (const r of b.records) values.push(new TextDecoder().decode(r.value))
+      const last = page.batches.at(-1)!
+      offset = last.baseOffset + last.records.length
+    }
+  })
+
+/** Sends `values` to the tablet one at a time (acks=all); the values acknowledged, in order. */
+const sendAll = (c: TabletClient.TabletClientShape, tablet: Models.TabletId, values: ReadonlyArray<string>) =>
+  Effect.as(
+    Effect.forEach(values, (v) => c.send(tablet, [record(v)]), { discard: true }),
+    values
+  )
+
 /** A process cluster in a fresh directory and namespace; killed afterwards, its logs shown when the body fails. */
 const withCluster = <A, E, R>(
   label: string,
-  body: (cluster: ProcessCluster.ProcessCluster, namespace: string, directory: string) => Effect.Effect<A, E, R>
+  body: (cluster: ProcessCluster.ProcessCluster, namespace: string, directory: string) => Effect.Effect<A, E, R>,
+  settings: Readonly<Record<string, string | number | boolean>> = {}
 ) =>
   Effect.gen(function* () {
-    const { cluster, namespace, directory } = yield* zooKeeperCluster(processes, label)
+    const { cluster, namespace, directory } = yield* zooKeeperCluster(processes, label, settings)
     return yield* body(cluster, namespace, directory).pipe(Effect.tapError(() => Effect.logError(cluster.logTails(30))))
   }).pipe(Effect.scoped, Effect.provide(ZooKeeperCoordination.layer({ connectString: inject("zookeeper") })))
 
@@ -179,15 +181,25 @@ describe("strata cluster commands on real processes", () => {
           assert.include(text.stdout, "replicas per server: before min 0 max 12")
           assert.include(text.stdout, "after min 7 max 8")
           assert.match(text.stdout, /^spread:\d+\t\[\d,\d,\d\] -> \[\d,\d,\d\]\tleader \d -> \d$/m)
+          // Every tablet's size came from its leader's log (empty ones here: 0 bytes each).
+          assert.include(text.stdout, "bytes per server: before min 0 B max 0 B")
+          assert.notInclude(text.stdout, "have no size")
 
           const json = yield* Effect.promise(() => cli(["rebalance", "plan", "--json"], env).exited)
           assert.strictEqual(json.code, 0, json.stderr)
-          const { plan } = JSON.parse(json.stdout) as {
+          const { plan, model, sizesMissing } = JSON.parse(json.stdout) as {
             readonly plan: {
               readonly figures: { readonly replicaMoves: number; readonly lowerBound: number }
               readonly changes: ReadonlyArray<{ readonly to: ReadonlyArray<number> }>
             }
+            readonly model: { readonly tablets: ReadonlyArray<{ readonly sizeBytes?: number }> }
+            readonly sizesMissing: number
           }
+          assert.strictEqual(sizesMissing, 0)
+          assert.deepStrictEqual(
+            model.tablets.map((t) => t.sizeBytes),
+            Array.from({ length: 12 }, () => 0)
+          )
           assert.strictEqual(plan.figures.replicaMoves, 14)
           assert.strictEqual(plan.figures.lowerBound, 14)
           for (const change of plan.changes) assert.strictEqual(new Set(change.to).size, 3)
@@ -206,6 +218,151 @@ describe("strata cluster commands on real processes", () => {
         })
       ),
     180_000
+  )
+
+  it.live(
+    "tablets reassign moves a tablet to a server that joined (describe shows it done, every acknowledged record read back once); a bad request is one line with the controller's detail; a move to a server that is then killed is cancelled, back on its original replicas",
+    () =>
+      // Sessions of 10 s: a paused server stays registered while the CLI asks for a move to it.
+      withCluster(
+        "reassign",
+        (cluster, namespace) =>
+          Effect.gen(function* () {
+            yield* cluster.start("coordinator", 101)
+            yield* Effect.forEach([1, 2, 3], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
+            const c = yield* client(namespace)
+            yield* c.createTable("moving", { buckets: 2, replicationFactor: 3 })
+            const full = yield* awaitMetadata(c, "moving", "every tablet online with a full ISR", (m) =>
+              m.tablets.every((t) => t.leader !== null && t.isr.length === 3)
+            )
+            const tablets = [0, 1].map((bucket) => ({ table: "moving", bucket }))
+            const acked = yield* Effect.forEach(tablets, (t) =>
+              sendAll(
+                c,
+                t,
+                [0, 1, 2, 3, 4].map((i) => `before:${t.bucket}:${i}`)
+              )
+            )
+            yield* Effect.forEach([4, 5], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
+            yield* awaitMetadata(c, "moving", "five servers registered", (m) => m.servers.length === 5)
+            const env = clusterEnv(namespace)
+            const reassign = (args: ReadonlyArray<string>) =>
+              Effect.promise(() => cli(["tablets", "reassign", "moving", ...args], env).exited)
+
+            // Tablet 0 moves its preferred leader's replica to server 4, which joined.
+            const from = full.tablets.find((t) => t.tablet.bucket === 0)!.replicas
+            const to = [4, from[1]!, from[2]!]
+            const accepted = yield* reassign(["0", "--replicas", to.join(",")])
+            assert.strictEqual(accepted.code, 0, accepted.stderr)
+            assert.include(
+              accepted.stdout,
+              `OK: moving:0: moving from [${from.join(",")}] to [${to.join(",")}]; strata tablets describe shows its target until it is done`
+            )
+            const done = yield* awaitDescribed(
+              "moving",
+              0,
+              env,
+              `on [${to.join(",")}], the leaving replica deleted`,
+              (t) => t.target === undefined && t.retired === undefined && t.replicas.join(",") === to.join(",")
+            )
+            assert.sameMembers([...done.isr], to)
+            const text = yield* Effect.promise(() => cli(["tablets", "describe", "moving"], env).exited)
+            assert.match(
+              text.stdout,
+              new RegExp(`^moving:0\tOnlineTablet\tleader \\d\tepoch \\d+\treplicas ${to.join(",")}\tisr [\\d,]+$`, "m")
+            )
+            const more = yield* sendAll(c, tablets[0]!, ["after:0:0", "after:0:1"])
+            assert.deepStrictEqual(yield* readAll(c, tablets[0]!), [...acked[0]!, ...more])
+
+            // Bad requests: the controller's refusal, or the flag named, as one line and a non-zero exit.
+            const refusals: ReadonlyArray<readonly [ReadonlyArray<string>, string]> = [
+              [
+                ["1", "--replicas", "1,1,2"],
+                "strata tablets reassign: moving/1: server 1 is named twice in the target replica set"
+              ],
+              [
+                ["1", "--replicas", "1,2,99"],
+                "strata tablets reassign: moving/1: server 99 is not a server of the cluster"
+              ],
+              [["1", "--cancel"], "strata tablets reassign: moving/1 is not moving"],
+              [
+                ["1", "--replicas", "1,x,2"],
+                'strata tablets reassign: --replicas: expected server ids separated by commas (integers ≥ 0), got "1,x,2" ("x" is not a server id)'
+              ],
+              [
+                ["1", "--replicas", ""],
+                '--replicas: expected server ids separated by commas (integers ≥ 0), got "" (an empty id)'
+              ],
+              [
+                ["1", "--replicas", "1,2,3", "--cancel"],
+                "strata tablets reassign: --replicas and --cancel were both given"
+              ],
+              [["1"], "strata tablets reassign: neither --replicas nor --cancel was given"]
+            ]
+            for (const [args, expected] of refusals) {
+              const line = oneLine(yield* reassign(args))
+              assert.include(line, expected, args.join(" "))
+              assert.notInclude(line, "--verbose", args.join(" "))
+            }
+
+            // Tablet 1 is to move to server 5, paused (still registered): its move waits, shown with its target.
+            const original = full.tablets.find((t) => t.tablet.bucket === 1)!.replicas
+            const target = [5, original[1]!, original[2]!]
+            cluster.pause("tablet-server", 5)
+            const waiting = yield* reassign(["1", "--replicas", target.join(",")])
+            assert.strictEqual(waiting.code, 0, waiting.stderr)
+            assert.include(waiting.stdout, `OK: moving:1: moving from [${original.join(",")}] to [${target.join(",")}]`)
+            const described = yield* Effect.promise(() => cli(["tablets", "describe", "moving"], env).exited)
+            assert.match(
+              described.stdout,
+              new RegExp(
+                `^moving:1\t.*\treplicas ${[...target, original[0]].join(",")}\t.*\ttarget ${target.join(",")}$`,
+                "m"
+              )
+            )
+            const moving = (yield* describedJson("moving", env)).tablets.find((t) => t.tablet.bucket === 1)!
+            assert.deepStrictEqual(moving.target, target)
+            // Another move while it waits is refused, naming the one under way.
+            assert.include(
+              oneLine(yield* reassign(["1", "--replicas", original.join(",")])),
+              `moving/1 is already moving to [${target.join(",")}]: cancel that move first`
+            )
+
+            // Server 5 is killed; the move is cancelled: back on the original replicas, 5 to delete its replica.
+            yield* cluster.kill("tablet-server", 5)
+            const cancelled = yield* reassign(["1", "--cancel"])
+            assert.strictEqual(cancelled.code, 0, cancelled.stderr)
+            assert.include(
+              cancelled.stdout,
+              `OK: moving:1: the move to [${target.join(",")}] is cancelled, back on [${original.join(",")}]; [5] delete their replicas`
+            )
+            const back = (yield* describedJson("moving", env)).tablets.find((t) => t.tablet.bucket === 1)!
+            assert.deepStrictEqual(back.replicas, original)
+            assert.isUndefined(back.target)
+            assert.deepStrictEqual(back.retired, [5])
+            const backText = yield* Effect.promise(() => cli(["tablets", "describe", "moving"], env).exited)
+            assert.match(
+              backText.stdout,
+              new RegExp(`^moving:1\t.*\treplicas ${original.join(",")}\t.*\tretired 5$`, "m")
+            )
+            const more1 = yield* sendAll(c, tablets[1]!, ["after:1:0"])
+            assert.deepStrictEqual(yield* readAll(c, tablets[1]!), [...acked[1]!, ...more1])
+
+            // Server 5 is back: it deletes its replica, and the tablet has no retired replica any more.
+            yield* cluster.start("tablet-server", 5)
+            const cleared = yield* awaitDescribed(
+              "moving",
+              1,
+              env,
+              "no retired replica",
+              (t) => t.retired === undefined
+            )
+            assert.deepStrictEqual(cleared.replicas, original)
+            assert.isUndefined(cleared.target)
+          }),
+        { sessionTimeout: 10_000 }
+      ),
+    240_000
   )
 
   it.live("a ZooKeeper URL at a port where something else answers (Kafka's) says it is not ZooKeeper", () =>

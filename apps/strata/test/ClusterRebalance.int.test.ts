@@ -147,7 +147,14 @@ describe("rebalancing real processes by hand", () => {
           const original = victim.replicas
           const target = [...original.slice(0, 2), 5]
           cluster.pause("tablet-server", 5)
-          const toDead = yield* run(["tablets", "reassign", TABLE, String(victim.tablet.bucket), "--replicas", target.join(",")])
+          const toDead = yield* run([
+            "tablets",
+            "reassign",
+            TABLE,
+            String(victim.tablet.bucket),
+            "--replicas",
+            target.join(",")
+          ])
           assert.strictEqual(toDead.code, 0, toDead.stderr)
           yield* cluster.kill("tablet-server", 5)
           yield* awaitMetadata(c, TABLE, "server 5 gone", (m) => !m.servers.some((s) => s.id === 5))
@@ -165,8 +172,7 @@ describe("rebalancing real processes by hand", () => {
             c,
             TABLE,
             "server 5 back in every ISR, its cancelled replica deleted",
-            (m) =>
-              m.tablets.every((t) => t.retired === undefined && (!t.replicas.includes(5) || t.isr.includes(5))),
+            (m) => m.tablets.every((t) => t.retired === undefined && (!t.replicas.includes(5) || t.isr.includes(5))),
             180_000
           )
 

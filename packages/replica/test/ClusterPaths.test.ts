@@ -15,20 +15,22 @@ const tablet: ControllerState.Tablet = {
 }
 
 describe("ClusterPaths", () => {
-  it.effect("a stored tablet reads back whole: registrations, eligible replicas and a move included, version the node's", () =>
-    Effect.gen(function* () {
-      const read = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(tablet), 12)
-      assert.deepStrictEqual(read, { ...tablet, leaderAndIsr: { ...tablet.leaderAndIsr, version: 12 } })
-      // A move under way and the replicas it retired are stored too: a new controller goes on from them.
-      const moving: ControllerState.Tablet = {
-        ...tablet,
-        replicas: [1, 4, 2, 3],
-        reassignment: { original: [1, 2, 3], target: [1, 4] },
-        retired: [5]
-      }
-      const again = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(moving), 13)
-      assert.deepStrictEqual(again, { ...moving, leaderAndIsr: { ...moving.leaderAndIsr, version: 13 } })
-    })
+  it.effect(
+    "a stored tablet reads back whole: registrations, eligible replicas and a move included, version the node's",
+    () =>
+      Effect.gen(function* () {
+        const read = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(tablet), 12)
+        assert.deepStrictEqual(read, { ...tablet, leaderAndIsr: { ...tablet.leaderAndIsr, version: 12 } })
+        // A move under way and the replicas it retired are stored too: a new controller goes on from them.
+        const moving: ControllerState.Tablet = {
+          ...tablet,
+          replicas: [1, 4, 2, 3],
+          reassignment: { original: [1, 2, 3], target: [1, 4] },
+          retired: [5]
+        }
+        const again = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(moving), 13)
+        assert.deepStrictEqual(again, { ...moving, leaderAndIsr: { ...moving.leaderAndIsr, version: 13 } })
+      })
   )
 
   it.effect("a node that is not a tablet is CorruptClusterData naming its path", () =>

@@ -10,8 +10,10 @@ import { Cause, Context, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import * as DataLink from "../src/wire/DataLink.js"
 import { Peers, PeerUnreachable } from "../src/wire/Peers.js"
 import * as RemotePeers from "../src/client/RemotePeers.js"
+import type * as ControllerState from "../src/machines/ControllerState.js"
+import * as Reassignment from "../src/machines/Reassignment.js"
 import type { ControllerShape } from "../src/server/Controller.js"
-import { formatAddress, parseAddress, serveTabletServerWith } from "../src/wire/ReplicaRpc.js"
+import { formatAddress, parseAddress, ReassignRefused, serveTabletServerWith } from "../src/wire/ReplicaRpc.js"
 import { serveController } from "../src/server/ControllerRpc.js"
 import { serveTabletServer } from "../src/server/TabletServerRpc.js"
 import * as TabletServer from "../src/server/TabletServer.js"
@@ -204,6 +206,83 @@ describe("ReplicaRpc over TCP", () => {
         })
         assert.deepStrictEqual(asked, [request])
         assert.strictEqual(yield* remote.peers.controller.controlledShutdown(4), 40)
+      }).pipe(Effect.scoped)
+  )
+
+  it.live(
+    "Reassign and CancelReassign cross the wire: a refusal arrives as ReassignRefused with its reason and detail, an accepted move as the tablet with its target",
+    () =>
+      Effect.gen(function* () {
+        const moving: ControllerState.Tablet = {
+          tablet,
+          replicas: [1, 4, 5, 2, 3],
+          state: "OnlineTablet",
+          leaderAndIsr: { leader: 1, leaderEpoch: 3, isr: [1, 2, 3], coordinatorEpoch: 2, version: 5 },
+          reassignment: { original: [1, 2, 3], target: [1, 4, 5] }
+        }
+        const back: ControllerState.Tablet = {
+          ...moving,
+          replicas: [1, 2, 3],
+          reassignment: undefined,
+          retired: [4, 5],
+          leaderAndIsr: { ...moving.leaderAndIsr, leaderEpoch: 4, version: 6 }
+        }
+        const asked: Array<ReadonlyArray<number>> = []
+        const controller: ControllerShape = {
+          coordinatorEpoch: 2,
+          resumed: { tablets: 0, read: 0, full: true },
+          balanceLeaders: Effect.die("unused"),
+          initProducerId: Effect.die("unused"),
+          replicaStorage: () => Effect.die("unused"),
+          deleteTablets: () => Effect.die("unused"),
+          createTablets: () => Effect.die("unused"),
+          adjustIsr: () => Effect.die("unused"),
+          controlledShutdown: () => Effect.die("unused"),
+          state: Effect.die("unused"),
+          // As the machine judges a target: a server named twice is refused, naming it.
+          reassign: (_, target) =>
+            Effect.sync(() => {
+              asked.push(target)
+              const twice = target.find((s, i) => target.indexOf(s) !== i)
+              if (twice === undefined) return { _tag: "Reassigning", tablet: moving }
+              const refusal: Reassignment.Refusal = { _tag: "DuplicateServer", server: twice }
+              return { _tag: "ReassignRefused", refusal, detail: Reassignment.describeRefusal("orders:0", refusal) }
+            }),
+          cancelReassign: () => Effect.succeed({ _tag: "ReassignCancelled", tablet: back })
+        }
+        const bound = yield* serveController(
+          { host: "127.0.0.1", port: 0 },
+          { current: Effect.succeed(controller), servers: Effect.succeed([]), replicationFactor: 3 }
+        )
+        const remote = yield* RemotePeers.make({
+          locate: () => Effect.fail(new PeerUnreachable({ target: "servers", detail: "none in this test" })),
+          locateData: () => Effect.succeed(undefined),
+          controller: Effect.succeed(formatAddress(bound)),
+          requestTimeout: 3_000
+        })
+
+        const refused = yield* Effect.flip(remote.admin.reassign(tablet, [1, 1, 2]))
+        assert.instanceOf(refused, ReassignRefused)
+        if (refused instanceof ReassignRefused) {
+          assert.deepStrictEqual(refused.reason, { _tag: "DuplicateServer", server: 1 })
+          assert.strictEqual(refused.detail, "orders:0: server 1 is named twice in the target replica set")
+          assert.strictEqual(refused.message, refused.detail)
+        }
+
+        const accepted = yield* remote.admin.reassign(tablet, [1, 4, 5])
+        assert.deepStrictEqual(asked, [
+          [1, 1, 2],
+          [1, 4, 5]
+        ])
+        assert.deepStrictEqual(accepted.replicas, [1, 4, 5, 2, 3])
+        assert.deepStrictEqual(accepted.target, [1, 4, 5])
+        assert.isUndefined(accepted.retired)
+
+        const cancelled = yield* remote.admin.cancelReassign(tablet)
+        assert.deepStrictEqual(cancelled.replicas, [1, 2, 3])
+        assert.isUndefined(cancelled.target)
+        assert.deepStrictEqual(cancelled.retired, [4, 5])
+        assert.strictEqual(cancelled.leaderEpoch, 4)
       }).pipe(Effect.scoped)
   )
 })

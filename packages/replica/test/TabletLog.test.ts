@@ -152,6 +152,66 @@ for (const [backend, layer] of stores) {
       )
     )
 
+    it.effect(
+      "its size is the bytes of the batches it holds: through appends, truncation, retention, reset and reopening",
+      () =>
+        onStore(
+          Effect.gen(function* () {
+            const id = { table: "tablet-size", partition: 0 }
+            // What the store holds in the batch range, counted independently of the log.
+            const stored = (store: Store.PartitionStore) =>
+              Stream.runFold(
+                store.scan(Codec.BATCHES),
+                () => 0,
+                (n, [, v]) => n + v.length
+              )
+            const a = yield* open(id)
+            assert.strictEqual(yield* a.log.sizeBytes, 0)
+            yield* a.log.append(1, records(0, 4))
+            assert.strictEqual(yield* a.log.sizeBytes, Codec.encodeBatch(1, records(0, 4)).length)
+            yield* a.log.append(2, records(5, 9), { id: 42, epoch: 0, sequence: 0 })
+            yield* a.log.appendBatches([{ baseOffset: 10, epoch: 2, records: records(10, 14) }])
+            const three = yield* a.log.sizeBytes
+            assert.isAbove(three, 3 * Codec.encodeBatch(1, records(0, 4)).length - 1)
+            assert.strictEqual(three, yield* stored(a.store))
+            // Cuts the third batch whole, the producer's second whole (a retry rewrites it whole), keeps the first.
+            yield* a.log.truncateTo(7)
+            assert.strictEqual(yield* a.log.logEndOffset, 5)
+            assert.strictEqual(yield* a.log.sizeBytes, Codec.encodeBatch(1, records(0, 4)).length)
+            // Cuts the first batch in the middle: the part written back counts, the rest does not.
+            yield* a.log.truncateTo(2)
+            assert.strictEqual(yield* a.log.sizeBytes, Codec.encodeBatch(1, records(0, 1)).length)
+            assert.strictEqual(yield* a.log.sizeBytes, yield* stored(a.store))
+            yield* a.log.append(3, records(2, 6))
+            yield* a.log.append(3, records(7, 9))
+            // Retention drops the first batch; the one holding offset 4 stays whole in the store, and counts whole.
+            yield* a.log.deleteBefore(4)
+            assert.strictEqual(
+              yield* a.log.sizeBytes,
+              Codec.encodeBatch(3, records(2, 6)).length + Codec.encodeBatch(3, records(7, 9)).length
+            )
+            assert.strictEqual(yield* a.log.sizeBytes, yield* stored(a.store))
+            const kept = yield* a.log.sizeBytes
+            yield* a.close
+
+            const b = yield* open(id)
+            assert.strictEqual(yield* b.log.sizeBytes, kept)
+            // A log written without the size field (before it was kept) counts its batches when it opens.
+            yield* b.store.delete(Codec.fieldKey("bytes"))
+            yield* b.close
+            const c = yield* open(id)
+            assert.strictEqual(yield* c.log.sizeBytes, kept)
+            yield* c.log.resetTo(40)
+            assert.strictEqual(yield* c.log.sizeBytes, 0)
+            assert.strictEqual(yield* stored(c.store), 0)
+            yield* c.close
+            const d = yield* open(id)
+            assert.strictEqual(yield* d.log.sizeBytes, 0)
+            yield* d.close
+          })
+        )
+    )
+
     it.effect("a follower's batches must continue the log and not go back in epoch; nothing is written otherwise", () =>
       onStore(
         Effect.gen(function* () {

@@ -23,9 +23,12 @@ import {
   type CreateTableRequest,
   type DeleteTableRefused,
   connectGroup,
+  type ClusterModelReply,
+  type ClusterModelRequest,
   type Metadata,
   NotController,
   parseAddress,
+  type ReassignRefused,
   TabletServerRpcs,
   type TabletMetadata
 } from "../wire/ReplicaRpc.js"
@@ -79,6 +82,22 @@ export interface AdminCalls {
   readonly initProducerId: Effect.Effect<number, PeerUnreachable>
   /** Deletes a table: how many tablets it had. */
   readonly deleteTable: (table: string) => Effect.Effect<number, DeleteTableRefused | PeerUnreachable>
+  /** The cluster as a rebalance planner sees it, with each tablet's size when the servers told it in time. */
+  readonly clusterModel: (
+    request?: typeof ClusterModelRequest.Type
+  ) => Effect.Effect<ClusterModelReply, PeerUnreachable>
+  /**
+   * Moves a tablet's replicas to `replicas` (the first is the preferred leader): the tablet as the move left it (with
+   * `target` while it is under way), or `ReassignRefused` naming why not.
+   */
+  readonly reassign: (
+    tablet: Models.TabletId,
+    replicas: ReadonlyArray<Models.ServerId>
+  ) => Effect.Effect<typeof TabletMetadata.Type, ReassignRefused | PeerUnreachable>
+  /** Ends a tablet's move, back on its original replicas: the tablet as written, or `ReassignRefused`. */
+  readonly cancelReassign: (
+    tablet: Models.TabletId
+  ) => Effect.Effect<typeof TabletMetadata.Type, ReassignRefused | PeerUnreachable>
 }
 
 /**
@@ -321,7 +340,10 @@ const adminOf = (r: Remote): AdminCalls => ({
   metadata: (table) => toController(r, (c) => c.Metadata(table === undefined ? {} : { table })),
   balanceLeaders: toController(r, (c) => c.BalanceLeaders({})),
   initProducerId: toController(r, (c) => c.InitProducerId({})),
-  deleteTable: (table) => toController(r, (c) => c.DeleteTable({ table }))
+  deleteTable: (table) => toController(r, (c) => c.DeleteTable({ table })),
+  clusterModel: (request = {}) => toController(r, (c) => c.ClusterModel(request)),
+  reassign: (tablet, replicas) => toController(r, (c) => c.Reassign({ tablet, replicas })),
+  cancelReassign: (tablet) => toController(r, (c) => c.CancelReassign({ tablet }))
 })
 
 /**

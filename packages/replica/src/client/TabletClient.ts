@@ -36,7 +36,15 @@ import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
 import * as RemotePeers from "./RemotePeers.js"
-import { CreateTableRefused, DeleteTableRefused, type Metadata, type TabletMetadata } from "../wire/ReplicaRpc.js"
+import {
+  CreateTableRefused,
+  DeleteTableRefused,
+  type ClusterModelReply,
+  type ClusterModelRequest,
+  type Metadata,
+  ReassignRefused,
+  type TabletMetadata
+} from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 
 const PositiveInt = OptionSchemas.PositiveInt
@@ -144,8 +152,8 @@ export class Abandoned extends Schema.TaggedError<Abandoned>()("Abandoned", { ta
 
 /**
  * Why a client call failed: a tablet the cluster does not have, an outcome left unknown, no producer id, a failure
- * sending again cannot mend (the server's `ReplicaError`), a table that could not be created or deleted, the client
- * was closed, or the send was abandoned.
+ * sending again cannot mend (the server's `ReplicaError`), a table that could not be created or deleted, a tablet's
+ * move (or its cancel) refused, the client was closed, or the send was abandoned.
  *
  * @since 0.1.0
  */
@@ -156,6 +164,7 @@ export const TabletClientErrorReason = Schema.Union([
   ReplicaManager.ReplicaError,
   CreateTableRefused,
   DeleteTableRefused,
+  ReassignRefused,
   ClientClosed,
   Abandoned
 ])
@@ -222,6 +231,14 @@ export interface TabletClientShape {
   /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
   readonly metadata: (table?: string) => Effect.Effect<Metadata, TabletClientError>
   /**
+   * The cluster as a rebalance planner sees it (`ClusterModelReply`): servers, tablets with their replicas, leaders
+   * and sizes in bytes (a tablet whose size no server told within `sizeTimeoutMs` has none; `sizesMissing` counts
+   * them).
+   */
+  readonly clusterModel: (
+    request?: typeof ClusterModelRequest.Type
+  ) => Effect.Effect<ClusterModelReply, TabletClientError>
+  /**
    * Creates a table: the controller assigns its replicas over the live servers. A name that is not
    * `[A-Za-z0-9._-]+` (or is `.`, `..`, or longer than 249) is refused before it is sent (`CreateTableRefused`).
    */
@@ -236,6 +253,20 @@ export interface TabletClientShape {
   readonly deleteTable: (table: string) => Effect.Effect<number, TabletClientError>
   /** Moves leadership back to preferred replicas (those in the ISR) now; how many tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, TabletClientError>
+  /**
+   * Moves a tablet's replicas to `replicas` (the first is the preferred leader; see `Reassignment`): the tablet as
+   * the move left it, with `target` while the move is under way and without once it is done. A refusal fails with
+   * `ReassignRefused` (its `reason` and one-line `detail`); asking again for the move under way is accepted.
+   */
+  readonly reassign: (
+    tablet: Models.TabletId,
+    replicas: ReadonlyArray<Models.ServerId>
+  ) => Effect.Effect<typeof TabletMetadata.Type, TabletClientError>
+  /**
+   * Ends a tablet's move, back on its original replicas (the ones it added delete theirs): the tablet as written, or
+   * `ReassignRefused` (`NotMoving` when no move is under way).
+   */
+  readonly cancelReassign: (tablet: Models.TabletId) => Effect.Effect<typeof TabletMetadata.Type, TabletClientError>
   /** The cluster's calls, for operators and checkers (a replica's own log, say). */
   readonly remote: RemotePeers.RemotePeers
 }
@@ -368,6 +399,7 @@ const shapeOf = (c: Client): TabletClientShape => {
         onLeader(c, tablet, deadline, (server) => server.read({ tablet, offset, maxBytes }))
       ).pipe(Effect.mapError(fail)),
     metadata: (table) => admin("the metadata", remote.admin.metadata(table)),
+    clusterModel: (request) => admin("the cluster model", remote.admin.clusterModel(request)),
     createTable: (table, create) => {
       // Refused here before it is sent, as the controller refuses it: `ClusterPaths.InvalidTableName`'s message.
       const invalid = ClusterPaths.invalidTableName(table)
@@ -383,6 +415,10 @@ const shapeOf = (c: Client): TabletClientShape => {
     },
     deleteTable: (table) => admin(`deleting ${table}`, remote.admin.deleteTable(table)),
     balanceLeaders: admin("balancing leaders", remote.admin.balanceLeaders),
+    reassign: (tablet, replicas) =>
+      admin(`moving ${Models.tabletKey(tablet)}`, remote.admin.reassign(tablet, replicas)),
+    cancelReassign: (tablet) =>
+      admin(`cancelling the move of ${Models.tabletKey(tablet)}`, remote.admin.cancelReassign(tablet)),
     remote
   }
 }

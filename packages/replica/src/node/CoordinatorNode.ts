@@ -129,7 +129,8 @@ export const make = (
     const bound = yield* ControllerRpc.serveController(listenAddress(o.listen), {
       current,
       servers: directory.servers,
-      replicationFactor: config.replicationFactor
+      replicationFactor: config.replicationFactor,
+      tabletServers: remote.servers
     })
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     yield* Effect.logInfo(`coordinator ${o.serverId} listening on ${address}`)

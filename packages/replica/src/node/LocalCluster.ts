@@ -27,7 +27,7 @@ import * as CoordinatorNode from "./CoordinatorNode.js"
 import * as LocalProducer from "./internal/localProducer.js"
 import { Peers, PeerUnreachable, type PeersShape } from "../wire/Peers.js"
 import * as RemotePeers from "../client/RemotePeers.js"
-import { CreateTableRefused } from "../wire/ReplicaRpc.js"
+import { CreateTableRefused, ReassignRefused } from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import * as TabletServer from "../server/TabletServer.js"
 import * as TabletServerNode from "./TabletServerNode.js"
@@ -160,7 +160,8 @@ export class NotSettled extends Schema.TaggedError<NotSettled>()("NotSettled", {
 /**
  * Why a cluster operation failed: the election could not be set up, no producer id, a part failed to start, no
  * controller (or it resigned), no such tablet, a server not running, a leader unreachable (over TCP, or a tablet
- * without one), a table's creation refused (the controller's reason), or a tablet not settled as awaited.
+ * without one), a table's creation or a tablet's move refused (the controller's reason), or a tablet not settled as
+ * awaited.
  *
  * @since 0.1.0
  */
@@ -174,6 +175,7 @@ export const LocalClusterErrorReason = Schema.Union([
   ServerNotRunning,
   PeerUnreachable,
   CreateTableRefused,
+  ReassignRefused,
   NotSettled
 ])
 
@@ -211,6 +213,16 @@ export interface LocalCluster {
     table: string,
     options: { readonly buckets: number; readonly replicationFactor?: number }
   ) => Effect.Effect<ReadonlyArray<ControllerState.Tablet>, LocalClusterError>
+  /**
+   * Moves the tablet's replicas to `replicas` (see `Reassignment`): the tablet as the move left it (its
+   * `reassignment` set while under way), or `ReassignRefused` naming why not.
+   */
+  readonly reassign: (
+    tablet: Models.TabletId,
+    replicas: ReadonlyArray<Models.ServerId>
+  ) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
+  /** Ends the tablet's move, back on its original replicas: the tablet as written, or `ReassignRefused`. */
+  readonly cancelReassign: (tablet: Models.TabletId) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
   /** Appends to the tablet's leader as an idempotent producer, retrying until acknowledged as `acks` asks. */
   readonly append: (
     tablet: Models.TabletId,
@@ -515,6 +527,22 @@ const leaderOf = (k: Cluster, t: Models.TabletId) =>
 
 const retryable = (e: ReplicaManager.ReplicaError | LocalClusterError) => e._tag === "LocalClusterError" || e.retryable
 
+/** Asks the controller now for a move or its cancel: the tablet as the reply has it, or the refusal. */
+const moveWith = (
+  k: Cluster,
+  ask: (c: Controller.ControllerShape) => Effect.Effect<Controller.ReassignReply, Controller.ControllerResigned>
+) =>
+  Effect.flatMap(current(k), (c) =>
+    ask(c).pipe(
+      Effect.mapError((e) => fail(new ControllerResigned({ coordinatorEpoch: e.coordinatorEpoch }))),
+      Effect.flatMap((reply) =>
+        reply._tag === "ReassignRefused"
+          ? Effect.fail(fail(new ReassignRefused({ reason: reply.refusal, detail: reply.detail })))
+          : Effect.succeed(reply.tablet)
+      )
+    )
+  )
+
 /** The cluster as its users see it. */
 const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterError>): LocalCluster => {
   const retrying = Schedule.spaced(k.config.retryBackoff)
@@ -537,6 +565,8 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
         }
         return reply.tablets
       }),
+    reassign: (t, replicas) => moveWith(k, (c) => c.reassign(t, replicas)),
+    cancelReassign: (t) => moveWith(k, (c) => c.cancelReassign(t)),
     append: (t, records, acks = "all") =>
       producer.append(
         Models.tabletKey(t),

@@ -227,12 +227,14 @@ export type HoldingsRequest = typeof HoldingsRequest.Type
 
 /**
  * One replica a tablet server holds, as its last LeaderAndIsr left it: the leader epoch its machine took (`null`:
- * none yet) and the tablet version it applied.
+ * none yet) and the tablet version it applied; `sizeBytes`, while its log is open: the bytes of the batches the log
+ * holds (`TabletLog.sizeBytes`, exact).
  */
 export const Holding = Schema.Struct({
   tablet: Models.TabletId,
   leaderEpoch: Schema.NullOr(Models.Epoch),
-  version: Schema.Int
+  version: Schema.Int,
+  sizeBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
 }).annotate({ identifier: "Holding" })
 /** @see Holding */
 export type Holding = typeof Holding.Type
@@ -309,8 +311,8 @@ export interface Shape {
   /** Deletes this server's replicas of the request's tablets (fenced as `leaderAndIsr` is). */
   readonly stopReplica: (request: StopReplicaRequest) => Effect.Effect<void, ReplicaError>
   /**
-   * What this server holds, for a new controller that resumes (fenced and addressed as `leaderAndIsr` is; the
-   * coordinator epoch is taken as the newest from then on).
+   * What this server holds, for a new controller that resumes, and each replica's size for the cluster model
+   * (fenced and addressed as `leaderAndIsr` is; the coordinator epoch is taken as the newest from then on).
    */
   readonly holdings: (request: HoldingsRequest) => Effect.Effect<HoldingsResult, ReplicaError>
   /** The state of this server's replica of `tablet`. */

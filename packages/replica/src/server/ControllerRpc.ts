@@ -4,11 +4,15 @@
  *
  * @since 0.1.0
  */
-import { Effect, Random, Result, type Scope } from "effect"
+import { Models } from "@strata/core"
+import { Duration, Effect, Option, Random, Result, type Scope } from "effect"
 import * as Assignment from "../machines/Assignment.js"
 import type * as ControllerState from "../machines/ControllerState.js"
+import type { TabletServersShape } from "../wire/Peers.js"
 import {
   type Address,
+  type ClusterModelReply,
+  type ClusterModelRequest,
   type ControllerHandlers,
   ControllerRpcs,
   type CreateTableRequest,
@@ -37,6 +41,8 @@ export interface ControllerEndpoint {
   readonly servers: Effect.Effect<ReadonlyArray<typeof ServerMetadata.Type>>
   /** Replicas per tablet when a request names none. */
   readonly replicationFactor: number
+  /** The tablet servers, asked for their replicas' sizes (the cluster model's); without them no size is known. */
+  readonly tabletServers?: TabletServersShape | undefined
 }
 
 /** The clients' view of the controller's tablets (one table's, when named). */
@@ -59,7 +65,7 @@ const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type =
   leader: t.leaderAndIsr.leader,
   leaderEpoch: t.leaderAndIsr.leaderEpoch,
   isr: t.leaderAndIsr.isr,
-  ...(t.reassignment === undefined ? {} : { target: t.reassignment.target }),
+  ...(t.reassignment === undefined ? {} : { target: t.reassignment.target, original: t.reassignment.original }),
   ...(t.retired === undefined || t.retired.length === 0 ? {} : { retired: t.retired })
 })
 
@@ -122,6 +128,106 @@ const deleteTable = (
       .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
   })
 
+/** How long the cluster model waits for the servers' sizes unless the request says. */
+const defaultSizeTimeoutMs = 5_000
+
+/**
+ * Each replica's size as the servers holding replicas tell it (`Holdings`, under the controller's epoch and each
+ * server's registration as it knows them), by server and tablet key: every server asked at once, one that fails or
+ * has not answered within `timeout` left out.
+ */
+const sizesOf = (
+  servers: TabletServersShape | undefined,
+  state: ControllerState.State,
+  asked: ReadonlyArray<number>,
+  timeout: Duration.Duration
+): Effect.Effect<ReadonlyMap<number, ReadonlyMap<string, number>>> =>
+  servers === undefined
+    ? Effect.succeed(new Map())
+    : Effect.map(
+        Effect.forEach(
+          asked,
+          (id) => {
+            const registration = state.registrations.get(id)
+            const request = {
+              coordinatorEpoch: state.coordinatorEpoch,
+              ...(registration === undefined ? {} : { registration })
+            }
+            return servers.holdings(id, request).pipe(
+              Effect.timeoutOption(timeout),
+              Effect.map(
+                Option.map((held) => {
+                  const sizes = new Map<string, number>()
+                  for (const h of held.tablets)
+                    if (h.sizeBytes !== undefined) sizes.set(Models.tabletKey(h.tablet), h.sizeBytes)
+                  return [id, sizes] as const
+                })
+              ),
+              Effect.catch(() => Effect.succeed(Option.none()))
+            )
+          },
+          { concurrency: "unbounded" }
+        ),
+        (answers) => new Map(answers.flatMap((a) => (Option.isSome(a) ? [a.value] : [])))
+      )
+
+/**
+ * The cluster as a rebalance planner sees it: the live registered servers with their racks, and every tablet not
+ * being deleted. A moving tablet is given the replicas it ends with (its leader only when one of them); a replica on
+ * a server not registered now keeps its place, that server listed `excluded`. A tablet's size is its leader's log's
+ * figure, else the largest any of its replicas gave in time; without one it has no `sizeBytes`, and is counted in
+ * `sizesMissing`.
+ */
+const clusterModel = (
+  controller: ControllerShape,
+  endpoint: ControllerEndpoint,
+  request: typeof ClusterModelRequest.Type
+): Effect.Effect<ClusterModelReply> =>
+  Effect.gen(function* () {
+    const state = yield* controller.state
+    const registered = (yield* endpoint.servers).filter((s) => state.live.has(s.id))
+    const ids = new Set(registered.map((s) => s.id))
+    const tablets = [...state.tablets.values()].filter((t) => t.state !== "DeletingTablet")
+    const holders = new Set(tablets.flatMap((t) => t.replicas))
+    const timeout = Duration.millis(request.sizeTimeoutMs ?? defaultSizeTimeoutMs)
+    const sizes = yield* sizesOf(
+      endpoint.tabletServers,
+      state,
+      [...holders].filter((id) => ids.has(id)),
+      timeout
+    )
+    const absent = new Set<number>()
+    let sizesMissing = 0
+    const modelled = tablets.map((t): (typeof ClusterModelReply.Type)["tablets"][number] => {
+      const replicas = t.reassignment?.target ?? t.replicas
+      for (const r of replicas) if (!ids.has(r)) absent.add(r)
+      const leader = t.leaderAndIsr.leader
+      const key = Models.tabletKey(t.tablet)
+      const told = t.replicas.flatMap((r) => {
+        const size = sizes.get(r)?.get(key)
+        return size === undefined ? [] : [size]
+      })
+      const size =
+        (leader === null ? undefined : sizes.get(leader)?.get(key)) ?? (told.length > 0 ? Math.max(...told) : undefined)
+      if (size === undefined) sizesMissing++
+      return {
+        tablet: t.tablet,
+        replicas,
+        leader: leader !== null && replicas.includes(leader) ? leader : null,
+        ...(size === undefined ? {} : { sizeBytes: size })
+      }
+    })
+    return {
+      coordinatorEpoch: state.coordinatorEpoch,
+      servers: [
+        ...registered.map((s) => ({ id: s.id, ...(s.rack === undefined ? {} : { rack: s.rack }) })),
+        ...[...absent].sort((a, b) => a - b).map((id) => ({ id, tags: ["excluded" as const] }))
+      ],
+      tablets: modelled,
+      sizesMissing
+    }
+  })
+
 /**
  * Serves `endpoint`'s controller on `listen` until the scope closes (a coordinator that does not lead answers
  * `NotController`); the address bound.
@@ -162,6 +268,7 @@ export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHand
     Reassign: ({ tablet, replicas }) =>
       Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.reassign(tablet, replicas), resigned), moved)),
     CancelReassign: ({ tablet }) =>
-      Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.cancelReassign(tablet), resigned), moved))
+      Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.cancelReassign(tablet), resigned), moved)),
+    ClusterModel: (request) => Effect.flatMap(controller, (c) => clusterModel(c, endpoint, request))
   }
 }

@@ -9,6 +9,9 @@
  * without a second copy, and truncation takes the entries back with the records (looking further back in the log
  * for a producer whose recent batches were all cut).
  *
+ * Its size is exact: the bytes of the batches it holds as stored (their encoded records and headers; not the store's
+ * keys, its own overhead or compaction), kept as a field written in the same atomic write as the batches it counts.
+ *
  * Offsets are dense from the log start. Every operation runs alone (one at a time per log).
  *
  * @since 0.1.0
@@ -95,6 +98,13 @@ export interface TabletLog {
   readonly logEndOffset: Effect.Effect<number>
   /** The high watermark last checkpointed. */
   readonly highWatermark: Effect.Effect<number>
+  /**
+   * The bytes of the batches the log holds, as stored (each batch's encoding: its header and records; a batch that
+   * retention left straddling the log start counts whole, as it stays whole in the store). Exact: kept with every
+   * append, truncation, retention and reset, in the same write, and read back when the log opens (counted from the
+   * batches once when the log was written without it).
+   */
+  readonly sizeBytes: Effect.Effect<number>
   readonly epochs: Effect.Effect<LeaderEpochCache.LeaderEpochCache>
   /** What the log knows of each idempotent producer (a copy). */
   readonly producers: Effect.Effect<ReadonlyMap<number, ProducerState.Entry>>
@@ -142,6 +152,8 @@ interface Fields {
   start: number
   end: number
   hw: number
+  /** The bytes of the stored batches. */
+  bytes: number
   epochs: LeaderEpochCache.LeaderEpochCache
 }
 
@@ -158,18 +170,24 @@ const noChanges: ProducerChanges = new Map()
 /** Reads the log's fields and epoch cache from the store, checking they agree with the batches. */
 const load = (store: Store.PartitionStore, fail: (detail: string) => TabletLogError) =>
   Effect.gen(function* () {
-    const field = (name: "hw" | "start" | "end") =>
+    const field = (name: "hw" | "start" | "end" | "bytes") =>
       Effect.map(
         store.get(Codec.fieldKey(name)),
         Option.map((b) => Codec.decodeOffset(b))
       )
-    const read = (name: "hw" | "start" | "end") =>
-      Effect.flatMap(field(name), (o) =>
-        Option.isNone(o)
-          ? Effect.succeed(0)
-          : o.value === undefined
-            ? Effect.fail(fail(`the ${name} field is not an offset`))
-            : Effect.succeed(o.value)
+    // A field not written reads as `absent` (0, or the size counted from the batches).
+    const read = (
+      name: "hw" | "start" | "end" | "bytes",
+      absent: Effect.Effect<number, Store.StoreError> = Effect.succeed(0)
+    ) =>
+      Effect.flatMap(
+        field(name),
+        (o): Effect.Effect<number, Store.StoreError | TabletLogError> =>
+          Option.isNone(o)
+            ? absent
+            : o.value === undefined
+              ? Effect.fail(fail(`the ${name} field is not an offset`))
+              : Effect.succeed(o.value)
       )
     const entries = yield* Stream.runCollect(store.scan(Codec.EPOCHS))
     let epochs = LeaderEpochCache.empty
@@ -188,6 +206,7 @@ const load = (store: Store.PartitionStore, fail: (detail: string) => TabletLogEr
       start: yield* read("start"),
       end: yield* read("end"),
       hw: yield* read("hw"),
+      bytes: yield* read("bytes", storedBytes(store)),
       epochs,
       producers
     }
@@ -196,6 +215,14 @@ const load = (store: Store.PartitionStore, fail: (detail: string) => TabletLogEr
     }
     return loaded
   })
+
+/** The bytes of every stored batch, counted (a log written without its size field). */
+const storedBytes = (store: Store.PartitionStore) =>
+  Stream.runFold(
+    store.scan(Codec.BATCHES),
+    () => 0,
+    (n, [, v]) => n + v.length
+  )
 
 /**
  * The most batches a truncation reads back to find the older batches of producers whose recent ones it cut: the
@@ -273,6 +300,7 @@ export const make = (store: Store.PartitionStore, tablet: Models.TabletId): Effe
       logStartOffset: Effect.sync(() => o.state.start),
       logEndOffset: Effect.sync(() => o.state.end),
       highWatermark: Effect.sync(() => o.state.hw),
+      sizeBytes: Effect.sync(() => o.state.bytes),
       epochs: Effect.sync(() => o.state.epochs),
       producers: Effect.sync(() => new Map(o.state.producers)),
       expireProducers: (idleMs) => alone(o, expireProducers(o, idleMs)),
@@ -303,7 +331,8 @@ const write = (o: Opened, ops: ReadonlyArray<Store.Op>) => o.store.write(ops).pi
 const fieldOps = (s: Fields): Array<Store.Op> => [
   Store.put(Codec.fieldKey("start"), Codec.encodeOffset(s.start)),
   Store.put(Codec.fieldKey("end"), Codec.encodeOffset(s.end)),
-  Store.put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw))
+  Store.put(Codec.fieldKey("hw"), Codec.encodeOffset(s.hw)),
+  Store.put(Codec.fieldKey("bytes"), Codec.encodeOffset(s.bytes))
 ]
 
 /** The store ops that make the epoch cache `next` where it was `prev`. */
@@ -369,6 +398,7 @@ const commit = (o: Opened, ops: ReadonlyArray<Store.Op>, next: Fields, changes: 
         state.start = next.start
         state.end = next.end
         state.hw = next.hw
+        state.bytes = next.bytes
         state.epochs = next.epochs
         for (const [id, entry] of changes) {
           if (entry === undefined) {
@@ -417,6 +447,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     const producers = new Map<number, ProducerState.Entry>()
     const ops: Array<Store.Op> = []
     const written: Array<TailEntry> = []
+    let bytes = state.bytes
     for (const b of batches) {
       if (b.baseOffset !== end) return Effect.fail(error(o, { _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
       const latest = LeaderEpochCache.latest(epochs)
@@ -425,9 +456,10 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
       }
       if (b.records.length === 0) continue
       epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
-      const bytes = Codec.encodeBatch(b.epoch, b.records, b.producer)
-      ops.push(Store.put(Codec.batchKey(b.baseOffset), bytes))
-      written.push({ batch: b, size: bytes.length })
+      const encoded = Codec.encodeBatch(b.epoch, b.records, b.producer)
+      ops.push(Store.put(Codec.batchKey(b.baseOffset), encoded))
+      written.push({ batch: b, size: encoded.length })
+      bytes += encoded.length
       if (b.producer !== undefined) {
         const id = b.producer.id
         const entry = producers.get(id) ?? state.producers.get(id)
@@ -435,7 +467,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
       }
       end += b.records.length
     }
-    return commit(o, ops, { start: state.start, hw: state.hw, end, epochs }, producers).pipe(
+    return commit(o, ops, { start: state.start, hw: state.hw, end, bytes, epochs }, producers).pipe(
       Effect.tap(() => (producers.size === 0 ? Effect.void : touch(o, producers.keys()))),
       Effect.tap(() => Effect.sync(() => addToTail(o, written)))
     )
@@ -514,26 +546,32 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
 
 /**
  * The batches at or past `offset`, to cut: delete each, and write back the part of one straddling it (unless a
- * producer stamped it: then it goes whole, and the log ends at its base offset).
+ * producer stamped it: then it goes whole, and the log ends at its base offset); `bytes`: how the stored batches'
+ * size changes (what goes, less what is written back).
  */
 const cutFrom = (o: Opened, offset: number) =>
   Effect.gen(function* () {
     const ops: Array<Store.Op> = []
     let end = offset
+    let bytes = 0
     yield* batchesFrom(o, offset).pipe(
       Stream.mapError(storeFailed(o)),
       Stream.runForEach(([k, v]) =>
         Effect.gen(function* () {
           const b = yield* decode(o, k, v)
           ops.push(Store.del(k))
+          bytes -= v.length
           const kept = offset - b.baseOffset
           if (kept <= 0) return
-          if (b.producer === undefined) ops.push(Store.put(k, Codec.encodeBatch(b.epoch, b.records.slice(0, kept))))
-          else end = b.baseOffset
+          if (b.producer === undefined) {
+            const part = Codec.encodeBatch(b.epoch, b.records.slice(0, kept))
+            ops.push(Store.put(k, part))
+            bytes += part.length
+          } else end = b.baseOffset
         })
       )
     )
-    return { ops, end }
+    return { ops, end, bytes }
   })
 
 /**
@@ -598,10 +636,11 @@ const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogErr
     const state = o.state
     if (offset >= state.end) return
     if (offset < state.start) return yield* Effect.fail(outOfRange(o, offset))
-    const { ops, end } = yield* cutFrom(o, offset)
+    const { ops, end, bytes } = yield* cutFrom(o, offset)
     const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, end)
     const changes = yield* producersBefore(o, end)
-    yield* commit(o, ops, { start: state.start, end, hw: Math.min(state.hw, end), epochs }, changes)
+    const next = { start: state.start, end, hw: Math.min(state.hw, end), bytes: state.bytes + bytes, epochs }
+    yield* commit(o, ops, next, changes)
   })
 
 const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
@@ -611,11 +650,14 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
     if (offset > state.end) return yield* Effect.fail(outOfRange(o, offset))
     // Whole batches below `offset` go; the one holding it stays (read from `offset` on).
     const ops: Array<Store.Op> = []
+    let bytes = state.bytes
     yield* o.store.scan({ gte: Codec.BATCHES.gte, lt: Codec.batchKey(offset) }).pipe(
       Stream.mapError(storeFailed(o)),
       Stream.runForEach(([k, v]) =>
         Effect.map(decode(o, k, v), (b) => {
-          if (b.baseOffset + b.records.length <= offset) ops.push(Store.del(k))
+          if (b.baseOffset + b.records.length > offset) return
+          ops.push(Store.del(k))
+          bytes -= v.length
         })
       )
     )
@@ -625,7 +667,7 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
     for (const [id, entry] of state.producers) {
       if (entry.batches.every((b) => b.lastOffset < offset)) changes.set(id, undefined)
     }
-    yield* commit(o, ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), epochs }, changes)
+    yield* commit(o, ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), bytes, epochs }, changes)
   })
 
 const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
@@ -637,7 +679,7 @@ const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError>
     )
     const changes = new Map<number, undefined>()
     for (const id of o.state.producers.keys()) changes.set(id, undefined)
-    yield* commit(o, ops, { start: offset, end: offset, hw: offset, epochs: LeaderEpochCache.empty }, changes)
+    yield* commit(o, ops, { start: offset, end: offset, hw: offset, bytes: 0, epochs: LeaderEpochCache.empty }, changes)
   })
 
 /** Drops the producers idle for `idleMs` (an entry loaded counts from the opening); how many. */

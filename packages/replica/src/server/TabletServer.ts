@@ -889,14 +889,17 @@ const holdings =
       yield* admitController(server, request)
       return {
         // A replica in no role (its log not open, or closed after a failure) holds no epoch: it is instructed again.
-        tablets: [...server.hosted.values()].map(({ state }) => ({
-          tablet: state.tablet,
-          leaderEpoch:
-            state.lifecycle._tag === "LeaderReplica" || state.lifecycle._tag === "FollowerReplica"
-              ? ReplicaState.lastLeaderEpoch(state.lifecycle)
-              : null,
-          version: state.version
-        }))
+        tablets: yield* Effect.forEach([...server.hosted.values()], ({ state, log }) =>
+          Effect.map(log === undefined ? Effect.succeed(undefined) : log.sizeBytes, (sizeBytes) => ({
+            tablet: state.tablet,
+            leaderEpoch:
+              state.lifecycle._tag === "LeaderReplica" || state.lifecycle._tag === "FollowerReplica"
+                ? ReplicaState.lastLeaderEpoch(state.lifecycle)
+                : null,
+            version: state.version,
+            ...(sizeBytes === undefined ? {} : { sizeBytes })
+          }))
+        )
       }
     })
 

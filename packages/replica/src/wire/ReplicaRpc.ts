@@ -207,6 +207,8 @@ export const TabletMetadata = Schema.Struct({
   isr: Schema.Array(Models.ServerId),
   /** The replicas a move under way ends with (see `Reassignment`). */
   target: Schema.optional(Schema.Array(Models.ServerId)),
+  /** The replicas a move under way started from (a cancel returns to them). */
+  original: Schema.optional(Schema.Array(Models.ServerId)),
   /** Servers a move took out that have not yet deleted their replica. */
   retired: Schema.optional(Schema.Array(Models.ServerId))
 })
@@ -272,6 +274,71 @@ export class ReassignRefused extends Schema.TaggedError<ReassignRefused>()("Reas
 }
 
 /**
+ * A server of the cluster model (shaped like `@strata/rebalance`'s `ClusterModel.Server`): a registered server with
+ * its rack, or one that holds replicas but is not registered now (stopped, or dead), tagged `excluded`: it keeps
+ * what it holds and takes nothing new.
+ *
+ * @since 0.1.0
+ */
+export const ModelServer = Schema.Struct({
+  id: Models.ServerId,
+  rack: Schema.optional(Schema.String),
+  tags: Schema.optional(Schema.Array(Schema.Literals(["draining", "excluded"])))
+})
+
+/**
+ * A tablet of the cluster model (shaped like `@strata/rebalance`'s `ClusterModel.Tablet`): its replicas (for a tablet
+ * that is moving, the replicas it ends with), its leader when that is one of them, and its size in bytes when it
+ * was learned in time (its leader's log's figure, else the largest its replicas gave).
+ *
+ * @since 0.1.0
+ */
+export const ModelTablet = Schema.Struct({
+  tablet: Models.TabletId,
+  replicas: Schema.Array(Models.ServerId),
+  leader: Schema.NullOr(Models.ServerId),
+  sizeBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
+})
+
+/**
+ * The most a `ClusterModel` request may wait for the servers' sizes, in ms.
+ *
+ * @since 0.1.0
+ */
+export const MAX_SIZE_TIMEOUT_MS = 60_000
+
+/**
+ * A request for the cluster model: `sizeTimeoutMs`, how long the controller waits for the servers' sizes (5000
+ * unless given; a server that has not answered by then gives none).
+ *
+ * @since 0.1.0
+ */
+export const ClusterModelRequest = Schema.Struct({
+  sizeTimeoutMs: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: MAX_SIZE_TIMEOUT_MS })))
+})
+
+/**
+ * The cluster as a rebalance planner sees it, from the controller: the registered servers and those holding
+ * replicas without being registered, every tablet not being deleted, and how many of them are given without a size.
+ *
+ * @since 0.1.0
+ */
+export const ClusterModelReply = Schema.Struct({
+  coordinatorEpoch: Models.Epoch,
+  servers: Schema.Array(ModelServer),
+  tablets: Schema.Array(ModelTablet),
+  /** Tablets given without `sizeBytes`: no server holding one told its size in time. */
+  sizesMissing: Schema.Int
+})
+
+/**
+ * The cluster model's type.
+ *
+ * @since 0.1.0
+ */
+export type ClusterModelReply = typeof ClusterModelReply.Type
+
+/**
  * What the controller serves.
  *
  * @since 0.1.0
@@ -323,7 +390,8 @@ export class ControllerRpcs extends RpcGroup.make(
     payload: Schema.Struct({ tablet: Models.TabletId }),
     success: TabletMetadata,
     error: Schema.Union([NotController, ReassignRefused])
-  })
+  }),
+  Rpc.make("ClusterModel", { payload: ClusterModelRequest, success: ClusterModelReply, error: NotController })
 ) {}
 
 /**

@@ -31,6 +31,7 @@ export const fromClient =
         return logError(new Log.IoError({ operation, detail: r.message, retryable: true }))
       case "CreateTableRefused":
       case "DeleteTableRefused":
+      case "ReassignRefused":
         return logError(new Log.InvalidRequest({ detail: r.detail }))
       case "ReplicaError": {
         const reason = r.reason

@@ -40,7 +40,8 @@ export const offsetOfBatchKey = (key: Uint8Array): number =>
 export const BATCHES = { gte: Uint8Array.of(0x01), lt: Uint8Array.of(0x02) } as const
 
 /** The store key of one of the log's fields. */
-export const fieldKey = (name: "hw" | "start" | "end"): Uint8Array => Uint8Array.of(0x02, ...encoder.encode(name))
+export const fieldKey = (name: "hw" | "start" | "end" | "bytes"): Uint8Array =>
+  Uint8Array.of(0x02, ...encoder.encode(name))
 
 /** The store key of the epoch cache entry of `epoch`. */
 export const epochKey = (epoch: number): Uint8Array => {
