@@ -16,6 +16,7 @@ import type { ControllerShape } from "../src/server/Controller.js"
 import * as ControllerRpc from "../src/server/ControllerRpc.js"
 import { PeerUnreachable, type TabletServersShape } from "../src/wire/Peers.js"
 import { type ClusterModelReply, formatAddress } from "../src/wire/ReplicaRpc.js"
+import { quickReplication } from "./support/servers.js"
 
 const enc = new TextEncoder()
 const records = (from: number, count: number, bytes = 100) =>
@@ -26,13 +27,7 @@ const records = (from: number, count: number, bytes = 100) =>
     timestamp: 0
   }))
 
-const replication = {
-  sessionTimeout: 2_000,
-  replicaLagTimeMax: 6_000,
-  fetchMaxWait: 50,
-  retryBackoff: 20,
-  appendTimeout: 5_000
-}
+const replication = quickReplication
 
 /** The model once `check` holds (asked again every 20 ms, up to 10 s). */
 const modelWhen = (

@@ -2,6 +2,7 @@ import { assert, describe, it } from "@effect/vitest"
 import { MemoryCoordination } from "@strata/core"
 import { Effect, Fiber } from "effect"
 import * as LocalCluster from "../src/node/LocalCluster.js"
+import { quickReplication } from "./support/servers.js"
 
 const enc = new TextEncoder()
 const dec = new TextDecoder()
@@ -13,13 +14,7 @@ const records = (from: number, count: number) =>
     timestamp: 0
   }))
 
-const replication = {
-  sessionTimeout: 2_000,
-  replicaLagTimeMax: 6_000,
-  fetchMaxWait: 50,
-  retryBackoff: 20,
-  appendTimeout: 5_000
-}
+const replication = quickReplication
 
 describe("LocalCluster", () => {
   for (const transport of ["direct", "tcp"] as const) {

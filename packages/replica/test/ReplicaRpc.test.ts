@@ -35,6 +35,22 @@ const text = (s: string): ReplicaManager.TabletRecord => ({
 const decoded = (batches: ReadonlyArray<{ readonly records: ReadonlyArray<ReplicaManager.TabletRecord> }>) =>
   batches.flatMap((b) => b.records.map((r) => new TextDecoder().decode(r.value)))
 
+/** A leading controller whose every call dies: a test overrides the calls it serves. */
+const unusedController: ControllerShape = {
+  coordinatorEpoch: 2,
+  resumed: { tablets: 0, read: 0, full: true },
+  balanceLeaders: Effect.die("unused"),
+  initProducerId: Effect.die("unused"),
+  replicaStorage: () => Effect.die("unused"),
+  deleteTablets: () => Effect.die("unused"),
+  createTablets: () => Effect.die("unused"),
+  reassign: () => Effect.die("unused"),
+  cancelReassign: () => Effect.die("unused"),
+  adjustIsr: () => Effect.die("unused"),
+  controlledShutdown: () => Effect.die("unused"),
+  state: Effect.die("unused")
+}
+
 describe("ReplicaRpc over TCP", () => {
   it("addresses parse and format, IPv6 in brackets", () => {
     assert.deepStrictEqual(parseAddress("127.0.0.1:9000"), { host: "127.0.0.1", port: 9000 })
@@ -179,15 +195,7 @@ describe("ReplicaRpc over TCP", () => {
         const standby = yield* Effect.flip(remote.peers.controller.adjustIsr(request))
         assert.include(standby.message, "this coordinator does not lead")
         leading = {
-          coordinatorEpoch: 2,
-          resumed: { tablets: 0, read: 0, full: true },
-          balanceLeaders: Effect.die("unused"),
-          initProducerId: Effect.die("unused"),
-          replicaStorage: () => Effect.die("unused"),
-          deleteTablets: () => Effect.die("unused"),
-          createTablets: () => Effect.die("unused"),
-          reassign: () => Effect.die("unused"),
-          cancelReassign: () => Effect.die("unused"),
+          ...unusedController,
           adjustIsr: (r) =>
             Effect.sync(() => {
               asked.push(r)
@@ -229,16 +237,7 @@ describe("ReplicaRpc over TCP", () => {
         }
         const asked: Array<ReadonlyArray<number>> = []
         const controller: ControllerShape = {
-          coordinatorEpoch: 2,
-          resumed: { tablets: 0, read: 0, full: true },
-          balanceLeaders: Effect.die("unused"),
-          initProducerId: Effect.die("unused"),
-          replicaStorage: () => Effect.die("unused"),
-          deleteTablets: () => Effect.die("unused"),
-          createTablets: () => Effect.die("unused"),
-          adjustIsr: () => Effect.die("unused"),
-          controlledShutdown: () => Effect.die("unused"),
-          state: Effect.die("unused"),
+          ...unusedController,
           // As the machine judges a target: a server named twice is refused, naming it.
           reassign: (_, target) =>
             Effect.sync(() => {

@@ -233,3 +233,12 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
     }
     return servers
   })
+
+/** Replication settings for in-memory clusters in tests: failures noticed in seconds. */
+export const quickReplication = {
+  sessionTimeout: 2_000,
+  replicaLagTimeMax: 6_000,
+  fetchMaxWait: 50,
+  retryBackoff: 20,
+  appendTimeout: 5_000
+}
