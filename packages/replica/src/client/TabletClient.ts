@@ -417,10 +417,34 @@ const shapeOf = (c: Client): TabletClientShape => {
     balanceLeaders: admin("balancing leaders", remote.admin.balanceLeaders),
     reassign: (tablet, replicas) =>
       admin(`moving ${Models.tabletKey(tablet)}`, remote.admin.reassign(tablet, replicas)),
-    cancelReassign: (tablet) =>
-      admin(`cancelling the move of ${Models.tabletKey(tablet)}`, remote.admin.cancelReassign(tablet)),
+    cancelReassign: (tablet) => admin(`cancelling the move of ${Models.tabletKey(tablet)}`, cancelOnce(c, tablet)),
     remote
   }
+}
+
+/**
+ * A cancel that may be asked again: once an attempt's answer was lost (the cancel may have been done), a later
+ * `NotMoving` is the cancel done, answered with the tablet as it is.
+ */
+const cancelOnce = (c: Client, tablet: Models.TabletId) => {
+  let unsure = false
+  return Effect.suspend(() => c.remote.admin.cancelReassign(tablet)).pipe(
+    Effect.tapError((e) =>
+      Effect.sync(() => {
+        if (e._tag === "PeerUnreachable") unsure = true
+      })
+    ),
+    Effect.catchIf(
+      (e) => unsure && e._tag === "ReassignRefused" && e.reason._tag === "NotMoving",
+      () =>
+        Effect.flatMap(c.remote.admin.metadata(tablet.table), (m) => {
+          const now = m.tablets.find((t) => Models.tabletKey(t.tablet) === Models.tabletKey(tablet))
+          return now === undefined
+            ? Effect.fail(new PeerUnreachable({ target: "controller", detail: `${Models.tabletKey(tablet)} is gone` }))
+            : Effect.succeed(now)
+        })
+    )
+  )
 }
 
 /** Asks the controller for the leaders again, at most once a backoff. */
