@@ -1,10 +1,16 @@
 /**
  * Deterministic simulation of a whole replicated cluster (`sim/ClusterSim.ts`; its checkers in `sim/Checkers.ts`).
+ * About half the seeds also move replica sets (`sim/Reassignments.ts`: moves, bad requests that must be refused,
+ * cancels, and faults aimed at a move's controller, leader, leaving and adding replicas); the moves are checked too
+ * (each completed or cancelled, none left once the faults stop, a moving tablet's ISR never below its size at the
+ * move's start while no fault is in force, every replica where coordination assigns it once settled), and their
+ * counts are among the faults the run prints (`reassign*`, `cancel*`, `move-*`).
  *
  * - Replay one seed (prints its trace): `STRATA_SIM_SEED=N ./dev exec vitest run --project unit packages/replica/test/ClusterSimulation.test.ts`
  * - A planted bug: add `STRATA_SIM_VARIANT=truncate-to-hw` (or `hw-under-min-isr`, `isr-to-dead-server`,
  *   `prefer-outside-isr`, `demoted-long-poll`, `stale-isr-answer`, `random-producer-id`, `unfenced-log-end`,
- *   `fenced-refusal-rejects`).
+ *   `fenced-refusal-rejects`, `remove-before-isr`: a move that finishes before its new replicas are in the ISR, the
+ *   leaving ones deleted; every seed of that variant moves replica sets).
  * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
  * - The processes' info and warning lines in a replayed trace: `STRATA_SIM_LOG=info`.
  */
@@ -102,7 +108,8 @@ describe("deterministic simulation of a replicated cluster", () => {
     "stale-isr-answer": lossDivergenceOrLiveness,
     "random-producer-id": lossDivergenceOrLiveness,
     "unfenced-log-end": lossDivergenceOrLiveness,
-    "fenced-refusal-rejects": lossDivergenceOrLiveness
+    "fenced-refusal-rejects": lossDivergenceOrLiveness,
+    "remove-before-isr": lossDivergenceOrLiveness
   }
   // A planted bug is looked for until its first catch, over at least 3000 seeds: some show only on rare histories.
   const plantedRange = Array.from({ length: Math.max(seedCount, 3000) }, (_, i) => firstSeed + i)

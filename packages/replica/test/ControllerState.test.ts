@@ -1113,6 +1113,20 @@ const follow = (model: Model, before: State, input: Input) => {
       else model.storageFailed.delete(`${input.server} ${Models.tabletKey(t)}`)
     }
   }
+  if (
+    input._tag === "ReplicaStopped" &&
+    model.live.has(input.server) &&
+    input.registration === model.lives.get(input.server)
+  ) {
+    // A replica deleted (retired by a move, or of a deleting tablet) takes its storage failure with it.
+    for (const id of input.tablets) {
+      const t = before.tablets.get(Models.tabletKey(id))
+      const deleting =
+        t?.state === "DeletingTablet" && t.replicas.includes(input.server) && !(t.deleted ?? []).includes(input.server)
+      if (deleting || (t?.retired ?? []).includes(input.server))
+        model.storageFailed.delete(`${input.server} ${Models.tabletKey(id)}`)
+    }
+  }
   if (input._tag === "ServerDown") {
     model.live.delete(input.server)
     model.stopping.delete(input.server)
@@ -2194,6 +2208,40 @@ describe("ControllerState reassignment", () => {
       [2, [0]],
       [3, [0]]
     ])
+  })
+
+  it("a replica whose storage failed, retired and deleted, may be given again and join the ISR (simulator seed 952)", () => {
+    const failed: Input = {
+      _tag: "ReplicaStorage",
+      server: 2,
+      registration: 2,
+      tablets: [tid(0)],
+      failed: true,
+      sequence: 1
+    }
+    const lives = (s: Models.ServerId): Input => ({ _tag: "ServerUp", server: s, registration: s })
+    const { state } = run(
+      ControllerState.make({ uncleanLeaderElection: false }),
+      started(1, []),
+      lives(1),
+      lives(2),
+      lives(3),
+      create([0, [3, 2]]),
+      failed,
+      reassign(0, [3, 1])
+    )
+    const { state: moved } = run(state, adjust(state, 0, [3, 1]))
+    assert.deepStrictEqual(tablet(moved, 0).retired, [2])
+    const { state: back } = run(moved, stopped(2, [0], 2), reassign(0, [3, 2]))
+    const { state: joined, commands } = run(back, adjust(back, 0, [3, 1, 2]))
+    assert.strictEqual(reply(commands)?._tag, "IsrAdjusted")
+    assert.deepStrictEqual(
+      [tablet(joined, 0).replicas, lai(joined, 0).isr],
+      [
+        [3, 2],
+        [3, 2]
+      ]
+    )
   })
 
   it("a retired replica on a server that is down is deleted when it is back; deleting a moving tablet deletes every replica", () => {

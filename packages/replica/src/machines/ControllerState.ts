@@ -1227,6 +1227,20 @@ const replicaStopped = (state: State, input: Extract<Input, { readonly _tag: "Re
   if (!state.live.has(input.server) || input.registration !== state.registrations.get(input.server)) {
     return [state, []]
   }
+  // A deleted replica's storage failure goes with it: a replica the server is given again is judged afresh.
+  const marks = new Set(state.storageFailed.get(input.server) ?? [])
+  for (const id of input.tablets) {
+    const t = state.tablets.get(Models.tabletKey(id))
+    if (t !== undefined && toDelete(t, input.server)) marks.delete(Models.tabletKey(id))
+  }
+  const storageFailed = new Map(state.storageFailed)
+  if (marks.size === 0) storageFailed.delete(input.server)
+  else storageFailed.set(input.server, marks)
+  return stopped({ ...state, storageFailed }, input)
+}
+
+/** The retired and deleting replicas `input` says are deleted, recorded. */
+const stopped = (state: State, input: Extract<Input, { readonly _tag: "ReplicaStopped" }>): Step => {
   const c = changes(state)
   for (const id of input.tablets) {
     const t = c.tablets.get(Models.tabletKey(id))

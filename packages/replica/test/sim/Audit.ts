@@ -1,9 +1,10 @@
 /**
  * What the run observes of the cluster for the checkers: the tablets and registered servers as coordination holds
- * them (read by the auditor's session), every server's replicas and logs sampled after each step, a tablet's
- * committed ISR against its leader's HW, and the final logs the run is judged by.
+ * them (read by the auditor's session), every tablet write a controller commits, every server's replicas and logs
+ * sampled after each step, a tablet's committed ISR against its leader's HW, where the replicas are against where
+ * coordination assigns them, and the final logs the run is judged by.
  */
-import { Models } from "@strata/core"
+import { type Coordination, Models } from "@strata/core"
 import { Effect } from "effect"
 import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
 import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
@@ -17,6 +18,57 @@ export const readTablet = (w: World, t: Models.TabletId) =>
     Effect.option,
     Effect.map((o) => (o._tag === "Some" ? o.value : undefined))
   )
+
+/**
+ * A `multi` a process committed (`results`, in order of `ops`): each tablet it wrote, to the move checker, as the
+ * node's new version.
+ */
+export const committed = (
+  w: World,
+  ops: ReadonlyArray<Coordination.Op>,
+  results: ReadonlyArray<Coordination.OpResult>
+) =>
+  Effect.forEach(
+    ops,
+    (op, i) => {
+      const result = results[i]
+      if ((op._tag !== "create" && op._tag !== "set") || !op.path.startsWith(`${paths.tablets}/`)) return Effect.void
+      const version = result?._tag === "set" ? result.stat.version : 0
+      return ClusterPaths.decodeTablet(op.path, op.data, version).pipe(
+        Effect.map((t) => Checkers.tabletWritten(w.record, t, now(w))),
+        Effect.ignore
+      )
+    },
+    { discard: true }
+  )
+
+/**
+ * Where the replicas are against coordination, once settled: no tablet moving, none with a retired replica on a
+ * running server that has not deleted it, every running server hosting exactly the tablets it is assigned. What is
+ * off, one line each (none: in place).
+ */
+export const misplaced = (w: World) =>
+  Effect.gen(function* () {
+    const out: Array<string> = []
+    for (const tablet of w.cluster.tablets) {
+      const meta = yield* readTablet(w, tablet)
+      const key = Models.tabletKey(tablet)
+      if (meta === undefined) continue
+      const r = meta.reassignment
+      if (r !== undefined) out.push(`${key} is still moving from [${r.original.join(",")}] to [${r.target.join(",")}]`)
+      const retired = (meta.retired ?? []).filter((s) => w.byName.get(`s${s}`)?.server !== undefined)
+      if (retired.length > 0) out.push(`${key}: running servers [${retired.join(",")}] are retired and not deleted`)
+      for (const p of w.servers) {
+        if (p.server === undefined) continue
+        const hosts = (yield* p.server.tablets).some((t) => Models.tabletKey(t) === key)
+        const assigned = meta.replicas.includes(p.id)
+        if (hosts && !assigned)
+          out.push(`${p.name} holds a replica of ${key}, assigned to [${meta.replicas.join(",")}]`)
+        if (!hosts && assigned) out.push(`${p.name} holds no replica of ${key}, which is assigned to it`)
+      }
+    }
+    return out
+  })
 
 /** The ids of the servers registered now (none if coordination cannot be read). */
 export const registeredServers = (w: World): Effect.Effect<Set<number>> =>

@@ -1,10 +1,13 @@
 /**
  * The cluster simulator's checkers: what the run records as it goes (appends and their outcomes, replicas sampled
- * after every step, LeaderAndIsr requests applied, ISR changes committed) and the judgement of the final logs.
+ * after every step, LeaderAndIsr requests applied, ISR changes committed, every tablet write the controllers
+ * committed and the moves of replica sets they show) and the judgement of the final logs and moves.
  */
 import { Models } from "@strata/core"
 import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
+import type * as ControllerState from "../../src/machines/ControllerState.js"
 import type { LeaderEpochCache } from "../../src/machines/LeaderEpochCache.js"
+import * as Reassignment from "../../src/machines/Reassignment.js"
 import type { ReplicaView } from "../../src/server/TabletServer.js"
 
 /** The epoch that wrote `offset` in a log with this epoch cache (`undefined` before its first epoch). */
@@ -90,7 +93,30 @@ export interface Recorder {
   readonly logEnds: Map<string, Map<string, LogEnd>>
   /** Per tablet, the running servers whose log was closed (offline) when last sampled: how far it reaches, unknown. */
   readonly closed: Map<string, Set<string>>
+  readonly moves: Moves
   readonly violations: Limited
+}
+
+/** One move of a tablet's replica set, as the controllers' committed writes show it. */
+export interface Move {
+  readonly tablet: string
+  readonly original: ReadonlyArray<number>
+  readonly target: ReadonlyArray<number>
+  /** The ISR's size when the move began. */
+  readonly startIsr: number
+  /** When its first write was seen. */
+  readonly at: number
+  /** How it ended: its target became the replicas, or its original stayed them; `undefined` while it runs. */
+  outcome: "completed" | "cancelled" | undefined
+}
+
+/** The moves the run saw: each tablet's last committed write, the moves under way, every move, and the checks. */
+export interface Moves {
+  readonly last: Map<string, ControllerState.Tablet>
+  readonly open: Map<string, Move>
+  readonly all: Array<Move>
+  /** The samples of a moving tablet's ISR taken while no fault was in force (each one checked). */
+  quietSamples: number
 }
 
 /** A fresh recorder for one run; `minIsr` is the cluster's minimum ISR. */
@@ -104,6 +130,7 @@ export const recorder = (minIsr: number): Recorder => ({
   reads: new Map(),
   logEnds: new Map(),
   closed: new Map(),
+  moves: { last: new Map(), open: new Map(), all: [], quietSamples: 0 },
   violations: limited()
 })
 
@@ -320,6 +347,108 @@ const judgePrefix = (out: Limited, tablet: string, a: FinalReplica, b: FinalRepl
     }
   }
 }
+
+const list = (servers: ReadonlyArray<number>) => `[${servers.join(",")}]`
+
+/** A move ends with the tablet's `replicas`: its target (completed) or its original (cancelled), nothing else. */
+const endMove = (r: Recorder, move: Move, replicas: ReadonlyArray<number>, at: number): void => {
+  if (Reassignment.sameReplicas(replicas, move.target)) move.outcome = "completed"
+  else if (Reassignment.sameReplicas(replicas, move.original)) move.outcome = "cancelled"
+  else
+    add(
+      r.violations,
+      "move",
+      `t=${at} ${move.tablet}: the move from ${list(move.original)} to ${list(move.target)} ended on ${list(replicas)}, neither its target nor its original`
+    )
+  r.moves.open.delete(move.tablet)
+}
+
+/**
+ * A tablet write a controller committed (every one, in version order): a write that stores a move begins it (from
+ * the replicas the tablet had), the write that drops it ends it (`endMove`), and one that changes the replicas with
+ * no move stored before or after is a move begun and finished at once (nothing to add, every target in the ISR).
+ */
+export const tabletWritten = (r: Recorder, t: ControllerState.Tablet, at: number): void => {
+  const key = Models.tabletKey(t.tablet)
+  const m = r.moves
+  const before = m.last.get(key)
+  if (before !== undefined && t.leaderAndIsr.version <= before.leaderAndIsr.version) return
+  m.last.set(key, t)
+  if (before === undefined) return
+  const open = m.open.get(key)
+  const now = t.reassignment
+  if (now === undefined) {
+    if (open !== undefined) endMove(r, open, t.replicas, at)
+    else if (!Reassignment.sameReplicas(before.replicas, t.replicas)) {
+      const move = {
+        tablet: key,
+        original: before.replicas,
+        target: t.replicas,
+        startIsr: before.leaderAndIsr.isr.length
+      }
+      m.all.push({ ...move, at, outcome: "completed" })
+    }
+    return
+  }
+  if (
+    open !== undefined &&
+    Reassignment.sameReplicas(open.original, now.original) &&
+    Reassignment.sameReplicas(open.target, now.target)
+  )
+    return
+  if (open !== undefined) endMove(r, open, before.replicas, at)
+  if (!Reassignment.sameReplicas(now.original, before.replicas))
+    add(
+      r.violations,
+      "move",
+      `t=${at} ${key}: a move from ${list(now.original)} began while the replicas were ${list(before.replicas)}`
+    )
+  const move: Move = {
+    tablet: key,
+    original: now.original,
+    target: now.target,
+    startIsr: before.leaderAndIsr.isr.length,
+    at,
+    outcome: undefined
+  }
+  m.open.set(key, move)
+  m.all.push(move)
+}
+
+/**
+ * A moving tablet's ISR (`isr` members in coordination now), sampled while no fault is in force (`quiet`): never
+ * fewer members than when the move began, or than its target has when the move shrinks the replica set.
+ */
+export const movingIsr = (r: Recorder, tablet: string, isr: ReadonlyArray<number>, quiet: boolean, at: number) => {
+  const move = r.moves.open.get(tablet)
+  if (move === undefined || !quiet) return
+  r.moves.quietSamples++
+  const floor = Math.min(move.startIsr, move.target.length)
+  if (isr.length < floor)
+    add(
+      r.violations,
+      "move-isr",
+      `t=${at} ${tablet}: moving from ${list(move.original)} to ${list(move.target)}, its ISR ${list(isr)} is below the ${floor} members it had as the move began, with no fault in force`
+    )
+}
+
+/** A reassignment request answered wrongly (a bad request accepted, or refused for another reason). */
+export const wrongAnswer = (r: Recorder, line: string): void => add(r.violations, "refusal", line)
+
+/** The moves at the end: each one completed or was cancelled. */
+export const judgeMoves = (r: Recorder): ReadonlyArray<string> =>
+  [...r.moves.open.values()].map(
+    (m) =>
+      `${m.tablet}: the move from ${list(m.original)} to ${list(m.target)} (begun t=${m.at}) neither completed nor was cancelled`
+  )
+
+/** The moves' counts: begun (at once or not), completed, cancelled, and the quiet ISR samples checked. */
+export const moveStats = (r: Recorder): Record<string, number> => ({
+  "move-begun": r.moves.all.length,
+  "move-completed": r.moves.all.filter((m) => m.outcome === "completed").length,
+  "move-cancelled": r.moves.all.filter((m) => m.outcome === "cancelled").length,
+  "move-quiet-isr-samples": r.moves.quietSamples
+})
 
 /** The end: nothing acknowledged lost, nothing twice, replicas agree below their common HW. */
 export const judge = (r: Recorder, tablets: ReadonlyArray<FinalTablet>): ReadonlyArray<string> => {

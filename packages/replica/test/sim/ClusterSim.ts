@@ -14,24 +14,34 @@
  * duplication. Half the seeds draw only a few fault kinds (swarm testing), and half of those send some records
  * acks=1; half the seeds also transfer a leadership under lag (a follower behind, another deaf to the controllers,
  * the leader shut down), half draw storage and clock faults (a slow disk, a disk failing some writes, a wall
- * clock jump, power lost on two servers at once with a minimum ISR of 3), and half churn an ISR (the leader's ISR
+ * clock jump, power lost on two servers at once with a minimum ISR of 3), half churn an ISR (the leader's ISR
  * answers each held until its next proposal, a follower whose sessions expire again and again and that stalls,
- * loses power, or is added just as its leader is partitioned from the controllers with the clients). Then the faults
- * stop, everything heals, and the run must settle.
+ * loses power, or is added just as its leader is partitioned from the controllers with the clients), and half move
+ * replica sets (`Reassignments.ts`: the controller in charge is asked to move a tablet to as many servers, one more
+ * or one fewer, off its leader or in another order; bad requests — a server twice, an unknown server, one that is
+ * down — must be refused naming it; moves under way are cancelled, asked for another target, or struck: the
+ * controller's coordinator crashed, paused, cut off from coordination or isolated, the leader, a leaving or an adding
+ * replica crashed or losing power). Then the faults stop, everything heals, and the run must settle; a seed that
+ * moves replica sets then makes a move or two in the quiet cluster, each settled in turn.
  *
  * Checked (`Checkers.ts`): no acknowledged write lost, no record twice; the prefix property across replicas, and
  * after every step across a tablet's committed ISR (each member holds its leader's log below the HW); at
  * most one leader per tablet and leader epoch; a leader's HW never decreases and never passes its log end; a tablet
  * server never applies a LeaderAndIsr below the highest coordinator epoch it has applied; an ISR never gains a
- * server that is not registered; and liveness: every tablet has a leader with its full ISR and takes an acks=all
- * append within a bound once the faults stop.
+ * server that is not registered; of the moves, seen in every tablet write a controller commits: each begins from the
+ * replicas the tablet has and ends on its target (completed) or its original (cancelled), a moving tablet's ISR never
+ * has fewer members than as the move began (or than its target, when smaller) while no fault or its aftermath is in
+ * force, and a bad request is refused as what is wrong with it; and liveness: every tablet has a leader with its full
+ * ISR and takes an acks=all append within a bound once the faults stop, no tablet is left moving, every replica a
+ * move took out is deleted, and every server hosts exactly the tablets coordination assigns it. A planted bug of the
+ * controller, `remove-before-isr` (a move finished before its new replicas are in the ISR), is caught by them.
  *
  * This module is the driver: it sets the run up, steps the clock injecting faults, settles, probes and judges. The
  * parts beside it: `Config.ts` (the run's shapes and the cluster a seed draws), `World.ts` (the shared state record),
  * `Network.ts`, `ProcessCoordination.ts`, `Process.ts`, `Peers.ts`, `Audit.ts` (what is sampled for the checkers),
- * the fault families `Faults.ts`, `LeaderTransfer.ts`, `IsrChurn.ts` and `DiskAndClock.ts`, `Workload.ts`,
- * `Settle.ts`, `Judge.ts` and `Checkers.ts`; the virtual clock and the fault pick are shared with the election
- * simulator (`scripts/test-support/sim/`).
+ * the fault families `Faults.ts`, `LeaderTransfer.ts`, `IsrChurn.ts`, `DiskAndClock.ts` and `Reassignments.ts`,
+ * `Workload.ts`, `Settle.ts`, `Judge.ts` and `Checkers.ts`; the virtual clock and the fault pick are shared with the
+ * election simulator (`scripts/test-support/sim/`).
  */
 import { Coordination, MemoryCoordination } from "@strata/core"
 import { Effect, References, type Scope } from "effect"
@@ -57,6 +67,7 @@ import * as LeaderTransfer from "./LeaderTransfer.js"
 import * as Network from "./Network.js"
 import * as Peers from "./Peers.js"
 import * as Process from "./Process.js"
+import * as Reassignments from "./Reassignments.js"
 import * as Settle from "./Settle.js"
 import * as Workload from "./Workload.js"
 import { log, makeProc, type World } from "./World.js"
@@ -91,7 +102,7 @@ const setUp = (
     const base = yield* Coordination.Coordination
     const faults = yield* Coordination.Faults
     const clock = Clock.make(yield* TestClock.testClockWith(Effect.succeed), config.stepMs)
-    const cluster = drawCluster(seed, rng, config)
+    const cluster = drawCluster(seed, rng, config, variant.reassignEverySeed === true)
     Clock.log(clock, describeCluster(seed, cluster))
     const auditor = yield* base.session({ timeout: "1 hour" })
     const servers = Array.from({ length: cluster.serverCount }, (_, i) => makeProc("server", i + 1))
@@ -122,7 +133,10 @@ const setUp = (
       churns: new Map(),
       timed: [],
       faultCounts: {},
-      lostWrites: 0
+      lostWrites: 0,
+      calmFromMs: 0,
+      reassigning: new Set(),
+      registered: new Set()
     }
     return w
   })
@@ -152,17 +166,21 @@ const runSteps = (w: World) =>
         yield* DiskAndClock.extraFault(w, step, cluster.extras)
       if (cluster.churning !== undefined && step > 5 && cluster.churning.chance(0.05))
         yield* IsrChurn.churnFault(w, cluster.churning)
+      if (cluster.moves !== undefined && step > 5 && cluster.moves.chance(0.1))
+        yield* Reassignments.reassignFault(w, cluster.moves)
       yield* Faults.heal(w, step, false)
       // Each server's writes become durable at a time of its own.
       for (const p of w.servers) if (w.rng.chance(cluster.flushChance)) w.stores.get(p.id)?.flush()
       yield* Clock.tick(w.clock)
       yield* Audit.sample(w)
+      yield* Reassignments.sample(w)
       let leaderless = false
       for (const tablet of cluster.tablets) {
         const meta = yield* Audit.readTablet(w, tablet)
         if (meta !== undefined && meta.leaderAndIsr.leader === null) leaderless = true
       }
-      const registered = [...(yield* Audit.registeredServers(w))].sort().join(",")
+      w.registered = yield* Audit.registeredServers(w)
+      const registered = [...w.registered].sort().join(",")
       if (registered !== lastRegistered) log(w, `registered servers: ${registered}`)
       lastRegistered = registered
       runLeaderless = leaderless ? runLeaderless + 1 : 0
@@ -189,6 +207,7 @@ const simulate = (
     const longestLeaderless = yield* runSteps(w)
     yield* Settle.stopFaults(w, workload)
     let settledAt = yield* Settle.settle(w, workload)
+    if (settledAt !== undefined) settledAt = yield* Settle.quietMoves(w, workload)
     const probes: ReadonlyArray<string> = settledAt === undefined ? [] : yield* Workload.probe(workload)
     // Leadership may move meanwhile (back to a preferred replica): a new leader's high watermark reaches what the
     // old one acknowledged once its followers fetch again, so the replicas are judged once settled again.

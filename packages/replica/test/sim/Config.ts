@@ -19,6 +19,8 @@ export interface Variant {
   readonly controller?: ControllerState.StepFunction
   /** Producers draw their ids at random from a small range instead of asking the controller for one. */
   readonly randomProducerIds?: boolean
+  /** Every seed runs the reassignment family (for a bug only a move shows), not about half of them. */
+  readonly reassignEverySeed?: boolean
 }
 
 /** The correct system. */
@@ -37,7 +39,8 @@ export const planted: ReadonlyArray<Variant> = [
   { name: "unfenced-log-end", machines: Mutants.machinesWith(Mutants.unfencedLogEnd) },
   { name: "stale-isr-answer", machines: Mutants.machinesWith(Mutants.answersIgnoreProposal) },
   { name: "isr-to-dead-server", controller: Mutants.skipIsrEligibility(ControllerState.step) },
-  { name: "fenced-refusal-rejects", machines: Mutants.machinesWith(Mutants.fencedRefusalRejects) }
+  { name: "fenced-refusal-rejects", machines: Mutants.machinesWith(Mutants.fencedRefusalRejects) },
+  { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignEverySeed: true }
 ]
 
 /** The kinds of fault. */
@@ -197,14 +200,17 @@ export interface Cluster {
   readonly extras: Prng | undefined
   /** The ISR-churn family's own generator, when the seed runs it. */
   readonly churning: Prng | undefined
+  /** The reassignment family's own generator, when the seed runs it. */
+  readonly moves: Prng | undefined
 }
 
 /**
  * Draws the cluster from the seed's main generator `rng`, in a fixed order (3–7 servers, 1–3 coordinators, the
  * session and lag timeouts, the replication factor, the long-poll wait, the minimum ISR, 1–3 tablets, the flush
- * chance, the election rule); each fault family that half the seeds run draws from a generator of its own.
+ * chance, the election rule); each fault family that half the seeds run draws from a generator of its own (the
+ * reassignment family on every seed when `reassignEverySeed`).
  */
-export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster => {
+export const drawCluster = (seed: number, rng: Prng, config: Config, reassignEverySeed = false): Cluster => {
   const shape = config.shape
   const serverCount = shape?.servers ?? rng.int(3, 7)
   const coordinatorCount = shape?.coordinators ?? rng.int(1, 3)
@@ -246,6 +252,9 @@ export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster =>
   // Half the seeds also churn an ISR (late answers, a flapping follower), drawn by a generator of their own.
   const churnDraws = seeded(mix32(seed ^ 0x15c4))
   const churning = config.script === undefined && churnDraws.chance(0.5) ? churnDraws : undefined
+  // Half the seeds also move replica sets (reassignments), drawn by a generator of their own.
+  const moveDraws = seeded(mix32(seed ^ 0x6e0b))
+  const moves = config.script === undefined && (reassignEverySeed || moveDraws.chance(0.5)) ? moveDraws : undefined
   const leaderElection =
     shape === undefined
       ? rng.pick(["first-in-isr", "largest-log-end"] as const)
@@ -264,7 +273,8 @@ export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster =>
     faultMix,
     transfers,
     extras,
-    churning
+    churning,
+    moves
   }
 }
 
@@ -272,5 +282,5 @@ export const drawCluster = (seed: number, rng: Prng, config: Config): Cluster =>
 export const describeCluster = (seed: number, c: Cluster): string => {
   const mix = c.faultMix
   const swarm = mix.swarm ? ` faults=${mix.kinds.map(([k]) => k).join(",")}${mix.acksOne ? " acks=1 too" : ""}` : ""
-  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.extras === undefined ? "" : " disk-and-clock"}`
+  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.extras === undefined ? "" : " disk-and-clock"}`
 }

@@ -203,3 +203,28 @@ export const heal = (w: World, step: number, all: boolean) =>
     }
     if (all) network.cuts.clear()
   })
+
+/**
+ * Whether some fault is in force now: the faults are on (each call may be delayed, lost or duplicated); a process
+ * down, paused, stopping, with its clock off, or (a server) not registered; a cut, slow or unheard link; a timed
+ * fault (disk, clock, cut from coordination); an ISR churn; a store failing or slow.
+ */
+export const active = (w: World): boolean => {
+  const n = w.network
+  return (
+    w.faultsOn ||
+    w.procs.some(
+      (p) =>
+        p.scope === undefined ||
+        p.paused ||
+        p.stopping ||
+        p.backAt !== undefined ||
+        p.clockOffsetMs !== 0 ||
+        (p.kind === "server" && p.registration === undefined)
+    ) ||
+    n.cuts.size + n.oneWay.size + n.slow.size + n.unheard.size + n.isolations.length + n.linkCuts.length > 0 ||
+    w.timed.length > 0 ||
+    w.churns.size > 0 ||
+    [...w.stores.values()].some((s) => s.failing || s.slowMs > 0 || s.failSome !== undefined)
+  )
+}

@@ -1,7 +1,9 @@
 /**
  * The run's judgement once it settled (or failed to): the final logs against what was recorded (`Checkers.ts`),
  * the liveness failures (not settled within the bound, with every replica's state then; a process not running;
- * a probe not acknowledged), and the run's counts.
+ * a probe not acknowledged; a tablet still moving, a replica a move took out not deleted, a server hosting a
+ * tablet it is not assigned; a move neither completed nor cancelled), and the run's counts (the moves' among the
+ * faults').
  */
 import { Models } from "@strata/core"
 import { Effect } from "effect"
@@ -56,6 +58,7 @@ export const judge = (
     for (const p of w.procs) {
       if (p.scope === undefined) violations.push(`${p.name} is not running at the end`)
     }
+    violations.push(...(yield* Audit.misplaced(w)), ...Checkers.judgeMoves(w.record))
     violations.push(...Checkers.judge(w.record, finalLogs))
     const stats = Checkers.stats(w.record)
     return {
@@ -69,7 +72,7 @@ export const judge = (
         ...stats,
         longestLeaderless,
         lostWrites: w.lostWrites,
-        faults: w.faultCounts
+        faults: { ...w.faultCounts, ...Checkers.moveStats(w.record) }
       }
     } satisfies Result
   })

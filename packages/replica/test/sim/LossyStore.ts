@@ -1,9 +1,9 @@
 /**
- * A memory `Store` that can lose what it has not flushed, as a machine that loses power does: every write keeps
- * the values it replaced until `flush`; `loseUnflushed` puts them back, newest first, so each partition returns to
- * what it held at its last flush. Used by the cluster simulator for crashes that lose unflushed writes, with
- * `failing` set for a disk that is full or failing, with `failSome` for one that fails some writes, and with
- * `slowMs` for a slow one.
+ * A memory `Store` that can lose what it has not flushed, as a machine that loses power does: every write (and
+ * every drop of a partition) keeps the values it replaced until `flush`; `loseUnflushed` puts them back, newest
+ * first, so each partition returns to what it held at its last flush. Used by the cluster simulator for crashes that
+ * lose unflushed writes, with `failing` set for a disk that is full or failing, with `failSome` for one that fails
+ * some writes, and with `slowMs` for a slow one.
  */
 import { MemoryStore, Store } from "@strata/core"
 import { Context, Duration, Effect, Layer, Option, type Scope, Stream } from "effect"
@@ -49,7 +49,17 @@ export const make = (scope: Scope.Scope): Effect.Effect<LossyStore> =>
     const shape: Store.Shape = {
       backend: inner.backend,
       limits: inner.limits,
-      drop: inner.drop,
+      // A dropped partition is back as it was at the last flush after a loss: its entries are the drop's priors.
+      drop: (id) =>
+        Effect.gen(function* () {
+          const entries = yield* Effect.scoped(Effect.flatMap(inner.open(id), (ps) => Stream.runCollect(ps.scan())))
+          yield* inner.drop(id)
+          record(
+            id,
+            entries.map(([k]) => k),
+            entries.map(([, v]) => Option.some(v))
+          )
+        }),
       open: (id) =>
         Effect.map(inner.open(id), (ps) => {
           const write = (ops: ReadonlyArray<Store.Op>, options?: Parameters<typeof ps.write>[1]) =>

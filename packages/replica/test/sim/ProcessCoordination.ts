@@ -1,10 +1,11 @@
 /**
  * The coordination a simulated process sees: the shared memory coordination, its sessions living in the run's
  * scope (so a crash leaves them to expire) and every operation waiting while the process is paused or cut off from
- * coordination.
+ * coordination. Every `multi` it commits goes to the auditor (a controller's tablet writes, for the move checker).
  */
 import type { Coordination } from "@strata/core"
 import { Effect, Exit, Scope } from "effect"
+import * as Audit from "./Audit.js"
 import type { Proc, World } from "./World.js"
 
 /** The coordination process `p` sees. */
@@ -23,12 +24,15 @@ export const coordinationOf = (w: World, p: Proc): Coordination.Shape => ({
           return p.crashed ? Effect.ignore(w.faults.disconnect!(s)) : Scope.close(child, Exit.void)
         })
       )
-      return gated(p, s)
+      return gated(w, p, s)
     })
 })
 
-/** A session whose operations wait while its process is paused (a paused process does nothing). */
-const gated = (p: Proc, s: Coordination.Session): Coordination.Session => {
+/**
+ * A session whose operations wait while its process is paused (a paused process does nothing); what its `multi`
+ * commits is audited.
+ */
+const gated = (w: World, p: Proc, s: Coordination.Session): Coordination.Session => {
   const wait = <A, E>(op: Effect.Effect<A, E>) => Effect.andThen(p.gate.await, op)
   return {
     ...s,
@@ -39,7 +43,7 @@ const gated = (p: Proc, s: Coordination.Session): Coordination.Session => {
     set: (path, data, version) => wait(s.set(path, data, version)),
     delete: (path, version) => wait(s.delete(path, version)),
     children: (path) => wait(s.children(path)),
-    multi: (ops) => wait(s.multi(ops)),
+    multi: (ops) => wait(Effect.tap(s.multi(ops), (results) => Audit.committed(w, ops, results))),
     watchNode: (path) => wait(s.watchNode(path)),
     watchChildren: (path) => wait(s.watchChildren(path))
   }

@@ -126,6 +126,16 @@ export interface World {
   readonly faultCounts: Record<string, number>
   /** Writes lost by power losses. */
   lostWrites: number
+  /**
+   * From when the cluster is quiet, if no fault is in force then: a fault's aftermath (a session left to expire, a
+   * follower that fell behind dropped from its ISR) lasts up to `aftermathMs` after it was injected or last seen in
+   * force, or until the cluster settles.
+   */
+  calmFromMs: number
+  /** The tablets a reassignment request (or its cancel) is out for, answered or not yet. */
+  readonly reassigning: Set<string>
+  /** The servers registered at the last step's sample. */
+  registered: ReadonlySet<number>
 }
 
 /** The virtual time in milliseconds. */
@@ -134,7 +144,21 @@ export const now = (w: World): number => Clock.now(w.clock)
 /** Adds a line to the run's trace, stamped with the virtual time. */
 export const log = (w: World, line: string): void => Clock.log(w.clock, line)
 
-/** Counts one fault of `kind`. */
+/** How long a fault's aftermath may last: a session, a lag time, and half a second. */
+export const aftermathMs = (w: World): number => w.cluster.sessionTimeoutMs + w.cluster.replicaLagTimeMaxMs + 500
+
+/** A fault is in force now (injected or seen): the cluster is not quiet until its aftermath is over. */
+export const faultSeen = (w: World): void => {
+  w.calmFromMs = Math.max(w.calmFromMs, now(w) + aftermathMs(w))
+}
+
+/** Counts one fault of `kind`, injected now. */
 export const count = (w: World, kind: string): void => {
+  tally(w, kind)
+  faultSeen(w)
+}
+
+/** Counts one event of `kind` that is no fault (a reassignment request, its answer) among the fault counts. */
+export const tally = (w: World, kind: string): void => {
   w.faultCounts[kind] = (w.faultCounts[kind] ?? 0) + 1
 }

@@ -1,8 +1,9 @@
 /**
- * Planted bugs as mutants of the tablet server's machines: each wraps production's `Replica.step` (or the follower
- * machine's start) and breaks one safety rule, so the scenarios and the simulator can show that they catch it.
- * Production code carries none of them.
+ * Planted bugs as mutants of the tablet server's machines (each wraps production's `Replica.step` or the follower
+ * machine's start) and of the controller's (each wraps `ControllerState.step`): each breaks one safety rule, so the
+ * scenarios and the simulator can show that they catch it. Production code carries none of them.
  */
+import { Models } from "@strata/core"
 import type * as ControllerState from "../../src/machines/ControllerState.js"
 import * as FollowerState from "../../src/machines/FollowerState.js"
 import * as LeaderEpochCache from "../../src/machines/LeaderEpochCache.js"
@@ -155,4 +156,24 @@ export const preferOutsideIsr: ControllerMutant = (step) => (state, input) => {
     [...next.tablets].map(([key, t]) => [key, faked.get(key) === t ? state.tablets.get(key)! : t] as const)
   )
   return [{ ...next, tablets: restored }, commands]
+}
+
+/**
+ * The controller finishes a move without waiting for the adding replicas to be in the ISR: a `Reassign` is judged as
+ * if every target replica were in the tablet's ISR already, so the move ends in the step that begins it — the
+ * leaving replicas deleted (leadership moving to a new replica when the leader leaves) while the new ones hold
+ * nothing. A refused request leaves the state as it was.
+ */
+export const removeBeforeIsr: ControllerMutant = (step) => (state, input) => {
+  if (input._tag !== "Reassign") return step(state, input)
+  const key = Models.tabletKey(input.tablet)
+  const t = state.tablets.get(key)
+  if (t === undefined) return step(state, input)
+  const isr = [...t.leaderAndIsr.isr, ...input.target.filter((s) => !t.leaderAndIsr.isr.includes(s))]
+  const faked: ControllerState.State = {
+    ...state,
+    tablets: new Map(state.tablets).set(key, { ...t, leaderAndIsr: { ...t.leaderAndIsr, isr } })
+  }
+  const [next, commands] = step(faked, input)
+  return [next === faked ? state : next, commands]
 }
