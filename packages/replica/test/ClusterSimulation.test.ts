@@ -10,7 +10,8 @@
  * - A planted bug: add `STRATA_SIM_VARIANT=truncate-to-hw` (or `hw-under-min-isr`, `isr-to-dead-server`,
  *   `prefer-outside-isr`, `demoted-long-poll`, `stale-isr-answer`, `random-producer-id`, `unfenced-log-end`,
  *   `fenced-refusal-rejects`, `remove-before-isr`: a move that finishes before its new replicas are in the ISR, the
- *   leaving ones deleted; every seed of that variant moves replica sets).
+ *   leaving ones deleted; every seed of that variant moves replica sets, while `demoted-long-poll` and
+ *   `fenced-refusal-rejects` move none).
  * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
  * - The processes' info and warning lines in a replayed trace: `STRATA_SIM_LOG=info`.
  */

@@ -19,8 +19,11 @@ export interface Variant {
   readonly controller?: ControllerState.StepFunction
   /** Producers draw their ids at random from a small range instead of asking the controller for one. */
   readonly randomProducerIds?: boolean
-  /** Every seed runs the reassignment family (for a bug only a move shows), not about half of them. */
-  readonly reassignEverySeed?: boolean
+  /**
+   * Which seeds run the reassignment family: about half (the default), every one (for a bug only a move shows), or
+   * none (a bug about something else is then searched on the histories it was found on, in fewer seeds).
+   */
+  readonly reassignments?: "half" | "every" | "none"
 }
 
 /** The correct system. */
@@ -35,12 +38,16 @@ export const planted: ReadonlyArray<Variant> = [
   { name: "hw-under-min-isr", machines: Mutants.machinesWith(Mutants.highWatermarkIgnoresMinIsr) },
   { name: "prefer-outside-isr", controller: Mutants.preferOutsideIsr(ControllerState.step) },
   { name: "random-producer-id", randomProducerIds: true },
-  { name: "demoted-long-poll", machines: Mutants.machinesWith(Mutants.skipFetchRevalidation) },
+  { name: "demoted-long-poll", machines: Mutants.machinesWith(Mutants.skipFetchRevalidation), reassignments: "none" },
   { name: "unfenced-log-end", machines: Mutants.machinesWith(Mutants.unfencedLogEnd) },
   { name: "stale-isr-answer", machines: Mutants.machinesWith(Mutants.answersIgnoreProposal) },
   { name: "isr-to-dead-server", controller: Mutants.skipIsrEligibility(ControllerState.step) },
-  { name: "fenced-refusal-rejects", machines: Mutants.machinesWith(Mutants.fencedRefusalRejects) },
-  { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignEverySeed: true }
+  {
+    name: "fenced-refusal-rejects",
+    machines: Mutants.machinesWith(Mutants.fencedRefusalRejects),
+    reassignments: "none"
+  },
+  { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignments: "every" }
 ]
 
 /** The kinds of fault. */
@@ -208,9 +215,14 @@ export interface Cluster {
  * Draws the cluster from the seed's main generator `rng`, in a fixed order (3–7 servers, 1–3 coordinators, the
  * session and lag timeouts, the replication factor, the long-poll wait, the minimum ISR, 1–3 tablets, the flush
  * chance, the election rule); each fault family that half the seeds run draws from a generator of its own (the
- * reassignment family on every seed when `reassignEverySeed`).
+ * reassignment family on every seed or none as `reassignments` says).
  */
-export const drawCluster = (seed: number, rng: Prng, config: Config, reassignEverySeed = false): Cluster => {
+export const drawCluster = (
+  seed: number,
+  rng: Prng,
+  config: Config,
+  reassignments: Variant["reassignments"] = "half"
+): Cluster => {
   const shape = config.shape
   const serverCount = shape?.servers ?? rng.int(3, 7)
   const coordinatorCount = shape?.coordinators ?? rng.int(1, 3)
@@ -254,7 +266,10 @@ export const drawCluster = (seed: number, rng: Prng, config: Config, reassignEve
   const churning = config.script === undefined && churnDraws.chance(0.5) ? churnDraws : undefined
   // Half the seeds also move replica sets (reassignments), drawn by a generator of their own.
   const moveDraws = seeded(mix32(seed ^ 0x6e0b))
-  const moves = config.script === undefined && (reassignEverySeed || moveDraws.chance(0.5)) ? moveDraws : undefined
+  const moves =
+    config.script === undefined && reassignments !== "none" && (reassignments === "every" || moveDraws.chance(0.5))
+      ? moveDraws
+      : undefined
   const leaderElection =
     shape === undefined
       ? rng.pick(["first-in-isr", "largest-log-end"] as const)
