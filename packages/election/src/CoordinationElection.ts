@@ -23,7 +23,8 @@ export type CoordinationElectionOptions = internal.Options
 
 /**
  * The election's metrics (attribute `namespace`): `strata_coordinator_elections_total`,
- * `strata_coordinator_election_duration_ms` (histogram), `strata_coordinator_fenced_writes_rejected_total`
+ * `strata_coordinator_election_duration_seconds` (histogram, key `electionDuration`),
+ * `strata_coordinator_fenced_writes_rejected_total`
  * and `strata_coordinator_candidate_wakeups_total` (predecessor watches fired).
  */
 export const metrics = internal.metrics

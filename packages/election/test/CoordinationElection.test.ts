@@ -15,14 +15,22 @@ const bytes = (s: string) => new TextEncoder().encode(s)
  * A process of the simulated cluster: its own election over one shared memory
  * coordination, with every session it opened recorded so a test can expire them
  * all (as the server does when the process stops for longer than the timeout).
+ * With `multiDelay` each of its sessions' `multi` (the leader registration) waits
+ * that long first.
  */
-const processOf = (namespace: string, sessionTimeout: Duration.Input = "2 seconds") =>
+const processOf = (namespace: string, sessionTimeout: Duration.Input = "2 seconds", multiDelay?: Duration.Input) =>
   Effect.gen(function* () {
     const coordination = yield* Coordination.Coordination
     const sessions: Array<Coordination.Session> = []
+    const delayed = (s: Coordination.Session): Coordination.Session =>
+      multiDelay === undefined ? s : { ...s, multi: (ops) => Effect.andThen(Effect.sleep(multiDelay), s.multi(ops)) }
     const recording = Coordination.Coordination.of({
       ...coordination,
-      session: (options) => Effect.tap(coordination.session(options), (s) => Effect.sync(() => sessions.push(s)))
+      session: (options) =>
+        Effect.map(
+          Effect.tap(coordination.session(options), (s) => Effect.sync(() => sessions.push(s))),
+          delayed
+        )
     })
     const election = yield* CoordinationElection.make({ namespace, sessionTimeout }).pipe(
       Effect.provideService(Coordination.Coordination, recording)
@@ -419,7 +427,8 @@ describe("CoordinationElection on memory coordination", () => {
           const value = <S>(metric: Metric.Metric<number, S>) =>
             Metric.value(Metric.withAttributes(metric, { namespace }))
           const a = yield* processOf(namespace)
-          const b = yield* processOf(namespace)
+          // b's leader registration takes 250 ms: its election lasts that long.
+          const b = yield* processOf(namespace, "2 seconds", "250 millis")
           const ca = yield* campaign(a.election, 1)
           const first = yield* Fiber.join(ca.fiber)
           assert.isUndefined(first.electionDurationMs, "no previous leader, no vacancy")
@@ -427,26 +436,28 @@ describe("CoordinationElection on memory coordination", () => {
           yield* settle
           yield* TestClock.adjust("1 second")
           yield* a.expireAll
+          yield* settle
           yield* TestClock.adjust("250 millis")
           const second = yield* Fiber.join(cb.fiber)
-          assert.isNumber(second.electionDurationMs)
+          assert.strictEqual(second.electionDurationMs, 250)
           yield* Effect.flip(first.fenced([Coordination.op.create("/metrics-write", bytes("x"))]))
 
           const elections = yield* value(CoordinationElection.metrics.electionsTotal)
           const fenced = yield* value(CoordinationElection.metrics.fencedWritesRejected)
           const wakeups = yield* value(CoordinationElection.metrics.candidateWakeups)
           const failovers = yield* Metric.value(
-            Metric.withAttributes(CoordinationElection.metrics.electionDurationMs, { namespace })
+            Metric.withAttributes(CoordinationElection.metrics.electionDuration, { namespace })
           )
           assert.strictEqual(elections.count, 2)
           assert.strictEqual(fenced.count, 1)
           assert.strictEqual(wakeups.count, 1, "only the successor was woken")
           assert.strictEqual(failovers.count, 1)
+          assert.strictEqual(failovers.sum, 0.25, "observed in seconds")
           yield* Scope.close(cb.scope, Exit.void)
           yield* Scope.close(ca.scope, Exit.void)
         })
       )
-    )
+    ).pipe(Effect.provideService(Metric.MetricRegistry, new Map()))
   )
 
   describe("options are validated when the election is built", () => {

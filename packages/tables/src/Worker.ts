@@ -154,24 +154,43 @@ export interface WorkerShape {
   readonly join: Effect.Effect<never, WorkerError>
 }
 
-const metrics = {
+/**
+ * The worker's Effect metrics: `strata_worker_records_processed_total`, `strata_worker_commit_duration_seconds`
+ * (histogram of every commit), `strata_worker_rewinds_total`, and `strata_worker_lag_records` (gauge, attributes
+ * `topic` and `partition`: per partition the worker processes, the records from its next offset to the highwater
+ * its consumer last saw; set when the partition starts and after each batch, removed when the partition is revoked
+ * or the worker stops).
+ */
+export const metrics = {
+  /** Source records processed. */
   records: Metric.counter("strata_worker_records_processed_total", {
     description: "Source records the worker's agents processed"
   }),
-  commitDuration: Metric.gauge("strata_worker_commit_duration_ms", {
-    description: "How long the last commit took (tables persisted, then source offsets committed)"
+  /** How long each commit took, in seconds. */
+  commitDuration: Metric.histogram("strata_worker_commit_duration_seconds", {
+    description: "Seconds each commit took (tables persisted, then source offsets committed)",
+    boundaries: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
   }),
+  /** Rewinds after a failed commit. */
   rewinds: Metric.counter("strata_worker_rewinds_total", {
     description: "Times the worker rewound to what its stores and changelogs hold after a failed commit"
+  }),
+  /** Per partition processed (attributes `topic`, `partition`): records from its next offset to its highwater. */
+  lag: Metric.gauge("strata_worker_lag_records", {
+    description: "Records of a source partition from the worker's next offset to the partition's highwater"
   })
 }
+
+/** The lag gauge of one partition. */
+const lagOf = (tp: Models.TopicPartition) =>
+  Metric.withAttributes(metrics.lag, { topic: tp.topic, partition: String(tp.partition) })
 
 /** One partition's lane: its fetched batches, processed in order by its fiber. */
 interface Lane {
   /** The machine's id of the lane: its reports name it. */
   readonly id: number
   readonly tp: Models.TopicPartition
-  readonly batches: Queue.Queue<ReadonlyArray<Log.Record>, Cause.Done>
+  readonly batches: Queue.Queue<Log.Batch, Cause.Done>
   /** Next offset to process; records below it are skipped. */
   next: number
   fiber: Fiber.Fiber<void> | undefined
@@ -315,7 +334,7 @@ const start = <E, R>(w: Running<E, R>) =>
           const lane = w.lanes.get(Models.tpKey(batch))
           // A batch of a partition not (yet) processed here: dropped; the partition is sought when it starts.
           if (lane === undefined || batch.records.length === 0) return Effect.void
-          return Queue.offer(lane.batches, batch.records)
+          return Queue.offer(lane.batches, batch)
         })
       ),
       Effect.catch(failed),
@@ -340,10 +359,14 @@ const runInbox = <E, R>(w: Running<E, R>): Effect.Effect<void> =>
     Effect.ensuring(abandon(w))
   )
 
-/** The machine stopped: commit requests fail, the close is done, and the lanes end once their batches are done. */
+/**
+ * The machine stopped: commit requests fail, the close is done, the lag series go, and the lanes end once their
+ * batches are done.
+ */
 const abandon = <E, R>(w: Running<E, R>) =>
   Effect.gen(function* () {
     w.stopped = true
+    for (const p of w.state.partitions.values()) yield* Metric.remove(lagOf(p.tp))
     const waiting = [...w.replies.values()]
     w.replies.clear()
     for (const reply of waiting) yield* Deferred.fail(reply, new WorkerClosed({ groupId: w.groupId }))
@@ -419,11 +442,21 @@ const run = <E, R>(w: Running<E, R>, c: Command): Effect.Effect<Event | undefine
             : Effect.logDebug(c.message)
       )
     case "Metric":
-      return silent(
-        c.metric === "rewinds"
-          ? Metric.update(metrics.rewinds, c.value)
-          : Metric.update(metrics.commitDuration, c.value)
-      )
+      return silent(observe(c))
+    case "RemoveMetric":
+      return silent(Effect.forEach(c.tps, (tp) => Metric.remove(lagOf(tp)), { discard: true }))
+  }
+}
+
+/** Updates the metric a `Metric` command names. */
+const observe = (c: Extract<Command, { readonly _tag: "Metric" }>): Effect.Effect<void> => {
+  switch (c.metric) {
+    case "rewinds":
+      return Metric.update(metrics.rewinds, c.value)
+    case "commitDuration":
+      return Metric.update(metrics.commitDuration, c.value)
+    case "lag":
+      return Metric.update(lagOf(c.tp), c.value)
   }
 }
 
@@ -460,7 +493,7 @@ const cancelWaits = <E, R>(w: Running<E, R>, tps: ReadonlyArray<Models.TopicPart
     { discard: true }
   )
 
-/** Reads where the tables say to resume a partition, the group's committed offset and the log start. */
+/** Reads where the tables say to resume a partition, the group's committed offset, the log start and highwater. */
 const readPositions = <E, R>(w: Running<E, R>, tp: Models.TopicPartition, wait: number): Effect.Effect<Event> =>
   Effect.gen(function* () {
     const resume = yield* w.tables.resumeOffset(tp).pipe(Effect.orDie)
@@ -472,7 +505,8 @@ const readPositions = <E, R>(w: Running<E, R>, tp: Models.TopicPartition, wait: 
       wait,
       resume: Option.getOrUndefined(resume),
       committed: committed?.offset,
-      logStart: bounds?.logStart
+      logStart: bounds?.logStart,
+      highwater: bounds?.highwater
     } as const
   }).pipe(Effect.catch((error) => Effect.succeed<Event>({ _tag: "StartFailed", tp, error })))
 
@@ -483,7 +517,7 @@ const startLane = <E, R>(w: Running<E, R>, tp: Models.TopicPartition, id: number
     const lane: Lane = {
       id,
       tp,
-      batches: yield* Queue.bounded<ReadonlyArray<Log.Record>, Cause.Done>(w.partitionBuffer),
+      batches: yield* Queue.bounded<Log.Batch, Cause.Done>(w.partitionBuffer),
       next: from,
       fiber: undefined
     }
@@ -638,7 +672,7 @@ const runLane = <E, R>(w: Running<E, R>, lane: Lane): Effect.Effect<void> =>
     while (true) {
       const taken = yield* Effect.exit(Queue.take(lane.batches))
       if (Exit.isFailure(taken)) return
-      const fresh = taken.value.filter((record) => record.offset >= lane.next)
+      const fresh = taken.value.records.filter((record) => record.offset >= lane.next)
       if (fresh.length === 0) continue
       const last = fresh[fresh.length - 1]!
       if (w.hasRecordAgents) {
@@ -656,7 +690,8 @@ const runLane = <E, R>(w: Running<E, R>, lane: Lane): Effect.Effect<void> =>
         tp: lane.tp,
         lane: lane.id,
         next: lane.next,
-        records: fresh.length
+        records: fresh.length,
+        highwater: taken.value.highwater
       })
     }
   }).pipe(

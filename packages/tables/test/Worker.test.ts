@@ -1,6 +1,6 @@
 import { Log, MemoryLog, MemoryStore, Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Duration, Effect, Exit, Fiber, Layer, Logger, Option, Schema, Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Fiber, Layer, Logger, Metric, Option, Schema, Scope } from "effect"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 import * as Worker from "../src/Worker.js"
@@ -45,6 +45,36 @@ const caughtUp = (worker: Worker.WorkerShape, records: number) =>
   )
 
 const quiet = Logger.layer([])
+
+/** Like `countingWorker`, but every record waits for `gate` before it is counted. */
+const gatedWorker = (gate: Deferred.Deferred<void>) =>
+  Effect.gen(function* () {
+    const store = yield* Layer.build(MemoryStore.layer())
+    const tables = yield* Tables.make({ app: "wc", settleDelay: 0 }).pipe(Effect.provideContext(store))
+    const table = yield* tables.register(counts)
+    const count = countWords(table)
+    const gated = Worker.agent({
+      name: "gated",
+      topics: [SOURCE],
+      process: (record: Log.Record) => Effect.andThen(Deferred.await(gate), count.process!(record))
+    })
+    const worker = yield* Worker.make({ groupId: "wc", commitInterval: 100 }, [gated]).pipe(
+      Effect.provideService(Tables.Tables, tables)
+    )
+    return { tables, table, worker }
+  })
+
+/** The lag series in the metric registry in context, by `topic/partition`. */
+const lagSeries = Effect.map(Metric.snapshot, (all) => {
+  const out = new Map<string, number>()
+  for (const m of all) {
+    if (m.id !== "strata_worker_lag_records" || m.type !== "Gauge") continue
+    out.set(`${m.attributes?.topic}/${m.attributes?.partition}`, Number(m.state.value))
+  }
+  return out
+})
+
+const keysOf = (tps: ReadonlyArray<Models.TopicPartition>) => tps.map((tp) => `${tp.topic}/${tp.partition}`).sort()
 
 /**
  * A worker counts `first` records, the changelog refuses one record, `more` follow: the worker rewinds, catches up,
@@ -219,6 +249,99 @@ describe("Worker", () => {
       )
       assert.deepStrictEqual(yield* readCounts(b.table), expected(5000, 53))
     }).pipe(Effect.scoped, Effect.provide(Layer.merge(MemoryLog.layer(), quiet)))
+  )
+
+  it.live("the lag gauge shows each partition's records behind, 0 once caught up, and only the partitions held", () =>
+    Effect.gen(function* () {
+      const log = yield* Log.Log
+      const sources = Array.from({ length: PARTITIONS }, (_, partition) => ({ topic: SOURCE, partition }))
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 2000, 97)
+      const highwaters = new Map((yield* log.offsets(sources)).map((o) => [`${o.topic}/${o.partition}`, o.highwater]))
+      assert.isTrue(
+        [...highwaters.values()].every((h) => h > 0),
+        "every partition has records"
+      )
+
+      // Every partition starts, and no record is processed until the gate opens: each lag is all its records.
+      const gate = yield* Deferred.make<void>()
+      const first = yield* Scope.make()
+      const a = yield* gatedWorker(gate).pipe(Scope.provide(first))
+      yield* until(
+        "every partition's lag is set",
+        Effect.map(lagSeries, (series) => series.size === PARTITIONS)
+      )
+      assert.deepStrictEqual(yield* lagSeries, highwaters)
+      const p0 = yield* Metric.value(Metric.withAttributes(Worker.metrics.lag, { topic: SOURCE, partition: "0" }))
+      assert.strictEqual(p0.value, highwaters.get(`${SOURCE}/0`))
+
+      yield* Deferred.succeed(gate, undefined)
+      yield* until(
+        "every partition's lag is 0",
+        Effect.map(lagSeries, (series) => series.size === PARTITIONS && [...series.values()].every((v) => v === 0))
+      )
+      assert.strictEqual((yield* a.worker.metrics).recordsProcessed, 2000)
+
+      // A second member (its own registry) takes some partitions: the first worker's series are its partitions only.
+      const registry: Metric.MetricRegistry = new Map()
+      const b = yield* gatedWorker(gate).pipe(Effect.provideService(Metric.MetricRegistry, registry))
+      yield* until(
+        "the partitions are split and each worker's series are the partitions it holds",
+        Effect.gen(function* () {
+          const [pa, pb] = yield* Effect.all([a.worker.processing, b.worker.processing])
+          const seriesA = yield* lagSeries
+          const seriesB = yield* lagSeries.pipe(Effect.provideService(Metric.MetricRegistry, registry))
+          return (
+            pa.length > 0 &&
+            pb.length > 0 &&
+            pa.length + pb.length === PARTITIONS &&
+            [...seriesA.keys()].sort().join() === keysOf(pa).join() &&
+            [...seriesB.keys()].sort().join() === keysOf(pb).join()
+          )
+        })
+      )
+
+      // The stopped worker shows no partition.
+      yield* Scope.close(first, Exit.void)
+      assert.deepStrictEqual(yield* lagSeries, new Map())
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(Layer.merge(MemoryLog.layer(), quiet)),
+      Effect.provideService(Metric.MetricRegistry, new Map())
+    )
+  )
+
+  it.live("every commit's duration is observed in seconds", () =>
+    Effect.gen(function* () {
+      const log = yield* Log.Log
+      yield* log.ensureTopic({ topic: SOURCE, partitions: PARTITIONS })
+      yield* produceWords(log, 0, 500, 13)
+      // Each commit waits 100 ms first: observed in seconds that is above 0.05 (a timer may fire a little early), and
+      // well below 50 (in milliseconds it would be above).
+      const store = yield* Layer.build(MemoryStore.layer())
+      const tables = yield* Tables.make({ app: "wc", settleDelay: 0 }).pipe(Effect.provideContext(store))
+      const table = yield* tables.register(counts)
+      const slow: Tables.TablesShape = {
+        ...tables,
+        commit: (group, offsets) => Effect.andThen(Effect.sleep("100 millis"), tables.commit(group, offsets))
+      }
+      const worker = yield* Worker.make({ groupId: "wc", commitInterval: 60_000 }, [countWords(table)]).pipe(
+        Effect.provideService(Tables.Tables, slow)
+      )
+      yield* until("the worker caught up", caughtUp(worker, 500))
+      yield* worker.commit
+      yield* worker.commit
+      const m = yield* worker.metrics
+      const histogram = yield* Metric.value(Worker.metrics.commitDuration)
+      assert.isAtLeast(m.commits, 2)
+      assert.strictEqual(histogram.count, m.commits, "one observation per commit")
+      assert.isAtLeast(histogram.min, 0.05)
+      assert.isBelow(histogram.max, 50)
+    }).pipe(
+      Effect.scoped,
+      Effect.provide(Layer.merge(MemoryLog.layer(), quiet)),
+      Effect.provideService(Metric.MetricRegistry, new Map())
+    )
   )
 
   it.live("standbyReplicas 0 places no standbys", () =>

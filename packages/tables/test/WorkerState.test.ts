@@ -39,18 +39,19 @@ const broken = new Log.LogError({ reason: new Log.InvalidRequest({ detail: "brok
 
 /**
  * A worker started at 0, assigned p0, p1 and p2, each restored and started: p0 at 40 (the tables ahead of the
- * group), p1 at 25 (the group ahead), p2 at 7 (nothing committed: the log start). Lanes 4, 5, 6.
+ * group, highwater 60), p1 at 25 (the group ahead, highwater 25), p2 at 7 (nothing committed: the log start;
+ * highwater unknown). Lanes 4, 5, 6.
  */
 const running = (o: Partial<WorkerState.Options> = {}) =>
   run(WorkerState.make(options(o)), [
     { _tag: "Started", now: 0 },
     { _tag: "Assigned", tps: [p0, p1, p2] },
     { _tag: "Ready", tp: p0, wait: 1 },
-    { _tag: "Positions", tp: p0, wait: 1, resume: 40, committed: 25, logStart: 0 },
+    { _tag: "Positions", tp: p0, wait: 1, resume: 40, committed: 25, logStart: 0, highwater: 60 },
     { _tag: "Ready", tp: p1, wait: 2 },
-    { _tag: "Positions", tp: p1, wait: 2, resume: 10, committed: 25, logStart: 0 },
+    { _tag: "Positions", tp: p1, wait: 2, resume: 10, committed: 25, logStart: 0, highwater: 25 },
     { _tag: "Ready", tp: p2, wait: 3 },
-    { _tag: "Positions", tp: p2, wait: 3, resume: undefined, committed: undefined, logStart: 7 }
+    { _tag: "Positions", tp: p2, wait: 3, resume: undefined, committed: undefined, logStart: 7, highwater: undefined }
   ]).state
 
 describe("WorkerState: assignment", () => {
@@ -84,7 +85,7 @@ describe("WorkerState: assignment", () => {
     const { last } = run(WorkerState.make(options()), [
       { _tag: "Assigned", tps: [p0] },
       { _tag: "Ready", tp: p0, wait: 1 },
-      { _tag: "Positions", tp: p0, wait: 1, resume: 40, committed: 25, logStart: 0 }
+      { _tag: "Positions", tp: p0, wait: 1, resume: 40, committed: 25, logStart: 0, highwater: 40 }
     ])
     assert.deepStrictEqual(last[1], { _tag: "StartLane", tp: p0, lane: 2, from: 40 })
   })
@@ -105,7 +106,7 @@ describe("WorkerState: assignment", () => {
     const base = run(WorkerState.make(options()), [
       { _tag: "Assigned", tps: [p0] },
       { _tag: "Ready", tp: p0, wait: 1 },
-      { _tag: "Positions", tp: p0, wait: 1, resume: 3, committed: undefined, logStart: 0 }
+      { _tag: "Positions", tp: p0, wait: 1, resume: 3, committed: undefined, logStart: 0, highwater: 3 }
     ]).state
     const revoked = run(base, [{ _tag: "StartFailed", tp: p0, error: notAssigned }])
     assert.deepStrictEqual(tags(revoked.last), ["Log"])
@@ -119,8 +120,8 @@ describe("WorkerState: assignment", () => {
 describe("WorkerState: revocation", () => {
   it("drops the lost partitions' batches and waits, commits what they processed, then lets them go", () => {
     const s = run(running(), [
-      { _tag: "Processed", tp: p0, lane: 4, next: 50, records: 10 },
-      { _tag: "Processed", tp: p2, lane: 6, next: 9, records: 2 },
+      { _tag: "Processed", tp: p0, lane: 4, next: 50, records: 10, highwater: 60 },
+      { _tag: "Processed", tp: p2, lane: 6, next: 9, records: 2, highwater: 9 },
       { _tag: "Assigned", tps: [tp(3)] }
     ]).state
     const revoking = run(s, [{ _tag: "Revoked", tps: [p0, tp(3)] }])
@@ -148,7 +149,8 @@ describe("WorkerState: revocation", () => {
         purpose: { _tag: "Revoke", tps: [p0, tp(3)] }
       }
     ])
-    assert.deepStrictEqual(tags(done.last), ["Metric", "RevokeTables", "ReadMembership"])
+    assert.deepStrictEqual(tags(done.last), ["Metric", "RemoveMetric", "RevokeTables", "ReadMembership"])
+    assert.deepStrictEqual(done.last[1], { _tag: "RemoveMetric", metric: "lag", tps: [p0, tp(3)] })
     assert.deepStrictEqual([...done.state.partitions.keys()].sort(), [Models.tpKey(p1), Models.tpKey(p2)])
     assert.strictEqual(done.state.commits, 1)
     assert.strictEqual(done.state.recordsProcessed, 12)
@@ -156,7 +158,7 @@ describe("WorkerState: revocation", () => {
 
   it("with exactly once the revocation commits every partition: one transaction holds them all", () => {
     const s = run(running({ exactlyOnce: true }), [
-      { _tag: "Processed", tp: p1, lane: 5, next: 30, records: 5 },
+      { _tag: "Processed", tp: p1, lane: 5, next: 30, records: 5, highwater: 30 },
       { _tag: "Revoked", tps: [p0] },
       { _tag: "Drained", lanes: [{ tp: p0, lane: 4, next: 41 }], purpose: { _tag: "Revoke", tps: [p0] } }
     ])
@@ -173,7 +175,10 @@ describe("WorkerState: revocation", () => {
   })
 
   it("a stale lane's report counts its records but does not move the partition", () => {
-    const { state } = run(running(), [{ _tag: "Processed", tp: p0, lane: 99, next: 500, records: 3 }])
+    const { state, last } = run(running(), [
+      { _tag: "Processed", tp: p0, lane: 99, next: 500, records: 3, highwater: 500 }
+    ])
+    assert.deepStrictEqual(last, [], "nor sets its lag")
     assert.strictEqual(state.recordsProcessed, 3)
     assert.strictEqual(partition(state, p0)?.next, 40)
   })
@@ -181,7 +186,7 @@ describe("WorkerState: revocation", () => {
 
 describe("WorkerState: commit interval", () => {
   it("the timer commits once the interval passed, only what moved, and waits the interval after each commit", () => {
-    const s = run(running(), [{ _tag: "Processed", tp: p1, lane: 5, next: 31, records: 6 }]).state
+    const s = run(running(), [{ _tag: "Processed", tp: p1, lane: 5, next: 31, records: 6, highwater: 31 }]).state
     const early = run(s, [{ _tag: "Tick", now: 999 }])
     assert.deepStrictEqual(early.last, [{ _tag: "SetTimer", delayMs: 1 }])
     const due = run(s, [{ _tag: "Tick", now: 1000 }])
@@ -198,7 +203,7 @@ describe("WorkerState: commit interval", () => {
       }
     ])
     assert.deepStrictEqual(done.last, [
-      { _tag: "Metric", metric: "commitDuration", value: 30 },
+      { _tag: "Metric", metric: "commitDuration", value: 0.03 },
       { _tag: "SetTimer", delayMs: 1000 },
       { _tag: "ReadMembership" }
     ])
@@ -222,12 +227,62 @@ describe("WorkerState: commit interval", () => {
       { _tag: "Committed", offsets: [], startedAt: 1000, at: 1001, purpose: { _tag: "Timer" } }
     ])
     assert.deepStrictEqual(steps[1], [
-      { _tag: "Metric", metric: "commitDuration", value: 1 },
+      { _tag: "Metric", metric: "commitDuration", value: 0.001 },
       { _tag: "Reply", request: 7, outcome: { _tag: "Done" } }
     ])
     assert.strictEqual(steps[2]?.[0]?._tag, "Commit")
     assert.deepStrictEqual(tags(steps[3] ?? []), ["Metric", "SetTimer"])
     assert.strictEqual(state.commits, 2)
+  })
+})
+
+describe("WorkerState: lag", () => {
+  it("a started partition's lag is set from the highwater read with its positions (none when unknown)", () => {
+    const started = (highwater: number | undefined) =>
+      run(WorkerState.make(options()), [
+        { _tag: "Assigned", tps: [p0] },
+        { _tag: "Ready", tp: p0, wait: 1 },
+        { _tag: "Positions", tp: p0, wait: 1, resume: 40, committed: 25, logStart: 0, highwater }
+      ]).last
+    assert.deepStrictEqual(tags(started(60)), ["Log", "StartLane", "Metric"])
+    assert.deepStrictEqual(started(60)[2], { _tag: "Metric", metric: "lag", tp: p0, value: 20 })
+    assert.deepStrictEqual(tags(started(undefined)), ["Log", "StartLane"])
+  })
+
+  it("each batch sets its partition's lag from the batch's highwater: records behind, 0 once caught up", () => {
+    const { steps } = run(running(), [
+      { _tag: "Processed", tp: p0, lane: 4, next: 50, records: 10, highwater: 75 },
+      { _tag: "Processed", tp: p0, lane: 4, next: 75, records: 25, highwater: 75 },
+      { _tag: "Processed", tp: p2, lane: 6, next: 9, records: 2, highwater: 8 }
+    ])
+    assert.deepStrictEqual(steps, [
+      [{ _tag: "Metric", metric: "lag", tp: p0, value: 25 }],
+      [{ _tag: "Metric", metric: "lag", tp: p0, value: 0 }],
+      [{ _tag: "Metric", metric: "lag", tp: p2, value: 0 }]
+    ])
+  })
+
+  it("a rewind keeps the series of the partitions still held; the restart sets them again", () => {
+    const { steps } = run(running(), [
+      { _tag: "Tick", now: 1000 },
+      { _tag: "CommitFailed", error: refused, at: 1010, purpose: { _tag: "Timer" } },
+      {
+        _tag: "Drained",
+        lanes: [
+          { tp: p0, lane: 4, next: 44 },
+          { tp: p1, lane: 5, next: 25 },
+          { tp: p2, lane: 6, next: 7 }
+        ],
+        purpose: { _tag: "Rewind", failed: { _tag: "Timer" } }
+      },
+      { _tag: "Ready", tp: p0, wait: 7 },
+      { _tag: "Positions", tp: p0, wait: 7, resume: 44, committed: 25, logStart: 0, highwater: 50 }
+    ])
+    assert.isFalse(
+      steps.some((commands) => tags(commands).includes("RemoveMetric")),
+      "no series removed"
+    )
+    assert.deepStrictEqual(steps[4]?.[2], { _tag: "Metric", metric: "lag", tp: p0, value: 6 })
   })
 })
 
@@ -268,7 +323,7 @@ describe("WorkerState: errors", () => {
     assert.deepStrictEqual(tick.last, [{ _tag: "Commit", offsets: [], purpose: { _tag: "Timer" } }])
     const restarted = run(rewound.state, [
       { _tag: "Ready", tp: p0, wait: 7 },
-      { _tag: "Positions", tp: p0, wait: 7, resume: 41, committed: 25, logStart: 0 }
+      { _tag: "Positions", tp: p0, wait: 7, resume: 41, committed: 25, logStart: 0, highwater: 41 }
     ])
     assert.deepStrictEqual(restarted.last[1], { _tag: "StartLane", tp: p0, lane: 10, from: 41 })
   })
@@ -292,6 +347,7 @@ describe("WorkerState: errors", () => {
       "RewindTables",
       "AwaitReady",
       "AwaitReady",
+      "RemoveMetric",
       "RevokeTables",
       "ReadMembership"
     ])
@@ -317,9 +373,10 @@ describe("WorkerState: errors", () => {
 
 describe("WorkerState: close", () => {
   it("drains every lane, commits once more (a failure only logged), then settles; nothing is decided after", () => {
-    const s = run(running(), [{ _tag: "Processed", tp: p2, lane: 6, next: 12, records: 5 }]).state
+    const s = run(running(), [{ _tag: "Processed", tp: p2, lane: 6, next: 12, records: 5, highwater: 20 }]).state
     const closing = run(s, [{ _tag: "Close" }])
     assert.deepStrictEqual(closing.last, [
+      { _tag: "RemoveMetric", metric: "lag", tps: [p0, p1, p2] },
       { _tag: "Drain", tps: [p0, p1, p2], discard: false, purpose: { _tag: "Close" } }
     ])
     assert.isTrue(closing.state.closed)

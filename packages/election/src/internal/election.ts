@@ -58,12 +58,12 @@ export const metrics = {
     incremental: true
   }),
   /**
-   * How long each won election took, in milliseconds: from the winner seeing its predecessor go to its leader
+   * How long each won election took, in seconds: from the winner seeing its predecessor go to its leader
    * registration (not the wait for a dead leader's session to expire before that).
    */
-  electionDurationMs: Metric.histogram("strata_coordinator_election_duration_ms", {
-    description: "From the winning candidate seeing its predecessor go to its leader registration (ms)",
-    boundaries: [10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000]
+  electionDuration: Metric.histogram("strata_coordinator_election_duration_seconds", {
+    description: "Seconds from the winning candidate seeing its predecessor go to its leader registration",
+    boundaries: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
   }),
   /** Fenced writes rejected because a newer epoch exists. */
   fencedWritesRejected: Metric.counter("strata_coordinator_fenced_writes_rejected_total", {
@@ -108,7 +108,7 @@ const DEFAULT_REPLICA_LAG_TIME_MAX = Duration.seconds(30)
 /** The election's metrics with its namespace's attributes. */
 const labelled = (attributes: Record<string, string>) => ({
   electionsTotal: Metric.withAttributes(metrics.electionsTotal, attributes),
-  electionDurationMs: Metric.withAttributes(metrics.electionDurationMs, attributes),
+  electionDuration: Metric.withAttributes(metrics.electionDuration, attributes),
   fencedWritesRejected: Metric.withAttributes(metrics.fencedWritesRejected, attributes),
   candidateWakeups: Metric.withAttributes(metrics.candidateWakeups, attributes)
 })
@@ -208,7 +208,7 @@ const campaignIn = (e: Campaigner, candidate: Election.Candidate, session: Coord
     const took =
       won.previous > 0 && state.vacantSince !== undefined ? Math.max(0, wonAt - state.vacantSince) : undefined
     yield* Metric.update(e.metrics.electionsTotal, 1)
-    if (took !== undefined) yield* Metric.update(e.metrics.electionDurationMs, took)
+    if (took !== undefined) yield* Metric.update(e.metrics.electionDuration, took / 1000)
     yield* Effect.logDebug(`won the coordinator election with epoch ${won.epoch}`)
     return yield* Won.make({
       ctx,

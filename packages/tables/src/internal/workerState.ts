@@ -16,6 +16,9 @@
  * refused (`CommitFailed`) rewinds: every lane drained, the tables restored again, every partition not being
  * revoked restarted from what the tables hold. The close drains every lane and commits once more.
  *
+ * Each started partition's lag (records from its next offset to its highwater) is set when it starts and after each
+ * batch; its series is removed when it is revoked or the worker closes.
+ *
  * @internal
  */
 import { type Log, Models } from "@strata/core"
@@ -119,6 +122,8 @@ export type Event<E extends Failure> =
       readonly committed: number | undefined
       /** The partition's log start, if known. */
       readonly logStart: number | undefined
+      /** The partition's highwater, if known: its lag is set from it. */
+      readonly highwater: number | undefined
     }
   | { readonly _tag: "StartFailed"; readonly tp: Models.TopicPartition; readonly error: E }
   | {
@@ -127,6 +132,8 @@ export type Event<E extends Failure> =
       readonly lane: number
       readonly next: number
       readonly records: number
+      /** The partition's highwater when the batch was fetched. */
+      readonly highwater: number
     }
   | { readonly _tag: "LaneFailed"; readonly tp: Models.TopicPartition; readonly lane: number; readonly error: E }
   | { readonly _tag: "Drained"; readonly lanes: ReadonlyArray<DrainedLane>; readonly purpose: DrainPurpose }
@@ -158,8 +165,8 @@ export type Outcome<E extends Failure> =
  * - `Pause`: pauses partitions in the group consumer. `AssignTables`: the tables take active partitions.
  * - `AwaitReady`: waits (in the background) for a partition's tables, then feeds `Ready` or `ReadyFailed`;
  *   `CancelWaits` drops waits.
- * - `ReadPositions`: reads where the tables say to resume, the group's committed offset and the log start
- *   (`Positions`). `StartLane`: seeks the partition, starts a lane processing its batches from `from`, resumes it.
+ * - `ReadPositions`: reads where the tables say to resume, the group's committed offset, the log start and the
+ *   highwater (`Positions`). `StartLane`: seeks the partition, starts a lane processing its batches from `from`, resumes it.
  * - `Drain`: ends lanes (`discard`: their queued batches dropped first) and waits for them (`Drained`).
  * - `Commit`: commits through the tables (`Committed` or `CommitFailed`). `RewindTables`: the tables rewind.
  * - `RevokeTables`: the tables let partitions go. `AssignStandbys`: the tables take standby partitions.
@@ -167,7 +174,8 @@ export type Outcome<E extends Failure> =
  * - `SetTimer`: the next `Tick` comes after `delayMs` (replacing the pending one).
  * - `Reply`: ends a commit request. `Settle`: feeds `Settled` behind the events already in the inbox.
  *   `Closed`: the close is done. `Fail`: the worker failed (its `join` fails).
- * - `Log`, `Metric`.
+ * - `Log`. `Metric`: a commit's duration observed (seconds), a rewind counted, or a partition's lag set (records
+ *   from its next offset to its highwater). `RemoveMetric`: the lag series of partitions no longer held removed.
  */
 export type Command<E extends Failure> =
   | { readonly _tag: "Pause"; readonly tps: ReadonlyArray<Models.TopicPartition> }
@@ -198,6 +206,8 @@ export type Command<E extends Failure> =
   | { readonly _tag: "Fail"; readonly error: E }
   | { readonly _tag: "Log"; readonly level: "debug" | "info" | "warn"; readonly message: string }
   | { readonly _tag: "Metric"; readonly metric: "commitDuration" | "rewinds"; readonly value: number }
+  | { readonly _tag: "Metric"; readonly metric: "lag"; readonly tp: Models.TopicPartition; readonly value: number }
+  | { readonly _tag: "RemoveMetric"; readonly metric: "lag"; readonly tps: ReadonlyArray<Models.TopicPartition> }
 
 /** One step's outcome: the next state and the commands to run. */
 export type Step<E extends Failure> = readonly [State, ReadonlyArray<Command<E>>]
@@ -270,6 +280,14 @@ const log = (level: "debug" | "info" | "warn", message: string) => ({ _tag: "Log
 const timer = (delayMs: number) => ({ _tag: "SetTimer", delayMs }) as const
 
 const name = (tp: Models.TopicPartition) => `${tp.topic}/${tp.partition}`
+
+/** A partition's lag: the records from its next offset to its highwater. */
+const lagOf = (tp: Models.TopicPartition, next: number, highwater: number) =>
+  ({ _tag: "Metric", metric: "lag", tp, value: Math.max(0, highwater - next) }) as const
+
+/** The lag series of partitions this worker holds no longer (nothing when there are none). */
+const removeLag = <E extends Failure>(tps: ReadonlyArray<Models.TopicPartition>): ReadonlyArray<Command<E>> =>
+  tps.length === 0 ? [] : [{ _tag: "RemoveMetric", metric: "lag", tps }]
 
 /** `s` with some partitions replaced (or removed: `undefined`). */
 const withPartitions = (s: State, changes: ReadonlyArray<readonly [string, Partition | undefined]>): State => {
@@ -354,7 +372,8 @@ const positioned = <E extends Failure>(s: State, event: Extract<Event<E>, { read
     { ...withPartitions(s, [[key, started]]), lastId: lane },
     [
       log("info", `worker: ${name(p.tp)} starts at ${from} (tables ${event.resume ?? -1}, group ${base})`),
-      { _tag: "StartLane", tp: p.tp, lane, from }
+      { _tag: "StartLane", tp: p.tp, lane, from },
+      ...(event.highwater === undefined ? [] : [lagOf(p.tp, from, event.highwater)])
     ]
   ]
 }
@@ -388,34 +407,40 @@ const revoked = <E extends Failure>(s: State, tps: ReadonlyArray<Models.TopicPar
   return [withPartitions(s, changes), commands]
 }
 
-/** The revocation's end: the lost partitions go, the tables let them go, standbys are placed again. */
+/**
+ * The revocation's end: the lost partitions go (their lag series too), the tables let them go, standbys are placed
+ * again.
+ */
 const finishRevoke = <E extends Failure>(
   s: State,
   tps: ReadonlyArray<Models.TopicPartition>,
   before: ReadonlyArray<Command<E>>
 ): Step<E> => {
-  const lost = tps.map(Models.tpKey).filter((key) => s.partitions.get(key)?.revoking === true)
+  const lost = tps.filter((tp) => s.partitions.get(Models.tpKey(tp))?.revoking === true)
   const next = withPartitions(
     s,
-    lost.map((key) => [key, undefined] as const)
+    lost.map((tp) => [Models.tpKey(tp), undefined] as const)
   )
-  return [next, [...before, { _tag: "RevokeTables", tps }, ...membershipRead<E>(next)]]
+  return [next, [...before, ...removeLag<E>(lost), { _tag: "RevokeTables", tps }, ...membershipRead<E>(next)]]
 }
 
 // ---------------------------------------------------------------------------
 // Lanes, drains and commits
 // ---------------------------------------------------------------------------
 
-/** A lane processed a batch: counted, and its partition's next offset moves (a drained lane's report only counts). */
-const processed = <E extends Failure>(
-  s: State,
-  event: { readonly tp: Models.TopicPartition; readonly lane: number; readonly next: number; readonly records: number }
-): Step<E> => {
+/**
+ * A lane processed a batch: counted, its partition's next offset moves and its lag is set from the batch's highwater
+ * (a drained lane's report only counts).
+ */
+const processed = <E extends Failure>(s: State, event: Extract<Event<E>, { readonly _tag: "Processed" }>): Step<E> => {
   const recordsProcessed = s.recordsProcessed + event.records
   const key = Models.tpKey(event.tp)
   const p = s.partitions.get(key)
   if (p === undefined || p.lane !== event.lane) return [{ ...s, recordsProcessed }, []]
-  return [{ ...withPartitions(s, [[key, { ...p, next: event.next }]]), recordsProcessed }, []]
+  return [
+    { ...withPartitions(s, [[key, { ...p, next: event.next }]]), recordsProcessed },
+    [lagOf(p.tp, event.next, event.highwater)]
+  ]
 }
 
 /** Lanes drained: their partitions' next offsets are final; what the drain was for goes on. */
@@ -456,7 +481,7 @@ const committed = <E extends Failure>(s: State, event: Extract<Event<E>, { reado
   }
   const lastCommitMs = event.at - event.startedAt
   const next: State = { ...withPartitions(s, changes), commits: s.commits + 1, lastCommitMs }
-  const metric: Command<E> = { _tag: "Metric", metric: "commitDuration", value: lastCommitMs }
+  const metric: Command<E> = { _tag: "Metric", metric: "commitDuration", value: lastCommitMs / 1000 }
   const purpose = event.purpose
   switch (purpose._tag) {
     case "Timer": {
@@ -530,13 +555,16 @@ const rewound = <E extends Failure>(s: State, failed: CommitPurpose): Step<E> =>
   }
 }
 
-/** The close: restore waits dropped, every lane drained, then one last commit (see `drained`). */
+/**
+ * The close: every lag series removed (a stopping worker holds no partition), restore waits dropped, every lane
+ * drained, then one last commit (see `drained`).
+ */
 const close = <E extends Failure>(s: State): Step<E> => {
   if (s.closed) return [s, [{ _tag: "Settle" }]]
   const all = [...s.partitions.values()]
   const waiting = all.filter((p) => p.wait !== 0).map((p) => p.tp)
   const changes = all.filter((p) => p.wait !== 0).map((p) => [Models.tpKey(p.tp), { ...p, wait: 0 }] as const)
-  const commands: Array<Command<E>> = []
+  const commands: Array<Command<E>> = [...removeLag<E>(all.map((p) => p.tp))]
   if (waiting.length > 0) commands.push({ _tag: "CancelWaits", tps: waiting })
   commands.push({ _tag: "Drain", tps: all.map((p) => p.tp), discard: false, purpose: { _tag: "Close" } })
   return [{ ...withPartitions(s, changes), closed: true }, commands]
