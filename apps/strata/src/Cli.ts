@@ -28,7 +28,9 @@ import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Cause, Console, Data, Effect, Layer, Option, References, Runtime, Schema, Stdio } from "effect"
-import { Argument, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
+import { Argument, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
+import * as Admin from "./Admin.js"
+import * as AdminReport from "./AdminReport.js"
 import * as Coordinators from "./Coordinators.js"
 import * as Demo from "./Demo.js"
 import * as Processes from "./Processes.js"
@@ -50,9 +52,17 @@ export class UsageError extends Data.TaggedError("UsageError")<{
 }
 
 /** A failure already reported on stderr: the process exits non-zero without reporting it again. */
-export class Reported extends Data.TaggedError("Reported")<{ readonly line: string }> {
+export class Reported extends Data.TaggedError("Reported")<{
+  readonly line: string
+  /** The process's exit code: 2 for a usage error (a bad invocation), 1 otherwise. */
+  readonly exitCode: 1 | 2
+}> {
   /** Read by the runtime: the failure needs no further log line. */
   override readonly [Runtime.errorReported] = false
+  /** Read by the runtime: the process's exit code. */
+  override get [Runtime.errorExitCode](): number {
+    return this.exitCode
+  }
   /** @since 0.1.0 */
   override get message(): string {
     return this.line
@@ -60,7 +70,7 @@ export class Reported extends Data.TaggedError("Reported")<{ readonly line: stri
 }
 
 /** Failures whose message is all there is to say: reported without pointing at `--verbose`. */
-const complete = new Set(["InvalidTableName", "NoSuchTable", "DuplicateServerId", "ReassignRefused"])
+const complete = new Set(["InvalidTableName", "NoSuchTable", "DuplicateServerId", "ReassignRefused", "NoLeader"])
 
 /** What to do about a failure of `command`, when the CLI knows. */
 const hintOf = (command: string, error: unknown): string | undefined => {
@@ -139,7 +149,8 @@ const reporting =
             const line = reportLine(command, cause)
             yield* Console.error(line)
             if (yield* Verbose) yield* Console.error(Cause.pretty(cause))
-            return yield* Effect.fail(new Reported({ line }))
+            const usage = Option.exists(Cause.findErrorOption(cause), (e) => e instanceof UsageError)
+            return yield* Effect.fail(new Reported({ line, exitCode: usage ? 2 : 1 }))
           })
     )
 
@@ -346,7 +357,12 @@ const processFlags = {
   ...clusterFlags,
   id: setting("id", "This process's server id (an integer ≥ 0, unique among the cluster's servers of its kind)"),
   listen: setting("listen", "Where to listen, host:port (default 127.0.0.1:0: loopback, any free port)"),
-  advertise: setting("advertise", "The host:port others reach this process at, when not the listen address")
+  advertise: setting("advertise", "The host:port others reach this process at, when not the listen address"),
+  "http-listen": setting(
+    "http-listen",
+    "Where the ops HTTP endpoint (/metrics, /healthz, /readyz) listens, host:port (default 127.0.0.1:0: loopback, any free port)"
+  ),
+  "log-format": setting("log-format", "How the process writes its log: pretty (the default), json or logfmt")
 }
 
 /** The settings' sources: the file, the environment, and the flags (named ones over --set). */
@@ -386,6 +402,8 @@ const tabletServer = Command.make(
         namespace: f.namespace,
         listen: f.listen,
         advertise: f.advertise,
+        httpListen: f["http-listen"],
+        logFormat: f["log-format"],
         data: f.data,
         store: f.store,
         rack: f.rack,
@@ -410,7 +428,9 @@ const coordinator = Command.make(
         coordination: f.coordination,
         namespace: f.namespace,
         listen: f.listen,
-        advertise: f.advertise
+        advertise: f.advertise,
+        httpListen: f["http-listen"],
+        logFormat: f["log-format"]
       })
     )
   }, reporting("strata coordinator"))
@@ -420,10 +440,53 @@ const coordinator = Command.make(
   )
 )
 
+// An operator's commands print lines (`--output text`, the default) or one JSON value (`--output json`); `--json`,
+// where a command had it first, is `--output json`.
+
+/** `--output text|json`. */
+const outputFlag = Flag.Literals("output", ["text", "json"]).pipe(
+  Flag.withDescription("How to print: text (lines for an operator, the default) or json (one JSON value)"),
+  Flag.optional
+)
+
+/** `--json`: the same as `--output json`. */
+const jsonFlag = (what: string) =>
+  Flag.Boolean("json").pipe(Flag.withDescription(`The same as --output json: ${what}`), Flag.withDefault(false))
+
+/** How to print, from `--output` and `--json` (which contradict each other only with `--output text`). */
+const outputOf = (output: Option.Option<"text" | "json">, json = false): Effect.Effect<"text" | "json", UsageError> =>
+  json && Option.isSome(output) && output.value === "text"
+    ? Effect.fail(
+        new UsageError({
+          detail: "--json and --output text were both given",
+          hint: "--json is --output json: drop one"
+        })
+      )
+    : Effect.succeed(json ? "json" : Option.getOrElse(output, () => "text" as const))
+
+const tabletsList = Command.make(
+  "list",
+  { ...clusterFlags, output: outputFlag },
+  Effect.fn(function* (f) {
+    yield* Admin.listTables(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+      output: yield* outputOf(f.output)
+    })
+  }, reporting("strata tablets list"))
+).pipe(
+  Command.withDescription(
+    "List the cluster's tables, one a line: name, tablets, replication factor (deleting after a table being deleted)"
+  )
+)
+
 const tabletsCreate = Command.make(
   "create",
   {
     ...clusterFlags,
+    output: outputFlag,
+    "if-not-exists": Flag.Boolean("if-not-exists").pipe(
+      Flag.withDescription("A table of that name that exists is no failure: it is left as it is, and printed"),
+      Flag.withDefault(false)
+    ),
     table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
     tablets: Flag.Int("tablets").pipe(
       Flag.withDescription(`How many tablets (buckets), 1–${ReplicaRpc.MAX_TABLETS_PER_TABLE}`),
@@ -437,34 +500,64 @@ const tabletsCreate = Command.make(
   },
   Effect.fn(function* (f) {
     const rf = Option.getOrUndefined(f.rf)
-    yield* Processes.createTable(
+    const options = { buckets: f.tablets, ifNotExists: f["if-not-exists"], output: yield* outputOf(f.output) }
+    yield* Admin.createTable(
       sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
       f.table,
-      rf === undefined ? { buckets: f.tablets } : { buckets: f.tablets, replicationFactor: rf }
+      rf === undefined ? options : { ...options, replicationFactor: rf }
     )
   }, reporting("strata tablets create"))
 ).pipe(Command.withDescription("Create a table: the controller assigns its tablets' replicas over the live servers"))
+
+/** The one filter `strata tablets describe` was given, if any: two or more are a usage error. */
+const describeFilter = (flags: Readonly<Record<AdminReport.TabletFilter, boolean>>) => {
+  const given = AdminReport.tabletFilters.filter((filter) => flags[filter])
+  return given.length > 1
+    ? Effect.fail(
+        new UsageError({
+          detail: `${given.map((filter) => `--${filter}`).join(" and ")} were given together`,
+          hint: "the filters are exclusive: give one of --under-replicated, --unavailable, --under-min-isr"
+        })
+      )
+    : Effect.succeed(given[0])
+}
 
 const tabletsDescribe = Command.make(
   "describe",
   {
     ...clusterFlags,
     table: Argument.String("table").pipe(Argument.withDescription("Only this table"), Argument.optional),
-    json: Flag.Boolean("json").pipe(
-      Flag.withDescription("Print the controller's metadata (servers and tablets) as one JSON object"),
+    output: outputFlag,
+    json: jsonFlag("the controller's metadata (servers and tablets) as one JSON object"),
+    "under-replicated": Flag.Boolean("under-replicated").pipe(
+      Flag.withDescription(
+        "Only tablets whose ISR is smaller than their replicas (a moving tablet's: than those it moves to)"
+      ),
+      Flag.withDefault(false)
+    ),
+    unavailable: Flag.Boolean("unavailable").pipe(
+      Flag.withDescription("Only tablets without a leader (offline)"),
+      Flag.withDefault(false)
+    ),
+    "under-min-isr": Flag.Boolean("under-min-isr").pipe(
+      Flag.withDescription(
+        "Only tablets whose ISR is below minInsyncReplicas (as this command's settings give it: --set minInsyncReplicas=N)"
+      ),
       Flag.withDefault(false)
     )
   },
   Effect.fn(function* (f) {
-    yield* Processes.describe(
+    const output = yield* outputOf(f.output, f.json)
+    const filter = yield* describeFilter(f)
+    yield* Admin.describe(
       sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
       Option.getOrUndefined(f.table),
-      { json: f.json }
+      { output, filter }
     )
   }, reporting("strata tablets describe"))
 ).pipe(
   Command.withDescription(
-    "Print the live servers and every tablet's state, leader, epoch, replicas and ISR; a moving tablet's target replicas, and a move's retired ones until they have deleted theirs"
+    "Print the live servers and every tablet's state, leader, epoch, replicas and ISR; a moving tablet's target replicas, and a move's retired ones until they have deleted theirs; --under-replicated, --unavailable or --under-min-isr: only those tablets"
   )
 )
 
@@ -486,7 +579,7 @@ const parseReplicas = (replicas: string): ReadonlyArray<number> | UsageError => 
 const reassignRequest = (
   replicas: Option.Option<string>,
   cancel: boolean
-): Effect.Effect<Processes.ReassignRequest, UsageError> => {
+): Effect.Effect<Admin.ReassignRequest, UsageError> => {
   if (Option.isSome(replicas) && cancel) {
     return Effect.fail(
       new UsageError({
@@ -526,15 +619,18 @@ const tabletsReassign = Command.make(
     cancel: Flag.Boolean("cancel").pipe(
       Flag.withDescription("End the tablet's move under way: back on its original replicas"),
       Flag.withDefault(false)
-    )
+    ),
+    output: outputFlag
   },
   Effect.fn(function* (f) {
     const request = yield* reassignRequest(f.replicas, f.cancel)
-    yield* Processes.reassign(
+    const output = yield* outputOf(f.output)
+    yield* Admin.reassign(
       sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
       f.table,
       f.bucket,
-      request
+      request,
+      { output }
     )
   }, reporting("strata tablets reassign"))
 ).pipe(
@@ -545,9 +641,11 @@ const tabletsReassign = Command.make(
 
 const tabletsBalanceLeaders = Command.make(
   "balance-leaders",
-  { ...clusterFlags },
+  { ...clusterFlags, output: outputFlag },
   Effect.fn(function* (f) {
-    yield* Processes.balanceLeaders(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }))
+    yield* Admin.balanceLeaders(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+      output: yield* outputOf(f.output)
+    })
   }, reporting("strata tablets balance-leaders"))
 ).pipe(
   Command.withDescription(
@@ -559,10 +657,18 @@ const tabletsDelete = Command.make(
   "delete",
   {
     ...clusterFlags,
-    table: Argument.String("table").pipe(Argument.withDescription("The table's name"))
+    table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
+    output: outputFlag,
+    "if-exists": Flag.Boolean("if-exists").pipe(
+      Flag.withDescription("A table the cluster does not have is no failure: it says so"),
+      Flag.withDefault(false)
+    )
   },
   Effect.fn(function* (f) {
-    yield* Processes.deleteTable(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), f.table)
+    yield* Admin.deleteTable(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), f.table, {
+      ifExists: f["if-exists"],
+      output: yield* outputOf(f.output)
+    })
   }, reporting("strata tablets delete"))
 ).pipe(Command.withDescription("Delete a table: its tablets stop, and every replica deletes its data"))
 
@@ -576,15 +682,14 @@ const rebalancePlan = Command.make(
       ),
       Flag.optional
     ),
-    json: Flag.Boolean("json").pipe(
-      Flag.withDescription("Print the model and the plan as one JSON object"),
-      Flag.withDefault(false)
-    )
+    output: outputFlag,
+    json: jsonFlag("the model and the plan as one JSON object")
   },
   Effect.fn(function* (f) {
-    yield* Processes.rebalancePlan(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+    const output = yield* outputOf(f.output, f.json)
+    yield* Admin.rebalancePlan(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
       goals: Option.getOrUndefined(Option.map(f.goals, (g) => g.split(",").map((goal) => goal.trim()))),
-      json: f.json
+      output
     })
   }, reporting("strata rebalance plan"))
 ).pipe(
@@ -600,15 +705,41 @@ const rebalance = Command.make("rebalance").pipe(
 
 const tablets = Command.make("tablets").pipe(
   Command.withDescription(
-    "Create, describe and delete the cluster's tables, balance their leaders, and move a tablet's replicas"
+    "List, create, describe and delete the cluster's tables, balance their leaders, and move a tablet's replicas"
   ),
-  Command.withSubcommands([tabletsCreate, tabletsDescribe, tabletsDelete, tabletsBalanceLeaders, tabletsReassign])
+  Command.withSubcommands([
+    tabletsList,
+    tabletsCreate,
+    tabletsDescribe,
+    tabletsDelete,
+    tabletsBalanceLeaders,
+    tabletsReassign
+  ])
+)
+
+const clusterStatus = Command.make(
+  "status",
+  { ...clusterFlags, output: outputFlag },
+  Effect.fn(function* (f) {
+    yield* Admin.clusterStatus(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+      output: yield* outputOf(f.output)
+    })
+  }, reporting("strata cluster status"))
+).pipe(
+  Command.withDescription(
+    "Print the coordinators (which leads, at which coordinator epoch), the live tablet servers, and the tablets: total, offline, under-replicated, under min ISR"
+  )
+)
+
+const cluster = Command.make("cluster").pipe(
+  Command.withDescription("The cluster's processes and its tablets' health at a glance"),
+  Command.withSubcommands([clusterStatus])
 )
 
 /** The root command. */
 export const strata = Command.make("strata").pipe(
   Command.withDescription("Partitioned, replicated, stateful services in TypeScript"),
-  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets, rebalance]),
+  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets, rebalance, cluster]),
   Command.withGlobalFlags([Verbose])
 )
 
@@ -644,6 +775,12 @@ export const run = Effect.gen(function* () {
   const end = args.indexOf("--")
   const verbose = (end < 0 ? args : args.slice(0, end)).includes("--verbose")
   return yield* Command.runWith(strata, { version: "0.1.0" })(args).pipe(
-    Effect.provideService(CliOutput.Presenter, presenter(verbose))
+    Effect.provideService(CliOutput.Presenter, presenter(verbose)),
+    // A bad invocation (already presented as one line) exits 2, as a usage error does.
+    Effect.catchIf(
+      (e): e is CliError.CliError =>
+        CliError.isCliError(e) && e._tag !== "UserError" && (e._tag !== "ShowHelp" || e.errors.length > 0),
+      (e) => Effect.fail(new Reported({ line: e.message, exitCode: 2 }))
+    )
   )
 })

@@ -10,7 +10,7 @@
  *
  * @since 0.1.0
  */
-import { Coordination, OptionSchemas, type Store } from "@strata/core"
+import { Coordination, HostPort, OptionSchemas, type Store } from "@strata/core"
 import { readFileSync } from "node:fs"
 import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
@@ -18,6 +18,7 @@ import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { ReplicaRpc, ReplicationConfig } from "@strata/replica"
 import { Data, Effect, Layer, Schema } from "effect"
+import * as Logging from "./Logging.js"
 import * as ZooKeeperProbe from "./ZooKeeperProbe.js"
 
 /**
@@ -42,6 +43,8 @@ const replicationKeys: ReadonlyArray<string> = Object.keys(ReplicationConfig.Rep
 /** Keys whose values are text: from the environment or a flag they are taken as written, not parsed. */
 const textKeys = new Set([
   "coordination",
+  "httpListen",
+  "logFormat",
   "namespace",
   "listen",
   "advertise",
@@ -182,7 +185,17 @@ const listening = {
   ...common,
   id: Int,
   listen: Schema.optional(Schema.String),
-  advertise: Schema.optional(Schema.String)
+  advertise: Schema.optional(Schema.String),
+  /** Where the ops HTTP endpoint (`/metrics`, `/healthz`, `/readyz`) listens, `host:port`; default loopback, any port. */
+  httpListen: Schema.String.check(
+    Schema.makeFilter((text: string) =>
+      HostPort.parse(text, { listen: true }) === undefined
+        ? `expected host:port (port 0: any free one), got ${text}`
+        : undefined
+    )
+  ).pipe(Schema.withDecodingDefaultKey(Effect.succeed("127.0.0.1:0"))),
+  /** How the process writes its log: `pretty` (the default), `json` or `logfmt`. */
+  logFormat: Logging.LogFormat.pipe(Schema.withDecodingDefaultKey(Effect.succeed<Logging.LogFormat>("pretty")))
 }
 
 /**

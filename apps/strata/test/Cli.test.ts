@@ -101,6 +101,7 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     expect(line).toContain('"0"')
     expect(line).toContain("strata demo --help")
     expect(r.stdout).toBe("")
+    expect(r.code, "a bad invocation exits 2").toBe(2)
     const b = await strata(["demo", "--brokers", "127.0.0.1:99999"])
     expect(expectOneLineFailure(b)).toContain("--brokers")
     expect(b.stdout).toBe("")
@@ -120,6 +121,7 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     expect(line).toContain("cannot reach brokers 127.0.0.1:1")
     expect(line).toContain("./dev services up kafka")
     expect(r.stdout).not.toContain("OK:")
+    expect(r.code, "a failure that is not a usage error exits 1").toBe(1)
   })
 
   it("--data-dir with the memory store is rejected with one line naming the stores that read it", async () => {
@@ -245,6 +247,74 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     expect(line).toContain("32768")
     expect(line).not.toContain("cannot reach")
     expect(r.stdout).toBe("")
+  })
+
+  it("tablets describe's filters are exclusive: two or more are one usage line, before it connects, with the exit code of other usage errors", async () => {
+    const zk = ["--coordination", "zookeeper://127.0.0.1:1"]
+    // Another usage error of the same command group, for its exit code.
+    const other = await strata(["tablets", "reassign", "t", "0", ...zk])
+    expect(expectOneLineFailure(other)).toContain("neither --replicas nor --cancel was given")
+    const two = await strata(["tablets", "describe", "--under-replicated", "--unavailable", ...zk])
+    const line = expectOneLineFailure(two)
+    expect(line).toContain("strata tablets describe: --under-replicated and --unavailable were given together")
+    expect(line).toContain("give one of --under-replicated, --unavailable, --under-min-isr")
+    expect(line).not.toContain("--verbose")
+    expect(line).not.toContain("cannot reach")
+    expect(other.code, "a usage error exits 2").toBe(2)
+    expect(two.code).toBe(other.code)
+    expect(two.stdout).toBe("")
+    const three = await strata([
+      "tablets",
+      "describe",
+      "t",
+      "--under-min-isr",
+      "--unavailable",
+      "--under-replicated",
+      ...zk
+    ])
+    expect(expectOneLineFailure(three)).toContain(
+      "--under-replicated and --unavailable and --under-min-isr were given together"
+    )
+    expect(three.code).toBe(other.code)
+  })
+
+  it("--output takes text or json; --json with --output text is one usage line, before it connects", async () => {
+    const zk = ["--coordination", "zookeeper://127.0.0.1:1"]
+    const yaml = await strata(["cluster", "status", "--output", "yaml", ...zk])
+    const line = expectOneLineFailure(yaml)
+    expect(line).toContain("--output")
+    expect(line).toContain('"yaml"')
+    expect(line).toContain("strata cluster status --help")
+    for (const command of [
+      ["tablets", "describe"],
+      ["rebalance", "plan"]
+    ]) {
+      const r = await strata([...command, "--json", "--output", "text", ...zk])
+      const both = expectOneLineFailure(r)
+      expect(both).toContain(`strata ${command.join(" ")}: --json and --output text were both given`)
+      expect(both).not.toContain("cannot reach")
+    }
+  })
+
+  it("tablets list is listed; create, delete and describe take --output, --if-not-exists, --if-exists and the filters", async () => {
+    const tablets = await strata(["tablets", "--help"])
+    expect(tablets.code).toBe(0)
+    expect(tablets.stdout).toMatch(/^\s+list\s/m)
+    const flags = async (command: ReadonlyArray<string>) => {
+      const r = await strata([...command, "--help"])
+      expect(r.code).toBe(0)
+      return r.stdout
+    }
+    const create = await flags(["tablets", "create"])
+    expect(create).toContain("--if-not-exists")
+    expect(create).toContain("--output")
+    const remove = await flags(["tablets", "delete"])
+    expect(remove).toContain("--if-exists")
+    expect(remove).toContain("--output")
+    const describe = await flags(["tablets", "describe"])
+    for (const flag of ["--under-replicated", "--unavailable", "--under-min-isr", "--json", "--output"]) {
+      expect(describe).toContain(flag)
+    }
   })
 
   it("tablets create refuses a table name that is not [A-Za-z0-9._-]+, naming it and the rule, before it connects", async () => {

@@ -3,8 +3,9 @@
  * `tablet-server` with a running server's id never acts for it and exits with one line naming the id and the other
  * server; `tablets describe` of a missing table is one line and exit 1; `rebalance plan` after servers join prints
  * the fewest moves and changes nothing; `tablets reassign` moves a tablet to a server that joined (and cancels a move
- * to one that is then killed), refusing a bad request with the controller's one line; a ZooKeeper URL at a port where
- * something else answers says so.
+ * to one that is then killed), refusing a bad request with the controller's one line; `tablets list`, `create
+ * --if-not-exists`, `delete --if-exists`, `describe`'s health filters, `cluster status` and `--output json` as servers
+ * are killed; a ZooKeeper URL at a port where something else answers says so.
  */
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
@@ -363,6 +364,204 @@ describe("strata cluster commands on real processes", () => {
         { sessionTimeout: 10_000 }
       ),
     240_000
+  )
+
+  it.live(
+    "an operator's commands: cluster status with no coordinator leading fails after saying so; tablets list, create --if-not-exists, delete --if-exists, --output json; describe --under-replicated / --unavailable / --under-min-isr and cluster status as servers are killed",
+    () =>
+      withCluster("operator", (cluster, namespace) =>
+        Effect.gen(function* () {
+          const env = clusterEnv(namespace)
+          const run = (args: ReadonlyArray<string>) => Effect.promise(() => cli(args, env).exited)
+          /** A run that succeeded: its stdout. */
+          const ok = (args: ReadonlyArray<string>) =>
+            Effect.map(run(args), (r) => {
+              assert.strictEqual(r.code, 0, `${args.join(" ")}: ${r.stderr}`)
+              return r.stdout
+            })
+          const json = <A>(args: ReadonlyArray<string>) =>
+            Effect.map(ok([...args, "--output", "json"]), (out) => JSON.parse(out) as A)
+          type Status = {
+            readonly coordinators: ReadonlyArray<{ readonly id: number; readonly leader: boolean }>
+            readonly leader: { readonly id: number; readonly epoch: number } | null
+            readonly servers: ReadonlyArray<{ readonly id: number }>
+            readonly down: ReadonlyArray<number> | null
+            readonly minInsyncReplicas: number
+            readonly tablets: {
+              readonly total: number
+              readonly offline: number
+              readonly underReplicated: number
+              readonly underMinIsr: number
+              readonly deleting: number
+            } | null
+          }
+
+          // Nothing runs yet: status says what it found, then fails with one line.
+          const none = yield* run(["cluster", "status"])
+          assert.strictEqual(none.code, 1, none.stderr)
+          assert.include(none.stdout, "coordinators\t0 registered\tno leader")
+          assert.include(none.stdout, "tablets\tunknown: no coordinator leads")
+          assert.include(oneLine(none), "strata cluster status: no coordinator leads the cluster (0 registered)")
+
+          yield* Effect.forEach([101, 102], (id) => cluster.start("coordinator", id), { concurrency: "unbounded" })
+          yield* Effect.forEach([1, 2, 3], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
+          const c = yield* client(namespace)
+          yield* awaitMetadata(c, "none", "three servers registered", (m) => m.servers.length === 3)
+
+          // No table yet.
+          assert.strictEqual(yield* ok(["tablets", "list"]), "")
+          assert.deepStrictEqual(yield* json(["tablets", "list"]), [])
+
+          // Create; again with --if-not-exists (text and JSON) is no failure; again without it is the refusal.
+          const created = yield* ok(["tablets", "create", "alpha", "--tablets", "4"])
+          assert.include(created, "OK: created alpha with 4 tablets")
+          const again = yield* ok(["tablets", "create", "alpha", "--tablets", "4", "--if-not-exists"])
+          assert.match(again, /^alpha:0\t/m)
+          assert.include(again, "OK: alpha exists already with 4 tablets: nothing created")
+          const otherCount = yield* ok(["tablets", "create", "alpha", "--tablets", "6", "--if-not-exists"])
+          assert.include(otherCount, "OK: alpha exists already with 4 tablets (6 asked): nothing created")
+          const existsJson = yield* json<{ table: string; created: boolean; tablets: ReadonlyArray<unknown> }>([
+            "tablets",
+            "create",
+            "alpha",
+            "--tablets",
+            "4",
+            "--if-not-exists"
+          ])
+          assert.strictEqual(existsJson.table, "alpha")
+          assert.isFalse(existsJson.created)
+          assert.lengthOf(existsJson.tablets, 4)
+          assert.include(
+            oneLine(yield* run(["tablets", "create", "alpha", "--tablets", "4"])),
+            "strata tablets create: table alpha exists"
+          )
+          const beta = yield* json<{ created: boolean; tablets: ReadonlyArray<{ replicas: ReadonlyArray<number> }> }>([
+            "tablets",
+            "create",
+            "beta",
+            "--tablets",
+            "2",
+            "--rf",
+            "2"
+          ])
+          assert.isTrue(beta.created)
+          assert.deepStrictEqual(
+            beta.tablets.map((t) => t.replicas.length),
+            [2, 2]
+          )
+
+          // List: one table a line, and as JSON.
+          const listed = yield* ok(["tablets", "list"])
+          assert.strictEqual(listed, "alpha\ttablets 4\trf 3\nbeta\ttablets 2\trf 2\n")
+          assert.deepStrictEqual(yield* json(["tablets", "list"]), [
+            { name: "alpha", tablets: 4, replicationFactor: 3, deleting: false },
+            { name: "beta", tablets: 2, replicationFactor: 2, deleting: false }
+          ])
+
+          // Deleting a table the cluster does not have: one line without the flag, no failure with it.
+          const missing = yield* run(["tablets", "delete", "nope"])
+          assert.strictEqual(missing.code, 1)
+          const missingLine = oneLine(missing)
+          assert.include(missingLine, "strata tablets delete: no table nope in the cluster")
+          assert.notInclude(missingLine, "--verbose")
+          assert.include(
+            yield* ok(["tablets", "delete", "nope", "--if-exists"]),
+            "OK: no table nope in the cluster: nothing deleted"
+          )
+          assert.deepStrictEqual(yield* json(["tablets", "delete", "nope", "--if-exists"]), {
+            table: "nope",
+            deleted: false,
+            tablets: 0
+          })
+          assert.deepStrictEqual(yield* json(["tablets", "delete", "beta", "--if-exists"]), {
+            table: "beta",
+            deleted: true,
+            tablets: 2
+          })
+          yield* awaitMetadata(c, "beta", "beta gone", (m) => m.tablets.length === 0)
+
+          // A healthy cluster: status with both coordinators and one leader, no filter selects a tablet.
+          const metadata = yield* awaitMetadata(c, "alpha", "every tablet online with a full ISR", (m) =>
+            m.tablets.every((t) => t.leader !== null && t.isr.length === 3)
+          )
+          const healthy = yield* json<Status>(["cluster", "status"])
+          assert.deepStrictEqual(
+            healthy.coordinators.map((x) => x.id),
+            [101, 102]
+          )
+          assert.strictEqual(healthy.leader?.epoch, metadata.coordinatorEpoch)
+          assert.deepStrictEqual(
+            healthy.coordinators.filter((x) => x.leader).map((x) => x.id),
+            [healthy.leader!.id]
+          )
+          assert.deepStrictEqual(
+            healthy.servers.map((s) => s.id),
+            [1, 2, 3]
+          )
+          assert.deepStrictEqual(healthy.down, [])
+          assert.deepStrictEqual(healthy.tablets, {
+            total: 4,
+            offline: 0,
+            underReplicated: 0,
+            underMinIsr: 0,
+            deleting: 0
+          })
+          const healthyText = yield* ok(["cluster", "status"])
+          assert.include(
+            healthyText,
+            `coordinators\t2 registered\tleader ${healthy.leader!.id}\tcoordinator epoch ${metadata.coordinatorEpoch}\n`
+          )
+          assert.include(healthyText, "tablet servers\t3 live\t0 down\n")
+          assert.include(
+            healthyText,
+            "tablets\t4\toffline 0\tunder-replicated 0\tunder min ISR 0 (minInsyncReplicas 2)"
+          )
+          const balanced = yield* json<{ moved: number }>(["tablets", "balance-leaders"])
+          assert.isNumber(balanced.moved)
+          for (const filter of ["--under-replicated", "--unavailable", "--under-min-isr"]) {
+            assert.strictEqual(yield* ok(["tablets", "describe", "alpha", filter]), "", filter)
+          }
+
+          // Server 3 (a replica of every tablet) is killed: every tablet is under-replicated, none below two.
+          yield* cluster.kill("tablet-server", 3)
+          yield* awaitMetadata(c, "alpha", "server 3 out of every ISR", (m) =>
+            m.tablets.every((t) => t.leader !== null && t.isr.length === 2 && !t.isr.includes(3))
+          )
+          const under = yield* ok(["tablets", "describe", "alpha", "--under-replicated"])
+          assert.sameMembers(
+            under
+              .trimEnd()
+              .split("\n")
+              .map((line) => line.split("\t")[0]),
+            ["alpha:0", "alpha:1", "alpha:2", "alpha:3"]
+          )
+          assert.notInclude(under, "coordinator epoch")
+          const underJson = yield* json<ReplicaRpc.Metadata>(["tablets", "describe", "--under-replicated"])
+          assert.lengthOf(underJson.tablets, 4)
+          for (const t of underJson.tablets) assert.lengthOf(t.isr, 2)
+          assert.strictEqual(yield* ok(["tablets", "describe", "alpha", "--under-min-isr"]), "")
+          assert.strictEqual(yield* ok(["tablets", "describe", "alpha", "--unavailable"]), "")
+          // The minimum is this command's setting.
+          const strict = yield* ok(["tablets", "describe", "alpha", "--under-min-isr", "--set", "minInsyncReplicas=3"])
+          assert.lengthOf(strict.trimEnd().split("\n"), 4)
+          const degraded = yield* ok(["cluster", "status"])
+          assert.include(degraded, "tablet servers\t2 live\t1 down (3)\n")
+          assert.include(degraded, "tablets\t4\toffline 0\tunder-replicated 4\tunder min ISR 0")
+
+          // Servers 1 and 2 are killed too: no tablet has a leader.
+          yield* Effect.forEach([1, 2], (id) => cluster.kill("tablet-server", id), { concurrency: "unbounded" })
+          yield* awaitMetadata(c, "alpha", "no tablet with a leader", (m) => m.tablets.every((t) => t.leader === null))
+          const offline = yield* ok(["tablets", "describe", "alpha", "--unavailable"])
+          assert.lengthOf(offline.trimEnd().split("\n"), 4)
+          assert.match(offline, /^alpha:0\tOfflineTablet\tleader none\t/m)
+          const down = yield* json<Status>(["cluster", "status"])
+          assert.deepStrictEqual(down.servers, [])
+          assert.deepStrictEqual(down.down, [1, 2, 3])
+          assert.strictEqual(down.tablets?.offline, 4)
+          assert.strictEqual(down.tablets?.underReplicated, 4)
+        })
+      ),
+    300_000
   )
 
   it.live("a ZooKeeper URL at a port where something else answers (Kafka's) says it is not ZooKeeper", () =>

@@ -351,8 +351,8 @@ const impostor = (state: State, targets: ReadonlyArray<number>) =>
           )
           const exit = yield* Effect.promise(() => imp.terminate())
           how = `SIGTERM ${terminateAfter} ms into its wait: exit code ${exit.code} signal ${exit.signal}`
-          // Interrupted while it waits (130); giving up first (1, its one line) is as good.
-          if (exit.code !== 130 && exit.code !== 1) problems.push(`exit code ${exit.code} signal ${exit.signal}`)
+          // Interrupted while it waits (a clean SIGTERM: 0); giving up first (1, its one line) is as good.
+          if (exit.code !== 0 && exit.code !== 1) problems.push(`exit code ${exit.code} signal ${exit.signal}`)
         } else {
           const exit = yield* Effect.raceFirst(
             Effect.promise(() => imp.exited).pipe(Effect.map((e) => ({ _tag: "Exited" as const, exit: e }))),

@@ -13,6 +13,7 @@ import { type Duration, Effect, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as Controller from "../server/Controller.js"
+import * as ControllerMetrics from "../server/ControllerMetrics.js"
 import * as ControllerView from "../server/ControllerView.js"
 import * as RemotePeers from "../client/RemotePeers.js"
 import * as ReplicaRpc from "../wire/ReplicaRpc.js"
@@ -55,6 +56,8 @@ export interface CoordinatorNode {
   readonly directory: ClusterDirectory.ClusterDirectory
   /** Its warm view of the tablets. */
   readonly view: ControllerView.ControllerView
+  /** Sets its controller gauges (`ControllerMetrics`) from its controller's state now, or a standby's. */
+  readonly refreshMetrics: Effect.Effect<void>
 }
 
 /**
@@ -72,6 +75,8 @@ export const controllerService = (options: {
   readonly track: (controller: Controller.ControllerShape | undefined) => Effect.Effect<void>
   /** The coordinator's warm view of the tablets, which each of its controllers starts from. */
   readonly view?: ControllerView.ControllerView
+  /** The coordinator's controller metrics. */
+  readonly metrics?: ControllerMetrics.ControllerMetrics
 }) =>
   Coordinator.service("controller", (leadership) =>
     Effect.acquireRelease(
@@ -84,7 +89,8 @@ export const controllerService = (options: {
         leaderImbalancePercent: options.config.leaderImbalancePercent,
         retryBackoff: options.config.retryBackoff,
         resign: options.resign,
-        ...(options.view === undefined ? {} : { view: options.view })
+        ...(options.view === undefined ? {} : { view: options.view }),
+        ...(options.metrics === undefined ? {} : { metrics: options.metrics })
       }).pipe(
         Effect.provideService(Controller.TabletServers, options.servers),
         Effect.tap((c) => options.track(c))
@@ -139,6 +145,7 @@ export const make = (
       namespace: o.namespace,
       keepWarm: { retryBackoff: config.retryBackoff }
     })
+    const metrics = ControllerMetrics.make(o.serverId)
     const resign: { run: Effect.Effect<void> } = { run: Effect.void }
     const coordinator = yield* Coordinator.make({
       serverId: o.serverId,
@@ -154,10 +161,14 @@ export const make = (
             Effect.sync(() => {
               mine = c
             }),
-          view
+          view,
+          metrics
         })
       ]
     }).pipe(Effect.provideService(Election.Election, election))
     resign.run = coordinator.resign
-    return { coordinator, address, controller: current, directory, view }
+    const refreshMetrics = Effect.flatMap(current, (c) =>
+      c === undefined ? metrics.refresh(undefined) : Effect.flatMap(c.state, metrics.refresh)
+    )
+    return { coordinator, address, controller: current, directory, view, refreshMetrics }
   })

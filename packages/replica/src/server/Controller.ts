@@ -15,9 +15,10 @@
  */
 import { Coordination, type Election, Models, Retry } from "@strata/core"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Cause, Context, Data, Deferred, Duration, Effect, Queue, Schedule, type Scope } from "effect"
+import { Cause, Clock, Context, Data, Deferred, Duration, Effect, Queue, Schedule, type Scope } from "effect"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as ControllerState from "../machines/ControllerState.js"
+import type * as ControllerMetrics from "./ControllerMetrics.js"
 import * as ControllerView from "./ControllerView.js"
 import * as ProducerIds from "./ProducerIds.js"
 import { type ReplicaStorageReport, TabletServers, type TabletServersShape } from "../wire/Peers.js"
@@ -77,10 +78,30 @@ export interface ControllerOptions {
    * from; without one it reads every tablet.
    */
   readonly view?: ControllerView.ControllerView
+  /** The coordinator's controller metrics, if it keeps them (`ControllerMetrics`). */
+  readonly metrics?: ControllerMetrics.ControllerMetrics | undefined
 }
 
 /** How many tablets one coordination write holds at most (etcd refuses transactions of over 128 operations). */
 const writeBatch = 50
+
+/** An input to the machine, and when it was queued (monotonic nanoseconds). */
+interface Stamped {
+  readonly input: ControllerState.Input
+  readonly at: bigint
+}
+
+/** Queues an input for the machine. */
+const offer = (c: Running, input: ControllerState.Input): Effect.Effect<boolean> =>
+  Effect.flatMap(Clock.monotonicTimeNanos, (at) => Queue.offer(c.inbox, { input, at }))
+
+/** Takes the machine's next input, observing how long it waited. */
+const take = (c: Running): Effect.Effect<ControllerState.Input> =>
+  Effect.flatMap(Queue.take(c.inbox), ({ input, at }) =>
+    c.metrics === undefined
+      ? Effect.succeed(input)
+      : Effect.flatMap(Clock.monotonicTimeNanos, (now) => Effect.as(c.metrics!.queued(Number(now - at) / 1e9), input))
+  )
 
 /** A command that writes coordination: a tablet's new state, or its removal. */
 type Writing = Extract<ControllerState.Command, { readonly _tag: "Write" | "Remove" }>
@@ -176,8 +197,9 @@ interface Running {
   readonly producerIds: ProducerIds.ProducerIds
   /** The machine's step (production's unless the context provides a mutant). */
   readonly machine: ControllerState.StepFunction
+  readonly metrics: ControllerMetrics.ControllerMetrics | undefined
   /** The machine's inputs, taken one at a time. */
-  readonly inbox: Queue.Queue<ControllerState.Input>
+  readonly inbox: Queue.Queue<Stamped>
   /** Requests waiting for the machine's reply, by request id. */
   readonly replies: Map<number, Pending>
   readonly outboxes: Map<Models.ServerId, Outbox>
@@ -202,6 +224,7 @@ export const make = (
   Scope.Scope | Coordination.Coordination | TabletServers
 > =>
   Effect.gen(function* () {
+    const began = yield* Clock.monotonicTimeNanos
     const paths = ClusterPaths.make(options.namespace)
     const session = yield* (yield* Coordination.Coordination).session()
     yield* createRoots(session, paths)
@@ -225,7 +248,8 @@ export const make = (
       // The blocks of ids this controller hands out; its successor reserves its own.
       producerIds: yield* ProducerIds.make({ path: paths.producerIds }).pipe(Effect.orDie),
       machine: yield* Machine,
-      inbox: yield* Queue.unbounded<ControllerState.Input>(),
+      inbox: yield* Queue.unbounded<Stamped>(),
+      metrics: options.metrics,
       replies: new Map(),
       outboxes: new Map(),
       state: ControllerState.make({
@@ -250,6 +274,10 @@ export const make = (
       `controller of coordinator epoch ${c.epoch}: ${synced.full ? "read all" : "caught up on"} ${synced.read} of ${synced.tablets.length} tablets (journal entry ${c.journal.journal.seq})`
     )
     yield* start(c, registered, synced.tablets)
+    if (options.metrics !== undefined) {
+      const loaded = Number((yield* Clock.monotonicTimeNanos) - began) / 1e9
+      yield* options.metrics.tookOver((leadership.electionDurationMs ?? 0) / 1000 + loaded)
+    }
     return shapeOf(c, { tablets: synced.tablets.length, read: synced.read, full: synced.full })
   })
 
@@ -298,11 +326,11 @@ const start = (
     const interval = Duration.fromInputUnsafe(c.options.leaderImbalanceCheckInterval ?? 0)
     if (Duration.isGreaterThan(interval, Duration.zero)) {
       yield* Effect.forkScoped(
-        Effect.sleep(interval).pipe(Effect.andThen(Queue.offer(c.inbox, { _tag: "BalanceLeaders" })), Effect.forever)
+        Effect.sleep(interval).pipe(Effect.andThen(offer(c, { _tag: "BalanceLeaders" })), Effect.forever)
       )
     }
     yield* Effect.forkScoped(
-      Effect.forever(Effect.flatMap(Queue.take(c.inbox), (input) => feed(c, input))).pipe(
+      Effect.forever(Effect.flatMap(take(c), (input) => feed(c, input))).pipe(
         Effect.catchCause((cause) =>
           Cause.hasInterruptsOnly(cause)
             ? Effect.failCause(cause)
@@ -344,9 +372,12 @@ const feed = (c: Running, input: ControllerState.Input): Effect.Effect<void> =>
           box.pending.clear()
         }
       }
-      const [next, commands] = c.machine(c.state, input)
+      const before = c.state
+      const [next, commands] = c.machine(before, input)
       c.state = next
-      return run(c, commands)
+      return c.metrics === undefined
+        ? run(c, commands)
+        : Effect.andThen(c.metrics.stepped(before, commands), run(c, commands))
     })
   )
 
@@ -480,7 +511,7 @@ const deliver = (c: Running, server: Models.ServerId, box: Outbox): Effect.Effec
     const deletions = queued.flatMap((q) => (q._tag === "Delete" ? [q.tablet] : []))
     const outcome = yield* send(c, server, registration, tablets, deletions)
     if (outcome === "delivered" && deletions.length > 0) {
-      yield* Queue.offer(c.inbox, {
+      yield* offer(c, {
         _tag: "ReplicaStopped",
         server,
         ...(registration === undefined ? {} : { registration }),
@@ -552,8 +583,8 @@ const recheck = (c: Running, server: Models.ServerId, addressed: number | undefi
     yield* Effect.logInfo(
       `server ${server} refused instructions for registration ${addressed}: it is registered ${now === undefined ? "no more" : `as ${now}`}`
     )
-    yield* Queue.offer(c.inbox, { _tag: "ServerDown", server })
-    if (now !== undefined) yield* Queue.offer(c.inbox, { _tag: "ServerUp", server, registration: now })
+    yield* offer(c, { _tag: "ServerDown", server })
+    if (now !== undefined) yield* offer(c, { _tag: "ServerUp", server, registration: now })
   }).pipe(Effect.ignore)
 
 /** Asks a candidate its log end under the offline epoch; the answer comes back as an input (none after a backoff). */
@@ -563,7 +594,7 @@ const askLogEnd = (c: Running, command: Extract<ControllerState.Command, { reado
     Effect.andThen(c.servers.logEnd(server, { tablet, fence: { leaderEpoch, coordinatorEpoch } })),
     Effect.map((end): ControllerState.LogEnd | null => end),
     Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoff), null)),
-    Effect.flatMap((logEnd) => Queue.offer(c.inbox, { _tag: "LogEnd", tablet, round, server, logEnd }))
+    Effect.flatMap((logEnd) => offer(c, { _tag: "LogEnd", tablet, round, server, logEnd }))
   )
 }
 
@@ -585,7 +616,7 @@ const askHoldings = (c: Running, command: Extract<ControllerState.Command, { rea
     Effect.andThen(c.servers.holdings(server, request)),
     Effect.map((result) => holdings(result.tablets)),
     Effect.catchCause(() => Effect.as(Effect.sleep(c.options.retryBackoff), holdings(null))),
-    Effect.flatMap((input) => Queue.offer(c.inbox, input))
+    Effect.flatMap((input) => offer(c, input))
   )
 }
 
@@ -617,10 +648,10 @@ const watchServers = (
     const watch = yield* c.session.watchChildren(c.paths.servers)
     const now = yield* registrations(c.session, c.paths, watch.value)
     for (const [s, order] of known) {
-      if (now.get(s) !== order) yield* Queue.offer(c.inbox, { _tag: "ServerDown", server: s })
+      if (now.get(s) !== order) yield* offer(c, { _tag: "ServerDown", server: s })
     }
     for (const [s, order] of now) {
-      if (known.get(s) !== order) yield* Queue.offer(c.inbox, { _tag: "ServerUp", server: s, registration: order })
+      if (known.get(s) !== order) yield* offer(c, { _tag: "ServerUp", server: s, registration: order })
     }
     yield* watch.changed
     return yield* watchServers(c, now)
@@ -633,7 +664,7 @@ const ask = (c: Running, input: (requestId: number) => ControllerState.Input) =>
     const requestId = c.nextRequest++
     const reply: Pending = yield* Deferred.make<ControllerState.Reply, ControllerResigned>()
     c.replies.set(requestId, reply)
-    yield* Queue.offer(c.inbox, input(requestId))
+    yield* offer(c, input(requestId))
     return yield* Deferred.await(reply)
   })
 
@@ -693,7 +724,7 @@ const shapeOf = (c: Running, resumed: ControllerShape["resumed"]): ControllerSha
       c.state.resigned || c.closed
         ? Effect.fail(new ControllerResigned({ coordinatorEpoch: c.epoch }))
         : Effect.asVoid(
-            Queue.offer(c.inbox, {
+            offer(c, {
               _tag: "ReplicaStorage",
               server: report.server,
               ...(report.registration === undefined ? {} : { registration: report.registration }),

@@ -36,6 +36,7 @@ import * as ProducerState from "../machines/ProducerState.js"
 import { Peers, type PeersShape } from "../wire/Peers.js"
 import * as ReplicaState from "../machines/ReplicaState.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
+import * as ServerMetrics from "./ServerMetrics.js"
 import * as TabletLog from "./TabletLog.js"
 
 // ---------------------------------------------------------------------------
@@ -84,6 +85,12 @@ export interface TabletServerShape extends ReplicaManager.Shape {
    * while it still leads some, up to 20 times; the number of tablets it still leads (0: safe to stop).
    */
   readonly controlledShutdown: Effect.Effect<number>
+  /** The registration the server acts under (`undefined`: none, its session ended or it has not registered yet). */
+  readonly registration: Effect.Effect<number | undefined>
+  /** Each hosted replica as the metrics see it (`ServerMetrics`). */
+  readonly samples: Effect.Effect<ReadonlyArray<ServerMetrics.ReplicaSample>>
+  /** Sets the server's gauges (`ServerMetrics`) from its replicas now: run before the metrics are read. */
+  readonly refreshMetrics: Effect.Effect<void>
 }
 
 /**
@@ -143,6 +150,7 @@ interface Server {
   readonly scope: Scope.Scope
   readonly hosted: Map<string, Hosted.Hosted>
   readonly machines: MachinesShape
+  readonly metrics: ServerMetrics.ServerMetrics
   coordinatorEpoch: number
   registration: number | undefined
   /** The sequence of the last storage report this server made. */
@@ -174,11 +182,20 @@ const feed = (
   input: Replica.Input
 ): Effect.Effect<Replica.Answer | undefined, ReplicaManager.ReplicaError> =>
   Effect.suspend(() => {
+    const before = h.state.leader
     const [next, ready] = server.machines.replica(h.state, input)
     h.state = next
+    const after = next.leader
+    const counted =
+      before !== undefined &&
+      after !== undefined &&
+      before.isr !== after.isr &&
+      before.leaderEpoch === after.leaderEpoch
+        ? server.metrics.isrChanged(before.isr, after.isr)
+        : Effect.void
     return ready.commands.length === 0
-      ? Effect.succeed(ready.answer)
-      : Effect.as(run(server, h, ready.commands), ready.answer)
+      ? Effect.as(counted, ready.answer)
+      : Effect.as(Effect.andThen(counted, run(server, h, ready.commands)), ready.answer)
   })
 
 /** Feeds an input whose refusal is the request's error; the answer otherwise. */
@@ -639,8 +656,16 @@ const append =
       if (request.records.length === 0)
         return yield* fail(new Log.InvalidRequest({ detail: "an append of no records" }))
       const h = yield* hostedOf(server, request.tablet)
+      const started = yield* Clock.currentTimeNanos
       const outcome = yield* Hosted.locked(h, persist(server, h, request))
-      if (outcome.done === undefined) return outcome.result
+      const served = Effect.flatMap(Clock.currentTimeNanos, (now) =>
+        server.metrics.appended(
+          request.records.length,
+          ServerMetrics.recordBytes(request.records),
+          Number(now - started) / 1e9
+        )
+      )
+      if (outcome.done === undefined) return yield* Effect.as(served, outcome.result)
       const { ticket, done } = outcome
       const timeoutMs = Duration.toMillis(server.config.appendTimeout)
       const hw = yield* Deferred.await(done).pipe(
@@ -664,6 +689,7 @@ const append =
               )
         )
       )
+      yield* served
       return { ...outcome.result, highWatermark: hw }
     })
 
@@ -696,8 +722,16 @@ const read =
         if (keep <= 0) return []
         return keep === b.records.length ? [b] : [{ ...b, records: b.records.slice(0, keep) }]
       })
+      yield* server.metrics.read(batchBytes(cut))
       return { batches: cut, ...bounds }
     })
+
+/** The record bytes of batches, as the metrics count them. */
+const batchBytes = (batches: ReadonlyArray<ReplicaManager.TabletBatch>): number => {
+  let bytes = 0
+  for (const b of batches) bytes += ServerMetrics.recordBytes(b.records)
+  return bytes
+}
 
 /**
  * Whether a follower whose last batch has `lastFetchedEpoch` and which fetches from `offset` diverges from this log:
@@ -741,6 +775,7 @@ const fetch =
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
+      const started = yield* Clock.currentTimeNanos
       const nowMs = yield* Clock.currentTimeMillis
       const seen = yield* Hosted.locked(h, admitFetch(server, h, request, nowMs))
       if (seen._tag === "OutOfRange") {
@@ -764,6 +799,7 @@ const fetch =
       }
       const batches = yield* seen.log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
       const after = yield* admitted(server, h, recheck)
+      yield* server.metrics.fetched(batchBytes(batches), Number((yield* Clock.currentTimeNanos) - started) / 1e9)
       return {
         _tag: "Batches" as const,
         leaderEpoch: seen.leaderEpoch,
@@ -953,6 +989,30 @@ const tick = (server: Server) =>
     )
   }).pipe(Effect.repeat(Schedule.spaced(Math.floor(Duration.toMillis(server.config.replicaLagTimeMax) / 2))))
 
+/** Each hosted replica as the metrics see it: a leader's figures from its machine, a follower's from its log. */
+const samples = (server: Server): Effect.Effect<ReadonlyArray<ServerMetrics.ReplicaSample>> =>
+  Effect.suspend(() => Effect.forEach([...server.hosted.values()], sampleOf))
+
+/** One hosted replica as the metrics see it. */
+const sampleOf = (h: Hosted.Hosted): Effect.Effect<ServerMetrics.ReplicaSample> =>
+  Effect.gen(function* () {
+    const { state, log } = h
+    const base = { tablet: h.tablet, replicas: state.replicas.length, online: log !== undefined }
+    const leader = state.leader
+    if (leader !== undefined) {
+      const producers = log === undefined ? 0 : (yield* log.producers).size
+      return {
+        ...base,
+        isr: leader.isr.length,
+        highWatermark: leader.highWatermark,
+        logEndOffset: leader.logEndOffset,
+        producers
+      }
+    }
+    if (log === undefined) return base
+    return { ...base, highWatermark: yield* log.highWatermark, logEndOffset: yield* log.logEndOffset }
+  })
+
 /**
  * Starts a tablet server on the `Store` and `Peers` of its context; it stops (closing every log) with the scope.
  *
@@ -974,6 +1034,7 @@ export const make = (
       scope,
       hosted: new Map(),
       machines: yield* Machines,
+      metrics: ServerMetrics.make(o.serverId),
       coordinatorEpoch: 0,
       registration: undefined,
       storageReports: 0,
@@ -1007,6 +1068,11 @@ export const make = (
           server.registration = registration
         }),
       controlledShutdown: controlledShutdown(server),
+      registration: Effect.sync(() => server.registration),
+      samples: samples(server),
+      refreshMetrics: Effect.flatMap(samples(server), (all) =>
+        server.metrics.refresh(all, server.config.minInsyncReplicas)
+      ),
       logOf: (tablet) => Effect.sync(() => server.hosted.get(Models.tabletKey(tablet))?.log),
       tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),
       replicas: Effect.sync(() =>
