@@ -7,6 +7,7 @@
  * | name | type | meaning |
  * | --- | --- | --- |
  * | `strata_controller_active` | gauge | 1 while this coordinator runs the controller, else 0 (Kafka's ActiveControllerCount) |
+ * | `strata_controller_coordinator_epoch` | gauge | the coordinator epoch the controller runs under |
  * | `strata_controller_live_servers` | gauge | registered tablet servers |
  * | `strata_controller_tablets` | gauge | tablets the controller holds |
  * | `strata_controller_offline_tablets` | gauge | tablets with no leader |
@@ -34,6 +35,9 @@ import type * as ControllerState from "../machines/ControllerState.js"
 export const metrics = {
   active: Metric.gauge("strata_controller_active", {
     description: "1 while this coordinator runs the controller, else 0"
+  }),
+  coordinatorEpoch: Metric.gauge("strata_controller_coordinator_epoch", {
+    description: "The coordinator epoch the controller runs under (the leading coordinator's)"
   }),
   liveServers: Metric.gauge("strata_controller_live_servers", { description: "Registered tablet servers" }),
   tablets: Metric.gauge("strata_controller_tablets", { description: "Tablets the controller holds" }),
@@ -70,6 +74,7 @@ export const metrics = {
  * @since 0.1.0
  */
 export interface Figures {
+  readonly coordinatorEpoch: number
   readonly liveServers: number
   readonly tablets: number
   readonly offline: number
@@ -112,7 +117,16 @@ export const figures = (state: ControllerState.State): Figures => {
     if (isr.length < (state.options.minInsyncReplicas ?? 1)) underMinIsr++
     if (t.reassignment !== undefined) moving++
   }
-  return { liveServers: state.live.size, tablets, offline, underReplicated, underMinIsr, moving, distribution }
+  return {
+    coordinatorEpoch: state.coordinatorEpoch,
+    liveServers: state.live.size,
+    tablets,
+    offline,
+    underReplicated,
+    underMinIsr,
+    moving,
+    distribution
+  }
 }
 
 /**
@@ -162,6 +176,7 @@ export const make = (coordinatorId: Models.ServerId): ControllerMetrics => {
   const own = { coordinator: String(coordinatorId) }
   const bound = <M extends Metric.Metric<number, unknown>>(m: M): M => Metric.withAttributes(m, own) as M
   const clusterWide = [
+    [bound(metrics.coordinatorEpoch), (f: Figures) => f.coordinatorEpoch],
     [bound(metrics.liveServers), (f: Figures) => f.liveServers],
     [bound(metrics.tablets), (f: Figures) => f.tablets],
     [bound(metrics.offline), (f: Figures) => f.offline],
