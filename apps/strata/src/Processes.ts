@@ -16,6 +16,7 @@ import { Effect, Layer, type Scope } from "effect"
 import * as Logging from "./Logging.js"
 import * as OpsEndpoint from "./OpsEndpoint.js"
 import * as ServerConfig from "./ServerConfig.js"
+import * as Telemetry from "./Telemetry.js"
 
 /**
  * Starts a process's parts and runs until interrupted. The parts' scope closes (a controlled shutdown, the logs)
@@ -59,7 +60,10 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
         return yield* node.held
       }),
       layers
-    ).pipe(Logging.withProcessLog(settings.logFormat, "tablet-server", settings.id))
+    ).pipe(
+      Telemetry.exporting("tablet-server", settings.id),
+      Logging.withProcessLog(settings.logFormat, "tablet-server", settings.id)
+    )
   })
 
 /**
@@ -87,7 +91,10 @@ export const coordinator = (sources: ServerConfig.Sources) =>
         )
       }),
       ServerConfig.coordinationLayer(settings.coordination)
-    ).pipe(Logging.withProcessLog(settings.logFormat, "coordinator", settings.id))
+    ).pipe(
+      Telemetry.exporting("coordinator", settings.id),
+      Logging.withProcessLog(settings.logFormat, "coordinator", settings.id)
+    )
   })
 
 /**

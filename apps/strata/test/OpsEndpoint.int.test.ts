@@ -3,16 +3,59 @@
  * ZooKeeper, logging JSON), scraped as Prometheus would: health and readiness, the servers' and the controller's
  * metrics checked against what the controller's metadata says (`tablets describe`), then a server killed with
  * SIGKILL (its tablets under-replicated, on the servers' and the controller's metrics) and started again (back to
- * 0, the ISR shrinks and expansions counted).
+ * 0, the ISR shrinks and expansions counted). With `OTEL_EXPORTER_OTLP_ENDPOINT` set, their spans reach an OTLP
+ * collector.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
+import { createServer } from "node:http"
+import type { AddressInfo } from "node:net"
 import { Effect } from "effect"
 import { inject } from "vitest"
 import { client, cliProcesses, writeEach, zooKeeperCluster } from "./support/clusterTest.js"
 import { all, eventually, getJson, opsAddress, type Sample, scrape, value } from "./support/opsScrape.js"
 
 const processes = cliProcesses()
+
+/** A span as the collector received it: its name and its process's `service.name`. */
+interface ReceivedSpan {
+  readonly name: string
+  readonly service: string | undefined
+}
+
+/** An OTLP/JSON collector on loopback: the spans posted to `/v1/traces`. */
+const startCollector = async () => {
+  const received: Array<ReceivedSpan> = []
+  const server = createServer((request, response) => {
+    let body = ""
+    request.on("data", (chunk: Buffer) => {
+      body += chunk.toString()
+    })
+    request.on("end", () => {
+      if (request.url === "/v1/traces") {
+        const parsed = JSON.parse(body) as {
+          resourceSpans?: ReadonlyArray<{
+            resource?: { attributes?: ReadonlyArray<{ key: string; value: { stringValue?: string } }> }
+            scopeSpans?: ReadonlyArray<{ spans?: ReadonlyArray<{ name: string }> }>
+          }>
+        }
+        for (const rs of parsed.resourceSpans ?? []) {
+          const service = rs.resource?.attributes?.find((a) => a.key === "service.name")?.value.stringValue
+          for (const ss of rs.scopeSpans ?? [])
+            for (const span of ss.spans ?? []) received.push({ name: span.name, service })
+        }
+      }
+      response.writeHead(200, { "content-type": "application/json" }).end("{}")
+    })
+  })
+  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done))
+  const { port } = server.address() as AddressInfo
+  return {
+    endpoint: `http://127.0.0.1:${port}`,
+    spans: (): ReadonlyArray<ReceivedSpan> => received,
+    close: () => new Promise<void>((done) => server.close(() => done()))
+  }
+}
 
 const SERVERS = [1, 2, 3]
 const COORDINATOR = 101
@@ -27,7 +70,20 @@ describe("the ops HTTP endpoint of real processes", () => {
     "/healthz, /readyz, /cluster and /metrics agree with the controller's metadata; a killed server's tablets show as under-replicated until it is back",
     () =>
       Effect.gen(function* () {
-        const { cluster, namespace } = yield* zooKeeperCluster(processes, "ops", { logFormat: "json" })
+        // An OTLP collector: the processes send their spans here (OTLP/JSON over HTTP).
+        const collector = yield* Effect.acquireRelease(Effect.promise(startCollector), (c) =>
+          Effect.promise(() => c.close())
+        )
+        process.env.OTEL_EXPORTER_OTLP_ENDPOINT = collector.endpoint
+        process.env.OTEL_BSP_SCHEDULE_DELAY = "200"
+        const { cluster, namespace } = yield* zooKeeperCluster(processes, "ops", { logFormat: "json" }).pipe(
+          Effect.ensuring(
+            Effect.sync(() => {
+              delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT
+              delete process.env.OTEL_BSP_SCHEDULE_DELAY
+            })
+          )
+        )
         yield* cluster.start("coordinator", COORDINATOR)
         yield* Effect.forEach(SERVERS, (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
         const ops = (kind: "coordinator" | "tablet-server", id: number) =>
@@ -119,6 +175,29 @@ describe("the ops HTTP endpoint of real processes", () => {
           underMinIsr: 0,
           moving: 0
         })
+
+        // The processes' spans reached the collector, each named after its process.
+        const spans = yield* Effect.promise(() =>
+          eventually("spans at the collector", async () => {
+            const names = collector.spans()
+            return [
+              "strata.tablet.append",
+              "strata.tablet.fetch",
+              "strata.controller.step",
+              "strata.election.campaign"
+            ].every((n) => names.some((s) => s.name === n))
+              ? names
+              : undefined
+          })
+        )
+        assert.isTrue(
+          spans.some((s) => s.name === "strata.tablet.append" && s.service === "strata-tablet-server"),
+          "an append's span comes from a tablet server"
+        )
+        assert.isTrue(
+          spans.some((s) => s.name === "strata.controller.step" && s.service === "strata-coordinator"),
+          "a controller step's span comes from the coordinator"
+        )
 
         // Server 3 killed: every tablet it held is under-replicated, on the controller and on its leaders.
         yield* cluster.kill("tablet-server", 3)

@@ -236,7 +236,8 @@ const campaign = (
       return yield* campaignIn(e, candidate, session)
     }).pipe(
       Scope.provide(child),
-      Effect.onError((cause) => Scope.close(child, Exit.failCause(cause)))
+      Effect.onError((cause) => Scope.close(child, Exit.failCause(cause))),
+      Effect.withSpan("strata.election.campaign", { attributes: { "strata.server": candidate.serverId } })
     )
   })
 

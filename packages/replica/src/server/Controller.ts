@@ -379,6 +379,10 @@ const feed = (c: Running, input: ControllerState.Input): Effect.Effect<void> =>
         ? run(c, commands)
         : Effect.andThen(c.metrics.stepped(before, commands), run(c, commands))
     })
+  ).pipe(
+    Effect.withSpan("strata.controller.step", {
+      attributes: { "strata.input": input._tag, "strata.coordinator_epoch": c.epoch }
+    })
   )
 
 /** Runs one step's commands in order; a failed write is fed back at once and ends the step. */

@@ -691,7 +691,15 @@ const append =
       )
       yield* served
       return { ...outcome.result, highWatermark: hw }
-    })
+    }).pipe(
+      Effect.withSpan("strata.tablet.append", {
+        attributes: {
+          "strata.tablet": Models.tabletKey(request.tablet),
+          "strata.records": request.records.length,
+          "strata.acks": request.acks
+        }
+      })
+    )
 
 const read =
   (server: Server): ReplicaManager.Shape["read"] =>
@@ -807,7 +815,15 @@ const fetch =
         highWatermark: after.highWatermark ?? (yield* seen.log.highWatermark),
         logStartOffset: yield* seen.log.logStartOffset
       }
-    })
+    }).pipe(
+      Effect.withSpan("strata.tablet.fetch", {
+        attributes: {
+          "strata.tablet": Models.tabletKey(request.tablet),
+          "strata.follower": request.follower,
+          "strata.offset": request.offset
+        }
+      })
+    )
 
 const endOffsetForEpoch =
   (server: Server): ReplicaManager.Shape["endOffsetForEpoch"] =>
