@@ -39,15 +39,23 @@ export class NoLeader extends Data.TaggedError("NoLeader")<{ readonly coordinato
   }
 }
 
-/** What a command's work has: the client, the replication settings it was given, and the cluster's namespace. */
-interface Cluster {
+/**
+ * What a command's work has: the client, the replication settings it was given, and the cluster's namespace.
+ *
+ * @since 0.1.0
+ */
+export interface Cluster {
   readonly client: TabletClient.TabletClientShape
   readonly replication: ReplicationConfig.ReplicationConfig
   readonly namespace: string
 }
 
-/** A client of the cluster the settings name, for one command; the coordination stays in context for `use`. */
-const withClient = <A, E>(
+/**
+ * A client of the cluster the settings name, for one command; the coordination stays in context for `use`.
+ *
+ * @since 0.1.0
+ */
+export const withClient = <A, E>(
   sources: ServerConfig.Sources,
   use: (cluster: Cluster) => Effect.Effect<A, E, Coordination.Coordination | Scope.Scope>
 ) =>
@@ -397,24 +405,39 @@ const registered = (namespace: string) =>
  * @since 0.1.0
  */
 export const clusterStatus = (sources: ServerConfig.Sources, options: { readonly output: AdminReport.Output }) =>
-  withClient(sources, ({ client, replication, namespace }) =>
+  withClient(sources, (cluster) =>
     Effect.gen(function* () {
-      const found = yield* registered(namespace)
-      const metadata = found.leader === undefined ? undefined : yield* client.metadata()
-      const minInsyncReplicas = replication.minInsyncReplicas
-      const status: AdminReport.ClusterStatus = {
-        coordinators: found.coordinators,
-        leader:
-          found.leader === undefined
-            ? null
-            : { id: found.leader.serverId, epoch: found.leader.epoch, address: found.leader.address },
-        servers: found.servers,
-        down: metadata === undefined ? null : AdminReport.downServers(metadata.tablets, found.servers),
-        minInsyncReplicas,
-        tablets: metadata === undefined ? null : AdminReport.counts(metadata.tablets, minInsyncReplicas)
-      }
+      const status = yield* statusOf(cluster)
       if (options.output === "json") yield* printJson(status)
       else yield* printLines(AdminReport.statusLines(status))
-      if (found.leader === undefined) return yield* new NoLeader({ coordinators: found.coordinators.length })
+      if (status.leader === null) return yield* new NoLeader({ coordinators: status.coordinators.length })
     })
   )
+
+/**
+ * What `strata cluster status` prints, read and not printed (`leader` and `tablets` are `null` when no coordinator
+ * leads).
+ *
+ * @since 0.1.0
+ */
+export const readStatus = (sources: ServerConfig.Sources) => withClient(sources, statusOf)
+
+/** The cluster's status, through one command's client. */
+const statusOf = ({ client, replication, namespace }: Cluster) =>
+  Effect.gen(function* () {
+    const found = yield* registered(namespace)
+    const metadata = found.leader === undefined ? undefined : yield* client.metadata()
+    const minInsyncReplicas = replication.minInsyncReplicas
+    const status: AdminReport.ClusterStatus = {
+      coordinators: found.coordinators,
+      leader:
+        found.leader === undefined
+          ? null
+          : { id: found.leader.serverId, epoch: found.leader.epoch, address: found.leader.address },
+      servers: found.servers,
+      down: metadata === undefined ? null : AdminReport.downServers(metadata.tablets, found.servers),
+      minInsyncReplicas,
+      tablets: metadata === undefined ? null : AdminReport.counts(metadata.tablets, minInsyncReplicas)
+    }
+    return status
+  })

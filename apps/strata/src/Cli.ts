@@ -31,9 +31,12 @@ import { Cause, Console, Data, Effect, Layer, Option, References, Runtime, Schem
 import { Argument, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import * as Admin from "./Admin.js"
 import * as AdminReport from "./AdminReport.js"
+import * as ClusterRunner from "./ClusterRunner.js"
+import * as ConfigList from "./ConfigList.js"
 import * as Coordinators from "./Coordinators.js"
 import * as Demo from "./Demo.js"
 import * as Processes from "./Processes.js"
+import * as RollingRestart from "./RollingRestart.js"
 import type * as ServerConfig from "./ServerConfig.js"
 
 // ---------------------------------------------------------------------------
@@ -70,7 +73,20 @@ export class Reported extends Data.TaggedError("Reported")<{
 }
 
 /** Failures whose message is all there is to say: reported without pointing at `--verbose`. */
-const complete = new Set(["InvalidTableName", "NoSuchTable", "DuplicateServerId", "ReassignRefused", "NoLeader"])
+const complete = new Set([
+  "InvalidTableName",
+  "NoSuchTable",
+  "DuplicateServerId",
+  "ReassignRefused",
+  "NoLeader",
+  "ClusterRunning",
+  "NoClusterFile",
+  "InvalidClusterFile",
+  "StartFailed",
+  "WaitTimedOut",
+  "NotRunning",
+  "NoClusterNamed"
+])
 
 /** What to do about a failure of `command`, when the CLI knows. */
 const hintOf = (command: string, error: unknown): string | undefined => {
@@ -330,18 +346,22 @@ const coordinators = Command.make(
   )
 )
 
-// The cluster's processes: every setting from a JSON file (--config), the environment (STRATA_<KEY>) or flags
-// (--set key=value and the named flags), later sources overriding earlier ones.
+// The cluster's processes: every setting from a YAML or JSON file (--config), the environment (STRATA_<KEY>) or
+// flags (--set key=value and the named flags), later sources overriding earlier ones. A required setting's flag is
+// optional here: the file or the environment may give it instead (`strata config list` lists the settings).
 
 const setting = (name: string, description: string) =>
   Flag.String(name).pipe(Flag.withDescription(description), Flag.optional)
 
 /** The flags every cluster command reads. */
 const clusterFlags = {
-  config: setting("config", "A JSON file of settings (keys as in --set); the environment and flags override it"),
+  config: setting(
+    "config",
+    "A settings file, YAML (.yaml, .yml) or JSON (keys as in --set; strata config list lists them); the environment and flags override it"
+  ),
   coordination: setting(
     "coordination",
-    "The coordination service: zookeeper://host:port[,host:port...][/chroot] or etcd://host:port[,host:port...] (STRATA_COORDINATION)"
+    "The coordination service: zookeeper://host:port[,host:port...][/chroot] or etcd://host:port[,host:port...] (required: here, in --config or as STRATA_COORDINATION)"
   ),
   namespace: setting("namespace", "The cluster's coordination namespace (default /strata)"),
   set: Flag.KeyValuePair("set").pipe(
@@ -355,14 +375,23 @@ const clusterFlags = {
 /** The flags of a process that listens. */
 const processFlags = {
   ...clusterFlags,
-  id: setting("id", "This process's server id (an integer ≥ 0, unique among the cluster's servers of its kind)"),
+  id: Flag.Int("id").pipe(
+    Flag.withDescription(
+      "This process's server id, an integer ≥ 0 unique among the cluster's servers of its kind (required: here, in --config or as STRATA_ID)"
+    ),
+    Flag.withSchema(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+    Flag.optional
+  ),
   listen: setting("listen", "Where to listen, host:port (default 127.0.0.1:0: loopback, any free port)"),
   advertise: setting("advertise", "The host:port others reach this process at, when not the listen address"),
   "http-listen": setting(
     "http-listen",
     "Where the ops HTTP endpoint (/metrics, /healthz, /readyz) listens, host:port (default 127.0.0.1:0: loopback, any free port)"
   ),
-  "log-format": setting("log-format", "How the process writes its log: pretty (the default), json or logfmt")
+  "log-format": Flag.Literals("log-format", ["pretty", "json", "logfmt"]).pipe(
+    Flag.withDescription("How the process writes its log (default pretty)"),
+    Flag.optional
+  )
 }
 
 /** The settings' sources: the file, the environment, and the flags (named ones over --set). */
@@ -371,10 +400,10 @@ const sourcesOf = (
     readonly config: Option.Option<string>
     readonly set: Option.Option<Record<string, string>>
   },
-  named: Readonly<Record<string, Option.Option<string>>>
+  named: Readonly<Record<string, Option.Option<string | number>>>
 ): ServerConfig.Sources => {
   const given: Record<string, string> = { ...Option.getOrElse(flags.set, () => ({})) }
-  for (const [key, value] of Object.entries(named)) if (Option.isSome(value)) given[key] = value.value
+  for (const [key, value] of Object.entries(named)) if (Option.isSome(value)) given[key] = String(value.value)
   return { file: Option.getOrUndefined(flags.config), env: process.env, flags: given }
 }
 
@@ -382,8 +411,14 @@ const tabletServer = Command.make(
   "tablet-server",
   {
     ...processFlags,
-    data: setting("data", "The data directory of this server's replicas (STRATA_DATA)"),
-    store: setting("store", "The store over the data directory: rocksdb (the default) or level"),
+    data: setting(
+      "data",
+      "The data directory of this server's replicas (required: here, in --config or as STRATA_DATA)"
+    ),
+    store: Flag.Literals("store", ["rocksdb", "level"]).pipe(
+      Flag.withDescription("The store over the data directory (default rocksdb)"),
+      Flag.optional
+    ),
     rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks"),
     "data-listen": setting(
       "data-listen",
@@ -463,6 +498,23 @@ const outputOf = (output: Option.Option<"text" | "json">, json = false): Effect.
         })
       )
     : Effect.succeed(json ? "json" : Option.getOrElse(output, () => "text" as const))
+
+const configList = Command.make(
+  "list",
+  { output: outputFlag },
+  Effect.fn(function* (f) {
+    yield* Console.log(ConfigList.render(yield* outputOf(f.output)))
+  }, reporting("strata config list"))
+).pipe(
+  Command.withDescription(
+    "List every setting the cluster's processes read: its key (in --config's file and --set), its STRATA_ environment variable, its default, the processes that read it (operator: the tablets, rebalance and cluster commands), and what it means"
+  )
+)
+
+const config = Command.make("config").pipe(
+  Command.withDescription("The settings of the cluster's processes"),
+  Command.withSubcommands([configList])
+)
 
 const tabletsList = Command.make(
   "list",
@@ -731,15 +783,139 @@ const clusterStatus = Command.make(
   )
 )
 
+// A local cluster from one command (`ClusterRunner`), and a rolling restart in the seed's order (`RollingRestart`).
+
+/** `--dir`: a local cluster's directory. */
+const dirFlag = Flag.String("dir").pipe(
+  Flag.withDescription(
+    "The local cluster's directory: its cluster.json, each process's log, each tablet server's data (default .strata-cluster)"
+  ),
+  Flag.withDefault(".strata-cluster")
+)
+
+/** `--timeout`: a duration such as "5 minutes", "90 seconds", "90s", "5m". */
+const timeoutFlag = (description: string, fallback: string) =>
+  Flag.String("timeout").pipe(
+    Flag.withDescription(`${description} (e.g. "5 minutes", "90s"; default ${fallback})`),
+    Flag.withSchema(
+      Schema.String.check(
+        Schema.makeFilter((text: string) =>
+          ClusterRunner.durationOf(text) === undefined
+            ? `expected a duration above zero such as "5 minutes", "90 seconds" or "90s", got ${text}`
+            : undefined
+        )
+      )
+    ),
+    Flag.withDefault(fallback)
+  )
+
+/** A `--timeout` the flag's schema let through, as a duration. */
+const timeoutOf = (text: string) => ClusterRunner.durationOf(text) ?? ClusterRunner.durationOf("5 minutes")!
+
+const clusterUp = Command.make(
+  "up",
+  {
+    ...clusterFlags,
+    dir: dirFlag,
+    coordinators: Flag.Int("coordinators").pipe(
+      Flag.withDescription("How many coordinators (ids 101, 102, …), 1–9"),
+      Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 9 }))),
+      Flag.withDefault(3)
+    ),
+    servers: Flag.Int("servers").pipe(
+      Flag.withDescription("How many tablet servers (ids 1, 2, …), 1–64"),
+      Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 }))),
+      Flag.withDefault(3)
+    ),
+    timeout: timeoutFlag("How long each process may take to be ready", "2 minutes")
+  },
+  Effect.fn(function* (f) {
+    yield* ClusterRunner.up(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+      dir: f.dir,
+      coordinators: f.coordinators,
+      servers: f.servers,
+      timeout: timeoutOf(f.timeout)
+    })
+  }, reporting("strata cluster up"))
+).pipe(
+  Command.withDescription(
+    `Start a local cluster: coordinators and tablet servers as background processes of this CLI, each ready (its /readyz 200) before it returns, on --coordination (default ${ClusterRunner.defaultCoordination}); DIR/cluster.json lists them`
+  )
+)
+
+const clusterDown = Command.make(
+  "down",
+  {
+    dir: dirFlag,
+    purge: Flag.Boolean("purge").pipe(
+      Flag.withDescription("Remove the tablet servers' data and the logs too"),
+      Flag.withDefault(false)
+    ),
+    timeout: timeoutFlag("How long the processes may take to exit after SIGTERM before SIGKILL", "30 seconds")
+  },
+  Effect.fn(function* (f) {
+    yield* ClusterRunner.down({ dir: f.dir, purge: f.purge, timeout: timeoutOf(f.timeout) })
+  }, reporting("strata cluster down"))
+).pipe(
+  Command.withDescription(
+    "Stop the local cluster of cluster up: SIGTERM to the tablet servers, the standby coordinators, then the leader; removes DIR/cluster.json, keeps data and logs unless --purge"
+  )
+)
+
+const clusterRollingRestart = Command.make(
+  "rolling-restart",
+  {
+    ...clusterFlags,
+    dir: dirFlag,
+    timeout: timeoutFlag("How long each step may take, from its SIGTERM to the end of its wait", "5 minutes"),
+    print: Flag.Boolean("print").pipe(
+      Flag.withDescription(
+        "Print the order and the checks as a shell script to run by hand, for any cluster (--coordination, or DIR/cluster.json), instead of restarting"
+      ),
+      Flag.withDefault(false)
+    )
+  },
+  Effect.fn(function* (f) {
+    const timeout = timeoutOf(f.timeout)
+    if (f.print) {
+      return yield* RollingRestart.print(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+        dir: f.dir,
+        timeout
+      })
+    }
+    const given = [
+      Option.isSome(f.coordination) ? "--coordination" : undefined,
+      Option.isSome(f.namespace) ? "--namespace" : undefined,
+      Option.isSome(f.config) ? "--config" : undefined,
+      Option.isSome(f.set) ? "--set" : undefined
+    ].filter((flag) => flag !== undefined)
+    if (given.length > 0) {
+      return yield* Effect.fail(
+        new UsageError({
+          detail: `${given.join(" and ")} ${given.length > 1 ? "are" : "is"} read only with --print: a rolling restart restarts the processes DIR/cluster.json lists, on their own settings`,
+          hint: "drop them, or add --print for the script of any cluster"
+        })
+      )
+    }
+    yield* RollingRestart.run({ dir: f.dir, timeout })
+  }, reporting("strata cluster rolling-restart"))
+).pipe(
+  Command.withDescription(
+    "Restart every process of the local cluster of cluster up one at a time: each tablet server until it is back and every tablet is led with a full ISR, the standby coordinators, the leading coordinator last; --print: the steps as a shell script, for any cluster"
+  )
+)
+
 const cluster = Command.make("cluster").pipe(
-  Command.withDescription("The cluster's processes and its tablets' health at a glance"),
-  Command.withSubcommands([clusterStatus])
+  Command.withDescription(
+    "The cluster's processes and its tablets' health at a glance; a local cluster started and stopped in one command, and rolling restarts"
+  ),
+  Command.withSubcommands([clusterStatus, clusterUp, clusterDown, clusterRollingRestart])
 )
 
 /** The root command. */
 export const strata = Command.make("strata").pipe(
   Command.withDescription("Partitioned, replicated, stateful services in TypeScript"),
-  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets, rebalance, cluster]),
+  Command.withSubcommands([demo, coordinators, tabletServer, coordinator, tablets, rebalance, cluster, config]),
   Command.withGlobalFlags([Verbose])
 )
 

@@ -1,9 +1,10 @@
 /**
  * The configuration of the cluster's processes (`strata tablet-server`, `strata coordinator`, and the operator's
- * `strata tablets ...`), read from a JSON file (`--config FILE`), then the environment (`STRATA_<KEY>`, e.g.
+ * `strata tablets ...`), read from a YAML or JSON file (`--config FILE`), then the environment (`STRATA_<KEY>`, e.g.
  * `STRATA_MIN_INSYNC_REPLICAS=2`), then flags (`--set key=value`, and the named flags), each source overriding
- * the one before. The merged settings are decoded by one Schema per process; a bad value's error names its key
- * and the source it came from.
+ * the one before. Each source is a `ConfigProvider` and the precedence is theirs (`ConfigProvider.orElse`); Effect's
+ * `Config` reads every key from them, text parsed as the key's Schema wants it, and the settings are decoded by one
+ * Schema per process. A bad value's error names its key and the source it came from.
  *
  * The coordination backend is a URL: `zookeeper://host:port[,host:port...][/chroot]` or
  * `etcd://host:port[,host:port...]` (`etcds://` for TLS endpoints).
@@ -12,12 +13,25 @@
  */
 import { Coordination, HostPort, OptionSchemas, type Store } from "@strata/core"
 import { readFileSync } from "node:fs"
+import { extname } from "node:path"
 import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { ReplicaRpc, ReplicationConfig } from "@strata/replica"
-import { Data, Effect, Layer, Schema } from "effect"
+import {
+  Config,
+  ConfigProvider,
+  Data,
+  Duration,
+  Effect,
+  Exit,
+  Layer,
+  Schema,
+  SchemaIssue,
+  SchemaTransformation
+} from "effect"
+import * as Yaml from "yaml"
 import * as Logging from "./Logging.js"
 import * as ZooKeeperProbe from "./ZooKeeperProbe.js"
 
@@ -39,22 +53,6 @@ export class InvalidConfig extends Data.TaggedError("InvalidConfig")<{
 
 /** The replication settings every process of a cluster shares (`ReplicationConfig`'s keys). */
 const replicationKeys: ReadonlyArray<string> = Object.keys(ReplicationConfig.ReplicationConfig.fields)
-
-/** Keys whose values are text: from the environment or a flag they are taken as written, not parsed. */
-const textKeys = new Set([
-  "coordination",
-  "httpListen",
-  "logFormat",
-  "namespace",
-  "listen",
-  "advertise",
-  "dataListen",
-  "dataAdvertise",
-  "rack",
-  "store",
-  "data",
-  "leaderElection"
-])
 
 const CoordinationUrl = Schema.String.check(
   Schema.makeFilter((url: string) =>
@@ -172,30 +170,44 @@ export const storeLayer = (
 
 const Int = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
 
+/** A setting's one-line meaning (what `strata config list` prints), and its default when a process supplies it. */
+const about = <S extends Schema.Top>(description: string, shown?: S["Type"]) =>
+  Schema.annotateKey<S>(shown === undefined ? { description } : { description, default: shown })
+
 /** What every process reads. */
 const common = {
-  /** The coordination service, as a URL. */
-  coordination: CoordinationUrl,
-  /** The cluster's coordination namespace (`/strata`). */
-  namespace: Schema.optional(Schema.String)
+  coordination: CoordinationUrl.pipe(
+    about(
+      "The coordination service: zookeeper://host:port[,host:port...][/chroot] or etcd://host:port[,host:port...] (etcds:// for TLS)"
+    )
+  ),
+  namespace: Schema.optional(Schema.String).pipe(about("The cluster's coordination namespace", "/strata"))
 }
 
 /** The settings of any process that listens. */
 const listening = {
   ...common,
-  id: Int,
-  listen: Schema.optional(Schema.String),
-  advertise: Schema.optional(Schema.String),
-  /** Where the ops HTTP endpoint (`/metrics`, `/healthz`, `/readyz`) listens, `host:port`; default loopback, any port. */
+  id: Int.pipe(about("This process's server id: an integer ≥ 0, unique among the cluster's servers of its kind")),
+  listen: Schema.optional(Schema.String).pipe(
+    about("Where the process's RPC listens, host:port (port 0: any free one)", "127.0.0.1:0")
+  ),
+  advertise: Schema.optional(Schema.String).pipe(
+    about("The host:port others reach this process at, when not where it listens")
+  ),
   httpListen: Schema.String.check(
     Schema.makeFilter((text: string) =>
       HostPort.parse(text, { listen: true }) === undefined
         ? `expected host:port (port 0: any free one), got ${text}`
         : undefined
     )
-  ).pipe(Schema.withDecodingDefaultKey(Effect.succeed("127.0.0.1:0"))),
-  /** How the process writes its log: `pretty` (the default), `json` or `logfmt`. */
-  logFormat: Logging.LogFormat.pipe(Schema.withDecodingDefaultKey(Effect.succeed<Logging.LogFormat>("pretty")))
+  ).pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed("127.0.0.1:0")),
+    about("Where the ops HTTP endpoint (/metrics, /healthz, /readyz) listens, host:port (port 0: any free one)")
+  ),
+  logFormat: Logging.LogFormat.pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<Logging.LogFormat>("pretty")),
+    about("How the process writes its log: pretty (one line an entry), json or logfmt")
+  )
 }
 
 /**
@@ -205,17 +217,22 @@ const listening = {
  */
 export const TabletServerConfig = Schema.Struct({
   ...listening,
-  /** The server's data directory (its replicas' logs). */
-  data: Schema.NonEmptyString,
-  /** The store backend over the data directory (`rocksdb`, the default, or `level`). */
+  data: Schema.NonEmptyString.pipe(about("The server's data directory (its replicas' logs)")),
   store: Schema.Literals(["rocksdb", "level"]).pipe(
-    Schema.withDecodingDefaultKey(Effect.succeed<"rocksdb">("rocksdb"))
+    Schema.withDecodingDefaultKey(Effect.succeed<"rocksdb">("rocksdb")),
+    about("The store backend over the data directory: rocksdb or level")
   ),
-  rack: Schema.optional(Schema.String),
-  /** Where the data link (appends and follower fetches) listens, `host:port`; default the listen host, any port. */
-  dataListen: Schema.optional(Schema.String),
-  /** The `host:port` others reach the data link at, when not the one it listens on. */
-  dataAdvertise: Schema.optional(Schema.String)
+  rack: Schema.optional(Schema.String).pipe(
+    about("The rack or zone of this server: a tablet's replicas go to distinct racks")
+  ),
+  dataListen: Schema.optional(Schema.String).pipe(
+    about(
+      "Where the data link (appends and follower fetches) listens, host:port; when unset, the listen host, any free port"
+    )
+  ),
+  dataAdvertise: Schema.optional(Schema.String).pipe(
+    about("The host:port others reach the data link at, when not where it listens")
+  )
 })
 
 /**
@@ -225,8 +242,9 @@ export const TabletServerConfig = Schema.Struct({
  */
 export const CoordinatorConfig = Schema.Struct({
   ...listening,
-  /** The pause before campaigning again after a leadership ended (`"1 second"`, or a number of milliseconds). */
-  rejoinBackoff: Schema.optional(OptionSchemas.DurationOption("positive"))
+  rejoinBackoff: Schema.optional(OptionSchemas.DurationOption("positive")).pipe(
+    about("The pause before campaigning again after a leadership ended", Duration.seconds(1))
+  )
 })
 
 /**
@@ -236,9 +254,32 @@ export const CoordinatorConfig = Schema.Struct({
  */
 export const ClientConfig = Schema.Struct(common)
 
+/**
+ * What each replication setting means, for `strata config list` (`ReplicationConfig`'s fields carry their meaning
+ * in doc comments, which are not there at run time).
+ */
+const replicationMeanings: Readonly<Record<keyof ReplicationConfig.ReplicationConfig, string>> = {
+  replicationFactor: "Replicas per tablet",
+  minInsyncReplicas: "In-sync replicas an acks=all append needs, and below which the high watermark stops",
+  sessionTimeout: "The tablet servers' coordination session timeout: how long a dead server goes unnoticed",
+  replicaLagTimeMax: "A follower not caught up for this long leaves the ISR (checked every half of it)",
+  fetchMaxBytes: "The most a follower's fetch returns, in bytes (at least one batch)",
+  fetchMaxWait: "How long a fetch with nothing to return waits for an append",
+  appendTimeout: "How long an acks=all append waits for its records to be replicated",
+  retryBackoff: "The pause before a failed fetch or ISR request is sent again",
+  producerIdExpiration: "How long a tablet remembers an idempotent producer that has stopped appending to it",
+  uncleanLeaderElection:
+    "Elect a replica outside the ISR when no ISR member is live (it may lose acknowledged records)",
+  leaderElection: "How a new leader is chosen among the live in-sync replicas: first-in-isr or largest-log-end",
+  leaderImbalanceCheckInterval:
+    "How often the controller moves leadership back to preferred replicas in the ISR (0: never)",
+  leaderImbalancePercent:
+    "A server's share of its preferred tablets led elsewhere, in percent, above which they move back to it"
+}
+
 /** Where settings were given, for the error that names a bad one. */
 export interface Sources {
-  /** A JSON file (`--config`), if given. */
+  /** A settings file (`--config`), if given: YAML (`.yaml`, `.yml`) or JSON (`.json`; otherwise by its content). */
   readonly file?: string | undefined
   /** The environment (`STRATA_<KEY>`). */
   readonly env: Readonly<Record<string, string | undefined>>
@@ -249,16 +290,226 @@ export interface Sources {
 /** `sessionTimeout` → `STRATA_SESSION_TIMEOUT`. */
 export const envName = (key: string): string => `STRATA_${key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`
 
-/** A value given as text (environment, flag) as the key wants it. */
-const fromText = (key: string, text: string): unknown => {
-  if (textKeys.has(key)) return text
-  if (text === "true" || text === "false") return text === "true"
-  const n = Number(text)
-  return text.trim() !== "" && Number.isFinite(n) ? n : text
+// ---------------------------------------------------------------------------
+// The settings file
+// ---------------------------------------------------------------------------
+
+/** The file's text as a value: YAML or JSON by its extension, else JSON when it opens with `{`. */
+const parseFile = (file: string, text: string): Effect.Effect<unknown, InvalidConfig> => {
+  const extension = extname(file).toLowerCase()
+  const yaml =
+    extension === ".yaml" || extension === ".yml" ? true : extension === ".json" ? false : !/^\s*\{/.test(text)
+  const invalid = (detail: string) => new InvalidConfig({ key: "--config", source: file, detail })
+  if (!yaml) {
+    return Effect.try({
+      try: () => JSON.parse(text) as unknown,
+      catch: (e) => invalid(`not valid JSON: ${e instanceof Error ? e.message : String(e)}`)
+    })
+  }
+  return Effect.suspend(() => {
+    const document = Yaml.parseDocument(text)
+    const [error] = document.errors
+    // The parser's message names the line and column, then shows the line: the first line of it is enough.
+    if (error !== undefined) {
+      return Effect.fail(invalid(`not valid YAML: ${error.message.split("\n")[0]!.replace(/:$/, "")}`))
+    }
+    return Effect.try({
+      try: () => document.toJS() as unknown,
+      catch: (e) => invalid(`not valid YAML: ${e instanceof Error ? e.message : String(e)}`)
+    })
+  })
 }
 
 /**
- * The settings of `schema` (and the replication settings) merged from `sources`: the process's own settings, and
+ * The settings of `file`, a mapping of known keys to values (text, numbers, booleans): an unknown key, or a value
+ * that is a list, a mapping or null, is refused naming the key.
+ */
+const readFile = (
+  file: string,
+  known: ReadonlyArray<string>
+): Effect.Effect<Readonly<Record<string, string | number | boolean>>, InvalidConfig> =>
+  Effect.gen(function* () {
+    const text = yield* Effect.try({
+      try: () => readFileSync(file, "utf8"),
+      catch: (e) =>
+        new InvalidConfig({ key: "--config", source: file, detail: e instanceof Error ? e.message : String(e) })
+    })
+    const parsed = yield* parseFile(file, text)
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+      return yield* new InvalidConfig({
+        key: "--config",
+        source: file,
+        detail: `expected a mapping of settings (key: value), got ${OptionSchemas.show(parsed)}`
+      })
+    }
+    const settings: Record<string, string | number | boolean> = {}
+    for (const [key, value] of Object.entries(parsed)) {
+      if (!known.includes(key)) {
+        return yield* new InvalidConfig({ key, source: file, detail: `unknown setting (known: ${known.join(", ")})` })
+      }
+      if (typeof value !== "string" && typeof value !== "number" && typeof value !== "boolean") {
+        return yield* new InvalidConfig({
+          key,
+          source: file,
+          detail: `${OptionSchemas.show(value)}: expected a value (text, a number, true or false); leave the key out to leave it unset`
+        })
+      }
+      settings[key] = value
+    }
+    return settings
+  })
+
+// ---------------------------------------------------------------------------
+// The sources as ConfigProviders
+// ---------------------------------------------------------------------------
+
+/**
+ * `provider` finding only values: a name that is only the start of others (`STRATA_DATA` of `STRATA_DATA_LISTEN`)
+ * is not found, so the next source is asked for it.
+ */
+const valuesOnly = (provider: ConfigProvider.ConfigProvider): ConfigProvider.ConfigProvider =>
+  ConfigProvider.make((path) =>
+    Effect.map(provider.load(path), (node) =>
+      node?.value === undefined ? undefined : ConfigProvider.makeValue(node.value)
+    )
+  )
+
+/** One source of settings: its provider, and how an error names it for a key. */
+interface Source {
+  readonly provider: ConfigProvider.ConfigProvider
+  readonly name: (key: string) => string
+}
+
+/** The sources, first the one that wins: flags, then the environment, then the file. */
+const sourcesList = (
+  sources: Sources,
+  file: Readonly<Record<string, string | number | boolean>> | undefined
+): ReadonlyArray<Source> => {
+  const defined = (record: Readonly<Record<string, string | undefined>>): Record<string, string> =>
+    Object.fromEntries(Object.entries(record).filter((entry): entry is [string, string] => entry[1] !== undefined))
+  const list: Array<Source> = [
+    {
+      provider: ConfigProvider.fromUnknown(defined(sources.flags), { preserveEmptyStrings: true }),
+      name: () => "flags"
+    },
+    {
+      provider: valuesOnly(
+        ConfigProvider.fromEnv({ env: defined(sources.env), preserveEmptyStrings: true }).pipe(
+          ConfigProvider.constantCase,
+          ConfigProvider.nested("STRATA")
+        )
+      ),
+      name: (key) => `$${envName(key)}`
+    }
+  ]
+  if (file !== undefined && sources.file !== undefined) {
+    const path = sources.file
+    list.push({ provider: ConfigProvider.fromUnknown(file, { preserveEmptyStrings: true }), name: () => path })
+  }
+  return list
+}
+
+/** Where each key's value comes from (the first source that has it), and its text there. */
+const originsOf = (
+  list: ReadonlyArray<Source>,
+  keys: ReadonlyArray<string>
+): Effect.Effect<ReadonlyMap<string, { readonly source: string; readonly text: string }>, InvalidConfig> =>
+  Effect.gen(function* () {
+    const origins = new Map<string, { readonly source: string; readonly text: string }>()
+    for (const key of keys) {
+      for (const source of list) {
+        const node = yield* source.provider
+          .load([key])
+          .pipe(Effect.mapError((e) => new InvalidConfig({ key, source: source.name(key), detail: e.message })))
+        if (node?.value !== undefined) {
+          origins.set(key, { source: source.name(key), text: node.value })
+          break
+        }
+      }
+    }
+    return origins
+  })
+
+// ---------------------------------------------------------------------------
+// Reading the keys with Config
+// ---------------------------------------------------------------------------
+
+/** A duration read as text: a number of milliseconds (`6000`) or a duration's text (`6 seconds`). */
+const DurationText = Schema.String.pipe(
+  Schema.decodeTo(
+    Schema.Union([Schema.Finite, Schema.String]),
+    SchemaTransformation.transform({
+      decode: (text: string) => (text.trim() !== "" && Number.isFinite(Number(text)) ? Number(text) : text),
+      encode: (input: number | string) => String(input)
+    })
+  )
+)
+
+/**
+ * Whether `schema` can be read from text (its input is text, a number, a boolean or a literal): deriving its text
+ * form throws for a declared input without one (a duration's `Duration.Input`).
+ */
+const readsText = (schema: Schema.Top): boolean => {
+  try {
+    Schema.toCodecStringTree(schema)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/**
+ * The Schema `Config` reads `fields`' input with: every key optional, its text parsed as its Schema's input wants
+ * (`"3"` a number, `"true"` a boolean; a duration, whose input is declared rather than text, by `DurationText`).
+ * What it reads is then decoded by the settings' own Schema, defaults and rules between keys included.
+ */
+const inputOf = (fields: Schema.Struct.Fields) =>
+  Schema.Struct(
+    Object.fromEntries(
+      Object.entries(fields).map(([key, field]) => {
+        const input = Schema.toEncoded(field)
+        return [key, Schema.optionalKey(readsText(input) ? input : DurationText)]
+      })
+    )
+  )
+
+const formatter = SchemaIssue.makeFormatterStandardSchemaV1()
+
+/** A Schema's message as the rest of the error reads: `Expected a string representing a finite number` → `expected a number`. */
+const readable = (text: string): string =>
+  (text.startsWith("Expected") ? `e${text.slice(1)}` : text).replace(
+    "a string representing a finite number",
+    "a number"
+  )
+
+/** `fields`' input read with `Config` from `provider`; a value that is not what its key wants names its source. */
+const readInput = (
+  fields: Schema.Struct.Fields,
+  provider: ConfigProvider.ConfigProvider,
+  origins: ReadonlyMap<string, { readonly source: string; readonly text: string }>
+): Effect.Effect<Readonly<Record<string, unknown>>, InvalidConfig> =>
+  Config.schema(inputOf(fields))
+    .parse(provider)
+    .pipe(
+      Effect.mapError((error) => {
+        if (error.cause._tag === "SourceError") {
+          // The sources are in memory: none of them fails to be read.
+          return new InvalidConfig({ key: "settings", source: "config provider", detail: error.cause.message })
+        }
+        const [first] = formatter(error.cause.issue).issues
+        const key = String(first?.path?.map((p) => (typeof p === "object" ? p.key : p))[0] ?? "settings")
+        const origin = origins.get(key)
+        const detail = readable(first?.message ?? error.message)
+        return new InvalidConfig({
+          key,
+          source: origin?.source ?? "defaults",
+          detail: origin === undefined ? detail : `${OptionSchemas.show(origin.text)}: ${detail}`
+        })
+      })
+    )
+
+/**
+ * The settings of `schema` (and the replication settings) from `sources`: the process's own settings, and
  * `replication` for `ReplicationConfig`. A key no source may hold, a file that cannot be read, or a value the
  * schema refuses fails with `InvalidConfig`.
  *
@@ -269,75 +520,143 @@ export const load = <T>(
   sources: Sources
 ): Effect.Effect<{ readonly settings: T; readonly replication: ReplicationConfig.ReplicationConfig }, InvalidConfig> =>
   Effect.gen(function* () {
-    const own = Object.keys(schema.fields)
-    const known = new Set<string>([...own, ...replicationKeys])
-    const merged: Record<string, unknown> = {}
-    const origin: Record<string, string> = {}
-    if (sources.file !== undefined) {
-      const file = sources.file
-      const parsed = yield* Effect.try({
-        try: () => JSON.parse(readFileSync(file, "utf8")) as unknown,
-        catch: (e) => new InvalidConfig({ key: "--config", source: file, detail: String(e) })
-      })
-      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
-        return yield* new InvalidConfig({ key: "--config", source: file, detail: "expected a JSON object" })
-      }
-      for (const [key, value] of Object.entries(parsed)) {
-        if (!known.has(key)) {
-          return yield* new InvalidConfig({
-            key,
-            source: file,
-            detail: `unknown setting (known: ${[...known].join(", ")})`
-          })
-        }
-        merged[key] = value
-        origin[key] = file
-      }
-    }
-    for (const key of known) {
-      const text = sources.env[envName(key)]
-      if (text === undefined) continue
-      merged[key] = fromText(key, text)
-      origin[key] = `$${envName(key)}`
-    }
+    const known = [...Object.keys(schema.fields), ...replicationKeys]
+    const file = sources.file === undefined ? undefined : yield* readFile(sources.file, known)
     for (const [key, text] of Object.entries(sources.flags)) {
-      if (text === undefined) continue
-      if (!known.has(key)) {
+      if (text !== undefined && !known.includes(key)) {
         return yield* new InvalidConfig({
           key,
           source: "--set",
-          detail: `unknown setting (known: ${[...known].join(", ")})`
+          detail: `unknown setting (known: ${known.join(", ")})`
         })
       }
-      merged[key] = fromText(key, text)
-      origin[key] = "flags"
     }
-    const ownInput: Record<string, unknown> = {}
-    const replication: Record<string, unknown> = {}
-    for (const [key, value] of Object.entries(merged)) {
-      if (replicationKeys.includes(key)) replication[key] = value
-      else ownInput[key] = value
-    }
+    const list = sourcesList(sources, file)
+    const provider = list.map((s) => s.provider).reduce((first, next) => ConfigProvider.orElse(first, next))
+    const origins = yield* originsOf(list, known)
+    const sourceOf = (key: string) => origins.get(key)?.source ?? "defaults"
+    const ownInput = yield* readInput(schema.fields, provider, origins)
+    const replicationInput = yield* readInput(ReplicationConfig.ReplicationConfig.fields, provider, origins)
     const settings = yield* OptionSchemas.decodeOptions(schema, { exact: true })(ownInput).pipe(
       Effect.mapError((bad) => {
         const first = OptionSchemas.summary(bad)
-        const key = first.option.split(/[.[]/)[0]!
         return new InvalidConfig({
           key: first.option,
-          source: origin[key] ?? "defaults",
+          source: sourceOf(first.option.split(/[.[]/)[0]!),
           detail: first.value === "undefined" ? first.detail : `${first.value}: ${first.detail}`
         })
       })
     )
-    const decoded = yield* ReplicationConfig.decode(replication).pipe(
+    const replication = yield* ReplicationConfig.decode(replicationInput).pipe(
       Effect.mapError(
         (e) =>
           new InvalidConfig({
             key: e.option,
-            source: origin[e.option] ?? "defaults",
+            source: sourceOf(e.option),
             detail: e.value === "unset" ? e.detail : `${e.value}: ${e.detail}`
           })
       )
     )
-    return { settings, replication: decoded }
+    return { settings, replication }
   })
+
+// ---------------------------------------------------------------------------
+// The settings, listed
+// ---------------------------------------------------------------------------
+
+/**
+ * A process that reads settings: `operator` is the operator's commands (`strata tablets`, `rebalance`, `cluster`).
+ *
+ * @since 0.1.0
+ */
+export type Reader = "tablet-server" | "coordinator" | "operator"
+
+/**
+ * One setting, as `strata config list` prints it.
+ *
+ * @since 0.1.0
+ */
+export interface Setting {
+  /** Its key, in `--config`'s file and `--set key=value`. */
+  readonly key: string
+  /** Its environment variable. */
+  readonly env: string
+  /** Its default, as it would be written (a duration as `30 seconds`); undefined when it has none. */
+  readonly default: string | undefined
+  /** Whether a process that reads it refuses to start without it. */
+  readonly required: boolean
+  /** The processes that read it. */
+  readonly readBy: ReadonlyArray<Reader>
+  /** What it means, on one line. */
+  readonly description: string
+}
+
+/** A duration as it would be written: the largest unit that holds it whole (`30 seconds`, `1 day`, `500 millis`). */
+const durationText = (duration: Duration.Duration): string => {
+  const millis = Duration.toMillis(duration)
+  const units: ReadonlyArray<readonly [string, number]> = [
+    ["day", 86_400_000],
+    ["hour", 3_600_000],
+    ["minute", 60_000],
+    ["second", 1_000]
+  ]
+  for (const [unit, size] of units) {
+    if (millis >= size && millis % size === 0) return `${millis / size} ${unit}${millis === size ? "" : "s"}`
+  }
+  return `${millis} millis`
+}
+
+/** A default as it would be written. */
+const defaultText = (value: unknown): string => (Duration.isDuration(value) ? durationText(value) : String(value))
+
+/** What decoding nothing gives `field`: its default, nothing, or a failure (it is required). */
+const defaultOf = (key: string, field: Schema.Constraint): { readonly required: boolean; readonly value: unknown } => {
+  // The settings' Schemas need no services to decode.
+  const one = Schema.Struct({ [key]: field }) as unknown as Schema.Decoder<Readonly<Record<string, unknown>>>
+  const exit = Schema.decodeUnknownExit(one)({})
+  if (Exit.isFailure(exit)) return { required: true, value: undefined }
+  const value = (exit.value as Readonly<Record<string, unknown>>)[key]
+  return { required: false, value: value ?? field.ast.context?.annotations?.default }
+}
+
+/**
+ * Every setting the cluster's processes read (the tablet server's, the coordinator's, the operator's commands', and
+ * the replication settings all of them share), in that order.
+ *
+ * @since 0.1.0
+ */
+export const settingsList = (): ReadonlyArray<Setting> => {
+  const readers: ReadonlyArray<readonly [Reader, Schema.Struct.Fields]> = [
+    ["tablet-server", TabletServerConfig.fields],
+    ["coordinator", CoordinatorConfig.fields],
+    ["operator", ClientConfig.fields]
+  ]
+  const keys = [...new Set(readers.flatMap(([, fields]) => Object.keys(fields)))]
+  const own = keys.map((key): Setting => {
+    const readBy = readers.filter(([, fields]) => key in fields).map(([reader]) => reader)
+    const field = readers.find(([, fields]) => key in fields)![1][key]!
+    const { required, value } = defaultOf(key, field)
+    const description = field.ast.context?.annotations?.description
+    return {
+      key,
+      env: envName(key),
+      default: value === undefined ? undefined : defaultText(value),
+      required,
+      readBy,
+      description: typeof description === "string" ? description : ""
+    }
+  })
+  const replicationFields: Schema.Struct.Fields = ReplicationConfig.ReplicationConfig.fields
+  const replication = Object.entries(replicationFields).map(([key, field]): Setting => {
+    const { required, value } = defaultOf(key, field)
+    return {
+      key,
+      env: envName(key),
+      default: value === undefined ? undefined : defaultText(value),
+      required,
+      readBy: ["tablet-server", "coordinator", "operator"],
+      description: replicationMeanings[key as keyof ReplicationConfig.ReplicationConfig]
+    }
+  })
+  return [...own, ...replication]
+}

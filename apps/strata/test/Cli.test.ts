@@ -172,9 +172,9 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     try {
       const zk = "zookeeper://127.0.0.1:1"
       const badId = expectOneLineFailure(
-        await strata(["tablet-server", "--id", "x", "--coordination", zk, "--data", data])
+        await strata(["tablet-server", "--set", "id=x", "--coordination", zk, "--data", data])
       )
-      expect(badId).toContain("id (from flags)")
+      expect(badId).toContain('id (from flags): "x": expected a number')
       const rule = expectOneLineFailure(
         await strata([
           "tablet-server",
@@ -203,11 +203,103 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
       const fromFile = expectOneLineFailure(await strata(["tablet-server", "--config", file]))
       expect(fromFile).toContain(`replicaLagTimeMax (from defaults)`)
       expect(fromFile).toContain("must be above sessionTimeout (40s)")
+      const yaml = join(data, "server.yaml")
+      writeFileSync(yaml, `id: 1\ncoordination: ${zk}\ndata: ${data}\nstore: [level\n`)
+      const broken = expectOneLineFailure(await strata(["tablet-server", "--config", yaml]))
+      expect(broken).toContain(`--config (from ${yaml}): not valid YAML`)
+      expect(broken).toMatch(/at line \d+/)
       // Nothing was written to the data directory by a run refused before it started.
-      expect(readdirSync(data).sort()).toEqual(["server.json"])
+      expect(readdirSync(data).sort()).toEqual(["server.json", "server.yaml"])
     } finally {
       rmSync(data, { recursive: true, force: true })
     }
+  })
+
+  it("a typed flag's bad value is a usage error (exit 2) naming the flag; --help marks the required settings", async () => {
+    const zk = "zookeeper://127.0.0.1:1"
+    const id = await strata([
+      "tablet-server",
+      "--id",
+      "x",
+      "--coordination",
+      zk,
+      "--data",
+      join(tmpdir(), "strata-cli-unused")
+    ])
+    const line = expectOneLineFailure(id)
+    expect(line).toContain("--id")
+    expect(line).toContain('"x"')
+    expect(id.code).toBe(2)
+    const store = await strata(["tablet-server", "--id", "1", "--store", "floppy", "--coordination", zk])
+    expect(expectOneLineFailure(store)).toContain("--store")
+    expect(store.code).toBe(2)
+    const format = await strata(["coordinator", "--id", "1", "--log-format", "xml", "--coordination", zk])
+    expect(expectOneLineFailure(format)).toContain("--log-format")
+    expect(format.code).toBe(2)
+    const help = await strata(["tablet-server", "--help"])
+    expect(help.code).toBe(0)
+    for (const [flag, env] of [
+      ["--id", "STRATA_ID"],
+      ["--coordination", "STRATA_COORDINATION"],
+      ["--data", "STRATA_DATA"]
+    ]) {
+      const described = help.stdout.split("\n").find((l) => l.trimStart().startsWith(`${flag} `))
+      expect(described, flag).toContain(`(required: here, in --config or as ${env})`)
+    }
+    const rack = help.stdout.split("\n").find((l) => l.trimStart().startsWith("--rack "))
+    expect(rack).not.toContain("required")
+  })
+
+  it("config list prints every setting with its environment variable, default and readers; --output json parses", async () => {
+    const r = await strata(["config", "list"])
+    expect(r.stderr).toBe("")
+    expect(r.code).toBe(0)
+    const lines = r.stdout.trimEnd().split("\n")
+    expect(lines[0]).toMatch(/^KEY\s+ENV\s+DEFAULT\s+READ BY\s+MEANING$/)
+    const row = (key: string) => lines.find((l) => l.startsWith(`${key} `))
+    expect(row("sessionTimeout")).toMatch(
+      /^sessionTimeout\s+STRATA_SESSION_TIMEOUT\s+10 seconds\s+tablet-server,coordinator,operator\s+\S/
+    )
+    expect(row("id")).toMatch(/^id\s+STRATA_ID\s+required\s+tablet-server,coordinator\s+\S/)
+    expect(row("data")).toMatch(/^data\s+STRATA_DATA\s+required\s+tablet-server\s+\S/)
+    expect(row("rack")).toMatch(/^rack\s+STRATA_RACK\s+none\s+/)
+    expect(row("rejoinBackoff")).toMatch(/^rejoinBackoff\s+STRATA_REJOIN_BACKOFF\s+1 second\s+coordinator\s+\S/)
+    const j = await strata(["config", "list", "--output", "json"])
+    expect(j.code).toBe(0)
+    const settings = JSON.parse(j.stdout) as ReadonlyArray<{
+      readonly key: string
+      readonly env: string
+      readonly default: string | null
+      readonly required: boolean
+      readonly readBy: ReadonlyArray<string>
+      readonly description: string
+    }>
+    // The text lists the same settings, one a line after the header.
+    expect(lines.slice(1).map((l) => l.split(/\s+/)[0])).toEqual(settings.map((s) => s.key))
+    for (const key of [
+      "coordination",
+      "namespace",
+      "id",
+      "httpListen",
+      "logFormat",
+      "store",
+      "minInsyncReplicas",
+      "leaderImbalancePercent"
+    ]) {
+      expect(settings.map((s) => s.key)).toContain(key)
+    }
+    for (const s of settings) {
+      expect(s.env).toBe(`STRATA_${s.key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase()}`)
+      expect(row(s.key), s.key).toContain(s.env)
+      expect(s.description.length, s.key).toBeGreaterThan(10)
+      expect(s.readBy.length, s.key).toBeGreaterThan(0)
+    }
+    expect(settings.find((s) => s.key === "sessionTimeout")).toMatchObject({
+      env: "STRATA_SESSION_TIMEOUT",
+      default: "10 seconds",
+      required: false
+    })
+    expect(settings.find((s) => s.key === "coordination")).toMatchObject({ default: null, required: true })
   })
 
   it("a tablet server on a data directory another process holds says to pick another --data (its flag)", async () => {
