@@ -193,6 +193,35 @@ describe("ServerConfig", () => {
     })
   )
 
+  it.effect(
+    "the ops endpoint's address and the log format are settings like the others: checked, naming their source",
+    () =>
+      Effect.gen(function* () {
+        const { settings } = yield* ServerConfig.load(ServerConfig.TabletServerConfig, { env: {}, flags: server })
+        assert.strictEqual(settings.httpListen, "127.0.0.1:0", "loopback, any free port, by default")
+        assert.strictEqual(settings.logFormat, "pretty")
+        const set = yield* ServerConfig.load(ServerConfig.CoordinatorConfig, {
+          env: { STRATA_HTTP_LISTEN: "0.0.0.0:9124", STRATA_LOG_FORMAT: "json" },
+          flags: { id: "101", coordination: server.coordination }
+        })
+        assert.strictEqual(set.settings.httpListen, "0.0.0.0:9124")
+        assert.strictEqual(set.settings.logFormat, "json")
+        const bad = yield* Effect.flip(
+          ServerConfig.load(ServerConfig.TabletServerConfig, {
+            env: { STRATA_HTTP_LISTEN: "metrics-please" },
+            flags: server
+          })
+        )
+        assert.strictEqual(bad.key, "httpListen")
+        assert.strictEqual(bad.source, "$STRATA_HTTP_LISTEN")
+        assert.include(bad.message, "expected host:port")
+        const format = yield* Effect.flip(
+          ServerConfig.load(ServerConfig.TabletServerConfig, { env: {}, flags: { ...server, logFormat: "xml" } })
+        )
+        assert.strictEqual(format.key, "logFormat")
+      })
+  )
+
   it.effect("a bad value names the source it came from: the file, $STRATA_X, flags, or defaults", () =>
     Effect.gen(function* () {
       const path = file(
