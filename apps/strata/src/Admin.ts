@@ -51,11 +51,44 @@ export interface Cluster {
 }
 
 /**
- * A client of the cluster the settings name, for one command; the coordination stays in context for `use`.
+ * A client of the cluster the settings name, for one command: through coordinators' addresses (`bootstrap`) or, without
+ * them, through coordination (`coordination`, required then).
  *
  * @since 0.1.0
  */
 export const withClient = <A, E>(
+  sources: ServerConfig.Sources,
+  use: (cluster: Cluster) => Effect.Effect<A, E, Scope.Scope>
+) =>
+  Effect.gen(function* () {
+    const { settings, replication } = yield* ServerConfig.load(ServerConfig.AdminConfig, sources)
+    const namespace = settings.namespace ?? "/strata"
+    const options: TabletClient.TabletClientOptions = {
+      replication,
+      deliveryTimeout: "30 seconds",
+      ...optional("namespace", settings.namespace)
+    }
+    if (settings.bootstrap !== undefined) {
+      const bootstrap = settings.bootstrap.split(",")
+      return yield* Effect.scoped(
+        Effect.flatMap(TabletClient.makeBootstrap({ ...options, bootstrap }), (client) =>
+          use({ client, replication, namespace })
+        )
+      )
+    }
+    const coordination = yield* coordinationOf(settings.coordination)
+    return yield* Effect.scoped(
+      Effect.flatMap(TabletClient.make(options), (client) => use({ client, replication, namespace }))
+    ).pipe(Effect.provide(ServerConfig.coordinationLayer(coordination)))
+  })
+
+/**
+ * A client of the cluster through coordination, which stays in context for `use` (what `strata cluster status` reads
+ * there: the coordinators' registrations).
+ *
+ * @since 0.1.0
+ */
+export const withCoordination = <A, E>(
   sources: ServerConfig.Sources,
   use: (cluster: Cluster) => Effect.Effect<A, E, Coordination.Coordination | Scope.Scope>
 ) =>
@@ -69,6 +102,18 @@ export const withClient = <A, E>(
       )
     ).pipe(Effect.provide(ServerConfig.coordinationLayer(settings.coordination)))
   })
+
+/** The coordination URL an operator's command needs when it has no `bootstrap`. */
+const coordinationOf = (url: string | undefined) =>
+  url === undefined
+    ? Effect.fail(
+        new ServerConfig.InvalidConfig({
+          key: "coordination",
+          source: "defaults",
+          detail: "required (or bootstrap: the coordinators' host:port[,host:port...])"
+        })
+      )
+    : Effect.succeed(url)
 
 /** Prints `value` as one JSON line. */
 const printJson = (value: unknown) => Console.log(JSON.stringify(value))
@@ -405,7 +450,7 @@ const registered = (namespace: string) =>
  * @since 0.1.0
  */
 export const clusterStatus = (sources: ServerConfig.Sources, options: { readonly output: AdminReport.Output }) =>
-  withClient(sources, (cluster) =>
+  withCoordination(sources, (cluster) =>
     Effect.gen(function* () {
       const status = yield* statusOf(cluster)
       if (options.output === "json") yield* printJson(status)
@@ -420,7 +465,7 @@ export const clusterStatus = (sources: ServerConfig.Sources, options: { readonly
  *
  * @since 0.1.0
  */
-export const readStatus = (sources: ServerConfig.Sources) => withClient(sources, statusOf)
+export const readStatus = (sources: ServerConfig.Sources) => withCoordination(sources, statusOf)
 
 /** The cluster's status, through one command's client. */
 const statusOf = ({ client, replication, namespace }: Cluster) =>

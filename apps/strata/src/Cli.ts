@@ -372,6 +372,24 @@ const clusterFlags = {
   )
 }
 
+/** The flags of an operator's command: the cluster's, and the coordinators' addresses to reach it through instead. */
+const adminFlags = {
+  ...clusterFlags,
+  bootstrap: setting(
+    "bootstrap",
+    "Coordinators' host:port[,host:port...]: reach the cluster through their RPC instead of --coordination (STRATA_BOOTSTRAP)"
+  )
+}
+
+/** An operator's command's settings' sources. */
+const adminSources = (
+  f: Parameters<typeof sourcesOf>[0] & {
+    readonly coordination: Option.Option<string>
+    readonly namespace: Option.Option<string>
+    readonly bootstrap: Option.Option<string>
+  }
+) => sourcesOf(f, { coordination: f.coordination, namespace: f.namespace, bootstrap: f.bootstrap })
+
 /** The flags of a process that listens. */
 const processFlags = {
   ...clusterFlags,
@@ -518,9 +536,9 @@ const config = Command.make("config").pipe(
 
 const tabletsList = Command.make(
   "list",
-  { ...clusterFlags, output: outputFlag },
+  { ...adminFlags, output: outputFlag },
   Effect.fn(function* (f) {
-    yield* Admin.listTables(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+    yield* Admin.listTables(adminSources(f), {
       output: yield* outputOf(f.output)
     })
   }, reporting("strata tablets list"))
@@ -533,7 +551,7 @@ const tabletsList = Command.make(
 const tabletsCreate = Command.make(
   "create",
   {
-    ...clusterFlags,
+    ...adminFlags,
     output: outputFlag,
     "if-not-exists": Flag.Boolean("if-not-exists").pipe(
       Flag.withDescription("A table of that name that exists is no failure: it is left as it is, and printed"),
@@ -554,7 +572,7 @@ const tabletsCreate = Command.make(
     const rf = Option.getOrUndefined(f.rf)
     const options = { buckets: f.tablets, ifNotExists: f["if-not-exists"], output: yield* outputOf(f.output) }
     yield* Admin.createTable(
-      sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
+      adminSources(f),
       f.table,
       rf === undefined ? options : { ...options, replicationFactor: rf }
     )
@@ -577,7 +595,7 @@ const describeFilter = (flags: Readonly<Record<AdminReport.TabletFilter, boolean
 const tabletsDescribe = Command.make(
   "describe",
   {
-    ...clusterFlags,
+    ...adminFlags,
     table: Argument.String("table").pipe(Argument.withDescription("Only this table"), Argument.optional),
     output: outputFlag,
     json: jsonFlag("the controller's metadata (servers and tablets) as one JSON object"),
@@ -601,11 +619,7 @@ const tabletsDescribe = Command.make(
   Effect.fn(function* (f) {
     const output = yield* outputOf(f.output, f.json)
     const filter = yield* describeFilter(f)
-    yield* Admin.describe(
-      sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
-      Option.getOrUndefined(f.table),
-      { output, filter }
-    )
+    yield* Admin.describe(adminSources(f), Option.getOrUndefined(f.table), { output, filter })
   }, reporting("strata tablets describe"))
 ).pipe(
   Command.withDescription(
@@ -656,7 +670,7 @@ const reassignRequest = (
 const tabletsReassign = Command.make(
   "reassign",
   {
-    ...clusterFlags,
+    ...adminFlags,
     table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
     bucket: Argument.Int("bucket").pipe(
       Argument.withDescription("The tablet's bucket (0 to the table's tablets - 1)"),
@@ -677,13 +691,7 @@ const tabletsReassign = Command.make(
   Effect.fn(function* (f) {
     const request = yield* reassignRequest(f.replicas, f.cancel)
     const output = yield* outputOf(f.output)
-    yield* Admin.reassign(
-      sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }),
-      f.table,
-      f.bucket,
-      request,
-      { output }
-    )
+    yield* Admin.reassign(adminSources(f), f.table, f.bucket, request, { output })
   }, reporting("strata tablets reassign"))
 ).pipe(
   Command.withDescription(
@@ -693,9 +701,9 @@ const tabletsReassign = Command.make(
 
 const tabletsBalanceLeaders = Command.make(
   "balance-leaders",
-  { ...clusterFlags, output: outputFlag },
+  { ...adminFlags, output: outputFlag },
   Effect.fn(function* (f) {
-    yield* Admin.balanceLeaders(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+    yield* Admin.balanceLeaders(adminSources(f), {
       output: yield* outputOf(f.output)
     })
   }, reporting("strata tablets balance-leaders"))
@@ -708,7 +716,7 @@ const tabletsBalanceLeaders = Command.make(
 const tabletsDelete = Command.make(
   "delete",
   {
-    ...clusterFlags,
+    ...adminFlags,
     table: Argument.String("table").pipe(Argument.withDescription("The table's name")),
     output: outputFlag,
     "if-exists": Flag.Boolean("if-exists").pipe(
@@ -717,7 +725,7 @@ const tabletsDelete = Command.make(
     )
   },
   Effect.fn(function* (f) {
-    yield* Admin.deleteTable(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), f.table, {
+    yield* Admin.deleteTable(adminSources(f), f.table, {
       ifExists: f["if-exists"],
       output: yield* outputOf(f.output)
     })
@@ -727,7 +735,7 @@ const tabletsDelete = Command.make(
 const rebalancePlan = Command.make(
   "plan",
   {
-    ...clusterFlags,
+    ...adminFlags,
     goals: Flag.String("goals").pipe(
       Flag.withDescription(
         "The goals after the hard rules, in priority order, comma-separated (default: replica-count,leader,bytes)"
@@ -739,7 +747,7 @@ const rebalancePlan = Command.make(
   },
   Effect.fn(function* (f) {
     const output = yield* outputOf(f.output, f.json)
-    yield* Admin.rebalancePlan(sourcesOf(f, { coordination: f.coordination, namespace: f.namespace }), {
+    yield* Admin.rebalancePlan(adminSources(f), {
       goals: Option.getOrUndefined(Option.map(f.goals, (g) => g.split(",").map((goal) => goal.trim()))),
       output
     })

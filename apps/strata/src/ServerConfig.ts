@@ -255,6 +255,28 @@ export const CoordinatorConfig = Schema.Struct({
 export const ClientConfig = Schema.Struct(common)
 
 /**
+ * The settings of an operator's command, which reaches the cluster through coordination (`coordination`) or through
+ * coordinators' addresses (`bootstrap`, `host:port[,host:port...]`: their RPC, with no coordination session).
+ *
+ * @since 0.1.0
+ */
+export const AdminConfig = Schema.Struct({
+  coordination: Schema.optional(common.coordination),
+  namespace: common.namespace,
+  bootstrap: Schema.optional(
+    Schema.String.check(
+      Schema.makeFilter((text: string) =>
+        hostPorts(text) === undefined ? `expected host:port[,host:port...], got ${text}` : undefined
+      )
+    )
+  ).pipe(
+    about(
+      "Coordinators' host:port[,host:port...]: an operator's command reaches the cluster through their RPC instead of coordination"
+    )
+  )
+})
+
+/**
  * What each replication setting means, for `strata config list` (`ReplicationConfig`'s fields carry their meaning
  * in doc comments, which are not there at run time).
  */
@@ -629,7 +651,7 @@ export const settingsList = (): ReadonlyArray<Setting> => {
   const readers: ReadonlyArray<readonly [Reader, Schema.Struct.Fields]> = [
     ["tablet-server", TabletServerConfig.fields],
     ["coordinator", CoordinatorConfig.fields],
-    ["operator", ClientConfig.fields]
+    ["operator", AdminConfig.fields]
   ]
   const keys = [...new Set(readers.flatMap(([, fields]) => Object.keys(fields)))]
   const own = keys.map((key): Setting => {

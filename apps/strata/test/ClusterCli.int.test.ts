@@ -382,7 +382,11 @@ describe("strata cluster commands on real processes", () => {
           const json = <A>(args: ReadonlyArray<string>) =>
             Effect.map(ok([...args, "--output", "json"]), (out) => JSON.parse(out) as A)
           type Status = {
-            readonly coordinators: ReadonlyArray<{ readonly id: number; readonly leader: boolean }>
+            readonly coordinators: ReadonlyArray<{
+              readonly id: number
+              readonly address: string
+              readonly leader: boolean
+            }>
             readonly leader: { readonly id: number; readonly epoch: number } | null
             readonly servers: ReadonlyArray<{ readonly id: number }>
             readonly down: ReadonlyArray<number> | null
@@ -516,6 +520,26 @@ describe("strata cluster commands on real processes", () => {
             healthyText,
             "tablets\t4\toffline 0\tunder-replicated 0\tunder min ISR 0 (minInsyncReplicas 2)"
           )
+          // Through the coordinators' addresses alone (the coordination URL here reaches nothing): the standby asked
+          // first names the controller; an address where nothing listens is passed over.
+          const standby = healthy.coordinators.find((x) => !x.leader)!.address
+          const apart = { ...env, STRATA_COORDINATION: "zookeeper://127.0.0.1:1" }
+          const viaStandby = yield* Effect.promise(() => cli(["tablets", "list", "--bootstrap", standby], apart).exited)
+          assert.strictEqual(viaStandby.code, 0, viaStandby.stderr)
+          assert.strictEqual(viaStandby.stdout, "alpha\ttablets 4\trf 3\n")
+          const pastDead = yield* Effect.promise(
+            () =>
+              cli(["tablets", "describe", "alpha", "--output", "json", "--bootstrap", `127.0.0.1:1,${standby}`], apart)
+                .exited
+          )
+          assert.strictEqual(pastDead.code, 0, pastDead.stderr)
+          assert.lengthOf((JSON.parse(pastDead.stdout) as { tablets: ReadonlyArray<unknown> }).tablets, 4)
+          const badBootstrap = yield* Effect.promise(
+            () => cli(["tablets", "list", "--bootstrap", "nohost"], apart).exited
+          )
+          assert.strictEqual(badBootstrap.code, 1)
+          assert.include(oneLine(badBootstrap), "bootstrap (from flags): ")
+
           const balanced = yield* json<{ moved: number }>(["tablets", "balance-leaders"])
           assert.isNumber(balanced.moved)
           for (const filter of ["--under-replicated", "--unavailable", "--under-min-isr"]) {

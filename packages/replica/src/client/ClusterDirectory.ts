@@ -138,3 +138,55 @@ export const make = (
       servers: Effect.sync(() => [...servers.values()])
     }
   })
+
+/**
+ * A server as the controller's metadata describes it.
+ *
+ * @since 0.1.0
+ */
+export interface LearnedServer {
+  readonly id: Models.ServerId
+  readonly address: string
+  readonly dataAddress?: string | undefined
+  readonly rack?: string | undefined
+}
+
+/**
+ * A directory that knows only some coordinators' addresses (a client's `bootstrap`, as Kafka's admin tools take
+ * `--bootstrap-server`), with no coordination session: the controller is asked at each address in turn (a coordinator
+ * that does not lead names the one that does), and the servers are those of the last metadata the client `learn`ed.
+ *
+ * @since 0.1.0
+ */
+export const bootstrap = (
+  addresses: ReadonlyArray<string>
+): ClusterDirectory & { readonly learn: (servers: ReadonlyArray<LearnedServer>) => void } => {
+  let next = 0
+  let servers = new Map<Models.ServerId, RegisteredServer>()
+  const known = (id: Models.ServerId) =>
+    Effect.suspend(() => {
+      const found = servers.get(id)
+      return found === undefined
+        ? Effect.fail(new PeerUnreachable({ target: `server ${id}`, detail: "not in the cluster's metadata yet" }))
+        : Effect.succeed(found)
+    })
+  return {
+    locate: (id) => Effect.map(known(id), (s) => s.address),
+    locateData: (id) => Effect.map(known(id), (s) => s.dataAddress),
+    controller: Effect.sync(() => addresses[next++ % addresses.length]!),
+    servers: Effect.sync(() => [...servers.values()]),
+    learn: (learned) => {
+      servers = new Map(
+        learned.map((s) => [
+          s.id,
+          {
+            id: s.id,
+            address: s.address,
+            ...(s.dataAddress === undefined ? {} : { dataAddress: s.dataAddress }),
+            ...(s.rack === undefined ? {} : { rack: s.rack })
+          }
+        ])
+      )
+    }
+  }
+}

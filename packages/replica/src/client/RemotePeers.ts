@@ -173,6 +173,11 @@ interface Remote {
   /** Where each server's data link was last found, retired as `located` is. */
   readonly linked: Map<Models.ServerId, string>
   controllerAt: string | undefined
+  /**
+   * Where a coordinator that does not lead said the controller is: asked first until a call there fails (a client
+   * that knows only some coordinators' addresses finds the leader so).
+   */
+  controllerHint: string | undefined
 }
 
 /** Whether a failure is the RPC client's own (the connection, not the peer's answer). */
@@ -280,19 +285,48 @@ const toController = <A, E>(
   bounded(
     r,
     "the controller",
-    Effect.flatMap(r.options.controller, (address) =>
-      Effect.gen(function* () {
-        const before = r.controllerAt
-        r.controllerAt = address
-        if (before !== undefined && before !== address) yield* r.controllers.retire(before)
-        const client = yield* r.controllers.get(address)
-        const target = `the controller (${address})`
-        return yield* timed(r, target, call(client)).pipe(
-          Effect.mapError((e) => (e instanceof NotController ? new PeerUnreachable({ target, detail: e.message }) : e))
+    Effect.flatMap(
+      r.controllerHint === undefined ? r.options.controller : Effect.succeed(r.controllerHint),
+      (address) =>
+        Effect.catchIf(
+          callController(r, address, call),
+          (e): e is NotController => e instanceof NotController && e.leader !== undefined && e.leader !== address,
+          // Redirected once: the coordinator asked named the controller.
+          (e) => {
+            r.controllerHint = e.leader
+            return callController(r, e.leader!, call)
+          }
         )
-      })
+    ).pipe(
+      Effect.mapError((e) =>
+        e instanceof NotController ? new PeerUnreachable({ target: "the controller", detail: e.message }) : e
+      )
     )
   ) as Effect.Effect<A, Exclude<E, NotController | RpcClientError.RpcClientError> | PeerUnreachable>
+
+/** One call to the controller at `address`; finding it unreachable or not the controller forgets a hint naming it. */
+const callController = <A, E>(
+  r: Remote,
+  address: string,
+  call: (
+    client: Client<RpcGroup.Rpcs<typeof ControllerRpcs>>
+  ) => Effect.Effect<A, E | NotController | RpcClientError.RpcClientError>
+): Effect.Effect<A, E | NotController | PeerUnreachable> =>
+  Effect.gen(function* () {
+    const before = r.controllerAt
+    r.controllerAt = address
+    if (before !== undefined && before !== address) yield* r.controllers.retire(before)
+    const client = yield* r.controllers.get(address)
+    return yield* timed(r, `the controller (${address})`, call(client))
+  }).pipe(
+    Effect.tapError((e) =>
+      Effect.sync(() => {
+        if (r.controllerHint === address && (e instanceof NotController || e instanceof PeerUnreachable)) {
+          r.controllerHint = undefined
+        }
+      })
+    )
+  ) as Effect.Effect<A, E | NotController | PeerUnreachable>
 
 /** A tablet server's calls to its leaders and to the controller. */
 const peersOf = (r: Remote): PeersShape => ({
@@ -368,7 +402,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       links: ConnectionPool.make(scope, transport.dataLink),
       located: new Map(),
       linked: new Map(),
-      controllerAt: undefined
+      controllerAt: undefined,
+      controllerHint: undefined
     }
     return { peers: peersOf(r), servers: tabletServersOf(r), server: serverCallsOf(r), admin: adminOf(r) }
   })

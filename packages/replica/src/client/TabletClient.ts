@@ -17,7 +17,7 @@
  *
  * @since 0.1.0
  */
-import { type Coordination, type Election, Models, OptionSchemas, Retry } from "@strata/core"
+import { type Coordination, type Election, HostPort, Models, OptionSchemas, Retry } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import {
   Clock,
@@ -73,7 +73,12 @@ export const TabletClientOptions = Schema.Struct({
   /** How long a send may take, retries included, before it fails (120 seconds). */
   deliveryTimeout: durationWithDefault("positive", "120 seconds"),
   /** The cluster's replication settings, for the election's session timeouts (`ReplicationConfig`). */
-  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
+  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({}))),
+  /**
+   * Coordinators' `host:port`s to reach the cluster through instead of coordination (`makeBootstrap`): any of them
+   * answers where the controller is.
+   */
+  bootstrap: Schema.optional(Schema.NonEmptyArray(HostPort.HostPortString))
 })
 
 /**
@@ -310,8 +315,11 @@ const retriable = (e: ReplicaManager.ReplicaError | PeerUnreachable | NoSuchTabl
   e._tag === "PeerUnreachable" || e._tag === "NoSuchTablet" || e.retryable
 
 /** A running client: what its functions share. */
+/** The decoded options. */
+type Options = typeof TabletClientOptions.Type
+
 interface Client {
-  readonly o: typeof TabletClientOptions.Type
+  readonly o: Options
   readonly scope: Scope.Scope
   readonly remote: RemotePeers.RemotePeers
   /** The leaders as the controller last told them, asked again after a failure (at most once a backoff). */
@@ -344,19 +352,66 @@ export const make = (
     const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
+    if (o.bootstrap !== undefined) return yield* bootstrapped(o, o.bootstrap)
     const election = yield* ClusterPaths.electionOf(o.namespace, o.replication)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
       retryBackoff: o.retryBackoff
     })
+    return yield* makeWith(o, directory)
+  })
+
+/**
+ * A client that reaches the cluster through the coordinators at `options.bootstrap` (`host:port`s; any that answers
+ * tells where the controller is), with no coordination session: an operator's tool needs only the coordinators'
+ * addresses (Kafka's tools take `--bootstrap-server` for this, KIP-555). The tablet servers are found in the
+ * controller's metadata.
+ *
+ * @since 0.1.0
+ */
+export const makeBootstrap = (
+  options: Omit<TabletClientOptions, "bootstrap"> & { readonly bootstrap: ReadonlyArray<string> }
+): Effect.Effect<TabletClientShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope> =>
+  Effect.gen(function* () {
+    const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
+      Effect.mapError(ReplicationConfig.invalidOptions)
+    )
+    return yield* bootstrapped(o, o.bootstrap ?? [])
+  })
+
+/** A client on a bootstrap directory, which learns the servers from every metadata the client reads. */
+const bootstrapped = (o: Options, addresses: ReadonlyArray<string>) =>
+  Effect.gen(function* () {
+    const directory = ClusterDirectory.bootstrap(addresses)
+    return yield* makeWith(o, directory, directory.learn)
+  })
+
+/** The client over `directory`; `learn` is told the servers of every metadata the controller answers. */
+const makeWith = (
+  o: Options,
+  directory: ClusterDirectory.ClusterDirectory,
+  learn?: (servers: ReadonlyArray<ClusterDirectory.LearnedServer>) => void
+): Effect.Effect<TabletClientShape, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const remote = yield* RemotePeers.make({
+      locate: directory.locate,
+      locateData: directory.locateData,
+      controller: directory.controller,
+      requestTimeout: o.requestTimeout
+    })
     const c: Client = {
       o,
       scope: yield* Effect.scope,
-      remote: yield* RemotePeers.make({
-        locate: directory.locate,
-        locateData: directory.locateData,
-        controller: directory.controller,
-        requestTimeout: o.requestTimeout
-      }),
+      remote:
+        learn === undefined
+          ? remote
+          : {
+              ...remote,
+              admin: {
+                ...remote.admin,
+                metadata: (table) =>
+                  Effect.tap(remote.admin.metadata(table), (m) => Effect.sync(() => learn(m.servers)))
+              }
+            },
       leaders: new Map(),
       refreshedAt: Number.NEGATIVE_INFINITY,
       producerId: undefined,

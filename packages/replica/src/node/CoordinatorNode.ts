@@ -9,7 +9,7 @@
  */
 import { type Coordination, Election, OptionSchemas } from "@strata/core"
 import { Coordinator } from "@strata/election"
-import { type Duration, Effect, Schema, type Scope } from "effect"
+import { type Duration, Effect, Option, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as Controller from "../server/Controller.js"
@@ -136,7 +136,8 @@ export const make = (
       current,
       servers: directory.servers,
       replicationFactor: config.replicationFactor,
-      tabletServers: remote.servers
+      tabletServers: remote.servers,
+      leader: Effect.map(Effect.option(directory.controller), Option.getOrUndefined)
     })
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     yield* Effect.logInfo(`coordinator ${o.serverId} listening on ${address}`)

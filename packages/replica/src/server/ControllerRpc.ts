@@ -43,6 +43,8 @@ export interface ControllerEndpoint {
   readonly replicationFactor: number
   /** The tablet servers, asked for their replicas' sizes (the cluster model's); without them no size is known. */
   readonly tabletServers?: TabletServersShape | undefined
+  /** Where the controller is while this coordinator does not lead, when it knows (told in `NotController`). */
+  readonly leader?: Effect.Effect<string | undefined> | undefined
 }
 
 /** The clients' view of the controller's tablets (one table's, when named). */
@@ -248,8 +250,18 @@ export const serveController = (
  * @since 0.1.0
  */
 export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHandlers => {
+  const leader = endpoint.leader ?? Effect.succeed(undefined)
   const controller = Effect.flatMap(endpoint.current, (c) =>
-    c === undefined ? Effect.fail(new NotController({ detail: "this coordinator does not lead" })) : Effect.succeed(c)
+    c === undefined
+      ? Effect.flatMap(leader, (at) =>
+          Effect.fail(
+            new NotController({
+              detail: "this coordinator does not lead",
+              ...(at === undefined ? {} : { leader: at })
+            })
+          )
+        )
+      : Effect.succeed(c)
   )
   const resigned = (e: { readonly message: string }) => new NotController({ detail: e.message })
   return {

@@ -42,11 +42,13 @@ import { PeerUnreachable } from "./Peers.js"
  * @since 0.1.0
  */
 export class NotController extends Schema.TaggedError<NotController>()("NotController", {
-  detail: Schema.String
+  detail: Schema.String,
+  /** Where the controller is, as the coordinator that answered knows it (a client asks there next). */
+  leader: Schema.optional(Schema.String)
 }) {
   /** @since 0.1.0 */
   override get message(): string {
-    return `not the controller: ${this.detail}`
+    return `not the controller: ${this.detail}${this.leader === undefined ? "" : `; the controller is at ${this.leader}`}`
   }
 }
 
