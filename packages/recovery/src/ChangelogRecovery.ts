@@ -453,7 +453,15 @@ const restore = (
     if (initial.remaining > 0) yield* Effect.logInfo(`recovery starting\n${formatStats(initial)}`)
     yield* publish(r, { _tag: "Progress", stats: initial })
     const ticker = yield* Effect.forkScoped(tick(r))
-    yield* applyPhase(r, actives, false)
+    yield* applyPhase(r, actives, false).pipe(
+      Effect.withSpan("strata.recovery.restore", {
+        attributes: {
+          "strata.partitions": actives.length,
+          "strata.standbys": standbys.length,
+          "strata.records": initial.remaining
+        }
+      })
+    )
     yield* Fiber.interrupt(ticker)
     yield* publish(r, { _tag: "Progress", stats: statsNow(r) })
     // Every other partition is restored; one set aside fails the run with its reason.

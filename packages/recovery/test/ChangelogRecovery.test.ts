@@ -1,6 +1,6 @@
 import { type Log, Models, type Recovery } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Duration, Effect, Fiber, Logger, Option, Queue, Schema, Stream } from "effect"
+import { Duration, Effect, Fiber, Logger, Option, Queue, Schema, Stream, Tracer } from "effect"
 import { TestClock } from "effect/testing"
 import { ChangelogRecovery } from "../src/index.js"
 
@@ -162,6 +162,29 @@ describe("ChangelogRecovery", () => {
       )
     }).pipe(Effect.scoped, Effect.provide(quiet))
   )
+
+  it.effect("the restore of the active partitions runs in a span naming how much it restores", () => {
+    const spans: Array<{ readonly name: string; readonly attributes: ReadonlyMap<string, unknown> }> = []
+    const recording = Tracer.make({
+      span(options) {
+        const span = Tracer.nativeTracer.span(options)
+        spans.push({ name: options.name, attributes: span.attributes })
+        return span
+      }
+    })
+    return Effect.gen(function* () {
+      const records = [record(0, 0, "a", "1"), record(0, 1, "b", "2"), record(0, 2, "a", "3")]
+      const log = logOf({ 0: { records, highwater: 3, logStart: 0 } })
+      const { target } = fakeTarget()
+      const recovery = yield* ChangelogRecovery.make(yield* fakeSource(log), target, {})
+      yield* recovery.assign({ active: [tp0], standby: [] })
+      yield* recovery.waitUntilCompleted
+      const restore = spans.find((s) => s.name === "strata.recovery.restore")
+      assert.isDefined(restore)
+      assert.strictEqual(restore?.attributes.get("strata.partitions"), 1)
+      assert.strictEqual(restore?.attributes.get("strata.records"), 3)
+    }).pipe(Effect.scoped, Effect.provide(quiet), Effect.provideService(Tracer.Tracer, recording))
+  })
 
   it.live("a slow store: the next batch is written while one is, at most two at once, each partition in order", () =>
     Effect.gen(function* () {

@@ -270,6 +270,46 @@ describe("DataLink", () => {
     })
   )
 
+  it.live("a request sent in a span is handled as that span's child (its trace context crosses in the header)", () =>
+    Effect.gen(function* () {
+      const seen: Array<{ readonly traceId: string; readonly spanId: string } | undefined> = []
+      const parentNow = Effect.map(Effect.option(Effect.currentParentSpan), (p) =>
+        p._tag === "None" ? undefined : { traceId: p.value.traceId, spanId: p.value.spanId }
+      )
+      const handlers: DataLink.DataLinkHandlers = {
+        append: () =>
+          Effect.flatMap(parentNow, (parent) =>
+            Effect.sync(() => {
+              seen.push(parent)
+              return { baseOffset: 0, lastOffset: 0, highWatermark: 1, duplicate: false }
+            })
+          ),
+        fetch: () =>
+          Effect.flatMap(parentNow, (parent) =>
+            Effect.sync(() => {
+              seen.push(parent)
+              return { _tag: "OutOfRange" as const, leaderEpoch: 4, logStartOffset: 0 }
+            })
+          )
+      }
+      const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers)
+      const client = yield* DataLink.connect(address)
+      const request = { tablet, records: [record(1)], acks: "all" as const }
+      const caller = yield* Effect.gen(function* () {
+        yield* client.append(request)
+        yield* client.fetch(fetchRequest)
+        return yield* Effect.currentSpan
+      }).pipe(Effect.withSpan("caller"))
+      // Outside any span: no parent.
+      yield* client.append(request)
+      assert.deepStrictEqual(seen, [
+        { traceId: caller.traceId, spanId: caller.spanId },
+        { traceId: caller.traceId, spanId: caller.spanId },
+        undefined
+      ])
+    }).pipe(Effect.scoped)
+  )
+
   it.live("bad bytes are refused by name, nothing stored, and the server goes on serving", () =>
     Effect.gen(function* () {
       const { appends, handlers } = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })

@@ -14,7 +14,7 @@
 import * as Net from "node:net"
 import { Log, Models, OptionSchemas } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Cause, Effect, Exit, FiberSet, Schema, type Scope } from "effect"
+import { Cause, Effect, Exit, FiberSet, Schema, type Scope, Tracer } from "effect"
 import * as Codec from "./internal/batchCodec.js"
 import {
   ANSWER_RESERVE,
@@ -40,12 +40,19 @@ const jsonHeader = <T, E>(schema: Schema.Codec<T, E>) => {
   return { encode: Schema.encodeSync(json), decode: Schema.decodeUnknownExit(json) }
 }
 
+/**
+ * The caller's span as a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`): a request's handler runs as its child.
+ * A request sent outside any span carries none.
+ */
+const TraceParent = Schema.optional(Schema.String)
+
 /** An append's header: the request but its records (the frame's payload). */
 const AppendHeader = jsonHeader(
   Schema.Struct({
     tablet: ReplicaManager.AppendRequest.fields.tablet,
     acks: ReplicaManager.AppendRequest.fields.acks,
-    producer: ReplicaManager.AppendRequest.fields.producer
+    producer: ReplicaManager.AppendRequest.fields.producer,
+    traceparent: TraceParent
   })
 )
 /**
@@ -53,8 +60,38 @@ const AppendHeader = jsonHeader(
  * names none, and the server's own limit bounds the answer).
  */
 const FetchHeader = jsonHeader(
-  Schema.Struct({ ...ReplicaManager.FetchRequest.fields, maxAnswerBytes: Schema.optional(OptionSchemas.PositiveInt) })
+  Schema.Struct({
+    ...ReplicaManager.FetchRequest.fields,
+    maxAnswerBytes: Schema.optional(OptionSchemas.PositiveInt),
+    traceparent: TraceParent
+  })
 )
+
+/** The current span as a `traceparent`, or `undefined` outside any span. */
+const traceParentNow: Effect.Effect<string | undefined> = Effect.map(Effect.option(Effect.currentSpan), (span) =>
+  span._tag === "None" ? undefined : `00-${span.value.traceId}-${span.value.spanId}-${span.value.sampled ? "01" : "00"}`
+)
+
+/** The parent span a `traceparent` names, if it is one. */
+const parentOf = (traceparent: string | undefined): Tracer.ExternalSpan | undefined => {
+  if (traceparent === undefined) return undefined
+  const match = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(traceparent)
+  if (match === null) return undefined
+  return Tracer.externalSpan({
+    traceId: match[1]!,
+    spanId: match[2]!,
+    sampled: (Number.parseInt(match[3]!, 16) & 1) === 1
+  })
+}
+
+/** Runs a request's handler as a child of the caller's span, when the request named one. */
+const underParent = <A, E, R>(
+  traceparent: string | undefined,
+  self: Effect.Effect<A, E, R>
+): Effect.Effect<A, E, R> => {
+  const parent = parentOf(traceparent)
+  return parent === undefined ? self : Effect.withParentSpan(self, parent)
+}
 const AppendedHeader = jsonHeader(ReplicaManager.AppendResult)
 /** A fetch's answer: the batches' base offsets and sizes (their bytes follow in the payload, in order). */
 const FetchedHeader = jsonHeader(
@@ -187,11 +224,16 @@ const invalid = (detail: string) => new ReplicaManager.ReplicaError({ reason: ne
 const requestOf = (
   frame: Frame
 ):
-  | { readonly _tag: "Append"; readonly request: ReplicaManager.AppendRequest }
+  | {
+      readonly _tag: "Append"
+      readonly request: ReplicaManager.AppendRequest
+      readonly traceparent: string | undefined
+    }
   | {
       readonly _tag: "Fetch"
       readonly request: ReplicaManager.FetchRequest
       readonly maxAnswerBytes: number | undefined
+      readonly traceparent: string | undefined
     }
   | ReplicaManager.ReplicaError => {
   if (frame.kind === Kind.Append) {
@@ -201,17 +243,18 @@ const requestOf = (
     if (typeof batch === "string") {
       return invalid(`${Models.tabletKey(header.value.tablet)}: records: not a tablet batch: ${batch}`)
     }
-    const { producer, ...rest } = header.value
+    const { producer, traceparent, ...rest } = header.value
     return {
       _tag: "Append",
-      request: { ...rest, ...(producer === undefined ? {} : { producer }), records: batch.records }
+      request: { ...rest, ...(producer === undefined ? {} : { producer }), records: batch.records },
+      traceparent
     }
   }
   if (frame.kind === Kind.Fetch) {
     const header = FetchHeader.decode(frame.header)
     if (Exit.isFailure(header)) return invalid(`fetch: ${Cause.pretty(header.cause)}`)
-    const { maxAnswerBytes, ...request } = header.value
-    return { _tag: "Fetch", request, maxAnswerBytes }
+    const { maxAnswerBytes, traceparent, ...request } = header.value
+    return { _tag: "Fetch", request, maxAnswerBytes, traceparent }
   }
   return invalid(`no request of kind ${frame.kind}`)
 }
@@ -307,7 +350,7 @@ const serveConnection = (
         reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
       } else if (request._tag === "Append") {
         run(
-          Effect.map(Effect.exit(handlers.append(request.request)), (exit) =>
+          Effect.map(Effect.exit(underParent(request.traceparent, handlers.append(request.request))), (exit) =>
             reply(answerOf(frame.id, exit, appended(frame.id)))
           )
         )
@@ -318,7 +361,7 @@ const serveConnection = (
         const asked = request.request
         const bounded = asked.maxBytes <= within ? asked : { ...asked, maxBytes: within }
         run(
-          Effect.map(Effect.exit(handlers.fetch(bounded)), (exit) =>
+          Effect.map(Effect.exit(underParent(request.traceparent, handlers.fetch(bounded))), (exit) =>
             reply(answerOf(frame.id, exit, fetched(frame.id, asked.tablet, limit)))
           )
         )
@@ -510,20 +553,29 @@ export const connect = (
     yield* Effect.addFinalizer(() => close)
     return {
       append: (request) =>
-        call(
-          Kind.Append,
-          AppendHeader.encode({ tablet: request.tablet, acks: request.acks, producer: request.producer }),
-          [Codec.encodeBatch(0, request.records)],
-          Kind.Appended,
-          (frame) => AppendedHeader.decode(frame.header)
+        Effect.flatMap(traceParentNow, (traceparent) =>
+          call(
+            Kind.Append,
+            AppendHeader.encode({
+              tablet: request.tablet,
+              acks: request.acks,
+              producer: request.producer,
+              traceparent
+            }),
+            [Codec.encodeBatch(0, request.records)],
+            Kind.Appended,
+            (frame) => AppendedHeader.decode(frame.header)
+          )
         ),
       fetch: (request) =>
-        call(
-          Kind.Fetch,
-          FetchHeader.encode({ ...request, maxAnswerBytes: maxFrameBytes }),
-          [],
-          Kind.Fetched,
-          decodeFetchedFrame
+        Effect.flatMap(traceParentNow, (traceparent) =>
+          call(
+            Kind.Fetch,
+            FetchHeader.encode({ ...request, maxAnswerBytes: maxFrameBytes, traceparent }),
+            [],
+            Kind.Fetched,
+            decodeFetchedFrame
+          )
         ),
       close
     }
