@@ -273,6 +273,7 @@ describe("ServerConfig", () => {
       const expected = new Set([
         ...Object.keys(ServerConfig.TabletServerConfig.fields),
         ...Object.keys(ServerConfig.CoordinatorConfig.fields),
+        ...Object.keys(ServerConfig.AdminConfig.fields),
         ...Object.keys(ReplicationConfig.ReplicationConfig.fields)
       ])
       assert.deepStrictEqual(new Set(keys), expected)
@@ -286,6 +287,8 @@ describe("ServerConfig", () => {
       assert.deepInclude(byKey.get("id"), { required: true, default: undefined })
       assert.deepStrictEqual(byKey.get("id")?.readBy, ["tablet-server", "coordinator"])
       assert.deepStrictEqual(byKey.get("data")?.readBy, ["tablet-server"])
+      assert.deepStrictEqual(byKey.get("bootstrap")?.readBy, ["operator"])
+      assert.strictEqual(byKey.get("bootstrap")?.env, "STRATA_BOOTSTRAP")
       assert.deepInclude(byKey.get("rack"), { required: false, default: undefined })
       assert.deepInclude(byKey.get("store"), { required: false, default: "rocksdb" })
       assert.deepInclude(byKey.get("rejoinBackoff"), { default: "1 second" })
