@@ -15,7 +15,7 @@ import type { ReplicaRpc, TabletClient } from "@strata/replica"
 import { Effect } from "effect"
 import { inject } from "vitest"
 import type * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
-import { awaitMetadata, cliProcesses, client, record, zooKeeperCluster } from "./support/clusterTest.js"
+import { awaitMetadata, cliProcesses, client, readAll, record, zooKeeperCluster } from "./support/clusterTest.js"
 import { cli as runCli, clusterEnv, printed, type Run } from "./support/cliRun.js"
 
 const processes = cliProcesses()
@@ -58,20 +58,6 @@ const awaitDescribed = (
     return yield* Effect.fail(
       new Error(`${table}:${bucket} ${what}: not within a minute; last ${JSON.stringify(last)}`)
     )
-  })
-
-/** Every record value of the tablet, read from its leader up to its high watermark. */
-const readAll = (c: TabletClient.TabletClientShape, tablet: Models.TabletId) =>
-  Effect.gen(function* () {
-    const values: Array<string> = []
-    let offset = 0
-    while (true) {
-      const page = yield* c.read(tablet, offset)
-      if (page.batches.length === 0) return values
-      for (const b of page.batches) for (const r of b.records) values.push(new TextDecoder().decode(r.value))
-      const last = page.batches.at(-1)!
-      offset = last.baseOffset + last.records.length
-    }
   })
 
 /** Sends `values` to the tablet one at a time (acks=all); the values acknowledged, in order. */

@@ -8,14 +8,12 @@
 import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
-import type { Models } from "@strata/core"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
-import type { TabletClient } from "@strata/replica"
 import { Effect, Fiber } from "effect"
 import { inject } from "vitest"
 import * as ClusterRunner from "../src/ClusterRunner.js"
 import { cli as runCli, clusterEnv, type Run } from "./support/cliRun.js"
-import { awaitMetadata, cliProcesses, client, freshDirectory, record } from "./support/clusterTest.js"
+import { awaitMetadata, cliProcesses, client, freshDirectory, readAll, record } from "./support/clusterTest.js"
 import * as Checker from "./support/replicaChecker.js"
 
 const processes = cliProcesses()
@@ -35,20 +33,6 @@ const status = (url: string) =>
       () => 0
     )
   )
-
-/** Every record value of the tablet, read from its leader up to its high watermark. */
-const readAll = (c: TabletClient.TabletClientShape, tablet: Models.TabletId) =>
-  Effect.gen(function* () {
-    const values: Array<string> = []
-    let offset = 0
-    while (true) {
-      const page = yield* c.read(tablet, offset)
-      if (page.batches.length === 0) return values
-      for (const b of page.batches) for (const r of b.records) values.push(new TextDecoder().decode(r.value))
-      const last = page.batches.at(-1)!
-      offset = last.baseOffset + last.records.length
-    }
-  })
 
 describe("strata cluster up, rolling-restart and down", () => {
   it.live(

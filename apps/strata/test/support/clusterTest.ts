@@ -156,3 +156,17 @@ export const zooKeeperCluster = (
     yield* Effect.addFinalizer(() => cluster.killAll)
     return { cluster, namespace, directory }
   })
+
+/** Every record value of the tablet, read from its leader up to its high watermark. */
+export const readAll = (c: TabletClient.TabletClientShape, tablet: Models.TabletId) =>
+  Effect.gen(function* () {
+    const values: Array<string> = []
+    let offset = 0
+    while (true) {
+      const page = yield* c.read(tablet, offset)
+      if (page.batches.length === 0) return values
+      for (const b of page.batches) for (const r of b.records) values.push(new TextDecoder().decode(r.value))
+      const last = page.batches.at(-1)!
+      offset = last.baseOffset + last.records.length
+    }
+  })
