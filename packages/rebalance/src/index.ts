@@ -1,8 +1,13 @@
 /**
  * @strata/rebalance — the rebalance planner: from a cluster model (servers with racks and tags, tablets with
- * replicas, leaders and sizes), the replica sets and leaders that balance it with the fewest moves.
+ * replicas, leaders and sizes), the replica sets and leaders that balance it with the fewest moves; the rebalance
+ * settings; and the trigger that decides when a rebalance starts by itself.
  *
  * @since 0.1.0
  */
 export * as ClusterModel from "./ClusterModel.js"
 export * as Planner from "./Planner.js"
+/** The rebalance settings (`rebalance.*`), decoded with errors naming the key. */
+export * as RebalanceConfig from "./RebalanceConfig.js"
+/** The automatic trigger as a pure state machine: imbalance, hysteresis, cooldown, at most one rebalance. */
+export * as Trigger from "./Trigger.js"
