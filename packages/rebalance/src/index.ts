@@ -5,6 +5,8 @@
  *
  * @since 0.1.0
  */
+/** A plan cut into batches (⌈batchRatio × N⌉ moves, leadership last) and waves within the concurrency limits. */
+export * as Batches from "./Batches.js"
 export * as ClusterModel from "./ClusterModel.js"
 export * as Planner from "./Planner.js"
 /** The rebalance settings (`rebalance.*`), decoded with errors naming the key. */
