@@ -13,6 +13,7 @@ import { Effect, Fiber, Ref } from "effect"
 import { inject } from "vitest"
 import { awaitMetadata, cliProcesses, client, record, zooKeeperCluster } from "./support/clusterTest.js"
 import { cli, clusterEnv } from "./support/cliRun.js"
+import { eventually } from "./support/opsScrape.js"
 import * as Checker from "./support/replicaChecker.js"
 
 const processes = cliProcesses()
@@ -112,9 +113,12 @@ describe("rebalancing real processes by hand", () => {
           )
           const moved = after.tablets.find((t) => Models.tabletKey(t.tablet) === key)!
           assert.deepStrictEqual(moved.replicas, first!.to)
-          const successor = COORDINATORS.find((id) =>
-            cluster.log("coordinator", id).includes(`${key}: moved to [${first!.to.join(",")}]`)
-          )
+          // The metadata shows the move done as soon as the controller's step made it; its log line follows.
+          const logged = () =>
+            COORDINATORS.find((id) =>
+              cluster.log("coordinator", id).includes(`${key}: moved to [${first!.to.join(",")}]`)
+            )
+          const successor = yield* Effect.promise(() => eventually("the move's log line", async () => logged()))
           assert.isDefined(successor, "the next coordinator's controller finished the move")
           assert.notStrictEqual(successor, leading)
 
