@@ -7,6 +7,8 @@
  */
 /** A plan cut into batches (⌈batchRatio × N⌉ moves, leadership last) and waves within the concurrency limits. */
 export * as Batches from "./Batches.js"
+/** The rebalance executor as a pure machine: batches within the limits, the stability gate, rollback, pause, cancel. */
+export * as Executor from "./Executor.js"
 export * as ClusterModel from "./ClusterModel.js"
 export * as Planner from "./Planner.js"
 /** The rebalance settings (`rebalance.*`), decoded with errors naming the key. */
