@@ -11,6 +11,10 @@ export * as Batches from "./Batches.js"
 export * as Executor from "./Executor.js"
 export * as ClusterModel from "./ClusterModel.js"
 export * as Planner from "./Planner.js"
+/** The rebalance service: the trigger and the executor run by the controller's leader, through a `ClusterControl`. */
+export * as RebalanceService from "./RebalanceService.js"
+/** A rebalance's state in coordination, in chunks of bounded size. */
+export * as RebalanceStore from "./RebalanceStore.js"
 /** The rebalance settings (`rebalance.*`), decoded with errors naming the key. */
 export * as RebalanceConfig from "./RebalanceConfig.js"
 /** The automatic trigger as a pure state machine: imbalance, hysteresis, cooldown, at most one rebalance. */
