@@ -6,7 +6,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { MemoryCoordination, Models } from "@strata/core"
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
 import * as RemotePeers from "../src/client/RemotePeers.js"
 import * as TabletClient from "../src/client/TabletClient.js"
 import type * as ControllerState from "../src/machines/ControllerState.js"
@@ -145,16 +145,22 @@ const controllerWith = (tablets: ReadonlyArray<ControllerState.Tablet>): Control
     reassign: () => unused,
     cancelReassign: () => unused,
     balanceLeaders: unused,
+    electPreferred: () => unused,
+    serverHealth: () => unused,
     controlledShutdown: () => unused,
     replicaStorage: () => unused,
     initProducerId: unused
   }
 }
 
-/** Servers that answer `Holdings` with these sizes (by server, then bucket); one absent never answers. */
+/**
+ * Servers that answer `Holdings` with these sizes (by server, then bucket) and this health (by server); one absent
+ * from `sizes` never answers.
+ */
 const serversAnswering = (
   sizes: Readonly<Record<number, Readonly<Record<number, number>>>>,
-  asked: Array<readonly [number, ReplicaManager.HoldingsRequest]>
+  asked: Array<readonly [number, ReplicaManager.HoldingsRequest]>,
+  health: Readonly<Record<number, ReplicaManager.ServerHealth>> = {}
 ): TabletServersShape => ({
   leaderAndIsr: () => Effect.die("unused"),
   logEnd: () => Effect.die("unused"),
@@ -164,13 +170,15 @@ const serversAnswering = (
       asked.push([id, request])
       const held = sizes[id]
       if (held === undefined) return Effect.never
+      const told = health[id]
       return Effect.succeed({
         tablets: Object.entries(held).map(([bucket, sizeBytes]) => ({
           tablet: { table: "orders", bucket: Number(bucket) },
           leaderEpoch: 3,
           version: 2,
           sizeBytes
-        }))
+        })),
+        ...(told === undefined ? {} : { health: told })
       })
     })
 })
@@ -268,6 +276,30 @@ describe("ClusterModel's answer", () => {
       assert.isTrue(model.tablets.every((t) => t.sizeBytes === undefined))
       const standby = yield* Effect.flip(askOver({ current: Effect.succeed(undefined), servers, replicationFactor: 3 }))
       assert.include(standby.message, "this coordinator does not lead")
+    })
+  )
+
+  it.live("serverHealth: each live server's health as its Holdings answer tells it, within the timeout", () =>
+    Effect.gen(function* () {
+      const asked: Array<readonly [number, ReplicaManager.HoldingsRequest]> = []
+      const state = yield* controllerWith(tablets).state
+      // 1 tells its health, 2 keeps none (an older server), 3 never answers; 4 is not live and is not asked.
+      const servers = serversAnswering({ 1: {}, 2: {}, 4: {} }, asked, {
+        1: { appendLatencyP99Ms: 12.5, isrShrinks: 3 },
+        4: { isrShrinks: 9 }
+      })
+      const health = yield* ControllerRpc.serverHealth(servers, state, Duration.millis(200))
+      assert.deepStrictEqual([...health], [[1, { appendLatencyP99Ms: 12.5, isrShrinks: 3 }]])
+      assert.deepStrictEqual(
+        [...asked].sort((a, b) => a[0] - b[0]),
+        [
+          [1, { coordinatorEpoch: 7, registration: 11 }],
+          [2, { coordinatorEpoch: 7, registration: 12 }],
+          [3, { coordinatorEpoch: 7, registration: 13 }]
+        ]
+      )
+      // Without the tablet servers nothing is known.
+      assert.strictEqual((yield* ControllerRpc.serverHealth(undefined, state, Duration.millis(200))).size, 0)
     })
   )
 })

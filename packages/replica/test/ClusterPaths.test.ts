@@ -1,6 +1,6 @@
 import { Coordination, MemoryCoordination } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
-import { Array as Arr, Effect, Exit, Fiber, Logger, Scope } from "effect"
+import { Array as Arr, Effect, Exit, Fiber, Logger, Schema, Scope } from "effect"
 import * as ClusterPaths from "../src/wire/ClusterPaths.js"
 import type * as ControllerState from "../src/machines/ControllerState.js"
 import { eventually } from "./support/servers.js"
@@ -30,6 +30,35 @@ describe("ClusterPaths", () => {
         }
         const again = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(moving), 13)
         assert.deepStrictEqual(again, { ...moving, leaderAndIsr: { ...moving.leaderAndIsr, version: 13 } })
+      })
+  )
+
+  it.effect(
+    "a move's replication throttle is stored with it; a node written without one reads back unthrottled, and one with it reads back under the schema without it",
+    () =>
+      Effect.gen(function* () {
+        const throttled: ControllerState.Tablet = {
+          ...tablet,
+          replicas: [1, 4, 2, 3],
+          reassignment: { original: [1, 2, 3], target: [1, 4], throttleBytesPerSec: 1_000_000 }
+        }
+        const read = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(throttled), 11)
+        assert.strictEqual(read.reassignment?.throttleBytesPerSec, 1_000_000)
+        // What a node without throttles wrote: no field, decoded as a move without a throttle.
+        const old = JSON.stringify({ ...throttled, reassignment: { original: [1, 2, 3], target: [1, 4] } })
+        const unthrottled = yield* ClusterPaths.decodeTablet("/x", new TextEncoder().encode(old), 11)
+        assert.deepStrictEqual(unthrottled.reassignment, { original: [1, 2, 3], target: [1, 4] })
+        // A node without throttles reads what this one wrote: its schema, without the field, ignores it.
+        const before = Schema.Struct({
+          ...ClusterPaths.StoredTablet.fields,
+          reassignment: Schema.optional(
+            Schema.Struct({ original: Schema.Array(Schema.Int), target: Schema.Array(Schema.Int) })
+          )
+        })
+        const decoded = Schema.decodeUnknownSync(Schema.fromJsonString(before))(
+          new TextDecoder().decode(ClusterPaths.encodeTablet(throttled))
+        )
+        assert.deepStrictEqual(decoded.reassignment, { original: [1, 2, 3], target: [1, 4] })
       })
   )
 

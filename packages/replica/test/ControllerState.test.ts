@@ -872,6 +872,8 @@ interface Tally {
   moved: number
   cancelled: number
   moveRefused: number
+  /** Moves whose throttle a repeat changed. */
+  rethrottled: number
 }
 const tally = (): Tally => ({
   leaderChanges: 0,
@@ -894,7 +896,8 @@ const tally = (): Tally => ({
   moves: 0,
   moved: 0,
   cancelled: 0,
-  moveRefused: 0
+  moveRefused: 0,
+  rethrottled: 0
 })
 
 /** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
@@ -938,6 +941,18 @@ const moveRequest = (
   n: number
 ): Input => {
   const moving = [...state.tablets.values()].filter((t) => t.reassignment !== undefined)
+  if (moving.length > 0 && r.chance(0.15)) {
+    // A repeat of a move under way, naming a throttle (or none).
+    const t = r.pick(moving)
+    const throttle = r.chance(0.3) ? undefined : r.pick([1_000, 5_000])
+    return {
+      _tag: "Reassign",
+      requestId: n,
+      tablet: t.tablet,
+      target: t.reassignment?.target ?? [],
+      ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+    }
+  }
   if (moving.length > 0 && r.chance(0.5)) return { _tag: "CancelReassign", requestId: n, tablet: r.pick(moving).tablet }
   const bucket = r.int(0, buckets)
   if (r.chance(0.1)) return { _tag: "CancelReassign", requestId: n, tablet: tid(bucket) }
@@ -948,7 +963,15 @@ const moveRequest = (
   for (let i = 0; i < size; i++) target.push(left.splice(r.int(0, left.length - 1), 1)[0]!)
   if (r.chance(0.05) && target.length > 0) target.push(target[0]!)
   if (r.chance(0.03)) target.push(42)
-  return { _tag: "Reassign", requestId: n, tablet: tid(bucket), target }
+  // Often a throttle, sometimes one that is not a rate.
+  const throttle = r.chance(0.4) ? r.pick([1_000, 5_000, 5_000, 0]) : undefined
+  return {
+    _tag: "Reassign",
+    requestId: n,
+    tablet: tid(bucket),
+    target,
+    ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+  }
 }
 
 const randomInput = (
@@ -1062,7 +1085,16 @@ const randomInput = (
     ]
     return { ...plausible, ...r.pick(spoilt) }
   }
-  if (roll < 0.965) return { _tag: "BalanceLeaders", requestId: n }
+  if (roll < 0.965) {
+    // Now and then a preferred leader election of some tablets (an unknown one among them, one named twice).
+    if (r.chance(0.7)) return { _tag: "BalanceLeaders", requestId: n }
+    // Mostly tablets led elsewhere than by their preferred replica.
+    const elsewhere = [...state.tablets.values()].filter((t) => t.leaderAndIsr.leader !== t.replicas[0])
+    const named = Array.from({ length: r.int(1, 3) }, () =>
+      elsewhere.length > 0 && r.chance(0.8) ? r.pick(elsewhere).tablet : tid(r.int(0, buckets))
+    )
+    return { _tag: "BalanceLeaders", requestId: n, tablets: r.chance(0.2) ? [...named, ...named] : named }
+  }
   if (roll < 0.98) {
     // A server's holdings after a new controller asked: some tablets as the controller has them, some behind; or
     // no answer; sometimes of another registration.
@@ -1070,7 +1102,17 @@ const randomInput = (
       if (!t.replicas.includes(server) || r.chance(0.2)) return []
       const lai = t.leaderAndIsr
       const epoch = r.chance(0.7) ? lai.leaderEpoch : r.chance(0.5) ? null : lai.leaderEpoch - r.int(1, 2)
-      return [{ tablet: t.tablet, leaderEpoch: epoch, version: lai.version - (r.chance(0.7) ? 0 : r.int(1, 3)) }]
+      // The throttle its fetches are under: mostly the move's, when the move names one.
+      const move = t.reassignment?.throttleBytesPerSec
+      const throttle = r.chance(0.7) ? move : r.chance(0.4) ? undefined : r.pick([1_000, 5_000])
+      return [
+        {
+          tablet: t.tablet,
+          leaderEpoch: epoch,
+          version: lai.version - (r.chance(0.7) ? 0 : r.int(1, 3)),
+          ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+        }
+      ]
     })
     const registration = r.chance(0.9) ? state.registrations.get(server) : life(n, server)
     return {
@@ -1094,6 +1136,13 @@ const randomInput = (
     [...state.tablets.values()],
     r.chance(0.9) ? registrations : undefined
   )
+}
+
+/** The throttle `server`'s replica of `t` is to fetch under: the move's, for an adding replica that does not lead. */
+const throttleOn = (t: Tablet, server: Models.ServerId): number | undefined => {
+  const move = t.reassignment
+  if (move === undefined || !move.target.includes(server) || move.original.includes(server)) return undefined
+  return t.leaderAndIsr.leader === server ? undefined : move.throttleBytesPerSec
 }
 
 /** The model after `input`, fed to the controller at `before`. */
@@ -1214,6 +1263,8 @@ const check = (
           return ["send to a replica", `${c.server} for ${Models.tabletKey(ins.tablet)}`]
         if (!isDeepStrictEqual(ins.leaderAndIsr, t.leaderAndIsr))
           return ["send the latest", Models.tabletKey(ins.tablet)]
+        if (ins.throttleBytesPerSec !== throttleOn(t, c.server))
+          return ["an adding replica's instruction carries the move's throttle, no other one does", JSON.stringify(ins)]
         if (t.state === "DeletingTablet") return ["no instruction for a deleting tablet", Models.tabletKey(ins.tablet)]
       }
     }
@@ -1340,10 +1391,12 @@ const check = (
       }
       const held = input.holdings?.find((h) => Models.tabletKey(h.tablet) === k)
       const lai = t.leaderAndIsr
+      const throttle = throttleOn(t, input.server)
       const upToDate =
         held !== undefined &&
         held.leaderEpoch === lai.leaderEpoch &&
-        (lai.leader !== input.server || held.version >= lai.version)
+        (lai.leader !== input.server || held.version >= lai.version) &&
+        held.throttleBytesPerSec === throttle
       const pointless = held !== undefined && lai.leader === null
       const due = input.holdings === null || (!upToDate && !pointless)
       if (due !== told.has(k)) return ["Holdings: told exactly where it falls behind", `${k}: due ${due}`]
@@ -1431,10 +1484,12 @@ const check = (
     // A replica whose storage works again takes a role only under a new epoch: its tablet's leader leads on under one.
     const bumped =
       input._tag === "ReplicaStorage" && !input.failed && input.tablets.some((id) => Models.tabletKey(id) === k)
-    // A tablet's replica set changed by a move: every replica takes it under a new epoch.
+    // A tablet's replica set changed by a move: every replica takes it under a new epoch (not a throttle change).
     const reshaped =
       t.state !== "DeletingTablet" &&
-      (!isDeepStrictEqual(t.replicas, p.replicas) || !isDeepStrictEqual(t.reassignment, p.reassignment))
+      (!isDeepStrictEqual(t.replicas, p.replicas) ||
+        !isDeepStrictEqual(t.reassignment?.original, p.reassignment?.original) ||
+        !isDeepStrictEqual(t.reassignment?.target, p.reassignment?.target))
     if (
       now.leaderEpoch !==
       was.leaderEpoch + (changed || elected || reshaped || (bumped && now.leader !== null) ? 1 : 0)
@@ -1594,8 +1649,25 @@ const checkMoves = (
       if (!request("Reassign") || p.state !== "OnlineTablet") return ["a move begins only when asked, online", k]
       if (!same(r.original, p.replicas)) return ["a move starts from the replicas the tablet has", k]
     }
-    if (r !== undefined && p.reassignment !== undefined && !isDeepStrictEqual(r, p.reassignment))
+    if (
+      r !== undefined &&
+      p.reassignment !== undefined &&
+      (!isDeepStrictEqual(r.original, p.reassignment.original) || !isDeepStrictEqual(r.target, p.reassignment.target))
+    )
       return ["a move keeps its target", k]
+    // Its throttle changes only when a repeat of it names another (or none), the leader epoch staying.
+    const asked = input._tag === "Reassign" && request("Reassign") ? input.throttleBytesPerSec : undefined
+    if (
+      r !== undefined &&
+      p.reassignment !== undefined &&
+      r.throttleBytesPerSec !== p.reassignment.throttleBytesPerSec
+    ) {
+      counts.rethrottled++
+      if (!request("Reassign") || r.throttleBytesPerSec !== asked)
+        return ["a move's throttle is the one its last request named", k]
+    }
+    if (r !== undefined && p.reassignment === undefined && r.throttleBytesPerSec !== asked)
+      return ["a move starts with the throttle its request named", k]
     // The move this step ended: one under way, or one begun and finished at once (nothing to copy).
     const instant =
       input._tag === "Reassign" && request("Reassign") && !isDeepStrictEqual(t.replicas, p.replicas)
@@ -1636,11 +1708,14 @@ const checkMoves = (
     if (gone.some((s) => !answered(s))) return ["a retired replica leaves the list on its own answer only", k]
   }
   if (input._tag === "Reassign" || input._tag === "CancelReassign") {
+    // A repeat of the move under way (which may change its throttle): its target was judged when it began.
+    const under = before.tablets.get(Models.tabletKey(input.tablet))?.reassignment
+    const repeat = input._tag === "Reassign" && under !== undefined && isDeepStrictEqual(under.target, input.target)
     const r = reply(commands)
     if (r?._tag === "ReassignRefused") {
       counts.moveRefused++
       if (next !== before || commands.length !== 1) return ["a refused move changes nothing", JSON.stringify(commands)]
-    } else if (input._tag === "Reassign" && next !== before) {
+    } else if (input._tag === "Reassign" && next !== before && !repeat) {
       const target = input.target
       const fine =
         new Set(target).size === target.length &&
@@ -1729,7 +1804,13 @@ describe("ControllerState seeded runs", () => {
     // A preferred replica back in the ISR of a tablet led elsewhere needs a longer history: fewer of those.
     // A deletion ends only once every replica answered: fewer of those too.
     // Moves finish or are cancelled only after their requests meet an online tablet (and ISR changes): fewer too.
-    const least: Partial<Record<keyof Tally, number>> = { balanced: 50, removed: 30, moved: 20, cancelled: 20 }
+    const least: Partial<Record<keyof Tally, number>> = {
+      balanced: 50,
+      removed: 30,
+      moved: 20,
+      cancelled: 20,
+      rethrottled: 10
+    }
     for (const [name, n] of Object.entries(counts))
       assert.isAbove(n, least[name as keyof Tally] ?? 100, `${name}: ${JSON.stringify(counts)}`)
   })
@@ -2254,5 +2335,226 @@ describe("ControllerState reassignment", () => {
     const { state: gone } = run(state, deleteTablets(0))
     const g = tablet(gone, 0)
     assert.deepStrictEqual([g.state, g.replicas, g.reassignment], ["DeletingTablet", [1, 4, 5, 2, 3], undefined])
+  })
+})
+
+describe("ControllerState replication throttle of a move", () => {
+  const reassign = (bucket: number, target: ReadonlyArray<Models.ServerId>, throttleBytesPerSec?: number): Input => ({
+    _tag: "Reassign",
+    requestId: 8,
+    tablet: tid(bucket),
+    target,
+    ...(throttleBytesPerSec === undefined ? {} : { throttleBytesPerSec })
+  })
+  /** The throttle each instruction sent carries, by `server/bucket` (`null`: none). */
+  const throttles = (commands: ReadonlyArray<Command>) => {
+    const by: Record<string, number | null> = {}
+    for (const c of commands) {
+      if (c._tag !== "Send") continue
+      for (const t of c.tablets) by[`${c.server}/${t.tablet.bucket}`] = t.throttleBytesPerSec ?? null
+    }
+    return by
+  }
+  const refusal = (commands: ReadonlyArray<Command>) => {
+    const r = reply(commands)
+    return r?._tag === "ReassignRefused" ? r.refusal._tag : r?._tag
+  }
+  /** Five live servers, tablet 0 on [1,2,3] moving to `target` under `throttle`, tablet 1 on [1,4,5] in sync. */
+  const moving = (target: ReadonlyArray<Models.ServerId>, throttle?: number) =>
+    run(boot([1, 2, 3, 4, 5]), create([0, [1, 2, 3]], [1, [1, 4, 5]]), reassign(0, target, throttle))
+
+  it("the move stores its throttle; the instructions of its adding replicas carry it, no other instruction does", () => {
+    const { state, commands } = moving([1, 4, 5], 1_000)
+    assert.deepStrictEqual(tablet(state, 0).reassignment, {
+      original: [1, 2, 3],
+      target: [1, 4, 5],
+      throttleBytesPerSec: 1_000
+    })
+    assert.deepStrictEqual(throttles(commands), { "1/0": null, "2/0": null, "3/0": null, "4/0": 1_000, "5/0": 1_000 })
+    const r = reply(commands)
+    assert.strictEqual(r?._tag === "Reassigning" ? r.tablet.reassignment?.throttleBytesPerSec : undefined, 1_000)
+    // Server 4 comes back: it hears both its tablets, the throttle on the moving one only.
+    const { commands: back } = run(state, down(4), up(4))
+    assert.deepStrictEqual(Object.fromEntries(Object.entries(throttles(back)).filter(([k]) => k.startsWith("4/"))), {
+      "4/0": 1_000,
+      "4/1": null
+    })
+    // A leader that leaves is not throttled (it does not fetch): 4 and 5 are.
+    const { commands: leaving } = moving([4, 5, 2], 2_000)
+    assert.deepStrictEqual(throttles(leaving), { "1/0": null, "2/0": null, "3/0": null, "4/0": 2_000, "5/0": 2_000 })
+    // Without a throttle no instruction carries one.
+    const { state: free, commands: unthrottled } = moving([1, 4, 5])
+    assert.isTrue(Object.values(throttles(unthrottled)).every((t) => t === null))
+    assert.deepStrictEqual(tablet(free, 0).reassignment, { original: [1, 2, 3], target: [1, 4, 5] })
+  })
+
+  it("the throttle ends with the move, finished or cancelled: the next instructions carry none", () => {
+    const { state } = moving([1, 4, 5], 1_000)
+    const { state: one } = run(state, adjust(state, 0, [1, 2, 3, 4]))
+    assert.strictEqual(tablet(one, 0).reassignment?.throttleBytesPerSec, 1_000)
+    const { state: done, commands } = run(one, adjust(one, 0, [1, 2, 3, 4, 5]))
+    assert.isUndefined(tablet(done, 0).reassignment)
+    assert.deepStrictEqual(throttles(commands), { "1/0": null, "4/0": null, "5/0": null })
+    const { state: back, commands: cancelled } = run(state, { _tag: "CancelReassign", requestId: 9, tablet: tid(0) })
+    assert.isUndefined(tablet(back, 0).reassignment)
+    assert.deepStrictEqual(throttles(cancelled), { "1/0": null, "2/0": null, "3/0": null })
+  })
+
+  it("a repeat naming another throttle, or none, makes it the move's under the same leader epoch; the same one writes nothing", () => {
+    const { state } = moving([1, 4, 5], 1_000)
+    const same = run(state, reassign(0, [1, 4, 5], 1_000))
+    assert.strictEqual(same.state, state)
+    assert.deepStrictEqual(tags(same.commands), ["Reply"])
+    const faster = run(state, reassign(0, [1, 4, 5], 5_000))
+    const t = tablet(faster.state, 0)
+    assert.strictEqual(t.reassignment?.throttleBytesPerSec, 5_000)
+    assert.strictEqual(t.leaderAndIsr.leaderEpoch, lai(state, 0).leaderEpoch)
+    assert.deepStrictEqual(writes(faster.commands), [{ bucket: 0, expected: lai(state, 0).version }])
+    assert.deepStrictEqual(throttles(faster.commands), {
+      "1/0": null,
+      "2/0": null,
+      "3/0": null,
+      "4/0": 5_000,
+      "5/0": 5_000
+    })
+    const r = reply(faster.commands)
+    assert.strictEqual(r?._tag === "Reassigning" ? r.tablet.reassignment?.throttleBytesPerSec : undefined, 5_000)
+    const lifted = run(faster.state, reassign(0, [1, 4, 5]))
+    assert.deepStrictEqual(tablet(lifted.state, 0).reassignment, { original: [1, 2, 3], target: [1, 4, 5] })
+    assert.isTrue(Object.values(throttles(lifted.commands)).every((x) => x === null))
+    // Another target is still refused, whatever the throttle.
+    assert.strictEqual(refusal(run(state, reassign(0, [1, 4, 2], 5_000)).commands), "AlreadyMoving")
+  })
+
+  it("a throttle that is not a whole number of bytes a second ≥ 1 is refused, naming it", () => {
+    const base = run(boot([1, 2, 3, 4, 5]), create([0, [1, 2, 3]])).state
+    for (const bad of [0, -5, 1.5, Number.NaN]) {
+      const { state, commands } = run(base, reassign(0, [1, 4, 5], bad))
+      assert.strictEqual(state, base)
+      assert.strictEqual(refusal(commands), "InvalidThrottle", String(bad))
+    }
+  })
+
+  it("a resuming controller tells an adding replica whose holding names another throttle than the move's", () => {
+    const { state } = moving([1, 4, 5], 1_000)
+    const t = tablet(state, 0)
+    const holding = (throttleBytesPerSec?: number): Input => ({
+      _tag: "Holdings",
+      server: 4,
+      holdings: [
+        {
+          tablet: tid(0),
+          leaderEpoch: t.leaderAndIsr.leaderEpoch,
+          version: t.leaderAndIsr.version,
+          ...(throttleBytesPerSec === undefined ? {} : { throttleBytesPerSec })
+        },
+        { tablet: tid(1), leaderEpoch: lai(state, 1).leaderEpoch, version: lai(state, 1).version }
+      ]
+    })
+    assert.deepStrictEqual(run(state, holding(1_000)).commands, [])
+    assert.deepStrictEqual(throttles(run(state, holding()).commands), { "4/0": 1_000 })
+    assert.deepStrictEqual(throttles(run(state, holding(9)).commands), { "4/0": 1_000 })
+    // Once the move is over, a replica still throttled is told so too.
+    const { state: done } = run(state, adjust(state, 0, [1, 2, 3, 4, 5]))
+    const over: Input = {
+      _tag: "Holdings",
+      server: 4,
+      holdings: [
+        {
+          tablet: tid(0),
+          leaderEpoch: lai(done, 0).leaderEpoch,
+          version: lai(done, 0).version,
+          throttleBytesPerSec: 1_000
+        }
+      ]
+    }
+    assert.deepStrictEqual(throttles(run(done, over).commands), { "4/0": null, "4/1": null })
+  })
+})
+
+describe("ControllerState preferred leader election of named tablets", () => {
+  const stored = (
+    bucket: number,
+    replicas: ReadonlyArray<Models.ServerId>,
+    leader: Models.ServerId,
+    isr: ReadonlyArray<Models.ServerId>
+  ): ControllerState.Tablet => ({
+    tablet: tid(bucket),
+    replicas,
+    state: "OnlineTablet",
+    leaderAndIsr: { leader, leaderEpoch: 4, isr, coordinatorEpoch: 1, version: 3 },
+    registrations: Object.fromEntries(isr.map((s) => [String(s), 10 + s]))
+  })
+  // Threshold 100%: the imbalance alone moves nothing.
+  const boot = (tablets: ReadonlyArray<ControllerState.Tablet>) =>
+    ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false, leaderImbalancePercent: 100 }),
+      started(2, [1, 2, 3], tablets, [
+        [1, 11],
+        [2, 12],
+        [3, 13]
+      ])
+    )[0]
+  const elect = (...buckets: ReadonlyArray<number>): Input => ({
+    _tag: "BalanceLeaders",
+    requestId: 8,
+    tablets: buckets.map(tid)
+  })
+  const tablets = [
+    stored(0, [1, 2, 3], 2, [2, 3, 1]), // named: 1 leads
+    stored(1, [1, 2, 3], 2, [2, 3, 1]), // not named: stays
+    stored(2, [1, 2, 3], 2, [2, 3]), // named, 1 not in the ISR: stays
+    stored(3, [3, 1, 2], 3, [3, 1, 2]) // named, led by its preferred replica already
+  ]
+
+  it("each named tablet's preferred replica leads whatever the imbalance; the others, unknown ones and led ones are passed over", () => {
+    const state = boot(tablets)
+    assert.deepStrictEqual(reply(run(state, { _tag: "BalanceLeaders", requestId: 8 }).commands), {
+      _tag: "LeadersBalanced",
+      moved: 0
+    })
+    const { state: after, commands } = run(state, elect(0, 2, 3, 9, 0))
+    assert.deepStrictEqual(lai(after, 0), {
+      leader: 1,
+      leaderEpoch: 5,
+      isr: [2, 3, 1],
+      coordinatorEpoch: 2,
+      version: 4
+    })
+    for (const b of [1, 2, 3]) assert.strictEqual(tablet(after, b), tablet(state, b), `t${b} untouched`)
+    assert.deepStrictEqual(writes(commands), [{ bucket: 0, expected: 3 }])
+    assert.deepStrictEqual(sent(commands, 2), { 1: [0], 2: [0], 3: [0] })
+    assert.deepStrictEqual(reply(commands), { _tag: "LeadersBalanced", moved: 1 })
+    assert.deepStrictEqual(reply(run(after, elect(0)).commands), { _tag: "LeadersBalanced", moved: 0 })
+    assert.deepStrictEqual(reply(run(state, elect()).commands), { _tag: "LeadersBalanced", moved: 0 })
+  })
+
+  it("a preferred replica restarted, stopping, whose storage failed, or of an offline tablet or one electing does not lead", () => {
+    const restarted = run(boot(tablets), down(1), { _tag: "ServerUp", server: 1, registration: 99 }, elect(0))
+    assert.deepStrictEqual(reply(restarted.commands), { _tag: "LeadersBalanced", moved: 0 })
+    assert.strictEqual(lai(restarted.state, 0).leader, 2)
+    const stopping = run(boot(tablets), shutdown(1), elect(0))
+    assert.deepStrictEqual(reply(stopping.commands), { _tag: "LeadersBalanced", moved: 0 })
+    const failed: Input = { _tag: "ReplicaStorage", server: 1, tablets: [tid(0)], failed: true }
+    assert.deepStrictEqual(reply(run(boot(tablets), failed, elect(0)).commands), { _tag: "LeadersBalanced", moved: 0 })
+    const offline = run(boot([stored(0, [1, 2], 2, [2])]), down(2), up(1), elect(0))
+    assert.strictEqual(tablet(offline.state, 0).state, "OfflineTablet")
+    assert.deepStrictEqual(reply(offline.commands), { _tag: "LeadersBalanced", moved: 0 })
+    const electing = ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false, leaderElection: "largest-log-end" }),
+      started(
+        2,
+        [1, 2, 3],
+        [stored(0, [1, 2, 3], 2, [2, 3, 1])],
+        [
+          [1, 11],
+          [2, 12],
+          [3, 13]
+        ]
+      )
+    )[0]
+    const asking = run(electing, down(2))
+    assert.isTrue(asking.state.elections.has(key(0)))
+    assert.deepStrictEqual(reply(run(asking.state, elect(0)).commands), { _tag: "LeadersBalanced", moved: 0 })
   })
 })

@@ -79,14 +79,26 @@ describe("reassignment on a LocalCluster", () => {
           })
         )
 
-        // The leader stays: 4 and 5 join as followers; once both are in the ISR the tablet is on [1,4,5].
-        const moving = yield* cluster.reassign(tablet, [1, 4, 5])
-        assert.deepStrictEqual(moving.reassignment, { original: [1, 2, 3], target: [1, 4, 5] })
+        // The leader stays: 4 and 5 join as followers, copying under the move's replication throttle (high enough
+        // not to slow the test); once both are in the ISR the tablet is on [1,4,5].
+        const throttle = { throttleBytesPerSec: 50_000_000 }
+        const moving = yield* cluster.reassign(tablet, [1, 4, 5], throttle)
+        assert.deepStrictEqual(moving.reassignment, { original: [1, 2, 3], target: [1, 4, 5], ...throttle })
         assert.deepStrictEqual(moving.replicas, [1, 4, 5, 2, 3])
         assert.strictEqual(moving.leaderAndIsr.leader, 1)
         // Asking again for the move under way is accepted, and changes nothing.
-        assert.deepStrictEqual((yield* cluster.reassign(tablet, [1, 4, 5])).reassignment, moving.reassignment)
+        assert.deepStrictEqual((yield* cluster.reassign(tablet, [1, 4, 5], throttle)).reassignment, moving.reassignment)
         const moved = yield* cluster.awaitTablet(tablet, settledOn([1, 4, 5]))
+        // The move over, its new replicas fetch unthrottled.
+        for (const server of [4, 5]) {
+          const s = yield* cluster.server(server)
+          const held = (yield* s.holdings({ coordinatorEpoch: yield* s.coordinatorEpoch })).tablets
+          assert.deepStrictEqual(
+            held.map((h) => h.throttleBytesPerSec),
+            [undefined],
+            `server ${server}`
+          )
+        }
         assert.strictEqual(moved.leaderAndIsr.leader, 1)
         assert.deepStrictEqual(sorted(moved.leaderAndIsr.isr), [1, 4, 5])
         yield* cluster.awaitTablet(tablet, (t) => t.retired === undefined)

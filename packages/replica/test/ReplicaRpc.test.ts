@@ -3,7 +3,7 @@
  * instructions, acks=all appends whose follower fetches cross the wire, reads, typed errors that arrive as
  * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
  */
-import { MemoryStore } from "@strata/core"
+import { MemoryStore, Models } from "@strata/core"
 import type * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Fiber, Layer, Scope } from "effect"
@@ -40,6 +40,8 @@ const unusedController: ControllerShape = {
   coordinatorEpoch: 2,
   resumed: { tablets: 0, read: 0, full: true },
   balanceLeaders: Effect.die("unused"),
+  electPreferred: () => Effect.die("unused"),
+  serverHealth: () => Effect.die("unused"),
   initProducerId: Effect.die("unused"),
   replicaStorage: () => Effect.die("unused"),
   deleteTablets: () => Effect.die("unused"),
@@ -236,18 +238,27 @@ describe("ReplicaRpc over TCP", () => {
           leaderAndIsr: { ...moving.leaderAndIsr, leaderEpoch: 4, version: 6 }
         }
         const asked: Array<ReadonlyArray<number>> = []
+        const throttles: Array<number | undefined> = []
+        const elected: Array<ReadonlyArray<string>> = []
         const controller: ControllerShape = {
           ...unusedController,
           // As the machine judges a target: a server named twice is refused, naming it.
-          reassign: (_, target) =>
+          reassign: (_, target, options) =>
             Effect.sync(() => {
               asked.push(target)
+              throttles.push(options?.throttleBytesPerSec)
               const twice = target.find((s, i) => target.indexOf(s) !== i)
               if (twice === undefined) return { _tag: "Reassigning", tablet: moving }
               const refusal: Reassignment.Refusal = { _tag: "DuplicateServer", server: twice }
               return { _tag: "ReassignRefused", refusal, detail: Reassignment.describeRefusal("orders:0", refusal) }
             }),
-          cancelReassign: () => Effect.succeed({ _tag: "ReassignCancelled", tablet: back })
+          cancelReassign: () => Effect.succeed({ _tag: "ReassignCancelled", tablet: back }),
+          balanceLeaders: Effect.succeed(5),
+          electPreferred: (tablets) =>
+            Effect.sync(() => {
+              elected.push(tablets.map(Models.tabletKey))
+              return tablets.length
+            })
         }
         const bound = yield* serveController(
           { host: "127.0.0.1", port: 0 },
@@ -268,11 +279,16 @@ describe("ReplicaRpc over TCP", () => {
           assert.strictEqual(refused.message, refused.detail)
         }
 
-        const accepted = yield* remote.admin.reassign(tablet, [1, 4, 5])
+        const accepted = yield* remote.admin.reassign(tablet, [1, 4, 5], { throttleBytesPerSec: 10_000 })
         assert.deepStrictEqual(asked, [
           [1, 1, 2],
           [1, 4, 5]
         ])
+        // The throttle travels with the request; without one none is named.
+        assert.deepStrictEqual(throttles, [undefined, 10_000])
+        // A throttle that is not a whole number of bytes a second ≥ 1 is refused before the controller sees it.
+        yield* Effect.flip(remote.admin.reassign(tablet, [1, 4, 5], { throttleBytesPerSec: 0 }))
+        assert.strictEqual(throttles.length, 2)
         assert.deepStrictEqual(accepted.replicas, [1, 4, 5, 2, 3])
         assert.deepStrictEqual(accepted.target, [1, 4, 5])
         assert.isUndefined(accepted.retired)
@@ -282,6 +298,11 @@ describe("ReplicaRpc over TCP", () => {
         assert.isUndefined(cancelled.target)
         assert.deepStrictEqual(cancelled.retired, [4, 5])
         assert.strictEqual(cancelled.leaderEpoch, 4)
+
+        // Leaders: all of them balanced, or the named tablets' preferred replicas elected.
+        assert.strictEqual(yield* remote.admin.balanceLeaders, 5)
+        assert.strictEqual(yield* remote.admin.electPreferred([tablet, { table: "orders", bucket: 2 }]), 2)
+        assert.deepStrictEqual(elected, [["orders/0", "orders/2"]])
       }).pipe(Effect.scoped)
   )
 })

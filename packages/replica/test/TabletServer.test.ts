@@ -1,10 +1,14 @@
 /**
  * A tablet server's answers to the controller: instructions addressed to another life of the server are refused
  * (KIP-380), `logEnd` tells a candidate's log end, opening the log when no instruction has yet, `holdings` tells what
- * it holds, and `stopReplica` deletes a replica's data whether or not it is hosted now.
+ * it holds and the server's health, and `stopReplica` deletes a replica's data whether or not it is hosted now. A
+ * replica whose instruction names a replication throttle copies at most that fast.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber } from "effect"
+import { Deferred, Effect, Fiber, Metric } from "effect"
+import { TestClock } from "effect/testing"
+import type * as ReplicaManager from "../src/protocol/ReplicaManager.js"
+import * as Throttle from "../src/server/internal/throttle.js"
 import { eventually, make, records } from "./support/servers.js"
 
 const tablet = { table: "t", bucket: 0 }
@@ -306,6 +310,112 @@ describe("TabletServer", () => {
         yield* again.stopReplica({ coordinatorEpoch: 2, tablets: [other] })
         assert.deepStrictEqual(yield* again.logEnd({ tablet: other }), { lastEpoch: null, logEndOffset: 0 })
         assert.deepStrictEqual(yield* again.logEnd({ tablet }), { lastEpoch: null, logEndOffset: 0 })
+      }).pipe(Effect.scoped)
+  )
+
+  it.effect(
+    "a follower under a replication throttle copies at most rate × elapsed + one bucket, steadily; lifted, it copies the rest",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* make({ ...replication, fetchMaxWait: 50 })
+        const [L, F] = [1, 2]
+        for (const id of [L, F]) yield* servers.start(id)
+        // 100 batches of 10 records of 100 value bytes: 100 000 record bytes on the leader.
+        const value = new Uint8Array(100).fill(7)
+        yield* servers.instruct([L], tablet, [L, F], { leader: L, leaderEpoch: 1, isr: [L], version: 1 })
+        for (let i = 0; i < 100; i++) {
+          const batch = Array.from({ length: 10 }, () => ({ key: null, value, headers: [], timestamp: 0 }))
+          yield* servers.server(L).append({ tablet, records: batch, acks: 1 })
+        }
+        const total = 100 * 10 * value.byteLength
+        const rate = 10_000
+        const follow = (version: number, throttleBytesPerSec?: number) =>
+          servers.server(F).leaderAndIsr({
+            coordinatorEpoch: 1,
+            tablets: [
+              {
+                tablet,
+                replicas: [L, F],
+                leaderAndIsr: { leader: L, leaderEpoch: 1, isr: [L], coordinatorEpoch: 1, version },
+                ...(throttleBytesPerSec === undefined ? {} : { throttleBytesPerSec })
+              }
+            ]
+          })
+        const copied = Effect.map(servers.logValues(F, tablet), (v) => v.length * value.byteLength)
+        const gauge = Effect.flatMap(servers.server(F).refreshMetrics, () =>
+          Effect.map(Metric.snapshot, (all) => {
+            const found = all.find(
+              (m) => m.id === "strata_server_replication_throttle_bytes_per_second" && m.attributes?.server === "2"
+            )
+            return (found?.state as { readonly value?: number } | undefined)?.value
+          })
+        )
+        yield* follow(1, rate)
+        assert.strictEqual(yield* gauge, rate)
+        assert.strictEqual(
+          (yield* servers.server(F).holdings({ coordinatorEpoch: 1 })).tablets[0]?.throttleBytesPerSec,
+          rate
+        )
+        // Virtual time in steps of 100 ms: never more than the rate allows since the start, plus one bucket.
+        const bucket = Throttle.capacity(rate)
+        for (let step = 1; step <= 50; step++) {
+          yield* TestClock.adjust("100 millis")
+          const bytes = yield* copied
+          assert.isAtMost(bytes, rate * (step / 10) + bucket, `after ${step * 100} ms`)
+        }
+        // And it does copy, near the rate: over 5 s at least half of what the rate allows.
+        const after5s = yield* copied
+        assert.isAtLeast(after5s, (rate * 5) / 2)
+        assert.isBelow(after5s, total)
+        // The next instruction names no throttle (the move ended): the rest comes at once.
+        yield* follow(2)
+        assert.strictEqual(yield* gauge, 0)
+        yield* TestClock.adjust("500 millis")
+        assert.strictEqual(yield* copied, total)
+        assert.isUndefined((yield* servers.server(F).holdings({ coordinatorEpoch: 1 })).tablets[0]?.throttleBytesPerSec)
+      }).pipe(Effect.scoped, Effect.provideService(Metric.MetricRegistry, new Map()))
+  )
+
+  it.effect(
+    "the Holdings answer carries the server's health: its appends' p99 over the last minute and its ISR shrinks",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* make({ ...replication, sessionTimeout: 500, replicaLagTimeMax: 1_000 })
+        const [L, F] = [1, 2]
+        for (const id of [L, F]) yield* servers.start(id)
+        // The test is the controller: it commits every ISR change the leader asks for.
+        servers.links.adjustIsr = (request) =>
+          Effect.succeed<ReplicaManager.AdjustIsrReply>({
+            _tag: "IsrAdjusted",
+            leaderAndIsr: {
+              leader: request.leader,
+              leaderEpoch: request.leaderEpoch,
+              isr: request.isr,
+              coordinatorEpoch: 1,
+              version: request.version + 1
+            }
+          })
+        const health = Effect.map(servers.server(L).holdings({ coordinatorEpoch: 1 }), (h) => h.health)
+        yield* servers.instruct([L, F], tablet, [L, F], { leader: L, leaderEpoch: 1, isr: [L, F], version: 1 })
+        assert.deepStrictEqual(yield* health, { isrShrinks: 0 })
+        // Ten appends answered at once (no time passes on the test clock)...
+        for (let i = 0; i < 10; i++)
+          yield* servers.server(L).append({ tablet, records: records("a", i, i + 1), acks: 1 })
+        assert.deepStrictEqual(yield* health, { appendLatencyP99Ms: 0, isrShrinks: 0 })
+        // ...and one acks=all append that waits for the follower, cut off: it is answered once the leader drops it from
+        // the ISR (replicaLagTimeMax), the ISR's one shrink.
+        servers.links.cut.add(`${F}>${L}`)
+        const slow = yield* Effect.forkChild(
+          servers.server(L).append({ tablet, records: records("b", 0, 1), acks: "all" })
+        )
+        for (let i = 0; i < 30 && slow.pollUnsafe() === undefined; i++) yield* TestClock.adjust("100 millis")
+        yield* Fiber.join(slow)
+        const after = yield* health
+        assert.strictEqual(after?.isrShrinks, 1)
+        assert.isAtLeast(after?.appendLatencyP99Ms ?? 0, 1_000, "the p99 of 11 appends is the slowest one's latency")
+        // A minute without appends: no latency to tell; the shrinks stay counted.
+        yield* TestClock.adjust("61 seconds")
+        assert.deepStrictEqual(yield* health, { isrShrinks: 1 })
       }).pipe(Effect.scoped)
   )
 })

@@ -78,6 +78,8 @@ export interface AdminCalls {
   readonly metadata: (table?: string) => Effect.Effect<Metadata, PeerUnreachable>
   /** Moves leadership back to preferred replicas now; how many tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, PeerUnreachable>
+  /** Preferred leader election for `tablets`, whatever the imbalance; how many moved. */
+  readonly electPreferred: (tablets: ReadonlyArray<Models.TabletId>) => Effect.Effect<number, PeerUnreachable>
   /** A producer id no producer of the cluster has had. */
   readonly initProducerId: Effect.Effect<number, PeerUnreachable>
   /** Deletes a table: how many tablets it had. */
@@ -87,12 +89,14 @@ export interface AdminCalls {
     request?: typeof ClusterModelRequest.Type
   ) => Effect.Effect<ClusterModelReply, PeerUnreachable>
   /**
-   * Moves a tablet's replicas to `replicas` (the first is the preferred leader): the tablet as the move left it (with
-   * `target` while it is under way), or `ReassignRefused` naming why not.
+   * Moves a tablet's replicas to `replicas` (the first is the preferred leader), the adding replicas copying at most
+   * `options.throttleBytesPerSec` when given: the tablet as the move left it (with `target` while it is under way), or
+   * `ReassignRefused` naming why not.
    */
   readonly reassign: (
     tablet: Models.TabletId,
-    replicas: ReadonlyArray<Models.ServerId>
+    replicas: ReadonlyArray<Models.ServerId>,
+    options?: { readonly throttleBytesPerSec?: number | undefined }
   ) => Effect.Effect<typeof TabletMetadata.Type, ReassignRefused | PeerUnreachable>
   /** Ends a tablet's move, back on its original replicas: the tablet as written, or `ReassignRefused`. */
   readonly cancelReassign: (
@@ -373,10 +377,18 @@ const adminOf = (r: Remote): AdminCalls => ({
   createTable: (request) => toController(r, (c) => c.CreateTable(request)),
   metadata: (table) => toController(r, (c) => c.Metadata(table === undefined ? {} : { table })),
   balanceLeaders: toController(r, (c) => c.BalanceLeaders({})),
+  electPreferred: (tablets) => toController(r, (c) => c.BalanceLeaders({ tablets })),
   initProducerId: toController(r, (c) => c.InitProducerId({})),
   deleteTable: (table) => toController(r, (c) => c.DeleteTable({ table })),
   clusterModel: (request = {}) => toController(r, (c) => c.ClusterModel(request)),
-  reassign: (tablet, replicas) => toController(r, (c) => c.Reassign({ tablet, replicas })),
+  reassign: (tablet, replicas, options) =>
+    toController(r, (c) =>
+      c.Reassign({
+        tablet,
+        replicas,
+        ...(options?.throttleBytesPerSec === undefined ? {} : { throttleBytesPerSec: options.throttleBytesPerSec })
+      })
+    ),
   cancelReassign: (tablet) => toController(r, (c) => c.CancelReassign({ tablet }))
 })
 

@@ -259,13 +259,22 @@ export interface TabletClientShape {
   /** Moves leadership back to preferred replicas (those in the ISR) now; how many tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, TabletClientError>
   /**
+   * Preferred leader election for `tablets`: each whose preferred replica (its first) is live, in the ISR and
+   * electable leads, whatever the leader imbalance; tablets unknown or led by it already are passed over. How many
+   * moved.
+   */
+  readonly electPreferred: (tablets: ReadonlyArray<Models.TabletId>) => Effect.Effect<number, TabletClientError>
+  /**
    * Moves a tablet's replicas to `replicas` (the first is the preferred leader; see `Reassignment`): the tablet as
    * the move left it, with `target` while the move is under way and without once it is done. A refusal fails with
    * `ReassignRefused` (its `reason` and one-line `detail`); asking again for the move under way is accepted.
+   * `options.throttleBytesPerSec` caps how fast each server copies for the replicas the move adds (a whole number of
+   * bytes a second ≥ 1; absent: no cap); asking again with another throttle, or none, makes it the move's.
    */
   readonly reassign: (
     tablet: Models.TabletId,
-    replicas: ReadonlyArray<Models.ServerId>
+    replicas: ReadonlyArray<Models.ServerId>,
+    options?: { readonly throttleBytesPerSec?: number | undefined }
   ) => Effect.Effect<typeof TabletMetadata.Type, TabletClientError>
   /**
    * Ends a tablet's move, back on its original replicas (the ones it added delete theirs): the tablet as written, or
@@ -470,8 +479,13 @@ const shapeOf = (c: Client): TabletClientShape => {
     },
     deleteTable: (table) => admin(`deleting ${table}`, remote.admin.deleteTable(table)),
     balanceLeaders: admin("balancing leaders", remote.admin.balanceLeaders),
-    reassign: (tablet, replicas) =>
-      admin(`moving ${Models.tabletKey(tablet)}`, remote.admin.reassign(tablet, replicas)),
+    electPreferred: (tablets) =>
+      admin(
+        `electing the preferred leaders of ${tablets.map(Models.tabletKey).join(", ")}`,
+        remote.admin.electPreferred(tablets)
+      ),
+    reassign: (tablet, replicas, options) =>
+      admin(`moving ${Models.tabletKey(tablet)}`, remote.admin.reassign(tablet, replicas, options)),
     cancelReassign: (tablet) => admin(`cancelling the move of ${Models.tabletKey(tablet)}`, cancelOnce(c, tablet)),
     remote
   }

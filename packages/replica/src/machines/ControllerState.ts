@@ -42,7 +42,13 @@
  * becomes the tablet's replicas under the next epoch (leadership moving to the first target replica in the ISR when
  * its leader leaves); then the leaving replicas delete themselves (StopReplica, as for a deleted table). The ISR never
  * loses a member to the move before the end, when it keeps the target's (all in sync). `CancelReassign` returns the
- * tablet to its original replicas, leadership back to one of them if it moved.
+ * tablet to its original replicas, leadership back to one of them if it moved. A move may name a replication
+ * throttle, stored with it: the LeaderAndIsr instructions of its adding replicas (those that do not lead) carry it
+ * while the move is under way, and none once it ends; a repeat of the move naming another throttle, or none, replaces
+ * it under the same leader epoch, and a resuming controller tells a server whose holding names another throttle.
+ *
+ * `BalanceLeaders` moves leadership back to preferred replicas where a server's share led elsewhere is above
+ * `leaderImbalancePercent`; naming tablets, it is a preferred leader election of those tablets, whatever the share.
  *
  * @since 0.1.0
  */
@@ -231,7 +237,15 @@ export type Input =
   | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & ReplicaManager.AdjustIsrRequest)
   | { readonly _tag: "ControlledShutdown"; readonly requestId: number; readonly server: Models.ServerId }
   | { readonly _tag: "WriteFailed"; readonly tablet: Models.TabletId; readonly detail: string }
-  | { readonly _tag: "BalanceLeaders"; readonly requestId?: number }
+  | {
+      readonly _tag: "BalanceLeaders"
+      readonly requestId?: number
+      /**
+       * The tablets to give their preferred replica as leader whatever the imbalance (preferred leader election);
+       * absent: every server whose preferred tablets are led elsewhere above `leaderImbalancePercent`.
+       */
+      readonly tablets?: ReadonlyArray<Models.TabletId> | undefined
+    }
   | { readonly _tag: "DeleteTablets"; readonly requestId: number; readonly tablets: ReadonlyArray<Models.TabletId> }
   | {
       readonly _tag: "ReplicaStopped"
@@ -257,6 +271,8 @@ export type Input =
       readonly requestId: number
       readonly tablet: Models.TabletId
       readonly target: ReadonlyArray<Models.ServerId>
+      /** The move's replication throttle, in bytes a second (absent: unthrottled); see `Reassignment`. */
+      readonly throttleBytesPerSec?: number | undefined
     }
   | { readonly _tag: "CancelReassign"; readonly requestId: number; readonly tablet: Models.TabletId }
 
@@ -269,6 +285,11 @@ export interface TabletInstruction {
   readonly tablet: Models.TabletId
   readonly replicas: ReadonlyArray<Models.ServerId>
   readonly leaderAndIsr: Models.LeaderAndIsr
+  /**
+   * The replication throttle the server's replica fetches under, in bytes a second: set for an adding replica of a
+   * move that names one (`Reassignment.throttleOf`), absent otherwise.
+   */
+  readonly throttleBytesPerSec?: number
 }
 
 /**
@@ -492,7 +513,7 @@ const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: Models.Serve
     for (const r of t.replicas) {
       if (!state.live.has(r) || (only !== undefined && r !== only)) continue
       const list = by.get(r) ?? []
-      list.push({ tablet: t.tablet, replicas: t.replicas, leaderAndIsr: t.leaderAndIsr })
+      list.push(instructionFor(t, r))
       by.set(r, list)
     }
   }
@@ -506,6 +527,17 @@ const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: Models.Serve
       tablets: list
     }
   })
+}
+
+/** `t`'s instruction to `server`: its replicas, leader and ISR, and the throttle its replica fetches under. */
+const instructionFor = (t: Tablet, server: Models.ServerId): TabletInstruction => {
+  const throttle = Reassignment.throttleOf(t.reassignment, server, t.leaderAndIsr.leader)
+  return {
+    tablet: t.tablet,
+    replicas: t.replicas,
+    leaderAndIsr: t.leaderAndIsr,
+    ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+  }
 }
 
 /**
@@ -849,20 +881,44 @@ const balanceLeaders = (state: State, c: Changes): number => {
     const elsewhere = tablets.filter((t) => t.leaderAndIsr.leader !== server)
     if (elsewhere.length === 0 || (elsewhere.length * 100) / tablets.length <= threshold) continue
     for (const t of elsewhere) {
-      const inIsr = t.leaderAndIsr.isr.includes(server)
-      if (
-        t.state !== "OnlineTablet" ||
-        !inIsr ||
-        newLife(state, t, server) ||
-        storageFailedOn(state, server, t) ||
-        c.elections.has(Models.tabletKey(t.tablet))
-      ) {
-        continue
-      }
-      const isr = t.leaderAndIsr.isr.includes(server) ? t.leaderAndIsr.isr : [...t.leaderAndIsr.isr, server]
-      lead(state, c, t, { _tag: "Leader", leader: server, isr, unclean: false })
+      if (!preferredCanLead(state, c, t, server)) continue
+      lead(state, c, t, { _tag: "Leader", leader: server, isr: t.leaderAndIsr.isr, unclean: false })
       moved++
     }
+  }
+  return moved
+}
+
+/**
+ * Whether `server`, `t`'s preferred replica, may take its leadership now: the tablet is online with no election
+ * pending, and `server` is electable and in its ISR as the life it joined with, its storage working.
+ */
+const preferredCanLead = (state: State, c: Changes, t: Tablet, server: Models.ServerId) =>
+  electable(state, server) &&
+  t.state === "OnlineTablet" &&
+  t.leaderAndIsr.isr.includes(server) &&
+  !newLife(state, t, server) &&
+  !storageFailedOn(state, server, t) &&
+  !c.elections.has(Models.tabletKey(t.tablet))
+
+/**
+ * Preferred leader election for the named tablets: each whose preferred replica (its first) does not lead and may
+ * (`preferredCanLead`) leads under the next epoch, its ISR unchanged, whatever `leaderImbalancePercent` says. A tablet
+ * the controller does not know, or named twice, is passed over. The number of tablets moved.
+ */
+const electPreferred = (state: State, c: Changes, tablets: ReadonlyArray<Models.TabletId>): number => {
+  let moved = 0
+  const seen = new Set<string>()
+  for (const id of tablets) {
+    const key = Models.tabletKey(id)
+    if (seen.has(key)) continue
+    seen.add(key)
+    const t = c.tablets.get(key)
+    const server = t?.replicas[0]
+    if (t === undefined || server === undefined || t.leaderAndIsr.leader === server) continue
+    if (!preferredCanLead(state, c, t, server)) continue
+    lead(state, c, t, { _tag: "Leader", leader: server, isr: t.leaderAndIsr.isr, unclean: false })
+    moved++
   }
   return moved
 }
@@ -905,12 +961,15 @@ const askHoldings = (state: State, server: Models.ServerId): Command => {
 
 /**
  * Whether `server`'s replica of `t`, as its holdings tell, missed an instruction: it is not there, holds another
- * leader epoch, or leads with an older tablet version (a follower is not told of ISR changes).
+ * leader epoch, leads with an older tablet version (a follower is not told of ISR changes), or fetches under another
+ * replication throttle than the move's (a throttle changes without a new leader epoch).
  */
 const fallsBehind = (t: Tablet, server: Models.ServerId, holdings: ReadonlyMap<string, ReplicaManager.Holding>) => {
   const held = holdings.get(Models.tabletKey(t.tablet))
   const lai = t.leaderAndIsr
   if (held === undefined || held.leaderEpoch !== lai.leaderEpoch) return lai.leader !== null || held === undefined
+  if (lai.leader !== null && held.throttleBytesPerSec !== Reassignment.throttleOf(t.reassignment, server, lai.leader))
+    return true
   return lai.leader === server && held.version < lai.version
 }
 
@@ -1261,10 +1320,10 @@ const stopped = (state: State, input: Extract<Input, { readonly _tag: "ReplicaSt
   return finish(state, c)
 }
 
-/** Moves leaderships back to preferred replicas. */
+/** Moves leaderships back to preferred replicas: the named tablets' whatever the imbalance, else every server's above it. */
 const balanceLeadersStep = (state: State, input: Extract<Input, { readonly _tag: "BalanceLeaders" }>): Step => {
   const c = changes(state)
-  const moved = balanceLeaders(state, c)
+  const moved = input.tablets === undefined ? balanceLeaders(state, c) : electPreferred(state, c, input.tablets)
   if (moved > 0)
     c.after.push({ _tag: "Log", level: "info", message: `${moved} tablets led by their preferred replica again` })
   if (input.requestId !== undefined) {
@@ -1353,12 +1412,18 @@ const reshape = (
 
 /**
  * Starts moving a tablet's replicas to `target`: the adding replicas join as followers under the next leader epoch
- * (the move finishes at once when none is added). A repeat is answered with the tablet as it is.
+ * (the move finishes at once when none is added), fetching under the request's replication throttle if it names one.
+ * A repeat is answered with the tablet as it is; a repeat naming another throttle (or none) than the move's makes it
+ * the move's throttle, written and told to the replicas without a new leader epoch.
  */
 const reassign = (state: State, input: Extract<Input, { readonly _tag: "Reassign" }>): Step => {
   const key = Models.tabletKey(input.tablet)
   const t = state.tablets.get(key)
   const refused = (refusal: Reassignment.Refusal) => refuse(state, input, refusal)
+  const throttle = input.throttleBytesPerSec
+  if (!Reassignment.validThrottle(throttle)) {
+    return refused({ _tag: "InvalidThrottle", throttleBytesPerSec: throttle ?? 0 })
+  }
   if (t === undefined) return refused({ _tag: "UnknownTablet" })
   if (t.state === "DeletingTablet") return refused({ _tag: "TabletDeleting" })
   const moving = t.reassignment
@@ -1367,9 +1432,10 @@ const reassign = (state: State, input: Extract<Input, { readonly _tag: "Reassign
     [{ _tag: "Reply", requestId: input.requestId, reply: { _tag: "Reassigning", tablet } }]
   ]
   if (moving !== undefined) {
-    return Reassignment.sameReplicas(moving.target, input.target)
-      ? accepted(t)
-      : refused({ _tag: "AlreadyMoving", target: moving.target })
+    if (!Reassignment.sameReplicas(moving.target, input.target)) {
+      return refused({ _tag: "AlreadyMoving", target: moving.target })
+    }
+    return moving.throttleBytesPerSec === throttle ? accepted(t) : rethrottle(state, input, t, moving)
   }
   if (Reassignment.sameReplicas(t.replicas, input.target)) return accepted(t)
   const refusal = Reassignment.refuseTarget(
@@ -1387,7 +1453,11 @@ const reassign = (state: State, input: Extract<Input, { readonly _tag: "Reassign
   if (t.state !== "OnlineTablet" || leader === null) return refused({ _tag: "TabletOffline" })
   if (state.elections.has(key)) return refused({ _tag: "ElectionPending" })
   const c = changes(state)
-  const reassignment: Reassignment.Reassignment = { original: t.replicas, target: input.target }
+  const reassignment: Reassignment.Reassignment = {
+    original: t.replicas,
+    target: input.target,
+    ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+  }
   reshape(
     state,
     c,
@@ -1399,13 +1469,42 @@ const reassign = (state: State, input: Extract<Input, { readonly _tag: "Reassign
   c.after.push({
     _tag: "Log",
     level: "info",
-    message: `${key}: moving from [${t.replicas.join(",")}] to [${input.target.join(",")}]`
+    message: `${key}: moving from [${t.replicas.join(",")}] to [${input.target.join(",")}]${throttle === undefined ? "" : `, the new replicas copying at most ${throttle} bytes/s`}`
   })
   const step = finish(state, c)
   const now = step[0].tablets.get(key) ?? t
   return [
     step[0],
     [...step[1], { _tag: "Reply", requestId: input.requestId, reply: { _tag: "Reassigning", tablet: now } }]
+  ]
+}
+
+/**
+ * A move under way takes the repeat's throttle (`undefined`: none): written under the same leader epoch, and told to
+ * every live replica (the adding ones apply it to their fetches).
+ */
+const rethrottle = (
+  state: State,
+  input: Extract<Input, { readonly _tag: "Reassign" }>,
+  t: Tablet,
+  moving: Reassignment.Reassignment
+): Step => {
+  const throttle = input.throttleBytesPerSec
+  const c = changes(state)
+  const { throttleBytesPerSec: _, ...rest } = moving
+  const reassignment: Reassignment.Reassignment =
+    throttle === undefined ? rest : { ...rest, throttleBytesPerSec: throttle }
+  const stored = put(state, c, t, { ...t, reassignment })
+  c.after.push({
+    _tag: "Log",
+    level: "info",
+    message: `${Models.tabletKey(t.tablet)}: the move to [${moving.target.join(",")}] copies ${throttle === undefined ? "unthrottled" : `at most ${throttle} bytes/s`}`
+  })
+  const [next, commands] = finish(state, c)
+  const now = next.tablets.get(Models.tabletKey(t.tablet)) ?? stored
+  return [
+    next,
+    [...commands, { _tag: "Reply", requestId: input.requestId, reply: { _tag: "Reassigning", tablet: now } }]
   ]
 }
 

@@ -9,6 +9,9 @@
  * delete themselves (they are `retired` until they have). A cancel returns the tablet to its original replicas the
  * same way, the adding ones retired.
  *
+ * A move may name a replication throttle (Kafka's reassignment throttle): while it is under way, the adding replicas
+ * other than the leader copy the leader's log at most that fast (`throttleOf`); it goes with the move.
+ *
  * @since 0.1.0
  */
 import { Models } from "@strata/core"
@@ -24,6 +27,11 @@ export interface Reassignment {
   readonly original: ReadonlyArray<Models.ServerId>
   /** The replicas it ends with, in assignment order (the first is the preferred leader). */
   readonly target: ReadonlyArray<Models.ServerId>
+  /**
+   * The most bytes a second the adding replicas' follower fetches copy, on each of their servers (absent:
+   * unthrottled).
+   */
+  readonly throttleBytesPerSec?: number | undefined
 }
 
 /**
@@ -45,7 +53,8 @@ export const Refusal = Schema.Union([
   Schema.TaggedStruct("AlreadyMoving", { target: Schema.Array(Models.ServerId) }),
   Schema.TaggedStruct("NotMoving", {}),
   Schema.TaggedStruct("NoOriginalInSync", {}),
-  Schema.TaggedStruct("ElectionPending", {})
+  Schema.TaggedStruct("ElectionPending", {}),
+  Schema.TaggedStruct("InvalidThrottle", { throttleBytesPerSec: Schema.Number })
 ])
 
 /**
@@ -90,6 +99,8 @@ export const describeRefusal = (tablet: string, refusal: Refusal): string => {
       return `${tablet}: no replica of its original set is in sync to lead; cancelling would lose acknowledged records (let the move finish)`
     case "ElectionPending":
       return `${tablet}: an election is under way; try again once it has a leader`
+    case "InvalidThrottle":
+      return `${tablet}: the replication throttle must be a whole number of bytes a second ≥ 1, not ${refusal.throttleBytesPerSec}`
   }
 }
 
@@ -108,6 +119,29 @@ export const adding = (r: Reassignment): ReadonlyArray<Models.ServerId> =>
  */
 export const removing = (r: Reassignment): ReadonlyArray<Models.ServerId> =>
   r.original.filter((s) => !r.target.includes(s))
+
+/**
+ * The replication throttle `server`'s replica of a tablet moving as `r` and led by `leader` fetches under: the move's,
+ * for an adding replica that does not lead; `undefined` for every other (and when the move names none).
+ *
+ * @since 0.1.0
+ */
+export const throttleOf = (
+  r: Reassignment | undefined,
+  server: Models.ServerId,
+  leader: Models.ServerId | null
+): number | undefined =>
+  r?.throttleBytesPerSec === undefined || server === leader || r.original.includes(server) || !r.target.includes(server)
+    ? undefined
+    : r.throttleBytesPerSec
+
+/**
+ * Whether `throttle` is one a move can name: absent, or a whole number of bytes a second ≥ 1.
+ *
+ * @since 0.1.0
+ */
+export const validThrottle = (throttle: number | undefined): boolean =>
+  throttle === undefined || (Number.isSafeInteger(throttle) && throttle >= 1)
 
 /**
  * A moving tablet's replicas: the target's, then the original's leaving ones.

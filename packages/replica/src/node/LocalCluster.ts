@@ -214,12 +214,13 @@ export interface LocalCluster {
     options: { readonly buckets: number; readonly replicationFactor?: number }
   ) => Effect.Effect<ReadonlyArray<ControllerState.Tablet>, LocalClusterError>
   /**
-   * Moves the tablet's replicas to `replicas` (see `Reassignment`): the tablet as the move left it (its
-   * `reassignment` set while under way), or `ReassignRefused` naming why not.
+   * Moves the tablet's replicas to `replicas` (see `Reassignment`), under `options.throttleBytesPerSec` when given:
+   * the tablet as the move left it (its `reassignment` set while under way), or `ReassignRefused` naming why not.
    */
   readonly reassign: (
     tablet: Models.TabletId,
-    replicas: ReadonlyArray<Models.ServerId>
+    replicas: ReadonlyArray<Models.ServerId>,
+    options?: Controller.ReassignOptions
   ) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
   /** Ends the tablet's move, back on its original replicas: the tablet as written, or `ReassignRefused`. */
   readonly cancelReassign: (tablet: Models.TabletId) => Effect.Effect<ControllerState.Tablet, LocalClusterError>
@@ -565,7 +566,7 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
         }
         return reply.tablets
       }),
-    reassign: (t, replicas) => moveWith(k, (c) => c.reassign(t, replicas)),
+    reassign: (t, replicas, options) => moveWith(k, (c) => c.reassign(t, replicas, options)),
     cancelReassign: (t) => moveWith(k, (c) => c.cancelReassign(t)),
     append: (t, records, acks = "all") =>
       producer.append(

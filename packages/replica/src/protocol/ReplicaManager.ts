@@ -11,6 +11,7 @@ import type { Effect } from "effect"
 import { Context, Schema } from "effect"
 
 const Count = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+const BytesPerSecond = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
 
 /** The replica states of the Fluss/Kafka replica state machine. */
 export const ReplicaState = Schema.Literals([
@@ -54,11 +55,16 @@ export const TabletBatch = Schema.Struct({
 /** @see TabletBatch */
 export type TabletBatch = typeof TabletBatch.Type
 
-/** One tablet's part of a LeaderAndIsr request: its replicas in assignment order and its leader and ISR. */
+/**
+ * One tablet's part of a LeaderAndIsr request: its replicas in assignment order and its leader and ISR.
+ * `throttleBytesPerSec`: the replication throttle this server's replica fetches under, set while a move adds the
+ * replica (Kafka's reassignment throttle); absent, it fetches unthrottled.
+ */
 export const TabletInstruction = Schema.Struct({
   tablet: Models.TabletId,
   replicas: Schema.Array(Models.ServerId),
-  leaderAndIsr: Models.LeaderAndIsr
+  leaderAndIsr: Models.LeaderAndIsr,
+  throttleBytesPerSec: Schema.optional(BytesPerSecond)
 }).annotate({ identifier: "TabletInstruction" })
 /** @see TabletInstruction */
 export type TabletInstruction = typeof TabletInstruction.Type
@@ -228,20 +234,35 @@ export type HoldingsRequest = typeof HoldingsRequest.Type
 /**
  * One replica a tablet server holds, as its last LeaderAndIsr left it: the leader epoch its machine took (`null`:
  * none yet) and the tablet version it applied; `sizeBytes`, while its log is open: the bytes of the batches the log
- * holds (`TabletLog.sizeBytes`, exact).
+ * holds (`TabletLog.sizeBytes`, exact); `throttleBytesPerSec`: the replication throttle its fetches are under, if any.
  */
 export const Holding = Schema.Struct({
   tablet: Models.TabletId,
   leaderEpoch: Schema.NullOr(Models.Epoch),
   version: Schema.Int,
-  sizeBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
+  sizeBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))),
+  throttleBytesPerSec: Schema.optional(BytesPerSecond)
 }).annotate({ identifier: "Holding" })
 /** @see Holding */
 export type Holding = typeof Holding.Type
 
-/** A tablet server's answer to `HoldingsRequest`. */
+/**
+ * A tablet server's health, as it measured it: `appendLatencyP99Ms`, the 99th percentile of its appends as leader
+ * (from arrival to answer, in milliseconds) over a recent window (absent when it served none in the window), and
+ * `isrShrinks`, the committed ISR changes that removed members on tablets it leads since it started (what
+ * `strata_server_isr_shrinks_total` counts).
+ */
+export const ServerHealth = Schema.Struct({
+  appendLatencyP99Ms: Schema.optional(Schema.Finite.check(Schema.isGreaterThanOrEqualTo(0))),
+  isrShrinks: Count
+}).annotate({ identifier: "ServerHealth" })
+/** @see ServerHealth */
+export type ServerHealth = typeof ServerHealth.Type
+
+/** A tablet server's answer to `HoldingsRequest`: its replicas, and its health (absent from a server that keeps none). */
 export const HoldingsResult = Schema.Struct({
-  tablets: Schema.Array(Holding)
+  tablets: Schema.Array(Holding),
+  health: Schema.optional(ServerHealth)
 }).annotate({ identifier: "HoldingsResult" })
 /** @see HoldingsResult */
 export type HoldingsResult = typeof HoldingsResult.Type

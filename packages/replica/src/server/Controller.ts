@@ -19,6 +19,7 @@ import { Cause, Clock, Context, Data, Deferred, Duration, Effect, Queue, Schedul
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as ControllerState from "../machines/ControllerState.js"
 import type * as ControllerMetrics from "./ControllerMetrics.js"
+import * as Holdings from "./internal/holdings.js"
 import * as ControllerView from "./ControllerView.js"
 import * as ProducerIds from "./ProducerIds.js"
 import { type ReplicaStorageReport, TabletServers, type TabletServersShape } from "../wire/Peers.js"
@@ -131,16 +132,32 @@ export interface ControllerShape {
   readonly deleteTablets: (tablets: ReadonlyArray<Models.TabletId>) => Effect.Effect<number, ControllerResigned>
   /**
    * Moves a tablet's replicas to `target` (see `Reassignment`): the tablet as written when the move began (or as it
-   * is, for a repeat), or why it was refused.
+   * is, for a repeat), or why it was refused. `options.throttleBytesPerSec` caps how fast the adding replicas copy;
+   * a repeat of the move under way naming another throttle, or none, makes that the move's.
    */
   readonly reassign: (
     tablet: Models.TabletId,
-    target: ReadonlyArray<Models.ServerId>
+    target: ReadonlyArray<Models.ServerId>,
+    options?: ReassignOptions
   ) => Effect.Effect<ReassignReply, ControllerResigned>
   /** Ends a tablet's move, back on its original replicas: the tablet as written, or why it was refused. */
   readonly cancelReassign: (tablet: Models.TabletId) => Effect.Effect<ReassignReply, ControllerResigned>
   /** Moves leadership back to preferred replicas now; the number of tablets moved. */
   readonly balanceLeaders: Effect.Effect<number, ControllerResigned>
+  /**
+   * Preferred leader election for `tablets`: each whose preferred replica (its first) is live, in its ISR as the life
+   * it joined with and electable leads, whatever the leader imbalance (tablets unknown, or led by it already, are
+   * passed over); the number of tablets moved.
+   */
+  readonly electPreferred: (tablets: ReadonlyArray<Models.TabletId>) => Effect.Effect<number, ControllerResigned>
+  /**
+   * Each live server's health (`ReplicaManager.ServerHealth`: its recent p99 append latency and its ISR shrinks), as
+   * its answer to `Holdings` within `timeout` tells it: every live server asked at once; one that fails, does not
+   * answer in time, or keeps no health is left out.
+   */
+  readonly serverHealth: (
+    timeout: Duration.Input
+  ) => Effect.Effect<ReadonlyMap<Models.ServerId, ReplicaManager.ServerHealth>>
   /** Moves leadership off `server`; the number of tablets it still leads. */
   readonly controlledShutdown: (server: Models.ServerId) => Effect.Effect<number, ControllerResigned>
   /** Takes a server's report that its replicas of some tablets failed their storage, or work again. */
@@ -151,6 +168,16 @@ export interface ControllerShape {
   readonly state: Effect.Effect<ControllerState.State>
   /** How it started: the tablets it started with, how many it read from coordination, whether it read them all. */
   readonly resumed: { readonly tablets: number; readonly read: number; readonly full: boolean }
+}
+
+/**
+ * A move's options (`ControllerShape.reassign`).
+ *
+ * @since 0.1.0
+ */
+export interface ReassignOptions {
+  /** The most bytes a second each server copies for the replicas the move adds (a whole number ≥ 1; absent: no cap). */
+  readonly throttleBytesPerSec?: number | undefined
 }
 
 /**
@@ -704,9 +731,15 @@ const shapeOf = (c: Running, resumed: ControllerShape["resumed"]): ControllerSha
       ask(c, (requestId) => ({ _tag: "DeleteTablets", requestId, tablets })),
       (reply) => (reply._tag === "Deleting" ? reply.tablets : 0)
     ),
-  reassign: (tablet, target) =>
+  reassign: (tablet, target, options) =>
     Effect.map(
-      ask(c, (requestId) => ({ _tag: "Reassign", requestId, tablet, target })),
+      ask(c, (requestId) => ({
+        _tag: "Reassign",
+        requestId,
+        tablet,
+        target,
+        ...(options?.throttleBytesPerSec === undefined ? {} : { throttleBytesPerSec: options.throttleBytesPerSec })
+      })),
       asReassignReply
     ),
   cancelReassign: (tablet) =>
@@ -718,6 +751,13 @@ const shapeOf = (c: Running, resumed: ControllerShape["resumed"]): ControllerSha
     ask(c, (requestId) => ({ _tag: "BalanceLeaders", requestId })),
     (reply) => (reply._tag === "LeadersBalanced" ? reply.moved : 0)
   ),
+  electPreferred: (tablets) =>
+    Effect.map(
+      ask(c, (requestId) => ({ _tag: "BalanceLeaders", requestId, tablets })),
+      (reply) => (reply._tag === "LeadersBalanced" ? reply.moved : 0)
+    ),
+  serverHealth: (timeout) =>
+    Effect.suspend(() => Holdings.serverHealth(c.servers, c.state, Duration.fromInputUnsafe(timeout))),
   controlledShutdown: (server) =>
     Effect.map(
       ask(c, (requestId) => ({ _tag: "ControlledShutdown", requestId, server })),

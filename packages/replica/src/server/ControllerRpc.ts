@@ -5,9 +5,11 @@
  * @since 0.1.0
  */
 import { Models } from "@strata/core"
-import { Duration, Effect, Option, Random, Result, type Scope } from "effect"
+import { Duration, Effect, Random, Result, type Scope } from "effect"
 import * as Assignment from "../machines/Assignment.js"
+import * as Holdings from "./internal/holdings.js"
 import type * as ControllerState from "../machines/ControllerState.js"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import type { TabletServersShape } from "../wire/Peers.js"
 import {
   type Address,
@@ -68,6 +70,9 @@ const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type =
   leaderEpoch: t.leaderAndIsr.leaderEpoch,
   isr: t.leaderAndIsr.isr,
   ...(t.reassignment === undefined ? {} : { target: t.reassignment.target, original: t.reassignment.original }),
+  ...(t.reassignment?.throttleBytesPerSec === undefined
+    ? {}
+    : { throttleBytesPerSec: t.reassignment.throttleBytesPerSec }),
   ...(t.retired === undefined || t.retired.length === 0 ? {} : { retired: t.retired })
 })
 
@@ -134,44 +139,39 @@ const deleteTable = (
 const defaultSizeTimeoutMs = 5_000
 
 /**
- * Each replica's size as the servers holding replicas tell it (`Holdings`, under the controller's epoch and each
- * server's registration as it knows them), by server and tablet key: every server asked at once, one that fails or
- * has not answered within `timeout` left out.
+ * Each replica's size as the servers holding replicas tell it (`Holdings.holdingsOf`: asked under the controller's
+ * epoch and each server's registration, every one at once, one that fails or has not answered within `timeout` left
+ * out), by server and tablet key.
  */
 const sizesOf = (
   servers: TabletServersShape | undefined,
   state: ControllerState.State,
-  asked: ReadonlyArray<number>,
+  asked: ReadonlyArray<Models.ServerId>,
   timeout: Duration.Duration
-): Effect.Effect<ReadonlyMap<number, ReadonlyMap<string, number>>> =>
-  servers === undefined
-    ? Effect.succeed(new Map())
-    : Effect.map(
-        Effect.forEach(
-          asked,
-          (id) => {
-            const registration = state.registrations.get(id)
-            const request = {
-              coordinatorEpoch: state.coordinatorEpoch,
-              ...(registration === undefined ? {} : { registration })
-            }
-            return servers.holdings(id, request).pipe(
-              Effect.timeoutOption(timeout),
-              Effect.map(
-                Option.map((held) => {
-                  const sizes = new Map<string, number>()
-                  for (const h of held.tablets)
-                    if (h.sizeBytes !== undefined) sizes.set(Models.tabletKey(h.tablet), h.sizeBytes)
-                  return [id, sizes] as const
-                })
-              ),
-              Effect.catch(() => Effect.succeed(Option.none()))
-            )
-          },
-          { concurrency: "unbounded" }
-        ),
-        (answers) => new Map(answers.flatMap((a) => (Option.isSome(a) ? [a.value] : [])))
-      )
+): Effect.Effect<ReadonlyMap<Models.ServerId, ReadonlyMap<string, number>>> =>
+  Effect.map(Holdings.holdingsOf(servers, state, asked, timeout), (answers) => {
+    const out = new Map<Models.ServerId, ReadonlyMap<string, number>>()
+    for (const [id, held] of answers) {
+      const sizes = new Map<string, number>()
+      for (const h of held.tablets) if (h.sizeBytes !== undefined) sizes.set(Models.tabletKey(h.tablet), h.sizeBytes)
+      out.set(id, sizes)
+    }
+    return out
+  })
+
+/**
+ * Each live server's health as its answer to `Holdings` tells it (`ReplicaManager.ServerHealth`: its recent p99
+ * append latency, its ISR shrinks), asked as the cluster model's sizes are: every server of `state.live` at once, one
+ * that fails, has not answered within `timeout`, or keeps no health (a server older than health) left out. What
+ * `ControllerShape.serverHealth` answers.
+ *
+ * @since 0.1.0
+ */
+export const serverHealth: (
+  servers: TabletServersShape | undefined,
+  state: ControllerState.State,
+  timeout: Duration.Duration
+) => Effect.Effect<ReadonlyMap<Models.ServerId, ReplicaManager.ServerHealth>> = Holdings.serverHealth
 
 /**
  * The cluster as a rebalance planner sees it: the live registered servers with their racks, and every tablet not
@@ -273,12 +273,17 @@ export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHand
       Effect.flatMap(controller, (c) =>
         Effect.zipWith(c.state, endpoint.servers, (state, servers) => metadataOf(state, servers, table))
       ),
-    BalanceLeaders: () => Effect.flatMap(controller, (c) => Effect.mapError(c.balanceLeaders, resigned)),
+    BalanceLeaders: ({ tablets }) =>
+      Effect.flatMap(controller, (c) =>
+        Effect.mapError(tablets === undefined ? c.balanceLeaders : c.electPreferred(tablets), resigned)
+      ),
     InitProducerId: () => Effect.flatMap(controller, (c) => Effect.mapError(c.initProducerId, resigned)),
     ReplicaStorage: (report) => Effect.flatMap(controller, (c) => Effect.mapError(c.replicaStorage(report), resigned)),
     DeleteTable: ({ table }) => Effect.flatMap(controller, (c) => deleteTable(c, table)),
-    Reassign: ({ tablet, replicas }) =>
-      Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.reassign(tablet, replicas), resigned), moved)),
+    Reassign: ({ tablet, replicas, throttleBytesPerSec }) =>
+      Effect.flatMap(controller, (c) =>
+        Effect.flatMap(Effect.mapError(c.reassign(tablet, replicas, { throttleBytesPerSec }), resigned), moved)
+      ),
     CancelReassign: ({ tablet }) =>
       Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.cancelReassign(tablet), resigned), moved)),
     ClusterModel: (request) => Effect.flatMap(controller, (c) => clusterModel(c, endpoint, request))

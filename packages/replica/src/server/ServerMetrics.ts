@@ -14,6 +14,7 @@
  * | `strata_server_at_min_isr_tablets` | gauge | tablets it leads whose ISR is exactly `minInsyncReplicas` |
  * | `strata_server_offline_replicas` | gauge | replicas whose log is not open (storage failed, or loading) |
  * | `strata_server_producer_count` | gauge | idempotent producers the logs of the tablets it leads know |
+ * | `strata_server_replication_throttle_bytes_per_second` | gauge | the rate its throttled follower fetches (replicas a move adds) share; 0: none |
  * | `strata_server_isr_shrinks_total` | counter | committed ISR changes that removed members, on tablets it leads |
  * | `strata_server_isr_expands_total` | counter | committed ISR changes that added members |
  * | `strata_server_append_latency_seconds` | histogram | an append from its arrival to its answer (acks=all: the HW passing it) |
@@ -61,6 +62,10 @@ export const metrics = {
   }),
   producerCount: Metric.gauge("strata_server_producer_count", {
     description: "Idempotent producers known to the logs of the tablets this server leads"
+  }),
+  replicationThrottle: Metric.gauge("strata_server_replication_throttle_bytes_per_second", {
+    description:
+      "The rate, in record bytes a second, the follower fetches of the replicas a move adds here share (0: none throttled)"
   }),
   isrShrinks: Metric.counter("strata_server_isr_shrinks_total", {
     description: "Committed ISR changes that removed members, on tablets this server leads",
@@ -180,8 +185,15 @@ export interface ServerMetrics {
     before: ReadonlyArray<Models.ServerId>,
     after: ReadonlyArray<Models.ServerId>
   ) => Effect.Effect<void>
-  /** Sets the gauges from the replicas now; a tablet no longer among them loses its series. */
-  readonly refresh: (samples: ReadonlyArray<ReplicaSample>, minInsyncReplicas: number) => Effect.Effect<void>
+  /**
+   * Sets the gauges from the replicas now, and the replication throttle's rate (0, the default: none); a tablet no
+   * longer among them loses its series.
+   */
+  readonly refresh: (
+    samples: ReadonlyArray<ReplicaSample>,
+    minInsyncReplicas: number,
+    throttleBytesPerSecond?: number
+  ) => Effect.Effect<void>
 }
 
 /** The bytes of records as the metrics count them: keys, values and headers. */
@@ -216,6 +228,7 @@ export const make = (serverId: Models.ServerId): ServerMetrics => {
     atMinIsr: bound(metrics.atMinIsr),
     offlineReplicas: bound(metrics.offlineReplicas),
     producerCount: bound(metrics.producerCount),
+    replicationThrottle: bound(metrics.replicationThrottle),
     isrShrinks: bound(metrics.isrShrinks),
     isrExpands: bound(metrics.isrExpands),
     appendLatency: bound(metrics.appendLatency),
@@ -245,8 +258,9 @@ export const make = (serverId: Models.ServerId): ServerMetrics => {
         change.expanded ? Metric.update(m.isrExpands, 1) : Effect.void
       )
     },
-    refresh: (samples, minInsyncReplicas) =>
+    refresh: (samples, minInsyncReplicas, throttleBytesPerSecond = 0) =>
       Effect.gen(function* () {
+        yield* Metric.update(m.replicationThrottle, throttleBytesPerSecond)
         const t = totals(samples, minInsyncReplicas)
         yield* Metric.update(m.leaderCount, t.leaders)
         yield* Metric.update(m.replicaCount, t.replicas)

@@ -5,6 +5,11 @@
  * (appends with acks, idempotent producer stamps, the followers' fetches, the ISR changes it asks the controller
  * for) and follows through `FollowerState` (a fetch loop per followed replica).
  *
+ * A replica whose instruction names a replication throttle (one a move adds here) fetches through the server's one
+ * token bucket, filled at the smallest throttle named (`internal/throttle`); an instruction without one lifts it.
+ * The server measures its health for the controller's `Holdings`: the p99 of its recent appends' latency and its ISR
+ * shrinks (`internal/health`).
+ *
  * The shell decides nothing: each machine's commands run in order, under the replica's lock, and requests to other
  * servers are repeated after a backoff until answered or until the role that sent them ends.
  *
@@ -30,7 +35,9 @@ import {
 import * as FollowerState from "../machines/FollowerState.js"
 import * as Replica from "../machines/Replica.js"
 import { follow } from "./internal/follower.js"
+import * as Health from "./internal/health.js"
 import * as Hosted from "./internal/hosted.js"
+import * as Throttle from "./internal/throttle.js"
 import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
 import * as ProducerState from "../machines/ProducerState.js"
 import { Peers, type PeersShape } from "../wire/Peers.js"
@@ -151,6 +158,10 @@ interface Server {
   readonly hosted: Map<string, Hosted.Hosted>
   readonly machines: MachinesShape
   readonly metrics: ServerMetrics.ServerMetrics
+  /** The replication throttle its throttled replicas' fetches share. */
+  readonly throttle: Throttle.Throttle
+  /** Its append latencies and ISR shrinks, as `Holdings` tells them. */
+  readonly health: Health.Health
   coordinatorEpoch: number
   registration: number | undefined
   /** The sequence of the last storage report this server made. */
@@ -186,13 +197,13 @@ const feed = (
     const [next, ready] = server.machines.replica(h.state, input)
     h.state = next
     const after = next.leader
-    const counted =
+    const changed =
       before !== undefined &&
       after !== undefined &&
       before.isr !== after.isr &&
       before.leaderEpoch === after.leaderEpoch
-        ? server.metrics.isrChanged(before.isr, after.isr)
-        : Effect.void
+    if (changed && ServerMetrics.isrChange(before.isr, after.isr).shrunk) server.health.shrunk()
+    const counted = changed ? server.metrics.isrChanged(before.isr, after.isr) : Effect.void
     return ready.commands.length === 0
       ? Effect.as(counted, ready.answer)
       : Effect.as(Effect.andThen(counted, run(server, h, ready.commands)), ready.answer)
@@ -363,6 +374,7 @@ const startFollowing = (
         leaderId: command.leader,
         leaderEpoch: command.leaderEpoch,
         fetchMaxBytes: server.config.fetchMaxBytes,
+        throttle: server.throttle,
         retryBackoff: server.config.retryBackoff,
         become: server.machines.becomeFollower,
         // The follower's own store failed: offline (from outside the follower, which that stops).
@@ -574,7 +586,11 @@ const hostedOrNew = (server: Server, tablet: Models.TabletId) => {
   return h
 }
 
-/** Applies one tablet's instruction: a new replica's log is opened first. */
+/**
+ * Applies one tablet's instruction: a new replica's log is opened first. The replication throttle it names (or its
+ * absence) is the replica's from then on, even when the machine finds nothing new in it (a throttle changes under the
+ * same leader epoch).
+ */
 const apply = (server: Server, instruction: ReplicaManager.TabletInstruction) =>
   Effect.gen(function* () {
     const h = hostedOrNew(server, instruction.tablet)
@@ -589,6 +605,7 @@ const apply = (server: Server, instruction: ReplicaManager.TabletInstruction) =>
             : { logEndOffset: yield* log.logEndOffset, highWatermark: yield* log.highWatermark }
         const nowMs = yield* Clock.currentTimeMillis
         yield* feedOrFail(server, h, { _tag: "Instruction", instruction, log: bounds, nowMs })
+        server.throttle.set(h.key, instruction.throttleBytesPerSec)
       })
     )
   })
@@ -658,13 +675,11 @@ const append =
       const h = yield* hostedOf(server, request.tablet)
       const started = yield* Clock.currentTimeNanos
       const outcome = yield* Hosted.locked(h, persist(server, h, request))
-      const served = Effect.flatMap(Clock.currentTimeNanos, (now) =>
-        server.metrics.appended(
-          request.records.length,
-          ServerMetrics.recordBytes(request.records),
-          Number(now - started) / 1e9
-        )
-      )
+      const served = Effect.flatMap(Clock.currentTimeNanos, (now) => {
+        const seconds = Number(now - started) / 1e9
+        server.health.appended(Number(now / 1_000_000n), seconds * 1000)
+        return server.metrics.appended(request.records.length, ServerMetrics.recordBytes(request.records), seconds)
+      })
       if (outcome.done === undefined) return yield* Effect.as(served, outcome.result)
       const { ticket, done } = outcome
       const timeoutMs = Duration.toMillis(server.config.appendTimeout)
@@ -918,6 +933,7 @@ const deleteReplica = (server: Server, tablet: Models.TabletId) =>
   Effect.gen(function* () {
     const key = Models.tabletKey(tablet)
     const h = server.hosted.get(key)
+    server.throttle.set(key, undefined)
     if (h !== undefined) {
       yield* Hosted.locked(h, feedOrFail(server, h, { _tag: "Delete" }))
       if (server.hosted.get(key) === h) server.hosted.delete(key)
@@ -941,17 +957,22 @@ const holdings =
       yield* admitController(server, request)
       return {
         // A replica in no role (its log not open, or closed after a failure) holds no epoch: it is instructed again.
-        tablets: yield* Effect.forEach([...server.hosted.values()], ({ state, log }) =>
-          Effect.map(log === undefined ? Effect.succeed(undefined) : log.sizeBytes, (sizeBytes) => ({
-            tablet: state.tablet,
-            leaderEpoch:
-              state.lifecycle._tag === "LeaderReplica" || state.lifecycle._tag === "FollowerReplica"
-                ? ReplicaState.lastLeaderEpoch(state.lifecycle)
-                : null,
-            version: state.version,
-            ...(sizeBytes === undefined ? {} : { sizeBytes })
-          }))
-        )
+        tablets: yield* Effect.forEach([...server.hosted.values()], ({ key, state, log }) =>
+          Effect.map(log === undefined ? Effect.succeed(undefined) : log.sizeBytes, (sizeBytes) => {
+            const throttle = server.throttle.of(key)
+            return {
+              tablet: state.tablet,
+              leaderEpoch:
+                state.lifecycle._tag === "LeaderReplica" || state.lifecycle._tag === "FollowerReplica"
+                  ? ReplicaState.lastLeaderEpoch(state.lifecycle)
+                  : null,
+              version: state.version,
+              ...(sizeBytes === undefined ? {} : { sizeBytes }),
+              ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+            }
+          })
+        ),
+        health: server.health.at(yield* Clock.currentTimeMillis)
       }
     })
 
@@ -1051,6 +1072,8 @@ export const make = (
       hosted: new Map(),
       machines: yield* Machines,
       metrics: ServerMetrics.make(o.serverId),
+      throttle: Throttle.make(),
+      health: Health.make(),
       coordinatorEpoch: 0,
       registration: undefined,
       storageReports: 0,
@@ -1087,7 +1110,7 @@ export const make = (
       registration: Effect.sync(() => server.registration),
       samples: samples(server),
       refreshMetrics: Effect.flatMap(samples(server), (all) =>
-        server.metrics.refresh(all, server.config.minInsyncReplicas)
+        server.metrics.refresh(all, server.config.minInsyncReplicas, server.throttle.rate() ?? 0)
       ),
       logOf: (tablet) => Effect.sync(() => server.hosted.get(Models.tabletKey(tablet))?.log),
       tablets: Effect.sync(() => [...server.hosted.values()].map((h) => h.tablet)),

@@ -159,7 +159,12 @@ export const StoredTablet = Schema.Struct({
   eligible: Schema.optional(Schema.Array(Models.ServerId)),
   deleted: Schema.optional(Schema.Array(Models.ServerId)),
   reassignment: Schema.optional(
-    Schema.Struct({ original: Schema.Array(Models.ServerId), target: Schema.Array(Models.ServerId) })
+    Schema.Struct({
+      original: Schema.Array(Models.ServerId),
+      target: Schema.Array(Models.ServerId),
+      // Absent from what a node without replication throttles wrote (such a node drops it when it reads it).
+      throttleBytesPerSec: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)))
+    })
   ),
   retired: Schema.optional(Schema.Array(Models.ServerId))
 })

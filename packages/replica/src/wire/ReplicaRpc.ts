@@ -196,6 +196,33 @@ export class CreateTableRefused extends Schema.TaggedError<CreateTableRefused>()
 }
 
 /**
+ * A move's replication throttle: a whole number of bytes a second, at least 1.
+ *
+ * @since 0.1.0
+ */
+export const ThrottleBytesPerSec = Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))
+
+/**
+ * A request to move a tablet's replicas to `replicas` (the first is the preferred leader), the adding replicas
+ * copying at most `throttleBytesPerSec` on each server when given (see `Reassignment`).
+ *
+ * @since 0.1.0
+ */
+export const ReassignRequest = Schema.Struct({
+  tablet: Models.TabletId,
+  replicas: Schema.Array(Models.ServerId),
+  throttleBytesPerSec: Schema.optional(ThrottleBytesPerSec)
+})
+
+/**
+ * A request to move leadership back to preferred replicas: with `tablets`, those tablets' (preferred leader election,
+ * whatever the imbalance); without, every server's whose preferred tablets are led elsewhere above the threshold.
+ *
+ * @since 0.1.0
+ */
+export const BalanceLeadersRequest = Schema.Struct({ tablets: Schema.optional(Schema.Array(Models.TabletId)) })
+
+/**
  * One tablet as clients see it: where its replicas are, who leads, under which epoch.
  *
  * @since 0.1.0
@@ -212,7 +239,9 @@ export const TabletMetadata = Schema.Struct({
   /** The replicas a move under way started from (a cancel returns to them). */
   original: Schema.optional(Schema.Array(Models.ServerId)),
   /** Servers a move took out that have not yet deleted their replica. */
-  retired: Schema.optional(Schema.Array(Models.ServerId))
+  retired: Schema.optional(Schema.Array(Models.ServerId)),
+  /** The replication throttle of the move under way, in bytes a second, if it names one. */
+  throttleBytesPerSec: Schema.optional(ThrottleBytesPerSec)
 })
 
 /**
@@ -366,7 +395,7 @@ export class ControllerRpcs extends RpcGroup.make(
     success: Metadata,
     error: NotController
   }),
-  Rpc.make("BalanceLeaders", { payload: Schema.Struct({}), success: Schema.Int, error: NotController }),
+  Rpc.make("BalanceLeaders", { payload: BalanceLeadersRequest, success: Schema.Int, error: NotController }),
   Rpc.make("ReplicaStorage", {
     payload: Schema.Struct({
       server: Models.ServerId,
@@ -384,7 +413,7 @@ export class ControllerRpcs extends RpcGroup.make(
     error: Schema.Union([NotController, DeleteTableRefused])
   }),
   Rpc.make("Reassign", {
-    payload: Schema.Struct({ tablet: Models.TabletId, replicas: Schema.Array(Models.ServerId) }),
+    payload: ReassignRequest,
     success: TabletMetadata,
     error: Schema.Union([NotController, ReassignRefused])
   }),

@@ -7,11 +7,13 @@
  * @internal
  */
 import { type Models, Retry } from "@strata/core"
-import { Data, type Duration, Effect, Schedule } from "effect"
+import { Data, type Duration, Effect, Exit, Schedule } from "effect"
 import * as FollowerState from "../../machines/FollowerState.js"
 import type { LeaderCalls } from "../../wire/Peers.js"
+import { recordBytes } from "../ServerMetrics.js"
 import { isStorageFailure, type TabletLog, TabletLogError } from "../TabletLog.js"
 import { type Hosted, locked, signal } from "./hosted.js"
+import type { Throttle } from "./throttle.js"
 
 /** What the loop needs from its server. */
 export interface FollowerContext {
@@ -22,6 +24,8 @@ export interface FollowerContext {
   readonly leaderId: Models.ServerId
   readonly leaderEpoch: number
   readonly fetchMaxBytes: number
+  /** The server's replication throttle: a fetch of a throttled replica waits for it and fetches what it grants. */
+  readonly throttle: Throttle
   /** The pause before a failed request is sent again, and the first pause before a failing follower starts over. */
   readonly retryBackoff: Duration.Duration
   /** The follower machine's start (`FollowerState.become`, or a simulator's mutant of it). */
@@ -82,19 +86,30 @@ const run = (
         Effect.map((r) => ({ _tag: "EndOffsetAnswered", leaderEpoch: r.leaderEpoch, answer: r.answer ?? undefined }))
       )
     case "Fetch":
-      return retrying(
-        Effect.suspend(() => {
-          const registration = ctx.registration()
-          return ctx.leader.fetch({
-            tablet: h.tablet,
-            follower: ctx.self,
-            ...(registration === undefined ? {} : { registration }),
-            leaderEpoch: ctx.leaderEpoch,
-            offset: command.offset,
-            ...(command.lastFetchedEpoch === undefined ? {} : { lastFetchedEpoch: command.lastFetchedEpoch }),
-            maxBytes: ctx.fetchMaxBytes
+      return Effect.flatMap(ctx.throttle.acquire(h.key, ctx.fetchMaxBytes), (grant) =>
+        retrying(
+          Effect.suspend(() => {
+            const registration = ctx.registration()
+            return ctx.leader.fetch({
+              tablet: h.tablet,
+              follower: ctx.self,
+              ...(registration === undefined ? {} : { registration }),
+              leaderEpoch: ctx.leaderEpoch,
+              offset: command.offset,
+              ...(command.lastFetchedEpoch === undefined ? {} : { lastFetchedEpoch: command.lastFetchedEpoch }),
+              maxBytes: grant.maxBytes
+            })
           })
-        })
+        ).pipe(
+          // What the answer did not use goes back to the throttle (all of it when there was no answer).
+          Effect.onExit((exit) => {
+            let used = 0
+            if (Exit.isSuccess(exit) && exit.value._tag === "Batches") {
+              for (const b of exit.value.batches) used += recordBytes(b.records)
+            }
+            return ctx.throttle.settle(grant, used)
+          })
+        )
       ).pipe(
         Effect.map((r): FollowerState.Input => {
           switch (r._tag) {
