@@ -8,10 +8,11 @@
  */
 import { Coordination, Models } from "@strata/core"
 import { ClusterPaths, type ReplicaRpc, type ReplicationConfig, TabletClient } from "@strata/replica"
-import { Planner } from "@strata/rebalance"
+import { Planner, RebalanceService } from "@strata/rebalance"
 import { Console, Data, Effect, Option, Schema, type Scope } from "effect"
 import * as AdminReport from "./AdminReport.js"
 import * as PlanReport from "./PlanReport.js"
+import * as RebalanceReport from "./RebalanceReport.js"
 import { optional } from "./Processes.js"
 import * as ServerConfig from "./ServerConfig.js"
 
@@ -369,6 +370,45 @@ export const rebalancePlan = (
       if (options.output === "json") yield* printJson(PlanReport.json(model, plan))
       else yield* printLines(PlanReport.lines(model, plan))
     })
+  )
+
+/**
+ * `strata rebalance start|status|pause|resume|cancel`: the request to the leading coordinator's rebalance service,
+ * then its status, as lines or JSON. A refusal (nothing to pause, one already running, no plan) fails as the
+ * `RebalanceCommandError` itself, its message saying why.
+ *
+ * @since 0.1.0
+ */
+export const rebalanceControl = (
+  sources: ServerConfig.Sources,
+  action: ReplicaRpc.RebalanceRequest["action"],
+  options: { readonly goals?: ReadonlyArray<string> | undefined; readonly output: AdminReport.Output }
+) =>
+  withClient(sources, ({ client }) =>
+    Effect.gen(function* () {
+      const goals = options.goals === undefined ? undefined : yield* goalsOf(options.goals)
+      const status = yield* client.rebalance({ action, ...(goals === undefined ? {} : { goals }) }).pipe(
+        Effect.catchIf(
+          (e) => e.reason._tag === "RebalanceCommandError",
+          (e) => Effect.fail(e.reason as RebalanceService.RebalanceCommandError)
+        )
+      )
+      if (options.output === "json") yield* printJson(status)
+      else yield* printLines(RebalanceReport.lines(status))
+    })
+  )
+
+/** Goals as given, each one the planner knows, or a refusal naming the one it does not. */
+const goalsOf = (given: ReadonlyArray<string>) =>
+  Effect.forEach(given, (goal) =>
+    Schema.decodeUnknownEffect(Planner.Goal)(goal).pipe(
+      Effect.mapError(
+        () =>
+          new RebalanceService.RebalanceCommandError({
+            reason: { _tag: "PlanFailed", detail: `unknown goal ${goal} (goals: replica-count, leader, bytes)` }
+          })
+      )
+    )
   )
 
 const decoder = new TextDecoder()

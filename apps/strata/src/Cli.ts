@@ -758,9 +758,54 @@ const rebalancePlan = Command.make(
   )
 )
 
+/** `strata rebalance <action>`: a request to the leading coordinator's rebalance service, then its status. */
+const rebalanceAction = (action: "status" | "pause" | "resume" | "cancel", description: string) =>
+  Command.make(
+    action,
+    { ...adminFlags, output: outputFlag },
+    Effect.fn(
+      function* (f) {
+        yield* Admin.rebalanceControl(adminSources(f), action, { output: yield* outputOf(f.output) })
+      },
+      reporting(`strata rebalance ${action}`)
+    )
+  ).pipe(Command.withDescription(description))
+
+const rebalanceStart = Command.make(
+  "start",
+  {
+    ...adminFlags,
+    goals: Flag.String("goals").pipe(
+      Flag.withDescription(
+        "The goals after the hard rules, in priority order, comma-separated (default: replica-count,leader,bytes)"
+      ),
+      Flag.optional
+    ),
+    output: outputFlag
+  },
+  Effect.fn(function* (f) {
+    yield* Admin.rebalanceControl(adminSources(f), "start", {
+      goals: Option.getOrUndefined(Option.map(f.goals, (g) => g.split(",").map((goal) => goal.trim()))),
+      output: yield* outputOf(f.output)
+    })
+  }, reporting("strata rebalance start"))
+).pipe(Command.withDescription("Plan and start a rebalance now (one at a time): its status"))
+
 const rebalance = Command.make("rebalance").pipe(
-  Command.withDescription("Plan how the cluster's replicas and leaders balance over its servers"),
-  Command.withSubcommands([rebalancePlan])
+  Command.withDescription(
+    "Plan, start and control the progressive rebalance the controller runs (batches, stability gate, rollback)"
+  ),
+  Command.withSubcommands([
+    rebalancePlan,
+    rebalanceStart,
+    rebalanceAction(
+      "status",
+      "The current or last rebalance (phase, batch, moves, why it waits or paused) and the trigger"
+    ),
+    rebalanceAction("pause", "Pause the rebalance once the moves under way end"),
+    rebalanceAction("resume", "Resume a paused rebalance (it measures its baseline again first)"),
+    rebalanceAction("cancel", "Cancel the rebalance: moves under way go back, finished batches stay")
+  ])
 )
 
 const tablets = Command.make("tablets").pipe(

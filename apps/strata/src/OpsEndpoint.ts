@@ -7,18 +7,22 @@
  * - `GET /readyz`: 200 once the process can do its work (a tablet server: registered and every hosted replica's log
  *   open; a coordinator: campaigning or leading, and a leader's controller started), else 503;
  * - `GET /cluster` (a coordinator): the tablet distribution as its controller holds it, as JSON (a standby answers
- *   503 naming the leader it knows).
+ *   503 naming the leader it knows);
+ * - `GET /rebalance` (a coordinator): the rebalance status (`RebalanceService.Status`); `POST /rebalance` starts one
+ *   (`?goals=replica-count,leader`), `POST /rebalance/pause`, `/rebalance/resume`, `/rebalance/cancel` act on it,
+ *   each answering the status after it; a refusal is 409 with its reason, a standby 503 naming the leader.
  *
  * Health and readiness answer JSON: `{ "status": "ok" | "unavailable", "role", "id", "detail" }`.
  *
  * @since 0.1.0
  */
 import { HostPort } from "@strata/core"
+import { Planner } from "@strata/rebalance"
 import { ControllerMetrics, type CoordinatorNode, type TabletServerNode } from "@strata/replica"
 import { NodeHttpServer } from "@effect/platform-node"
 import { createServer } from "node:http"
 import { Data, Effect, type Scope } from "effect"
-import { HttpRouter, HttpServerResponse } from "effect/http"
+import { HttpRouter, type HttpServerRequest, HttpServerResponse } from "effect/http"
 import { PrometheusMetrics } from "effect/observability"
 
 /**
@@ -48,7 +52,22 @@ export interface Probes {
   readonly cluster?: Effect.Effect<
     { readonly ok: true; readonly body: unknown } | { readonly ok: false; readonly detail: string }
   >
+  /** The `/rebalance` routes' answer to `action`: the status, a refusal (409), or why there is none here (503). */
+  readonly rebalance?: (
+    action: "start" | "status" | "pause" | "resume" | "cancel",
+    goals: ReadonlyArray<string> | undefined
+  ) => Effect.Effect<RebalanceAnswer>
 }
+
+/**
+ * A `/rebalance` route's answer: the status after the action, the refusal, or that this process cannot answer.
+ *
+ * @since 0.1.0
+ */
+export type RebalanceAnswer =
+  | { readonly _tag: "Status"; readonly body: unknown }
+  | { readonly _tag: "Refused"; readonly reason: string; readonly detail: string }
+  | { readonly _tag: "Unavailable"; readonly detail: string }
 
 /**
  * The endpoint could not listen at its address.
@@ -73,6 +92,21 @@ const checked = (probes: Probes, check: Effect.Effect<Check>) =>
       { status: c.ok ? 200 : 503 }
     )
   )
+
+/** A `/rebalance` answer as a response: 200 with the status, 409 with the refusal, 503 when this process cannot. */
+const rebalanceResponse = (answer: RebalanceAnswer) => {
+  switch (answer._tag) {
+    case "Status":
+      return HttpServerResponse.jsonUnsafe(answer.body)
+    case "Refused":
+      return HttpServerResponse.jsonUnsafe(
+        { status: "refused", reason: answer.reason, detail: answer.detail },
+        { status: 409 }
+      )
+    case "Unavailable":
+      return HttpServerResponse.jsonUnsafe({ status: "unavailable", detail: answer.detail }, { status: 503 })
+  }
+}
 
 /**
  * Serves the endpoint at `listen` (`host:port`, port 0: any free one) until the scope closes; the `host:port` it
@@ -110,6 +144,20 @@ export const serve = (listen: string, probes: Probes): Effect.Effect<string, Ops
             : HttpServerResponse.jsonUnsafe({ status: "unavailable", detail: answer.detail }, { status: 503 })
         )
       )
+    }
+    const rebalance = probes.rebalance
+    if (rebalance !== undefined) {
+      const route =
+        (action: "start" | "status" | "pause" | "resume" | "cancel") =>
+        (request: HttpServerRequest.HttpServerRequest) => {
+          const goals = new URL(request.url, "http://ops").searchParams.get("goals")
+          const given = goals === null ? undefined : goals.split(",").map((g) => g.trim())
+          return Effect.map(rebalance(action, given), rebalanceResponse)
+        }
+      yield* router.add("GET", "/rebalance", route("status"))
+      yield* router.add("POST", "/rebalance", route("start"))
+      for (const action of ["pause", "resume", "cancel"] as const)
+        yield* router.add("POST", `/rebalance/${action}`, route(action))
     }
     const server = yield* NodeHttpServer.make(() => createServer(), { host: at.host, port: at.port }).pipe(
       Effect.mapError(
@@ -191,6 +239,7 @@ export const coordinatorProbes = (node: CoordinatorNode.CoordinatorNode, id: num
     }
   }),
   refresh: node.refreshMetrics,
+  rebalance: (action, goals) => rebalanceOn(node, action, goals),
   cluster: Effect.gen(function* () {
     const controller = yield* node.controller
     if (controller === undefined) {
@@ -221,3 +270,45 @@ export const coordinatorProbes = (node: CoordinatorNode.CoordinatorNode, id: num
     }
   })
 })
+
+/** A `/rebalance` action on the coordinator's rebalance service, if it leads and runs one. */
+const rebalanceOn = (
+  node: CoordinatorNode.CoordinatorNode,
+  action: "start" | "status" | "pause" | "resume" | "cancel",
+  goals: ReadonlyArray<string> | undefined
+): Effect.Effect<RebalanceAnswer> =>
+  Effect.gen(function* () {
+    const service = yield* node.rebalance
+    if (service === undefined) {
+      const leader = yield* node.directory.controller.pipe(Effect.option)
+      return {
+        _tag: "Unavailable" as const,
+        detail: `this coordinator runs no rebalance (it does not lead)${leader._tag === "Some" ? `; the controller is at ${leader.value}` : ""}`
+      }
+    }
+    const known = goals === undefined ? undefined : goals.filter((g): g is Planner.Goal => Planner.isGoal(g))
+    if (goals !== undefined && known !== undefined && known.length !== goals.length) {
+      const bad = goals.find((g) => !Planner.isGoal(g))
+      return {
+        _tag: "Refused" as const,
+        reason: "PlanFailed",
+        detail: `unknown goal ${bad} (goals: replica-count, leader, bytes)`
+      }
+    }
+    const acted =
+      action === "start"
+        ? service.start(known === undefined ? {} : { goals: known })
+        : action === "pause"
+          ? service.pause
+          : action === "resume"
+            ? service.resume
+            : action === "cancel"
+              ? service.cancel
+              : Effect.void
+    return yield* Effect.andThen(acted, service.status).pipe(
+      Effect.map((body): RebalanceAnswer => ({ _tag: "Status", body })),
+      Effect.catch((e) =>
+        Effect.succeed<RebalanceAnswer>({ _tag: "Refused", reason: e.reason._tag, detail: e.message })
+      )
+    )
+  })

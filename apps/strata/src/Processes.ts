@@ -82,12 +82,13 @@ export const coordinator = (sources: ServerConfig.Sources) =>
           ...optional("namespace", settings.namespace),
           ...optional("listen", settings.listen),
           ...optional("advertise", settings.advertise),
-          ...optional("rejoinBackoff", settings.rejoinBackoff)
+          ...optional("rejoinBackoff", settings.rejoinBackoff),
+          rebalance: ServerConfig.rebalanceOf(settings)
         })
         yield* Effect.logInfo(`coordinator ${settings.id} ready at ${node.address}`)
         const ops = yield* OpsEndpoint.serve(settings.httpListen, OpsEndpoint.coordinatorProbes(node, settings.id))
         yield* Effect.logInfo(
-          `coordinator ${settings.id} ops endpoint on http://${ops} (/metrics, /healthz, /readyz, /cluster)`
+          `coordinator ${settings.id} ops endpoint on http://${ops} (/metrics, /healthz, /readyz, /cluster, /rebalance)`
         )
       }),
       ServerConfig.coordinationLayer(settings.coordination)

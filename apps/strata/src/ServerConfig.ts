@@ -18,6 +18,7 @@ import * as EtcdCoordination from "@strata/election/etcd"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
+import { RebalanceConfig } from "@strata/rebalance"
 import { ReplicaRpc, ReplicationConfig } from "@strata/replica"
 import {
   Config,
@@ -244,7 +245,70 @@ export const CoordinatorConfig = Schema.Struct({
   ...listening,
   rejoinBackoff: Schema.optional(OptionSchemas.DurationOption("positive")).pipe(
     about("The pause before campaigning again after a leadership ended", Duration.seconds(1))
-  )
+  ),
+  ...rebalanceFields()
+})
+
+/**
+ * The rebalance settings a coordinator reads, each `RebalanceConfig` key under a `rebalance` prefix
+ * (`rebalanceCheckInterval`, `STRATA_REBALANCE_CHECK_INTERVAL`), checked by `RebalanceConfig`'s own rules.
+ */
+function rebalanceFields() {
+  const f = RebalanceConfig.RebalanceConfig.fields
+  return {
+    rebalanceEnabled: f.enabled.pipe(
+      about("Whether the controller starts rebalances by itself (a manual start works either way)")
+    ),
+    rebalanceCheckInterval: f.checkInterval.pipe(
+      about("How often the rebalance trigger checks the imbalance (it also checks when a server joins)")
+    ),
+    rebalanceTriggerThreshold: f.triggerThreshold.pipe(
+      about(
+        "The imbalance (coefficient of variation, population sd / mean, of replica counts over eligible servers) above which a rebalance starts; it re-arms below half of it"
+      )
+    ),
+    rebalanceCooldown: f.cooldown.pipe(about("How long after a rebalance ends before the trigger may start another")),
+    rebalanceBatchRatio: f.batchRatio.pipe(about("A batch's share of the plan's moves, in (0, 1]")),
+    rebalanceMaxConcurrentMigrations: f.maxConcurrentMigrations.pipe(
+      about("The most moves in flight into or out of one server at once")
+    ),
+    rebalanceMaxClusterMigrations: f.maxClusterMigrations.pipe(
+      about("The most moves in flight in the cluster at once")
+    ),
+    rebalanceThrottleBytesPerSec: f.throttleBytesPerSec.pipe(
+      about("The fetch rate of a server's replicas being added by a rebalance, bytes per second (0: unthrottled)")
+    ),
+    rebalanceMoveTimeout: f.moveTimeout.pipe(
+      about("How long one move may take before it is cancelled and tried again")
+    ),
+    rebalanceGateWindow: f.gateWindow.pipe(
+      about("How long the cluster must stay healthy between batches (and the baseline's measuring window)")
+    ),
+    rebalanceGateLatencyFactor: f.gateLatencyFactor.pipe(
+      about(
+        "A server's append latency p99 may grow to this factor of its baseline (and baseline + 20 ms) during a rebalance"
+      )
+    )
+  }
+}
+
+/**
+ * The `RebalanceConfig` of a coordinator's settings.
+ *
+ * @since 0.1.0
+ */
+export const rebalanceOf = (settings: typeof CoordinatorConfig.Type): RebalanceConfig.RebalanceConfig => ({
+  enabled: settings.rebalanceEnabled,
+  checkInterval: settings.rebalanceCheckInterval,
+  triggerThreshold: settings.rebalanceTriggerThreshold,
+  cooldown: settings.rebalanceCooldown,
+  batchRatio: settings.rebalanceBatchRatio,
+  maxConcurrentMigrations: settings.rebalanceMaxConcurrentMigrations,
+  maxClusterMigrations: settings.rebalanceMaxClusterMigrations,
+  throttleBytesPerSec: settings.rebalanceThrottleBytesPerSec,
+  moveTimeout: settings.rebalanceMoveTimeout,
+  gateWindow: settings.rebalanceGateWindow,
+  gateLatencyFactor: settings.rebalanceGateLatencyFactor
 })
 
 /**

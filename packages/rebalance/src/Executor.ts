@@ -1032,39 +1032,43 @@ const cancel = (s: Stepping) => {
 // ---------------------------------------------------------------------------
 
 /**
- * Where a rebalance stands, for `status`, `GET /rebalance` and the metrics.
+ * Where a rebalance stands, for `status`, `GET /rebalance` and the metrics (`batch` is 1-based, `batches` once
+ * completed; `active` lists the moves under way).
  *
  * @since 0.1.0
  */
-export interface Progress {
-  readonly id: string
-  readonly reason: string
-  readonly phase: Phase
-  /** The batch in flight (1-based; `batches` once completed). */
-  readonly batch: number
-  readonly batches: number
-  readonly movesDone: number
-  readonly movesTotal: number
-  readonly movesActive: number
-  readonly movesCancelled: number
-  readonly movesSkipped: number
-  readonly bytesMoved: number
-  readonly gateFailures: number
-  readonly rollbacks: number
-  readonly imbalanceBefore: number
-  readonly imbalancePlanned: number
-  readonly startedAtMs: number
-  readonly endedAtMs?: number | undefined
-  readonly detail?: string | undefined
-  /** The moves under way: tablet, target, status, how long. */
-  readonly active: ReadonlyArray<{
-    readonly tablet: string
-    readonly to: ReadonlyArray<Models.ServerId>
-    readonly status: MoveStatus
-    readonly attempts: number
-    readonly sinceMs?: number | undefined
-  }>
-}
+export const Progress = Schema.Struct({
+  id: Schema.String,
+  reason: Schema.String,
+  phase: Phase,
+  batch: Schema.Int,
+  batches: Schema.Int,
+  movesDone: Schema.Int,
+  movesTotal: Schema.Int,
+  movesActive: Schema.Int,
+  movesCancelled: Schema.Int,
+  movesSkipped: Schema.Int,
+  bytesMoved: Schema.Number,
+  gateFailures: Schema.Int,
+  rollbacks: Schema.Int,
+  imbalanceBefore: Schema.Number,
+  imbalancePlanned: Schema.Number,
+  startedAtMs: Schema.Number,
+  endedAtMs: Schema.optional(Schema.Number),
+  detail: Schema.optional(Schema.String),
+  active: Schema.Array(
+    Schema.Struct({
+      tablet: Schema.String,
+      to: Schema.Array(Models.ServerId),
+      status: MoveStatus,
+      attempts: Schema.Int,
+      sinceMs: Schema.optional(Schema.Number)
+    })
+  )
+})
+
+/** @see Progress */
+export type Progress = typeof Progress.Type
 
 /**
  * A rebalance's progress.
@@ -1090,14 +1094,14 @@ export const progress = (state: State): Progress => {
     imbalanceBefore: state.imbalanceBefore,
     imbalancePlanned: state.imbalancePlanned,
     startedAtMs: state.startedAtMs,
-    endedAtMs: state.endedAtMs,
-    detail: state.detail,
+    ...(state.endedAtMs === undefined ? {} : { endedAtMs: state.endedAtMs }),
+    ...(state.detail === undefined ? {} : { detail: state.detail }),
     active: state.moves.filter(active).map((m) => ({
       tablet: Models.tabletKey(m.tablet),
       to: m.to,
       status: m.status,
       attempts: m.attempts,
-      sinceMs: m.sinceMs
+      ...(m.sinceMs === undefined ? {} : { sinceMs: m.sinceMs })
     }))
   }
 }

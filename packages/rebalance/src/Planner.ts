@@ -29,6 +29,8 @@ import * as Assignment from "./internal/assignment.js"
 export const Goal = Schema.Literals(["replica-count", "leader", "bytes"])
 /** @see Goal */
 export type Goal = typeof Goal.Type
+/** Whether `text` names a goal. */
+export const isGoal = Schema.is(Goal)
 
 /** The planner's options. */
 export const Options = Schema.Struct({

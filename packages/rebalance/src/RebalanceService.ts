@@ -119,31 +119,36 @@ export const describeRefusal = (r: CommandRefusal): string => {
 const refused = (reason: CommandRefusal) => new RebalanceCommandError({ reason })
 
 /**
- * The trigger's state as `status` shows it.
+ * The trigger's state as `status` shows it (`cooldownUntilMs` when a cooldown runs, on the clock).
  *
  * @since 0.1.0
  */
-export interface TriggerStatus {
-  readonly enabled: boolean
-  readonly threshold: number
-  readonly armed: boolean
-  readonly lastImbalance: number | undefined
-  /** When the cooldown ends (ms on the clock), if one runs. */
-  readonly cooldownUntilMs: number | undefined
-  readonly checkIntervalMs: number
-}
+export const TriggerStatus = Schema.Struct({
+  enabled: Schema.Boolean,
+  threshold: Schema.Number,
+  armed: Schema.Boolean,
+  lastImbalance: Schema.optional(Schema.Number),
+  cooldownUntilMs: Schema.optional(Schema.Number),
+  checkIntervalMs: Schema.Number
+})
+
+/** @see TriggerStatus */
+export type TriggerStatus = typeof TriggerStatus.Type
 
 /**
  * The service's status: the trigger, and the current (or last) rebalance with the imbalance measured after it.
  *
  * @since 0.1.0
  */
-export interface Status {
-  readonly nowMs: number
-  readonly trigger: TriggerStatus
-  readonly rebalance: Executor.Progress | undefined
-  readonly imbalanceAfter: number | undefined
-}
+export const Status = Schema.Struct({
+  nowMs: Schema.Number,
+  trigger: TriggerStatus,
+  rebalance: Schema.optional(Executor.Progress),
+  imbalanceAfter: Schema.optional(Schema.Number)
+})
+
+/** @see Status */
+export type Status = typeof Status.Type
 
 /**
  * The service an operator drives.
@@ -226,19 +231,15 @@ interface Running {
 const now = Clock.currentTimeMillis
 
 /**
- * Starts the service under `leadership` (stopping with the scope): loads the stored rebalance, goes on with it,
- * and runs the trigger's checks and the executor's observations.
+ * Starts the service under `leadership` (stopping with the scope): loads the stored rebalance (one that cannot be
+ * read is logged and left behind), goes on with it, and runs the trigger's checks and the executor's observations.
  *
  * @since 0.1.0
  */
 export const make = (
   leadership: Pick<Election.Leadership, "fenced">,
   options: Options
-): Effect.Effect<
-  RebalanceServiceShape,
-  Coordination.CoordinationError | RebalanceStore.RebalanceStoreCorrupt,
-  Coordination.Coordination | Scope.Scope
-> =>
+): Effect.Effect<RebalanceServiceShape, Coordination.CoordinationError, Coordination.Coordination | Scope.Scope> =>
   Effect.gen(function* () {
     const coordination = yield* Coordination.Coordination
     const session = yield* coordination.session()
@@ -256,7 +257,18 @@ export const make = (
       executor: undefined,
       imbalanceAfter: undefined
     }
-    yield* resumeStored(r, yield* store.load)
+    // A stored rebalance that cannot be read is reported and left behind (the next one overwrites it): it must not
+    // keep every controller from starting.
+    const stored = yield* store.load.pipe(
+      Effect.retry({ schedule: Schedule.spaced("1 second"), times: 4 }),
+      Effect.catch((e) =>
+        Effect.as(
+          Effect.logError(`rebalance: the stored rebalance cannot be read, starting without it: ${e.message}`),
+          Option.none()
+        )
+      )
+    )
+    yield* resumeStored(r, stored)
     const scope = yield* Effect.scope
     const observeEvery = Schedule.spaced(options.observeInterval ?? "1 second")
     yield* Effect.forkIn(Effect.repeat(observeOnce(r), observeEvery), scope)
@@ -522,12 +534,12 @@ const shapeOf = (r: Running): RebalanceServiceShape => {
           enabled: t.settings.enabled,
           threshold: t.settings.triggerThreshold,
           armed: t.armed,
-          lastImbalance: t.lastImbalance,
-          cooldownUntilMs: cooldownUntil !== undefined && cooldownUntil > nowMs ? cooldownUntil : undefined,
+          ...(t.lastImbalance === undefined ? {} : { lastImbalance: t.lastImbalance }),
+          ...(cooldownUntil !== undefined && cooldownUntil > nowMs ? { cooldownUntilMs: cooldownUntil } : {}),
           checkIntervalMs: Duration.toMillis(r.options.config.checkInterval)
         },
-        rebalance: r.executor === undefined ? undefined : Executor.progress(r.executor),
-        imbalanceAfter: r.imbalanceAfter
+        ...(r.executor === undefined ? {} : { rebalance: Executor.progress(r.executor) }),
+        ...(r.imbalanceAfter === undefined ? {} : { imbalanceAfter: r.imbalanceAfter })
       }
     }),
     pause: operate("Pause"),

@@ -9,6 +9,7 @@
  * @since 0.1.0
  */
 import type { Models } from "@strata/core"
+import type { RebalanceService } from "@strata/rebalance"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Cause, Context, Duration, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
@@ -29,6 +30,7 @@ import {
   NotController,
   parseAddress,
   type ReassignRefused,
+  type RebalanceRequest,
   TabletServerRpcs,
   type TabletMetadata
 } from "../wire/ReplicaRpc.js"
@@ -99,6 +101,10 @@ export interface AdminCalls {
     options?: { readonly throttleBytesPerSec?: number | undefined }
   ) => Effect.Effect<typeof TabletMetadata.Type, ReassignRefused | PeerUnreachable>
   /** Ends a tablet's move, back on its original replicas: the tablet as written, or `ReassignRefused`. */
+  /** A rebalance request to the leading coordinator's rebalance service: the status after it. */
+  readonly rebalance: (
+    request: RebalanceRequest
+  ) => Effect.Effect<RebalanceService.Status, RebalanceService.RebalanceCommandError | PeerUnreachable>
   readonly cancelReassign: (
     tablet: Models.TabletId
   ) => Effect.Effect<typeof TabletMetadata.Type, ReassignRefused | PeerUnreachable>
@@ -389,7 +395,8 @@ const adminOf = (r: Remote): AdminCalls => ({
         ...(options?.throttleBytesPerSec === undefined ? {} : { throttleBytesPerSec: options.throttleBytesPerSec })
       })
     ),
-  cancelReassign: (tablet) => toController(r, (c) => c.CancelReassign({ tablet }))
+  cancelReassign: (tablet) => toController(r, (c) => c.CancelReassign({ tablet })),
+  rebalance: (request) => toController(r, (c) => c.Rebalance(request))
 })
 
 /**

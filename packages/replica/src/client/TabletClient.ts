@@ -18,6 +18,7 @@
  * @since 0.1.0
  */
 import { type Coordination, type Election, HostPort, Models, OptionSchemas, Retry } from "@strata/core"
+import { RebalanceService } from "@strata/rebalance"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import {
   Clock,
@@ -43,6 +44,7 @@ import {
   type ClusterModelRequest,
   type Metadata,
   ReassignRefused,
+  type RebalanceRequest,
   type TabletMetadata
 } from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
@@ -170,6 +172,7 @@ export const TabletClientErrorReason = Schema.Union([
   CreateTableRefused,
   DeleteTableRefused,
   ReassignRefused,
+  RebalanceService.RebalanceCommandError,
   ClientClosed,
   Abandoned
 ])
@@ -271,6 +274,11 @@ export interface TabletClientShape {
    * `options.throttleBytesPerSec` caps how fast each server copies for the replicas the move adds (a whole number of
    * bytes a second ≥ 1; absent: no cap); asking again with another throttle, or none, makes it the move's.
    */
+  /**
+   * A rebalance request to the leading coordinator's rebalance service (`start` with goals, `status`, `pause`,
+   * `resume`, `cancel`): the status after it, or `RebalanceCommandError` naming why it was refused.
+   */
+  readonly rebalance: (request: RebalanceRequest) => Effect.Effect<RebalanceService.Status, TabletClientError>
   readonly reassign: (
     tablet: Models.TabletId,
     replicas: ReadonlyArray<Models.ServerId>,
@@ -487,6 +495,7 @@ const shapeOf = (c: Client): TabletClientShape => {
     reassign: (tablet, replicas, options) =>
       admin(`moving ${Models.tabletKey(tablet)}`, remote.admin.reassign(tablet, replicas, options)),
     cancelReassign: (tablet) => admin(`cancelling the move of ${Models.tabletKey(tablet)}`, cancelOnce(c, tablet)),
+    rebalance: (request) => admin(`rebalance ${request.action}`, remote.admin.rebalance(request)),
     remote
   }
 }

@@ -9,6 +9,7 @@
  */
 import { type Coordination, Election, OptionSchemas } from "@strata/core"
 import { Coordinator } from "@strata/election"
+import { RebalanceConfig, RebalanceService } from "@strata/rebalance"
 import { type Duration, Effect, Option, Schema, type Scope } from "effect"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
@@ -20,6 +21,7 @@ import * as ReplicaRpc from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import { listenAddress, NodeFields, requestTimeoutOf } from "./TabletServerNode.js"
 import * as ControllerRpc from "../server/ControllerRpc.js"
+import * as RebalanceControl from "../server/RebalanceControl.js"
 
 /**
  * A coordinator process's options. A duration takes any `Duration.Input` (`"1 second"`, or a number of
@@ -31,6 +33,14 @@ export const CoordinatorNodeOptions = Schema.Struct({
   ...NodeFields,
   /** The pause before campaigning again after a leadership ended (1 second). */
   rejoinBackoff: OptionSchemas.DurationOption("positive").pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<Duration.Input>("1 second"))
+  ),
+  /** The rebalance settings (`@strata/rebalance`'s `RebalanceConfig`; every key at its default when left out). */
+  rebalance: RebalanceConfig.RebalanceConfig.pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<RebalanceConfig.RebalanceConfigInput>({}))
+  ),
+  /** How often a rebalance under way observes the cluster (1 second). */
+  rebalanceObserveInterval: OptionSchemas.DurationOption("positive").pipe(
     Schema.withDecodingDefaultKey(Effect.succeed<Duration.Input>("1 second"))
   )
 })
@@ -53,6 +63,8 @@ export interface CoordinatorNode {
   readonly address: string
   /** Its controller while it leads. */
   readonly controller: Effect.Effect<Controller.ControllerShape | undefined>
+  /** Its rebalance service while it leads (started after the controller). */
+  readonly rebalance: Effect.Effect<RebalanceService.RebalanceServiceShape | undefined>
   readonly directory: ClusterDirectory.ClusterDirectory
   /** Its warm view of the tablets. */
   readonly view: ControllerView.ControllerView
@@ -100,6 +112,39 @@ export const controllerService = (options: {
   )
 
 /**
+ * The `RebalanceService` as a coordinator's leader service, after the controller (`controller` is the one the
+ * controller service started under the same leadership): its trigger checks also when the live servers change.
+ *
+ * @since 0.1.0
+ */
+export const rebalanceService = (options: {
+  readonly namespace: string
+  readonly config: RebalanceConfig.RebalanceConfig
+  readonly observeInterval: Duration.Input
+  readonly controller: Effect.Effect<Controller.ControllerShape | undefined>
+  readonly endpoint: ControllerRpc.ControllerEndpoint
+  readonly track: (service: RebalanceService.RebalanceServiceShape | undefined) => Effect.Effect<void>
+}) =>
+  Coordinator.service("rebalance", (leadership) =>
+    Effect.acquireRelease(
+      Effect.gen(function* () {
+        const controller = yield* options.controller
+        if (controller === undefined) return yield* Effect.die("the rebalance service starts after the controller")
+        const service = yield* RebalanceService.make(leadership, {
+          control: RebalanceControl.make(controller, options.endpoint),
+          root: ClusterPaths.make(options.namespace).rebalance,
+          config: options.config,
+          observeInterval: options.observeInterval,
+          checks: RebalanceControl.serverChanges(controller)
+        })
+        yield* options.track(service)
+        return service
+      }),
+      () => options.track(undefined)
+    )
+  )
+
+/**
  * Starts a coordinator process on the `Coordination` in context; it stops (resigning if it leads) with the scope.
  *
  * @since 0.1.0
@@ -132,13 +177,16 @@ export const make = (
     })
     let mine: Controller.ControllerShape | undefined
     const current = Effect.sync(() => mine)
-    const bound = yield* ControllerRpc.serveController(listenAddress(o.listen), {
+    let rebalancing: RebalanceService.RebalanceServiceShape | undefined
+    const endpoint: ControllerRpc.ControllerEndpoint = {
       current,
+      rebalance: Effect.sync(() => rebalancing),
       servers: directory.servers,
       replicationFactor: config.replicationFactor,
       tabletServers: remote.servers,
       leader: Effect.map(Effect.option(directory.controller), Option.getOrUndefined)
-    })
+    }
+    const bound = yield* ControllerRpc.serveController(listenAddress(o.listen), endpoint)
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     yield* Effect.logInfo(`coordinator ${o.serverId} listening on ${address}`)
     // Kept warm while this coordinator stands by: taking over reads only the tablets written since.
@@ -164,6 +212,17 @@ export const make = (
             }),
           view,
           metrics
+        }),
+        rebalanceService({
+          namespace: o.namespace,
+          config: o.rebalance,
+          observeInterval: o.rebalanceObserveInterval,
+          controller: current,
+          endpoint,
+          track: (service) =>
+            Effect.sync(() => {
+              rebalancing = service
+            })
         })
       ]
     }).pipe(Effect.provideService(Election.Election, election))
@@ -171,5 +230,6 @@ export const make = (
     const refreshMetrics = Effect.flatMap(current, (c) =>
       c === undefined ? metrics.refresh(undefined) : Effect.flatMap(c.state, metrics.refresh)
     )
-    return { coordinator, address, controller: current, directory, view, refreshMetrics }
+    const rebalance = Effect.sync(() => rebalancing)
+    return { coordinator, address, controller: current, rebalance, directory, view, refreshMetrics }
   })

@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import { Models } from "@strata/core"
+import type { RebalanceService } from "@strata/rebalance"
 import { Duration, Effect, Random, Result, type Scope } from "effect"
 import * as Assignment from "../machines/Assignment.js"
 import * as Holdings from "./internal/holdings.js"
@@ -24,6 +25,7 @@ import {
   type Metadata,
   NotController,
   ReassignRefused,
+  type RebalanceRequest,
   type ServerMetadata,
   serveGroup,
   type TabletMetadata
@@ -47,6 +49,8 @@ export interface ControllerEndpoint {
   readonly tabletServers?: TabletServersShape | undefined
   /** Where the controller is while this coordinator does not lead, when it knows (told in `NotController`). */
   readonly leader?: Effect.Effect<string | undefined> | undefined
+  /** The coordinator's rebalance service while it leads (`Rebalance` requests go to it). */
+  readonly rebalance?: Effect.Effect<RebalanceService.RebalanceServiceShape | undefined> | undefined
 }
 
 /** The clients' view of the controller's tablets (one table's, when named). */
@@ -179,8 +183,10 @@ export const serverHealth: (
  * a server not registered now keeps its place, that server listed `excluded`. A tablet's size is its leader's log's
  * figure, else the largest any of its replicas gave in time; without one it has no `sizeBytes`, and is counted in
  * `sizesMissing`.
+ *
+ * @since 0.1.0
  */
-const clusterModel = (
+export const clusterModel = (
   controller: ControllerShape,
   endpoint: ControllerEndpoint,
   request: typeof ClusterModelRequest.Type
@@ -228,6 +234,34 @@ const clusterModel = (
       tablets: modelled,
       sizesMissing
     }
+  })
+
+/** A rebalance request to the leading coordinator's rebalance service: the status after it. */
+const rebalance = (
+  endpoint: ControllerEndpoint,
+  request: RebalanceRequest
+): Effect.Effect<RebalanceService.Status, NotController | RebalanceService.RebalanceCommandError> =>
+  Effect.gen(function* () {
+    const service = endpoint.rebalance === undefined ? undefined : yield* endpoint.rebalance
+    if (service === undefined)
+      return yield* new NotController({ detail: "this coordinator leads but runs no rebalance service (yet)" })
+    switch (request.action) {
+      case "start":
+        yield* service.start(request.goals === undefined ? {} : { goals: request.goals })
+        break
+      case "pause":
+        yield* service.pause
+        break
+      case "resume":
+        yield* service.resume
+        break
+      case "cancel":
+        yield* service.cancel
+        break
+      case "status":
+        break
+    }
+    return yield* service.status
   })
 
 /**
@@ -286,6 +320,7 @@ export const controllerHandlers = (endpoint: ControllerEndpoint): ControllerHand
       ),
     CancelReassign: ({ tablet }) =>
       Effect.flatMap(controller, (c) => Effect.flatMap(Effect.mapError(c.cancelReassign(tablet), resigned), moved)),
-    ClusterModel: (request) => Effect.flatMap(controller, (c) => clusterModel(c, endpoint, request))
+    ClusterModel: (request) => Effect.flatMap(controller, (c) => clusterModel(c, endpoint, request)),
+    Rebalance: (request) => Effect.flatMap(controller, () => rebalance(endpoint, request))
   }
 }

@@ -31,6 +31,8 @@ export interface ClusterPaths {
   readonly changes: string
   /** The next idempotent-producer id no one has been given (`ProducerIds`). */
   readonly producerIds: string
+  /** The current or last rebalance (`@strata/rebalance`'s `RebalanceStore`: a header and chunks of moves). */
+  readonly rebalance: string
 }
 
 /**
@@ -47,7 +49,8 @@ export const make = (namespace: string): ClusterPaths => {
     tablets,
     tablet: (t) => CoordinationPaths.join(tablets, nodeName(t)),
     changes: CoordinationPaths.join(namespace, "tablet-changes"),
-    producerIds: CoordinationPaths.join(namespace, "producer-ids")
+    producerIds: CoordinationPaths.join(namespace, "producer-ids"),
+    rebalance: CoordinationPaths.join(namespace, "rebalance")
   }
 }
 

@@ -17,6 +17,7 @@
  * @since 0.1.0
  */
 import { HostPort, Models } from "@strata/core"
+import { Planner, RebalanceService } from "@strata/rebalance"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import * as Reassignment from "../machines/Reassignment.js"
 import { NodeSocket, NodeSocketServer } from "@effect/platform-node"
@@ -370,6 +371,20 @@ export const ClusterModelReply = Schema.Struct({
 export type ClusterModelReply = typeof ClusterModelReply.Type
 
 /**
+ * An operator's rebalance request: `start` (with `goals`, every goal by default), `status`, `pause` (once the moves
+ * under way end), `resume`, `cancel`. Every one is answered with the status after it.
+ *
+ * @since 0.1.0
+ */
+export const RebalanceRequest = Schema.Struct({
+  action: Schema.Literals(["start", "status", "pause", "resume", "cancel"]),
+  goals: Schema.optional(Schema.Array(Planner.Goal))
+})
+
+/** @see RebalanceRequest */
+export type RebalanceRequest = typeof RebalanceRequest.Type
+
+/**
  * What the controller serves.
  *
  * @since 0.1.0
@@ -422,7 +437,12 @@ export class ControllerRpcs extends RpcGroup.make(
     success: TabletMetadata,
     error: Schema.Union([NotController, ReassignRefused])
   }),
-  Rpc.make("ClusterModel", { payload: ClusterModelRequest, success: ClusterModelReply, error: NotController })
+  Rpc.make("ClusterModel", { payload: ClusterModelRequest, success: ClusterModelReply, error: NotController }),
+  Rpc.make("Rebalance", {
+    payload: RebalanceRequest,
+    success: RebalanceService.Status,
+    error: Schema.Union([NotController, RebalanceService.RebalanceCommandError])
+  })
 ) {}
 
 /**

@@ -33,6 +33,8 @@ export const fromClient =
       case "DeleteTableRefused":
       case "ReassignRefused":
         return logError(new Log.InvalidRequest({ detail: r.detail }))
+      case "RebalanceCommandError":
+        return logError(new Log.InvalidRequest({ detail: r.message }))
       case "ReplicaError": {
         const reason = r.reason
         if (reason._tag === "OffsetOutOfRange") {
