@@ -11,7 +11,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import { Effect, Fiber, Ref } from "effect"
 import { inject } from "vitest"
-import { awaitMetadata, cliProcesses, client, record, zooKeeperCluster } from "./support/clusterTest.js"
+import { awaitMetadata, cliProcesses, client, steadyLoad, zooKeeperCluster } from "./support/clusterTest.js"
 import { cli, clusterEnv } from "./support/cliRun.js"
 import { eventually } from "./support/opsScrape.js"
 import * as Checker from "./support/replicaChecker.js"
@@ -27,32 +27,6 @@ interface Change {
   readonly from: ReadonlyArray<number>
   readonly to: ReadonlyArray<number>
 }
-
-/** Sends records to the tablets in turn from `workers` loops until `running` is false; the acknowledged sends. */
-const steadyLoad = (
-  c: Effect.Success<ReturnType<typeof client>>,
-  tablets: ReadonlyArray<Models.TabletId>,
-  running: Ref.Ref<boolean>,
-  workers = 4
-) =>
-  Effect.map(
-    Effect.forEach(
-      Array.from({ length: workers }, (_, w) => w),
-      (w) =>
-        Effect.gen(function* () {
-          const acked: Array<Checker.Acked> = []
-          for (let n = 0; yield* Ref.get(running); n++) {
-            const tablet = tablets[(n * workers + w) % tablets.length]!
-            const value = `load:${w}:${n}`
-            const sent = yield* Effect.result(c.send(tablet, [record(value)]))
-            if (sent._tag === "Success") acked.push({ tablet, baseOffset: sent.success.baseOffset, values: [value] })
-          }
-          return acked
-        }),
-      { concurrency: "unbounded" }
-    ),
-    (all) => all.flat()
-  )
 
 describe("rebalancing real processes by hand", () => {
   it.live(
@@ -179,7 +153,7 @@ describe("rebalancing real processes by hand", () => {
           )
 
           yield* Ref.set(running, false)
-          const acked = yield* Fiber.join(load)
+          const { acked } = yield* Fiber.join(load)
           const report = yield* Checker.check(c, TABLE, acked)
           yield* Effect.logInfo(
             `rebalance by hand: ${plan.changes.length} tablets moved (${plan.figures.replicaMoves} replica moves, lower bound ${plan.figures.lowerBound}) under a load of ${acked.length} acknowledged sends`

@@ -15,6 +15,10 @@
  *   healthy (see {@link unhealthy}): a failure rolls the batch back.
  * - `gating`: the batch's moves ended; the next batch starts once a whole `gateWindow` has passed healthy with the
  *   ISR shrinks in it back to the baseline rate (one more is allowed). An unhealthy cluster here pauses.
+ *
+ * The gate fails at once when a server that was up for the baseline is down, a tablet is offline or under
+ * `minInsyncReplicas` (see {@link unhealthy}), and when a server's append latency stays above its bound for a whole
+ * `gateWindow` (see {@link slowServer}).
  * - `rolling-back`: the failed batch's moves under way are cancelled (`CancelReassign`: back on their original
  *   replicas) and its finished ones moved back; then the rebalance is `paused` with the failure as its reason.
  *   Earlier batches stay.
@@ -95,6 +99,10 @@ export const Move = Schema.Struct({
   attempts: Schema.Int,
   /** The number of the last request about it (an answer to an earlier one is stale and ignored). */
   asked: Schema.Int,
+  /** When it was first asked for (a move refused for a passing reason is asked again until `moveTimeout` from here). */
+  firstAskedMs: Schema.optional(Schema.Number),
+  /** Times the controller refused it for a reason that can pass (a server down, an election under way). */
+  refusals: Schema.optional(Schema.Int),
   /** When its current step began (its timeout runs from here). */
   sinceMs: Schema.optional(Schema.Number),
   /** When a pending move may start again. */
@@ -159,14 +167,16 @@ export const Phase = Schema.Literals([
 export type Phase = typeof Phase.Type
 
 /**
- * What the gate compares with: each server's append latency p99 (ms) and the cluster's ISR shrinks per second,
- * measured in the window before the first batch (again after a resume).
+ * What the gate compares with: each server's append latency p99 (ms), the cluster's ISR shrinks per second and the
+ * servers up, measured in the window before the first batch (again after a resume).
  *
  * @since 0.1.0
  */
 export const Baseline = Schema.Struct({
   appendLatencyP99Ms: Schema.Array(Schema.Tuple([Models.ServerId, Schema.Number])),
-  shrinksPerSec: Schema.Number
+  shrinksPerSec: Schema.Number,
+  /** The servers up when it was measured: one of them down fails the gate. */
+  live: Schema.Array(Models.ServerId)
 })
 
 /** @see Baseline */
@@ -193,6 +203,8 @@ export const State = Schema.Struct({
   baseline: Schema.optional(Baseline),
   /** The cluster's ISR shrinks when the current measuring or gate window began. */
   shrinksAtWindow: Schema.optional(Schema.Number),
+  /** Since when a server's append latency has been above its bound (see {@link slowServer}). */
+  slowSinceMs: Schema.optional(Schema.Number),
   /** The largest append latency p99 each server showed while measuring. */
   measured: Schema.optional(Schema.Array(Schema.Tuple([Models.ServerId, Schema.Number]))),
   /** An operator asked to pause: the rebalance pauses once the batch in flight ends. */
@@ -337,13 +349,15 @@ export interface ServerHealth {
 }
 
 /**
- * The cluster as the shell sees it at `nowMs`: every tablet (a tablet not listed no longer exists), the
- * `minInsyncReplicas` setting, and each live server's health (a server that did not answer is absent).
+ * The cluster as the shell sees it at `nowMs`: every tablet (a tablet not listed no longer exists), the servers
+ * registered, the `minInsyncReplicas` setting, and each live server's health (a server that did not answer is absent).
  *
  * @since 0.1.0
  */
 export interface Observation {
   readonly tablets: ReadonlyArray<TabletView>
+  /** The servers registered now. */
+  readonly live: ReadonlySet<Models.ServerId>
   readonly minInsyncReplicas: number
   readonly health: ReadonlyMap<Models.ServerId, ServerHealth>
 }
@@ -523,7 +537,7 @@ const observe = (s: Stepping, cluster: Observation) => {
     case "measuring":
       return measure(s, cluster, shrinks)
     case "running": {
-      const sick = unhealthy(s.state, cluster)
+      const sick = gateFailure(s, cluster)
       if (sick !== undefined) return failGate(s, sick)
       return advance(s, shrinks)
     }
@@ -745,6 +759,7 @@ const startWithin = (s: Stepping, candidates: ReadonlyArray<number>) => {
       ...m,
       status: "requested",
       attempts: back ? m.attempts : m.attempts + 1,
+      firstAskedMs: m.firstAskedMs ?? s.nowMs,
       sinceMs: s.nowMs,
       retryAtMs: undefined
     })
@@ -791,19 +806,31 @@ const finish = (s: Stepping, outcome: "completed" | "cancelled") => {
 // --- The gate --------------------------------------------------------------
 
 /**
- * Why the cluster is not healthy enough for a rebalance to go on, if it is not: a tablet offline, a tablet's ISR
- * below `minInsyncReplicas`, or a server's append latency p99 above both `gateLatencyFactor` × its baseline and its
- * baseline + 20 ms (a server without a baseline is held to the largest any server had).
+ * Why the cluster is not healthy enough for a rebalance to go on, if it is not: a server that was up when the
+ * baseline was measured is down, a tablet is offline, or a tablet's ISR is below `minInsyncReplicas`.
  *
  * @since 0.1.0
  */
 export const unhealthy = (state: State, cluster: Observation): string | undefined => {
+  for (const server of state.baseline?.live ?? [])
+    if (!cluster.live.has(server)) return `server ${server} is down (it was up when the baseline was measured)`
   for (const t of cluster.tablets) {
     const key = Models.tabletKey(t.tablet)
     if (!t.online) return `${key} is offline`
     if (t.isr.length < cluster.minInsyncReplicas)
       return `${key} has ${t.isr.length} in-sync replicas, under minInsyncReplicas ${cluster.minInsyncReplicas}`
   }
+  return undefined
+}
+
+/**
+ * The first server whose append latency p99 is above both `gateLatencyFactor` × its baseline and its baseline +
+ * 20 ms (a server without a baseline is held to the largest any server had), as a line; the gate fails when one
+ * stays above for a whole `gateWindow`.
+ *
+ * @since 0.1.0
+ */
+export const slowServer = (state: State, cluster: Observation): string | undefined => {
   const baseline = new Map(state.baseline?.appendLatencyP99Ms ?? [])
   const fallback = Math.max(0, ...baseline.values())
   for (const [server, h] of [...cluster.health].sort((a, b) => a[0] - b[0])) {
@@ -814,6 +841,23 @@ export const unhealthy = (state: State, cluster: Observation): string | undefine
       return `server ${server}'s append latency p99 ${h.appendLatencyP99Ms.toFixed(1)} ms is above ${bound.toFixed(1)} ms (baseline ${base.toFixed(1)} ms)`
   }
   return undefined
+}
+
+/**
+ * What fails the gate now: the cluster unhealthy, or a server slow for a whole `gateWindow` (the time it was first
+ * seen slow is kept in the state; a spike shorter than the window passes).
+ */
+const gateFailure = (s: Stepping, cluster: Observation): string | undefined => {
+  const sick = unhealthy(s.state, cluster)
+  if (sick !== undefined) return sick
+  const slow = slowServer(s.state, cluster)
+  if (slow === undefined) {
+    if (s.state.slowSinceMs !== undefined) s.state = { ...s.state, slowSinceMs: undefined }
+    return undefined
+  }
+  const since = s.state.slowSinceMs ?? s.nowMs
+  if (s.state.slowSinceMs === undefined) s.state = { ...s.state, slowSinceMs: since }
+  return s.nowMs - since >= s.state.settings.gateWindowMs ? `${slow}, for ${s.nowMs - since} ms` : undefined
 }
 
 /** The baseline window: the largest p99 each server shows, and the shrinks over the window. */
@@ -829,9 +873,10 @@ const measure = (s: Stepping, cluster: Observation, shrinks: number) => {
   if (elapsed < s.state.settings.gateWindowMs) return
   const baseline: Baseline = {
     appendLatencyP99Ms: sorted,
-    shrinksPerSec: Math.max(0, shrinks - atWindow) / (elapsed / 1000)
+    shrinksPerSec: Math.max(0, shrinks - atWindow) / (elapsed / 1000),
+    live: [...cluster.live].sort((a, b) => a - b)
   }
-  enter(s, "running", { baseline, measured: undefined, shrinksAtWindow: undefined })
+  enter(s, "running", { baseline, measured: undefined, shrinksAtWindow: undefined, slowSinceMs: undefined })
   log(
     s,
     "Info",
@@ -847,7 +892,7 @@ const measure = (s: Stepping, cluster: Observation, shrinks: number) => {
  * (plus one); more shrinks start the window again; an unhealthy cluster pauses the rebalance.
  */
 const gate = (s: Stepping, cluster: Observation, shrinks: number) => {
-  const sick = unhealthy(s.state, cluster)
+  const sick = gateFailure(s, cluster)
   if (sick !== undefined) {
     enter(s, "paused", { gateFailures: s.state.gateFailures + 1, detail: `stability gate failed: ${sick}` })
     log(s, "Warning", `stability gate after batch ${s.state.batch + 1} failed: ${sick}; paused`)
@@ -971,6 +1016,29 @@ const answered = (s: Stepping, input: Extract<Input, { readonly _tag: "Answered"
     log(s, "Warning", `${key}: skipped, ${why}`)
     return
   }
+  if (answer._tag === "Refused" && m.status === "requested") {
+    // Refused for a reason that can pass: it did not start, so it is asked again after a backoff (its attempts
+    // untouched) until `moveTimeout` has passed since it was first asked for; then given up.
+    const first = m.firstAskedMs ?? s.nowMs
+    if (s.nowMs - first > s.state.settings.moveTimeoutMs) {
+      setMove(s, index, { ...m, status: "cancelled", sinceMs: undefined, detail: why })
+      log(s, "Warning", `${key}: given up after ${s.nowMs - first} ms of refusals: ${why}`)
+      return
+    }
+    const refusals = (m.refusals ?? 0) + 1
+    const at = s.nowMs + backoffMs(refusals)
+    setMove(s, index, {
+      ...m,
+      status: "pending",
+      attempts: Math.max(0, m.attempts - 1),
+      refusals,
+      retryAtMs: at,
+      sinceMs: undefined,
+      detail: why
+    })
+    log(s, "Info", `${key}: ${why}; asking again at t=${at} ms`)
+    return
+  }
   retryOrGiveUp(s, index, m, why)
 }
 
@@ -1000,7 +1068,13 @@ const resume = (s: Stepping) => {
     return
   }
   const retried = s.moves.map((m) =>
-    m.status === "cancelled" && m.batch >= s.state.batch ? { ...m, status: "pending" as const, attempts: 0 } : m
+    m.batch < s.state.batch
+      ? m
+      : m.status === "cancelled"
+        ? { ...m, status: "pending" as const, attempts: 0, refusals: 0, firstAskedMs: undefined }
+        : m.status === "pending"
+          ? { ...m, refusals: 0, firstAskedMs: undefined, retryAtMs: undefined }
+          : m
   )
   s.moves.splice(0, s.moves.length, ...retried)
   enter(s, "measuring", { detail: undefined, pauseRequested: false })

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { type ReplicaRpc, TabletClient } from "@strata/replica"
-import { Duration, Effect, type Scope } from "effect"
+import { Duration, Effect, Ref, type Scope } from "effect"
 import { afterAll, beforeAll, inject } from "vitest"
 import { type NodeRunner, nodeRunner } from "../../../../scripts/test-support/nodeRunner.js"
 import * as ProcessCluster from "../../../../scripts/test-support/processCluster.js"
@@ -100,6 +100,54 @@ export const writeEach = (
     ),
     (all) => all.filter((a): a is Acked => a !== undefined)
   )
+
+/** One acknowledged send of a steady load: when it was acknowledged and how long it took. */
+export interface Timed {
+  readonly atMs: number
+  readonly latencyMs: number
+}
+
+/**
+ * Sends one record at a time to the tablets in turn from `workers` loops until `running` is false: the acknowledged
+ * sends, and each one's time and latency (for percentiles before, during and after an operation).
+ */
+export const steadyLoad = (
+  c: TabletClient.TabletClientShape,
+  tablets: ReadonlyArray<Models.TabletId>,
+  running: Ref.Ref<boolean>,
+  workers = 4
+): Effect.Effect<{ readonly acked: ReadonlyArray<Acked>; readonly timed: ReadonlyArray<Timed> }> =>
+  Effect.map(
+    Effect.forEach(
+      Array.from({ length: workers }, (_, w) => w),
+      (w) =>
+        Effect.gen(function* () {
+          const acked: Array<Acked> = []
+          const timed: Array<Timed> = []
+          for (let n = 0; yield* Ref.get(running); n++) {
+            const tablet = tablets[(n * workers + w) % tablets.length]!
+            const value = `load:${w}:${n}`
+            const started = Date.now()
+            const sent = yield* Effect.result(c.send(tablet, [record(value)]))
+            if (sent._tag === "Success") {
+              const now = Date.now()
+              acked.push({ tablet, baseOffset: sent.success.baseOffset, values: [value] })
+              timed.push({ atMs: now, latencyMs: now - started })
+            }
+          }
+          return { acked, timed }
+        }),
+      { concurrency: "unbounded" }
+    ),
+    (all) => ({ acked: all.flatMap((a) => a.acked), timed: all.flatMap((a) => a.timed) })
+  )
+
+/** The `q` quantile (0–1) of `values` (0 when there are none). */
+export const quantile = (values: ReadonlyArray<number>, q: number): number => {
+  if (values.length === 0) return 0
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!
+}
 
 /** The scope's services a cluster test needs. */
 export type ClusterTestR = Coordination.Coordination | Scope.Scope

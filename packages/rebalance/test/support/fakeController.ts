@@ -133,6 +133,7 @@ export class FakeController {
     const servers = new Set([...this.tablets.values()].flatMap((t) => t.replicas))
     return {
       minInsyncReplicas,
+      live: new Set(this.servers.filter((x) => !this.dead.has(x))),
       tablets: [...this.tablets].map(([key, t]) => {
         const [table, bucket] = key.split("/")
         return {

@@ -44,6 +44,7 @@ export const make = (
     })),
     observe: Effect.zipWith(controller.state, controller.serverHealth(healthTimeout), (state, health) => ({
       minInsyncReplicas: state.options.minInsyncReplicas ?? 1,
+      live: state.live,
       health,
       tablets: [...state.tablets.values()]
         .filter((t) => t.state !== "DeletingTablet")
