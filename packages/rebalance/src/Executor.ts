@@ -467,11 +467,18 @@ const enter = (s: Stepping, phase: Phase, extra: Partial<State> = {}) => {
 }
 
 /**
+ * A step function of the executor's shape (`step`, or a simulator's mutant of it).
+ *
+ * @since 0.1.0
+ */
+export type StepFunction = (state: State, input: Input) => readonly [State, ReadonlyArray<Command>]
+
+/**
  * One transition: the next state and the commands for the shell (a `Persist` last whenever the state changed).
  *
  * @since 0.1.0
  */
-export const step = (state: State, input: Input): readonly [State, ReadonlyArray<Command>] => {
+export const step: StepFunction = (state, input) => {
   const s: Stepping = { state, moves: [...state.moves], commands: [], nowMs: input.nowMs }
   switch (input._tag) {
     case "Observe":

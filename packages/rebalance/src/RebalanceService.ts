@@ -14,6 +14,7 @@
 import { Coordination, type Election, Models, type Rebalancer } from "@strata/core"
 import {
   Clock,
+  Context,
   Duration,
   Effect,
   Metric,
@@ -31,6 +32,16 @@ import * as Planner from "./Planner.js"
 import type { RebalanceConfig } from "./RebalanceConfig.js"
 import * as RebalanceStore from "./RebalanceStore.js"
 import * as Trigger from "./Trigger.js"
+
+/**
+ * The executor's step in context: production's `Executor.step` unless provided (a simulator provides mutants of it,
+ * planted bugs it must catch).
+ *
+ * @since 0.1.0
+ */
+export const Machine = Context.Reference<Executor.StepFunction>("@strata/rebalance/RebalanceService/Machine", {
+  defaultValue: () => Executor.step
+})
 
 /**
  * What the service needs of the controller. An error of `model` or `observe` is logged and the step is tried again
@@ -221,6 +232,9 @@ export const metrics = {
 /** The running service's parts (each function below takes it: no closure to scroll through). */
 interface Running {
   readonly options: Options
+  readonly machine: Executor.StepFunction
+  /** The Random the service was made with: every id it draws comes from it, whoever asks for a start. */
+  readonly random: Random.Random
   readonly store: RebalanceStore.RebalanceStore
   readonly lock: Semaphore.Semaphore
   trigger: Trigger.State
@@ -251,6 +265,8 @@ export const make = (
     })
     const r: Running = {
       options,
+      machine: yield* Machine,
+      random: yield* Random.Random,
       store,
       lock: Semaphore.makeUnsafe(1),
       trigger: Trigger.initial(options.config),
@@ -367,7 +383,8 @@ const begin = (
       Effect.mapError((e: Rebalancer.RebalanceError) => refused({ _tag: "PlanFailed", detail: e.message }))
     )
     const at = yield* now
-    const id = `rb-${at}-${(yield* Random.nextIntBetween(0, 1 << 30)).toString(36)}`
+    const draw = Random.nextIntBetween(0, 1 << 30).pipe(Effect.provideService(Random.Random, r.random))
+    const id = `rb-${at}-${(yield* draw).toString(36)}`
     const state = Executor.start({
       id,
       reason,
@@ -415,7 +432,7 @@ const logAt = (level: Executor.LogLevel | Trigger.LogLevel, message: string) =>
 const stepExecutor = (r: Running, input: Executor.Input): Effect.Effect<void> =>
   Effect.gen(function* () {
     if (r.executor === undefined) return
-    const [next, commands] = Executor.step(r.executor, input)
+    const [next, commands] = r.machine(r.executor, input)
     r.executor = next
     for (const c of commands) yield* runCommand(r, c)
     yield* setMetrics(r.executor)

@@ -2262,6 +2262,21 @@ describe("ControllerState reassignment", () => {
     assert.strictEqual(tablet(alone, 0).reassignment?.target.join(","), "4,5,2")
   })
 
+  it("a cancel that would drop an in-sync adding replica, fewer than minInsyncReplicas originals in sync, is refused", () => {
+    const booted = bootWith({ uncleanLeaderElection: false, minInsyncReplicas: 3 }, [1, 2, 3, 4, 5])
+    const { state } = run(booted, create([0, [1, 2, 3]]), reassign(0, [1, 4, 5]))
+    // Server 4 joins the ISR (the move waits for 5): every original is in sync, so a cancel may drop 4.
+    const { state: joined } = run(state, adjust(state, 0, [1, 2, 3, 4]))
+    assert.strictEqual(reply(run(joined, cancel(0)).commands)?._tag, "ReassignCancelled")
+    // Server 3 leaves the ISR: records acknowledged since are on 1, 2 and 4 only; dropping 4 would leave two copies.
+    const { state: shrunk } = run(joined, adjust(joined, 0, [1, 2, 4]))
+    const { state: after, commands } = run(shrunk, cancel(0))
+    assert.strictEqual(refusal(commands), "OriginalUnderMinIsr")
+    assert.strictEqual(after, shrunk)
+    const r = reply(commands)
+    assert.isTrue(r?._tag === "ReassignRefused" && r.detail.includes("let the move finish"), JSON.stringify(r))
+  })
+
   it("a controller that takes over finishes a move that is ready, and waits on one that is not", () => {
     const { state } = moving([1, 4, 5])
     const { state: ready } = run(state, adjust(state, 0, [1, 2, 3, 4]))

@@ -1566,8 +1566,13 @@ const cancelReassign = (state: State, input: Extract<Input, { readonly _tag: "Ca
     ? current
     : r.original.find((s) => isr.includes(s) && usable(state, t, s) && !newLife(state, t, s))
   if (leader === undefined) return refused({ _tag: "NoOriginalInSync" })
-  const c = changes(state)
   const added = Reassignment.adding(r)
+  // An adding replica in the ISR holds every acknowledged record: it may be dropped only if the original replicas
+  // in sync are still at least minInsyncReplicas (a copy for each the acknowledgement counted on).
+  const minIsr = state.options.minInsyncReplicas ?? 1
+  if (t.leaderAndIsr.isr.some((s) => added.includes(s)) && isr.length < minIsr)
+    return refused({ _tag: "OriginalUnderMinIsr", inSync: isr, minInsyncReplicas: minIsr })
+  const c = changes(state)
   const stored = reshape(
     state,
     c,

@@ -53,6 +53,10 @@ export const Refusal = Schema.Union([
   Schema.TaggedStruct("AlreadyMoving", { target: Schema.Array(Models.ServerId) }),
   Schema.TaggedStruct("NotMoving", {}),
   Schema.TaggedStruct("NoOriginalInSync", {}),
+  Schema.TaggedStruct("OriginalUnderMinIsr", {
+    inSync: Schema.Array(Models.ServerId),
+    minInsyncReplicas: Schema.Int
+  }),
   Schema.TaggedStruct("ElectionPending", {}),
   Schema.TaggedStruct("InvalidThrottle", { throttleBytesPerSec: Schema.Number })
 ])
@@ -97,6 +101,8 @@ export const describeRefusal = (tablet: string, refusal: Refusal): string => {
       return `${tablet} is not moving`
     case "NoOriginalInSync":
       return `${tablet}: no replica of its original set is in sync to lead; cancelling would lose acknowledged records (let the move finish)`
+    case "OriginalUnderMinIsr":
+      return `${tablet}: only [${refusal.inSync.join(",")}] of its original replicas are in sync, fewer than minInsyncReplicas ${refusal.minInsyncReplicas}, and an adding replica in the ISR holds the acknowledged records: cancelling would drop a copy they count on (let the move finish)`
     case "ElectionPending":
       return `${tablet}: an election is under way; try again once it has a leader`
     case "InvalidThrottle":

@@ -7,8 +7,9 @@
  * @since 0.1.0
  */
 import type { Models } from "@strata/core"
-import type { Executor, RebalanceService } from "@strata/rebalance"
+import type { ClusterModel, Executor, RebalanceService } from "@strata/rebalance"
 import { Duration, Effect, Schedule, Stream } from "effect"
+import type * as ControllerState from "../machines/ControllerState.js"
 import type { ControllerShape, ReassignReply } from "./Controller.js"
 import { type ControllerEndpoint, clusterModel } from "./ControllerRpc.js"
 
@@ -25,23 +26,27 @@ export interface RebalanceControlOptions {
 }
 
 /**
- * The `ClusterControl` of `controller`, whose servers `endpoint` reaches.
+ * The `ClusterControl` of `controller`, whose servers `endpoint` reaches (without one, the model is the controller's
+ * own view: its live servers without racks, servers down but holding replicas `excluded`, and no tablet sizes).
  *
  * @since 0.1.0
  */
 export const make = (
   controller: ControllerShape,
-  endpoint: ControllerEndpoint,
+  endpoint: ControllerEndpoint | undefined,
   options: RebalanceControlOptions = {}
 ): RebalanceService.ClusterControl => {
   const healthTimeout = options.healthTimeout ?? "2 seconds"
   const sizeTimeoutMs = Duration.toMillis(Duration.fromInputUnsafe(options.sizeTimeout ?? "5 seconds"))
   const resigned = (e: { readonly message: string }): Executor.Answer => ({ _tag: "Failed", detail: e.message })
   return {
-    model: Effect.map(clusterModel(controller, endpoint, { sizeTimeoutMs }), (reply) => ({
-      servers: reply.servers,
-      tablets: reply.tablets
-    })),
+    model:
+      endpoint === undefined
+        ? Effect.map(controller.state, modelOfState)
+        : Effect.map(clusterModel(controller, endpoint, { sizeTimeoutMs }), (reply) => ({
+            servers: reply.servers,
+            tablets: reply.tablets
+          })),
     observe: Effect.zipWith(controller.state, controller.serverHealth(healthTimeout), (state, health) => ({
       minInsyncReplicas: state.options.minInsyncReplicas ?? 1,
       live: state.live,
@@ -74,6 +79,24 @@ export const make = (
         Effect.as<Executor.Answer>({ _tag: "Accepted" }),
         Effect.catch((e) => Effect.succeed(resigned(e)))
       )
+  }
+}
+
+/** The controller's view as a cluster model (no racks, no sizes): what `ControllerRpc.clusterModel` says without them. */
+const modelOfState = (state: ControllerState.State): ClusterModel.ClusterModel => {
+  const tablets = [...state.tablets.values()].filter((t) => t.state !== "DeletingTablet")
+  const holders = new Set(tablets.flatMap((t) => t.reassignment?.target ?? t.replicas))
+  const down = [...holders].filter((s) => !state.live.has(s)).sort((a, b) => a - b)
+  return {
+    servers: [
+      ...[...state.live].sort((a, b) => a - b).map((id) => ({ id })),
+      ...down.map((id) => ({ id, tags: ["excluded" as const] }))
+    ],
+    tablets: tablets.map((t) => {
+      const replicas = t.reassignment?.target ?? t.replicas
+      const leader = t.leaderAndIsr.leader
+      return { tablet: t.tablet, replicas, leader: leader !== null && replicas.includes(leader) ? leader : null }
+    })
   }
 }
 

@@ -68,6 +68,7 @@ import * as Network from "./Network.js"
 import * as Peers from "./Peers.js"
 import * as Process from "./Process.js"
 import * as Reassignments from "./Reassignments.js"
+import * as Rebalances from "./Rebalances.js"
 import * as Settle from "./Settle.js"
 import * as Workload from "./Workload.js"
 import { log, makeProc, type World } from "./World.js"
@@ -80,11 +81,18 @@ export {
   type Planned,
   planted,
   type Result,
+  rebalancing,
   type Shape,
   type Stats,
   type Target,
   type Variant
 } from "./Config.js"
+
+/** `STRATA_SIM_REBALANCES=none|some|every`: which seeds run the rebalance family (a third of those eligible). */
+const rebalancesKnob = (): Variant["rebalances"] => {
+  const v = process.env.STRATA_SIM_REBALANCES
+  return v === "none" || v === "every" ? v : "some"
+}
 
 /** Draws the cluster from the seed, logs it, and builds the run's world around the auditor's session. */
 const setUp = (
@@ -102,7 +110,7 @@ const setUp = (
     const base = yield* Coordination.Coordination
     const faults = yield* Coordination.Faults
     const clock = Clock.make(yield* TestClock.testClockWith(Effect.succeed), config.stepMs)
-    const cluster = drawCluster(seed, rng, config, variant.reassignments)
+    const cluster = drawCluster(seed, rng, config, variant.reassignments, variant.rebalances ?? rebalancesKnob())
     Clock.log(clock, describeCluster(seed, cluster))
     const auditor = yield* base.session({ timeout: "1 hour" })
     const servers = Array.from({ length: cluster.serverCount }, (_, i) => makeProc("server", i + 1))
@@ -136,7 +144,8 @@ const setUp = (
       lostWrites: 0,
       calmFromMs: 0,
       reassigning: new Set(),
-      registered: new Set()
+      registered: new Set(),
+      rebalances: Rebalances.makeWatch()
     }
     return w
   })
@@ -168,12 +177,15 @@ const runSteps = (w: World) =>
         yield* IsrChurn.churnFault(w, cluster.churning)
       if (cluster.moves !== undefined && step > 5 && cluster.moves.chance(0.1))
         yield* Reassignments.reassignFault(w, cluster.moves)
+      if (cluster.rebalancing !== undefined && step > 5 && cluster.rebalancing.chance(0.08))
+        yield* Rebalances.rebalanceFault(w, cluster.rebalancing)
       yield* Faults.heal(w, step, false)
       // Each server's writes become durable at a time of its own.
       for (const p of w.servers) if (w.rng.chance(cluster.flushChance)) w.stores.get(p.id)?.flush()
       yield* Clock.tick(w.clock)
       yield* Audit.sample(w)
       yield* Reassignments.sample(w)
+      yield* Rebalances.sample(w)
       let leaderless = false
       for (const tablet of cluster.tablets) {
         const meta = yield* Audit.readTablet(w, tablet)
@@ -208,6 +220,9 @@ const simulate = (
     yield* Settle.stopFaults(w, workload)
     let settledAt = yield* Settle.settle(w, workload)
     if (settledAt !== undefined) settledAt = yield* Settle.quietMoves(w, workload)
+    // A rebalance paused by the faults is resumed in the quiet cluster and must end; the cluster settles again.
+    if (settledAt !== undefined && w.cluster.rebalanceSettings !== undefined && (yield* Rebalances.finish(w)))
+      settledAt = yield* Settle.settle(w, workload)
     const probes: ReadonlyArray<string> = settledAt === undefined ? [] : yield* Workload.probe(workload)
     // Leadership may move meanwhile (back to a preferred replica): a new leader's high watermark reaches what the
     // old one acknowledged once its followers fetch again, so the replicas are judged once settled again.

@@ -4,6 +4,8 @@
  * families it runs).
  */
 import type { Models } from "@strata/core"
+import { type Executor, RebalanceConfig } from "@strata/rebalance"
+import { Schema } from "effect"
 import { mix32, type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ControllerState from "../../src/machines/ControllerState.js"
 import type * as TabletServer from "../../src/server/TabletServer.js"
@@ -24,10 +26,17 @@ export interface Variant {
    * none (a bug about something else is then searched on the histories it was found on, in fewer seeds).
    */
   readonly reassignments?: "half" | "every" | "none"
+  /** The rebalance executor with a planted bug (production's when omitted). */
+  readonly executor?: Executor.StepFunction
+  /** Which seeds run the rebalance family: about a third of those not moving replica sets (default), or every one. */
+  readonly rebalances?: "some" | "every" | "none"
 }
 
 /** The correct system. */
 export const correct: Variant = { name: "correct" }
+
+/** The correct system with every seed running the rebalance family (3–6 tablets), none moving replica sets by hand. */
+export const rebalancing: Variant = { name: "rebalancing", reassignments: "none", rebalances: "every" }
 
 /**
  * The planted bugs some seed within the CI's seeds catches by a loss, divergence or liveness property (the ISR check,
@@ -47,7 +56,9 @@ export const planted: ReadonlyArray<Variant> = [
     machines: Mutants.machinesWith(Mutants.fencedRefusalRejects),
     reassignments: "none"
   },
-  { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignments: "every" }
+  { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignments: "every" },
+  { name: "gate-ignored", executor: Mutants.gateIgnored, reassignments: "none", rebalances: "every" },
+  { name: "rollback-skipped", executor: Mutants.rollbackSkipped, reassignments: "none", rebalances: "every" }
 ]
 
 /** The kinds of fault. */
@@ -209,6 +220,10 @@ export interface Cluster {
   readonly churning: Prng | undefined
   /** The reassignment family's own generator, when the seed runs it. */
   readonly moves: Prng | undefined
+  /** The rebalance family's own generator, when the seed runs it. */
+  readonly rebalancing: Prng | undefined
+  /** The settings its rebalances run with, when it does. */
+  readonly rebalanceSettings: RebalanceConfig.RebalanceConfig | undefined
 }
 
 /**
@@ -221,7 +236,8 @@ export const drawCluster = (
   seed: number,
   rng: Prng,
   config: Config,
-  reassignments: Variant["reassignments"] = "half"
+  reassignments: Variant["reassignments"] = "half",
+  rebalances: Variant["rebalances"] = "some"
 ): Cluster => {
   const shape = config.shape
   const serverCount = shape?.servers ?? rng.int(3, 7)
@@ -252,7 +268,9 @@ export const drawCluster = (
     retryBackoff: 50,
     appendTimeout: 2_000
   } satisfies Replication & ReplicationConfig.ReplicationConfigInput
-  const tablets: Array<Models.TabletId> = Array.from({ length: shape?.tablets ?? rng.int(1, 3) }, (_, bucket) => ({
+  // A seed that runs every family's rebalances gets more tablets to move (one draw either way).
+  const tabletCount = shape?.tablets ?? (rebalances === "every" ? rng.int(3, 6) : rng.int(1, 3))
+  const tablets: Array<Models.TabletId> = Array.from({ length: tabletCount }, (_, bucket) => ({
     table: "t",
     bucket
   }))
@@ -270,6 +288,16 @@ export const drawCluster = (
     config.script === undefined && reassignments !== "none" && (reassignments === "every" || moveDraws.chance(0.5))
       ? moveDraws
       : undefined
+  // A third of the seeds that do not move replica sets by hand run the rebalance service, drawn by its own generator.
+  const rebalanceDraws = seeded(mix32(seed ^ 0x4eba))
+  const rebalancing =
+    config.script === undefined &&
+    moves === undefined &&
+    rebalances !== "none" &&
+    (rebalances === "every" || rebalanceDraws.chance(0.35))
+      ? rebalanceDraws
+      : undefined
+  const rebalanceSettings = rebalancing === undefined ? undefined : drawRebalanceSettings(rebalancing)
   const leaderElection =
     shape === undefined
       ? rng.pick(["first-in-isr", "largest-log-end"] as const)
@@ -289,13 +317,33 @@ export const drawCluster = (
     transfers,
     extras,
     churning,
-    moves
+    moves,
+    rebalancing,
+    rebalanceSettings
   }
 }
+
+/** The settings a seed's rebalances run with: short windows, and limits and a trigger drawn by `rb`. */
+const drawRebalanceSettings = (rb: Prng): RebalanceConfig.RebalanceConfig =>
+  Schema.decodeUnknownSync(RebalanceConfig.RebalanceConfig)({
+    enabled: rb.chance(0.6),
+    checkInterval: 1_000,
+    cooldown: rb.pick([0, 500, 2_000]),
+    triggerThreshold: 0.1,
+    batchRatio: rb.pick([0.34, 0.5, 1]),
+    maxConcurrentMigrations: rb.int(1, 2),
+    maxClusterMigrations: rb.int(1, 3),
+    throttleBytesPerSec: rb.pick([0, 0, 2_048]),
+    moveTimeout: rb.pick([1_500, 4_000]),
+    gateWindow: rb.pick([200, 400]),
+    // The simulated network's delays are virtual and long: the latency gate is the unit tests' to judge; a seed in
+    // four keeps it, at three times the baseline.
+    gateLatencyFactor: rb.chance(0.25) ? 3 : 1_000
+  })
 
 /** The run's first trace line: the seed and what it drew. */
 export const describeCluster = (seed: number, c: Cluster): string => {
   const mix = c.faultMix
   const swarm = mix.swarm ? ` faults=${mix.kinds.map(([k]) => k).join(",")}${mix.acksOne ? " acks=1 too" : ""}` : ""
-  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.extras === undefined ? "" : " disk-and-clock"}`
+  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.rebalanceSettings === undefined ? "" : ` rebalances(batch=${c.rebalanceSettings.batchRatio} c=${c.rebalanceSettings.maxConcurrentMigrations} cap=${c.rebalanceSettings.maxClusterMigrations} trigger=${c.rebalanceSettings.enabled})`}${c.extras === undefined ? "" : " disk-and-clock"}`
 }

@@ -11,6 +11,7 @@ import * as ReplicaState from "../../src/machines/ReplicaState.js"
 import * as Audit from "./Audit.js"
 import * as Checkers from "./Checkers.js"
 import type { Result } from "./Config.js"
+import * as Rebalances from "./Rebalances.js"
 import type { World } from "./World.js"
 
 /** Every running server's replicas at the end: state, leader HW and log end, its own log's range and HW. */
@@ -58,7 +59,7 @@ export const judge = (
     for (const p of w.procs) {
       if (p.scope === undefined) violations.push(`${p.name} is not running at the end`)
     }
-    violations.push(...(yield* Audit.misplaced(w)), ...Checkers.judgeMoves(w.record))
+    violations.push(...(yield* Audit.misplaced(w)), ...Checkers.judgeMoves(w.record), ...Rebalances.judge(w))
     violations.push(...Checkers.judge(w.record, finalLogs))
     const stats = Checkers.stats(w.record)
     return {

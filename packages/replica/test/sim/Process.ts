@@ -9,6 +9,7 @@ import { CoordinationElection, Coordinator } from "@strata/election"
 import { Clock, Context, Duration, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import * as ControllerState from "../../src/machines/ControllerState.js"
 import * as Controller from "../../src/server/Controller.js"
+import * as Rebalances from "./Rebalances.js"
 import * as ControllerView from "../../src/server/ControllerView.js"
 import * as TabletServer from "../../src/server/TabletServer.js"
 import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
@@ -135,7 +136,8 @@ const startCoordinator = (w: World, p: Proc) =>
             p,
             view,
             Effect.suspend(() => resign.run)
-          )
+          ),
+          ...(w.cluster.rebalanceSettings === undefined ? [] : [Rebalances.service(w, p, w.cluster.rebalanceSettings)])
         ]
       }).pipe(Effect.provideService(Election.Election, election))
       resign.run = coordinator.resign

@@ -11,6 +11,7 @@ import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
 import * as Audit from "./Audit.js"
 import * as Faults from "./Faults.js"
 import * as Reassignments from "./Reassignments.js"
+import * as Rebalances from "./Rebalances.js"
 import * as Workload from "./Workload.js"
 import { log, now, type World } from "./World.js"
 
@@ -55,6 +56,7 @@ export const settle = (w: World, wl: Workload.Workload) =>
       yield* Clock.tick(w.clock)
       yield* Audit.sample(w)
       yield* Reassignments.sample(w)
+      yield* Rebalances.sample(w)
       if (Workload.ended(wl) && (yield* settled(w))) {
         // Settled: whatever the faults left behind is over.
         w.calmFromMs = Math.min(w.calmFromMs, now(w))

@@ -4,6 +4,7 @@
  * checkers), and `Proc`, one simulated tablet server or coordinator.
  */
 import type { Coordination } from "@strata/core"
+import type { RebalanceService } from "@strata/rebalance"
 import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
 import { type Effect, type Fiber, Latch, type Scope } from "effect"
 import type { Prng } from "../../../../scripts/test-support/prng.js"
@@ -17,6 +18,7 @@ import type { Cluster, Config, Variant } from "./Config.js"
 import type { Churn } from "./IsrChurn.js"
 import type * as LossyStore from "./LossyStore.js"
 import type * as Network from "./Network.js"
+import type * as Rebalances from "./Rebalances.js"
 
 /** The coordination namespace of the simulated cluster. */
 export const NAMESPACE = "/sim"
@@ -45,6 +47,8 @@ export interface Proc {
     | ((request: ReplicaManager.LeaderAndIsrRequest) => Effect.Effect<void, ReplicaManager.ReplicaError>)
     | undefined
   controller: Controller.ControllerShape | undefined
+  /** Its rebalance service while it leads (on seeds that run the rebalance family). */
+  rebalance: RebalanceService.RebalanceServiceShape | undefined
   /** The step at which a downed or paused process comes back. */
   backAt: number | undefined
   /** In a controlled shutdown that has not stopped it yet. */
@@ -68,6 +72,7 @@ export const makeProc = (kind: Proc["kind"], id: number): Proc => ({
   server: undefined,
   serverInbox: undefined,
   controller: undefined,
+  rebalance: undefined,
   backAt: undefined,
   stopping: false,
   gate: Latch.makeUnsafe(true)
@@ -136,6 +141,8 @@ export interface World {
   readonly reassigning: Set<string>
   /** The servers registered at the last step's sample. */
   registered: ReadonlySet<number>
+  /** What the rebalance family records (`Rebalances.ts`). */
+  readonly rebalances: Rebalances.Watch
 }
 
 /** The virtual time in milliseconds. */

@@ -3,6 +3,7 @@
  * machine's start) and of the controller's (each wraps `ControllerState.step`): each breaks one safety rule, so the
  * scenarios and the simulator can show that they catch it. Production code carries none of them.
  */
+import { Executor } from "@strata/rebalance"
 import { Models } from "@strata/core"
 import type * as ControllerState from "../../src/machines/ControllerState.js"
 import * as FollowerState from "../../src/machines/FollowerState.js"
@@ -176,4 +177,53 @@ export const removeBeforeIsr: ControllerMutant = (step) => (state, input) => {
   }
   const [next, commands] = step(faked, input)
   return [next === faked ? state : next, commands]
+}
+
+/**
+ * Planted bugs of the executor the family must catch: the gate ignored (every observation made to look healthy to
+ * the machine), and a failed gate's rollback skipped (the rebalance pauses with the batch's moves left running).
+ */
+export const gateIgnored: Executor.StepFunction = (state, input) =>
+  Executor.step(
+    state,
+    input._tag === "Observe"
+      ? {
+          ...input,
+          cluster: {
+            ...input.cluster,
+            live: new Set([...input.cluster.live, ...(state.baseline?.live ?? [])]),
+            health: new Map(),
+            tablets: input.cluster.tablets.map((t) => ({
+              ...t,
+              online: true,
+              isr: t.replicas
+            }))
+          }
+        }
+      : input
+  )
+
+/** See {@link gateIgnored}. */
+export const rollbackSkipped: Executor.StepFunction = (state, input) => {
+  const [next, commands] = Executor.step(state, input)
+  if (next.phase !== "rolling-back" || state.phase === "rolling-back") return [next, commands]
+  const kept: Executor.State = {
+    ...next,
+    phase: "paused",
+    moves: next.moves.map((m) =>
+      m.after !== "rollback"
+        ? m
+        : m.status === "cancelling"
+          ? { ...m, status: "moving", after: undefined }
+          : { ...m, status: "done", after: undefined, from: m.to, to: m.from }
+    )
+  }
+  return [
+    kept,
+    [
+      ...commands.filter((c) => c._tag !== "CancelReassign" && c._tag !== "Reassign" && c._tag !== "Persist"),
+      { _tag: "Persist", state: kept },
+      { _tag: "Ended", outcome: "paused" }
+    ]
+  ]
 }
