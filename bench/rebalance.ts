@@ -13,11 +13,26 @@
 // LB, moves / LB, the final coefficient of variation of replica and leader counts, and the hard-rule violations of
 // the final placement (a server twice in a tablet, two replicas on a rack, a replica left on a draining server).
 //
-// Environment (the results file is written only with the defaults): BENCH_RUNS (3)
-import { Planner } from "../packages/rebalance/src/index.js"
+// With each plan, the executor's schedule (`Batches.schedule` at the default settings: batches of a fifth of the
+// moves, 5 moves a server at once): its waves against the sum of the batches' makespan lower bounds, and against
+// the whole plan's bound when it runs as one batch.
+//
+// Part 2, processes (needs ZooKeeper: `./dev services up zookeeper`; BENCH_PROCESSES=0 leaves it out): one
+// coordinator and three RocksDB tablet servers holding 48 tablets (RF 3) of BENCH_FILL_KB (256) KB each under a
+// steady acks=all load (4 senders, one record at a time); three servers join, and the rebalance service's trigger
+// rebalances (checks every 5 s, gate window 3 s, the movers throttled to BENCH_THROTTLE_KB (1024) KB/s): the time
+// from the joins to balance, the bytes moved against their lower bound (the 72 replicas the new servers must take),
+// and the produce p99 before, during and after, against before.
+//
+// Environment (the results file is written only with the defaults): BENCH_RUNS (3), BENCH_PROCESSES (1),
+// BENCH_FILL_KB (256), BENCH_THROTTLE_KB (1024), BENCH_ZOOKEEPER (127.0.0.1:2181)
+import type { Models } from "../packages/core/src/index.js"
+import { Batches, Planner, RebalanceConfig } from "../packages/rebalance/src/index.js"
 import type { ClusterModel } from "../packages/rebalance/src/index.js"
 import { seeded } from "../scripts/test-support/prng.js"
-import { type BenchOutput, envInt, type Figure, median, progress, round3 } from "./lib.js"
+import { Effect } from "effect"
+import { type BenchOutput, envInt, envString, type Figure, median, progress, round3 } from "./lib.js"
+import { awaitTable, createTable, startStrata } from "./strataCluster.js"
 
 type Model = ClusterModel.ClusterModel
 
@@ -216,7 +231,8 @@ const measure = (s: Shape, runs: number): Figure => {
     greedyMovesPerLowerBound: lb === 0 ? null : round3(baseline!.moves / lb),
     greedyCvReplicasAfter: round3(cv(countsOn(s.model, baseline!.placement))),
     greedyCvLeadersAfter: round3(cv(countsOn(s.model, greedyLeaders))),
-    greedyViolations: violations(s.model, baseline!.placement)
+    greedyViolations: violations(s.model, baseline!.placement),
+    ...executorFigures(plan!)
   }
   progress(
     `rebalance ${s.name}: planner ${figure.value} ms, ${f.replicaMoves} moves (LB ${lb}), cv ${figure.cvReplicasAfter}; greedy ${figure.baseline} ms, ${baseline!.moves} moves, cv ${figure.greedyCvReplicasAfter}`
@@ -224,9 +240,168 @@ const measure = (s: Shape, runs: number): Figure => {
   return figure
 }
 
-/** Runs the shapes; see the header. */
+/** The executor's schedule of `plan` at the default settings: waves against the makespan lower bounds. */
+const executorFigures = (plan: Planner.Plan) => {
+  const limits = RebalanceConfig.defaults
+  const batched = Batches.schedule(plan.changes, limits)
+  const moving = plan.changes.filter(Batches.movesReplicas)
+  const whole = Batches.waves(moving, limits)
+  const bound = Batches.makespanLowerBound(moving, limits)
+  return {
+    executorBatches: batched.batches.length,
+    executorWaves: batched.waves,
+    executorWavesPerLowerBound: round3(batched.wavesPerLowerBound),
+    executorOneBatchWavesPerLowerBound: bound === 0 ? 1 : round3(whole.length / bound)
+  }
+}
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+/** The `q` quantile of `samples` (0 when there are none). */
+const quantile = (samples: ReadonlyArray<number>, q: number): number => {
+  if (samples.length === 0) return 0
+  const sorted = [...samples].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!
+}
+
+/** The real-process scale-out 3 → 6 (see the header): its figures. */
+const processPart = async (fillKb: number, throttleKb: number): Promise<ReadonlyArray<Figure>> => {
+  const replication = {
+    replicationFactor: 3,
+    minInsyncReplicas: 2,
+    sessionTimeout: 6_000,
+    replicaLagTimeMax: 12_000,
+    appendTimeout: 10_000
+  }
+  const side = await startStrata(
+    "rebalance",
+    3,
+    envString("BENCH_ZOOKEEPER") ?? "127.0.0.1:2181",
+    {
+      ...replication,
+      rebalanceCheckInterval: 5_000,
+      rebalanceGateWindow: 3_000,
+      rebalanceCooldown: 60_000,
+      rebalanceThrottleBytesPerSec: throttleKb * 1024,
+      rebalanceGateLatencyFactor: 10
+    },
+    replication
+  )
+  try {
+    const table = "scale"
+    await createTable(side, table, 48)
+    const tablets: Array<Models.TabletId> = Array.from({ length: 48 }, (_, bucket) => ({ table, bucket }))
+    const value = new Uint8Array(8 * 1024).fill(120)
+    const record = { key: null, value, headers: [], timestamp: 0 }
+    // Filled, eight senders at a time.
+    const perTablet = Math.ceil(fillKb / 8)
+    await side.run(
+      Effect.forEach(
+        tablets,
+        (t) => Effect.forEach(Array.from({ length: perTablet }), () => side.client.send(t, [record])),
+        {
+          concurrency: 8,
+          discard: true
+        }
+      )
+    )
+    // The steady load: four senders, one small record at a time, each send timed.
+    const timed: Array<{ readonly at: number; readonly ms: number }> = []
+    let running = true
+    const small = { key: null, value: new Uint8Array(100).fill(97), headers: [], timestamp: 0 }
+    const sender = async (w: number) => {
+      for (let n = 0; running; n++) {
+        const t0 = performance.now()
+        const ok = await side.run(Effect.option(side.client.send(tablets[(n * 4 + w) % tablets.length]!, [small])))
+        if (ok._tag === "Some") timed.push({ at: Date.now(), ms: performance.now() - t0 })
+      }
+    }
+    const load = Promise.all([0, 1, 2, 3].map(sender))
+    await sleep(5_000)
+    const joinedAt = Date.now()
+    await side.run(
+      Effect.forEach([4, 5, 6], (id) => side.cluster.start("tablet-server", id), { concurrency: "unbounded" })
+    )
+    // Balanced: 24 replicas on each server, nothing moving, every ISR full, and the rebalance completed.
+    let startedAt: number | undefined
+    let status: Awaited<ReturnType<typeof statusOf>> | undefined
+    const statusOf = () => side.run(Effect.option(side.client.rebalance({ action: "status" })))
+    for (const deadline = Date.now() + 600_000; Date.now() < deadline; await sleep(250)) {
+      const s = await statusOf()
+      if (s._tag === "Some" && s.value.rebalance !== undefined) {
+        startedAt ??= Date.now()
+        if (s.value.rebalance.phase === "completed") {
+          status = s
+          break
+        }
+      }
+    }
+    const balancedAt = Date.now()
+    await awaitTable(side, table, (t) => t.isr.length === 3)
+    await sleep(5_000)
+    running = false
+    await load
+    if (status?._tag !== "Some" || status.value.rebalance === undefined)
+      throw new Error("the rebalance did not complete in 10 minutes")
+    const r = status.value.rebalance
+    const p99 = (from: number, to: number) =>
+      quantile(
+        timed.filter((t) => t.at >= from && t.at < to).map((t) => t.ms),
+        0.99
+      )
+    const before = p99(0, joinedAt)
+    const during = p99(startedAt ?? joinedAt, balancedAt)
+    const after = p99(balancedAt, Date.now())
+    const lowerBoundBytes = 72 * perTablet * 8 * 1024
+    const seconds = (balancedAt - joinedAt) / 1000
+    progress(
+      `rebalance processes: balanced ${seconds.toFixed(1)} s after the joins, ${r.movesTotal} moves in ${r.batches} batches, ${r.bytesMoved} bytes (LB ${lowerBoundBytes}); produce p99 ${before.toFixed(1)} / ${during.toFixed(1)} / ${after.toFixed(1)} ms`
+    )
+    return [
+      {
+        bench: "rebalance.processes.time-to-balance",
+        value: round3(seconds),
+        unit: "s from 3 servers joining to the rebalance completed",
+        // The floor: the bytes each new server must take at the throttle.
+        baseline: round3((24 * perTablet * 8 * 1024) / (throttleKb * 1024)),
+        ratio: round3(seconds / ((24 * perTablet * 8 * 1024) / (throttleKb * 1024))),
+        baselineClient: "each new server's 24 replicas copied at the throttle, back to back",
+        moves: r.movesTotal,
+        batches: r.batches,
+        gateFailures: r.gateFailures,
+        fillKb,
+        throttleKb
+      },
+      {
+        bench: "rebalance.processes.bytes-moved",
+        value: r.bytesMoved,
+        unit: "bytes the finished replica moves copied",
+        baseline: lowerBoundBytes,
+        ratio: round3(r.bytesMoved / lowerBoundBytes),
+        baselineClient: "the 72 replicas the new servers must take, at the fill size"
+      },
+      {
+        bench: "rebalance.processes.produce-p99-during",
+        value: round3(during),
+        unit: "ms (acks=all, one record at a time, 4 senders)",
+        baseline: round3(before),
+        ratio: round3(during / before),
+        baselineClient: "the same load before the servers joined",
+        after: round3(after),
+        sends: timed.length
+      }
+    ]
+  } finally {
+    await side.close()
+  }
+}
+
+/** Runs the shapes, then the processes' part; see the header. */
 export const run = async (): Promise<BenchOutput & { readonly save: boolean }> => {
   const runs = envInt("BENCH_RUNS", 3)
+  const processes = envInt("BENCH_PROCESSES", 1)
+  const fillKb = envInt("BENCH_FILL_KB", 256)
+  const throttleKb = envInt("BENCH_THROTTLE_KB", 1024)
   const big = shape("scale-out-10", 100, 300, 10, 10)
   const shapes: ReadonlyArray<Shape> = [
     big,
@@ -235,7 +410,11 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     drain(shape("drain-1", 100, 300, 0, 10), 1)
   ]
   const results = shapes.map((s) => measure(s, runs))
-  return { results, save: runs === 3 }
+  const real = processes === 0 ? [] : await processPart(fillKb, throttleKb)
+  return {
+    results: [...results, ...real],
+    save: runs === 3 && processes === 1 && fillKb === 256 && throttleKb === 1024
+  }
 }
 
 if (process.argv[1] === new URL(import.meta.url).pathname) {

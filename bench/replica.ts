@@ -37,8 +37,7 @@ import * as ZooKeeperCoordination from "../packages/election/src/ZooKeeperCoordi
 import { Controller, ControllerView, TabletClient } from "../packages/replica/src/index.js"
 import { CoordinationElection } from "../packages/election/src/index.js"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
-import { nodeRunner } from "../scripts/test-support/nodeRunner.js"
-import * as ProcessCluster from "../scripts/test-support/processCluster.js"
+import { awaitTable, createTable, type StrataSide, startStrata } from "./strataCluster.js"
 import {
   type BenchOutput,
   collectGarbage,
@@ -151,89 +150,6 @@ const keyOf = (i: number) => Buffer.from(`key-${String(i).padStart(12, "0")}`, "
 // Strata
 // ---------------------------------------------------------------------------
 
-interface StrataSide {
-  readonly cluster: ProcessCluster.ProcessCluster
-  readonly namespace: string
-  readonly run: <A, E>(effect: Effect.Effect<A, E, Coordination.Coordination | Scope.Scope>) => Promise<A>
-  readonly client: TabletClient.TabletClientShape
-  readonly close: () => Promise<void>
-}
-
-/** A cluster of `servers` tablet servers and one coordinator as processes, and a client of it. */
-const startStrata = async (label: string, servers: number, zookeeper: string): Promise<StrataSide> => {
-  const runner = await nodeRunner("strata", fileURLToPath(new URL("../apps/strata/src/bin.ts", import.meta.url)), [
-    "classic-level",
-    "@nxtedition/rocksdb",
-    "etcd3",
-    "node-zookeeper-client",
-    "@platformatic/kafka"
-  ])
-  const directory = mkdtempSync(join(tmpdir(), `strata-bench-${label}-`))
-  const namespace = `/bench-${label}-${process.pid}-${Date.now()}`
-  const cluster = ProcessCluster.make({
-    runner,
-    coordination: `zookeeper://${zookeeper}`,
-    namespace,
-    directory,
-    settings: SETTINGS
-  })
-  const scope = await Effect.runPromise(Scope.make())
-  const context = await Effect.runPromise(
-    Layer.buildWithScope(ZooKeeperCoordination.layer({ connectString: zookeeper }), scope)
-  )
-  const run = <A, E>(effect: Effect.Effect<A, E, Coordination.Coordination | Scope.Scope>) =>
-    Effect.runPromise(effect.pipe(Effect.provide(Context.add(context, Scope.Scope, scope))) as Effect.Effect<A, E>)
-  await run(cluster.start("coordinator", 101))
-  for (let id = 1; id <= servers; id++) await run(cluster.start("tablet-server", id))
-  const client = await run(
-    TabletClient.make({
-      namespace,
-      linger: 0,
-      deliveryTimeout: "120 seconds",
-      requestTimeout: "20 seconds",
-      replication: SETTINGS
-    })
-  )
-  return {
-    cluster,
-    namespace,
-    run,
-    client,
-    close: async () => {
-      await Effect.runPromise(cluster.killAll)
-      await Effect.runPromise(Scope.close(scope, Exit.void))
-      await runner.dispose()
-      // BENCH_KEEP keeps the processes' data and logs, to look into a run.
-      if (envString("BENCH_KEEP") === undefined) rmSync(directory, { recursive: true, force: true })
-    }
-  }
-}
-
-/** Creates a table and waits until every tablet leads with its full ISR. */
-const createTable = async (side: StrataSide, table: string, buckets: number) => {
-  await side.run(side.client.createTable(table, { buckets }))
-  await awaitTable(side, table, (t) => t.leader !== null && t.isr.length === t.replicas.length)
-}
-
-const awaitTable = async (
-  side: StrataSide,
-  table: string,
-  ok: (t: {
-    readonly leader: number | null
-    readonly isr: ReadonlyArray<number>
-    readonly replicas: ReadonlyArray<number>
-  }) => boolean,
-  timeoutMs = 120_000
-) => {
-  const deadline = Date.now() + timeoutMs
-  while (Date.now() < deadline) {
-    const m = await side.run(Effect.option(side.client.metadata(table)))
-    if (m._tag === "Some" && m.value.tablets.length > 0 && m.value.tablets.every(ok)) return m.value
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  throw new Error(`${table}: not as expected within ${timeoutMs} ms`)
-}
-
 const strataProduce = async (side: StrataSide, plan: Plan, valueBytes: number, table: string): Promise<Run> => {
   const values = randomBytes(valueBytes * 64, 0x5eed)
   const tablets: Array<Models.TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table, bucket }))
@@ -340,7 +256,7 @@ const kafkaProduce = async (
 
 const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers: ReadonlyArray<string>) => {
   const pk = (await import(pathToFileURL(kafkaRequire.resolve("@platformatic/kafka")).href)) as Platformatic
-  const strata = await startStrata("produce", 3, zookeeper)
+  const strata = await startStrata("produce", 3, zookeeper, SETTINGS)
   const figures: Array<Figure> = []
   const details: Record<string, unknown> = {}
   try {
@@ -468,7 +384,7 @@ const everyTabletWrites = async (side: StrataSide, tablets: ReadonlyArray<Models
 }
 
 const failoverPart = async (kills: number, zookeeper: string) => {
-  const side = await startStrata("failover", 3, zookeeper)
+  const side = await startStrata("failover", 3, zookeeper, SETTINGS)
   const tablets: Array<Models.TabletId> = Array.from({ length: 200 }, (_, bucket) => ({ table: "failover", bucket }))
   const writable: Array<number> = []
   const led: Array<number> = []
@@ -607,7 +523,7 @@ const takeoverPart = async (tablets: number, changed: number, zookeeper: string)
 }
 
 const catchupPart = async (seconds: number, zookeeper: string) => {
-  const side = await startStrata("catchup", 3, zookeeper)
+  const side = await startStrata("catchup", 3, zookeeper, SETTINGS)
   try {
     await createTable(side, "catchup", PARTITIONS)
     const tablets: Array<Models.TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({

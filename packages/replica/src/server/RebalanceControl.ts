@@ -107,13 +107,16 @@ const answerOf = (reply: ReassignReply): Executor.Answer =>
     : { _tag: "Accepted" }
 
 /**
- * Emits whenever the controller's live servers change (a server joined or left), polled every `every`: the
- * trigger's extra checks.
+ * Emits when the controller's live servers changed (a server joined or left) and then held still for `settle`
+ * (polled every `every`): the trigger's extra checks, one for servers that join one after another.
  *
  * @since 0.1.0
  */
-export const serverChanges = (controller: ControllerShape, every: Duration.Input = "1 second"): Stream.Stream<void> =>
+export const serverChanges = (
+  controller: ControllerShape,
+  options: { readonly every?: Duration.Input; readonly settle?: Duration.Input } = {}
+): Stream.Stream<void> =>
   Stream.fromEffectSchedule(
     Effect.map(controller.state, (state) => [...state.live].sort((a, b) => a - b).join(",")),
-    Schedule.spaced(every)
-  ).pipe(Stream.changes, Stream.drop(1), Stream.as(undefined))
+    Schedule.spaced(options.every ?? "1 second")
+  ).pipe(Stream.changes, Stream.drop(1), Stream.debounce(options.settle ?? "5 seconds"), Stream.as(undefined))
