@@ -343,6 +343,17 @@ describe("scale-out by the rebalance service", () => {
           assert.strictEqual(text.code, 0, text.stderr)
           assert.match(text.stdout, /completed, batch \d+ of \d+/)
           assert.match(text.stdout, /stability gate: \d+ failures, 1 batches rolled back/)
+          // Nothing to pause now: one line, exit 1; an unknown goal over HTTP: 409 naming it.
+          const pause = yield* Effect.promise(
+            () => cli(processes.runner(), ["rebalance", "pause"], clusterEnv(namespace)).exited
+          )
+          assert.strictEqual(pause.code, 1)
+          assert.include(pause.stderr, "no rebalance is in progress")
+          const badGoal = yield* Effect.promise(() =>
+            fetch(`http://${ops}/rebalance?goals=replica-count,speed`, { method: "POST" })
+          )
+          assert.strictEqual(badGoal.status, 409)
+          assert.include(yield* Effect.promise(() => badGoal.text()), "unknown goal speed")
 
           yield* Ref.set(running, false)
           const { acked } = yield* Fiber.join(load)

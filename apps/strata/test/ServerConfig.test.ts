@@ -101,6 +101,46 @@ describe("ServerConfig", () => {
     })
   )
 
+  it.effect(
+    "a coordinator's rebalance settings: their defaults, a STRATA_REBALANCE_ variable, and a bad one named",
+    () =>
+      Effect.gen(function* () {
+        const base = { id: "101", coordination: "zookeeper://127.0.0.1:2181" }
+        const { settings } = yield* ServerConfig.load(ServerConfig.CoordinatorConfig, {
+          env: { STRATA_REBALANCE_BATCH_RATIO: "0.5", STRATA_REBALANCE_GATE_WINDOW: "10 seconds" },
+          flags: { ...base, rebalanceEnabled: "false" }
+        })
+        const config = ServerConfig.rebalanceOf(settings)
+        assert.strictEqual(config.batchRatio, 0.5)
+        assert.strictEqual(Duration.toMillis(config.gateWindow), 10_000)
+        assert.isFalse(config.enabled)
+        assert.strictEqual(config.maxConcurrentMigrations, 5)
+        assert.strictEqual(Duration.toMillis(config.checkInterval), 300_000)
+        const bad = yield* Effect.flip(
+          ServerConfig.load(ServerConfig.CoordinatorConfig, {
+            env: { STRATA_REBALANCE_BATCH_RATIO: "0" },
+            flags: base
+          })
+        )
+        assert.match(bad.message, /^rebalanceBatchRatio \(from \$STRATA_REBALANCE_BATCH_RATIO\): "?0"?: /)
+        const zero = yield* Effect.flip(
+          ServerConfig.load(ServerConfig.CoordinatorConfig, {
+            env: {},
+            flags: { ...base, rebalanceMaxConcurrentMigrations: "0" }
+          })
+        )
+        assert.include(zero.message, "rebalanceMaxConcurrentMigrations (from flags)")
+        // A tablet server does not read them: a file holding one is refused for it, naming the key.
+        const forServer = yield* Effect.flip(
+          ServerConfig.load(ServerConfig.TabletServerConfig, {
+            env: {},
+            flags: { id: "1", coordination: "zookeeper://127.0.0.1:2181", data: "/tmp/x", rebalanceBatchRatio: "0.5" }
+          })
+        )
+        assert.include(forServer.message, "rebalanceBatchRatio (from --set): unknown setting")
+      })
+  )
+
   it.effect("a YAML file (.yaml, .yml, or by its content) and a JSON one give the same settings", () =>
     Effect.gen(function* () {
       const yaml = [

@@ -276,7 +276,8 @@ export const make = (
     // A stored rebalance that cannot be read is reported and left behind (the next one overwrites it): it must not
     // keep every controller from starting.
     const stored = yield* store.load.pipe(
-      Effect.retry({ schedule: Schedule.spaced("1 second"), times: 4 }),
+      // Coordination failing may pass; data that cannot be read will not.
+      Effect.retry({ while: (e) => e._tag === "CoordinationError", schedule: Schedule.spaced("1 second"), times: 4 }),
       Effect.catch((e) =>
         Effect.as(
           Effect.logError(`rebalance: the stored rebalance cannot be read, starting without it: ${e.message}`),

@@ -208,6 +208,25 @@ describe("RebalanceService", () => {
   )
 })
 
+describe("RebalanceService with a stored state it cannot read", () => {
+  it.effect("starts without it (logged), and its next rebalance overwrites it", () =>
+    withCoordination(
+      Effect.gen(function* () {
+        const session = yield* (yield* Coordination.Coordination).session()
+        yield* session.create(ROOT, new TextEncoder().encode("{not json"), { createParents: true })
+        const fake = new FakeController(scaleOut(3, 4, 12, 3))
+        const { service } = yield* startService(fake)
+        assert.isUndefined((yield* service.status).rebalance)
+        yield* service.start()
+        yield* advanceUntil(phaseIs(service, "completed"))
+        const read = yield* RebalanceStore.make({ root: ROOT, session, leadership: { fenced: () => Effect.die("") } })
+          .load
+        assert.strictEqual(Option.getOrThrow(read).phase, "completed")
+      })
+    )
+  )
+})
+
 describe("RebalanceStore", () => {
   it.effect("keeps every node of a 20 000-move plan under 512 KB and reads it back whole", () =>
     withCoordination(
