@@ -732,23 +732,29 @@ const tabletsDelete = Command.make(
   }, reporting("strata tablets delete"))
 ).pipe(Command.withDescription("Delete a table: its tablets stop, and every replica deletes its data"))
 
+/** `--goals`: the planner's goals after the hard rules, in priority order. */
+const goalsFlag = Flag.String("goals").pipe(
+  Flag.withDescription(
+    "The goals after the hard rules, in priority order, comma-separated (default: replica-count,leader,bytes)"
+  ),
+  Flag.optional
+)
+/** `--goals`' value as a list. */
+const goalsOf = (goals: Option.Option<string>) =>
+  Option.getOrUndefined(Option.map(goals, (g) => g.split(",").map((goal) => goal.trim())))
+
 const rebalancePlan = Command.make(
   "plan",
   {
     ...adminFlags,
-    goals: Flag.String("goals").pipe(
-      Flag.withDescription(
-        "The goals after the hard rules, in priority order, comma-separated (default: replica-count,leader,bytes)"
-      ),
-      Flag.optional
-    ),
+    goals: goalsFlag,
     output: outputFlag,
     json: jsonFlag("the model and the plan as one JSON object")
   },
   Effect.fn(function* (f) {
     const output = yield* outputOf(f.output, f.json)
     yield* Admin.rebalancePlan(adminSources(f), {
-      goals: Option.getOrUndefined(Option.map(f.goals, (g) => g.split(",").map((goal) => goal.trim()))),
+      goals: goalsOf(f.goals),
       output
     })
   }, reporting("strata rebalance plan"))
@@ -775,17 +781,12 @@ const rebalanceStart = Command.make(
   "start",
   {
     ...adminFlags,
-    goals: Flag.String("goals").pipe(
-      Flag.withDescription(
-        "The goals after the hard rules, in priority order, comma-separated (default: replica-count,leader,bytes)"
-      ),
-      Flag.optional
-    ),
+    goals: goalsFlag,
     output: outputFlag
   },
   Effect.fn(function* (f) {
     yield* Admin.rebalanceControl(adminSources(f), "start", {
-      goals: Option.getOrUndefined(Option.map(f.goals, (g) => g.split(",").map((goal) => goal.trim()))),
+      goals: goalsOf(f.goals),
       output: yield* outputOf(f.output)
     })
   }, reporting("strata rebalance start"))

@@ -716,20 +716,21 @@ describe("ControllerState table deletion", () => {
   })
 })
 
+/** Tablet `bucket` led by `leader` at epoch 4 with `isr`; its preferred replica is `replicas[0]`. */
+const stored = (
+  bucket: number,
+  replicas: ReadonlyArray<Models.ServerId>,
+  leader: Models.ServerId,
+  isr: ReadonlyArray<Models.ServerId>
+): ControllerState.Tablet => ({
+  tablet: tid(bucket),
+  replicas,
+  state: "OnlineTablet",
+  leaderAndIsr: { leader, leaderEpoch: 4, isr, coordinatorEpoch: 1, version: 3 },
+  registrations: Object.fromEntries(isr.map((s) => [String(s), 10 + s]))
+})
+
 describe("ControllerState preferred leaders", () => {
-  /** Tablet `bucket` led by `leader` at epoch 4 with `isr`; its preferred replica is `replicas[0]`. */
-  const stored = (
-    bucket: number,
-    replicas: ReadonlyArray<Models.ServerId>,
-    leader: Models.ServerId,
-    isr: ReadonlyArray<Models.ServerId>
-  ): ControllerState.Tablet => ({
-    tablet: tid(bucket),
-    replicas,
-    state: "OnlineTablet",
-    leaderAndIsr: { leader, leaderEpoch: 4, isr, coordinatorEpoch: 1, version: 3 },
-    registrations: Object.fromEntries(isr.map((s) => [String(s), 10 + s]))
-  })
   const boot = (tablets: ReadonlyArray<ControllerState.Tablet>, options: Partial<ControllerState.Options> = {}) =>
     ControllerState.step(
       ControllerState.make({ uncleanLeaderElection: false, ...options }),
@@ -2488,18 +2489,6 @@ describe("ControllerState replication throttle of a move", () => {
 })
 
 describe("ControllerState preferred leader election of named tablets", () => {
-  const stored = (
-    bucket: number,
-    replicas: ReadonlyArray<Models.ServerId>,
-    leader: Models.ServerId,
-    isr: ReadonlyArray<Models.ServerId>
-  ): ControllerState.Tablet => ({
-    tablet: tid(bucket),
-    replicas,
-    state: "OnlineTablet",
-    leaderAndIsr: { leader, leaderEpoch: 4, isr, coordinatorEpoch: 1, version: 3 },
-    registrations: Object.fromEntries(isr.map((s) => [String(s), 10 + s]))
-  })
   // Threshold 100%: the imbalance alone moves nothing.
   const boot = (tablets: ReadonlyArray<ControllerState.Tablet>) =>
     ControllerState.step(
