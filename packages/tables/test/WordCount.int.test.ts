@@ -24,7 +24,7 @@
  * LevelDB driver stay external. STRATA_WORDCOUNT_RUNNER=tsx forces the tsx loader (also the fallback).
  * Knobs: STRATA_WORDCOUNT_SEED (input and kill schedule), STRATA_WORDCOUNT_KILLS (default 40),
  * STRATA_WORDCOUNT_BUDGET_MS (wall time of the kill phase, default 70000), STRATA_WORDCOUNT_LINES (lines per source
- * partition, default 10000), STRATA_WORDCOUNT_BATCH (source records per commit, default 100),
+ * partition, default 25000), STRATA_WORDCOUNT_BATCH (source records per commit, default 100),
  * STRATA_WORDCOUNT_RUN_MS (longest kill delay after `ready`, default 500; raise it with the batch size for longer
  * uncommitted tails, i.e. recoveries that apply several buffers). Fewer than min(20, kills) kills — the budget ran
  * out, or the worker finished the input first — fails the test. Kill timing is real time: a seed fixes the input
@@ -54,7 +54,7 @@ const KILLS = envInt("STRATA_WORDCOUNT_KILLS", 40)
 /** Fewer kills than this within the budget fails the test. */
 const MIN_KILLS = Math.min(20, KILLS)
 const BUDGET_MS = envInt("STRATA_WORDCOUNT_BUDGET_MS", 70_000)
-const LINES = Math.max(1, envInt("STRATA_WORDCOUNT_LINES", 10_000))
+const LINES = Math.max(1, envInt("STRATA_WORDCOUNT_LINES", 25_000))
 const PARTITIONS = 2
 /** Source records per fetched batch, hence per commit. */
 const MAX_BATCH = Math.max(1, envInt("STRATA_WORDCOUNT_BATCH", 100))
