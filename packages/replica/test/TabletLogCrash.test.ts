@@ -28,6 +28,12 @@
  * log split in two, batch keys apart from its fields and epoch entries, with a short pause between the halves; they
  * are killed only while they write) and requires it to report a mismatch.
  *
+ * The same rounds run on the segment log (`SegmentLog`, in segments of `SEGMENT_BYTES` so that it rolls and retention
+ * deletes whole segments): its module promises that a process killed at any point reopens to the log before or
+ * after the change in flight, with a torn tail cut off. There the stored batches are the frames of its segment files
+ * (the segment holding the log start keeps batches below it: those are not compared), and there is no torn self-test
+ * (the checker is the same).
+ *
  * Crash consistency of the stores themselves is `store-adapters/test/Crash.test.ts`'s; this test is about the log
  * putting each of its changes in one write. The child is bundled once with esbuild (STRATA_TABLETLOG_CRASH_RUNNER=tsx
  * runs it under the tsx loader instead).
@@ -35,9 +41,10 @@
  * default 25). Kill timing is real time, so a seed fixes the workload and the schedule, not the exact instants the
  * kills land.
  */
+import { readdir, readFile } from "node:fs/promises"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { assert, describe } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
 import { Effect, Stream } from "effect"
 import { childHarness, envInt, rerunCommand } from "../../../scripts/test-support/childRun.js"
 import { BACKENDS, type BackendName, childArgv, openPartition } from "../../../scripts/test-support/crashChild.js"
@@ -46,11 +53,13 @@ import {
   killRounds,
   killTests,
   RoundViolation,
+  showSummary,
   tempDirectory
 } from "../../../scripts/test-support/killRounds.js"
 import { prng } from "../../../scripts/test-support/prng.js"
 import * as Codec from "../src/wire/internal/batchCodec.js"
 import * as LeaderEpochCache from "../src/machines/LeaderEpochCache.js"
+import * as Format from "../src/server/internal/segmentFormat.js"
 import * as TabletLog from "../src/server/TabletLog.js"
 import {
   epochOf,
@@ -58,6 +67,7 @@ import {
   loadAdapter,
   OPERATION_KINDS,
   type Operation,
+  openSegmentLog,
   type State,
   STORE_ID,
   step,
@@ -119,18 +129,58 @@ interface Observed {
   readonly stored: ReadonlyArray<TabletLog.Batch | string>
 }
 
+/** Where a crash test's log lives: a backend's store, or segment files. */
+type Storage = BackendName | "segments"
+const STORAGES: ReadonlyArray<Storage> = [...BACKENDS, "segments"]
+
+/** Every batch a segment log's files hold, decoded (or why the bytes at some position are not one), in order. */
+const segmentFrames = (directory: string) =>
+  Effect.promise(async () => {
+    const out: Array<TabletLog.Batch | string> = []
+    for (const file of (await readdir(directory)).filter((f) => f.endsWith(".log")).sort()) {
+      const bytes = new Uint8Array(await readFile(join(directory, file)))
+      for (let at = 0; at < bytes.length; ) {
+        const parsed = Format.parseFrame(bytes, at)
+        if (parsed._tag !== "Frame") {
+          out.push(`${file} at byte ${at}: ${parsed._tag === "Bad" ? parsed.detail : "a frame cut short"}`)
+          break
+        }
+        out.push(Codec.decodeBatch(parsed.frame.baseOffset, parsed.frame.encoded))
+        at += parsed.frame.frameBytes
+      }
+    }
+    return out
+  })
+
+/** The log in `directory`, and its stored batches read beneath it (those reaching past `start`). */
+const openObserved = (storage: Storage, directory: string) =>
+  Effect.gen(function* () {
+    if (storage === "segments") {
+      const log = yield* openSegmentLog(directory)
+      const stored = (start: number) =>
+        Effect.map(segmentFrames(directory), (all) =>
+          all.filter((b) => typeof b === "string" || b.baseOffset + b.records.length > start)
+        )
+      return { log, stored }
+    }
+    const partition = yield* openPartition(() => loadAdapter(storage), directory, STORE_ID)
+    const log = yield* TabletLog.make(partition, TABLET)
+    const stored = (_start: number) =>
+      Effect.map(Stream.runCollect(partition.scan(Codec.BATCHES)), (entries) =>
+        entries.map(([k, v]) => Codec.decodeBatch(Codec.offsetOfBatchKey(k), v))
+      )
+    return { log, stored }
+  })
+
 /** Opens the directory in this process, reads the log every way, closes it again. */
-const observe = (backend: BackendName, directory: string, maxEpoch: number) =>
+const observe = (storage: Storage, directory: string, maxEpoch: number) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const partition = yield* openPartition(() => loadAdapter(backend), directory, STORE_ID)
-      const log = yield* TabletLog.make(partition, TABLET)
+      const { log, stored: storedFrom } = yield* openObserved(storage, directory)
       const start = yield* log.logStartOffset
       const endOffsets: Array<{ readonly epoch: number; readonly endOffset: number } | undefined> = []
       for (let e = 0; e <= maxEpoch; e++) endOffsets.push(yield* log.endOffsetForEpoch(e))
-      const stored = (yield* Stream.runCollect(partition.scan(Codec.BATCHES))).map(([k, v]) =>
-        Codec.decodeBatch(Codec.offsetOfBatchKey(k), v)
-      )
+      const stored = yield* storedFrom(start)
       const observed: Observed = {
         start,
         end: yield* log.logEndOffset,
@@ -206,7 +256,7 @@ const sameFields = (s: State, o: Observed) =>
   s.start === o.start && s.end === o.end && s.hw === o.hw && JSON.stringify(s.epochs) === JSON.stringify(o.epochs)
 
 /** Every way the observed log differs from the model's state (the first `SHOWN` described), and how many. */
-const diffs = (s: State, o: Observed) => {
+const diffs = (s: State, o: Observed, storage: Storage) => {
   const shown: Array<string> = []
   let count = 0
   const note = (text: string) => {
@@ -236,11 +286,14 @@ const diffs = (s: State, o: Observed) => {
     }
   }
   batchDiffs("read", readView(s), o.read, note)
-  batchDiffs("stored", s.batches, o.stored, note)
+  // Segment files: the batches reaching past the start only (the segment holding it keeps the ones before).
+  const stored = storage === "segments" ? s.batches.filter((b) => b.baseOffset + b.records.length > s.start) : s.batches
+  batchDiffs("stored", stored, o.stored, note)
   return { count, shown }
 }
 
-interface Summary extends KillSummary<CrashViolation> {
+interface Summary extends Omit<KillSummary<CrashViolation>, "backend"> {
+  readonly backend: Storage
   /** Mid-run kills that landed after an operation was committed but before the child acknowledged it. */
   readonly committedNotAcked: number
   /** The last operation verified (-1: none). */
@@ -262,14 +315,14 @@ const parseReady = (fields: string) => {
  * effect; violations are returned in the summary.
  */
 const crashLoop = (options: {
-  readonly backend: BackendName
+  readonly storage: Storage
   readonly seed: number
   readonly rounds: number
   readonly torn: TornMode | undefined
 }) =>
   Effect.gen(function* () {
-    const { backend, seed, torn } = options
-    const directory = yield* tempDirectory(`strata-tablet-crash-${backend}-`)
+    const { storage, seed, torn } = options
+    const directory = yield* tempDirectory(`strata-tablet-crash-${storage}-`)
     /** The last operation verified, the model's state after it, and the operations so far by kind. */
     let verified = -1
     let state = initial
@@ -280,11 +333,19 @@ const crashLoop = (options: {
     const result = yield* killRounds({
       harness,
       rounds: options.rounds,
-      schedule: prng(seed ^ (0x3c6ef372 + BACKENDS.indexOf(backend) * 0x9e3779b9)),
+      schedule: prng(seed ^ (0x3c6ef372 + STORAGES.indexOf(storage) * 0x9e3779b9)),
       mix: MIX,
       // A torn child is killed while it writes: the self-test is about the checker, not about when kills land.
       fromReadyOnly: torn !== undefined,
-      args: () => childArgv({ backend, directory, seed, numbers: [verified + 1], torn }),
+      // The segment log's child takes no store: its backend argument is a placeholder.
+      args: () =>
+        childArgv({
+          backend: storage === "segments" ? "level" : storage,
+          directory,
+          seed,
+          numbers: [verified + 1, storage === "segments" ? 1 : 0],
+          torn
+        }),
       parseReady,
       Violation: CrashViolation,
       check: ({ outcome, violation }) =>
@@ -312,7 +373,7 @@ const crashLoop = (options: {
           const stateAfter = (n: number) => (n === verified ? state : states[n - verified - 1]!.state)
 
           const observeStarted = performance.now()
-          const observed = yield* Effect.result(observe(backend, directory, epochOf(acked + 1) + 1))
+          const observed = yield* Effect.result(observe(storage, directory, epochOf(acked + 1) + 1))
           observeMsTotal += performance.now() - observeStarted
           if (observed._tag === "Failure") {
             return violation(
@@ -322,11 +383,11 @@ const crashLoop = (options: {
           }
           const o = observed.success
           // p is acked + 1 (committed, not yet acknowledged) or acked; a state equal to both is the later.
-          const p = [acked + 1, acked].find((n) => n >= verified && diffs(stateAfter(n), o).count === 0)
+          const p = [acked + 1, acked].find((n) => n >= verified && diffs(stateAfter(n), o, storage).count === 0)
           if (p === undefined) {
             let behind: number | undefined
             for (let n = acked - 1; n >= verified && behind === undefined; n--) {
-              if (sameFields(stateAfter(n), o) && diffs(stateAfter(n), o).count === 0) behind = n
+              if (sameFields(stateAfter(n), o) && diffs(stateAfter(n), o, storage).count === 0) behind = n
             }
             if (behind !== undefined) {
               return violation(
@@ -335,7 +396,7 @@ const crashLoop = (options: {
               )
             }
             const describe = (n: number) => {
-              const d = diffs(stateAfter(n), o)
+              const d = diffs(stateAfter(n), o, storage)
               const op = n === verified ? "(verified)" : states[n - verified - 1]!.op._tag
               return `after operation ${n} ${op} (start ${stateAfter(n).start}, end ${stateAfter(n).end}): ${d.count} difference(s):\n    ${d.shown.join("\n    ")}`
             }
@@ -349,7 +410,8 @@ const crashLoop = (options: {
                   .join("\n  ")
             )
           }
-          if (ready !== undefined && p === acked + 1 && diffs(stateAfter(acked), o).count > 0) committedNotAcked++
+          if (ready !== undefined && p === acked + 1 && diffs(stateAfter(acked), o, storage).count > 0)
+            committedNotAcked++
           for (let n = verified + 1; n <= p; n++) ops[states[n - verified - 1]!.op._tag]++
           state = stateAfter(p)
           verified = p
@@ -358,7 +420,7 @@ const crashLoop = (options: {
     })
 
     const summary: Summary = {
-      backend,
+      backend: storage,
       runner: harness.runner.kind,
       seed,
       rounds: result.rounds,
@@ -378,8 +440,23 @@ const crashLoop = (options: {
 // Tests
 // ---------------------------------------------------------------------------
 
+/** Checks that the rounds did enough that the test cannot pass vacuously. */
+const progress = (s: Summary, context: string) => {
+  assert.strictEqual(s.rounds, ROUNDS, context)
+  assert.isTrue(s.finalOp >= MIN_FINAL_OP, `too little progress: final operation ${s.finalOp} (${context})`)
+  assert.isTrue(s.killsMidRun >= s.rounds / 2, `too few kills landed while the log was written (${context})`)
+  if (ROUNDS >= 20) {
+    for (const kind of OPERATION_KINDS) {
+      assert.isTrue(s.ops[kind] > 0, `no ${kind} operation was verified (${context})`)
+    }
+  }
+}
+
+/** A summary of rounds on a backend's store. */
+type StoreSummary = Summary & { readonly backend: BackendName }
+
 describe("TabletLog crash consistency under kill -9", () => {
-  killTests({
+  killTests<TornMode, StoreSummary>({
     name: "tablet log crash",
     harness,
     tornModes: TORN_MODES,
@@ -392,16 +469,22 @@ describe("TabletLog crash consistency under kill -9", () => {
     tornTitle: (backend, torn) =>
       `${backend}: the checker catches a log that writes its batches apart from its fields (${torn})`,
     tornChild: "log",
-    loop: (backend, rounds, torn) => crashLoop({ backend, seed: SEED, rounds, torn }),
-    progress: (s, context) => {
-      assert.strictEqual(s.rounds, ROUNDS, context)
-      assert.isTrue(s.finalOp >= MIN_FINAL_OP, `too little progress: final operation ${s.finalOp} (${context})`)
-      assert.isTrue(s.killsMidRun >= s.rounds / 2, `too few kills landed while the log was written (${context})`)
-      if (ROUNDS >= 20) {
-        for (const kind of OPERATION_KINDS) {
-          assert.isTrue(s.ops[kind] > 0, `no ${kind} operation was verified (${context})`)
-        }
-      }
-    }
+    loop: (backend, rounds, torn) =>
+      crashLoop({ storage: backend, seed: SEED, rounds, torn }).pipe(Effect.map((s) => ({ ...s, backend }))),
+    progress
   })
+
+  it.live(
+    "segment log: after every kill the log is the model up to the last operation acknowledged or the one after",
+    () =>
+      Effect.gen(function* () {
+        console.log(`tablet log crash segments: ${ROUNDS} kills, runner ${harness.runner.kind}, ${rerun(SEED)}`)
+        const s = yield* crashLoop({ storage: "segments", seed: SEED, rounds: ROUNDS, torn: undefined })
+        console.log(`tablet log crash ${showSummary(s)}`)
+        const context = `segments, ${rerun(SEED)}\n${showSummary(s)}`
+        if (s.violation !== undefined) assert.fail(`${s.violation.message}\n${context}`)
+        progress(s, context)
+      }).pipe(Effect.mapError((e) => new Error(`${e.message}\nsegments, ${rerun(SEED)}`))),
+    60_000 + ROUNDS * 3_000
+  )
 })

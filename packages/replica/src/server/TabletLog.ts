@@ -636,7 +636,11 @@ const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogErr
     const state = o.state
     if (offset >= state.end) return
     if (offset < state.start) return yield* Effect.fail(outOfRange(o, offset))
-    const { ops, end, bytes } = yield* cutFrom(o, offset)
+    const cut = yield* cutFrom(o, offset)
+    const { ops, bytes } = cut
+    // An idempotent producer's batch holding `offset` goes whole; when it also held the log start (retention kept it
+    // whole), the log is left empty at its start rather than ending below it.
+    const end = Math.max(cut.end, state.start)
     const epochs = LeaderEpochCache.truncateFromEnd(state.epochs, end)
     const changes = yield* producersBefore(o, end)
     const next = { start: state.start, end, hw: Math.min(state.hw, end), bytes: state.bytes + bytes, epochs }

@@ -1,8 +1,10 @@
 /**
  * The TabletLog crash-test workload, and the child process that runs it.
  *
- * As a program: `tabletLogChild.ts <level|rocksdb> <directory> <seed> <from> [--torn=batches-first|fields-first]`
- * opens the backend at `directory`, the partition store `STORE_ID` and the `TabletLog` of `TABLET` on it, then runs
+ * As a program: `tabletLogChild.ts <level|rocksdb> <directory> <seed> <from> <segments>
+ * [--torn=batches-first|fields-first]` opens the backend at `directory`, the partition store `STORE_ID` and the
+ * `TabletLog` of `TABLET` on it (with `segments` 1: the segment log of `TABLET` in `directory` instead, in segments
+ * of `SEGMENT_BYTES`, and the backend argument names nothing), then runs
  * operation after operation from number `from` on, forever (the parent passes the one after the last it verified).
  * Operation n is `operation(seed, n, log)`: a function of (seed, n) and the log's start and end only, mostly an
  * append, sometimes a high-watermark checkpoint, a truncation a few records back, a retention cut or a reset. It
@@ -30,11 +32,19 @@ import {
 import { below, mix32, prng } from "../../../../scripts/test-support/prng.js"
 import * as Codec from "../../src/wire/internal/batchCodec.js"
 import * as LeaderEpochCache from "../../src/machines/LeaderEpochCache.js"
+import * as SegmentLog from "../../src/server/SegmentLog.js"
 import * as TabletLog from "../../src/server/TabletLog.js"
 
 /** The partition store the log lives in, and the tablet it is the log of. */
 export const STORE_ID = { table: "tablet-crash", partition: 0 } as const
 export const TABLET = { table: "crash", bucket: 0 } as const
+
+/** The segment size of the segment log's runs: small, so that the log rolls, and retention deletes whole segments. */
+export const SEGMENT_BYTES = 64 * 1024
+
+/** Opens the segment log the crash test runs on in `directory`. */
+export const openSegmentLog = (directory: string) =>
+  SegmentLog.make({ directory, tablet: TABLET, segmentBytes: SEGMENT_BYTES })
 
 /** How a deliberately broken child splits each write of the log (see the module comment). */
 export type TornMode = "batches-first" | "fields-first"
@@ -238,11 +248,25 @@ const tornStore = (store: Store.PartitionStore, mode: TornMode): Store.Partition
   }
 }
 
-const run = ({ backend, directory, seed, numbers: { from }, torn }: ChildArgs<"from", TornMode>) =>
+/** Opens the log the child runs on: on the backend's partition store, or the segment log. */
+const openLog = (backend: BackendName, directory: string, segments: boolean, torn: TornMode | undefined) =>
+  segments
+    ? Effect.andThen(report.opening, openSegmentLog(directory))
+    : Effect.gen(function* () {
+        const partition = yield* openPartition(() => loadAdapter(backend), directory, STORE_ID, report.opening)
+        return yield* TabletLog.make(torn === undefined ? partition : tornStore(partition, torn), TABLET)
+      })
+
+const run = ({
+  backend,
+  directory,
+  seed,
+  numbers: { from, segments },
+  torn
+}: ChildArgs<"from" | "segments", TornMode>) =>
   Effect.scoped(
     Effect.gen(function* () {
-      const partition = yield* openPartition(() => loadAdapter(backend), directory, STORE_ID, report.opening)
-      const log = yield* TabletLog.make(torn === undefined ? partition : tornStore(partition, torn), TABLET)
+      const log = yield* openLog(backend, directory, segments === 1, torn)
       const view = { start: yield* log.logStartOffset, end: yield* log.logEndOffset }
       yield* report.ready(from, view.start, view.end, yield* log.highWatermark)
       for (let n = from; ; n++) {
@@ -256,7 +280,7 @@ const run = ({ backend, directory, seed, numbers: { from }, torn }: ChildArgs<"f
 
 childMain(import.meta.url, {
   program: "tabletLogChild.ts",
-  numbers: ["from"],
+  numbers: ["from", "segments"],
   tornModes: TORN_MODES,
   loopName: "operation loop",
   loop: run
