@@ -85,7 +85,7 @@ import {
 } from "./internal/segmentLogState.js"
 import { close, load } from "./internal/segmentRecovery.js"
 import * as Segments from "./internal/segments.js"
-import type { Appended, TabletLog, TabletLogError } from "./TabletLog.js"
+import { type Appended, appendChecked, type TabletLog, type TabletLogError } from "./TabletLog.js"
 
 /**
  * The default segment size: 256 MiB.
@@ -237,26 +237,17 @@ const append = (
   records: ReadonlyArray<Codec.TabletRecord>,
   producer: ProducerState.Producer | undefined
 ): Effect.Effect<Appended, TabletLogError> =>
-  Effect.suspend(() => {
-    const baseOffset = o.end
-    if (producer !== undefined) {
-      const verdict = ProducerState.check(o.producers.get(producer.id), producer, records.length)
-      if (verdict._tag === "Duplicate") {
-        return Effect.succeed<Appended>({
-          baseOffset: verdict.baseOffset,
-          lastOffset: verdict.lastOffset,
-          duplicate: true
-        })
-      }
-      if (verdict._tag !== "Append") {
-        return Effect.fail(error(o, { _tag: "ProducerRefused", producer: producer.id, verdict }))
-      }
-    }
-    return Effect.as(appendAt(o, [{ baseOffset, epoch, records, producer }]), {
-      baseOffset,
-      lastOffset: baseOffset + records.length - 1
-    })
-  })
+  Effect.suspend(() =>
+    appendChecked(
+      o.producers,
+      o.end,
+      epoch,
+      records,
+      producer,
+      (refusal) => error(o, refusal),
+      (batch) => appendAt(o, [batch])
+    )
+  )
 
 /**
  * Writes batches at the log end in one write to the active segment (rolling first when due), then the log-state

@@ -417,26 +417,45 @@ const append = (
   records: ReadonlyArray<Codec.TabletRecord>,
   producer: Parameters<TabletLog["append"]>[2]
 ): Effect.Effect<Appended, TabletLogError> =>
-  Effect.suspend(() => {
-    const baseOffset = o.state.end
-    if (producer !== undefined) {
-      const verdict = ProducerState.check(o.state.producers.get(producer.id), producer, records.length)
-      if (verdict._tag === "Duplicate") {
-        return Effect.succeed<Appended>({
-          baseOffset: verdict.baseOffset,
-          lastOffset: verdict.lastOffset,
-          duplicate: true
-        })
-      }
-      if (verdict._tag !== "Append") {
-        return Effect.fail(error(o, { _tag: "ProducerRefused", producer: producer.id, verdict }))
-      }
-    }
-    return Effect.as(appendAt(o, [{ baseOffset, epoch, records, producer }]), {
-      baseOffset,
-      lastOffset: baseOffset + records.length - 1
-    })
+  Effect.suspend(() =>
+    appendChecked(
+      o.state.producers,
+      o.state.end,
+      epoch,
+      records,
+      producer,
+      (refusal) => error(o, refusal),
+      (batch) => appendAt(o, [batch])
+    )
+  )
+
+/**
+ * A leader's append of `records` at `baseOffset` under `epoch`, as every tablet log does it: with a producer stamp
+ * checked against the producer's entry in `producers` first — a retry of a batch it wrote answered with its earlier
+ * offsets, a refused stamp failed as `ProducerRefused` (made by `fail`) — then the batch written by `write`.
+ *
+ * @since 0.1.0
+ */
+export const appendChecked = (
+  producers: ReadonlyMap<number, ProducerState.Entry>,
+  baseOffset: number,
+  epoch: number,
+  records: ReadonlyArray<Codec.TabletRecord>,
+  producer: ProducerState.Producer | undefined,
+  fail: (refusal: Extract<TabletLogError["reason"], { readonly _tag: "ProducerRefused" }>) => TabletLogError,
+  write: (batch: Codec.Batch) => Effect.Effect<void, TabletLogError>
+): Effect.Effect<Appended, TabletLogError> => {
+  if (producer !== undefined) {
+    const verdict = ProducerState.check(producers.get(producer.id), producer, records.length)
+    if (verdict._tag === "Duplicate")
+      return Effect.succeed({ baseOffset: verdict.baseOffset, lastOffset: verdict.lastOffset, duplicate: true })
+    if (verdict._tag !== "Append") return Effect.fail(fail({ _tag: "ProducerRefused", producer: producer.id, verdict }))
+  }
+  return Effect.as(write({ baseOffset, epoch, records, producer }), {
+    baseOffset,
+    lastOffset: baseOffset + records.length - 1
   })
+}
 
 /** Writes batches at the log end with their epochs, fields, epoch and producer entries in one atomic write. */
 const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
