@@ -13,16 +13,18 @@ export interface ChildProtocol {
   readonly timeoutMs: number
 }
 
-/** Runs `file` (a bench module) as a child with this process's node and flags, and returns its result. */
-export const runChild = <S extends { readonly phase: string }, R>(
-  file: string,
-  protocol: ChildProtocol,
-  spec: S
+/**
+ * Runs `command` with `args` as a child and returns its result line's value: the JSON after `protocol.prefix` on its
+ * stdout. A child that gives none within `protocol.timeoutMs` is killed; `what` names it in the errors.
+ */
+export const runProgram = <R>(
+  what: string,
+  command: string,
+  args: ReadonlyArray<string>,
+  protocol: Omit<ChildProtocol, "flag">
 ): Promise<R> =>
   new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [...process.execArgv, file, protocol.flag, JSON.stringify(spec)], {
-      stdio: ["ignore", "pipe", "inherit"]
-    })
+    const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] })
     // A phase that hangs fails the run instead of blocking it.
     let timedOut = false
     const timer = setTimeout(() => {
@@ -38,17 +40,25 @@ export const runChild = <S extends { readonly phase: string }, R>(
     child.on("close", (code) => {
       clearTimeout(timer)
       if (timedOut) {
-        reject(new Error(`${spec.phase}: no result after ${protocol.timeoutMs / 1000} s, the child was killed`))
+        reject(new Error(`${what}: no result after ${protocol.timeoutMs / 1000} s, the child was killed`))
         return
       }
       const line = out.split("\n").find((l) => l.startsWith(protocol.prefix))
       if (code !== 0 || line === undefined) {
-        reject(new Error(`${spec.phase}: the child exited with ${code} without a result`))
+        reject(new Error(`${what}: the child exited with ${code} without a result`))
         return
       }
       resolvePromise(JSON.parse(line.slice(protocol.prefix.length)) as R)
     })
   })
+
+/** Runs `file` (a bench module) as a child with this process's node and flags, and returns its result. */
+export const runChild = <S extends { readonly phase: string }, R>(
+  file: string,
+  protocol: ChildProtocol,
+  spec: S
+): Promise<R> =>
+  runProgram(spec.phase, process.execPath, [...process.execArgv, file, protocol.flag, JSON.stringify(spec)], protocol)
 
 /** Prints a child's result line and exits once it is out (a client's leftover timers must not keep it alive). */
 export const reportFromChild = (protocol: ChildProtocol, result: unknown): void => {

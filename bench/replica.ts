@@ -19,11 +19,15 @@
 //    the time until it is back in every ISR gives its catch-up rate, next to the leaders' append rate.
 // 4. takeover: 10 000 tablets in ZooKeeper, then 100 more written: a standby's warm view catches up (what a new
 //    controller reads before it acts), next to a cold read of every tablet (a controller without the view).
+// 5. log: core's `Log` protocol (what Tables uses) on both sides, `StrataLog` on the tablets next to `KafkaLog` on the
+//    3 brokers: produce, a group-less read of the whole topic (checked record by record), and a Tables restore of a
+//    changelog (bench/replicaLog.ts says how).
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
 //   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094), BENCH_PARTS
-//   (produce,failover,catchup,takeover), BENCH_KEEP (set: keep the processes' data and logs)
+//   (produce,failover,catchup,takeover,log), BENCH_KEEP (set: keep the processes' data and logs); the log part's own
+//   BENCH_LOG_RECORDS, BENCH_RESTORE_RECORDS and BENCH_LOG_ROUNDS (bench/replicaLog.ts)
 import { Coordination, type Models } from "../packages/core/src/index.js"
 import type { ReplicaManager } from "../packages/replica/src/index.js"
 import { execFileSync } from "node:child_process"
@@ -48,7 +52,8 @@ import {
   round3
 } from "./lib.js"
 
-type Platformatic = typeof import("../packages/kafka/node_modules/@platformatic/kafka/dist/index.js")
+/** The `@platformatic/kafka` module (the Kafka side's admin and producer). */
+export type Platformatic = typeof import("../packages/kafka/node_modules/@platformatic/kafka/dist/index.js")
 
 const DEFAULTS = {
   records: 200_000,
@@ -60,9 +65,11 @@ const DEFAULTS = {
   zookeeper: "127.0.0.1:2181",
   kafka3: "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
 } as const
-const PARTITIONS = 12
+/** Partitions (tablets) of every produce topic. */
+export const PARTITIONS = 12
 const KEY_BYTES = 16
-const SETTINGS = {
+/** The Strata cluster's replication settings (Kafka's topics: RF 3, min ISR 2). */
+export const SETTINGS = {
   replicationFactor: 3,
   minInsyncReplicas: 2,
   sessionTimeout: 4_000,
@@ -73,7 +80,8 @@ const SETTINGS = {
   leaderImbalancePercent: 0
 } as const
 
-interface Plan {
+/** How many records a produce run sends, in calls of `batch` records with `inFlight` calls outstanding. */
+export interface Plan {
   readonly records: number
   readonly batch: number
   readonly inFlight: number
@@ -83,7 +91,7 @@ interface Plan {
  * Writes the page cache's dirty pages out before a timed run: the two sides share one disk, and a run must not pay
  * for writing back what the other side's last run left.
  */
-const settleDisk = () => execFileSync("sync")
+export const settleDisk = () => execFileSync("sync")
 
 /** One produce run's figures. */
 interface Run {
@@ -94,7 +102,8 @@ interface Run {
   readonly clientCpu: number
 }
 
-const percentile = (samples: ReadonlyArray<number>, p: number): number => {
+/** The `p`th percentile of some samples (nearest rank). */
+export const percentile = (samples: ReadonlyArray<number>, p: number): number => {
   if (samples.length === 0) return Number.NaN
   const sorted = [...samples].sort((a, b) => a - b)
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
@@ -109,8 +118,10 @@ const cpuOf = (pid: number): number => {
     return 0
   }
 }
-const cpuOfAll = (pids: ReadonlyArray<number>) => pids.reduce((n, pid) => n + cpuOf(pid), 0)
-const clientCpu = () => {
+/** CPU seconds (user + system) some processes used so far. */
+export const cpuOfAll = (pids: ReadonlyArray<number>) => pids.reduce((n, pid) => n + cpuOf(pid), 0)
+/** CPU seconds (user + system) this process used so far. */
+export const clientCpu = () => {
   const u = process.cpuUsage()
   return (u.user + u.system) / 1e6
 }
@@ -126,7 +137,7 @@ const childrenOf = (pid: number): Array<number> =>
   })
 
 /** Runs `send(start, end)` over every batch, `inFlight` at a time; the latency of each call. */
-const produceAll = async (plan: Plan, send: (start: number, end: number) => Promise<unknown>) => {
+export const produceAll = async (plan: Plan, send: (start: number, end: number) => Promise<unknown>) => {
   const latencies: Array<number> = []
   let next = 0
   const worker = async () => {
@@ -142,7 +153,8 @@ const produceAll = async (plan: Plan, send: (start: number, end: number) => Prom
   return latencies
 }
 
-const keyOf = (i: number) => Buffer.from(`key-${String(i).padStart(12, "0")}`, "latin1")
+/** Record i's key: 16 bytes, `key-` and i in 12 digits. */
+export const keyOf = (i: number) => Buffer.from(`key-${String(i).padStart(12, "0")}`, "latin1")
 
 // ---------------------------------------------------------------------------
 // Strata
@@ -182,9 +194,11 @@ const strataProduce = async (side: StrataSide, plan: Plan, valueBytes: number, t
 // Kafka
 // ---------------------------------------------------------------------------
 
-const kafkaRequire = createRequire(new URL("../packages/kafka/package.json", import.meta.url))
+/** Resolves packages as `@strata/kafka` does (its `@platformatic/kafka`). */
+export const kafkaRequire = createRequire(new URL("../packages/kafka/package.json", import.meta.url))
 
-const kafkaPids = (): Array<number> => {
+/** The 3 broker JVMs of scripts/services' kafka3. */
+export const kafkaPids = (): Array<number> => {
   const wrapper = Number(readFileSync(join(process.cwd(), ".services", "kafka3", "pid"), "utf8").trim())
   return childrenOf(wrapper)
 }
@@ -595,7 +609,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     runs === DEFAULTS.runs &&
     kills === DEFAULTS.kills &&
     catchupSeconds === DEFAULTS.catchupSeconds
-  const parts = (envString("BENCH_PARTS") ?? "produce,failover,catchup,takeover").split(",")
+  const parts = (envString("BENCH_PARTS") ?? "produce,failover,catchup,takeover,log").split(",")
   const figures: Array<Figure> = []
   const details: Record<string, unknown> = { plan, settings: SETTINGS }
   if (parts.includes("produce")) {
@@ -618,5 +632,12 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     figures.push(...t.figures)
     Object.assign(details, t.details)
   }
-  return { results: figures, details, save: save && parts.length === 4 }
+  let logDefaults = true
+  if (parts.includes("log")) {
+    const l = await (await import("./replicaLog.js")).logPart(plan, zookeeper, brokers)
+    figures.push(...l.figures)
+    Object.assign(details, l.details)
+    logDefaults = l.defaults
+  }
+  return { results: figures, details, save: save && logDefaults && parts.length === 5 }
 }

@@ -141,7 +141,8 @@ const linkRun = ({ records, fetched, batches }: Load) =>
       {
         append: (a) =>
           Effect.succeed({ baseOffset: 0, lastOffset: a.records.length - 1, highWatermark: 0, duplicate: false }),
-        fetch: () => Effect.succeed(fetched)
+        fetch: () => Effect.succeed(fetched),
+        read: () => Effect.die("unused")
       }
     ).pipe(Scope.provide(scope), Effect.orDie)
     const address = ReplicaRpc.formatAddress(bound)

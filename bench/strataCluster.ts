@@ -31,15 +31,18 @@ export const startStrata = async (
   zookeeper: string,
   settings: Settings,
   /** The client's replication settings (the cluster's, when they are all there is). */
-  replication: Settings = settings
+  replication: Settings = settings,
+  /** Node's options for every process of the cluster (e.g. `--cpu-prof`). */
+  nodeOptions: ReadonlyArray<string> = []
 ): Promise<StrataSide> => {
-  const runner = await nodeRunner("strata", fileURLToPath(new URL("../apps/strata/src/bin.ts", import.meta.url)), [
+  const bundled = await nodeRunner("strata", fileURLToPath(new URL("../apps/strata/src/bin.ts", import.meta.url)), [
     "classic-level",
     "@nxtedition/rocksdb",
     "etcd3",
     "node-zookeeper-client",
     "@platformatic/kafka"
   ])
+  const runner = { ...bundled, argv: (args: ReadonlyArray<string>) => [...nodeOptions, ...bundled.argv(args)] }
   const directory = mkdtempSync(join(tmpdir(), `strata-bench-${label}-`))
   const namespace = `/bench-${label}-${process.pid}-${Date.now()}`
   const cluster = ProcessCluster.make({

@@ -14,23 +14,39 @@
 //   `Table.make({ key: Schema.String, value: Schema.Int })` through `table.update`, on `Tables.make({ settleDelay: 0 })`
 //   and a fresh store (`MemoryStore.layer()`, `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary
 //   directory), with `KafkaLog` underneath.
-// Timed in both: from the first record handed to the counting code until every partition is processed to its
+// - kstreams-memory, kstreams-rocksdb, kstreams-eos (the Worker's peers: memory, rocksdb, memory-eos): Kafka Streams
+//   4.4.0's `count()` (bench/kstreams/src/main/java/strata/bench/Count.java, a JVM of its own): the source grouped by
+//   key (no repartition) and counted into an in-memory store / the DSL's default RocksDB store, its changelog at the
+//   brokers' default replication with acks=all, commit.interval.ms 1000, one stream thread, processing.guarantee
+//   at_least_once (exactly_once_v2 for kstreams-eos, in-memory store), statestore.cache.max.bytes 0 by default so
+//   that, as the Worker, it sends every change to the changelog (Kafka Streams' own default is 10 MiB, which sends a
+//   key's last change per commit). It asks for a commit once it has seen every source record and is done when its
+//   group's committed offsets (read stable) reach the highwaters; it reports its own time, CPU (the JVM's; "main":
+//   the stream thread's) and peak RSS (VmHWM), and writes its store's counts to a file this bench checks. Built on
+//   first use with Maven (`mvn -q -B -f bench/kstreams/pom.xml compile dependency:copy-dependencies`, output in
+//   bench/kstreams/target, rebuilt when pom.xml or Count.java is newer).
+// Timed in all: from the first record handed to the counting code until every partition is processed to its
 // highwater and a last commit returned (the group join before it is not timed). Checked afterwards, untimed: the
-// counts (the bare loop's Map; the worker's table, every partition scanned) equal the input's, key by key.
-// CPU and RSS as in bench/recovery.ts (each child's own). Phases run in the order below, reversed on odd repetitions.
+// counts (the bare loop's Map; the worker's table, every partition scanned; Kafka Streams' store) equal the
+// input's, key by key. CPU and RSS as in bench/recovery.ts (each child's own). Phases run in the order below,
+// reversed on odd repetitions.
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (1000000), BENCH_KEYS (100000), BENCH_PARTITIONS (12), BENCH_RUNS (3),
-//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb,memory-eos; memory-eos is the
-//   memory store with processingGuarantee exactly_once)
+//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb,memory-eos,kstreams-memory,
+//   kstreams-rocksdb,kstreams-eos; memory-eos is the memory store with processingGuarantee exactly_once),
+//   BENCH_KSTREAMS (1; 0 drops the kstreams phases, for a machine without Java and Maven),
+//   BENCH_KSTREAMS_CACHE_BYTES (10485760, Kafka Streams' own default statestore.cache.max.bytes, what its users run:
+//   a key's changes within a commit reach the changelog once; 0 sends every change, as the Worker does)
 import { Log, MemoryStore } from "../packages/core/src/index.js"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { spawnSync } from "node:child_process"
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
 import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
-import { type ChildProtocol, type Measured, measure, reportFromChild, runChild } from "./child.js"
+import { type ChildProtocol, type Measured, measure, reportFromChild, runChild, runProgram } from "./child.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
 type Platformatic = typeof import("../packages/kafka/node_modules/@platformatic/kafka/dist/index.js")
@@ -38,8 +54,31 @@ type KafkaLogModule = typeof import("../packages/kafka/src/KafkaLog.js")
 type TablesModule = typeof import("../packages/tables/src/index.js")
 
 const DEFAULTS = { records: 1_000_000, keys: 100_000, partitions: 12, runs: 3, broker: "127.0.0.1:9092" } as const
-const PHASES = ["bare", "memory", "level", "rocksdb", "memory-eos"] as const
+const PHASES = [
+  "bare",
+  "memory",
+  "level",
+  "rocksdb",
+  "memory-eos",
+  "kstreams-memory",
+  "kstreams-rocksdb",
+  "kstreams-eos"
+] as const
 type Phase = (typeof PHASES)[number]
+type WorkerPhase = "memory" | "level" | "rocksdb" | "memory-eos"
+type KstreamsPhase = "kstreams-memory" | "kstreams-rocksdb" | "kstreams-eos"
+/** Each Kafka Streams phase: its store, its processing guarantee and the Worker phase it is the peer of. */
+const KSTREAMS: Record<
+  KstreamsPhase,
+  { readonly store: "memory" | "rocksdb"; readonly guarantee: string; readonly peer: WorkerPhase }
+> = {
+  "kstreams-memory": { store: "memory", guarantee: "at_least_once", peer: "memory" },
+  "kstreams-rocksdb": { store: "rocksdb", guarantee: "at_least_once", peer: "rocksdb" },
+  "kstreams-eos": { store: "memory", guarantee: "exactly_once_v2", peer: "memory-eos" }
+}
+const isKstreams = (phase: Phase): phase is KstreamsPhase => phase in KSTREAMS
+/** The Kafka Streams version of bench/kstreams/pom.xml (the brokers' version, scripts/services). */
+const KSTREAMS_VERSION = "4.4.0"
 const COMMIT_MS = 1000
 /** Records the bare loop puts in one produce request: KafkaLog's default `maxBatchRecords`. */
 const SEND_RECORDS = 1000
@@ -215,7 +254,7 @@ const highwaters = async (admin: InstanceType<Platformatic["Admin"]>, spec: Spec
 // The worker on a store
 // ---------------------------------------------------------------------------
 
-const workerPhase = async (spec: Spec, phase: Exclude<Phase, "bare">): Promise<PhaseResult> => {
+const workerPhase = async (spec: Spec, phase: WorkerPhase): Promise<PhaseResult> => {
   const kind = phase === "memory-eos" ? "memory" : phase
   const processingGuarantee = phase === "memory-eos" ? "exactly_once" : "at_least_once"
   const KafkaLog: KafkaLogModule = await import("../packages/kafka/src/KafkaLog.js")
@@ -289,6 +328,111 @@ const workerPhase = async (spec: Spec, phase: Exclude<Phase, "bare">): Promise<P
 }
 
 // ---------------------------------------------------------------------------
+// Kafka Streams' count(), a JVM started by the parent
+// ---------------------------------------------------------------------------
+
+const KSTREAMS_DIR = fileURLToPath(new URL("kstreams/", import.meta.url))
+const KSTREAMS_SOURCES = ["pom.xml", "src/main/java/strata/bench/Count.java"]
+const KSTREAMS_STAMP = join(KSTREAMS_DIR, "target", ".built")
+const KSTREAMS_PREFIX = "KSTREAMS-RESULT "
+
+/** Builds bench/kstreams with Maven unless its last build is newer than its sources. */
+const buildKstreams = (): void => {
+  const mtime = (file: string) => statSync(file, { throwIfNoEntry: false })?.mtimeMs
+  const built = mtime(KSTREAMS_STAMP)
+  if (built !== undefined && KSTREAMS_SOURCES.every((f) => mtime(join(KSTREAMS_DIR, f))! <= built)) return
+  for (const tool of ["java", "mvn"]) {
+    const probe = spawnSync(tool, ["-version"], { stdio: "ignore" })
+    if (probe.error !== undefined || probe.status !== 0)
+      throw new Error(`kstreams phases: no working ${tool} on PATH (BENCH_KSTREAMS=0 leaves them out)`)
+  }
+  progress("worker: building bench/kstreams with Maven")
+  // A fresh lib/: jars of an earlier version must not stay on the class path.
+  rmSync(join(KSTREAMS_DIR, "target"), { recursive: true, force: true })
+  const mvn = spawnSync(
+    "mvn",
+    ["-q", "-B", "-f", join(KSTREAMS_DIR, "pom.xml"), "compile", "dependency:copy-dependencies"],
+    { encoding: "utf8", maxBuffer: 64 * 2 ** 20 }
+  )
+  if (mvn.error !== undefined || mvn.status !== 0) {
+    const tail = `${mvn.stdout ?? ""}${mvn.stderr ?? ""}`.split("\n").slice(-30).join("\n")
+    throw new Error(`kstreams phases: the Maven build failed (BENCH_KSTREAMS=0 leaves them out):\n${tail}`)
+  }
+  writeFileSync(KSTREAMS_STAMP, "")
+}
+
+/** What Count.java prints. */
+interface KstreamsResult {
+  readonly ms: number
+  readonly joinMs: number
+  readonly cpuMs: number
+  readonly mainCpuMs: number
+  readonly peakRssMB: number
+  readonly commits: number
+}
+
+/** One Kafka Streams phase: Count.java in a JVM of its own, then its counts checked against the input's. */
+/** Kafka Streams' own default `statestore.cache.max.bytes` (10 MiB). */
+const KSTREAMS_DEFAULT_CACHE_BYTES = 10 * 1024 * 1024
+
+const kstreamsPhase = async (spec: Spec, phase: KstreamsPhase, cacheBytes: number): Promise<PhaseResult> => {
+  const directory = mkdtempSync(join(tmpdir(), "strata-bench-worker-kstreams-"))
+  const countsFile = join(directory, "counts.tsv")
+  try {
+    const args = {
+      broker: spec.broker,
+      source: spec.source,
+      app: `${spec.source}-${phase}-${spec.run}`,
+      store: KSTREAMS[phase].store,
+      guarantee: KSTREAMS[phase].guarantee,
+      partitions: spec.partitions,
+      records: spec.records,
+      stateDir: join(directory, "state"),
+      countsFile,
+      cacheBytes,
+      threads: 1
+    }
+    const classPath = `${join(KSTREAMS_DIR, "target", "classes")}:${join(KSTREAMS_DIR, "target", "lib", "*")}`
+    const jvm = [
+      "-Xmx1g",
+      "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+      // Warnings that say nothing here: a processing exception handler for a global thread there is none of, a
+      // state directory under /tmp, and the admin's offsets read while an exactly-once commit is still open.
+      "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.streams.StreamsConfig=error",
+      "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.streams.processor.internals.StateDirectory=error",
+      "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients.admin.internals.ListConsumerGroupOffsetsHandler=error",
+      "-cp",
+      classPath,
+      "strata.bench.Count"
+    ]
+    const r = await runProgram<KstreamsResult>(
+      `${phase} (the JVM)`,
+      "java",
+      [...jvm, ...Object.entries(args).map(([k, v]) => `${k}=${v}`)],
+      { prefix: KSTREAMS_PREFIX, timeoutMs: CHILD.timeoutMs }
+    )
+    const got = new Map<string, number>()
+    for (const row of readFileSync(countsFile, "utf8").split("\n")) {
+      if (row === "") continue
+      const tab = row.indexOf("\t")
+      got.set(row.slice(0, tab), Number(row.slice(tab + 1)))
+    }
+    const wrong = differs(got, expectedCounts(spec.records, spec.keys))
+    if (wrong !== undefined) throw new Error(`${phase}: counts differ: ${wrong}`)
+    return {
+      phase,
+      ms: r.ms,
+      cpuMs: r.cpuMs,
+      mainCpuMs: r.mainCpuMs,
+      peakRssMB: r.peakRssMB,
+      extra: { commits: r.commits, joinMs: Math.round(r.joinMs) }
+    }
+  } finally {
+    rmSync(directory, { recursive: true, force: true })
+  }
+}
+
+// ---------------------------------------------------------------------------
 // The parent
 // ---------------------------------------------------------------------------
 
@@ -321,7 +465,16 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
   const runs = envInt("BENCH_RUNS", DEFAULTS.runs)
   const broker = envString("BENCH_KAFKA_BROKER") ?? DEFAULTS.broker
   const phasesEnv = envString("BENCH_PHASES")
-  const phases = (phasesEnv ?? PHASES.join(",")).split(",").filter((p) => p !== "") as Array<Phase>
+  const kstreamsEnv = envString("BENCH_KSTREAMS")
+  if (kstreamsEnv !== undefined && kstreamsEnv !== "0" && kstreamsEnv !== "1")
+    throw new Error(`BENCH_KSTREAMS must be 0 or 1, got ${JSON.stringify(kstreamsEnv)}`)
+  const cacheEnv = envString("BENCH_KSTREAMS_CACHE_BYTES")
+  const cacheBytes = cacheEnv === undefined || cacheEnv === "" ? KSTREAMS_DEFAULT_CACHE_BYTES : Number(cacheEnv)
+  if (!Number.isSafeInteger(cacheBytes) || cacheBytes < 0)
+    throw new Error(`BENCH_KSTREAMS_CACHE_BYTES must be a whole number of bytes, got ${JSON.stringify(cacheEnv)}`)
+  const phases = (phasesEnv ?? PHASES.join(","))
+    .split(",")
+    .filter((p) => p !== "" && !(kstreamsEnv === "0" && isKstreams(p as Phase))) as Array<Phase>
   for (const p of phases) if (!PHASES.includes(p)) throw new Error(`BENCH_PHASES: unknown phase ${p}`)
   const save =
     records === DEFAULTS.records &&
@@ -329,7 +482,10 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     partitions === DEFAULTS.partitions &&
     runs === DEFAULTS.runs &&
     broker === DEFAULTS.broker &&
-    phasesEnv === undefined
+    phasesEnv === undefined &&
+    kstreamsEnv !== "0" &&
+    cacheBytes === KSTREAMS_DEFAULT_CACHE_BYTES
+  if (phases.some(isKstreams)) buildKstreams()
 
   const KafkaLog: KafkaLogModule = await import("../packages/kafka/src/KafkaLog.js")
   const tablesModule: TablesModule = await import("../packages/tables/src/index.js")
@@ -344,11 +500,10 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
   try {
     for (let rep = 0; rep < runs; rep++) {
       for (const phase of rep % 2 === 0 ? phases : [...phases].reverse()) {
-        const r = await runChild<Spec, PhaseResult>(fileURLToPath(import.meta.url), CHILD, {
-          ...plan,
-          phase,
-          run: rep + 1
-        })
+        const spec: Spec = { ...plan, phase, run: rep + 1 }
+        const r = isKstreams(phase)
+          ? await kstreamsPhase(spec, phase, cacheBytes)
+          : await runChild<Spec, PhaseResult>(fileURLToPath(import.meta.url), CHILD, spec)
         samples.get(phase)!.push(r)
         progress(
           `worker ${phase} #${rep + 1}: ${Math.round(records / (r.ms / 1000))} records/s, ` +
@@ -373,24 +528,48 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
       readFileSync(new URL("../packages/kafka/node_modules/@platformatic/kafka/package.json", import.meta.url), "utf8")
     ) as { version: string }
   ).version
-  const figure = (phase: Phase): Figure => ({
-    bench: phase === "bare" ? "worker.bare" : `worker.count.${phase}`,
-    value: Math.round(rate(phase)),
-    unit: "records/s",
-    ...(phase === "bare" || samples.get("bare")!.length === 0
-      ? {}
-      : { baseline: Math.round(baseline), ratio: round3(rate(phase) / baseline) }),
-    baselineClient: `@platformatic/kafka ${pkVersion} consume → produce loop, same run`,
-    records,
-    keys,
-    partitions,
-    runs,
-    acks: "all",
-    commitIntervalMs: COMMIT_MS,
-    cpuMicrosPerRecord: round3(per(phase, (r) => (1000 * r.cpuMs) / records)),
-    mainThreadCpuMicrosPerRecord: round3(per(phase, (r) => (1000 * r.mainCpuMs) / records)),
-    peakRssMB: per(phase, (r) => r.peakRssMB)
-  })
+  // A Worker phase's Kafka Streams peer, when it ran.
+  const peerOf = (phase: Phase): KstreamsPhase | undefined =>
+    (Object.keys(KSTREAMS) as Array<KstreamsPhase>).find(
+      (k) => KSTREAMS[k].peer === phase && samples.get(k)!.length > 0
+    )
+  const figure = (phase: Phase): Figure => {
+    const peer = peerOf(phase)
+    return {
+      bench:
+        phase === "bare"
+          ? "worker.bare"
+          : isKstreams(phase)
+            ? `worker.kstreams.${phase.slice("kstreams-".length)}`
+            : `worker.count.${phase}`,
+      value: Math.round(rate(phase)),
+      unit: "records/s",
+      ...(phase === "bare" || samples.get("bare")!.length === 0
+        ? {}
+        : { baseline: Math.round(baseline), ratio: round3(rate(phase) / baseline) }),
+      baselineClient: `@platformatic/kafka ${pkVersion} consume → produce loop, same run`,
+      ...(peer === undefined
+        ? {}
+        : {
+            kafkaStreams: Math.round(rate(peer)),
+            // The Worker's records/s over Kafka Streams' on the same store and guarantee, medians of the same run.
+            ratioToKafkaStreams: round3(rate(phase) / rate(peer)),
+            kafkaStreamsClient: `Kafka Streams ${KSTREAMS_VERSION} count() (${peer}), same run`
+          }),
+      ...(isKstreams(phase)
+        ? { processingGuarantee: KSTREAMS[phase].guarantee, statestoreCacheMaxBytes: cacheBytes }
+        : {}),
+      records,
+      keys,
+      partitions,
+      runs,
+      acks: "all",
+      commitIntervalMs: COMMIT_MS,
+      cpuMicrosPerRecord: round3(per(phase, (r) => (1000 * r.cpuMs) / records)),
+      mainThreadCpuMicrosPerRecord: round3(per(phase, (r) => (1000 * r.mainCpuMs) / records)),
+      peakRssMB: per(phase, (r) => r.peakRssMB)
+    }
+  }
   const results = phases.map(figure)
   return {
     results,
@@ -400,6 +579,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
       bare: "Consumer.consume (fresh group, earliest, autocommit off); counts in a Map; what each readable event hands over produced in idempotent Producer.send calls of at most 1000 records, chained (one in flight); every second: sends awaited, then consumer.commit; output: a fresh compacted topic",
       worker:
         "Tables.make({ settleDelay: 0 }) + Worker.make({ commitInterval: 1000 }) with one agent: table.update(key, n => n + 1) on Table.make({ key: Schema.String, value: Schema.Int }); KafkaLog defaults",
+      kstreams: `Kafka Streams ${KSTREAMS_VERSION} (bench/kstreams, a JVM with -Xmx1g): stream(source).processValues(note the record).groupByKey().count(Materialized in-memory / default RocksDB); commit.interval.ms 1000, num.stream.threads 1, statestore.cache.max.bytes ${cacheBytes}, replication.factor -1 (the brokers' default), producer acks=all; a commit asked for once every record was seen; done when the group's committed offsets (requireStable) reach the highwaters; CPU: the JVM's from start() (main: the stream thread's); RSS: VmHWM`,
       timed:
         "from the first record handed to the counting code to the last commit after every partition reached its highwater; each phase in its own child process",
       checked: "untimed: every key's count equals the input's (the worker's table: every partition scanned)",
@@ -421,7 +601,13 @@ if (process.argv[1] !== undefined && resolve(process.argv[1]) === fileURLToPath(
     process.exitCode = 2
   } else {
     const spec = JSON.parse(raw) as Spec
-    ;(spec.phase === "bare" ? barePhase(spec) : workerPhase(spec, spec.phase))
+    const phase = spec.phase
+    ;(phase === "bare"
+      ? barePhase(spec)
+      : isKstreams(phase)
+        ? Promise.reject(new Error(`${phase} runs in the parent, not in a child`))
+        : workerPhase(spec, phase)
+    )
       .then((result) => reportFromChild(CHILD, result))
       .catch((error: unknown) => {
         process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)

@@ -139,13 +139,16 @@ export const listTables = (sources: ServerConfig.Sources, options: { readonly ou
   )
 
 /**
- * `strata tablets create`'s options: `ifNotExists`, a table that exists (not being deleted) is no failure.
+ * `strata tablets create`'s options: `ifNotExists`, a table that exists (not being deleted) is no failure;
+ * `retentionMs` and `retentionBytes`, the table's retention (how long, how much each replica keeps).
  *
  * @since 0.1.0
  */
 export interface CreateOptions {
   readonly buckets: number
   readonly replicationFactor?: number
+  readonly retentionMs?: number
+  readonly retentionBytes?: number
   readonly ifNotExists?: boolean
   readonly output?: AdminReport.Output
 }
@@ -185,7 +188,9 @@ export const createTable = (sources: ServerConfig.Sources, table: string, option
         const created = yield* Effect.result(
           client.createTable(table, {
             buckets: options.buckets,
-            ...optional("replicationFactor", options.replicationFactor)
+            ...optional("replicationFactor", options.replicationFactor),
+            ...optional("retentionMs", options.retentionMs),
+            ...optional("retentionBytes", options.retentionBytes)
           })
         )
         if (created._tag === "Failure") {

@@ -64,6 +64,8 @@ export interface TableSummary {
   readonly replicationFactor: number
   /** Every tablet of it is being deleted. */
   readonly deleting: boolean
+  /** Its retention, when it was created with one: how long (`ms`) and how much (`bytes`) each replica keeps. */
+  readonly retention?: { readonly ms?: number | undefined; readonly bytes?: number | undefined }
 }
 
 /**
@@ -80,22 +82,36 @@ export const tables = (metadata: ReplicaRpc.Metadata): ReadonlyArray<TableSummar
   }
   return [...byName.entries()]
     .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
-    .map(([name, list]) => ({
-      name,
-      tablets: list.length,
-      replicationFactor: Math.max(...list.map(replicationFactorOf)),
-      deleting: list.every((t) => t.state === "DeletingTablet")
-    }))
+    .map(([name, list]) => {
+      // Every tablet of a table has the table's retention.
+      const retention = list.find((t) => t.retention !== undefined)?.retention
+      return {
+        name,
+        tablets: list.length,
+        replicationFactor: Math.max(...list.map(replicationFactorOf)),
+        deleting: list.every((t) => t.state === "DeletingTablet"),
+        ...(retention === undefined ? {} : { retention })
+      }
+    })
 }
 
 /**
- * `strata tablets list`'s lines: name, tablets and replication factor, tab-separated (`deleting` after a table being
- * deleted).
+ * `strata tablets list`'s lines: name, tablets and replication factor, then the retention a table has
+ * (`retention-ms`, `retention-bytes`), tab-separated (`deleting` after a table being deleted).
  *
  * @since 0.1.0
  */
 export const tableLines = (summaries: ReadonlyArray<TableSummary>): ReadonlyArray<string> =>
-  summaries.map((s) => `${s.name}\ttablets ${s.tablets}\trf ${s.replicationFactor}${s.deleting ? "\tdeleting" : ""}`)
+  summaries.map((s) =>
+    [
+      s.name,
+      `tablets ${s.tablets}`,
+      `rf ${s.replicationFactor}`,
+      ...(s.retention?.ms === undefined ? [] : [`retention-ms ${s.retention.ms}`]),
+      ...(s.retention?.bytes === undefined ? [] : [`retention-bytes ${s.retention.bytes}`]),
+      ...(s.deleting ? ["deleting"] : [])
+    ].join("\t")
+  )
 
 /** The replicas a tablet has once any move is done. */
 const replicationFactorOf = (t: Tablet): number => (t.target ?? t.replicas).length

@@ -113,7 +113,9 @@ const hintOf = (command: string, error: unknown): string | undefined => {
     case "StoreError":
       return reason === "StoreLocked"
         ? `another process holds that directory: stop it or pick another ${dataFlag}`
-        : `check ${dataFlag} (a directory this process can create and write, used by one process at a time)`
+        : reason === "ForeignStoreDirectory" && command === "strata tablet-server"
+          ? "start the server with the --store its data directory was written with (segments, rocksdb or level), or pick another --data"
+          : `check ${dataFlag} (a directory this process can create and write, used by one process at a time)`
     case "InvalidConfig":
       return "fix that setting (in --config's file, the STRATA_ environment, or the flags)"
     case "CoordinationError":
@@ -433,8 +435,10 @@ const tabletServer = Command.make(
       "data",
       "The data directory of this server's replicas (required: here, in --config or as STRATA_DATA)"
     ),
-    store: Flag.Literals("store", ["rocksdb", "level"]).pipe(
-      Flag.withDescription("The store over the data directory (default rocksdb)"),
+    store: Flag.Literals("store", ["segments", "rocksdb", "level"]).pipe(
+      Flag.withDescription(
+        "How the replicas' logs are kept in the data directory: segments (segment files, the default), rocksdb or level"
+      ),
       Flag.optional
     ),
     rack: setting("rack", "The rack or zone of this server: a tablet's replicas go to distinct racks"),
@@ -467,7 +471,7 @@ const tabletServer = Command.make(
   }, reporting("strata tablet-server"))
 ).pipe(
   Command.withDescription(
-    "Run a tablet server: hosts replicas on a durable store, registers in coordination, serves the cluster's RPC until SIGINT/SIGTERM (a controlled shutdown first)"
+    "Run a tablet server: hosts replicas on its data directory, registers in coordination, serves the cluster's RPC until SIGINT/SIGTERM (a controlled shutdown first)"
   )
 )
 
@@ -544,7 +548,7 @@ const tabletsList = Command.make(
   }, reporting("strata tablets list"))
 ).pipe(
   Command.withDescription(
-    "List the cluster's tables, one a line: name, tablets, replication factor (deleting after a table being deleted)"
+    "List the cluster's tables, one a line: name, tablets, replication factor, retention when the table has one (deleting after a table being deleted)"
   )
 )
 
@@ -566,18 +570,35 @@ const tabletsCreate = Command.make(
       Flag.withDescription("Replicas per tablet (default: the cluster's replicationFactor, 3)"),
       Flag.withSchema(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 }))),
       Flag.optional
+    ),
+    "retention-ms": Flag.Int("retention-ms").pipe(
+      Flag.withDescription(
+        "How long each replica keeps the table's records, in milliseconds (≥ 1; default: kept until deleted)"
+      ),
+      Flag.withSchema(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))),
+      Flag.optional
+    ),
+    "retention-bytes": Flag.Int("retention-bytes").pipe(
+      Flag.withDescription("How many bytes of the table's records each replica keeps (≥ 1; default: no limit)"),
+      Flag.withSchema(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))),
+      Flag.optional
     )
   },
   Effect.fn(function* (f) {
-    const rf = Option.getOrUndefined(f.rf)
-    const options = { buckets: f.tablets, ifNotExists: f["if-not-exists"], output: yield* outputOf(f.output) }
-    yield* Admin.createTable(
-      adminSources(f),
-      f.table,
-      rf === undefined ? options : { ...options, replicationFactor: rf }
-    )
+    yield* Admin.createTable(adminSources(f), f.table, {
+      buckets: f.tablets,
+      ifNotExists: f["if-not-exists"],
+      output: yield* outputOf(f.output),
+      ...Processes.optional("replicationFactor", Option.getOrUndefined(f.rf)),
+      ...Processes.optional("retentionMs", Option.getOrUndefined(f["retention-ms"])),
+      ...Processes.optional("retentionBytes", Option.getOrUndefined(f["retention-bytes"]))
+    })
   }, reporting("strata tablets create"))
-).pipe(Command.withDescription("Create a table: the controller assigns its tablets' replicas over the live servers"))
+).pipe(
+  Command.withDescription(
+    "Create a table: the controller assigns its tablets' replicas over the live servers; --retention-ms and --retention-bytes: how long and how much each replica keeps"
+  )
+)
 
 /** The one filter `strata tablets describe` was given, if any: two or more are a usage error. */
 const describeFilter = (flags: Readonly<Record<AdminReport.TabletFilter, boolean>>) => {

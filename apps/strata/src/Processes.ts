@@ -2,7 +2,7 @@
  * The cluster's processes, composed from `@strata/replica`'s layers over the coordination backend and store that
  * the configuration names (`ServerConfig`):
  *
- * - `tabletServer`: a `TabletServerNode` on a LevelDB or RocksDB data directory, until interrupted (SIGINT or
+ * - `tabletServer`: a `TabletServerNode` on a data directory (segment files, or a LevelDB or RocksDB store), until interrupted (SIGINT or
  *   SIGTERM: a controlled shutdown first), or until its id turns out to be another running server's
  *   (`DuplicateServerId`: it never acted for that id);
  * - `coordinator`: a `CoordinatorNode`, until interrupted.
@@ -35,7 +35,7 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
     const { settings, replication } = yield* ServerConfig.load(ServerConfig.TabletServerConfig, sources)
     const layers = Layer.merge(
       ServerConfig.coordinationLayer(settings.coordination),
-      ServerConfig.storeLayer(settings.store, settings.data)
+      ServerConfig.storageLayer(settings)
     )
     return yield* forever(
       Effect.gen(function* () {
@@ -50,7 +50,7 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
           ...optional("rack", settings.rack)
         })
         yield* Effect.logInfo(
-          `tablet server ${settings.id} ready at ${node.address} (${settings.store} store in ${settings.data}, registration epoch ${node.registrationEpoch})`
+          `tablet server ${settings.id} ready at ${node.address} (${settings.store === "segments" ? "segment files" : `${settings.store} store`} in ${settings.data}, registration epoch ${node.registrationEpoch})`
         )
         const ops = yield* OpsEndpoint.serve(settings.httpListen, OpsEndpoint.tabletServerProbes(node, settings.id))
         yield* Effect.logInfo(

@@ -19,7 +19,7 @@ import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { RebalanceConfig } from "@strata/rebalance"
-import { ReplicaRpc, ReplicationConfig } from "@strata/replica"
+import { ReplicaRpc, ReplicationConfig, SegmentLog, ServerStorage } from "@strata/replica"
 import {
   Config,
   ConfigProvider,
@@ -162,14 +162,36 @@ export const coordinationLayer = (
   )
 }
 
-/** The store layer of a server's data directory. */
-export const storeLayer = (
-  store: "level" | "rocksdb",
-  directory: string
-): Layer.Layer<Store.Store, Store.StoreError> =>
-  store === "level" ? LevelStore.layer({ directory }) : RocksDbStore.layer({ directory })
+/**
+ * A tablet server's storage on its data directory: segment files, or a LevelDB / RocksDB store.
+ *
+ * @since 0.1.0
+ */
+export const storageLayer = (
+  settings: typeof TabletServerConfig.Type
+): Layer.Layer<ServerStorage.ServerStorage, Store.StoreError> => {
+  const directory = settings.data
+  switch (settings.store) {
+    case "segments": {
+      const { segmentBytes, segmentMs, flushIntervalMs, flushBytes } = settings
+      return ServerStorage.layerSegments({
+        directory,
+        ...(segmentBytes === undefined ? {} : { segmentBytes }),
+        ...(segmentMs === undefined ? {} : { segmentMs }),
+        ...(flushIntervalMs === undefined ? {} : { flushIntervalMs }),
+        ...(flushBytes === undefined ? {} : { flushBytes })
+      })
+    }
+    case "level":
+      return Layer.provide(ServerStorage.layerStore, LevelStore.layer({ directory }))
+    case "rocksdb":
+      return Layer.provide(ServerStorage.layerStore, RocksDbStore.layer({ directory }))
+  }
+}
 
 const Int = Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))
+/** A segment's size: positions in a segment are 32-bit. */
+const SegmentBytes = OptionSchemas.PositiveInt.check(Schema.isLessThanOrEqualTo(SegmentLog.MAX_SEGMENT_BYTES))
 
 /** A setting's one-line meaning (what `strata config list` prints), and its default when a process supplies it. */
 const about = <S extends Schema.Top>(description: string, shown?: S["Type"]) =>
@@ -219,9 +241,25 @@ const listening = {
 export const TabletServerConfig = Schema.Struct({
   ...listening,
   data: Schema.NonEmptyString.pipe(about("The server's data directory (its replicas' logs)")),
-  store: Schema.Literals(["rocksdb", "level"]).pipe(
-    Schema.withDecodingDefaultKey(Effect.succeed<"rocksdb">("rocksdb")),
-    about("The store backend over the data directory: rocksdb or level")
+  store: Schema.Literals(["segments", "rocksdb", "level"]).pipe(
+    Schema.withDecodingDefaultKey(Effect.succeed<"segments">("segments")),
+    about(
+      "How the replicas' logs are kept in the data directory: segments (segment files, as Kafka), rocksdb or level (a store)"
+    )
+  ),
+  segmentBytes: Schema.optional(SegmentBytes).pipe(
+    about("With store segments: the size past which a log's active segment rolls, in bytes", 256 * 1024 * 1024)
+  ),
+  segmentMs: Schema.optional(OptionSchemas.PositiveInt).pipe(
+    about("With store segments: the age in ms at which a log's active segment rolls (unset: never by age)")
+  ),
+  flushIntervalMs: Schema.optional(OptionSchemas.PositiveInt).pipe(
+    about(
+      "With store segments: flush each log to the device this often, in ms (unset: never; replication and the OS keep it, as Kafka)"
+    )
+  ),
+  flushBytes: Schema.optional(OptionSchemas.PositiveInt).pipe(
+    about("With store segments: flush a log to the device once this many bytes were written since its last flush")
   ),
   rack: Schema.optional(Schema.String).pipe(
     about("The rack or zone of this server: a tablet's replicas go to distinct racks")
@@ -354,6 +392,7 @@ const replicationMeanings: Readonly<Record<keyof ReplicationConfig.ReplicationCo
   appendTimeout: "How long an acks=all append waits for its records to be replicated",
   retryBackoff: "The pause before a failed fetch or ISR request is sent again",
   producerIdExpiration: "How long a tablet remembers an idempotent producer that has stopped appending to it",
+  retentionCheckInterval: "How often each replica deletes what its table's retention lets go",
   uncleanLeaderElection:
     "Elect a replica outside the ISR when no ISR member is live (it may lose acknowledged records)",
   leaderElection: "How a new leader is chosen among the live in-sync replicas: first-in-isr or largest-log-end",

@@ -48,6 +48,31 @@ describe("the operator's commands' report", () => {
     ])
   })
 
+  it("a table's retention is listed after its replication factor when it has one", () => {
+    const week = { ms: 604_800_000, bytes: 1_073_741_824 }
+    const summaries = AdminReport.tables(
+      metadata([
+        tablet("kept", 0, [1, 2], [1, 2], { retention: week }),
+        tablet("kept", 1, [2, 1], [2, 1], { retention: week }),
+        tablet("timed", 0, [1], [1], { retention: { ms: 1_000 } }),
+        tablet("sized", 0, [1], [1], { retention: { bytes: 4_096 }, state: "DeletingTablet" }),
+        tablet("plain", 0, [1], [1])
+      ])
+    )
+    assert.deepStrictEqual(summaries, [
+      { name: "kept", tablets: 2, replicationFactor: 2, deleting: false, retention: week },
+      { name: "plain", tablets: 1, replicationFactor: 1, deleting: false },
+      { name: "sized", tablets: 1, replicationFactor: 1, deleting: true, retention: { bytes: 4_096 } },
+      { name: "timed", tablets: 1, replicationFactor: 1, deleting: false, retention: { ms: 1_000 } }
+    ])
+    assert.deepStrictEqual(AdminReport.tableLines(summaries), [
+      "kept\ttablets 2\trf 2\tretention-ms 604800000\tretention-bytes 1073741824",
+      "plain\ttablets 1\trf 1",
+      "sized\ttablets 1\trf 1\tretention-bytes 4096\tdeleting",
+      "timed\ttablets 1\trf 1\tretention-ms 1000"
+    ])
+  })
+
   it("each filter selects its tablets, never one being deleted; counts are the filters' sizes", () => {
     const full = tablet("t", 0, [1, 2, 3], [1, 2, 3])
     const shrunk = tablet("t", 1, [1, 2, 3], [1, 2])

@@ -3,8 +3,9 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { execFile } from "node:child_process"
 import { fileURLToPath } from "node:url"
+import { ServerStorage } from "@strata/replica"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, type Scope } from "effect"
 import { describe, expect, it } from "vitest"
 
 const bin = fileURLToPath(new URL("../src/bin.ts", import.meta.url))
@@ -302,24 +303,66 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     expect(settings.find((s) => s.key === "coordination")).toMatchObject({ default: null, required: true })
   })
 
-  it("a tablet server on a data directory another process holds says to pick another --data (its flag)", async () => {
-    const data = mkdtempSync(join(tmpdir(), "strata-cli-"))
-    try {
-      // This process holds the directory's store while the server starts on it.
-      const r = await Effect.runPromise(
-        Effect.scoped(
-          Effect.andThen(
-            Layer.build(RocksDbStore.layer({ directory: data })),
-            Effect.promise(() =>
-              strata(["tablet-server", "--id", "1", "--coordination", "zookeeper://127.0.0.1:1", "--data", data])
+  it("a tablet server on a data directory another process holds says to pick another --data (its flag), segment files or a store", async () => {
+    const held: ReadonlyArray<{
+      readonly store: string
+      readonly hold: (directory: string) => Effect.Effect<unknown, unknown, Scope.Scope>
+    }> = [
+      { store: "segments", hold: (directory) => Layer.build(ServerStorage.layerSegments({ directory })) },
+      { store: "rocksdb", hold: (directory) => Layer.build(RocksDbStore.layer({ directory })) }
+    ]
+    for (const { store, hold } of held) {
+      const data = mkdtempSync(join(tmpdir(), "strata-cli-"))
+      try {
+        // This process holds the directory while the server starts on it.
+        const r = await Effect.runPromise(
+          Effect.scoped(
+            Effect.andThen(
+              hold(data),
+              Effect.promise(() =>
+                strata([
+                  "tablet-server",
+                  "--id",
+                  "1",
+                  "--coordination",
+                  "zookeeper://127.0.0.1:1",
+                  "--data",
+                  data,
+                  "--store",
+                  store
+                ])
+              )
             )
           )
         )
-      )
+        const line = expectOneLineFailure(r)
+        expect(line).toContain("is locked")
+        expect(line).toContain("pick another --data ")
+        expect(line).not.toContain("--data-dir")
+      } finally {
+        rmSync(data, { recursive: true, force: true })
+      }
+    }
+  })
+
+  it("a tablet server on segment files (the default) refuses a data directory a RocksDB store wrote, saying which --store", async () => {
+    const data = mkdtempSync(join(tmpdir(), "strata-cli-"))
+    try {
+      await Effect.runPromise(Effect.scoped(Layer.build(RocksDbStore.layer({ directory: data }))))
+      const before = readdirSync(data).sort()
+      const r = await strata([
+        "tablet-server",
+        "--id",
+        "1",
+        "--coordination",
+        "zookeeper://127.0.0.1:1",
+        "--data",
+        data
+      ])
       const line = expectOneLineFailure(r)
-      expect(line).toContain("is locked")
-      expect(line).toContain("pick another --data ")
-      expect(line).not.toContain("--data-dir")
+      expect(line).toContain("a LevelDB or RocksDB database")
+      expect(line).toContain("start the server with the --store its data directory was written with")
+      expect(readdirSync(data).sort()).toEqual(before)
     } finally {
       rmSync(data, { recursive: true, force: true })
     }
@@ -339,6 +382,40 @@ describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
     expect(line).toContain("32768")
     expect(line).not.toContain("cannot reach")
     expect(r.stdout).toBe("")
+  })
+
+  it("tablets create takes --retention-ms and --retention-bytes; a value that is not a whole number ≥ 1 is refused naming the flag, before it connects", async () => {
+    const zk = ["--coordination", "zookeeper://127.0.0.1:1"]
+    const help = await strata(["tablets", "create", "--help"])
+    expect(help.code).toBe(0)
+    expect(help.stdout).toContain("--retention-ms")
+    expect(help.stdout).toContain("--retention-bytes")
+    for (const [flag, value] of [
+      ["--retention-ms", "0"],
+      ["--retention-bytes", "-5"],
+      ["--retention-ms", "1.5"]
+    ] as const) {
+      const r = await strata(["tablets", "create", "t", "--tablets", "1", flag, value, ...zk])
+      const line = expectOneLineFailure(r)
+      expect(line).toContain(`Invalid value for flag ${flag}: ${JSON.stringify(value)}`)
+      expect(line).not.toContain("cannot reach")
+      expect(r.code, "a usage error exits 2").toBe(2)
+      expect(r.stdout).toBe("")
+    }
+    // Good values parse: the command goes on to the cluster (here, one it cannot reach).
+    const good = await strata([
+      "tablets",
+      "create",
+      "t",
+      "--tablets",
+      "1",
+      "--retention-ms",
+      "86400000",
+      "--retention-bytes",
+      "1073741824",
+      ...zk
+    ])
+    expect(expectOneLineFailure(good)).toContain("cannot reach 127.0.0.1:1")
   })
 
   it("tablets describe's filters are exclusive: two or more are one usage line, before it connects, with the exit code of other usage errors", async () => {

@@ -51,8 +51,8 @@ describe("a tablet server whose disk fills", () => {
         const acked: Array<Checker.Acked> = []
         const sends = { ok: 0, failed: 0 }
         let stop = false
-        // Unpaced until server 3's store fails: RocksDB preallocates its write-ahead log (about 70 MB), which the
-        // records written after the disk filled use up first.
+        // Unpaced until server 3's storage fails (the records written after the disk filled use up what the file
+        // system still had).
         let paced = false
         const payload = "x".repeat(1_000)
         const producer = (p: number) =>
@@ -66,7 +66,7 @@ describe("a tablet server whose disk fills", () => {
                 sends.ok++
                 acked.push({ tablet, baseOffset: r.success.baseOffset, values })
               } else sends.failed++
-              // Paced once the store failed (~0.5 MB/s in all): server 3 copies every record once space is freed.
+              // Paced once the storage failed (~0.5 MB/s in all): server 3 copies every record once space is freed.
               if (paced) yield* Effect.sleep(Duration.millis(50))
             }
           })
@@ -74,8 +74,8 @@ describe("a tablet server whose disk fills", () => {
           Effect.forEach([1, 2, 3], producer, { concurrency: "unbounded", discard: true })
         )
 
-        // The disk fills, and is kept full: RocksDB gives back the space it set aside for its write-ahead log when
-        // the store opens it again, which the test takes too.
+        // The disk fills, and is kept full: whatever the storage gives back as it fails or opens a log again is
+        // taken too.
         const fillers: Array<string> = []
         const topUp = () => {
           const file = join(directory, `filler-${fillers.length}`)
@@ -87,8 +87,11 @@ describe("a tablet server whose disk fills", () => {
           Effect.forever(Effect.sleep(Duration.millis(100)).pipe(Effect.andThen(Effect.sync(topUp))))
         )
         const log = () => cluster.log("tablet-server", FULL)
-        const failedLine = new RegExp(`store \\(partition [^)]*${TABLE}/\\d+\\) failed: .*No space left on device`)
-        yield* awaitLine(log, failedLine, "server 3 reports a failed store (No space left on device)", 120_000)
+        const failedLine = new RegExp(
+          `storage \\(segment files, [^)]*/${TABLE}-\\d+\\) failed: .*no space left on device`,
+          "i"
+        )
+        yield* awaitLine(log, failedLine, "server 3 reports its failed storage (No space left on device)", 120_000)
         paced = true
         const cut = yield* awaitMetadata(c, TABLE, "server 3 leads nothing and is in no ISR", (m) =>
           inNoIsrAndLeadingNothing(m, FULL)
@@ -117,7 +120,7 @@ describe("a tablet server whose disk fills", () => {
         assert.isBelow(grew.lines, 120, `server 3 logged ${grew.lines} lines (${grew.bytes} bytes) in 15 s while full`)
         for (const id of [1, 2]) {
           const other = cluster.log("tablet-server", id)
-          assert.isBelow(lines(other, /No space left/), 5, `server ${id} logs server 3's failure`)
+          assert.isBelow(lines(other, /no space left/i), 5, `server ${id} logs server 3's failure`)
         }
 
         // Space freed: the replicas resume, rejoin every ISR, and server 3 leads its preferred tablets again.
@@ -126,7 +129,7 @@ describe("a tablet server whose disk fills", () => {
         yield* awaitLine(
           log,
           /takes writes again; the replica is online/,
-          "server 3's store takes writes again",
+          "server 3's storage takes writes again",
           90_000
         )
         yield* awaitMetadata(

@@ -3,10 +3,10 @@
  * coordination: a tablet server started with the id of a running one never acts for it, a server whose controller is
  * gone says so as it stops, and the controller refuses table names that are not `[A-Za-z0-9._-]+`.
  */
-import { Coordination, MemoryCoordination, MemoryStore, type Models } from "@strata/core"
+import { Coordination, MemoryCoordination, type Models } from "@strata/core"
 import { assert, describe, it } from "@effect/vitest"
 import { CoordinationElection } from "@strata/election"
-import { ClusterPaths, Controller, LocalCluster, TabletClient, TabletServerNode } from "@strata/replica"
+import { ClusterPaths, Controller, LocalCluster, ServerStorage, TabletClient, TabletServerNode } from "@strata/replica"
 import { Array as Arr, Duration, Effect, Exit, Fiber, Layer, Logger, Schedule, Scope } from "effect"
 
 const replication = { sessionTimeout: 1_000, replicaLagTimeMax: 3_000, retryBackoff: 20 }
@@ -74,7 +74,7 @@ describe("a tablet server started with the id of a running one", () => {
           new TextDecoder().decode((yield* auditor.get(ClusterPaths.make("/strata").server(1))).data)
         ).address as string
 
-        const store = yield* Layer.build(MemoryStore.layer())
+        const store = yield* Layer.build(ServerStorage.layerMemory)
         const duplicate = TabletServerNode.make({ serverId: 1, replication }).pipe(Effect.provide(store))
         const shutdownLines = () => lines.filter((l) => /tablet server 1: (controlled shutdown|stopping)/.test(l))
         lines.length = 0
@@ -118,7 +118,7 @@ describe("a tablet server stopping", () => {
   it.live("after its controller is gone, says its controlled shutdown could not reach the controller", () => {
     const lines: Array<string> = []
     return Effect.gen(function* () {
-      const store = yield* Layer.build(MemoryStore.layer())
+      const store = yield* Layer.build(ServerStorage.layerMemory)
       const scope = yield* Scope.make()
       yield* TabletServerNode.make({ serverId: 5, namespace: "/alone", replication }).pipe(
         Effect.provide(store),

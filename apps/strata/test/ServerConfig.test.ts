@@ -97,7 +97,7 @@ describe("ServerConfig", () => {
       assert.strictEqual(settings.id, 7)
       // Nowhere: the default.
       assert.strictEqual(replication.replicationFactor, 3)
-      assert.strictEqual(settings.store, "rocksdb")
+      assert.strictEqual(settings.store, "segments")
     })
   )
 
@@ -330,7 +330,8 @@ describe("ServerConfig", () => {
       assert.deepStrictEqual(byKey.get("bootstrap")?.readBy, ["operator"])
       assert.strictEqual(byKey.get("bootstrap")?.env, "STRATA_BOOTSTRAP")
       assert.deepInclude(byKey.get("rack"), { required: false, default: undefined })
-      assert.deepInclude(byKey.get("store"), { required: false, default: "rocksdb" })
+      assert.deepInclude(byKey.get("store"), { required: false, default: "segments" })
+      assert.deepInclude(byKey.get("segmentBytes"), { required: false, default: "268435456" })
       assert.deepInclude(byKey.get("rejoinBackoff"), { default: "1 second" })
       // Each listed variable is where the environment source reads its key: a bad value there names it.
       for (const key of ["id", "sessionTimeout", "minInsyncReplicas", "leaderImbalanceCheckInterval", "logFormat"]) {

@@ -62,6 +62,38 @@ describe("ClusterPaths", () => {
       })
   )
 
+  it.effect(
+    "a table's retention is stored with each tablet; a node written without one reads back without, and one with it reads back under the schema without it",
+    () =>
+      Effect.gen(function* () {
+        const kept: ControllerState.Tablet = { ...tablet, retention: { ms: 86_400_000, bytes: 1_048_576 } }
+        const read = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(kept), 11)
+        assert.deepStrictEqual(read.retention, { ms: 86_400_000, bytes: 1_048_576 })
+        const timeOnly = yield* ClusterPaths.decodeTablet(
+          "/x",
+          ClusterPaths.encodeTablet({ ...tablet, retention: { ms: 5 } }),
+          11
+        )
+        assert.deepStrictEqual(timeOnly.retention, { ms: 5 })
+        // What a node without retention wrote: no field, read back without one (everything kept).
+        const old = yield* ClusterPaths.decodeTablet("/x", ClusterPaths.encodeTablet(tablet), 11)
+        assert.isFalse("retention" in old)
+        // A node without retention reads what this one wrote: its schema, without the field, ignores it.
+        const { retention: _, ...before } = ClusterPaths.StoredTablet.fields
+        const decoded = Schema.decodeUnknownSync(Schema.fromJsonString(Schema.Struct(before)))(
+          new TextDecoder().decode(ClusterPaths.encodeTablet(kept))
+        )
+        assert.deepStrictEqual(decoded.leaderAndIsr, kept.leaderAndIsr)
+        assert.isFalse("retention" in decoded)
+        // A retention that is not one is not a tablet.
+        const bad = JSON.stringify({ ...kept, retention: { ms: 0 } })
+        const e = yield* Effect.flip(
+          ClusterPaths.decodeTablet("/ns/tablets/orders:3", new TextEncoder().encode(bad), 0)
+        )
+        assert.strictEqual(e._tag, "CorruptClusterData")
+      })
+  )
+
   it.effect("a node that is not a tablet is CorruptClusterData naming its path", () =>
     Effect.gen(function* () {
       const e = yield* Effect.flip(ClusterPaths.decodeTablet("/ns/tablets/orders:3", new TextEncoder().encode("{}"), 0))

@@ -901,6 +901,13 @@ const tally = (): Tally => ({
   rethrottled: 0
 })
 
+/**
+ * The retention the seeded runs create bucket `bucket` with (none for every third), drawing nothing from the PRNG: a
+ * tablet keeps it through whatever happens to it.
+ */
+const retentionFor = (bucket: number): ControllerState.Tablet["retention"] =>
+  bucket % 3 === 0 ? undefined : bucket % 3 === 1 ? { ms: 1_000 * (bucket + 1) } : { ms: 60_000, bytes: 4_096 * bucket }
+
 /** The registration of `server` coming up at step `n` (-1: the boot): later steps, larger numbers. */
 const life = (n: number, server: Models.ServerId) => 1000 + n * 10 + server
 
@@ -1060,7 +1067,9 @@ const randomInput = (
       )
       return [r.int(0, buckets - 1), replicas]
     }
-    return { ...create(...Array.from({ length: r.int(1, 2) }, spec)), requestId: n }
+    const c = create(...Array.from({ length: r.int(1, 2) }, spec))
+    const tablets = c.tablets.map((t) => ({ ...t, retention: retentionFor(t.tablet.bucket) }))
+    return { ...c, tablets, requestId: n }
   }
   if (roll < 0.92) {
     // Bucket `buckets` is never created: an unknown tablet.
@@ -1266,6 +1275,8 @@ const check = (
           return ["send the latest", Models.tabletKey(ins.tablet)]
         if (ins.throttleBytesPerSec !== throttleOn(t, c.server))
           return ["an adding replica's instruction carries the move's throttle, no other one does", JSON.stringify(ins)]
+        if (!isDeepStrictEqual(ins.retention, t.retention))
+          return ["an instruction carries its tablet's retention", JSON.stringify(ins)]
         if (t.state === "DeletingTablet") return ["no instruction for a deleting tablet", Models.tabletKey(ins.tablet)]
       }
     }
@@ -1572,6 +1583,10 @@ const check = (
       return ["no replica whose storage failed joins an ISR", `${k}: ${failedJoined} joined ${was.isr}`]
   }
   // A leader is the life it was elected as: a restart since takes the leadership from it.
+  for (const [k, t] of next.tablets) {
+    if (!isDeepStrictEqual(t.retention, retentionFor(t.tablet.bucket)))
+      return ["a tablet keeps the retention it was created with", `${k}: ${JSON.stringify(t.retention)}`]
+  }
   for (const [k, t] of next.tablets) {
     const leader = t.leaderAndIsr.leader
     if (leader === null) continue
@@ -2560,5 +2575,132 @@ describe("ControllerState preferred leader election of named tablets", () => {
     const asking = run(electing, down(2))
     assert.isTrue(asking.state.elections.has(key(0)))
     assert.deepStrictEqual(reply(run(asking.state, elect(0)).commands), { _tag: "LeadersBalanced", moved: 0 })
+  })
+})
+
+describe("ControllerState retention of a table", () => {
+  const week = { ms: 604_800_000, bytes: 1_073_741_824 }
+  /** `create`, each tablet with `retention`. */
+  const createRetained = (
+    retention: ControllerState.Tablet["retention"],
+    ...specs: ReadonlyArray<readonly [number, ReadonlyArray<Models.ServerId>]>
+  ): Input => {
+    const c = create(...specs)
+    return { ...c, tablets: c.tablets.map((t) => ({ ...t, retention })) }
+  }
+  /** The retention each instruction sent carries, by `server/bucket` (`null`: none). */
+  const retentions = (commands: ReadonlyArray<Command>) => {
+    const by: Record<string, ControllerState.Tablet["retention"] | null> = {}
+    for (const c of commands) {
+      if (c._tag !== "Send") continue
+      for (const t of c.tablets) by[`${c.server}/${t.tablet.bucket}`] = t.retention ?? null
+    }
+    return by
+  }
+  const written = (commands: ReadonlyArray<Command>) =>
+    commands.flatMap((c) => (c._tag === "Write" ? [c.tablet.retention ?? null] : []))
+  /** Five live servers; tablet 0 on [1,2,3] kept a week or a GiB, tablet 1 on [1,4,5] without retention. */
+  const base = () => run(boot([1, 2, 3, 4, 5]), createRetained(week, [0, [1, 2, 3]]), create([1, [1, 4, 5]]))
+
+  it("the retention given at create is stored, written and in every instruction of the tablet's replicas", () => {
+    const { state, commands } = run(boot([1, 2, 3]), createRetained(week, [0, [1, 2, 3]], [1, [2, 3]]))
+    assert.deepStrictEqual(tablet(state, 0).retention, week)
+    assert.deepStrictEqual(written(commands), [week, week])
+    assert.deepStrictEqual(retentions(commands), { "1/0": week, "2/0": week, "3/0": week, "2/1": week, "3/1": week })
+    const r = reply(commands)
+    assert.deepStrictEqual(r?._tag === "Created" ? r.tablets.map((t) => t.retention) : undefined, [week, week])
+    // One limit only: the other is not there.
+    const time = run(boot([1]), createRetained({ ms: 1_000 }, [0, [1]]))
+    assert.deepStrictEqual(tablet(time.state, 0).retention, { ms: 1_000 })
+    assert.deepStrictEqual(retentions(time.commands), { "1/0": { ms: 1_000 } })
+    // None given, or one naming no limit: no retention anywhere.
+    for (const none of [undefined, {}]) {
+      const plain = run(boot([1, 2]), createRetained(none, [0, [1, 2]]))
+      assert.isFalse("retention" in tablet(plain.state, 0))
+      assert.deepStrictEqual(retentions(plain.commands), { "1/0": null, "2/0": null })
+    }
+  })
+
+  it("every later instruction carries it: a new leader, a server back, a leader balanced back, storage working again", () => {
+    const { state } = base()
+    const leaderGone = run(state, down(1))
+    assert.deepStrictEqual(retentions(leaderGone.commands), {
+      "2/0": week,
+      "3/0": week,
+      "4/1": null,
+      "5/1": null
+    })
+    const back = run(leaderGone.state, up(1))
+    assert.deepStrictEqual(retentions(back.commands), { "1/0": week, "1/1": null })
+    const balanced = run(back.state, adjust(back.state, 0, [2, 3, 1]), { _tag: "BalanceLeaders", requestId: 4 })
+    assert.strictEqual(lai(balanced.state, 0).leader, 1)
+    assert.deepStrictEqual(retentions(balanced.commands), { "1/0": week, "2/0": week, "3/0": week })
+    const healed = run(
+      state,
+      { _tag: "ReplicaStorage", server: 2, tablets: [tid(0)], failed: true },
+      { _tag: "ReplicaStorage", server: 2, tablets: [tid(0)], failed: false }
+    )
+    assert.deepStrictEqual(retentions(healed.commands), { "1/0": week, "2/0": week, "3/0": week })
+    assert.deepStrictEqual(tablet(healed.state, 0).retention, week)
+  })
+
+  it("survives a move: the adding replicas' instructions carry it, and the tablet keeps it once moved or cancelled", () => {
+    const { state } = base()
+    const reassign: Input = { _tag: "Reassign", requestId: 8, tablet: tid(0), target: [1, 4, 5] }
+    const moving = run(state, reassign)
+    assert.deepStrictEqual(written(moving.commands), [week])
+    assert.deepStrictEqual(retentions(moving.commands), {
+      "1/0": week,
+      "2/0": week,
+      "3/0": week,
+      "4/0": week,
+      "5/0": week
+    })
+    const r = reply(moving.commands)
+    assert.deepStrictEqual(r?._tag === "Reassigning" ? r.tablet.retention : undefined, week)
+    const done = run(moving.state, adjust(moving.state, 0, [1, 2, 3, 4, 5]))
+    assert.deepStrictEqual(tablet(done.state, 0).replicas, [1, 4, 5])
+    assert.deepStrictEqual(tablet(done.state, 0).retention, week)
+    assert.deepStrictEqual(retentions(done.commands), { "1/0": week, "4/0": week, "5/0": week })
+    const cancelled = run(moving.state, { _tag: "CancelReassign", requestId: 9, tablet: tid(0) })
+    assert.deepStrictEqual(tablet(cancelled.state, 0).retention, week)
+    assert.deepStrictEqual(retentions(cancelled.commands), { "1/0": week, "2/0": week, "3/0": week })
+    // The tablet without retention moves without one.
+    const plain = run(state, { _tag: "Reassign", requestId: 8, tablet: tid(1), target: [1, 2, 3] })
+    assert.isTrue(Object.values(retentions(plain.commands)).every((x) => x === null))
+  })
+
+  it("is kept while the tablet is deleted, and through a controller failover: the new one's instructions carry it", () => {
+    const { state } = base()
+    const deleting = run(state, deleteTablets(0))
+    assert.deepStrictEqual(written(deleting.commands), [week])
+    assert.strictEqual(tablet(deleting.state, 0).state, "DeletingTablet")
+    assert.deepStrictEqual(tablet(deleting.state, 0).retention, week)
+    // A new controller resumes from the tablets as they were written (coordination's copy): server 1 is gone, so
+    // tablet 0 gets a new leader; a server whose holdings miss tablet 0 is told it again.
+    const resumed = ControllerState.step(
+      ControllerState.make({ uncleanLeaderElection: false }),
+      started(2, [2, 3, 4, 5], [...state.tablets.values()])
+    )
+    assert.deepStrictEqual(tablet(resumed[0], 0).retention, week)
+    assert.deepStrictEqual(retentions(resumed[1]), { "2/0": week, "3/0": week, "4/1": null, "5/1": null })
+    const told = ControllerState.step(resumed[0], { _tag: "Holdings", server: 3, holdings: [] })
+    assert.deepStrictEqual(retentions(told[1]), { "3/0": week })
+  })
+
+  it("a retention that is not a whole number ≥ 1 is refused, naming it; nothing is created", () => {
+    const booted = boot([1, 2, 3])
+    for (const [bad, named] of [
+      [{ ms: 0 }, "retention.ms"],
+      [{ ms: 1.5 }, "retention.ms"],
+      [{ ms: 1_000, bytes: -1 }, "retention.bytes"],
+      [{ bytes: Number.NaN }, "retention.bytes"]
+    ] as const) {
+      const { state, commands } = run(booted, createRetained(bad, [0, [1, 2, 3]]))
+      assert.strictEqual(state, booted)
+      const r = reply(commands)
+      assert.strictEqual(r?._tag, "CreateRefused")
+      assert.include(r?._tag === "CreateRefused" ? r.detail : "", `${key(0)}: ${named} must be a whole number ≥ 1`)
+    }
   })
 })

@@ -60,7 +60,9 @@ describe("ControllerView", () => {
       assert.strictEqual(created._tag, "Created")
       yield* eventually(Effect.map(warm.stats, (s) => s.seq === 6 && s.tablets === 300))
       const caughtUp = yield* warm.stats
-      yield* first.controller.createTablets(specs("late", 4))
+      // The late table is kept a minute: its retention is stored with each tablet.
+      const minute = { ms: 60_000 }
+      yield* first.controller.createTablets(specs("late", 4).map((spec) => ({ ...spec, retention: minute })))
       yield* first.close
 
       // The standby's view read each tablet about once while the first controller wrote; taking over reads the four
@@ -70,12 +72,21 @@ describe("ControllerView", () => {
       assert.strictEqual(second.controller.resumed.tablets, 304)
       assert.isFalse(second.controller.resumed.full)
       assert.isAtMost(second.controller.resumed.read, 4)
-      assert.strictEqual((yield* second.controller.state).tablets.size, 304)
+      const resumed = (yield* second.controller.state).tablets
+      assert.strictEqual(resumed.size, 304)
+      // The new controller has each tablet's retention as it was created: the late table's, none for the others.
+      const late = [...resumed.values()].filter((t) => t.tablet.table === "late")
+      assert.deepStrictEqual(
+        late.map((t) => t.retention),
+        [minute, minute, minute, minute]
+      )
+      assert.isTrue([...resumed.values()].every((t) => t.tablet.table === "late" || t.retention === undefined))
       // A cold start reads every tablet.
       const cold = yield* ControllerView.make({ namespace })
       const session = yield* (yield* Coordination.Coordination).session()
       const all = yield* cold.sync(session)
       assert.deepStrictEqual([all.tablets.length, all.read, all.full], [304, 304, true])
+      assert.strictEqual(all.tablets.filter((t) => t.retention?.ms === 60_000).length, 4)
 
       // More writes than the journal keeps while a view does not watch: it reads everything again.
       yield* second.controller.createTablets(specs("bulk", ClusterPaths.journalLimit + 50))

@@ -1,14 +1,15 @@
 /**
- * The data link over TCP on loopback: appends and fetches arrive as sent (keys, headers, producer stamps, batches
- * as views of the frame), typed errors cross as themselves, answers match their requests in any order, bad bytes
- * are refused by name without taking the server down, a call on a closed or missing server is `PeerUnreachable`,
- * and `RemotePeers` takes the link only for servers that registered one.
+ * The data link over TCP on loopback: appends, fetches and reads arrive as sent (keys, headers, producer stamps,
+ * batches as views of the frame), typed errors cross as themselves, answers match their requests in any order, bad
+ * bytes are refused by name without taking the server down, a call on a closed or missing server is
+ * `PeerUnreachable`, a read the caller gives up is ended on the server, and `RemotePeers` takes the link only for
+ * servers that registered one (reads of a server without one go on its RPC).
  */
 import * as Net from "node:net"
 import { Errors, MemoryStore, Store } from "@strata/core"
 import * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
+import { Clock, Deferred, Effect, Exit, Fiber, Random, Scope } from "effect"
 import * as DataLink from "../src/wire/DataLink.js"
 import * as Codec from "../src/wire/internal/batchCodec.js"
 import * as Frames from "../src/wire/internal/frames.js"
@@ -18,6 +19,7 @@ import { formatAddress, ListenFailed, serveTabletServerWith } from "../src/wire/
 import { serveController } from "../src/server/ControllerRpc.js"
 import { InvalidReplicaOptions } from "../src/wire/ReplicationConfig.js"
 import * as TabletLog from "../src/server/TabletLog.js"
+import { eventually, make as makeServers, records as recordsOf, values } from "./support/servers.js"
 
 const tablet = { table: "orders", bucket: 3 }
 const bytes = (s: string) => new TextEncoder().encode(s)
@@ -37,9 +39,24 @@ const plain = (records: ReadonlyArray<ReplicaManager.TabletRecord>) =>
 const fetchRequest: ReplicaManager.FetchRequest = { tablet, follower: 2, leaderEpoch: 4, offset: 10, maxBytes: 1 << 20 }
 const notLeader = new ReplicaManager.ReplicaError({ reason: new Errors.NotLeader({ resource: "orders/3", leader: 7 }) })
 
-/** Handlers that keep what they were sent and answer with `fetched`; appends to bucket 9 are refused. */
+/** A read's answer in the tests: its batches from offset 10, and the log's bounds. */
+const readResult = (records: ReadonlyArray<ReplicaManager.TabletRecord>): ReplicaManager.ReadResult => ({
+  batches: [
+    { baseOffset: 10, epoch: 3, records: records.slice(0, 7), producer: { id: 5, epoch: 0, sequence: 0 } },
+    { baseOffset: 17, epoch: 4, records: records.slice(7) }
+  ],
+  highWatermark: 10 + records.length,
+  logStartOffset: 2,
+  logEndOffset: 12 + records.length
+})
+
+/**
+ * Handlers that keep what they were sent and answer with `fetched`; appends to bucket 9 are refused; reads answer
+ * `readResult` of 20 records, NotLeader on bucket 9 and OffsetOutOfRange below offset 2.
+ */
 const recording = (fetched: ReplicaManager.FetchResult) => {
   const appends: Array<ReplicaManager.AppendRequest> = []
+  const reads: Array<ReplicaManager.ReadRequest> = []
   const handlers: DataLink.DataLinkHandlers = {
     append: (request) =>
       request.tablet.bucket === 9
@@ -51,9 +68,28 @@ const recording = (fetched: ReplicaManager.FetchResult) => {
     fetch: (request) =>
       request.offset === 666
         ? Effect.die(new Error("boom"))
-        : Effect.delay(Effect.succeed(fetched), request.offset === 1 ? 100 : 0)
+        : Effect.delay(Effect.succeed(fetched), request.offset === 1 ? 100 : 0),
+    read: (request) =>
+      Effect.suspend(() => {
+        reads.push(request)
+        if (request.tablet.bucket === 9) return Effect.fail(notLeader)
+        if (request.offset < 2) {
+          return Effect.fail(
+            new ReplicaManager.ReplicaError({
+              reason: new Errors.OffsetOutOfRange({
+                topic: request.tablet.table,
+                partition: request.tablet.bucket,
+                offset: request.offset,
+                logStart: 2,
+                highwater: 32
+              })
+            })
+          )
+        }
+        return Effect.succeed(readResult(Array.from({ length: 20 }, (_, i) => record(i))))
+      })
   }
-  return { appends, handlers }
+  return { appends, reads, handlers }
 }
 
 /** Sends `data` on a raw connection to `port` and collects what comes back until the server closes it. */
@@ -112,6 +148,7 @@ const fetchingFrom = (
   asked: Array<{ readonly maxBytes: number; readonly read: number }>
 ): DataLink.DataLinkHandlers => ({
   append: () => Effect.die("unused"),
+  read: () => Effect.die("unused"),
   fetch: (request) =>
     Effect.gen(function* () {
       const batches = yield* Effect.orDie(log.read(request.offset, request.maxBytes))
@@ -270,6 +307,151 @@ describe("DataLink", () => {
     })
   )
 
+  it.live("reads cross as sent: the records, the log's bounds; OffsetOutOfRange and NotLeader as themselves", () =>
+    Effect.gen(function* () {
+      const { reads, handlers } = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
+      const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers)
+      const client = yield* DataLink.connect(address)
+      const request = { tablet, offset: 12, maxBytes: 5_000, uncommitted: true, maxWaitMs: 250 }
+      const got = yield* client.read(request)
+      const want = readResult(Array.from({ length: 20 }, (_, i) => record(i)))
+      const plainly = (r: ReplicaManager.ReadResult) => ({
+        ...r,
+        batches: r.batches.map((b) => ({ ...b, records: plain(b.records) }))
+      })
+      assert.deepStrictEqual(plainly(got), plainly(want))
+      assert.deepStrictEqual(reads, [request])
+
+      const below = yield* Effect.flip(client.read({ tablet, offset: 0, maxBytes: 100 }))
+      assert.instanceOf(below, ReplicaManager.ReplicaError)
+      if (below instanceof ReplicaManager.ReplicaError) {
+        assert.instanceOf(below.reason, Errors.OffsetOutOfRange)
+        assert.deepStrictEqual(
+          below.reason._tag === "OffsetOutOfRange"
+            ? [below.reason.offset, below.reason.logStart, below.reason.highwater]
+            : [],
+          [0, 2, 32]
+        )
+        assert.isFalse(below.retryable)
+      }
+      const notHere = yield* Effect.flip(
+        client.read({ tablet: { table: "orders", bucket: 9 }, offset: 5, maxBytes: 1 })
+      )
+      assert.instanceOf(notHere, ReplicaManager.ReplicaError)
+      if (notHere instanceof ReplicaManager.ReplicaError) {
+        assert.deepStrictEqual(notHere.reason, notLeader.reason)
+        assert.isTrue(notHere.retryable)
+      }
+    })
+  )
+
+  it.live("a read the caller gives up is ended on the server: by its cancel, or as the connection closes", () =>
+    Effect.gen(function* () {
+      let started = 0
+      let ended = 0
+      const handlers: DataLink.DataLinkHandlers = {
+        append: () => Effect.die("unused"),
+        fetch: () => Effect.succeed({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 }),
+        read: () =>
+          Effect.andThen(
+            Effect.sync(() => started++),
+            Effect.never.pipe(
+              Effect.onInterrupt(() =>
+                Effect.sync(() => {
+                  ended++
+                })
+              )
+            )
+          )
+      }
+      const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers)
+      const scope = yield* Scope.make()
+      const client = yield* DataLink.connect(address).pipe(Scope.provide(scope))
+      const waiting = yield* Effect.forkChild(client.read({ tablet, offset: 0, maxBytes: 1, maxWaitMs: 60_000 }))
+      yield* eventually(Effect.sync(() => started === 1))
+      yield* Fiber.interrupt(waiting)
+      yield* eventually(Effect.sync(() => ended === 1))
+      // The connection goes on for the other calls.
+      assert.strictEqual((yield* client.fetch(fetchRequest))._tag, "OutOfRange")
+      // A read still waiting when its connection closes ends too.
+      yield* Effect.forkChild(client.read({ tablet, offset: 0, maxBytes: 1 }))
+      yield* eventually(Effect.sync(() => started === 2))
+      yield* Scope.close(scope, Exit.void)
+      yield* eventually(Effect.sync(() => ended === 2))
+    })
+  )
+
+  it.live(
+    "a tablet server's reads on the link: records and bounds as appended, errors typed, a long-poll woken by a commit",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* makeServers({
+          minInsyncReplicas: 1,
+          fetchMaxWait: 1_500,
+          retryBackoff: 10,
+          replicaLagTimeMax: 60_000
+        })
+        const server = yield* servers.start(1)
+        yield* servers.instruct([1], tablet, [1], { leader: 1, leaderEpoch: 0, isr: [1] })
+        const address = yield* DataLink.serve(
+          { host: "127.0.0.1", port: 0 },
+          {
+            append: server.append,
+            fetch: server.fetch,
+            read: server.read
+          }
+        )
+        const client = yield* DataLink.connect(address)
+        yield* client.append({ tablet, records: recordsOf("v", 0, 5), acks: "all" })
+        const read = yield* client.read({ tablet, offset: 0, maxBytes: 1 << 20 })
+        assert.deepStrictEqual(values(read.batches), ["v0", "v1", "v2", "v3", "v4"])
+        assert.deepStrictEqual([read.logStartOffset, read.highWatermark, read.logEndOffset], [0, 5, 5])
+        const past = yield* Effect.flip(client.read({ tablet, offset: 7, maxBytes: 100 }))
+        assert.instanceOf(past, ReplicaManager.ReplicaError)
+        if (past instanceof ReplicaManager.ReplicaError && past.reason._tag === "OffsetOutOfRange") {
+          assert.deepStrictEqual([past.reason.offset, past.reason.logStart, past.reason.highwater], [7, 0, 5])
+        } else assert.fail(`not OffsetOutOfRange: ${past.message}`)
+
+        const elapsed = <A, E>(self: Effect.Effect<A, E>) =>
+          Effect.gen(function* () {
+            const start = yield* Clock.currentTimeMillis
+            const a = yield* self
+            return { a, ms: (yield* Clock.currentTimeMillis) - start }
+          })
+        // Without a wait, a read at the HW answers empty at once.
+        const now = yield* elapsed(client.read({ tablet, offset: 5, maxBytes: 100 }))
+        assert.deepStrictEqual(now.a.batches, [])
+        assert.isBelow(now.ms, 300)
+        // A long-poll answers once an append commits, not at the end of its wait.
+        const polling = yield* Effect.forkChild(
+          elapsed(client.read({ tablet, offset: 5, maxBytes: 100, maxWaitMs: 1_400 }))
+        )
+        yield* Effect.sleep(100)
+        yield* client.append({ tablet, records: recordsOf("v", 5, 7), acks: "all" })
+        const woken = yield* Fiber.join(polling)
+        assert.deepStrictEqual(values(woken.a.batches), ["v5", "v6"])
+        assert.isAtLeast(woken.ms, 90)
+        assert.isBelow(woken.ms, 1_000)
+        // With nothing committed it answers empty once its wait is over; never past the leader's fetchMaxWait.
+        const empty = yield* elapsed(client.read({ tablet, offset: 7, maxBytes: 100, maxWaitMs: 200 }))
+        assert.deepStrictEqual([empty.a.batches.length, empty.a.highWatermark], [0, 7])
+        assert.isAtLeast(empty.ms, 190)
+        assert.isBelow(empty.ms, 1_000)
+        const capped = yield* elapsed(client.read({ tablet, offset: 7, maxBytes: 100, maxWaitMs: 60_000 }))
+        assert.strictEqual(capped.a.batches.length, 0)
+        assert.isAtLeast(capped.ms, 1_450)
+        assert.isBelow(capped.ms, 3_000)
+        // A replica that stops leading while a read waits answers NotLeader.
+        const lost = yield* Effect.forkChild(client.read({ tablet, offset: 7, maxBytes: 100, maxWaitMs: 1_400 }))
+        yield* Effect.sleep(50)
+        yield* servers.instruct([1], tablet, [1, 2], { leader: 2, leaderEpoch: 1, isr: [1, 2] })
+        const notLeader = yield* Effect.flip(Fiber.join(lost))
+        assert.instanceOf(notLeader, ReplicaManager.ReplicaError)
+        if (notLeader instanceof ReplicaManager.ReplicaError) assert.strictEqual(notLeader.reason._tag, "NotLeader")
+      }),
+    20_000
+  )
+
   it.live("a request sent in a span is handled as that span's child (its trace context crosses in the header)", () =>
     Effect.gen(function* () {
       const seen: Array<{ readonly traceId: string; readonly spanId: string } | undefined> = []
@@ -290,7 +472,8 @@ describe("DataLink", () => {
               seen.push(parent)
               return { _tag: "OutOfRange" as const, leaderEpoch: 4, logStartOffset: 0 }
             })
-          )
+          ),
+        read: () => Effect.die("unused")
       }
       const address = yield* DataLink.serve({ host: "127.0.0.1", port: 0 }, handlers)
       const client = yield* DataLink.connect(address)
@@ -413,6 +596,7 @@ describe("DataLink", () => {
       const release = yield* Deferred.make<void>()
       const handlers: DataLink.DataLinkHandlers = {
         append: () => Effect.die("unused"),
+        read: () => Effect.die("unused"),
         fetch: (request) =>
           request.tablet.bucket === 1
             ? Effect.succeed({
@@ -606,7 +790,7 @@ describe("DataLink", () => {
   )
 
   it.live(
-    "RemotePeers sends appends and follower fetches only on a server's data link; none registered is unreachable",
+    "RemotePeers sends appends, follower fetches and reads on a server's data link; without one reads take the RPC",
     () =>
       Effect.gen(function* () {
         const viaLink = recording({ _tag: "OutOfRange", leaderEpoch: 1, logStartOffset: 0 })
@@ -624,7 +808,11 @@ describe("DataLink", () => {
                 viaRpc++
                 return { leaderEpoch: 0, answer: null }
               }),
-            Read: () => Effect.die("unused"),
+            Read: (request) =>
+              Effect.sync(() => {
+                viaRpc++
+                return { batches: [], highWatermark: request.offset, logStartOffset: 0, logEndOffset: request.offset }
+              }),
             ReplicaState: () => Effect.die("unused"),
             ReadLog: () => Effect.die("unused")
           }
@@ -649,6 +837,18 @@ describe("DataLink", () => {
         const noFetch = yield* Effect.flip(remote.peers.leader(2).fetch(fetchRequest))
         assert.strictEqual(noFetch.message, "server 2 unreachable: it registered no data link")
         assert.strictEqual(viaLink.appends.length, 1)
+        // Reads take the data link when the server has one, its RPC when it has not.
+        const linked = yield* remote.server(1).read({ tablet, offset: 12, maxBytes: 100, maxWaitMs: 10 })
+        assert.strictEqual(linked.batches.length, 2)
+        assert.deepStrictEqual(viaLink.reads, [{ tablet, offset: 12, maxBytes: 100, maxWaitMs: 10 }])
+        const refused = yield* Effect.flip(
+          remote.server(1).read({ tablet: { table: "orders", bucket: 9 }, offset: 12, maxBytes: 1 })
+        )
+        assert.instanceOf(refused, ReplicaManager.ReplicaError)
+        const rpcRead = yield* remote.server(2).read({ tablet, offset: 40, maxBytes: 100 })
+        assert.deepStrictEqual(rpcRead, { batches: [], highWatermark: 40, logStartOffset: 0, logEndOffset: 40 })
+        assert.strictEqual(viaRpc, 2)
+        assert.strictEqual(viaLink.reads.length, 2)
       })
   )
 })

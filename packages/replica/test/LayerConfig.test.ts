@@ -3,10 +3,11 @@
  * wrong value is the same typed error naming the option.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { MemoryCoordination, MemoryStore } from "@strata/core"
+import { MemoryCoordination } from "@strata/core"
 import { Config, ConfigProvider, Effect, Layer } from "effect"
 import * as TabletClient from "../src/client/TabletClient.js"
 import * as StrataLog from "../src/log/StrataLog.js"
+import * as ServerStorage from "../src/server/ServerStorage.js"
 import * as TabletServer from "../src/server/TabletServer.js"
 import { Peers } from "../src/wire/Peers.js"
 
@@ -27,7 +28,7 @@ describe("layerConfig", () => {
         replication: Config.succeed({ minInsyncReplicas: 1 })
       })
       const id = yield* Effect.scoped(
-        Effect.map(Layer.build(layer.pipe(Layer.provide([MemoryStore.layer(), peers]))), (ctx) =>
+        Effect.map(Layer.build(layer.pipe(Layer.provide([ServerStorage.layerMemory, peers]))), (ctx) =>
           ctx.mapUnsafe.get(TabletServer.TabletServer.key)
         )
       ).pipe(withConfig({ SERVER_ID: 7 }))
@@ -36,7 +37,7 @@ describe("layerConfig", () => {
         Effect.scoped(
           Layer.build(
             TabletServer.layerConfig({ serverId: Config.Number("SERVER_ID") }).pipe(
-              Layer.provide([MemoryStore.layer(), peers])
+              Layer.provide([ServerStorage.layerMemory, peers])
             )
           )
         ).pipe(withConfig({ SERVER_ID: -3 }))

@@ -3,7 +3,7 @@
  * instructions, acks=all appends whose follower fetches cross the wire, reads, typed errors that arrive as
  * themselves, and a stopped server or a bad address answered with `PeerUnreachable` within the request timeout.
  */
-import { MemoryStore, Models } from "@strata/core"
+import { Models } from "@strata/core"
 import type * as ReplicaManager from "../src/protocol/ReplicaManager.js"
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Fiber, Layer, Scope } from "effect"
@@ -16,6 +16,7 @@ import type { ControllerShape } from "../src/server/Controller.js"
 import { formatAddress, parseAddress, ReassignRefused, serveTabletServerWith } from "../src/wire/ReplicaRpc.js"
 import { serveController } from "../src/server/ControllerRpc.js"
 import { serveTabletServer } from "../src/server/TabletServerRpc.js"
+import * as ServerStorage from "../src/server/ServerStorage.js"
 import * as TabletServer from "../src/server/TabletServer.js"
 
 const tablet = { table: "orders", bucket: 0 }
@@ -83,7 +84,7 @@ describe("ReplicaRpc over TCP", () => {
         })
         const start = (id: number) =>
           Effect.gen(function* () {
-            const store = yield* Layer.buildWithScope(MemoryStore.layer(), root)
+            const store = yield* Layer.buildWithScope(ServerStorage.layerMemory, root)
             const scope = yield* Scope.fork(root, "sequential")
             const server = yield* TabletServer.make({ serverId: id, replication }).pipe(
               Effect.provide(Context.add(store, Peers, remote.peers)),
@@ -97,7 +98,7 @@ describe("ReplicaRpc over TCP", () => {
             )
             const link = yield* DataLink.serve(
               { host: "127.0.0.1", port: 0 },
-              { append: server.append, fetch: server.fetch }
+              { append: server.append, fetch: server.fetch, read: server.read }
             ).pipe(Scope.provide(scope), Effect.orDie)
             addresses.set(id, formatAddress(bound))
             dataAddresses.set(id, formatAddress(link))

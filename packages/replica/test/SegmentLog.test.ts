@@ -9,6 +9,7 @@ import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import * as SegmentLog from "../src/server/SegmentLog.js"
 import * as Format from "../src/server/internal/segmentFormat.js"
+import * as Segments from "../src/server/internal/segments.js"
 import * as TabletLog from "../src/server/TabletLog.js"
 import * as Codec from "../src/wire/internal/batchCodec.js"
 
@@ -498,6 +499,34 @@ describe("SegmentLog", () => {
     })
   )
 
+  it.effect("the active segment past its recent positions: reads through its index, truncations too", () =>
+    Effect.gen(function* () {
+      const directory = directoryFor()
+      const options = { indexIntervalBytes: 300 }
+      const a = yield* open(directory, options)
+      // Three times as many batches as the recent positions kept, all in the active segment.
+      const count = 3 * Segments.RECENT_POSITIONS
+      for (let i = 0; i < count; i++) yield* a.log.append(1, records(i, i))
+      assert.strictEqual((yield* files(directory, "log")).length, 1)
+      for (const from of [0, 1, 777, count - 2 * Segments.RECENT_POSITIONS - 1, count - 10, count - 1]) {
+        for (const maxBytes of [1, 100, 5000]) {
+          const got = texts(yield* a.log.read(from, maxBytes))
+          assert.isAbove(got.length, 0)
+          assert.deepStrictEqual(got, range(from, from + got.length, 1), `read(${from}, ${maxBytes})`)
+        }
+      }
+      // Cut below the recent positions, then on from there.
+      yield* a.log.truncateTo(500)
+      yield* a.log.append(2, records(500, 501))
+      assert.deepStrictEqual(yield* everything(a.log), [...range(0, 500, 1), ...range(500, 502, 2)])
+      yield* a.close
+      const b = yield* open(directory, options)
+      assert.deepStrictEqual(texts(yield* b.log.read(499, 2)), ["499@1:499"])
+      assert.deepStrictEqual(texts(yield* b.log.read(499, 1000)), ["499@1:499", "500@2:500", "501@2:501"])
+      yield* b.close
+    })
+  )
+
   it.effect("rolls once the active segment is segmentMs old (Effect's clock)", () =>
     Effect.gen(function* () {
       const directory = directoryFor()
@@ -513,6 +542,20 @@ describe("SegmentLog", () => {
         [0, 4]
       )
       assert.deepStrictEqual(yield* everything(log), range(0, 6, 1))
+      // A truncation into the sealed segment makes it the active one again, as of now: it rolls 60 seconds later.
+      yield* TestClock.adjust("2 minutes")
+      yield* log.truncateTo(2)
+      yield* log.append(1, records(2, 3))
+      assert.deepStrictEqual(
+        (yield* files(directory, "log")).map((s) => s.offset),
+        [0]
+      )
+      yield* TestClock.adjust("1 minute")
+      yield* log.append(1, records(4, 5))
+      assert.deepStrictEqual(
+        (yield* files(directory, "log")).map((s) => s.offset),
+        [0, 4]
+      )
       yield* close
     })
   )
@@ -520,7 +563,9 @@ describe("SegmentLog", () => {
   it.effect("damage inside the log is a typed error naming the tablet, never a wrong read", () =>
     Effect.gen(function* () {
       const directory = directoryFor()
-      const a = yield* open(directory, { segmentBytes: 500 })
+      // An index entry every batch: the opening reads a sealed segment's last batch only.
+      const options = { segmentBytes: 1000, indexIntervalBytes: 100 }
+      const a = yield* open(directory, options)
       for (let i = 0; i < 10; i++) yield* a.log.append(1, records(i * 2, i * 2 + 1, 100))
       yield* a.close
       const [first] = yield* files(directory, "log")
@@ -528,7 +573,7 @@ describe("SegmentLog", () => {
       const bytes = new Uint8Array(yield* Effect.promise(() => readFile(path)))
       bytes[40]! ^= 0x01
       yield* Effect.promise(() => writeFile(path, bytes))
-      const b = yield* open(directory, { segmentBytes: 500 })
+      const b = yield* open(directory, options)
       const error = yield* Effect.flip(b.log.read(0, 100))
       assert.strictEqual(error.reason._tag, "Corrupt")
       assert.include(error.message, "orders/3")

@@ -1,8 +1,11 @@
+import { assert, describe, it } from "@effect/vitest"
 import { MemoryCoordination } from "@strata/core"
 import { LogConformance } from "@strata/core/testing"
-import { Layer } from "effect"
+import { Effect, Layer } from "effect"
+import * as TabletClient from "../src/client/TabletClient.js"
 import * as LocalCluster from "../src/node/LocalCluster.js"
 import * as StrataLog from "../src/log/StrataLog.js"
+import { quickReplication } from "./support/servers.js"
 
 // Core's Log conformance on a cluster of three tablet servers talking over loopback TCP, as separate processes do,
 // with the capabilities the Strata log declares.
@@ -17,3 +20,61 @@ const log = StrataLog.layer({ client: { linger: 1 } }).pipe(
 )
 
 LogConformance.suite("strata", log, { capabilities: StrataLog.capabilities, timeout: "20 seconds" })
+
+describe("StrataLog retention", () => {
+  it.live(
+    "a topic's retention.ms and retention.bytes become its table's retention, shown in the metadata; a value that is not one is refused naming it",
+    () =>
+      Effect.gen(function* () {
+        const local = yield* LocalCluster.make({ servers: 3, replication: quickReplication, transport: "tcp" })
+        const strata = yield* StrataLog.make({ client: { linger: 1 } })
+        const client = yield* TabletClient.make({ replication: quickReplication })
+        const retentionOf = (table: string) =>
+          Effect.map(client.metadata(table), (m) => m.tablets.map((t) => t.retention ?? null))
+
+        // Kafka's names, strings of digits; -1 is unlimited (none); other configs are passed over.
+        yield* strata.ensureTopic({
+          topic: "kept",
+          partitions: 2,
+          config: { "retention.ms": "86400000", "retention.bytes": "-1", "cleanup.policy": "delete" }
+        })
+        assert.deepStrictEqual(yield* retentionOf("kept"), [{ ms: 86_400_000 }, { ms: 86_400_000 }])
+        yield* strata.ensureTopic({
+          topic: "both",
+          partitions: 1,
+          config: { "retention.ms": "1000", "retention.bytes": "1048576" }
+        })
+        assert.deepStrictEqual(yield* retentionOf("both"), [{ ms: 1_000, bytes: 1_048_576 }])
+        yield* strata.ensureTopic({ topic: "plain", partitions: 1, config: { "retention.ms": "-1" } })
+        assert.deepStrictEqual(yield* retentionOf("plain"), [null])
+
+        for (const [key, value] of [
+          ["retention.ms", "0"],
+          ["retention.ms", "1.5"],
+          ["retention.bytes", "-2"],
+          ["retention.bytes", "lots"],
+          ["retention.ms", ""],
+          ["retention.ms", "99999999999999999999"]
+        ] as const) {
+          const error = yield* Effect.flip(
+            strata.ensureTopic({ topic: "bad", partitions: 1, config: { [key]: value } })
+          )
+          assert.strictEqual(error.reason._tag, "InvalidRequest", `${key}=${value}`)
+          assert.include(error.message, `${key}=${JSON.stringify(value)}`)
+        }
+        assert.deepStrictEqual(yield* retentionOf("bad"), [], "nothing was created")
+
+        // LocalCluster's create takes it too: the controller's tablet keeps it, the client's metadata shows it.
+        const created = yield* local.createTable("local", { buckets: 1, retentionMs: 5_000, retentionBytes: 4_096 })
+        assert.deepStrictEqual(
+          created.map((t) => t.retention),
+          [{ ms: 5_000, bytes: 4_096 }]
+        )
+        assert.deepStrictEqual(yield* retentionOf("local"), [{ ms: 5_000, bytes: 4_096 }])
+        const refused = yield* Effect.flip(local.createTable("zero", { buckets: 1, retentionMs: 0 }))
+        assert.strictEqual(refused.reason._tag, "CreateTableRefused")
+        assert.include(refused.message, "retention.ms must be a whole number ≥ 1, not 0")
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
+    60_000
+  )
+})

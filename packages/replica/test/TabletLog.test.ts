@@ -45,13 +45,19 @@ interface Opened {
 /** Where the logs of a test live: `open` opens the log of a store id there. */
 class Storage extends Context.Service<
   Storage,
-  { readonly open: (id: Store.Id) => Effect.Effect<Opened, TabletLog.TabletLogError | Store.StoreError> }
+  {
+    /** Opens a log; `segmentBytes`: where a segment log rolls (a store-backed log has no segments). */
+    readonly open: (
+      id: Store.Id,
+      segmentBytes?: number
+    ) => Effect.Effect<Opened, TabletLog.TabletLogError | Store.StoreError>
+  }
 >()("test/TabletLog/Storage") {}
 
 /** Opens the tablet's log of store id `id` in a scope of its own (closing it closes the store). */
-const open = (id: Store.Id = { table: "tablet-orders", partition: 0 }) =>
+const open = (id: Store.Id = { table: "tablet-orders", partition: 0 }, segmentBytes?: number) =>
   Effect.gen(function* () {
-    return yield* (yield* Storage).open(id)
+    return yield* (yield* Storage).open(id, segmentBytes)
   })
 
 /** The store beneath a log (a test for store backends only). */
@@ -103,10 +109,14 @@ const segmentFileBytes = (directory: string) =>
 /** Segment logs: every store id is a directory under `root`. */
 const onSegments = (root: string) =>
   Layer.succeed(Storage, {
-    open: (id: Store.Id) =>
+    open: (id: Store.Id, segmentBytes?: number) =>
       Effect.gen(function* () {
         const directory = join(root, `${id.table}-${id.partition}`)
-        const openIn = (scope: Scope.Scope) => Scope.provide(SegmentLog.make({ directory, tablet }), scope)
+        const openIn = (scope: Scope.Scope) =>
+          Scope.provide(
+            SegmentLog.make({ directory, tablet, ...(segmentBytes === undefined ? {} : { segmentBytes }) }),
+            scope
+          )
         let scope = yield* Scope.make()
         const log = yield* openIn(scope)
         const opened: Opened = {
@@ -262,6 +272,43 @@ for (const { name: backend, kind, frameBytes, layer } of backends) {
           yield* b.close
         })
       )
+    )
+
+    it.effect(
+      "retain lets go by age and by size from the start, never past the limit (nor, on segments, the active segment), and the start stays so",
+      () =>
+        onStorage(
+          Effect.gen(function* () {
+            // Ten batches of ten records, batch i's written at i seconds; on segments each batch is a segment.
+            const { log, reopen, close } = yield* open(undefined, 1)
+            for (let i = 0; i < 10; i++) {
+              const batch = records(i * 10, i * 10 + 9).map((r) => ({ ...r, timestamp: i * 1000 }))
+              yield* log.append(1, batch)
+            }
+            yield* log.checkpointHighWatermark(80)
+            const oneBatch = (yield* log.sizeBytes) / 10
+            // By age: the batches whose newest record is more than 5 s older than now (10 s): 0..4.
+            assert.strictEqual(yield* log.retain({ ms: 5_000 }, 80, 10_000), 50)
+            const below = yield* Effect.flip(log.read(49, 1_000_000))
+            assert.strictEqual(below.reason._tag, "OffsetOutOfRange")
+            assert.deepStrictEqual(texts(yield* log.read(50, 1)).slice(0, 1), ["50@1:50"])
+            // Nothing more by age now; by size, the oldest go while what is left holds at least 2.5 batches.
+            assert.strictEqual(yield* log.retain({ ms: 5_000 }, 80, 10_000), 50)
+            assert.strictEqual(yield* log.retain({ bytes: Math.ceil(oneBatch * 2.5) }, 80, 10_000), 70)
+            assert.isAtLeast(yield* log.sizeBytes, oneBatch * 2.5)
+            // Never past the limit (the high watermark), whatever the age.
+            assert.strictEqual(yield* log.retain({ ms: 1 }, 75, 1e15), 70)
+            assert.strictEqual(yield* log.retain({ ms: 1 }, 80, 1e15), 80)
+            // The last batch: a store-backed log lets it go; a segment log never deletes its active segment.
+            yield* log.checkpointHighWatermark(100)
+            const last = kind === "segments" ? 90 : 100
+            assert.strictEqual(yield* log.retain({ ms: 1 }, 100, 1e15), last)
+            const reopened = yield* reopen
+            assert.deepStrictEqual([yield* reopened.logStartOffset, yield* reopened.logEndOffset], [last, 100])
+            assert.deepStrictEqual(yield* reopened.append(2, records(100, 100)), { baseOffset: 100, lastOffset: 100 })
+            yield* close
+          })
+        )
     )
 
     it.effect("retention drops whole batches below the start; reads begin there", () =>

@@ -377,6 +377,74 @@ describe("TabletServer", () => {
   )
 
   it.effect(
+    "a table's retention: leader and follower each delete what it lets go below their high watermark, every check interval; a tablet without one keeps everything",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* make({ ...replication, retentionCheckInterval: 1_000 })
+        const [L, F] = [1, 2]
+        for (const id of [L, F]) yield* servers.start(id)
+        const kept = { table: "kept", bucket: 0 }
+        const instruct = (to: number, t: typeof tablet, retention?: ReplicaManager.Retention) =>
+          servers.server(to).leaderAndIsr({
+            coordinatorEpoch: 1,
+            tablets: [
+              {
+                tablet: t,
+                replicas: [L, F],
+                leaderAndIsr: { leader: L, leaderEpoch: 1, isr: [L], coordinatorEpoch: 1, version: 1 },
+                ...(retention === undefined ? {} : { retention })
+              }
+            ]
+          })
+        for (const to of [L, F]) {
+          yield* instruct(to, tablet, { ms: 10_000 })
+          yield* instruct(to, kept)
+        }
+        // Five batches at 0 s, five at 5 s (their records stamped with the time they are written).
+        const write = (at: number) =>
+          Effect.forEach(
+            [tablet, kept],
+            (t) =>
+              Effect.forEach(
+                Array.from({ length: 5 }, (_, i) => i),
+                (i) =>
+                  servers.server(L).append({
+                    tablet: t,
+                    records: records(`${at}`, i * 10, i * 10 + 10).map((r) => ({ ...r, timestamp: at })),
+                    acks: 1
+                  }),
+                { discard: true }
+              ),
+            { discard: true }
+          )
+        yield* write(0)
+        yield* TestClock.adjust("5 seconds")
+        yield* write(5_000)
+        const starts = (t: typeof tablet) =>
+          Effect.forEach([L, F], (id) =>
+            Effect.flatMap(servers.server(id).logOf(t), (log) =>
+              log === undefined ? Effect.succeed(-1) : log.logStartOffset
+            )
+          )
+        // The follower caught up (and heard the high watermark); nothing is 10 s old yet.
+        yield* eventually(Effect.map(servers.logValues(F, tablet), (v) => v.length === 100))
+        assert.deepStrictEqual(yield* starts(tablet), [0, 0])
+        // At 11 s the first five batches are more than 10 s old: they go on both, at the next check.
+        yield* TestClock.adjust("6 seconds")
+        assert.deepStrictEqual(yield* starts(tablet), [50, 50])
+        const below = yield* Effect.flip(servers.server(L).read({ tablet, offset: 49, maxBytes: 1_000_000 }))
+        assert.include(below.message, "49")
+        // At 16 s the rest: everything below the high watermark (the store-backed log keeps no active segment).
+        yield* TestClock.adjust("5 seconds")
+        assert.deepStrictEqual(yield* starts(tablet), [100, 100])
+        assert.deepStrictEqual(yield* starts(kept), [0, 0])
+        // The log goes on from there.
+        const next = yield* servers.server(L).append({ tablet, records: records("later", 0, 1), acks: 1 })
+        assert.strictEqual(next.baseOffset, 100)
+      }).pipe(Effect.scoped)
+  )
+
+  it.effect(
     "the Holdings answer carries the server's health: its appends' p99 over the last minute and its ISR shrinks",
     () =>
       Effect.gen(function* () {

@@ -187,7 +187,8 @@ export const ensureTopic = (a: TopicAdmin, spec: Log.TopicSpec): Effect.Effect<v
         a.client.createTopics({
           topics: [spec.topic],
           partitions: spec.partitions,
-          replicas: spec.replicationFactor ?? 1,
+          // Unnamed: the brokers' `default.replication.factor` (KIP-464), as Kafka's own clients leave it.
+          ...(spec.replicationFactor === undefined ? {} : { replicas: spec.replicationFactor }),
           configs
         }),
       catch: (cause) => cause

@@ -1,7 +1,8 @@
 /**
  * The client side of `ReplicaRpc` and the data link: `Peers` (how a tablet server reaches its leaders and the
  * controller) and `TabletServers` (how the controller reaches the servers) over TCP, or the `Transport` provided.
- * Each call has one path: appends and follower fetches travel on the server's data link, everything else on the RPC.
+ * Appends and follower fetches travel on the server's data link, and so do clients' reads of a server that has one
+ * (on the RPC otherwise); everything else goes on the RPC.
  * One connection per address, opened on first use and kept (it reconnects by itself); every call ends within
  * `requestTimeout`, failing with `PeerUnreachable` then, as it does when the target cannot be located or reached,
  * or its answer does not decode.
@@ -44,8 +45,8 @@ export interface RemotePeersOptions {
   /** The `host:port` a tablet server listens on (from its registration, say). */
   readonly locate: (server: Models.ServerId) => Effect.Effect<string, PeerUnreachable>
   /**
-   * The `host:port` of a tablet server's data link, where appends and follower fetches go (`undefined`: it registered
-   * none, and cannot be appended to or fetched from).
+   * The `host:port` of a tablet server's data link, where appends, follower fetches and reads go (`undefined`: it
+   * registered none, and cannot be appended to or fetched from; it is read through its RPC).
    */
   readonly locateData: (server: Models.ServerId) => Effect.Effect<string | undefined, PeerUnreachable>
   /** The `host:port` the controller listens on now. */
@@ -285,6 +286,32 @@ const onLink = <A>(
     )
   )
 
+/**
+ * A call on server `id`'s data link when it registered one, else `rpc` to its RPC (a server without a link), finding
+ * and connecting included.
+ */
+const onLinkOrServer = <A>(
+  r: Remote,
+  id: Models.ServerId,
+  call: (link: DataLink.DataLinkClient) => Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable>,
+  rpc: (
+    client: Client<RpcGroup.Rpcs<typeof TabletServerRpcs>>
+  ) => Effect.Effect<A, ReplicaManager.ReplicaError | RpcClientError.RpcClientError>
+): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> =>
+  Effect.flatMap(
+    bounded(r, `server ${id}`, r.options.locateData(id)),
+    (address): Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable> =>
+      address === undefined
+        ? onServer(r, id, rpc)
+        : bounded(
+            r,
+            `server ${id}`,
+            Effect.flatMap(connectionAt(r.links, r.linked, id, address), (link) =>
+              timed(r, `server ${id} (${address})`, call(link))
+            )
+          )
+  )
+
 /** A call to the controller; a coordinator that is not the controller (any more) is as good as unreachable. */
 const toController = <A, E>(
   r: Remote,
@@ -373,7 +400,13 @@ const serverCallsOf =
   (r: Remote) =>
   (id: Models.ServerId): ServerCalls => ({
     append: (request) => onLink(r, id, (link) => link.append(request)),
-    read: (request) => onServer(r, id, (client) => client.Read(request)),
+    read: (request) =>
+      onLinkOrServer(
+        r,
+        id,
+        (link) => link.read(request),
+        (client) => client.Read(request)
+      ),
     replicaState: (tablet) => onServer(r, id, (client) => client.ReplicaState({ tablet })),
     readLog: (request) => onServer(r, id, (client) => client.ReadLog(request))
   })

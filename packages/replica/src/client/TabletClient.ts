@@ -13,7 +13,8 @@
  * `DeliveryUnknown`, and the tablet's next append starts a new producer epoch, so a late copy of the unknown one
  * can never be written after it.
  *
- * Reads go to the leader and return records up to its high watermark.
+ * Reads go to the leader (on its data link when it has one) and return records up to its high watermark; a read at
+ * the high watermark may wait there for records (`maxWaitMs`, a long-poll).
  *
  * @since 0.1.0
  */
@@ -41,6 +42,7 @@ import {
   CreateTableRefused,
   DeleteTableRefused,
   type ClusterModelReply,
+  invalidRetention,
   type ClusterModelRequest,
   type Metadata,
   ReassignRefused,
@@ -208,6 +210,28 @@ export interface Sent {
 }
 
 /**
+ * What `createTable` makes: `buckets` tablets of `replicationFactor` replicas each (the cluster's when not given),
+ * kept for `retentionMs` or up to `retentionBytes` a replica when given (see `ReplicaRpc.CreateTableRequest`).
+ *
+ * @since 0.1.0
+ */
+export interface CreateTableOptions {
+  readonly buckets: number
+  readonly replicationFactor?: number | undefined
+  readonly retentionMs?: number | undefined
+  readonly retentionBytes?: number | undefined
+}
+
+/**
+ * How a read waits: `maxWaitMs`, how long a read at the high watermark waits for records (0 or absent: not at all).
+ *
+ * @since 0.1.0
+ */
+export interface ReadOptions {
+  readonly maxWaitMs?: number | undefined
+}
+
+/**
  * The client.
  *
  * @since 0.1.0
@@ -230,11 +254,16 @@ export interface TabletClientShape {
     /** Checked as the records are about to go: `true` drops them unsent (`Abandoned`). */
     abandon?: () => boolean
   ) => Effect.Effect<Effect.Effect<Sent, TabletClientError>>
-  /** Records of the tablet from `offset` (about `maxBytes`, at least one batch), up to the leader's high watermark. */
+  /**
+   * Records of the tablet from `offset` (about `maxBytes`, at least one batch), up to the leader's high watermark.
+   * With `options.maxWaitMs`, a read at the high watermark waits for records up to that long (at most the leader's
+   * `fetchMaxWait`, and half of `requestTimeout`), answering as soon as some commit, or empty.
+   */
   readonly read: (
     tablet: Models.TabletId,
     offset: number,
-    maxBytes?: number
+    maxBytes?: number,
+    options?: ReadOptions
   ) => Effect.Effect<ReplicaManager.ReadResult, TabletClientError>
   /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
   readonly metadata: (table?: string) => Effect.Effect<Metadata, TabletClientError>
@@ -249,10 +278,12 @@ export interface TabletClientShape {
   /**
    * Creates a table: the controller assigns its replicas over the live servers. A name that is not
    * `[A-Za-z0-9._-]+` (or is `.`, `..`, or longer than 249) is refused before it is sent (`CreateTableRefused`).
+   * `retentionMs` and `retentionBytes` are its retention (see `CreateTableRequest`); one that is not a whole number
+   * ≥ 1 is refused before it is sent (`CreateTableRefused`, naming it).
    */
   readonly createTable: (
     table: string,
-    options: { readonly buckets: number; readonly replicationFactor?: number }
+    options: CreateTableOptions
   ) => Effect.Effect<ReadonlyArray<typeof TabletMetadata.Type>, TabletClientError>
   /**
    * Deletes a table: its tablets lead no more and each replica deletes its data (a server that is down when it is
@@ -466,22 +497,30 @@ const shapeOf = (c: Client): TabletClientShape => {
   return {
     send: (tablet, records, acks) => Effect.flatten(enqueueOn(tablet, records, acks)),
     enqueue: enqueueOn,
-    read: (tablet, offset, maxBytes = 1_048_576) =>
-      Effect.flatMap(deadlineOf, (deadline) =>
-        onLeader(c, tablet, deadline, (server) => server.read({ tablet, offset, maxBytes }))
-      ).pipe(Effect.mapError(fail)),
+    read: (tablet, offset, maxBytes = 1_048_576, options) => {
+      // A wait the leader takes whole still answers within the call's timeout: half of it at most.
+      const wait = Math.min(Math.floor(options?.maxWaitMs ?? 0), Math.floor(Duration.toMillis(o.requestTimeout) / 2))
+      const request = wait > 0 ? { tablet, offset, maxBytes, maxWaitMs: wait } : { tablet, offset, maxBytes }
+      return Effect.flatMap(deadlineOf, (deadline) =>
+        onLeader(c, tablet, deadline, (server) => server.read(request))
+      ).pipe(Effect.mapError(fail))
+    },
     metadata: (table) => admin("the metadata", remote.admin.metadata(table)),
     clusterModel: (request) => admin("the cluster model", remote.admin.clusterModel(request)),
     createTable: (table, create) => {
       // Refused here before it is sent, as the controller refuses it: `ClusterPaths.InvalidTableName`'s message.
       const invalid = ClusterPaths.invalidTableName(table)
       if (invalid !== undefined) return Effect.fail(fail(new CreateTableRefused({ detail: invalid.message })))
+      const badRetention = invalidRetention(create)
+      if (badRetention !== undefined) return Effect.fail(fail(new CreateTableRefused({ detail: badRetention })))
       return admin(
         `creating ${table}`,
         remote.admin.createTable({
           table,
           buckets: create.buckets,
-          ...(create.replicationFactor === undefined ? {} : { replicationFactor: create.replicationFactor })
+          ...(create.replicationFactor === undefined ? {} : { replicationFactor: create.replicationFactor }),
+          ...(create.retentionMs === undefined ? {} : { retentionMs: create.retentionMs }),
+          ...(create.retentionBytes === undefined ? {} : { retentionBytes: create.retentionBytes })
         })
       )
     },

@@ -3,12 +3,14 @@
  * (created by the controller with the cluster's replication factor), a partition's offsets the tablet's. Records
  * go through a `TabletClient` (batched, idempotent, acknowledged at the `acks` asked), and consumers read each
  * assigned tablet from its leader up to the high watermark, so Tables and Recovery run unchanged on the cluster.
+ * A topic created with Kafka's `retention.ms` or `retention.bytes` in its config gets that retention for its table
+ * (`-1`: none); the other configs are passed over.
  *
  * Consumer groups live in the cluster's coordination (members, partition owners and committed offsets under
  * `<ns>/groups/<group>`): a partition is announced `Assigned` only once its previous owner released it.
  *
  * What the cluster does not offer is declared in `capabilities`, and the operation fails with `Unsupported`:
- * transactions, and `deleteRecords` (a tablet's log start does not move yet).
+ * transactions, and `deleteRecords` (retention moves a tablet's log start; a request to move it is not built yet).
  *
  * A tombstone (a `null` value) travels as an empty value with the reserved header `strata.tombstone`, which a
  * record of the caller's may not carry.
@@ -51,7 +53,10 @@ export const StrataLogOptions = Schema.Struct({
   client: Schema.Unknown.pipe(Schema.withDecodingDefaultKey(Effect.succeed({}))),
   /** The largest record accepted, key, value and headers together (1 MiB). */
   maxRecordBytes: OptionSchemas.PositiveInt.pipe(Schema.withDecodingDefaultKey(Effect.succeed(1_048_576))),
-  /** How often an idle consumer asks its leaders for new records (20 millis). */
+  /**
+   * The least time between two reads of a caught-up partition by a consumer (20 millis); such a read also waits on
+   * its leader for new records, for the longer of this and 500 millis (the leader bounds it by its `fetchMaxWait`).
+   */
   pollInterval: OptionSchemas.DurationOption("positive").pipe(
     Schema.withDecodingDefaultKey(Effect.succeed<Duration.Input>("20 millis"))
   )
@@ -143,6 +148,8 @@ export const make = (
               })
             )
           }
+          const retention = retentionOfConfig(spec.config ?? {})
+          if (retention instanceof Log.InvalidRequest) return yield* logError(retention)
           const tp = { topic: spec.topic, partition: 0 }
           const existing = yield* client
             .metadata(spec.topic)
@@ -152,7 +159,8 @@ export const make = (
             const created = yield* Effect.result(
               client.createTable(spec.topic, {
                 buckets: spec.partitions,
-                ...(spec.replicationFactor === undefined ? {} : { replicationFactor: spec.replicationFactor })
+                ...(spec.replicationFactor === undefined ? {} : { replicationFactor: spec.replicationFactor }),
+                ...retention
               })
             )
             if (created._tag === "Success") count = created.success.length
@@ -185,6 +193,32 @@ export const make = (
       groupConsumer: (groupOptions) => makeGroupConsumer(shared, coordination, namespace, groupOptions)
     }
   })
+
+/**
+ * The retention a topic's config names, by Kafka's keys: `retention.ms` and `retention.bytes`, each a whole number ≥ 1
+ * as a string of digits, or `-1` for none (everything kept); other keys are passed over. A value that is neither is
+ * `InvalidRequest` naming the key and the value.
+ */
+const retentionOfConfig = (config: {
+  readonly [key: string]: string
+}): { retentionMs?: number; retentionBytes?: number } | Log.InvalidRequest => {
+  const out: { retentionMs?: number; retentionBytes?: number } = {}
+  for (const [key, field] of [
+    ["retention.ms", "retentionMs"],
+    ["retention.bytes", "retentionBytes"]
+  ] as const) {
+    const value = config[key]
+    if (value === undefined || value === "-1") continue
+    const n = /^\d+$/.test(value) ? Number(value) : Number.NaN
+    if (!Number.isSafeInteger(n) || n < 1) {
+      return new Log.InvalidRequest({
+        detail: `topic config ${key}=${JSON.stringify(value)}: expected a whole number ≥ 1 (or -1: unlimited)`
+      })
+    }
+    out[field] = n
+  }
+  return out
+}
 
 /** Waits (up to 30 s) until every tablet of `table` has a leader. */
 const awaitLeaders = (client: TabletClient.TabletClientShape, table: string) =>

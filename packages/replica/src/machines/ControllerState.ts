@@ -47,6 +47,9 @@
  * while the move is under way, and none once it ends; a repeat of the move naming another throttle, or none, replaces
  * it under the same leader epoch, and a resuming controller tells a server whose holding names another throttle.
  *
+ * A tablet keeps the retention its table was created with (stored with it, kept through every change): each of its
+ * LeaderAndIsr instructions carries it, so every replica it has or is given applies it.
+ *
  * `BalanceLeaders` moves leadership back to preferred replicas where a server's share led elsewhere is above
  * `leaderImbalancePercent`; naming tablets, it is a preferred leader election of those tablets, whatever the share.
  *
@@ -91,6 +94,8 @@ export interface Tablet {
   readonly reassignment?: Reassignment.Reassignment | undefined
   /** Servers taken out of its replicas by a move (finished or cancelled) that have not yet deleted their replica. */
   readonly retired?: ReadonlyArray<Models.ServerId> | undefined
+  /** Its table's retention, as the table was created with (absent: its replicas keep everything). */
+  readonly retention?: ReplicaManager.Retention | undefined
 }
 
 /**
@@ -187,7 +192,7 @@ export type IsrRejection = ReplicaManager.IsrRejection
  *
  * - `Started`: this coordinator became leader under `coordinatorEpoch`, with what coordination holds.
  * - `ServerUp` / `ServerDown`: a tablet server registered, or its registration went (its session ended).
- * - `CreateTablets`: new tablets with their assignments.
+ * - `CreateTablets`: new tablets with their assignments (and their table's retention, if it has one).
  * - `AdjustIsr`: a leader asks to change its tablet's ISR (`version`: the tablet version it knows).
  * - `ControlledShutdown`: a server asks to stop; leadership moves off it first.
  * - `WriteFailed`: a write of the previous step failed (fenced, or its outcome unknown).
@@ -232,6 +237,7 @@ export type Input =
       readonly tablets: ReadonlyArray<{
         readonly tablet: Models.TabletId
         readonly replicas: ReadonlyArray<Models.ServerId>
+        readonly retention?: ReplicaManager.Retention | undefined
       }>
     }
   | ({ readonly _tag: "AdjustIsr"; readonly requestId: number } & ReplicaManager.AdjustIsrRequest)
@@ -290,6 +296,8 @@ export interface TabletInstruction {
    * move that names one (`Reassignment.throttleOf`), absent otherwise.
    */
   readonly throttleBytesPerSec?: number
+  /** The tablet's retention, when its table has one. */
+  readonly retention?: ReplicaManager.Retention
 }
 
 /**
@@ -529,14 +537,18 @@ const sends = (state: State, tablets: ReadonlyArray<Tablet>, only?: Models.Serve
   })
 }
 
-/** `t`'s instruction to `server`: its replicas, leader and ISR, and the throttle its replica fetches under. */
+/**
+ * `t`'s instruction to `server`: its replicas, leader and ISR, the throttle its replica fetches under, and its
+ * retention.
+ */
 const instructionFor = (t: Tablet, server: Models.ServerId): TabletInstruction => {
   const throttle = Reassignment.throttleOf(t.reassignment, server, t.leaderAndIsr.leader)
   return {
     tablet: t.tablet,
     replicas: t.replicas,
     leaderAndIsr: t.leaderAndIsr,
-    ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle })
+    ...(throttle === undefined ? {} : { throttleBytesPerSec: throttle }),
+    ...(t.retention === undefined ? {} : { retention: t.retention })
   }
 }
 
@@ -855,6 +867,14 @@ const refuseCreate = (
       return `${key}: ${spec.replicas.length} replicas, minInsyncReplicas is ${min}: no append could be acknowledged`
     }
     if (new Set(spec.replicas).size !== spec.replicas.length) return `${key}: a server holds two of its replicas`
+    for (const [name, value] of [
+      ["retention.ms", spec.retention?.ms],
+      ["retention.bytes", spec.retention?.bytes]
+    ] as const) {
+      if (value !== undefined && !(Number.isSafeInteger(value) && value >= 1)) {
+        return `${key}: ${name} must be a whole number ≥ 1, not ${value}`
+      }
+    }
   }
   return undefined
 }
@@ -962,7 +982,8 @@ const askHoldings = (state: State, server: Models.ServerId): Command => {
 /**
  * Whether `server`'s replica of `t`, as its holdings tell, missed an instruction: it is not there, holds another
  * leader epoch, leads with an older tablet version (a follower is not told of ISR changes), or fetches under another
- * replication throttle than the move's (a throttle changes without a new leader epoch).
+ * replication throttle than the move's (a throttle changes without a new leader epoch). Retention is not compared
+ * (holdings do not tell it): a table's is set when it is created and comes with every instruction of its tablets.
  */
 const fallsBehind = (t: Tablet, server: Models.ServerId, holdings: ReadonlyMap<string, ReplicaManager.Holding>) => {
   const held = holdings.get(Models.tabletKey(t.tablet))
@@ -1167,7 +1188,10 @@ const serverDown = (state: State, input: Extract<Input, { readonly _tag: "Server
   return finish(down, c)
 }
 
-/** Creates tablets (each led by its first live replica), unless the request is refused whole. */
+/**
+ * Creates tablets (each led by its first live replica, keeping the retention it is given when that names a limit),
+ * unless the request is refused whole.
+ */
 const createTablets = (state: State, input: Extract<Input, { readonly _tag: "CreateTablets" }>): Step => {
   const refused = refuseCreate(state, input.tablets)
   if (refused !== undefined) {
@@ -1180,6 +1204,7 @@ const createTablets = (state: State, input: Extract<Input, { readonly _tag: "Cre
     if (c.tablets.has(Models.tabletKey(spec.tablet))) continue
     const live = spec.replicas.filter((r) => electable(state, r))
     const leader = live[0] ?? null
+    const retention = retentionOf(spec.retention)
     created.push(
       put(state, c, undefined, {
         tablet: spec.tablet,
@@ -1191,12 +1216,19 @@ const createTablets = (state: State, input: Extract<Input, { readonly _tag: "Cre
           isr: leader === null ? [...spec.replicas] : live,
           coordinatorEpoch: state.coordinatorEpoch,
           version: 0
-        }
+        },
+        ...(retention === undefined ? {} : { retention })
       })
     )
   }
   c.after.push({ _tag: "Reply", requestId: input.requestId, reply: { _tag: "Created", tablets: created } })
   return finish(state, c)
+}
+
+/** A retention with only the limits it names (`undefined`: it names none, and everything is kept). */
+const retentionOf = (r: ReplicaManager.Retention | undefined): ReplicaManager.Retention | undefined => {
+  if (r === undefined || (r.ms === undefined && r.bytes === undefined)) return undefined
+  return { ...(r.ms === undefined ? {} : { ms: r.ms }), ...(r.bytes === undefined ? {} : { bytes: r.bytes }) }
 }
 
 /** A leader's ISR change: committed, answered again when it repeats a committed one, or rejected. */

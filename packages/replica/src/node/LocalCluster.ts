@@ -27,9 +27,11 @@ import * as CoordinatorNode from "./CoordinatorNode.js"
 import * as LocalProducer from "./internal/localProducer.js"
 import { Peers, PeerUnreachable, type PeersShape } from "../wire/Peers.js"
 import * as RemotePeers from "../client/RemotePeers.js"
-import { CreateTableRefused, ReassignRefused } from "../wire/ReplicaRpc.js"
+import type * as TabletClient from "../client/TabletClient.js"
+import { CreateTableRefused, ReassignRefused, retentionOf } from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import * as TabletServer from "../server/TabletServer.js"
+import * as ServerStorage from "../server/ServerStorage.js"
 import * as TabletServerNode from "./TabletServerNode.js"
 
 /**
@@ -208,10 +210,13 @@ const fail = (reason: LocalClusterErrorReason) => new LocalClusterError({ reason
  * @since 0.1.0
  */
 export interface LocalCluster {
-  /** Creates `buckets` tablets of `table`, replicas spread round-robin over the servers (`rf` each). */
+  /**
+   * Creates `buckets` tablets of `table`, replicas spread round-robin over the servers (`rf` each), kept for
+   * `retentionMs` or up to `retentionBytes` a replica when given (as `TabletClient.createTable`).
+   */
   readonly createTable: (
     table: string,
-    options: { readonly buckets: number; readonly replicationFactor?: number }
+    options: TabletClient.CreateTableOptions
   ) => Effect.Effect<ReadonlyArray<ControllerState.Tablet>, LocalClusterError>
   /**
    * Moves the tablet's replicas to `replicas` (see `Reassignment`), under `options.throttleBytesPerSec` when given:
@@ -289,7 +294,7 @@ interface Cluster {
   readonly tcp: boolean
   /** The running servers, by id; each server's store outlives its stops. */
   readonly running: Map<Models.ServerId, Running>
-  readonly stores: Map<Models.ServerId, Context.Context<Store.Store>>
+  readonly stores: Map<Models.ServerId, Context.Context<Store.Store | ServerStorage.ServerStorage>>
   /** Each coordinator's controller while it leads. */
   readonly leading: Array<Effect.Effect<Controller.ControllerShape | undefined>>
   /** The controller now, for the servers' direct calls (in one process). */
@@ -447,7 +452,7 @@ const startServer = (k: Cluster, id: Models.ServerId) =>
     if (k.running.has(id)) return
     let store = k.stores.get(id)
     if (store === undefined) {
-      store = yield* Layer.buildWithScope(MemoryStore.layer(), k.scope)
+      store = yield* Layer.buildWithScope(Layer.provideMerge(ServerStorage.layerStore, MemoryStore.layer()), k.scope)
       k.stores.set(id, store)
     }
     const serverScope = yield* Scope.fork(k.scope, "sequential")
@@ -551,9 +556,11 @@ const shapeOf = (k: Cluster, producer: LocalProducer.LocalProducer<LocalClusterE
     createTable: (table, o) =>
       Effect.gen(function* () {
         const rf = o.replicationFactor ?? k.config.replicationFactor
+        const retention = retentionOf(o)
         const specs = Array.from({ length: o.buckets }, (_, bucket) => ({
           tablet: { table, bucket },
-          replicas: Array.from({ length: rf }, (_, r) => ((bucket + r) % k.options.servers) + 1)
+          replicas: Array.from({ length: rf }, (_, r) => ((bucket + r) % k.options.servers) + 1),
+          ...(retention === undefined ? {} : { retention })
         }))
         const reply = yield* Effect.flatMap(current(k), (c) =>
           c

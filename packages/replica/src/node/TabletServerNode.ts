@@ -1,6 +1,7 @@
-import { Coordination, type Election, Errors, Models, OptionSchemas, Store } from "@strata/core"
+import { Coordination, type Election, Errors, Models, OptionSchemas, type Store } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Deferred, Duration, Effect, Fiber, Option, Schema, type Scope } from "effect"
+import { Deferred, Duration, Effect, Fiber, Schema, type Scope } from "effect"
+import * as ServerStorage from "../server/ServerStorage.js"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as DataLink from "../wire/DataLink.js"
@@ -111,23 +112,7 @@ export interface TabletServerNode {
  */
 export const holderWaitTimeouts = 2
 
-/** Where a server keeps its own counters in its store (no tablet's store is named so). */
-const SERVER_STORE = { table: "strata.server", partition: 0 }
-const EPOCH_KEY = new TextEncoder().encode("registrationEpoch")
-
-/** One above the registration epoch of this store's last start (0 on a new store), stored before it is used. */
-const nextRegistrationEpoch = Effect.scoped(
-  Effect.gen(function* () {
-    const store = yield* (yield* Store.Store).open(SERVER_STORE)
-    const last = yield* store.get(EPOCH_KEY)
-    const epoch = Option.isSome(last) ? Number(new TextDecoder().decode(last.value)) + 1 : 0
-    // A later start must never reuse it, even if this one dies before registering.
-    yield* store.put(EPOCH_KEY, new TextEncoder().encode(String(epoch)))
-    return epoch
-  })
-)
-
-/** Serves `server`'s appends and fetches on a data link until the scope closes; the address it registers. */
+/** Serves `server`'s appends, fetches and reads on a data link until the scope closes; the address it registers. */
 const serveDataLink = (
   server: TabletServer.TabletServerShape,
   o: { readonly listen: string; readonly dataListen?: string | undefined; readonly dataAdvertise?: string | undefined }
@@ -137,7 +122,8 @@ const serveDataLink = (
       listenAddress(o.dataListen ?? `${ReplicaRpc.formatAddress({ ...listenAddress(o.listen), port: 0 })}`),
       {
         append: server.append,
-        fetch: server.fetch
+        fetch: server.fetch,
+        read: server.read
       }
     ),
     (bound) => o.dataAdvertise ?? ReplicaRpc.formatAddress(bound)
@@ -148,7 +134,7 @@ export const requestTimeoutOf = (config: ReplicationConfig.ReplicationConfig): D
   Duration.sum(Duration.max(config.appendTimeout, config.fetchMaxWait), Duration.seconds(5))
 
 /**
- * Starts a tablet server process on the `Coordination` and `Store` in context; it stops with the scope.
+ * Starts a tablet server process on the `Coordination` and `ServerStorage` in context; it stops with the scope.
  *
  * @since 0.1.0
  */
@@ -162,7 +148,7 @@ export const make = (
   | Store.StoreError
   | ReplicaRpc.ListenFailed
   | ClusterPaths.DuplicateServerId,
-  Coordination.Coordination | Store.Store | Scope.Scope
+  Coordination.Coordination | ServerStorage.ServerStorage | Scope.Scope
 > =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerNodeOptions, { exact: true })(options).pipe(
@@ -211,7 +197,7 @@ export const make = (
     )
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     const dataAddress = yield* serveDataLink(server, o)
-    const registrationEpoch = yield* nextRegistrationEpoch
+    const registrationEpoch = yield* (yield* ServerStorage.ServerStorage).nextRegistrationEpoch
     yield* Effect.logInfo(`tablet server ${o.serverId} listening on ${address}, data link on ${dataAddress}`)
     const first = yield* Deferred.make<void, ClusterPaths.DuplicateServerId>()
     const keeping = yield* Effect.forkScoped(

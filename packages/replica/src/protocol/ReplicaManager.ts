@@ -56,15 +56,28 @@ export const TabletBatch = Schema.Struct({
 export type TabletBatch = typeof TabletBatch.Type
 
 /**
+ * A table's retention: how long (`ms`, by the newest record of a whole segment) and how much (`bytes`, of a replica's
+ * log) each replica keeps; absent keys keep everything. Only records below the high watermark are ever deleted.
+ */
+export const Retention = Schema.Struct({
+  ms: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0))),
+  bytes: Schema.optional(Schema.Int.check(Schema.isGreaterThan(0)))
+}).annotate({ identifier: "Retention" })
+/** @see Retention */
+export type Retention = typeof Retention.Type
+
+/**
  * One tablet's part of a LeaderAndIsr request: its replicas in assignment order and its leader and ISR.
  * `throttleBytesPerSec`: the replication throttle this server's replica fetches under, set while a move adds the
- * replica (Kafka's reassignment throttle); absent, it fetches unthrottled.
+ * replica (Kafka's reassignment throttle); absent, it fetches unthrottled. `retention`: its table's (absent: keep
+ * everything).
  */
 export const TabletInstruction = Schema.Struct({
   tablet: Models.TabletId,
   replicas: Schema.Array(Models.ServerId),
   leaderAndIsr: Models.LeaderAndIsr,
-  throttleBytesPerSec: Schema.optional(BytesPerSecond)
+  throttleBytesPerSec: Schema.optional(BytesPerSecond),
+  retention: Schema.optional(Retention)
 }).annotate({ identifier: "TabletInstruction" })
 /** @see TabletInstruction */
 export type TabletInstruction = typeof TabletInstruction.Type
@@ -119,12 +132,18 @@ export const AppendResult = Schema.Struct({
 /** @see AppendResult */
 export type AppendResult = typeof AppendResult.Type
 
-/** A client's read from a tablet's leader: up to the high watermark unless `uncommitted`. */
+/**
+ * A client's read from a tablet's leader: up to the high watermark unless `uncommitted`. `maxWaitMs`: a read at the
+ * high watermark (nothing to return) waits up to this long for it to move, answering as soon as records commit, or
+ * empty once the wait is over; the leader waits no longer than its `fetchMaxWait`. Absent (or 0), it answers at once.
+ * A server's own-log read (`ReadLog`) never waits.
+ */
 export const ReadRequest = Schema.Struct({
   tablet: Models.TabletId,
   offset: Models.Offset,
   maxBytes: Count,
-  uncommitted: Schema.optional(Schema.Boolean)
+  uncommitted: Schema.optional(Schema.Boolean),
+  maxWaitMs: Schema.optional(Count)
 }).annotate({ identifier: "ReadRequest" })
 /** @see ReadRequest */
 export type ReadRequest = typeof ReadRequest.Type

@@ -119,8 +119,9 @@ const idOf = (w: Writing): Models.TabletId => (w._tag === "Remove" ? w.tablet : 
  */
 export interface ControllerShape {
   readonly coordinatorEpoch: number
+  /** Creates tablets with their assignments, each keeping the retention given with it (its table's). */
   readonly createTablets: (
-    tablets: ReadonlyArray<{ readonly tablet: Models.TabletId; readonly replicas: ReadonlyArray<Models.ServerId> }>
+    tablets: Extract<ControllerState.Input, { readonly _tag: "CreateTablets" }>["tablets"]
   ) => Effect.Effect<ControllerState.Reply, ControllerResigned>
   readonly adjustIsr: (
     request: ControllerState.AdjustIsrRequest

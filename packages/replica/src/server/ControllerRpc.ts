@@ -26,6 +26,7 @@ import {
   NotController,
   ReassignRefused,
   type RebalanceRequest,
+  retentionOf,
   type ServerMetadata,
   serveGroup,
   type TabletMetadata
@@ -77,7 +78,8 @@ const tabletMetadata = (t: ControllerState.Tablet): typeof TabletMetadata.Type =
   ...(t.reassignment?.throttleBytesPerSec === undefined
     ? {}
     : { throttleBytesPerSec: t.reassignment.throttleBytesPerSec }),
-  ...(t.retired === undefined || t.retired.length === 0 ? {} : { retired: t.retired })
+  ...(t.retired === undefined || t.retired.length === 0 ? {} : { retired: t.retired }),
+  ...(t.retention === undefined ? {} : { retention: t.retention })
 })
 
 /** A move's answer as the RPC's: the tablet, or the refusal. */
@@ -88,7 +90,8 @@ const moved = (reply: ReassignReply): Effect.Effect<typeof TabletMetadata.Type, 
 
 /**
  * Creates a table on `controller`: its replicas assigned over the live registered servers (`Assignment`, leaders
- * and replicas spread evenly, racks apart when the servers name racks), starting at a random server.
+ * and replicas spread evenly, racks apart when the servers name racks), starting at a random server; each tablet
+ * keeps the retention the request names.
  */
 const createTable = (
   controller: ControllerShape,
@@ -116,8 +119,9 @@ const createTable = (
       start: yield* Random.nextIntBetween(0, Math.max(1, servers.length) - 1)
     })
     if (Result.isFailure(assigned)) return yield* new CreateTableRefused({ detail: assigned.failure.detail })
+    const retention = retentionOf(request)
     const reply = yield* controller
-      .createTablets(assigned.success)
+      .createTablets(retention === undefined ? assigned.success : assigned.success.map((t) => ({ ...t, retention })))
       .pipe(Effect.mapError((e) => new NotController({ detail: e.message })))
     if (reply._tag === "Created") return reply.tablets.map(tabletMetadata)
     return yield* new CreateTableRefused({

@@ -2,34 +2,55 @@
  * A tablet replica's log on segment files (Kafka's layout, written for Strata): the `TabletLog` of
  * `./TabletLog.ts` with its batches in files of their own rather than in a key-value store.
  *
- * One directory per log. The batches live in segment files named by their base offset
+ * Layout. One directory per log. The batches live in segment files named by their base offset
  * (`00000000000000000000.log`), each batch framed as its encoded length, a CRC-32 and its base offset, then the tablet
  * batch encoding (`batchCodec`). Appends go to the end of the last segment (the active one), one `writev` per call
  * (a follower's batches all in one); the log rolls to a new segment once the active one would pass `segmentBytes`,
- * or is `segmentMs` old (by Effect's `Clock`). Each segment has a sparse index (`.index`: an entry every
- * `indexIntervalBytes` of log, offset → position), so a read finds its start by a binary search of the index and a
- * short walk; the active segment also keeps the position of every batch in memory, so reads of the recent tail go
- * straight to their bytes. A read checks every batch's CRC: it never returns a damaged or torn batch.
+ * or is `segmentMs` old (by Effect's `Clock`). Each segment has a sparse index (an entry every `indexIntervalBytes`
+ * of log, offset → position), written to its `.index` file (with a CRC-32) when the segment is sealed; a read finds
+ * its start by a binary search of the index and a short walk. The active segment also keeps the positions of its
+ * latest batches (`RECENT_POSITIONS` at least), so reads of the recent tail go straight to their bytes.
  *
- * Beside the segments, checkpoint files, each replaced atomically (written to a temporary file, renamed over):
- * `log-state.checkpoint` (the log start offset and the leader-epoch cache, flushed to the device), the high
- * watermark (`high-watermark.checkpoint`: renamed into place on every checkpoint, flushed to the device only when
- * the log closes — it only shortens a restart's catch-up, and after a power loss the log opens with it at the log
- * start at worst) and producer snapshots (`<offset>.snapshot`: every producer's entry after the batches below that
- * offset, and the log start then; flushed), written when a segment rolls (as of its end), when the log closes,
- * truncates, moves its start or expires producers.
+ * Beside the segments, checkpoint files, each with a CRC-32: `log-state.checkpoint` (the log start offset, the
+ * leader-epoch cache, and a cut in progress), replaced atomically (written beside, flushed, renamed over, the
+ * directory flushed); `high-watermark.checkpoint`, written in place (one write of its 13 bytes, kept open) on every
+ * change of the high watermark and flushed only when the log closes; and producer snapshots (`<offset>.snapshot`:
+ * every producer's entry after the batches below that offset, and the log start then), replaced atomically.
  *
- * Durability: the active segment is flushed to the device (`fsync`) when it rolls, when the log closes and before
- * a producer snapshot is written; otherwise only by the flush policy (`flushIntervalMs`, `flushBytes`), which by
- * default flushes nothing: like Kafka, the log relies on replication and the operating system (a process crash
- * loses nothing written, a power loss what the OS had not written back).
+ * Durability. The active segment is flushed to the device (`fsync`) when it rolls (before the next segment exists,
+ * so a sealed segment is always whole on the device), when the log closes, before a truncation, a producer expiry
+ * or a retention that writes a snapshot, and by the flush policy (`flushIntervalMs`, in the background outside the
+ * log's lock; `flushBytes`, in the append), which by default flushes nothing: like Kafka, the log relies on
+ * replication and the operating system (a process crash loses nothing written, a power loss what the OS had not
+ * written back). The log state is flushed on every write; snapshots when a truncation, a retention, a producer expiry
+ * or the closing writes them, not when a roll does (a power loss that takes one costs the next opening a longer
+ * walk, and producers' older batches below the log start); index files never (they are rebuilt when missing or
+ * damaged); the high watermark when the log closes (after a power loss the log opens with it at the log start at
+ * worst).
  *
- * Opening: the checkpoints are read, then the segments from the latest producer snapshot's offset (at least the
- * last segment) are walked frame by frame, rebuilding the producer entries, the epochs written after the log-state
- * checkpoint, the log end and the active segment's positions; a torn tail (a frame cut short, a CRC that does not
- * match, a batch out of place) is cut off the file, and any segment after it deleted. Every change is ordered so
- * that a process killed at any point reopens to the log before or after the change; each change is written before
- * the log's state in memory moves.
+ * Order of changes. Each change is ordered so that a process killed at any point reopens to the log before or after
+ * it: an append is one write (its epoch's checkpoint after it is found again by the walk); a retention writes the
+ * log state first, then deletes the segments wholly below the new start (deleting them again at the next opening);
+ * a producer expiry is one snapshot. A truncation and a reset are cuts. A truncation first writes a snapshot of the
+ * producers as of its new end (valid with the batches past it, and without them); then, for both, the log state
+ * with the cut in it (`Format.Cut`: emptied, or the segment and position it ends at with the part of a batch kept,
+ * to write back) — the point of no return — then the cut itself, each step one that can be done again (later
+ * segments deleted, the kept part written back and flushed before the file is cut, the cut flushed), then the log
+ * state without it; a log opened with a cut in its log state completes it first. The log's state in memory moves
+ * once the write that commits the change succeeded (its end, for a cut, once the files are cut); a storage failure
+ * in the middle of a change leaves the log refusing every operation with that failure until it is opened again (its
+ * files then say what was written).
+ *
+ * Checked at open: the checkpoints' CRCs (a log state that fails is `Corrupt`; a high watermark or a snapshot that
+ * fails reads as absent); a cut in progress completed; the first segment holding the log start; the segments from
+ * the latest snapshot's on (at least the last) walked frame by frame — every CRC, each batch starting where the one
+ * before it ended — rebuilding the producer entries, the epochs written after the log-state checkpoint, the log end
+ * and the active segment's index; a torn tail of the last segment (a frame cut short, a CRC that does not match, a
+ * batch out of place) cut off. Any such damage in a sealed segment is `Corrupt`, never cut: nothing is deleted but a
+ * torn tail. Each sealed segment before the walk is checked cheaply: its batches from its index's last entry must end
+ * where the next segment starts (a missing segment is `Corrupt`, not a gap). Checked on read: every batch's CRC, and
+ * that the batches continue each other from the one holding the offset asked to the log end (across segments), so a
+ * read never returns a damaged batch or skips offsets: `Corrupt` instead. A damaged index (its CRC) is rebuilt.
  *
  * It differs from the store-backed log where files make it so:
  * - `sizeBytes` is the bytes of its segment files: each batch's encoding plus its 16-byte frame; a read's
@@ -38,54 +59,60 @@
  *   (and in `sizeBytes`) until their segment is deleted, never read.
  * - `truncateTo` at an offset held by a producer's batch that straddles the log start (the batch goes whole) leaves
  *   the log empty at its start, as the store-backed log does.
- * - a `resetTo` below the log end (no follower asks for one) that a crash interrupts may leave the log empty at its
- *   old end rather than at the offset asked.
  * - one open log per directory: a second `make` on a directory open in this process fails with `StoreLocked`
- *   (another process is the caller's to keep out). A storage failure in the middle of a change leaves the log
- *   refusing every operation with that failure until it is opened again (its files then say what was written).
+ *   (another process is the caller's to keep out).
+ * - `probe` writes, flushes and deletes a scratch file of one page in the log's directory.
  *
  * Every operation runs alone (one at a time per log); changes are not interruptible once started.
  *
  * @since 0.1.0
  */
 import { Models, OptionSchemas, Store } from "@strata/core"
-import { resolve } from "node:path"
+import { join, resolve } from "node:path"
 import { Clock, Effect, Schema, type Scope } from "effect"
 import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
 import * as ProducerState from "../machines/ProducerState.js"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import * as Codec from "../wire/internal/batchCodec.js"
 import * as Files from "./internal/segmentFiles.js"
 import * as Format from "./internal/segmentFormat.js"
 import {
   active,
-  change,
   alone,
+  change,
   corrupt,
-  createSegment,
-  deleteSegment,
+  cutSegment,
   disk,
   dropSnapshots,
+  emptyAtStart,
   endOf,
   error,
   flush,
-  handleOf,
+  frameHolding,
   holding,
   indexOf,
   keepFrom,
   type Opened,
   outOfRange,
   producersAt,
-  rebuildIndexes,
   roll,
   setProducers,
   walkWhole,
   writeHighWatermark,
   writeLogState,
-  writeSnapshot
+  writeSnapshot,
+  deleteSegment
 } from "./internal/segmentLogState.js"
 import { close, load } from "./internal/segmentRecovery.js"
 import * as Segments from "./internal/segments.js"
-import { type Appended, appendChecked, type TabletLog, type TabletLogError } from "./TabletLog.js"
+import {
+  type Appended,
+  appendChecked,
+  newestOf as newestOfBatch,
+  retained,
+  type TabletLog,
+  type TabletLogError
+} from "./TabletLog.js"
 
 /**
  * The default segment size: 256 MiB.
@@ -108,8 +135,12 @@ export const DEFAULT_INDEX_INTERVAL_BYTES = 4096
  */
 export const FRAME_BYTES = Format.FRAME_HEADER_BYTES
 
-/** The largest segment size: positions in a segment are 32-bit. */
-const MAX_SEGMENT_BYTES = 0x7fff_ffff
+/**
+ * The largest segment size: positions in a segment are 32-bit.
+ *
+ * @since 0.1.0
+ */
+export const MAX_SEGMENT_BYTES = 0x7fff_ffff
 
 const PositiveInt = OptionSchemas.PositiveInt
 const withDefault = (schema: Schema.Codec<number, number>, value: number) =>
@@ -154,6 +185,12 @@ export type SegmentLogOptionsInput = typeof SegmentLogOptions.Encoded
 /** The directories of the logs open in this process. */
 const openDirectories = new Set<string>()
 
+/** The scratch file `probe` writes (a temporary file: one a crash leaves is deleted when the log opens). */
+const PROBE_FILE = `probe${Format.TEMP_SUFFIX}`
+
+/** The bytes `probe` writes: a page. */
+const PROBE_BYTES = 4096
+
 /**
  * Opens (creating it if needed) the log in `options.directory`; closing the scope flushes it to the device and
  * closes its files. Bad options fail with `StoreFailed` (`InvalidStoreOptions`, naming the key).
@@ -188,9 +225,7 @@ export const make = (options: SegmentLogOptionsInput): Effect.Effect<TabletLog, 
     )
     const every = decoded.flushIntervalMs
     if (every !== undefined) {
-      yield* Effect.forkScoped(
-        Effect.forever(Effect.andThen(Effect.sleep(every), change(o, flush(o)).pipe(Effect.ignore)))
-      )
+      yield* Effect.forkScoped(Effect.forever(Effect.andThen(Effect.sleep(every), Effect.ignore(flushAside(o)))))
     }
     const log: TabletLog = {
       tablet: decoded.tablet,
@@ -207,8 +242,10 @@ export const make = (options: SegmentLogOptionsInput): Effect.Effect<TabletLog, 
       endOffsetForEpoch: (epoch) => Effect.sync(() => LeaderEpochCache.endOffsetFor(o.epochs, epoch, o.end)),
       truncateTo: (offset) => change(o, truncateTo(o, offset)),
       deleteBefore: (offset) => change(o, deleteBefore(o, offset)),
+      retain: (retention, limit, nowMs) => change(o, retain(o, retention, limit, nowMs)),
       resetTo: (offset) => change(o, resetTo(o, offset)),
-      checkpointHighWatermark: (hw) => change(o, checkpointHighWatermark(o, hw))
+      checkpointHighWatermark: (hw) => change(o, checkpointHighWatermark(o, hw)),
+      probe: alone(o, disk(o, Files.scratch(join(directory, PROBE_FILE), new Uint8Array(PROBE_BYTES))))
     }
     return log
   })
@@ -219,6 +256,44 @@ const nameOf = (options: unknown): string => {
   const t = typeof tablet === "object" && tablet !== null ? (tablet as { table?: unknown; bucket?: unknown }) : {}
   return `${String(t.table)}/${String(t.bucket)}`
 }
+
+/**
+ * The flush of `flushIntervalMs`: what to flush is taken under the log's lock, the flush itself runs outside it
+ * (appends and reads go on meanwhile). A flush that fails breaks the log (what the device holds is unknown), unless
+ * its segment was sealed or deleted meanwhile (then it was flushed, or is gone).
+ */
+const flushAside = (o: Opened) =>
+  Effect.gen(function* () {
+    const due = yield* alone(
+      o,
+      Effect.sync(() => {
+        const segment = active(o)
+        const taken = { segment, handle: segment.handle, written: o.written, directory: o.directoryDirty }
+        o.directoryDirty = false
+        return taken
+      })
+    )
+    const bytes = due.written > o.flushedTo
+    if (!bytes && !due.directory) return
+    const segmentSynced = yield* Effect.result(
+      bytes && due.handle !== undefined ? disk(o, Files.sync(due.handle, due.segment.path)) : Effect.void
+    )
+    const directorySynced = yield* Effect.result(
+      due.directory ? disk(o, Files.syncDirectory(o.directory)) : Effect.void
+    )
+    yield* alone(
+      o,
+      Effect.sync(() => {
+        const still = active(o) === due.segment
+        if (segmentSynced._tag === "Failure" && still) o.broken = segmentSynced.failure
+        else if (segmentSynced._tag === "Success" && still) o.flushedTo = Math.max(o.flushedTo, due.written)
+        if (directorySynced._tag === "Failure") {
+          o.directoryDirty = true
+          o.broken = directorySynced.failure
+        }
+      })
+    )
+  })
 
 // ---------------------------------------------------------------------------
 // Appends
@@ -251,7 +326,9 @@ const append = (
 
 /**
  * Writes batches at the log end in one write to the active segment (rolling first when due), then the log-state
- * checkpoint when they start an epoch.
+ * checkpoint when they start an epoch (a crash before it: the walk at the next opening finds the epoch in the
+ * batches). The log's end, producers and positions move once the batches are written, its epochs once the
+ * checkpoint is.
  */
 const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
   Effect.gen(function* () {
@@ -310,15 +387,15 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     }
     segment.size = position
     o.end = end
-    o.unflushed += total
+    o.written += total
     for (const [id, entry] of producers) o.producers.set(id, entry)
+    if (producers.size > 0) yield* touch(o, producers.keys())
     if (epochs !== o.epochs) {
       yield* writeLogState(o, { start: o.start, epochs })
       o.epochs = epochs
     }
-    if (producers.size > 0) yield* touch(o, producers.keys())
     const flushBytes = o.options.flushBytes
-    if (flushBytes !== undefined && o.unflushed >= flushBytes) yield* flush(o)
+    if (flushBytes !== undefined && o.written - o.flushedTo >= flushBytes) yield* flush(o)
   })
 
 // ---------------------------------------------------------------------------
@@ -331,48 +408,76 @@ const sliced = (b: Codec.Batch, skip: number): Codec.Batch => {
   return b.producer === undefined ? cut : { ...cut, producer: { ...b.producer, sequence: b.producer.sequence + skip } }
 }
 
+/** The largest read of a segment past its recent positions, in bytes (a first batch larger than it reads whole). */
+const MAX_READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+/**
+ * The frames' encoded batches, each buffer they were read in that holds at least four times the bytes taken from it
+ * copied first (the bytes taken only, into one buffer): the records decoded are views of their bytes, and would keep
+ * the whole buffer alive.
+ */
+const compacted = (frames: ReadonlyArray<Format.Frame>): Array<Uint8Array> => {
+  const taken = new Map<ArrayBufferLike, number>()
+  for (const f of frames) taken.set(f.encoded.buffer, (taken.get(f.encoded.buffer) ?? 0) + f.encoded.byteLength)
+  const copies = new Map<ArrayBufferLike, { readonly bytes: Uint8Array; at: number }>()
+  for (const [buffer, bytes] of taken) {
+    if (bytes * 4 < buffer.byteLength) copies.set(buffer, { bytes: new Uint8Array(bytes), at: 0 })
+  }
+  return frames.map((f) => {
+    const copy = copies.get(f.encoded.buffer)
+    if (copy === undefined) return f.encoded
+    const view = copy.bytes.subarray(copy.at, copy.at + f.encoded.byteLength)
+    view.set(f.encoded)
+    copy.at += f.encoded.byteLength
+    return view
+  })
+}
+
 /**
  * Whole batches from the one holding `from` while their encodings fit in `maxBytes`, the first one whatever its
- * size, records before `from` cut off; across segments.
+ * size, records before `from` cut off; across segments. Each batch must start where the one before it ended (the
+ * first at or before `from`), and each segment read to its end must end where the next one starts: anything else is
+ * `Corrupt`, never a read that skips offsets.
  */
 const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Codec.Batch>, TabletLogError> =>
   Effect.gen(function* () {
     if (from < o.start || from > o.end) return yield* Effect.fail(outOfRange(o, from))
     if (from === o.end) return []
-    const out: Array<Codec.Batch> = []
+    const taken: Array<Format.Frame> = []
     let bytes = 0
     let full = false
-    let failed: string | undefined
+    let bad: string | undefined
     let cursor = from
-    const fits = (size: number) => out.length === 0 || bytes + size <= maxBytes
+    const fits = (size: number) => taken.length === 0 || bytes + size <= maxBytes
     const visit = (f: Format.Frame) => {
-      if (f.baseOffset + f.count <= cursor) return true
+      // The batches before the one holding `from` (a walk starts at an index entry at or below it).
+      if (taken.length === 0 && f.baseOffset + f.count <= cursor) return true
+      if (taken.length === 0 ? f.baseOffset > cursor : f.baseOffset !== cursor) {
+        bad = `a batch at ${f.baseOffset} where ${cursor} was expected`
+        return false
+      }
       if (!fits(f.encoded.length)) {
         full = true
         return false
       }
-      const batch = Codec.decodeBatch(f.baseOffset, f.encoded)
-      if (typeof batch === "string") {
-        failed = batch
-        return false
-      }
+      taken.push(f)
       bytes += f.encoded.length
-      out.push(batch.baseOffset < from ? sliced(batch, from - batch.baseOffset) : batch)
       cursor = f.baseOffset + f.count
       return true
     }
     for (let i = holding(o, from); i < o.segments.length && !full && cursor < o.end; i++) {
       const segment = o.segments[i]!
-      const positions = segment.batches
-      if (positions !== undefined) {
-        // The active segment: exactly the bytes of the batches that fit, in one read.
-        let j = Math.max(0, positions.floor(cursor - segment.base))
-        const first = positions.positionAt(j)
+      const recent = segment.batches
+      const j = recent === undefined ? -1 : recent.floor(cursor - segment.base)
+      if (recent !== undefined && j >= 0) {
+        // The recent tail of the active segment: exactly the bytes of the batches that fit, in one read.
+        const first = recent.positionAt(j)
         let past = first
         let planned = bytes
-        let count = out.length
-        for (; j < positions.count; j++) {
-          const next = j + 1 < positions.count ? positions.positionAt(j + 1) : segment.size
+        let count = taken.length
+        let k = j
+        for (; k < recent.count; k++) {
+          const next = k + 1 < recent.count ? recent.positionAt(k + 1) : segment.size
           const size = next - past - Format.FRAME_HEADER_BYTES
           if (count > 0 && planned + size > maxBytes) break
           planned += size
@@ -380,16 +485,28 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
           past = next
         }
         if (past > first) yield* walkWhole(o, segment, first, past, past - first, visit)
-        if (j < positions.count) full = true
+        if (k < recent.count) full = true
       } else {
-        const index = yield* indexOf(o, segment)
-        const position = index.positionAt(Math.max(0, index.floor(cursor - segment.base)))
-        const budget = Math.min(Math.max(0, maxBytes - bytes), 4 * 1024 * 1024)
+        const index = segment.index ?? (yield* indexOf(o, segment))
+        const e = index.floor(cursor - segment.base)
+        const position = e < 0 ? 0 : index.positionAt(e)
+        const budget = Math.min(Math.max(0, maxBytes - bytes), MAX_READ_CHUNK_BYTES)
         const chunk = Math.max(64 * 1024, budget + o.options.indexIntervalBytes + 2 * Format.FRAME_HEADER_BYTES)
         yield* walkWhole(o, segment, position, segment.size, chunk, visit)
       }
-      if (failed !== undefined) return yield* Effect.fail(corrupt(o, failed))
-      if (!full) cursor = Math.max(cursor, endOf(o, i))
+      const file = Format.segmentFile(segment.base)
+      if (bad !== undefined) return yield* Effect.fail(corrupt(o, `${file}: ${bad}`))
+      if (!full && cursor !== endOf(o, i)) {
+        return yield* Effect.fail(corrupt(o, `${file} ends at ${cursor}, where ${endOf(o, i)} was expected`))
+      }
+    }
+    const encoded = compacted(taken)
+    const out: Array<Codec.Batch> = []
+    for (let i = 0; i < taken.length; i++) {
+      const f = taken[i]!
+      const batch = Codec.decodeBatch(f.baseOffset, encoded[i]!)
+      if (typeof batch === "string") return yield* Effect.fail(corrupt(o, batch))
+      out.push(batch.baseOffset < from ? sliced(batch, from - batch.baseOffset) : batch)
     }
     return out
   })
@@ -398,89 +515,79 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
 // Truncation, retention, reset
 // ---------------------------------------------------------------------------
 
-/** The frame at `position` of a segment (`size` bytes). */
-const frameAt = (o: Opened, segment: Segments.Segment, position: number, size: number) =>
-  Effect.gen(function* () {
-    let found: Format.Frame | undefined
-    yield* walkWhole(o, segment, position, position + size, size, (f) => {
-      found = f
-      return false
-    })
-    if (found === undefined) return yield* Effect.fail(corrupt(o, `no batch at byte ${position} of ${segment.base}`))
-    return found
+/** A frame's bytes (header and encoding) for a batch's first `count` records. */
+const framedPart = (o: Opened, frame: Format.Frame, count: number) =>
+  Effect.suspend(() => {
+    const batch = Codec.decodeBatch(frame.baseOffset, frame.encoded)
+    if (typeof batch === "string") return Effect.fail(corrupt(o, batch))
+    const encoded = Codec.encodeBatch(batch.epoch, batch.records.slice(0, count))
+    const out = new Uint8Array(Format.FRAME_HEADER_BYTES + encoded.length)
+    out.set(Format.frameHeader(frame.baseOffset, encoded))
+    out.set(encoded, Format.FRAME_HEADER_BYTES)
+    return Effect.succeed(out)
   })
 
 /**
  * Drops every record at or past `offset`: the segments after the one holding it go, and that one is cut at the
- * batch holding it — written back up to `offset` in place, unless a producer stamped it (then it goes whole; and when
- * that batch straddles the log start, the log is left empty at its start). In order: the producer snapshot as of
- * the new end, the log-state checkpoint, the cut, the later segments, the high watermark (see the module comment).
+ * batch holding it — the part below `offset` written back in its place, unless a producer stamped it (then it goes
+ * whole; and when that batch straddles the log start, the log is left empty at its start). A cut (see the module
+ * comment): the producer snapshot as of the new end, the log state with the cut, the cut, the high watermark, the
+ * log state without the cut.
  */
 const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
     if (offset >= o.end) return
     if (offset < o.start) return yield* Effect.fail(outOfRange(o, offset))
+    const now = yield* Clock.currentTimeMillis
     const k = holding(o, offset)
     const segment = o.segments[k]!
-    const sealed = segment !== active(o)
-    if (segment.batches === undefined) yield* rebuildIndexes(o, segment, true)
-    const positions = segment.batches!
-    const j = Math.max(0, positions.floor(offset - segment.base))
-    const position = positions.positionAt(j)
-    const next = j + 1 < positions.count ? positions.positionAt(j + 1) : segment.size
-    const frame = yield* frameAt(o, segment, position, next - position)
-    let end = frame.baseOffset
-    let cut = position
-    let writeBack: ReadonlyArray<Uint8Array> | undefined
-    if (frame.baseOffset < offset && frame.producer === undefined) {
-      const batch = Codec.decodeBatch(frame.baseOffset, frame.encoded)
-      if (typeof batch === "string") return yield* Effect.fail(corrupt(o, batch))
-      const encoded = Codec.encodeBatch(batch.epoch, batch.records.slice(0, offset - frame.baseOffset))
-      writeBack = [Format.frameHeader(frame.baseOffset, encoded), encoded]
-      cut = position + Format.FRAME_HEADER_BYTES + encoded.length
-      end = offset
+    const { frame, position } = yield* frameHolding(o, segment, offset)
+    const kept = frame.producer === undefined ? offset - frame.baseOffset : 0
+    const end = frame.baseOffset + kept
+    if (end < o.start) {
+      // A producer's batch straddling the log start goes whole: the log is left empty at its start.
+      const epochs = LeaderEpochCache.truncateFromEnd(o.epochs, o.start)
+      yield* writeLogState(o, { start: o.start, epochs, cut: { _tag: "Empty" } })
+      o.epochs = epochs
+      setProducers(o, new Map())
+      yield* emptyAtStart(o, now)
+    } else {
+      const epochs = LeaderEpochCache.truncateFromEnd(o.epochs, end)
+      const producers = yield* producersAt(o, end)
+      const written = kept > 0 ? yield* framedPart(o, frame, kept) : undefined
+      const cut = { _tag: "At", segment: segment.base, position, end, frame: written } as const
+      // Valid with the batches past `end` (the producers before the cut) and without them (after it).
+      yield* writeSnapshot(o, end, producers, true)
+      // A sealed segment becomes the active one: its whole index in memory.
+      const sealed = segment.batches === undefined
+      if (sealed) yield* indexOf(o, segment)
+      yield* writeLogState(o, { start: o.start, epochs, cut })
+      o.epochs = epochs
+      setProducers(o, producers)
+      yield* cutSegment(o, k, cut)
+      if (sealed) {
+        segment.batches = Segments.recentPositions()
+        segment.createdAt = now
+      }
+      Segments.cutIndexes(segment, position)
+      if (written !== undefined) {
+        Segments.noteBatch(segment, frame.baseOffset, position, o.options.indexIntervalBytes)
+      }
+      o.end = end
+      o.flushedTo = o.written
+      yield* dropSnapshots(o, (s) => s > end)
     }
-    // A producer's batch straddling the log start goes whole too: the log is left empty at its start.
-    const emptied = end < o.start
-    const epochs = LeaderEpochCache.truncateFromEnd(o.epochs, end)
-    const producers = yield* producersAt(o, end)
-    if (emptied) end = o.start
-
-    yield* writeSnapshot(o, end, producers)
-    yield* dropSnapshots(o, (s) => s > end)
-    yield* writeLogState(o, { start: o.start, epochs })
-    o.epochs = epochs
-    setProducers(o, producers)
-    const handle = yield* handleOf(o, segment)
-    if (writeBack !== undefined) yield* disk(o, Files.writeAt(handle, segment.path, writeBack, position))
-    yield* disk(o, Files.truncate(handle, segment.path, cut))
-    segment.size = cut
-    Segments.cutIndexes(segment, position)
-    if (writeBack !== undefined) Segments.noteBatch(segment, frame.baseOffset, position, o.options.indexIntervalBytes)
-    o.end = end
-    for (const later of o.segments.splice(k + 1).reverse()) yield* deleteSegment(o, later)
-    if (sealed) {
-      // It is the active segment now: its index file is written again when it rolls.
-      o.open = o.open.filter((s) => s !== segment)
-      yield* disk(o, Files.remove(segment.indexPath))
+    if (o.hw > o.end) {
+      yield* writeHighWatermark(o, o.end, false)
+      o.hw = o.end
     }
-    o.unflushed += writeBack === undefined ? 0 : cut - position
-    if (emptied) {
-      // Every batch left is below the start: a new segment starts there, and the others go.
-      o.segments.push(yield* createSegment(o, o.start, yield* Clock.currentTimeMillis))
-      for (const gone of o.segments.splice(0, o.segments.length - 1)) yield* deleteSegment(o, gone)
-      o.unflushed = 0
-      yield* dropSnapshots(o, (s) => s < o.start)
-    }
-    if (o.hw > end) {
-      yield* writeHighWatermark(o, end, false)
-      o.hw = end
-    }
+    yield* writeLogState(o, { start: o.start, epochs: o.epochs })
   })
 
 /**
  * Moves the log start to `offset` (retention): the log-state checkpoint first, then the segments wholly below it go
- * (the active one too when `offset` is the log end: the log rolls first).
+ * (the active one too when `offset` is the log end: the log rolls first). A snapshot of the producers is written
+ * first only when no snapshot at or past the first segment kept is left (the segments below go with theirs).
  */
 const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
@@ -496,9 +603,11 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
       yield* writeHighWatermark(o, offset, false)
       o.hw = offset
     }
-    // The producers as of the new start (the roll's snapshot, when it rolls), then the segments below it go.
     if (offset === o.end && active(o).size > 0) yield* roll(o, yield* Clock.currentTimeMillis)
-    else yield* writeSnapshot(o, o.end, o.producers)
+    else {
+      const first = o.segments[holding(o, offset)]!.base
+      if (!o.snapshots.some((s) => s >= first)) yield* writeSnapshot(o, o.end, o.producers, true)
+    }
     while (o.segments.length > 1 && o.segments[1]!.base <= offset) {
       const gone = o.segments.shift()!
       yield* deleteSegment(o, gone)
@@ -507,35 +616,72 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
   })
 
 /**
- * Empties the log and starts it at `offset`: the log-state checkpoint first (every segment is then below the start),
- * then the files. Below the log end, it first resets to the end, then moves the empty log down to `offset`.
+ * A sealed segment's newest record timestamp: of the batches past its last index entry (the segment's last
+ * `indexIntervalBytes` or so), read once and kept.
+ */
+const newestOf = (o: Opened, segment: Segments.Segment): Effect.Effect<number, TabletLogError> =>
+  Effect.gen(function* () {
+    if (segment.newest !== undefined) return segment.newest
+    const index = yield* indexOf(o, segment)
+    const from = index.count === 0 ? 0 : index.positionAt(index.count - 1)
+    let newest = Number.NEGATIVE_INFINITY
+    let failed: string | undefined
+    yield* walkWhole(o, segment, from, segment.size, Math.max(4096, segment.size - from), (f) => {
+      const batch = Codec.decodeBatch(f.baseOffset, f.encoded)
+      if (typeof batch === "string") {
+        failed = batch
+        return false
+      }
+      newest = Math.max(newest, newestOfBatch(batch))
+      return true
+    })
+    if (failed !== undefined) return yield* Effect.fail(corrupt(o, failed))
+    segment.newest = newest
+    return newest
+  })
+
+/**
+ * Whole sealed segments from the start while retention lets them go, below `limit` (see `TabletLog.retain`); a
+ * segment's time is its newest record's past its last index entry.
+ */
+const retain = (
+  o: Opened,
+  retention: ReplicaManager.Retention,
+  limit: number,
+  nowMs: number
+): Effect.Effect<number, TabletLogError> =>
+  Effect.gen(function* () {
+    let cut = o.start
+    let total = o.segments.reduce((n, s) => n + s.size, 0)
+    for (let i = 0; i < o.segments.length - 1; i++) {
+      const segment = o.segments[i]!
+      const end = o.segments[i + 1]!.base
+      if (end > limit) break
+      const newest = retention.ms === undefined ? Number.POSITIVE_INFINITY : yield* newestOf(o, segment)
+      if (!retained(retention, nowMs, newest, segment.size, total)) break
+      cut = end
+      total -= segment.size
+    }
+    if (cut > o.start) yield* deleteBefore(o, cut)
+    return o.start
+  })
+
+/**
+ * Empties the log and starts it at `offset`, a cut (see the module comment): the log state with the new start and
+ * the cut, every segment deleted and an empty one created at `offset`, the snapshots deleted, the high watermark,
+ * the log state without the cut.
  */
 const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
     const now = yield* Clock.currentTimeMillis
-    const at = Math.max(offset, o.end)
-    yield* writeLogState(o, { start: at, epochs: LeaderEpochCache.empty })
-    o.start = at
+    yield* writeLogState(o, { start: offset, epochs: LeaderEpochCache.empty, cut: { _tag: "Empty" } })
+    o.start = offset
     o.epochs = LeaderEpochCache.empty
     setProducers(o, new Map())
-    yield* writeHighWatermark(o, at, false)
-    o.hw = at
-    for (const segment of o.segments.splice(0).reverse()) yield* deleteSegment(o, segment)
-    o.open = []
-    o.unflushed = 0
-    o.segments = [yield* createSegment(o, at, now)]
-    o.end = at
-    // An empty log needs no snapshot: its producers are none, and so are those of a walk from its start.
-    yield* dropSnapshots(o, () => true)
-    if (offset === at) return
-    // Below the end: the empty segment moves down to `offset`.
-    yield* deleteSegment(o, o.segments[0]!)
-    o.segments = [yield* createSegment(o, offset, now)]
-    o.end = offset
-    yield* writeLogState(o, { start: offset, epochs: LeaderEpochCache.empty })
-    o.start = offset
+    yield* emptyAtStart(o, now)
     yield* writeHighWatermark(o, offset, false)
     o.hw = offset
+    yield* writeLogState(o, { start: offset, epochs: LeaderEpochCache.empty })
   })
 
 /** Drops the producers idle for `idleMs` (an entry loaded counts from the opening); how many. */
@@ -548,12 +694,13 @@ const expireProducers = (o: Opened, idleMs: number): Effect.Effect<number, Table
     }
     const gone = o.producers.size - kept.size
     if (gone > 0) {
-      yield* writeSnapshot(o, o.end, kept)
+      yield* writeSnapshot(o, o.end, kept, true)
       setProducers(o, kept)
     }
     return gone
   })
 
+/** Checkpoints the high watermark (clamped to the log), when it moved: one write in place. */
 const checkpointHighWatermark = (o: Opened, hw: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
     const next = Math.min(Math.max(hw, o.start), o.end)

@@ -21,6 +21,7 @@ import { Clock, Data, Effect, Option, Semaphore, Stream } from "effect"
 import * as Codec from "../wire/internal/batchCodec.js"
 import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
 import * as ProducerState from "../machines/ProducerState.js"
+import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 
 export type { Batch, TabletRecord } from "../wire/internal/batchCodec.js"
 
@@ -142,10 +143,27 @@ export interface TabletLog {
   readonly truncateTo: (offset: number) => Effect.Effect<void, TabletLogError>
   /** Drops every record before `offset` (retention); a batch holding it stays, read from `offset` on. */
   readonly deleteBefore: (offset: number) => Effect.Effect<void, TabletLogError>
+  /**
+   * Deletes from the log start what `retention` lets go below `limit` (the replica's high watermark): the oldest
+   * parts of the log (whole segments of a segment log, never its active one; whole batches of a store-backed log)
+   * while their newest record is more than `retention.ms` older than `nowMs`, or while the log holds at least
+   * `retention.bytes` without them. The log start after.
+   */
+  readonly retain: (
+    retention: ReplicaManager.Retention,
+    limit: number,
+    nowMs: number
+  ) => Effect.Effect<number, TabletLogError>
   /** Moves the log to start at `offset`, empty (a follower catching up from a leader whose log starts past its). */
   readonly resetTo: (offset: number) => Effect.Effect<void, TabletLogError>
   /** Checkpoints the high watermark (at most the log end). */
   readonly checkpointHighWatermark: (hw: number) => Effect.Effect<void, TabletLogError>
+  /**
+   * Checks that the log's storage takes a write now, changing nothing the log holds (a replica whose storage failed
+   * is tried by it): the store-backed log writes its high watermark field again; the segment log writes (and
+   * deletes) a scratch file the size of a page, so a file system with no room fails it.
+   */
+  readonly probe: Effect.Effect<void, TabletLogError>
 }
 
 interface Fields {
@@ -311,8 +329,13 @@ export const make = (store: Store.PartitionStore, tablet: Models.TabletId): Effe
         Effect.sync(() => LeaderEpochCache.endOffsetFor(o.state.epochs, epoch, o.state.end)),
       truncateTo: (offset) => alone(o, truncateTo(o, offset)),
       deleteBefore: (offset) => alone(o, deleteBefore(o, offset)),
+      retain: (retention, limit, nowMs) => alone(o, retain(o, retention, limit, nowMs)),
       resetTo: (offset) => alone(o, resetTo(o, offset)),
-      checkpointHighWatermark: (hw) => alone(o, checkpointHighWatermark(o, hw))
+      checkpointHighWatermark: (hw) => alone(o, checkpointHighWatermark(o, hw)),
+      probe: alone(
+        o,
+        Effect.suspend(() => checkpointHighWatermark(o, o.state.hw))
+      )
     }
   })
 
@@ -691,6 +714,51 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
       if (entry.batches.every((b) => b.lastOffset < offset)) changes.set(id, undefined)
     }
     yield* commit(o, ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), bytes, epochs }, changes)
+  })
+
+/** The most batches one `retain` of a store-backed log reads (it holds the log's lock): the next one goes on. */
+const RETAIN_SCAN_BATCHES = 10_000
+
+/** Whether retention lets a part of the log go: its newest record, its bytes, and the log's bytes with it. */
+export const retained = (
+  retention: ReplicaManager.Retention,
+  nowMs: number,
+  newest: number,
+  bytes: number,
+  total: number
+): boolean =>
+  (retention.ms !== undefined && nowMs - newest > retention.ms) ||
+  (retention.bytes !== undefined && total - bytes >= retention.bytes)
+
+/** The newest timestamp of a batch's records. */
+export const newestOf = (b: Codec.Batch): number => b.records.reduce((n, r) => Math.max(n, r.timestamp), -Infinity)
+
+/** Whole batches from the start while retention lets them go, below `limit` (see `TabletLog.retain`). */
+const retain = (
+  o: Opened,
+  retention: ReplicaManager.Retention,
+  limit: number,
+  nowMs: number
+): Effect.Effect<number, TabletLogError> =>
+  Effect.gen(function* () {
+    let cut = o.state.start
+    let total = o.state.bytes
+    let scanned = 0
+    yield* batchesFrom(o, o.state.start).pipe(
+      Stream.mapError(storeFailed(o)),
+      Stream.takeWhile(() => scanned++ < RETAIN_SCAN_BATCHES),
+      Stream.mapEffect(([k, v]) => Effect.map(decode(o, k, v), (b) => ({ b, size: v.length }))),
+      Stream.takeWhile(({ b, size }) => {
+        const end = b.baseOffset + b.records.length
+        if (end > limit || !retained(retention, nowMs, newestOf(b), size, total)) return false
+        cut = end
+        total -= size
+        return true
+      }),
+      Stream.runDrain
+    )
+    if (cut > o.state.start) yield* deleteBefore(o, cut)
+    return o.state.start
   })
 
 const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>

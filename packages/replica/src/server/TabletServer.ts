@@ -1,6 +1,6 @@
 /**
  * A tablet server: core's `ReplicaManager` over the replica machines (docs/ARCHITECTURE.md, "Replication"). It
- * hosts one `TabletLog` per replica on the `Store`, applies the coordinator's LeaderAndIsr instructions through
+ * hosts one `TabletLog` per replica on its `ServerStorage` (segment files, or a store), applies the coordinator's LeaderAndIsr instructions through
  * `ReplicaState` (refusing a coordinator epoch below the highest it has seen), leads through `LeaderState`
  * (appends with acks, idempotent producer stamps, the followers' fetches, the ISR changes it asks the controller
  * for) and follows through `FollowerState` (a fetch loop per followed replica).
@@ -15,7 +15,7 @@
  *
  * @since 0.1.0
  */
-import { Errors, Log, Models, OptionSchemas, Retry, Store } from "@strata/core"
+import { Errors, Log, Models, OptionSchemas, Retry } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import {
   Clock,
@@ -44,6 +44,7 @@ import { Peers, type PeersShape } from "../wire/Peers.js"
 import * as ReplicaState from "../machines/ReplicaState.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import * as ServerMetrics from "./ServerMetrics.js"
+import * as ServerStorage from "./ServerStorage.js"
 import * as TabletLog from "./TabletLog.js"
 
 // ---------------------------------------------------------------------------
@@ -153,7 +154,7 @@ interface Server {
   readonly self: Models.ServerId
   readonly config: ReplicationConfig.ReplicationConfig
   readonly peers: PeersShape
-  readonly store: Store.Shape
+  readonly storage: ServerStorage.ServerStorageShape
   readonly scope: Scope.Scope
   readonly hosted: Map<string, Hosted.Hosted>
   readonly machines: MachinesShape
@@ -175,9 +176,6 @@ const storageFailed = (h: Hosted.Hosted) => (e: TabletLog.TabletLogError) =>
   new ReplicaManager.ReplicaError({
     reason: new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: e.message })
   })
-
-/** The store partition a tablet's log lives in. */
-export const storeIdOf = (tablet: Models.TabletId) => ({ table: `tablet.${tablet.table}`, partition: tablet.bucket })
 
 // ---------------------------------------------------------------------------
 // Running the replica machine
@@ -276,12 +274,11 @@ const runCommand = (
     case "ProposeIsr":
       return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, command), server.scope))
     case "StoreFailed":
-      return Effect.suspend(() => {
-        const { table, partition } = storeIdOf(h.tablet)
-        return Effect.logWarning(
-          `server ${server.self}: ${h.key}: its ${server.store.backend} store (partition ${table}/${partition}) failed: ${command.detail}; the replica is offline until its store takes writes again`
+      return Effect.suspend(() =>
+        Effect.logWarning(
+          `server ${server.self}: ${h.key}: its log's storage (${server.storage.backend}, ${server.storage.locate(h.tablet)}) failed: ${command.detail}; the replica is offline until its storage takes writes again`
         )
-      })
+      )
     case "ResumeStorage":
       return Effect.suspend(() =>
         h.resuming !== undefined || server.closed
@@ -335,7 +332,7 @@ const settle = (h: Hosted.Hosted, ticket: number, exit: Exit.Exit<number, Replic
 
 /**
  * Checkpoints the high watermark, then feeds `Checkpointed` (releasing the appends it covers). The checkpoint only
- * shortens a restart's catch-up, but a store that fails it takes no writes: the replica goes offline.
+ * shortens a restart's catch-up, but storage that fails it takes no writes: the replica goes offline.
  */
 const checkpoint = (
   server: Server,
@@ -377,7 +374,7 @@ const startFollowing = (
         throttle: server.throttle,
         retryBackoff: server.config.retryBackoff,
         become: server.machines.becomeFollower,
-        // The follower's own store failed: offline (from outside the follower, which that stops).
+        // The follower's own storage failed: offline (from outside the follower, which that stops).
         storageFailed: (generation, detail) =>
           Effect.asVoid(
             Effect.forkIn(
@@ -418,21 +415,21 @@ const reportStorage = (server: Server, h: Hosted.Hosted, failed: boolean, still:
     ).pipe(Effect.ignore)
   })
 
-/** The longest pause between two tries of a failed store. */
+/** The longest pause between two tries of failed storage. */
 const storageRetryMaxMs = 30_000
 
-/** One try of a failed store, under the replica's lock: the log opened again must take a write. */
+/** One try of failed storage, under the replica's lock: the log opened again must take a write. */
 const tryStore = (server: Server, h: Hosted.Hosted) =>
   Effect.gen(function* () {
     if (h.state.lifecycle._tag === "ReplicaDeleted") return "deleted" as const
-    // Offline still, or opened again meanwhile by an instruction: either way the store must take a write.
+    // Offline still, or opened again meanwhile by an instruction: either way the storage must take a write.
     const tried = yield* Effect.result(
       Effect.gen(function* () {
         yield* feedOrFail(server, h, { _tag: "Open" })
         const log = h.log
         if (log === undefined)
           return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: "not open" }))
-        yield* log.checkpointHighWatermark(yield* log.highWatermark).pipe(Effect.mapError(storageFailed(h)))
+        yield* log.probe.pipe(Effect.mapError(storageFailed(h)))
       })
     )
     if (tried._tag === "Success") return "back" as const
@@ -443,10 +440,10 @@ const tryStore = (server: Server, h: Hosted.Hosted) =>
   })
 
 /**
- * Reports the failure, then tries the store again after a backoff that doubles (up to 30 s; a store that fails again
+ * Reports the failure, then tries the storage again after a backoff that doubles (up to 30 s; storage that fails again
  * within 30 s of coming back starts from its last pause, doubled): the log is opened again
- * and must take a write (its HW checkpoint). Once it does, the replica is online (instructions give it a role) and
- * the controller hears so. An instruction may open the log again meanwhile: the store must still take the write.
+ * and must take a write (`TabletLog.probe`). Once it does, the replica is online (instructions give it a role) and
+ * the controller hears so. An instruction may open the log again meanwhile: the storage must still take the write.
  * Ends when the replica is deleted.
  */
 const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
@@ -475,7 +472,7 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
     const delay = Math.min(first * 2 ** (tries - 1), storageRetryMaxMs)
     if (outcome === "back") {
       h.storageBack = { at: yield* Clock.currentTimeMillis, delay }
-      yield* Effect.logInfo(`server ${server.self}: ${h.key}: its store takes writes again; the replica is online`)
+      yield* Effect.logInfo(`server ${server.self}: ${h.key}: its storage takes writes again; the replica is online`)
       // Told until heard, unless it fails again meanwhile (then that is told instead, below).
       yield* reportStorage(server, h, false, () => {
         const m = h.state.lifecycle._tag
@@ -484,7 +481,7 @@ const resumeStorage = (server: Server, h: Hosted.Hosted): Effect.Effect<void> =>
     }
   }).pipe(
     Effect.ensuring(
-      // A store that failed again while this ran (its report of coming back still unheard) is tried again from the
+      // Storage that failed again while this ran (its report of coming back still unheard) is tried again from the
       // start: nothing else would, and the replica would stay offline.
       Effect.suspend(() => {
         h.resuming = undefined
@@ -530,9 +527,9 @@ const proposeIsr = (
     yield* Hosted.locked(h, feedLogged(server, h, { _tag: "IsrAnswer", generation, proposal, reply, nowMs }))
   }).pipe(Effect.ignore)
 
-/** Drops the store partition of `tablet`'s log (closed first: an open one is locked). */
+/** Deletes `tablet`'s log (closed first: an open one is locked). */
 const dropLog = (server: Server, tablet: Models.TabletId): Effect.Effect<void, ReplicaManager.ReplicaError> =>
-  server.store.drop(storeIdOf(tablet)).pipe(
+  server.storage.drop(tablet).pipe(
     Effect.mapError(
       (e) =>
         new ReplicaManager.ReplicaError({
@@ -545,11 +542,7 @@ const dropLog = (server: Server, tablet: Models.TabletId): Effect.Effect<void, R
 const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaManager.ReplicaError> =>
   Effect.gen(function* () {
     const scope = yield* Scope.make()
-    const opened = yield* Effect.exit(
-      Effect.flatMap(Scope.provide(server.store.open(storeIdOf(h.tablet)), scope), (store) =>
-        TabletLog.make(store, h.tablet)
-      )
-    )
+    const opened = yield* Effect.exit(Scope.provide(server.storage.open(h.tablet), scope))
     if (Exit.isFailure(opened)) {
       yield* Scope.close(scope, Exit.void)
       const detail = Option.match(Exit.findErrorOption(opened), {
@@ -558,7 +551,7 @@ const openLog = (server: Server, h: Hosted.Hosted): Effect.Effect<void, ReplicaM
       })
       return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail }))
     }
-    // A request that arrived as the server stopped must not leave a log open (its store locked) behind it.
+    // A request that arrived as the server stopped must not leave a log open (its storage locked) behind it.
     if (server.closed) {
       yield* Scope.close(scope, Exit.void)
       return yield* fail(new ReplicaManager.ReplicaStorageFailed({ tablet: h.key, detail: "the server has stopped" }))
@@ -587,9 +580,9 @@ const hostedOrNew = (server: Server, tablet: Models.TabletId) => {
 }
 
 /**
- * Applies one tablet's instruction: a new replica's log is opened first. The replication throttle it names (or its
- * absence) is the replica's from then on, even when the machine finds nothing new in it (a throttle changes under the
- * same leader epoch).
+ * Applies one tablet's instruction: a new replica's log is opened first. The replication throttle and the retention
+ * it names (or their absence) are the replica's from then on, even when the machine finds nothing new in it (a
+ * throttle changes under the same leader epoch).
  */
 const apply = (server: Server, instruction: ReplicaManager.TabletInstruction) =>
   Effect.gen(function* () {
@@ -606,6 +599,7 @@ const apply = (server: Server, instruction: ReplicaManager.TabletInstruction) =>
         const nowMs = yield* Clock.currentTimeMillis
         yield* feedOrFail(server, h, { _tag: "Instruction", instruction, log: bounds, nowMs })
         server.throttle.set(h.key, instruction.throttleBytesPerSec)
+        h.retention = instruction.retention
       })
     )
   })
@@ -716,37 +710,57 @@ const append =
       })
     )
 
+/**
+ * A client's read on the leader. One at the high watermark with nothing to return waits, when it asks to
+ * (`maxWaitMs`, at most `fetchMaxWait`), on the replica's `changed` as a caught-up follower's fetch does: each time
+ * the log end or the high watermark moves it looks again (leadership checked again, so a replica that stopped leading
+ * meanwhile answers `NotLeader`), and once the wait is over it answers empty. The waiter is interruptible throughout:
+ * a caller that goes ends it.
+ */
 const read =
   (server: Server): ReplicaManager.Shape["read"] =>
   (request) =>
     Effect.gen(function* () {
       const h = yield* hostedOf(server, request.tablet)
-      const { highWatermark, log } = yield* Hosted.locked(h, admitted(server, h, { _tag: "Lead" }))
-      const hw = highWatermark ?? (yield* log.highWatermark)
-      const start = yield* log.logStartOffset
-      const end = yield* log.logEndOffset
-      const limit = request.uncommitted === true ? end : hw
-      const bounds = { logStartOffset: start, logEndOffset: end, highWatermark: hw }
-      if (request.offset < start || request.offset > end) {
-        return yield* fail(
-          new Errors.OffsetOutOfRange({
-            topic: request.tablet.table,
-            partition: request.tablet.bucket,
-            offset: request.offset,
-            logStart: start,
-            highwater: end
-          })
+      const waitMs = Math.min(request.maxWaitMs ?? 0, Duration.toMillis(server.config.fetchMaxWait))
+      const until = waitMs > 0 ? (yield* Clock.currentTimeMillis) + waitMs : 0
+      while (true) {
+        // `changed` taken under the lock with the leadership: a move of the HW after it wakes the wait below.
+        const { highWatermark, log, changed } = yield* Hosted.locked(
+          h,
+          Effect.map(admitted(server, h, { _tag: "Lead" }), (a) => ({ ...a, changed: h.changed }))
         )
+        const hw = highWatermark ?? (yield* log.highWatermark)
+        const start = yield* log.logStartOffset
+        const end = yield* log.logEndOffset
+        const limit = request.uncommitted === true ? end : hw
+        const bounds = { logStartOffset: start, logEndOffset: end, highWatermark: hw }
+        if (request.offset < start || request.offset > end) {
+          return yield* fail(
+            new Errors.OffsetOutOfRange({
+              topic: request.tablet.table,
+              partition: request.tablet.bucket,
+              offset: request.offset,
+              logStart: start,
+              highwater: end
+            })
+          )
+        }
+        if (request.offset >= limit) {
+          const left = until - (yield* Clock.currentTimeMillis)
+          if (left <= 0) return { batches: [], ...bounds }
+          yield* Deferred.await(changed).pipe(Effect.timeoutOption(left))
+          continue
+        }
+        const batches = yield* log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
+        const cut = batches.flatMap((b) => {
+          const keep = Math.min(b.records.length, limit - b.baseOffset)
+          if (keep <= 0) return []
+          return keep === b.records.length ? [b] : [{ ...b, records: b.records.slice(0, keep) }]
+        })
+        yield* server.metrics.read(batchBytes(cut))
+        return { batches: cut, ...bounds }
       }
-      if (request.offset >= limit) return { batches: [], ...bounds }
-      const batches = yield* log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
-      const cut = batches.flatMap((b) => {
-        const keep = Math.min(b.records.length, limit - b.baseOffset)
-        if (keep <= 0) return []
-        return keep === b.records.length ? [b] : [{ ...b, records: b.records.slice(0, keep) }]
-      })
-      yield* server.metrics.read(batchBytes(cut))
-      return { batches: cut, ...bounds }
     })
 
 /** The record bytes of batches, as the metrics count them. */
@@ -927,7 +941,7 @@ const admitController = (
 
 /**
  * Deletes this server's replica of `tablet`: a hosted one through its machine (its role ends, its log closes, its
- * data goes), and the store partition in any case: a replica left on disk by an earlier run is not hosted.
+ * data goes), and its stored log in any case: a replica left on disk by an earlier run is not hosted.
  */
 const deleteReplica = (server: Server, tablet: Models.TabletId) =>
   Effect.gen(function* () {
@@ -981,7 +995,7 @@ const leaderAndIsr =
   (request: ReplicaManager.LeaderAndIsrRequest) =>
     Effect.gen(function* () {
       yield* admitController(server, request)
-      // One tablet's failure (its store, an instruction its machine refuses) does not hold up the others.
+      // One tablet's failure (its storage, an instruction its machine refuses) does not hold up the others.
       yield* Effect.forEach(
         request.tablets,
         (instruction) =>
@@ -1026,6 +1040,30 @@ const tick = (server: Server) =>
     )
   }).pipe(Effect.repeat(Schedule.spaced(Math.floor(Duration.toMillis(server.config.replicaLagTimeMax) / 2))))
 
+/**
+ * Every `retentionCheckInterval`, each replica whose table has a retention deletes what it lets go below the high
+ * watermark its log checkpointed (never a record a leader has not committed, nor one a follower has not seen
+ * committed), under the replica's lock.
+ */
+const retainAll = (server: Server) =>
+  Effect.gen(function* () {
+    const nowMs = yield* Clock.currentTimeMillis
+    yield* Effect.forEach([...server.hosted.values()], (h) => Hosted.locked(h, retainOne(server, h, nowMs)), {
+      discard: true
+    })
+  }).pipe(Effect.repeat(Schedule.spaced(server.config.retentionCheckInterval)))
+
+/** One replica's retention (nothing without one, or with its log closed); a failed log is the replica's failure. */
+const retainOne = (server: Server, h: Hosted.Hosted, nowMs: number): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const { log, retention } = h
+    if (log === undefined || retention === undefined) return
+    const before = yield* log.logStartOffset
+    const after = yield* log.retain(retention, yield* log.highWatermark, nowMs)
+    if (after > before)
+      yield* Effect.logInfo(`server ${server.self}: ${h.key}: retention moved the log start from ${before} to ${after}`)
+  }).pipe(Effect.catch((e) => logFailed(server, h, e)))
+
 /** Each hosted replica as the metrics see it: a leader's figures from its machine, a follower's from its log. */
 const samples = (server: Server): Effect.Effect<ReadonlyArray<ServerMetrics.ReplicaSample>> =>
   Effect.suspend(() => Effect.forEach([...server.hosted.values()], sampleOf))
@@ -1051,13 +1089,17 @@ const sampleOf = (h: Hosted.Hosted): Effect.Effect<ServerMetrics.ReplicaSample> 
   })
 
 /**
- * Starts a tablet server on the `Store` and `Peers` of its context; it stops (closing every log) with the scope.
+ * Starts a tablet server on the `ServerStorage` and `Peers` of its context; it stops (closing every log) with the scope.
  *
  * @since 0.1.0
  */
 export const make = (
   options: TabletServerOptions
-): Effect.Effect<TabletServerShape, ReplicationConfig.InvalidReplicaOptions, Scope.Scope | Store.Store | Peers> =>
+): Effect.Effect<
+  TabletServerShape,
+  ReplicationConfig.InvalidReplicaOptions,
+  Scope.Scope | ServerStorage.ServerStorage | Peers
+> =>
   Effect.gen(function* () {
     const o = yield* OptionSchemas.decodeOptions(TabletServerOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
@@ -1067,7 +1109,7 @@ export const make = (
       self: o.serverId,
       config: o.replication,
       peers: yield* Peers,
-      store: yield* Store.Store,
+      storage: yield* ServerStorage.ServerStorage,
       scope,
       hosted: new Map(),
       machines: yield* Machines,
@@ -1090,6 +1132,7 @@ export const make = (
       })
     )
     yield* Effect.forkIn(tick(server), scope)
+    yield* Effect.forkIn(retainAll(server), scope)
     return {
       serverId: server.self,
       leaderAndIsr: leaderAndIsr(server),
@@ -1144,7 +1187,7 @@ export const layer = (
 ): Layer.Layer<
   TabletServer | ReplicaManager.ReplicaManager,
   ReplicationConfig.InvalidReplicaOptions,
-  Store.Store | Peers
+  ServerStorage.ServerStorage | Peers
 > =>
   Layer.effectContext(
     Effect.map(make(options), (server) =>
@@ -1162,5 +1205,5 @@ export const layerConfig = (
 ): Layer.Layer<
   TabletServer | ReplicaManager.ReplicaManager,
   ReplicationConfig.InvalidReplicaOptions | Config.ConfigError,
-  Store.Store | Peers
+  ServerStorage.ServerStorage | Peers
 > => Layer.unwrap(Effect.map(Config.unwrap(config), layer))

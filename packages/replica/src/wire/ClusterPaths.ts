@@ -12,6 +12,7 @@ import { CoordinationElection } from "@strata/election"
 import type { Scope } from "effect"
 import { Clock, Duration, Effect, Schema, Stream } from "effect"
 import type * as ControllerState from "../machines/ControllerState.js"
+import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import type * as ReplicationConfig from "./ReplicationConfig.js"
 
 const encoder = new TextEncoder()
@@ -169,7 +170,9 @@ export const StoredTablet = Schema.Struct({
       throttleBytesPerSec: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)))
     })
   ),
-  retired: Schema.optional(Schema.Array(Models.ServerId))
+  retired: Schema.optional(Schema.Array(Models.ServerId)),
+  // Its table's retention; absent from what a node without retention wrote (such a node drops it when it reads it).
+  retention: Schema.optional(ReplicaManager.Retention)
 })
 
 const TabletJson = Schema.fromJsonString(StoredTablet)

@@ -1,20 +1,22 @@
 /**
- * The produce and fetch paths on a lean framing of their own, beside `ReplicaRpc` for everything else. A request or
+ * The produce, fetch and read paths on a lean framing of their own, beside `ReplicaRpc` for everything else. A request or
  * answer is one frame: a small JSON header, checked by the same Schemas the RPC uses, and the records as raw bytes
  * in the tablet log's batch encoding, written to the socket as they are and read back as views of what arrived. The
  * RPC's binary serialization copies a batch into an output buffer to send it and out of the input buffer to decode
  * it, a fresh allocation each time; on the produce path those copies, and the garbage collections they set off,
  * cost more than the RPC's framing itself (see `./dev bench:rpc` and the replica benchmark).
  *
- * A tablet server listens on a second port and registers its address as `dataAddress`; `RemotePeers` sends appends
- * and follower fetches there when a server has one, and through the RPC when it has not.
+ * A tablet server listens on a second port and registers its address as `dataAddress`; `RemotePeers` sends appends,
+ * follower fetches and clients' reads there when a server has one (a read goes through the RPC when it has not). A
+ * client that stops waiting for a read (interrupted, timed out) says so with a cancel frame, and the server ends the
+ * read (a long-poll waiting for records, say); a connection that closes ends its reads too.
  *
  * @since 0.1.0
  */
 import * as Net from "node:net"
 import { Log, Models, OptionSchemas } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
-import { Cause, Effect, Exit, FiberSet, Schema, type Scope, Tracer } from "effect"
+import { Cause, Effect, Exit, type Fiber, FiberSet, Schema, type Scope, Tracer } from "effect"
 import * as Codec from "./internal/batchCodec.js"
 import {
   ANSWER_RESERVE,
@@ -30,9 +32,29 @@ import { PeerUnreachable } from "./Peers.js"
 import { type Address, type ListenFailed, listenFailed } from "./ReplicaRpc.js"
 import { type InvalidReplicaOptions, invalidOptions } from "./ReplicationConfig.js"
 
-/** Frame kinds. Requests: append, fetch. Answers: their results, a `ReplicaError`, or a failure of the server. */
-const Kind = { Append: 1, Fetch: 2, Appended: 65, Fetched: 66, Refused: 126, Failed: 127 } as const
-const answerKinds: ReadonlySet<number> = new Set([Kind.Appended, Kind.Fetched, Kind.Refused, Kind.Failed])
+/**
+ * Frame kinds. Requests: append, fetch, read, and the cancel of a read (no answer). Answers: their results, a
+ * `ReplicaError`, or a failure of the server.
+ */
+const Kind = {
+  Append: 1,
+  Fetch: 2,
+  Read: 3,
+  Cancel: 4,
+  Appended: 65,
+  Fetched: 66,
+  ReadResult: 67,
+  Refused: 126,
+  Failed: 127
+} as const
+const answerKinds: ReadonlySet<number> = new Set([
+  Kind.Appended,
+  Kind.Fetched,
+  Kind.ReadResult,
+  Kind.Refused,
+  Kind.Failed
+])
+const requestKinds: ReadonlySet<number> = new Set([Kind.Append, Kind.Fetch, Kind.Read, Kind.Cancel])
 
 /** A header's JSON text to and from its value, by `schema`. */
 const jsonHeader = <T, E>(schema: Schema.Codec<T, E>) => {
@@ -67,6 +89,15 @@ const FetchHeader = jsonHeader(
   })
 )
 
+/** A read's header: the request, and the largest answer frame the client reads (as a fetch's). */
+const ReadHeader = jsonHeader(
+  Schema.Struct({
+    ...ReplicaManager.ReadRequest.fields,
+    maxAnswerBytes: Schema.optional(OptionSchemas.PositiveInt),
+    traceparent: TraceParent
+  })
+)
+
 /** The current span as a `traceparent`, or `undefined` outside any span. */
 const traceParentNow: Effect.Effect<string | undefined> = Effect.map(Effect.option(Effect.currentSpan), (span) =>
   span._tag === "None" ? undefined : `00-${span.value.traceId}-${span.value.spanId}-${span.value.sampled ? "01" : "00"}`
@@ -92,15 +123,17 @@ const underParent = <A, E, R>(
   const parent = parentOf(traceparent)
   return parent === undefined ? self : Effect.withParentSpan(self, parent)
 }
+/** Where each batch of an answer is: its base offset and size (its bytes follow in the payload, in order). */
+const BatchEntries = Schema.Array(
+  Schema.Struct({ baseOffset: Models.Offset, bytes: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) })
+)
 const AppendedHeader = jsonHeader(ReplicaManager.AppendResult)
 /** A fetch's answer: the batches' base offsets and sizes (their bytes follow in the payload, in order). */
 const FetchedHeader = jsonHeader(
   Schema.Union([
     Schema.TaggedStruct("Batches", {
       leaderEpoch: Models.Epoch,
-      batches: Schema.Array(
-        Schema.Struct({ baseOffset: Models.Offset, bytes: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)) })
-      ),
+      batches: BatchEntries,
       highWatermark: Models.Offset,
       logStartOffset: Models.Offset
     }),
@@ -112,11 +145,20 @@ const FetchedHeader = jsonHeader(
     })
   ])
 )
+/** A read's answer: its batches' places, and the log's bounds. */
+const ReadResultHeader = jsonHeader(
+  Schema.Struct({
+    batches: BatchEntries,
+    highWatermark: Models.Offset,
+    logStartOffset: Models.Offset,
+    logEndOffset: Models.Offset
+  })
+)
 const RefusedHeader = jsonHeader(ReplicaManager.ReplicaError)
 const FailedHeader = jsonHeader(Schema.Struct({ detail: Schema.String }))
 
 /**
- * What a data link's server answers from: a tablet server's appends and fetches.
+ * What a data link's server answers from: a tablet server's appends, fetches and reads.
  *
  * @since 0.1.0
  */
@@ -127,6 +169,9 @@ export interface DataLinkHandlers {
   readonly fetch: (
     request: ReplicaManager.FetchRequest
   ) => Effect.Effect<ReplicaManager.FetchResult, ReplicaManager.ReplicaError>
+  readonly read: (
+    request: ReplicaManager.ReadRequest
+  ) => Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError>
 }
 
 /**
@@ -181,9 +226,10 @@ export const decodeOptions = (
   OptionSchemas.decodeOptions(LinkOptions, { exact: true })(options).pipe(Effect.mapError(invalidOptions))
 
 /**
- * A client of one server's data link: appends and fetches, each failing with the server's `ReplicaError`, or
+ * A client of one server's data link: appends, fetches and reads, each failing with the server's `ReplicaError`, or
  * `PeerUnreachable` when the connection could not be opened, closed before the answer, or the answer is not one.
- * Calls are not bounded in time here: the caller bounds them.
+ * Calls are not bounded in time here: the caller bounds them. A read the caller stops waiting for is cancelled on the
+ * server.
  *
  * @since 0.1.0
  */
@@ -194,6 +240,9 @@ export interface DataLinkClient {
   readonly fetch: (
     request: ReplicaManager.FetchRequest
   ) => Effect.Effect<ReplicaManager.FetchResult, ReplicaManager.ReplicaError | PeerUnreachable>
+  readonly read: (
+    request: ReplicaManager.ReadRequest
+  ) => Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError | PeerUnreachable>
   /** Closes the connection, failing the calls waiting on it. */
   readonly close: Effect.Effect<void>
 }
@@ -235,6 +284,12 @@ const requestOf = (
       readonly maxAnswerBytes: number | undefined
       readonly traceparent: string | undefined
     }
+  | {
+      readonly _tag: "Read"
+      readonly request: ReplicaManager.ReadRequest
+      readonly maxAnswerBytes: number | undefined
+      readonly traceparent: string | undefined
+    }
   | ReplicaManager.ReplicaError => {
   if (frame.kind === Kind.Append) {
     const header = AppendHeader.decode(frame.header)
@@ -256,6 +311,12 @@ const requestOf = (
     const { maxAnswerBytes, traceparent, ...request } = header.value
     return { _tag: "Fetch", request, maxAnswerBytes, traceparent }
   }
+  if (frame.kind === Kind.Read) {
+    const header = ReadHeader.decode(frame.header)
+    if (Exit.isFailure(header)) return invalid(`read: ${Cause.pretty(header.cause)}`)
+    const { maxAnswerBytes, traceparent, ...request } = header.value
+    return { _tag: "Read", request, maxAnswerBytes, traceparent }
+  }
   return invalid(`no request of kind ${frame.kind}`)
 }
 
@@ -271,34 +332,36 @@ const appended = (id: number) => (result: ReplicaManager.AppendResult) =>
   answer(Kind.Appended, id, AppendedHeader.encode(result))
 
 /**
- * A fetch's answer in a frame of at most `limit` bytes: the batches past what fits are left for the next fetch. A
- * first batch that does not fit alone is refused, naming its size and the limit: the follower's fetch fails (and is
- * told why) rather than the connection, which goes on for the other tablets. Its records are not split across
- * answers: an idempotent producer's batch must stay whole on every replica (a new leader recognises a retry by the
- * batch's sequences, and truncation takes such a batch whole), and a single record may be larger than the limit.
+ * An answer of `kind` holding `batches` in a frame of at most `limit` bytes, its header made by `headerOf` from the
+ * batches' places: the batches past what fits are left for the next call. A first batch that does not fit alone is
+ * refused, naming its size and the limit: the call fails (and is told why) rather than the connection, which goes on
+ * for the other tablets. Its records are not split across answers: an idempotent producer's batch must stay whole on
+ * every replica (a new leader recognises a retry by the batch's sequences, and truncation takes such a batch whole),
+ * and a single record may be larger than the limit.
  */
-const fetched = (id: number, tablet: Models.TabletId, limit: number) => (result: ReplicaManager.FetchResult) => {
-  if (result._tag !== "Batches") return answer(Kind.Fetched, id, FetchedHeader.encode(result))
-  const bytes = result.batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
+const fitted = (
+  kind: number,
+  id: number,
+  tablet: Models.TabletId,
+  limit: number,
+  batches: ReadonlyArray<ReplicaManager.TabletBatch>,
+  headerOf: (entries: ReadonlyArray<{ readonly baseOffset: number; readonly bytes: number }>) => string
+) => {
+  const bytes = batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
   let payload = 0
   for (const b of bytes) payload += b.length
   let count = bytes.length
   for (;;) {
-    const header = FetchedHeader.encode({
-      _tag: "Batches",
-      leaderEpoch: result.leaderEpoch,
-      highWatermark: result.highWatermark,
-      logStartOffset: result.logStartOffset,
-      batches: result.batches.slice(0, count).map((b, i) => ({ baseOffset: b.baseOffset, bytes: bytes[i]!.length }))
-    })
+    const header = headerOf(
+      batches.slice(0, count).map((b, i) => ({ baseOffset: b.baseOffset, bytes: bytes[i]!.length }))
+    )
     const frameBytes = PRELUDE - 4 + Buffer.byteLength(header) + payload
-    if (frameBytes <= limit)
-      return answer(Kind.Fetched, id, header, count === bytes.length ? bytes : bytes.slice(0, count))
+    if (frameBytes <= limit) return answer(kind, id, header, count === bytes.length ? bytes : bytes.slice(0, count))
     if (count <= 1) {
       const what =
         count === 0
           ? `an answer of ${frameBytes} bytes`
-          : `the batch at offset ${result.batches[0]!.baseOffset} is ${bytes[0]!.length} bytes: its answer, ${frameBytes} bytes,`
+          : `the batch at offset ${batches[0]!.baseOffset} is ${bytes[0]!.length} bytes: its answer, ${frameBytes} bytes,`
       return answer(
         Kind.Refused,
         id,
@@ -313,23 +376,58 @@ const fetched = (id: number, tablet: Models.TabletId, limit: number) => (result:
     while (count > 1 && over > 0) {
       count--
       const size = bytes[count]!.length
-      over -= size + 25 + String(result.batches[count]!.baseOffset).length + String(size).length
+      over -= size + 25 + String(batches[count]!.baseOffset).length + String(size).length
       payload -= size
     }
   }
 }
 
-/** Answers one connection's frames with `handlers`, each request in a fiber of `run`, answers in any order. */
+/** A fetch's answer in a frame of at most `limit` bytes (see `fitted`). */
+const fetched = (id: number, tablet: Models.TabletId, limit: number) => (result: ReplicaManager.FetchResult) =>
+  result._tag !== "Batches"
+    ? answer(Kind.Fetched, id, FetchedHeader.encode(result))
+    : fitted(Kind.Fetched, id, tablet, limit, result.batches, (batches) =>
+        FetchedHeader.encode({
+          _tag: "Batches",
+          leaderEpoch: result.leaderEpoch,
+          highWatermark: result.highWatermark,
+          logStartOffset: result.logStartOffset,
+          batches
+        })
+      )
+
+/** A read's answer in a frame of at most `limit` bytes (see `fitted`): the log's bounds are the read's. */
+const readDone = (id: number, tablet: Models.TabletId, limit: number) => (result: ReplicaManager.ReadResult) =>
+  fitted(Kind.ReadResult, id, tablet, limit, result.batches, (batches) =>
+    ReadResultHeader.encode({
+      batches,
+      highWatermark: result.highWatermark,
+      logStartOffset: result.logStartOffset,
+      logEndOffset: result.logEndOffset
+    })
+  )
+
+/**
+ * Answers one connection's frames with `handlers`, each request in a fiber of `run`, answers in any order. A read's
+ * fiber ends, unanswered, when its cancel frame comes or the connection closes.
+ */
 const serveConnection = (
   socket: Net.Socket,
   handlers: DataLinkHandlers,
-  run: <A>(effect: Effect.Effect<A>) => unknown,
+  run: <A>(effect: Effect.Effect<A>) => Fiber.Fiber<A>,
   maxFrameBytes: number
 ) => {
   // A request over the limit is passed over (and refused): the requests after it are served.
-  const reader = new FrameReader(maxFrameBytes, (kind) => kind === Kind.Append || kind === Kind.Fetch)
+  const reader = new FrameReader(maxFrameBytes, (kind) => requestKinds.has(kind) && kind !== Kind.Cancel)
   const reply = (parts: ReadonlyArray<Uint8Array>) => send(socket, parts, 2 * maxFrameBytes)
+  /** The reads under way, by request id. */
+  const reads = new Map<number, Fiber.Fiber<unknown>>()
   socket.on("error", () => socket.destroy())
+  socket.on("close", () => {
+    const left = [...reads.values()]
+    reads.clear()
+    for (const fiber of left) fiber.interruptUnsafe()
+  })
   socket.on("data", (chunk: Buffer) => {
     const frames = reader.push(chunk)
     if (typeof frames === "string") {
@@ -345,6 +443,13 @@ const serveConnection = (
         reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(invalid(detail))))
         continue
       }
+      if (frame.kind === Kind.Cancel) {
+        // The client stopped waiting: a read still under way ends (one already answered is not found).
+        const fiber = reads.get(frame.id)
+        reads.delete(frame.id)
+        fiber?.interruptUnsafe()
+        continue
+      }
       const request = requestOf(frame)
       if (request instanceof ReplicaManager.ReplicaError) {
         reply(answer(Kind.Refused, frame.id, RefusedHeader.encode(request)))
@@ -354,7 +459,7 @@ const serveConnection = (
             reply(answerOf(frame.id, exit, appended(frame.id)))
           )
         )
-      } else {
+      } else if (request._tag === "Fetch") {
         // The answer must fit the smaller of this end's frame limit and the client's: the read is bounded by it.
         const limit = Math.min(maxFrameBytes, request.maxAnswerBytes ?? maxFrameBytes)
         const within = Math.max(1, fetchBytesWithin(limit))
@@ -365,6 +470,24 @@ const serveConnection = (
             reply(answerOf(frame.id, exit, fetched(frame.id, asked.tablet, limit)))
           )
         )
+      } else {
+        // Bounded as a fetch is; kept by its id until it ends, so that a cancel or the connection's end can end it.
+        const limit = Math.min(maxFrameBytes, request.maxAnswerBytes ?? maxFrameBytes)
+        const within = Math.max(1, fetchBytesWithin(limit))
+        const asked = request.request
+        const bounded = asked.maxBytes <= within ? asked : { ...asked, maxBytes: within }
+        const id = frame.id
+        const fiber = run(
+          Effect.map(Effect.exit(underParent(request.traceparent, handlers.read(bounded))), (exit) =>
+            reply(answerOf(id, exit, readDone(id, asked.tablet, limit)))
+          )
+        )
+        if (fiber.pollUnsafe() === undefined) {
+          reads.set(id, fiber)
+          fiber.addObserver(() => {
+            if (reads.get(id) === fiber) reads.delete(id)
+          })
+        }
       }
     }
   })
@@ -438,22 +561,42 @@ const resultOf = <A>(
   return bad(`an answer of kind ${frame.kind}`)
 }
 
+/** The batches an answer's header places in its payload, as views of it; or why they are not batches. */
+const batchesOf = (
+  entries: ReadonlyArray<{ readonly baseOffset: number; readonly bytes: number }>,
+  payload: Uint8Array
+): Array<ReplicaManager.TabletBatch> | string => {
+  const batches: Array<ReplicaManager.TabletBatch> = []
+  let at = 0
+  for (const { baseOffset, bytes } of entries) {
+    if (at + bytes > payload.length) return `batch at ${baseOffset} overruns the answer`
+    const batch = Codec.decodeBatch(baseOffset, payload.subarray(at, at + bytes))
+    if (typeof batch === "string") return `batch at ${baseOffset}: ${batch}`
+    batches.push(batch)
+    at += bytes
+  }
+  return batches
+}
+
 /** A fetch answer's batches, views of its payload. */
 const decodeFetchedFrame = (frame: Frame): Exit.Exit<ReplicaManager.FetchResult, unknown> => {
   const header = FetchedHeader.decode(frame.header)
   if (Exit.isFailure(header) || header.value._tag !== "Batches")
     return header as Exit.Exit<ReplicaManager.FetchResult, unknown>
-  const batches: Array<ReplicaManager.TabletBatch> = []
-  let at = 0
-  for (const { baseOffset, bytes } of header.value.batches) {
-    if (at + bytes > frame.payload.length) return Exit.fail(`batch at ${baseOffset} overruns the answer`)
-    const batch = Codec.decodeBatch(baseOffset, frame.payload.subarray(at, at + bytes))
-    if (typeof batch === "string") return Exit.fail(`batch at ${baseOffset}: ${batch}`)
-    batches.push(batch)
-    at += bytes
-  }
+  const batches = batchesOf(header.value.batches, frame.payload)
+  if (typeof batches === "string") return Exit.fail(batches)
   const { leaderEpoch, highWatermark, logStartOffset } = header.value
   return Exit.succeed({ _tag: "Batches", leaderEpoch, highWatermark, logStartOffset, batches })
+}
+
+/** A read answer's batches, views of its payload. */
+const decodeReadFrame = (frame: Frame): Exit.Exit<ReplicaManager.ReadResult, unknown> => {
+  const header = ReadResultHeader.decode(frame.header)
+  if (Exit.isFailure(header)) return Exit.failCause(header.cause)
+  const batches = batchesOf(header.value.batches, frame.payload)
+  if (typeof batches === "string") return Exit.fail(batches)
+  const { highWatermark, logStartOffset, logEndOffset } = header.value
+  return Exit.succeed({ batches, highWatermark, logStartOffset, logEndOffset })
 }
 
 /**
@@ -543,7 +686,12 @@ export const connect = (
           connection.socket.write(head(kind, id, header, bytes))
           for (const part of payload) connection.socket.write(part)
           connection.socket.uncork()
-          return Effect.sync(() => connection.waiting.delete(id))
+          return Effect.sync(() => {
+            // A read given up before its answer is cancelled on the server (it may be waiting for records).
+            if (connection.waiting.delete(id) && kind === Kind.Read && !connection.socket.destroyed) {
+              connection.socket.write(head(Kind.Cancel, id, "", 0))
+            }
+          })
         })
       )
     const close = Effect.sync(() => {
@@ -575,6 +723,16 @@ export const connect = (
             [],
             Kind.Fetched,
             decodeFetchedFrame
+          )
+        ),
+      read: (request) =>
+        Effect.flatMap(traceParentNow, (traceparent) =>
+          call(
+            Kind.Read,
+            ReadHeader.encode({ ...request, maxAnswerBytes: maxFrameBytes, traceparent }),
+            [],
+            Kind.ReadResult,
+            decodeReadFrame
           )
         ),
       close

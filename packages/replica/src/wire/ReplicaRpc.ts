@@ -172,15 +172,56 @@ export const MAX_TABLETS_PER_TABLE = 32_768
 
 /**
  * An operator's request to create a table: `buckets` tablets of `replicationFactor` replicas each (the cluster's
- * `replicationFactor` when not given), assigned by the controller over the live servers.
+ * `replicationFactor` when not given), assigned by the controller over the live servers. `retentionMs` and
+ * `retentionBytes` (whole numbers ≥ 1) are the table's retention (`ReplicaManager.Retention`'s `ms` and `bytes`):
+ * every replica of its tablets keeps that long, or that much; without them, everything is kept.
  *
  * @since 0.1.0
  */
 export const CreateTableRequest = Schema.Struct({
   table: Schema.NonEmptyString,
   buckets: Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: MAX_TABLETS_PER_TABLE })),
-  replicationFactor: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 })))
+  replicationFactor: Schema.optional(Schema.Int.check(Schema.isBetween({ minimum: 1, maximum: 64 }))),
+  retentionMs: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))),
+  retentionBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1)))
 })
+
+/**
+ * The retention a create request names (`undefined`: none, everything is kept).
+ *
+ * @since 0.1.0
+ */
+export const retentionOf = (request: {
+  readonly retentionMs?: number | undefined
+  readonly retentionBytes?: number | undefined
+}): ReplicaManager.Retention | undefined =>
+  request.retentionMs === undefined && request.retentionBytes === undefined
+    ? undefined
+    : {
+        ...(request.retentionMs === undefined ? {} : { ms: request.retentionMs }),
+        ...(request.retentionBytes === undefined ? {} : { bytes: request.retentionBytes })
+      }
+
+/**
+ * Why a create's retention would be refused (naming the option and its value), if it would: each given is a whole
+ * number ≥ 1 (`CreateTableRequest`'s check, made before a request is sent).
+ *
+ * @since 0.1.0
+ */
+export const invalidRetention = (options: {
+  readonly retentionMs?: number | undefined
+  readonly retentionBytes?: number | undefined
+}): string | undefined => {
+  for (const [name, value] of [
+    ["retentionMs", options.retentionMs],
+    ["retentionBytes", options.retentionBytes]
+  ] as const) {
+    if (value !== undefined && !(Number.isSafeInteger(value) && value >= 1)) {
+      return `${name} must be a whole number ≥ 1, not ${value}`
+    }
+  }
+  return undefined
+}
 
 /**
  * The controller would not create the table (it exists, or the live servers cannot hold it); `detail` says why.
@@ -242,7 +283,9 @@ export const TabletMetadata = Schema.Struct({
   /** Servers a move took out that have not yet deleted their replica. */
   retired: Schema.optional(Schema.Array(Models.ServerId)),
   /** The replication throttle of the move under way, in bytes a second, if it names one. */
-  throttleBytesPerSec: Schema.optional(ThrottleBytesPerSec)
+  throttleBytesPerSec: Schema.optional(ThrottleBytesPerSec),
+  /** Its table's retention, if the table was created with one. */
+  retention: Schema.optional(ReplicaManager.Retention)
 })
 
 /**

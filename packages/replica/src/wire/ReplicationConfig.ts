@@ -45,6 +45,10 @@ export const ReplicationConfig = Schema.Struct({
    * producer epoch.
    */
   producerIdExpiration: durationWithDefault("positive", "1 day"),
+  /**
+   * How often each replica deletes what its table's retention lets go (Kafka's `log.retention.check.interval.ms`).
+   */
+  retentionCheckInterval: durationWithDefault("positive", "5 minutes"),
   /** Elect a replica outside the ISR when no ISR member is live; it may lose acknowledged records (false). */
   uncleanLeaderElection: withDefault(Schema.Boolean, false),
   /**

@@ -4,8 +4,9 @@
  * interrupts travel as they do over a socket, without serialization), answered by the handlers the real listeners
  * serve (`TabletServerRpc.tabletServerHandlers`, `ControllerRpc.controllerHandlers`). Each call crosses the network as
  * `route` carries it — delayed, lost, cut off, timed out — and reaches the target's incarnation running at that
- * moment. Appends and follower fetches take the data link, which here is a direct call of the server's `append` or
- * `fetch` carried by `route` the same way (a data address names the process, as its RPC address does).
+ * moment. Appends, follower fetches and reads take the data link, which here is a direct call of the server's
+ * `append`, `fetch` or `read` carried by `route` the same way (a data address names the process, as its RPC address
+ * does).
  */
 import { Effect, Scope } from "effect"
 import type { Rpc, RpcGroup } from "effect/rpc"
@@ -21,7 +22,7 @@ export interface Network {
   readonly route: <A, E>(address: string, call: Effect.Effect<A, E>) => Effect.Effect<A, E | PeerUnreachable>
   /** The tablet server running at `address` now, if one does. */
   readonly server: (address: string) => ReplicaRpc.TabletServerHandlers | undefined
-  /** The appends and fetches of the tablet server running at `address` now, if one does. */
+  /** The appends, fetches and reads of the tablet server running at `address` now, if one does. */
   readonly link: (address: string) => LinkHandlers | undefined
   /** The coordinator running at `address` now, if one does. */
   readonly coordinator: (address: string) => ReplicaRpc.ControllerHandlers | undefined
@@ -31,6 +32,7 @@ export interface Network {
 export interface LinkHandlers {
   readonly append: DataLink.DataLinkClient["append"]
   readonly fetch: DataLink.DataLinkClient["fetch"]
+  readonly read: DataLink.DataLinkClient["read"]
 }
 
 type AnyHandlers = Record<string, (payload: unknown, options: unknown) => Effect.Effect<unknown, unknown>>
@@ -90,6 +92,7 @@ const linkTo = (network: Network, address: string): DataLink.DataLinkClient => {
   return {
     append: (request) => call((link) => link.append(request))(),
     fetch: (request) => call((link) => link.fetch(request))(),
+    read: (request) => call((link) => link.read(request))(),
     close: Effect.void
   }
 }

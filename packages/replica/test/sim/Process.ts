@@ -11,6 +11,7 @@ import * as ControllerState from "../../src/machines/ControllerState.js"
 import * as Controller from "../../src/server/Controller.js"
 import * as Rebalances from "./Rebalances.js"
 import * as ControllerView from "../../src/server/ControllerView.js"
+import * as ServerStorage from "../../src/server/ServerStorage.js"
 import * as TabletServer from "../../src/server/TabletServer.js"
 import * as ClusterPaths from "../../src/wire/ClusterPaths.js"
 import { Peers } from "../../src/wire/Peers.js"
@@ -42,6 +43,7 @@ const startServer = (w: World, p: Proc) =>
     p.incarnation++
     const incarnation = p.incarnation
     const server = yield* TabletServer.make({ serverId: p.id, replication: w.cluster.replication }).pipe(
+      Effect.provideServiceEffect(ServerStorage.ServerStorage, ServerStorage.makeStore),
       Effect.provide(Context.add(store.context, Peers, w.wiring.peers(p))),
       Effect.provideService(TabletServer.Machines, w.variant.machines ?? Mutants.production),
       Effect.provideService(Clock.Clock, clockOf(w, p)),

@@ -55,7 +55,7 @@ export const make = (w: World): Workload => {
     },
     link: (address) => {
       const server = w.byName.get(address)?.server
-      return server === undefined ? undefined : { append: server.append, fetch: server.fetch }
+      return server === undefined ? undefined : { append: server.append, fetch: server.fetch, read: server.read }
     },
     coordinator: (address) => {
       const c = w.byName.get(address)

@@ -7,6 +7,7 @@ import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Schedule, Scope } from "effect"
 import { Peers, PeerUnreachable, type PeersShape, type ReplicaStorageReport } from "../../src/wire/Peers.js"
 import * as Mutants from "./mutants.js"
+import * as ServerStorage from "../../src/server/ServerStorage.js"
 import * as TabletServer from "../../src/server/TabletServer.js"
 
 const encoder = new TextEncoder()
@@ -193,6 +194,7 @@ export const make = (replication: TabletServer.TabletServerOptions["replication"
             serverId: id,
             ...(replication === undefined ? {} : { replication })
           }).pipe(
+            Effect.provideServiceEffect(ServerStorage.ServerStorage, ServerStorage.makeStore),
             Effect.provide(Context.add(held(id, store), Peers, peersOf(id))),
             Effect.provideService(TabletServer.Machines, machines ?? Mutants.production),
             Scope.provide(scope),

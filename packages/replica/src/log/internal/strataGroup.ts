@@ -124,10 +124,17 @@ const acquire = (m: Member, k: string) =>
     )
   )
 
-/** The group's committed offset of a partition, if any. */
+/**
+ * The group's committed offset of a partition, if any. Only a missing node is "none": a failed read fails (a member
+ * taking the partition then tries again), never starting it over from the log start.
+ */
 const committedOf = (m: Member, k: string) =>
-  Effect.map(Effect.option(m.session.get(m.paths.offset(k))), (node) =>
-    Option.isSome(node) ? Number(decoder.decode(node.value.data)) : undefined
+  m.session.get(m.paths.offset(k)).pipe(
+    Effect.map((node): number | undefined => Number(decoder.decode(node.data))),
+    Effect.catchIf(
+      (e) => e.reason._tag === "NoNode",
+      () => Effect.succeed(undefined)
+    )
   )
 
 /**
@@ -205,7 +212,7 @@ const committed = (m: Member, tps: ReadonlyArray<Models.TopicPartition>) =>
     const out: Array<Models.TopicPartitionOffset> = []
     for (const tp of tps) {
       yield* checkPartition(m.shared, tp)
-      const offset = yield* committedOf(m, keyOf(tp))
+      const offset = yield* committedOf(m, keyOf(tp)).pipe(Effect.mapError(ioError("reading the committed offsets")))
       if (offset !== undefined) out.push({ topic: tp.topic, partition: tp.partition, offset })
     }
     return out

@@ -67,19 +67,36 @@ export const toTablet = (r: Log.ProducerRecord, now: number): ReplicaManager.Tab
     : { key: r.key, value: r.value, headers, timestamp: r.timestamp ?? now }
 }
 
-/** A tablet's record as the log reads it. */
-export const fromTablet = (tp: Models.TopicPartition, offset: number, r: ReplicaManager.TabletRecord): Log.Record => {
-  const tombstone = r.headers.some((h) => h.key === TOMBSTONE_HEADER)
-  return {
-    topic: tp.topic,
-    partition: tp.partition,
-    offset,
-    key: r.key,
-    value: tombstone ? null : r.value,
-    headers: tombstone ? r.headers.filter((h) => h.key !== TOMBSTONE_HEADER) : r.headers,
-    timestamp: r.timestamp
-  }
+/** Whether a tablet record's headers mark it a tombstone. */
+const isTombstone = (headers: ReplicaManager.TabletRecord["headers"]): boolean => {
+  for (let i = 0; i < headers.length; i++) if (headers[i]!.key === TOMBSTONE_HEADER) return true
+  return false
 }
+
+/**
+ * A tablet's record as the log reads it: its key, value and headers are the tablet record's own (not copied), but for
+ * a tombstone's, which lose the marking header.
+ */
+export const fromTablet = (tp: Models.TopicPartition, offset: number, r: ReplicaManager.TabletRecord): Log.Record =>
+  isTombstone(r.headers)
+    ? {
+        topic: tp.topic,
+        partition: tp.partition,
+        offset,
+        key: r.key,
+        value: null,
+        headers: r.headers.filter((h) => h.key !== TOMBSTONE_HEADER),
+        timestamp: r.timestamp
+      }
+    : {
+        topic: tp.topic,
+        partition: tp.partition,
+        offset,
+        key: r.key,
+        value: r.value,
+        headers: r.headers,
+        timestamp: r.timestamp
+      }
 
 export const recordSize = (r: Log.ProducerRecord): number =>
   (r.key?.length ?? 0) +

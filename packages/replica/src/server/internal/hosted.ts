@@ -28,6 +28,8 @@ export interface Hosted {
    * (a disk that fills again) resumes from that pause, doubled, not from the first.
    */
   storageBack: { readonly at: number; readonly delay: number } | undefined
+  /** Its table's retention, as its last instruction named it (`undefined`: keep everything). */
+  retention: ReplicaManager.Retention | undefined
   /** Completed (and replaced) whenever the log end or the high watermark moves: waiting fetches wake up. */
   changed: Deferred.Deferred<void>
   /** The waiting appends, by the machine's ticket: completed with the high watermark that passed them. */
@@ -47,6 +49,7 @@ export const make = (tablet: Models.TabletId, self: Models.ServerId, config: Rep
     fetcher: undefined,
     resuming: undefined,
     storageBack: undefined,
+    retention: undefined,
     changed: Deferred.makeUnsafe<void>(),
     tickets: new Map()
   }

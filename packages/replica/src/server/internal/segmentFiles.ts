@@ -45,6 +45,10 @@ export const sizeOf = (path: string) => io("stat", path, () => fs.stat(path)).pi
 /** Opens a file for reading and writing (`w+`: created, or emptied if it exists). */
 export const open = (path: string, flags: "r+" | "w+") => io("open", path, () => fs.open(path, flags))
 
+/** Opens a file for reading and writing, created empty if missing (kept as it is otherwise). */
+export const openOrCreate = (path: string) =>
+  io("open", path, () => fs.open(path, fs.constants.O_RDWR | fs.constants.O_CREAT))
+
 /** Closes a file handle. */
 export const close = (handle: FileHandle, path: string) => io("close", path, () => handle.close())
 
@@ -67,6 +71,35 @@ export const readIfExists = (path: string) =>
       }
     )
   )
+
+/**
+ * A file's size and its last `length` bytes (all of it when shorter), `undefined` when it does not exist: one open,
+ * one stat, one read.
+ */
+export const readTail = (path: string, length: number) =>
+  io("read", path, async (): Promise<{ readonly size: number; readonly tail: Uint8Array } | undefined> => {
+    let handle: FileHandle
+    try {
+      handle = await fs.open(path, "r")
+    } catch (e) {
+      if (codeOf(e) === "ENOENT") return undefined
+      throw e
+    }
+    try {
+      const { size } = await handle.stat()
+      const want = Math.min(length, size)
+      const tail = new Uint8Array(want)
+      let done = 0
+      while (done < want) {
+        const { bytesRead } = await handle.read(tail, done, want - done, size - want + done)
+        if (bytesRead === 0) break
+        done += bytesRead
+      }
+      return { size, tail: tail.subarray(0, done) }
+    } finally {
+      await handle.close()
+    }
+  })
 
 /**
  * Up to `length` bytes of a file from `position` (fewer only where the file ends), as a plain `Uint8Array` (the
@@ -112,6 +145,21 @@ export const truncate = (handle: FileHandle, path: string, size: number) =>
 
 /** Flushes a file's data to the device. */
 export const sync = (handle: FileHandle, path: string) => io("fsync", path, () => handle.datasync())
+
+/**
+ * Writes `bytes` to a new file `path` and flushes it to the device, then deletes it: a file system with no room, or
+ * a device that takes no writes, fails it. A file left behind by a crash is the caller's to delete.
+ */
+export const scratch = (path: string, bytes: Uint8Array) =>
+  io("write", path, async () => {
+    const handle = await fs.open(path, "w")
+    try {
+      await handle.writeFile(bytes)
+      await handle.datasync()
+    } finally {
+      await handle.close()
+    }
+  }).pipe(Effect.ensuring(remove(path).pipe(Effect.ignore)))
 
 /** Flushes a directory's entries (created, renamed and deleted files) to the device. */
 export const syncDirectory = (directory: string) =>

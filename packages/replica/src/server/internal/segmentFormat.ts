@@ -5,14 +5,14 @@
  * encoded batch (u32), a CRC-32 (u32, of the base offset and the encoded batch), its base offset (u64), then the
  * batch in the tablet batch encoding (`batchCodec`: epoch, record count, producer stamp, records). Big-endian.
  *
- * Index (`<base offset>.index`): a sparse map from offsets to positions in its segment, one entry of 8 bytes per
- * `indexIntervalBytes` of log: the base offset of a batch relative to the segment's (u32) and the position of its
- * frame (u32), both increasing.
+ * Index (`<base offset>.index`): a CRC-32 of the entries (u32), then a sparse map from offsets to positions in its
+ * segment, one entry of 8 bytes per `indexIntervalBytes` of log: the base offset of a batch relative to the segment's
+ * (u32) and the position of its frame (u32), both increasing, the first at position 0.
  *
- * Checkpoints: `log-state.checkpoint` (the log start offset and the leader-epoch cache),
+ * Checkpoints: `log-state.checkpoint` (the log start offset, the leader-epoch cache, and a cut in progress),
  * `high-watermark.checkpoint`, and one producer snapshot per offset it is as of (`<offset>.snapshot`: every
- * producer's entry after the batches below that offset, and the log start then). Each starts with a CRC-32 of the rest, then a version
- * byte.
+ * producer's entry after the batches below that offset, and the log start then). Each starts with a CRC-32 of the
+ * rest, then a version byte.
  *
  * @internal
  */
@@ -144,9 +144,13 @@ export const batchHeader = (baseOffset: number, encoded: Uint8Array): BatchHeade
   return { baseOffset, epoch, count, producer }
 }
 
+/** The bytes an index file has before its entries (the CRC-32 of the entries). */
+export const INDEX_HEADER_BYTES = 4
+
 /**
  * Offsets (relative to a segment's base) and frame positions in it, both increasing: a segment's sparse index, or
- * the position of every batch of the active segment.
+ * (with `keep`) the positions of the active segment's latest batches, a window that keeps at least the `keep` latest
+ * and at most twice that many (the older half goes when it is full).
  */
 export class Positions {
   private offsets = new Uint32Array(16)
@@ -154,15 +158,24 @@ export class Positions {
   /** How many entries it holds. */
   count = 0
 
-  /** Adds an entry past every other. */
+  constructor(private readonly keep: number = Number.POSITIVE_INFINITY) {}
+
+  /** Adds an entry past every other (dropping the oldest ones of a full window). */
   push(offset: number, position: number): void {
     if (this.count === this.offsets.length) {
-      const offsets = new Uint32Array(this.count * 2)
-      const positions = new Uint32Array(this.count * 2)
-      offsets.set(this.offsets)
-      positions.set(this.positions)
-      this.offsets = offsets
-      this.positions = positions
+      if (this.count >= 2 * this.keep) {
+        const drop = this.count - this.keep
+        this.offsets.copyWithin(0, drop, this.count)
+        this.positions.copyWithin(0, drop, this.count)
+        this.count -= drop
+      } else {
+        const offsets = new Uint32Array(this.count * 2)
+        const positions = new Uint32Array(this.count * 2)
+        offsets.set(this.offsets)
+        positions.set(this.positions)
+        this.offsets = offsets
+        this.positions = positions
+      }
     }
     this.offsets[this.count] = offset
     this.positions[this.count] = position
@@ -199,35 +212,56 @@ export class Positions {
     while (this.count > 0 && this.positions[this.count - 1]! >= position) this.count--
   }
 
-  /** The index file's bytes. */
+  /** The index file's bytes: the CRC-32 of the entries, then the entries. */
   encode(): Uint8Array {
-    const out = new Uint8Array(this.count * 8)
+    const out = new Uint8Array(INDEX_HEADER_BYTES + this.count * 8)
     const view = viewOf(out)
     for (let i = 0; i < this.count; i++) {
-      view.setUint32(i * 8, this.offsets[i]!)
-      view.setUint32(i * 8 + 4, this.positions[i]!)
+      view.setUint32(INDEX_HEADER_BYTES + i * 8, this.offsets[i]!)
+      view.setUint32(INDEX_HEADER_BYTES + i * 8 + 4, this.positions[i]!)
     }
+    view.setUint32(0, crc32(out.subarray(INDEX_HEADER_BYTES)))
     return out
   }
 
   /** An index file's entries, or why they cannot be an index of a segment of `size` bytes. */
   static decode(bytes: Uint8Array, size: number): Positions | string {
-    if (bytes.length % 8 !== 0) return `an index of ${bytes.length} bytes`
+    if (bytes.length < INDEX_HEADER_BYTES || (bytes.length - INDEX_HEADER_BYTES) % 8 !== 0) {
+      return `an index of ${bytes.length} bytes`
+    }
     const view = viewOf(bytes)
+    if (crc32(bytes.subarray(INDEX_HEADER_BYTES)) !== view.getUint32(0)) return "an index that fails its CRC"
     const out = new Positions()
-    for (let at = 0; at < bytes.length; at += 8) {
+    for (let at = INDEX_HEADER_BYTES; at < bytes.length; at += 8) {
       const offset = view.getUint32(at)
       const position = view.getUint32(at + 4)
       const last = out.count - 1
       if (position >= size) return `an index entry at position ${position} of a ${size}-byte segment`
       if (last >= 0 && (offset <= out.offsetAt(last) || position <= out.positionAt(last))) {
-        return `index entries out of order at entry ${at / 8}`
+        return `index entries out of order at entry ${(at - INDEX_HEADER_BYTES) / 8}`
       }
       out.push(offset, position)
     }
-    if (size > 0 && (out.count === 0 || out.positionAt(0) !== 0)) return "an index without the segment's first batch"
+    if (size > 0 && (out.count === 0 || out.positionAt(0) !== 0 || out.offsetAt(0) !== 0)) {
+      return "an index without the segment's first batch"
+    }
     return out
   }
+}
+
+/**
+ * The last entry of an index file of `fileBytes` bytes from its last 8 bytes (`tail`), unchecked (the index's CRC
+ * covers all its entries; the frame the entry points at checks it), or `undefined` when it has none.
+ */
+export const lastIndexEntry = (
+  fileBytes: number,
+  tail: Uint8Array
+): { readonly offset: number; readonly position: number } | undefined => {
+  if (fileBytes < INDEX_HEADER_BYTES + 8 || (fileBytes - INDEX_HEADER_BYTES) % 8 !== 0 || tail.length !== 8) {
+    return undefined
+  }
+  const view = viewOf(tail)
+  return { offset: view.getUint32(0), position: view.getUint32(4) }
 }
 
 // ---------------------------------------------------------------------------
@@ -255,30 +289,70 @@ const opened = (bytes: Uint8Array, what: string): DataView | string => {
   return new DataView(bytes.buffer, bytes.byteOffset + 5, bytes.byteLength - 5)
 }
 
+/**
+ * A cut of the log in progress: written in `log-state.checkpoint` before its first file changes, cleared once it is
+ * done; a log that opens with one completes it first (each of its steps can be done again).
+ */
+export type Cut =
+  /** The log is emptied, to start and end at the log state's start (a reset, or a truncation below the start). */
+  | { readonly _tag: "Empty" }
+  /**
+   * The log ends in the segment based at `segment`: its bytes from `position` on go, `frame` (when set: a batch's
+   * records below `end`, framed) is written at `position` first, and every later segment goes; the log then ends at
+   * `end`.
+   */
+  | {
+      readonly _tag: "At"
+      readonly segment: number
+      readonly position: number
+      readonly end: number
+      readonly frame: Uint8Array | undefined
+    }
+
 /** What `log-state.checkpoint` holds. */
 export interface LogState {
   readonly start: number
   readonly epochs: LeaderEpochCache.LeaderEpochCache
+  /** The cut in progress, if any. */
+  readonly cut?: Cut | undefined
 }
 
-/** The bytes of `log-state.checkpoint`: start (u64), entry count (u32), per entry epoch (u32) and start (u64). */
+/** The bytes a cut takes in `log-state.checkpoint`. */
+const cutBytes = (cut: Cut | undefined): number =>
+  cut === undefined || cut._tag === "Empty" ? 1 : 1 + 24 + 4 + (cut.frame?.length ?? 0)
+
+/**
+ * The bytes of `log-state.checkpoint`: start (u64), entry count (u32), per entry epoch (u32) and start (u64), then
+ * the cut in progress: none (0), `Empty` (1), or `At` (2) with its segment, position and end (u64 each), then its
+ * frame's length (u32, 0 for none) and bytes.
+ */
 export const encodeLogState = (s: LogState): Uint8Array =>
-  checkpoint(12 + s.epochs.length * 12, (view, at) => {
+  checkpoint(12 + s.epochs.length * 12 + cutBytes(s.cut), (view, at) => {
     setOffset(view, at, s.start)
     view.setUint32(at + 8, s.epochs.length)
     s.epochs.forEach((e, i) => {
       view.setUint32(at + 12 + i * 12, e.epoch)
       setOffset(view, at + 16 + i * 12, e.startOffset)
     })
+    const c = at + 12 + s.epochs.length * 12
+    const cut = s.cut
+    view.setUint8(c, cut === undefined ? 0 : cut._tag === "Empty" ? 1 : 2)
+    if (cut?._tag !== "At") return
+    setOffset(view, c + 1, cut.segment)
+    setOffset(view, c + 9, cut.position)
+    setOffset(view, c + 17, cut.end)
+    view.setUint32(c + 25, cut.frame?.length ?? 0)
+    if (cut.frame !== undefined) new Uint8Array(view.buffer, view.byteOffset + c + 29, cut.frame.length).set(cut.frame)
   })
 
 /** `log-state.checkpoint` back, or why it cannot be read. */
 export const decodeLogState = (bytes: Uint8Array): LogState | string => {
   const view = opened(bytes, "log state")
   if (typeof view === "string") return view
-  if (view.byteLength < 12) return "the log state checkpoint is cut short"
+  if (view.byteLength < 13) return "the log state checkpoint is cut short"
   const count = view.getUint32(8)
-  if (view.byteLength !== 12 + count * 12) return `the log state checkpoint has the wrong size for ${count} epochs`
+  const c = 12 + count * 12
+  if (view.byteLength < c + 1) return `the log state checkpoint has the wrong size for ${count} epochs`
   const epochs = Array.from({ length: count }, (_, i) => ({
     epoch: view.getUint32(12 + i * 12),
     startOffset: getOffset(view, 16 + i * 12)
@@ -288,7 +362,25 @@ export const decodeLogState = (bytes: Uint8Array): LogState | string => {
       return "the log state checkpoint's epochs are out of order"
     }
   }
-  return { start: getOffset(view, 0), epochs }
+  const start = getOffset(view, 0)
+  const tag = view.getUint8(c)
+  if (tag === 0 || tag === 1) {
+    if (view.byteLength !== c + 1) return "the log state checkpoint has bytes past its end"
+    return tag === 0 ? { start, epochs } : { start, epochs, cut: { _tag: "Empty" } }
+  }
+  if (tag !== 2) return `the log state checkpoint has cut kind ${tag}`
+  if (view.byteLength < c + 29) return "the log state checkpoint's cut is cut short"
+  const length = view.getUint32(c + 25)
+  if (view.byteLength !== c + 29 + length) return "the log state checkpoint's cut has the wrong size"
+  const frame = length === 0 ? undefined : new Uint8Array(view.buffer, view.byteOffset + c + 29, length).slice()
+  const cut: Cut = {
+    _tag: "At",
+    segment: getOffset(view, c + 1),
+    position: getOffset(view, c + 9),
+    end: getOffset(view, c + 17),
+    frame
+  }
+  return { start, epochs, cut }
 }
 
 /** The bytes of `high-watermark.checkpoint`: the high watermark (u64). */

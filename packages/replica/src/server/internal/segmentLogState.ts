@@ -5,6 +5,7 @@
  * @internal
  */
 import { type Models, Store } from "@strata/core"
+import type { FileHandle } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect, Semaphore } from "effect"
 import type * as LeaderEpochCache from "../../machines/LeaderEpochCache.js"
@@ -50,8 +51,14 @@ export interface Opened {
   snapshots: Array<number>
   /** The sealed segments open (file and index), least recently used first. */
   open: Array<Segments.Segment>
-  /** Bytes written to the active segment since it was last flushed to the device. */
-  unflushed: number
+  /** The bytes appended since the log opened (to whichever segment). */
+  written: number
+  /** How many of `written` are flushed to the device (the active segment's bytes past them are not). */
+  flushedTo: number
+  /** Whether a segment file was created since the directory was last flushed to the device. */
+  directoryDirty: boolean
+  /** The high-watermark checkpoint's file, open while the log is (written in place). */
+  hwFile: FileHandle | undefined
   closed: boolean
   /** The storage failure that broke a change half-way: every operation fails with it until the log is reopened. */
   broken: TabletLogError | undefined
@@ -123,15 +130,22 @@ export const holding = (o: Opened, offset: number): number => {
 /** Where the segment at `i` ends: the next one's base, or the log end. */
 export const endOf = (o: Opened, i: number): number => o.segments[i + 1]?.base ?? o.end
 
-/** The segment's open file, opening it (and noting it among the open ones) if needed. */
+/**
+ * The segment's open file, opening it (and noting it among the open ones) if needed; not interruptible, so a file
+ * opened is always kept (and closed with the segment).
+ */
 export const handleOf = (o: Opened, segment: Segments.Segment) =>
-  segment.handle === undefined
-    ? Effect.gen(function* () {
-        segment.handle = yield* disk(o, Files.open(segment.path, "r+"))
-        yield* used(o, segment)
-        return segment.handle
-      })
-    : Effect.as(used(o, segment), segment.handle)
+  Effect.uninterruptible(
+    Effect.suspend(() =>
+      segment.handle === undefined
+        ? Effect.gen(function* () {
+            segment.handle = yield* disk(o, Files.open(segment.path, "r+"))
+            yield* used(o, segment)
+            return segment.handle
+          })
+        : Effect.as(used(o, segment), segment.handle)
+    )
+  )
 
 /** Notes that a sealed segment was used; closes the least recently used beyond `MAX_OPEN_SEGMENTS`. */
 export const used = (o: Opened, segment: Segments.Segment) =>
@@ -176,22 +190,34 @@ export const walkWhole = (
       : Effect.fail(corrupt(o, `${Format.segmentFile(segment.base)} at byte ${w.position}: ${w.bad}`))
   )
 
-/** Rebuilds a segment's index (and, for `withBatches`, every batch's position) from its frames. */
-export const rebuildIndexes = (o: Opened, segment: Segments.Segment, withBatches: boolean) =>
+/**
+ * Rebuilds a sealed segment's index from its frames, checking that they continue each other from its base (each
+ * batch where the one before it ended).
+ */
+export const rebuildIndex = (o: Opened, segment: Segments.Segment) =>
   Effect.gen(function* () {
-    const index = new Format.Positions()
-    const batches = withBatches ? new Format.Positions() : undefined
-    const fresh = { ...segment, index, batches, lastIndexed: 0 }
+    const fresh = { ...segment, index: new Format.Positions(), batches: undefined, lastIndexed: 0 }
+    let expect = segment.base
+    let misplaced: string | undefined
     yield* walkWhole(o, segment, 0, segment.size, Segments.WALK_CHUNK_BYTES, (f, position) => {
+      if (f.baseOffset !== expect) {
+        misplaced = `${Format.segmentFile(segment.base)}: a batch at ${f.baseOffset} where ${expect} was expected`
+        return false
+      }
       Segments.noteBatch(fresh, f.baseOffset, position, o.options.indexIntervalBytes)
+      expect += f.count
       return true
     })
-    segment.index = index
+    if (misplaced !== undefined) return yield* Effect.fail(corrupt(o, misplaced))
+    segment.index = fresh.index
     segment.lastIndexed = fresh.lastIndexed
-    if (withBatches) segment.batches = batches
+    return fresh.index
   })
 
-/** A sealed segment's index: loaded from its file (rebuilt from the segment, and written, when it is not right). */
+/**
+ * A sealed segment's index: loaded from its file, or rebuilt from the segment (and written again) when the file is
+ * missing or fails its checks (its CRC, its order, its positions).
+ */
 export const indexOf = (o: Opened, segment: Segments.Segment) =>
   Effect.gen(function* () {
     if (segment.index !== undefined) return segment.index
@@ -199,24 +225,66 @@ export const indexOf = (o: Opened, segment: Segments.Segment) =>
     const loaded = bytes === undefined ? undefined : Format.Positions.decode(bytes, segment.size)
     if (loaded !== undefined && typeof loaded !== "string") segment.index = loaded
     else {
-      yield* rebuildIndexes(o, segment, false)
-      yield* disk(o, Files.replace(o.directory, Format.indexFile(segment.base), segment.index!.encode(), true))
+      if (typeof loaded === "string") {
+        yield* Effect.logWarning(`tablet ${o.name}: ${Format.indexFile(segment.base)}: ${loaded}; rebuilding it`)
+      }
+      const index = yield* rebuildIndex(o, segment)
+      // Derived from the segment: not flushed (one lost or torn is rebuilt again).
+      yield* disk(o, Files.replace(o.directory, Format.indexFile(segment.base), index.encode(), false))
     }
     yield* used(o, segment)
     return segment.index!
   })
 
-/** Creates an empty segment at `base` (the active one from now on, once pushed). */
-export const createSegment = (o: { readonly name: string; readonly directory: string }, base: number, now: number) =>
+/** The frame of a segment holding `offset` (an offset the segment holds), and its position. */
+export const frameHolding = (o: Opened, segment: Segments.Segment, offset: number) =>
+  Effect.gen(function* () {
+    const relative = offset - segment.base
+    const recent = segment.batches
+    const j = recent === undefined ? -1 : recent.floor(relative)
+    let from: number
+    let limit = segment.size
+    if (recent !== undefined && j >= 0) {
+      from = recent.positionAt(j)
+      if (j + 1 < recent.count) limit = recent.positionAt(j + 1)
+    } else {
+      const index = segment.index ?? (yield* indexOf(o, segment))
+      const e = index.floor(relative)
+      from = e < 0 ? 0 : index.positionAt(e)
+      if (e + 1 < index.count) limit = index.positionAt(e + 1)
+    }
+    let found: { readonly frame: Format.Frame; readonly position: number } | undefined
+    yield* walkWhole(o, segment, from, limit, Math.min(limit - from, Segments.WALK_CHUNK_BYTES), (f, position) => {
+      if (f.baseOffset + f.count <= offset) return true
+      if (f.baseOffset <= offset) found = { frame: f, position }
+      return false
+    })
+    if (found === undefined) {
+      return yield* Effect.fail(corrupt(o, `${Format.segmentFile(segment.base)} has no batch holding ${offset}`))
+    }
+    return found
+  })
+
+/**
+ * Creates an empty segment at `base` (the active one from now on, once pushed); its file is closed again if a later
+ * step fails. The directory is not flushed here: the next flush of the log does it (`directoryDirty`).
+ */
+export const createSegment = (
+  o: { readonly name: string; readonly directory: string; directoryDirty: boolean },
+  base: number,
+  now: number
+) =>
   Effect.gen(function* () {
     const segment = Segments.segmentAt(o.directory, base, 0, now)
     segment.handle = yield* disk(o, Files.open(segment.path, "w+"))
     segment.index = new Format.Positions()
-    segment.batches = new Format.Positions()
-    yield* disk(o, Files.remove(segment.indexPath))
-    yield* disk(o, Files.syncDirectory(o.directory))
+    segment.batches = Segments.recentPositions()
+    o.directoryDirty = true
+    yield* disk(o, Files.remove(segment.indexPath)).pipe(
+      Effect.onError(() => closeSegment(segment).pipe(Effect.ignore))
+    )
     return segment
-  })
+  }).pipe(Effect.uninterruptible)
 
 /** Deletes a segment's files (closing it first). */
 export const deleteSegment = (o: Opened, segment: Segments.Segment) =>
@@ -227,34 +295,52 @@ export const deleteSegment = (o: Opened, segment: Segments.Segment) =>
     yield* disk(o, Files.remove(segment.indexPath))
   })
 
-/** Replaces `log-state.checkpoint` (flushed to the device). */
+/** Replaces `log-state.checkpoint`, flushed to the device (the directory too). */
 export const writeLogState = (o: Opened, state: Format.LogState) =>
-  disk(o, Files.replace(o.directory, Format.LOG_STATE_FILE, Format.encodeLogState(state), true))
+  disk(o, Files.replace(o.directory, Format.LOG_STATE_FILE, Format.encodeLogState(state), true)).pipe(
+    Effect.tap(() => Effect.sync(() => (o.directoryDirty = false)))
+  )
 
-/** Replaces `high-watermark.checkpoint` (flushed to the device when `durable`). */
+/**
+ * Writes the high-watermark checkpoint in place (one write at position 0 of its open file: a write torn by a power
+ * loss fails its CRC and reads as absent), flushed to the device when `durable`.
+ */
 export const writeHighWatermark = (o: Opened, hw: number, durable: boolean) =>
-  disk(o, Files.replace(o.directory, Format.HIGH_WATERMARK_FILE, Format.encodeHighWatermark(hw), durable))
-
-/** Flushes the active segment to the device if it has unflushed bytes. */
-export const flush = (o: Opened) =>
   Effect.suspend(() => {
-    if (o.unflushed === 0) return Effect.void
-    const segment = active(o)
-    return disk(o, Files.sync(segment.handle!, segment.path)).pipe(
-      Effect.tap(() => Effect.sync(() => (o.unflushed = 0)))
-    )
+    const file = o.hwFile
+    const path = join(o.directory, Format.HIGH_WATERMARK_FILE)
+    if (file === undefined) {
+      return Effect.fail(storeFailed(o)(Store.storeError(new Store.Closed({ store: `${Files.STORE_NAME} ${path}` }))))
+    }
+    const written = disk(o, Files.writeAt(file, path, [Format.encodeHighWatermark(hw)], 0))
+    return durable ? Effect.andThen(written, disk(o, Files.sync(file, path))) : written
+  })
+
+/** Flushes the active segment to the device if it has unflushed bytes, and the directory if a segment was created. */
+export const flush = (o: Opened) =>
+  Effect.gen(function* () {
+    if (o.written > o.flushedTo) {
+      const segment = active(o)
+      yield* disk(o, Files.sync(segment.handle!, segment.path))
+      o.flushedTo = o.written
+    }
+    if (o.directoryDirty) {
+      yield* disk(o, Files.syncDirectory(o.directory))
+      o.directoryDirty = false
+    }
   })
 
 /**
- * Writes the producer snapshot as of `asOf` (at most the log end), after flushing the active segment (a snapshot
- * never covers batches the device may not have), then deletes the snapshots it supersedes: those after the base of
- * the segment holding `asOf` and before it.
+ * Writes the producer snapshot as of `asOf` (at most the log end), then deletes the snapshots it supersedes: those
+ * after the base of the segment holding `asOf` and before it. `durable`: the log is flushed first (the snapshot
+ * never covers batches the device may not have) and the snapshot after; otherwise it is only renamed into place (a
+ * power loss may take it, and the log opens from an older one).
  */
-export const writeSnapshot = (o: Opened, asOf: number, producers: Format.Producers) =>
+export const writeSnapshot = (o: Opened, asOf: number, producers: Format.Producers, durable: boolean) =>
   Effect.gen(function* () {
-    yield* flush(o)
+    if (durable) yield* flush(o)
     const bytes = Format.encodeSnapshot({ asOf, start: o.start, producers })
-    yield* disk(o, Files.replace(o.directory, Format.snapshotFile(asOf), bytes, true))
+    yield* disk(o, Files.replace(o.directory, Format.snapshotFile(asOf), bytes, durable))
     const base = o.segments[holding(o, asOf)]!.base
     const superseded = o.snapshots.filter((s) => s > base && s < asOf)
     o.snapshots = [...o.snapshots.filter((s) => s !== asOf && !superseded.includes(s)), asOf].sort((a, b) => a - b)
@@ -262,9 +348,7 @@ export const writeSnapshot = (o: Opened, asOf: number, producers: Format.Produce
     yield* Effect.forEach(
       superseded,
       (s) => Files.remove(join(o.directory, Format.snapshotFile(s))).pipe(Effect.ignore),
-      {
-        discard: true
-      }
+      { discard: true }
     )
   })
 
@@ -277,18 +361,78 @@ export const dropSnapshots = (o: Opened, drop: (asOf: number) => boolean) =>
     }
   })
 
-/** Rolls: flushes the active segment and writes its index, starts a new one at the log end, snapshots there. */
+/**
+ * Rolls: flushes the active segment to the device (so a sealed segment is whole on the device before a later one
+ * exists), writes its index, starts a new segment at the log end, and snapshots the producers there. The index and
+ * the snapshot are not flushed: a power loss that takes them costs the next opening a longer walk.
+ */
 export const roll = (o: Opened, now: number) =>
   Effect.gen(function* () {
     const old = active(o)
     yield* disk(o, Files.sync(old.handle!, old.path))
-    o.unflushed = 0
-    yield* disk(o, Files.replace(o.directory, Format.indexFile(old.base), old.index!.encode(), true))
+    o.flushedTo = o.written
+    yield* disk(o, Files.replace(o.directory, Format.indexFile(old.base), old.index!.encode(), false))
     const next = yield* createSegment(o, o.end, now)
-    yield* writeSnapshot(o, o.end, o.producers)
+    yield* writeSnapshot(o, o.end, o.producers, false).pipe(
+      Effect.onError(() => closeSegment(next).pipe(Effect.ignore))
+    )
     old.batches = undefined
     o.segments.push(next)
     yield* used(o, old)
+  }).pipe(Effect.uninterruptible)
+
+/**
+ * Empties the log at its start (see `Format.Cut`'s `Empty`): every segment goes, an empty one starts at the start,
+ * and every snapshot goes (an empty log has no producers).
+ */
+export const emptyAtStart = (o: Opened, now: number) =>
+  Effect.gen(function* () {
+    // The last first, each left among the segments until it is closed (the closing closes the others).
+    while (o.segments.length > 0) {
+      yield* deleteSegment(o, o.segments.at(-1)!)
+      o.segments.pop()
+    }
+    o.open = []
+    o.flushedTo = o.written
+    o.segments = [yield* createSegment(o, o.start, now)]
+    o.end = o.start
+    yield* dropSnapshots(o, () => true)
+  })
+
+/**
+ * Cuts the log as `cut` (an `At`) says, its segment being `o.segments[k]`, each step one that can be done again:
+ * the segments after it go (the last first), `cut.frame` is written at `cut.position` and flushed, the segment is
+ * cut after it and flushed, and its index file goes (it is the active segment now).
+ */
+export const cutSegment = (o: Opened, k: number, cut: Extract<Format.Cut, { readonly _tag: "At" }>) =>
+  Effect.gen(function* () {
+    while (o.segments.length > k + 1) {
+      yield* deleteSegment(o, o.segments.at(-1)!)
+      o.segments.pop()
+    }
+    const segment = o.segments[k]!
+    if (segment.size < cut.position) {
+      return yield* Effect.fail(
+        corrupt(
+          o,
+          `${Format.segmentFile(segment.base)} has ${segment.size} bytes, not the ${cut.position} it is cut at`
+        )
+      )
+    }
+    const handle = yield* handleOf(o, segment)
+    const size = cut.position + (cut.frame?.length ?? 0)
+    if (cut.frame !== undefined) {
+      yield* disk(o, Files.writeAt(handle, segment.path, [cut.frame], cut.position))
+      // On the device before the truncation: a file system may otherwise commit the shorter size first.
+      yield* disk(o, Files.sync(handle, segment.path))
+    }
+    if (segment.size !== size) {
+      yield* disk(o, Files.truncate(handle, segment.path, size))
+      yield* disk(o, Files.sync(handle, segment.path))
+    }
+    segment.size = size
+    o.open = o.open.filter((s) => s !== segment)
+    yield* disk(o, Files.remove(segment.indexPath))
   })
 
 /**
@@ -319,40 +463,48 @@ export const producersAt = (o: Opened, end: number) =>
 
 /**
  * The latest batches below `end` (and reaching past the start) of each producer of `lost`: its latest producer
- * epoch's, at most `RECENT_BATCHES`, oldest first; found by reading the log back from `end`, segment by segment, at
- * most `PRODUCER_SCAN_BATCHES` batches (as the store-backed log does: a producer not found within them is
- * forgotten).
+ * epoch's, at most `RECENT_BATCHES`, oldest first; found by reading the log back from `end`, a stretch between two
+ * index entries at a time, at most `PRODUCER_SCAN_BATCHES` batches (as the store-backed log does: a producer not
+ * found within them is forgotten).
  */
 const latestBatchesOf = (o: Opened, lost: ReadonlySet<number>, end: number) =>
   Effect.gen(function* () {
     const found = new Map<number, Array<Format.BatchHeader>>()
     const done = new Set<number>()
     let scanned = 0
-    for (let i = holding(o, end - 1); i >= 0 && done.size < lost.size && scanned < PRODUCER_SCAN_BATCHES; i--) {
+    const more = () => done.size < lost.size && scanned < PRODUCER_SCAN_BATCHES
+    for (let i = holding(o, end - 1); i >= 0 && more(); i--) {
       const segment = o.segments[i]!
-      // The segment's batches below `end`, oldest first: the last `PRODUCER_SCAN_BATCHES` of them are enough.
-      let headers: Array<Format.BatchHeader> = []
-      yield* walkWhole(o, segment, 0, segment.size, Segments.WALK_CHUNK_BYTES, (f) => {
-        if (f.baseOffset >= end) return false
-        if (f.baseOffset + f.count > o.start) {
-          headers.push({ baseOffset: f.baseOffset, epoch: f.epoch, count: f.count, producer: f.producer })
+      const index = segment.index ?? (yield* indexOf(o, segment))
+      // From the index entry at or below the last batch before `end`, back to the segment's first.
+      let limit = segment.size
+      for (let e = index.floor(end - 1 - segment.base); e >= 0 && more(); e--) {
+        const from = index.positionAt(e)
+        const headers: Array<Format.BatchHeader> = []
+        yield* walkWhole(o, segment, from, limit, Math.max(1, limit - from), (f) => {
+          if (f.baseOffset >= end) return false
+          if (f.baseOffset + f.count > o.start) {
+            headers.push({ baseOffset: f.baseOffset, epoch: f.epoch, count: f.count, producer: f.producer })
+          }
+          return true
+        })
+        limit = from
+        for (let h = headers.length - 1; h >= 0 && more(); h--) {
+          scanned++
+          const b = headers[h]!
+          const p = b.producer
+          if (p === undefined || !lost.has(p.id) || done.has(p.id)) continue
+          const seen = found.get(p.id) ?? []
+          if (seen.length > 0 && seen[0]!.producer!.epoch !== p.epoch) {
+            done.add(p.id)
+            continue
+          }
+          seen.unshift(b)
+          found.set(p.id, seen)
+          if (seen.length === ProducerState.RECENT_BATCHES) done.add(p.id)
         }
-        if (headers.length > 2 * PRODUCER_SCAN_BATCHES) headers = headers.slice(-PRODUCER_SCAN_BATCHES)
-        return true
-      })
-      for (let h = headers.length - 1; h >= 0 && done.size < lost.size && scanned < PRODUCER_SCAN_BATCHES; h--) {
-        scanned++
-        const b = headers[h]!
-        const p = b.producer
-        if (p === undefined || !lost.has(p.id) || done.has(p.id)) continue
-        const seen = found.get(p.id) ?? []
-        if (seen.length > 0 && seen[0]!.producer!.epoch !== p.epoch) {
-          done.add(p.id)
-          continue
-        }
-        seen.unshift(b)
-        found.set(p.id, seen)
-        if (seen.length === ProducerState.RECENT_BATCHES) done.add(p.id)
+        // The batches before this stretch all end at or below its first offset: none reaches past the start.
+        if (segment.base + index.offsetAt(e) <= o.start) return found
       }
     }
     return found

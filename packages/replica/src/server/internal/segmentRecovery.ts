@@ -1,12 +1,12 @@
 /**
- * Opening a segment log (its checkpoints, then a walk of its tail that cuts a torn one off) and closing it. See
- * `SegmentLog.ts`.
+ * Opening a segment log (its checkpoints, a cut in progress completed, the segments checked, a walk of its tail that
+ * cuts a torn one off) and closing it. See `SegmentLog.ts`.
  *
  * @internal
  */
 import { Models } from "@strata/core"
 import { join } from "node:path"
-import { Clock, Effect, Semaphore } from "effect"
+import { Cause, Clock, Effect, Semaphore } from "effect"
 import * as LeaderEpochCache from "../../machines/LeaderEpochCache.js"
 import * as ProducerState from "../../machines/ProducerState.js"
 import type { TabletLogError } from "../TabletLog.js"
@@ -17,11 +17,14 @@ import {
   closeSegment,
   corrupt,
   createSegment,
+  cutSegment,
   deleteSegment,
   disk,
   dropSnapshots,
+  emptyAtStart,
   handleOf,
   holding,
+  indexOf,
   keepFrom,
   type Opened,
   type Settings,
@@ -32,6 +35,18 @@ import {
   writeSnapshot
 } from "./segmentLogState.js"
 import * as Segments from "./segments.js"
+
+/** The bytes of a high-watermark checkpoint. */
+const HW_BYTES = Format.encodeHighWatermark(0).length
+
+/** Closes every file the log has open (what a failed opening, or the closing, leaves). */
+const closeFiles = (o: Opened) =>
+  Effect.gen(function* () {
+    yield* Effect.forEach(o.segments, (s) => closeSegment(s).pipe(Effect.ignore), { discard: true })
+    const file = o.hwFile
+    o.hwFile = undefined
+    if (file !== undefined) yield* Effect.ignore(Files.close(file, Format.HIGH_WATERMARK_FILE))
+  })
 
 /** Opens the log in its directory (see `recoverLog`); a failure closes what it opened. */
 export const load = (options: Settings): Effect.Effect<Opened, TabletLogError> =>
@@ -53,17 +68,23 @@ export const load = (options: Settings): Effect.Effect<Opened, TabletLogError> =
       lastAppend: new Map(),
       snapshots: [],
       open: [],
-      unflushed: 0,
+      written: 0,
+      flushedTo: 0,
+      directoryDirty: false,
+      hwFile: undefined,
       closed: false,
       broken: undefined
     }
     return yield* recoverLog(o, now).pipe(
-      Effect.onError(() => Effect.forEach(o.segments, (s) => closeSegment(s).pipe(Effect.ignore), { discard: true })),
+      Effect.onError(() => closeFiles(o)),
       Effect.as(o)
     )
   })
 
-/** Reads the checkpoints, then the segments from the latest usable snapshot (see the module comment). */
+/**
+ * Reads the checkpoints, completes a cut in progress, checks the segments, then walks them from the latest usable
+ * snapshot (see the module comment of `SegmentLog.ts`).
+ */
 const recoverLog = (o: Opened, now: number) =>
   Effect.gen(function* () {
     const directory = o.directory
@@ -85,25 +106,42 @@ const recoverLog = (o: Opened, now: number) =>
     const stateBytes = yield* disk(o, Files.readIfExists(path(Format.LOG_STATE_FILE)))
     const logState = stateBytes === undefined ? undefined : Format.decodeLogState(stateBytes)
     if (typeof logState === "string") return yield* Effect.fail(corrupt(o, logState))
+    /** What `log-state.checkpoint` holds now. */
+    let written: Format.LogState | undefined = logState
     const hwBytes = yield* disk(o, Files.readIfExists(path(Format.HIGH_WATERMARK_FILE)))
     // Not flushed on every checkpoint: one a power loss damaged reads as absent.
     const hwRead = hwBytes === undefined ? undefined : Format.decodeHighWatermark(hwBytes)
     const checkpointedHw = typeof hwRead === "number" ? hwRead : undefined
+    o.hwFile = yield* disk(o, Files.openOrCreate(path(Format.HIGH_WATERMARK_FILE)))
 
     o.start = logState?.start ?? bases[0] ?? 0
-    // Segments wholly below the start (a retention or reset that stopped before deleting them).
-    while (bases.length > 1 && bases[1]! <= o.start) {
-      const base = bases.shift()!
-      yield* disk(o, Files.remove(path(Format.segmentFile(base))))
-      yield* disk(o, Files.remove(path(Format.indexFile(base))))
-    }
-    if (bases[0] !== undefined && bases[0] > o.start) o.start = bases[0]
     for (const base of bases) {
       o.segments.push(
         Segments.segmentAt(directory, base, yield* disk(o, Files.sizeOf(path(Format.segmentFile(base)))), now)
       )
     }
-    if (o.segments.length === 0) o.segments.push(yield* createSegment(o, o.start, now))
+    const cut = logState?.cut
+    if (cut !== undefined) {
+      yield* Effect.logWarning(`tablet ${o.name}: completing a cut of the log a crash interrupted`)
+      if (cut._tag === "Empty") yield* emptyAtStart(o, now)
+      else {
+        const k = o.segments.findIndex((s) => s.base === cut.segment)
+        if (k < 0) return yield* Effect.fail(corrupt(o, `the segment ${cut.segment} a cut ends in is missing`))
+        yield* cutSegment(o, k, cut)
+        yield* dropSnapshots(o, (s) => s > cut.end)
+      }
+    }
+    // Segments wholly below the start (a retention that stopped before deleting them).
+    while (o.segments.length > 1 && o.segments[1]!.base <= o.start) yield* deleteSegment(o, o.segments.shift()!)
+    if (o.segments.length === 0) {
+      // Only a new log has none: every change that deletes segments creates the next one first, or is a cut.
+      if (logState !== undefined) return yield* Effect.fail(corrupt(o, "every segment file is missing"))
+      o.segments.push(yield* createSegment(o, o.start, now))
+    }
+    if (o.segments[0]!.base > o.start) {
+      const first = o.segments[0]!.base
+      return yield* Effect.fail(corrupt(o, `the log starts at ${o.start}, its first segment at ${first}`))
+    }
     yield* dropSnapshots(o, (s) => s < o.segments[0]!.base)
 
     // Walk from the latest snapshot's segment (from the first when the epochs' checkpoint is missing); a snapshot
@@ -111,6 +149,7 @@ const recoverLog = (o: Opened, now: number) =>
     let recovered: Recovered
     /** The log start when the snapshot used was written. */
     let snapshotStart: number | undefined
+    let from: number
     for (;;) {
       const snapshot = o.snapshots.at(-1)
       const producers = new Map<number, ProducerState.Entry>()
@@ -127,7 +166,7 @@ const recoverLog = (o: Opened, now: number) =>
         snapshotStart = decoded.start
       }
       const asOf = snapshot ?? o.segments[0]!.base
-      const from = logState === undefined ? 0 : holding(o, asOf)
+      from = logState === undefined ? 0 : holding(o, asOf)
       recovered = yield* recover(o, from, asOf, logState?.epochs ?? LeaderEpochCache.empty, producers)
       if (snapshot !== undefined && recovered.end < snapshot) {
         yield* dropSnapshots(o, (s) => s === snapshot)
@@ -135,18 +174,22 @@ const recoverLog = (o: Opened, now: number) =>
       }
       break
     }
+    // The segments before the walk: each must end where the next one starts.
+    for (let i = 0; i < from && i < o.segments.length - 1; i++) yield* checkSealed(o, i)
     o.end = recovered.end
+    let epochs = recovered.epochs
+    if (o.start < o.end) epochs = LeaderEpochCache.truncateFromEnd(epochs, o.end)
+    epochs = LeaderEpochCache.truncateFromStart(epochs, o.start)
     if (o.start > o.end || (o.start === o.end && (o.segments.length > 1 || active(o).base !== o.start))) {
-      // Every batch is below the start (a retention to the end, or a reset, that stopped half-way).
-      for (const segment of o.segments) yield* deleteSegment(o, segment)
-      o.segments = [yield* createSegment(o, o.start, now)]
-      o.end = o.start
+      // Every batch is below the start (a retention to the end that stopped half-way, or a power loss that took
+      // the batches past it): the log is emptied at its start, a cut like any other.
+      written = { start: o.start, epochs, cut: { _tag: "Empty" } }
+      yield* writeLogState(o, written)
+      yield* emptyAtStart(o, now)
       recovered.producers.clear()
     }
     yield* dropSnapshots(o, (s) => s > o.end || s < o.segments[0]!.base)
-    let epochs = recovered.epochs
-    if (o.start < o.end) epochs = LeaderEpochCache.truncateFromEnd(epochs, o.end)
-    o.epochs = LeaderEpochCache.truncateFromStart(epochs, o.start)
+    o.epochs = epochs
     // The start moved after the snapshot (a retention that stopped half-way): the producers that went with it go.
     setProducers(
       o,
@@ -155,10 +198,16 @@ const recoverLog = (o: Opened, now: number) =>
         : keepFrom(recovered.producers, o.start)
     )
     o.hw = Math.min(Math.max(checkpointedHw ?? o.start, o.start), o.end)
+    if (hwBytes?.length !== HW_BYTES || checkpointedHw === undefined) {
+      // Missing, or not a checkpoint: written whole once, so that each later one is a write in place.
+      yield* writeHighWatermark(o, o.hw, false)
+      yield* disk(o, Files.truncate(o.hwFile, Format.HIGH_WATERMARK_FILE, HW_BYTES))
+    }
     if (
-      logState === undefined ||
-      logState.start !== o.start ||
-      JSON.stringify(logState.epochs) !== JSON.stringify(o.epochs)
+      written === undefined ||
+      written.cut !== undefined ||
+      written.start !== o.start ||
+      JSON.stringify(written.epochs) !== JSON.stringify(o.epochs)
     ) {
       yield* writeLogState(o, { start: o.start, epochs: o.epochs })
     }
@@ -172,10 +221,12 @@ interface Recovered {
 }
 
 /**
- * Walks the segments from the one at `from` to the last: checks every frame, cuts the log at the first that is not
- * whole (a torn tail) and deletes the segments after it (and after a segment that does not continue the one before
- * it); rebuilds their indexes, the active segment's positions, the epochs of the batches at or past the start, and
- * the producer entries of the batches at or past `asOf`.
+ * Walks the segments from the one at `from` to the last: checks every frame, and that each batch starts where the
+ * one before it ended (across segments too); cuts the last segment at the first bytes that are not a whole batch
+ * there (a torn tail). Anything else (a bad frame, or a segment that does not continue the one before it, in a
+ * sealed segment) is `Corrupt`: sealed segments were flushed to the device before the next one was created, and
+ * cuts are completed before the walk. Rebuilds the walked segments' indexes, the active segment's recent positions,
+ * the epochs of the batches reaching past the start, and the producer entries of the batches at or past `asOf`.
  */
 const recover = (
   o: Opened,
@@ -189,15 +240,14 @@ const recover = (
     let expect = o.segments[from]!.base
     for (let i = from; i < o.segments.length; i++) {
       const segment = o.segments[i]!
+      const last = i === o.segments.length - 1
+      const file = Format.segmentFile(segment.base)
       if (segment.base !== expect) {
-        yield* Effect.logWarning(
-          `tablet ${o.name}: segment ${segment.base} does not continue the log at ${expect}; deleting it and the later ones`
-        )
-        for (const later of o.segments.splice(i)) yield* deleteSegment(o, later)
-        break
+        return yield* Effect.fail(corrupt(o, `${file} does not continue the log at ${expect}`))
       }
+      if (!last && segment.size === 0) return yield* Effect.fail(corrupt(o, `${file} is empty, not the last`))
       segment.index = new Format.Positions()
-      segment.batches = new Format.Positions()
+      segment.batches = Segments.recentPositions()
       segment.lastIndexed = 0
       let misplaced: string | undefined
       const walked = yield* walk(o, segment, 0, segment.size, Segments.WALK_CHUNK_BYTES, (f, position) => {
@@ -217,23 +267,66 @@ const recover = (
         return true
       })
       if (walked.position < segment.size) {
+        const why = walked.bad ?? misplaced
+        if (!last) return yield* Effect.fail(corrupt(o, `${file} at byte ${walked.position}: ${why}`))
         yield* Effect.logWarning(
-          `tablet ${o.name}: ${Format.segmentFile(segment.base)} ends in ${segment.size - walked.position} bytes that ` +
-            `are not whole batches (${walked.bad ?? misplaced}); cutting them off`
+          `tablet ${o.name}: ${file} ends in ${segment.size - walked.position} bytes that are not whole batches ` +
+            `(${why}); cutting them off`
         )
         yield* disk(o, Files.truncate(yield* handleOf(o, segment), segment.path, walked.position))
         segment.size = walked.position
-        for (const later of o.segments.splice(i + 1)) yield* deleteSegment(o, later)
       }
     }
     for (const segment of o.segments.slice(from, -1)) {
       segment.batches = undefined
-      yield* disk(o, Files.replace(o.directory, Format.indexFile(segment.base), segment.index!.encode(), true))
+      // Derived from the segment: not flushed (one lost or torn is rebuilt).
+      yield* disk(o, Files.replace(o.directory, Format.indexFile(segment.base), segment.index!.encode(), false))
     }
     const last = active(o)
     o.open = o.open.filter((s) => s !== last)
     yield* handleOf(o, last)
     return { epochs, producers, end: expect }
+  })
+
+/**
+ * Checks that the sealed segment at `i` ends where the next one starts, cheaply: its batches from its index's last
+ * entry on (read from the index file's last 8 bytes, checked by the batch it points at; the whole index, rebuilt
+ * from the segment when it fails its checks, when that entry does not lead to the segment's end). A bad batch
+ * there, or an end that is not the next segment's base (a segment missing between them), is `Corrupt`.
+ */
+const checkSealed = (o: Opened, i: number) =>
+  Effect.gen(function* () {
+    const segment = o.segments[i]!
+    const next = o.segments[i + 1]!.base
+    const file = Format.segmentFile(segment.base)
+    if (segment.size === 0) return yield* Effect.fail(corrupt(o, `${file} is empty, not the last`))
+    /** Where the segment's batches from an index entry on end (or why they do not). */
+    const endFrom = (entry: { readonly offset: number; readonly position: number }) =>
+      Effect.gen(function* () {
+        let expect = segment.base + entry.offset
+        let misplaced: string | undefined
+        const walked = yield* walk(o, segment, entry.position, segment.size, Segments.WALK_CHUNK_BYTES, (f) => {
+          if (f.baseOffset !== expect) {
+            misplaced = `a batch at ${f.baseOffset} where ${expect} was expected`
+            return false
+          }
+          expect += f.count
+          return true
+        })
+        const bad = walked.bad ?? misplaced
+        if (bad !== undefined) return `${file} at byte ${walked.position}: ${bad}`
+        return expect === next ? undefined : `${file} ends at ${expect}, the next segment starts at ${next}`
+      })
+    const tail = segment.index === undefined ? yield* disk(o, Files.readTail(segment.indexPath, 8)) : undefined
+    const entry = tail === undefined ? undefined : Format.lastIndexEntry(tail.size, tail.tail)
+    if (entry !== undefined && entry.position < segment.size && (yield* endFrom(entry)) === undefined) return
+    // The index file missing, damaged, or not leading to the end: the whole index (rebuilt when it fails its checks).
+    const index = yield* indexOf(o, segment)
+    const wrong = yield* endFrom({
+      offset: index.offsetAt(index.count - 1),
+      position: index.positionAt(index.count - 1)
+    })
+    if (wrong !== undefined) return yield* Effect.fail(corrupt(o, wrong))
   })
 
 /** Flushes the log to the device and closes its files (a snapshot of the producers as of the log end first). */
@@ -243,12 +336,18 @@ export const close = (o: Opened): Effect.Effect<void> =>
     Effect.gen(function* () {
       if (o.closed) return
       if (o.broken === undefined) {
-        yield* writeSnapshot(o, o.end, o.producers)
+        yield* writeSnapshot(o, o.end, o.producers, true)
         yield* writeHighWatermark(o, o.hw, true)
       }
     }).pipe(
-      Effect.catchCause((cause) => Effect.logWarning(`tablet ${o.name}: closing the log failed`, cause)),
-      Effect.andThen(Effect.forEach(o.segments, (s) => closeSegment(s).pipe(Effect.ignore), { discard: true })),
+      // One line: a log closed after its storage failed (a full disk) is closed again at every try of the storage.
+      Effect.catchCause((cause) => {
+        const e = Cause.squash(cause)
+        return Effect.logWarning(
+          `tablet ${o.name}: closing the log failed: ${e instanceof Error ? e.message : String(e)}`
+        )
+      }),
+      Effect.andThen(closeFiles(o)),
       Effect.andThen(Effect.sync(() => (o.closed = true))),
       Effect.uninterruptible
     )

@@ -8,7 +8,7 @@ import type { FileHandle } from "node:fs/promises"
 import { join } from "node:path"
 import { Effect } from "effect"
 import * as Files from "./segmentFiles.js"
-import { FRAME_HEADER_BYTES, type Frame, indexFile, parseFrame, type Positions, segmentFile } from "./segmentFormat.js"
+import { FRAME_HEADER_BYTES, type Frame, indexFile, parseFrame, Positions, segmentFile } from "./segmentFormat.js"
 
 /** A segment: the batches from `base` on, up to the next segment's base (the log end for the active one). */
 export interface Segment {
@@ -25,11 +25,25 @@ export interface Segment {
   index: Positions | undefined
   /** The position of its index's last entry. */
   lastIndexed: number
-  /** The active segment's: the position of every batch (`undefined` for the others). */
+  /**
+   * The active segment's: the positions of its latest batches, consecutive up to its end (at least
+   * `RECENT_POSITIONS` of them, when it has that many; `undefined` for the others).
+   */
   batches: Positions | undefined
   /** When it became the active segment (ms; when the log opened for one loaded). */
   createdAt: number
+  /** A sealed segment's newest record timestamp past its last index entry, once retention read it. */
+  newest: number | undefined
 }
+
+/**
+ * How many of the active segment's latest batch positions it keeps (at most twice that many): reads of the recent
+ * tail go straight to their bytes, older ones through the sparse index.
+ */
+export const RECENT_POSITIONS = 1024
+
+/** A fresh window of the active segment's latest batch positions. */
+export const recentPositions = (): Positions => new Positions(RECENT_POSITIONS)
 
 /** A segment of the directory, nothing read yet. */
 export const segmentAt = (directory: string, base: number, size: number, createdAt: number): Segment => ({
@@ -41,12 +55,14 @@ export const segmentAt = (directory: string, base: number, size: number, created
   index: undefined,
   lastIndexed: 0,
   batches: undefined,
-  createdAt
+  createdAt,
+  newest: undefined
 })
 
 /** Notes a batch written (or found) at `position`: in the active segment's batch positions, and in its index. */
 export const noteBatch = (segment: Segment, baseOffset: number, position: number, indexIntervalBytes: number) => {
   const relative = baseOffset - segment.base
+  segment.newest = undefined
   segment.batches?.push(relative, position)
   const index = segment.index
   if (index !== undefined && (index.count === 0 || position - segment.lastIndexed >= indexIntervalBytes)) {
@@ -57,6 +73,7 @@ export const noteBatch = (segment: Segment, baseOffset: number, position: number
 
 /** Cuts the segment's indexes at `position` (the segment's new size). */
 export const cutIndexes = (segment: Segment, position: number) => {
+  segment.newest = undefined
   segment.batches?.cutAt(position)
   segment.index?.cutAt(position)
   const last = segment.index === undefined ? 0 : segment.index.count - 1
