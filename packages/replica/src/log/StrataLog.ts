@@ -96,11 +96,14 @@ export const make = (
     const unsupported = (operation: string) =>
       Effect.fail(logError(new Log.Unsupported({ operation, backend: "strata" })))
 
-    /** Checks every record (appending nothing when one is bad) and queues them in order; the wait for offsets. */
+    /**
+     * Checks every record (appending nothing when one is bad) and queues them in order, each partition's records as
+     * runs of up to `CHUNK_BYTES` (one wait per run, its offsets consecutive); the wait for the records' offsets.
+     */
     const enqueue = (records: ReadonlyArray<Log.ProducerRecord>, acks: 0 | 1 | "all", abandon?: () => boolean) =>
       Effect.gen(function* () {
-        const tablets: Array<Models.TabletId> = []
-        for (const r of records) {
+        const byTablet = new Map<string, { tablet: Models.TabletId; indexes: Array<number> }>()
+        for (const [i, r] of records.entries()) {
           const tablet = yield* checkPartition(shared, r)
           const size = recordSize(r)
           if (size > o.maxRecordBytes) {
@@ -111,18 +114,34 @@ export const make = (
           if ((r.headers ?? []).some((h) => h.key === TOMBSTONE_HEADER)) {
             return yield* logError(new Log.InvalidRequest({ detail: `the header ${TOMBSTONE_HEADER} is reserved` }))
           }
-          tablets.push(tablet)
+          const key = `${r.topic}\u0000${r.partition}`
+          const group = byTablet.get(key)
+          if (group === undefined) byTablet.set(key, { tablet, indexes: [i] })
+          else group.indexes.push(i)
         }
         const now = yield* Clock.currentTimeMillis
-        const waits = yield* Effect.forEach(records, (r, i) =>
-          Effect.map(client.enqueue(tablets[i]!, [toTablet(r, now)], acks, abandon), (wait) =>
-            wait.pipe(
-              Effect.map((sent) => (acks === 0 ? -1 : sent.baseOffset)),
-              Effect.mapError(fromClient("producing", r))
+        const offsets = new Array<number>(records.length).fill(-1)
+        const waits: Array<Effect.Effect<void, Log.LogError>> = []
+        for (const { tablet, indexes } of byTablet.values()) {
+          for (const run of runsOf(indexes, (i) => recordSize(records[i]!))) {
+            const first = records[run[0]!]!
+            const wait = yield* client.enqueue(
+              tablet,
+              run.map((i) => toTablet(records[i]!, now)),
+              acks,
+              abandon
             )
-          )
-        )
-        return Effect.all(waits, { concurrency: "unbounded" })
+            waits.push(
+              wait.pipe(
+                Effect.map((sent) => {
+                  if (acks !== 0) for (const [k, i] of run.entries()) offsets[i] = sent.baseOffset + k
+                }),
+                Effect.mapError(fromClient("producing", first))
+              )
+            )
+          }
+        }
+        return Effect.as(Effect.all(waits, { concurrency: "unbounded", discard: true }), offsets)
       })
 
     const produceBatch: Log.Shape["produceBatch"] = (records, produceOptions) =>
@@ -229,6 +248,28 @@ const awaitLeaders = (client: TabletClient.TabletClientShape, table: string) =>
       yield* Effect.sleep(Duration.millis(100))
     }
   })
+
+/** How many bytes of one partition's records `produceBatch` queues as one run (the client batches runs together). */
+const CHUNK_BYTES = 65_536
+
+/** `indexes` cut into consecutive runs of at most `CHUNK_BYTES` (a larger record a run of its own). */
+const runsOf = (indexes: ReadonlyArray<number>, size: (i: number) => number): Array<Array<number>> => {
+  const runs: Array<Array<number>> = []
+  let run: Array<number> = []
+  let bytes = 0
+  for (const i of indexes) {
+    const n = size(i)
+    if (run.length > 0 && bytes + n > CHUNK_BYTES) {
+      runs.push(run)
+      run = []
+      bytes = 0
+    }
+    run.push(i)
+    bytes += n
+  }
+  if (run.length > 0) runs.push(run)
+  return runs
+}
 
 /** A pipelined producer with a sticky first failure. */
 const makeProducer = (

@@ -110,7 +110,14 @@ const setUp = (
     const base = yield* Coordination.Coordination
     const faults = yield* Coordination.Faults
     const clock = Clock.make(yield* TestClock.testClockWith(Effect.succeed), config.stepMs)
-    const cluster = drawCluster(seed, rng, config, variant.reassignments, variant.rebalances ?? rebalancesKnob())
+    const cluster = drawCluster(
+      seed,
+      rng,
+      config,
+      variant.reassignments,
+      variant.rebalances ?? rebalancesKnob(),
+      variant.faults
+    )
     Clock.log(clock, describeCluster(seed, cluster))
     const auditor = yield* base.session({ timeout: "1 hour" })
     const servers = Array.from({ length: cluster.serverCount }, (_, i) => makeProc("server", i + 1))
