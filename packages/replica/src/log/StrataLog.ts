@@ -133,9 +133,11 @@ export const make = (
             )
             waits.push(
               wait.pipe(
-                Effect.map((sent) => {
-                  if (acks !== 0) for (const [k, i] of run.entries()) offsets[i] = sent.baseOffset + k
-                }),
+                Effect.tap((sent) =>
+                  Effect.sync(() => {
+                    if (acks !== 0) for (const [k, i] of run.entries()) offsets[i] = sent.baseOffset + k
+                  })
+                ),
                 Effect.mapError(fromClient("producing", first))
               )
             )
