@@ -3,7 +3,8 @@
 // time of each are printed. Needs ZooKeeper:
 //   ./dev exec tsx --conditions=@strata/source bench/profileServers.ts
 // Environment: PROFILE_RECORDS (200000), PROFILE_VALUE_BYTES (1000), PROFILE_DIR (/tmp/strata-profile),
-// PROFILE_SETTINGS (extra settings of the servers, JSON).
+// PROFILE_SETTINGS (extra settings of the servers, JSON), PROFILE_READS (0: how many times every tablet is then read
+// back whole, 1 MiB a read, all tablets at once, as a consumer reads; the profile then holds both).
 import { mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { join } from "node:path"
 import type { Models } from "../packages/core/src/index.js"
@@ -82,6 +83,36 @@ const main = async () => {
     console.log(
       `${records} records of ${valueBytes} B in ${seconds.toFixed(1)} s: ${Math.round(records / seconds)} records/s, server CPU ${((cpu * 100_000) / records).toFixed(2)} CPU-s per 100k`
     )
+    const reads = envInt("PROFILE_READS", 0)
+    if (reads > 0) {
+      const cpu1 = cpuOfAll(servers)
+      const t1 = performance.now()
+      let read = 0
+      for (let round = 0; round < reads; round++) {
+        await side.run(
+          Effect.forEach(
+            tablets,
+            (tablet) =>
+              Effect.gen(function* () {
+                let offset = 0
+                for (;;) {
+                  const result = yield* side.client.read(tablet, offset, 1_048_576)
+                  const last = result.batches.at(-1)
+                  if (last === undefined) return
+                  for (const b of result.batches) read += b.records.length
+                  offset = last.baseOffset + last.records.length
+                }
+              }),
+            { concurrency: "unbounded", discard: true }
+          )
+        )
+      }
+      const readSeconds = (performance.now() - t1) / 1000
+      const readCpu = cpuOfAll(servers) - cpu1
+      console.log(
+        `read ${read} records in ${readSeconds.toFixed(1)} s: ${Math.round(read / readSeconds)} records/s, server CPU ${((readCpu * 100_000) / read).toFixed(2)} CPU-s per 100k`
+      )
+    }
     for (const id of side.cluster.running("tablet-server")) await side.run(side.cluster.stop("tablet-server", id))
   } finally {
     await side.close()

@@ -813,6 +813,7 @@ describe("DataLink", () => {
                 viaRpc++
                 return { batches: [], highWatermark: request.offset, logStartOffset: 0, logEndOffset: request.offset }
               }),
+            DeleteRecords: () => Effect.die("not called"),
             ReplicaState: () => Effect.die("unused"),
             ReadLog: () => Effect.die("unused")
           }

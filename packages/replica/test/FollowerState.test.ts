@@ -43,7 +43,14 @@ const follow = (leader: Log, start: Log, leaderEpoch: number, options: { readonl
     // A follower that believes its log agrees with the leader's (as one whose old leader answered a long poll with
     // another leader's records would): only the fetch's last fetched epoch can bring it back in line.
     state = { ...state, phase: { _tag: "Fetching", offset: log.length } }
-    commands = [{ _tag: "Fetch", offset: log.length, lastFetchedEpoch: LeaderEpochCache.latest(cacheOf(log))?.epoch }]
+    commands = [
+      {
+        _tag: "Fetch",
+        offset: log.length,
+        lastFetchedEpoch: LeaderEpochCache.latest(cacheOf(log))?.epoch,
+        logStartOffset: 0
+      }
+    ]
   }
   for (let rounds = 0; rounds < 100; rounds++) {
     let input: FollowerState.Input | undefined
@@ -77,7 +84,13 @@ const follow = (leader: Log, start: Log, leaderEpoch: number, options: { readonl
             break
           }
           if (c.offset === leader.length) return { log, lowest, state }
-          input = { _tag: "Fetched", leaderEpoch, batches: batchesFrom(leader, c.offset), highWatermark: leader.length }
+          input = {
+            _tag: "Fetched",
+            leaderEpoch,
+            batches: batchesFrom(leader, c.offset),
+            highWatermark: leader.length,
+            logStartOffset: 0
+          }
           break
         }
       }
@@ -147,7 +160,7 @@ describe("FollowerState", () => {
     const [reset, commands] = FollowerState.step(state, { _tag: "OutOfRange", leaderEpoch: 6, logStartOffset: 40 })
     assert.deepStrictEqual(commands, [
       { _tag: "ResetTo", offset: 40 },
-      { _tag: "Fetch", offset: 40, lastFetchedEpoch: undefined }
+      { _tag: "Fetch", offset: 40, lastFetchedEpoch: undefined, logStartOffset: 40 }
     ])
     const batch: Batch = {
       baseOffset: 40,
@@ -158,12 +171,53 @@ describe("FollowerState", () => {
       _tag: "Fetched",
       leaderEpoch: 6,
       batches: [batch],
-      highWatermark: 90
+      highWatermark: 90,
+      logStartOffset: 40
     })
     assert.strictEqual(after.highWatermark, 41)
     assert.deepStrictEqual(
       next.map((c) => c._tag),
       ["Append", "CheckpointHighWatermark", "Fetch"]
+    )
+  })
+
+  it("takes the leader's log start from its answers, never past its own HW, never back", () => {
+    const record = { key: null, value: Uint8Array.of(1), headers: [], timestamp: 0 }
+    const [state] = FollowerState.become({
+      leader: 2,
+      leaderEpoch: 3,
+      logStartOffset: 0,
+      logEndOffset: 10,
+      epochs: [{ epoch: 3, startOffset: 0 }],
+      highWatermark: 4
+    })
+    const fetching: FollowerState.State = { ...state, phase: { _tag: "Fetching", offset: 10 } }
+    const answer = (logStartOffset: number, highWatermark: number, batches: ReadonlyArray<Batch> = []) =>
+      ({ _tag: "Fetched", leaderEpoch: 3, batches, highWatermark, logStartOffset }) as const
+    // The leader deleted up to 8, and its HW is 12: this replica's HW becomes 10 (its end), its start 8.
+    const [moved, commands] = FollowerState.step(fetching, answer(8, 12))
+    assert.deepStrictEqual(commands, [
+      { _tag: "CheckpointHighWatermark", highWatermark: 10 },
+      { _tag: "DeleteBefore", offset: 8 },
+      { _tag: "Fetch", offset: 10, lastFetchedEpoch: 3, logStartOffset: 8 }
+    ])
+    assert.strictEqual(moved.logStartOffset, 8)
+    // A start past this replica's HW is taken only up to the HW.
+    const [capped, capCommands] = FollowerState.step(
+      { ...fetching, highWatermark: 4 },
+      answer(9, 4, [{ baseOffset: 10, epoch: 3, records: [record] }])
+    )
+    assert.strictEqual(capped.logStartOffset, 4)
+    assert.deepStrictEqual(
+      capCommands.map((c) => c._tag),
+      ["Append", "DeleteBefore", "Fetch"]
+    )
+    // An older answer naming an earlier start moves nothing back.
+    const [same, none] = FollowerState.step(moved, answer(2, 12))
+    assert.strictEqual(same.logStartOffset, 8)
+    assert.deepStrictEqual(
+      none.map((c) => c._tag),
+      ["Fetch"]
     )
   })
 })

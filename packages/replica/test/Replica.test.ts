@@ -97,6 +97,43 @@ describe("Replica", () => {
     assert.strictEqual(released.state.waiters.length, 0)
   })
 
+  it("a delete is refused past the HW, done on the leader, and answered once every ISR member's start is past it", () => {
+    const { state } = leading()
+    const past = run(state, [{ _tag: "DeleteRecords", offset: 11, logStartOffset: 0 }]).answers[0]
+    assert.strictEqual(past?._tag === "Refused" && past.reason._tag, "OffsetOutOfRange")
+    assert.strictEqual(past?._tag === "Refused" && past.reason._tag === "OffsetOutOfRange" && past.reason.highwater, 10)
+    const deleted = run(state, [
+      { _tag: "DeleteRecords", offset: 6, logStartOffset: 0 },
+      { _tag: "RecordsDeleted", offset: 6 }
+    ])
+    assert.deepStrictEqual(deleted.answers, [
+      { _tag: "Delete", leaderEpoch: 1 },
+      { _tag: "Wait", ticket: 1, highWatermark: 10 }
+    ])
+    // The follower's fetches say where its log starts: below the offset nothing completes, at it the delete does.
+    const below = run(deleted.state, [
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 1, logStartOffset: 5 }
+    ])
+    assert.notInclude(tags(below.commands), "Complete")
+    const reached = run(below.state, [
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 2, logStartOffset: 6 }
+    ])
+    assert.deepStrictEqual(reached.commands, [{ _tag: "Complete", tickets: [1], highWatermark: 10 }])
+    assert.strictEqual(reached.state.deletes.length, 0)
+    // Once the follower is past it, another delete below its start is answered at once.
+    const again = run(reached.state, [{ _tag: "RecordsDeleted", offset: 4 }])
+    assert.deepStrictEqual(again.answers, [{ _tag: "Done", highWatermark: 10 }])
+    // A leader alone in its ISR answers at once; one that stops leading fails its waiting deletes.
+    const alone = run(state, [instruction(1, 1, [1], 6), { _tag: "RecordsDeleted", offset: 6 }])
+    assert.deepStrictEqual(alone.answers[1], { _tag: "Done", highWatermark: 10 })
+    const ended = run(deleted.state, [instruction(2, 2, [1, 2], 6)])
+    const failed = ended.commands.find((c) => c._tag === "Fail")
+    assert.deepStrictEqual(failed?._tag === "Fail" && failed.tickets, [1])
+    // A follower asked to delete refuses, naming its leader.
+    const follower = run(ended.state, [{ _tag: "DeleteRecords", offset: 2, logStartOffset: 0 }]).answers[0]
+    assert.strictEqual(follower?._tag === "Refused" && follower.reason._tag, "NotLeader")
+  })
+
   it("a leadership that ends fails its waiting appends, naming the new leader", () => {
     const { state } = leading()
     const waiting = run(state, [{ _tag: "Persisted", acks: "all", lastOffset: 12, duplicate: false }]).state

@@ -319,6 +319,7 @@ describe("a server found at another address", () => {
         StopReplica: () => Effect.never,
         EndOffsetForEpoch: () => Effect.never,
         Read: () => Effect.never,
+        DeleteRecords: () => Effect.never,
         ReplicaState: () => Effect.succeed("OnlineReplica" as const),
         ReadLog: () => Effect.never
       })

@@ -444,6 +444,59 @@ describe("TabletServer", () => {
       }).pipe(Effect.scoped)
   )
 
+  it.live(
+    "a delete moves the leader's log start and is answered once its ISR follower's has moved too: a new leader starts there",
+    () =>
+      Effect.gen(function* () {
+        const servers = yield* make(replication)
+        const [L, F] = [1, 2]
+        for (const id of [L, F]) yield* servers.start(id)
+        const instruct = (to: number, leader: number, leaderEpoch: number, version: number) =>
+          servers.server(to).leaderAndIsr({
+            coordinatorEpoch: 1,
+            tablets: [
+              {
+                tablet,
+                replicas: [L, F],
+                leaderAndIsr: { leader, leaderEpoch, isr: [L, F], coordinatorEpoch: 1, version }
+              }
+            ]
+          })
+        for (const to of [L, F]) yield* instruct(to, L, 1, 1)
+        for (let i = 0; i < 10; i++) {
+          yield* servers.server(L).append({ tablet, records: records("r", i * 10, i * 10 + 10), acks: "all" })
+        }
+        const startOf = (id: number) =>
+          Effect.flatMap(servers.server(id).logOf(tablet), (log) =>
+            log === undefined ? Effect.succeed(-1) : log.logStartOffset
+          )
+        // Past the high watermark: refused, naming it; on the follower: NotLeader.
+        const past = yield* Effect.flip(servers.server(L).deleteRecords({ tablet, offset: 101 }))
+        assert.strictEqual(past.reason._tag, "OffsetOutOfRange")
+        const onFollower = yield* Effect.flip(servers.server(F).deleteRecords({ tablet, offset: 10 }))
+        assert.strictEqual(onFollower.reason._tag, "NotLeader")
+        // Inside a batch: the start is that offset, on the leader and (before the answer) on the follower.
+        const answer = yield* servers.server(L).deleteRecords({ tablet, offset: 45 })
+        assert.deepStrictEqual(answer, { logStartOffset: 45 })
+        assert.deepStrictEqual([yield* startOf(L), yield* startOf(F)], [45, 45])
+        const below = yield* Effect.flip(servers.server(L).read({ tablet, offset: 44, maxBytes: 1_000_000 }))
+        assert.include(below.message, "44")
+        // Below the start again: nothing more goes.
+        assert.deepStrictEqual(yield* servers.server(L).deleteRecords({ tablet, offset: 20 }), { logStartOffset: 45 })
+        // The follower leads next: what was deleted does not come back.
+        for (const to of [L, F]) yield* instruct(to, F, 2, 2)
+        const read = yield* servers.server(F).read({ tablet, offset: 45, maxBytes: 1_000_000 })
+        assert.strictEqual(read.logStartOffset, 45)
+        assert.strictEqual(read.batches[0]?.baseOffset, 45)
+        assert.strictEqual(
+          yield* Effect.flip(servers.server(F).read({ tablet, offset: 44, maxBytes: 1_000 })).pipe(
+            Effect.map((e) => e.reason._tag)
+          ),
+          "OffsetOutOfRange"
+        )
+      }).pipe(Effect.scoped)
+  )
+
   it.effect(
     "the Holdings answer carries the server's health: its appends' p99 over the last minute and its ISR shrinks",
     () =>

@@ -123,6 +123,9 @@ export interface ServerCalls {
   readonly read: (
     request: ReplicaManager.ReadRequest
   ) => Effect.Effect<ReplicaManager.ReadResult, ReplicaManager.ReplicaError | PeerUnreachable>
+  readonly deleteRecords: (
+    request: ReplicaManager.DeleteRecordsRequest
+  ) => Effect.Effect<ReplicaManager.DeleteRecordsResult, ReplicaManager.ReplicaError | PeerUnreachable>
   readonly replicaState: (
     tablet: Models.TabletId
   ) => Effect.Effect<ReplicaManager.ReplicaState, ReplicaManager.ReplicaError | PeerUnreachable>
@@ -407,6 +410,7 @@ const serverCallsOf =
         (link) => link.read(request),
         (client) => client.Read(request)
       ),
+    deleteRecords: (request) => onServer(r, id, (client) => client.DeleteRecords(request)),
     replicaState: (tablet) => onServer(r, id, (client) => client.ReplicaState({ tablet })),
     readLog: (request) => onServer(r, id, (client) => client.ReadLog(request))
   })

@@ -265,6 +265,12 @@ export interface TabletClientShape {
     maxBytes?: number,
     options?: ReadOptions
   ) => Effect.Effect<ReplicaManager.ReadResult, TabletClientError>
+  /**
+   * Deletes the tablet's records below `offset` (at most its high watermark: `OffsetOutOfRange` past it) on its
+   * leader, answered once every in-sync replica's log starts there too; the leader's log start after. Sent again on
+   * a leader change, as a delete done twice is done once.
+   */
+  readonly deleteRecords: (tablet: Models.TabletId, offset: number) => Effect.Effect<number, TabletClientError>
   /** The cluster's tablets (one table's, when named) and servers, as the controller holds them now. */
   readonly metadata: (table?: string) => Effect.Effect<Metadata, TabletClientError>
   /**
@@ -505,6 +511,13 @@ const shapeOf = (c: Client): TabletClientShape => {
         onLeader(c, tablet, deadline, (server) => server.read(request))
       ).pipe(Effect.mapError(fail))
     },
+    deleteRecords: (tablet, offset) =>
+      Effect.flatMap(deadlineOf, (deadline) =>
+        onLeader(c, tablet, deadline, (server) => server.deleteRecords({ tablet, offset }))
+      ).pipe(
+        Effect.map((result) => result.logStartOffset),
+        Effect.mapError(fail)
+      ),
     metadata: (table) => admin("the metadata", remote.admin.metadata(table)),
     clusterModel: (request) => admin("the cluster model", remote.admin.clusterModel(request)),
     createTable: (table, create) => {

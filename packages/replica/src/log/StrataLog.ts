@@ -10,7 +10,8 @@
  * `<ns>/groups/<group>`): a partition is announced `Assigned` only once its previous owner released it.
  *
  * What the cluster does not offer is declared in `capabilities`, and the operation fails with `Unsupported`:
- * transactions, and `deleteRecords` (retention moves a tablet's log start; a request to move it is not built yet).
+ * transactions. `deleteRecords` moves a tablet's log start on its leader and returns once every in-sync replica's
+ * start has moved too.
  *
  * A tombstone (a `null` value) travels as an empty value with the reserved header `strata.tombstone`, which a
  * record of the caller's may not carry.
@@ -41,7 +42,7 @@ import * as TabletClient from "../client/TabletClient.js"
  *
  * @since 0.1.0
  */
-export const capabilities = { transactions: false, groups: true, deleteRecords: false, faults: false } as const
+export const capabilities = { transactions: false, groups: true, deleteRecords: true, faults: false } as const
 
 /**
  * The log's options. A duration takes any `Duration.Input` (`"20 millis"`, or a number of milliseconds).
@@ -209,7 +210,16 @@ export const make = (
       producer: (producerOptions) => makeProducer(enqueue, producerOptions?.acks ?? "all"),
       transactionalProducer: () => unsupported("transactions"),
       offsets: (list) => Effect.forEach(list, (tp) => offsetsOf(shared, tp), { concurrency: 16 }),
-      deleteRecords: () => unsupported("deleteRecords"),
+      deleteRecords: (tp, offset) =>
+        Effect.gen(function* () {
+          const tablet = yield* checkPartition(shared, tp)
+          if (!Number.isSafeInteger(offset) || offset < 0) {
+            return yield* logError(
+              new Log.InvalidRequest({ detail: `deleteRecords: offset ${offset} is not a non-negative integer` })
+            )
+          }
+          yield* client.deleteRecords(tablet, offset).pipe(Effect.mapError(fromClient("deleting records", tp)))
+        }),
       consumer: (consumerOptions) => makeConsumer(shared, consumerOptions ?? {}),
       groupConsumer: (groupOptions) => makeGroupConsumer(shared, coordination, namespace, groupOptions)
     }

@@ -54,6 +54,8 @@ export type Input =
       readonly leaderEpoch: Models.Epoch
       readonly batches: ReadonlyArray<ReplicaManager.TabletBatch>
       readonly highWatermark: number
+      /** Where the leader's log starts: records it deleted (retention, a delete) go here too. */
+      readonly logStartOffset: number
     }
   /** The leader has no records at the fetched offset: its log starts at `logStartOffset`, past this one's end. */
   | { readonly _tag: "OutOfRange"; readonly leaderEpoch: Models.Epoch; readonly logStartOffset: number }
@@ -73,10 +75,11 @@ export type Input =
  * - `AskEndOffset`: ask the leader where `epoch` ends in its log (then feed `EndOffsetAnswered`).
  * - `Truncate`: truncate the local log to end at `offset`.
  * - `ResetTo`: empty the local log and start it at `offset` (the leader's log starts past this one).
+ * - `DeleteBefore`: move the local log's start to `offset` (the leader's start moved past it), below its HW.
  * - `Append`: append the leader's batches as they are.
  * - `CheckpointHighWatermark`: the follower's HW moved.
- * - `Fetch`: fetch from `offset` under the followed leader epoch, naming the epoch of the log's last batch (then
- *   feed `Fetched`, `OutOfRange` or `Diverging`).
+ * - `Fetch`: fetch from `offset` under the followed leader epoch, naming the epoch of the log's last batch and
+ *   where the log starts (then feed `Fetched`, `OutOfRange` or `Diverging`).
  *
  * @since 0.1.0
  */
@@ -84,9 +87,15 @@ export type Command =
   | { readonly _tag: "AskEndOffset"; readonly epoch: Models.Epoch }
   | { readonly _tag: "Truncate"; readonly offset: number }
   | { readonly _tag: "ResetTo"; readonly offset: number }
+  | { readonly _tag: "DeleteBefore"; readonly offset: number }
   | { readonly _tag: "Append"; readonly batches: ReadonlyArray<ReplicaManager.TabletBatch> }
   | { readonly _tag: "CheckpointHighWatermark"; readonly highWatermark: number }
-  | { readonly _tag: "Fetch"; readonly offset: number; readonly lastFetchedEpoch: Models.Epoch | undefined }
+  | {
+      readonly _tag: "Fetch"
+      readonly offset: number
+      readonly lastFetchedEpoch: Models.Epoch | undefined
+      readonly logStartOffset: number
+    }
 
 /**
  * The outcome of one step.
@@ -98,14 +107,15 @@ export type Step = readonly [State, ReadonlyArray<Command>]
 /** The follower starts fetching from its log end: no truncation needed. */
 const fetchFrom = (state: State, commands: Array<Command>): Step => [
   { ...state, phase: { _tag: "Fetching", offset: state.logEndOffset } },
-  [...commands, fetchCommand(state.logEndOffset, state.epochs)]
+  [...commands, fetchCommand(state.logEndOffset, state.epochs, state.logStartOffset)]
 ]
 
-/** A fetch from `offset` of a log whose epochs are `epochs`. */
-const fetchCommand = (offset: number, epochs: LeaderEpochCache.LeaderEpochCache): Command => ({
+/** A fetch from `offset` of a log whose epochs are `epochs` and which starts at `logStartOffset`. */
+const fetchCommand = (offset: number, epochs: LeaderEpochCache.LeaderEpochCache, logStartOffset: number): Command => ({
   _tag: "Fetch",
   offset,
-  lastFetchedEpoch: LeaderEpochCache.latest(epochs)?.epoch
+  lastFetchedEpoch: LeaderEpochCache.latest(epochs)?.epoch,
+  logStartOffset
 })
 
 /** Asks where the follower's latest epoch ends on the leader, or fetches when it has none. */
@@ -209,12 +219,23 @@ export const step = (state: State, input: Input): Step => {
         end = b.baseOffset + b.records.length
       }
       const hw = Math.max(state.highWatermark, Math.min(input.highWatermark, end))
+      // The leader's start moves this log's too (as a Kafka follower's does), so that what it deleted cannot come
+      // back when this replica leads; never past this replica's HW.
+      const start = Math.max(state.logStartOffset, Math.min(input.logStartOffset, hw))
       const commands: Array<Command> = []
       if (batches.length > 0) commands.push({ _tag: "Append", batches })
       if (hw !== state.highWatermark) commands.push({ _tag: "CheckpointHighWatermark", highWatermark: hw })
-      commands.push(fetchCommand(end, epochs))
+      if (start !== state.logStartOffset) commands.push({ _tag: "DeleteBefore", offset: start })
+      commands.push(fetchCommand(end, epochs, start))
       return [
-        { ...state, logEndOffset: end, epochs, highWatermark: hw, phase: { _tag: "Fetching", offset: end } },
+        {
+          ...state,
+          logStartOffset: start,
+          logEndOffset: end,
+          epochs: start === state.logStartOffset ? epochs : LeaderEpochCache.truncateFromStart(epochs, start),
+          highWatermark: hw,
+          phase: { _tag: "Fetching", offset: end }
+        },
         commands
       ]
     }

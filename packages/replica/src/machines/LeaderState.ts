@@ -40,6 +40,8 @@ export interface Follower {
   readonly lastFetchLeaderLogEndOffset: number
   /** The registration its last fetch named (KIP-903), if any. */
   readonly registration?: number | undefined
+  /** Where its log starts, as its last fetch said (0 until one says). */
+  readonly logStartOffset: number
 }
 
 /**
@@ -106,6 +108,7 @@ export type Input =
       readonly fetchOffset: number
       readonly nowMs: number
       readonly registration?: number | undefined
+      readonly logStartOffset?: number | undefined
     }
   | { readonly _tag: "Tick"; readonly nowMs: number }
   /** The controller committed `isr` at `version` (its answer to `proposal`, or a LeaderAndIsr). */
@@ -199,12 +202,28 @@ export const become = (options: {
             logEndOffset: 0,
             lastCaughtUpMs: since,
             lastFetchMs: since,
-            lastFetchLeaderLogEndOffset: options.isr.includes(r) ? options.logEndOffset : Number.POSITIVE_INFINITY
+            lastFetchLeaderLogEndOffset: options.isr.includes(r) ? options.logEndOffset : Number.POSITIVE_INFINITY,
+            logStartOffset: 0
           }
         ] as const
       })
   )
 })
+
+/**
+ * The lowest log start over the other members of the maximal ISR, as their fetches said (`+Infinity` when the leader
+ * is alone): a delete below it is done on every replica an election may choose.
+ *
+ * @since 0.1.0
+ */
+export const lowWatermark = (state: State): number => {
+  let low = Number.POSITIVE_INFINITY
+  for (const s of maximalIsr(state)) {
+    if (s === state.self) continue
+    low = Math.min(low, state.followers.get(s)?.logStartOffset ?? 0)
+  }
+  return low
+}
 
 /**
  * The ISR the HW counts: the committed ISR plus a pending expansion's server (a pending shrink's servers are still
@@ -313,7 +332,8 @@ export const step = (state: State, input: Input): Step => {
         lastCaughtUpMs,
         lastFetchMs: input.nowMs,
         lastFetchLeaderLogEndOffset: state.logEndOffset,
-        registration: input.registration ?? before.registration
+        registration: input.registration ?? before.registration,
+        logStartOffset: input.logStartOffset ?? before.logStartOffset
       })
       const [next, commands] = withHighWatermark({ ...state, followers }, [])
       return maybeExpand(next, input.server, input.nowMs, [...commands])

@@ -12,7 +12,10 @@
  *   `Done` (acknowledged now) or `Wait` (a ticket completed when the high watermark passes it);
  * - a coordinator instruction is classified here (a new role, an ISR update, a fence, or stale);
  * - the controller's answer to an ISR proposal is classified here (committed, adopted, refused, or fenced);
- * - a follower's fetch is admitted (`Lead`) and re-admitted after its long poll (`Recheck`) here.
+ * - a follower's fetch is admitted (`Lead`) and re-admitted after its long poll (`Recheck`) here;
+ * - a delete of the records below an offset is a `DeleteRecords`: refused, or answered `Delete`; the shell moves the
+ *   log start and feeds `RecordsDeleted`, answered `Done` (every in-sync replica's start is past it) or `Wait` (a
+ *   ticket completed when the followers' fetches say so).
  *
  * @since 0.1.0
  */
@@ -48,6 +51,16 @@ export interface Waiter {
 }
 
 /**
+ * A delete waiting for every in-sync replica's log start to reach `offset`.
+ *
+ * @since 0.1.0
+ */
+export interface DeleteWaiter {
+  readonly ticket: number
+  readonly offset: number
+}
+
+/**
  * A replica's state.
  *
  * @since 0.1.0
@@ -69,7 +82,8 @@ export interface State {
   /** The leader's replication state while this replica leads. */
   readonly leader: LeaderState.State | undefined
   readonly waiters: ReadonlyArray<Waiter>
-  /** The ticket the next waiting append gets. */
+  readonly deletes: ReadonlyArray<DeleteWaiter>
+  /** The ticket the next waiting append or delete gets. */
   readonly nextTicket: number
 }
 
@@ -89,6 +103,7 @@ export const make = (tablet: Models.TabletId, self: Models.ServerId, config: Con
   version: -1,
   leader: undefined,
   waiters: [],
+  deletes: [],
   nextTicket: 1
 })
 
@@ -116,6 +131,8 @@ export interface LogBounds {
  * - `Instruction`: the coordinator's LeaderAndIsr for the tablet, with the log's bounds and the time.
  * - `Propose`: an append with these acks; `Persisted`: the shell wrote it (`duplicate`: an idempotent retry of a
  *   written batch); `Abandon`: the append's caller stopped waiting for ticket `ticket`.
+ * - `DeleteRecords`: a delete of the records below `offset` (the log starting at `logStartOffset`);
+ *   `RecordsDeleted`: the shell moved the log start to `offset`.
  * - `Checkpointed`: the shell checkpointed the high watermark `highWatermark`.
  * - `Lead`: a request that only a leader (of `leaderEpoch`, when given) serves; `Recheck`: whether the replica still
  *   leads in the generation and epoch a long-polled fetch was admitted under.
@@ -146,6 +163,8 @@ export type Input =
       readonly duplicate: boolean
     }
   | { readonly _tag: "Abandon"; readonly ticket: number }
+  | { readonly _tag: "DeleteRecords"; readonly offset: number; readonly logStartOffset: number }
+  | { readonly _tag: "RecordsDeleted"; readonly offset: number }
   | { readonly _tag: "Checkpointed"; readonly highWatermark: number }
   | { readonly _tag: "Lead"; readonly leaderEpoch?: Models.Epoch | undefined }
   | { readonly _tag: "Recheck"; readonly generation: number; readonly leaderEpoch: Models.Epoch }
@@ -155,6 +174,7 @@ export type Input =
       readonly fetchOffset: number
       readonly nowMs: number
       readonly registration?: number | undefined
+      readonly logStartOffset?: number | undefined
     }
   | { readonly _tag: "Tick"; readonly nowMs: number }
   | {
@@ -173,7 +193,7 @@ export type Input =
  *   `StopFollowing`: interrupt it.
  * - `Checkpoint`: write the high watermark to the log (then feed `Checkpointed`; a store that fails it is
  *   `StorageFailed`).
- * - `Complete` / `Fail`: answer the waiting appends of these tickets.
+ * - `Complete` / `Fail`: answer the waiting appends and deletes of these tickets.
  * - `Wake`: wake the fetches waiting for the log end or the high watermark to move.
  * - `ProposeIsr`: ask the controller for an ISR change until answered or the generation ends (feed `IsrAnswer`).
  * - `StoreFailed`: say (naming the store) that it failed with `detail` and the replica is offline.
@@ -218,7 +238,9 @@ export type Command =
  * - `Refused`: the request fails with `reason`.
  * - `Admitted`: a leader's request may go on, in `generation` under `leaderEpoch` (`highWatermark`: the leader's).
  * - `Persist`: write the append under `leaderEpoch`, then feed `Persisted`.
- * - `Done`: the append is acknowledged with this high watermark; `Wait`: it is once ticket `ticket` completes.
+ * - `Delete`: move the log start to the delete's offset, then feed `RecordsDeleted`.
+ * - `Done`: the append (or delete) is acknowledged with this high watermark; `Wait`: it is once ticket `ticket`
+ *   completes.
  *
  * @since 0.1.0
  */
@@ -231,6 +253,7 @@ export type Answer =
       readonly highWatermark: number | undefined
     }
   | { readonly _tag: "Persist"; readonly leaderEpoch: Models.Epoch }
+  | { readonly _tag: "Delete"; readonly leaderEpoch: Models.Epoch }
   | { readonly _tag: "Done"; readonly highWatermark: number }
   | { readonly _tag: "Wait"; readonly ticket: number; readonly highWatermark: number }
 
@@ -317,11 +340,25 @@ const release = (state: State, hw: number): Step => {
   ]
 }
 
-/** Every waiter failed with `reason`. */
-const failAll = (state: State, reason: ReplicaManager.ErrorReason): [State, Array<Command>] =>
-  state.waiters.length === 0
+/** Every waiting append and delete failed with `reason`. */
+const failAll = (state: State, reason: ReplicaManager.ErrorReason): [State, Array<Command>] => {
+  const tickets = [...state.waiters.map((w) => w.ticket), ...state.deletes.map((d) => d.ticket)]
+  return tickets.length === 0
     ? [state, []]
-    : [{ ...state, waiters: [] }, [{ _tag: "Fail", tickets: state.waiters.map((w) => w.ticket), reason }]]
+    : [{ ...state, waiters: [], deletes: [] }, [{ _tag: "Fail", tickets, reason }]]
+}
+
+/** The deletes every in-sync replica's log start has reached, completed. */
+const releaseDeletes = (state: State): [State, Array<Command>] => {
+  if (state.deletes.length === 0 || state.leader === undefined) return [state, []]
+  const low = LeaderState.lowWatermark(state.leader)
+  const done = state.deletes.filter((d) => d.offset <= low)
+  if (done.length === 0) return [state, []]
+  return [
+    { ...state, deletes: state.deletes.filter((d) => d.offset > low) },
+    [{ _tag: "Complete", tickets: done.map((d) => d.ticket), highWatermark: state.leader.highWatermark }]
+  ]
+}
 
 /** Steps the leader state (if this replica leads) and turns its commands into the replica's. */
 const stepLeader = (state: State, input: LeaderState.Input): [State, Array<Command>] => {
@@ -360,7 +397,8 @@ const stepLeader = (state: State, input: LeaderState.Input): [State, Array<Comma
       }
     }
   }
-  return [next, commands]
+  const [released, releasing] = releaseDeletes(next)
+  return [released, [...commands, ...releasing]]
 }
 
 /** The ISR the controller committed at `version` (answering `proposal`, or in a LeaderAndIsr). */
@@ -456,6 +494,39 @@ const persisted = (state: State, input: Extract<Input, { _tag: "Persisted" }>): 
   return [
     { ...next, nextTicket: ticket + 1, waiters: [...next.waiters, { ticket, lastOffset: input.lastOffset }] },
     answer({ _tag: "Wait", ticket, highWatermark: hw }, commands)
+  ]
+}
+
+/** A delete of the records below `offset`: refused, or to be done under the leader's epoch. */
+const deleteRecords = (state: State, input: Extract<Input, { _tag: "DeleteRecords" }>): Ready => {
+  const leading = lead(state, undefined)
+  if (leading.answer?._tag !== "Admitted") return leading
+  const hw = state.leader!.highWatermark
+  if (input.offset > hw) {
+    return refused(
+      new Errors.OffsetOutOfRange({
+        topic: state.tablet.table,
+        partition: state.tablet.bucket,
+        offset: input.offset,
+        logStart: input.logStartOffset,
+        highwater: hw
+      })
+    )
+  }
+  return answer({ _tag: "Delete", leaderEpoch: leading.answer.leaderEpoch })
+}
+
+/** The leader's log start moved to `offset`: acknowledged once every in-sync replica's has. */
+const recordsDeleted = (state: State, input: Extract<Input, { _tag: "RecordsDeleted" }>): Step => {
+  const leader = state.leader
+  if (leader === undefined || state.lifecycle._tag !== "LeaderReplica") return [state, refused(notLeader(state))]
+  if (LeaderState.lowWatermark(leader) >= input.offset) {
+    return [state, answer({ _tag: "Done", highWatermark: leader.highWatermark })]
+  }
+  const ticket = state.nextTicket
+  return [
+    { ...state, nextTicket: ticket + 1, deletes: [...state.deletes, { ticket, offset: input.offset }] },
+    answer({ _tag: "Wait", ticket, highWatermark: leader.highWatermark })
   ]
 }
 
@@ -620,7 +691,18 @@ export const step: StepFunction = (state, input) => {
     case "Persisted":
       return persisted(state, input)
     case "Abandon":
-      return [{ ...state, waiters: state.waiters.filter((w) => w.ticket !== input.ticket) }, none]
+      return [
+        {
+          ...state,
+          waiters: state.waiters.filter((w) => w.ticket !== input.ticket),
+          deletes: state.deletes.filter((d) => d.ticket !== input.ticket)
+        },
+        none
+      ]
+    case "DeleteRecords":
+      return [state, deleteRecords(state, input)]
+    case "RecordsDeleted":
+      return recordsDeleted(state, input)
     case "Checkpointed": {
       const [next, released] = release(state, input.highWatermark)
       return [next, { commands: [...released.commands, { _tag: "Wake" }] }]
@@ -646,7 +728,8 @@ export const step: StepFunction = (state, input) => {
           server: input.server,
           fetchOffset: input.fetchOffset,
           nowMs: input.nowMs,
-          registration: input.registration
+          registration: input.registration,
+          logStartOffset: input.logStartOffset
         })
       )
     case "Tick":

@@ -171,7 +171,9 @@ export const FetchRequest = Schema.Struct({
    * when its own log does not hold that epoch up to `offset` (KIP-320 / KIP-595).
    */
   lastFetchedEpoch: Schema.optional(Models.Epoch),
-  maxBytes: Count
+  maxBytes: Count,
+  /** Where the follower's log starts: a delete waits until every ISR member's start has passed it. */
+  logStartOffset: Schema.optional(Models.Offset)
 }).annotate({ identifier: "FetchRequest" })
 /** @see FetchRequest */
 export type FetchRequest = typeof FetchRequest.Type
@@ -198,6 +200,26 @@ export const FetchResult = Schema.Union([
 ]).annotate({ identifier: "FetchResult" })
 /** @see FetchResult */
 export type FetchResult = typeof FetchResult.Type
+
+/**
+ * A client's delete of every record of `tablet` below `offset` (Kafka's DeleteRecords), on its leader: `offset` at
+ * most the high watermark (`OffsetOutOfRange` past it), one at or below the log start deletes nothing more. The
+ * leader moves its log start, and answers once every in-sync replica's start has reached `offset` (they take it
+ * from their next fetch), or fails `DeleteTimedOut` after the append timeout.
+ */
+export const DeleteRecordsRequest = Schema.Struct({
+  tablet: Models.TabletId,
+  offset: Models.Offset
+}).annotate({ identifier: "DeleteRecordsRequest" })
+/** @see DeleteRecordsRequest */
+export type DeleteRecordsRequest = typeof DeleteRecordsRequest.Type
+
+/** The leader's log start after a delete (the lowest start over its in-sync replicas is at least the offset). */
+export const DeleteRecordsResult = Schema.Struct({
+  logStartOffset: Models.Offset
+}).annotate({ identifier: "DeleteRecordsResult" })
+/** @see DeleteRecordsResult */
+export type DeleteRecordsResult = typeof DeleteRecordsResult.Type
 
 /** A follower's question: where does `epoch` end in the leader's log (KIP-279)? */
 export const EndOffsetRequest = Schema.Struct({
@@ -339,6 +361,8 @@ export interface Shape {
   readonly append: (request: AppendRequest) => Effect.Effect<AppendResult, ReplicaError>
   /** Reads from the tablet's leader. */
   readonly read: (request: ReadRequest) => Effect.Effect<ReadResult, ReplicaError>
+  /** Deletes the records below an offset on the tablet's leader, once its in-sync replicas have too. */
+  readonly deleteRecords: (request: DeleteRecordsRequest) => Effect.Effect<DeleteRecordsResult, ReplicaError>
   /** Serves a follower's fetch on the leader, recording the follower's progress. */
   readonly fetch: (request: FetchRequest) => Effect.Effect<FetchResult, ReplicaError>
   /** Answers a follower's end-offset question on the leader. */
@@ -397,6 +421,18 @@ export class AppendTimedOut extends Schema.TaggedError<AppendTimedOut>()("Append
   }
 }
 
+/** The leader deleted the records, but not every in-sync replica had within the append timeout. */
+export class DeleteTimedOut extends Schema.TaggedError<DeleteTimedOut>()("DeleteTimedOut", {
+  tablet: Schema.String,
+  offset: Models.Offset,
+  timeoutMs: Schema.Int
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `${this.tablet}: records below ${this.offset} deleted on the leader, not on every in-sync replica within ${this.timeoutMs} ms`
+  }
+}
+
 /** The leader refused an idempotent producer's batch: out of order, from an older producer epoch, or unknown. */
 export class ProducerRefused extends Schema.TaggedError<ProducerRefused>()("ProducerRefused", {
   tablet: Schema.String,
@@ -434,6 +470,7 @@ export const ErrorReason = Schema.Union([
   NotEnoughReplicas,
   NotEnoughReplicasAfterAppend,
   AppendTimedOut,
+  DeleteTimedOut,
   ProducerRefused,
   Errors.NotLeader,
   Errors.FencedEpoch,
@@ -461,6 +498,7 @@ export class ReplicaError extends Schema.TaggedError<ReplicaError>()("ReplicaErr
       case "NotEnoughReplicas":
       case "NotEnoughReplicasAfterAppend":
       case "AppendTimedOut":
+      case "DeleteTimedOut":
       case "NotLeader":
       case "FencedEpoch":
       case "UnknownTablet":

@@ -627,6 +627,88 @@ const appendError = (h: Hosted.Hosted, e: TabletLog.TabletLogError) => {
   })
 }
 
+/**
+ * Waits for `ticket` (an acks=all append's or a delete's) up to the append timeout, failing with `timedOut`; a caller
+ * that stops waiting (timed out, interrupted) gives its ticket back.
+ */
+const awaitTicket = (
+  server: Server,
+  h: Hosted.Hosted,
+  ticket: number,
+  done: Deferred.Deferred<number, ReplicaManager.ReplicaError>,
+  timedOut: (timeoutMs: number) => ReplicaManager.ErrorReason
+) => {
+  const timeoutMs = Duration.toMillis(server.config.appendTimeout)
+  return Deferred.await(done).pipe(
+    Effect.timeoutOption(timeoutMs),
+    Effect.flatMap(
+      Option.match({
+        onNone: () => fail(timedOut(timeoutMs)),
+        onSome: Effect.succeed
+      })
+    ),
+    Effect.onExit((exit) =>
+      Exit.isSuccess(exit) || !h.tickets.has(ticket)
+        ? Effect.void
+        : Effect.andThen(
+            Effect.sync(() => h.tickets.delete(ticket)),
+            Hosted.locked(h, feedLogged(server, h, { _tag: "Abandon", ticket }))
+          )
+    )
+  )
+}
+
+/**
+ * A client's delete of the records below an offset, on the leader: the machine admits it, the log start moves, and
+ * the answer waits (as an acks=all append does) until every in-sync replica's start has reached the offset.
+ */
+const deleteRecords =
+  (server: Server): ReplicaManager.Shape["deleteRecords"] =>
+  (request) =>
+    Effect.gen(function* () {
+      const h = yield* hostedOf(server, request.tablet)
+      const outcome = yield* Hosted.locked(
+        h,
+        Effect.gen(function* () {
+          const log = h.log
+          const start = log === undefined ? 0 : yield* log.logStartOffset
+          const admitted = yield* feedOrFail(server, h, {
+            _tag: "DeleteRecords",
+            offset: request.offset,
+            logStartOffset: start
+          })
+          if (admitted?._tag !== "Delete" || log === undefined) return yield* fail(Replica.notLeader(h.state))
+          yield* log.deleteBefore(request.offset).pipe(
+            Effect.tapError((e) =>
+              TabletLog.isStorageFailure(e)
+                ? feedLogged(server, h, { _tag: "StorageFailed", detail: e.message })
+                : Effect.void
+            ),
+            Effect.mapError(storageFailed(h))
+          )
+          const deleted = yield* feedOrFail(server, h, { _tag: "RecordsDeleted", offset: request.offset })
+          if (deleted?._tag !== "Wait") return { log }
+          const done = Deferred.makeUnsafe<number, ReplicaManager.ReplicaError>()
+          h.tickets.set(deleted.ticket, done)
+          return { log, ticket: deleted.ticket, done }
+        })
+      )
+      if (outcome.done !== undefined) {
+        yield* awaitTicket(
+          server,
+          h,
+          outcome.ticket,
+          outcome.done,
+          (timeoutMs) => new ReplicaManager.DeleteTimedOut({ tablet: h.key, offset: request.offset, timeoutMs })
+        )
+      }
+      return { logStartOffset: yield* outcome.log.logStartOffset }
+    }).pipe(
+      Effect.withSpan("strata.tablet.deleteRecords", {
+        attributes: { "strata.tablet": Models.tabletKey(request.tablet), "strata.offset": request.offset }
+      })
+    )
+
 /** Writes an append the machine admitted and feeds it back: acknowledged now, or a ticket to wait on. */
 const persist = (server: Server, h: Hosted.Hosted, request: ReplicaManager.AppendRequest) =>
   Effect.gen(function* () {
@@ -675,28 +757,13 @@ const append =
         return server.metrics.appended(request.records.length, ServerMetrics.recordBytes(request.records), seconds)
       })
       if (outcome.done === undefined) return yield* Effect.as(served, outcome.result)
-      const { ticket, done } = outcome
-      const timeoutMs = Duration.toMillis(server.config.appendTimeout)
-      const hw = yield* Deferred.await(done).pipe(
-        Effect.timeoutOption(timeoutMs),
-        Effect.flatMap(
-          Option.match({
-            onNone: () =>
-              fail(
-                new ReplicaManager.AppendTimedOut({ tablet: h.key, lastOffset: outcome.result.lastOffset, timeoutMs })
-              ),
-            onSome: Effect.succeed
-          })
-        ),
-        // A caller that stops waiting (timed out, interrupted) gives its ticket back.
-        Effect.onExit((exit) =>
-          Exit.isSuccess(exit) || !h.tickets.has(ticket)
-            ? Effect.void
-            : Effect.andThen(
-                Effect.sync(() => h.tickets.delete(ticket)),
-                Hosted.locked(h, feedLogged(server, h, { _tag: "Abandon", ticket }))
-              )
-        )
+      const hw = yield* awaitTicket(
+        server,
+        h,
+        outcome.ticket,
+        outcome.done,
+        (timeoutMs) =>
+          new ReplicaManager.AppendTimedOut({ tablet: h.key, lastOffset: outcome.result.lastOffset, timeoutMs })
       )
       yield* served
       return { ...outcome.result, highWatermark: hw }
@@ -802,7 +869,8 @@ const admitFetch = (server: Server, h: Hosted.Hosted, request: ReplicaManager.Fe
       server: request.follower,
       fetchOffset: request.offset,
       nowMs,
-      registration: request.registration
+      registration: request.registration,
+      logStartOffset: request.logStartOffset
     })
     return { _tag: "InRange" as const, end, changed: h.changed, log, generation, leaderEpoch }
   })
@@ -1138,6 +1206,7 @@ export const make = (
       leaderAndIsr: leaderAndIsr(server),
       append: append(server),
       read: read(server),
+      deleteRecords: deleteRecords(server),
       fetch: fetch(server),
       endOffsetForEpoch: endOffsetForEpoch(server),
       logEnd: logEnd(server),

@@ -35,6 +35,7 @@ export const tabletServerHandlers = (server: TabletServerShape): TabletServerHan
   StopReplica: (request) => server.stopReplica(request),
   EndOffsetForEpoch: (request) => server.endOffsetForEpoch(request),
   Read: (request) => server.read(request),
+  DeleteRecords: (request) => server.deleteRecords(request),
   ReplicaState: ({ tablet }) => server.replicaState(tablet),
   ReadLog: (request) => readLog(server, request)
 })

@@ -149,6 +149,11 @@ export class TabletServerRpcs extends RpcGroup.make(
     success: ReadResultOnWire,
     error: ReplicaManager.ReplicaError
   }),
+  Rpc.make("DeleteRecords", {
+    payload: ReplicaManager.DeleteRecordsRequest,
+    success: ReplicaManager.DeleteRecordsResult,
+    error: ReplicaManager.ReplicaError
+  }),
   Rpc.make("ReplicaState", {
     payload: Schema.Struct({ tablet: Models.TabletId }),
     success: ReplicaManager.ReplicaState,

@@ -97,7 +97,8 @@ const run = (
               leaderEpoch: ctx.leaderEpoch,
               offset: command.offset,
               ...(command.lastFetchedEpoch === undefined ? {} : { lastFetchedEpoch: command.lastFetchedEpoch }),
-              maxBytes: grant.maxBytes
+              maxBytes: grant.maxBytes,
+              logStartOffset: command.logStartOffset
             })
           })
         ).pipe(
@@ -122,7 +123,13 @@ const run = (
                 answer: r.epoch === null ? undefined : { epoch: r.epoch, endOffset: r.endOffset }
               }
           }
-          return { _tag: "Fetched", leaderEpoch: r.leaderEpoch, batches: r.batches, highWatermark: r.highWatermark }
+          return {
+            _tag: "Fetched",
+            leaderEpoch: r.leaderEpoch,
+            batches: r.batches,
+            highWatermark: r.highWatermark,
+            logStartOffset: r.logStartOffset
+          }
         })
       )
     case "Truncate":
@@ -133,6 +140,11 @@ const run = (
     case "ResetTo":
       return Effect.as(
         onLog(h, generation, (log) => log.resetTo(command.offset)),
+        undefined
+      )
+    case "DeleteBefore":
+      return Effect.as(
+        onLog(h, generation, (log) => log.deleteBefore(command.offset)),
         undefined
       )
     case "Append":
