@@ -110,6 +110,8 @@ describe("Replica", () => {
       { _tag: "Delete", leaderEpoch: 1 },
       { _tag: "Wait", ticket: 1, highWatermark: 10 }
     ])
+    // A waiting delete wakes the followers' long polls, so they learn the new start at once.
+    assert.include(tags(deleted.commands), "Wake")
     // The follower's fetches say where its log starts: below the offset nothing completes, at it the delete does.
     const below = run(deleted.state, [
       { _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 1, logStartOffset: 5 }
@@ -132,6 +134,24 @@ describe("Replica", () => {
     // A follower asked to delete refuses, naming its leader.
     const follower = run(ended.state, [{ _tag: "DeleteRecords", offset: 2, logStartOffset: 0 }]).answers[0]
     assert.strictEqual(follower?._tag === "Refused" && follower.reason._tag, "NotLeader")
+  })
+
+  it("an ISR shrinking below the minimum fails the waiting appends but completes a waiting delete", () => {
+    const { state } = leading()
+    const waiting = run(state, [
+      { _tag: "Persisted", acks: "all", lastOffset: 12, duplicate: false },
+      { _tag: "DeleteRecords", offset: 6, logStartOffset: 0 },
+      { _tag: "RecordsDeleted", offset: 6 }
+    ])
+    assert.deepStrictEqual(waiting.answers[2], { _tag: "Wait", ticket: 2, highWatermark: 10 })
+    // The ISR shrinks to the leader alone: the append cannot have its two replicas, the delete needs no other.
+    const shrunk = run(waiting.state, [instruction(1, 1, [1], 6)])
+    const failed = shrunk.commands.find((c) => c._tag === "Fail")
+    assert.strictEqual(failed?._tag === "Fail" && failed.reason._tag, "NotEnoughReplicasAfterAppend")
+    assert.deepStrictEqual(failed?._tag === "Fail" && failed.tickets, [1])
+    const completed = shrunk.commands.find((c) => c._tag === "Complete")
+    assert.deepStrictEqual(completed?._tag === "Complete" && completed.tickets, [2])
+    assert.strictEqual(shrunk.state.deletes.length, 0)
   })
 
   it("a leadership that ends fails its waiting appends, naming the new leader", () => {

@@ -348,6 +348,15 @@ const failAll = (state: State, reason: ReplicaManager.ErrorReason): [State, Arra
     : [{ ...state, waiters: [], deletes: [] }, [{ _tag: "Fail", tickets, reason }]]
 }
 
+/**
+ * Every waiting append failed with `reason`; waiting deletes stay, since a delete needs every in-sync replica's log
+ * start, not a minimum number of them.
+ */
+const failAppends = (state: State, reason: ReplicaManager.ErrorReason): [State, Array<Command>] =>
+  state.waiters.length === 0
+    ? [state, []]
+    : [{ ...state, waiters: [] }, [{ _tag: "Fail", tickets: state.waiters.map((w) => w.ticket), reason }]]
+
 /** The deletes every in-sync replica's log start has reached, completed. */
 const releaseDeletes = (state: State): [State, Array<Command>] => {
   if (state.deletes.length === 0 || state.leader === undefined) return [state, []]
@@ -383,7 +392,7 @@ const stepLeader = (state: State, input: LeaderState.Input): [State, Array<Comma
         })
         break
       case "IsrBelowMinimum": {
-        const [failed, failing] = failAll(
+        const [failed, failing] = failAppends(
           next,
           new ReplicaManager.NotEnoughReplicasAfterAppend({
             tablet: state.key,
@@ -516,7 +525,10 @@ const deleteRecords = (state: State, input: Extract<Input, { _tag: "DeleteRecord
   return answer({ _tag: "Delete", leaderEpoch: leading.answer.leaderEpoch })
 }
 
-/** The leader's log start moved to `offset`: acknowledged once every in-sync replica's has. */
+/**
+ * The leader's log start moved to `offset`: acknowledged once every in-sync replica's has. Waiting fetches are woken,
+ * so followers learn the new start from their next answer instead of after their long poll.
+ */
 const recordsDeleted = (state: State, input: Extract<Input, { _tag: "RecordsDeleted" }>): Step => {
   const leader = state.leader
   if (leader === undefined || state.lifecycle._tag !== "LeaderReplica") return [state, refused(notLeader(state))]
@@ -526,7 +538,7 @@ const recordsDeleted = (state: State, input: Extract<Input, { _tag: "RecordsDele
   const ticket = state.nextTicket
   return [
     { ...state, nextTicket: ticket + 1, deletes: [...state.deletes, { ticket, offset: input.offset }] },
-    answer({ _tag: "Wait", ticket, highWatermark: leader.highWatermark })
+    answer({ _tag: "Wait", ticket, highWatermark: leader.highWatermark }, [{ _tag: "Wake" }])
   ]
 }
 
