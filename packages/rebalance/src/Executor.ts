@@ -636,6 +636,14 @@ const trackLeadership = (s: Stepping, i: number, m: Move, view: TabletView) => {
     setMove(s, i, { ...m, status: "done", sinceMs: s.nowMs })
     return
   }
+  // The reorder its request started is under way (the controller waits for the new first replica to be in the ISR):
+  // it holds its place among the moves running, and past the move timeout it is cancelled as any move is.
+  if (
+    (m.status === "requested" || m.status === "electing") &&
+    view.moving !== undefined &&
+    sameOrder(view.moving, m.to)
+  )
+    return timeout(s, i, m)
   if (m.status === "pending") {
     if (!sameSet(view.replicas, m.to) || view.moving !== undefined) {
       setMove(s, i, { ...m, status: "skipped", detail: "its replicas are not those planned" })

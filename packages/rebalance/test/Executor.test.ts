@@ -13,7 +13,7 @@ import { Schema } from "effect"
 import { envInt, rerunCommand } from "../../../scripts/test-support/childRun.js"
 import { type Prng, seeded } from "../../../scripts/test-support/prng.js"
 import type { ClusterModel } from "../src/index.js"
-import { Batches, Executor, RebalanceConfig } from "../src/index.js"
+import { Batches, Executor, type Planner, RebalanceConfig } from "../src/index.js"
 import { FakeController, planOf, scaleOut } from "./support/fakeController.js"
 
 const FILE = "packages/rebalance/test/Executor.test.ts"
@@ -296,6 +296,43 @@ describe("Executor", () => {
       assert.sameMembers([...run.fake.tablets.get(Models.tabletKey(m.tablet))!.replicas], [...m.from])
     }
     assert.isTrue(run.log.some((l) => l.includes("cancelling to try again")))
+    assert.deepStrictEqual(inBetween(run), [])
+  })
+
+  it("a leadership move whose reorder outlasts the move timeout is cancelled, holding its place meanwhile", () => {
+    // t/0's leadership moves to server 2 (a reorder the controller finishes only once 2 leads its ISR), t/1's
+    // replicas move to server 4; one move at a time, and the reorder takes longer than the move timeout.
+    const model = scaleOut(3, 4, 2, 3)
+    const t0 = model.tablets[0]!
+    const t1 = model.tablets[1]!
+    const changes: ReadonlyArray<Planner.Change> = [
+      { tablet: t0.tablet, from: t0.replicas, to: [2, 1, 3], leaderFrom: 1, leaderTo: 2 },
+      { tablet: t1.tablet, from: t1.replicas, to: [4, 3, 1], leaderFrom: t1.leader ?? null, leaderTo: 4 }
+    ]
+    const state = Executor.start({
+      id: "r1",
+      reason: "manual",
+      nowMs: 0,
+      changes,
+      config: config({ moveTimeout: 1500, maxClusterMigrations: 1, maxConcurrentMigrations: 2, batchRatio: 1 }),
+      sizes: new Map(),
+      imbalanceBefore: 0.2,
+      imbalancePlanned: 0
+    })
+    const run: ReturnType<typeof begin> = { ...begin(model), state }
+    run.fake.moveMs = 4000
+    untilEnded(run, 250)
+    assert.strictEqual(run.state.phase, "completed", run.log.join("\n"))
+    // Never two tablets moving at once, and the reorder was cancelled (past the timeout), not dropped while it ran.
+    assert.strictEqual(run.maxCluster, 1)
+    assert.isTrue(
+      run.log.some((l) => l.includes("t/0: stuck for")),
+      run.log.join("\n")
+    )
+    assert.isFalse(
+      run.log.some((l) => l.includes("t/0: leadership move skipped")),
+      run.log.join("\n")
+    )
     assert.deepStrictEqual(inBetween(run), [])
   })
 

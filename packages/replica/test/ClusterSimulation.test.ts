@@ -7,14 +7,18 @@
  * cancels, and faults aimed at a move's controller, leader, leaving and adding replicas); the moves are checked too
  * (each completed or cancelled, none left once the faults stop, a moving tablet's ISR never below its size at the
  * move's start while no fault is in force, every replica where coordination assigns it once settled), and their
- * counts are among the faults the run prints (`reassign*`, `cancel*`, `move-*`).
+ * counts are among the faults the run prints (`reassign*`, `cancel*`, `move-*`). About a third of the seeds also
+ * delete records (`deleteRecords`) while producing: what a delete may have taken is not counted lost, but an
+ * acknowledged delete must hold (the final leader's and ISR's logs start at or past it); counted as `delete-*`.
  *
  * - Replay one seed (prints its trace): `STRATA_SIM_SEED=N ./dev exec vitest run --project unit packages/replica/test/ClusterSimulation.test.ts`
  * - A planted bug: add `STRATA_SIM_VARIANT=truncate-to-hw` (or `hw-under-min-isr`, `isr-to-dead-server`,
  *   `prefer-outside-isr`, `demoted-long-poll`, `stale-isr-answer`, `random-producer-id`, `unfenced-log-end`,
  *   `fenced-refusal-rejects`, `remove-before-isr`: a move that finishes before its new replicas are in the ISR, the
  *   leaving ones deleted; every seed of that variant moves replica sets, while `demoted-long-poll` and
- *   `fenced-refusal-rejects` move none).
+ *   `fenced-refusal-rejects` move none; `delete-unwaited`: a delete answered before the followers' starts reached
+ *   it, `delete-alone`: a delete answered by a leader alone in its ISR, and `start-not-raised`: a leader that never
+ *   takes its followers' later log starts, every seed of the three deleting and none of the others).
  *   The rebalance family's planted bugs: `gate-ignored` (the executor never sees the cluster unhealthy) and
  *   `rollback-skipped` (a failed gate pauses with the batch's moves left running); every seed of those runs it.
  * - Which seeds run the rebalance family: `STRATA_SIM_REBALANCES=none|some|every` (some: a third of those that do

@@ -36,7 +36,11 @@ describe("deterministic simulation of a replicated cluster, planted bugs", () =>
     // The rebalance's gate is no safety rule of the data: its bugs are caught by the family's own checks (a
     // rebalance that ran on past an unhealthy cluster; one paused with its batch still moving).
     "gate-ignored": ["went on running batch"],
-    "rollback-skipped": ["still moving"]
+    "rollback-skipped": ["still moving"],
+    // Deleted records readable again from a replica that may lead: the promise a delete's answer makes, broken.
+    "delete-unwaited": ["below the acknowledged delete"],
+    "delete-alone": ["below the acknowledged delete"],
+    "start-not-raised": ["below the acknowledged delete"]
   }
   // A planted bug is looked for until its first catch, over at least 3000 seeds: some show only on rare histories.
   const plantedRange = Array.from({ length: Math.max(Seeds.seedCount, 3000) }, (_, i) => Seeds.firstSeed + i)

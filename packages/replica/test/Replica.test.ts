@@ -125,9 +125,7 @@ describe("Replica", () => {
     // Once the follower is past it, another delete below its start is answered at once.
     const again = run(reached.state, [{ _tag: "RecordsDeleted", offset: 4 }])
     assert.deepStrictEqual(again.answers, [{ _tag: "Done", highWatermark: 10 }])
-    // A leader alone in its ISR answers at once; one that stops leading fails its waiting deletes.
-    const alone = run(state, [instruction(1, 1, [1], 6), { _tag: "RecordsDeleted", offset: 6 }])
-    assert.deepStrictEqual(alone.answers[1], { _tag: "Done", highWatermark: 10 })
+    // A leader that stops leading fails its waiting deletes.
     const ended = run(deleted.state, [instruction(2, 2, [1, 2], 6)])
     const failed = ended.commands.find((c) => c._tag === "Fail")
     assert.deepStrictEqual(failed?._tag === "Fail" && failed.tickets, [1])
@@ -136,7 +134,33 @@ describe("Replica", () => {
     assert.strictEqual(follower?._tag === "Refused" && follower.reason._tag, "NotLeader")
   })
 
-  it("an ISR shrinking below the minimum fails the waiting appends but completes a waiting delete", () => {
+  it("a follower whose log starts past the leader's moves the leader's start there, up to the HW, once", () => {
+    const { state } = leading()
+    // The follower's log starts at 8 (an earlier leader deleted below it): the leader's start moves to 8.
+    const raised = run(state, [{ _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 1, logStartOffset: 8 }])
+    assert.deepStrictEqual(
+      raised.commands.filter((c) => c._tag === "RaiseLogStart"),
+      [{ _tag: "RaiseLogStart", offset: 8 }]
+    )
+    // Told again, nothing more; past the HW, only up to it.
+    const again = run(raised.state, [
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 2, logStartOffset: 8 },
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 3, logStartOffset: 30 }
+    ])
+    assert.deepStrictEqual(
+      again.commands.filter((c) => c._tag === "RaiseLogStart"),
+      [{ _tag: "RaiseLogStart", offset: 10 }]
+    )
+    // A start the leader's own delete set, reported back, moves nothing.
+    const deleted = run(state, [
+      { _tag: "DeleteRecords", offset: 6, logStartOffset: 0 },
+      { _tag: "RecordsDeleted", offset: 6 },
+      { _tag: "FollowerFetched", server: 2, fetchOffset: 10, nowMs: 1, logStartOffset: 6 }
+    ])
+    assert.notInclude(tags(deleted.commands), "RaiseLogStart")
+  })
+
+  it("a delete needs the ISR at its minimum size, as an acks=all append does", () => {
     const { state } = leading()
     const waiting = run(state, [
       { _tag: "Persisted", acks: "all", lastOffset: 12, duplicate: false },
@@ -144,14 +168,19 @@ describe("Replica", () => {
       { _tag: "RecordsDeleted", offset: 6 }
     ])
     assert.deepStrictEqual(waiting.answers[2], { _tag: "Wait", ticket: 2, highWatermark: 10 })
-    // The ISR shrinks to the leader alone: the append cannot have its two replicas, the delete needs no other.
+    // The ISR shrinks to the leader alone: neither the append nor the delete is held by two replicas, and the
+    // leader's own start may be lost with its unflushed writes, so both fail.
     const shrunk = run(waiting.state, [instruction(1, 1, [1], 6)])
     const failed = shrunk.commands.find((c) => c._tag === "Fail")
     assert.strictEqual(failed?._tag === "Fail" && failed.reason._tag, "NotEnoughReplicasAfterAppend")
-    assert.deepStrictEqual(failed?._tag === "Fail" && failed.tickets, [1])
-    const completed = shrunk.commands.find((c) => c._tag === "Complete")
-    assert.deepStrictEqual(completed?._tag === "Complete" && completed.tickets, [2])
+    assert.deepStrictEqual(failed?._tag === "Fail" && failed.tickets, [1, 2])
+    assert.notInclude(tags(shrunk.commands), "Complete")
     assert.strictEqual(shrunk.state.deletes.length, 0)
+    // Alone in its ISR, the leader refuses a delete, and one whose ISR shrank meanwhile fails when it is written.
+    const refusedAlone = run(shrunk.state, [{ _tag: "DeleteRecords", offset: 6, logStartOffset: 0 }]).answers[0]
+    assert.strictEqual(refusedAlone?._tag === "Refused" && refusedAlone.reason._tag, "NotEnoughReplicas")
+    const written = run(shrunk.state, [{ _tag: "RecordsDeleted", offset: 6 }]).answers[0]
+    assert.strictEqual(written?._tag === "Refused" && written.reason._tag, "NotEnoughReplicasAfterAppend")
   })
 
   it("a leadership that ends fails its waiting appends, naming the new leader", () => {

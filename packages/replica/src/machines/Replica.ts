@@ -13,9 +13,10 @@
  * - a coordinator instruction is classified here (a new role, an ISR update, a fence, or stale);
  * - the controller's answer to an ISR proposal is classified here (committed, adopted, refused, or fenced);
  * - a follower's fetch is admitted (`Lead`) and re-admitted after its long poll (`Recheck`) here;
- * - a delete of the records below an offset is a `DeleteRecords`: refused, or answered `Delete`; the shell moves the
- *   log start and feeds `RecordsDeleted`, answered `Done` (every in-sync replica's start is past it) or `Wait` (a
- *   ticket completed when the followers' fetches say so).
+ * - a delete of the records below an offset is a `DeleteRecords`: refused (`NotLeader`, `OffsetOutOfRange` past the
+ *   HW, `NotEnoughReplicas`), or answered `Delete`; the shell moves the log start and feeds `RecordsDeleted`,
+ *   answered `Done` (every in-sync replica's start is past it, and the ISR has its minimum size) or `Wait` (a ticket
+ *   completed when the followers' fetches say so, failed as an append is if the ISR shrinks below its minimum).
  *
  * @since 0.1.0
  */
@@ -85,6 +86,11 @@ export interface State {
   readonly deletes: ReadonlyArray<DeleteWaiter>
   /** The ticket the next waiting append or delete gets. */
   readonly nextTicket: number
+  /**
+   * While leading: the furthest log start this leadership moved its log to, or saw it had (deletes, and starts its
+   * followers reported); a follower's start past it moves the leader's log start too (`RaiseLogStart`).
+   */
+  readonly startSeen: number
 }
 
 /**
@@ -104,7 +110,8 @@ export const make = (tablet: Models.TabletId, self: Models.ServerId, config: Con
   leader: undefined,
   waiters: [],
   deletes: [],
-  nextTicket: 1
+  nextTicket: 1,
+  startSeen: 0
 })
 
 // ---------------------------------------------------------------------------
@@ -195,6 +202,9 @@ export type Input =
  *   `StorageFailed`).
  * - `Complete` / `Fail`: answer the waiting appends and deletes of these tickets.
  * - `Wake`: wake the fetches waiting for the log end or the high watermark to move.
+ * - `RaiseLogStart`: move the log start to `offset` (below the HW), if it starts before: a follower's log starts
+ *   there, so an earlier leader deleted what is below it (a delete, or retention), and it must not be served again
+ *   (a leader chosen by a recovery election, from outside the ISR that took the delete, may not have moved its own).
  * - `ProposeIsr`: ask the controller for an ISR change until answered or the generation ends (feed `IsrAnswer`).
  * - `StoreFailed`: say (naming the store) that it failed with `detail` and the replica is offline.
  * - `ResumeStorage`: tell the controller the store failed, and try it again until it takes a write.
@@ -218,6 +228,7 @@ export type Command =
   | { readonly _tag: "Complete"; readonly tickets: ReadonlyArray<number>; readonly highWatermark: number }
   | { readonly _tag: "Fail"; readonly tickets: ReadonlyArray<number>; readonly reason: ReplicaManager.ErrorReason }
   | { readonly _tag: "Wake" }
+  | { readonly _tag: "RaiseLogStart"; readonly offset: number }
   | {
       readonly _tag: "ProposeIsr"
       readonly generation: number
@@ -349,17 +360,17 @@ const failAll = (state: State, reason: ReplicaManager.ErrorReason): [State, Arra
 }
 
 /**
- * Every waiting append failed with `reason`; waiting deletes stay, since a delete needs every in-sync replica's log
- * start, not a minimum number of them.
+ * Whether a delete before `offset` is done: every in-sync replica's log start has reached it, and the ISR has its
+ * minimum size (as an acks=all append needs), so that the start is held by that many replicas, not by a leader left
+ * alone in its ISR that may lose it.
  */
-const failAppends = (state: State, reason: ReplicaManager.ErrorReason): [State, Array<Command>] =>
-  state.waiters.length === 0
-    ? [state, []]
-    : [{ ...state, waiters: [] }, [{ _tag: "Fail", tickets: state.waiters.map((w) => w.ticket), reason }]]
+const deleteHeld = (state: State, leader: LeaderState.State, offset: number): boolean =>
+  leader.isr.length >= state.config.minInsyncReplicas && LeaderState.lowWatermark(leader) >= offset
 
 /** The deletes every in-sync replica's log start has reached, completed. */
 const releaseDeletes = (state: State): [State, Array<Command>] => {
   if (state.deletes.length === 0 || state.leader === undefined) return [state, []]
+  if (state.leader.isr.length < state.config.minInsyncReplicas) return [state, []]
   const low = LeaderState.lowWatermark(state.leader)
   const done = state.deletes.filter((d) => d.offset <= low)
   if (done.length === 0) return [state, []]
@@ -392,7 +403,7 @@ const stepLeader = (state: State, input: LeaderState.Input): [State, Array<Comma
         })
         break
       case "IsrBelowMinimum": {
-        const [failed, failing] = failAppends(
+        const [failed, failing] = failAll(
           next,
           new ReplicaManager.NotEnoughReplicasAfterAppend({
             tablet: state.key,
@@ -510,6 +521,9 @@ const persisted = (state: State, input: Extract<Input, { _tag: "Persisted" }>): 
 const deleteRecords = (state: State, input: Extract<Input, { _tag: "DeleteRecords" }>): Ready => {
   const leading = lead(state, undefined)
   if (leading.answer?._tag !== "Admitted") return leading
+  const isr = state.leader!.isr.length
+  const min = state.config.minInsyncReplicas
+  if (isr < min) return refused(new ReplicaManager.NotEnoughReplicas({ tablet: state.key, isr, minIsr: min }))
   const hw = state.leader!.highWatermark
   if (input.offset > hw) {
     return refused(
@@ -526,20 +540,49 @@ const deleteRecords = (state: State, input: Extract<Input, { _tag: "DeleteRecord
 }
 
 /**
- * The leader's log start moved to `offset`: acknowledged once every in-sync replica's has. Waiting fetches are woken,
- * so followers learn the new start from their next answer instead of after their long poll.
+ * The leader's log start moved to `offset`: acknowledged once every in-sync replica's has, the ISR at its minimum
+ * size. Waiting fetches are woken, so followers learn the new start from their next answer instead of after their
+ * long poll.
  */
 const recordsDeleted = (state: State, input: Extract<Input, { _tag: "RecordsDeleted" }>): Step => {
   const leader = state.leader
   if (leader === undefined || state.lifecycle._tag !== "LeaderReplica") return [state, refused(notLeader(state))]
-  if (LeaderState.lowWatermark(leader) >= input.offset) {
-    return [state, answer({ _tag: "Done", highWatermark: leader.highWatermark })]
+  const min = state.config.minInsyncReplicas
+  if (leader.isr.length < min) {
+    const reason = new ReplicaManager.NotEnoughReplicasAfterAppend({
+      tablet: state.key,
+      isr: leader.isr.length,
+      minIsr: min
+    })
+    return [state, refused(reason)]
+  }
+  const seen = { ...state, startSeen: Math.max(state.startSeen, input.offset) }
+  if (deleteHeld(state, leader, input.offset)) {
+    return [seen, answer({ _tag: "Done", highWatermark: leader.highWatermark })]
   }
   const ticket = state.nextTicket
   return [
-    { ...state, nextTicket: ticket + 1, deletes: [...state.deletes, { ticket, offset: input.offset }] },
+    { ...seen, nextTicket: ticket + 1, deletes: [...state.deletes, { ticket, offset: input.offset }] },
     answer({ _tag: "Wait", ticket, highWatermark: leader.highWatermark }, [{ _tag: "Wake" }])
   ]
+}
+
+/**
+ * A follower's fetch: the leader's state steps, and a follower whose log starts past every start this leadership
+ * has seen (up to the HW) moves the leader's start there too.
+ */
+const followerFetched = (state: State, input: Extract<Input, { _tag: "FollowerFetched" }>): Step => {
+  const [next, commands] = stepLeader(state, {
+    _tag: "FollowerFetched",
+    server: input.server,
+    fetchOffset: input.fetchOffset,
+    nowMs: input.nowMs,
+    registration: input.registration,
+    logStartOffset: input.logStartOffset
+  })
+  const raise = Math.min(input.logStartOffset ?? 0, next.leader?.highWatermark ?? 0)
+  if (next.leader === undefined || raise <= next.startSeen) return [next, { commands }]
+  return [{ ...next, startSeen: raise }, { commands: [...commands, { _tag: "RaiseLogStart", offset: raise }] }]
 }
 
 // ---------------------------------------------------------------------------
@@ -593,7 +636,7 @@ const stepLifecycle = (
           highWatermark: log.highWatermark,
           nowMs: instruction?.nowMs ?? 0
         })
-        next = { ...next, generation, version, leader }
+        next = { ...next, generation, version, leader, startSeen: 0 }
         commands.push({
           _tag: "Log",
           level: "Info",
@@ -734,16 +777,7 @@ export const step: StepFunction = (state, input) => {
           : refused(notLeader(state))
       ]
     case "FollowerFetched":
-      return fromLeader(
-        stepLeader(state, {
-          _tag: "FollowerFetched",
-          server: input.server,
-          fetchOffset: input.fetchOffset,
-          nowMs: input.nowMs,
-          registration: input.registration,
-          logStartOffset: input.logStartOffset
-        })
-      )
+      return followerFetched(state, input)
     case "Tick":
       return fromLeader(stepLeader(state, input))
     case "IsrAnswer":

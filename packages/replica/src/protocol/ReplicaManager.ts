@@ -398,14 +398,17 @@ export class NotEnoughReplicas extends Schema.TaggedError<NotEnoughReplicas>()("
   }
 }
 
-/** The records were written on the leader, but the ISR shrank below the minimum before they were replicated. */
+/**
+ * The records were written (or deleted, for a `DeleteRecords`) on the leader, but the ISR shrank below the minimum
+ * before enough replicas had done the same.
+ */
 export class NotEnoughReplicasAfterAppend extends Schema.TaggedError<NotEnoughReplicasAfterAppend>()(
   "NotEnoughReplicasAfterAppend",
   { tablet: Schema.String, isr: Schema.Int, minIsr: Schema.Int }
 ) {
   /** @since 0.1.0 */
   override get message() {
-    return `${this.tablet}: written, but only ${this.isr} in-sync replicas remain (${this.minIsr} required)`
+    return `${this.tablet}: done on the leader, but only ${this.isr} in-sync replicas remain (${this.minIsr} required)`
   }
 }
 

@@ -504,7 +504,8 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
     const out: Array<Codec.Batch> = []
     for (let i = 0; i < taken.length; i++) {
       const f = taken[i]!
-      const batch = Codec.decodeBatch(f.baseOffset, encoded[i]!)
+      // Checked, not decoded: a batch on its way to the wire goes as the bytes it was read as.
+      const batch = Codec.storedBatch(f.baseOffset, encoded[i]!)
       if (typeof batch === "string") return yield* Effect.fail(corrupt(o, batch))
       out.push(batch.baseOffset < from ? sliced(batch, from - batch.baseOffset) : batch)
     }

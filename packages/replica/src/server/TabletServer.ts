@@ -44,6 +44,7 @@ import { Peers, type PeersShape } from "../wire/Peers.js"
 import * as ReplicaState from "../machines/ReplicaState.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
 import * as ServerMetrics from "./ServerMetrics.js"
+import * as Codec from "../wire/internal/batchCodec.js"
 import * as ServerStorage from "./ServerStorage.js"
 import * as TabletLog from "./TabletLog.js"
 
@@ -271,6 +272,8 @@ const runCommand = (
     }
     case "Wake":
       return Hosted.signal(h)
+    case "RaiseLogStart":
+      return raiseLogStart(server, h, command.offset)
     case "ProposeIsr":
       return Effect.asVoid(Effect.forkIn(proposeIsr(server, h, command), server.scope))
     case "StoreFailed":
@@ -345,6 +348,16 @@ const checkpoint = (
       if (checkpointed._tag === "Failure") return yield* logFailed(server, h, checkpointed.failure)
     }
     yield* feed(server, h, { _tag: "Checkpointed", highWatermark })
+  })
+
+/** Moves the leader's log start up to `offset` (a follower's), unless it starts there or past it already. */
+const raiseLogStart = (server: Server, h: Hosted.Hosted, offset: number): Effect.Effect<void> =>
+  Effect.gen(function* () {
+    const log = h.log
+    if (log === undefined || (yield* log.logStartOffset) >= offset) return
+    const moved = yield* Effect.result(log.deleteBefore(offset))
+    if (moved._tag === "Failure") return yield* logFailed(server, h, moved.failure)
+    yield* Effect.logInfo(`server ${server.self}: ${h.key}: log start moved to ${offset}, where a follower's starts`)
   })
 
 /**
@@ -821,19 +834,20 @@ const read =
         }
         const batches = yield* log.read(request.offset, request.maxBytes).pipe(Effect.mapError(storageFailed(h)))
         const cut = batches.flatMap((b) => {
-          const keep = Math.min(b.records.length, limit - b.baseOffset)
+          const count = Codec.countOf(b)
+          const keep = Math.min(count, limit - b.baseOffset)
           if (keep <= 0) return []
-          return keep === b.records.length ? [b] : [{ ...b, records: b.records.slice(0, keep) }]
+          return keep === count ? [b] : [{ ...b, records: b.records.slice(0, keep) }]
         })
         yield* server.metrics.read(batchBytes(cut))
         return { batches: cut, ...bounds }
       }
     })
 
-/** The record bytes of batches, as the metrics count them. */
+/** The record bytes of batches, as the metrics count them (a batch read from the log counted without decoding it). */
 const batchBytes = (batches: ReadonlyArray<ReplicaManager.TabletBatch>): number => {
   let bytes = 0
-  for (const b of batches) bytes += ServerMetrics.recordBytes(b.records)
+  for (const b of batches) bytes += Codec.recordBytesOf(b) ?? ServerMetrics.recordBytes(b.records)
   return bytes
 }
 

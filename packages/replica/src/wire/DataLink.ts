@@ -347,7 +347,7 @@ const fitted = (
   batches: ReadonlyArray<ReplicaManager.TabletBatch>,
   headerOf: (entries: ReadonlyArray<{ readonly baseOffset: number; readonly bytes: number }>) => string
 ) => {
-  const bytes = batches.map((b) => Codec.encodeBatch(b.epoch, b.records, b.producer))
+  const bytes = batches.map(Codec.bytesOf)
   let payload = 0
   for (const b of bytes) payload += b.length
   let count = bytes.length

@@ -84,7 +84,14 @@ export const sampleLogEnds = (w: World, p: Proc) =>
     for (const view of yield* p.server.replicas) {
       const tl = yield* p.server.logOf(view.tablet)
       if (tl !== undefined)
-        Checkers.logEnd(w.record, p.name, Models.tabletKey(view.tablet), yield* tl.logEndOffset, yield* tl.epochs)
+        Checkers.logEnd(
+          w.record,
+          p.name,
+          Models.tabletKey(view.tablet),
+          yield* tl.logStartOffset,
+          yield* tl.logEndOffset,
+          yield* tl.epochs
+        )
       else Checkers.logClosed(w.record, p.name, Models.tabletKey(view.tablet))
     }
   })
@@ -97,7 +104,9 @@ export const sample = (w: World) =>
       if (p.server === undefined) continue
       for (const view of yield* p.server.replicas) {
         const tl = yield* p.server.logOf(view.tablet)
-        Checkers.replica(w.record, p.name, p.incarnation, view, now(w), tl === undefined ? [] : yield* tl.epochs)
+        const log =
+          tl === undefined ? { start: 0, epochs: [] } : { start: yield* tl.logStartOffset, epochs: yield* tl.epochs }
+        Checkers.replica(w.record, p.name, p.incarnation, view, now(w), log)
       }
     }
     for (const tablet of w.cluster.tablets) yield* sampleIsr(w, tablet)
@@ -119,21 +128,30 @@ export const sampleIsr = (w: World, tablet: Models.TabletId) =>
     if (view?.machine._tag !== "LeaderReplica" || view.leader?.leaderEpoch !== lai.leaderEpoch) return
     const leaderLog = yield* leader.logOf(tablet)
     if (leaderLog === undefined) return
-    const members: Array<{ readonly server: string; readonly end: number; readonly epochs: LeaderEpochCache }> = []
+    const members: Array<{
+      readonly server: string
+      readonly start: number
+      readonly end: number
+      readonly epochs: LeaderEpochCache
+    }> = []
     for (const s of lai.isr) {
       const m = w.byName.get(`s${s}`)
       if (s === lai.leader || m?.server === undefined || m.registration === undefined) continue
       if (m.registration !== meta.registrations?.[String(s)]) continue
       const log = yield* m.server.logOf(tablet)
       if (log === undefined) continue
-      members.push({ server: m.name, end: yield* log.logEndOffset, epochs: yield* log.epochs })
+      members.push({
+        server: m.name,
+        start: yield* log.logStartOffset,
+        end: yield* log.logEndOffset,
+        epochs: yield* log.epochs
+      })
     }
     Checkers.isrHolds(
       w.record,
       Models.tabletKey(tablet),
-      `s${lai.leader}`,
+      { server: `s${lai.leader}`, start: yield* leaderLog.logStartOffset, epochs: yield* leaderLog.epochs },
       view.leader.highWatermark,
-      yield* leaderLog.epochs,
       members,
       now(w)
     )
@@ -150,16 +168,19 @@ export const finalLogs = (w: World) =>
           if (log === undefined) return undefined
           const view = (yield* p.server!.replicas).find((v) => Models.tabletKey(v.tablet) === Models.tabletKey(tablet))
           const hw = view?.leader?.highWatermark ?? (yield* log.highWatermark)
+          const logStart = yield* log.logStartOffset
           return {
             server: p.name,
             hw,
-            batches: yield* log.read(yield* log.logStartOffset, Number.MAX_SAFE_INTEGER).pipe(Effect.orDie)
+            logStart,
+            batches: yield* log.read(logStart, Number.MAX_SAFE_INTEGER).pipe(Effect.orDie)
           }
         })
       )
       return {
         tablet: Models.tabletKey(tablet),
         leader: meta?.leaderAndIsr.leader === null || meta === undefined ? undefined : `s${meta.leaderAndIsr.leader}`,
+        isr: meta?.leaderAndIsr.isr.map((s) => `s${s}`) ?? [],
         meta,
         replicas: replicas.flatMap((r) => (r === undefined ? [] : [r]))
       }

@@ -27,15 +27,24 @@ export type Outcome =
 export interface FinalReplica {
   readonly server: string
   readonly hw: number
+  /** Where its log starts. */
+  readonly logStart: number
   readonly batches: ReadonlyArray<ReplicaManager.TabletBatch>
 }
 
-/** One tablet at the end: its leader by coordination, and every replica's log. */
+/** One tablet at the end: its leader and ISR by coordination, and every replica's log. */
 export interface FinalTablet {
   readonly tablet: string
   readonly leader: string | undefined
+  readonly isr: ReadonlyArray<string>
   readonly replicas: ReadonlyArray<FinalReplica>
 }
+
+/** How a `deleteRecords` call ended for its client: acknowledged with the log start it answered, or not. */
+export type DeleteOutcome =
+  | { readonly _tag: "Acked"; readonly logStart: number }
+  | { readonly _tag: "Failed"; readonly why: string }
+  | { readonly _tag: "Unknown" }
 
 const decoder = new TextDecoder()
 
@@ -65,8 +74,9 @@ const add = (l: Limited, kind: string, line: string): void => {
   if (n <= 3) l.out.push(line)
 }
 
-/** A replica's log end and epoch cache as last sampled. */
+/** A replica's log start, end and epoch cache as last sampled. */
 interface LogEnd {
+  readonly start: number
   readonly end: number
   readonly epochs: LeaderEpochCache
 }
@@ -87,6 +97,13 @@ export interface Recorder {
   /** The highest coordinator epoch each server life applied. */
   readonly applied: Map<string, number>
   readonly coordinatorEpochs: Set<number>
+  /** Every `deleteRecords` call: its tablet, offset, outcome and when it ended. */
+  readonly deletes: Array<{
+    readonly tablet: string
+    readonly offset: number
+    readonly outcome: DeleteOutcome
+    readonly at: number
+  }>
   /** What the consumer was given: per tablet, the value at each offset read, and when it was first read. */
   readonly reads: Map<string, Map<number, { readonly value: string; readonly at: number }>>
   /** Each server's log end and epochs per tablet, as last sampled (a stopped server's log keeps what it had). */
@@ -127,6 +144,7 @@ export const recorder = (minIsr: number): Recorder => ({
   highWatermarks: new Map(),
   applied: new Map(),
   coordinatorEpochs: new Set(),
+  deletes: [],
   reads: new Map(),
   logEnds: new Map(),
   closed: new Map(),
@@ -134,10 +152,17 @@ export const recorder = (minIsr: number): Recorder => ({
   violations: limited()
 })
 
-/** A replica's log end and epoch cache, sampled. */
-export const logEnd = (r: Recorder, server: string, tablet: string, end: number, epochs: LeaderEpochCache): void => {
+/** A replica's log start, end and epoch cache, sampled. */
+export const logEnd = (
+  r: Recorder,
+  server: string,
+  tablet: string,
+  start: number,
+  end: number,
+  epochs: LeaderEpochCache
+): void => {
   const ends = r.logEnds.get(tablet) ?? new Map<string, LogEnd>()
-  ends.set(server, { end, epochs })
+  ends.set(server, { start, end, epochs })
   r.logEnds.set(tablet, ends)
   r.closed.get(tablet)?.delete(server)
 }
@@ -157,6 +182,24 @@ export const append = (r: Recorder, tablet: string, values: ReadonlyArray<string
   r.appends.push({ tablet, values, outcome })
 }
 
+/** A `deleteRecords` call that ended: an acknowledged one answers a log start at or past its offset. */
+export const deleted = (r: Recorder, tablet: string, offset: number, outcome: DeleteOutcome, at: number): void => {
+  r.deletes.push({ tablet, offset, outcome, at })
+  if (outcome._tag === "Acked" && outcome.logStart < offset)
+    add(
+      r.violations,
+      "delete",
+      `t=${at} ${tablet}: a delete before ${offset} was acknowledged with the log starting at ${outcome.logStart}`
+    )
+}
+
+/**
+ * Below which offset a tablet's records may be gone by a delete: the highest any `deleteRecords` call asked for,
+ * whatever its outcome (a call that failed or timed out may still have moved some replica's start).
+ */
+const deletedBelow = (r: Recorder, tablet: string): number =>
+  r.deletes.reduce((max, d) => (d.tablet === tablet ? Math.max(max, d.offset) : max), 0)
+
 /** A record a consumer was given; read again, it must be the same record. */
 export const read = (r: Recorder, tablet: string, offset: number, value: string, at: number): void => {
   const seen = r.reads.get(tablet) ?? new Map<number, { readonly value: string; readonly at: number }>()
@@ -173,8 +216,8 @@ export const read = (r: Recorder, tablet: string, offset: number, value: string,
 }
 
 /**
- * A replica sampled after a step (`epochs`: its log's epoch cache): one leader per (tablet, epoch); a leader's HW
- * only forward, within its log, and held by `minIsr` replicas.
+ * A replica sampled after a step (`log`: where its log starts, and its epoch cache): one leader per (tablet, epoch);
+ * a leader's HW only forward, within its log, and held by `minIsr` replicas.
  */
 export const replica = (
   r: Recorder,
@@ -182,8 +225,9 @@ export const replica = (
   incarnation: number,
   view: ReplicaView,
   at: number,
-  epochs: LeaderEpochCache
+  log: { readonly start: number; readonly epochs: LeaderEpochCache }
 ): void => {
+  const epochs = log.epochs
   const l = view.leader
   if (view.machine._tag !== "LeaderReplica" || l === undefined) return
   const key = `${Models.tabletKey(view.tablet)}@${l.leaderEpoch}`
@@ -197,12 +241,15 @@ export const replica = (
   const hwKey = `${server}.${incarnation}|${key}`
   const before = r.highWatermarks.get(hwKey)
   // KIP-966: a HW counts only records at least minInsyncReplicas replicas hold (checked as it advances): a
-  // holder's log reaches the HW and its record below it was written in the same epoch as the leader's.
+  // holder's log reaches the HW and its record below it was written in the same epoch as the leader's (unless a
+  // delete took that record from either log: then there is no record to hold).
   const last = l.highWatermark - 1
   const unknown = r.closed.get(Models.tabletKey(view.tablet)) ?? new Set<string>()
   const holders = [...(r.logEnds.get(Models.tabletKey(view.tablet)) ?? [])].filter(
     ([s, e]) =>
-      !unknown.has(s) && e.end >= l.highWatermark && (last < 0 || epochAt(e.epochs, last) === epochAt(epochs, last))
+      !unknown.has(s) &&
+      e.end >= l.highWatermark &&
+      (last < Math.max(log.start, e.start) || epochAt(e.epochs, last) === epochAt(epochs, last))
   )
   if (before !== undefined && l.highWatermark > before && holders.length + unknown.size < r.minIsr) {
     add(
@@ -226,29 +273,39 @@ export const replica = (
 export const isrHolds = (
   r: Recorder,
   tablet: string,
-  leader: string,
+  leader: { readonly server: string; readonly start: number; readonly epochs: LeaderEpochCache },
   hw: number,
-  leaderEpochs: LeaderEpochCache,
-  members: ReadonlyArray<{ readonly server: string; readonly end: number; readonly epochs: LeaderEpochCache }>,
+  members: ReadonlyArray<{
+    readonly server: string
+    readonly start: number
+    readonly end: number
+    readonly epochs: LeaderEpochCache
+  }>,
   at: number
 ): void => {
+  const leaderEpochs = leader.epochs
   for (const m of members) {
-    if (m.end < hw) {
+    // Below the leader's log start there is nothing to hold (a delete took it).
+    if (m.end < hw && leader.start < hw) {
       add(
         r.violations,
         "isr-holds",
-        `t=${at} ${tablet}: ISR member ${m.server} has no record at offset ${m.end}, below the HW ${hw} of its leader ${leader}`
+        `t=${at} ${tablet}: ISR member ${m.server} has no record at offset ${m.end}, below the HW ${hw} of its leader ${leader.server}`
       )
       continue
     }
-    // The epoch at an offset changes only where a cache entry starts: comparing there compares every offset.
-    const starts = [...leaderEpochs, ...m.epochs].map((e) => e.startOffset).filter((o) => o < hw)
+    // The epoch at an offset changes only where a cache entry starts: comparing there (and where the later of the
+    // two logs starts, below which a delete took the records) compares every offset both hold.
+    const from = Math.max(leader.start, m.start)
+    const starts = [from, ...[...leaderEpochs, ...m.epochs].map((e) => e.startOffset)].filter(
+      (o) => o >= from && o < hw
+    )
     const differs = starts.sort((a, b) => a - b).find((o) => epochAt(m.epochs, o) !== epochAt(leaderEpochs, o))
     if (differs !== undefined) {
       add(
         r.violations,
         "isr-holds",
-        `t=${at} ${tablet}: ISR member ${m.server} and its leader ${leader} differ at offset ${differs} below the HW ${hw} (epoch ${epochAt(m.epochs, differs)} vs ${epochAt(leaderEpochs, differs)})`
+        `t=${at} ${tablet}: ISR member ${m.server} and its leader ${leader.server} differ at offset ${differs} below the HW ${hw} (epoch ${epochAt(m.epochs, differs)} vs ${epochAt(leaderEpochs, differs)})`
       )
     }
   }
@@ -288,11 +345,16 @@ export const coordinatorEpoch = (r: Recorder, epoch: number): void => {
   r.coordinatorEpochs.add(epoch)
 }
 
-/** Against its leader's final log: what a consumer read is committed there, nothing twice, nothing acked lost. */
+/**
+ * Against its leader's final log: what a consumer read is committed there, nothing twice, nothing acked lost (below
+ * where a delete may have cut the log, a record may be gone, but one still there must be the same).
+ */
 const judgeLeaderLog = (r: Recorder, out: Limited, t: FinalTablet, leader: FinalReplica): void => {
   const log = flatten(leader.batches)
+  const gone = deletedBelow(r, t.tablet)
   for (const [offset, read] of r.reads.get(t.tablet) ?? []) {
     const at = log.get(offset)
+    if (at === undefined && offset < gone) continue
     if (at === undefined || offset >= leader.hw || at.value !== read.value) {
       add(
         out,
@@ -309,6 +371,7 @@ const judgeLeaderLog = (r: Recorder, out: Limited, t: FinalTablet, leader: Final
     const base = a.outcome.baseOffset
     a.values.forEach((value, i) => {
       const at = log.get(base + i)
+      if (at === undefined && base + i < gone) return
       if (at === undefined || base + i >= leader.hw || at.value !== value) {
         add(
           out,
@@ -320,12 +383,31 @@ const judgeLeaderLog = (r: Recorder, out: Limited, t: FinalTablet, leader: Final
   }
 }
 
+/**
+ * An acknowledged delete holds: the final leader's log, and every final ISR member's (any of which may lead next),
+ * starts at or past it, so what it deleted cannot be read again.
+ */
+const judgeDeletes = (r: Recorder, out: Limited, t: FinalTablet): void => {
+  const acked = r.deletes.filter((d) => d.tablet === t.tablet && d.outcome._tag === "Acked")
+  const highest = acked.reduce((max, d) => (d.offset > max.offset ? d : max), { offset: 0, at: 0 })
+  if (highest.offset === 0) return
+  for (const replica of t.replicas) {
+    if (replica.server !== t.leader && !t.isr.includes(replica.server)) continue
+    if (replica.logStart < highest.offset)
+      add(
+        out,
+        "delete",
+        `${t.tablet}: ${replica.server === t.leader ? "the leader" : "ISR member"} ${replica.server}'s log starts at ${replica.logStart}, below the acknowledged delete before ${highest.offset} (t=${highest.at}): deleted records are readable again`
+      )
+  }
+}
+
 /** Two replicas agree below both their HWs: each holds every offset from where both logs start, the same record. */
 const judgePrefix = (out: Limited, tablet: string, a: FinalReplica, b: FinalReplica): void => {
   const la = flatten(a.batches)
   const lb = flatten(b.batches)
   const upTo = Math.min(a.hw, b.hw)
-  const from = Math.max(a.batches[0]?.baseOffset ?? upTo, b.batches[0]?.baseOffset ?? upTo)
+  const from = Math.max(a.logStart, b.logStart)
   for (let o = from; o < upTo; o++) {
     const x = la.get(o)
     const y = lb.get(o)
@@ -463,11 +545,22 @@ export const judge = (r: Recorder, tablets: ReadonlyArray<FinalTablet>): Readonl
       continue
     }
     judgeLeaderLog(r, out, t, leader)
+    judgeDeletes(r, out, t)
     for (let i = 0; i < t.replicas.length; i++) {
       for (let j = i + 1; j < t.replicas.length; j++) judgePrefix(out, t.tablet, t.replicas[i]!, t.replicas[j]!)
     }
   }
   return [...r.violations.out, ...out.out]
+}
+
+/** The delete family's counts: calls by outcome (`delete-acked`, `delete-failed`, `delete-unknown`). */
+export const deleteStats = (r: Recorder): Record<string, number> => {
+  const counts: Record<string, number> = {}
+  for (const d of r.deletes) {
+    const key = `delete-${d.outcome._tag.toLowerCase()}`
+    counts[key] = (counts[key] ?? 0) + 1
+  }
+  return counts
 }
 
 /** The run's counts: appends by outcome, records read, leader epochs and coordinator epochs seen. */

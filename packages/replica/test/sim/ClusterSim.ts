@@ -116,7 +116,8 @@ const setUp = (
       config,
       variant.reassignments,
       variant.rebalances ?? rebalancesKnob(),
-      variant.faults
+      variant.faults,
+      variant.deletes
     )
     Clock.log(clock, describeCluster(seed, cluster))
     const auditor = yield* base.session({ timeout: "1 hour" })

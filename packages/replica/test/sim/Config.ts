@@ -35,6 +35,11 @@ export interface Variant {
    * omitted).
    */
   readonly faults?: ReadonlyArray<FaultKind>
+  /**
+   * Which seeds run the delete family: about a third (the default), every one (for a bug only a delete shows), or
+   * none (a bug about something else is then searched on the histories it was found on).
+   */
+  readonly deletes?: "none" | "some" | "every"
 }
 
 /** The correct system. */
@@ -48,28 +53,66 @@ export const rebalancing: Variant = { name: "rebalancing", reassignments: "none"
  * a divergence between a member an election may choose and its leader, included).
  */
 export const planted: ReadonlyArray<Variant> = [
-  { name: "truncate-to-hw", machines: Mutants.machinesWith(Mutants.truncateToHighWatermark) },
-  { name: "hw-under-min-isr", machines: Mutants.machinesWith(Mutants.highWatermarkIgnoresMinIsr) },
-  { name: "prefer-outside-isr", controller: Mutants.preferOutsideIsr(ControllerState.step) },
-  { name: "random-producer-id", randomProducerIds: true },
-  { name: "demoted-long-poll", machines: Mutants.machinesWith(Mutants.skipFetchRevalidation), reassignments: "none" },
-  // A role left running under an older epoch shows once a leader's session ends: searched among the faults that end
-  // sessions and cut links (about one seed in 400 catches it; one in 1350 among every kind).
+  ...(
+    [
+      { name: "truncate-to-hw", machines: Mutants.machinesWith(Mutants.truncateToHighWatermark) },
+      { name: "hw-under-min-isr", machines: Mutants.machinesWith(Mutants.highWatermarkIgnoresMinIsr) },
+      { name: "prefer-outside-isr", controller: Mutants.preferOutsideIsr(ControllerState.step) },
+      { name: "random-producer-id", randomProducerIds: true },
+      {
+        name: "demoted-long-poll",
+        machines: Mutants.machinesWith(Mutants.skipFetchRevalidation),
+        reassignments: "none"
+      },
+      // A role left running under an older epoch shows once a leader's session ends: searched among the faults that end
+      // sessions and cut links (about one seed in 400 catches it; one in 1350 among every kind).
+      {
+        name: "unfenced-log-end",
+        machines: Mutants.machinesWith(Mutants.unfencedLogEnd),
+        faults: ["expire", "isolate", "cut"]
+      },
+      { name: "stale-isr-answer", machines: Mutants.machinesWith(Mutants.answersIgnoreProposal) },
+      { name: "isr-to-dead-server", controller: Mutants.skipIsrEligibility(ControllerState.step) },
+      {
+        name: "fenced-refusal-rejects",
+        machines: Mutants.machinesWith(Mutants.fencedRefusalRejects),
+        reassignments: "none"
+      },
+      { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignments: "every" },
+      { name: "gate-ignored", executor: Mutants.gateIgnored, reassignments: "none", rebalances: "every" },
+      { name: "rollback-skipped", executor: Mutants.rollbackSkipped, reassignments: "none", rebalances: "every" }
+    ] satisfies ReadonlyArray<Variant>
+  ).map((v): Variant => ({ deletes: "none", ...v })),
+  // A delete answered before the followers' starts reached it shows when a follower that had not yet moved its start
+  // leads next: searched among the faults that end a leader's life while its followers lag.
   {
-    name: "unfenced-log-end",
-    machines: Mutants.machinesWith(Mutants.unfencedLogEnd),
-    faults: ["expire", "isolate", "cut"]
+    name: "delete-unwaited",
+    machines: Mutants.machinesWith(Mutants.deleteUnwaited),
+    deletes: "every",
+    reassignments: "none",
+    rebalances: "none",
+    faults: ["crash", "power", "stop", "pause", "slow", "isolate", "oneway"]
   },
-  { name: "stale-isr-answer", machines: Mutants.machinesWith(Mutants.answersIgnoreProposal) },
-  { name: "isr-to-dead-server", controller: Mutants.skipIsrEligibility(ControllerState.step) },
+  // A delete held by a leader left alone in its ISR shows when that leader loses its unflushed writes and leads
+  // again: searched among power losses and the faults that shrink an ISR.
   {
-    name: "fenced-refusal-rejects",
-    machines: Mutants.machinesWith(Mutants.fencedRefusalRejects),
-    reassignments: "none"
+    name: "delete-alone",
+    machines: Mutants.machinesWith(Mutants.deleteIgnoresMinIsr),
+    deletes: "every",
+    reassignments: "none",
+    rebalances: "none",
+    faults: ["power", "crash", "pause", "expire", "isolate"]
   },
-  { name: "remove-before-isr", controller: Mutants.removeBeforeIsr(ControllerState.step), reassignments: "every" },
-  { name: "gate-ignored", executor: Mutants.gateIgnored, reassignments: "none", rebalances: "every" },
-  { name: "rollback-skipped", executor: Mutants.rollbackSkipped, reassignments: "none", rebalances: "every" }
+  // A leader chosen by a recovery election from outside the ISR that took a delete, not taking its followers' later
+  // starts: searched among the faults that make every ISR member a new life.
+  {
+    name: "start-not-raised",
+    machines: Mutants.machinesWith(Mutants.startNotRaised),
+    deletes: "every",
+    reassignments: "none",
+    rebalances: "none",
+    faults: ["pause", "crash", "expire", "stop"]
+  }
 ]
 
 /** The kinds of fault. */
@@ -237,13 +280,16 @@ export interface Cluster {
   readonly rebalancing: Prng | undefined
   /** The settings its rebalances run with, when it does. */
   readonly rebalanceSettings: RebalanceConfig.RebalanceConfig | undefined
+  /** The delete family's own generator (`deleteRecords` calls while producing), when the seed runs it. */
+  readonly deleting: Prng | undefined
 }
 
 /**
  * Draws the cluster from the seed's main generator `rng`, in a fixed order (3–7 servers, 1–3 coordinators, the
  * session and lag timeouts, the replication factor, the long-poll wait, the minimum ISR, 1–3 tablets, the flush
  * chance, the election rule); each fault family that half the seeds run draws from a generator of its own (the
- * reassignment family on every seed or none as `reassignments` says).
+ * reassignment family on every seed or none as `reassignments` says; the delete family on a third of the seeds or
+ * every one as `deletes` says).
  */
 export const drawCluster = (
   seed: number,
@@ -251,7 +297,8 @@ export const drawCluster = (
   config: Config,
   reassignments: Variant["reassignments"] = "half",
   rebalances: Variant["rebalances"] = "some",
-  faults?: Variant["faults"]
+  faults?: Variant["faults"],
+  deletes: Variant["deletes"] = "some"
 ): Cluster => {
   const shape = config.shape
   const serverCount = shape?.servers ?? rng.int(3, 7)
@@ -312,6 +359,12 @@ export const drawCluster = (
       ? rebalanceDraws
       : undefined
   const rebalanceSettings = rebalancing === undefined ? undefined : drawRebalanceSettings(rebalancing)
+  // A third of the seeds also delete records below their tablets' HWs while producing, drawn by its own generator.
+  const deleteDraws = seeded(mix32(seed ^ 0x0de1))
+  const deleting =
+    config.script === undefined && deletes !== "none" && (deletes === "every" || deleteDraws.chance(0.35))
+      ? deleteDraws
+      : undefined
   const leaderElection =
     shape === undefined
       ? rng.pick(["first-in-isr", "largest-log-end"] as const)
@@ -333,7 +386,8 @@ export const drawCluster = (
     churning,
     moves,
     rebalancing,
-    rebalanceSettings
+    rebalanceSettings,
+    deleting
   }
 }
 
@@ -359,5 +413,5 @@ const drawRebalanceSettings = (rb: Prng): RebalanceConfig.RebalanceConfig =>
 export const describeCluster = (seed: number, c: Cluster): string => {
   const mix = c.faultMix
   const swarm = mix.swarm ? ` faults=${mix.kinds.map(([k]) => k).join(",")}${mix.acksOne ? " acks=1 too" : ""}` : ""
-  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.rebalanceSettings === undefined ? "" : ` rebalances(batch=${c.rebalanceSettings.batchRatio} c=${c.rebalanceSettings.maxConcurrentMigrations} cap=${c.rebalanceSettings.maxClusterMigrations} trigger=${c.rebalanceSettings.enabled})`}${c.extras === undefined ? "" : " disk-and-clock"}`
+  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.rebalanceSettings === undefined ? "" : ` rebalances(batch=${c.rebalanceSettings.batchRatio} c=${c.rebalanceSettings.maxConcurrentMigrations} cap=${c.rebalanceSettings.maxClusterMigrations} trigger=${c.rebalanceSettings.enabled})`}${c.extras === undefined ? "" : " disk-and-clock"}${c.deleting === undefined ? "" : " deletes"}`
 }

@@ -73,7 +73,7 @@ export const judge = (
         ...stats,
         longestLeaderless,
         lostWrites: w.lostWrites,
-        faults: { ...w.faultCounts, ...Checkers.moveStats(w.record) }
+        faults: { ...w.faultCounts, ...Checkers.moveStats(w.record), ...Checkers.deleteStats(w.record) }
       }
     } satisfies Result
   })

@@ -2,12 +2,14 @@
  * The simulated clients' work. Clients are the real `TabletClient`: its directory on its own coordination session,
  * its `RemotePeers` over Effect RPC's in-memory client and server (`MemoryTransport`), every call crossing the
  * simulated network. Idempotent producers send acks=all (some seeds some acks=1) records, a client at a time; a
- * consumer reads each tablet from where it got to; the controller is asked to create the tablets until it has;
+ * consumer reads each tablet from where it got to; a third of the seeds also delete records (`deleteRecords`) below
+ * what was acknowledged, now and then just past it; the controller is asked to create the tablets until it has;
  * and, once the cluster settled, a probe appends to every tablet.
  */
 import { Coordination, Models } from "@strata/core"
 import { Duration, Effect, Exit, type Fiber, Logger } from "effect"
 import * as EffectResult from "effect/Result"
+import type { Prng } from "../../../../scripts/test-support/prng.js"
 import * as Clock from "../../../../scripts/test-support/sim/Clock.js"
 import * as RemotePeers from "../../src/client/RemotePeers.js"
 import * as TabletClient from "../../src/client/TabletClient.js"
@@ -179,6 +181,49 @@ const consumer = (wl: Workload) => {
   )
 }
 
+/** Where a tablet's acknowledged records end, as its producers were told. */
+const ackedEnd = (w: World, key: string): number =>
+  w.record.appends.reduce(
+    (end, a) =>
+      a.tablet === key && a.outcome._tag === "Acked" ? Math.max(end, a.outcome.baseOffset + a.values.length) : end,
+    0
+  )
+
+/** What a delete's answer says. */
+const deleteOutcomeOf = (
+  result: EffectResult.Result<number, TabletClient.TabletClientError>
+): Checkers.DeleteOutcome => {
+  if (EffectResult.isSuccess(result)) return { _tag: "Acked", logStart: result.success }
+  const reason = result.failure.reason
+  return reason._tag === "DeliveryUnknown" || reason._tag === "ClientClosed"
+    ? { _tag: "Unknown" }
+    : { _tag: "Failed", why: reason.message }
+}
+
+/**
+ * The delete family, drawn by its own generator `rng`: now and then a client deletes a tablet's records before an
+ * offset at or below what was acknowledged there (one time in ten just past it, which a leader whose HW is below
+ * refuses), and every call's outcome is recorded.
+ */
+const deleter = (wl: Workload, rng: Prng) => {
+  const { w } = wl
+  return Effect.scoped(
+    Effect.gen(function* () {
+      const client = yield* makeClient(wl, wl.deliveryTimeoutMs)
+      while (wl.producing) {
+        yield* Effect.sleep(Duration.millis(rng.int(200, 1_000)))
+        const tablet = rng.pick(w.cluster.tablets)
+        const key = Models.tabletKey(tablet)
+        const end = ackedEnd(w, key)
+        const offset = rng.chance(0.1) ? end + rng.int(1, 3) : rng.int(Math.floor(end / 2), end)
+        const outcome = deleteOutcomeOf(yield* Effect.result(client.deleteRecords(tablet, offset)))
+        log(w, `client: a delete of ${key} before ${offset} ended ${JSON.stringify(outcome)}`)
+        Checkers.deleted(w.record, key, offset, outcome, now(w))
+      }
+    })
+  )
+}
+
 /** Asks the controller now to create the tablets (each replica set a rotation of the servers), until it has. */
 const createTablets = (w: World) =>
   Effect.gen(function* () {
@@ -201,6 +246,8 @@ export const start = (wl: Workload) =>
   Effect.gen(function* () {
     for (let n = 0; n < wl.producers; n++) wl.fibers.push(yield* Effect.forkIn(producer(wl, n), wl.w.root))
     wl.fibers.push(yield* Effect.forkIn(consumer(wl), wl.w.root))
+    const deleting = wl.w.cluster.deleting
+    if (deleting !== undefined) wl.fibers.push(yield* Effect.forkIn(deleter(wl, deleting), wl.w.root))
     yield* Effect.forkIn(createTablets(wl.w), wl.w.root)
   })
 

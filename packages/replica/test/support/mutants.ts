@@ -94,6 +94,40 @@ export const unfencedLogEnd: Mutant = (m) => ({
       : m.replica(state, input)
 })
 
+/** A delete answered as soon as the leader moved its own log start, not once every in-sync replica's had. */
+export const deleteUnwaited: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) => {
+    const [next, ready] = m.replica(state, input)
+    const waiting = ready.answer
+    if (input._tag !== "RecordsDeleted" || waiting?._tag !== "Wait") return [next, ready]
+    return [
+      { ...next, deletes: next.deletes.filter((d) => d.ticket !== waiting.ticket) },
+      { ...ready, answer: { _tag: "Done", highWatermark: waiting.highWatermark } }
+    ]
+  }
+})
+
+/** A delete admitted and answered whatever the ISR's size, as if the minimum ISR were 1. */
+export const deleteIgnoresMinIsr: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) => {
+    if (input._tag !== "DeleteRecords" && input._tag !== "RecordsDeleted") return m.replica(state, input)
+    const [next, ready] = m.replica({ ...state, config: { ...state.config, minInsyncReplicas: 1 } }, input)
+    return [{ ...next, config: state.config }, ready]
+  }
+})
+
+/** A leader that never takes a follower's later log start (the deletes an earlier leader made can come back). */
+export const startNotRaised: Mutant = (m) => ({
+  ...m,
+  replica: (state, input) => {
+    const [next, ready] = m.replica(state, input)
+    if (!ready.commands.some((c) => c._tag === "RaiseLogStart")) return [next, ready]
+    return [next, { ...ready, commands: ready.commands.filter((c) => c._tag !== "RaiseLogStart") }]
+  }
+})
+
 /** An ISR change refused because the leadership is over is taken as not committed (its change dropped). */
 export const fencedRefusalRejects: Mutant = (m) => ({
   ...m,

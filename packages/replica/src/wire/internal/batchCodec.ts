@@ -307,3 +307,89 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
     return e instanceof Error ? e.message : String(e)
   }
 }
+
+/** What a batch read with `storedBatch` carries besides its fields: its bytes, record count and record bytes. */
+interface Stored {
+  readonly bytes: Uint8Array
+  readonly count: number
+  readonly recordBytes: number
+}
+
+/** The stored form of the batches `storedBatch` made. */
+const stored = new WeakMap<Batch, Stored>()
+
+/**
+ * A stored batch back without decoding its records, or why it cannot be read: its layout is checked (every length
+ * within the bytes, nothing past the last record, as `decodeBatch` checks it) in one pass that makes nothing, and
+ * its `records` are decoded the first time they are asked for. A server passing batches from its log to the wire
+ * (`bytesOf`, `countOf`, `recordBytesOf`) never decodes them.
+ */
+export const storedBatch = (baseOffset: number, bytes: Uint8Array): Batch | string => {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const length = bytes.length
+  if (length < 9) return `batch at ${baseOffset} ends early (byte 0 of ${length})`
+  const epoch = view.getUint32(0)
+  const count = view.getUint32(4)
+  const stamped = view.getUint8(8)
+  if (stamped > 1) return `batch at ${baseOffset} has producer flag ${stamped}`
+  if (stamped === 1 && length < 25) return `batch at ${baseOffset} ends early (byte 9 of ${length})`
+  const producer: Producer | undefined =
+    stamped === 1 ? { id: view.getFloat64(9), epoch: view.getUint32(17), sequence: view.getUint32(21) } : undefined
+  let at = stamped === 1 ? 25 : 9
+  if (count > (length - at) / 18) return `batch at ${baseOffset} claims ${count} records in ${length} bytes`
+  let recordBytes = 0
+  for (let i = 0; i < count; i++) {
+    if (at + 12 > length) return `batch at ${baseOffset} ends early (byte ${at} of ${length})`
+    const keyLength = view.getInt32(at + 8)
+    at += 12 + Math.max(0, keyLength)
+    if (at + 4 > length) return `batch at ${baseOffset} ends early (byte ${at} of ${length})`
+    const valueLength = view.getUint32(at)
+    at += 4 + valueLength
+    recordBytes += Math.max(0, keyLength) + valueLength
+    if (at + 2 > length) return `batch at ${baseOffset} ends early (byte ${at} of ${length})`
+    const headerCount = view.getUint16(at)
+    at += 2
+    for (let h = 0; h < headerCount; h++) {
+      if (at + 2 > length) return `batch at ${baseOffset} ends early (byte ${at} of ${length})`
+      const keyBytes = view.getUint16(at)
+      at += 2 + keyBytes
+      if (at + 4 > length) return `batch at ${baseOffset} ends early (byte ${at} of ${length})`
+      const valueBytes = view.getUint32(at)
+      at += 4 + valueBytes
+      recordBytes += keyBytes + valueBytes
+    }
+  }
+  if (at !== length) {
+    return at > length
+      ? `batch at ${baseOffset} ends early (byte ${length} of ${at})`
+      : `batch at ${baseOffset} has ${length - at} bytes past its last record`
+  }
+  let records: ReadonlyArray<TabletRecord> | undefined
+  const batch: Batch = {
+    baseOffset,
+    epoch,
+    get records() {
+      if (records === undefined) {
+        const decoded = decodeBatch(baseOffset, bytes)
+        // The layout was checked above: decoding it cannot fail.
+        records = typeof decoded === "string" ? [] : decoded.records
+      }
+      return records
+    },
+    ...(producer === undefined ? {} : { producer })
+  }
+  stored.set(batch, { bytes, count, recordBytes })
+  return batch
+}
+
+/** A batch's bytes: those it was read from when `storedBatch` made it, else its encoding. */
+export const bytesOf = (b: Batch): Uint8Array => stored.get(b)?.bytes ?? encodeBatch(b.epoch, b.records, b.producer)
+
+/** How many records a batch has, without decoding a stored one. */
+export const countOf = (b: Batch): number => stored.get(b)?.count ?? b.records.length
+
+/**
+ * The bytes of a stored batch's keys, values and header keys and values (header keys as UTF-8); `undefined` for a
+ * batch `storedBatch` did not make.
+ */
+export const recordBytesOf = (b: Batch): number | undefined => stored.get(b)?.recordBytes

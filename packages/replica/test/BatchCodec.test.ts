@@ -1,0 +1,71 @@
+import { assert, describe, it } from "@effect/vitest"
+import { mix32, seeded } from "../../../scripts/test-support/prng.js"
+import * as ServerMetrics from "../src/server/ServerMetrics.js"
+import * as Codec from "../src/wire/internal/batchCodec.js"
+
+const encoder = new TextEncoder()
+
+const records: ReadonlyArray<Codec.TabletRecord> = [
+  { key: null, value: encoder.encode("first"), headers: [], timestamp: 1 },
+  {
+    key: encoder.encode("k"),
+    value: encoder.encode("second value"),
+    headers: [
+      { key: "trace", value: encoder.encode("abc") },
+      { key: "empty", value: new Uint8Array(0) }
+    ],
+    timestamp: 2
+  },
+  { key: new Uint8Array(0), value: new Uint8Array(0), headers: [], timestamp: 3 }
+]
+
+describe("batchCodec's stored batches", () => {
+  it("read back without decoding: fields, count and record bytes at once, records when asked, the same bytes to send", () => {
+    const producer = { id: 7, epoch: 2, sequence: 40 }
+    const bytes = Codec.encodeBatch(3, records, producer)
+    const batch = Codec.storedBatch(100, bytes)
+    assert(typeof batch !== "string", String(batch))
+    assert.strictEqual(batch.baseOffset, 100)
+    assert.strictEqual(batch.epoch, 3)
+    assert.deepStrictEqual(batch.producer, producer)
+    assert.strictEqual(Codec.countOf(batch), 3)
+    assert.strictEqual(Codec.recordBytesOf(batch), ServerMetrics.recordBytes(records))
+    // Sent on as the very bytes it was read as, not encoded again.
+    assert.strictEqual(Codec.bytesOf(batch), bytes)
+    assert.deepStrictEqual(
+      batch.records.map((r) => ({ ...r, headers: [...r.headers] })),
+      records.map((r) => ({ ...r, headers: [...r.headers] }))
+    )
+    // Decoded once: asked again, the same array.
+    assert.strictEqual(batch.records, batch.records)
+    // A batch made some other way is counted and encoded from its records.
+    const plain = { baseOffset: 0, epoch: 1, records }
+    assert.strictEqual(Codec.countOf(plain), 3)
+    assert.strictEqual(Codec.recordBytesOf(plain), undefined)
+    const unstamped = Codec.storedBatch(0, Codec.bytesOf(plain))
+    assert(typeof unstamped !== "string")
+    assert.strictEqual(unstamped.producer, undefined)
+  })
+
+  it("refuses exactly the bytes decodeBatch refuses: every cut, and damaged lengths", () => {
+    const whole = Codec.encodeBatch(1, records, { id: 1, epoch: 0, sequence: 0 })
+    const cases: Array<Uint8Array> = []
+    for (let n = 0; n <= whole.length; n++) cases.push(whole.slice(0, n))
+    cases.push(Uint8Array.of(...whole, 0))
+    const rng = seeded(mix32(0xbadc0de))
+    for (let i = 0; i < 500; i++) {
+      const damaged = whole.slice()
+      damaged[rng.int(0, damaged.length - 1)] = rng.int(0, 255)
+      cases.push(damaged)
+    }
+    let refused = 0
+    for (const bytes of cases) {
+      const decoded = Codec.decodeBatch(5, bytes)
+      const stored = Codec.storedBatch(5, bytes)
+      assert.strictEqual(typeof stored === "string", typeof decoded === "string", `${bytes.length} bytes: ${decoded}`)
+      if (typeof decoded === "string") refused++
+      else if (typeof stored !== "string") assert.strictEqual(Codec.countOf(stored), decoded.records.length)
+    }
+    assert.isAbove(refused, whole.length)
+  })
+})
