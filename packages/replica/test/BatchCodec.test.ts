@@ -47,6 +47,27 @@ describe("batchCodec's stored batches", () => {
     assert.strictEqual(unstamped.producer, undefined)
   })
 
+  it("header keys round-trip, however many distinct ones and however long (past what is kept decoded)", () => {
+    const many: ReadonlyArray<Codec.TabletRecord> = Array.from({ length: 100 }, (_, i) => ({
+      key: null,
+      value: encoder.encode(`v${i}`),
+      headers: [
+        { key: `key-${i}-${"x".repeat(i)}`, value: encoder.encode(String(i)) },
+        { key: "strata-source", value: new Uint8Array(0) },
+        { key: "ключ-é", value: Uint8Array.of(i) }
+      ],
+      timestamp: i
+    }))
+    for (let round = 0; round < 2; round++) {
+      const decoded = Codec.decodeBatch(0, Codec.encodeBatch(1, many))
+      assert(typeof decoded !== "string")
+      assert.deepStrictEqual(
+        decoded.records.map((r) => r.headers.map((h) => [h.key, [...h.value]])),
+        many.map((r) => r.headers.map((h) => [h.key, [...h.value]]))
+      )
+    }
+  })
+
   it("refuses exactly the bytes decodeBatch refuses: every cut, and damaged lengths", () => {
     const whole = Codec.encodeBatch(1, records, { id: 1, epoch: 0, sequence: 0 })
     const cases: Array<Uint8Array> = []

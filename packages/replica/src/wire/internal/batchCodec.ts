@@ -160,6 +160,40 @@ const writeHeader = (view: DataView, epoch: number, count: number, producer: Pro
   return 25
 }
 
+/**
+ * Header keys are few and repeat on every record (a changelog's `strata-source`, a tracing key): each is encoded and
+ * decoded once, not once per record. At most `HEADER_KEYS` of them are kept, each at most `HEADER_KEY_BYTES` long;
+ * past that they are encoded and decoded every time.
+ */
+const HEADER_KEYS = 32
+const HEADER_KEY_BYTES = 64
+const headerKeyEncodings = new Map<string, Uint8Array>()
+const headerKeyStrings: Array<{ readonly bytes: Uint8Array; readonly key: string }> = []
+
+/** A header key's UTF-8 bytes (never changed by the caller: the same array is handed out again). */
+const headerKeyBytes = (key: string): Uint8Array => {
+  const known = headerKeyEncodings.get(key)
+  if (known !== undefined) return known
+  const bytes = encoder.encode(key)
+  if (bytes.length <= HEADER_KEY_BYTES && headerKeyEncodings.size < HEADER_KEYS) headerKeyEncodings.set(key, bytes)
+  return bytes
+}
+
+/** The header key of `length` bytes at `at` in `bytes`. */
+const headerKeyOf = (bytes: Uint8Array, at: number, length: number): string => {
+  if (length > HEADER_KEY_BYTES) return decoder.decode(bytes.subarray(at, at + length))
+  for (const known of headerKeyStrings) {
+    const k = known.bytes
+    if (k.length !== length) continue
+    let i = 0
+    while (i < length && k[i] === bytes[at + i]) i++
+    if (i === length) return known.key
+  }
+  const key = decoder.decode(bytes.subarray(at, at + length))
+  if (headerKeyStrings.length < HEADER_KEYS) headerKeyStrings.push({ bytes: bytes.slice(at, at + length), key })
+  return key
+}
+
 /** The bytes a batch takes in the store. */
 export const encodeBatch = (
   epoch: number,
@@ -185,7 +219,7 @@ export const encodeBatch = (
     const r = records[i]!
     size += 18 + (r.key === null ? 0 : r.key.length) + r.value.length
     if (r.headers.length === 0) continue
-    const keys = r.headers.map((h) => encoder.encode(h.key))
+    const keys = r.headers.map((h) => headerKeyBytes(h.key))
     headerKeys ??= new Map()
     headerKeys.set(i, keys)
     for (let j = 0; j < keys.length; j++) size += 6 + keys[j]!.length + r.headers[j]!.value.length
@@ -286,7 +320,7 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
           const keyBytes = view.getUint16(at)
           at += 2
           need(keyBytes)
-          const k = decoder.decode(bytes.subarray(at, at + keyBytes))
+          const k = headerKeyOf(bytes, at, keyBytes)
           at += keyBytes
           need(4)
           const valueBytes = view.getUint32(at)
