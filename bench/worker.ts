@@ -26,10 +26,11 @@
 //   first use with Maven (`mvn -q -B -f bench/kstreams/pom.xml compile dependency:copy-dependencies`, output in
 //   bench/kstreams/target, rebuilt when pom.xml or Count.java is newer).
 // Timed in all: from the first record handed to the counting code until every partition is processed to its
-// highwater and a last commit returned (the group join before it is not timed). Checked afterwards, untimed: the
-// counts (the bare loop's Map; the worker's table, every partition scanned; Kafka Streams' store) equal the
-// input's, key by key. CPU and RSS as in bench/recovery.ts (each child's own). Phases run in the order below,
-// reversed on odd repetitions.
+// highwater and a last commit returned (the group join before it is not timed, nor the close after it: the worker's
+// scope, Kafka Streams' close and the bare loop's consumer close all come after the clock stops; the bare loop's
+// fetch stream is closed before it). Checked afterwards, untimed: the counts (the bare loop's Map; the worker's
+// table, every partition scanned; Kafka Streams' store) equal the input's, key by key. CPU and RSS as in
+// bench/recovery.ts (each child's own). Phases run in the order below, reversed on odd repetitions.
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (1000000), BENCH_KEYS (100000), BENCH_PARTITIONS (12), BENCH_RUNS (3),
@@ -45,7 +46,7 @@ import { createRequire } from "node:module"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
-import { Context, Effect, Layer, Logger, Option, Schema } from "effect"
+import { Context, Effect, Exit, Layer, Logger, Option, Schema, Scope } from "effect"
 import { type ChildProtocol, type Measured, measure, reportFromChild, runChild, runProgram } from "./child.js"
 import { type BenchOutput, envInt, envString, type Figure, median, progress, randomBytes, round3 } from "./lib.js"
 
@@ -275,6 +276,9 @@ const workerPhase = async (spec: Spec, phase: WorkerPhase): Promise<PhaseResult>
       const services = Context.add(yield* Layer.build(storeLayer), Log.Log, log)
       const app = `${spec.source}-${phase}-${spec.run}`
       const context = yield* Effect.context<never>()
+      // The worker's scope is closed after the timing: its close (a last commit, leaving the group) is not timed, as
+      // Kafka Streams' close is not.
+      const scope = yield* Scope.make()
       let firstAt: number | undefined
       const run = Effect.gen(function* () {
         const t0 = performance.now()
@@ -303,20 +307,21 @@ const workerPhase = async (spec: Spec, phase: WorkerPhase): Promise<PhaseResult>
         }
         yield* worker.commit
         const metrics = yield* worker.metrics
-        // Untimed from here on the clock of the parent: the counts, every partition scanned.
-        const got = new Map<string, number>()
-        for (let p = 0; p < spec.partitions; p++) for (const [k, v] of yield* table.entries(p)) got.set(k, v)
-        return { t0, got, commits: metrics.commits, lastCommitMs: metrics.lastCommitMs }
-      }).pipe(Effect.scoped, Effect.provide(services))
-      let checked: { got: Map<string, number>; commits: number; lastCommitMs: number } | undefined
+        return { t0, table, commits: metrics.commits, lastCommitMs: metrics.lastCommitMs }
+      }).pipe(Scope.provide(scope), Effect.provide(services))
+      let done: Effect.Success<typeof run> | undefined
       const m = yield* Effect.promise(() =>
         measure(async () => {
           const r = await Effect.runPromiseWith(context)(run)
-          checked = r
+          done = r
           return (firstAt ?? r.t0) - r.t0
         })
       )
-      return { m, checked: checked! }
+      // Untimed: the counts, every partition scanned, then the worker closed.
+      const got = new Map<string, number>()
+      for (let p = 0; p < spec.partitions; p++) for (const [k, v] of yield* done!.table.entries(p)) got.set(k, v)
+      yield* Scope.close(scope, Exit.void)
+      return { m, checked: { got, commits: done!.commits, lastCommitMs: done!.lastCommitMs } }
     }).pipe(Effect.scoped, Effect.provide(Logger.layer([])))
     const { m, checked } = await Effect.runPromise(program)
     const wrong = differs(checked.got, expectedCounts(spec.records, spec.keys))

@@ -192,6 +192,8 @@ const decoder = new TextDecoder("utf-8", { fatal: true })
 /** Encoders and decoders of one table's keys and values to bytes. */
 export interface Codecs<K, V> {
   readonly encodeKey: (key: K) => Result.Result<Uint8Array, CodecFailed>
+  /** `encodeKey`, with the bytes' latin1 text (the write path's key id), taken from the JSON text when it is ASCII. */
+  readonly encodeKeyWithId: (key: K) => Result.Result<EncodedKey, CodecFailed>
   readonly decodeKey: (bytes: Uint8Array) => Result.Result<K, CodecFailed>
   readonly encodeValue: (value: V) => Result.Result<Uint8Array, CodecFailed>
   readonly decodeValue: (bytes: Uint8Array) => Result.Result<V, CodecFailed>
@@ -199,6 +201,12 @@ export interface Codecs<K, V> {
   readonly checkKey: (bytes: Uint8Array) => CodecFailed | undefined
   /** Why the bytes are not a value of the table (`undefined`: they are). */
   readonly checkValue: (bytes: Uint8Array) => CodecFailed | undefined
+}
+
+/** A key's bytes and their latin1 text (one char per byte). */
+export interface EncodedKey {
+  readonly bytes: Uint8Array
+  readonly id: string
 }
 
 /**
@@ -255,18 +263,33 @@ const codecOf = <A>(table: string, part: "key" | "value", schema: Codec<A>) => {
     const decoded = decode(parsed)
     return Result.isFailure(decoded) ? fail("decode", decoded.failure.message) : Result.succeed(decoded.success)
   }
+  /** The JSON text of a value. */
+  const textOf = (a: A): Result.Result<string, CodecFailed> => {
+    if (kind === "int" && Number.isSafeInteger(a)) return Result.succeed(String(a))
+    if (kind === "string" && typeof a === "string") return Result.succeed(JSON.stringify(a))
+    const encoded = encode(a)
+    if (Result.isFailure(encoded)) return fail("encode", encoded.failure.message)
+    try {
+      return Result.succeed(JSON.stringify(encoded.success))
+    } catch (e) {
+      return fail("encode", describe(e))
+    }
+  }
   return {
     encode: (a: A): Result.Result<Uint8Array, CodecFailed> => {
-      if (kind === "int" && Number.isSafeInteger(a)) return Result.succeed(Buffer.from(String(a), "latin1"))
-      if (kind === "string" && typeof a === "string") return Result.succeed(Buffer.from(JSON.stringify(a), "utf8"))
-      const encoded = encode(a)
-      if (Result.isFailure(encoded)) return fail("encode", encoded.failure.message)
-      try {
-        // Buffer.from allocates small strings from a shared pool: much cheaper per call than TextEncoder.
-        return Result.succeed(Buffer.from(JSON.stringify(encoded.success), "utf8"))
-      } catch (e) {
-        return fail("encode", describe(e))
-      }
+      const text = textOf(a)
+      // Buffer.from allocates small strings from a shared pool: much cheaper per call than TextEncoder.
+      return Result.isFailure(text) ? Result.fail(text.failure) : Result.succeed(Buffer.from(text.success, "utf8"))
+    },
+    encodeWithId: (a: A): Result.Result<EncodedKey, CodecFailed> => {
+      const text = textOf(a)
+      if (Result.isFailure(text)) return Result.fail(text.failure)
+      const bytes = Buffer.from(text.success, "utf8")
+      // As many bytes as chars: the text is ASCII, its own latin1 reading.
+      return Result.succeed({
+        bytes,
+        id: bytes.length === text.success.length ? text.success : bytes.toString("latin1")
+      })
     },
     decode: (bytes: Uint8Array): Result.Result<A, CodecFailed> => {
       if (kind === "int" && plainJsonInt(bytes)) return Result.succeed(intOf(bytes) as A)
@@ -289,6 +312,7 @@ export const codecs = <K, V>(def: TableDef<K, V>): Codecs<K, V> => {
   const value = codecOf(def.name, "value", def.value)
   return {
     encodeKey: key.encode,
+    encodeKeyWithId: key.encodeWithId,
     decodeKey: key.decode,
     encodeValue: value.encode,
     decodeValue: value.decode,

@@ -134,13 +134,13 @@ const locate = <K, V>(
   options: PartitionOption | undefined,
   collector: Collector | undefined
 ): Located | TableError => {
-  const encoded = h.codecs.encodeKey(key)
+  const encoded = h.codecs.encodeKeyWithId(key)
   if (Result.isFailure(encoded)) return tableError(encoded.failure)
-  const k = encoded.success
+  const k = encoded.success.bytes
   const partition = resolve(h, k, options, collector)
   const w = lookupPartition(h.table, partition)
   if (w instanceof TableError) return w
-  return { k, partition, w, id: PartitionWrites.keyId(k) }
+  return { k, partition, w, id: encoded.success.id }
 }
 
 /** The value not yet in the store (this record's writes first, then the buffer), if there is one. */

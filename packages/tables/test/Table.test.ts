@@ -46,6 +46,30 @@ describe("Table codecs", () => {
   })
 })
 
+describe("Table codecs: a key's id", () => {
+  it("encodeKeyWithId gives encodeKey's bytes and their latin1 text, for ASCII and other keys of every kind", () => {
+    const latin1 = (b: Uint8Array) => Buffer.from(b).toString("latin1")
+    const check = <K>(key: Schema.Codec<K, unknown>, keys: ReadonlyArray<K>) => {
+      const c = Table.codecs(Table.make({ name: "t", key, value: Schema.Int, partitions: 1 }))
+      for (const k of keys) {
+        const { bytes, id } = Result.getOrThrow(c.encodeKeyWithId(k))
+        assert.deepStrictEqual(Buffer.from(bytes), Buffer.from(Result.getOrThrow(c.encodeKey(k))))
+        assert.strictEqual(id, latin1(bytes))
+      }
+    }
+    check(Schema.String, ["plain", "", 'with "quotes"', "naïve ✓", "😀", "\ud800 lone", "é"])
+    check(Schema.Int, [0, -7, 123456789])
+    check(Schema.Struct({ id: Schema.String, n: Schema.Number }), [
+      { id: "a", n: 1 },
+      { id: "ü", n: 2.5 }
+    ])
+    // Different keys never share an id, whatever their characters.
+    const c = Table.codecs(Table.make({ name: "t", key: Schema.String, value: Schema.Int, partitions: 1 }))
+    const ids = ["é", "Ã©", '"Ã©"'].map((k) => Result.getOrThrow(c.encodeKeyWithId(k)).id)
+    assert.strictEqual(new Set(ids).size, 3)
+  })
+})
+
 describe("Table codecs: checking bytes without decoding", () => {
   it("checkKey / checkValue accept exactly what decoding accepts, on the fast paths and off them", () => {
     const bytes = (text: string) => new TextEncoder().encode(text)

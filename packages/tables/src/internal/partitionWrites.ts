@@ -36,10 +36,11 @@ export interface PartitionWrites {
   /** A standby replica: restored and tailed, not written (until promoted). */
   standby: boolean
   /**
-   * Values known to be in the store, by key (`keyId`; `null`: known absent), least recently used first, at most
-   * `cacheEntries`: a read found here does not go to the store.
+   * Values known to be in the store, by key (`keyId`), at most `cacheEntries`: a read found here does not go to the
+   * store. Oldest first; an entry used since it was last passed over gets a second chance (the clock policy, LRU's
+   * usual approximation: a hit sets a flag instead of moving the entry).
    */
-  readonly cache: Map<string, Uint8Array | null>
+  readonly cache: Map<string, CacheEntry>
   readonly cacheEntries: number
   /**
    * Bumped before every write to the store: a read that started before may have seen the old value and must not
@@ -52,11 +53,19 @@ export interface PartitionWrites {
   persisted: number | undefined
 }
 
+/** A cached store value (`null`: known absent) and whether a read used it since eviction last passed it over. */
+export interface CacheEntry {
+  value: Uint8Array | null
+  used: boolean
+}
+
 const EXCLUSIVE = 1 << 30
 
 /** The key of a change in `dirty`: its bytes as latin1 text (one char per byte). */
 export const keyId = (key: Uint8Array): string =>
-  Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("latin1")
+  key instanceof Buffer
+    ? key.toString("latin1")
+    : Buffer.from(key.buffer, key.byteOffset, key.byteLength).toString("latin1")
 
 /** A partition's write state over an opened store. */
 export const make = (
@@ -108,20 +117,35 @@ export const buffer = (
 
 /** A value the store holds, if the cache knows it (`undefined`: not cached). */
 export const cached = (w: PartitionWrites, id: string): Uint8Array | null | undefined => {
-  const value = w.cache.get(id)
-  if (value === undefined) return undefined
-  // Most recently used last.
-  w.cache.delete(id)
-  w.cache.set(id, value)
-  return value
+  const entry = w.cache.get(id)
+  if (entry === undefined) return undefined
+  entry.used = true
+  return entry.value
 }
 
-/** Remembers what the store holds for a key, dropping the least recently used entry beyond the bound. */
+/** Remembers what the store holds for a key; beyond the bound, the oldest entry not used since it was passed over goes. */
 export const remember = (w: PartitionWrites, id: string, value: Uint8Array | null): void => {
   if (w.cacheEntries === 0) return
-  w.cache.delete(id)
-  w.cache.set(id, value)
-  if (w.cache.size > w.cacheEntries) w.cache.delete(w.cache.keys().next().value!)
+  const entry = w.cache.get(id)
+  if (entry !== undefined) {
+    entry.value = value
+    entry.used = true
+    return
+  }
+  // Room is made before the entry goes in last: it is the last one a pass reaches.
+  if (w.cache.size >= w.cacheEntries) evictOne(w.cache)
+  w.cache.set(id, { value, used: false })
+}
+
+/** Drops one entry: the oldest not used since it was last passed over; a used one passed over moves to the end. */
+const evictOne = (cache: Map<string, CacheEntry>): void => {
+  // Every pass clears the flags it meets, so the second pass at the latest finds one to drop.
+  for (const [id, entry] of cache) {
+    cache.delete(id)
+    if (!entry.used) return
+    entry.used = false
+    cache.set(id, entry)
+  }
 }
 
 /** Forgets what the cache knows of a key (the store changed under it). */
