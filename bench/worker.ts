@@ -13,14 +13,17 @@
 // - memory, level, rocksdb: `Worker.make({ groupId, commitInterval: 1000 })` with one agent counting into
 //   `Table.make({ key: Schema.String, value: Schema.Int })` through `table.update`, on `Tables.make({ settleDelay: 0 })`
 //   and a fresh store (`MemoryStore.layer()`, `LevelStore.layer` / `RocksDbStore.layer` in a fresh temporary
-//   directory), with `KafkaLog` underneath.
-// - kstreams-memory, kstreams-rocksdb, kstreams-eos (the Worker's peers: memory, rocksdb, memory-eos): Kafka Streams
-//   4.4.0's `count()` (bench/kstreams/src/main/java/strata/bench/Count.java, a JVM of its own): the source grouped by
-//   key (no repartition) and counted into an in-memory store / the DSL's default RocksDB store, its changelog at the
-//   brokers' default replication with acks=all, commit.interval.ms 1000, one stream thread, processing.guarantee
-//   at_least_once (exactly_once_v2 for kstreams-eos, in-memory store), statestore.cache.max.bytes 0 by default so
-//   that, as the Worker, it sends every change to the changelog (Kafka Streams' own default is 10 MiB, which sends a
-//   key's last change per commit). It asks for a commit once it has seen every source record and is done when its
+//   directory), with `KafkaLog` underneath; a `process` agent, run per record.
+// - memory-batch: as memory, with a `processBatch` agent instead: each fetched batch counted per key first, then one
+//   `table.update` per key (the source's keys do not repeat within a partition's batch, so its changelog records are
+//   the same as memory's).
+// - kstreams-memory, kstreams-rocksdb, kstreams-eos (the Worker's peers: memory and memory-batch, rocksdb,
+//   memory-eos): Kafka Streams 4.4.0's `count()` (bench/kstreams/src/main/java/strata/bench/Count.java, a JVM of its
+//   own): the source grouped by key (no repartition) and counted into an in-memory store / the DSL's default RocksDB
+//   store, its changelog at the brokers' default replication with acks=all, commit.interval.ms 1000, one stream
+//   thread, processing.guarantee at_least_once (exactly_once_v2 for kstreams-eos, in-memory store),
+//   statestore.cache.max.bytes at Kafka Streams' own default (10 MiB: a key's last change per commit reaches the
+//   changelog; the source's keys hardly repeat within a second, so it holds back few changes). It asks for a commit once it has seen every source record and is done when its
 //   group's committed offsets (read stable) reach the highwaters; it reports its own time, CPU (the JVM's; "main":
 //   the stream thread's) and peak RSS (VmHWM), and writes its store's counts to a file this bench checks. Built on
 //   first use with Maven (`mvn -q -B -f bench/kstreams/pom.xml compile dependency:copy-dependencies`, output in
@@ -34,8 +37,9 @@
 //
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (1000000), BENCH_KEYS (100000), BENCH_PARTITIONS (12), BENCH_RUNS (3),
-//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb,memory-eos,kstreams-memory,
-//   kstreams-rocksdb,kstreams-eos; memory-eos is the memory store with processingGuarantee exactly_once),
+//   BENCH_KAFKA_BROKER (127.0.0.1:9092), BENCH_PHASES (bare,memory,level,rocksdb,memory-eos,memory-batch,
+//   kstreams-memory,kstreams-rocksdb,kstreams-eos; memory-eos is the memory store with processingGuarantee
+//   exactly_once),
 //   BENCH_KSTREAMS (1; 0 drops the kstreams phases, for a machine without Java and Maven),
 //   BENCH_KSTREAMS_CACHE_BYTES (10485760, Kafka Streams' own default statestore.cache.max.bytes, what its users run:
 //   a key's changes within a commit reach the changelog once; 0 sends every change, as the Worker does)
@@ -61,21 +65,22 @@ const PHASES = [
   "level",
   "rocksdb",
   "memory-eos",
+  "memory-batch",
   "kstreams-memory",
   "kstreams-rocksdb",
   "kstreams-eos"
 ] as const
 type Phase = (typeof PHASES)[number]
-type WorkerPhase = "memory" | "level" | "rocksdb" | "memory-eos"
+type WorkerPhase = "memory" | "level" | "rocksdb" | "memory-eos" | "memory-batch"
 type KstreamsPhase = "kstreams-memory" | "kstreams-rocksdb" | "kstreams-eos"
-/** Each Kafka Streams phase: its store, its processing guarantee and the Worker phase it is the peer of. */
+/** Each Kafka Streams phase: its store, its processing guarantee and the Worker phases it is the peer of. */
 const KSTREAMS: Record<
   KstreamsPhase,
-  { readonly store: "memory" | "rocksdb"; readonly guarantee: string; readonly peer: WorkerPhase }
+  { readonly store: "memory" | "rocksdb"; readonly guarantee: string; readonly peers: ReadonlyArray<WorkerPhase> }
 > = {
-  "kstreams-memory": { store: "memory", guarantee: "at_least_once", peer: "memory" },
-  "kstreams-rocksdb": { store: "rocksdb", guarantee: "at_least_once", peer: "rocksdb" },
-  "kstreams-eos": { store: "memory", guarantee: "exactly_once_v2", peer: "memory-eos" }
+  "kstreams-memory": { store: "memory", guarantee: "at_least_once", peers: ["memory", "memory-batch"] },
+  "kstreams-rocksdb": { store: "rocksdb", guarantee: "at_least_once", peers: ["rocksdb"] },
+  "kstreams-eos": { store: "memory", guarantee: "exactly_once_v2", peers: ["memory-eos"] }
 }
 const isKstreams = (phase: Phase): phase is KstreamsPhase => phase in KSTREAMS
 /** The Kafka Streams version of bench/kstreams/pom.xml (the brokers' version, scripts/services). */
@@ -256,7 +261,7 @@ const highwaters = async (admin: InstanceType<Platformatic["Admin"]>, spec: Spec
 // ---------------------------------------------------------------------------
 
 const workerPhase = async (spec: Spec, phase: WorkerPhase): Promise<PhaseResult> => {
-  const kind = phase === "memory-eos" ? "memory" : phase
+  const kind = phase === "memory-eos" || phase === "memory-batch" ? "memory" : phase
   const processingGuarantee = phase === "memory-eos" ? "exactly_once" : "at_least_once"
   const KafkaLog: KafkaLogModule = await import("../packages/kafka/src/KafkaLog.js")
   const tablesModule: TablesModule = await import("../packages/tables/src/index.js")
@@ -285,14 +290,36 @@ const workerPhase = async (spec: Spec, phase: WorkerPhase): Promise<PhaseResult>
         const tables = yield* Tables.make({ app, settleDelay: 0, processingGuarantee })
         const table = yield* tables.register(counts)
         const worker = yield* Worker.make({ groupId: app, commitInterval: COMMIT_MS }, [
-          Worker.agent({
-            name: "count",
-            topics: [spec.source],
-            process: (record) => {
-              firstAt ??= performance.now()
-              return Effect.asVoid(table.update(decoder.decode(record.key!), (n) => Option.getOrElse(n, () => 0) + 1))
-            }
-          })
+          phase === "memory-batch"
+            ? Worker.agent({
+                name: "count",
+                topics: [spec.source],
+                // A batch's records counted per key first, then one update per key.
+                processBatch: (records) =>
+                  Effect.suspend(() => {
+                    firstAt ??= performance.now()
+                    const seen = new Map<string, number>()
+                    for (const r of records) {
+                      const key = decoder.decode(r.key!)
+                      seen.set(key, (seen.get(key) ?? 0) + 1)
+                    }
+                    return Effect.forEach(
+                      seen,
+                      ([key, n]) => table.update(key, (c) => Option.getOrElse(c, () => 0) + n),
+                      { discard: true }
+                    )
+                  })
+              })
+            : Worker.agent({
+                name: "count",
+                topics: [spec.source],
+                process: (record) => {
+                  firstAt ??= performance.now()
+                  return Effect.asVoid(
+                    table.update(decoder.decode(record.key!), (n) => Option.getOrElse(n, () => 0) + 1)
+                  )
+                }
+              })
         ]).pipe(Effect.provideService(Tables.Tables, tables))
         // Done when every partition reached its highwater; then one last commit.
         while (true) {
@@ -536,7 +563,7 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
   // A Worker phase's Kafka Streams peer, when it ran.
   const peerOf = (phase: Phase): KstreamsPhase | undefined =>
     (Object.keys(KSTREAMS) as Array<KstreamsPhase>).find(
-      (k) => KSTREAMS[k].peer === phase && samples.get(k)!.length > 0
+      (k) => (KSTREAMS[k].peers as ReadonlyArray<Phase>).includes(phase) && samples.get(k)!.length > 0
     )
   const figure = (phase: Phase): Figure => {
     const peer = peerOf(phase)
