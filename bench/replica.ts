@@ -4,7 +4,7 @@
 //
 // 1. produce: acks=all, RF 3, min ISR 2, 12 partitions/tablets, 3 servers/brokers on loopback, records of 100 B and
 //    1 KB (16-byte keys), RECORDS records each, in calls of BATCH records with IN_FLIGHT calls outstanding, record i to
-//    partition i % 12. Strata: 1 coordinator + 3 `strata tablet-server` processes on RocksDB, the client a
+//    partition i % 12. Strata: 1 coordinator + 3 `strata tablet-server` processes on segment files, the client a
 //    `TabletClient` (idempotent, acks all, linger 0). Kafka: 3 combined broker/controller JVMs, the client
 //    @platformatic/kafka's idempotent Producer (acks -1), the same records per call. Runs alternate (strata, kafka,
 //    then reversed) after an untimed warm-up of each side (at least 6 whole runs, until two in a row agree within 10%: Kafka's

@@ -15,6 +15,10 @@ import {
   Stream
 } from "effect"
 import { TestClock } from "effect/testing"
+import * as LevelStore from "@strata/store-adapters/level"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import * as Table from "../src/Table.js"
 import * as Tables from "../src/Tables.js"
 
@@ -24,6 +28,18 @@ const topic = "app-counts-changelog"
 /** Memory store and log, logs kept off the output. */
 const env = <A, E>(effect: Effect.Effect<A, E, Store.Store | Log.Log | Log.Faults | Scope.Scope>) =>
   effect.pipe(Effect.scoped, Effect.provide(Layer.mergeAll(MemoryStore.layer(), MemoryLog.layer(), Logger.layer([]))))
+
+/** A LevelDB store in a fresh directory (removed afterwards) and the memory log, logs kept off the output. */
+const onLevelDb = <A, E>(effect: Effect.Effect<A, E, Store.Store | Log.Log | Log.Faults | Scope.Scope>) =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => mkdtempSync(join(tmpdir(), "strata-tables-level-"))),
+    (directory) =>
+      effect.pipe(
+        Effect.scoped,
+        Effect.provide(Layer.mergeAll(LevelStore.layer({ directory }), MemoryLog.layer(), Logger.layer([])))
+      ),
+    (directory) => Effect.sync(() => rmSync(directory, { recursive: true, force: true }))
+  )
 
 const manager = (options: Partial<Tables.TablesOptions> = {}) => Tables.make({ app: "app", settleDelay: 0, ...options })
 
@@ -302,6 +318,36 @@ describe("Tables: writes and persist-offset-on-commit", () => {
         // Still writable: a standby would refuse the write with PartitionNotAvailable.
         yield* tables.process({ topic: "words", partition: 2, offset: 0 }, table.set("kept", 1))
         assert.deepStrictEqual(yield* table.get("kept", { partition: 2 }), Option.some(1))
+      })
+    )
+  )
+
+  it.live("with a cache smaller than the keys (LevelDB), reads of evicted keys go to the store and stay right", () =>
+    onLevelDb(
+      Effect.gen(function* () {
+        const tables = yield* manager({ cacheEntries: 4 })
+        const table = yield* tables.register(counts)
+        yield* tables.start
+        yield* tables.manager.onPartitionsAssigned([{ topic: "words", partition: 1 }])
+        yield* tables.waitUntilReady([{ topic: "words", partition: 1 }])
+        const expected = new Map<string, number>()
+        let offset = 0
+        // 7 keys through a cache of 4, a commit every 3 records: reads miss the cache and meet the store, and hit
+        // entries the commits updated.
+        for (let round = 0; round < 20; round++) {
+          for (let i = 0; i < 3; i++) {
+            const key = `k${(offset * 3) % 7}`
+            expected.set(key, (expected.get(key) ?? 0) + 1)
+            yield* tables.process(
+              { topic: "words", partition: 1, offset },
+              table.update(key, (n) => Option.getOrElse(n, () => 0) + 1)
+            )
+            offset++
+          }
+          yield* tables.manager.onCommit([{ topic: "words", partition: 1, offset }])
+        }
+        for (const [key, n] of expected) assert.deepStrictEqual(yield* table.get(key, { partition: 1 }), Option.some(n))
+        assert.deepStrictEqual(new Map(yield* table.entries(1)), expected, "a scan agrees with the reads")
       })
     )
   )
