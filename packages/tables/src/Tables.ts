@@ -124,7 +124,8 @@ export const TablesOptionsSchema = Schema.Struct({
   transactionalId: Schema.optional(NonEmpty),
   /**
    * Values each table partition keeps of what its store holds, so a read of a recent key does not go to the store
-   * (default 10000 per partition, least recently used dropped first; 0 turns it off; the memory store keeps none).
+   * (default 10000 per partition; when full, the oldest entry not read since eviction last passed it goes, the clock
+   * approximation of least recently used; 0 turns it off; the memory store keeps none).
    */
   cacheEntries: Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)).pipe(
     Schema.withDecodingDefault(Effect.succeed(10_000))
