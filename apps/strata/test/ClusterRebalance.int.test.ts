@@ -33,7 +33,9 @@ describe("rebalancing real processes by hand", () => {
     "24 tablets on 3 servers under load, 2 join: the planned moves applied with tablets reassign, one finishing under the next coordinator after the leader's kill -9, one cancelled after its new server's kill; every acknowledged record read back once",
     () =>
       Effect.gen(function* () {
-        const { cluster, namespace } = yield* zooKeeperCluster(processes, "moves")
+        // By hand, as an operator applying a plan would: the trigger off, or its own rebalance (on the joins) moves
+        // the same tablets and neither plan's end is ever reached.
+        const { cluster, namespace } = yield* zooKeeperCluster(processes, "moves", { rebalanceEnabled: false })
         const body = Effect.gen(function* () {
           yield* Effect.forEach(COORDINATORS, (id) => cluster.start("coordinator", id), { concurrency: "unbounded" })
           yield* Effect.forEach([1, 2, 3], (id) => cluster.start("tablet-server", id), { concurrency: "unbounded" })
