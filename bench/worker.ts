@@ -23,11 +23,12 @@
 //   store, its changelog at the brokers' default replication with acks=all, commit.interval.ms 1000, one stream
 //   thread, processing.guarantee at_least_once (exactly_once_v2 for kstreams-eos, in-memory store),
 //   statestore.cache.max.bytes at Kafka Streams' own default (10 MiB: a key's last change per commit reaches the
-//   changelog; the source's keys hardly repeat within a second, so it holds back few changes). It asks for a commit once it has seen every source record and is done when its
-//   group's committed offsets (read stable) reach the highwaters; it reports its own time, CPU (the JVM's; "main":
-//   the stream thread's) and peak RSS (VmHWM), and writes its store's counts to a file this bench checks. Built on
-//   first use with Maven (`mvn -q -B -f bench/kstreams/pom.xml compile dependency:copy-dependencies`, output in
-//   bench/kstreams/target, rebuilt when pom.xml or Count.java is newer).
+//   changelog; the source's keys hardly repeat within a second, so it holds back few changes). It asks for a commit
+//   once it has seen every source record and is done when its group's committed offsets (read stable) reach the
+//   highwaters; it reports its own time, CPU (the JVM's; "main": the stream thread's) and peak RSS (VmHWM), and
+//   writes its store's counts to a file this bench checks. Built on first use with Maven
+//   (`mvn -q -B -f bench/kstreams/pom.xml compile dependency:copy-dependencies`, output in bench/kstreams/target,
+//   rebuilt when pom.xml or Count.java is newer).
 // Timed in all: from the first record handed to the counting code until every partition is processed to its
 // highwater and a last commit returned (the group join before it is not timed, nor the close after it: the worker's
 // scope, Kafka Streams' close and the bare loop's consumer close all come after the clock stops; the bare loop's
