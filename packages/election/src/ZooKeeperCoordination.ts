@@ -9,7 +9,7 @@
  * @since 0.1.0
  */
 import { Coordination, OptionSchemas } from "@strata/core"
-import { Config, Context, Duration, Effect, Layer, Option, Schema, type Scope } from "effect"
+import { Clock, Config, Context, Duration, Effect, Layer, Schema, type Scope } from "effect"
 import { invalidAbsolutePath, invalidHostPort } from "./internal/options.js"
 import { closeClient, connect } from "./internal/zookeeperClient.js"
 import * as ZkSession from "./internal/zookeeperSession.js"
@@ -87,7 +87,40 @@ const session = (
     return s
   })
 
-/** Expires a session on the server, as `CoordinationFaults.expire`. */
+/**
+ * Holds the client's reconnects back in the scope: a reconnect it attempts waits until the scope closes. The
+ * client's next connection then goes where it would have gone.
+ */
+const holdReconnects = (rec: ZkSession.SessionRec): Effect.Effect<void, never, Scope.Scope> => {
+  const manager = rec.client.connectionManager
+  if (manager === undefined) return Effect.void
+  const waiting: Array<() => void> = []
+  let held = true
+  const own = Object.getOwnPropertyDescriptor(manager, "findNextServer")
+  return Effect.acquireRelease(
+    Effect.sync(() => {
+      const next = manager.findNextServer
+      manager.findNextServer = (callback) => {
+        if (held) waiting.push(() => next.call(manager, callback))
+        else next.call(manager, callback)
+      }
+    }),
+    () =>
+      Effect.sync(() => {
+        held = false
+        if (own === undefined) Reflect.deleteProperty(manager, "findNextServer")
+        else Object.defineProperty(manager, "findNextServer", own)
+        for (const resume of waiting.splice(0)) resume()
+      })
+  )
+}
+
+/**
+ * Expires a session on the server, as `CoordinationFaults.expire`: a second client on the same session id and
+ * password takes the session over and closes it, which ends it on the server. The original client is held back
+ * from reconnecting meanwhile (else it could win the session back before the close arrives); once let go, it
+ * reconnects and is told its session expired.
+ */
 const expire = (svc: Service, s: Coordination.Session): Effect.Effect<void, Coordination.CoordinationError> =>
   Effect.gen(function* () {
     const rec = svc.records.get(s)
@@ -96,12 +129,10 @@ const expire = (svc: Service, s: Coordination.Session): Effect.Effect<void, Coor
     }
     const ended = ZkSession.endReason(rec)
     if (ended !== undefined) return yield* Effect.fail(Coordination.coordinationError(ended))
-    // A second client on the same session id and password closes the session on the server. The original
-    // client may win the session back by reconnecting before the twin's close arrives, so repeat until the
-    // original client is told its session expired.
-    for (let attempt = 0; attempt < 5 && !ZkSession.isExpired(rec); attempt++) {
-      const twin = yield* Effect.option(
-        connect(
+    yield* Effect.scoped(
+      Effect.gen(function* () {
+        yield* holdReconnects(rec)
+        const twin = yield* connect(
           svc.connectString,
           {
             sessionTimeout: rec.client.getSessionTimeout(),
@@ -110,10 +141,11 @@ const expire = (svc: Service, s: Coordination.Session): Effect.Effect<void, Coor
           },
           svc.connectTimeoutMs
         )
-      )
-      if (Option.isSome(twin)) yield* closeClient(twin.value)
-      for (let i = 0; i < 50 && !ZkSession.isExpired(rec); i++) yield* Effect.sleep("20 millis")
-    }
+        yield* closeClient(twin)
+      })
+    )
+    const deadline = (yield* Clock.currentTimeMillis) + svc.connectTimeoutMs
+    while (!ZkSession.isExpired(rec) && (yield* Clock.currentTimeMillis) < deadline) yield* Effect.sleep("20 millis")
     ZkSession.setState(rec, "expired")
   })
 

@@ -95,8 +95,14 @@ declare module "node-zookeeper-client" {
     getSessionId(): Buffer
     getSessionPassword(): Buffer
     getSessionTimeout(): number
-    /** Internal: the connection manager; its socket is reset to make the client reconnect. */
-    readonly connectionManager?: { readonly socket?: { destroy(): void } | null }
+    /**
+     * Internal: the connection manager. Its socket is reset to make the client reconnect; `findNextServer` picks the
+     * server each reconnect goes to, so replacing it holds reconnects back.
+     */
+    readonly connectionManager?: {
+      readonly socket?: { destroy(): void } | null
+      findNextServer(callback: (server: unknown) => void): void
+    }
     create(path: string, data: Buffer | null, mode: number, callback: Callback<[path: string]>): void
     mkdirp(path: string, callback: Callback<[path: string]>): void
     remove(path: string, version: number, callback: Callback<[]>): void
