@@ -27,8 +27,10 @@ import { makeGroupConsumer } from "./internal/strataGroup.js"
 import {
   checkPartition,
   fromClient,
+  hasTombstoneHeader,
   logError,
   offsetsOf,
+  partitionsOf,
   recordSize,
   type Shared,
   TOMBSTONE_HEADER,
@@ -103,28 +105,20 @@ export const make = (
      */
     const enqueue = (records: ReadonlyArray<Log.ProducerRecord>, acks: 0 | 1 | "all", abandon?: () => boolean) =>
       Effect.gen(function* () {
-        const byTablet = new Map<string, { tablet: Models.TabletId; indexes: Array<number> }>()
-        for (const [i, r] of records.entries()) {
-          const tablet = yield* checkPartition(shared, r)
-          const size = recordSize(r)
-          if (size > o.maxRecordBytes) {
-            return yield* logError(
-              new Log.RecordTooLarge({ topic: r.topic, partition: r.partition, size, max: o.maxRecordBytes })
-            )
-          }
-          if ((r.headers ?? []).some((h) => h.key === TOMBSTONE_HEADER)) {
-            return yield* logError(new Log.InvalidRequest({ detail: `the header ${TOMBSTONE_HEADER} is reserved` }))
-          }
-          const key = `${r.topic}\u0000${r.partition}`
-          const group = byTablet.get(key)
-          if (group === undefined) byTablet.set(key, { tablet, indexes: [i] })
-          else group.indexes.push(i)
+        // Each topic's partition count, asked once; then every record is checked without an effect of its own.
+        const counts = new Map<string, number>()
+        for (let i = 0; i < records.length; i++) {
+          const topic = records[i]!.topic
+          if (!counts.has(topic)) counts.set(topic, yield* partitionsOf(shared, topic))
         }
+        const grouped = groupByTablet(records, counts, o.maxRecordBytes)
+        if (grouped instanceof Log.LogError) return yield* grouped
+        const { byTablet, sizes } = grouped
         const now = yield* Clock.currentTimeMillis
         const offsets = new Array<number>(records.length).fill(-1)
         const waits: Array<Effect.Effect<void, Log.LogError>> = []
-        for (const { tablet, indexes } of byTablet.values()) {
-          for (const run of runsOf(indexes, (i) => recordSize(records[i]!))) {
+        for (const { tablet, indexes } of byTablet) {
+          for (const run of runsOf(indexes, sizes)) {
             const first = records[run[0]!]!
             const wait = yield* client.enqueue(
               tablet,
@@ -251,6 +245,61 @@ const retentionOfConfig = (config: {
   return out
 }
 
+/** A produce call's records by tablet, in order, and each record's size. */
+interface Grouped {
+  readonly byTablet: ReadonlyArray<{ readonly tablet: Models.TabletId; readonly indexes: Array<number> }>
+  readonly sizes: ReadonlyArray<number>
+}
+
+/**
+ * Checks every record of a produce call against its topic's partition count (`counts`), the size limit and the
+ * reserved header, and groups the records by tablet; the first bad record's error, when one is.
+ */
+const groupByTablet = (
+  records: ReadonlyArray<Log.ProducerRecord>,
+  counts: ReadonlyMap<string, number>,
+  maxRecordBytes: number
+): Grouped | Log.LogError => {
+  const byTablet: Array<{ readonly tablet: Models.TabletId; readonly indexes: Array<number> }> = []
+  // Each topic's groups by partition; most calls name one topic, so the last one is kept at hand.
+  const topics = new Map<string, Array<Array<number> | undefined>>()
+  let lastTopic: string | undefined
+  let lastGroups: Array<Array<number> | undefined> = []
+  const sizes = new Array<number>(records.length)
+  for (let i = 0; i < records.length; i++) {
+    const r = records[i]!
+    const partitions = counts.get(r.topic)!
+    if (!Number.isInteger(r.partition) || r.partition < 0 || r.partition >= partitions) {
+      return logError(new Log.UnknownPartition({ topic: r.topic, partition: r.partition, partitions }))
+    }
+    const size = recordSize(r)
+    if (size > maxRecordBytes) {
+      return logError(new Log.RecordTooLarge({ topic: r.topic, partition: r.partition, size, max: maxRecordBytes }))
+    }
+    if (hasTombstoneHeader(r)) {
+      return logError(new Log.InvalidRequest({ detail: `the header ${TOMBSTONE_HEADER} is reserved` }))
+    }
+    sizes[i] = size
+    if (r.topic !== lastTopic) {
+      lastTopic = r.topic
+      let groups = topics.get(r.topic)
+      if (groups === undefined) {
+        groups = []
+        topics.set(r.topic, groups)
+      }
+      lastGroups = groups
+    }
+    const group = lastGroups[r.partition]
+    if (group !== undefined) group.push(i)
+    else {
+      const indexes = [i]
+      lastGroups[r.partition] = indexes
+      byTablet.push({ tablet: { table: r.topic, bucket: r.partition }, indexes })
+    }
+  }
+  return { byTablet, sizes }
+}
+
 /** Waits (up to 30 s) until every tablet of `table` has a leader. */
 const awaitLeaders = (client: TabletClient.TabletClientShape, table: string) =>
   Effect.gen(function* () {
@@ -264,13 +313,13 @@ const awaitLeaders = (client: TabletClient.TabletClientShape, table: string) =>
 /** How many bytes of one partition's records `produceBatch` queues as one run (the client batches runs together). */
 const CHUNK_BYTES = 65_536
 
-/** `indexes` cut into consecutive runs of at most `CHUNK_BYTES` (a larger record a run of its own). */
-const runsOf = (indexes: ReadonlyArray<number>, size: (i: number) => number): Array<Array<number>> => {
+/** `indexes` cut into consecutive runs of at most `CHUNK_BYTES` by `sizes` (a larger record a run of its own). */
+const runsOf = (indexes: ReadonlyArray<number>, sizes: ReadonlyArray<number>): Array<Array<number>> => {
   const runs: Array<Array<number>> = []
   let run: Array<number> = []
   let bytes = 0
   for (const i of indexes) {
-    const n = size(i)
+    const n = sizes[i]!
     if (run.length > 0 && bytes + n > CHUNK_BYTES) {
       runs.push(run)
       run = []

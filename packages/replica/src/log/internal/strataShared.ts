@@ -98,10 +98,17 @@ export const fromTablet = (tp: Models.TopicPartition, offset: number, r: Replica
         timestamp: r.timestamp
       }
 
-export const recordSize = (r: Log.ProducerRecord): number =>
-  (r.key?.length ?? 0) +
-  (r.value?.length ?? 0) +
-  (r.headers ?? []).reduce((n, h) => n + h.key.length + h.value.length, 0)
+/** A record's size as `maxRecordBytes` counts it: its key, value, and headers' keys and values. */
+export const recordSize = (r: Log.ProducerRecord): number => {
+  let n = (r.key?.length ?? 0) + (r.value?.length ?? 0)
+  const headers = r.headers
+  if (headers !== undefined)
+    for (let i = 0; i < headers.length; i++) n += headers[i]!.key.length + headers[i]!.value.length
+  return n
+}
+
+/** Whether a record to produce carries the header reserved for tombstones. */
+export const hasTombstoneHeader = (r: Log.ProducerRecord): boolean => r.headers !== undefined && isTombstone(r.headers)
 
 /** What every part of the log shares: the client, the topics' partition counts as last seen. */
 export interface Shared {
