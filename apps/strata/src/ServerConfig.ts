@@ -173,13 +173,14 @@ export const storageLayer = (
   const directory = settings.data
   switch (settings.store) {
     case "segments": {
-      const { segmentBytes, segmentMs, flushIntervalMs, flushBytes } = settings
+      const { segmentBytes, segmentMs, flushIntervalMs, flushBytes, tailBytes } = settings
       return ServerStorage.layerSegments({
         directory,
         ...(segmentBytes === undefined ? {} : { segmentBytes }),
         ...(segmentMs === undefined ? {} : { segmentMs }),
         ...(flushIntervalMs === undefined ? {} : { flushIntervalMs }),
-        ...(flushBytes === undefined ? {} : { flushBytes })
+        ...(flushBytes === undefined ? {} : { flushBytes }),
+        ...(tailBytes === undefined ? {} : { tailBytes })
       })
     }
     case "level":
@@ -260,6 +261,12 @@ export const TabletServerConfig = Schema.Struct({
   ),
   flushBytes: Schema.optional(OptionSchemas.PositiveInt).pipe(
     about("With store segments: flush a log to the device once this many bytes were written since its last flush")
+  ),
+  tailBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0))).pipe(
+    about(
+      "With store segments: the bytes of each log's last written batches kept in memory, which answer follower fetches and consumers at the end without reading the files (0: none)",
+      1024 * 1024
+    )
   ),
   rack: Schema.optional(Schema.String).pipe(
     about("The rack or zone of this server: a tablet's replicas go to distinct racks")

@@ -106,15 +106,20 @@ const segmentFileBytes = (directory: string) =>
     return n
   })
 
-/** Segment logs: every store id is a directory under `root`. */
-const onSegments = (root: string) =>
+/** Segment logs: every store id is a directory under `root`; `tailBytes` as `SegmentLog.make` takes it. */
+const onSegments = (root: string, tailBytes?: number) =>
   Layer.succeed(Storage, {
     open: (id: Store.Id, segmentBytes?: number) =>
       Effect.gen(function* () {
         const directory = join(root, `${id.table}-${id.partition}`)
         const openIn = (scope: Scope.Scope) =>
           Scope.provide(
-            SegmentLog.make({ directory, tablet, ...(segmentBytes === undefined ? {} : { segmentBytes }) }),
+            SegmentLog.make({
+              directory,
+              tablet,
+              ...(segmentBytes === undefined ? {} : { segmentBytes }),
+              ...(tailBytes === undefined ? {} : { tailBytes })
+            }),
             scope
           )
         let scope = yield* Scope.make()
@@ -166,6 +171,20 @@ const backends: ReadonlyArray<{
     kind: "segments",
     frameBytes: SegmentLog.FRAME_BYTES,
     layer: () => onSegments(join(root, `segments-${++fresh}`))
+  },
+  {
+    // Every read from the files: the tail in memory answers the recent ones otherwise.
+    name: "segment files without a tail in memory",
+    kind: "segments",
+    frameBytes: SegmentLog.FRAME_BYTES,
+    layer: () => onSegments(join(root, `segments-${++fresh}`), 0)
+  },
+  {
+    // A tail of a few batches: reads start in it, before it, and across its start.
+    name: "segment files with a small tail",
+    kind: "segments",
+    frameBytes: SegmentLog.FRAME_BYTES,
+    layer: () => onSegments(join(root, `segments-${++fresh}`), 200)
   }
 ]
 

@@ -84,6 +84,7 @@ import {
   cutSegment,
   disk,
   dropSnapshots,
+  dropTail,
   emptyAtStart,
   endOf,
   error,
@@ -92,11 +93,14 @@ import {
   holding,
   indexOf,
   keepFrom,
+  noteTail,
   type Opened,
   outOfRange,
   producersAt,
   roll,
   setProducers,
+  type TailEntry,
+  trimTail,
   walkWhole,
   writeHighWatermark,
   writeLogState,
@@ -142,6 +146,13 @@ export const FRAME_BYTES = Format.FRAME_HEADER_BYTES
  */
 export const MAX_SEGMENT_BYTES = 0x7fff_ffff
 
+/**
+ * The default bytes of the recent tail a log keeps in memory: 1 MiB.
+ *
+ * @since 0.1.0
+ */
+export const DEFAULT_TAIL_BYTES = 1024 * 1024
+
 const PositiveInt = OptionSchemas.PositiveInt
 const withDefault = (schema: Schema.Codec<number, number>, value: number) =>
   schema.pipe(Schema.withDecodingDefaultKey(Effect.succeed(value)))
@@ -165,7 +176,12 @@ export const SegmentLogOptions = Schema.Struct({
   /** Flushes the active segment to the device this often, in ms, when it has unflushed bytes (unset: never). */
   flushIntervalMs: Schema.optional(PositiveInt),
   /** Flushes the active segment to the device once this many bytes were written since the last flush (unset: never). */
-  flushBytes: Schema.optional(PositiveInt)
+  flushBytes: Schema.optional(PositiveInt),
+  /**
+   * The bytes of the batches last written that the log keeps in memory, as written (1 MiB; 0: none): a read from
+   * there (a follower's fetch, a consumer at the end) is answered without reading the segment files.
+   */
+  tailBytes: withDefault(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)), DEFAULT_TAIL_BYTES)
 })
 
 /**
@@ -335,7 +351,12 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     let epochs = o.epochs
     let end = o.end
     const producers = new Map<number, ProducerState.Entry>()
-    const frames: Array<{ readonly baseOffset: number; readonly head: Uint8Array; readonly encoded: Uint8Array }> = []
+    const frames: Array<{
+      readonly baseOffset: number
+      readonly batch: Codec.Batch
+      readonly head: Uint8Array
+      readonly encoded: Uint8Array
+    }> = []
     let total = 0
     for (const b of batches) {
       if (b.baseOffset !== end)
@@ -347,7 +368,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
       if (b.records.length === 0) continue
       epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
       const encoded = Codec.encodeBatch(b.epoch, b.records, b.producer)
-      frames.push({ baseOffset: b.baseOffset, head: Format.frameHeader(b.baseOffset, encoded), encoded })
+      frames.push({ baseOffset: b.baseOffset, batch: b, head: Format.frameHeader(b.baseOffset, encoded), encoded })
       total += Format.FRAME_HEADER_BYTES + encoded.length
       if (b.producer !== undefined) {
         const id = b.producer.id
@@ -387,6 +408,10 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     }
     segment.size = position
     o.end = end
+    noteTail(
+      o,
+      frames.map((f): TailEntry => ({ batch: Codec.encodedBatch(f.batch, f.encoded), bytes: f.encoded.length }))
+    )
     o.written += total
     for (const [id, entry] of producers) o.producers.set(id, entry)
     if (producers.size > 0) yield* touch(o, producers.keys())
@@ -433,6 +458,31 @@ const compacted = (frames: ReadonlyArray<Format.Frame>): Array<Uint8Array> => {
   })
 }
 
+/** `read` from the log's tail, when `from` is in it: the same batches, from memory. */
+const fromTail = (o: Opened, from: number, maxBytes: number): Array<Codec.Batch> | undefined => {
+  const tail = o.tail
+  if (tail.length === 0 || from < tail[0]!.batch.baseOffset) return undefined
+  // The last batch starting at or before `from`.
+  let lo = 0
+  let hi = tail.length - 1
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1
+    if (tail[mid]!.batch.baseOffset <= from) lo = mid
+    else hi = mid - 1
+  }
+  const out: Array<Codec.Batch> = []
+  let bytes = 0
+  for (let i = lo; i < tail.length; i++) {
+    const entry = tail[i]!
+    if (out.length > 0 && bytes + entry.bytes > maxBytes) break
+    out.push(entry.batch)
+    bytes += entry.bytes
+  }
+  const first = out[0]!
+  if (first.baseOffset < from) out[0] = sliced(first, from - first.baseOffset)
+  return out
+}
+
 /**
  * Whole batches from the one holding `from` while their encodings fit in `maxBytes`, the first one whatever its
  * size, records before `from` cut off; across segments. Each batch must start where the one before it ended (the
@@ -443,6 +493,8 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
   Effect.gen(function* () {
     if (from < o.start || from > o.end) return yield* Effect.fail(outOfRange(o, from))
     if (from === o.end) return []
+    const recent = fromTail(o, from, maxBytes)
+    if (recent !== undefined) return recent
     const taken: Array<Format.Frame> = []
     let bytes = 0
     let full = false
@@ -539,6 +591,7 @@ const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogErr
   Effect.gen(function* () {
     if (offset >= o.end) return
     if (offset < o.start) return yield* Effect.fail(outOfRange(o, offset))
+    dropTail(o)
     const now = yield* Clock.currentTimeMillis
     const k = holding(o, offset)
     const segment = o.segments[k]!
@@ -597,6 +650,7 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
     const epochs = LeaderEpochCache.truncateFromStart(o.epochs, offset)
     yield* writeLogState(o, { start: offset, epochs })
     o.start = offset
+    trimTail(o, offset)
     o.epochs = epochs
     // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
     setProducers(o, keepFrom(new Map(o.producers), offset))
@@ -675,6 +729,7 @@ const retain = (
 const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
     const now = yield* Clock.currentTimeMillis
+    dropTail(o)
     yield* writeLogState(o, { start: offset, epochs: LeaderEpochCache.empty, cut: { _tag: "Empty" } })
     o.start = offset
     o.epochs = LeaderEpochCache.empty

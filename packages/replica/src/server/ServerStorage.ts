@@ -127,7 +127,9 @@ export const SegmentStorageOptions = Schema.Struct({
   /** Flushes a log's active segment to the device this often, in ms (unset: never; replication and the OS keep it). */
   flushIntervalMs: Schema.optional(PositiveInt),
   /** Flushes a log's active segment to the device once this many bytes were written since its last flush (unset: never). */
-  flushBytes: Schema.optional(PositiveInt)
+  flushBytes: Schema.optional(PositiveInt),
+  /** The bytes of each log's last written batches kept in memory, answering reads from there (1 MiB; 0: none). */
+  tailBytes: Schema.optional(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
 })
 
 /**

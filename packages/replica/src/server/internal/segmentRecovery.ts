@@ -73,7 +73,9 @@ export const load = (options: Settings): Effect.Effect<Opened, TabletLogError> =
       directoryDirty: false,
       hwFile: undefined,
       closed: false,
-      broken: undefined
+      broken: undefined,
+      tail: [],
+      tailBytes: 0
     }
     return yield* recoverLog(o, now).pipe(
       Effect.onError(() => closeFiles(o)),

@@ -398,6 +398,18 @@ export const storedBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
       ? `batch at ${baseOffset} ends early (byte ${length} of ${at})`
       : `batch at ${baseOffset} has ${length - at} bytes past its last record`
   }
+  return lazyBatch(baseOffset, epoch, producer, bytes, count, recordBytes)
+}
+
+/** A batch of `bytes` (their layout known to be sound), its records decoded the first time they are asked for. */
+const lazyBatch = (
+  baseOffset: number,
+  epoch: number,
+  producer: Producer | undefined,
+  bytes: Uint8Array,
+  count: number,
+  recordBytes: number
+): Batch => {
   let records: ReadonlyArray<TabletRecord> | undefined
   const batch: Batch = {
     baseOffset,
@@ -405,7 +417,7 @@ export const storedBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
     get records() {
       if (records === undefined) {
         const decoded = decodeBatch(baseOffset, bytes)
-        // The layout was checked above: decoding it cannot fail.
+        // The layout is sound: decoding it cannot fail.
         records = typeof decoded === "string" ? [] : decoded.records
       }
       return records
@@ -414,6 +426,20 @@ export const storedBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
   }
   stored.set(batch, { bytes, count, recordBytes })
   return batch
+}
+
+/**
+ * Batch `b` as `storedBatch` would make it from `bytes`, its encoding (`encodeBatch` of its fields), without checking
+ * the layout again: what a log keeps of a batch it just wrote holds those bytes only, not its records.
+ */
+export const encodedBatch = (b: Batch, bytes: Uint8Array): Batch => {
+  const records = b.records
+  let headers = 0
+  for (let i = 0; i < records.length; i++) headers += records[i]!.headers.length
+  // Everything but the records' keys, values and header keys and values: the batch header, 18 bytes a record
+  // (timestamp, key and value lengths, header count) and 6 a header (its key and value lengths).
+  const framing = (b.producer === undefined ? 9 : 25) + 18 * records.length + 6 * headers
+  return lazyBatch(b.baseOffset, b.epoch, b.producer, bytes, records.length, bytes.length - framing)
 }
 
 /** A batch's bytes: those it was read from when `storedBatch` made it, else its encoding. */
