@@ -4,7 +4,9 @@
 //   ./dev exec tsx --conditions=@strata/source bench/profileServers.ts
 // Environment: PROFILE_RECORDS (200000), PROFILE_VALUE_BYTES (1000), PROFILE_DIR (/tmp/strata-profile),
 // PROFILE_SETTINGS (extra settings of the servers, JSON), PROFILE_READS (0: how many times every tablet is then read
-// back whole, 1 MiB a read, all tablets at once, as a consumer reads; the profile then holds both).
+// back whole, 1 MiB a read, all tablets at once, as a consumer reads; the profile then holds both), PROFILE_NODE_OPTIONS
+// (the servers' Node options, space-separated, in place of --cpu-prof: e.g. --trace-gc with BENCH_KEEP set, whose
+// output lands in each process's log in the kept directory).
 import { mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { join } from "node:path"
 import type { Models } from "../packages/core/src/index.js"
@@ -52,7 +54,7 @@ const main = async () => {
     envString("BENCH_ZOOKEEPER") ?? "127.0.0.1:2181",
     { ...SETTINGS, ...extra },
     SETTINGS,
-    ["--cpu-prof", `--cpu-prof-dir=${dir}`]
+    envString("PROFILE_NODE_OPTIONS")?.split(" ") ?? ["--cpu-prof", `--cpu-prof-dir=${dir}`]
   )
   try {
     const table = "profiled"
