@@ -47,6 +47,40 @@ describe("batchCodec's stored batches", () => {
     assert.strictEqual(unstamped.producer, undefined)
   })
 
+  it("an adopted request's bytes take the leader's header once, in place; later encodings copy, leaving them be", () => {
+    const producer = { id: 7, epoch: 2, sequence: 40 }
+    const onWire = Buffer.from(Codec.encodeBatch(0, records, producer))
+    const decoded = Codec.decodeBatch(0, onWire)
+    assert(typeof decoded !== "string", String(decoded))
+    Codec.adopt(decoded.records)
+    const stored = Codec.encodeBatch(5, decoded.records, producer)
+    // The request's own bytes, with the leader's epoch written over the client's.
+    assert.strictEqual(stored, onWire)
+    const asStored = Codec.storedBatch(0, stored)
+    assert(typeof asStored !== "string")
+    assert.strictEqual(asStored.epoch, 5)
+    assert.deepStrictEqual(asStored.producer, producer)
+    // Encoded again under another epoch: a copy; what was stored keeps its header.
+    const again = Codec.encodeBatch(6, decoded.records, producer)
+    assert.notStrictEqual(again, stored)
+    assert.strictEqual(new DataView(stored.buffer, stored.byteOffset).getUint32(0), 5)
+    assert.strictEqual(new DataView(again.buffer, again.byteOffset).getUint32(0), 6)
+    // A header of another length (no stamp on the wire, one to store) is never written over the bytes.
+    const unstamped = Buffer.from(Codec.encodeBatch(0, records))
+    const plain = Codec.decodeBatch(0, unstamped)
+    assert(typeof plain !== "string")
+    Codec.adopt(plain.records)
+    const stamped = Codec.encodeBatch(5, plain.records, producer)
+    assert.notStrictEqual(stamped, unstamped)
+    assert.strictEqual(new DataView(unstamped.buffer, unstamped.byteOffset).getUint32(0), 0)
+    // Records not adopted are never written over.
+    const kept = Buffer.from(Codec.encodeBatch(0, records, producer))
+    const other = Codec.decodeBatch(0, kept)
+    assert(typeof other !== "string")
+    assert.notStrictEqual(Codec.encodeBatch(5, other.records, producer), kept)
+    assert.strictEqual(new DataView(kept.buffer, kept.byteOffset).getUint32(0), 0)
+  })
+
   it("header keys round-trip, however many distinct ones and however long (past what is kept decoded)", () => {
     const many: ReadonlyArray<Codec.TabletRecord> = Array.from({ length: 100 }, (_, i) => ({
       key: null,

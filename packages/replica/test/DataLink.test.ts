@@ -174,86 +174,119 @@ const sized = (i: number, bytes: number): ReplicaManager.TabletRecord => ({
   timestamp: 0
 })
 
+/**
+ * The two frame readers: one that keeps views of the chunks it is given, and one that is only lent them (each chunk
+ * here is overwritten once `push` returns, so a frame that still views it is caught).
+ */
+const readerKinds: ReadonlyArray<{
+  readonly name: string
+  readonly make: (
+    maxFrameBytes: number,
+    skippable?: (kind: number, id: number) => boolean
+  ) => Frames.FrameReader | Frames.GatheringFrameReader
+  readonly lend: (
+    reader: Frames.FrameReader | Frames.GatheringFrameReader,
+    chunk: Uint8Array
+  ) => ReturnType<Frames.FrameReader["push"]>
+}> = [
+  {
+    name: "the frame reader",
+    make: (max, skippable) => new Frames.FrameReader(max, skippable),
+    lend: (reader, chunk) => reader.push(chunk)
+  },
+  {
+    name: "the gathering frame reader",
+    make: (max, skippable) => new Frames.GatheringFrameReader(max, skippable),
+    lend: (reader, chunk) => {
+      const lent = Buffer.from(chunk)
+      const frames = reader.push(lent)
+      lent.fill(0xee)
+      return frames
+    }
+  }
+]
+
 describe("DataLink", () => {
-  it.effect("the frame reader cuts any chunking of a stream into the same frames", () =>
-    Effect.gen(function* () {
-      const sent = Array.from({ length: 40 }, (_, i) => {
-        const payload = bytes("p".repeat(i * 37))
-        return { kind: i % 3, id: i + 1, header: JSON.stringify({ i, text: "é".repeat(i % 5) }), payload }
-      })
-      const stream = Buffer.concat(
-        sent.flatMap((f) => [Frames.head(f.kind, f.id, f.header, f.payload.length), f.payload])
-      )
-      for (let round = 0; round < 50; round++) {
-        const reader = new Frames.FrameReader(1 << 20)
-        const got: Array<Frames.Frame> = []
-        let at = 0
-        while (at < stream.length) {
-          const size = yield* Random.nextIntBetween(1, round < 10 ? 3 : 700)
-          const frames = reader.push(stream.subarray(at, at + size))
-          assert.isTrue(typeof frames !== "string")
-          if (typeof frames !== "string") got.push(...frames.filter(isFrame))
-          at += size
-        }
-        assert.deepStrictEqual(
-          got.map((f) => ({ kind: f.kind, id: f.id, header: f.header, payload: [...f.payload] })),
-          sent.map((f) => ({ ...f, payload: [...f.payload] }))
+  for (const reader of readerKinds) {
+    it.effect(`${reader.name} cuts any chunking of a stream into the same frames`, () =>
+      Effect.gen(function* () {
+        const sent = Array.from({ length: 40 }, (_, i) => {
+          const payload = bytes("p".repeat(i * 37))
+          return { kind: i % 3, id: i + 1, header: JSON.stringify({ i, text: "é".repeat(i % 5) }), payload }
+        })
+        const stream = Buffer.concat(
+          sent.flatMap((f) => [Frames.head(f.kind, f.id, f.header, f.payload.length), f.payload])
         )
-      }
-      const reader = new Frames.FrameReader(100)
-      const over = reader.push(Frames.head(1, 1, "{}", 200))
-      assert.match(String(over), /over the limit of 100/)
-
-      // Frames over the limit that may be passed over: reported in their place, their bytes dropped, the stream
-      // still cut right after them, however it is chunked; one that may not is the end of the stream.
-      const mixed = Array.from({ length: 30 }, (_, i) => ({
-        kind: 7,
-        id: i + 1,
-        header: `{"i":${i}}`,
-        payload: bytes("q".repeat(i % 3 === 0 ? 500 + i : i))
-      }))
-      const mixedStream = Buffer.concat(
-        mixed.flatMap((f) => [Frames.head(f.kind, f.id, f.header, f.payload.length), f.payload])
-      )
-      const expected = mixed.map((f) =>
-        f.payload.length > 300
-          ? { kind: f.kind, id: f.id, skipped: Frames.PRELUDE - 4 + f.header.length + f.payload.length }
-          : { kind: f.kind, id: f.id, header: f.header, payload: [...f.payload] }
-      )
-      for (let round = 0; round < 50; round++) {
-        const skipping = new Frames.FrameReader(300, (kind, id) => kind === 7 && id > 0)
-        const got: Array<unknown> = []
-        let at = 0
-        while (at < mixedStream.length) {
-          const size = yield* Random.nextIntBetween(1, round < 10 ? 15 : 900)
-          const frames = skipping.push(mixedStream.subarray(at, at + size))
-          assert.isTrue(typeof frames !== "string", String(frames))
-          if (typeof frames !== "string") {
-            for (const f of frames) got.push(Frames.isSkipped(f) ? f : { ...f, payload: [...f.payload] })
+        for (let round = 0; round < 50; round++) {
+          const reading = reader.make(1 << 20)
+          const got: Array<Frames.Frame> = []
+          let at = 0
+          while (at < stream.length) {
+            const size = yield* Random.nextIntBetween(1, round < 10 ? 3 : 700)
+            const frames = reader.lend(reading, stream.subarray(at, at + size))
+            assert.isTrue(typeof frames !== "string")
+            if (typeof frames !== "string") got.push(...frames.filter(isFrame))
+            at += size
           }
-          at += size
+          assert.deepStrictEqual(
+            got.map((f) => ({ kind: f.kind, id: f.id, header: f.header, payload: [...f.payload] })),
+            sent.map((f) => ({ ...f, payload: [...f.payload] }))
+          )
         }
-        assert.deepStrictEqual(got, expected)
-      }
-      const refusing = new Frames.FrameReader(100, (kind) => kind === 7)
-      assert.match(String(refusing.push(Frames.head(1, 1, "{}", 200))), /over the limit of 100/)
-    }).pipe(Random.withSeed(20))
-  )
+        const over = reader.make(100).push(Frames.head(1, 1, "{}", 200))
+        assert.match(String(over), /over the limit of 100/)
 
-  it("a frame of another framing version ends the stream, naming both versions", () => {
-    const frame = Frames.head(1, 1, "{}", 0)
-    frame[4] = Frames.VERSION + 1
-    assert.strictEqual(
-      new Frames.FrameReader(1000).push(frame),
-      `a frame of data link version ${Frames.VERSION + 1}, where this side speaks version ${Frames.VERSION}`
+        // Frames over the limit that may be passed over: reported in their place, their bytes dropped, the stream
+        // still cut right after them, however it is chunked; one that may not is the end of the stream.
+        const mixed = Array.from({ length: 30 }, (_, i) => ({
+          kind: 7,
+          id: i + 1,
+          header: `{"i":${i}}`,
+          payload: bytes("q".repeat(i % 3 === 0 ? 500 + i : i))
+        }))
+        const mixedStream = Buffer.concat(
+          mixed.flatMap((f) => [Frames.head(f.kind, f.id, f.header, f.payload.length), f.payload])
+        )
+        const expected = mixed.map((f) =>
+          f.payload.length > 300
+            ? { kind: f.kind, id: f.id, skipped: Frames.PRELUDE - 4 + f.header.length + f.payload.length }
+            : { kind: f.kind, id: f.id, header: f.header, payload: [...f.payload] }
+        )
+        for (let round = 0; round < 50; round++) {
+          const skipping = reader.make(300, (kind, id) => kind === 7 && id > 0)
+          const got: Array<unknown> = []
+          let at = 0
+          while (at < mixedStream.length) {
+            const size = yield* Random.nextIntBetween(1, round < 10 ? 15 : 900)
+            const frames = reader.lend(skipping, mixedStream.subarray(at, at + size))
+            assert.isTrue(typeof frames !== "string", String(frames))
+            if (typeof frames !== "string") {
+              for (const f of frames) got.push(Frames.isSkipped(f) ? f : { ...f, payload: [...f.payload] })
+            }
+            at += size
+          }
+          assert.deepStrictEqual(got, expected)
+        }
+        const refusing = reader.make(100, (kind) => kind === 7)
+        assert.match(String(refusing.push(Frames.head(1, 1, "{}", 200))), /over the limit of 100/)
+      }).pipe(Random.withSeed(20))
     )
-    // Over the limit too: the version is read before the frame may be passed over.
-    const big = Frames.head(7, 2, "{}", 5000)
-    big[4] = 0
-    assert.match(String(new Frames.FrameReader(100, () => true).push(big)), /data link version 0/)
-    const current = new Frames.FrameReader(1000).push(Frames.head(1, 3, "{}", 0))
-    assert.deepStrictEqual(current, [{ kind: 1, id: 3, header: "{}", payload: new Uint8Array(0) }])
-  })
+
+    it(`${reader.name}: a frame of another framing version ends the stream, naming both versions`, () => {
+      const frame = Frames.head(1, 1, "{}", 0)
+      frame[4] = Frames.VERSION + 1
+      assert.strictEqual(
+        reader.make(1000).push(frame),
+        `a frame of data link version ${Frames.VERSION + 1}, where this side speaks version ${Frames.VERSION}`
+      )
+      // Over the limit too: the version is read before the frame may be passed over.
+      const big = Frames.head(7, 2, "{}", 5000)
+      big[4] = 0
+      assert.match(String(reader.make(100, () => true).push(big)), /data link version 0/)
+      const current = reader.make(1000).push(Frames.head(1, 3, "{}", 0))
+      assert.deepStrictEqual(current, [{ kind: 1, id: 3, header: "{}", payload: new Uint8Array(0) }])
+    })
+  }
 
   it.live("appends and fetches cross as sent; errors as themselves; answers in any order", () =>
     Effect.gen(function* () {

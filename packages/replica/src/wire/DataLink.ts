@@ -23,6 +23,7 @@ import {
   DEFAULT_MAX_FRAME_BYTES,
   type Frame,
   FrameReader,
+  GatheringFrameReader,
   fetchBytesWithin,
   head,
   isSkipped,
@@ -299,6 +300,8 @@ const requestOf = (
       return invalid(`${Models.tabletKey(header.value.tablet)}: records: not a tablet batch: ${batch}`)
     }
     const { producer, traceparent, ...rest } = header.value
+    // The frame's bytes are this request's alone: the leader's encoding of its batch may take them over.
+    Codec.adopt(batch.records)
     return {
       _tag: "Append",
       request: { ...rest, ...(producer === undefined ? {} : { producer }), records: batch.records },
@@ -599,6 +602,9 @@ const decodeReadFrame = (frame: Frame): Exit.Exit<ReplicaManager.ReadResult, unk
   return Exit.succeed({ batches, highWatermark, logStartOffset, logEndOffset })
 }
 
+/** The buffer a client's connection reads its answers into, reused for every read. */
+const READ_BUFFER_BYTES = 256 * 1024
+
 /**
  * A client of the data link at `address` (`host:port`). It connects on its first call, and again on the first call
  * after its connection closed; the connection closes with the scope. Its options are the code's, not a user's:
@@ -617,22 +623,15 @@ export const connect = (
     let nextId = 1
     let closed = false
     const open = (): Connection => {
-      const socket = Net.connect({ host: address.host, port: address.port, noDelay: true })
-      const connection: Connection = { socket, waiting: new Map() }
+      // Answers are read into one buffer the connection keeps, and each frame gathered into one of its own: no
+      // buffer per read, which would fill memory the collector must then sweep.
       // An answer over the limit to a call made here (waiting, or given up since) is passed over, failing its own
       // call: the calls after it get theirs. Anything else over the limit is no answer: the stream is beyond repair.
-      const reader = new FrameReader(
+      const reader = new GatheringFrameReader(
         maxFrameBytes,
         (kind, id) => answerKinds.has(kind) && id !== 0 && (id < nextId || connection.waiting.has(id))
       )
-      const end = (detail: string) => {
-        if (current === connection) current = undefined
-        socket.destroy()
-        const waiting = [...connection.waiting.values()]
-        connection.waiting.clear()
-        for (const resume of waiting) resume(new PeerUnreachable({ target, detail }))
-      }
-      socket.on("data", (chunk: Buffer) => {
+      const onAnswers = (chunk: Uint8Array) => {
         const frames = reader.push(chunk)
         if (typeof frames === "string") return end(`the answer is not a frame: ${frames}`)
         for (const frame of frames) {
@@ -647,7 +646,27 @@ export const connect = (
               : frame
           )
         }
+      }
+      const socket = Net.connect({
+        host: address.host,
+        port: address.port,
+        noDelay: true,
+        onread: {
+          buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES),
+          callback: (n, buffer) => {
+            onAnswers(buffer.subarray(0, n))
+            return true
+          }
+        }
       })
+      const connection: Connection = { socket, waiting: new Map() }
+      const end = (detail: string) => {
+        if (current === connection) current = undefined
+        socket.destroy()
+        const waiting = [...connection.waiting.values()]
+        connection.waiting.clear()
+        for (const resume of waiting) resume(new PeerUnreachable({ target, detail }))
+      }
       let error: string | undefined
       socket.on("error", (e) => {
         error = e.message
@@ -710,7 +729,9 @@ export const connect = (
               producer: request.producer,
               traceparent
             }),
-            [Codec.encodeBatch(0, request.records)],
+            // Stamped as the leader will store it (the stamp is the header's): the leader then only writes its epoch
+            // over the batch's own.
+            [Codec.encodeBatch(0, request.records, request.producer)],
             Kind.Appended,
             (frame) => AppendedHeader.decode(frame.header)
           )

@@ -129,6 +129,21 @@ const encodedRecords = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
  */
 const wholeBatch = new WeakMap<ReadonlyArray<TabletRecord>, Uint8Array>()
 
+/**
+ * Record arrays decoded from bytes nothing else holds (a request's, fresh off the wire): the first encoding of one
+ * under another header of the same length writes that header over the bytes' own, instead of copying the records
+ * behind a new one. Only the first: the bytes may be kept (written, served) as that encoding from then on.
+ */
+const adoptable = new WeakSet<ReadonlyArray<TabletRecord>>()
+
+/**
+ * Lets the next encoding of `records`, decoded by `decodeBatch` from bytes nothing else holds or will read again,
+ * take those bytes over (see `adoptable`).
+ */
+export const adopt = (records: ReadonlyArray<TabletRecord>): void => {
+  if (wholeBatch.has(records)) adoptable.add(records)
+}
+
 /** Whether `bytes` starts with the header `epoch`, `count`, `producer` would be written as. */
 const sameHeader = (bytes: Uint8Array, epoch: number, count: number, producer: Producer | undefined) => {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
@@ -202,6 +217,10 @@ export const encodeBatch = (
 ): Uint8Array => {
   const whole = wholeBatch.get(records)
   if (whole !== undefined && sameHeader(whole, epoch, records.length, producer)) return whole
+  if (whole !== undefined && adoptable.delete(records) && (whole[8] === 1) === (producer !== undefined)) {
+    writeHeader(new DataView(whole.buffer, whole.byteOffset, whole.byteLength), epoch, records.length, producer)
+    return whole
+  }
   const known = encodedRecords.get(records)
   if (known !== undefined) {
     const out = uninitialized((producer === undefined ? 9 : 25) + known.length)

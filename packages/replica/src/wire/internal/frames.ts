@@ -96,18 +96,13 @@ export class FrameReader {
       const length = this.peekUint32(0)
       if (length < PRELUDE - 4) return `a frame of ${length} bytes is shorter than its prelude`
       if (length > this.maxFrameBytes) {
-        const over = `a frame of ${length} bytes is over the limit of ${this.maxFrameBytes}`
-        if (this.skippable === undefined) return over
-        if (this.buffered < PRELUDE) return frames
-        const version = this.peek(4, 1)[0]!
-        if (version !== VERSION) return unknownVersion(version)
-        const kind = this.peek(5, 1)[0]!
-        const id = this.peekUint32(6)
-        if (!this.skippable(kind, id)) return over
+        if (this.skippable !== undefined && this.buffered < PRELUDE) return frames
+        const skipped = passOver(this.maxFrameBytes, this.skippable, length, () => this.peek(0, PRELUDE))
+        if (typeof skipped === "string") return skipped
         const here = Math.min(this.buffered, 4 + length)
         this.take(here, false)
         this.skipping = 4 + length - here
-        frames.push({ kind, id, skipped: length })
+        frames.push(skipped)
         continue
       }
       if (this.buffered < 4 + length) return frames
@@ -150,7 +145,7 @@ export class FrameReader {
       else this.chunks[0] = first.subarray(n)
       return first.subarray(0, n)
     }
-    const out = keep ? new Uint8Array(n) : undefined
+    const out = keep ? Buffer.allocUnsafe(n) : undefined
     let at = 0
     while (at < n) {
       const chunk = this.chunks[0]!
@@ -162,6 +157,104 @@ export class FrameReader {
     }
     return out ?? first.subarray(0, 0)
   }
+}
+
+/**
+ * A `FrameReader` for chunks that are only lent to `push` (a socket reading into one buffer it reuses): each frame is
+ * gathered into a buffer of its own size as its bytes come, one copy and one allocation a frame, and nothing of a
+ * chunk is kept once `push` returns. Frames over the limit are told and passed over as `FrameReader`'s are.
+ */
+export class GatheringFrameReader {
+  /** The prelude of the next frame, as far as it came. */
+  private readonly prelude = new Uint8Array(PRELUDE)
+  private preludeFilled = 0
+  /** The frame being gathered (its prelude included), and how much of it came. */
+  private frame: Uint8Array | undefined
+  private filled = 0
+  /** Bytes of a skipped frame still to come, to drop. */
+  private skipping = 0
+
+  constructor(
+    private readonly maxFrameBytes: number,
+    private readonly skippable?: (kind: number, id: number) => boolean
+  ) {}
+
+  push(chunk: Uint8Array): Array<Frame | Skipped> | string {
+    const frames: Array<Frame | Skipped> = []
+    let at = 0
+    while (at < chunk.length) {
+      if (this.skipping > 0) {
+        const drop = Math.min(this.skipping, chunk.length - at)
+        this.skipping -= drop
+        at += drop
+        continue
+      }
+      const frame = this.frame
+      if (frame !== undefined) {
+        const n = Math.min(frame.length - this.filled, chunk.length - at)
+        frame.set(chunk.subarray(at, at + n), this.filled)
+        this.filled += n
+        at += n
+        if (this.filled === frame.length) {
+          this.frame = undefined
+          const parsed = parse(frame)
+          if (typeof parsed === "string") return parsed
+          frames.push(parsed)
+        }
+        continue
+      }
+      const n = Math.min(PRELUDE - this.preludeFilled, chunk.length - at)
+      this.prelude.set(chunk.subarray(at, at + n), this.preludeFilled)
+      this.preludeFilled += n
+      at += n
+      const view = new DataView(this.prelude.buffer)
+      if (this.preludeFilled >= 4 && view.getUint32(0) < PRELUDE - 4) {
+        return `a frame of ${view.getUint32(0)} bytes is shorter than its prelude`
+      }
+      if (this.preludeFilled < PRELUDE) continue
+      this.preludeFilled = 0
+      const length = view.getUint32(0)
+      if (length > this.maxFrameBytes) {
+        const skipped = passOver(this.maxFrameBytes, this.skippable, length, () => this.prelude)
+        if (typeof skipped === "string") return skipped
+        this.skipping = 4 + length - PRELUDE
+        frames.push(skipped)
+        continue
+      }
+      const whole = Buffer.allocUnsafe(4 + length)
+      whole.set(this.prelude)
+      if (whole.length === PRELUDE) {
+        const parsed = parse(whole)
+        if (typeof parsed === "string") return parsed
+        frames.push(parsed)
+      } else {
+        this.frame = whole
+        this.filled = PRELUDE
+      }
+    }
+    return frames
+  }
+}
+
+/**
+ * A frame of `length` bytes (past its length field), over the limit: passed over when `skippable` says so of its kind
+ * and id (read from its `prelude`, which must then be there), else why the stream ends.
+ */
+const passOver = (
+  maxFrameBytes: number,
+  skippable: ((kind: number, id: number) => boolean) | undefined,
+  length: number,
+  prelude: () => Uint8Array
+): Skipped | string => {
+  const over = `a frame of ${length} bytes is over the limit of ${maxFrameBytes}`
+  if (skippable === undefined) return over
+  const bytes = prelude()
+  const view = new DataView(bytes.buffer, bytes.byteOffset, PRELUDE)
+  const version = view.getUint8(4)
+  if (version !== VERSION) return unknownVersion(version)
+  const kind = view.getUint8(5)
+  const id = view.getUint32(6)
+  return skippable(kind, id) ? { kind, id, skipped: length } : over
 }
 
 /** Why a frame of `version` ends the stream. */
