@@ -231,17 +231,16 @@ export const encodeBatch = (
     wholeBatch.set(records, out)
     return out
   }
-  // Header keys are the only part that needs encoding first (most records have none).
-  let headerKeys: Map<number, ReadonlyArray<Uint8Array>> | undefined
+  // Header keys are the only part that needs encoding first (most records have none, and the others repeat a few
+  // keys, each encoded once: `headerKeyBytes`).
   let size = producer === undefined ? 9 : 25
   for (let i = 0; i < records.length; i++) {
     const r = records[i]!
     size += 18 + (r.key === null ? 0 : r.key.length) + r.value.length
-    if (r.headers.length === 0) continue
-    const keys = r.headers.map((h) => headerKeyBytes(h.key))
-    headerKeys ??= new Map()
-    headerKeys.set(i, keys)
-    for (let j = 0; j < keys.length; j++) size += 6 + keys[j]!.length + r.headers[j]!.value.length
+    const headers = r.headers
+    for (let j = 0; j < headers.length; j++) {
+      size += 6 + headerKeyBytes(headers[j]!.key).length + headers[j]!.value.length
+    }
   }
   const out = uninitialized(size)
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength)
@@ -263,9 +262,8 @@ export const encodeBatch = (
     at += 4 + r.value.length
     view.setUint16(at, r.headers.length)
     at += 2
-    const keys = headerKeys?.get(i)
     for (let j = 0; j < r.headers.length; j++) {
-      const k = keys![j]!
+      const k = headerKeyBytes(r.headers[j]!.key)
       const v = r.headers[j]!.value
       view.setUint16(at, k.length)
       out.set(k, at + 2)
