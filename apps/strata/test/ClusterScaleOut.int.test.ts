@@ -212,10 +212,11 @@ describe("scale-out by the rebalance service", () => {
           const leading = leaderAt(cluster, epoch)
           assert.isDefined(leading, `the coordinator leading at epoch ${epoch}`)
           yield* cluster.kill("coordinator", leading!)
+          // The imbalance after is measured just after the end (a read of the cluster): waited for too.
           const done = yield* awaitStatus(
             c,
-            "the rebalance completed under the next coordinator",
-            (s) => phase(s) === "completed"
+            "the rebalance completed under the next coordinator, its imbalance after measured",
+            (s) => phase(s) === "completed" && s.imbalanceAfter !== undefined
           )
           assert.strictEqual(done.rebalance!.id, mid.rebalance!.id, "the same rebalance, not a new one")
           const balancedAt = Date.now()
@@ -230,7 +231,7 @@ describe("scale-out by the rebalance service", () => {
           const r = done.rebalance!
           assert.strictEqual(r.movesDone, r.movesTotal, JSON.stringify(r))
           assert.isAtLeast(r.batches, 5)
-          assert.strictEqual(done.imbalanceAfter, 0)
+          assert.strictEqual(done.imbalanceAfter, 0, JSON.stringify(done))
 
           // The planner's optimum: 48 × 3 replicas over 6 servers, 24 each; 8 leaders each.
           const final = yield* awaitMetadata(c, TABLE, "no tablet moving", (m) =>

@@ -147,7 +147,9 @@ export const TriggerStatus = Schema.Struct({
 export type TriggerStatus = typeof TriggerStatus.Type
 
 /**
- * The service's status: the trigger, and the current (or last) rebalance with the imbalance measured after it.
+ * The service's status: the trigger, and the current (or last) rebalance with the imbalance measured after it
+ * (`imbalanceAfter`: a read of the cluster just after the rebalance ends, so a status may show it ended a moment
+ * before it shows the imbalance after).
  *
  * @since 0.1.0
  */
@@ -299,7 +301,10 @@ export const make = (
     return shapeOf(r)
   })
 
-/** A stored rebalance taken over: one not ended goes on (the trigger counts it), an ended one starts the cooldown. */
+/**
+ * A stored rebalance taken over: one not ended goes on (the trigger counts it), an ended one starts the cooldown and
+ * has its imbalance after measured.
+ */
 const resumeStored = (r: Running, stored: Option.Option<Executor.State>) =>
   Effect.gen(function* () {
     if (Option.isNone(stored)) return
@@ -312,6 +317,8 @@ const resumeStored = (r: Running, stored: Option.Option<Executor.State>) =>
         outcome: state.phase === "completed" ? "completed" : "cancelled"
       })[0]
       yield* setMetrics(state)
+      // Its imbalance after was measured by the coordinator it ended under: measured again here, as of now.
+      yield* measureAfter(r)
       return
     }
     r.executor = Executor.recovered(state)
@@ -476,12 +483,29 @@ const ended = (r: Running, outcome: "completed" | "cancelled" | "paused") =>
   Effect.gen(function* () {
     r.trigger = Trigger.step(r.trigger, { _tag: "Ended", nowMs: yield* now, outcome })[0]
     if (outcome === "paused") return
-    const model = yield* Effect.option(r.options.control.model)
+    yield* measureAfter(r)
+  })
+
+/**
+ * The imbalance after the rebalance that ended, measured now; a failed read of the cluster (a controller that just
+ * took over, a server slow to answer) is tried again, up to `MEASURE_ATTEMPTS` times a second apart, and after that
+ * it is left unmeasured (logged).
+ */
+const measureAfter = (r: Running) =>
+  Effect.gen(function* () {
+    const model = yield* r.options.control.model.pipe(
+      Effect.retry({ schedule: Schedule.spaced("1 second"), times: MEASURE_ATTEMPTS - 1 }),
+      Effect.tapError((e) => Effect.logWarning(`the imbalance after the rebalance is left unmeasured: ${e.message}`)),
+      Effect.option
+    )
     if (Option.isSome(model)) {
       r.imbalanceAfter = Trigger.imbalance(model.value)
       yield* Metric.update(Metric.withAttributes(metrics.imbalance, { when: "after" }), r.imbalanceAfter)
     }
   })
+
+/** How many times the imbalance after a rebalance is read before it is left unmeasured. */
+const MEASURE_ATTEMPTS = 10
 
 /** Sets the rebalance gauges from `state` (all 0 when there is none). */
 const setMetrics = (state: Executor.State | undefined): Effect.Effect<void> => {

@@ -156,6 +156,22 @@ describe("RebalanceService", () => {
     )
   )
 
+  it.effect("a new controller's service shows a rebalance that ended before it with its imbalance after", () =>
+    withCoordination(
+      Effect.gen(function* () {
+        const fake = new FakeController(scaleOut(3, 6, 24, 3))
+        const first = yield* startService(fake)
+        yield* first.service.start()
+        yield* advanceUntil(phaseIs(first.service, "completed"))
+        yield* Scope.close(first.scope, Exit.void) // the controller fails over after the end
+        const second = yield* startService(fake)
+        const status = yield* second.service.status
+        assert.strictEqual(status.rebalance?.phase, "completed")
+        assert.strictEqual(status.imbalanceAfter, 0)
+      })
+    )
+  )
+
   it.effect("starts by itself when servers join, on a check the join triggers", () =>
     withCoordination(
       Effect.gen(function* () {

@@ -1,5 +1,5 @@
 import { assert, describe, it } from "@effect/vitest"
-import { MemoryCoordination } from "@strata/core"
+import { type Log, MemoryCoordination } from "@strata/core"
 import { LogConformance } from "@strata/core/testing"
 import { Effect, Layer } from "effect"
 import * as TabletClient from "../src/client/TabletClient.js"
@@ -74,6 +74,59 @@ describe("StrataLog retention", () => {
         const refused = yield* Effect.flip(local.createTable("zero", { buckets: 1, retentionMs: 0 }))
         assert.strictEqual(refused.reason._tag, "CreateTableRefused")
         assert.include(refused.message, "retention.ms must be a whole number ≥ 1, not 0")
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
+    60_000
+  )
+})
+
+describe("StrataLog produce checks", () => {
+  it.live(
+    "a produce call with one bad record appends none of it, wherever the bad one is, over two topics",
+    () =>
+      Effect.gen(function* () {
+        yield* LocalCluster.make({ servers: 3, replication: quickReplication, transport: "tcp" })
+        const strata = yield* StrataLog.make({ client: { linger: 1 }, maxRecordBytes: 100 })
+        yield* strata.ensureTopic({ topic: "left", partitions: 2 })
+        yield* strata.ensureTopic({ topic: "right", partitions: 1 })
+        const text = new TextEncoder()
+        const good = (topic: string, partition: number, i: number): Log.ProducerRecord => ({
+          topic,
+          partition,
+          key: text.encode(`k${i}`),
+          value: text.encode(`v${i}`)
+        })
+        const ends = Effect.map(
+          strata.offsets([
+            { topic: "left", partition: 0 },
+            { topic: "left", partition: 1 },
+            { topic: "right", partition: 0 }
+          ]),
+          (list) => list.map((o) => o.highwater)
+        )
+        const bad: ReadonlyArray<readonly [string, Log.ProducerRecord]> = [
+          ["UnknownPartition", good("left", 2, 99)],
+          ["UnknownPartition", good("right", -1, 99)],
+          ["RecordTooLarge", { ...good("right", 0, 99), value: new Uint8Array(101) }],
+          [
+            "InvalidRequest",
+            { ...good("left", 1, 99), headers: [{ key: "strata.tombstone", value: new Uint8Array(0) }] }
+          ]
+        ]
+        for (const [tag, record] of bad) {
+          for (const at of [0, 3, 6]) {
+            const records = Array.from({ length: 6 }, (_, i) => good(i % 2 === 0 ? "left" : "right", 0, i))
+            records.splice(at, 0, record)
+            const error = yield* Effect.flip(strata.produceBatch(records))
+            assert.strictEqual(error.reason._tag, tag, `${tag} at ${at}`)
+            assert.deepStrictEqual(yield* ends, [0, 0, 0], `${tag} at ${at}: nothing appended`)
+          }
+        }
+        // The same records without the bad one are all appended, each topic's in order.
+        const offsets = yield* strata.produceBatch(
+          Array.from({ length: 6 }, (_, i) => good(i % 2 === 0 ? "left" : "right", 0, i))
+        )
+        assert.deepStrictEqual(offsets, [0, 0, 1, 1, 2, 2])
+        assert.deepStrictEqual(yield* ends, [3, 0, 3])
       }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
     60_000
   )
