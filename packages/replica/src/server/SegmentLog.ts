@@ -76,6 +76,7 @@ import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import * as Codec from "../wire/internal/batchCodec.js"
 import * as Files from "./internal/segmentFiles.js"
 import * as Format from "./internal/segmentFormat.js"
+import * as RecentTail from "./internal/recentTail.js"
 import {
   active,
   alone,
@@ -84,7 +85,6 @@ import {
   cutSegment,
   disk,
   dropSnapshots,
-  dropTail,
   emptyAtStart,
   endOf,
   error,
@@ -93,14 +93,11 @@ import {
   holding,
   indexOf,
   keepFrom,
-  noteTail,
   type Opened,
   outOfRange,
   producersAt,
   roll,
   setProducers,
-  type TailEntry,
-  trimTail,
   walkWhole,
   writeHighWatermark,
   writeLogState,
@@ -408,9 +405,9 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     }
     segment.size = position
     o.end = end
-    noteTail(
-      o,
-      frames.map((f): TailEntry => ({ batch: Codec.encodedBatch(f.batch, f.encoded), bytes: f.encoded.length }))
+    RecentTail.note(
+      o.tail,
+      frames.map((f) => ({ batch: Codec.encodedBatch(f.batch, f.encoded), bytes: f.encoded.length }))
     )
     o.written += total
     for (const [id, entry] of producers) o.producers.set(id, entry)
@@ -426,12 +423,6 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
 // ---------------------------------------------------------------------------
 // Reads
 // ---------------------------------------------------------------------------
-
-/** Records `skip`.. of a batch, its producer stamp's sequence moved along with them. */
-const sliced = (b: Codec.Batch, skip: number): Codec.Batch => {
-  const cut = { baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip) }
-  return b.producer === undefined ? cut : { ...cut, producer: { ...b.producer, sequence: b.producer.sequence + skip } }
-}
 
 /** The largest read of a segment past its recent positions, in bytes (a first batch larger than it reads whole). */
 const MAX_READ_CHUNK_BYTES = 4 * 1024 * 1024
@@ -458,31 +449,6 @@ const compacted = (frames: ReadonlyArray<Format.Frame>): Array<Uint8Array> => {
   })
 }
 
-/** `read` from the log's tail, when `from` is in it: the same batches, from memory. */
-const fromTail = (o: Opened, from: number, maxBytes: number): Array<Codec.Batch> | undefined => {
-  const tail = o.tail
-  if (tail.length === 0 || from < tail[0]!.batch.baseOffset) return undefined
-  // The last batch starting at or before `from`.
-  let lo = 0
-  let hi = tail.length - 1
-  while (lo < hi) {
-    const mid = (lo + hi + 1) >>> 1
-    if (tail[mid]!.batch.baseOffset <= from) lo = mid
-    else hi = mid - 1
-  }
-  const out: Array<Codec.Batch> = []
-  let bytes = 0
-  for (let i = lo; i < tail.length; i++) {
-    const entry = tail[i]!
-    if (out.length > 0 && bytes + entry.bytes > maxBytes) break
-    out.push(entry.batch)
-    bytes += entry.bytes
-  }
-  const first = out[0]!
-  if (first.baseOffset < from) out[0] = sliced(first, from - first.baseOffset)
-  return out
-}
-
 /**
  * Whole batches from the one holding `from` while their encodings fit in `maxBytes`, the first one whatever its
  * size, records before `from` cut off; across segments. Each batch must start where the one before it ended (the
@@ -493,7 +459,7 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
   Effect.gen(function* () {
     if (from < o.start || from > o.end) return yield* Effect.fail(outOfRange(o, from))
     if (from === o.end) return []
-    const recent = fromTail(o, from, maxBytes)
+    const recent = RecentTail.read(o.tail, from, maxBytes)
     if (recent !== undefined) return recent
     const taken: Array<Format.Frame> = []
     let bytes = 0
@@ -559,7 +525,7 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
       // Checked, not decoded: a batch on its way to the wire goes as the bytes it was read as.
       const batch = Codec.storedBatch(f.baseOffset, encoded[i]!)
       if (typeof batch === "string") return yield* Effect.fail(corrupt(o, batch))
-      out.push(batch.baseOffset < from ? sliced(batch, from - batch.baseOffset) : batch)
+      out.push(batch.baseOffset < from ? RecentTail.sliced(batch, from - batch.baseOffset) : batch)
     }
     return out
   })
@@ -591,7 +557,7 @@ const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogErr
   Effect.gen(function* () {
     if (offset >= o.end) return
     if (offset < o.start) return yield* Effect.fail(outOfRange(o, offset))
-    dropTail(o)
+    RecentTail.drop(o.tail)
     const now = yield* Clock.currentTimeMillis
     const k = holding(o, offset)
     const segment = o.segments[k]!
@@ -650,7 +616,7 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
     const epochs = LeaderEpochCache.truncateFromStart(o.epochs, offset)
     yield* writeLogState(o, { start: offset, epochs })
     o.start = offset
-    trimTail(o, offset)
+    RecentTail.trimBelow(o.tail, offset)
     o.epochs = epochs
     // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
     setProducers(o, keepFrom(new Map(o.producers), offset))
@@ -729,7 +695,7 @@ const retain = (
 const resetTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
     const now = yield* Clock.currentTimeMillis
-    dropTail(o)
+    RecentTail.drop(o.tail)
     yield* writeLogState(o, { start: offset, epochs: LeaderEpochCache.empty, cut: { _tag: "Empty" } })
     o.start = offset
     o.epochs = LeaderEpochCache.empty

@@ -22,6 +22,7 @@ import * as Codec from "../wire/internal/batchCodec.js"
 import * as LeaderEpochCache from "../machines/LeaderEpochCache.js"
 import * as ProducerState from "../machines/ProducerState.js"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
+import * as RecentTail from "./internal/recentTail.js"
 
 export type { Batch, TabletRecord } from "../wire/internal/batchCodec.js"
 
@@ -250,19 +251,13 @@ const storedBytes = (store: Store.PartitionStore) =>
  */
 export const PRODUCER_SCAN_BATCHES = 10_000
 
-/** The most a log's tail of recent batches holds, in encoded bytes (at least its newest batch). */
+/** The most a log's tail of recent batches holds, in encoded bytes. */
 const tailMaxBytes = 4 * 1024 * 1024
 
 /** Records `skip`..`last` of a batch, its producer stamp's sequence moved along with them. */
 const sliced = (b: Codec.Batch, skip: number, last: number): Codec.Batch => {
   const cut = { baseOffset: b.baseOffset + skip, epoch: b.epoch, records: b.records.slice(skip, last) }
   return b.producer === undefined ? cut : { ...cut, producer: { ...b.producer, sequence: b.producer.sequence + skip } }
-}
-
-/** A batch of the tail, with its encoded size. */
-interface TailEntry {
-  readonly batch: Codec.Batch
-  readonly size: number
 }
 
 /** An open log: what its functions share. `state` and the tail change only under `lock`, after a write succeeded. */
@@ -282,8 +277,7 @@ interface Opened {
    * once the high watermark passes them, and the oldest beyond `tailMaxBytes`; a truncation or a moved log start
    * empties it.
    */
-  tail: Array<TailEntry>
-  tailBytes: number
+  readonly tail: RecentTail.RecentTail
 }
 
 /**
@@ -310,8 +304,7 @@ export const make = (store: Store.PartitionStore, tablet: Models.TabletId): Effe
       state,
       openedAt: yield* Clock.currentTimeMillis,
       lastAppend: new Map(),
-      tail: [],
-      tailBytes: 0
+      tail: RecentTail.make(tailMaxBytes)
     }
     return {
       tablet,
@@ -390,24 +383,6 @@ const touch = (o: Opened, ids: Iterable<number>) =>
     for (const id of ids) o.lastAppend.set(id, now)
   })
 
-/** Drops the tail's batches wholly below `below`, and its oldest beyond `tailMaxBytes` (keeping the newest). */
-const trimTail = (o: Opened, below: number) => {
-  let drop = 0
-  while (
-    drop < o.tail.length - 1 &&
-    (o.tail[drop]!.batch.baseOffset + o.tail[drop]!.batch.records.length <= below || o.tailBytes > tailMaxBytes)
-  ) {
-    o.tailBytes -= o.tail[drop]!.size
-    drop++
-  }
-  if (drop > 0) o.tail = o.tail.slice(drop)
-}
-
-const clearTail = (o: Opened) => {
-  o.tail = []
-  o.tailBytes = 0
-}
-
 /**
  * Makes `next` the log's fields, writing `ops`, every field and epoch that changed and the producer `changes`, at
  * once; the state changes only once the write succeeded.
@@ -417,7 +392,7 @@ const commit = (o: Opened, ops: ReadonlyArray<Store.Op>, next: Fields, changes: 
     Effect.tap(() =>
       Effect.sync(() => {
         const state = o.state
-        if (next.end < state.end || next.start !== state.start) clearTail(o)
+        if (next.end < state.end || next.start !== state.start) RecentTail.drop(o.tail)
         state.start = next.start
         state.end = next.end
         state.hw = next.hw
@@ -488,7 +463,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     let end = state.end
     const producers = new Map<number, ProducerState.Entry>()
     const ops: Array<Store.Op> = []
-    const written: Array<TailEntry> = []
+    const written: Array<RecentTail.Entry> = []
     let bytes = state.bytes
     for (const b of batches) {
       if (b.baseOffset !== end) return Effect.fail(error(o, { _tag: "NotContiguous", baseOffset: b.baseOffset, end }))
@@ -500,7 +475,7 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
       epochs = LeaderEpochCache.assign(epochs, b.epoch, b.baseOffset)
       const encoded = Codec.encodeBatch(b.epoch, b.records, b.producer)
       ops.push(Store.put(Codec.batchKey(b.baseOffset), encoded))
-      written.push({ batch: b, size: encoded.length })
+      written.push({ batch: b, bytes: encoded.length })
       bytes += encoded.length
       if (b.producer !== undefined) {
         const id = b.producer.id
@@ -515,17 +490,10 @@ const appendAt = (o: Opened, batches: ReadonlyArray<Codec.Batch>) =>
     )
   })
 
-/** Adds batches just written to the tail (emptied first unless they follow what it holds), then trims it. */
-const addToTail = (o: Opened, written: ReadonlyArray<TailEntry>) => {
-  const last = o.tail.at(-1)
-  if (last !== undefined && last.batch.baseOffset + last.batch.records.length !== written[0]?.batch.baseOffset) {
-    clearTail(o)
-  }
-  for (const w of written) {
-    o.tail.push(w)
-    o.tailBytes += w.size
-  }
-  trimTail(o, o.state.hw)
+/** Adds batches just written to the tail, then lets those the high watermark passed go. */
+const addToTail = (o: Opened, written: ReadonlyArray<RecentTail.Entry>) => {
+  RecentTail.note(o.tail, written)
+  RecentTail.trimBelow(o.tail, o.state.hw)
 }
 
 /** Every stored batch from the one holding `from` on. */
@@ -568,15 +536,8 @@ const read = (o: Opened, from: number, maxBytes: number): Effect.Effect<Array<Co
       const last = Math.min(b.records.length, state.end - b.baseOffset)
       if (skip < last) out.push(skip === 0 && last === b.records.length ? b : sliced(b, skip, last))
     }
-    const first = o.tail[0]
-    if (first !== undefined && from >= first.batch.baseOffset) {
-      for (const { batch, size } of o.tail) {
-        if (batch.baseOffset + batch.records.length <= from) continue
-        if (!fits(size)) break
-        take(batch)
-      }
-      return out
-    }
+    const recent = RecentTail.read(o.tail, from, maxBytes)
+    if (recent !== undefined) return recent
     // Sized before they are decoded, each as it comes (not by the chunk the store hands them out in).
     yield* batchesFrom(o, from).pipe(
       Stream.mapError(storeFailed(o)),
@@ -792,7 +753,7 @@ const checkpointHighWatermark = (o: Opened, hw: number): Effect.Effect<void, Tab
       Effect.tap(() =>
         Effect.sync(() => {
           o.state.hw = next
-          trimTail(o, next)
+          RecentTail.trimBelow(o.tail, next)
         })
       )
     )

@@ -11,9 +11,9 @@ import { Effect, Semaphore } from "effect"
 import type * as LeaderEpochCache from "../../machines/LeaderEpochCache.js"
 import * as ProducerState from "../../machines/ProducerState.js"
 import { isStorageFailure, PRODUCER_SCAN_BATCHES, TabletLogError } from "../TabletLog.js"
-import * as Codec from "../../wire/internal/batchCodec.js"
 import * as Files from "./segmentFiles.js"
 import * as Format from "./segmentFormat.js"
+import * as RecentTail from "./recentTail.js"
 import * as Segments from "./segments.js"
 
 /** The most segments other than the active one kept open (file and index) at once. */
@@ -64,55 +64,8 @@ export interface Opened {
   closed: boolean
   /** The storage failure that broke a change half-way: every operation fails with it until the log is reopened. */
   broken: TabletLogError | undefined
-  /**
-   * The batches last written, as written, up to `tailBytes` of encodings: reads from there are answered from memory.
-   * Contiguous, the last ending at the log end; emptied by a truncation or a reset.
-   */
-  tail: Array<TailEntry>
-  /** The encodings' bytes in `tail`. */
-  tailBytes: number
-}
-
-/** A batch of the log's tail (see `Opened.tail`), with its encoding's length. */
-export interface TailEntry {
-  readonly batch: Codec.Batch
-  readonly bytes: number
-}
-
-/** Forgets the log's tail. */
-export const dropTail = (o: Opened): void => {
-  o.tail = []
-  o.tailBytes = 0
-}
-
-/** Notes batches just written at the log end (each with its encoding), then lets the oldest go past `tailBytes`. */
-export const noteTail = (o: Opened, written: ReadonlyArray<TailEntry>): void => {
-  const limit = o.options.tailBytes
-  if (limit === 0) return
-  const last = o.tail.at(-1)
-  const first = written[0]
-  if (last !== undefined && first !== undefined) {
-    const lastEnd = last.batch.baseOffset + Codec.countOf(last.batch)
-    if (lastEnd !== first.batch.baseOffset) dropTail(o)
-  }
-  for (const entry of written) {
-    o.tail.push(entry)
-    o.tailBytes += entry.bytes
-  }
-  let gone = 0
-  while (gone < o.tail.length && o.tailBytes > limit) o.tailBytes -= o.tail[gone++]!.bytes
-  if (gone > 0) o.tail.splice(0, gone)
-}
-
-/** Lets the tail's batches wholly below `offset` go. */
-export const trimTail = (o: Opened, offset: number): void => {
-  let gone = 0
-  while (gone < o.tail.length) {
-    const b = o.tail[gone]!.batch
-    if (b.baseOffset + Codec.countOf(b) > offset) break
-    o.tailBytes -= o.tail[gone++]!.bytes
-  }
-  if (gone > 0) o.tail.splice(0, gone)
+  /** The batches last written, as written, up to `tailBytes` of encodings: reads from there are answered from memory. */
+  readonly tail: RecentTail.RecentTail
 }
 
 /** A log error of the log named `o.name`. */
@@ -444,7 +397,7 @@ export const emptyAtStart = (o: Opened, now: number) =>
       o.segments.pop()
     }
     o.open = []
-    dropTail(o)
+    RecentTail.drop(o.tail)
     o.flushedTo = o.written
     o.segments = [yield* createSegment(o, o.start, now)]
     o.end = o.start

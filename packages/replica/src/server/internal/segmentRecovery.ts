@@ -35,6 +35,7 @@ import {
   writeSnapshot
 } from "./segmentLogState.js"
 import * as Segments from "./segments.js"
+import * as RecentTail from "./recentTail.js"
 
 /** The bytes of a high-watermark checkpoint. */
 const HW_BYTES = Format.encodeHighWatermark(0).length
@@ -74,8 +75,7 @@ export const load = (options: Settings): Effect.Effect<Opened, TabletLogError> =
       hwFile: undefined,
       closed: false,
       broken: undefined,
-      tail: [],
-      tailBytes: 0
+      tail: RecentTail.make(options.tailBytes)
     }
     return yield* recoverLog(o, now).pipe(
       Effect.onError(() => closeFiles(o)),
