@@ -352,6 +352,8 @@ describe("DataLink", () => {
         ...r,
         batches: r.batches.map((b) => ({ ...b, records: plain(b.records) }))
       })
+      // Checked as they arrived, their records not decoded until asked for (only a checked batch knows its bytes).
+      for (const b of got.batches) assert.isDefined(Codec.recordBytesOf(b))
       assert.deepStrictEqual(plainly(got), plainly(want))
       assert.deepStrictEqual(reads, [request])
 

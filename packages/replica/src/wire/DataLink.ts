@@ -564,16 +564,21 @@ const resultOf = <A>(
   return bad(`an answer of kind ${frame.kind}`)
 }
 
-/** The batches an answer's header places in its payload, as views of it; or why they are not batches. */
+/**
+ * The batches an answer's header places in its payload, as views of it; or why they are not batches. `read` makes
+ * them with `decode` (`Codec.decodeBatch`: records decoded now; `Codec.storedBatch`: checked now, records decoded
+ * when first asked for).
+ */
 const batchesOf = (
   entries: ReadonlyArray<{ readonly baseOffset: number; readonly bytes: number }>,
-  payload: Uint8Array
+  payload: Uint8Array,
+  decode: (baseOffset: number, bytes: Uint8Array) => ReplicaManager.TabletBatch | string
 ): Array<ReplicaManager.TabletBatch> | string => {
   const batches: Array<ReplicaManager.TabletBatch> = []
   let at = 0
   for (const { baseOffset, bytes } of entries) {
     if (at + bytes > payload.length) return `batch at ${baseOffset} overruns the answer`
-    const batch = Codec.decodeBatch(baseOffset, payload.subarray(at, at + bytes))
+    const batch = decode(baseOffset, payload.subarray(at, at + bytes))
     if (typeof batch === "string") return `batch at ${baseOffset}: ${batch}`
     batches.push(batch)
     at += bytes
@@ -586,17 +591,21 @@ const decodeFetchedFrame = (frame: Frame): Exit.Exit<ReplicaManager.FetchResult,
   const header = FetchedHeader.decode(frame.header)
   if (Exit.isFailure(header) || header.value._tag !== "Batches")
     return header as Exit.Exit<ReplicaManager.FetchResult, unknown>
-  const batches = batchesOf(header.value.batches, frame.payload)
+  const batches = batchesOf(header.value.batches, frame.payload, Codec.decodeBatch)
   if (typeof batches === "string") return Exit.fail(batches)
   const { leaderEpoch, highWatermark, logStartOffset } = header.value
   return Exit.succeed({ _tag: "Batches", leaderEpoch, highWatermark, logStartOffset, batches })
 }
 
-/** A read answer's batches, views of its payload. */
+/**
+ * A read answer's batches, views of its payload, each record decoded when first asked for: a reader that keeps
+ * answers ahead of its use (as `StrataLog`'s consumer does) holds bytes, not records, which the collector would have
+ * to trace and move.
+ */
 const decodeReadFrame = (frame: Frame): Exit.Exit<ReplicaManager.ReadResult, unknown> => {
   const header = ReadResultHeader.decode(frame.header)
   if (Exit.isFailure(header)) return Exit.failCause(header.cause)
-  const batches = batchesOf(header.value.batches, frame.payload)
+  const batches = batchesOf(header.value.batches, frame.payload, Codec.storedBatch)
   if (typeof batches === "string") return Exit.fail(batches)
   const { highWatermark, logStartOffset, logEndOffset } = header.value
   return Exit.succeed({ batches, highWatermark, logStartOffset, logEndOffset })

@@ -28,6 +28,7 @@
 import { Errors, Log, type Models } from "@strata/core"
 import { Clock, Duration, Effect, type Fiber, Latch, type Result, Scope, Stream } from "effect"
 import type * as ReplicaManager from "../../protocol/ReplicaManager.js"
+import * as Codec from "../../wire/internal/batchCodec.js"
 import { checkPartition, fromClient, fromTablet, offsetsOf, type Shared } from "./strataShared.js"
 
 /** The bytes one read asks of a leader. */
@@ -91,13 +92,13 @@ const pageOf = (result: ReplicaManager.ReadResult, from: number): { page: Page; 
   const batches = result.batches
   for (let i = 0; i < batches.length; i++) {
     const b = batches[i]!
-    if (b.baseOffset + b.records.length <= from) continue
+    if (b.baseOffset + Codec.countOf(b) <= from) continue
     for (let j = batches.length - 1; j >= i; j--) {
       const last = batches[j]!
-      if (last.records.length > 0) {
+      if (Codec.countOf(last) > 0) {
         return {
           page: { batches, highwater: result.highWatermark, batch: i, record: Math.max(0, from - b.baseOffset) },
-          next: last.baseOffset + last.records.length
+          next: last.baseOffset + Codec.countOf(last)
         }
       }
     }
@@ -252,7 +253,7 @@ export const makeConsumer = (
           page.record = 0
         }
       }
-      while (page.batch < page.batches.length && page.batches[page.batch]!.records.length === 0) page.batch++
+      while (page.batch < page.batches.length && Codec.countOf(page.batches[page.batch]!) === 0) page.batch++
       if (page.batch >= page.batches.length) a.pages.shift()
       a.position = records.at(-1)!.offset + 1
       return { topic: a.tp.topic, partition: a.tp.partition, records, highwater: page.highwater }

@@ -285,8 +285,11 @@ const noHeaders: ReadonlyArray<{ readonly key: string; readonly value: Uint8Arra
  * A stored batch back, or why it cannot be read. Its values, keys and header values are views of `bytes` (fresh from
  * the wire or the store, and never changed), not copies.
  */
-export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | string => {
+export const decodeBatch = (baseOffset: number, encoded: Uint8Array): Batch | string => {
   try {
+    // Records are views of a plain Uint8Array even when `encoded` is a Buffer: a Buffer's `subarray` makes each view
+    // through its species constructor, several times the cost of a plain one, and a batch makes several a record.
+    const bytes = new Uint8Array(encoded.buffer, encoded.byteOffset, encoded.byteLength)
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
     const length = bytes.length
     let at = 0
@@ -351,8 +354,8 @@ export const decodeBatch = (baseOffset: number, bytes: Uint8Array): Batch | stri
       records[i] = { key, value, headers, timestamp }
     }
     if (at !== length) return `batch at ${baseOffset} has ${length - at} bytes past its last record`
-    encodedRecords.set(records, bytes.subarray(header))
-    wholeBatch.set(records, bytes)
+    encodedRecords.set(records, encoded.subarray(header))
+    wholeBatch.set(records, encoded)
     return producer === undefined ? { baseOffset, epoch, records } : { baseOffset, epoch, records, producer }
   } catch (e) {
     return e instanceof Error ? e.message : String(e)
