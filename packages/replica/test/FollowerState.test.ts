@@ -148,6 +148,32 @@ describe("FollowerState", () => {
     assert.deepStrictEqual(stale, [state, []])
   })
 
+  it("when the logs agree only below where its own log starts, it starts over there instead of truncating", () => {
+    // Its log [220, 240) of epoch 2; the leader's epoch 2 ends at 210 (a leader that never had what this one kept).
+    const [asking, asked] = FollowerState.become({
+      leader: 2,
+      leaderEpoch: 3,
+      logStartOffset: 220,
+      logEndOffset: 240,
+      epochs: [{ epoch: 2, startOffset: 220 }],
+      highWatermark: 230
+    })
+    assert.deepStrictEqual(asked, [{ _tag: "AskEndOffset", epoch: 2 }])
+    const [reset, commands] = FollowerState.step(asking, {
+      _tag: "EndOffsetAnswered",
+      leaderEpoch: 3,
+      answer: { epoch: 2, endOffset: 210 }
+    })
+    assert.deepStrictEqual(commands, [
+      { _tag: "ResetTo", offset: 210 },
+      { _tag: "Fetch", offset: 210, lastFetchedEpoch: undefined, logStartOffset: 210 }
+    ])
+    assert.strictEqual(reset.logStartOffset, 210)
+    assert.strictEqual(reset.logEndOffset, 210)
+    assert.strictEqual(reset.highWatermark, 210)
+    assert.deepStrictEqual(reset.epochs, [])
+  })
+
   it("below the leader's log start it starts over from there; its HW never passes its own log end", () => {
     const [state] = FollowerState.become({
       leader: 2,

@@ -74,7 +74,8 @@ export type Input =
  *
  * - `AskEndOffset`: ask the leader where `epoch` ends in its log (then feed `EndOffsetAnswered`).
  * - `Truncate`: truncate the local log to end at `offset`.
- * - `ResetTo`: empty the local log and start it at `offset` (the leader's log starts past this one).
+ * - `ResetTo`: empty the local log and start it at `offset` (the leader's log starts past this one, or the logs agree
+ *   only below where this one starts).
  * - `DeleteBefore`: move the local log's start to `offset` (the leader's start moved past it), below its HW.
  * - `Append`: append the leader's batches as they are.
  * - `CheckpointHighWatermark`: the follower's HW moved.
@@ -163,6 +164,13 @@ const truncated = (state: State, offset: number): State => ({
   highWatermark: Math.min(state.highWatermark, offset)
 })
 
+/** The log emptied and started at `offset`, and the fetch from there. */
+const resetAt = (state: State, offset: number): Step =>
+  fetchFrom(
+    { ...state, logStartOffset: offset, logEndOffset: offset, epochs: LeaderEpochCache.empty, highWatermark: offset },
+    [{ _tag: "ResetTo", offset }]
+  )
+
 /**
  * Where the leader says an epoch of this log ends (`answer`): ask about an earlier epoch, or truncate where the logs
  * agree and fetch from there.
@@ -179,6 +187,9 @@ const resolve = (
         [{ _tag: "AskEndOffset", epoch: next.epoch }]
       ]
     case "Truncate": {
+      // The logs agree only below this log's start (a leader that never had, or lost, records this replica later
+      // deleted): a truncation cannot go there, so start over at that offset, as a Kafka follower truncates fully.
+      if (next.offset < state.logStartOffset) return resetAt(state, next.offset)
       const commands: Array<Command> =
         next.offset < state.logEndOffset ? [{ _tag: "Truncate", offset: next.offset }] : []
       return fetchFrom(truncated(state, next.offset), commands)
@@ -242,14 +253,7 @@ export const step = (state: State, input: Input): Step => {
     case "OutOfRange": {
       if (input.logStartOffset <= state.logEndOffset) return startTruncation(state, [])
       // The leader's log starts past this one's end: start over from there (the records before it are gone).
-      const reset: State = {
-        ...state,
-        logStartOffset: input.logStartOffset,
-        logEndOffset: input.logStartOffset,
-        epochs: LeaderEpochCache.empty,
-        highWatermark: input.logStartOffset
-      }
-      return fetchFrom(reset, [{ _tag: "ResetTo", offset: input.logStartOffset }])
+      return resetAt(state, input.logStartOffset)
     }
   }
 }

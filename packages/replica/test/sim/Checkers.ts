@@ -104,6 +104,8 @@ export interface Recorder {
     readonly outcome: DeleteOutcome
     readonly at: number
   }>
+  /** Per tablet, the highest limit a replica's retention was given: below it, records may be gone. */
+  readonly retainedBelow: Map<string, number>
   /** What the consumer was given: per tablet, the value at each offset read, and when it was first read. */
   readonly reads: Map<string, Map<number, { readonly value: string; readonly at: number }>>
   /** Each server's log end and epochs per tablet, as last sampled (a stopped server's log keeps what it had). */
@@ -145,6 +147,7 @@ export const recorder = (minIsr: number): Recorder => ({
   applied: new Map(),
   coordinatorEpochs: new Set(),
   deletes: [],
+  retainedBelow: new Map(),
   reads: new Map(),
   logEnds: new Map(),
   closed: new Map(),
@@ -193,12 +196,18 @@ export const deleted = (r: Recorder, tablet: string, offset: number, outcome: De
     )
 }
 
+/** A replica's log was asked to apply its retention below `limit` (its high watermark then). */
+export const retaining = (r: Recorder, tablet: string, limit: number): void => {
+  r.retainedBelow.set(tablet, Math.max(r.retainedBelow.get(tablet) ?? 0, limit))
+}
+
 /**
- * Below which offset a tablet's records may be gone by a delete: the highest any `deleteRecords` call asked for,
- * whatever its outcome (a call that failed or timed out may still have moved some replica's start).
+ * Below which offset a tablet's records may be gone: the highest any `deleteRecords` call asked for, whatever its
+ * outcome (a call that failed or timed out may still have moved some replica's start), or any retention was given as
+ * its limit.
  */
 const deletedBelow = (r: Recorder, tablet: string): number =>
-  r.deletes.reduce((max, d) => (d.tablet === tablet ? Math.max(max, d.offset) : max), 0)
+  r.deletes.reduce((max, d) => (d.tablet === tablet ? Math.max(max, d.offset) : max), r.retainedBelow.get(tablet) ?? 0)
 
 /** A record a consumer was given; read again, it must be the same record. */
 export const read = (r: Recorder, tablet: string, offset: number, value: string, at: number): void => {

@@ -21,7 +21,9 @@
  * or one fewer, off its leader or in another order; bad requests — a server twice, an unknown server, one that is
  * down — must be refused naming it; moves under way are cancelled, asked for another target, or struck: the
  * controller's coordinator crashed, paused, cut off from coordination or isolated, the leader, a leaving or an adding
- * replica crashed or losing power). Then the faults stop, everything heals, and the run must settle; a seed that
+ * replica crashed or losing power); a third give their tablets a retention of a few hundred bytes, applied every
+ * few hundred virtual ms (log starts moving under the faults). Then the faults stop, everything heals, and the run
+ * must settle; a seed that
  * moves replica sets then makes a move or two in the quiet cluster, each settled in turn.
  *
  * Checked (`Checkers.ts`): no acknowledged write lost, no record twice; the prefix property across replicas, and
@@ -117,7 +119,8 @@ const setUp = (
       variant.reassignments,
       variant.rebalances ?? rebalancesKnob(),
       variant.faults,
-      variant.deletes
+      variant.deletes,
+      variant.retention
     )
     Clock.log(clock, describeCluster(seed, cluster))
     const auditor = yield* base.session({ timeout: "1 hour" })

@@ -8,6 +8,8 @@ import { type Executor, RebalanceConfig } from "@strata/rebalance"
 import { Schema } from "effect"
 import { mix32, type Prng, seeded } from "../../../../scripts/test-support/prng.js"
 import * as ControllerState from "../../src/machines/ControllerState.js"
+import type * as ReplicaManager from "../../src/protocol/ReplicaManager.js"
+import type * as ServerStorage from "../../src/server/ServerStorage.js"
 import type * as TabletServer from "../../src/server/TabletServer.js"
 import type * as ReplicationConfig from "../../src/wire/ReplicationConfig.js"
 import * as Mutants from "../support/mutants.js"
@@ -40,6 +42,13 @@ export interface Variant {
    * none (a bug about something else is then searched on the histories it was found on).
    */
   readonly deletes?: "none" | "some" | "every"
+  /**
+   * Which seeds give their tablets a retention (each replica deleting its oldest batches below its high watermark
+   * every few hundred virtual ms): about a third (the default), every one, or none.
+   */
+  readonly retention?: "none" | "some" | "every"
+  /** Wraps each tablet server's storage (a planted bug of the logs); production's storage when omitted. */
+  readonly storage?: (storage: ServerStorage.ServerStorageShape) => ServerStorage.ServerStorageShape
 }
 
 /** The correct system. */
@@ -82,7 +91,17 @@ export const planted: ReadonlyArray<Variant> = [
       { name: "gate-ignored", executor: Mutants.gateIgnored, reassignments: "none", rebalances: "every" },
       { name: "rollback-skipped", executor: Mutants.rollbackSkipped, reassignments: "none", rebalances: "every" }
     ] satisfies ReadonlyArray<Variant>
-  ).map((v): Variant => ({ deletes: "none", ...v })),
+  ).map((v): Variant => ({ deletes: "none", retention: "none", ...v })),
+  // A log whose retention deletes past the high watermark it is given: records not yet committed go from the
+  // leader, its followers start over from its new log start, and what is acknowledged next is on no replica.
+  {
+    name: "retain-past-hw",
+    storage: Mutants.retainPastLimit,
+    retention: "every",
+    deletes: "none",
+    reassignments: "none",
+    rebalances: "none"
+  },
   // A delete answered before the followers' starts reached it shows when a follower that had not yet moved its start
   // leads next: searched among the faults that end a leader's life while its followers lag.
   {
@@ -91,7 +110,8 @@ export const planted: ReadonlyArray<Variant> = [
     deletes: "every",
     reassignments: "none",
     rebalances: "none",
-    faults: ["crash", "power", "stop", "pause", "slow", "isolate", "oneway"]
+    faults: ["crash", "power", "stop", "pause", "slow", "isolate", "oneway"],
+    retention: "none"
   },
   // A delete held by a leader left alone in its ISR shows when that leader loses its unflushed writes and leads
   // again: searched among power losses and the faults that shrink an ISR.
@@ -101,7 +121,8 @@ export const planted: ReadonlyArray<Variant> = [
     deletes: "every",
     reassignments: "none",
     rebalances: "none",
-    faults: ["power", "crash", "pause", "expire", "isolate"]
+    faults: ["power", "crash", "pause", "expire", "isolate"],
+    retention: "none"
   },
   // A leader chosen by a recovery election from outside the ISR that took a delete, not taking its followers' later
   // starts: searched among the faults that make every ISR member a new life.
@@ -111,7 +132,8 @@ export const planted: ReadonlyArray<Variant> = [
     deletes: "every",
     reassignments: "none",
     rebalances: "none",
-    faults: ["pause", "crash", "expire", "stop"]
+    faults: ["pause", "crash", "expire", "stop"],
+    retention: "none"
   }
 ]
 
@@ -251,6 +273,8 @@ export interface Replication {
   readonly fetchMaxWait: number
   readonly retryBackoff: number
   readonly appendTimeout: number
+  /** How often a server applies its tablets' retention (the retention family's seeds only). */
+  readonly retentionCheckInterval?: number
 }
 
 /** The cluster a seed draws (or a scenario's shape fixes), and the fault families it runs. */
@@ -282,6 +306,8 @@ export interface Cluster {
   readonly rebalanceSettings: RebalanceConfig.RebalanceConfig | undefined
   /** The delete family's own generator (`deleteRecords` calls while producing), when the seed runs it. */
   readonly deleting: Prng | undefined
+  /** The retention its tablets are created with, when the seed runs the retention family. */
+  readonly retention: ReplicaManager.Retention | undefined
 }
 
 /**
@@ -298,7 +324,8 @@ export const drawCluster = (
   reassignments: Variant["reassignments"] = "half",
   rebalances: Variant["rebalances"] = "some",
   faults?: Variant["faults"],
-  deletes: Variant["deletes"] = "some"
+  deletes: Variant["deletes"] = "some",
+  retaining: Variant["retention"] = "some"
 ): Cluster => {
   const shape = config.shape
   const serverCount = shape?.servers ?? rng.int(3, 7)
@@ -320,6 +347,16 @@ export const drawCluster = (
     ((drawn) => (extras !== undefined && rf >= 3 && extras.chance(0.4) ? 3 : drawn))(
       rng.chance(0.7) ? Math.min(2, rf) : 1
     )
+  // A third of the seeds give their tablets a retention, drawn by its own generator: a few hundred bytes a replica
+  // (a handful of the workload's batches), now and then an age as well, applied every 100–500 virtual ms.
+  const retentionDraws = seeded(mix32(seed ^ 0x2e7a))
+  const retention: ReplicaManager.Retention | undefined =
+    config.script === undefined && retaining !== "none" && (retaining === "every" || retentionDraws.chance(0.35))
+      ? {
+          bytes: retentionDraws.int(150, 800),
+          ...(retentionDraws.chance(0.3) ? { ms: 100 * retentionDraws.int(5, 30) } : {})
+        }
+      : undefined
   const replication = {
     replicationFactor,
     minInsyncReplicas: minIsr,
@@ -327,7 +364,8 @@ export const drawCluster = (
     replicaLagTimeMax: replicaLagTimeMaxMs,
     fetchMaxWait: fetchMaxWaitMs,
     retryBackoff: 50,
-    appendTimeout: 2_000
+    appendTimeout: 2_000,
+    ...(retention === undefined ? {} : { retentionCheckInterval: 100 * retentionDraws.int(1, 5) })
   } satisfies Replication & ReplicationConfig.ReplicationConfigInput
   // A seed that runs every family's rebalances gets more tablets to move (one draw either way).
   const tabletCount = shape?.tablets ?? (rebalances === "every" ? rng.int(3, 6) : rng.int(1, 3))
@@ -387,7 +425,8 @@ export const drawCluster = (
     moves,
     rebalancing,
     rebalanceSettings,
-    deleting
+    deleting,
+    retention
   }
 }
 
@@ -413,5 +452,5 @@ const drawRebalanceSettings = (rb: Prng): RebalanceConfig.RebalanceConfig =>
 export const describeCluster = (seed: number, c: Cluster): string => {
   const mix = c.faultMix
   const swarm = mix.swarm ? ` faults=${mix.kinds.map(([k]) => k).join(",")}${mix.acksOne ? " acks=1 too" : ""}` : ""
-  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.rebalanceSettings === undefined ? "" : ` rebalances(batch=${c.rebalanceSettings.batchRatio} c=${c.rebalanceSettings.maxConcurrentMigrations} cap=${c.rebalanceSettings.maxClusterMigrations} trigger=${c.rebalanceSettings.enabled})`}${c.extras === undefined ? "" : " disk-and-clock"}${c.deleting === undefined ? "" : " deletes"}`
+  return `seed=${seed} servers=${c.serverCount} coordinators=${c.coordinatorCount} session=${c.sessionTimeoutMs}ms poll=${c.replication.fetchMaxWait}ms rf=${c.rf} minIsr=${c.minIsr} tablets=${c.tablets.length} flush=${c.flushChance} election=${c.leaderElection}${swarm}${c.transfers === undefined ? "" : " transfers"}${c.churning === undefined ? "" : " churn"}${c.moves === undefined ? "" : " reassignments"}${c.rebalanceSettings === undefined ? "" : ` rebalances(batch=${c.rebalanceSettings.batchRatio} c=${c.rebalanceSettings.maxConcurrentMigrations} cap=${c.rebalanceSettings.maxClusterMigrations} trigger=${c.rebalanceSettings.enabled})`}${c.extras === undefined ? "" : " disk-and-clock"}${c.deleting === undefined ? "" : " deletes"}${c.retention === undefined ? "" : ` retention=${JSON.stringify(c.retention)}`}`
 }

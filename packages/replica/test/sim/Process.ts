@@ -4,7 +4,7 @@
  * service) starts in a scope of its own; it goes down by a crash (its sessions left to expire, maybe its unflushed
  * writes lost) or a clean stop, and pauses and resumes (its coordination waiting, its sessions cut meanwhile).
  */
-import { Coordination, Election } from "@strata/core"
+import { Coordination, Election, Models } from "@strata/core"
 import { CoordinationElection, Coordinator } from "@strata/election"
 import { Clock, Context, Duration, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import * as ControllerState from "../../src/machines/ControllerState.js"
@@ -27,6 +27,23 @@ import { log, NAMESPACE, paths, type Proc, type World } from "./World.js"
 export const traceLogger = (w: World, p: Proc) =>
   Logger.make((o) => log(w, `${p.name} ${o.logLevel}: ${[o.message].flat().map(String).join(" ")}`))
 
+/**
+ * A server's storage whose logs tell the checkers every retention they are asked for: below the limit one is given
+ * (its replica's high watermark), a record may be gone.
+ */
+const recordingRetention = (w: World, storage: ServerStorage.ServerStorageShape): ServerStorage.ServerStorageShape => ({
+  ...storage,
+  open: (tablet) =>
+    Effect.map(storage.open(tablet), (log) => ({
+      ...log,
+      retain: (retention, limit, nowMs) =>
+        Effect.andThen(
+          Effect.sync(() => Checkers.retaining(w.record, Models.tabletKey(tablet), limit)),
+          log.retain(retention, limit, nowMs)
+        )
+    }))
+})
+
 /** Starts tablet server `p` on its store (made at its first start), once its previous life has closed. */
 const startServer = (w: World, p: Proc) =>
   Effect.gen(function* () {
@@ -43,7 +60,10 @@ const startServer = (w: World, p: Proc) =>
     p.incarnation++
     const incarnation = p.incarnation
     const server = yield* TabletServer.make({ serverId: p.id, replication: w.cluster.replication }).pipe(
-      Effect.provideServiceEffect(ServerStorage.ServerStorage, ServerStorage.makeStore),
+      Effect.provideServiceEffect(
+        ServerStorage.ServerStorage,
+        Effect.map(ServerStorage.makeStore, (storage) => recordingRetention(w, w.variant.storage?.(storage) ?? storage))
+      ),
       Effect.provide(Context.add(store.context, Peers, w.wiring.peers(p))),
       Effect.provideService(TabletServer.Machines, w.variant.machines ?? Mutants.production),
       Effect.provideService(Clock.Clock, clockOf(w, p)),

@@ -3,8 +3,8 @@
  * its `RemotePeers` over Effect RPC's in-memory client and server (`MemoryTransport`), every call crossing the
  * simulated network. Idempotent producers send acks=all (some seeds some acks=1) records, a client at a time; a
  * consumer reads each tablet from where it got to; a third of the seeds also delete records (`deleteRecords`) below
- * what was acknowledged, now and then just past it; the controller is asked to create the tablets until it has;
- * and, once the cluster settled, a probe appends to every tablet.
+ * what was acknowledged, now and then just past it; the controller is asked to create the tablets (with the seed's
+ * retention, when it draws one) until it has; and, once the cluster settled, a probe appends to every tablet.
  */
 import { Coordination, Models } from "@strata/core"
 import { Duration, Effect, Exit, type Fiber, Logger } from "effect"
@@ -230,9 +230,11 @@ const createTablets = (w: World) =>
     while (true) {
       const c = controllerNow(w)
       if (c !== undefined) {
+        const retention = w.cluster.retention
         const specs = w.cluster.tablets.map((tablet) => ({
           tablet,
-          replicas: Array.from({ length: w.cluster.rf }, (_, r) => ((tablet.bucket + r) % w.cluster.serverCount) + 1)
+          replicas: Array.from({ length: w.cluster.rf }, (_, r) => ((tablet.bucket + r) % w.cluster.serverCount) + 1),
+          ...(retention === undefined ? {} : { retention })
         }))
         const reply = yield* c.controller!.createTablets(specs).pipe(Effect.option)
         if (reply._tag === "Some" && reply.value._tag === "Created") return

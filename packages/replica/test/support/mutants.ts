@@ -1,7 +1,8 @@
 /**
  * Planted bugs as mutants of the tablet server's machines (each wraps production's `Replica.step` or the follower
- * machine's start) and of the controller's (each wraps `ControllerState.step`): each breaks one safety rule, so the
- * scenarios and the simulator can show that they catch it. Production code carries none of them.
+ * machine's start), of the controller's (each wraps `ControllerState.step`) and of a server's storage (each wraps its
+ * logs): each breaks one safety rule, so the scenarios and the simulator can show that they catch it. Production code
+ * carries none of them.
  */
 import { Executor } from "@strata/rebalance"
 import { Models } from "@strata/core"
@@ -9,7 +10,9 @@ import type * as ControllerState from "../../src/machines/ControllerState.js"
 import * as FollowerState from "../../src/machines/FollowerState.js"
 import * as LeaderEpochCache from "../../src/machines/LeaderEpochCache.js"
 import * as Replica from "../../src/machines/Replica.js"
+import type * as ServerStorage from "../../src/server/ServerStorage.js"
 import type { MachinesShape } from "../../src/server/TabletServer.js"
+import { Effect } from "effect"
 
 /** A mutant: one planted bug, applied to the machines it breaks. */
 export type Mutant = (machines: MachinesShape) => MachinesShape
@@ -126,6 +129,19 @@ export const startNotRaised: Mutant = (m) => ({
     if (!ready.commands.some((c) => c._tag === "RaiseLogStart")) return [next, ready]
     return [next, { ...ready, commands: ready.commands.filter((c) => c._tag !== "RaiseLogStart") }]
   }
+})
+
+/**
+ * A storage whose logs' retention ignores the limit it is given (the replica's high watermark) and deletes up to the
+ * log end: records not yet committed can go.
+ */
+export const retainPastLimit = (storage: ServerStorage.ServerStorageShape): ServerStorage.ServerStorageShape => ({
+  ...storage,
+  open: (tablet) =>
+    Effect.map(storage.open(tablet), (log) => ({
+      ...log,
+      retain: (retention, _limit, nowMs) => Effect.flatMap(log.logEndOffset, (end) => log.retain(retention, end, nowMs))
+    }))
 })
 
 /** An ISR change refused because the leadership is over is taken as not committed (its change dropped). */
