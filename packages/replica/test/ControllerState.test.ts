@@ -1168,8 +1168,10 @@ const follow = (model: Model, before: State, input: Input) => {
     (input.registration === undefined || input.registration === model.lives.get(input.server))
   ) {
     for (const t of input.tablets) {
-      if (input.failed) model.storageFailed.add(`${input.server} ${Models.tabletKey(t)}`)
-      else model.storageFailed.delete(`${input.server} ${Models.tabletKey(t)}`)
+      // A failure of a replica the tablet does not have there (a late report of a deleted one) marks nothing.
+      const hosted = before.tablets.get(Models.tabletKey(t))?.replicas.includes(input.server) === true
+      if (input.failed && hosted) model.storageFailed.add(`${input.server} ${Models.tabletKey(t)}`)
+      else if (!input.failed) model.storageFailed.delete(`${input.server} ${Models.tabletKey(t)}`)
     }
   }
   if (
@@ -2344,7 +2346,8 @@ describe("ControllerState reassignment", () => {
     )
     const { state: moved } = run(state, adjust(state, 0, [3, 1]))
     assert.deepStrictEqual(tablet(moved, 0).retired, [2])
-    const { state: back } = run(moved, stopped(2, [0], 2), reassign(0, [3, 2]))
+    // A late copy of a failure report, newer than any taken, arriving after the replica was deleted (seed 946).
+    const { state: back } = run(moved, stopped(2, [0], 2), { ...failed, sequence: 2 }, reassign(0, [3, 2]))
     const { state: joined, commands } = run(back, adjust(back, 0, [3, 1, 2]))
     assert.strictEqual(reply(commands)?._tag, "IsrAdjusted")
     assert.deepStrictEqual(

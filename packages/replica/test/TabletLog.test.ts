@@ -509,7 +509,7 @@ for (const { name: backend, kind, frameBytes, layer } of backends) {
     )
 
     it.effect(
-      "a producer whose batches all fall below the log start is forgotten; one with a batch above it is kept",
+      "a producer whose batches all fall below the log start is kept: a retry of its last batch is still a duplicate",
       () =>
         onStorage(
           Effect.gen(function* () {
@@ -518,10 +518,16 @@ for (const { name: backend, kind, frameBytes, layer } of backends) {
             yield* log.append(1, records(2, 3), { id: 2, epoch: 0, sequence: 0 })
             yield* log.append(1, records(4, 5), { id: 1, epoch: 0, sequence: 2 })
             yield* log.deleteBefore(4)
-            assert.deepStrictEqual([...(yield* log.producers).keys()], [1])
-            // And so after a reopen: the entry left the store in the same write.
+            assert.deepStrictEqual([...(yield* log.producers).keys()].sort(), [1, 2])
+            // Producer 2's retry of its batch (now below the start) is answered with its offsets, not appended.
+            const retry = yield* log.append(1, records(2, 3), { id: 2, epoch: 0, sequence: 0 })
+            assert.deepStrictEqual(retry, { baseOffset: 2, lastOffset: 3, duplicate: true })
+            assert.strictEqual(yield* log.logEndOffset, 6)
+            // And so after a reopen.
             const reopened = yield* reopen
-            assert.deepStrictEqual([...(yield* reopened.producers).keys()], [1])
+            assert.deepStrictEqual([...(yield* reopened.producers).keys()].sort(), [1, 2])
+            const again = yield* reopened.append(1, records(2, 3), { id: 2, epoch: 0, sequence: 0 })
+            assert.strictEqual(again.duplicate, true)
             yield* close
           })
         )

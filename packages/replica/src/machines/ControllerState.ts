@@ -1002,7 +1002,9 @@ const remainingLeaders = (tablets: ReadonlyMap<string, Tablet>, server: Models.S
  * tablets' ISRs and, where it leads, leadership moves (Kafka's handling of a failed log directory); working again:
  * each tablet's leader leads on under the next leader epoch, so the replica, which takes a role only under an epoch
  * it has not seen, follows again and may rejoin the ISR. A report from another life of the server, or older than one
- * taken (a late or repeated copy: it would undo what came after it), is dropped.
+ * taken (a late or repeated copy: it would undo what came after it), is dropped; so is a failure of a replica the
+ * tablet no longer has there (a late report of one a move retired and the server deleted: the mark would outlive it,
+ * and a replica given again there could never join the ISR).
  */
 const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStorage" }>): Step => {
   const registered = state.registrations.get(input.server)
@@ -1022,8 +1024,9 @@ const replicaStorage = (state: State, input: Extract<Input, { _tag: "ReplicaStor
   if (tablets.length === 0) return [state, []]
   const marks = new Set(state.storageFailed.get(input.server) ?? [])
   for (const id of tablets) {
-    if (input.failed) marks.add(Models.tabletKey(id))
-    else marks.delete(Models.tabletKey(id))
+    const key = Models.tabletKey(id)
+    if (!input.failed) marks.delete(key)
+    else if (state.tablets.get(key)?.replicas.includes(input.server) === true) marks.add(key)
   }
   const storageFailed = new Map(state.storageFailed)
   if (marks.size === 0) storageFailed.delete(input.server)

@@ -92,7 +92,6 @@ import {
   frameHolding,
   holding,
   indexOf,
-  keepFrom,
   type Opened,
   outOfRange,
   producersAt,
@@ -607,19 +606,22 @@ const truncateTo = (o: Opened, offset: number): Effect.Effect<void, TabletLogErr
 /**
  * Moves the log start to `offset` (retention): the log-state checkpoint first, then the segments wholly below it go
  * (the active one too when `offset` is the log end: the log rolls first). A snapshot of the producers is written
- * first only when no snapshot at or past the first segment kept is left (the segments below go with theirs).
+ * first only when no snapshot at or past the first segment kept is left (the segments below go with theirs); to the
+ * log end, one at the end is written (flushed) before anything moves, so that an opening after a crash half-way,
+ * which empties the log at its new start, still has every producer.
  */
 const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogError> =>
   Effect.gen(function* () {
     if (offset <= o.start) return
     if (offset > o.end) return yield* Effect.fail(outOfRange(o, offset))
+    if (offset === o.end && o.producers.size > 0) yield* writeSnapshot(o, o.end, o.producers, true)
     const epochs = LeaderEpochCache.truncateFromStart(o.epochs, offset)
     yield* writeLogState(o, { start: offset, epochs })
     o.start = offset
     RecentTail.trimBelow(o.tail, offset)
     o.epochs = epochs
-    // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
-    setProducers(o, keepFrom(new Map(o.producers), offset))
+    // The producers stay, even one whose batches all went (KIP-360): a retry of its last batch must still be known
+    // as one, not appended again; it is forgotten once idle for `producerIdExpiration`.
     if (o.hw < offset) {
       yield* writeHighWatermark(o, offset, false)
       o.hw = offset

@@ -669,12 +669,9 @@ const deleteBefore = (o: Opened, offset: number): Effect.Effect<void, TabletLogE
       )
     )
     const epochs = LeaderEpochCache.truncateFromStart(state.epochs, offset)
-    // A producer whose batches all went with them goes too (Kafka removes such producers at log start moves).
-    const changes = new Map<number, undefined>()
-    for (const [id, entry] of state.producers) {
-      if (entry.batches.every((b) => b.lastOffset < offset)) changes.set(id, undefined)
-    }
-    yield* commit(o, ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), bytes, epochs }, changes)
+    // The producers stay, even one whose batches all went (KIP-360): a retry of its last batch must still be known
+    // as one, not appended again; it is forgotten once idle for `producerIdExpiration`.
+    yield* commit(o, ops, { start: offset, end: state.end, hw: Math.max(state.hw, offset), bytes, epochs })
   })
 
 /** The most batches one `retain` of a store-backed log reads (it holds the log's lock): the next one goes on. */

@@ -515,12 +515,6 @@ const latestBatchesOf = (o: Opened, lost: ReadonlySet<number>, end: number) =>
     return found
   })
 
-/** Keeps the producers with a batch at or past `start` (the others went with the records below it). */
-export const keepFrom = (producers: Map<number, ProducerState.Entry>, start: number) => {
-  for (const [id, entry] of producers) if (entry.batches.every((b) => b.lastOffset < start)) producers.delete(id)
-  return producers
-}
-
 /** Makes the log's producer entries `next` (forgetting when the ones gone last appended). */
 export const setProducers = (o: Opened, next: ReadonlyMap<number, ProducerState.Entry>) => {
   o.producers.clear()

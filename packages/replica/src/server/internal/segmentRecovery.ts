@@ -25,7 +25,6 @@ import {
   handleOf,
   holding,
   indexOf,
-  keepFrom,
   type Opened,
   type Settings,
   setProducers,
@@ -149,13 +148,10 @@ const recoverLog = (o: Opened, now: number) =>
     // Walk from the latest snapshot's segment (from the first when the epochs' checkpoint is missing); a snapshot
     // past the log end found (a power loss took batches it covers) is dropped for the one before it.
     let recovered: Recovered
-    /** The log start when the snapshot used was written. */
-    let snapshotStart: number | undefined
     let from: number
     for (;;) {
       const snapshot = o.snapshots.at(-1)
       const producers = new Map<number, ProducerState.Entry>()
-      snapshotStart = undefined
       if (snapshot !== undefined) {
         const bytes = yield* disk(o, Files.readIfExists(path(Format.snapshotFile(snapshot))))
         const decoded = bytes === undefined ? "it is missing" : Format.decodeSnapshot(bytes)
@@ -165,7 +161,6 @@ const recoverLog = (o: Opened, now: number) =>
           continue
         }
         for (const [id, entry] of decoded.producers) producers.set(id, entry)
-        snapshotStart = decoded.start
       }
       const asOf = snapshot ?? o.segments[0]!.base
       from = logState === undefined ? 0 : holding(o, asOf)
@@ -184,21 +179,17 @@ const recoverLog = (o: Opened, now: number) =>
     epochs = LeaderEpochCache.truncateFromStart(epochs, o.start)
     if (o.start > o.end || (o.start === o.end && (o.segments.length > 1 || active(o).base !== o.start))) {
       // Every batch is below the start (a retention to the end that stopped half-way, or a power loss that took
-      // the batches past it): the log is emptied at its start, a cut like any other.
+      // the batches past it): the log is emptied at its start, a cut like any other (its producers stay, as every
+      // move of the start leaves them).
       written = { start: o.start, epochs, cut: { _tag: "Empty" } }
       yield* writeLogState(o, written)
       yield* emptyAtStart(o, now)
-      recovered.producers.clear()
+      if (recovered.producers.size > 0) yield* writeSnapshot(o, o.start, recovered.producers, true)
     }
     yield* dropSnapshots(o, (s) => s > o.end || s < o.segments[0]!.base)
     o.epochs = epochs
-    // The start moved after the snapshot (a retention that stopped half-way): the producers that went with it go.
-    setProducers(
-      o,
-      snapshotStart !== undefined && snapshotStart >= o.start
-        ? recovered.producers
-        : keepFrom(recovered.producers, o.start)
-    )
+    // Producers stay when the start moves past their batches (see `SegmentLog.deleteBefore`).
+    setProducers(o, recovered.producers)
     o.hw = Math.min(Math.max(checkpointedHw ?? o.start, o.start), o.end)
     if (hwBytes?.length !== HW_BYTES || checkpointedHw === undefined) {
       // Missing, or not a checkpoint: written whole once, so that each later one is a write in place.
