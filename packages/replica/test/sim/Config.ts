@@ -114,14 +114,14 @@ export const planted: ReadonlyArray<Variant> = [
     retention: "none"
   },
   // A delete held by a leader left alone in its ISR shows when that leader loses its unflushed writes and leads
-  // again: searched among power losses and the faults that shrink an ISR.
+  // again: searched among power losses and the faults that shrink an ISR without ending the leader's life.
   {
     name: "delete-alone",
     machines: Mutants.machinesWith(Mutants.deleteIgnoresMinIsr),
     deletes: "every",
     reassignments: "none",
     rebalances: "none",
-    faults: ["power", "crash", "pause", "expire", "isolate"],
+    faults: ["power", "pause", "isolate"],
     retention: "none"
   },
   // A leader chosen by a recovery election from outside the ISR that took a delete, not taking its followers' later
