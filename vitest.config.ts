@@ -45,7 +45,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "unit",
-          include: ["packages/*/test/**/*.test.ts", "apps/*/test/**/*.test.ts"],
+          include: ["packages/*/test/**/*.test.ts", "apps/*/test/**/*.test.ts", "test/**/*.test.ts"],
           exclude: ["**/*.int.test.ts", "**/node_modules/**"],
           testTimeout: 30_000,
           // Two files at once (the default is one fewer than the cores, one on this 2-core machine): the cluster

@@ -21,6 +21,7 @@ import {
   MemoryStore,
   type Store
 } from "@strata/core"
+import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { LocalCluster, ReplicaRpc, type ReplicationConfig } from "@strata/replica"
 import { StrataLog } from "@strata/replica/log"
@@ -1019,13 +1020,21 @@ const presenter = (verbose: boolean): CliOutput.Presenter => ({
   }
 })
 
+/** The CLI's package.json: one directory above this module, in the repository (`src/`) as when installed (`dist/`). */
+const PackageJson = Schema.fromJsonString(Schema.Struct({ version: Schema.String }))
+
+/** The version `--version` prints: the one in the CLI's package.json. */
+export const version: string = Schema.decodeUnknownSync(PackageJson)(
+  readFileSync(new URL("../package.json", import.meta.url), "utf8")
+).version
+
 /** Runs the CLI with the arguments of the `Stdio` in context. */
 export const run = Effect.gen(function* () {
   const args = yield* (yield* Stdio.Stdio).args
   // The parser failed when the presenter is called, so --verbose is looked for among the raw arguments.
   const end = args.indexOf("--")
   const verbose = (end < 0 ? args : args.slice(0, end)).includes("--verbose")
-  return yield* Command.runWith(strata, { version: "0.1.0" })(args).pipe(
+  return yield* Command.runWith(strata, { version })(args).pipe(
     Effect.provideService(CliOutput.Presenter, presenter(verbose)),
     // A bad invocation (already presented as one line) exits 2, as a usage error does.
     Effect.catchIf(

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { execFile } from "node:child_process"
@@ -32,6 +32,13 @@ const expectOneLineFailure = (r: { code: number; stdout: string; stderr: string 
 
 // Each case starts the CLI under tsx, a few seconds apiece on a loaded machine: the cases get more than the default.
 describe("strata CLI (a real child process)", { timeout: 120_000 }, () => {
+  it("--version prints the version in the CLI's package.json", async () => {
+    const { version } = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"))
+    const r = await strata(["--version"])
+    expect(r.code).toBe(0)
+    expect(r.stdout.trim()).toBe(`strata v${version}`)
+  })
+
   it("demo writes, restarts and restores the table", async () => {
     const r = await strata(["demo", "--partitions", "3", "--text", "one two two three three three"])
     expect(r.stderr).toBe("")

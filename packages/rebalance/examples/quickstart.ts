@@ -1,3 +1,7 @@
+/**
+ * The README's example: the planner's plan when two servers join three.
+ * Run it with `./dev exec tsx --conditions=@strata/source packages/rebalance/examples/quickstart.ts`.
+ */
 import { Planner } from "@strata/rebalance"
 import { Effect } from "effect"
 
@@ -25,3 +29,7 @@ export const program = Effect.gen(function* () {
   yield* Effect.log(`${f.replicaMoves} replica moves (lower bound ${f.lowerBound}), ${f.leaderMoves} leadership moves`)
   return plan
 })
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  Effect.runPromise(program)
+}
