@@ -5,6 +5,8 @@
 // In a test:  import { inject } from "vitest";  const zk = inject("zookeeper")  // "127.0.0.1:2181"
 // or read process.env.STRATA_ZK / STRATA_ETCD / STRATA_KAFKA.
 import { spawnSync } from "node:child_process"
+import { existsSync, readFileSync } from "node:fs"
+import { join, resolve } from "node:path"
 import { fileURLToPath } from "node:url"
 import type { TestProject } from "vitest/node"
 
@@ -16,6 +18,10 @@ declare module "vitest" {
     etcd: string
     /** Kafka bootstrap broker, "127.0.0.1:9092" */
     kafka: string
+    /** The same broker's SASL_SSL listener, "127.0.0.1:9094" (user "strata", password "strata-secret") */
+    kafkaSasl: string
+    /** The CA certificate (PEM) that signed the SASL_SSL listener's certificate */
+    kafkaCa: string
   }
 }
 
@@ -76,6 +82,13 @@ export default function setup(project: TestProject): () => void {
   }
 
   for (const name of SERVICES) project.provide(name, addresses[name])
+  const servicesDir = resolve(
+    process.env.STRATA_SERVICES_DIR ?? fileURLToPath(new URL("../.services", import.meta.url))
+  )
+  project.provide("kafkaSasl", `127.0.0.1:${port("STRATA_KAFKA_SASL_PORT", 9094)}`)
+  // Empty when the running broker was started before its SASL_SSL listener existed; the tests that need it say so.
+  const ca = join(servicesDir, "kafka", "tls", "ca.pem")
+  project.provide("kafkaCa", existsSync(ca) ? readFileSync(ca, "utf8") : "")
   process.env.STRATA_ZK = addresses.zookeeper
   process.env.STRATA_ETCD = addresses.etcd
   process.env.STRATA_KAFKA = addresses.kafka

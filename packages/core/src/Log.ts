@@ -404,6 +404,23 @@ export class BrokerUnreachable extends Schema.TaggedError<BrokerUnreachable>()("
   }
 }
 
+/**
+ * The brokers refused the client's credentials (a SASL mechanism, user or password they do not accept), or the TLS
+ * handshake failed (a certificate that does not verify, a server name it does not name). Not retried: the same
+ * credentials fail again. `detail` never holds a password or a key.
+ *
+ * @since 0.1.0
+ */
+export class AuthenticationFailed extends Schema.TaggedError<AuthenticationFailed>()("AuthenticationFailed", {
+  brokers: Schema.Array(Schema.String),
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `authentication with brokers ${this.brokers.join(", ")} failed: ${this.detail}`
+  }
+}
+
 /** The consumer or producer was used after its scope closed. */
 export class Closed extends Schema.TaggedError<Closed>()("LogClosed", { what: Schema.String }) {
   /** @since 0.1.0 */
@@ -457,6 +474,7 @@ export const ErrorReason = Schema.Union([
   InvalidRequest,
   RecordTooLarge,
   BrokerUnreachable,
+  AuthenticationFailed,
   Closed,
   Fenced,
   IoError,

@@ -14,7 +14,8 @@
  * @since 0.1.0
  */
 import { HostPort, Log, OptionSchemas } from "@strata/core"
-import { Config, Context, Duration, Effect, Layer, Schema, type Scope } from "effect"
+import type { ConnectionOptions } from "node:tls"
+import { Config, Context, Duration, Effect, Layer, Redacted, Schema, type Scope } from "effect"
 import * as KafkaAdmin from "./internal/kafkaAdmin.js"
 import * as KafkaCluster from "./internal/kafkaCluster.js"
 import * as KafkaConsumer from "./internal/kafkaConsumer.js"
@@ -36,10 +37,52 @@ export const BrokerAddress = Schema.String.check(
   )
 )
 
+/**
+ * A secret (a password, a private key): text or a `Redacted` holding it. It stays `Redacted` once decoded, so it
+ * never appears in a log line, an error or an inspected value.
+ */
+export const Secret = Schema.Union([Schema.Redacted(Schema.String), Schema.RedactedFromValue(Schema.String)])
+
+/**
+ * TLS to the brokers, as Node's `tls.connect` takes it (PEM text, not file names). Every connection of the log's
+ * clients, and its start-up probe, uses it.
+ */
+export const KafkaTls = Schema.Struct({
+  /** CA certificates (PEM) the brokers' certificates must chain to; Node's bundled CAs when absent. */
+  ca: Schema.optional(Schema.Union([Schema.String, Schema.Array(Schema.String)])),
+  /** The client's certificate chain (PEM), for brokers that authenticate clients by certificate (mutual TLS). */
+  cert: Schema.optional(Schema.String),
+  /** The private key (PEM) of `cert`. */
+  key: Schema.optional(Secret),
+  /** The name the brokers' certificates must carry, when it is not the host connected to. */
+  servername: Schema.optional(Schema.NonEmptyString),
+  /** `false` accepts any certificate: encryption without authentication, for tests only (default `true`). */
+  rejectUnauthorized: Schema.optional(Schema.Boolean)
+})
+/** What `tls` takes: see `KafkaTls`. */
+export type KafkaTls = typeof KafkaTls.Encoded
+
+/** SASL authentication after the connection (and TLS) is up: PLAIN, or SCRAM-SHA-256/512, as Kafka offers them. */
+export const KafkaSasl = Schema.Struct({
+  mechanism: Schema.Literals(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+  username: Schema.NonEmptyString,
+  /** Text or a `Redacted` (`Config.redacted` gives one); never printed. */
+  password: Secret
+})
+/** What `sasl` takes: see `KafkaSasl`. */
+export type KafkaSasl = typeof KafkaSasl.Encoded
+
 /** Options of the Kafka log, validated when it starts. */
 export const KafkaLogOptions = Schema.Struct({
   /** Bootstrap brokers, `host:port` (see `BrokerAddress`). */
   brokers: Schema.NonEmptyArray(BrokerAddress),
+  /**
+   * TLS (`KafkaTls`), or `true` for TLS with Node's bundled CAs (a managed Kafka's public certificates). Plaintext
+   * when absent. A certificate that does not verify fails the start with `AuthenticationFailed`.
+   */
+  tls: Schema.optional(Schema.Union([Schema.Boolean, KafkaTls])),
+  /** SASL (`KafkaSasl`); none when absent. Refused credentials fail with `AuthenticationFailed`, not retried. */
+  sasl: Schema.optional(KafkaSasl),
   /** Client id sent to the brokers (default "strata"). */
   clientId: Schema.optional(Schema.NonEmptyString),
   /**
@@ -102,6 +145,31 @@ const DEFAULT_FETCH_PARTITION_MAX_BYTES = 1024 * 1024
 /** A duration as the clients take it: whole milliseconds, rounded up (a fraction of a millisecond still waits). */
 const wholeMillis = (d: Duration.Duration): number => Math.ceil(Duration.toMillis(d))
 
+/** The clients' TLS and SASL settings from the decoded options: secrets revealed only where a connection needs them. */
+const securityOf = (o: typeof KafkaLogOptions.Type): KafkaCluster.Security => {
+  const t = o.tls
+  const tls: ConnectionOptions | undefined =
+    t === undefined || t === false
+      ? undefined
+      : t === true
+        ? {}
+        : {
+            ...(t.ca === undefined ? {} : { ca: typeof t.ca === "string" ? t.ca : [...t.ca] }),
+            ...(t.cert === undefined ? {} : { cert: t.cert }),
+            ...(t.key === undefined ? {} : { key: Redacted.value(t.key) }),
+            ...(t.servername === undefined ? {} : { servername: t.servername }),
+            ...(t.rejectUnauthorized === undefined ? {} : { rejectUnauthorized: t.rejectUnauthorized })
+          }
+  const s = o.sasl
+  const password = s?.password
+  return {
+    ...(tls === undefined ? {} : { tls }),
+    ...(s === undefined || password === undefined
+      ? {}
+      : { sasl: { mechanism: s.mechanism, username: s.username, password: () => Redacted.value(password) } })
+  }
+}
+
 /**
  * Starts the clients, checks the brokers answer (with backoff), and serves `Log` until the scope closes: the admin
  * client (`internal/kafkaAdmin.ts`), the shared producers and their send queue (`internal/kafkaProducer.ts`), and
@@ -121,6 +189,7 @@ export const make = (options: KafkaLogOptions): Effect.Effect<KafkaLog["Service"
     )
     const cluster = yield* KafkaCluster.connect({
       brokers: [...o.brokers],
+      security: securityOf(o),
       clientId: o.clientId ?? "strata",
       timeout: wholeMillis(o.requestTimeout),
       connectAttempts: o.connectAttempts ?? 5

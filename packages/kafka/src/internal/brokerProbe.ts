@@ -8,11 +8,19 @@
  * @internal
  */
 import * as net from "node:net"
+import * as tls from "node:tls"
 import { HostPort } from "@strata/core"
 import { Data, Effect } from "effect"
 
 /** The address answered, but not as a Kafka broker. */
 export class NotKafka extends Data.TaggedError("NotKafka")<{ readonly detail: string }> {}
+
+/** The TLS handshake failed on the client's side: the broker's certificate does not verify (or names another host). */
+export class TlsRefused extends Data.TaggedError("TlsRefused")<{ readonly detail: string }> {}
+
+/** Node's error codes for a certificate the client does not accept. */
+const CERTIFICATE_ERROR =
+  /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|ERR_TLS_CERT|ERR_SSL_WRONG_VERSION|HOSTNAME_MISMATCH/
 
 /** Nothing answered at the address (refused, closed, or silent for the whole timeout). */
 export class NoBroker extends Data.TaggedError("NoBroker")<{ readonly detail: string }> {}
@@ -41,6 +49,10 @@ export const apiVersionsRequest = (correlationId: number, clientId: string): Buf
  * one is whole, otherwise what is wrong with them.
  */
 export const checkAnswer = (bytes: Buffer, correlationId: number): "ok" | "partial" | { readonly wrong: string } => {
+  // A TLS record header (an alert, 0x15, or a handshake, 0x16, of TLS 1.x) where a frame size should be.
+  if (bytes.length >= 3 && (bytes[0] === 0x15 || bytes[0] === 0x16) && bytes[1] === 0x03 && bytes[2]! <= 0x04) {
+    return { wrong: "a TLS record: a TLS listener, so set tls" }
+  }
   if (bytes.length < 8) return "partial"
   const size = bytes.readInt32BE(0)
   if (size < 10 || size > MAX_ANSWER_BYTES) return { wrong: `a frame size of ${size}` }
@@ -67,11 +79,17 @@ const preview = (bytes: Buffer): string =>
   )
 
 /**
- * Sends one ApiVersions request to `address` and waits up to `timeoutMs` (connecting included) for a Kafka answer.
- * Fails with `NotKafka` when something else answers, `NoBroker` when nothing does.
+ * Sends one ApiVersions request to `address` (over TLS when `secure` is given: Kafka answers it before SASL) and waits
+ * up to `timeoutMs` (connecting included) for a Kafka answer. Fails with `NotKafka` when something else answers,
+ * `TlsRefused` when the broker's certificate does not verify, `NoBroker` when nothing answers.
  */
-export const probe = (address: string, clientId: string, timeoutMs: number): Effect.Effect<void, NotKafka | NoBroker> =>
-  Effect.callback<void, NotKafka | NoBroker>((resume) => {
+export const probe = (
+  address: string,
+  clientId: string,
+  timeoutMs: number,
+  secure?: tls.ConnectionOptions
+): Effect.Effect<void, NotKafka | NoBroker | TlsRefused> =>
+  Effect.callback<void, NotKafka | NoBroker | TlsRefused>((resume) => {
     const correlationId = ++probes & 0x7fffffff || 1
     const target = HostPort.parse(address)
     if (target === undefined) {
@@ -81,8 +99,8 @@ export const probe = (address: string, clientId: string, timeoutMs: number): Eff
     const { host, port } = target
     let answered = Buffer.alloc(0)
     let done = false
-    const socket = net.createConnection({ host, port })
-    const finish = (outcome: Effect.Effect<void, NotKafka | NoBroker>) => {
+    const socket = secure === undefined ? net.createConnection({ host, port }) : tls.connect({ ...secure, host, port })
+    const finish = (outcome: Effect.Effect<void, NotKafka | NoBroker | TlsRefused>) => {
       if (done) return
       done = true
       socket.destroy()
@@ -96,7 +114,9 @@ export const probe = (address: string, clientId: string, timeoutMs: number): Eff
           })
         )
       )
-    socket.on("connect", () => socket.write(apiVersionsRequest(correlationId, clientId)))
+    socket.on(secure === undefined ? "connect" : "secureConnect", () =>
+      socket.write(apiVersionsRequest(correlationId, clientId))
+    )
     socket.on("data", (chunk: Buffer) => {
       answered = Buffer.concat([answered, chunk])
       const checked = checkAnswer(answered, correlationId)
@@ -113,8 +133,16 @@ export const probe = (address: string, clientId: string, timeoutMs: number): Eff
           )
         )
     }
-    socket.on("error", (e: NodeJS.ErrnoException) => cut(`${address}: ${e.code ?? e.message}`))
-    socket.on("close", () => cut(`${address} closed the connection without answering`))
+    socket.on("error", (e: NodeJS.ErrnoException) => {
+      if (secure !== undefined && CERTIFICATE_ERROR.test(e.code ?? ""))
+        finish(Effect.fail(new TlsRefused({ detail: `${address}: TLS: ${e.code}: ${e.message}` })))
+      else cut(`${address}: ${e.code ?? e.message}`)
+    })
+    socket.on("close", () =>
+      cut(
+        `${address} closed the connection without answering${secure === undefined ? " (a TLS listener? set tls)" : " (not a TLS listener?)"}`
+      )
+    )
     return Effect.sync(() => {
       done = true
       socket.destroy()

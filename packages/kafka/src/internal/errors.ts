@@ -22,6 +22,45 @@ const isNetwork = (cause: unknown): boolean =>
     `${(cause as { code?: unknown })?.code ?? ""} ${text(cause)} ${text((cause as { cause?: unknown })?.cause)}`
   )
 
+/** Node's error codes for a broker certificate the client does not accept. */
+const TLS_CERTIFICATE = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|HOSTNAME_MISMATCH/
+
+/** Whether a client failure is the brokers refusing its credentials, or a TLS handshake the client refused. */
+export const isAuthentication = (cause: unknown): boolean => {
+  const ids = apiIds(cause)
+  if (ids.has("SASL_AUTHENTICATION_FAILED") || ids.has("UNSUPPORTED_SASL_MECHANISM") || ids.has("ILLEGAL_SASL_STATE"))
+    return true
+  const seen = new Set<unknown>()
+  const stack: Array<unknown> = [cause]
+  while (stack.length > 0) {
+    const e = stack.pop()
+    if (e === null || typeof e !== "object" || seen.has(e)) continue
+    seen.add(e)
+    const code = (e as { code?: unknown }).code
+    if (code === "PLT_KFK_AUTHENTICATION") return true
+    if (typeof code === "string" && TLS_CERTIFICATE.test(code)) return true
+    const errors = (e as { errors?: unknown }).errors
+    if (Array.isArray(errors)) stack.push(...errors)
+    stack.push((e as { cause?: unknown }).cause)
+  }
+  return false
+}
+
+/** The first message in a failure's chain that says what the authentication failure was. */
+const authenticationDetail = (cause: unknown): string => {
+  const messages: Array<string> = []
+  const visit = (e: unknown, depth: number) => {
+    if (e === null || typeof e !== "object" || depth > 6) return
+    if (e instanceof Error) messages.push(e.message)
+    const errors = (e as { errors?: unknown }).errors
+    if (Array.isArray(errors)) for (const inner of errors) visit(inner, depth + 1)
+    visit((e as { cause?: unknown }).cause, depth + 1)
+  }
+  visit(cause, 0)
+  const relevant = [...new Set(messages.filter((m) => /SASL|authentic|certificate|TLS|SSL|mechanism/i.test(m)))]
+  return relevant.length > 0 ? relevant.join(": ") : text(cause)
+}
+
 /** Whether the broker refused a produce request as too large (a record batch over the topic's `max.message.bytes`). */
 export const isTooLarge = (cause: unknown): boolean => {
   const ids = apiIds(cause)
@@ -45,6 +84,11 @@ export const toLogError = (
   topic?: string
 ): Log.LogError => {
   const ids = apiIds(cause)
+  if (isAuthentication(cause)) {
+    return Log.logError(
+      new Log.AuthenticationFailed({ brokers: [...brokers], detail: `${operation}: ${authenticationDetail(cause)}` })
+    )
+  }
   if (isTooLarge(cause)) {
     // Produce maps this itself, with the sizes (see kafkaProducer's `sendVia`); nothing else sends records.
     return Log.logError(

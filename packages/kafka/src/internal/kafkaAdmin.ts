@@ -50,12 +50,19 @@ export const open = (cluster: KafkaCluster.Cluster): Effect.Effect<TopicAdmin, n
     }
   })
 
-/** Fails fast, with the brokers named, when nothing answers a metadata request (retried with backoff). */
+/**
+ * Fails fast, with the brokers named, when nothing answers a metadata request (retried with backoff), and at once
+ * with `AuthenticationFailed` when the brokers refuse the credentials.
+ */
 export const checkConnected = (a: TopicAdmin): Effect.Effect<void, Log.LogError> =>
   KafkaCluster.call(a.cluster, "connect", () => a.client.metadata({ topics: [] })).pipe(
-    Retry.retry({ times: a.cluster.connectAttempts - 1, schedule: Schedule.exponential("200 millis") }),
+    Retry.retry({
+      times: a.cluster.connectAttempts - 1,
+      schedule: Schedule.exponential("200 millis"),
+      while: (e) => e.reason._tag !== "AuthenticationFailed"
+    }),
     Effect.mapError((e) =>
-      e.reason._tag === "BrokerUnreachable"
+      e.reason._tag === "BrokerUnreachable" || e.reason._tag === "AuthenticationFailed"
         ? e
         : Log.logError(new Log.BrokerUnreachable({ brokers: [...a.cluster.brokers], detail: e.message }))
     ),

@@ -5,13 +5,27 @@
  *
  * @internal
  */
+import type { ConnectionOptions } from "node:tls"
 import { Log, Retry } from "@strata/core"
 import { Effect, Schedule } from "effect"
 import * as BrokerProbe from "./brokerProbe.js"
 import { noAnswer, toLogError } from "./errors.js"
 
+/** SASL as the client takes it: the password a function, so that the client's options never hold it as text. */
+export interface Sasl {
+  readonly mechanism: "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512"
+  readonly username: string
+  readonly password: () => string
+}
+
+/** How the clients secure their connections: TLS (Node's options), then SASL; each absent when not used. */
+export interface Security {
+  readonly tls?: ConnectionOptions
+  readonly sasl?: Sasl
+}
+
 /** The settings every client of the log is built with. */
-export interface ClientBase {
+export interface ClientBase extends Security {
   clientId: string
   /** The bootstrap brokers, those that answered the start-up probe first. */
   bootstrapBrokers: Array<string>
@@ -38,25 +52,38 @@ export interface Cluster {
 /** What `connect` needs: the configured brokers and client settings. */
 export interface ClusterOptions {
   readonly brokers: ReadonlyArray<string>
+  readonly security: Security
   readonly clientId: string
   readonly timeout: number
   readonly connectAttempts: number
 }
 
 /**
- * Probes every bootstrap broker (`BrokerProbe`): fails at once when one answers but is not Kafka, with
- * `BrokerUnreachable` when none answers; else gives the brokers, those that answered first.
+ * Probes every bootstrap broker (`BrokerProbe`, over TLS when the clients use it): fails at once when one answers but
+ * is not Kafka (`InvalidRequest`) or refuses the TLS handshake (`AuthenticationFailed`), with `BrokerUnreachable`
+ * when none answers; else gives the brokers, those that answered first.
  */
 const reachBrokers = (
   brokers: ReadonlyArray<string>,
   clientId: string,
-  timeoutMs: number
+  timeoutMs: number,
+  tls: ConnectionOptions | undefined
 ): Effect.Effect<Array<string>, Log.LogError> =>
   Effect.gen(function* () {
-    const probed = yield* Effect.forEach(brokers, (b) => Effect.result(BrokerProbe.probe(b, clientId, timeoutMs)), {
-      concurrency: "unbounded"
-    })
+    const probed = yield* Effect.forEach(
+      brokers,
+      (b) => Effect.result(BrokerProbe.probe(b, clientId, timeoutMs, tls)),
+      { concurrency: "unbounded" }
+    )
     const failures = probed.flatMap((r) => (r._tag === "Failure" ? [r.failure] : []))
+    const refused = failures.filter((f) => f._tag === "TlsRefused")
+    if (refused.length > 0) {
+      return yield* Effect.fail(
+        Log.logError(
+          new Log.AuthenticationFailed({ brokers: [...brokers], detail: refused.map((f) => f.detail).join("; ") })
+        )
+      )
+    }
     const notKafka = failures.filter((f) => f._tag === "NotKafka")
     if (notKafka.length > 0) {
       return yield* Effect.fail(
@@ -80,8 +107,8 @@ const reachBrokers = (
  */
 export const connect = (options: ClusterOptions): Effect.Effect<Cluster, Log.LogError> =>
   Effect.gen(function* () {
-    const { brokers, clientId, timeout, connectAttempts } = options
-    const bootstrap = yield* reachBrokers(brokers, clientId, timeout).pipe(
+    const { brokers, clientId, timeout, connectAttempts, security } = options
+    const bootstrap = yield* reachBrokers(brokers, clientId, timeout, security.tls).pipe(
       Retry.retry({
         times: connectAttempts - 1,
         schedule: Schedule.exponential("200 millis"),
@@ -97,7 +124,9 @@ export const connect = (options: ClusterOptions): Effect.Effect<Cluster, Log.Log
       connectTimeout: timeout,
       requestTimeout: timeout,
       retries: 3,
-      retryDelay: 250
+      retryDelay: 250,
+      ...(security.tls === undefined ? {} : { tls: security.tls }),
+      ...(security.sasl === undefined ? {} : { sasl: security.sasl })
     }
     return { brokers, base, timeout, connectAttempts }
   })

@@ -142,7 +142,9 @@ export const make = (
         () =>
           new ConnectionPool(base.clientId, {
             connectTimeout: base.timeout,
-            requestTimeout: base.timeout + settings.maxWait
+            requestTimeout: base.timeout + settings.maxWait,
+            ...(base.tls === undefined ? {} : { tls: base.tls }),
+            ...(base.sasl === undefined ? {} : { sasl: base.sasl })
           })
       ),
       (p) => Effect.promise(() => p.close().catch(() => undefined))
