@@ -245,6 +245,22 @@ export class ConnectionLoss extends Schema.TaggedError<ConnectionLoss>()("Connec
   }
 }
 
+/**
+ * The session's identity may not do this to the node (ZooKeeper's `NoAuth`: an ACL that names another identity, or
+ * credentials the backend refused). Not retryable: the same identity is refused again.
+ *
+ * @since 0.1.0
+ */
+export class NotAuthorized extends Schema.TaggedError<NotAuthorized>()("NotAuthorized", {
+  path: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message() {
+    return `not authorized on ${this.path}: ${this.detail}`
+  }
+}
+
 /** The servers could not be reached (after retries). */
 export class Unreachable extends Schema.TaggedError<Unreachable>()("CoordinationUnreachable", {
   address: Schema.String,
@@ -284,6 +300,7 @@ export const ErrorReason = Schema.Union([
   SessionExpired,
   SessionClosed,
   ConnectionLoss,
+  NotAuthorized,
   Unreachable,
   InvalidOptions
 ])

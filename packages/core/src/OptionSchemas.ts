@@ -112,6 +112,15 @@ const valueAt = (input: unknown, path: ReadonlyArray<PropertyKey>): unknown =>
     input
   )
 
+/**
+ * A secret option (a password, a private key): text or a `Redacted` holding it, decoded into a `Redacted`, so it
+ * never appears in a log line, an error or an inspected value.
+ */
+export const Secret = Schema.Union([Schema.Redacted(Schema.String), Schema.RedactedFromValue(Schema.String)])
+
+/** Option names whose values are secrets: a bad one is reported without its value. */
+const SECRET_NAME = /^(password|key|secret|token|privateKey)$/i
+
 /** A value as JSON (what a user would have written), on one line. */
 export const show = (value: unknown): string => {
   if (value === undefined) return "undefined"
@@ -145,9 +154,10 @@ export const decodeOptions =
       Effect.mapError((error) => {
         const issues = formatter(error.issue).issues.map((issue): BadOption => {
           const path = (issue.path ?? []).map((p) => (typeof p === "object" ? p.key : p))
+          const last = path[path.length - 1]
           return {
             option: optionOf(path),
-            value: show(valueAt(input, path)),
+            value: typeof last === "string" && SECRET_NAME.test(last) ? "<redacted>" : show(valueAt(input, path)),
             detail: lowerFirst(issue.message)
           }
         })

@@ -11,10 +11,11 @@
 import { Coordination, OptionSchemas } from "@strata/core"
 import { Clock, Config, Context, Duration, Effect, Layer, Schema, type Scope } from "effect"
 import { invalidAbsolutePath, invalidHostPort } from "./internal/options.js"
-import { closeClient, connect } from "./internal/zookeeperClient.js"
+import zookeeper from "node-zookeeper-client"
+import { type Access, access, closeClient, connect } from "./internal/zookeeperClient.js"
 import * as ZkSession from "./internal/zookeeperSession.js"
 
-const { decodeOptions, DurationOption, summary } = OptionSchemas
+const { decodeOptions, DurationOption, Secret, summary } = OptionSchemas
 
 /** Why a connect string is not `host:port[,host:port...]` with ports in 1–65535, if it is not. */
 const invalidConnectString = (connectString: string): string | undefined => {
@@ -45,7 +46,22 @@ export const ZooKeeperCoordinationOptions = Schema.Struct({
   /** How long opening a session may take (10 seconds). */
   connectTimeout: DurationOption("positive").pipe(
     Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
-  )
+  ),
+  /**
+   * Digest credentials every session adds (`username` without `:`; `password` as text or `Redacted`, never printed).
+   * With them, every node Strata creates (the root included, when it creates it) is writable by this identity only:
+   * another session, with other credentials or none, fails `NotAuthorized` when it changes or deletes one.
+   */
+  auth: Schema.optional(
+    Schema.Struct({
+      username: Schema.NonEmptyString.check(
+        Schema.makeFilter((u: string) => (u.includes(":") ? "a digest username cannot hold ':'" : undefined))
+      ),
+      password: Secret
+    })
+  ),
+  /** With `auth`: whether anyone may read the nodes (true, as Kafka's own nodes are) or only this identity (false). */
+  worldReadable: Schema.optional(Schema.Boolean)
 })
 /** What `make` takes (see `ZooKeeperCoordinationOptions`): durations as any `Duration.Input`, a number being milliseconds. */
 export type ZooKeeperCoordinationOptions = typeof ZooKeeperCoordinationOptions.Encoded
@@ -63,6 +79,8 @@ interface Service {
   /** The session timeout a session asking for none gets, in whole milliseconds (as the client takes it). */
   readonly defaultTimeout: number
   readonly connectTimeoutMs: number
+  /** The sessions' credentials and the ACL of the nodes they create. */
+  readonly access: Access
   /** Each open session's record, for the faults. */
   readonly records: WeakMap<Coordination.Session, ZkSession.SessionRec>
 }
@@ -80,7 +98,7 @@ const session = (
       sessionOptions?.timeout === undefined
         ? svc.defaultTimeout
         : wholeMillis(Duration.fromInputUnsafe(sessionOptions.timeout))
-    const rec = yield* ZkSession.open(svc.connectString, requested, svc.connectTimeoutMs)
+    const rec = yield* ZkSession.open(svc.connectString, requested, svc.connectTimeoutMs, svc.access)
     const s = ZkSession.makeSession(rec, Duration.millis(rec.client.getSessionTimeout()))
     svc.records.set(s, rec)
     yield* Effect.forkScoped(ZkSession.readTimeout(rec, s))
@@ -174,10 +192,16 @@ export const make = (
     const defaultTimeout = wholeMillis(o.sessionTimeout)
     const connectTimeoutMs = Math.ceil(Duration.toMillis(o.connectTimeout))
     const root = o.root === undefined || o.root === "" || o.root === "/" ? "" : o.root
+    const nodeAccess = access(o.auth, o.worldReadable ?? true)
     if (root !== "") {
-      const bootstrap = yield* connect(o.connectString, { sessionTimeout: defaultTimeout }, connectTimeoutMs)
+      const bootstrap = yield* connect(
+        o.connectString,
+        { sessionTimeout: defaultTimeout },
+        connectTimeoutMs,
+        nodeAccess.digest
+      )
       yield* Effect.callback<void, Coordination.CoordinationError>((resume) => {
-        bootstrap.mkdirp(root, (error) => {
+        bootstrap.mkdirp(root, null, nodeAccess.acls, zookeeper.CreateMode.PERSISTENT, (error) => {
           resume(
             error === null || error === undefined
               ? Effect.void
@@ -194,6 +218,7 @@ export const make = (
       connectString: `${o.connectString}${root}`,
       defaultTimeout,
       connectTimeoutMs,
+      access: nodeAccess,
       records: new WeakMap()
     }
     const faults: Coordination.FaultsShape = { expire: (s) => expire(svc, s) }

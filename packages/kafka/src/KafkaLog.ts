@@ -23,7 +23,7 @@ import * as KafkaGroupConsumer from "./internal/kafkaGroupConsumer.js"
 import * as KafkaProducer from "./internal/kafkaProducer.js"
 import * as TransactionalProducer from "./internal/transactionalProducer.js"
 
-const { DurationOption, PositiveInt } = OptionSchemas
+const { DurationOption, PositiveInt, Secret } = OptionSchemas
 
 /**
  * A broker address: `host:port` as core's `HostPort` reads it (a host name, an IPv4 or [IPv6] address, a port from 1
@@ -36,12 +36,6 @@ export const BrokerAddress = Schema.String.check(
       : `expected host:port (a host name, an IPv4 or [IPv6] address, and a port from 1 to 65535), got ${JSON.stringify(address)}`
   )
 )
-
-/**
- * A secret (a password, a private key): text or a `Redacted` holding it. It stays `Redacted` once decoded, so it
- * never appears in a log line, an error or an inspected value.
- */
-export const Secret = Schema.Union([Schema.Redacted(Schema.String), Schema.RedactedFromValue(Schema.String)])
 
 /**
  * TLS to the brokers, as Node's `tls.connect` takes it (PEM text, not file names). Every connection of the log's

@@ -7,13 +7,14 @@
 import { Coordination } from "@strata/core"
 import { Deferred, Duration, Effect, Exit, Option, PubSub, type Scope, Stream } from "effect"
 import zookeeper, {
+  type ACL,
   type Client,
   type Event as ZkEvent,
   type Stat as ZkStat,
   type Transaction,
   type TransactionResult
 } from "node-zookeeper-client"
-import { Codes, closeClient, codeOf, connect } from "./zookeeperClient.js"
+import { type Access, Codes, closeClient, codeOf, connect } from "./zookeeperClient.js"
 import { bufferOf, bytesOf, invalidPath, parentOf, sessionIdOf, statOf } from "./zookeeperPaths.js"
 
 /** Whether a session state is one a session never leaves. */
@@ -23,6 +24,8 @@ export const isFinal = (state: Coordination.SessionState): boolean => state === 
 export interface SessionRec {
   readonly client: Client
   readonly id: string
+  /** The ACL of every node the session creates. */
+  readonly acls: Array<ACL>
   state: Coordination.SessionState
   readonly states: PubSub.PubSub<Coordination.SessionState>
   readonly watches: Set<Deferred.Deferred<Coordination.WatchEvent, Coordination.CoordinationError>>
@@ -67,6 +70,11 @@ const reasonOf = (
   switch (code) {
     case Codes.NO_NODE:
       return new Coordination.NoNode({ path: target.path })
+    case Codes.NO_AUTH:
+      return new Coordination.NotAuthorized({
+        path: target.path,
+        detail: "ZooKeeper refused this session's identity (NoAuth): the node's ACL names another"
+      })
     case Codes.NODE_EXISTS:
       return new Coordination.NodeExists({ path: target.path })
     case Codes.BAD_VERSION:
@@ -184,7 +192,7 @@ const track = (
 // ---------------------------------------------------------------------------
 
 const createOne = (rec: SessionRec, path: string, data: Uint8Array, mode: Coordination.CreateMode) =>
-  call<string>(rec, { path }, (done) => rec.client.create(path, bufferOf(data), zkMode(mode), done))
+  call<string>(rec, { path }, (done) => rec.client.create(path, bufferOf(data), rec.acls, zkMode(mode), done))
 
 /** Creates the missing ancestors of `path`, persistent and empty (one created meanwhile is fine). */
 const ensureParents = (rec: SessionRec, path: string): Effect.Effect<void, Coordination.CoordinationError> => {
@@ -273,8 +281,8 @@ const children = (rec: SessionRec, path: string) =>
     )
   )
 
-/** Queues `ops` on a transaction. */
-const queue = (tx: Transaction, ops: ReadonlyArray<Coordination.Op>): void => {
+/** Queues `ops` on a transaction, the nodes it creates with `acls`. */
+const queue = (tx: Transaction, ops: ReadonlyArray<Coordination.Op>, acls: Array<ACL>): void => {
   /** node-zookeeper-client 1.1.3 replaces a version of 0 by -1 (`version || -1`): restore the real one. */
   const pinVersion = (version: number | undefined) => {
     const queued = tx.ops[tx.ops.length - 1]
@@ -287,7 +295,7 @@ const queue = (tx: Transaction, ops: ReadonlyArray<Coordination.Op>): void => {
         pinVersion(o.version)
         break
       case "create":
-        tx.create(o.path, bufferOf(o.data), zkMode(o.mode ?? "persistent"))
+        tx.create(o.path, bufferOf(o.data), acls, zkMode(o.mode ?? "persistent"))
         break
       case "set":
         tx.setData(o.path, bufferOf(o.data), o.version ?? -1)
@@ -344,7 +352,7 @@ const multi = (
     if (refused !== undefined) return yield* Effect.fail(refused)
     return yield* Effect.callback<ReadonlyArray<Coordination.OpResult>, Coordination.CoordinationError>((resume) => {
       const tx = rec.client.transaction()
-      queue(tx, ops)
+      queue(tx, ops, rec.acls)
       tx.commit((error, results) => {
         if (error === null || error === undefined) resume(Effect.succeed(resultsOf(ops, results)))
         else resume(Effect.fail(failureOf(rec, ops, error, results)))
@@ -424,15 +432,17 @@ export const makeSession = (rec: SessionRec, timeout: Duration.Duration): Coordi
 export const open = (
   connectString: string,
   sessionTimeout: number,
-  connectTimeoutMs: number
+  connectTimeoutMs: number,
+  access: Access
 ): Effect.Effect<SessionRec, Coordination.CoordinationError, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.gen(function* () {
-      const client = yield* connect(connectString, { sessionTimeout }, connectTimeoutMs)
+      const client = yield* connect(connectString, { sessionTimeout }, connectTimeoutMs, access.digest)
       const states = yield* PubSub.unbounded<Coordination.SessionState>({ replay: 1 })
       const rec: SessionRec = {
         client,
         id: sessionIdOf(client.getSessionId()),
+        acls: access.acls,
         state: "connected",
         states,
         watches: new Set()

@@ -7,6 +7,7 @@ declare module "node-zookeeper-client" {
     static readonly CONNECTION_LOSS: -4
     static readonly BAD_ARGUMENTS: -8
     static readonly NO_NODE: -101
+    static readonly NO_AUTH: -102
     static readonly BAD_VERSION: -103
     static readonly NO_CHILDREN_FOR_EPHEMERALS: -108
     static readonly NODE_EXISTS: -110
@@ -52,6 +53,29 @@ declare module "node-zookeeper-client" {
     readonly numChildren: number
   }
 
+  /** An identity: a scheme (`world`, `digest`, `auth`, `ip`) and its id. */
+  export class Id {
+    constructor(scheme: string, id: string)
+    readonly scheme: string
+    readonly id: string
+  }
+
+  /** A node's permission bits for an identity. */
+  export class ACL {
+    constructor(permission: number, id: Id)
+    readonly permission: number
+    readonly id: Id
+  }
+
+  export const Permission: {
+    readonly READ: 1
+    readonly WRITE: 2
+    readonly CREATE: 4
+    readonly DELETE: 8
+    readonly ADMIN: 16
+    readonly ALL: 31
+  }
+
   export const CreateMode: {
     readonly PERSISTENT: 0
     readonly EPHEMERAL: 1
@@ -81,7 +105,7 @@ declare module "node-zookeeper-client" {
   export interface Transaction {
     /** The queued operations (1.1.3 turns a version of 0 into -1 in check/setData/remove; patched through this). */
     readonly ops: Array<{ version?: number }>
-    create(path: string, data: Buffer | null, mode: number): Transaction
+    create(path: string, data: Buffer | null, acls: Array<ACL>, mode: number): Transaction
     check(path: string, version: number): Transaction
     setData(path: string, data: Buffer | null, version: number): Transaction
     remove(path: string, version: number): Transaction
@@ -103,8 +127,12 @@ declare module "node-zookeeper-client" {
       readonly socket?: { destroy(): void } | null
       findNextServer(callback: (server: unknown) => void): void
     }
+    /** Adds credentials to the session (sent on every connection of it); `digest` takes `user:password`. */
+    addAuthInfo(scheme: string, auth: Buffer): void
     create(path: string, data: Buffer | null, mode: number, callback: Callback<[path: string]>): void
+    create(path: string, data: Buffer | null, acls: Array<ACL>, mode: number, callback: Callback<[path: string]>): void
     mkdirp(path: string, callback: Callback<[path: string]>): void
+    mkdirp(path: string, data: Buffer | null, acls: Array<ACL>, mode: number, callback: Callback<[path: string]>): void
     remove(path: string, version: number, callback: Callback<[]>): void
     removeRecursive(path: string, version: number, callback: Callback<[]>): void
     exists(path: string, watcher: Watcher, callback: Callback<[stat: Stat | null]>): void
@@ -125,6 +153,9 @@ declare module "node-zookeeper-client" {
     Event: typeof Event
     Exception: typeof Exception
     State: typeof State
+    ACL: typeof ACL
+    Id: typeof Id
+    Permission: typeof Permission
   }
   export default zookeeper
 }
