@@ -80,7 +80,7 @@ export const withClient = <A, E>(
     const coordination = yield* coordinationOf(settings.coordination)
     return yield* Effect.scoped(
       Effect.flatMap(TabletClient.make(options), (client) => use({ client, replication, namespace }))
-    ).pipe(Effect.provide(ServerConfig.coordinationLayer(coordination)))
+    ).pipe(Effect.provide(ServerConfig.coordinationLayer(coordination, settings)))
   })
 
 /**
@@ -101,7 +101,7 @@ export const withCoordination = <A, E>(
         TabletClient.make({ replication, deliveryTimeout: "30 seconds", ...optional("namespace", settings.namespace) }),
         (client) => use({ client, replication, namespace })
       )
-    ).pipe(Effect.provide(ServerConfig.coordinationLayer(settings.coordination)))
+    ).pipe(Effect.provide(ServerConfig.coordinationLayer(settings.coordination, settings)))
   })
 
 /** The coordination URL an operator's command needs when it has no `bootstrap`. */

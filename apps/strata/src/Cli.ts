@@ -21,7 +21,6 @@ import {
   MemoryStore,
   type Store
 } from "@strata/core"
-import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { LocalCluster, ReplicaRpc, type ReplicationConfig } from "@strata/replica"
 import { StrataLog } from "@strata/replica/log"
@@ -30,6 +29,7 @@ import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { Cause, Console, Data, Effect, Layer, Option, References, Runtime, Schema, Stdio } from "effect"
 import { Argument, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
+import packageJson from "../package.json" with { type: "json" }
 import * as Admin from "./Admin.js"
 import * as AdminReport from "./AdminReport.js"
 import * as ClusterRunner from "./ClusterRunner.js"
@@ -120,6 +120,9 @@ const hintOf = (command: string, error: unknown): string | undefined => {
     case "InvalidConfig":
       return "fix that setting (in --config's file, the STRATA_ environment, or the flags)"
     case "CoordinationError":
+      return reason === "NotAuthorized"
+        ? "give every process of the cluster the same coordinationUsername and $STRATA_COORDINATION_PASSWORD"
+        : "check the coordination servers are running and the coordination options"
     case "ElectionError":
       return "check the coordination servers are running and the coordination options"
     default:
@@ -1020,13 +1023,8 @@ const presenter = (verbose: boolean): CliOutput.Presenter => ({
   }
 })
 
-/** The CLI's package.json: one directory above this module, in the repository (`src/`) as when installed (`dist/`). */
-const PackageJson = Schema.fromJsonString(Schema.Struct({ version: Schema.String }))
-
-/** The version `--version` prints: the one in the CLI's package.json. */
-export const version: string = Schema.decodeUnknownSync(PackageJson)(
-  readFileSync(new URL("../package.json", import.meta.url), "utf8")
-).version
+/** The version `--version` prints: the one in the CLI's package.json (bundled into the build). */
+export const version: string = packageJson.version
 
 /** Runs the CLI with the arguments of the `Stdio` in context. */
 export const run = Effect.gen(function* () {

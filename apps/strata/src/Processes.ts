@@ -34,7 +34,7 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
   Effect.gen(function* () {
     const { settings, replication } = yield* ServerConfig.load(ServerConfig.TabletServerConfig, sources)
     const layers = Layer.merge(
-      ServerConfig.coordinationLayer(settings.coordination),
+      ServerConfig.coordinationLayer(settings.coordination, settings),
       ServerConfig.storageLayer(settings)
     )
     return yield* forever(
@@ -91,7 +91,7 @@ export const coordinator = (sources: ServerConfig.Sources) =>
           `coordinator ${settings.id} ops endpoint on http://${ops} (/metrics, /healthz, /readyz, /cluster, /rebalance)`
         )
       }),
-      ServerConfig.coordinationLayer(settings.coordination)
+      ServerConfig.coordinationLayer(settings.coordination, settings)
     ).pipe(
       Telemetry.exporting("coordinator", settings.id),
       Logging.withProcessLog(settings.logFormat, "coordinator", settings.id)

@@ -28,6 +28,7 @@ import {
   Effect,
   Exit,
   Layer,
+  type Redacted,
   Schema,
   SchemaIssue,
   SchemaTransformation
@@ -141,18 +142,60 @@ const explainUnreachable = (
         }
       )
 
-/** The coordination layer a URL names (a URL the config's schema let through). */
+/**
+ * The coordination layer a URL names (a URL the config's schema let through), with the credentials of `access`.
+ * Credentials are ZooKeeper's digest: with an etcd URL they fail as an invalid option rather than be ignored.
+ */
 export const coordinationLayer = (
-  url: string
+  url: string,
+  access: CoordinationAccess = {}
 ): Layer.Layer<Coordination.Coordination, Coordination.CoordinationError> => {
   const target = parseCoordination(url)
   if (target === undefined) throw new Error(`not a coordination URL: ${url}`)
-  if (target._tag === "etcd") return EtcdCoordination.layer({ endpoints: target.endpoints })
+  const { coordinationUsername: username, coordinationPassword: password } = access
+  if ((username === undefined) !== (password === undefined)) {
+    return Layer.effect(Coordination.Coordination)(
+      Effect.fail(
+        Coordination.coordinationError(
+          new Coordination.InvalidOptions({
+            backend: target._tag,
+            option: username === undefined ? "coordinationPassword" : "coordinationUsername",
+            value: username === undefined ? "<redacted>" : JSON.stringify(username),
+            detail: "coordinationUsername and coordinationPassword go together"
+          })
+        )
+      )
+    )
+  }
+  if (target._tag === "etcd") {
+    if (username !== undefined) {
+      return Layer.effect(Coordination.Coordination)(
+        Effect.fail(
+          Coordination.coordinationError(
+            new Coordination.InvalidOptions({
+              backend: "etcd",
+              option: "coordinationUsername",
+              value: JSON.stringify(username),
+              detail: "coordination credentials are ZooKeeper's digest; etcd's are not supported yet"
+            })
+          )
+        )
+      )
+    }
+    return EtcdCoordination.layer({ endpoints: target.endpoints })
+  }
   const { connectString } = target
+  const auth =
+    username === undefined || password === undefined
+      ? {}
+      : {
+          auth: { username, password },
+          ...(access.coordinationWorldReadable === undefined ? {} : { worldReadable: access.coordinationWorldReadable })
+        }
   return Layer.effect(Coordination.Coordination)(
     Effect.map(
       ZooKeeperCoordination.make(
-        target.root === undefined ? { connectString } : { connectString, root: target.root }
+        target.root === undefined ? { connectString, ...auth } : { connectString, root: target.root, ...auth }
       ).pipe(Effect.catch((e) => explainUnreachable(connectString, e))),
       (zk) => ({
         backend: zk.backend,
@@ -198,6 +241,33 @@ const SegmentBytes = OptionSchemas.PositiveInt.check(Schema.isLessThanOrEqualTo(
 const about = <S extends Schema.Top>(description: string, shown?: S["Type"]) =>
   Schema.annotateKey<S>(shown === undefined ? { description } : { description, default: shown })
 
+/**
+ * ZooKeeper digest credentials and the ACL of the nodes Strata creates (`ZooKeeperCoordination`'s `auth` and
+ * `worldReadable`): every process of a cluster needs the same ones.
+ */
+function coordinationAccess() {
+  return {
+    coordinationUsername: Schema.optional(Schema.NonEmptyString).pipe(
+      about(
+        "ZooKeeper digest user every coordination session authenticates as; the nodes Strata creates are then writable by that user only"
+      )
+    ),
+    coordinationPassword: Schema.optional(OptionSchemas.Secret).pipe(
+      about("The password of coordinationUsername (give it as $STRATA_COORDINATION_PASSWORD; never printed)")
+    ),
+    coordinationWorldReadable: Schema.optional(Schema.Boolean).pipe(
+      about("With coordinationUsername: whether anyone may read the nodes (false: that user only)", true)
+    )
+  }
+}
+
+/** The coordination credentials of a process's settings. */
+export interface CoordinationAccess {
+  readonly coordinationUsername?: string | undefined
+  readonly coordinationPassword?: Redacted.Redacted<string> | undefined
+  readonly coordinationWorldReadable?: boolean | undefined
+}
+
 /** What every process reads. */
 const common = {
   coordination: CoordinationUrl.pipe(
@@ -205,7 +275,8 @@ const common = {
       "The coordination service: zookeeper://host:port[,host:port...][/chroot] or etcd://host:port[,host:port...] (etcds:// for TLS)"
     )
   ),
-  namespace: Schema.optional(Schema.String).pipe(about("The cluster's coordination namespace", "/strata"))
+  namespace: Schema.optional(Schema.String).pipe(about("The cluster's coordination namespace", "/strata")),
+  ...coordinationAccess()
 }
 
 /** The settings of any process that listens. */
@@ -372,6 +443,7 @@ export const ClientConfig = Schema.Struct(common)
 export const AdminConfig = Schema.Struct({
   coordination: Schema.optional(common.coordination),
   namespace: common.namespace,
+  ...coordinationAccess(),
   bootstrap: Schema.optional(
     Schema.String.check(
       Schema.makeFilter((text: string) =>

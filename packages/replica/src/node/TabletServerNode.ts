@@ -99,9 +99,10 @@ export interface TabletServerNode {
   readonly remote: RemotePeers.RemotePeers
   /**
    * Runs while the server keeps its id: fails with `DuplicateServerId` when, registering again after its session
-   * ended, it found the id held by another live server (it no longer acts for the id then).
+   * ended, it found the id held by another live server (it no longer acts for the id then); with `NotAuthorized` when
+   * the coordination refuses its identity.
    */
-  readonly held: Effect.Effect<never, ClusterPaths.DuplicateServerId>
+  readonly held: Effect.Effect<never, ClusterPaths.DuplicateServerId | Coordination.CoordinationError>
 }
 
 /**
@@ -199,7 +200,7 @@ export const make = (
     const dataAddress = yield* serveDataLink(server, o)
     const registrationEpoch = yield* (yield* ServerStorage.ServerStorage).nextRegistrationEpoch
     yield* Effect.logInfo(`tablet server ${o.serverId} listening on ${address}, data link on ${dataAddress}`)
-    const first = yield* Deferred.make<void, ClusterPaths.DuplicateServerId>()
+    const first = yield* Deferred.make<void, ClusterPaths.DuplicateServerId | Coordination.CoordinationError>()
     const keeping = yield* Effect.forkScoped(
       ClusterPaths.keepRegistered(coordination, paths, o.serverId, {
         address,

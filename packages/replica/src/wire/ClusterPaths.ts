@@ -335,7 +335,8 @@ const holderOf = (
  * higher registration epoch. A registration still held by another session (the server's previous, dying life) is
  * waited out: for ever, or with `holderWaitTimeouts` for that many of the session's (negotiated) timeouts, after
  * which it is another live server with the same id and this fails with `DuplicateServerId`, having told no
- * registration for that session.
+ * registration for that session. Coordination that refuses this process's identity (`NotAuthorized`) fails it too;
+ * any other coordination failure is retried after `retryBackoff`.
  *
  * @since 0.1.0
  */
@@ -360,7 +361,7 @@ export const keepRegistered = (
     /** Told each registration as it is made (its creation order), and `undefined` when its session ends. */
     readonly onRegistered?: (registration: number | undefined) => Effect.Effect<void>
   }
-): Effect.Effect<never, DuplicateServerId> =>
+): Effect.Effect<never, DuplicateServerId | Coordination.CoordinationError> =>
   Effect.gen(function* () {
     let epoch = options.firstEpoch
     const told = (registration: number | undefined) => options.onRegistered?.(registration) ?? Effect.void
@@ -418,7 +419,10 @@ export const keepRegistered = (
           )
         })
       ).pipe(
-        Effect.catchTag("CoordinationError", () => Effect.sleep(backoff)),
+        // A refused identity (credentials the cluster's nodes do not admit) is refused again: it ends the server.
+        Effect.catchTag("CoordinationError", (e) =>
+          e.reason._tag === "NotAuthorized" ? Effect.fail(e) : Effect.sleep(backoff)
+        ),
         Effect.ensuring(told(undefined))
       )
     }
