@@ -21,13 +21,14 @@ import {
   MemoryStore,
   type Store
 } from "@strata/core"
+import { readFileSync } from "node:fs"
 import { join } from "node:path"
 import { LocalCluster, ReplicaRpc, type ReplicationConfig } from "@strata/replica"
 import { StrataLog } from "@strata/replica/log"
 import { KafkaLog } from "@strata/kafka"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
-import { Cause, Console, Data, Effect, Layer, Option, References, Runtime, Schema, Stdio } from "effect"
+import { Cause, Console, Data, Effect, Layer, Option, Redacted, References, Runtime, Schema, Stdio } from "effect"
 import { Argument, CliError, CliOutput, Command, Flag, GlobalFlag } from "effect/cli"
 import packageJson from "../package.json" with { type: "json" }
 import * as Admin from "./Admin.js"
@@ -106,6 +107,9 @@ const hintOf = (command: string, error: unknown): string | undefined => {
   const dataFlag = command === "strata demo" ? "--data-dir" : "--data"
   switch (error._tag) {
     case "LogError":
+      if (reason === "AuthenticationFailed") {
+        return `check --kafka-sasl, --kafka-user and $${KAFKA_PASSWORD_VARIABLE}, and --kafka-ca (the CA of the brokers' certificates)`
+      }
       return reason === "BrokerUnreachable"
         ? "start a broker (./dev services up kafka) or name a running one with --brokers host:port"
         : reason === "InvalidRequest"
@@ -229,24 +233,91 @@ const demoStores = (
   }
 }
 
+/** The SASL mechanisms `--kafka-sasl` takes. */
+const SASL_MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] as const
+
+/** The variable the demo reads the Kafka SASL password from (a flag would show in the process list). */
+const KAFKA_PASSWORD_VARIABLE = "STRATA_KAFKA_PASSWORD"
+
+/** The Kafka flags' TLS and SASL options, or what is wrong with them. */
+const kafkaSecurity = (flags: {
+  readonly kafkaCa: Option.Option<string>
+  readonly kafkaTls: boolean
+  readonly kafkaSasl: Option.Option<(typeof SASL_MECHANISMS)[number]>
+  readonly kafkaUser: Option.Option<string>
+}): Effect.Effect<Pick<KafkaLog.KafkaLogOptions, "tls" | "sasl">, UsageError> =>
+  Effect.gen(function* () {
+    const out: { tls?: KafkaLog.KafkaLogOptions["tls"]; sasl?: KafkaLog.KafkaLogOptions["sasl"] } = {}
+    if (Option.isSome(flags.kafkaCa)) {
+      const file = flags.kafkaCa.value
+      const ca = yield* Effect.try({
+        try: () => readFileSync(file, "utf8"),
+        catch: (e) =>
+          new UsageError({
+            detail: `--kafka-ca ${file}: ${e instanceof Error ? e.message : String(e)}`,
+            hint: "name a readable PEM file of the CA that signed the brokers' certificates"
+          })
+      })
+      out.tls = { ca }
+    } else if (flags.kafkaTls) out.tls = true
+    if (Option.isSome(flags.kafkaSasl) !== Option.isSome(flags.kafkaUser)) {
+      return yield* Effect.fail(
+        new UsageError({
+          detail: "--kafka-sasl and --kafka-user go together",
+          hint: `give both, with the password in $${KAFKA_PASSWORD_VARIABLE}`
+        })
+      )
+    }
+    if (Option.isSome(flags.kafkaSasl) && Option.isSome(flags.kafkaUser)) {
+      const password = process.env[KAFKA_PASSWORD_VARIABLE]
+      if (password === undefined || password === "") {
+        return yield* Effect.fail(
+          new UsageError({
+            detail: `--kafka-sasl needs the password in $${KAFKA_PASSWORD_VARIABLE}, which is not set`,
+            hint: `export ${KAFKA_PASSWORD_VARIABLE}=… (it is never printed)`
+          })
+        )
+      }
+      out.sasl = {
+        mechanism: flags.kafkaSasl.value,
+        username: flags.kafkaUser.value,
+        password: Redacted.make(password)
+      }
+    }
+    return out
+  })
+
 /** The demo's backends, from flags that may imply or contradict one another. */
 const demoBackends = (flags: {
   readonly store: Option.Option<"memory" | "level" | "rocksdb">
   readonly log: Option.Option<"memory" | "kafka" | "strata">
   readonly brokers: Option.Option<string>
   readonly dataDir: Option.Option<string>
+  readonly kafkaCa: Option.Option<string>
+  readonly kafkaTls: boolean
+  readonly kafkaSasl: Option.Option<(typeof SASL_MECHANISMS)[number]>
+  readonly kafkaUser: Option.Option<string>
 }) =>
   Effect.gen(function* () {
-    // --brokers is read by the Kafka log alone: it implies --log kafka, and contradicts --log memory.
-    const log = Option.getOrElse(flags.log, () => (Option.isSome(flags.brokers) ? "kafka" : "memory"))
-    if (log !== "kafka" && Option.isSome(flags.brokers)) {
+    // --brokers and the --kafka-* flags are read by the Kafka log alone: they imply --log kafka, and contradict
+    // another --log.
+    const kafkaFlags = [
+      ...(Option.isSome(flags.brokers) ? ["--brokers"] : []),
+      ...(Option.isSome(flags.kafkaCa) ? ["--kafka-ca"] : []),
+      ...(flags.kafkaTls ? ["--kafka-tls"] : []),
+      ...(Option.isSome(flags.kafkaSasl) ? ["--kafka-sasl"] : []),
+      ...(Option.isSome(flags.kafkaUser) ? ["--kafka-user"] : [])
+    ]
+    const log = Option.getOrElse(flags.log, () => (kafkaFlags.length > 0 ? "kafka" : "memory"))
+    if (log !== "kafka" && kafkaFlags.length > 0) {
       return yield* Effect.fail(
         new UsageError({
-          detail: `--brokers is read only with --log kafka, and --log ${log} was given`,
-          hint: "drop --brokers, or use --log kafka"
+          detail: `${kafkaFlags.join(", ")} ${kafkaFlags.length === 1 ? "is" : "are"} read only with --log kafka, and --log ${log} was given`,
+          hint: `drop ${kafkaFlags.join(", ")}, or use --log kafka`
         })
       )
     }
+    const security = yield* kafkaSecurity(flags)
     // --data-dir is read by two stores: it needs one named, and contradicts the memory store.
     const store = Option.getOrElse(flags.store, () => "memory" as const)
     if (store === "memory" && Option.isSome(flags.dataDir)) {
@@ -268,7 +339,11 @@ const demoBackends = (flags: {
       | Coordination.CoordinationError
       | Election.ElectionError
     > =
-      log === "memory" ? MemoryLog.layer() : log === "kafka" ? KafkaLog.layer({ brokers: [first, ...rest] }) : strataLog
+      log === "memory"
+        ? MemoryLog.layer()
+        : log === "kafka"
+          ? KafkaLog.layer({ brokers: [first, ...rest], ...security })
+          : strataLog
     const directory = Option.getOrElse(flags.dataDir, () => join(".strata-data", `demo-${store}`))
     return { store, directory, logLayer } as const
   })
@@ -314,10 +389,31 @@ const demo = Command.make(
       ),
       Flag.withSchema(Schema.NonEmptyString),
       Flag.optional
+    ),
+    kafkaCa: Flag.String("kafka-ca").pipe(
+      Flag.withDescription(
+        "TLS to the brokers, their certificates checked against this CA (a PEM file); implies --log kafka"
+      ),
+      Flag.optional
+    ),
+    kafkaTls: Flag.Boolean("kafka-tls").pipe(
+      Flag.withDescription("TLS to the brokers, their certificates checked against Node's CAs; implies --log kafka"),
+      Flag.withDefault(false)
+    ),
+    kafkaSasl: Flag.Literals("kafka-sasl", SASL_MECHANISMS).pipe(
+      Flag.withDescription(
+        `SASL to the brokers (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) as --kafka-user, the password in $${KAFKA_PASSWORD_VARIABLE}; implies --log kafka`
+      ),
+      Flag.optional
+    ),
+    kafkaUser: Flag.String("kafka-user").pipe(
+      Flag.withDescription("The SASL user (with --kafka-sasl)"),
+      Flag.withSchema(Schema.NonEmptyString),
+      Flag.optional
     )
   },
-  Effect.fn(function* ({ partitions, text, store, log, brokers, dataDir }) {
-    const backends = yield* demoBackends({ store, log, brokers, dataDir })
+  Effect.fn(function* ({ partitions, text, store, log, brokers, dataDir, kafkaCa, kafkaTls, kafkaSasl, kafkaUser }) {
+    const backends = yield* demoBackends({ store, log, brokers, dataDir, kafkaCa, kafkaTls, kafkaSasl, kafkaUser })
     if (backends.store !== "memory") yield* Console.log(`Store directory: ${backends.directory}`)
     const result = yield* Demo.run(
       { partitions, text, verbose: true },

@@ -11,21 +11,11 @@ import { Effect } from "effect"
 import { inject } from "vitest"
 import { cli as runCli, clusterEnv } from "./support/cliRun.js"
 import { cliProcesses, zooKeeperCluster } from "./support/clusterTest.js"
+import { tree } from "../../../scripts/test-support/coordinationTree.js"
 
 const processes = cliProcesses()
 const PASSWORD = "zk-digest-pass-7f3a"
 const credentials = { coordinationUsername: "strata-cluster", coordinationPassword: PASSWORD }
-
-/** Every node under `path`, deepest first. */
-const tree = (
-  session: Coordination.Session,
-  path: string
-): Effect.Effect<Array<string>, Coordination.CoordinationError> =>
-  Effect.gen(function* () {
-    const children = yield* session.children(path)
-    const below = yield* Effect.forEach(children, (c) => tree(session, `${path}/${c}`))
-    return [...below.flat(), path]
-  })
 
 describe("a cluster on ZooKeeper with digest credentials", () => {
   it.live(
@@ -53,7 +43,7 @@ describe("a cluster on ZooKeeper with digest credentials", () => {
         // A session without the credentials reads the cluster's nodes but cannot delete or change any.
         const nodes = yield* Effect.gen(function* () {
           const session = yield* (yield* Coordination.Coordination).session()
-          const all = yield* tree(session, namespace)
+          const all = yield* tree((p) => session.children(p), namespace)
           for (const path of all) {
             // Deleting a node is its parent's ACL's to allow: the namespace's own node sits under ZooKeeper's open
             // root, so only its having children keeps it (NotEmpty).

@@ -6,6 +6,7 @@ import { inject } from "vitest"
 import * as CoordinationElection from "../src/CoordinationElection.js"
 import * as Coordinator from "../src/Coordinator.js"
 import * as ZooKeeperCoordination from "../src/ZooKeeperCoordination.js"
+import { tree } from "../../../scripts/test-support/coordinationTree.js"
 
 // Digest credentials and ACLs: every node Strata creates is writable by its own identity only.
 const connectString = inject("zookeeper")
@@ -16,17 +17,6 @@ CoordinationConformance.suite(
   "zookeeper with digest auth, nodes readable and writable by that identity only",
   ZooKeeperCoordination.layer({ connectString, root: "/strata-acl-conformance", auth, worldReadable: false })
 )
-
-/** Every node under `path` (itself included), deepest first. */
-const tree = (
-  session: Coordination.Session,
-  path: string
-): Effect.Effect<Array<string>, Coordination.CoordinationError> =>
-  Effect.gen(function* () {
-    const children = yield* session.children(path)
-    const below = yield* Effect.forEach(children, (c) => tree(session, `${path === "/" ? "" : path}/${c}`))
-    return [...below.flat(), path]
-  })
 
 const reasonOf = <A>(effect: Effect.Effect<A, Coordination.CoordinationError>) =>
   Effect.map(Effect.flip(effect), (e) => e.reason._tag)
@@ -58,7 +48,7 @@ describe("ZooKeeperCoordination with digest auth", () => {
           ]) {
             yield* Effect.gen(function* () {
               const session = yield* (yield* Coordination.Coordination).session()
-              const nodes = yield* tree(session, "/")
+              const nodes = yield* tree((p) => session.children(p), "/")
               assert.isAtLeast(nodes.length, 4, `the election's nodes: ${nodes.join(", ")}`)
               for (const path of nodes.filter((p) => p !== "/")) {
                 assert.strictEqual(yield* reasonOf(session.delete(path)), "NotAuthorized", `delete ${path}`)
