@@ -143,8 +143,9 @@ const explainUnreachable = (
       )
 
 /**
- * The coordination layer a URL names (a URL the config's schema let through), with the credentials of `access`.
- * Credentials are ZooKeeper's digest: with an etcd URL they fail as an invalid option rather than be ignored.
+ * The coordination layer a URL names (a URL the config's schema let through), with the credentials of `access`: a
+ * ZooKeeper digest user, or an etcd user and its TLS files. A setting the backend cannot use fails as an invalid
+ * option rather than be ignored.
  */
 export const coordinationLayer = (
   url: string,
@@ -154,35 +155,41 @@ export const coordinationLayer = (
   if (target === undefined) throw new Error(`not a coordination URL: ${url}`)
   const { coordinationUsername: username, coordinationPassword: password } = access
   if ((username === undefined) !== (password === undefined)) {
-    return Layer.effect(Coordination.Coordination)(
-      Effect.fail(
-        Coordination.coordinationError(
-          new Coordination.InvalidOptions({
-            backend: target._tag,
-            option: username === undefined ? "coordinationPassword" : "coordinationUsername",
-            value: username === undefined ? "<redacted>" : JSON.stringify(username),
-            detail: "coordinationUsername and coordinationPassword go together"
-          })
+    return username === undefined
+      ? badSetting(
+          target._tag,
+          "coordinationPassword",
+          "<redacted>",
+          "coordinationUsername and coordinationPassword go together"
         )
-      )
-    )
+      : badSetting(
+          target._tag,
+          "coordinationUsername",
+          JSON.stringify(username),
+          "coordinationUsername and coordinationPassword go together"
+        )
   }
   if (target._tag === "etcd") {
-    if (username !== undefined) {
-      return Layer.effect(Coordination.Coordination)(
-        Effect.fail(
-          Coordination.coordinationError(
-            new Coordination.InvalidOptions({
-              backend: "etcd",
-              option: "coordinationUsername",
-              value: JSON.stringify(username),
-              detail: "coordination credentials are ZooKeeper's digest; etcd's are not supported yet"
-            })
-          )
-        )
+    if (access.coordinationCa !== undefined && !target.endpoints.every((e) => e.startsWith("https://"))) {
+      return badSetting(
+        "etcd",
+        "coordinationCa",
+        JSON.stringify(access.coordinationCa),
+        "TLS needs an etcds:// coordination URL"
       )
     }
-    return EtcdCoordination.layer({ endpoints: target.endpoints })
+    return etcdLayer(target.endpoints, access)
+  }
+  const tlsFile = (["coordinationCa", "coordinationCert", "coordinationKey"] as const).find(
+    (k) => access[k] !== undefined
+  )
+  if (tlsFile !== undefined) {
+    return badSetting(
+      "zookeeper",
+      tlsFile,
+      JSON.stringify(access[tlsFile]),
+      "TLS to ZooKeeper is not supported; it is for etcds:// URLs"
+    )
   }
   const { connectString } = target
   const auth =
@@ -256,7 +263,16 @@ function coordinationAccess() {
       about("The password of coordinationUsername (give it as $STRATA_COORDINATION_PASSWORD; never printed)")
     ),
     coordinationWorldReadable: Schema.optional(Schema.Boolean).pipe(
-      about("With coordinationUsername: whether anyone may read the nodes (false: that user only)", true)
+      about("With ZooKeeper and coordinationUsername: whether anyone may read the nodes (false: that user only)", true)
+    ),
+    coordinationCa: Schema.optional(Schema.NonEmptyString).pipe(
+      about("With etcds://: a PEM file of the CA that signed etcd's certificate")
+    ),
+    coordinationCert: Schema.optional(Schema.NonEmptyString).pipe(
+      about("With etcds://: a PEM file of this process's client certificate (etcd with --client-cert-auth)")
+    ),
+    coordinationKey: Schema.optional(Schema.NonEmptyString).pipe(
+      about("With etcds://: a PEM file of the client certificate's private key")
     )
   }
 }
@@ -266,7 +282,52 @@ export interface CoordinationAccess {
   readonly coordinationUsername?: string | undefined
   readonly coordinationPassword?: Redacted.Redacted<string> | undefined
   readonly coordinationWorldReadable?: boolean | undefined
+  readonly coordinationCa?: string | undefined
+  readonly coordinationCert?: string | undefined
+  readonly coordinationKey?: string | undefined
 }
+
+/** A failed coordination layer: the setting at fault, its value as shown, and why. */
+const badSetting = (backend: string, option: string, value: string, detail: string) =>
+  Layer.effect(Coordination.Coordination)(
+    Effect.fail(Coordination.coordinationError(new Coordination.InvalidOptions({ backend, option, value, detail })))
+  )
+
+/** The etcd layer with `access`'s TLS files read and its credentials. */
+const etcdLayer = (
+  endpoints: ReadonlyArray<string>,
+  access: CoordinationAccess
+): Layer.Layer<Coordination.Coordination, Coordination.CoordinationError> =>
+  Layer.unwrap(
+    Effect.gen(function* () {
+      const read = (option: string, file: string | undefined) =>
+        file === undefined
+          ? Effect.succeed(undefined)
+          : Effect.try({
+              try: () => readFileSync(file, "utf8"),
+              catch: (e) =>
+                Coordination.coordinationError(
+                  new Coordination.InvalidOptions({
+                    backend: "etcd",
+                    option,
+                    value: JSON.stringify(file),
+                    detail: e instanceof Error ? e.message : String(e)
+                  })
+                )
+            })
+      const ca = yield* read("coordinationCa", access.coordinationCa)
+      const cert = yield* read("coordinationCert", access.coordinationCert)
+      const key = yield* read("coordinationKey", access.coordinationKey)
+      const { coordinationUsername: username, coordinationPassword: password } = access
+      return EtcdCoordination.layer({
+        endpoints,
+        ...(ca === undefined
+          ? {}
+          : { tls: { ca, ...(cert === undefined ? {} : { cert }), ...(key === undefined ? {} : { key }) } }),
+        ...(username === undefined || password === undefined ? {} : { auth: { username, password } })
+      })
+    })
+  )
 
 /** What every process reads. */
 const common = {

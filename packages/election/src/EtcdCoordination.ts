@@ -16,13 +16,13 @@
  * @since 0.1.0
  */
 import { Coordination, OptionSchemas } from "@strata/core"
-import { Config, Context, Duration, Effect, Layer, Schema, type Scope } from "effect"
+import { Config, Context, Duration, Effect, Layer, Redacted, Schema, type Scope } from "effect"
 import { sessionOf } from "./internal/etcdNodes.js"
 import * as EtcdSession from "./internal/etcdSession.js"
 import * as EtcdStore from "./internal/etcdStore.js"
 import { AbsolutePath, invalidHostPort } from "./internal/options.js"
 
-const { decodeOptions, DurationOption, summary } = OptionSchemas
+const { decodeOptions, DurationOption, Secret, summary } = OptionSchemas
 
 /** Why an endpoint is not `http://host:port` or `https://host:port` with a port in 1–65535, if it is not. */
 const invalidEndpoint = (endpoint: string): string | undefined => {
@@ -53,7 +53,16 @@ export const EtcdCoordinationOptions = Schema.Struct({
   /** Default session timeout (10 seconds; below 2 seconds counts as 2 seconds). */
   sessionTimeout: DurationOption("positive").pipe(
     Schema.withDecodingDefault(Effect.succeed<Duration.Input>("10 seconds"))
-  )
+  ),
+  /**
+   * TLS to `https://` endpoints (PEM text): `ca`, the CA etcd's certificate must chain to, and `cert`/`key`, the
+   * client's certificate, for an etcd started with `--client-cert-auth`.
+   */
+  tls: Schema.optional(
+    Schema.Struct({ ca: Schema.String, cert: Schema.optional(Schema.String), key: Schema.optional(Secret) })
+  ),
+  /** etcd's password authentication (`auth enable`): the user every client authenticates as; never printed. */
+  auth: Schema.optional(Schema.Struct({ username: Schema.NonEmptyString, password: Secret }))
 })
 /** What `make` takes (see `EtcdCoordinationOptions`): durations as any `Duration.Input`, a number being milliseconds. */
 export type EtcdCoordinationOptions = typeof EtcdCoordinationOptions.Encoded
@@ -77,10 +86,34 @@ export const make = (
         Coordination.coordinationError(new Coordination.InvalidOptions({ backend: "etcd", ...summary(bad) }))
       )
     )
+    if (o.tls !== undefined && !o.endpoints.every((e) => e.startsWith("https://"))) {
+      return yield* Effect.fail(
+        Coordination.coordinationError(
+          new Coordination.InvalidOptions({
+            backend: "etcd",
+            option: "endpoints",
+            value: JSON.stringify(o.endpoints),
+            detail: "tls needs https:// endpoints"
+          })
+        )
+      )
+    }
     const store = yield* EtcdStore.open(
       o.endpoints,
       o.root ?? "/strata/coordination",
-      Math.max(2000, Duration.toMillis(o.sessionTimeout))
+      Math.max(2000, Duration.toMillis(o.sessionTimeout)),
+      {
+        ...(o.tls === undefined
+          ? {}
+          : {
+              credentials: {
+                rootCertificate: Buffer.from(o.tls.ca),
+                ...(o.tls.cert === undefined ? {} : { certChain: Buffer.from(o.tls.cert) }),
+                ...(o.tls.key === undefined ? {} : { privateKey: Buffer.from(Redacted.value(o.tls.key)) })
+              }
+            }),
+        ...(o.auth === undefined ? {} : { auth: o.auth })
+      }
     )
     const faults: Coordination.FaultsShape = {
       expire: (s) =>
