@@ -11,16 +11,13 @@ import * as net from "node:net"
 import * as tls from "node:tls"
 import { HostPort } from "@strata/core"
 import { Data, Effect } from "effect"
+import { TLS_CERTIFICATE } from "./errors.js"
 
 /** The address answered, but not as a Kafka broker. */
 export class NotKafka extends Data.TaggedError("NotKafka")<{ readonly detail: string }> {}
 
 /** The TLS handshake failed on the client's side: the broker's certificate does not verify (or names another host). */
 export class TlsRefused extends Data.TaggedError("TlsRefused")<{ readonly detail: string }> {}
-
-/** Node's error codes for a certificate the client does not accept. */
-const CERTIFICATE_ERROR =
-  /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|ERR_TLS_CERT|ERR_SSL_WRONG_VERSION|HOSTNAME_MISMATCH/
 
 /** Nothing answered at the address (refused, closed, or silent for the whole timeout). */
 export class NoBroker extends Data.TaggedError("NoBroker")<{ readonly detail: string }> {}
@@ -134,7 +131,7 @@ export const probe = (
         )
     }
     socket.on("error", (e: NodeJS.ErrnoException) => {
-      if (secure !== undefined && CERTIFICATE_ERROR.test(e.code ?? ""))
+      if (secure !== undefined && TLS_CERTIFICATE.test(e.code ?? ""))
         finish(Effect.fail(new TlsRefused({ detail: `${address}: TLS: ${e.code}: ${e.message}` })))
       else cut(`${address}: ${e.code ?? e.message}`)
     })

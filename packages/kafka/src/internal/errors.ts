@@ -1,17 +1,26 @@
 import { Log } from "@strata/core"
 
-/** The Kafka error code names (apiId) of a client error and its nested errors. */
-export const apiIds = (cause: unknown): Set<string> => {
-  const out = new Set<string>()
+/** A client error and the errors it holds (`errors`, `cause`), outermost first, at most 6 levels deep. */
+const chain = (cause: unknown): Array<object> => {
+  const out: Array<object> = []
   const visit = (e: unknown, depth: number) => {
-    if (e === null || typeof e !== "object" || depth > 6) return
-    const apiId = (e as { apiId?: unknown }).apiId
-    if (typeof apiId === "string") out.add(apiId)
+    if (e === null || typeof e !== "object" || depth > 6 || out.includes(e)) return
+    out.push(e)
     const errors = (e as { errors?: unknown }).errors
     if (Array.isArray(errors)) for (const inner of errors) visit(inner, depth + 1)
     visit((e as { cause?: unknown }).cause, depth + 1)
   }
   visit(cause, 0)
+  return out
+}
+
+/** The Kafka error code names (apiId) of a client error and its nested errors. */
+export const apiIds = (cause: unknown): Set<string> => {
+  const out = new Set<string>()
+  for (const e of chain(cause)) {
+    const apiId = (e as { apiId?: unknown }).apiId
+    if (typeof apiId === "string") out.add(apiId)
+  }
   return out
 }
 
@@ -22,41 +31,24 @@ const isNetwork = (cause: unknown): boolean =>
     `${(cause as { code?: unknown })?.code ?? ""} ${text(cause)} ${text((cause as { cause?: unknown })?.cause)}`
   )
 
-/** Node's error codes for a broker certificate the client does not accept. */
-const TLS_CERTIFICATE = /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|HOSTNAME_MISMATCH/
+/** Node's error codes for a TLS handshake the client refused: a broker certificate it does not accept, or no TLS at all. */
+export const TLS_CERTIFICATE =
+  /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|HOSTNAME_MISMATCH|ERR_SSL_WRONG_VERSION/
 
 /** Whether a client failure is the brokers refusing its credentials, or a TLS handshake the client refused. */
 export const isAuthentication = (cause: unknown): boolean => {
   const ids = apiIds(cause)
   if (ids.has("SASL_AUTHENTICATION_FAILED") || ids.has("UNSUPPORTED_SASL_MECHANISM") || ids.has("ILLEGAL_SASL_STATE"))
     return true
-  const seen = new Set<unknown>()
-  const stack: Array<unknown> = [cause]
-  while (stack.length > 0) {
-    const e = stack.pop()
-    if (e === null || typeof e !== "object" || seen.has(e)) continue
-    seen.add(e)
+  return chain(cause).some((e) => {
     const code = (e as { code?: unknown }).code
-    if (code === "PLT_KFK_AUTHENTICATION") return true
-    if (typeof code === "string" && TLS_CERTIFICATE.test(code)) return true
-    const errors = (e as { errors?: unknown }).errors
-    if (Array.isArray(errors)) stack.push(...errors)
-    stack.push((e as { cause?: unknown }).cause)
-  }
-  return false
+    return code === "PLT_KFK_AUTHENTICATION" || (typeof code === "string" && TLS_CERTIFICATE.test(code))
+  })
 }
 
-/** The first message in a failure's chain that says what the authentication failure was. */
+/** The messages in a failure's chain that say what the authentication failure was, each once. */
 const authenticationDetail = (cause: unknown): string => {
-  const messages: Array<string> = []
-  const visit = (e: unknown, depth: number) => {
-    if (e === null || typeof e !== "object" || depth > 6) return
-    if (e instanceof Error) messages.push(e.message)
-    const errors = (e as { errors?: unknown }).errors
-    if (Array.isArray(errors)) for (const inner of errors) visit(inner, depth + 1)
-    visit((e as { cause?: unknown }).cause, depth + 1)
-  }
-  visit(cause, 0)
+  const messages = chain(cause).flatMap((e) => (e instanceof Error ? [e.message] : []))
   const relevant = [...new Set(messages.filter((m) => /SASL|authentic|certificate|TLS|SSL|mechanism/i.test(m)))]
   return relevant.length > 0 ? relevant.join(": ") : text(cause)
 }
