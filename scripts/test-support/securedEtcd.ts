@@ -4,10 +4,11 @@
  * `scripts/services` installs. User `strata` (role root) has `password`.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process"
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readFileSync, rmSync } from "node:fs"
 import net from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
+import { makeCa } from "./certificates.js"
 
 /** The etcd: start it (its https endpoint), its files, and stop it. */
 export interface SecuredEtcd {
@@ -36,63 +37,10 @@ export const securedEtcd = (password = "etcd-pass-5e1d"): SecuredEtcd => {
   const file = (name: string) => join(dir, name)
   let child: ChildProcess | undefined
   let endpoint = ""
-  const openssl = (...args: Array<string>) => execFileSync("openssl", args, { cwd: dir, stdio: "ignore" })
   const certificates = () => {
-    openssl(
-      "req",
-      "-x509",
-      "-newkey",
-      "rsa:2048",
-      "-nodes",
-      "-keyout",
-      "ca-key.pem",
-      "-out",
-      "ca.pem",
-      "-days",
-      "2",
-      "-subj",
-      "/CN=strata etcd test CA"
-    )
-    for (const [name, cn] of [
-      ["server", "127.0.0.1"],
-      ["client", "strata-client"]
-    ] as const) {
-      openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        `${name}-key.pem`,
-        "-out",
-        `${name}.csr`,
-        "-subj",
-        `/CN=${cn}`
-      )
-      writeFileSync(
-        file(`${name}.ext`),
-        name === "server"
-          ? "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
-          : "extendedKeyUsage=clientAuth\n"
-      )
-      openssl(
-        "x509",
-        "-req",
-        "-in",
-        `${name}.csr`,
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca-key.pem",
-        "-CAcreateserial",
-        "-out",
-        `${name}.pem`,
-        "-days",
-        "2",
-        "-extfile",
-        `${name}.ext`
-      )
-    }
+    const ca = makeCa(dir, "strata etcd test CA")
+    ca.issue("server", { cn: "127.0.0.1", ips: ["127.0.0.1"] })
+    ca.issue("client", { cn: "strata-client", usage: "clientAuth" })
   }
   const etcdctl = (args: ReadonlyArray<string>) =>
     execFileSync(

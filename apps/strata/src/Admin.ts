@@ -67,7 +67,8 @@ export const withClient = <A, E>(
     const options: TabletClient.TabletClientOptions = {
       replication,
       deliveryTimeout: "30 seconds",
-      ...optional("namespace", settings.namespace)
+      ...optional("namespace", settings.namespace),
+      ...optional("tls", yield* ServerConfig.peerTlsOf(settings))
     }
     if (settings.bootstrap !== undefined) {
       const bootstrap = settings.bootstrap.split(",")
@@ -96,9 +97,15 @@ export const withCoordination = <A, E>(
   Effect.gen(function* () {
     const { settings, replication } = yield* ServerConfig.load(ServerConfig.ClientConfig, sources)
     const namespace = settings.namespace ?? "/strata"
+    const tls = yield* ServerConfig.peerTlsOf(settings)
     return yield* Effect.scoped(
       Effect.flatMap(
-        TabletClient.make({ replication, deliveryTimeout: "30 seconds", ...optional("namespace", settings.namespace) }),
+        TabletClient.make({
+          replication,
+          deliveryTimeout: "30 seconds",
+          ...optional("namespace", settings.namespace),
+          ...optional("tls", tls)
+        }),
         (client) => use({ client, replication, namespace })
       )
     ).pipe(Effect.provide(ServerConfig.coordinationLayer(settings.coordination, settings)))

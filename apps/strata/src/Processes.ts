@@ -37,11 +37,13 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
       ServerConfig.coordinationLayer(settings.coordination, settings),
       ServerConfig.storageLayer(settings)
     )
+    const tls = yield* ServerConfig.peerTlsOf(settings)
     return yield* forever(
       Effect.gen(function* () {
         const node = yield* TabletServerNode.make({
           serverId: settings.id,
           replication,
+          ...optional("tls", tls),
           ...optional("namespace", settings.namespace),
           ...optional("listen", settings.listen),
           ...optional("advertise", settings.advertise),
@@ -74,11 +76,13 @@ export const tabletServer = (sources: ServerConfig.Sources) =>
 export const coordinator = (sources: ServerConfig.Sources) =>
   Effect.gen(function* () {
     const { settings, replication } = yield* ServerConfig.load(ServerConfig.CoordinatorConfig, sources)
+    const tls = yield* ServerConfig.peerTlsOf(settings)
     return yield* forever(
       Effect.gen(function* () {
         const node = yield* CoordinatorNode.make({
           serverId: settings.id,
           replication,
+          ...optional("tls", tls),
           ...optional("namespace", settings.namespace),
           ...optional("listen", settings.listen),
           ...optional("advertise", settings.advertise),

@@ -19,7 +19,7 @@ import * as ZooKeeperCoordination from "@strata/election/zookeeper"
 import * as LevelStore from "@strata/store-adapters/level"
 import * as RocksDbStore from "@strata/store-adapters/rocksdb"
 import { RebalanceConfig } from "@strata/rebalance"
-import { ReplicaRpc, ReplicationConfig, SegmentLog, ServerStorage } from "@strata/replica"
+import { PeerTls, ReplicaRpc, ReplicationConfig, SegmentLog, ServerStorage } from "@strata/replica"
 import {
   Config,
   ConfigProvider,
@@ -28,7 +28,7 @@ import {
   Effect,
   Exit,
   Layer,
-  type Redacted,
+  Redacted,
   Schema,
   SchemaIssue,
   SchemaTransformation
@@ -329,6 +329,91 @@ const etcdLayer = (
     })
   )
 
+/**
+ * TLS between the cluster's processes (`PeerTls`), as PEM files: every process of a cluster, and every operator's
+ * command, needs the same CA; servers and coordinators their certificate and key.
+ */
+function peerTlsFields() {
+  return {
+    tlsCa: Schema.optional(Schema.NonEmptyString).pipe(
+      about(
+        "A PEM file of the CA that signs the cluster's certificates: with it, the RPC and the data link are served and called over TLS"
+      )
+    ),
+    tlsCert: Schema.optional(Schema.NonEmptyString).pipe(
+      about(
+        "With tlsCa: a PEM file of this process's certificate (required to listen, and to call servers that require one)"
+      )
+    ),
+    tlsKey: Schema.optional(Schema.NonEmptyString).pipe(about("With tlsCa: a PEM file of tlsCert's private key")),
+    tlsMutual: Schema.optional(Schema.Boolean).pipe(
+      about("With tlsCa: whether servers take only clients with a certificate the CA signed", true)
+    ),
+    tlsServerName: Schema.optional(Schema.NonEmptyString).pipe(
+      about("With tlsCa: the name every server's certificate is checked against, instead of the host of its address")
+    )
+  }
+}
+
+/** The peer TLS settings of a process. */
+export interface PeerTlsSettings {
+  readonly tlsCa?: string | undefined
+  readonly tlsCert?: string | undefined
+  readonly tlsKey?: string | undefined
+  readonly tlsMutual?: boolean | undefined
+  readonly tlsServerName?: string | undefined
+}
+
+/**
+ * The `PeerTls` options the settings give, their files read and checked (`undefined`: no `tlsCa`, plaintext); a file
+ * that cannot be read, or does not hold what its key says, fails naming the key and the file (never a key's content).
+ *
+ * @since 0.1.0
+ */
+export const peerTlsOf = (
+  settings: PeerTlsSettings
+): Effect.Effect<PeerTls.PeerTlsOptions | undefined, InvalidConfig> =>
+  Effect.gen(function* () {
+    const { tlsCa, tlsCert, tlsKey, tlsMutual, tlsServerName } = settings
+    if (tlsCa === undefined) {
+      const stray = (["tlsCert", "tlsKey", "tlsMutual", "tlsServerName"] as const).find(
+        (k) => settings[k] !== undefined
+      )
+      return stray === undefined
+        ? undefined
+        : yield* new InvalidConfig({ key: stray, source: "settings", detail: "TLS needs tlsCa" })
+    }
+    const read = (key: string, file: string | undefined) =>
+      file === undefined
+        ? Effect.succeed(undefined)
+        : Effect.try({
+            try: () => readFileSync(file, "utf8"),
+            catch: (e) =>
+              new InvalidConfig({ key, source: `the file ${file}`, detail: e instanceof Error ? e.message : String(e) })
+          })
+    const ca = (yield* read("tlsCa", tlsCa))!
+    const cert = yield* read("tlsCert", tlsCert)
+    const key = yield* read("tlsKey", tlsKey)
+    const options: PeerTls.PeerTlsOptions = {
+      ca,
+      ...(cert === undefined ? {} : { cert }),
+      ...(key === undefined ? {} : { key: Redacted.make(key) }),
+      ...(tlsMutual === undefined ? {} : { mutual: tlsMutual }),
+      ...(tlsServerName === undefined ? {} : { serverName: tlsServerName })
+    }
+    // Checked here, where the files are known: a PEM that does not parse is named by its key and file.
+    yield* Effect.mapError(PeerTls.make(options), (e) => {
+      const name = e.option.replace(/^tls\.(\w)/, (_, c: string) => `tls${c.toUpperCase()}`)
+      const file = { tlsCa, tlsCert, tlsKey }[name as "tlsCa" | "tlsCert" | "tlsKey"]
+      return new InvalidConfig({
+        key: name,
+        source: file === undefined ? "settings" : `the file ${file}`,
+        detail: e.detail
+      })
+    })
+    return options
+  })
+
 /** What every process reads. */
 const common = {
   coordination: CoordinationUrl.pipe(
@@ -337,7 +422,8 @@ const common = {
     )
   ),
   namespace: Schema.optional(Schema.String).pipe(about("The cluster's coordination namespace", "/strata")),
-  ...coordinationAccess()
+  ...coordinationAccess(),
+  ...peerTlsFields()
 }
 
 /** The settings of any process that listens. */
@@ -505,6 +591,7 @@ export const AdminConfig = Schema.Struct({
   coordination: Schema.optional(common.coordination),
   namespace: common.namespace,
   ...coordinationAccess(),
+  ...peerTlsFields(),
   bootstrap: Schema.optional(
     Schema.String.check(
       Schema.makeFilter((text: string) =>

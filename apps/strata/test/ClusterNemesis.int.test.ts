@@ -11,7 +11,7 @@ import * as Nemesis from "./support/nemesis.js"
 import * as ProcessCluster from "../../../scripts/test-support/processCluster.js"
 
 // `./dev soak:replica` runs the ZooKeeper run for STRATA_NEMESIS_MS (and STRATA_NEMESIS_SEED replays a seed).
-const DURATION_MS = Number(process.env.STRATA_NEMESIS_MS ?? 150_000)
+const DURATION_MS = Number(process.env.STRATA_NEMESIS_MS ?? 100_000)
 const SEED = process.env.STRATA_NEMESIS_SEED === undefined ? undefined : Number(process.env.STRATA_NEMESIS_SEED)
 
 let runner: NodeRunner
@@ -105,7 +105,7 @@ describe("the nemesis on real processes", () => {
         `zookeeper://${inject("zookeeper")}`,
         ZooKeeperCoordination.layer({ connectString: inject("zookeeper") }),
         DURATION_MS,
-        Math.floor((DURATION_MS / 150_000) * 30)
+        Math.floor((DURATION_MS / 100_000) * 20)
       ),
     DURATION_MS + 360_000
   )

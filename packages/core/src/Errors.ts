@@ -60,3 +60,13 @@ export class NotLeader extends Schema.TaggedError<NotLeader>()("NotLeader", {
     return `${this.resource}: not the leader${this.leader === null ? " (no leader known)" : ` (leader is server ${this.leader})`}`
   }
 }
+
+/**
+ * Node's error codes (`error.code`) for a TLS handshake that cannot succeed as configured, so that trying again will
+ * not help: a peer certificate this end does not accept (not signed by the CA given, expired, naming another host), a
+ * certificate the peer required and did not get or did not accept (its alert), or a peer that does not speak TLS.
+ *
+ * @since 0.1.0
+ */
+export const TLS_REFUSAL =
+  /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|HOSTNAME_MISMATCH|ERR_SSL_WRONG_VERSION/

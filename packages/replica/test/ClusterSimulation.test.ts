@@ -23,8 +23,9 @@
  *   `rollback-skipped` (a failed gate pauses with the batch's moves left running); every seed of those runs it.
  * - Which seeds run the rebalance family: `STRATA_SIM_REBALANCES=none|some|every` (some: a third of those that do
  *   not move replica sets by hand).
- * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts).
- * - The rebalance family's 1000 seeds run in `ClusterSimulationRebalancing.test.ts`, the planted bugs in
+ * - More seeds: `STRATA_SIM_SEEDS=N` (count), `STRATA_SIM_FIRST_SEED=M` (where the range starts); `./dev soak:sim`
+ *   runs 5000 of the correct variant and the rebalance family (opt-in: hours on a 2-core machine).
+ * - The rebalance family's seeds (the first 500 of the range) run in `ClusterSimulationRebalancing.test.ts`, the planted bugs in
  *   `ClusterSimulationPlanted.test.ts` (split by variant so the test runner's workers run them side by side).
  * - The processes' info and warning lines in a replayed trace: `STRATA_SIM_LOG=info`.
  */

@@ -1,4 +1,4 @@
-import { Log } from "@strata/core"
+import { Errors, Log } from "@strata/core"
 
 /** A client error and the errors it holds (`errors`, `cause`), outermost first, at most 6 levels deep. */
 const chain = (cause: unknown): Array<object> => {
@@ -32,8 +32,7 @@ const isNetwork = (cause: unknown): boolean =>
   )
 
 /** Node's error codes for a TLS handshake the client refused: a broker certificate it does not accept, or no TLS at all. */
-export const TLS_CERTIFICATE =
-  /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|HOSTNAME_MISMATCH|ERR_SSL_WRONG_VERSION/
+export const TLS_CERTIFICATE = Errors.TLS_REFUSAL
 
 /** Whether a client failure is the brokers refusing its credentials, or a TLS handshake the client refused. */
 export const isAuthentication = (cause: unknown): boolean => {

@@ -9,13 +9,14 @@
  *
  * @since 0.1.0
  */
-import type { Models } from "@strata/core"
+import { Errors, type Models } from "@strata/core"
 import type { RebalanceService } from "@strata/rebalance"
 import type * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Cause, Context, Duration, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "../wire/Peers.js"
 import * as DataLink from "../wire/DataLink.js"
+import type * as PeerTls from "../wire/PeerTls.js"
 import * as ConnectionPool from "./internal/connectionPool.js"
 import { PeerUnreachable, type PeersShape } from "../wire/Peers.js"
 import {
@@ -148,6 +149,31 @@ export interface TransportShape {
     scope: Scope.Scope
   ) => Effect.Effect<Client<R>, PeerUnreachable>
   readonly dataLink: (address: string, scope: Scope.Scope) => Effect.Effect<DataLink.DataLinkClient, PeerUnreachable>
+  /**
+   * What a connection closed by the server as soon as it opened may mean on this transport, added to the failure (a
+   * TLS 1.3 server that does not accept the client's certificate closes the connection without a word).
+   */
+  readonly closedAtOnce?: string | undefined
+}
+
+/** Connections over TCP, and TLS when `tls` is given. */
+function tcpWith(tls: PeerTls.PeerTls | undefined): TransportShape {
+  return {
+    ...(tls === undefined
+      ? {}
+      : {
+          closedAtOnce: tls.hasCertificate
+            ? "over TLS, this is also how a server refuses a certificate the cluster's CA did not sign"
+            : "over TLS, this is also how a server that requires a client certificate refuses a connection without one"
+        }),
+    rpc: (group, address, scope) => connectGroup(group, scope, address, tls),
+    dataLink: (address, scope) => {
+      const parsed = parseAddress(address)
+      return parsed === undefined
+        ? Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
+        : DataLink.connect(parsed, {}, tls).pipe(Scope.provide(scope))
+    }
+  }
 }
 
 /**
@@ -155,15 +181,15 @@ export interface TransportShape {
  *
  * @since 0.1.0
  */
-export const tcp: TransportShape = {
-  rpc: (group, address, scope) => connectGroup(group, scope, address),
-  dataLink: (address, scope) => {
-    const parsed = parseAddress(address)
-    return parsed === undefined
-      ? Effect.fail(new PeerUnreachable({ target: address, detail: "not a host:port address" }))
-      : DataLink.connect(parsed).pipe(Scope.provide(scope))
-  }
-}
+export const tcp: TransportShape = tcpWith(undefined)
+
+/**
+ * The TCP transport over TLS: every RPC and data link connection checks its server's certificate against `tls`'s CA,
+ * and presents this process's certificate when it has one.
+ *
+ * @since 0.1.0
+ */
+export const tls = (tls: PeerTls.PeerTls): TransportShape => tcpWith(tls)
 
 /**
  * The transport `RemotePeers` connects with (`tcp` unless provided).
@@ -192,11 +218,44 @@ interface Remote {
    * that knows only some coordinators' addresses finds the leader so).
    */
   controllerHint: string | undefined
+  /** The transport's `closedAtOnce`. */
+  readonly closedAtOnce: string | undefined
 }
 
 /** Whether a failure is the RPC client's own (the connection, not the peer's answer). */
 const isRpcClientError = (e: unknown): e is RpcClientError.RpcClientError =>
   typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError"
+
+/**
+ * An RPC client error as a line: its own message ("SocketOpenError: An error occurred during Open"), and the system's
+ * reason beneath it (a refused connection, a TLS handshake's alert or certificate check), when it has one; `refused`
+ * when that reason is a TLS handshake that cannot succeed as configured (`Errors.TLS_REFUSAL`).
+ */
+const describeRpcError = (
+  e: RpcClientError.RpcClientError,
+  closedAtOnce: string | undefined
+): { readonly detail: string; readonly refused: boolean } => {
+  let at: unknown = e.reason
+  let reason: Error | undefined
+  for (let depth = 0; depth < 8 && typeof at === "object" && at !== null; depth++) {
+    const next: unknown = (at as { readonly cause?: unknown }).cause
+    if (next instanceof Error && !("_tag" in next)) reason = next
+    at = next
+  }
+  const code = (reason as { readonly code?: unknown } | undefined)?.code
+  // OpenSSL's messages carry its internals (`40ED…:error:0A00045C:SSL routines:ssl3_read_bytes:tlsv13 alert
+  // certificate required:../deps/…`): the alert's words and Node's code say it.
+  const openssl =
+    reason === undefined
+      ? null
+      : /(tlsv1\d? alert [a-z ]+|sslv3 alert [a-z ]+|wrong version number)/.exec(reason.message)
+  const why = reason === undefined ? undefined : openssl === null ? reason.message : `${openssl[1]} (${String(code)})`
+  const line = why === undefined ? e.message : `${e.message}: ${why}`
+  return {
+    detail: closedAtOnce !== undefined && e.reason._tag === "SocketCloseError" ? `${line} (${closedAtOnce})` : line,
+    refused: typeof code === "string" && Errors.TLS_REFUSAL.test(code)
+  }
+}
 
 /** A call that ends in time; a transport failure is `PeerUnreachable`. */
 const timed = <A, E>(
@@ -210,7 +269,9 @@ const timed = <A, E>(
       orElse: () =>
         Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${Duration.format(r.requestTimeout)}` }))
     }),
-    Effect.catchIf(isRpcClientError, (e) => Effect.fail(new PeerUnreachable({ target, detail: e.message }))),
+    Effect.catchIf(isRpcClientError, (e) =>
+      Effect.fail(new PeerUnreachable({ target, ...describeRpcError(e, r.closedAtOnce) }))
+    ),
     // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
     Effect.catchDefect((defect) =>
       Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
@@ -459,7 +520,8 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       located: new Map(),
       linked: new Map(),
       controllerAt: undefined,
-      controllerHint: undefined
+      controllerHint: undefined,
+      closedAtOnce: transport.closedAtOnce
     }
     return { peers: peersOf(r), servers: tabletServersOf(r), server: serverCallsOf(r), admin: adminOf(r) }
   })

@@ -37,6 +37,7 @@ import {
 import * as ClusterDirectory from "./ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import { PeerUnreachable } from "../wire/Peers.js"
+import * as PeerTls from "../wire/PeerTls.js"
 import * as RemotePeers from "./RemotePeers.js"
 import {
   CreateTableRefused,
@@ -82,7 +83,12 @@ export const TabletClientOptions = Schema.Struct({
    * Coordinators' `host:port`s to reach the cluster through instead of coordination (`makeBootstrap`): any of them
    * answers where the controller is.
    */
-  bootstrap: Schema.optional(Schema.NonEmptyArray(HostPort.HostPortString))
+  bootstrap: Schema.optional(Schema.NonEmptyArray(HostPort.HostPortString)),
+  /**
+   * TLS to the cluster's servers and coordinators (`PeerTls`): the cluster's CA, and this client's certificate and key
+   * when the servers require one (`mutual`, their default).
+   */
+  tls: Schema.optional(PeerTls.PeerTlsOptions)
 })
 
 /**
@@ -119,6 +125,29 @@ export class DeliveryUnknown extends Schema.TaggedError<DeliveryUnknown>()("Deli
     return `${this.tablet}: not acknowledged within the delivery timeout, outcome unknown (last: ${this.last})`
   }
 }
+
+/**
+ * A connection's TLS handshake failed as this client is configured (`tls`): a server certificate it does not accept
+ * (another CA's, or naming another host), or a server that requires a client certificate it does not have or
+ * accept. Nothing was sent, and trying again would not help.
+ *
+ * @since 0.1.0
+ */
+export class HandshakeFailed extends Schema.TaggedError<HandshakeFailed>()("HandshakeFailed", {
+  target: Schema.String,
+  detail: Schema.String
+}) {
+  /** @since 0.1.0 */
+  override get message(): string {
+    return `the TLS handshake with ${this.target} failed: ${this.detail}`
+  }
+}
+
+/** A call's unreachable peer as the client's error: `HandshakeFailed` when TLS refused it, else `DeliveryUnknown`. */
+const unreachable = (what: string, e: PeerUnreachable): HandshakeFailed | DeliveryUnknown =>
+  e.refused === true
+    ? new HandshakeFailed({ target: e.target, detail: e.detail })
+    : new DeliveryUnknown({ tablet: what, last: e.message })
 
 /**
  * The records were not sent: the controller gave no producer id within the delivery timeout (`last`: why).
@@ -169,6 +198,7 @@ export class Abandoned extends Schema.TaggedError<Abandoned>()("Abandoned", { ta
 export const TabletClientErrorReason = Schema.Union([
   NoSuchTablet,
   DeliveryUnknown,
+  HandshakeFailed,
   NoProducerId,
   ReplicaManager.ReplicaError,
   CreateTableRefused,
@@ -366,7 +396,7 @@ const recordBytes = (r: ReplicaManager.TabletRecord): number =>
 
 /** A failure worth sending again: the server's own verdict, or the call not reaching it. */
 const retriable = (e: ReplicaManager.ReplicaError | PeerUnreachable | NoSuchTablet): boolean =>
-  e._tag === "PeerUnreachable" || e._tag === "NoSuchTablet" || e.retryable
+  e._tag === "PeerUnreachable" ? e.refused !== true : e._tag === "NoSuchTablet" || e.retryable
 
 /** A running client: what its functions share. */
 /** The decoded options. */
@@ -406,13 +436,18 @@ export const make = (
     const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
-    if (o.bootstrap !== undefined) return yield* bootstrapped(o, o.bootstrap)
+    const transport = yield* transportOf(o)
+    if (o.bootstrap !== undefined) return yield* bootstrapped(o, o.bootstrap, transport)
     const election = yield* ClusterPaths.electionOf(o.namespace, o.replication)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
       retryBackoff: o.retryBackoff
     })
-    return yield* makeWith(o, directory)
+    return yield* makeWith(o, directory, transport)
   })
+
+/** The TLS transport the options ask for (`undefined`: the `RemotePeers.Transport` in context, TCP by default). */
+const transportOf = (o: Options) =>
+  o.tls === undefined ? Effect.succeed(undefined) : Effect.map(PeerTls.make(o.tls), RemotePeers.tls)
 
 /**
  * A client that reaches the cluster through the coordinators at `options.bootstrap` (`host:port`s; any that answers
@@ -429,29 +464,40 @@ export const makeBootstrap = (
     const o = yield* OptionSchemas.decodeOptions(TabletClientOptions, { exact: true })(options).pipe(
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
-    return yield* bootstrapped(o, o.bootstrap ?? [])
+    return yield* bootstrapped(o, o.bootstrap ?? [], yield* transportOf(o))
   })
 
 /** A client on a bootstrap directory, which learns the servers from every metadata the client reads. */
-const bootstrapped = (o: Options, addresses: ReadonlyArray<string>) =>
+const bootstrapped = (
+  o: Options,
+  addresses: ReadonlyArray<string>,
+  transport: RemotePeers.TransportShape | undefined
+) =>
   Effect.gen(function* () {
     const directory = ClusterDirectory.bootstrap(addresses)
-    return yield* makeWith(o, directory, directory.learn)
+    return yield* makeWith(o, directory, transport, directory.learn)
   })
 
-/** The client over `directory`; `learn` is told the servers of every metadata the controller answers. */
+/**
+ * The client over `directory`, its calls on `transport` (the one in context when `undefined`); `learn` is told the
+ * servers of every metadata the controller answers.
+ */
 const makeWith = (
   o: Options,
   directory: ClusterDirectory.ClusterDirectory,
+  transport: RemotePeers.TransportShape | undefined,
   learn?: (servers: ReadonlyArray<ClusterDirectory.LearnedServer>) => void
 ): Effect.Effect<TabletClientShape, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const remote = yield* RemotePeers.make({
+    const made = RemotePeers.make({
       locate: directory.locate,
       locateData: directory.locateData,
       controller: directory.controller,
       requestTimeout: o.requestTimeout
     })
+    const remote = yield* transport === undefined
+      ? made
+      : made.pipe(Effect.provideService(RemotePeers.Transport, transport))
     const c: Client = {
       o,
       scope: yield* Effect.scope,
@@ -619,7 +665,7 @@ const onLeader = <A>(
   tablet: Models.TabletId,
   deadline: number,
   call: (server: RemotePeers.ServerCalls) => Effect.Effect<A, ReplicaManager.ReplicaError | PeerUnreachable>
-): Effect.Effect<A, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown> =>
+): Effect.Effect<A, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown | HandshakeFailed> =>
   untilDeadline(
     Effect.flatMap(leaderOf(c, tablet), call).pipe(
       // The leader may have moved: look again before the next try.
@@ -630,10 +676,8 @@ const onLeader = <A>(
     retriable
   ).pipe(
     Effect.catch(
-      (e): Effect.Effect<never, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown> =>
-        !retriable(e) || e._tag === "NoSuchTablet"
-          ? Effect.fail(e as ReplicaManager.ReplicaError | NoSuchTablet)
-          : Effect.fail(new DeliveryUnknown({ tablet: Models.tabletKey(tablet), last: e.message }))
+      (e): Effect.Effect<never, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown | HandshakeFailed> =>
+        e._tag === "PeerUnreachable" ? Effect.fail(unreachable(Models.tabletKey(tablet), e)) : Effect.fail(e)
     )
   )
 
@@ -792,7 +836,7 @@ const enqueue = (
   })
 
 /** Whether a tablet refused an append for not knowing its producer. */
-const unknownProducer = (e: ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown) =>
+const unknownProducer = (e: ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown | HandshakeFailed) =>
   e._tag === "ReplicaError" && e.reason._tag === "ProducerRefused" && e.reason.kind === "UnknownProducer"
 
 /** `call` again after the backoff while the controller cannot be reached, until `deadline`. */
@@ -801,13 +845,11 @@ const retryUntil = <A, E>(
   backoff: Duration.Duration,
   call: Effect.Effect<A, E | PeerUnreachable>,
   what: string
-): Effect.Effect<A, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
-  untilDeadline(call, deadline, backoff, (e) => e instanceof PeerUnreachable).pipe(
+): Effect.Effect<A, Exclude<E, PeerUnreachable> | DeliveryUnknown | HandshakeFailed> =>
+  untilDeadline(call, deadline, backoff, (e) => e instanceof PeerUnreachable && e.refused !== true).pipe(
     Effect.catch(
-      (e): Effect.Effect<never, Exclude<E, PeerUnreachable> | DeliveryUnknown> =>
-        e instanceof PeerUnreachable
-          ? Effect.fail(new DeliveryUnknown({ tablet: what, last: e.message }))
-          : Effect.fail(e as Exclude<E, PeerUnreachable>)
+      (e): Effect.Effect<never, Exclude<E, PeerUnreachable> | DeliveryUnknown | HandshakeFailed> =>
+        e instanceof PeerUnreachable ? Effect.fail(unreachable(what, e)) : Effect.fail(e as Exclude<E, PeerUnreachable>)
     )
   )
 

@@ -19,7 +19,7 @@ import * as ControllerView from "../server/ControllerView.js"
 import * as RemotePeers from "../client/RemotePeers.js"
 import * as ReplicaRpc from "../wire/ReplicaRpc.js"
 import * as ReplicationConfig from "../wire/ReplicationConfig.js"
-import { listenAddress, NodeFields, requestTimeoutOf } from "./TabletServerNode.js"
+import { listenAddress, NodeFields, nodeTls, requestTimeoutOf } from "./TabletServerNode.js"
 import * as ControllerRpc from "../server/ControllerRpc.js"
 import * as RebalanceControl from "../server/RebalanceControl.js"
 
@@ -165,6 +165,7 @@ export const make = (
       Effect.mapError(ReplicationConfig.invalidOptions)
     )
     const config = o.replication
+    const tls = yield* nodeTls(o.tls)
     const election = yield* ClusterPaths.electionOf(o.namespace, config)
     const directory = yield* ClusterDirectory.make(ClusterPaths.make(o.namespace), election, {
       retryBackoff: config.retryBackoff
@@ -174,7 +175,7 @@ export const make = (
       locateData: directory.locateData,
       controller: directory.controller,
       requestTimeout: requestTimeoutOf(config)
-    })
+    }).pipe(Effect.provideService(RemotePeers.Transport, tls.transport))
     let mine: Controller.ControllerShape | undefined
     const current = Effect.sync(() => mine)
     let rebalancing: RebalanceService.RebalanceServiceShape | undefined
@@ -186,7 +187,7 @@ export const make = (
       tabletServers: remote.servers,
       leader: Effect.map(Effect.option(directory.controller), Option.getOrUndefined)
     }
-    const bound = yield* ControllerRpc.serveController(listenAddress(o.listen), endpoint)
+    const bound = yield* ControllerRpc.serveController(listenAddress(o.listen), endpoint, tls.serve)
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
     yield* Effect.logInfo(`coordinator ${o.serverId} listening on ${address}`)
     // Kept warm while this coordinator stands by: taking over reads only the tablets written since.

@@ -1,3 +1,4 @@
+import type * as Tls from "node:tls"
 import { Coordination, type Election, Errors, Models, OptionSchemas, type Store } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Deferred, Duration, Effect, Fiber, Schema, type Scope } from "effect"
@@ -5,6 +6,7 @@ import * as ServerStorage from "../server/ServerStorage.js"
 import * as ClusterDirectory from "../client/ClusterDirectory.js"
 import * as ClusterPaths from "../wire/ClusterPaths.js"
 import * as DataLink from "../wire/DataLink.js"
+import * as PeerTls from "../wire/PeerTls.js"
 import { Peers } from "../wire/Peers.js"
 import * as RemotePeers from "../client/RemotePeers.js"
 import * as ReplicaRpc from "../wire/ReplicaRpc.js"
@@ -53,8 +55,28 @@ export const NodeFields = {
   /** The address others reach this process at, when not the one it listens on (a NAT, `0.0.0.0`). */
   advertise: Schema.optional(AddressString),
   /** The cluster's replication settings (`ReplicationConfig`; every key optional). */
-  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({})))
+  replication: ReplicationConfig.ReplicationConfig.pipe(Schema.withDecodingDefaultKey(Effect.succeed({}))),
+  /** TLS on the RPC and the data link, served and used (`PeerTls`): every process of the cluster needs it then. */
+  tls: Schema.optional(PeerTls.PeerTlsOptions)
 }
+
+/**
+ * A process's TLS as its options give it: what its listeners serve with, and the transport its calls take (`tcp`
+ * without TLS, else `RemotePeers.tls`).
+ *
+ * @since 0.1.0
+ */
+export const nodeTls = (
+  options: PeerTls.PeerTlsOptions | undefined
+): Effect.Effect<
+  { readonly serve: Tls.TlsOptions | undefined; readonly transport: RemotePeers.TransportShape },
+  ReplicationConfig.InvalidReplicaOptions
+> =>
+  options === undefined
+    ? Effect.succeed({ serve: undefined, transport: RemotePeers.tcp })
+    : Effect.flatMap(PeerTls.make(options), (tls) =>
+        Effect.map(PeerTls.serverOptions(tls), (serve) => ({ serve, transport: RemotePeers.tls(tls) }))
+      )
 
 /**
  * A tablet server process's options.
@@ -113,10 +135,14 @@ export interface TabletServerNode {
  */
 export const holderWaitTimeouts = 2
 
-/** Serves `server`'s appends, fetches and reads on a data link until the scope closes; the address it registers. */
+/**
+ * Serves `server`'s appends, fetches and reads on a data link (over TLS with `tls`) until the scope closes; the
+ * address it registers.
+ */
 const serveDataLink = (
   server: TabletServer.TabletServerShape,
-  o: { readonly listen: string; readonly dataListen?: string | undefined; readonly dataAdvertise?: string | undefined }
+  o: { readonly listen: string; readonly dataListen?: string | undefined; readonly dataAdvertise?: string | undefined },
+  tls: Tls.TlsOptions | undefined
 ) =>
   Effect.map(
     DataLink.serve(
@@ -125,7 +151,9 @@ const serveDataLink = (
         append: server.append,
         fetch: server.fetch,
         read: server.read
-      }
+      },
+      {},
+      tls
     ),
     (bound) => o.dataAdvertise ?? ReplicaRpc.formatAddress(bound)
   )
@@ -157,6 +185,7 @@ export const make = (
     )
     const config = o.replication
     const paths = ClusterPaths.make(o.namespace)
+    const tls = yield* nodeTls(o.tls)
     const coordination = yield* Coordination.Coordination
     const election = yield* ClusterPaths.electionOf(o.namespace, config)
     const directory = yield* ClusterDirectory.make(paths, election, { retryBackoff: config.retryBackoff })
@@ -165,7 +194,7 @@ export const make = (
       locateData: directory.locateData,
       controller: directory.controller,
       requestTimeout: requestTimeoutOf(config)
-    })
+    }).pipe(Effect.provideService(RemotePeers.Transport, tls.transport))
     const server = yield* TabletServer.make({
       serverId: o.serverId,
       replication: config
@@ -193,11 +222,11 @@ export const make = (
       stopReplica: whenRegistered(server.stopReplica),
       holdings: whenRegistered(server.holdings)
     }
-    const bound = yield* TabletServerRpc.serveTabletServer(listenAddress(o.listen)).pipe(
+    const bound = yield* TabletServerRpc.serveTabletServer(listenAddress(o.listen), tls.serve).pipe(
       Effect.provideService(TabletServer.TabletServer, served)
     )
     const address = o.advertise ?? ReplicaRpc.formatAddress(bound)
-    const dataAddress = yield* serveDataLink(server, o)
+    const dataAddress = yield* serveDataLink(server, o, tls.serve)
     const registrationEpoch = yield* (yield* ServerStorage.ServerStorage).nextRegistrationEpoch
     yield* Effect.logInfo(`tablet server ${o.serverId} listening on ${address}, data link on ${dataAddress}`)
     const first = yield* Deferred.make<void, ClusterPaths.DuplicateServerId | Coordination.CoordinationError>()

@@ -1,3 +1,4 @@
+import type * as Tls from "node:tls"
 /**
  * The controller's side of `ReplicaRpc.ControllerRpcs`, served by every coordinator: each request answered by the
  * controller while the coordinator leads, `NotController` while it does not.
@@ -269,17 +270,18 @@ const rebalance = (
   })
 
 /**
- * Serves `endpoint`'s controller on `listen` until the scope closes (a coordinator that does not lead answers
- * `NotController`); the address bound.
+ * Serves `endpoint`'s controller on `listen` until the scope closes, over TLS when `tls` is given (a coordinator that
+ * does not lead answers `NotController`); the address bound.
  *
  * @since 0.1.0
  */
 export const serveController = (
   listen: Address,
-  endpoint: ControllerEndpoint
+  endpoint: ControllerEndpoint,
+  tls?: Tls.TlsOptions
 ): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
   Effect.flatMap(ControllerRpcs.toHandlers(controllerHandlers(endpoint)), (handlers) =>
-    serveGroup(ControllerRpcs, handlers, listen)
+    serveGroup(ControllerRpcs, handlers, listen, tls)
   )
 
 /**

@@ -1,3 +1,4 @@
+import type * as Tls from "node:tls"
 /**
  * A tablet server's side of `ReplicaRpc.TabletServerRpcs`: each request answered by the `TabletServer`.
  *
@@ -15,13 +16,16 @@ import {
 import { TabletServer, type TabletServerShape } from "./TabletServer.js"
 
 /**
- * Serves the `TabletServer` in context on `listen` (port 0: any free port) until the scope closes; the address
- * bound.
+ * Serves the `TabletServer` in context on `listen` (port 0: any free port) until the scope closes, over TLS when
+ * `tls` is given; the address bound.
  *
  * @since 0.1.0
  */
-export const serveTabletServer = (listen: Address): Effect.Effect<Address, ListenFailed, Scope.Scope | TabletServer> =>
-  Effect.flatMap(TabletServer, (server) => serveTabletServerWith(listen, tabletServerHandlers(server)))
+export const serveTabletServer = (
+  listen: Address,
+  tls?: Tls.TlsOptions
+): Effect.Effect<Address, ListenFailed, Scope.Scope | TabletServer> =>
+  Effect.flatMap(TabletServer, (server) => serveTabletServerWith(listen, tabletServerHandlers(server), tls))
 
 /**
  * `TabletServerRpcs` answered by `server` (what `serveTabletServer` serves; an in-memory network serves them too).

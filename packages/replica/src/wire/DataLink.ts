@@ -14,6 +14,7 @@
  * @since 0.1.0
  */
 import * as Net from "node:net"
+import * as Tls from "node:tls"
 import { Log, Models, OptionSchemas } from "@strata/core"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
 import { Cause, Effect, Exit, type Fiber, FiberSet, Schema, type Scope, Tracer } from "effect"
@@ -30,6 +31,7 @@ import {
   PRELUDE
 } from "./internal/frames.js"
 import { PeerUnreachable } from "./Peers.js"
+import type * as PeerTls from "./PeerTls.js"
 import { type Address, type ListenFailed, listenFailed } from "./ReplicaRpc.js"
 import { type InvalidReplicaOptions, invalidOptions } from "./ReplicationConfig.js"
 
@@ -410,6 +412,33 @@ const readDone = (id: number, tablet: Models.TabletId, limit: number) => (result
     })
   )
 
+/** Why a TLS server did not accept a client's certificate, in words and OpenSSL's code. */
+const certificateRefusal = (socket: Tls.TLSSocket): string => {
+  const code = String(socket.authorizationError ?? "")
+  if (Object.keys(socket.getPeerCertificate()).length === 0) return "it presented no certificate"
+  if (/UNABLE_TO_(VERIFY_LEAF_SIGNATURE|GET_ISSUER_CERT)|SELF_SIGNED|CERT_SIGNATURE_FAILURE/.test(code))
+    return `the cluster's CA did not sign it (${code})`
+  if (/EXPIRED|NOT_YET_VALID/.test(code)) return `it is not valid now (${code})`
+  return code === "" ? "unknown" : code
+}
+
+/**
+ * Answers a connection whose client certificate the server does not accept: every request is refused naming why (no
+ * handler runs), and the connection ends after the first answer. A TLS 1.3 server that closed such a connection
+ * without a word would leave the client guessing.
+ */
+const refuseConnection = (socket: Net.Socket, detail: string, maxFrameBytes: number) => {
+  const reader = new FrameReader(maxFrameBytes, (kind) => requestKinds.has(kind) && kind !== Kind.Cancel)
+  socket.on("error", () => socket.destroy())
+  socket.on("data", (chunk: Buffer) => {
+    const frames = reader.push(chunk)
+    const first = typeof frames === "string" ? undefined : frames.find((f) => f.kind !== Kind.Cancel)
+    if (typeof frames !== "string" && first === undefined) return
+    send(socket, answer(Kind.Refused, first?.id ?? 0, RefusedHeader.encode(invalid(detail))), maxFrameBytes)
+    socket.end()
+  })
+}
+
 /**
  * Answers one connection's frames with `handlers`, each request in a fiber of `run`, answers in any order. A read's
  * fiber ends, unanswered, when its cancel frame comes or the connection closes.
@@ -497,25 +526,56 @@ const serveConnection = (
 }
 
 /**
- * Serves `handlers` on a TCP listener at `listen` (port 0: any free one) until the scope closes; the address bound.
- * Options that cannot work (see `decodeOptions`) are refused before it listens.
+ * Serves `handlers` on a TCP listener at `listen` (port 0: any free one) until the scope closes, over TLS when `tls`
+ * is given (a listener's TLS: `PeerTls.serverOptions`); the address bound. Options that cannot work (see
+ * `decodeOptions`) are refused before it listens.
  *
  * @since 0.1.0
  */
 export const serve = (
   listen: Address,
   handlers: DataLinkHandlers,
-  options: DataLinkOptions = {}
+  options: DataLinkOptions = {},
+  tls?: Tls.TlsOptions
 ): Effect.Effect<Address, ListenFailed | InvalidReplicaOptions, Scope.Scope> =>
   Effect.gen(function* () {
     const { maxFrameBytes } = yield* decodeOptions(options)
     const run = yield* FiberSet.makeRuntime<never>()
     const sockets = new Set<Net.Socket>()
-    const server = Net.createServer({ noDelay: true }, (socket) => {
+    // With client certificates required, the check is this end's: a connection without an accepted one is answered
+    // with refusals naming why (and logged, the first from each address and every 100th after), never served.
+    const checksClients = tls?.requestCert === true && tls.rejectUnauthorized === true
+    const refusals = new Map<string, number>()
+    const accept = (socket: Net.Socket) => {
       sockets.add(socket)
       socket.on("close", () => sockets.delete(socket))
+      if (checksClients && socket instanceof Tls.TLSSocket && !socket.authorized) {
+        const why = certificateRefusal(socket)
+        const from = socket.remoteAddress ?? "an unknown address"
+        const seen = (refusals.get(from) ?? 0) + 1
+        refusals.set(from, seen)
+        if (seen === 1 || seen % 100 === 0)
+          run(
+            Effect.logWarning(
+              `data link: refused a connection from ${from} (${seen} so far): its certificate is not accepted: ${why}`
+            )
+          )
+        return refuseConnection(
+          socket,
+          `this server takes only clients with a certificate the cluster's CA signed; this one's was refused: ${why}`,
+          maxFrameBytes
+        )
+      }
       serveConnection(socket, handlers, run, maxFrameBytes)
-    })
+    }
+    // A TLS connection is served once its handshake is done; one that fails it is closed unserved.
+    const server =
+      tls === undefined
+        ? Net.createServer({ noDelay: true }, accept)
+        : Tls.createServer(
+            { ...tls, ...(checksClients ? { rejectUnauthorized: false } : {}), noDelay: true },
+            accept
+          ).on("tlsClientError", (_, socket) => socket.destroy())
     yield* Effect.callback<void, ListenFailed>((resume) => {
       server.once("error", (cause) => resume(Effect.fail(listenFailed("data link", listen, cause))))
       server.listen(listen.port, listen.host, () => resume(Effect.void))
@@ -615,15 +675,16 @@ const decodeReadFrame = (frame: Frame): Exit.Exit<ReplicaManager.ReadResult, unk
 const READ_BUFFER_BYTES = 256 * 1024
 
 /**
- * A client of the data link at `address` (`host:port`). It connects on its first call, and again on the first call
- * after its connection closed; the connection closes with the scope. Its options are the code's, not a user's:
- * options that cannot work (see `decodeOptions`) are a defect.
+ * A client of the data link at `address` (`host:port`), over TLS when `tls` is given. It connects on its first call,
+ * and again on the first call after its connection closed; the connection closes with the scope. Its options are the
+ * code's, not a user's: options that cannot work (see `decodeOptions`) are a defect.
  *
  * @since 0.1.0
  */
 export const connect = (
   address: Address,
-  options: DataLinkOptions = {}
+  options: DataLinkOptions = {},
+  tls?: PeerTls.PeerTls
 ): Effect.Effect<DataLinkClient, never, Scope.Scope> =>
   Effect.gen(function* () {
     const target = `data link ${address.host}:${address.port}`
@@ -656,18 +717,20 @@ export const connect = (
           )
         }
       }
-      const socket = Net.connect({
-        host: address.host,
-        port: address.port,
-        noDelay: true,
-        onread: {
-          buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES),
-          callback: (n, buffer) => {
-            onAnswers(buffer.subarray(0, n))
-            return true
-          }
+      const onread = {
+        buffer: Buffer.allocUnsafe(READ_BUFFER_BYTES),
+        callback: (n: number, buffer: Uint8Array) => {
+          onAnswers(buffer.subarray(0, n))
+          return true
         }
-      })
+      }
+      // A TLS connection's handshake failing (the server's certificate not the cluster's, or this client's refused)
+      // is the socket's error: the calls waiting fail with Node's reason. `tls.connect` takes `onread` as
+      // `net.connect` does (its types do not say so), and no `noDelay`.
+      const socket =
+        tls === undefined
+          ? Net.connect({ host: address.host, port: address.port, noDelay: true, onread })
+          : Tls.connect({ ...tls.client(address.host, address.port), onread } as Tls.ConnectionOptions).setNoDelay(true)
       const connection: Connection = { socket, waiting: new Map() }
       const end = (detail: string) => {
         if (current === connection) current = undefined

@@ -13,7 +13,7 @@ import type * as ControllerState from "../machines/ControllerState.js"
 
 /**
  * A call found nobody to answer it: the target is down, partitioned away, not the controller, or did not answer in
- * time. The caller backs off and tries again; the request is safe to repeat.
+ * time. The caller backs off and tries again; the request is safe to repeat. One `refused` by TLS is not tried again.
  *
  * @since 0.1.0
  */
@@ -21,7 +21,12 @@ export class PeerUnreachable extends Schema.TaggedError<PeerUnreachable>()("Peer
   /** Who was called: `server 3`, `the controller`, an address. */
   target: Schema.String,
   /** Why the call found nobody. */
-  detail: Schema.String
+  detail: Schema.String,
+  /**
+   * The connection's TLS handshake failed as configured (a certificate one end does not accept, or none where one is
+   * required): the call is not tried again, as doing so would not help.
+   */
+  refused: Schema.optional(Schema.Boolean)
 }) {
   /** @since 0.1.0 */
   override get message(): string {

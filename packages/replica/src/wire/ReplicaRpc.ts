@@ -16,6 +16,7 @@
  *
  * @since 0.1.0
  */
+import type * as Tls from "node:tls"
 import { HostPort, Models } from "@strata/core"
 import { Planner, RebalanceService } from "@strata/rebalance"
 import * as ReplicaManager from "../protocol/ReplicaManager.js"
@@ -36,6 +37,7 @@ import { Rpc, RpcClient, type RpcClientError, RpcGroup, RpcSerialization, RpcSer
 import { SocketServer } from "effect/socket"
 import * as Codec from "./internal/batchCodec.js"
 import { PeerUnreachable } from "./Peers.js"
+import type * as PeerTls from "./PeerTls.js"
 
 /**
  * The coordinator asked is not the controller (a standby, or one that resigned): ask the one that leads.
@@ -525,19 +527,22 @@ export const parseListen = (text: string): Address | undefined => HostPort.parse
 export const formatAddress = (address: Address): string => HostPort.format(address)
 
 /**
- * Serves `group` with `handlers` on a TCP listener at `listen` until the scope closes; the address it is bound to.
+ * Serves `group` with `handlers` on a TCP listener at `listen` until the scope closes, over TLS when `tls` is given
+ * (a listener's TLS: `PeerTls.serverOptions`); the address it is bound to.
  *
  * @since 0.1.0
  */
 export const serveGroup = <R extends Rpc.Any>(
   group: RpcGroup.RpcGroup<R>,
   handlers: Context.Context<Rpc.ToHandler<R>>,
-  listen: Address
+  listen: Address,
+  tls?: Tls.TlsOptions
 ): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
   Effect.gen(function* () {
-    const socketServer = yield* NodeSocketServer.make({ host: listen.host, port: listen.port }).pipe(
-      Effect.mapError((e) => listenFailed("RPC", listen, e))
-    )
+    const at = { host: listen.host, port: listen.port }
+    const socketServer = yield* (
+      tls === undefined ? NodeSocketServer.make(at) : NodeSocketServer.makeTls({ ...tls, ...at })
+    ).pipe(Effect.mapError((e) => listenFailed("RPC", listen, e)))
     const bound = socketServer.address
     // Built in this scope, not an inner one: the protocol's connection loop lives as long as the server.
     const serialization = yield* Layer.build(RpcSerialization.layerSchemaBinary())
@@ -573,9 +578,10 @@ export type TabletServerHandlers = RpcGroup.HandlersFrom<RpcGroup.Rpcs<typeof Ta
  */
 export const serveTabletServerWith = (
   listen: Address,
-  handlers: TabletServerHandlers
+  handlers: TabletServerHandlers,
+  tls?: Tls.TlsOptions
 ): Effect.Effect<Address, ListenFailed, Scope.Scope> =>
-  Effect.flatMap(TabletServerRpcs.toHandlers(handlers), (context) => serveGroup(TabletServerRpcs, context, listen))
+  Effect.flatMap(TabletServerRpcs.toHandlers(handlers), (context) => serveGroup(TabletServerRpcs, context, listen, tls))
 
 /**
  * The handlers of `ControllerRpcs`.
@@ -595,14 +601,16 @@ const reconnectPolicy = Schedule.min([Schedule.exponential(100, 2), Schedule.spa
 export type Client<R extends Rpc.Any> = RpcClient.RpcClient<R, RpcClientError.RpcClientError>
 
 /**
- * A client of `group` at `address` (`host:port`), its connection living in `scope` and reconnecting by itself.
+ * A client of `group` at `address` (`host:port`), its connection living in `scope` and reconnecting by itself; over
+ * TLS when `tls` is given (a failed handshake fails the calls as a connection that cannot be opened does).
  *
  * @since 0.1.0
  */
 export const connectGroup = <R extends Rpc.Any>(
   group: RpcGroup.RpcGroup<R>,
   scope: Scope.Scope,
-  address: string
+  address: string,
+  tls?: PeerTls.PeerTls
 ): Effect.Effect<Client<R>, PeerUnreachable> => {
   const parsed = parseAddress(address)
   if (parsed === undefined) {
@@ -612,7 +620,11 @@ export const connectGroup = <R extends Rpc.Any>(
   // after it until a reconnection, tried again and again in the background, succeeds: a caller learns a peer is gone
   // in a round trip, not after its request timeout.
   const protocol = RpcClient.layerProtocolSocket({ retryTransientErrors: false, retryPolicy: reconnectPolicy }).pipe(
-    Layer.provide(NodeSocket.layerNet({ host: parsed.host, port: parsed.port })),
+    Layer.provide(
+      tls === undefined
+        ? NodeSocket.layerNet({ host: parsed.host, port: parsed.port })
+        : NodeSocket.layerTls(tls.client(parsed.host, parsed.port))
+    ),
     Layer.provide(RpcSerialization.layerSchemaBinary())
   )
   // Built in the peers' scope, not in one that closes once the client is made.

@@ -23,10 +23,18 @@ export const range: ReadonlyArray<number> = [
   ...Array.from({ length: seedCount }, (_, i) => firstSeed + i),
   ...regressions.filter((s) => s < firstSeed || s >= firstSeed + seedCount)
 ]
+/**
+ * How many seeds of the range the rebalance family's file runs (`STRATA_SIM_REBALANCING_SEEDS`; half the range by
+ * default: the family also runs on a third of the correct variant's seeds, and its seeds are the slowest).
+ */
+export const rebalancingCount = envInt("STRATA_SIM_REBALANCING_SEEDS", Math.ceil(seedCount / 2))
 /** The one seed to replay, printing its trace. */
 export const replaySeed = process.env.STRATA_SIM_SEED === undefined ? undefined : envInt("STRATA_SIM_SEED", 0)
 /** The seeds a correct variant runs: the replayed one, or the range. */
 export const seeds: ReadonlyArray<number> = replaySeed === undefined ? range : [replaySeed]
+/** The seeds the rebalance family's file runs: the replayed one, or the first `rebalancingCount` of the range. */
+export const rebalancingSeeds: ReadonlyArray<number> =
+  replaySeed === undefined ? range.slice(0, rebalancingCount) : [replaySeed]
 /** How the seeds are named in a test's title. */
 export const title = replaySeed === undefined ? `${range.length} seeds` : `seed=${replaySeed}`
 
@@ -40,16 +48,17 @@ export const selectedVariant = (): Sim.Variant => {
 }
 
 /**
- * Runs `variant` on every seed of `seeds`, handing each result to `each` (a replayed seed's trace printed first);
+ * Runs `variant` on every seed of `among` (`seeds` unless given), handing each result to `each` (a replayed seed's trace printed first);
  * the failed seeds' results.
  */
 export const runAll = (
   variant: Sim.Variant,
-  each: (result: Sim.Result) => void = () => {}
+  each: (result: Sim.Result) => void = () => {},
+  among: ReadonlyArray<number> = seeds
 ): Effect.Effect<ReadonlyArray<Sim.Result>> =>
   Effect.gen(function* () {
     const failures: Array<Sim.Result> = []
-    for (const seed of seeds) {
+    for (const seed of among) {
       const result = yield* Sim.run(seed, variant)
       if (replaySeed !== undefined) console.log(`${result.trace.join("\n")}\nstats: ${JSON.stringify(result.stats)}`)
       if (result.violations.length > 0) failures.push(result)
@@ -59,11 +68,11 @@ export const runAll = (
   })
 
 /** Fails with the first failed seed described and the command that replays it. */
-export const assertNoFailures = (failures: ReadonlyArray<Sim.Result>): void => {
+export const assertNoFailures = (failures: ReadonlyArray<Sim.Result>, among: ReadonlyArray<number> = seeds): void => {
   const first = failures[0]
   if (first !== undefined)
     assert.fail(
-      `${failures.length} of ${seeds.length} seeds failed (${failures
+      `${failures.length} of ${among.length} seeds failed (${failures
         .slice(0, 20)
         .map((f) => f.seed)
         .join(", ")})\n${Sim.describeFailure(first)}`

@@ -26,6 +26,8 @@ export const fromClient =
         return logError(new Log.Closed({ what: "the strata log" }))
       case "Abandoned":
         return logError(new Log.IoError({ operation, detail: r.message, retryable: false }))
+      case "HandshakeFailed":
+        return logError(new Log.AuthenticationFailed({ brokers: [r.target], detail: r.detail }))
       case "DeliveryUnknown":
       case "NoProducerId":
         return logError(new Log.IoError({ operation, detail: r.message, retryable: true }))
