@@ -123,6 +123,10 @@ const hintOf = (command: string, error: unknown): string | undefined => {
           : `check ${dataFlag} (a directory this process can create and write, used by one process at a time)`
     case "InvalidConfig":
       return "fix that setting (in --config's file, the STRATA_ environment, or the flags)"
+    case "TabletClientError":
+      return reason === "HandshakeFailed"
+        ? "check tlsCa (the CA of the cluster's certificates), and tlsCert and tlsKey (a certificate that CA signed)"
+        : undefined
     case "CoordinationError":
       return reason === "NotAuthorized"
         ? "give every process of the cluster the same coordinationUsername and $STRATA_COORDINATION_PASSWORD"

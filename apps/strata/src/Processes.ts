@@ -11,6 +11,7 @@
  *
  * @since 0.1.0
  */
+import { Coordination } from "@strata/core"
 import { CoordinatorNode, TabletServerNode } from "@strata/replica"
 import { Effect, Layer, type Scope } from "effect"
 import * as Logging from "./Logging.js"
@@ -94,6 +95,16 @@ export const coordinator = (sources: ServerConfig.Sources) =>
         yield* Effect.logInfo(
           `coordinator ${settings.id} ops endpoint on http://${ops} (/metrics, /healthz, /readyz, /cluster, /rebalance)`
         )
+        // Until interrupted, or until the coordination refuses this coordinator's identity (it stops by itself then).
+        const down = yield* node.coordinator.awaitState((s) => s._tag === "Down").pipe(Effect.orDie)
+        if (down._tag === "Down" && down.refused !== undefined) {
+          return yield* Effect.fail(
+            Coordination.coordinationError(
+              new Coordination.NotAuthorized({ path: settings.namespace ?? "/strata", detail: down.refused })
+            )
+          )
+        }
+        return yield* Effect.never
       }),
       ServerConfig.coordinationLayer(settings.coordination, settings)
     ).pipe(

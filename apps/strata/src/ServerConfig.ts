@@ -403,12 +403,13 @@ export const peerTlsOf = (
     }
     // Checked here, where the files are known: a PEM that does not parse is named by its key and file.
     yield* Effect.mapError(PeerTls.make(options), (e) => {
-      const name = e.option.replace(/^tls\.(\w)/, (_, c: string) => `tls${c.toUpperCase()}`)
+      const setting = (text: string) => text.replace(/\btls\.(\w)/g, (_, c: string) => `tls${c.toUpperCase()}`)
+      const name = setting(e.option)
       const file = { tlsCa, tlsCert, tlsKey }[name as "tlsCa" | "tlsCert" | "tlsKey"]
       return new InvalidConfig({
         key: name,
         source: file === undefined ? "settings" : `the file ${file}`,
-        detail: e.detail
+        detail: setting(e.detail)
       })
     })
     return options

@@ -1,7 +1,8 @@
 /**
  * A cluster whose processes authenticate to ZooKeeper (`coordinationUsername`, `$STRATA_COORDINATION_PASSWORD`):
- * its nodes are writable by that identity only, so a session without the credentials cannot delete or change them
- * and a tablet server without them cannot register; the password appears in no process's log or command output.
+ * its nodes are writable by that identity only, so a session without the credentials cannot delete or change them,
+ * a tablet server without them cannot register and a coordinator without them stops; the password appears in no
+ * process's log or command output.
  */
 import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
@@ -19,7 +20,7 @@ const credentials = { coordinationUsername: "strata-cluster", coordinationPasswo
 
 describe("a cluster on ZooKeeper with digest credentials", () => {
   it.live(
-    "its nodes refuse a session without the credentials, a tablet server without them cannot register, and no output holds the password",
+    "its nodes refuse a session without the credentials, a tablet server without them cannot register, a coordinator without them stops, and no output holds the password",
     () =>
       Effect.gen(function* () {
         const { cluster, namespace, directory } = yield* zooKeeperCluster(processes, "acl", credentials)
@@ -61,6 +62,11 @@ describe("a cluster on ZooKeeper with digest credentials", () => {
         const intruder = yield* run(["tablet-server", "--id", "9", "--data", join(directory, "intruder")], bare)
         assert.notStrictEqual(intruder.code, 0)
         assert.match(intruder.stderr, /not authorized/i)
+        // Nor a coordinator: it stops by itself, with one line, rather than campaign in vain.
+        const rogue = yield* run(["coordinator", "--id", "109"], bare)
+        assert.notStrictEqual(rogue.code, 0)
+        assert.match(rogue.stderr, /not authorized .*coordinationUsername/i)
+        assert.lengthOf(rogue.stderr.trim().split("\n"), 1)
 
         // The cluster is intact, and the password is nowhere in what its processes and commands printed.
         const described = yield* run(["tablets", "describe", "orders"], env)
@@ -70,7 +76,7 @@ describe("a cluster on ZooKeeper with digest credentials", () => {
           cluster.log("coordinator", 101),
           cluster.log("tablet-server", 1),
           cluster.log("tablet-server", 2),
-          ...[created, status, intruder, described].map((r) => r.stdout + r.stderr)
+          ...[created, status, intruder, rogue, described].map((r) => r.stdout + r.stderr)
         ].join("\n")
         assert.notInclude(printed, PASSWORD)
       }).pipe(Effect.scoped)

@@ -338,6 +338,17 @@ const followLeadership = <R>(shell: Shell<R>, current: Attempt, leadership: Elec
     yield* offer(shell, endToInput(yield* leadership.lost), source)
   })
 
+/** Whether a campaign's failure is the coordination refusing this process's identity (`NotAuthorized`). */
+const refusedIdentity = (error: unknown): boolean => {
+  let at: unknown = error
+  for (let depth = 0; depth < 6 && typeof at === "object" && at !== null; depth++) {
+    if ((at as { readonly _tag?: unknown })._tag === "NotAuthorized") return true
+    const { reason, cause } = at as { readonly reason?: unknown; readonly cause?: unknown }
+    at = reason ?? cause
+  }
+  return false
+}
+
 /** `CreateCandidate`: campaign, then report the election, the leadership's events and its end as inputs. */
 const createCandidate = <R>(shell: Shell<R>) =>
   Effect.gen(function* () {
@@ -353,7 +364,14 @@ const createCandidate = <R>(shell: Shell<R>) =>
     current.campaign = yield* shell.election.campaign(shell.candidate).pipe(
       Scope.provide(current.scope),
       Effect.matchEffect({
-        onFailure: (error) => offer(shell, Lifecycle.Input.CampaignFailed(error.message), source),
+        onFailure: (error) =>
+          offer(
+            shell,
+            refusedIdentity(error)
+              ? Lifecycle.Input.CampaignRefused(error.message)
+              : Lifecycle.Input.CampaignFailed(error.message),
+            source
+          ),
         onSuccess: (leadership) =>
           Effect.gen(function* () {
             current.leadership = leadership

@@ -19,6 +19,7 @@
  * | Electing | Elected(epoch > last) | Leader(Initialising) | Log, AcquireLeaderResources(epoch) |
  * | Electing | Elected(epoch <= last) | Standby | Log, CloseCampaign, ScheduleCampaign(backoff) |
  * | Electing | CampaignFailed | Standby | Log, CloseCampaign, ScheduleCampaign(backoff) |
+ * | Electing | CampaignRefused | Down | CloseCampaign, Log |
  * | Electing | Close | Down | CloseCampaign, Log |
  * | Leader(Initialising) | LeaderServicesReady | Leader(Ready) | Log |
  * | Leader(Initialising) | LeaderServicesFailed | Standby | Log, ReleaseLeaderResources, CloseCampaign, ScheduleCampaign(backoff) |
@@ -88,12 +89,14 @@ export const Leader = Schema.TaggedStruct("Leader", {
 export type Leader = typeof Leader.Type
 
 /**
- * Closed. Terminal: every input is illegal.
+ * Closed. Terminal: every input is illegal. `refused` says why when the coordination refused this coordinator's
+ * identity (it stopped by itself rather than campaign in vain).
  *
  * @since 0.1.0
  */
 export const Down = Schema.TaggedStruct("Down", {
-  serverId: Models.ServerId
+  serverId: Models.ServerId,
+  refused: Schema.optional(Schema.String)
 })
 /** @since 0.1.0 */
 export type Down = typeof Down.Type
@@ -125,7 +128,8 @@ export const initial = (serverId: Models.ServerId): State => ({
 
 /**
  * Inputs fed by the shell: `Start` and `Close` from the owner, `Campaign` from
- * the shell's timer, `Elected` / `CampaignFailed` from the campaign,
+ * the shell's timer, `Elected` / `CampaignFailed` / `CampaignRefused` (the coordination refused this process's
+ * identity: its credentials, or their permissions) from the campaign,
  * `SessionLost` / `Fenced` / `Resign` from the leadership's end (or the owner's
  * `resign`), `Lapsed` from the leadership's deadline, `ConnectionSuspended` /
  * `ConnectionRestored` from its session, `LeaderServicesReady` /
@@ -138,6 +142,7 @@ export type Input =
   | { readonly _tag: "Campaign" }
   | { readonly _tag: "Elected"; readonly epoch: Models.Epoch }
   | { readonly _tag: "CampaignFailed"; readonly cause: string }
+  | { readonly _tag: "CampaignRefused"; readonly cause: string }
   | { readonly _tag: "LeaderServicesReady" }
   | { readonly _tag: "LeaderServicesFailed"; readonly cause: string }
   | { readonly _tag: "SessionLost" }
@@ -158,6 +163,7 @@ export const Input = {
   Campaign: { _tag: "Campaign" } as Input,
   Elected: (epoch: Models.Epoch): Input => ({ _tag: "Elected", epoch }),
   CampaignFailed: (cause: string): Input => ({ _tag: "CampaignFailed", cause }),
+  CampaignRefused: (cause: string): Input => ({ _tag: "CampaignRefused", cause }),
   LeaderServicesReady: { _tag: "LeaderServicesReady" } as Input,
   LeaderServicesFailed: (cause: string): Input => ({ _tag: "LeaderServicesFailed", cause }),
   SessionLost: { _tag: "SessionLost" } as Input,
@@ -179,6 +185,7 @@ export const inputTags: ReadonlyArray<Input["_tag"]> = [
   "Campaign",
   "Elected",
   "CampaignFailed",
+  "CampaignRefused",
   "LeaderServicesReady",
   "LeaderServicesFailed",
   "SessionLost",
@@ -271,6 +278,8 @@ const target = (state: State, input: Input): string => {
       return `Leader(epoch ${input.epoch}) via Elected`
     case "Close":
       return "Down via Close"
+    case "CampaignRefused":
+      return "Down via CampaignRefused"
     case "LeaderServicesReady":
       return "Leader(Ready) via LeaderServicesReady"
     case "ConnectionSuspended":
@@ -363,6 +372,12 @@ export const step = (state: State, input: Input): Result.Result<Step, Errors.Ill
               ])
         case "CampaignFailed":
           return rejoin(state.serverId, state.lastEpoch, `campaign failed: ${input.cause}`, false)
+        case "CampaignRefused":
+          // Campaigning again would be refused again: the coordinator stops, and its owner says why.
+          return ok({ _tag: "Down", serverId: state.serverId, refused: input.cause }, [
+            Command.CloseCampaign,
+            Command.Log(`coordinator stopped: the coordination refused its identity: ${input.cause}`)
+          ])
         case "Close":
           return ok({ _tag: "Down", serverId: state.serverId }, [Command.CloseCampaign, closed])
         default:

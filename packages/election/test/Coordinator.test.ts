@@ -543,6 +543,35 @@ describe("Coordinator", () => {
     }).pipe(withMemory())
   )
 
+  it.effect(
+    "a campaign the coordination refuses (NotAuthorized) stops the coordinator: Down with the refusal, no second campaign",
+    () =>
+      Effect.gen(function* () {
+        let campaigns = 0
+        const refusing: Election.Shape["campaign"] = () =>
+          Effect.suspend(() => {
+            campaigns++
+            return Effect.fail(
+              new Election.ElectionError({
+                reason: new Election.CoordinationFailed({
+                  cause: Coordination.coordinationError(
+                    new Coordination.NotAuthorized({ path: "/strata/coordinators", detail: "NoAuth" })
+                  )
+                })
+              })
+            )
+          })
+        const { coordinator, scope } = yield* onFakeElection(refusing)
+        const down = yield* coordinator.awaitState((s) => s._tag === "Down")
+        assert.strictEqual(down._tag, "Down")
+        assert.include(down._tag === "Down" ? (down.refused ?? "") : "", "NoAuth")
+        yield* coordinator.join
+        yield* settle
+        assert.strictEqual(campaigns, 1)
+        yield* Scope.close(scope, Exit.void)
+      }).pipe(withMemory())
+  )
+
   it.effect("a 'ready' queued behind the session loss of its leadership is dropped, not fed to the machine", () =>
     Effect.gen(function* () {
       const events: Array<string> = []

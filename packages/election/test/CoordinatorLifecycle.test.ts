@@ -36,6 +36,7 @@ const inputs = {
   Elected3: Input.Elected(3),
   Elected7: Input.Elected(7),
   CampaignFailed: Input.CampaignFailed("boom"),
+  CampaignRefused: Input.CampaignRefused("NoAuth"),
   Fenced2: Input.Fenced(2),
   Fenced3: Input.Fenced(3),
   Fenced9: Input.Fenced(9),
@@ -74,6 +75,12 @@ const rejoined = (message: string, release = true): ReadonlyArray<CommandT> => [
 
 type Expected = readonly [State, ReadonlyArray<CommandT>]
 
+/** Stopped by itself: the coordination refused its identity. */
+const refused: Expected = [
+  { _tag: "Down", serverId: id, refused: "NoAuth" },
+  [Command.CloseCampaign, log("coordinator stopped: the coordination refused its identity: NoAuth")]
+]
+
 /** The outcomes of a leader of epoch 3 in either phase. */
 const asLeader = (self: State): Partial<Record<InputName, Expected>> => ({
   SessionLost: [standbyAt(3), rejoined("coordinator leadership with epoch 3 lost: session expired")],
@@ -109,12 +116,14 @@ const allowed: Record<StateName, Partial<Record<InputName, Expected>>> = {
     Elected3: [leader(3, "Initialising"), becameLeader(3)],
     Elected7: [leader(7, "Initialising"), becameLeader(7)],
     CampaignFailed: [standbyAt(null), rejoined("campaign failed: boom", false)],
+    CampaignRefused: refused,
     Close: [down, [Command.CloseCampaign, closed]]
   },
   electing5: {
     Elected3: [standbyAt(5), rejoined("won epoch 3, not above the epoch 5 already seen: giving it up", false)],
     Elected7: [leader(7, "Initialising"), becameLeader(7)],
     CampaignFailed: [standbyAt(5), rejoined("campaign failed: boom", false)],
+    CampaignRefused: refused,
     Close: [down, [Command.CloseCampaign, closed]]
   },
   leaderInit: {
@@ -153,7 +162,7 @@ describe("CoordinatorLifecycle.step", () => {
         forbiddenPairs.length + pairs.filter(([s, i]) => allowed[s][i] !== undefined).length,
         stateNames.length * inputNames.length
       )
-      assert.strictEqual(pairs.length, 128)
+      assert.strictEqual(pairs.length, 136)
     })
     it.each(forbiddenPairs)("%s --%s--> IllegalStateTransition", (s, i) => {
       const result = step(states[s], inputs[i])
@@ -265,6 +274,7 @@ describe("CoordinatorLifecycle.step", () => {
       ["Elected(epoch > last)", Input.Elected(7)],
       ["Elected(epoch <= last)", Input.Elected(5)],
       ["CampaignFailed", Input.CampaignFailed("x")],
+      ["CampaignRefused", Input.CampaignRefused("x")],
       ["LeaderServicesReady", Input.LeaderServicesReady],
       ["LeaderServicesFailed", Input.LeaderServicesFailed("x")],
       ["SessionLost", Input.SessionLost],
@@ -313,9 +323,10 @@ describe("CoordinatorLifecycle.step", () => {
 const stepImpl: StepFn = step
 
 const randomInput = (next: () => number): InputT => {
-  // Close ends a walk, so it is rare; every other tag is equally likely.
+  // Close and CampaignRefused end a walk, so they are rare; every other tag is equally likely.
   if (next() < 0.01) return Input.Close
-  const open = inputTags.filter((t) => t !== "Close")
+  if (next() < 0.005) return Input.CampaignRefused("random refusal")
+  const open = inputTags.filter((t) => t !== "Close" && t !== "CampaignRefused")
   const tag = open[Math.floor(next() * open.length)] ?? "Start"
   const epoch = Math.floor(next() * 12)
   switch (tag) {

@@ -159,13 +159,12 @@ export interface TransportShape {
 /** Connections over TCP, and TLS when `tls` is given. */
 function tcpWith(tls: PeerTls.PeerTls | undefined): TransportShape {
   return {
-    ...(tls === undefined
-      ? {}
-      : {
-          closedAtOnce: tls.hasCertificate
-            ? "over TLS, this is also how a server refuses a certificate the cluster's CA did not sign"
-            : "over TLS, this is also how a server that requires a client certificate refuses a connection without one"
-        }),
+    closedAtOnce:
+      tls === undefined
+        ? "a server that speaks TLS closes a plaintext connection so: if the cluster's processes use TLS, give this one their TLS settings (tls; the CLI's tlsCa)"
+        : tls.hasCertificate
+          ? "over TLS, this is also how a server refuses a certificate the cluster's CA did not sign"
+          : "over TLS, this is also how a server that requires a client certificate refuses a connection without one",
     rpc: (group, address, scope) => connectGroup(group, scope, address, tls),
     dataLink: (address, scope) => {
       const parsed = parseAddress(address)
@@ -250,10 +249,12 @@ const describeRpcError = (
       ? null
       : /(tlsv1\d? alert [a-z ]+|sslv3 alert [a-z ]+|wrong version number)/.exec(reason.message)
   const why = reason === undefined ? undefined : openssl === null ? reason.message : `${openssl[1]} (${String(code)})`
-  const line = why === undefined ? e.message : `${e.message}: ${why}`
+  const refused = typeof code === "string" && Errors.TLS_REFUSAL.test(code)
+  // A refused handshake is said by its reason alone: the socket's own words add nothing.
+  const line = why === undefined ? e.message : refused ? why : `${e.message}: ${why}`
   return {
     detail: closedAtOnce !== undefined && e.reason._tag === "SocketCloseError" ? `${line} (${closedAtOnce})` : line,
-    refused: typeof code === "string" && Errors.TLS_REFUSAL.test(code)
+    refused
   }
 }
 
