@@ -6,7 +6,7 @@ import { join } from "node:path"
 import { fileURLToPath } from "node:url"
 import type { Coordination } from "../packages/core/src/index.js"
 import * as ZooKeeperCoordination from "../packages/election/src/ZooKeeperCoordination.js"
-import { TabletClient } from "../packages/replica/src/index.js"
+import { type PeerTls, TabletClient } from "../packages/replica/src/index.js"
 import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { nodeRunner } from "../scripts/test-support/nodeRunner.js"
 import * as ProcessCluster from "../scripts/test-support/processCluster.js"
@@ -33,7 +33,9 @@ export const startStrata = async (
   /** The client's replication settings (the cluster's, when they are all there is). */
   replication: Settings = settings,
   /** Node's options for every process of the cluster (e.g. `--cpu-prof`). */
-  nodeOptions: ReadonlyArray<string> = []
+  nodeOptions: ReadonlyArray<string> = [],
+  /** The client's TLS, for a cluster whose processes speak TLS (`tlsCa`, `tlsCert`, `tlsKey` in `settings`). */
+  tls?: PeerTls.PeerTlsOptions
 ): Promise<StrataSide> => {
   const bundled = await nodeRunner("strata", fileURLToPath(new URL("../apps/strata/src/bin.ts", import.meta.url)), [
     "classic-level",
@@ -66,7 +68,8 @@ export const startStrata = async (
       linger: 0,
       deliveryTimeout: "120 seconds",
       requestTimeout: "20 seconds",
-      replication
+      replication,
+      ...(tls === undefined ? {} : { tls })
     })
   )
   return {
