@@ -9,6 +9,8 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { MemoryCoordination } from "@strata/core"
+import { LogConformance } from "@strata/core/testing"
+import { StrataLog } from "@strata/replica/log"
 import { assert, describe, it } from "@effect/vitest"
 import {
   CoordinatorNode,
@@ -21,7 +23,7 @@ import {
   TabletServerNode
 } from "@strata/replica"
 import { Cause, Duration, Effect, Exit, Layer, Redacted } from "effect"
-import { afterAll, beforeAll } from "vitest"
+import { afterAll } from "vitest"
 import { makeCa, type TestCa } from "../../../scripts/test-support/certificates.js"
 
 const replication = {
@@ -32,17 +34,13 @@ const replication = {
   minInsyncReplicas: 2
 }
 
-let directory: string
-let cluster: TestCa
-let other: TestCa
-beforeAll(() => {
-  directory = mkdtempSync(join(tmpdir(), "strata-peer-tls-"))
-  cluster = makeCa(directory, "strata test cluster CA")
-  cluster.issue("node", { cn: "strata-node", ips: ["127.0.0.1"], dns: ["strata-cluster"] })
-  cluster.issue("named", { cn: "strata-named", dns: ["strata-cluster"] })
-  other = makeCa(directory, "another CA", "other-ca")
-  other.issue("rogue", { cn: "strata-rogue", ips: ["127.0.0.1"] })
-}, 60_000)
+// Made as the file loads: the conformance suite's layer below reads them.
+const directory = mkdtempSync(join(tmpdir(), "strata-peer-tls-"))
+const cluster: TestCa = makeCa(directory, "strata test cluster CA")
+cluster.issue("node", { cn: "strata-node", ips: ["127.0.0.1"], dns: ["strata-cluster"] })
+cluster.issue("named", { cn: "strata-named", dns: ["strata-cluster"] })
+const other: TestCa = makeCa(directory, "another CA", "other-ca")
+other.issue("rogue", { cn: "strata-rogue", ips: ["127.0.0.1"] })
 afterAll(() => rmSync(directory, { recursive: true, force: true }))
 
 /** TLS options with the cluster's CA and the certificate `name` of `ca` (none: CA only). */
@@ -87,6 +85,16 @@ const quickClient = (tls: PeerTls.PeerTlsOptions | undefined) =>
     deliveryTimeout: "2 seconds",
     ...(tls === undefined ? {} : { tls })
   })
+
+// Core's Log conformance on StrataLog over a cluster whose processes and client speak mutual TLS.
+LogConformance.suite(
+  "strata over TLS",
+  StrataLog.layer({ client: { linger: 1, tls: tlsWith("node") } }).pipe(
+    Layer.provideMerge(Layer.effectDiscard(startCluster(tlsWith("node")))),
+    Layer.provide(MemoryCoordination.layer())
+  ),
+  { capabilities: StrataLog.capabilities, timeout: "20 seconds" }
+)
 
 describe("TLS between the cluster's processes", () => {
   it.live(
@@ -215,6 +223,26 @@ describe("TLS between the cluster's processes", () => {
         )
       }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
     60_000
+  )
+
+  it.live("StrataLog reports a refused handshake as the log's AuthenticationFailed, at once", () =>
+    Effect.gen(function* () {
+      yield* startCluster(tlsWith("node"))
+      const error = yield* Effect.flip(
+        Effect.flatMap(
+          StrataLog.make({
+            client: { tls: tlsWith(undefined), requestTimeout: "1 second", deliveryTimeout: "2 seconds" }
+          }),
+          (log) => log.ensureTopic({ topic: "never", partitions: 1 })
+        )
+      )
+      assert.strictEqual(
+        error._tag === "LogError" ? error.reason._tag : error._tag,
+        "AuthenticationFailed",
+        error.message
+      )
+      assert.match(error.message, /certificate required/)
+    }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
   it.live("without mutual, a client with the CA alone is served", () =>
