@@ -23,6 +23,8 @@ export interface TestCa {
       readonly ips?: ReadonlyArray<string>
       readonly dns?: ReadonlyArray<string>
       readonly usage?: string
+      /** How long it is valid, in days (2 by default; 0: it expires as it is made). */
+      readonly days?: number
     }
   ) => void
 }
@@ -80,7 +82,7 @@ export const makeCa = (directory: string, subject: string, ca = "ca"): TestCa =>
         "-out",
         `${name}.pem`,
         "-days",
-        "2",
+        String(options.days ?? 2),
         "-extfile",
         `${name}.ext`
       )

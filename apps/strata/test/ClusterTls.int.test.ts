@@ -2,8 +2,8 @@
  * A cluster whose processes speak TLS to each other (`tlsCa`, `tlsCert`, `tlsKey`, client certificates required): real
  * coordinator and tablet server processes on ZooKeeper, certificates made by openssl for the test. A client with the
  * cluster's certificate writes and reads, the followers replicating over TLS between processes; an operator's command
- * without a certificate, not trusting the cluster's CA, or with a key that is not its certificate's fails in one line;
- * no output holds a private key.
+ * without a certificate, not trusting the cluster's CA, or with a key that is not its certificate's fails in one line,
+ * and a tablet server given another CA's certificate stops before it registers; no output holds a private key.
  */
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -23,7 +23,7 @@ afterAll(() => rmSync(certificates, { recursive: true, force: true }))
 
 describe("a cluster over TLS between its processes", () => {
   it.live(
-    "a client with the cluster's certificate writes and reads on 3 replicas; an operator's command without a certificate, not trusting the cluster's CA, or with a key that is not its certificate's, fails in one line; no output holds a key",
+    "a client with the cluster's certificate writes and reads on 3 replicas; an operator's command without a certificate, not trusting the cluster's CA, or with a key that is not its certificate's, fails in one line; a server with another CA's certificate stops; no output holds a key",
     () =>
       Effect.gen(function* () {
         const ca = makeCa(certificates, "strata cluster CA")
@@ -110,13 +110,23 @@ describe("a cluster over TLS between its processes", () => {
         )
 
         for (const refused of [bare, untrusting, mismatched]) assert.lengthOf(refused.stderr.trim().split("\n"), 1)
+        // A tablet server given another CA's certificate stops before it registers, in one line.
+        const intruder = yield* run(["tablet-server", "--id", "9", "--data", join(certificates, "intruder")], {
+          ...operator,
+          STRATA_TLS_CERT: other.file("rogue.pem"),
+          STRATA_TLS_KEY: other.file("rogue-key.pem")
+        })
+        assert.notStrictEqual(intruder.code, 0)
+        assert.match(intruder.stderr, /tls\.cert .*not signed by the CA of tls\.ca/)
+        assert.lengthOf(intruder.stderr.trim().split("\n"), 1)
+
         const described = yield* run(["tablets", "describe", "orders"], operator)
         assert.strictEqual(described.code, 0, described.stderr)
         assert.match(described.stdout, /orders:1/)
         const printed = [
           cluster.log("coordinator", 101),
           ...[1, 2, 3].map((id) => cluster.log("tablet-server", id)),
-          ...[created, bare, untrusting, mismatched, described].map((r) => r.stdout + r.stderr)
+          ...[created, bare, untrusting, mismatched, intruder, described].map((r) => r.stdout + r.stderr)
         ].join("\n")
         for (const key of [ca.pem("node-key.pem"), ca.pem("operator-key.pem"), other.pem("rogue-key.pem")]) {
           assert.notInclude(printed, key.split("\n")[1]!)

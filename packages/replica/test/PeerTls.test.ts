@@ -23,6 +23,7 @@ import {
   TabletServerNode
 } from "@strata/replica"
 import { Cause, Duration, Effect, Exit, Layer, Redacted } from "effect"
+import { TestClock } from "effect/testing"
 import { afterAll } from "vitest"
 import { makeCa, type TestCa } from "../../../scripts/test-support/certificates.js"
 
@@ -41,6 +42,7 @@ cluster.issue("node", { cn: "strata-node", ips: ["127.0.0.1"], dns: ["strata-clu
 cluster.issue("named", { cn: "strata-named", dns: ["strata-cluster"] })
 const other: TestCa = makeCa(directory, "another CA", "other-ca")
 other.issue("rogue", { cn: "strata-rogue", ips: ["127.0.0.1"] })
+cluster.issue("expired", { cn: "strata-expired", ips: ["127.0.0.1"], days: 0 })
 afterAll(() => rmSync(directory, { recursive: true, force: true }))
 
 /** TLS options with the cluster's CA and the certificate `name` of `ca` (none: CA only). */
@@ -171,7 +173,7 @@ describe("TLS between the cluster's processes", () => {
   )
 
   it.live(
-    "a tablet server whose certificate another CA signed cannot join a tablet's replicas: a move onto it never completes, the tablet stays writable on its ISR, and cancelling the move ends it",
+    "a tablet server whose certificate another CA signed stops before it registers; one that trusts that CA too registers but cannot join a tablet's replicas: a move onto it never completes, the tablet stays writable, and cancelling the move ends it",
     () =>
       Effect.gen(function* () {
         yield* startCluster(tlsWith("node"))
@@ -179,15 +181,21 @@ describe("TLS between the cluster's processes", () => {
         const [created] = yield* client.createTable("guarded", { buckets: 1 })
         const tablet = created!.tablet
         yield* client.send(tablet, records(50))
-        // The intruder trusts the cluster's CA but presents another's certificate.
-        const intruder = yield* server(4, tlsWith("rogue", other))
+        // Given the cluster's CA but another CA's certificate, it cannot listen as its peers would accept: it stops.
+        const refused = yield* Effect.flip(Effect.scoped(server(4, tlsWith("rogue", other))))
+        assert.include(refused.message, "tls.cert")
+        assert.include(refused.message, "not signed by the CA of tls.ca")
+        assert.notInclude(
+          (yield* client.metadata()).servers.map((s) => s.id),
+          4
+        )
+        // An intruder that trusts its own CA registers (coordination credentials guard that), but nobody talks to it.
+        const intruder = yield* server(4, tlsWith("rogue", other, other))
         const moving = yield* client.reassign(tablet, [...created!.replicas, 4])
         assert.deepStrictEqual(moving.target, [...created!.replicas, 4])
-        // Written and acknowledged by the ISR meanwhile; the intruder's replica gets nothing.
         for (let i = 1; i < 5; i++) yield* client.send(tablet, records(50, i * 50))
         yield* Effect.sleep(Duration.seconds(2))
-        const state = yield* client.metadata("guarded")
-        const now = state.tablets[0]!
+        const now = (yield* client.metadata("guarded")).tablets[0]!
         assert.notInclude(now.isr, 4)
         assert.isDefined(now.target, "the move is still under way")
         // The controller could not tell it of the replica (it does not trust the intruder's certificate), and its
@@ -267,6 +275,11 @@ describe("TLS between the cluster's processes", () => {
         assert.include(garbage, "tls.cert")
         const mismatched = yield* bad({ ...tlsWith("node"), key: Redacted.make(other.pem("rogue-key.pem")) })
         assert.include(mismatched, "tls.")
+        // Certificates are checked against the Clock: the test's starts at 0, before any certificate was valid.
+        assert.match(yield* bad(tlsWith("node")), /tls\.cert .*it is not valid before/)
+        yield* TestClock.setTime(Date.now())
+        const expired = yield* bad({ ...tlsWith("expired") })
+        assert.match(expired, /tls\.cert .*it expired on/)
         const badCa = yield* bad({
           ...tlsWith("node"),
           ca: "-----BEGIN CERTIFICATE-----\nxx\n-----END CERTIFICATE-----\n"

@@ -16,7 +16,7 @@ import * as Crypto from "node:crypto"
 import * as Net from "node:net"
 import * as Tls from "node:tls"
 import { OptionSchemas } from "@strata/core"
-import { Effect, Redacted, Schema } from "effect"
+import { Clock, Effect, Redacted, Schema } from "effect"
 import { type InvalidReplicaOptions, invalidOptions } from "./ReplicationConfig.js"
 
 /**
@@ -65,6 +65,8 @@ export interface PeerTls {
    * A function, so that printing the value shows no key.
    */
   readonly server: () => Tls.TlsOptions | undefined
+  /** Why this process cannot listen (no certificate, or one its peers would refuse), if it cannot. */
+  readonly cannotServe: string | undefined
   /** A TLS client's options for a connection to `host:port`. */
   readonly client: (host: string, port: number) => Tls.ConnectionOptions
 }
@@ -106,6 +108,25 @@ const checkPems = (o: typeof PeerTlsOptions.Type, key: string | undefined): Arra
 }
 
 /**
+ * Why `chain` (a certificate and the intermediates after it) does not lead to one of `cas`, or `undefined` when it
+ * does: each link issued and signed by the next, up to a CA of the bundle.
+ */
+const unchained = (
+  chain: ReadonlyArray<Crypto.X509Certificate>,
+  cas: ReadonlyArray<Crypto.X509Certificate>
+): string | undefined => {
+  let current = chain[0]!
+  for (let depth = 0; depth < 8; depth++) {
+    const signedBy = (c: Crypto.X509Certificate) => current.checkIssued(c) && current.verify(c.publicKey)
+    if (cas.some(signedBy)) return undefined
+    const next = chain.slice(1).find(signedBy)
+    if (next === undefined) break
+    current = next
+  }
+  return `it is not signed by the CA of tls.ca (its issuer: ${chain[0]!.issuer.replace(/\n/g, ", ")})`
+}
+
+/**
  * Checks `options` and makes the secure context: a PEM that does not parse, or a key that is not the certificate's,
  * fails naming the option (the key's value never shown). The certificate's own chain is not checked against the CA
  * here: a server or client that does not trust it refuses the handshake.
@@ -125,6 +146,23 @@ export const make = (options: PeerTlsOptions): Effect.Effect<PeerTls, InvalidRep
     const key = o.key === undefined ? undefined : Redacted.value(o.key)
     const [first, ...rest] = checkPems(o, key)
     if (first !== undefined) return yield* Effect.fail(invalidOptions([first, ...rest]))
+    // A listener's certificate must be one its peers accept: they trust the same CA as this process. (A client's may
+    // be another CA's: the servers' trust decides.)
+    const ca = certificates(o.ca) as ReadonlyArray<Crypto.X509Certificate>
+    const own = o.cert === undefined ? undefined : (certificates(o.cert) as ReadonlyArray<Crypto.X509Certificate>)
+    const now = yield* Clock.currentTimeMillis
+    const expired =
+      own === undefined
+        ? undefined
+        : Date.parse(own[0]!.validTo) < now
+          ? `it expired on ${own[0]!.validTo}`
+          : Date.parse(own[0]!.validFrom) > now
+            ? `it is not valid before ${own[0]!.validFrom}`
+            : undefined
+    if (expired !== undefined) {
+      return yield* Effect.fail(invalidOptions([{ option: "tls.cert", value: "(PEM)", detail: expired }]))
+    }
+    const serving = own === undefined ? "no certificate" : unchained(own, ca)
     const context = Tls.createSecureContext({
       ca: o.ca,
       ...(o.cert === undefined ? {} : { cert: o.cert }),
@@ -140,6 +178,7 @@ export const make = (options: PeerTlsOptions): Effect.Effect<PeerTls, InvalidRep
       mutual: o.mutual,
       hasCertificate: o.cert !== undefined,
       server: () => server,
+      cannotServe: serving,
       client: (host, port) => ({
         host,
         port,
@@ -157,17 +196,25 @@ export const make = (options: PeerTlsOptions): Effect.Effect<PeerTls, InvalidRep
   })
 
 /**
- * Fails unless `tls` can serve: a listener needs a certificate.
+ * Fails unless `tls` can serve: a listener needs a certificate signed by the CA it trusts (its peers trust the same),
+ * so a process given another CA's certificate stops before it registers.
  *
  * @since 0.1.0
  */
 export const serverOptions = (tls: PeerTls): Effect.Effect<Tls.TlsOptions, InvalidReplicaOptions> =>
   Effect.suspend(() => {
     const server = tls.server()
-    return server === undefined
+    return server === undefined || tls.cannotServe !== undefined
       ? Effect.fail(
           invalidOptions([
-            { option: "tls.cert", value: "undefined", detail: "a process that listens needs a certificate" }
+            {
+              option: "tls.cert",
+              value: server === undefined ? "undefined" : "(PEM)",
+              detail:
+                server === undefined
+                  ? "a process that listens needs a certificate"
+                  : `a process that listens needs one its peers accept: ${tls.cannotServe}`
+            }
           ])
         )
       : Effect.succeed(server)
