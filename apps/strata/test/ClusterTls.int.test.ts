@@ -23,7 +23,7 @@ afterAll(() => rmSync(certificates, { recursive: true, force: true }))
 
 describe("a cluster over TLS between its processes", () => {
   it.live(
-    "a client with the cluster's certificate writes and reads on 3 replicas; an operator's command without a certificate, not trusting the cluster's CA, or with a key that is not its certificate's, fails in one line; a server with another CA's certificate stops; no output holds a key",
+    "a client with the cluster's certificate writes and reads on 3 replicas; an operator's command without TLS, without a certificate, not trusting the cluster's CA, or with a key that is not its certificate's, fails in one line; a server with another CA's certificate stops; no output holds a key",
     () =>
       Effect.gen(function* () {
         const ca = makeCa(certificates, "strata cluster CA")
@@ -91,6 +91,11 @@ describe("a cluster over TLS between its processes", () => {
         assert.notStrictEqual(bare.code, 0)
         assert.match(bare.stderr, /TLS handshake with .* failed: .*certificate required/)
 
+        // Without any TLS setting: the servers speak TLS, and the command says so at once.
+        const { STRATA_TLS_CA: _a, ...plaintext } = caOnly
+        const unsecured = yield* run(["tablets", "describe", "orders"], plaintext)
+        assert.notStrictEqual(unsecured.code, 0)
+        assert.match(unsecured.stderr, /the server speaks TLS and this client has no TLS settings/)
         // Without the cluster's CA: the servers' certificates are not trusted.
         const untrusting = yield* run(["tablets", "describe", "orders"], {
           ...operator,
@@ -109,7 +114,8 @@ describe("a cluster over TLS between its processes", () => {
           /tlsKey \(from the file .*rogue-key\.pem\): it is not the private key of tlsCert/
         )
 
-        for (const refused of [bare, untrusting, mismatched]) assert.lengthOf(refused.stderr.trim().split("\n"), 1)
+        for (const refused of [bare, unsecured, untrusting, mismatched])
+          assert.lengthOf(refused.stderr.trim().split("\n"), 1)
         // A tablet server given another CA's certificate stops before it registers, in one line.
         const intruder = yield* run(["tablet-server", "--id", "9", "--data", join(certificates, "intruder")], {
           ...operator,
@@ -126,7 +132,7 @@ describe("a cluster over TLS between its processes", () => {
         const printed = [
           cluster.log("coordinator", 101),
           ...[1, 2, 3].map((id) => cluster.log("tablet-server", id)),
-          ...[created, bare, untrusting, mismatched, intruder, described].map((r) => r.stdout + r.stderr)
+          ...[created, bare, unsecured, untrusting, mismatched, intruder, described].map((r) => r.stdout + r.stderr)
         ].join("\n")
         for (const key of [ca.pem("node-key.pem"), ca.pem("operator-key.pem"), other.pem("rogue-key.pem")]) {
           assert.notInclude(printed, key.split("\n")[1]!)

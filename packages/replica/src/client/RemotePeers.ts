@@ -16,7 +16,7 @@ import { Cause, Context, Duration, Effect, Exit, Scope } from "effect"
 import type { Rpc, RpcClientError, RpcGroup } from "effect/rpc"
 import type { TabletServersShape } from "../wire/Peers.js"
 import * as DataLink from "../wire/DataLink.js"
-import type * as PeerTls from "../wire/PeerTls.js"
+import * as PeerTls from "../wire/PeerTls.js"
 import * as ConnectionPool from "./internal/connectionPool.js"
 import { PeerUnreachable, type PeersShape } from "../wire/Peers.js"
 import {
@@ -154,11 +154,29 @@ export interface TransportShape {
    * TLS 1.3 server that does not accept the client's certificate closes the connection without a word).
    */
   readonly closedAtOnce?: string | undefined
+  /**
+   * Why the server at `address` closed a connection as soon as it opened, when this transport can find out (a
+   * plaintext one asks whether a TLS server answers there): `undefined` when it cannot say.
+   */
+  readonly explainClose?: ((address: string) => Effect.Effect<string | undefined>) | undefined
+}
+
+/** Why a TLS server closed a plaintext client's connection: it speaks TLS (`undefined` when it does not). */
+const plaintextClose = (address: string): Effect.Effect<string | undefined> => {
+  const parsed = parseAddress(address)
+  return parsed === undefined
+    ? Effect.succeed(undefined)
+    : Effect.map(PeerTls.speaksTls(parsed.host, parsed.port), (tls) =>
+        tls
+          ? "the server speaks TLS and this client has no TLS settings: give it the cluster's (tls; the CLI's tlsCa, tlsCert and tlsKey)"
+          : undefined
+      )
 }
 
 /** Connections over TCP, and TLS when `tls` is given. */
 function tcpWith(tls: PeerTls.PeerTls | undefined): TransportShape {
   return {
+    ...(tls === undefined ? { explainClose: plaintextClose } : {}),
     closedAtOnce:
       tls === undefined
         ? "a server that speaks TLS closes a plaintext connection so: if the cluster's processes use TLS, give this one their TLS settings (tls; the CLI's tlsCa)"
@@ -217,8 +235,11 @@ interface Remote {
    * that knows only some coordinators' addresses finds the leader so).
    */
   controllerHint: string | undefined
-  /** The transport's `closedAtOnce`. */
+  /** The transport's `closedAtOnce` and `explainClose`. */
   readonly closedAtOnce: string | undefined
+  readonly explainClose: ((address: string) => Effect.Effect<string | undefined>) | undefined
+  /** The addresses whose RPC answered a call at least once. */
+  readonly answered: Set<string>
 }
 
 /** Whether a failure is the RPC client's own (the connection, not the peer's answer). */
@@ -262,7 +283,9 @@ const describeRpcError = (
 const timed = <A, E>(
   r: Remote,
   target: string,
-  call: Effect.Effect<A, E | RpcClientError.RpcClientError>
+  call: Effect.Effect<A, E | RpcClientError.RpcClientError>,
+  /** The peer's `host:port`, asked why when it closed the connection at once (`TransportShape.explainClose`). */
+  address?: string
 ): Effect.Effect<A, Exclude<E, RpcClientError.RpcClientError> | PeerUnreachable> =>
   call.pipe(
     Effect.timeoutOrElse({
@@ -270,9 +293,22 @@ const timed = <A, E>(
       orElse: () =>
         Effect.fail(new PeerUnreachable({ target, detail: `no answer within ${Duration.format(r.requestTimeout)}` }))
     }),
-    Effect.catchIf(isRpcClientError, (e) =>
-      Effect.fail(new PeerUnreachable({ target, ...describeRpcError(e, r.closedAtOnce) }))
-    ),
+    Effect.tap(() => Effect.sync(() => address !== undefined && r.answered.add(address))),
+    Effect.catchIf(isRpcClientError, (e) => {
+      const described = describeRpcError(e, r.closedAtOnce)
+      const explain = r.explainClose
+      // Asked only of a peer that never answered: one that did speaks this transport (it restarted, say).
+      return e.reason._tag === "SocketCloseError" &&
+        explain !== undefined &&
+        address !== undefined &&
+        !r.answered.has(address)
+        ? Effect.flatMap(explain(address), (why) =>
+            Effect.fail(
+              new PeerUnreachable(why === undefined ? { target, ...described } : { target, detail: why, refused: true })
+            )
+          )
+        : Effect.fail(new PeerUnreachable({ target, ...described }))
+    }),
     // An answer that did not decode (a peer of another version, say) must not end the caller's fiber.
     Effect.catchDefect((defect) =>
       Effect.fail(new PeerUnreachable({ target, detail: `the call failed: ${String(defect)}` }))
@@ -328,7 +364,7 @@ const onServer = <A, E>(
     `server ${id}`,
     Effect.flatMap(r.options.locate(id), (address) =>
       Effect.flatMap(connectionAt(r.servers, r.located, id, address), (client) =>
-        timed(r, `server ${id} (${address})`, call(client))
+        timed(r, `server ${id} (${address})`, call(client), address)
       )
     )
   )
@@ -419,7 +455,7 @@ const callController = <A, E>(
     r.controllerAt = address
     if (before !== undefined && before !== address) yield* r.controllers.retire(before)
     const client = yield* r.controllers.get(address)
-    return yield* timed(r, `the controller (${address})`, call(client))
+    return yield* timed(r, `the controller (${address})`, call(client), address)
   }).pipe(
     Effect.tapError((e) =>
       Effect.sync(() => {
@@ -522,7 +558,9 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       linked: new Map(),
       controllerAt: undefined,
       controllerHint: undefined,
-      closedAtOnce: transport.closedAtOnce
+      closedAtOnce: transport.closedAtOnce,
+      explainClose: transport.explainClose,
+      answered: new Set()
     }
     return { peers: peersOf(r), servers: tabletServersOf(r), server: serverCallsOf(r), admin: adminOf(r) }
   })

@@ -219,3 +219,29 @@ export const serverOptions = (tls: PeerTls): Effect.Effect<Tls.TlsOptions, Inval
         )
       : Effect.succeed(server)
   })
+
+/**
+ * Whether a TLS server answers at `host:port`: a handshake that completes there, the server's certificate not checked
+ * and none presented (a server that requires one refuses it only after). What a plaintext client asks when a server
+ * closes its connections without a word, as a TLS server does. Never fails; `false` after `timeoutMs`.
+ *
+ * @since 0.1.0
+ */
+export const speaksTls = (host: string, port: number, timeoutMs = 2_000): Effect.Effect<boolean> =>
+  Effect.callback<boolean>((resume) => {
+    const socket = Tls.connect({
+      host,
+      port,
+      rejectUnauthorized: false,
+      ...(Net.isIP(host) === 0 ? { servername: host } : {})
+    })
+    const done = (answer: boolean) => {
+      socket.destroy()
+      resume(Effect.succeed(answer))
+    }
+    socket.setTimeout(timeoutMs, () => done(false))
+    socket.once("secureConnect", () => done(true))
+    socket.once("error", () => done(false))
+    socket.once("close", () => done(false))
+    return Effect.sync(() => socket.destroy())
+  })
