@@ -26,21 +26,19 @@
 // Environment (the results file is written only with the defaults):
 //   BENCH_RECORDS (200000), BENCH_BATCH (1000), BENCH_IN_FLIGHT (4), BENCH_RUNS (2), BENCH_KILLS (10),
 //   BENCH_CATCHUP_SECONDS (10), BENCH_ZOOKEEPER (127.0.0.1:2181), BENCH_KAFKA3 (127.0.0.1:19092,…19094), BENCH_PARTS
-//   (produce,failover,catchup,takeover,log; `tls` adds what TLS between the processes costs), BENCH_KEEP (set: keep the processes' data and logs); the log part's own
+//   (produce,failover,catchup,takeover,log), BENCH_KEEP (set: keep the processes' data and logs); the log part's own
 //   BENCH_LOG_RECORDS, BENCH_RESTORE_RECORDS and BENCH_LOG_ROUNDS (bench/replicaLog.ts)
 import { Coordination, type Models } from "../packages/core/src/index.js"
 import type { ReplicaManager } from "../packages/replica/src/index.js"
 import { execFileSync } from "node:child_process"
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
+import { readFileSync, readdirSync } from "node:fs"
 import { createRequire } from "node:module"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
 import * as ZooKeeperCoordination from "../packages/election/src/ZooKeeperCoordination.js"
 import { Controller, ControllerView } from "../packages/replica/src/index.js"
 import { CoordinationElection } from "../packages/election/src/index.js"
-import { Effect, Redacted } from "effect"
-import { makeCa } from "../scripts/test-support/certificates.js"
+import { Effect } from "effect"
 import { awaitTable, createTable, type StrataSide, startStrata } from "./strataCluster.js"
 import {
   type BenchOutput,
@@ -96,7 +94,7 @@ export interface Plan {
 export const settleDisk = () => execFileSync("sync")
 
 /** One produce run's figures. */
-interface Run {
+export interface Run {
   readonly seconds: number
   readonly latenciesMs: ReadonlyArray<number>
   /** CPU seconds of the servers, and of the client process. */
@@ -162,7 +160,7 @@ export const keyOf = (i: number) => Buffer.from(`key-${String(i).padStart(12, "0
 // Strata
 // ---------------------------------------------------------------------------
 
-const strataProduce = async (side: StrataSide, plan: Plan, valueBytes: number, table: string): Promise<Run> => {
+export const strataProduce = async (side: StrataSide, plan: Plan, valueBytes: number, table: string): Promise<Run> => {
   const values = randomBytes(valueBytes * 64, 0x5eed)
   const tablets: Array<Models.TabletId> = Array.from({ length: PARTITIONS }, (_, bucket) => ({ table, bucket }))
   const servers = side.cluster.running("tablet-server").map((id) => side.cluster.pid("tablet-server", id)!)
@@ -379,79 +377,6 @@ const producePart = async (plan: Plan, runs: number, zookeeper: string, brokers:
     await strata.close()
   }
   return { figures, details }
-}
-
-/**
- * What TLS between the processes costs (`BENCH_PARTS=tls`, not in the default parts): the produce part's 1 KB acks=all
- * program on a plaintext cluster and on one whose processes and client speak mutual TLS, interleaved, in the same run.
- */
-const tlsPart = async (plan: Plan, runs: number, zookeeper: string) => {
-  const directory = mkdtempSync(join(tmpdir(), "strata-bench-tls-"))
-  const ca = makeCa(directory, "bench cluster CA")
-  ca.issue("node", { cn: "strata-bench", ips: ["127.0.0.1"] })
-  const tls = { tlsCa: ca.file("ca.pem"), tlsCert: ca.file("node.pem"), tlsKey: ca.file("node-key.pem") }
-  const clientTls = { ca: ca.pem("ca.pem"), cert: ca.pem("node.pem"), key: Redacted.make(ca.pem("node-key.pem")) }
-  const plain = await startStrata("plain", 3, zookeeper, SETTINGS)
-  const secured = await startStrata("tls", 3, zookeeper, { ...SETTINGS, ...tls }, SETTINGS, [], clientTls)
-  const valueBytes = 1000
-  const p: Array<Run> = []
-  const t: Array<Run> = []
-  try {
-    for (const [side, label] of [
-      [plain, "plaintext"],
-      [secured, "tls"]
-    ] as const) {
-      await createTable(side, "warmup", PARTITIONS)
-      for (let i = 0; i < 3; i++) await strataProduce(side, plan, valueBytes, "warmup")
-      progress(`warm-up ${label} done`)
-    }
-    for (let r = 0; r < runs; r++) {
-      for (const label of r % 2 === 0 ? ["plaintext", "tls"] : ["tls", "plaintext"]) {
-        collectGarbage()
-        settleDisk()
-        const side = label === "tls" ? secured : plain
-        await createTable(side, `produce-${r}`, PARTITIONS)
-        const run = await strataProduce(side, plan, valueBytes, `produce-${r}`)
-        ;(label === "tls" ? t : p).push(run)
-        progress(
-          `produce 1000 B ${label}: ${Math.round(plan.records / run.seconds)} records/s, server CPU ${round3(run.serverCpu)} s, client CPU ${round3(run.clientCpu)} s`
-        )
-      }
-    }
-  } finally {
-    await secured.close()
-    await plain.close()
-    rmSync(directory, { recursive: true, force: true })
-  }
-  const rate = (runs: ReadonlyArray<Run>) => median(runs.map((r) => plan.records / r.seconds))
-  const cpu = (runs: ReadonlyArray<Run>, of: (r: Run) => number) => (median(runs.map(of)) * 100_000) / plan.records
-  const figures: Array<Figure> = [
-    {
-      bench: "replica.tls.1000B.records_per_s",
-      value: round3(rate(t)),
-      unit: "records/s",
-      baseline: round3(rate(p)),
-      ratio: round3(rate(t) / rate(p))
-    },
-    {
-      bench: "replica.tls.1000B.server_cpu_s_per_100k",
-      value: round3(cpu(t, (r) => r.serverCpu)),
-      unit: "CPU s per 100k records (3 servers)",
-      baseline: round3(cpu(p, (r) => r.serverCpu)),
-      ratio: round3(cpu(t, (r) => r.serverCpu) / cpu(p, (r) => r.serverCpu))
-    },
-    {
-      bench: "replica.tls.1000B.client_cpu_s_per_100k",
-      value: round3(cpu(t, (r) => r.clientCpu)),
-      unit: "CPU s per 100k records (client)",
-      baseline: round3(cpu(p, (r) => r.clientCpu)),
-      ratio: round3(cpu(t, (r) => r.clientCpu) / cpu(p, (r) => r.clientCpu))
-    }
-  ]
-  return {
-    figures,
-    details: { tls: { plaintext: p.map((r) => round3(r.seconds)), tls: t.map((r) => round3(r.seconds)) } }
-  }
 }
 
 /** Sends one record to every tablet until each took one; the time when the last did. */
@@ -707,11 +632,6 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
     figures.push(...t.figures)
     Object.assign(details, t.details)
   }
-  if (parts.includes("tls")) {
-    const t = await tlsPart(plan, runs, zookeeper)
-    figures.push(...t.figures)
-    Object.assign(details, t.details)
-  }
   let logDefaults = true
   if (parts.includes("log")) {
     const l = await (await import("./replicaLog.js")).logPart(plan, zookeeper, brokers)
@@ -722,6 +642,6 @@ export const run = async (): Promise<BenchOutput & { readonly save: boolean }> =
   return {
     results: figures,
     details,
-    save: save && logDefaults && parts.length === 5 && !parts.includes("tls")
+    save: save && logDefaults && parts.length === 5
   }
 }

@@ -18,7 +18,8 @@ const benches: Record<string, () => Promise<BenchOutput & { readonly save: boole
   rpc: async () => (await import("./rpc.js")).run(),
   replica: async () => (await import("./replica.js")).run(),
   producers: async () => (await import("./producers.js")).run(),
-  rebalance: async () => (await import("./rebalance.js")).run()
+  rebalance: async () => (await import("./rebalance.js")).run(),
+  tls: async () => (await import("./tls.js")).run()
 }
 
 /** The command line as the user typed it, as far as it can be told, with what it ran. */
