@@ -32,6 +32,28 @@ describe("TabletClient errors", () => {
     }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer()))
   )
 
+  it.live(
+    "a send the leader keeps refusing retriably (too few in-sync replicas) ends DeliveryUnknown at the delivery timeout, naming the last refusal",
+    () =>
+      Effect.gen(function* () {
+        const replication = { ...quickReplication, minInsyncReplicas: 2 }
+        const cluster = yield* LocalCluster.make({ servers: 2, replication, transport: "tcp" })
+        const tablet = { table: "orders", bucket: 0 }
+        yield* cluster.createTable("orders", { buckets: 1, replicationFactor: 2 })
+        yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 2)
+        const client = yield* TabletClient.make({ deliveryTimeout: 1_500, retryBackoff: 20, linger: 0, replication })
+        yield* client.send(tablet, records("r", 0, 1))
+        const leader = (yield* cluster.tablet(tablet)).leaderAndIsr.leader!
+        yield* cluster.stopServer(leader === 1 ? 2 : 1)
+        yield* cluster.awaitTablet(tablet, (t) => t.leaderAndIsr.isr.length === 1)
+        const error = yield* Effect.flip(client.send(tablet, records("r", 1, 2)))
+        assert.strictEqual(error.reason._tag, "DeliveryUnknown", error.message)
+        assert.include(error.message, "orders/0")
+        assert.match(error.message, /NotEnoughReplicas|in-sync/i)
+      }).pipe(Effect.scoped, Effect.provide(MemoryCoordination.layer())),
+    30_000
+  )
+
   it.live("a send with no producer id to be had fails NoProducerId, naming the tablet", () =>
     Effect.gen(function* () {
       const client = yield* nobody(200)

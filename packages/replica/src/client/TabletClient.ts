@@ -128,8 +128,9 @@ export class DeliveryUnknown extends Schema.TaggedError<DeliveryUnknown>()("Deli
 
 /**
  * A connection's TLS handshake failed as this client is configured (`tls`): a server certificate it does not accept
- * (another CA's, or naming another host), or a server that requires a client certificate it does not have or
- * accept. Nothing was sent, and trying again would not help.
+ * (another CA's, or naming another host), a server that requires a client certificate it does not have or accept, or
+ * a TLS server this plaintext client reached. The call is not tried again, as that would not help. The refused try
+ * sent nothing; an earlier try of the same call that failed otherwise may have been written, as after `DeliveryUnknown`.
  *
  * @since 0.1.0
  */
@@ -677,7 +678,11 @@ const onLeader = <A>(
   ).pipe(
     Effect.catch(
       (e): Effect.Effect<never, ReplicaManager.ReplicaError | NoSuchTablet | DeliveryUnknown | HandshakeFailed> =>
-        e._tag === "PeerUnreachable" ? Effect.fail(unreachable(Models.tabletKey(tablet), e)) : Effect.fail(e)
+        e._tag === "PeerUnreachable"
+          ? Effect.fail(unreachable(Models.tabletKey(tablet), e))
+          : !retriable(e) || e._tag === "NoSuchTablet"
+            ? Effect.fail(e)
+            : Effect.fail(new DeliveryUnknown({ tablet: Models.tabletKey(tablet), last: e.message }))
     )
   )
 
