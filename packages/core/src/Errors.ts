@@ -70,3 +70,23 @@ export class NotLeader extends Schema.TaggedError<NotLeader>()("NotLeader", {
  */
 export const TLS_REFUSAL =
   /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER|ALTNAME|HOSTNAME_MISMATCH|ERR_SSL_WRONG_VERSION/
+
+/**
+ * An error and the errors it holds (a tagged error's `reason`, a `cause`, an `AggregateError`'s `errors`), outermost
+ * first, each once, at most 6 levels deep: where a wrapped error's code or tag is looked for.
+ *
+ * @since 0.1.0
+ */
+export const causes = (error: unknown): ReadonlyArray<object> => {
+  const out: Array<object> = []
+  const visit = (e: unknown, depth: number) => {
+    if (e === null || typeof e !== "object" || depth > 6 || out.includes(e)) return
+    out.push(e)
+    visit((e as { readonly reason?: unknown }).reason, depth + 1)
+    const errors = (e as { readonly errors?: unknown }).errors
+    if (Array.isArray(errors)) for (const inner of errors) visit(inner, depth + 1)
+    visit((e as { readonly cause?: unknown }).cause, depth + 1)
+  }
+  visit(error, 0)
+  return out
+}

@@ -27,7 +27,7 @@
  *
  * @since 0.1.0
  */
-import { Election, Models, OptionSchemas } from "@strata/core"
+import { Election, Errors, Models, OptionSchemas } from "@strata/core"
 import {
   Cause,
   Config,
@@ -339,15 +339,8 @@ const followLeadership = <R>(shell: Shell<R>, current: Attempt, leadership: Elec
   })
 
 /** Whether a campaign's failure is the coordination refusing this process's identity (`NotAuthorized`). */
-const refusedIdentity = (error: unknown): boolean => {
-  let at: unknown = error
-  for (let depth = 0; depth < 6 && typeof at === "object" && at !== null; depth++) {
-    if ((at as { readonly _tag?: unknown })._tag === "NotAuthorized") return true
-    const { reason, cause } = at as { readonly reason?: unknown; readonly cause?: unknown }
-    at = reason ?? cause
-  }
-  return false
-}
+const refusedIdentity = (error: unknown): boolean =>
+  Errors.causes(error).some((e) => (e as { readonly _tag?: unknown })._tag === "NotAuthorized")
 
 /** `CreateCandidate`: campaign, then report the election, the leadership's events and its end as inputs. */
 const createCandidate = <R>(shell: Shell<R>) =>

@@ -1,23 +1,9 @@
 import { Errors, Log } from "@strata/core"
 
-/** A client error and the errors it holds (`errors`, `cause`), outermost first, at most 6 levels deep. */
-const chain = (cause: unknown): Array<object> => {
-  const out: Array<object> = []
-  const visit = (e: unknown, depth: number) => {
-    if (e === null || typeof e !== "object" || depth > 6 || out.includes(e)) return
-    out.push(e)
-    const errors = (e as { errors?: unknown }).errors
-    if (Array.isArray(errors)) for (const inner of errors) visit(inner, depth + 1)
-    visit((e as { cause?: unknown }).cause, depth + 1)
-  }
-  visit(cause, 0)
-  return out
-}
-
 /** The Kafka error code names (apiId) of a client error and its nested errors. */
 export const apiIds = (cause: unknown): Set<string> => {
   const out = new Set<string>()
-  for (const e of chain(cause)) {
+  for (const e of Errors.causes(cause)) {
     const apiId = (e as { apiId?: unknown }).apiId
     if (typeof apiId === "string") out.add(apiId)
   }
@@ -39,7 +25,7 @@ export const isAuthentication = (cause: unknown): boolean => {
   const ids = apiIds(cause)
   if (ids.has("SASL_AUTHENTICATION_FAILED") || ids.has("UNSUPPORTED_SASL_MECHANISM") || ids.has("ILLEGAL_SASL_STATE"))
     return true
-  return chain(cause).some((e) => {
+  return Errors.causes(cause).some((e) => {
     const code = (e as { code?: unknown }).code
     return code === "PLT_KFK_AUTHENTICATION" || (typeof code === "string" && TLS_CERTIFICATE.test(code))
   })
@@ -47,7 +33,7 @@ export const isAuthentication = (cause: unknown): boolean => {
 
 /** The messages in a failure's chain that say what the authentication failure was, each once. */
 const authenticationDetail = (cause: unknown): string => {
-  const messages = chain(cause).flatMap((e) => (e instanceof Error ? [e.message] : []))
+  const messages = Errors.causes(cause).flatMap((e) => (e instanceof Error ? [e.message] : []))
   const relevant = [...new Set(messages.filter((m) => /SASL|authentic|certificate|TLS|SSL|mechanism/i.test(m)))]
   return relevant.length > 0 ? relevant.join(": ") : text(cause)
 }

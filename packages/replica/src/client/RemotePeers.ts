@@ -235,9 +235,8 @@ interface Remote {
    * that knows only some coordinators' addresses finds the leader so).
    */
   controllerHint: string | undefined
-  /** The transport's `closedAtOnce` and `explainClose`. */
-  readonly closedAtOnce: string | undefined
-  readonly explainClose: ((address: string) => Effect.Effect<string | undefined>) | undefined
+  /** The transport the connections were opened with. */
+  readonly transport: TransportShape
   /** The addresses whose RPC answered a call at least once. */
   readonly answered: Set<string>
 }
@@ -255,13 +254,8 @@ const describeRpcError = (
   e: RpcClientError.RpcClientError,
   closedAtOnce: string | undefined
 ): { readonly detail: string; readonly refused: boolean } => {
-  let at: unknown = e.reason
-  let reason: Error | undefined
-  for (let depth = 0; depth < 8 && typeof at === "object" && at !== null; depth++) {
-    const next: unknown = (at as { readonly cause?: unknown }).cause
-    if (next instanceof Error && !("_tag" in next)) reason = next
-    at = next
-  }
+  // The system's error is the innermost one that is not Effect's own (those are tagged).
+  const reason = Errors.causes(e.reason).findLast((c): c is Error => c instanceof Error && !("_tag" in c))
   const code = (reason as { readonly code?: unknown } | undefined)?.code
   // OpenSSL's messages carry its internals (`40ED…:error:0A00045C:SSL routines:ssl3_read_bytes:tlsv13 alert
   // certificate required:../deps/…`): the alert's words and Node's code say it.
@@ -295,8 +289,8 @@ const timed = <A, E>(
     }),
     Effect.tap(() => Effect.sync(() => address !== undefined && r.answered.add(address))),
     Effect.catchIf(isRpcClientError, (e) => {
-      const described = describeRpcError(e, r.closedAtOnce)
-      const explain = r.explainClose
+      const described = describeRpcError(e, r.transport.closedAtOnce)
+      const explain = r.transport.explainClose
       // Asked only of a peer that never answered: one that did speaks this transport (it restarted, say).
       return e.reason._tag === "SocketCloseError" &&
         explain !== undefined &&
@@ -558,8 +552,7 @@ export const make = (options: RemotePeersOptions): Effect.Effect<RemotePeers, ne
       linked: new Map(),
       controllerAt: undefined,
       controllerHint: undefined,
-      closedAtOnce: transport.closedAtOnce,
-      explainClose: transport.explainClose,
+      transport,
       answered: new Set()
     }
     return { peers: peersOf(r), servers: tabletServersOf(r), server: serverCallsOf(r), admin: adminOf(r) }

@@ -16,7 +16,7 @@ import * as Crypto from "node:crypto"
 import * as Net from "node:net"
 import * as Tls from "node:tls"
 import { OptionSchemas } from "@strata/core"
-import { Clock, Effect, Redacted, Schema } from "effect"
+import { Clock, Effect, Redacted, Result, Schema } from "effect"
 import { type InvalidReplicaOptions, invalidOptions } from "./ReplicationConfig.js"
 
 /**
@@ -56,8 +56,6 @@ export type PeerTlsOptions = typeof PeerTlsOptions.Encoded
  * @since 0.1.0
  */
 export interface PeerTls {
-  /** Whether a server asks for, and requires, a client's certificate. */
-  readonly mutual: boolean
   /** Whether this process has a certificate (it can serve, and answer a server's request for one). */
   readonly hasCertificate: boolean
   /**
@@ -82,29 +80,45 @@ const certificates = (pem: string): ReadonlyArray<Crypto.X509Certificate> | stri
   }
 }
 
-/** Why the options' PEM texts cannot be used, as bad options (the key's value never shown); none when they can. */
-const checkPems = (o: typeof PeerTlsOptions.Type, key: string | undefined): Array<OptionSchemas.BadOption> => {
+/** The options' PEM texts parsed, or why they cannot be used as bad options (the key's value never shown). */
+const parsePems = (
+  o: typeof PeerTlsOptions.Type,
+  key: string | undefined
+): Result.Result<
+  {
+    readonly ca: ReadonlyArray<Crypto.X509Certificate>
+    readonly cert: ReadonlyArray<Crypto.X509Certificate> | undefined
+  },
+  readonly [OptionSchemas.BadOption, ...Array<OptionSchemas.BadOption>]
+> => {
   const bad: Array<OptionSchemas.BadOption> = []
   const ca = certificates(o.ca)
   if (typeof ca === "string") bad.push({ option: "tls.ca", value: "(PEM)", detail: ca })
   const cert = o.cert === undefined ? undefined : certificates(o.cert)
   if (typeof cert === "string") bad.push({ option: "tls.cert", value: "(PEM)", detail: cert })
-  if (key === undefined) return bad
-  let privateKey: Crypto.KeyObject
-  try {
-    privateKey = Crypto.createPrivateKey(key)
-  } catch (e) {
-    bad.push({
-      option: "tls.key",
-      value: "<redacted>",
-      detail: `not a private key: ${e instanceof Error ? e.message : String(e)}`
-    })
-    return bad
+  if (key !== undefined) {
+    let privateKey: Crypto.KeyObject | undefined
+    try {
+      privateKey = Crypto.createPrivateKey(key)
+    } catch (e) {
+      bad.push({
+        option: "tls.key",
+        value: "<redacted>",
+        detail: `not a private key: ${e instanceof Error ? e.message : String(e)}`
+      })
+    }
+    if (
+      privateKey !== undefined &&
+      cert !== undefined &&
+      typeof cert !== "string" &&
+      !cert[0]!.checkPrivateKey(privateKey)
+    )
+      bad.push({ option: "tls.key", value: "<redacted>", detail: "it is not the private key of tls.cert" })
   }
-  if (cert !== undefined && typeof cert !== "string" && !cert[0]!.checkPrivateKey(privateKey)) {
-    bad.push({ option: "tls.key", value: "<redacted>", detail: "it is not the private key of tls.cert" })
-  }
-  return bad
+  const [first, ...rest] = bad
+  return first !== undefined || typeof ca === "string" || typeof cert === "string"
+    ? Result.fail([first!, ...rest])
+    : Result.succeed({ ca, cert })
 }
 
 /**
@@ -127,9 +141,9 @@ const unchained = (
 }
 
 /**
- * Checks `options` and makes the secure context: a PEM that does not parse, or a key that is not the certificate's,
- * fails naming the option (the key's value never shown). The certificate's own chain is not checked against the CA
- * here: a server or client that does not trust it refuses the handshake.
+ * Checks `options` and makes the secure context: a PEM that does not parse, a key that is not the certificate's, or a
+ * certificate not valid now (by the `Clock`) fails naming the option (the key's value never shown). Whether the
+ * certificate chains to the CA is noted for `serverOptions`: a client's may be another CA's.
  *
  * @since 0.1.0
  */
@@ -144,12 +158,7 @@ export const make = (options: PeerTlsOptions): Effect.Effect<PeerTls, InvalidRep
       )
     )
     const key = o.key === undefined ? undefined : Redacted.value(o.key)
-    const [first, ...rest] = checkPems(o, key)
-    if (first !== undefined) return yield* Effect.fail(invalidOptions([first, ...rest]))
-    // A listener's certificate must be one its peers accept: they trust the same CA as this process. (A client's may
-    // be another CA's: the servers' trust decides.)
-    const ca = certificates(o.ca) as ReadonlyArray<Crypto.X509Certificate>
-    const own = o.cert === undefined ? undefined : (certificates(o.cert) as ReadonlyArray<Crypto.X509Certificate>)
+    const { ca, cert: own } = yield* Effect.mapError(Effect.fromResult(parsePems(o, key)), invalidOptions)
     const now = yield* Clock.currentTimeMillis
     const expired =
       own === undefined
@@ -162,6 +171,8 @@ export const make = (options: PeerTlsOptions): Effect.Effect<PeerTls, InvalidRep
     if (expired !== undefined) {
       return yield* Effect.fail(invalidOptions([{ option: "tls.cert", value: "(PEM)", detail: expired }]))
     }
+    // A listener's certificate must be one its peers accept: they trust the same CA as this process. (A client's may
+    // be another CA's: the servers' trust decides.)
     const serving = own === undefined ? "no certificate" : unchained(own, ca)
     const context = Tls.createSecureContext({
       ca: o.ca,
@@ -175,7 +186,6 @@ export const make = (options: PeerTlsOptions): Effect.Effect<PeerTls, InvalidRep
         ? undefined
         : { ca: o.ca, cert: o.cert, key, requestCert: o.mutual, rejectUnauthorized: o.mutual }
     return {
-      mutual: o.mutual,
       hasCertificate: o.cert !== undefined,
       server: () => server,
       cannotServe: serving,
